@@ -1,0 +1,92 @@
+package window
+
+import (
+	"fmt"
+	"time"
+)
+
+// SlidingLog is the start window with a margin: a sliding log of start
+// instants, each recorded as start + Margin (the seed articles call the
+// margin buffer time). A call may start at t once the units recorded after
+// t − Per leave room for it, so at every instant t
+//
+//	units of calls that started in (t − Per − Margin, t] ≤ N:
+//
+// call k+N starts at least Per + Margin after call k. It ignores how long
+// calls take, so it reaches about N/(Per+Margin) rather than the completion
+// window's N/(Per + latency). A server that counts arrivals sees at most N in
+// any window of Per as long as the spread of one-way latency (jitter) is at
+// most Margin; with more jitter it may reject. It limits nothing about calls
+// in flight; a RateSemaphore adds its concurrency cap for that.
+//
+// Memory is one 16-byte entry per distinct start instant within the last
+// Per + Margin. The zero SlidingLog is not usable; call NewSlidingLog. A
+// SlidingLog is not safe for concurrent use (see Policy).
+type SlidingLog struct {
+	limit  Limit
+	margin int64 // nanoseconds
+	log    stamps
+}
+
+// NewSlidingLog returns a start window for l whose starts are recorded margin
+// late. It panics if l.N, l.Per or margin is negative.
+func NewSlidingLog(l Limit, margin time.Duration) *SlidingLog {
+	l.check("NewSlidingLog")
+	if margin < 0 {
+		panic(fmt.Sprintf("window: NewSlidingLog: negative margin %v", margin))
+	}
+	return &SlidingLog{limit: l, margin: int64(margin)}
+}
+
+// Limit returns the limit the window enforces.
+func (w *SlidingLog) Limit() Limit { return w.limit }
+
+// Margin returns the margin added to every recorded start.
+func (w *SlidingLog) Margin() time.Duration { return time.Duration(w.margin) }
+
+// SetLimit replaces the limit, keeping the log of recent starts: they count
+// against the new N at once. It panics on a negative limit.
+func (w *SlidingLog) SetLimit(l Limit) {
+	l.check("SlidingLog.SetLimit")
+	w.limit = l
+}
+
+// AdmitCached implements Policy. It always returns false: a start must be
+// stamped with the current instant, so Admit decides.
+func (w *SlidingLog) AdmitCached(int64) bool { return false }
+
+// Admit implements Policy. A call of n units is admitted at now when
+// n ≤ N − units recorded in (now−Per, now], and is then recorded at
+// now + Margin. Otherwise the instant returned is when enough recorded starts
+// reach start + Margin + Per; it is the zero time.Time when n > N. With
+// Per == 0 there is no rate: every call of at most N units is admitted and
+// nothing is recorded.
+func (w *SlidingLog) Admit(now time.Time, n int64) (time.Time, bool) {
+	if n == 0 || w.limit.Per == 0 && n <= w.limit.N {
+		return time.Time{}, true // nothing to record: no units, or no rate
+	}
+	per := int64(w.limit.Per)
+	at := w.log.offset(now)
+	w.log.expire(at - per)
+	free := w.limit.N - w.log.units
+	if n <= free {
+		w.log.push(at+w.margin, n)
+		return time.Time{}, true
+	}
+	if n > w.limit.N {
+		return time.Time{}, false
+	}
+	return w.log.instant(w.log.stampOf(n-free) + per), false
+}
+
+// Cancel implements Policy: it erases the n units recorded for an Admit at
+// the instant at.
+func (w *SlidingLog) Cancel(at time.Time, n int64) {
+	w.log.remove(w.log.offset(at)+w.margin, n)
+}
+
+// Done implements Policy. It does nothing: the window counts starts only.
+func (w *SlidingLog) Done(time.Time, int64) {}
+
+// DoneUsesTime implements Policy: it returns false.
+func (w *SlidingLog) DoneUsesTime() bool { return false }

@@ -1,0 +1,123 @@
+package window
+
+import "time"
+
+// entry is n units stamped at the instant at, in nanoseconds since the
+// queue's epoch.
+type entry struct {
+	at int64
+	n  int64
+}
+
+// stamps is a FIFO of time-stamped units in non-decreasing stamp order: the
+// log of a sliding window. Units with equal stamps share one entry, so its
+// length is at most the number of distinct instants that still count,
+// never more than the limit's N. It is a ring buffer that grows by doubling
+// and never shrinks, so a steady state allocates nothing.
+//
+// Instants are stored as int64 nanoseconds since epoch, the first instant
+// the queue saw; time.Time.Sub on two monotonic readings is a subtraction.
+type stamps struct {
+	buf      []entry
+	head     int
+	len      int
+	units    int64 // sum of n over the entries
+	epoch    time.Time
+	hasEpoch bool
+}
+
+// offset converts t to nanoseconds since the epoch, fixing the epoch at the
+// first call.
+func (q *stamps) offset(t time.Time) int64 {
+	if !q.hasEpoch {
+		q.epoch, q.hasEpoch = t, true
+	}
+	return int64(t.Sub(q.epoch))
+}
+
+// instant converts an offset back to a time.Time.
+func (q *stamps) instant(off int64) time.Time {
+	return q.epoch.Add(time.Duration(off))
+}
+
+func (q *stamps) at(i int) *entry {
+	return &q.buf[(q.head+i)&(len(q.buf)-1)]
+}
+
+// push appends n units stamped at. A stamp earlier than the newest one is
+// raised to it: the window then counts those units a little longer, which
+// errs on the safe side and keeps the queue sorted.
+func (q *stamps) push(at, n int64) {
+	if n == 0 {
+		return
+	}
+	q.units += n
+	if q.len > 0 {
+		tail := q.at(q.len - 1)
+		if at <= tail.at {
+			tail.n += n
+			return
+		}
+	}
+	if q.len == len(q.buf) {
+		q.grow()
+	}
+	*q.at(q.len) = entry{at: at, n: n}
+	q.len++
+}
+
+func (q *stamps) grow() {
+	size := 2 * len(q.buf)
+	if size == 0 {
+		size = 8
+	}
+	buf := make([]entry, size)
+	for i := 0; i < q.len; i++ {
+		buf[i] = *q.at(i)
+	}
+	q.buf, q.head = buf, 0
+}
+
+// expire drops the entries stamped at or before cutoff.
+func (q *stamps) expire(cutoff int64) {
+	for q.len > 0 {
+		e := q.at(0)
+		if e.at > cutoff {
+			return
+		}
+		q.units -= e.n
+		q.head = (q.head + 1) & (len(q.buf) - 1)
+		q.len--
+	}
+}
+
+// stampOf returns the stamp of the k-th oldest unit, 1 ≤ k ≤ q.units: once
+// that stamp has expired, k units have left the window.
+func (q *stamps) stampOf(k int64) int64 {
+	for i := 0; i < q.len; i++ {
+		e := q.at(i)
+		if k <= e.n {
+			return e.at
+		}
+		k -= e.n
+	}
+	panic("window: internal error: stampOf beyond the queue")
+}
+
+// remove takes n units stamped exactly at out of the queue, if such units are
+// still there (they may have expired). An emptied entry stays until it
+// expires; it holds no units, so it changes no decision.
+func (q *stamps) remove(at, n int64) {
+	for i := q.len - 1; i >= 0; i-- {
+		e := q.at(i)
+		if e.at < at {
+			return
+		}
+		if e.at == at {
+			n = min(n, e.n)
+			e.n -= n
+			q.units -= n
+			return
+		}
+	}
+}
