@@ -1,0 +1,536 @@
+package semaphore
+
+import (
+	"container/list"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/benbjohnson/clock"
+
+	"github.com/ratesem/ratesem/window"
+)
+
+// ErrWeightTooLarge is returned, wrapped, by Acquire when a rate-limited
+// semaphore is asked for more units than its limit or its concurrency cap:
+// such a call could never be admitted, so it fails at once rather than
+// waiting forever. Test for it with errors.Is.
+var ErrWeightTooLarge = errors.New("semaphore: weight exceeds the limit")
+
+// RateSemaphore is a weighted semaphore that also limits the rate: at most n
+// units in flight at once (or a lower concurrency cap) and, by default, at
+// most n units per interval counted by the completion window
+// (window.Completion): at every instant, units in flight + units of calls
+// that ended within the last interval ≤ n. A server that counts arrivals
+// therefore never sees more than n per interval, whatever the latency.
+//
+// Its method set is a superset of *semaphore.Weighted from
+// golang.org/x/sync, so it is a drop-in replacement: Acquire blocks until
+// admitted, TryAcquire never blocks, Release ends a call. Do wraps a call the
+// way Python's `async with sem:` does. Waiters are served in FIFO order: a
+// caller never overtakes one that asked earlier, so large weights do not
+// starve. A waiter sleeps on one timer, set for the instant the head of the
+// queue can be admitted; nothing polls.
+//
+// A call's start is the instant Acquire returns and its end the instant
+// Release is called: release as soon as the call's response has been read,
+// since the rate window counts from then.
+//
+// The zero RateSemaphore is not usable; call New. A RateSemaphore is safe
+// for concurrent use by multiple goroutines.
+type RateSemaphore struct {
+	// Immutable after New.
+	clk          clock.Clock // nil: the real monotonic clock
+	epoch        time.Time   // real clock: now() = epoch + time.Since(epoch)
+	doneUsesTime bool        // policy.Done reads its instant
+	rated        atomic.Bool // interval > 0; read by Release without mu
+
+	mu       sync.Mutex
+	size     int64         // n: the most units per interval, and in flight
+	interval time.Duration // 0: no rate limit, exactly like x/sync's Weighted
+	capOpt   int64         // WithConcurrency, or -1
+	conc     int64         // the concurrency cap in force: min(size, capOpt)
+	cur      int64         // units in flight
+	policy   window.Policy
+	waiters  list.List // of *waiter, FIFO
+	paused   time.Time // no starts before; zero when no pause is pending
+
+	timer   interface{ Reset(time.Duration) bool } // created on first use
+	stopper func() bool
+	timerAt time.Time // when the armed timer fires; zero: not armed
+
+	admitted  uint64
+	totalWait time.Duration
+	maxWait   time.Duration
+
+	onWake func() // test hook: called under mu on every timer wake-up
+}
+
+type waiter struct {
+	n        int64
+	ready    chan struct{} // closed when granted or failed
+	err      error         // set before ready is closed when the wait failed
+	since    time.Time     // when it began waiting
+	deadline time.Time     // ctx's deadline; zero if none
+	granted  time.Time     // the instant of admission, for policy.Cancel
+}
+
+// New returns a RateSemaphore that admits at most n units in flight and at
+// most n units per interval (a time.Duration) under the completion window.
+//
+// interval 0 means no rate limit: the semaphore then behaves exactly like
+// golang.org/x/sync/semaphore.NewWeighted(n), edge cases included (n = 0
+// admits only zero weights; a weight larger than n waits for its context
+// without blocking other callers). New panics if n or interval is negative.
+func New(n int64, interval time.Duration, opts ...Option) *RateSemaphore {
+	if n < 0 || interval < 0 {
+		panic(fmt.Sprintf("semaphore: New(%d, %v): negative limit", n, interval))
+	}
+	cfg := config{concurrency: -1}
+	for _, o := range opts {
+		o.apply(&cfg)
+	}
+	s := &RateSemaphore{clk: cfg.clk, size: n, interval: interval, capOpt: cfg.concurrency}
+	if s.clk == nil {
+		s.epoch = time.Now()
+	}
+	l := window.Limit{N: n, Per: interval}
+	if cfg.start {
+		s.policy = window.NewSlidingLog(l, cfg.margin)
+	} else {
+		s.policy = window.NewCompletion(l)
+	}
+	s.doneUsesTime = s.policy.DoneUsesTime()
+	s.rated.Store(interval > 0)
+	s.setCapLocked()
+	return s
+}
+
+func (s *RateSemaphore) setCapLocked() {
+	s.conc = s.size
+	if s.capOpt >= 0 && s.capOpt < s.size {
+		s.conc = s.capOpt
+	}
+}
+
+// now reads the clock once. The real clock is read as a monotonic offset from
+// a fixed instant: time.Since of a monotonic reading skips the wall clock and
+// costs about half of time.Now.
+func (s *RateSemaphore) now() time.Time {
+	if s.clk == nil {
+		return s.epoch.Add(time.Since(s.epoch))
+	}
+	return s.clk.Now()
+}
+
+// Acquire acquires n units (n ≥ 0), blocking until they are admitted or ctx
+// is done. On success it returns nil and the caller must Release(n) when the
+// call ends.
+//
+// On failure it leaves the semaphore unchanged (no unit held, nothing
+// recorded in the window, the waiters behind it move on) and returns:
+//   - ctx.Err() itself when ctx is done, even if the units were free: a
+//     context done before the call never acquires;
+//   - an error matching both ErrDeadline and context.DeadlineExceeded
+//     (errors.Is) as soon as the wait is known to end after ctx's deadline,
+//     without waiting for the deadline; the estimate assumes the limit is
+//     not raised meanwhile, and the deadline is compared with instants of
+//     the semaphore's clock (with WithClock, derive ctx from that clock, as
+//     clock.Mock's WithTimeout does);
+//   - an error matching ErrWeightTooLarge at once when the semaphore is
+//     rate-limited and n exceeds its limit or concurrency cap. Without a
+//     rate limit (interval 0) such a call waits for ctx, as x/sync does.
+//
+// Acquire panics if n is negative.
+func (s *RateSemaphore) Acquire(ctx context.Context, n int64) error {
+	if n < 0 {
+		panic("semaphore: Acquire with negative weight")
+	}
+	done := ctx.Done()
+
+	s.mu.Lock()
+	select {
+	case <-done:
+		// ctx being done happened before we hold the lock; fail even though
+		// the units might be free, as x/sync does.
+		s.mu.Unlock()
+		return ctx.Err()
+	default:
+	}
+	if s.waiters.Len() == 0 && s.admitCachedLocked(n) {
+		s.mu.Unlock()
+		return nil
+	}
+	if n > s.conc {
+		if s.interval == 0 {
+			// x/sync: don't make other Acquire calls block on one that is
+			// doomed to fail.
+			s.mu.Unlock()
+			<-done
+			return ctx.Err()
+		}
+		err := s.tooLargeLocked(n)
+		s.mu.Unlock()
+		return err
+	}
+
+	now := s.now()
+	if s.waiters.Len() == 0 {
+		// The cached state may lag: log entries expire lazily. Decide on
+		// the clock before allocating a waiter.
+		if _, ok := s.admitLocked(now, n); ok {
+			s.mu.Unlock()
+			return nil
+		}
+	}
+	w := &waiter{n: n, ready: make(chan struct{}), since: now}
+	w.deadline, _ = ctx.Deadline()
+	elem := s.waiters.PushBack(w)
+	if s.waiters.Front() == elem {
+		s.notifyLocked(now) // admits w now, fails it, or arms the timer
+	}
+	s.mu.Unlock()
+
+	select {
+	case <-done:
+		s.mu.Lock()
+		select {
+		case <-w.ready:
+			if w.err == nil {
+				// Admitted while ctx became done: take it back, as if the
+				// admission never happened.
+				s.undoLocked(w)
+			}
+		default:
+			isFront := s.waiters.Front() == elem
+			s.waiters.Remove(elem)
+			if isFront {
+				s.notifyLocked(s.now())
+			}
+		}
+		s.mu.Unlock()
+		return ctx.Err()
+
+	case <-w.ready:
+		if w.err != nil {
+			return w.err
+		}
+		select {
+		case <-done:
+			s.mu.Lock()
+			s.undoLocked(w)
+			s.mu.Unlock()
+			return ctx.Err()
+		default:
+		}
+		return nil
+	}
+}
+
+func (s *RateSemaphore) tooLargeLocked(n int64) error {
+	if n > s.size {
+		return fmt.Errorf("%w: weight %d, limit %d per %v", ErrWeightTooLarge, n, s.size, s.interval)
+	}
+	return fmt.Errorf("%w: weight %d, concurrency cap %d", ErrWeightTooLarge, n, s.conc)
+}
+
+// undoLocked takes back the admission of w, whose caller gave up before it
+// could use it: the units go back without a completion stamp.
+func (s *RateSemaphore) undoLocked(w *waiter) {
+	s.cur -= w.n
+	s.policy.Cancel(w.granted, w.n)
+	s.admitted--
+	s.totalWait -= w.granted.Sub(w.since)
+	s.notifyLocked(s.now())
+}
+
+// TryAcquire acquires n units (n ≥ 0) without blocking. It returns true on
+// success (the caller must Release(n) later); on failure it returns false
+// and leaves the semaphore unchanged. It fails whenever other callers are
+// waiting, so it never overtakes them. It panics if n is negative.
+func (s *RateSemaphore) TryAcquire(n int64) bool {
+	if n < 0 {
+		panic("semaphore: TryAcquire with negative weight")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.waiters.Len() != 0 {
+		return false
+	}
+	if s.admitCachedLocked(n) {
+		return true
+	}
+	_, ok := s.admitLocked(s.now(), n)
+	return ok
+}
+
+// Release releases n units (n ≥ 0) held by a call that has ended; under the
+// completion window the instant of Release is the call's end. It never
+// blocks. It panics if more units are released than are held, as x/sync
+// does.
+func (s *RateSemaphore) Release(n int64) {
+	if n < 0 {
+		panic("semaphore: Release with negative weight")
+	}
+	var now time.Time
+	if s.doneUsesTime && s.rated.Load() {
+		now = s.now() // outside the lock: the clock read is the dearest step
+	}
+	s.mu.Lock()
+	if n > s.cur {
+		s.mu.Unlock()
+		panic("semaphore: released more than held")
+	}
+	s.cur -= n
+	if now.IsZero() && (s.waiters.Len() > 0 || s.doneUsesTime && s.interval > 0) {
+		now = s.now() // SetLimit raced with the read of rated, or waiters need now
+	}
+	s.policy.Done(now, n)
+	if s.waiters.Len() > 0 {
+		s.notifyLocked(now)
+	}
+	s.mu.Unlock()
+}
+
+// Do acquires one unit, runs fn, and releases the unit when fn returns or
+// panics (the panic then goes on). It returns Acquire's error without
+// running fn, or fn's error. It blocks like Acquire.
+func (s *RateSemaphore) Do(ctx context.Context, fn func(context.Context) error) error {
+	return s.DoN(ctx, 1, fn)
+}
+
+// DoN is Do for a call of n units.
+func (s *RateSemaphore) DoN(ctx context.Context, n int64, fn func(context.Context) error) error {
+	if err := s.Acquire(ctx, n); err != nil {
+		return err
+	}
+	defer s.Release(n)
+	return fn(ctx)
+}
+
+// Pause holds every new start until the instant until (read on the
+// semaphore's clock): callers keep waiting, in order, and calls in flight go
+// on. Overlapping pauses do not add up; the later end wins. A time in the
+// past changes nothing. It never blocks. Feed it from a 429 or 418 response's
+// Retry-After; PauseFor takes the delay form.
+func (s *RateSemaphore) Pause(until time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !until.After(s.paused) {
+		return
+	}
+	now := s.now()
+	if !until.After(now) {
+		return
+	}
+	s.paused = until
+	s.notifyLocked(now)
+}
+
+// PauseFor is Pause(now + d): no new starts for the time.Duration d from now.
+// A d ≤ 0 changes nothing.
+func (s *RateSemaphore) PauseFor(d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	s.Pause(s.now().Add(d))
+}
+
+// SetLimit changes the limit to n units per interval, at run time, keeping
+// the accounting: units in flight and the window's record of recent calls
+// count against the new limit at once, so lowering it never lets a burst
+// through, and raising it admits waiters at once. A concurrency cap set by
+// WithConcurrency stays in force (never above n). Waiters whose weight now
+// exceeds the limit fail with ErrWeightTooLarge (with interval 0 they wait
+// for their context, as in Acquire). It returns an error, and changes
+// nothing, if n or interval is negative. It never blocks.
+//
+// Switching between interval 0 and a positive interval switches between
+// x/sync's behaviour for oversized weights and the rate-limited one.
+func (s *RateSemaphore) SetLimit(n int64, interval time.Duration) error {
+	if n < 0 || interval < 0 {
+		return fmt.Errorf("semaphore: SetLimit(%d, %v): negative limit", n, interval)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.size, s.interval = n, interval
+	s.setCapLocked()
+	s.policy.SetLimit(window.Limit{N: n, Per: interval})
+	s.rated.Store(interval > 0)
+	s.notifyLocked(s.now())
+	return nil
+}
+
+// Limit returns the current limit: n units per interval (Per 0: no rate).
+func (s *RateSemaphore) Limit() window.Limit {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return window.Limit{N: s.size, Per: s.interval}
+}
+
+// Stats is a snapshot of a RateSemaphore's counters.
+type Stats struct {
+	// InFlight is the units held by admitted calls not yet released.
+	InFlight int64
+	// Waiting is the number of callers blocked in Acquire.
+	Waiting int
+	// Admitted counts the calls admitted since New, by Acquire or
+	// TryAcquire; an admission its caller gave up on is not counted.
+	Admitted uint64
+	// TotalWait is the time admitted calls spent waiting in Acquire, summed;
+	// TotalWait / Admitted is the mean wait.
+	TotalWait time.Duration
+	// MaxWait is the longest wait of one admitted call.
+	MaxWait time.Duration
+	// PausedUntil is when the current pause ends; zero when none is set.
+	// It may lie in the past once the pause is over.
+	PausedUntil time.Time
+}
+
+// Stats returns a snapshot of the counters. It never blocks for long.
+func (s *RateSemaphore) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return Stats{
+		InFlight:    s.cur,
+		Waiting:     s.waiters.Len(),
+		Admitted:    s.admitted,
+		TotalWait:   s.totalWait,
+		MaxWait:     s.maxWait,
+		PausedUntil: s.paused,
+	}
+}
+
+// admitCachedLocked is the clock-free fast path: it admits n units when
+// nothing is paused and the policy's state already shows room.
+func (s *RateSemaphore) admitCachedLocked(n int64) bool {
+	if s.cur+n > s.conc || !s.paused.IsZero() || !s.policy.AdmitCached(n) {
+		return false
+	}
+	s.cur += n
+	s.admitted++
+	return true
+}
+
+// admitLocked is the one admission decision every path goes through: admit n
+// units at now, or return the instant to try again (zero when only a
+// Release, or SetLimit, can make room).
+func (s *RateSemaphore) admitLocked(now time.Time, n int64) (time.Time, bool) {
+	if s.cur+n > s.conc {
+		return time.Time{}, false
+	}
+	if !s.paused.IsZero() {
+		if now.Before(s.paused) {
+			return s.paused, false
+		}
+		s.paused = time.Time{}
+	}
+	if at, ok := s.policy.Admit(now, n); !ok {
+		return at, false
+	}
+	s.cur += n
+	s.admitted++
+	return time.Time{}, true
+}
+
+// notifyLocked admits waiters from the front of the queue, in order, until
+// one does not fit; then it sets the timer for the instant that one can be
+// admitted, if time alone will do it. It stops at the first waiter that does
+// not fit, even if smaller ones behind it would: letting them pass could
+// starve a large waiter forever.
+func (s *RateSemaphore) notifyLocked(now time.Time) {
+	for {
+		front := s.waiters.Front()
+		if front == nil {
+			break
+		}
+		w := front.Value.(*waiter)
+		if w.n > s.conc {
+			// Only after SetLimit lowered the limit below w's weight.
+			s.waiters.Remove(front)
+			if s.interval > 0 {
+				w.err = s.tooLargeLocked(w.n)
+				close(w.ready)
+			} // else: like x/sync, w waits for its context.
+			continue
+		}
+		at, ok := s.admitLocked(now, w.n)
+		if ok {
+			w.granted = now
+			wait := now.Sub(w.since)
+			s.totalWait += wait
+			s.maxWait = max(s.maxWait, wait)
+			s.waiters.Remove(front)
+			close(w.ready)
+			continue
+		}
+		if at.IsZero() {
+			break // a Release will call us again
+		}
+		if !w.deadline.IsZero() && at.After(w.deadline) {
+			// The head cannot be admitted before its deadline: fail it now
+			// rather than when the deadline fires (golang/go#54541).
+			s.waiters.Remove(front)
+			w.err = &deadlineError{wait: at.Sub(now)}
+			close(w.ready)
+			continue
+		}
+		s.armLocked(now, at)
+		return
+	}
+	if !s.timerAt.IsZero() {
+		s.stopper()
+		s.timerAt = time.Time{}
+	}
+}
+
+// armLocked sets the one timer to fire at the instant at.
+func (s *RateSemaphore) armLocked(now, at time.Time) {
+	if s.timerAt.Equal(at) {
+		return
+	}
+	s.timerAt = at
+	d := at.Sub(now)
+	switch {
+	case s.timer != nil:
+		s.timer.Reset(d)
+	case s.clk != nil:
+		t := s.clk.AfterFunc(d, s.onTimer)
+		s.timer, s.stopper = t, t.Stop
+	default:
+		t := time.AfterFunc(d, s.onTimer)
+		s.timer, s.stopper = t, t.Stop
+	}
+}
+
+// onTimer runs when the head waiter may be admissible. A timer that fires
+// after being re-armed finds nothing to do, or re-arms itself.
+func (s *RateSemaphore) onTimer() {
+	s.mu.Lock()
+	if s.onWake != nil {
+		s.onWake()
+	}
+	s.timerAt = time.Time{}
+	s.notifyLocked(s.now())
+	s.mu.Unlock()
+}
+
+// ErrDeadline is matched (errors.Is) by the error Acquire returns when it
+// fails early because the admission would come after ctx's deadline. That
+// error also matches context.DeadlineExceeded.
+var ErrDeadline = errors.New("semaphore: admission would come after the context deadline")
+
+type deadlineError struct {
+	wait time.Duration
+}
+
+func (e *deadlineError) Error() string {
+	return fmt.Sprintf("%v: admission in %v", ErrDeadline, e.wait)
+}
+
+func (e *deadlineError) Is(target error) bool {
+	return target == ErrDeadline || target == context.DeadlineExceeded
+}
