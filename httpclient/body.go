@@ -32,6 +32,7 @@ func wrapBody(rc io.ReadCloser, l Limiter, n int64) io.ReadCloser {
 	return b
 }
 
+// Read reads from the original body and releases the weight at io.EOF.
 func (b *body) Read(p []byte) (int, error) {
 	n, err := b.rc.Read(p)
 	if err == io.EOF { // io.Reader's contract: EOF itself, not wrapped
@@ -58,4 +59,5 @@ func (b *body) release() {
 	}
 }
 
+// Write writes to the original body (101 Switching Protocols).
 func (b readWriteBody) Write(p []byte) (int, error) { return b.w.Write(p) }

@@ -527,10 +527,12 @@ type deadlineError struct {
 	wait time.Duration
 }
 
+// Error says how far away the admission was.
 func (e *deadlineError) Error() string {
 	return fmt.Sprintf("%v: admission in %v", ErrDeadline, e.wait)
 }
 
+// Is makes errors.Is hold for ErrDeadline and context.DeadlineExceeded.
 func (e *deadlineError) Is(target error) bool {
 	return target == ErrDeadline || target == context.DeadlineExceeded
 }

@@ -31,10 +31,12 @@ type limitError struct {
 	input, reason string
 }
 
+// Error quotes the input and says what is wrong with it.
 func (e *limitError) Error() string {
 	return fmt.Sprintf("window: invalid limit %q: %s", e.input, e.reason)
 }
 
+// Is makes errors.Is(err, ErrInvalidLimit) hold.
 func (e *limitError) Is(target error) bool { return target == ErrInvalidLimit }
 
 // ParseLimit parses a limit in the form people write in configuration files:

@@ -143,6 +143,7 @@ type callKey struct{}
 // transport handed it on, that is, the instant it was admitted.
 type stampTransport struct{ base http.RoundTripper }
 
+// RoundTrip records the send instant in the request's *call, then sends.
 func (t stampTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if c, ok := req.Context().Value(callKey{}).(*call); ok {
 		c.sent = time.Now()
