@@ -56,6 +56,7 @@ type RateSemaphore struct {
 	cur      int64         // units in flight
 	policy   window.Policy
 	waiters  list.List // of *waiter, FIFO
+	parked   list.List // of *waiter heavier than the cap while interval is 0
 	paused   time.Time // no starts before; zero when no pause is pending
 
 	timer   interface{ Reset(time.Duration) bool } // created on first use
@@ -76,6 +77,8 @@ type waiter struct {
 	since    time.Time     // when it began waiting
 	deadline time.Time     // ctx's deadline; zero if none
 	granted  time.Time     // the instant of admission, for policy.Cancel
+	elem     *list.Element // in s.waiters, or in s.parked if parked
+	parked   bool
 }
 
 // New returns a RateSemaphore that admits at most n units in flight and at
@@ -142,7 +145,8 @@ func (s *RateSemaphore) now() time.Time {
 //     clock.Mock's WithTimeout does);
 //   - an error matching ErrWeightTooLarge at once when the semaphore is
 //     rate-limited and n exceeds its limit or concurrency cap. Without a
-//     rate limit (interval 0) such a call waits for ctx, as x/sync does.
+//     rate limit (interval 0) such a call waits for ctx, as x/sync does,
+//     without holding up other callers (or until a SetLimit makes it fit).
 //
 // Acquire panics if n is negative.
 func (s *RateSemaphore) Acquire(ctx context.Context, n int64) error {
@@ -164,14 +168,7 @@ func (s *RateSemaphore) Acquire(ctx context.Context, n int64) error {
 		s.mu.Unlock()
 		return nil
 	}
-	if n > s.conc {
-		if s.interval == 0 {
-			// x/sync: don't make other Acquire calls block on one that is
-			// doomed to fail.
-			s.mu.Unlock()
-			<-done
-			return ctx.Err()
-		}
+	if n > s.conc && s.interval > 0 {
 		err := s.tooLargeLocked(n)
 		s.mu.Unlock()
 		return err
@@ -188,9 +185,16 @@ func (s *RateSemaphore) Acquire(ctx context.Context, n int64) error {
 	}
 	w := &waiter{n: n, ready: make(chan struct{}), since: now}
 	w.deadline, _ = ctx.Deadline()
-	elem := s.waiters.PushBack(w)
-	if s.waiters.Front() == elem {
-		s.notifyLocked(now) // admits w now, fails it, or arms the timer
+	if n > s.conc {
+		// No rate (interval 0), as in x/sync: don't make other Acquire calls
+		// block on one that is doomed to fail. It waits aside for its
+		// context, or for a SetLimit under which it fits.
+		w.elem, w.parked = s.parked.PushBack(w), true
+	} else {
+		w.elem = s.waiters.PushBack(w)
+		if s.waiters.Front() == w.elem {
+			s.notifyLocked(now) // admits w now, fails it, or arms the timer
+		}
 	}
 	s.mu.Unlock()
 
@@ -205,10 +209,14 @@ func (s *RateSemaphore) Acquire(ctx context.Context, n int64) error {
 				s.undoLocked(w)
 			}
 		default:
-			isFront := s.waiters.Front() == elem
-			s.waiters.Remove(elem)
-			if isFront {
-				s.notifyLocked(s.now())
+			if w.parked {
+				s.parked.Remove(w.elem)
+			} else {
+				isFront := s.waiters.Front() == w.elem
+				s.waiters.Remove(w.elem)
+				if isFront {
+					s.notifyLocked(s.now())
+				}
 			}
 		}
 		s.mu.Unlock()
@@ -218,14 +226,18 @@ func (s *RateSemaphore) Acquire(ctx context.Context, n int64) error {
 		if w.err != nil {
 			return w.err
 		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
 		select {
 		case <-done:
-			s.mu.Lock()
 			s.undoLocked(w)
-			s.mu.Unlock()
 			return ctx.Err()
 		default:
 		}
+		// Count the wait only now that the admission is kept.
+		wait := max(w.granted.Sub(w.since), 0) // Release may pass an earlier now
+		s.totalWait += wait
+		s.maxWait = max(s.maxWait, wait)
 		return nil
 	}
 }
@@ -243,7 +255,6 @@ func (s *RateSemaphore) undoLocked(w *waiter) {
 	s.cur -= w.n
 	s.policy.Cancel(w.granted, w.n)
 	s.admitted--
-	s.totalWait -= w.granted.Sub(w.since)
 	s.notifyLocked(s.now())
 }
 
@@ -285,12 +296,14 @@ func (s *RateSemaphore) Release(n int64) {
 		panic("semaphore: released more than held")
 	}
 	s.cur -= n
-	if now.IsZero() && (s.waiters.Len() > 0 || s.doneUsesTime && s.interval > 0) {
-		now = s.now() // SetLimit raced with the read of rated, or waiters need now
+	if now.IsZero() && s.doneUsesTime && s.interval > 0 {
+		now = s.now() // SetLimit raced with the read of rated
 	}
 	s.policy.Done(now, n)
 	if s.waiters.Len() > 0 {
-		s.notifyLocked(now)
+		// A fresh reading: the one above may predate waiters queued while
+		// we waited for mu, and would set the timer late.
+		s.notifyLocked(s.now())
 	}
 	s.mu.Unlock()
 }
@@ -340,28 +353,79 @@ func (s *RateSemaphore) PauseFor(d time.Duration) {
 }
 
 // SetLimit changes the limit to n units per interval, at run time, keeping
-// the accounting: units in flight and the window's record of recent calls
-// count against the new limit at once, so lowering it never lets a burst
-// through, and raising it admits waiters at once. A concurrency cap set by
-// WithConcurrency stays in force (never above n). Waiters whose weight now
-// exceeds the limit fail with ErrWeightTooLarge (with interval 0 they wait
-// for their context, as in Acquire). It returns an error, and changes
-// nothing, if n or interval is negative. It never blocks.
+// the accounting: units in flight and the window's record of calls still
+// inside the old window count against the new limit at once, so lowering it
+// never lets a burst through, and raising it admits waiters at once. A
+// concurrency cap set by WithConcurrency stays in force (never above n).
+// Waiters whose weight no longer fits fail at once with ErrWeightTooLarge;
+// with interval 0 they wait aside, as in Acquire, until their context ends or
+// a later SetLimit makes them fit, and then rejoin the queue in their order
+// of arrival. It returns an error, and changes nothing, if n or interval is
+// negative. It never blocks.
 //
-// Switching between interval 0 and a positive interval switches between
-// x/sync's behaviour for oversized weights and the rate-limited one.
+// Calls that ended while interval was 0 read no clock, so a switch from
+// interval 0 to a positive interval starts the window afresh: only units in
+// flight count.
 func (s *RateSemaphore) SetLimit(n int64, interval time.Duration) error {
 	if n < 0 || interval < 0 {
 		return fmt.Errorf("semaphore: SetLimit(%d, %v): negative limit", n, interval)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	now := s.now()
 	s.size, s.interval = n, interval
 	s.setCapLocked()
-	s.policy.SetLimit(window.Limit{N: n, Per: interval})
+	s.policy.SetLimit(now, window.Limit{N: n, Per: interval})
 	s.rated.Store(interval > 0)
-	s.notifyLocked(s.now())
+	s.refitLocked()
+	s.notifyLocked(now)
 	return nil
+}
+
+// refitLocked sorts the waiters after a limit change: those heavier than the
+// cap leave the queue (they fail under a rate, wait aside without one), and
+// those waiting aside that fit again rejoin it by arrival order.
+func (s *RateSemaphore) refitLocked() {
+	for e := s.waiters.Front(); e != nil; {
+		next := e.Next()
+		if w := e.Value.(*waiter); w.n > s.conc {
+			s.waiters.Remove(e)
+			if s.interval > 0 {
+				s.failLocked(w, s.tooLargeLocked(w.n))
+			} else {
+				w.elem, w.parked = s.parked.PushBack(w), true
+			}
+		}
+		e = next
+	}
+	for e := s.parked.Front(); e != nil; {
+		next := e.Next()
+		w := e.Value.(*waiter)
+		switch {
+		case w.n <= s.conc:
+			s.parked.Remove(e)
+			at := s.waiters.Back()
+			for at != nil && at.Value.(*waiter).since.After(w.since) {
+				at = at.Prev()
+			}
+			if at == nil {
+				w.elem = s.waiters.PushFront(w)
+			} else {
+				w.elem = s.waiters.InsertAfter(w, at)
+			}
+			w.parked = false
+		case s.interval > 0:
+			s.parked.Remove(e)
+			s.failLocked(w, s.tooLargeLocked(w.n))
+		}
+		e = next
+	}
+}
+
+// failLocked ends w's wait with err; w is in no list.
+func (s *RateSemaphore) failLocked(w *waiter, err error) {
+	w.err = err
+	close(w.ready)
 }
 
 // Limit returns the current limit: n units per interval (Per 0: no rate).
@@ -396,7 +460,7 @@ func (s *RateSemaphore) Stats() Stats {
 	defer s.mu.Unlock()
 	return Stats{
 		InFlight:    s.cur,
-		Waiting:     s.waiters.Len(),
+		Waiting:     s.waiters.Len() + s.parked.Len(),
 		Admitted:    s.admitted,
 		TotalWait:   s.totalWait,
 		MaxWait:     s.maxWait,
@@ -448,21 +512,9 @@ func (s *RateSemaphore) notifyLocked(now time.Time) {
 			break
 		}
 		w := front.Value.(*waiter)
-		if w.n > s.conc {
-			// Only after SetLimit lowered the limit below w's weight.
-			s.waiters.Remove(front)
-			if s.interval > 0 {
-				w.err = s.tooLargeLocked(w.n)
-				close(w.ready)
-			} // else: like x/sync, w waits for its context.
-			continue
-		}
 		at, ok := s.admitLocked(now, w.n)
 		if ok {
 			w.granted = now
-			wait := now.Sub(w.since)
-			s.totalWait += wait
-			s.maxWait = max(s.maxWait, wait)
 			s.waiters.Remove(front)
 			close(w.ready)
 			continue
@@ -474,8 +526,7 @@ func (s *RateSemaphore) notifyLocked(now time.Time) {
 			// The head cannot be admitted before its deadline: fail it now
 			// rather than when the deadline fires (golang/go#54541).
 			s.waiters.Remove(front)
-			w.err = &deadlineError{wait: at.Sub(now)}
-			close(w.ready)
+			s.failLocked(w, &deadlineError{wait: at.Sub(now)})
 			continue
 		}
 		s.armLocked(now, at)

@@ -3,6 +3,7 @@ package semaphore_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -172,25 +173,29 @@ func TestCancelledWaiterLeavesNoTrace(t *testing.T) {
 // stamp in the window.
 func TestGrantCancelRace(t *testing.T) {
 	for _, start := range []bool{false, true} {
-		for range 200 {
-			synctest.Test(t, func(t *testing.T) {
-				var opts []semaphore.Option
-				if start {
-					opts = append(opts, semaphore.WithStartWindow(0))
-				}
-				s := semaphore.New(1, time.Second, opts...)
-				require.NoError(t, s.Acquire(t.Context(), 1))
-				s.Release(1) // free again at 1s
-				ctx, cancel := context.WithTimeout(t.Context(), time.Second)
-				defer cancel()
-				err := s.Acquire(ctx, 1) // admitted at 1s, deadline at 1s
-				if err != nil {
-					require.ErrorIs(t, err, context.DeadlineExceeded)
-					assert.True(t, s.TryAcquire(1), "a failed Acquire left a trace")
-					assert.Equal(t, uint64(2), s.Stats().Admitted)
-				} else {
-					assert.Equal(t, uint64(2), s.Stats().Admitted)
-				}
+		for i := range 200 {
+			// One subtest each: after a failed synctest.Test, later ones on
+			// the same t would not run.
+			t.Run(fmt.Sprintf("start=%v/%d", start, i), func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					var opts []semaphore.Option
+					if start {
+						opts = append(opts, semaphore.WithStartWindow(0))
+					}
+					s := semaphore.New(1, time.Second, opts...)
+					require.NoError(t, s.Acquire(t.Context(), 1))
+					s.Release(1) // free again at 1s
+					ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+					defer cancel()
+					err := s.Acquire(ctx, 1) // admitted at 1s, deadline at 1s
+					if err != nil {
+						require.ErrorIs(t, err, context.DeadlineExceeded)
+						assert.True(t, s.TryAcquire(1), "a failed Acquire left a trace")
+						assert.Equal(t, uint64(2), s.Stats().Admitted)
+					} else {
+						assert.Equal(t, uint64(2), s.Stats().Admitted)
+					}
+				})
 			})
 		}
 	}

@@ -40,11 +40,15 @@ func NewCompletion(l Limit) *Completion {
 // Limit returns the limit the window enforces.
 func (c *Completion) Limit() Limit { return c.limit }
 
-// SetLimit replaces the limit, keeping the units in flight and the log of
-// recent completions: they count against the new N at once, and a new Per
-// applies to completions already logged. It panics on a negative limit.
-func (c *Completion) SetLimit(l Limit) {
+// SetLimit replaces the limit at the instant now, keeping the units in flight
+// and the completions still inside the old window at now: they count against
+// the new N at once, and against the new Per from their end. Completions that
+// left the old window stay gone. With Per 0 nothing is logged, so a switch
+// from Per 0 to a positive Per starts with an empty log (units in flight
+// still count). It panics on a negative limit.
+func (c *Completion) SetLimit(now time.Time, l Limit) {
 	l.check("Completion.SetLimit")
+	c.log.expire(c.log.offset(now) - int64(c.limit.Per))
 	c.limit = l
 }
 
@@ -81,7 +85,7 @@ func (c *Completion) Admit(now time.Time, n int64) (time.Time, bool) {
 		return time.Time{}, false
 	}
 	// n − free units must leave the log; the last of them ends at stampOf.
-	return c.log.instant(c.log.stampOf(n-c.free()) + per), false
+	return c.log.instant(addSat(c.log.stampOf(n-c.free()), per)), false
 }
 
 // Cancel implements Policy: the n units go back without a completion stamp,

@@ -14,11 +14,11 @@ type Policy interface {
 	// Limit returns the limit the policy enforces.
 	Limit() Limit
 
-	// SetLimit replaces the limit. The record of calls already admitted is
-	// kept and counted against the new limit, so lowering it may leave the
-	// window over budget until enough of them leave it. It panics on a
-	// negative limit.
-	SetLimit(l Limit)
+	// SetLimit replaces the limit at the instant now. The record of calls
+	// still inside the old window at now is kept and counted against the new
+	// limit, so lowering it may leave the window over budget until enough of
+	// them leave it. It panics on a negative limit.
+	SetLimit(now time.Time, l Limit)
 
 	// Admit admits a call of n units (n ≥ 0) starting at now, if the window
 	// allows it, and reports true. Otherwise it changes nothing and returns

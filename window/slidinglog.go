@@ -44,10 +44,14 @@ func (w *SlidingLog) Limit() Limit { return w.limit }
 // Margin returns the margin added to every recorded start.
 func (w *SlidingLog) Margin() time.Duration { return time.Duration(w.margin) }
 
-// SetLimit replaces the limit, keeping the log of recent starts: they count
-// against the new N at once. It panics on a negative limit.
-func (w *SlidingLog) SetLimit(l Limit) {
+// SetLimit replaces the limit at the instant now, keeping the starts still
+// inside the old window at now: they count against the new N at once, and
+// against the new Per from their recorded start. With Per 0 nothing is
+// recorded, so a switch from Per 0 to a positive Per starts with an empty
+// log. It panics on a negative limit.
+func (w *SlidingLog) SetLimit(now time.Time, l Limit) {
 	l.check("SlidingLog.SetLimit")
+	w.log.expire(w.log.offset(now) - int64(w.limit.Per))
 	w.limit = l
 }
 
@@ -70,19 +74,20 @@ func (w *SlidingLog) Admit(now time.Time, n int64) (time.Time, bool) {
 	w.log.expire(at - per)
 	free := w.limit.N - w.log.units
 	if n <= free {
-		w.log.push(at+w.margin, n)
+		w.log.push(addSat(at, w.margin), n)
 		return time.Time{}, true
 	}
 	if n > w.limit.N {
 		return time.Time{}, false
 	}
-	return w.log.instant(w.log.stampOf(n-free) + per), false
+	return w.log.instant(addSat(w.log.stampOf(n-free), per)), false
 }
 
 // Cancel implements Policy: it erases the n units recorded for an Admit at
-// the instant at.
+// the instant at (or, if that Admit's start was raised to a later recorded
+// one, n units recorded between the two, which errs on the safe side).
 func (w *SlidingLog) Cancel(at time.Time, n int64) {
-	w.log.remove(w.log.offset(at)+w.margin, n)
+	w.log.remove(addSat(w.log.offset(at), w.margin), n)
 }
 
 // Done implements Policy. It does nothing: the window counts starts only.

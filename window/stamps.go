@@ -1,6 +1,9 @@
 package window
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
 // entry is n units stamped at the instant at, in nanoseconds since the
 // queue's epoch.
@@ -104,20 +107,32 @@ func (q *stamps) stampOf(k int64) int64 {
 	panic("window: internal error: stampOf beyond the queue")
 }
 
-// remove takes n units stamped exactly at out of the queue, if such units are
-// still there (they may have expired). An emptied entry stays until it
-// expires; it holds no units, so it changes no decision.
-func (q *stamps) remove(at, n int64) {
-	for i := q.len - 1; i >= 0; i-- {
-		e := q.at(i)
-		if e.at < at {
-			return
-		}
-		if e.at == at {
-			n = min(n, e.n)
-			e.n -= n
-			q.units -= n
-			return
-		}
+// remove takes n units out of the queue for a call recorded at a stamp of at
+// least from: the oldest such units first. The call's own units were pushed
+// at from, or raised to a later tail stamp, so units stamped between from and
+// them come out instead of them: the queue then holds later stamps than the
+// truth, which errs on the safe side. Units already expired are not there to
+// remove. An emptied entry stays until it expires; it holds no units, so it
+// changes no decision.
+func (q *stamps) remove(from, n int64) {
+	i := q.len
+	for i > 0 && q.at(i-1).at >= from {
+		i--
 	}
+	for ; i < q.len && n > 0; i++ {
+		e := q.at(i)
+		k := min(n, e.n)
+		e.n -= k
+		q.units -= k
+		n -= k
+	}
+}
+
+// addSat returns a+b for b ≥ 0, saturating at math.MaxInt64 instead of
+// wrapping: a Per or margin of "forever" must not turn into the far past.
+func addSat(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
 }

@@ -75,16 +75,48 @@ func TestCompletionSetLimitKeepsAccounting(t *testing.T) {
 		{now: 0, n: 4, ok: true},
 		{now: 10 * ms, n: 4, done: true},
 	})
-	c.SetLimit(window.Limit{N: 2, Per: time.Second})
+	c.SetLimit(at(20*ms), window.Limit{N: 2, Per: time.Second})
 	// 4 units ended at 10ms count against the new N = 2 until 1.01s.
 	run(t, c, []step{{now: 500 * ms, n: 1, ok: false, retry: 1010 * ms}})
-	c.SetLimit(window.Limit{N: 6, Per: time.Second})
+	c.SetLimit(at(100*ms), window.Limit{N: 6, Per: time.Second})
 	run(t, c, []step{
 		{now: 500 * ms, n: 2, ok: true},
 		{now: 500 * ms, n: 1, ok: false, retry: 1010 * ms},
 	})
-	c.SetLimit(window.Limit{N: 6, Per: 2 * time.Second}) // a longer Per applies to logged ends
+	c.SetLimit(at(600*ms), window.Limit{N: 6, Per: 2 * time.Second}) // a longer Per applies to logged ends
 	run(t, c, []step{{now: 1500 * ms, n: 1, ok: false, retry: 2010 * ms}})
+
+	// Ends that left the old window stay gone when Per grows.
+	c = window.NewCompletion(window.Limit{N: 1, Per: time.Second})
+	run(t, c, []step{{now: 0, n: 1, ok: true}, {now: 10 * ms, n: 1, done: true}})
+	c.SetLimit(at(1500*ms), window.Limit{N: 1, Per: 3 * time.Second})
+	run(t, c, []step{{now: 1500 * ms, n: 1, ok: true}})
+}
+
+func TestHugePerDoesNotWrap(t *testing.T) {
+	forever := time.Duration(1<<63 - 1)
+	for name, p := range map[string]window.Policy{
+		"completion": window.NewCompletion(window.Limit{N: 1, Per: forever}),
+		"start":      window.NewSlidingLog(window.Limit{N: 1, Per: forever}, forever),
+	} {
+		if _, ok := p.Admit(at(0), 1); !ok {
+			t.Fatalf("%s: first Admit refused", name)
+		}
+		p.Done(at(ms), 1)
+		got, ok := p.Admit(at(2*ms), 1)
+		if ok || !got.After(at(2*ms)) {
+			t.Fatalf("%s: Admit after a call under a Per of forever = (%v, %v); want a refusal with a future instant", name, got, ok)
+		}
+	}
+}
+
+func TestSlidingLogCancelAfterRaisedStart(t *testing.T) {
+	// An Admit at an instant earlier than one already seen is recorded at
+	// the later one; cancelling it must still give its unit back.
+	w := window.NewSlidingLog(window.Limit{N: 2, Per: time.Second}, 0)
+	run(t, w, []step{{now: 10 * ms, n: 1, ok: true}, {now: 0, n: 1, ok: true}})
+	w.Cancel(at(0), 1)
+	run(t, w, []step{{now: 10 * ms, n: 1, ok: true}})
 }
 
 func TestCompletionCancelLeavesNoStamp(t *testing.T) {
@@ -143,7 +175,7 @@ func TestConstructorsPanicOnNegative(t *testing.T) {
 		"NewCompletion(per -1)":  func() { window.NewCompletion(window.Limit{N: 1, Per: -1}) },
 		"NewSlidingLog(-1)":      func() { window.NewSlidingLog(window.Limit{N: -1, Per: time.Second}, 0) },
 		"NewSlidingLog(margin)":  func() { window.NewSlidingLog(window.Limit{N: 1, Per: time.Second}, -1) },
-		"Completion.SetLimit(-)": func() { window.NewCompletion(window.Limit{N: 1}).SetLimit(window.Limit{N: -1}) },
+		"Completion.SetLimit(-)": func() { window.NewCompletion(window.Limit{N: 1}).SetLimit(t0, window.Limit{N: -1}) },
 	} {
 		func() {
 			defer func() {
