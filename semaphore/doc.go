@@ -1,0 +1,33 @@
+// Package semaphore provides RateSemaphore: a weighted semaphore that also
+// limits the rate, for clients of rate-limited APIs.
+//
+// semaphore.New(n, interval) admits at most n units in flight and, under the
+// completion window (the default, window.Completion), at most n units per
+// interval as a server counts arrivals: at every instant, units in flight +
+// units of calls that ended within the last interval ≤ n. A call starts when
+// Acquire returns and ends when Release is called, so release as soon as the
+// response has been read. WithStartWindow(margin) switches to the start
+// window (window.SlidingLog): faster, and safe while latency jitter ≤ margin.
+// WithConcurrency(c) caps units in flight below n. With interval 0 a
+// RateSemaphore is exactly golang.org/x/sync/semaphore.NewWeighted(n).
+//
+// The method set is a superset of x/sync's *semaphore.Weighted (Acquire,
+// TryAcquire, Release), so a RateSemaphore is a drop-in replacement; Do is
+// the form of Python's `async with sem:`; Pause and PauseFor hold new starts
+// after a 429; SetLimit changes the limit at run time; Stats reports counters.
+//
+// Waiters are served FIFO, sleep on one timer set for the instant the head
+// can be admitted (no polling), and leave no trace when their context ends.
+// Time comes from one clock: the real monotonic clock by default, which
+// testing/synctest fakes, or a github.com/benbjohnson/clock Clock given with
+// WithClock.
+//
+//	sem := semaphore.New(10, 2*time.Second) // 10 calls per 2 s, in any window
+//	g, ctx := errgroup.WithContext(ctx)
+//	for _, id := range ids {
+//		g.Go(func() error {
+//			return sem.Do(ctx, func(ctx context.Context) error { return fetch(ctx, id) })
+//		})
+//	}
+//	err := g.Wait()
+package semaphore
