@@ -46,7 +46,8 @@ type RateSemaphore struct {
 	clk          clock.Clock // nil: the real monotonic clock
 	epoch        time.Time   // real clock: now() = epoch + time.Since(epoch)
 	doneUsesTime bool        // policy.Done reads its instant
-	rated        atomic.Bool // interval > 0; read by Release without mu
+
+	rated atomic.Bool // interval > 0, kept by SetLimit; read by Release without mu
 
 	mu       sync.Mutex
 	size     int64         // n: the most units per interval, and in flight
@@ -59,8 +60,7 @@ type RateSemaphore struct {
 	parked   list.List // of *waiter heavier than the cap while interval is 0
 	paused   time.Time // no starts before; zero when no pause is pending
 
-	timer   interface{ Reset(time.Duration) bool } // created on first use
-	stopper func() bool
+	timer   timer     // created on first use
 	timerAt time.Time // when the armed timer fires; zero: not armed
 
 	admitted  uint64
@@ -68,6 +68,12 @@ type RateSemaphore struct {
 	maxWait   time.Duration
 
 	onWake func() // test hook: called under mu on every timer wake-up
+}
+
+// timer is what *time.Timer and *clock.Timer have in common.
+type timer interface {
+	Reset(time.Duration) bool
+	Stop() bool
 }
 
 type waiter struct {
@@ -193,7 +199,9 @@ func (s *RateSemaphore) Acquire(ctx context.Context, n int64) error {
 	} else {
 		w.elem = s.waiters.PushBack(w)
 		if s.waiters.Front() == w.elem {
-			s.notifyLocked(now) // admits w now, fails it, or arms the timer
+			// Fails or arms the timer. Its admission check repeats the one
+			// above, which has no side effect on failure: slow path only.
+			s.notifyLocked(now)
 		}
 	}
 	s.mu.Unlock()
@@ -533,7 +541,7 @@ func (s *RateSemaphore) notifyLocked(now time.Time) {
 		return
 	}
 	if !s.timerAt.IsZero() {
-		s.stopper()
+		s.timer.Stop()
 		s.timerAt = time.Time{}
 	}
 }
@@ -549,11 +557,9 @@ func (s *RateSemaphore) armLocked(now, at time.Time) {
 	case s.timer != nil:
 		s.timer.Reset(d)
 	case s.clk != nil:
-		t := s.clk.AfterFunc(d, s.onTimer)
-		s.timer, s.stopper = t, t.Stop
+		s.timer = s.clk.AfterFunc(d, s.onTimer)
 	default:
-		t := time.AfterFunc(d, s.onTimer)
-		s.timer, s.stopper = t, t.Stop
+		s.timer = time.AfterFunc(d, s.onTimer)
 	}
 }
 
