@@ -19,6 +19,14 @@ type config struct {
 	margin      time.Duration
 }
 
+func buildConfig(opts []Option) config {
+	cfg := config{concurrency: -1}
+	for _, o := range opts {
+		o.apply(&cfg)
+	}
+	return cfg
+}
+
 type optionFunc func(*config)
 
 func (f optionFunc) apply(c *config) { f(c) }

@@ -15,10 +15,11 @@ import (
 )
 
 // ErrWeightTooLarge is returned, wrapped, by Acquire when a rate-limited
-// semaphore is asked for more units than its limit or its concurrency cap:
-// such a call could never be admitted, so it fails at once rather than
-// waiting forever. Test for it with errors.Is.
-var ErrWeightTooLarge = errors.New("semaphore: weight exceeds the limit")
+// semaphore is asked for more units than its limit, its policy's capacity
+// (a token bucket's burst) or its concurrency cap: such a call could never
+// be admitted, so it fails at once rather than waiting forever. Test for it
+// with errors.Is. It is window.ErrWeightTooLarge.
+var ErrWeightTooLarge = window.ErrWeightTooLarge
 
 // RateSemaphore is a weighted semaphore that also limits the rate: at most n
 // units in flight at once (or a lower concurrency cap) and, by default, at
@@ -54,6 +55,7 @@ type RateSemaphore struct {
 	interval time.Duration // 0: no rate limit, exactly like x/sync's Weighted
 	capOpt   int64         // WithConcurrency, or -1
 	conc     int64         // the concurrency cap in force: min(size, capOpt)
+	fit      int64         // the heaviest call that can ever start: min(conc, policy capacity)
 	cur      int64         // units in flight
 	policy   window.Policy
 	waiters  list.List // of *waiter, FIFO
@@ -98,22 +100,45 @@ func New(n int64, interval time.Duration, opts ...Option) *RateSemaphore {
 	if n < 0 || interval < 0 {
 		panic(fmt.Sprintf("semaphore: New(%d, %v): negative limit", n, interval))
 	}
-	cfg := config{concurrency: -1}
-	for _, o := range opts {
-		o.apply(&cfg)
+	cfg := buildConfig(opts)
+	l := window.Limit{N: n, Per: interval}
+	if cfg.start {
+		return newSemaphore(window.NewSlidingLog(l, cfg.margin), cfg)
 	}
-	s := &RateSemaphore{clk: cfg.clk, size: n, interval: interval, capOpt: cfg.concurrency}
+	return newSemaphore(window.NewCompletion(l), cfg)
+}
+
+// NewWithPolicy returns a RateSemaphore whose rate window is p, any of the
+// windows of package window: window.NewFixedWindow(l) to match a server
+// that counts fixed windows, window.NewGCRA(l, burst) or
+// window.NewTokenBucket(l, burst) for a token bucket, and so on; each
+// documents its exact guarantee. The semaphore admits at most p.Limit().N
+// units in flight (or the WithConcurrency cap), a call heavier than
+// p.Capacity() fails with ErrWeightTooLarge, and SetLimit(n, interval) sets
+// p's limit to n per interval. Waiting, FIFO order, cancellation, Pause and
+// Stats work as with New.
+//
+// The semaphore owns p: do not use p elsewhere. NewWithPolicy panics if p is
+// nil or if WithStartWindow is given too (the policy already is the window).
+func NewWithPolicy(p window.Policy, opts ...Option) *RateSemaphore {
+	if p == nil {
+		panic("semaphore: NewWithPolicy: nil policy")
+	}
+	cfg := buildConfig(opts)
+	if cfg.start {
+		panic("semaphore: NewWithPolicy: WithStartWindow conflicts with the policy given")
+	}
+	return newSemaphore(p, cfg)
+}
+
+func newSemaphore(p window.Policy, cfg config) *RateSemaphore {
+	l := p.Limit()
+	s := &RateSemaphore{clk: cfg.clk, size: l.N, interval: l.Per, capOpt: cfg.concurrency, policy: p}
 	if s.clk == nil {
 		s.epoch = time.Now()
 	}
-	l := window.Limit{N: n, Per: interval}
-	if cfg.start {
-		s.policy = window.NewSlidingLog(l, cfg.margin)
-	} else {
-		s.policy = window.NewCompletion(l)
-	}
-	s.doneUsesTime = s.policy.DoneUsesTime()
-	s.rated.Store(interval > 0)
+	s.doneUsesTime = p.DoneUsesTime()
+	s.rated.Store(l.Per > 0)
 	s.setCapLocked()
 	return s
 }
@@ -123,6 +148,7 @@ func (s *RateSemaphore) setCapLocked() {
 	if s.capOpt >= 0 && s.capOpt < s.size {
 		s.conc = s.capOpt
 	}
+	s.fit = min(s.conc, s.policy.Capacity())
 }
 
 // now reads the clock once. The real clock is read as a monotonic offset from
@@ -174,7 +200,7 @@ func (s *RateSemaphore) Acquire(ctx context.Context, n int64) error {
 		s.mu.Unlock()
 		return nil
 	}
-	if n > s.conc && s.interval > 0 {
+	if n > s.fit && s.interval > 0 {
 		err := s.tooLargeLocked(n)
 		s.mu.Unlock()
 		return err
@@ -191,7 +217,7 @@ func (s *RateSemaphore) Acquire(ctx context.Context, n int64) error {
 	}
 	w := &waiter{n: n, ready: make(chan struct{}), since: now}
 	w.deadline, _ = ctx.Deadline()
-	if n > s.conc {
+	if n > s.fit {
 		// No rate (interval 0), as in x/sync: don't make other Acquire calls
 		// block on one that is doomed to fail. It waits aside for its
 		// context, or for a SetLimit under which it fits.
@@ -253,6 +279,9 @@ func (s *RateSemaphore) Acquire(ctx context.Context, n int64) error {
 func (s *RateSemaphore) tooLargeLocked(n int64) error {
 	if n > s.size {
 		return fmt.Errorf("%w: weight %d, limit %d per %v", ErrWeightTooLarge, n, s.size, s.interval)
+	}
+	if c := s.policy.Capacity(); n > c {
+		return fmt.Errorf("%w: weight %d, capacity %d (burst) of the window", ErrWeightTooLarge, n, c)
 	}
 	return fmt.Errorf("%w: weight %d, concurrency cap %d", ErrWeightTooLarge, n, s.conc)
 }
@@ -382,8 +411,8 @@ func (s *RateSemaphore) SetLimit(n int64, interval time.Duration) error {
 	defer s.mu.Unlock()
 	now := s.now()
 	s.size, s.interval = n, interval
-	s.setCapLocked()
 	s.policy.SetLimit(now, window.Limit{N: n, Per: interval})
+	s.setCapLocked()
 	s.rated.Store(interval > 0)
 	s.refitLocked()
 	s.notifyLocked(now)
@@ -396,7 +425,7 @@ func (s *RateSemaphore) SetLimit(n int64, interval time.Duration) error {
 func (s *RateSemaphore) refitLocked() {
 	for e := s.waiters.Front(); e != nil; {
 		next := e.Next()
-		if w := e.Value.(*waiter); w.n > s.conc {
+		if w := e.Value.(*waiter); w.n > s.fit {
 			s.waiters.Remove(e)
 			if s.interval > 0 {
 				s.failLocked(w, s.tooLargeLocked(w.n))
@@ -410,7 +439,7 @@ func (s *RateSemaphore) refitLocked() {
 		next := e.Next()
 		w := e.Value.(*waiter)
 		switch {
-		case w.n <= s.conc:
+		case w.n <= s.fit:
 			s.parked.Remove(e)
 			at := s.waiters.Back()
 			for at != nil && at.Value.(*waiter).since.After(w.since) {

@@ -40,6 +40,9 @@ func NewCompletion(l Limit) *Completion {
 // Limit returns the limit the window enforces.
 func (c *Completion) Limit() Limit { return c.limit }
 
+// Capacity implements Policy: it returns N.
+func (c *Completion) Capacity() int64 { return c.limit.N }
+
 // SetLimit replaces the limit at the instant now, keeping the units in flight
 // and the completions still inside the old window at now: they count against
 // the new N at once, and against the new Per from their end. Completions that

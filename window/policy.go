@@ -14,6 +14,11 @@ type Policy interface {
 	// Limit returns the limit the policy enforces.
 	Limit() Limit
 
+	// Capacity returns the largest weight, in units, that Admit can ever
+	// admit under the current limit: N for the windows, the burst for the
+	// buckets and GCRA. A call heavier than that can never start.
+	Capacity() int64
+
 	// SetLimit replaces the limit at the instant now. The record of calls
 	// still inside the old window at now is kept and counted against the new
 	// limit, so lowering it may leave the window over budget until enough of
@@ -49,4 +54,10 @@ type Policy interface {
 var (
 	_ Policy = (*Completion)(nil)
 	_ Policy = (*SlidingLog)(nil)
+	_ Policy = (*FixedWindow)(nil)
+	_ Policy = (*SlidingWindowCounter)(nil)
+	_ Policy = (*SubWindowCounter)(nil)
+	_ Policy = (*TokenBucket)(nil)
+	_ Policy = (*LeakyBucket)(nil)
+	_ Policy = (*GCRA)(nil)
 )

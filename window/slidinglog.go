@@ -41,6 +41,9 @@ func NewSlidingLog(l Limit, margin time.Duration) *SlidingLog {
 // Limit returns the limit the window enforces.
 func (w *SlidingLog) Limit() Limit { return w.limit }
 
+// Capacity implements Policy: it returns N.
+func (w *SlidingLog) Capacity() int64 { return w.limit.N }
+
 // Margin returns the margin added to every recorded start.
 func (w *SlidingLog) Margin() time.Duration { return time.Duration(w.margin) }
 

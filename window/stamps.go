@@ -1,9 +1,6 @@
 package window
 
-import (
-	"math"
-	"time"
-)
+import "time"
 
 // entry is n units stamped at the instant at, in nanoseconds since the
 // queue's epoch.
@@ -21,26 +18,33 @@ type entry struct {
 // Instants are stored as int64 nanoseconds since epoch, the first instant
 // the queue saw; time.Time.Sub on two monotonic readings is a subtraction.
 type stamps struct {
-	buf      []entry
-	head     int
-	len      int
-	units    int64 // sum of n over the entries
+	base
+	buf   []entry
+	head  int
+	len   int
+	units int64 // sum of n over the entries
+}
+
+// base converts instants to int64 nanoseconds since an epoch, the first
+// instant it saw, so that the windows do integer arithmetic on time: on two
+// monotonic readings time.Time.Sub is a subtraction.
+type base struct {
 	epoch    time.Time
 	hasEpoch bool
 }
 
 // offset converts t to nanoseconds since the epoch, fixing the epoch at the
 // first call.
-func (q *stamps) offset(t time.Time) int64 {
-	if !q.hasEpoch {
-		q.epoch, q.hasEpoch = t, true
+func (b *base) offset(t time.Time) int64 {
+	if !b.hasEpoch {
+		b.epoch, b.hasEpoch = t, true
 	}
-	return int64(t.Sub(q.epoch))
+	return int64(t.Sub(b.epoch))
 }
 
 // instant converts an offset back to a time.Time.
-func (q *stamps) instant(off int64) time.Time {
-	return q.epoch.Add(time.Duration(off))
+func (b *base) instant(off int64) time.Time {
+	return b.epoch.Add(time.Duration(off))
 }
 
 func (q *stamps) at(i int) *entry {
@@ -126,13 +130,4 @@ func (q *stamps) remove(from, n int64) {
 		q.units -= k
 		n -= k
 	}
-}
-
-// addSat returns a+b for b ≥ 0, saturating at math.MaxInt64 instead of
-// wrapping: a Per or margin of "forever" must not turn into the far past.
-func addSat(a, b int64) int64 {
-	if a > math.MaxInt64-b {
-		return math.MaxInt64
-	}
-	return a + b
 }

@@ -1,0 +1,288 @@
+package window
+
+import (
+	"fmt"
+	"time"
+)
+
+// SlidingWindowCounter is the sliding window counter that Cloudflare
+// describes ("How we built rate limiting capable of scaling to millions of
+// domains", 2017): two fixed windows of Per aligned to the Unix epoch, the
+// current one counted exactly and the previous one weighted by how much of it
+// still overlaps the window (now−Per, now]. A call of n units is admitted at
+// now when
+//
+//	prev·(Per − elapsed)/Per + cur + n ≤ N
+//
+// where elapsed is the time since the current window began; the test is done
+// in exact integer arithmetic.
+//
+// Exact guarantee: it approximates a sliding window, assuming the previous
+// window's calls were spread evenly. In the worst case (N units at the very
+// end of one window, then a steady stream in the next) it admits 2N−1 units
+// in a window of length Per; it never admits more than N in one aligned
+// window, so never 2N. Like every start counter it counts at the client.
+//
+// Memory: 32 bytes, whatever N. The zero SlidingWindowCounter is not usable;
+// call NewSlidingWindowCounter. It is not safe for concurrent use (see
+// Policy).
+type SlidingWindowCounter struct {
+	limit     Limit
+	win       int64 // index of the current window: floor(Unix ns / Per)
+	prev, cur int64 // units started in windows win−1 and win
+}
+
+// NewSlidingWindowCounter returns a sliding window counter for l with
+// nothing counted. Its windows are aligned to the Unix epoch, so instants
+// must carry the wall clock. It panics if l.N or l.Per is negative. With Per
+// 0 there is no rate: every call of at most N units is admitted.
+func NewSlidingWindowCounter(l Limit) *SlidingWindowCounter {
+	l.check("NewSlidingWindowCounter")
+	return &SlidingWindowCounter{limit: l}
+}
+
+// Limit returns the limit the counter enforces.
+func (w *SlidingWindowCounter) Limit() Limit { return w.limit }
+
+// Capacity implements Policy: it returns N.
+func (w *SlidingWindowCounter) Capacity() int64 { return w.limit.N }
+
+// SetLimit implements Policy: both counts are kept and count against the new
+// N; the windows are re-cut at the new Per, the current count staying in the
+// window containing now. It panics on a negative limit.
+func (w *SlidingWindowCounter) SetLimit(now time.Time, l Limit) {
+	l.check("SlidingWindowCounter.SetLimit")
+	w.limit = l
+	if l.Per > 0 {
+		w.win = floorDiv(now.UnixNano(), int64(l.Per))
+	}
+}
+
+// AdmitCached implements Policy: it returns false.
+func (w *SlidingWindowCounter) AdmitCached(int64) bool { return false }
+
+// roll moves the windows on to the one with index idx.
+func (w *SlidingWindowCounter) roll(idx int64) {
+	switch {
+	case idx <= w.win:
+	case idx == w.win+1:
+		w.prev, w.cur, w.win = w.cur, 0, idx
+	default:
+		w.prev, w.cur, w.win = 0, 0, idx
+	}
+}
+
+// fits reports whether prev·(per − elapsed) + (cur + n)·per ≤ N·per.
+func fits(prev, cur, n, n0, per, elapsed int64) bool {
+	return mul128(prev, per-elapsed).add(mul128(cur+n, per)).lessEq(mul128(n0, per))
+}
+
+// Admit implements Policy. Otherwise the instant returned is the earliest at
+// which the weighted count leaves room for n units if nothing else is
+// admitted; it is the zero time.Time when n exceeds N.
+func (w *SlidingWindowCounter) Admit(now time.Time, n int64) (time.Time, bool) {
+	if n == 0 || w.limit.Per == 0 && n <= w.limit.N {
+		return time.Time{}, true
+	}
+	if n > w.limit.N {
+		return time.Time{}, false
+	}
+	per, t := int64(w.limit.Per), now.UnixNano()
+	w.roll(floorDiv(t, per))
+	elapsed := min(max(t-w.win*per, 0), per)
+	if fits(w.prev, w.cur, n, w.limit.N, per, elapsed) {
+		w.cur += n
+		return time.Time{}, true
+	}
+	return now.Add(time.Duration(w.nextFit(n) - t)), false
+}
+
+// nextFit returns the earliest Unix instant, in nanoseconds, at which n
+// units fit given the current counts, for 0 < n ≤ N.
+func (w *SlidingWindowCounter) nextFit(n int64) int64 {
+	per, n0 := int64(w.limit.Per), w.limit.N
+	start, prev, cur := w.win*per, w.prev, w.cur
+	for range 3 { // the current window, the next, and the one after
+		// Smallest elapsed e with prev·(per − e) ≤ (N − cur − n)·per.
+		if room := n0 - cur - n; room >= 0 {
+			e := int64(0)
+			if prev > 0 {
+				e = max(per-mulDiv(room, per, prev), 0)
+			}
+			if e < per {
+				return start + e
+			}
+		}
+		start, prev, cur = start+per, cur, 0
+	}
+	return start // unreachable for n ≤ N: a window with prev 0 admits at once
+}
+
+// Cancel implements Policy: the n units come off the count of the window of
+// at, if that window is still one of the two counted.
+func (w *SlidingWindowCounter) Cancel(at time.Time, n int64) {
+	if w.limit.Per == 0 {
+		return
+	}
+	switch floorDiv(at.UnixNano(), int64(w.limit.Per)) {
+	case w.win:
+		w.cur -= min(n, w.cur)
+	case w.win - 1:
+		w.prev -= min(n, w.prev)
+	}
+}
+
+// Done implements Policy. It does nothing: the counter counts starts only.
+func (w *SlidingWindowCounter) Done(time.Time, int64) {}
+
+// DoneUsesTime implements Policy: it returns false.
+func (w *SlidingWindowCounter) DoneUsesTime() bool { return false }
+
+// SubWindowCounter is the sliding window counter built from sub-window
+// blocks, the variant of the seed articles: Per is cut into Blocks blocks of
+// Per/Blocks (rounded up to a whole nanosecond), aligned to the Unix epoch,
+// and a call of n units is admitted when the units started in the current
+// block and the Blocks−1 before it, plus n, are at most N.
+//
+// Exact guarantee: at most N units start in any Blocks consecutive blocks,
+// hence in any window of length Per − Per/Blocks; a window of length Per
+// can straddle Blocks+1 blocks and hold up to 2N (N at the end of one
+// block, N at the start of the block Blocks later). More blocks shrink the
+// span over which the 2N can happen, not the 2N. It counts at the client.
+//
+// Memory: 8 bytes per block. The zero SubWindowCounter is not usable; call
+// NewSubWindowCounter. It is not safe for concurrent use (see Policy).
+type SubWindowCounter struct {
+	limit  Limit
+	blocks int64
+	size   int64   // block length in nanoseconds
+	counts []int64 // ring: counts[i % blocks] for block index i
+	cur    int64   // index of the newest block: floor(Unix ns / size)
+	sum    int64   // units in blocks cur−blocks+1 .. cur
+}
+
+// NewSubWindowCounter returns a sub-window counter for l with blocks blocks
+// per window and nothing counted. Instants must carry the wall clock. It
+// panics if l.N or l.Per is negative or blocks < 1. With Per 0 there is no
+// rate: every call of at most N units is admitted.
+func NewSubWindowCounter(l Limit, blocks int) *SubWindowCounter {
+	l.check("NewSubWindowCounter")
+	if blocks < 1 {
+		panic(fmt.Sprintf("window: NewSubWindowCounter: %d blocks, want at least 1", blocks))
+	}
+	w := &SubWindowCounter{limit: l, blocks: int64(blocks), counts: make([]int64, blocks)}
+	w.size = w.blockSize(l.Per)
+	return w
+}
+
+func (w *SubWindowCounter) blockSize(per time.Duration) int64 {
+	return (int64(per) + w.blocks - 1) / w.blocks
+}
+
+// Limit returns the limit the counter enforces.
+func (w *SubWindowCounter) Limit() Limit { return w.limit }
+
+// Blocks returns the number of blocks per window.
+func (w *SubWindowCounter) Blocks() int { return int(w.blocks) }
+
+// Capacity implements Policy: it returns N.
+func (w *SubWindowCounter) Capacity() int64 { return w.limit.N }
+
+// SetLimit implements Policy. A change of N keeps the blocks. A change of
+// Per re-cuts the blocks: every unit still counted moves into the block
+// containing now, which counts it for a whole new window (on the safe
+// side). It panics on a negative limit.
+func (w *SubWindowCounter) SetLimit(now time.Time, l Limit) {
+	l.check("SubWindowCounter.SetLimit")
+	old := w.limit
+	w.limit = l
+	if l.Per == old.Per || l.Per == 0 {
+		return
+	}
+	if old.Per > 0 {
+		w.roll(floorDiv(now.UnixNano(), w.size))
+	}
+	w.size = w.blockSize(l.Per)
+	clear(w.counts)
+	w.cur = floorDiv(now.UnixNano(), w.size)
+	w.counts[w.slot(w.cur)] = w.sum
+}
+
+func (w *SubWindowCounter) slot(i int64) int64 {
+	s := i % w.blocks
+	if s < 0 {
+		s += w.blocks
+	}
+	return s
+}
+
+// roll moves the newest block on to idx, dropping the blocks that leave.
+func (w *SubWindowCounter) roll(idx int64) {
+	if idx <= w.cur {
+		return
+	}
+	if idx-w.cur >= w.blocks {
+		clear(w.counts)
+		w.sum, w.cur = 0, idx
+		return
+	}
+	for w.cur < idx {
+		w.cur++
+		s := w.slot(w.cur)
+		w.sum -= w.counts[s]
+		w.counts[s] = 0
+	}
+}
+
+// AdmitCached implements Policy: it returns false.
+func (w *SubWindowCounter) AdmitCached(int64) bool { return false }
+
+// Admit implements Policy. Otherwise the instant returned is the start of
+// the first block at which enough old blocks have left the window; it is the
+// zero time.Time when n exceeds N.
+func (w *SubWindowCounter) Admit(now time.Time, n int64) (time.Time, bool) {
+	if n == 0 || w.limit.Per == 0 && n <= w.limit.N {
+		return time.Time{}, true
+	}
+	if n > w.limit.N {
+		return time.Time{}, false
+	}
+	t := now.UnixNano()
+	w.roll(floorDiv(t, w.size))
+	if w.sum+n <= w.limit.N {
+		w.counts[w.slot(w.cur)] += n
+		w.sum += n
+		return time.Time{}, true
+	}
+	// Block cur+j starts once the j oldest blocks have left.
+	left := w.sum
+	for j := int64(1); j <= w.blocks; j++ {
+		left -= w.counts[w.slot(w.cur-w.blocks+j)]
+		if left+n <= w.limit.N {
+			return now.Add(time.Duration((w.cur+j)*w.size - t)), false
+		}
+	}
+	panic("window: internal error: SubWindowCounter found no room after a whole window")
+}
+
+// Cancel implements Policy: the n units come off the block of at, if that
+// block is still counted.
+func (w *SubWindowCounter) Cancel(at time.Time, n int64) {
+	if w.limit.Per == 0 {
+		return
+	}
+	i := floorDiv(at.UnixNano(), w.size)
+	if i > w.cur || i <= w.cur-w.blocks {
+		return
+	}
+	s := w.slot(i)
+	k := min(n, w.counts[s])
+	w.counts[s] -= k
+	w.sum -= k
+}
+
+// Done implements Policy. It does nothing: the counter counts starts only.
+func (w *SubWindowCounter) Done(time.Time, int64) {}
+
+// DoneUsesTime implements Policy: it returns false.
+func (w *SubWindowCounter) DoneUsesTime() bool { return false }

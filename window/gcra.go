@@ -1,0 +1,174 @@
+package window
+
+import (
+	"fmt"
+	"time"
+)
+
+// GCRA is the generic cell rate algorithm, the token bucket kept as one
+// instant: the theoretical arrival time (TAT) at which the bucket would be
+// full again. Each unit moves the TAT on by the emission interval
+// I = Per/N (rounded up to a whole nanosecond, which errs on the slow side);
+// a call of n units is admitted at t when
+//
+//	max(TAT, t) + n·I − t ≤ Burst·I
+//
+// and then TAT = max(TAT, t) + n·I. It makes the token bucket's decisions
+// (exactly, when N divides Per in nanoseconds) with one int64 of state, which
+// is why Redis limiters such as go-redis/redis_rate use it.
+//
+// Exact guarantee (as the token bucket): at most Burst + N − 1 units start
+// in any window of length Per; Burst = N admits 2N−1 across a refill.
+//
+// A GCRA made by NewPacer is the leaky bucket as a pacer instead: it admits a
+// call only once the TAT has passed, so calls start at least n·I apart
+// (after a call of n units the next waits n·I), with no burst. The zero GCRA
+// is not usable; call NewGCRA or NewPacer. A GCRA is not safe for concurrent
+// use (see Policy).
+type GCRA struct {
+	base
+	limit    Limit
+	burst    int64
+	burstSet bool  // burst given to NewGCRA; else it follows N
+	pacer    bool  // admit only when TAT ≤ t: no tolerance
+	emit     int64 // I, ns per unit; 0 when Per is 0 (no rate)
+	tat      int64 // offset of the theoretical arrival time
+	admitted int64 // offset of the latest admission, for Cancel
+	started  bool
+}
+
+// NewGCRA returns a GCRA limiter of l.N units per l.Per with bursts of up to
+// burst units, idle (a full bucket). A burst of 0 means l.N (and then follows
+// N through SetLimit). It panics if l.N, l.Per or burst is negative. With Per
+// 0 there is no rate: every call of at most burst units is admitted; with N
+// 0 and Per > 0 nothing is.
+func NewGCRA(l Limit, burst int64) *GCRA {
+	l.check("NewGCRA")
+	if burst < 0 {
+		panic(fmt.Sprintf("window: NewGCRA: negative burst %d", burst))
+	}
+	g := &GCRA{limit: l, burst: burst, burstSet: burst > 0}
+	g.setLimit(l)
+	return g
+}
+
+// NewPacer returns the leaky bucket as a pacer (a queue that leaks at a
+// constant rate): calls start evenly spaced, one unit every Per/N, with no
+// burst; a call of n units holds the next one back n·Per/N. A call arriving
+// after an idle spell starts at once. This is uber-go/ratelimit without
+// slack (ratelimit.WithoutSlack).
+//
+// Exact guarantee: with unit weights, at most N starts in any window of
+// length Per; with weights up to w, at most N − 1 + w units. Its capacity is
+// N: a heavier call is refused. It panics if l.N or l.Per is negative.
+func NewPacer(l Limit) *GCRA {
+	l.check("NewPacer")
+	g := &GCRA{limit: l, pacer: true}
+	g.setLimit(l)
+	return g
+}
+
+func (g *GCRA) setLimit(l Limit) {
+	g.limit = l
+	if !g.burstSet {
+		g.burst = l.N
+	}
+	g.emit = 0
+	if l.Per > 0 && l.N > 0 {
+		g.emit = (int64(l.Per) + l.N - 1) / l.N
+	}
+}
+
+// Limit returns the limit: N units per Per.
+func (g *GCRA) Limit() Limit { return g.limit }
+
+// Burst returns the most units admitted at once from idle: the burst for
+// NewGCRA; for NewPacer, 1 unit (or one call of up to N units).
+func (g *GCRA) Burst() int64 {
+	if g.pacer {
+		return min(1, g.limit.N)
+	}
+	return g.burst
+}
+
+// Capacity implements Policy: the burst for NewGCRA, N for NewPacer.
+func (g *GCRA) Capacity() int64 {
+	if g.pacer {
+		return g.limit.N
+	}
+	return g.burst
+}
+
+// EmissionInterval returns I, the time each unit moves the TAT on: Per/N
+// rounded up to a whole nanosecond; 0 when Per or N is 0.
+func (g *GCRA) EmissionInterval() time.Duration { return time.Duration(g.emit) }
+
+// SetLimit implements Policy: the debt (TAT − now) is kept in units, so the
+// calls already admitted count against the new rate. A burst left at 0 in
+// NewGCRA follows the new N. It panics on a negative limit.
+func (g *GCRA) SetLimit(now time.Time, l Limit) {
+	l.check("GCRA.SetLimit")
+	t := g.offset(now)
+	old := g.emit
+	g.setLimit(l)
+	if g.started && g.tat > t && old > 0 && g.emit > 0 {
+		g.tat = addSat(t, mul128(g.tat-t, g.emit).divCeil(old))
+	}
+}
+
+// tolerance is how far ahead of t the TAT may be for n units to start.
+func (g *GCRA) tolerance(n int64) int64 {
+	if g.pacer {
+		return 0
+	}
+	return mulSat(g.burst-n, g.emit)
+}
+
+// AdmitCached implements Policy: it returns false.
+func (g *GCRA) AdmitCached(int64) bool { return false }
+
+// Admit implements Policy. A call of n units is admitted at now when the TAT
+// is at most tolerance ahead of now. Otherwise the instant returned is when
+// it will be; it is the zero time.Time when n exceeds the capacity or N is 0.
+func (g *GCRA) Admit(now time.Time, n int64) (time.Time, bool) {
+	if n == 0 {
+		return time.Time{}, true
+	}
+	if n > g.Capacity() {
+		return time.Time{}, false
+	}
+	if g.limit.Per == 0 {
+		return time.Time{}, true
+	}
+	if g.emit == 0 {
+		return time.Time{}, false
+	}
+	t := g.offset(now)
+	if !g.started {
+		g.tat, g.admitted, g.started = t, t, true
+	}
+	tol := g.tolerance(n)
+	if g.tat-t <= tol {
+		g.tat = addSat(max(g.tat, t), mulSat(n, g.emit))
+		g.admitted = max(g.admitted, t)
+		return time.Time{}, true
+	}
+	return g.instant(g.tat - tol), false
+}
+
+// Cancel implements Policy: the TAT moves back n·I when no admission came
+// after at, which makes the state exactly as if that Admit had not happened
+// (a TAT in the past means idle, whatever its value). After a later
+// admission nothing is given back, on the safe side.
+func (g *GCRA) Cancel(at time.Time, n int64) {
+	if !g.started || g.offset(at) < g.admitted {
+		return
+	}
+	g.tat -= mulSat(n, g.emit)
+}
+
+// Done implements Policy. It does nothing: GCRA counts starts only.
+func (g *GCRA) Done(time.Time, int64) {}
+
+// DoneUsesTime implements Policy: it returns false.
+func (g *GCRA) DoneUsesTime() bool { return false }

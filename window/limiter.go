@@ -1,0 +1,99 @@
+package window
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// ErrWeightTooLarge is matched (errors.Is) by the error returned for a call
+// heavier than a policy's Capacity: it could never be admitted, so it fails
+// at once rather than waiting forever. The semaphore package returns the
+// same sentinel.
+var ErrWeightTooLarge = errors.New("ratesem: weight exceeds the limit")
+
+// ErrInFlight is returned by Limiter.TryN when only calls in flight ending
+// (DoneN) can make room: the completion window counts units in flight, and
+// no amount of waiting alone frees them.
+var ErrInFlight = errors.New("ratesem: no room until calls in flight end")
+
+// Limiter makes any Policy safe for concurrent use, with an allow / try
+// style API for callers that must not block: decide now, or learn how long
+// until the call could start. It never blocks (beyond its mutex) and never
+// sleeps; for waiting, cancellation, FIFO order and a concurrency cap, use a
+// RateSemaphore (package github.com/ratesem/ratesem/semaphore) over the
+// same policy.
+//
+// Methods ending in N take the instant explicitly, like x/time/rate's
+// AllowN; the instants must come from one clock and not go backwards. The
+// zero Limiter is not usable; call NewLimiter. A Limiter is safe for
+// concurrent use by multiple goroutines.
+type Limiter struct {
+	mu sync.Mutex
+	p  Policy
+}
+
+// NewLimiter returns a Limiter over p. The Limiter owns p from then on: do
+// not call p's methods directly, nor share it with another Limiter or
+// RateSemaphore.
+func NewLimiter(p Policy) *Limiter { return &Limiter{p: p} }
+
+// Allow is AllowN(time.Now(), 1).
+func (l *Limiter) Allow() bool { return l.AllowN(time.Now(), 1) }
+
+// AllowN reports whether a call of n units (n ≥ 0) may start at now, and if
+// so records it: the caller must then make the call (and, for the
+// completion window, call DoneN when it ends). On false nothing changes.
+func (l *Limiter) AllowN(now time.Time, n int64) bool {
+	l.mu.Lock()
+	_, ok := l.p.Admit(now, n)
+	l.mu.Unlock()
+	return ok
+}
+
+// TryN admits a call of n units (n ≥ 0) at now if the policy allows, and
+// then returns (0, nil) and records it, as AllowN. Otherwise it changes
+// nothing and returns how long after now the call could start if nothing
+// else changed (> 0, nil error); an error matching ErrWeightTooLarge when n
+// exceeds the policy's capacity; or ErrInFlight when only DoneN can make
+// room.
+func (l *Limiter) TryN(now time.Time, n int64) (retryAfter time.Duration, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	at, ok := l.p.Admit(now, n)
+	switch {
+	case ok:
+		return 0, nil
+	case n > l.p.Capacity():
+		return 0, fmt.Errorf("%w: weight %d, capacity %d (%v)", ErrWeightTooLarge, n, l.p.Capacity(), l.p.Limit())
+	case at.IsZero():
+		return 0, ErrInFlight
+	}
+	return max(at.Sub(now), 1), nil
+}
+
+// DoneN records that a call of n units admitted earlier ended at now. Only
+// the completion window reads it; for the other policies it does nothing.
+// It panics, for the completion window, if more units end than are in
+// flight.
+func (l *Limiter) DoneN(now time.Time, n int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.p.Done(now, n)
+}
+
+// SetLimit changes the policy's limit at now, keeping its accounting (see
+// Policy.SetLimit). It panics on a negative limit.
+func (l *Limiter) SetLimit(now time.Time, lim Limit) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.p.SetLimit(now, lim)
+}
+
+// Limit returns the policy's limit.
+func (l *Limiter) Limit() Limit {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.p.Limit()
+}

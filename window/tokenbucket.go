@@ -1,0 +1,209 @@
+package window
+
+import (
+	"fmt"
+	"math/bits"
+	"time"
+)
+
+// TokenBucket is the token bucket: a bucket of Burst units, full at first,
+// refilled lazily at N units per Per; a call of n units is admitted when the
+// bucket holds n, and takes them. The refill is computed exactly, in integer
+// arithmetic with the remainder carried, so it never drifts.
+//
+// Exact guarantee: at most Burst + N − 1 units start in any window of length
+// Per (a full bucket, then the refill during the window), so with Burst = N
+// a server counting N per Per can see 2N−1: the token bucket limits the
+// average rate, not the count in every window. Burst 1 paces calls one by
+// one, N/Per apart. Over a long run the rate is N per Per. It counts at the
+// client.
+//
+// Memory: under 100 bytes, whatever N. The zero TokenBucket is not usable;
+// call NewTokenBucket. A TokenBucket is not safe for concurrent use (see
+// Policy).
+type TokenBucket struct {
+	base
+	limit    Limit
+	burst    int64
+	burstSet bool  // burst given to NewTokenBucket; else it follows N
+	tokens   int64 // whole units in the bucket at last
+	frac     int64 // the next unit's refill so far, in units·ns: 0 ≤ frac < Per
+	last     int64 // offset of the latest instant seen
+	admitted int64 // offset of the latest admission, for Cancel
+	started  bool
+}
+
+// NewTokenBucket returns a full token bucket that holds burst units and
+// refills at l.N units per l.Per. A burst of 0 means l.N (and then follows N
+// through SetLimit). It panics if l.N, l.Per or burst is negative. With Per 0
+// the refill is instant (no rate): every call of at most burst units is
+// admitted. With N 0 and Per > 0 the bucket never refills.
+func NewTokenBucket(l Limit, burst int64) *TokenBucket {
+	l.check("NewTokenBucket")
+	if burst < 0 {
+		panic(fmt.Sprintf("window: NewTokenBucket: negative burst %d", burst))
+	}
+	b := &TokenBucket{limit: l, burst: burst, burstSet: burst > 0}
+	if !b.burstSet {
+		b.burst = l.N
+	}
+	b.tokens = b.burst
+	return b
+}
+
+// Limit returns the refill rate: N units per Per.
+func (b *TokenBucket) Limit() Limit { return b.limit }
+
+// Burst returns the bucket's size in units.
+func (b *TokenBucket) Burst() int64 { return b.burst }
+
+// Capacity implements Policy: it returns the burst.
+func (b *TokenBucket) Capacity() int64 { return b.burst }
+
+// Tokens returns the whole units in the bucket at now, refilling it first.
+func (b *TokenBucket) Tokens(now time.Time) int64 {
+	b.refill(now)
+	return b.tokens
+}
+
+// refill brings the bucket up to now and returns now's offset.
+func (b *TokenBucket) refill(now time.Time) int64 {
+	t := b.offset(now)
+	if !b.started {
+		b.last, b.admitted, b.started = t, t, true
+	}
+	if t <= b.last {
+		return b.last // time never goes back
+	}
+	e := t - b.last
+	b.last = t
+	if b.tokens >= b.burst || b.limit.Per == 0 {
+		b.fill()
+		return t
+	}
+	// (e·N + frac) / Per new units, the remainder carried in frac.
+	hi, lo := bits.Mul64(uint64(e), uint64(b.limit.N))
+	lo, c := bits.Add64(lo, uint64(b.frac), 0)
+	hi += c
+	per := uint64(b.limit.Per)
+	if hi >= per {
+		b.fill()
+		return t
+	}
+	q, r := bits.Div64(hi, lo, per)
+	if q >= uint64(b.burst-b.tokens) {
+		b.fill()
+		return t
+	}
+	b.tokens += int64(q)
+	b.frac = int64(r)
+	return t
+}
+
+func (b *TokenBucket) fill() { b.tokens, b.frac = b.burst, 0 }
+
+// SetLimit implements Policy: the bucket is refilled to now at the old rate,
+// then refills at the new one; the units in it are kept (down to a new,
+// smaller burst). A burst left at 0 in NewTokenBucket follows the new N. It
+// panics on a negative limit.
+func (b *TokenBucket) SetLimit(now time.Time, l Limit) {
+	l.check("TokenBucket.SetLimit")
+	b.refill(now)
+	if l.Per != b.limit.Per {
+		// The fraction of a unit refilled so far is kept, rounded down.
+		if l.Per > 0 && b.limit.Per > 0 {
+			b.frac = mulDiv(b.frac, int64(l.Per), int64(b.limit.Per))
+		} else {
+			b.frac = 0
+		}
+	}
+	b.limit = l
+	if !b.burstSet {
+		b.burst = l.N
+	}
+	if b.tokens >= b.burst {
+		b.fill()
+	}
+}
+
+// AdmitCached implements Policy: it returns false. (Taking tokens from a
+// stale reading and refilling later would forget the cap the bucket hit
+// meanwhile, and admit too much.)
+func (b *TokenBucket) AdmitCached(int64) bool { return false }
+
+// Admit implements Policy. A call of n units is admitted at now when the
+// bucket, refilled to now, holds n units. Otherwise the instant returned is
+// when the refill will have brought it to n; it is the zero time.Time when
+// n exceeds the burst or N is 0.
+func (b *TokenBucket) Admit(now time.Time, n int64) (time.Time, bool) {
+	if n == 0 {
+		return time.Time{}, true
+	}
+	if n > b.burst {
+		return time.Time{}, false
+	}
+	t := b.refill(now)
+	if n <= b.tokens {
+		b.tokens -= n
+		b.admitted = t
+		return time.Time{}, true
+	}
+	if b.limit.N == 0 {
+		return time.Time{}, false
+	}
+	// The smallest e with e·N + frac ≥ (n − tokens)·Per.
+	need := mul128(n-b.tokens, int64(b.limit.Per)).sub(u128{0, uint64(b.frac)})
+	return b.instant(addSat(t, need.divCeil(b.limit.N))), false
+}
+
+// Cancel implements Policy: the n units go back into the bucket (up to the
+// burst) when no admission came after at, which makes the bucket exactly as
+// if that Admit had not happened. After a later admission the units are
+// not given back: whether the bucket would have overflowed meanwhile is not
+// recorded, so giving them back could admit more than the rule allows.
+func (b *TokenBucket) Cancel(at time.Time, n int64) {
+	if b.offset(at) < b.admitted {
+		return
+	}
+	b.tokens += min(n, b.burst-b.tokens)
+	if b.tokens == b.burst {
+		b.frac = 0
+	}
+}
+
+// Done implements Policy. It does nothing: the bucket counts starts only.
+func (b *TokenBucket) Done(time.Time, int64) {}
+
+// DoneUsesTime implements Policy: it returns false.
+func (b *TokenBucket) DoneUsesTime() bool { return false }
+
+// LeakyBucket is the leaky bucket as a meter: a bucket of Capacity units
+// that leaks at N units per Per; a call of n units pours n units in, and is
+// admitted only if they fit (level + n ≤ Capacity). Standalone (see
+// Limiter.AllowN) it rejects when full; as the policy of a RateSemaphore the
+// call waits until the leak makes room.
+//
+// It is the token bucket seen from the other side, level = Capacity −
+// tokens, and makes the same decisions, so it embeds one; its exact
+// guarantee is the token bucket's: at most Capacity + N − 1 units in any
+// window of length Per. For the leaky bucket as a queue that spaces calls
+// evenly, see NewPacer.
+//
+// The zero LeakyBucket is not usable; call NewLeakyBucket. A LeakyBucket is
+// not safe for concurrent use (see Policy).
+type LeakyBucket struct {
+	TokenBucket
+}
+
+// NewLeakyBucket returns an empty leaky bucket of capacity units that leaks
+// l.N units per l.Per. A capacity of 0 means l.N. It panics if l.N, l.Per or
+// capacity is negative.
+func NewLeakyBucket(l Limit, capacity int64) *LeakyBucket {
+	return &LeakyBucket{*NewTokenBucket(l, capacity)}
+}
+
+// Level returns the units in the bucket at now, rounded up to a whole unit.
+func (b *LeakyBucket) Level(now time.Time) int64 {
+	b.refill(now)
+	return b.burst - b.tokens // the unit leaking now (frac) is still in
+}
