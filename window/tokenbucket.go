@@ -26,7 +26,7 @@ type TokenBucket struct {
 	limit    Limit
 	burst    int64
 	burstSet bool  // burst given to NewTokenBucket; else it follows N
-	tokens   int64 // whole units in the bucket at last
+	tokens   int64 // whole units in the bucket at last; < 0 after SetLimit lowered the burst below the debt
 	frac     int64 // the next unit's refill so far, in units·ns: 0 ≤ frac < Per
 	last     int64 // offset of the latest instant seen
 	admitted int64 // offset of the latest admission, for Cancel
@@ -91,7 +91,7 @@ func (b *TokenBucket) refill(now time.Time) int64 {
 		return t
 	}
 	q, r := bits.Div64(hi, lo, per)
-	if q >= uint64(b.burst-b.tokens) {
+	if q >= uint64(b.burst-b.tokens) { // b.tokens < b.burst here
 		b.fill()
 		return t
 	}
@@ -103,12 +103,15 @@ func (b *TokenBucket) refill(now time.Time) int64 {
 func (b *TokenBucket) fill() { b.tokens, b.frac = b.burst, 0 }
 
 // SetLimit implements Policy: the bucket is refilled to now at the old rate,
-// then refills at the new one; the units in it are kept (down to a new,
-// smaller burst). A burst left at 0 in NewTokenBucket follows the new N. It
-// panics on a negative limit.
+// then refills at the new one. Its debt (burst − tokens, the units taken and
+// not yet refilled) is kept, so what was admitted still counts: lowering the
+// burst may leave the bucket below empty until the refill pays the debt,
+// and raising it adds the difference at once. A burst left at 0 in
+// NewTokenBucket follows the new N. It panics on a negative limit.
 func (b *TokenBucket) SetLimit(now time.Time, l Limit) {
 	l.check("TokenBucket.SetLimit")
 	b.refill(now)
+	debt := b.burst - b.tokens
 	if l.Per != b.limit.Per {
 		// The fraction of a unit refilled so far is kept, rounded down.
 		if l.Per > 0 && b.limit.Per > 0 {
@@ -121,6 +124,7 @@ func (b *TokenBucket) SetLimit(now time.Time, l Limit) {
 	if !b.burstSet {
 		b.burst = l.N
 	}
+	b.tokens = b.burst - debt
 	if b.tokens >= b.burst {
 		b.fill()
 	}
@@ -141,6 +145,9 @@ func (b *TokenBucket) Admit(now time.Time, n int64) (time.Time, bool) {
 	}
 	if n > b.burst {
 		return time.Time{}, false
+	}
+	if b.limit.Per == 0 {
+		return time.Time{}, true // instant refill: no rate
 	}
 	t := b.refill(now)
 	if n <= b.tokens {
