@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ratesem/ratesem/semaphore"
+	"github.com/ratesem/ratesem/window"
 )
 
 // record is one call of the property test.
@@ -35,6 +36,9 @@ type propertyCase struct {
 	interval time.Duration
 	margin   time.Duration // with start
 	start    bool
+	// policy, when set, is the window (NewWithPolicy); checkProperty then
+	// checks the completion invariant only for a *window.Completion.
+	policy func(window.Limit) window.Policy
 }
 
 // runProperty fans out calls with random weights, holds, arrival gaps,
@@ -52,8 +56,15 @@ func runProperty(t *testing.T, pc propertyCase, seed uint64, calls int) ([]recor
 		if pc.start {
 			opts = append(opts, semaphore.WithStartWindow(pc.margin))
 		}
-		s := semaphore.New(pc.n, pc.interval, opts...)
+		var s *semaphore.RateSemaphore
 		maxW := pc.n
+		if pc.policy != nil {
+			p := pc.policy(window.Limit{N: pc.n, Per: pc.interval})
+			s = semaphore.NewWithPolicy(p, opts...)
+			maxW = min(maxW, p.Capacity())
+		} else {
+			s = semaphore.New(pc.n, pc.interval, opts...)
+		}
 		if pc.conc > 0 {
 			maxW = min(maxW, pc.conc)
 		}
@@ -138,6 +149,10 @@ func checkProperty(t *testing.T, pc propertyCase, recs []record, stats semaphore
 		t.Fatalf("Stats() = %+v after %d successful calls; want nothing in flight or waiting", stats, len(okRecs))
 	}
 
+	completion := !pc.start
+	if pc.policy != nil {
+		_, completion = pc.policy(window.Limit{N: 1, Per: time.Second}).(*window.Completion)
+	}
 	for _, ri := range okRecs {
 		t0 := ri.start
 		var window, inflight int64
@@ -147,7 +162,7 @@ func checkProperty(t *testing.T, pc propertyCase, recs []record, stats semaphore
 				if rj.start <= t0 && rj.start > t0-pc.interval-pc.margin {
 					window += rj.weight
 				}
-			} else if rj.start <= t0 && rj.end+pc.interval > t0 {
+			} else if completion && rj.start <= t0 && rj.end+pc.interval > t0 {
 				// Completion window: in flight at t, or ended in (t − interval, t].
 				window += rj.weight
 			}
