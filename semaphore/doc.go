@@ -10,6 +10,10 @@
 // window (window.SlidingLog): faster, and safe while latency jitter ≤ margin.
 // WithConcurrency(c) caps units in flight below n. With interval 0 a
 // RateSemaphore is exactly golang.org/x/sync/semaphore.NewWeighted(n).
+// NewWithPolicy(p) takes any other window of package window as the rate
+// policy (fixed window, sliding window counter, token bucket, leaky bucket,
+// GCRA, pacer), each with the exact guarantee its doc states, so the
+// semaphore can match whatever the server enforces.
 //
 // The method set is a superset of x/sync's *semaphore.Weighted (Acquire,
 // TryAcquire, Release), so a RateSemaphore is a drop-in replacement; Do is

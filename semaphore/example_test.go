@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/ratesem/ratesem/semaphore"
+	"github.com/ratesem/ratesem/window"
 )
 
 // An errgroup fan-out: 20 calls under a limit of 5 per 50ms. The calls are
@@ -96,4 +97,24 @@ func ExampleRateSemaphore_PauseFor() {
 	// Output:
 	// false
 	// false
+}
+
+// Any window of package window can be the rate policy of a RateSemaphore,
+// with waiting, FIFO order, cancellation and Pause on top: here GCRA at 10
+// per second with bursts of 3, and at most 2 calls in flight.
+func ExampleNewWithPolicy() {
+	sem := semaphore.NewWithPolicy(
+		window.NewGCRA(window.Limit{N: 10, Per: time.Second}, 3),
+		semaphore.WithConcurrency(2),
+	)
+	fmt.Println(sem.TryAcquire(2), sem.TryAcquire(1)) // the second exceeds the cap of 2 in flight
+	sem.Release(2)
+	fmt.Println(sem.TryAcquire(1), sem.TryAcquire(1)) // the burst of 3 is spent
+	sem.Release(1)
+	err := sem.Acquire(context.Background(), 4) // heavier than the burst: never
+	fmt.Println(errors.Is(err, semaphore.ErrWeightTooLarge))
+	// Output:
+	// true false
+	// true false
+	// true
 }

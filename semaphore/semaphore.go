@@ -27,6 +27,7 @@ var ErrWeightTooLarge = window.ErrWeightTooLarge
 // (window.Completion): at every instant, units in flight + units of calls
 // that ended within the last interval ≤ n. A server that counts arrivals
 // therefore never sees more than n per interval, whatever the latency.
+// NewWithPolicy puts any other window of package window in its place.
 //
 // Its method set is a superset of *semaphore.Weighted from
 // golang.org/x/sync, so it is a drop-in replacement: Acquire blocks until

@@ -5,21 +5,49 @@
 // weight unit when calls carry weights. The windows are pure state: every
 // method takes the current instant as an argument, none reads a clock, starts
 // a goroutine or owns a timer, so they can be driven by real time, by a mock
-// clock or by a simulation, and tested exhaustively. A RateSemaphore (package
-// github.com/ratesem/ratesem/semaphore) adds waiting, cancellation, FIFO order
-// and a concurrency cap on top of any Policy.
+// clock or by a simulation, and tested exhaustively. Each implements Policy,
+// so any of them can be the window of a RateSemaphore (package
+// github.com/ratesem/ratesem/semaphore, NewWithPolicy), which adds waiting,
+// cancellation, FIFO order, Pause and a concurrency cap. Used alone, Limiter
+// makes any of them safe for concurrent use with an allow / try API for
+// callers that must not block: AllowN decides, TryN decides or says how long
+// until the call could start.
 //
-// Two windows are provided, each with an exact guarantee:
+// # Which window
 //
-//   - Completion, the completion window (the OKEx scheme, and the default of
-//     a RateSemaphore): units in flight + units of calls that ended in the
-//     last Per ≤ N at every instant. The server sees at most N arrivals in
-//     any window of Per whatever the latency; throughput ≈ N/(Per+latency).
-//   - SlidingLog, the start window with a margin (a sliding log of starts,
-//     each recorded Margin late): units of calls that started in the last
-//     Per + Margin ≤ N. Throughput ≈ N/(Per+Margin); safe at the server
-//     while latency jitter ≤ Margin.
+// Pick the one that matches what the server enforces, knowing its exact
+// guarantee. N units per Per; a call of weight w counts w units; "starts" are
+// counted at the client, so a server that counts arrivals sees the same
+// bound only while one-way latency jitter does not bunch them (except the
+// completion window, which holds at the server for any latency).
 //
-// Instants must not go backwards for one window; a window is not safe for
-// concurrent use.
+//	window                         most units in any window of Per           at the server               burst from idle   memory per key
+//	Completion (default)           N: in flight + ended in (t−Per, t]        yes, whatever the latency   N                 104 B + 16 B per distinct end in the last Per
+//	SlidingLog, margin m           N over any Per+m (start stamped +m)       while jitter ≤ m            N                 104 B + 16 B per distinct start in the last Per+m
+//	FixedWindow (aligned, UTC)     2N across a boundary; N per aligned one   no                          N                 32 B
+//	SlidingWindowCounter           2N−1; N per aligned window                no                          N                 40 B
+//	SubWindowCounter, B blocks     2N; N over any Per−Per/B                  no                          N                 72 B + 8 B per block
+//	TokenBucket, burst b           b+N−1 (2N−1 for b = N)                    no                          b                 104 B
+//	LeakyBucket (meter), size c    c+N−1                                     no                          c                 104 B
+//	GCRA, burst b                  b+N−1 (2N−1 for b = N)                    no                          b                 96 B
+//	Pacer (GCRA, no burst)         N with unit weights; N−1+w with weights   no                          1                 96 B
+//
+// Every row is enforced by a test that builds its worst case (a boundary
+// burst for the fixed window, N at the very end of one window then a steady
+// stream for the sliding window counter, a full bucket then the refill for
+// the token bucket, ...) and asserts the bound is reached, and that random
+// schedules with weights, idle spells and cancellations never exceed it
+// (guarantee_test.go). Throughput: the completion window reaches about
+// N/(Per+latency), the sliding log N/(Per+m); the others N/Per on average.
+// The buckets and GCRA compute the refill in exact integer arithmetic; GCRA
+// and the pacer round the emission interval Per/N up to a whole nanosecond
+// (slower, never faster).
+//
+// Windows aligned to the clock (FixedWindow, SlidingWindowCounter,
+// SubWindowCounter) cut time at multiples of Per since the Unix epoch, as
+// Binance counts its minute and day limits, so their instants must carry the
+// wall clock (time.Now and clock.Mock do).
+//
+// Instants must not go backwards for one window (an earlier one is treated
+// as the latest seen); a window is not safe for concurrent use.
 package window

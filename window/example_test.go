@@ -64,3 +64,55 @@ func ExampleSlidingLog() {
 	// true
 	// false 1.05s
 }
+
+// The token bucket's worst case, which users of token-bucket limiters keep
+// filing as a bug: with burst N a full bucket plus the refill admits 2N−1
+// calls within one window of Per.
+func ExampleNewTokenBucket() {
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	b := window.NewTokenBucket(window.Limit{N: 5, Per: time.Second}, 0) // burst 5
+	admitted := 0
+	for t := time.Duration(0); t < time.Second; t += 10 * time.Millisecond {
+		for {
+			if _, ok := b.Admit(start.Add(t), 1); !ok {
+				break
+			}
+			admitted++
+		}
+	}
+	fmt.Println("admitted within one second:", admitted)
+	// Output:
+	// admitted within one second: 9
+}
+
+// A Limiter for callers that must not block: decide now, or learn how long
+// until the call could start.
+func ExampleLimiter_TryN() {
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	l := window.NewLimiter(window.NewGCRA(window.Limit{N: 10, Per: time.Second}, 2)) // 10/s, burst 2
+	for i := range 4 {
+		wait, err := l.TryN(start, 1)
+		fmt.Println(i, wait, err)
+	}
+	_, err := l.TryN(start, 3)
+	fmt.Println(err)
+	// Output:
+	// 0 0s <nil>
+	// 1 0s <nil>
+	// 2 100ms <nil>
+	// 3 100ms <nil>
+	// ratesem: weight exceeds the limit: weight 3, capacity 2 (10/1s)
+}
+
+// The fixed window counts in windows aligned to the clock, as Binance does:
+// the minute window resets at every full minute.
+func ExampleNewFixedWindow() {
+	w := window.NewFixedWindow(window.Limit{N: 2, Per: time.Minute})
+	at := time.Date(2026, 1, 1, 12, 0, 59, 0, time.UTC)
+	fmt.Println(w.Admit(at, 2))
+	next, ok := w.Admit(at, 1)
+	fmt.Println(next.Format(time.TimeOnly), ok)
+	// Output:
+	// 0001-01-01 00:00:00 +0000 UTC true
+	// 12:01:00 false
+}
