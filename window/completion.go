@@ -51,7 +51,7 @@ func (c *Completion) Capacity() int64 { return c.limit.N }
 // still count). It panics on a negative limit.
 func (c *Completion) SetLimit(now time.Time, l Limit) {
 	l.check("Completion.SetLimit")
-	c.log.expire(c.log.offset(now) - int64(c.limit.Per))
+	c.log.expire(c.log.clamp(now) - int64(c.limit.Per))
 	c.limit = l
 }
 
@@ -80,7 +80,7 @@ func (c *Completion) Admit(now time.Time, n int64) (time.Time, bool) {
 		return time.Time{}, true
 	}
 	per := int64(c.limit.Per)
-	c.log.expire(c.log.offset(now) - per)
+	c.log.expire(c.log.clamp(now) - per)
 	if c.AdmitCached(n) {
 		return time.Time{}, true
 	}
@@ -102,7 +102,7 @@ func (c *Completion) Cancel(_ time.Time, n int64) {
 func (c *Completion) Done(now time.Time, n int64) {
 	c.release(n, "Done")
 	if per := int64(c.limit.Per); per > 0 {
-		at := c.log.offset(now)
+		at := c.log.clamp(now)
 		c.log.expire(at - per)
 		c.log.push(at, n)
 	}

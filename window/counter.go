@@ -30,6 +30,7 @@ type SlidingWindowCounter struct {
 	limit     Limit
 	win       int64 // index of the current window: floor(Unix ns / Per)
 	prev, cur int64 // units started in windows win−1 and win
+	latest    int64 // the latest Unix ns seen: time never goes back
 }
 
 // NewSlidingWindowCounter returns a sliding window counter for l with
@@ -54,7 +55,8 @@ func (w *SlidingWindowCounter) SetLimit(now time.Time, l Limit) {
 	l.check("SlidingWindowCounter.SetLimit")
 	w.limit = l
 	if l.Per > 0 {
-		w.win = floorDiv(now.UnixNano(), int64(l.Per))
+		w.latest = max(w.latest, now.UnixNano())
+		w.win = floorDiv(w.latest, int64(l.Per))
 	}
 }
 
@@ -87,14 +89,15 @@ func (w *SlidingWindowCounter) Admit(now time.Time, n int64) (time.Time, bool) {
 	if n > w.limit.N {
 		return time.Time{}, false
 	}
-	per, t := int64(w.limit.Per), now.UnixNano()
-	w.roll(floorDiv(t, per))
-	elapsed := min(max(t-w.win*per, 0), per)
+	per, real := int64(w.limit.Per), now.UnixNano()
+	w.latest = max(w.latest, real)
+	w.roll(floorDiv(w.latest, per))
+	elapsed := min(max(w.latest-w.win*per, 0), per)
 	if fits(w.prev, w.cur, n, w.limit.N, per, elapsed) {
 		w.cur += n
 		return time.Time{}, true
 	}
-	return now.Add(time.Duration(w.nextFit(n) - t)), false
+	return now.Add(time.Duration(w.nextFit(n) - real)), false
 }
 
 // nextFit returns the earliest Unix instant, in nanoseconds, at which n

@@ -22,15 +22,15 @@
 // completion window, which holds at the server for any latency).
 //
 //	window                         most units in any window of Per           at the server               burst from idle   memory per key
-//	Completion (default)           N: in flight + ended in (t−Per, t]        yes, whatever the latency   N                 104 B + 16 B per distinct end in the last Per
-//	SlidingLog, margin m           N over any Per+m (start stamped +m)       while jitter ≤ m            N                 104 B + 16 B per distinct start in the last Per+m
+//	Completion (default)           N: in flight + ended in (t−Per, t]        yes, whatever the latency   N                 112 B + 16 B per distinct end in the last Per
+//	SlidingLog, margin m           N over any Per+m (start stamped +m)       while jitter ≤ m            N                 112 B + 16 B per distinct start in the last Per+m
 //	FixedWindow (aligned, UTC)     2N across a boundary; N per aligned one   no                          N                 32 B
-//	SlidingWindowCounter           2N−1; N per aligned window                no                          N                 40 B
+//	SlidingWindowCounter           2N−1; N per aligned window                no                          N                 48 B
 //	SubWindowCounter, B blocks     2N; N over any Per−Per/B                  no                          N                 72 B + 8 B per block
-//	TokenBucket, burst b           b+N−1 (2N−1 for b = N)                    no                          b                 104 B
-//	LeakyBucket (meter), size c    c+N−1                                     no                          c                 104 B
-//	GCRA, burst b                  b+N−1 (2N−1 for b = N)                    no                          b                 96 B
-//	Pacer (GCRA, no burst)         N with unit weights; N−1+w with weights   no                          1                 96 B
+//	TokenBucket, burst b           b+N−1 (2N−1 for b = N)                    no                          b                 112 B
+//	LeakyBucket (meter), size c    c+N−1                                     no                          c                 112 B
+//	GCRA, burst b                  b+N−1 (2N−1 for b = N)                    no                          b                 104 B
+//	Pacer (GCRA, no burst)         N with unit weights; N−1+w with weights   no                          1                 104 B
 //
 // Every row is enforced by a test that builds its worst case (a boundary
 // burst for the fixed window, N at the very end of one window then a steady

@@ -108,7 +108,7 @@ func (g *GCRA) EmissionInterval() time.Duration { return time.Duration(g.emit) }
 // NewGCRA follows the new N. It panics on a negative limit.
 func (g *GCRA) SetLimit(now time.Time, l Limit) {
 	l.check("GCRA.SetLimit")
-	t := g.offset(now)
+	t := g.clamp(now)
 	old := g.emit
 	g.setLimit(l)
 	if g.started && g.tat > t && old > 0 && g.emit > 0 {
@@ -143,7 +143,7 @@ func (g *GCRA) Admit(now time.Time, n int64) (time.Time, bool) {
 	if g.emit == 0 {
 		return time.Time{}, false
 	}
-	t := g.offset(now)
+	t := g.clamp(now)
 	if !g.started {
 		g.tat, g.admitted, g.started = t, t, true
 	}

@@ -14,13 +14,13 @@ func TestStateSizes(t *testing.T) {
 		name      string
 		got, want uintptr
 	}{
-		{"Completion", unsafe.Sizeof(Completion{}), 104},
-		{"SlidingLog", unsafe.Sizeof(SlidingLog{}), 104},
+		{"Completion", unsafe.Sizeof(Completion{}), 112},
+		{"SlidingLog", unsafe.Sizeof(SlidingLog{}), 112},
 		{"FixedWindow", unsafe.Sizeof(FixedWindow{}), 32},
-		{"SlidingWindowCounter", unsafe.Sizeof(SlidingWindowCounter{}), 40},
+		{"SlidingWindowCounter", unsafe.Sizeof(SlidingWindowCounter{}), 48},
 		{"SubWindowCounter", unsafe.Sizeof(SubWindowCounter{}), 72},
-		{"TokenBucket", unsafe.Sizeof(TokenBucket{}), 104},
-		{"GCRA", unsafe.Sizeof(GCRA{}), 96},
+		{"TokenBucket", unsafe.Sizeof(TokenBucket{}), 112},
+		{"GCRA", unsafe.Sizeof(GCRA{}), 104},
 		{"entry", unsafe.Sizeof(entry{}), 16},
 	} {
 		if c.got != c.want {

@@ -54,7 +54,7 @@ func (w *SlidingLog) Margin() time.Duration { return time.Duration(w.margin) }
 // log. It panics on a negative limit.
 func (w *SlidingLog) SetLimit(now time.Time, l Limit) {
 	l.check("SlidingLog.SetLimit")
-	w.log.expire(w.log.offset(now) - int64(w.limit.Per))
+	w.log.expire(w.log.clamp(now) - int64(w.limit.Per))
 	w.limit = l
 }
 
@@ -73,7 +73,7 @@ func (w *SlidingLog) Admit(now time.Time, n int64) (time.Time, bool) {
 		return time.Time{}, true // nothing to record: no units, or no rate
 	}
 	per := int64(w.limit.Per)
-	at := w.log.offset(now)
+	at := w.log.clamp(now)
 	w.log.expire(at - per)
 	free := w.limit.N - w.log.units
 	if n <= free {

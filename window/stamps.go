@@ -31,6 +31,7 @@ type stamps struct {
 type base struct {
 	epoch    time.Time
 	hasEpoch bool
+	latest   int64 // the latest offset clamp has returned
 }
 
 // offset converts t to nanoseconds since the epoch, fixing the epoch at the
@@ -40,6 +41,17 @@ func (b *base) offset(t time.Time) int64 {
 		b.epoch, b.hasEpoch = t, true
 	}
 	return int64(t.Sub(b.epoch))
+}
+
+// clamp is offset for an instant that moves the window on: an instant earlier
+// than the latest one seen is taken as that latest one (the Policy contract),
+// so instants that reach a window slightly out of order (callers that read
+// the clock before taking a lock) never make it forget what it counted.
+func (b *base) clamp(t time.Time) int64 {
+	if off := b.offset(t); off > b.latest {
+		b.latest = off
+	}
+	return b.latest
 }
 
 // instant converts an offset back to a time.Time.

@@ -68,12 +68,12 @@ func (b *TokenBucket) Tokens(now time.Time) int64 {
 
 // refill brings the bucket up to now and returns now's offset.
 func (b *TokenBucket) refill(now time.Time) int64 {
-	t := b.offset(now)
+	t := b.clamp(now)
 	if !b.started {
 		b.last, b.admitted, b.started = t, t, true
 	}
-	if t <= b.last {
-		return b.last // time never goes back
+	if t == b.last {
+		return t
 	}
 	e := t - b.last
 	b.last = t
