@@ -52,10 +52,6 @@ func (w *FixedWindow) SetLimit(now time.Time, l Limit) {
 	}
 }
 
-// Used returns the units counted in the current window, as of the latest
-// instant the window saw.
-func (w *FixedWindow) Used() int64 { return w.used }
-
 // AdmitCached implements Policy: it returns false, since whether a new
 // window has begun depends on the time.
 func (w *FixedWindow) AdmitCached(int64) bool { return false }

@@ -22,8 +22,8 @@ func TestFixedWindow(t *testing.T) {
 		{now: time.Second, n: 3, ok: true},                   // the count resets at the boundary
 		{now: 1500 * ms, n: 1, ok: false, retry: 2 * time.Second},
 	})
-	if w.Used() != 3 {
-		t.Fatalf("Used() = %d, want 3", w.Used())
+	if got := w.Used(at(1500 * ms)); got != 3 {
+		t.Fatalf("Used = %d, want 3", got)
 	}
 }
 
@@ -259,5 +259,43 @@ func TestLimiter(t *testing.T) {
 	}
 	if !window.NewLimiter(window.NewPacer(window.Limit{N: 1000, Per: time.Second})).Allow() {
 		t.Fatal("Allow on an idle pacer refused")
+	}
+}
+
+// Reconciling with a server's count never loosens a window: Consume makes
+// Used at least the server's figure, and the window refuses what the server
+// would refuse.
+func TestReconciler(t *testing.T) {
+	l := window.Limit{N: 10, Per: time.Second}
+	tested := 0
+	for _, row := range rows {
+		r, ok := row.make(l).(window.Reconciler)
+		if g, isGCRA := r.(*window.GCRA); !ok || r.(window.Policy).Capacity() != l.N || isGCRA && g.Burst() == 1 {
+			continue // a pacer, or a bucket smaller than N, refuses the last unit anyway
+		}
+		tested++
+		t.Run(row.name, func(t *testing.T) {
+			p := r.(window.Policy)
+			if _, ok := p.Admit(at(100*ms), 3); !ok {
+				t.Fatal("3 of 10 refused")
+			}
+			p.Done(at(100*ms), 3)
+			if got := r.Used(at(100 * ms)); got != 3 {
+				t.Fatalf("Used = %d after 3 units, want 3", got)
+			}
+			r.Consume(at(100*ms), 6) // the server counts 9: another client spent 6
+			if got := r.Used(at(100 * ms)); got != 9 {
+				t.Fatalf("Used = %d after Consume(6), want 9", got)
+			}
+			if _, ok := p.Admit(at(100*ms), 2); ok {
+				t.Fatal("admitted 2 with 9 of 10 used")
+			}
+			if _, ok := p.Admit(at(100*ms), 1); !ok {
+				t.Fatal("refused 1 with 9 of 10 used")
+			}
+		})
+	}
+	if tested < 6 {
+		t.Fatalf("only %d windows implement Reconciler", tested)
 	}
 }

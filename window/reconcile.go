@@ -1,0 +1,119 @@
+package window
+
+import "time"
+
+// Reconciler is implemented by the windows that can take in what a server
+// reports about its own count (a usage header such as Binance's
+// X-MBX-USED-WEIGHT-1M or X-RateLimit-Remaining): package clientpool uses it
+// to shrink the local budget when another client spends from the same limit.
+// Like Policy, it is not safe for concurrent use.
+type Reconciler interface {
+	// Used returns the units the window counts against its limit at now.
+	Used(now time.Time) int64
+	// Consume counts n more units at now, as if a call of n units had
+	// started (and, for the completion window, ended) at now, even beyond
+	// the limit: the window then stays full until they leave it.
+	Consume(now time.Time, n int64)
+}
+
+var (
+	_ Reconciler = (*Completion)(nil)
+	_ Reconciler = (*SlidingLog)(nil)
+	_ Reconciler = (*FixedWindow)(nil)
+	_ Reconciler = (*TokenBucket)(nil)
+	_ Reconciler = (*GCRA)(nil)
+)
+
+// Used implements Reconciler: units in flight plus units of calls that ended
+// in (now−Per, now].
+func (c *Completion) Used(now time.Time) int64 {
+	c.log.expire(c.log.clamp(now) - int64(c.limit.Per))
+	return c.inflight + c.log.units
+}
+
+// Consume implements Reconciler: n units logged as ended at now.
+func (c *Completion) Consume(now time.Time, n int64) {
+	if per := int64(c.limit.Per); per > 0 && n > 0 {
+		at := c.log.clamp(now)
+		c.log.expire(at - per)
+		c.log.push(at, n)
+	}
+}
+
+// Used implements Reconciler: units recorded in (now−Per, now].
+func (w *SlidingLog) Used(now time.Time) int64 {
+	w.log.expire(w.log.clamp(now) - int64(w.limit.Per))
+	return w.log.units
+}
+
+// Consume implements Reconciler: n units recorded as started at now (plus
+// the margin).
+func (w *SlidingLog) Consume(now time.Time, n int64) {
+	if w.limit.Per > 0 && n > 0 {
+		at := w.log.clamp(now)
+		w.log.expire(at - int64(w.limit.Per))
+		w.log.push(addSat(at, w.margin), n)
+	}
+}
+
+// Used implements Reconciler: units counted in now's window.
+func (w *FixedWindow) Used(now time.Time) int64 {
+	if w.limit.Per == 0 {
+		return 0
+	}
+	if idx := floorDiv(now.UnixNano(), int64(w.limit.Per)); idx > w.win {
+		w.win, w.used = idx, 0
+	}
+	return w.used
+}
+
+// Consume implements Reconciler: n more units in now's window.
+func (w *FixedWindow) Consume(now time.Time, n int64) {
+	if w.limit.Per > 0 && n > 0 {
+		w.Used(now)
+		w.used += n
+	}
+}
+
+// Used implements Reconciler: the units missing from the bucket at now
+// (burst − tokens).
+func (b *TokenBucket) Used(now time.Time) int64 {
+	if b.limit.Per == 0 {
+		return 0
+	}
+	b.refill(now)
+	return b.burst - b.tokens
+}
+
+// Consume implements Reconciler: n units taken from the bucket at now,
+// below empty if need be (the refill pays the debt first).
+func (b *TokenBucket) Consume(now time.Time, n int64) {
+	if b.limit.Per > 0 && n > 0 {
+		b.refill(now)
+		b.tokens -= n
+	}
+}
+
+// Used implements Reconciler: the units the TAT is ahead of now, rounded up.
+func (g *GCRA) Used(now time.Time) int64 {
+	if g.emit == 0 || !g.started {
+		return 0
+	}
+	t := g.clamp(now)
+	if g.tat <= t {
+		return 0
+	}
+	return mul128(g.tat-t, 1).divCeil(g.emit)
+}
+
+// Consume implements Reconciler: the TAT moves on n·I from now at least.
+func (g *GCRA) Consume(now time.Time, n int64) {
+	if g.emit == 0 || n <= 0 {
+		return
+	}
+	t := g.clamp(now)
+	if !g.started {
+		g.tat, g.admitted, g.started = t, t, true
+	}
+	g.tat = addSat(max(g.tat, t), mulSat(n, g.emit))
+}
