@@ -1,0 +1,113 @@
+package clientpool
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/ratesem/ratesem/window"
+)
+
+// Rule is one rate limit of an API, applied separately to each key: "60
+// orders per 2 s per (user, instrument)" is one Rule whose Key function
+// returns user+instrument.
+type Rule struct {
+	// Name identifies the rule in a Pool, in Charges and in Events. It
+	// must be unique within a Pool and not empty.
+	Name string
+
+	// Limit is N units per Per for each key. Per must be > 0.
+	Limit window.Limit
+
+	// Window makes the rate window of one key. nil means the completion
+	// window (window.NewCompletion), which holds at the server whatever the
+	// latency. Pick window.NewFixedWindow for a server that counts fixed
+	// windows aligned to the clock (Binance). Each call must return a new
+	// Policy.
+	Window func(window.Limit) window.Policy
+
+	// Concurrency caps the units in flight for one key; 0 means no cap
+	// beyond what the window allows.
+	Concurrency int64
+
+	// Key returns the key a request counts against under this rule (an
+	// IP, an account, an instrument, or several joined), and false when
+	// the rule does not apply to the request. nil means one key, "", for
+	// every request. It must treat the request as read-only.
+	Key func(req *http.Request) (key string, ok bool)
+
+	// Weight returns the units a request costs under this rule when the
+	// endpoint table does not say; nil means 1.
+	Weight func(req *http.Request) int64
+
+	// Usage reads the server's own count for this rule and key from a
+	// response's headers (see BinanceUsage, XRateLimitUsage and
+	// IETFRateLimitUsage), so the pool can shrink the local budget when
+	// another client spends from the same limit. nil means no feedback.
+	Usage UsageFunc
+
+	// PauseOnThrottle marks the rules a 429 (or 418) response pauses, by
+	// key: the rules that the server's throttle is about. A throttled
+	// instrument then does not slow unrelated instruments. When no rule of
+	// a call is marked, a throttle pauses all of that call's rules.
+	PauseOnThrottle bool
+
+	// Source is where the rule comes from (the API documentation page).
+	Source string
+}
+
+// UsageFunc reads from response headers the units the server counts against
+// a rule in its current window: used units, true; or false when the headers
+// do not say.
+type UsageFunc func(h http.Header) (used int64, ok bool)
+
+// Charge is what one call costs under one rule: Weight units of the limiter
+// of (Rule, Key).
+type Charge struct {
+	Rule   string
+	Key    string
+	Weight int64
+}
+
+// String formats c as "rule[key]×weight".
+func (c Charge) String() string { return fmt.Sprintf("%s[%s]×%d", c.Rule, c.Key, c.Weight) }
+
+// ErrUnknownRule is matched (errors.Is) by the error for a Charge that
+// names a rule the Pool does not have.
+var ErrUnknownRule = errors.New("clientpool: unknown rule")
+
+// quiet is how long a key of r must see no activity before its limiter is
+// back to a fresh state and can be dropped without losing accounting:
+// Per × (1 + ⌈capacity / N⌉) covers every window of package window (a
+// completion log empties Per after the last end, a token bucket of burst b
+// refills in b/N × Per, a sliding window counter forgets in 2 Per).
+func quiet(l window.Limit, capacity int64) time.Duration {
+	if l.N <= 0 {
+		return l.Per
+	}
+	k := 1 + (capacity+l.N-1)/l.N
+	if k > int64(1<<62)/max(int64(l.Per), 1) {
+		return time.Duration(1<<62 - 1)
+	}
+	return time.Duration(k) * l.Per
+}
+
+func (r *Rule) check() error {
+	switch {
+	case r.Name == "":
+		return errors.New("clientpool: a rule has no name")
+	case r.Limit.N <= 0 || r.Limit.Per <= 0:
+		return fmt.Errorf("clientpool: rule %q: limit %v: want N > 0 per Per > 0", r.Name, r.Limit)
+	case r.Concurrency < 0:
+		return fmt.Errorf("clientpool: rule %q: negative concurrency %d", r.Name, r.Concurrency)
+	}
+	return nil
+}
+
+func (r *Rule) newPolicy(l window.Limit) window.Policy {
+	if r.Window == nil {
+		return window.NewCompletion(l)
+	}
+	return r.Window(l)
+}

@@ -1,0 +1,88 @@
+package clientpool
+
+import (
+	"fmt"
+	"net/http"
+)
+
+// Table is an API's limits as data: its rules, and which rules each
+// endpoint falls under with what weight. The presets in
+// github.com/ratesem/ratesem/exchange are Tables. A Table is read-only once
+// given to New.
+type Table struct {
+	// Rules are the limits, each applied per key.
+	Rules []Rule
+
+	// Endpoints map method + path to the rules a request falls under.
+	Endpoints []Endpoint
+
+	// Default are the costs of a request that matches no endpoint (for
+	// example the IP weight every request pays); nil means such requests
+	// are not limited.
+	Default []Cost
+}
+
+// Endpoint is one API endpoint and what a request to it costs.
+type Endpoint struct {
+	// Method is the HTTP method ("GET", "POST"); "" matches any.
+	Method string
+	// Path is the URL path, matched exactly ("/api/v5/trade/order").
+	Path string
+	// Costs are the rules the endpoint falls under, each with a weight.
+	Costs []Cost
+	// Source is where the weights come from (the API documentation page).
+	Source string
+}
+
+// Cost is what a request to an endpoint costs under one rule.
+type Cost struct {
+	// Rule names a rule of the Table.
+	Rule string
+	// Units is a fixed weight, in the rule's units; 0 means Weight decides.
+	Units int64
+	// Weight computes the weight from the request (Binance's depth costs 5
+	// to 250 by its limit parameter; OKX's batch orders count each order).
+	// nil, with Units 0, means the rule's Weight, or 1.
+	Weight func(req *http.Request) int64
+}
+
+type route struct{ method, path string }
+
+// classify returns the charges of req under t, merging charges to the same
+// limiter. It returns an error for a negative weight.
+func (p *Pool) classify(req *http.Request) ([]Charge, error) {
+	costs, ok := p.routes[route{req.Method, req.URL.Path}]
+	if !ok {
+		if costs, ok = p.routes[route{"", req.URL.Path}]; !ok {
+			costs = p.table.Default
+		}
+	}
+	charges := make([]Charge, 0, len(costs))
+	for _, c := range costs {
+		r := p.rules[c.Rule]
+		key := ""
+		if r.Key != nil {
+			k, ok := r.Key(req)
+			if !ok {
+				continue
+			}
+			key = k
+		}
+		var w int64
+		switch {
+		case c.Units != 0:
+			w = c.Units
+		case c.Weight != nil:
+			w = c.Weight(req)
+		case r.Weight != nil:
+			w = r.Weight(req)
+		default:
+			w = 1
+		}
+		if w < 0 {
+			return nil, fmt.Errorf("clientpool: %s %s: negative weight %d under rule %q", req.Method, req.URL.Path, w, c.Rule)
+		}
+		charges = append(charges, Charge{Rule: c.Rule, Key: key, Weight: w})
+	}
+	return charges, nil
+}
