@@ -1,0 +1,18 @@
+module github.com/ratesem/ratesem/benchmarks
+
+go 1.25.0
+
+require (
+	github.com/ratesem/ratesem v0.0.0
+	github.com/stretchr/testify v1.12.1
+	go.uber.org/ratelimit v0.3.1
+	golang.org/x/sync v0.22.0
+	golang.org/x/time v0.15.0
+)
+
+require (
+	github.com/benbjohnson/clock v1.3.5 // indirect
+	go.yaml.in/yaml/v3 v3.0.5 // indirect
+)
+
+replace github.com/ratesem/ratesem => ../
