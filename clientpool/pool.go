@@ -47,7 +47,7 @@ var ErrWeightTooLarge = window.ErrWeightTooLarge
 type Pool struct {
 	table    Table
 	rules    map[string]*ruleState
-	routes   map[route][]Cost
+	routes   map[route]routeEntry
 	clk      clock.Clock // nil: the real monotonic clock
 	epoch    time.Time
 	idle     time.Duration
@@ -110,7 +110,7 @@ func New(t Table, opts ...Option) (*Pool, error) {
 		o(&cfg)
 	}
 	p := &Pool{
-		table: t, rules: make(map[string]*ruleState), routes: make(map[route][]Cost),
+		table: t, rules: make(map[string]*ruleState), routes: make(map[route]routeEntry),
 		clk: cfg.clk, idle: cfg.idle, observer: cfg.observer,
 	}
 	if p.clk == nil {
@@ -143,7 +143,7 @@ func New(t Table, opts ...Option) (*Pool, error) {
 		if err := checkCosts(e.Method+" "+e.Path, e.Costs); err != nil {
 			return nil, err
 		}
-		p.routes[route{e.Method, e.Path}] = e.Costs
+		p.routes[route{e.Method, e.Path}] = routeEntry{costs: e.Costs, charges: e.Charges}
 	}
 	if err := checkCosts("the default costs", t.Default); err != nil {
 		return nil, err

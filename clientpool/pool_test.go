@@ -443,3 +443,11 @@ func TestHeavyCallNotStarved(t *testing.T) {
 		wg.Wait()
 	})
 }
+
+// canceledAfter returns a context that is done at once after one try: an
+// Acquire on it reports whether the call could start now.
+func canceledAfter(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+	t.Cleanup(cancel)
+	return ctx
+}

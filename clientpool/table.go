@@ -30,6 +30,12 @@ type Endpoint struct {
 	Path string
 	// Costs are the rules the endpoint falls under, each with a weight.
 	Costs []Cost
+	// Charges, when set, computes the charges itself instead of Costs, for
+	// requests that fall under one rule with several keys (an OKX batch of
+	// orders on several instruments counts per instrument). It must treat
+	// the request as read-only (read a body through req.GetBody) and be
+	// safe for concurrent use.
+	Charges func(req *http.Request) ([]Charge, error)
 	// Source is where the weights come from (the API documentation page).
 	Source string
 }
@@ -48,15 +54,24 @@ type Cost struct {
 
 type route struct{ method, path string }
 
+type routeEntry struct {
+	costs   []Cost
+	charges func(*http.Request) ([]Charge, error)
+}
+
 // classify returns the charges of req under t, merging charges to the same
 // limiter. It returns an error for a negative weight.
 func (p *Pool) classify(req *http.Request) ([]Charge, error) {
-	costs, ok := p.routes[route{req.Method, req.URL.Path}]
+	e, ok := p.routes[route{req.Method, req.URL.Path}]
 	if !ok {
-		if costs, ok = p.routes[route{"", req.URL.Path}]; !ok {
-			costs = p.table.Default
+		if e, ok = p.routes[route{"", req.URL.Path}]; !ok {
+			e = routeEntry{costs: p.table.Default}
 		}
 	}
+	if e.charges != nil {
+		return e.charges(req)
+	}
+	costs := e.costs
 	charges := make([]Charge, 0, len(costs))
 	for _, c := range costs {
 		r := p.rules[c.Rule]
