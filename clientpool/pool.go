@@ -520,10 +520,12 @@ func (p *Pool) Pause(rule, key string, until time.Time) error {
 }
 
 // Throttled reports that the server rejected a call for its rate (HTTP 429,
-// or 418 for Binance's IP ban) and pauses, until the instant until, the
-// limiters of charges whose rule is marked PauseOnThrottle, or all of them
-// when none is marked. A zero until pauses nothing. It never blocks.
-func (p *Pool) Throttled(charges []Charge, status int, until time.Time) {
+// or 418 for Binance's IP ban) and pauses the limiters of charges whose rule
+// is marked PauseOnThrottle, or all of them when none is marked: for
+// retryAfter (the response's Retry-After, already capped by the caller) from
+// now on the pool's clock, or, when retryAfter is 0 or less, for each rule's
+// own window (its Limit.Per). It never blocks.
+func (p *Pool) Throttled(charges []Charge, status int, retryAfter time.Duration) {
 	targets := slices.DeleteFunc(slices.Clone(charges), func(c Charge) bool {
 		rs := p.rules[c.Rule]
 		return rs == nil || !rs.PauseOnThrottle
@@ -534,11 +536,19 @@ func (p *Pool) Throttled(charges []Charge, status int, until time.Time) {
 	for _, c := range charges {
 		p.emit(Event{Kind: Throttled, Rule: c.Rule, Key: c.Key, Weight: c.Weight, Status: status})
 	}
-	if until.IsZero() {
-		return
+	p.mu.Lock()
+	now := p.now()
+	until := make([]time.Time, len(targets))
+	for i, c := range targets {
+		d := retryAfter
+		if d <= 0 {
+			d = p.rules[c.Rule].limit.Per
+		}
+		until[i] = now.Add(d)
 	}
-	for _, c := range targets {
-		_ = p.Pause(c.Rule, c.Key, until)
+	p.mu.Unlock()
+	for i, c := range targets {
+		_ = p.Pause(c.Rule, c.Key, until[i])
 	}
 }
 

@@ -293,7 +293,7 @@ func TestThrottledPausesMarkedRules(t *testing.T) {
 		inst.PauseOnThrottle = true
 		p := newPool(t, []clientpool.Rule{inst, ruleN("account", 100, time.Second)})
 		cs := []clientpool.Charge{{Rule: "instrument", Key: "BTC", Weight: 1}, {Rule: "account", Weight: 1}}
-		p.Throttled(cs, http.StatusTooManyRequests, time.Now().Add(2*time.Second))
+		p.Throttled(cs, http.StatusTooManyRequests, 2*time.Second)
 		for _, ks := range p.Snapshot() {
 			paused := !ks.PausedUntil.IsZero()
 			if want := ks.Rule == "instrument"; paused != want {

@@ -66,6 +66,45 @@ type Transport struct {
 	// Now is the wall clock used to turn an HTTP-date Retry-After into a
 	// delay. nil means time.Now. Tests set it to a fixed time.
 	Now func() time.Time
+
+	// Throttled reports whether a response says the client called too fast.
+	// nil means DefaultThrottled: status 429 or 418. An API that signals it
+	// in the body (OKX's code 50011 with HTTP 200) plugs in its own test; it
+	// may read the body only if it leaves it readable for the caller.
+	Throttled func(resp *http.Response) bool
+
+	// MaxRetries is how many times a throttled request is sent again, after
+	// the pause its response caused; 0 means never. Only requests whose body
+	// can be replayed (no body, or GetBody set) are retried; before each
+	// retry at most 4 KiB of the throttled response's body is drained and
+	// the body closed. Retrying goes beyond the RoundTripper contract
+	// (net/http asks a RoundTripper not to retry): it is off by default, and
+	// the caller sees only the last response.
+	MaxRetries int
+}
+
+// DefaultThrottled reports whether resp has status 429 Too Many Requests or
+// 418 I'm a Teapot (Binance's IP ban).
+func DefaultThrottled(resp *http.Response) bool {
+	return resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusTeapot
+}
+
+// ThrottleHandler may be implemented by a Limiter that wants the throttled
+// response itself rather than a PauseFor: a limiter of several rules and keys
+// pauses only those the response is about. Transport then calls Throttled,
+// instead of PauseFor, on every throttled response, with the Retry-After
+// delay capped at MaxRetryAfter, or 0 when the response has none (the
+// limiter picks a pause of its own).
+type ThrottleHandler interface {
+	Throttled(resp *http.Response, retryAfter time.Duration)
+}
+
+// ResponseObserver may be implemented by a Limiter that reads every
+// response before the caller does, for usage headers such as Binance's
+// X-MBX-USED-WEIGHT-1M. Transport calls ObserveResponse once per response
+// received, while the request's units are still held.
+type ResponseObserver interface {
+	ObserveResponse(resp *http.Response)
 }
 
 // New returns a Transport that charges every request weight 1 on l and sends
@@ -109,12 +148,58 @@ var errNilSelect = errors.New("httpclient: Transport.Select is nil; use New or N
 // never closed holds its permit forever. A nil or http.NoBody body releases
 // at once (Body is then http.NoBody).
 //
-// If the status is 429 Too Many Requests or 418 I'm a Teapot and the first
-// Retry-After value parses with [ParseRetryAfter] to a positive delay,
-// RoundTrip calls PauseFor on the request's limiter with that delay, capped
-// at MaxRetryAfter, before returning. Invalid values cause no pause. Other
-// statuses, including 503, cause no pause. The request is not retried.
+// If the response is throttled (Throttled; by default status 429 Too Many
+// Requests or 418 I'm a Teapot) and the first Retry-After value parses with
+// [ParseRetryAfter] to a positive delay, RoundTrip calls PauseFor on the
+// request's limiter with that delay, capped at MaxRetryAfter, before
+// returning (a [ThrottleHandler] gets the response instead, also without a
+// Retry-After). Invalid values cause no pause. Other statuses, including
+// 503, cause no pause. A [ResponseObserver] limiter sees every response
+// first. The request is retried only when MaxRetries allows it.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	for attempt := 0; ; attempt++ {
+		resp, err := t.roundTripOnce(req)
+		if err != nil || attempt >= t.MaxRetries || !t.throttled(resp) || !replayable(req) {
+			return resp, err
+		}
+		// Give the throttled response back (its release lets the pause,
+		// already set, hold the retry) and send again with a fresh body.
+		_, _ = io.CopyN(io.Discard, resp.Body, 4096)
+		resp.Body.Close()
+		if req, err = rewind(req); err != nil {
+			return nil, err
+		}
+	}
+}
+
+func (t *Transport) throttled(resp *http.Response) bool {
+	if t.Throttled != nil {
+		return t.Throttled(resp)
+	}
+	return DefaultThrottled(resp)
+}
+
+// replayable reports whether req can be sent again: no body, or GetBody.
+func replayable(req *http.Request) bool {
+	return req.Body == nil || req.Body == http.NoBody || req.GetBody != nil
+}
+
+// rewind returns a copy of req with a fresh body from GetBody; the caller's
+// request is not modified.
+func rewind(req *http.Request) (*http.Request, error) {
+	if req.Body == nil || req.Body == http.NoBody {
+		return req, nil
+	}
+	body, err := req.GetBody()
+	if err != nil {
+		return nil, fmt.Errorf("httpclient: replaying the body of %s: %w", describe(req), err)
+	}
+	r := req.Clone(req.Context())
+	r.Body = body
+	return r, nil
+}
+
+func (t *Transport) roundTripOnce(req *http.Request) (*http.Response, error) {
 	if t.Select == nil {
 		closeRequestBody(req)
 		return nil, errNilSelect
@@ -153,6 +238,9 @@ func (t *Transport) roundTripHeld(l Limiter, n int64, req *http.Request) (*http.
 	if err != nil {
 		return nil, err
 	}
+	if o, ok := l.(ResponseObserver); ok {
+		o.ObserveResponse(resp)
+	}
 	// Pause before anything is released: the slot we hold keeps the next
 	// request from starting between the 429 and the pause.
 	t.pauseOn(l, resp)
@@ -168,26 +256,30 @@ func (t *Transport) roundTripHeld(l Limiter, n int64, req *http.Request) (*http.
 // 503 also may carry Retry-After, but it signals an overloaded or down
 // server rather than a client over its quota, so it does not pause the limit.
 func (t *Transport) pauseOn(l Limiter, resp *http.Response) {
-	if resp.StatusCode != http.StatusTooManyRequests && resp.StatusCode != http.StatusTeapot {
+	if !t.throttled(resp) {
 		return
 	}
-	v := resp.Header.Get("Retry-After") // first value; nil Header is fine
-	if v == "" {
+	var d time.Duration
+	if v := resp.Header.Get("Retry-After"); v != "" { // first value; nil Header is fine
+		now := time.Now
+		if t.Now != nil {
+			now = t.Now
+		}
+		if parsed, err := ParseRetryAfter(v, now()); err == nil && parsed > 0 {
+			maxDelay := t.MaxRetryAfter
+			if maxDelay <= 0 {
+				maxDelay = DefaultMaxRetryAfter
+			}
+			d = min(parsed, maxDelay)
+		}
+	}
+	if h, ok := l.(ThrottleHandler); ok {
+		h.Throttled(resp, d)
 		return
 	}
-	now := time.Now
-	if t.Now != nil {
-		now = t.Now
+	if d > 0 {
+		l.PauseFor(d)
 	}
-	d, err := ParseRetryAfter(v, now())
-	if err != nil || d <= 0 {
-		return
-	}
-	maxDelay := t.MaxRetryAfter
-	if maxDelay <= 0 {
-		maxDelay = DefaultMaxRetryAfter
-	}
-	l.PauseFor(min(d, maxDelay))
 }
 
 // CloseIdleConnections calls CloseIdleConnections on Base (http.DefaultTransport

@@ -1,0 +1,82 @@
+package httpclient
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/ratesem/ratesem/clientpool"
+)
+
+// NewPool returns a Transport that routes each request through the rules of
+// a clientpool.Pool: the request is classified (Pool.Classify: the endpoint
+// table's rules, keys and weights), all of its charges are acquired as one,
+// the request is sent through base (nil means http.DefaultTransport), and
+// the charges are released together when the response body is closed or
+// read to io.EOF. Every response's usage headers are reconciled with the
+// rules that read them (Rule.Usage). A throttled response (throttled; nil
+// means DefaultThrottled: 429 or 418) pauses the keys of the rules it is
+// about (Pool.Throttled) until its Retry-After, capped at MaxRetryAfter, or
+// for each rule's own window when it has none. A request whose
+// classification fails is not sent: RoundTrip closes its body and returns the
+// error.
+//
+// Set MaxRetries on the result to retry throttled requests whose body can be
+// replayed. NewPool panics if p is nil.
+func NewPool(p *clientpool.Pool, base http.RoundTripper, throttled func(*http.Response) bool) *Transport {
+	if p == nil {
+		panic("httpclient: NewPool with nil Pool")
+	}
+	return &Transport{
+		Base:      base,
+		Throttled: throttled,
+		Select: func(req *http.Request) (Limiter, int64) {
+			charges, err := p.Classify(req)
+			if err != nil {
+				return failed{err}, 1
+			}
+			return &poolCall{pool: p, charges: charges}, 1
+		},
+	}
+}
+
+// poolCall is the Limiter of one request under a Pool: Acquire takes all of
+// its charges at once and Release gives them back together.
+type poolCall struct {
+	pool    *clientpool.Pool
+	charges []clientpool.Charge
+	ticket  *clientpool.Ticket
+}
+
+func (c *poolCall) Acquire(ctx context.Context, _ int64) error {
+	t, err := c.pool.Acquire(ctx, c.charges...)
+	c.ticket = t
+	return err
+}
+
+func (c *poolCall) Release(int64) { c.ticket.Release() }
+
+// PauseFor pauses the request's throttle targets; Transport calls Throttled
+// instead, so this serves only callers using poolCall as a plain Limiter.
+func (c *poolCall) PauseFor(d time.Duration) {
+	c.pool.Throttled(c.charges, http.StatusTooManyRequests, d)
+}
+
+// Throttled implements ThrottleHandler: the keys of the rules the throttle is
+// about pause until the Retry-After, or for their own window.
+func (c *poolCall) Throttled(resp *http.Response, retryAfter time.Duration) {
+	c.pool.Throttled(c.ticket.Charges(), resp.StatusCode, retryAfter)
+}
+
+// ObserveResponse implements ResponseObserver: usage headers are reconciled.
+func (c *poolCall) ObserveResponse(resp *http.Response) {
+	c.pool.ObserveHeaders(c.ticket.Charges(), resp.Header)
+}
+
+// failed is the Limiter of a request that cannot be classified: it never
+// admits, so the request is not sent.
+type failed struct{ err error }
+
+func (f failed) Acquire(context.Context, int64) error { return f.err }
+func (f failed) Release(int64)                        {}
+func (f failed) PauseFor(time.Duration)               {}
