@@ -1,0 +1,35 @@
+// Package clientpool is a registry of rate limiters keyed by rule and key,
+// for APIs whose limits are not one number: an OKX order counts against
+// 60 per 2 s for its (user, instrument) and 1000 per 2 s for the
+// sub-account at once; a Binance order spends the IP's request weight and
+// the account's order counts.
+//
+// A Table holds an API's limits as data: Rules (a Limit per key, a window
+// policy from package window, an optional concurrency cap, a Key function
+// saying which IP, account or instrument a request counts against, a
+// Weight function, a Usage function reading the server's own count from
+// response headers) and Endpoints (method + path → the rules a request
+// falls under, with weights). The presets in
+// github.com/ratesem/ratesem/exchange are Tables.
+//
+// A Pool creates each key's limiter lazily on first use and:
+//
+//   - admits a call under several rules only when all of them admit it at
+//     the same instant, taking nothing while it waits, so no capacity of
+//     one rule is burned waiting on another, a cancelled call leaves no
+//     trace, and calls taking overlapping rules in any order cannot
+//     deadlock; waiters are FIFO per limiter;
+//   - pauses by key (Pause, Throttled): a 429 on one instrument pauses that
+//     instrument's rule, not the others;
+//   - reconciles with usage headers (Reconcile, ObserveHeaders): when the
+//     server counts more than the local window, the local budget shrinks
+//     for the rest of that window; feedback never loosens it;
+//   - changes a rule's limit at run time, keeping the accounting (SetLimit);
+//   - evicts idle keys (WithIdleTimeout), so memory follows the live keys
+//     (about 400 bytes per live key under the completion window,
+//     BenchmarkBytesPerKey);
+//   - reports events to an observer (WithObserver).
+//
+// For HTTP, httpclient.NewPool wraps a Pool in an http.RoundTripper. A Pool
+// is safe for concurrent use by multiple goroutines.
+package clientpool

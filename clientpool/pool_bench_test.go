@@ -1,0 +1,71 @@
+package clientpool_test
+
+import (
+	"context"
+	"runtime"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/ratesem/ratesem/clientpool"
+	"github.com/ratesem/ratesem/window"
+)
+
+// BenchmarkBytesPerKey reports the heap held per live key: 100 000
+// distinct keys, each used once, under a completion-window rule.
+func BenchmarkBytesPerKey(b *testing.B) {
+	const keys = 100_000
+	names := make([]string, keys)
+	for i := range names {
+		names[i] = "user-" + strconv.Itoa(i)
+	}
+	for b.Loop() {
+		b.StopTimer()
+		runtime.GC()
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		p, err := clientpool.New(clientpool.Table{Rules: []clientpool.Rule{
+			{Name: "user", Limit: window.Limit{N: 10, Per: time.Second}},
+		}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		for _, k := range names {
+			t, err := p.Acquire(context.Background(), clientpool.Charge{Rule: "user", Key: k, Weight: 1})
+			if err != nil {
+				b.Fatal(err)
+			}
+			t.Release()
+		}
+		b.StopTimer()
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		if p.Len() != keys {
+			b.Fatalf("Len = %d", p.Len())
+		}
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/keys, "B/key")
+		runtime.KeepAlive(p)
+		b.StartTimer()
+	}
+}
+
+// BenchmarkAcquireRelease measures an admitted call under two rules.
+func BenchmarkAcquireRelease(b *testing.B) {
+	p, err := clientpool.New(clientpool.Table{Rules: []clientpool.Rule{
+		{Name: "ip", Limit: window.Limit{N: 1 << 40, Per: time.Millisecond}},
+		{Name: "account", Limit: window.Limit{N: 1 << 40, Per: time.Millisecond}},
+	}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	cs := []clientpool.Charge{{Rule: "ip", Weight: 1}, {Rule: "account", Key: "a", Weight: 1}}
+	b.ReportAllocs()
+	for b.Loop() {
+		t, err := p.Acquire(context.Background(), cs...)
+		if err != nil {
+			b.Fatal(err)
+		}
+		t.Release()
+	}
+}
