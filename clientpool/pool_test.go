@@ -451,3 +451,30 @@ func canceledAfter(t *testing.T) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
+
+// After the idle time the evicted keys' memory returns to the heap.
+func TestEvictionReturnsMemory(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newPool(t, []clientpool.Rule{ruleN("user", 5, time.Second)}, clientpool.WithIdleTimeout(time.Minute))
+		heap := func() uint64 {
+			runtime.GC()
+			var m runtime.MemStats
+			runtime.ReadMemStats(&m)
+			return m.HeapAlloc
+		}
+		before := heap()
+		for i := range 50_000 {
+			acquire(t, p, clientpool.Charge{Rule: "user", Key: fmt.Sprint("u", i), Weight: 1}).Release()
+		}
+		grown := heap()
+		time.Sleep(2 * time.Minute)
+		acquire(t, p, clientpool.Charge{Rule: "user", Key: "fresh", Weight: 1}).Release() // sweeps
+		after := heap()
+		if p.Len() != 1 {
+			t.Fatalf("Len = %d after the idle time", p.Len())
+		}
+		if grown <= before || after > before+(grown-before)/5 {
+			t.Fatalf("heap %d B before, %d B with 50k keys, %d B after eviction: want most of the growth back", before, grown, after)
+		}
+	})
+}
