@@ -17,9 +17,15 @@
 //     latency. Its method set is a superset of golang.org/x/sync's
 //     *semaphore.Weighted (Acquire, TryAcquire, Release), plus Do, Pause,
 //     SetLimit and Stats. Reach for it inside an errgroup fan-out.
+//   - clientpool: a registry of limiters keyed by rule and key (IP,
+//     account, instrument), created lazily from a table of rules and
+//     endpoints; a call under several rules is admitted when all admit it,
+//     taking nothing while it waits; pause by key, usage-header feedback,
+//     idle eviction.
 //   - httpclient: an http.RoundTripper that acquires before each request,
 //     releases when the response body is closed, and pauses on 429 or 418
-//     with Retry-After. Reach for it to wrap an http.Client.
+//     with Retry-After. Reach for it to wrap an http.Client; NewPool routes
+//     each request through a clientpool.Pool instead.
 //   - exchange/exchangetest: in-process servers that enforce real exchange
 //     rules exactly (OKX's 10 requests per 2 s per IP and instrument), for
 //     tests and examples.
