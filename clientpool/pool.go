@@ -12,8 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/benbjohnson/clock"
-
+	"github.com/ratesem/ratesem/internal/wake"
 	"github.com/ratesem/ratesem/window"
 )
 
@@ -48,8 +47,7 @@ type Pool struct {
 	table    Table
 	rules    map[string]*ruleState
 	routes   map[route]routeEntry
-	clk      clock.Clock // nil: the real monotonic clock
-	epoch    time.Time
+	clock    wake.Clock
 	idle     time.Duration
 	observer func(Event)
 
@@ -59,8 +57,7 @@ type Pool struct {
 	waitLims  int       // limiters with at least one waiter
 	live      int       // limiters in the registry
 	lastSweep time.Time
-	timer     interface{ Reset(time.Duration) bool }
-	timerAt   time.Time
+	timer     wake.Timer // set for the earliest instant a waiter could start
 }
 
 type ruleState struct {
@@ -111,10 +108,7 @@ func New(t Table, opts ...Option) (*Pool, error) {
 	}
 	p := &Pool{
 		table: t, rules: make(map[string]*ruleState), routes: make(map[route]routeEntry),
-		clk: cfg.clk, idle: cfg.idle, observer: cfg.observer,
-	}
-	if p.clk == nil {
-		p.epoch = time.Now()
+		clock: wake.NewClock(cfg.clk), idle: cfg.idle, observer: cfg.observer,
 	}
 	for i := range t.Rules {
 		r := &t.Rules[i]
@@ -160,12 +154,7 @@ func (rs *ruleState) setLimit(l window.Limit) {
 	}
 }
 
-func (p *Pool) now() time.Time {
-	if p.clk == nil {
-		return p.epoch.Add(time.Since(p.epoch))
-	}
-	return p.clk.Now()
-}
+func (p *Pool) now() time.Time { return p.clock.Now() }
 
 // Classify returns the charges of a request under the Table's endpoints:
 // one per rule of the matching endpoint (or of the Table's Default) whose
@@ -443,7 +432,7 @@ func (p *Pool) notifyLocked(now time.Time) {
 				// Its admission comes after its deadline: fail now rather
 				// than when the deadline fires (golang/go#54541).
 				p.dropLocked(w)
-				w.err = &deadlineError{wait: at.Sub(now)}
+				w.err = &wake.DeadlineError{Sentinel: ErrDeadline, Wait: at.Sub(now)}
 				close(w.ready)
 				e = next
 				continue
@@ -459,31 +448,16 @@ func (p *Pool) notifyLocked(now time.Time) {
 		}
 		e = next
 	}
-	p.armLocked(now, earliest)
-}
-
-func (p *Pool) armLocked(now, at time.Time) {
-	if at.IsZero() || p.timerAt.Equal(at) {
+	if earliest.IsZero() {
+		p.timer.Stop() // only a Release, a cancellation or SetLimit can help
 		return
 	}
-	if !p.timerAt.IsZero() && p.timerAt.Before(at) && p.timerAt.After(now) {
-		return // an earlier wake-up is set; it will re-arm
-	}
-	p.timerAt = at
-	d := at.Sub(now)
-	switch {
-	case p.timer != nil:
-		p.timer.Reset(d)
-	case p.clk != nil:
-		p.timer = p.clk.AfterFunc(d, p.onTimer)
-	default:
-		p.timer = time.AfterFunc(d, p.onTimer)
-	}
+	p.timer.Arm(p.clock, now, earliest, p.onTimer)
 }
 
 func (p *Pool) onTimer() {
 	p.mu.Lock()
-	p.timerAt = time.Time{}
+	p.timer.Fired()
 	if p.waiters.Len() > 0 {
 		p.notifyLocked(p.now())
 	}
@@ -717,15 +691,3 @@ func (p *Pool) sweepLocked(now time.Time) {
 // fails early because the admission would come after ctx's deadline. That
 // error also matches context.DeadlineExceeded.
 var ErrDeadline = errors.New("clientpool: admission would come after the context deadline")
-
-type deadlineError struct{ wait time.Duration }
-
-// Error says how far away the admission was.
-func (e *deadlineError) Error() string {
-	return fmt.Sprintf("%v: admission in %v", ErrDeadline, e.wait)
-}
-
-// Is makes errors.Is hold for ErrDeadline and context.DeadlineExceeded.
-func (e *deadlineError) Is(target error) bool {
-	return target == ErrDeadline || target == context.DeadlineExceeded
-}

@@ -9,8 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/benbjohnson/clock"
-
+	"github.com/ratesem/ratesem/internal/wake"
 	"github.com/ratesem/ratesem/window"
 )
 
@@ -45,9 +44,8 @@ var ErrWeightTooLarge = window.ErrWeightTooLarge
 // for concurrent use by multiple goroutines.
 type RateSemaphore struct {
 	// Immutable after New.
-	clk          clock.Clock // nil: the real monotonic clock
-	epoch        time.Time   // real clock: now() = epoch + time.Since(epoch)
-	doneUsesTime bool        // policy.Done reads its instant
+	clock        wake.Clock
+	doneUsesTime bool // policy.Done reads its instant
 
 	rated atomic.Bool // interval > 0, kept by SetLimit; read by Release without mu
 
@@ -63,20 +61,13 @@ type RateSemaphore struct {
 	parked   list.List // of *waiter heavier than the cap while interval is 0
 	paused   time.Time // no starts before; zero when no pause is pending
 
-	timer   timer     // created on first use
-	timerAt time.Time // when the armed timer fires; zero: not armed
+	timer wake.Timer // set for the instant the head waiter can be admitted
 
 	admitted  uint64
 	totalWait time.Duration
 	maxWait   time.Duration
 
 	onWake func() // test hook: called under mu on every timer wake-up
-}
-
-// timer is what *time.Timer and *clock.Timer have in common.
-type timer interface {
-	Reset(time.Duration) bool
-	Stop() bool
 }
 
 type waiter struct {
@@ -134,10 +125,7 @@ func NewWithPolicy(p window.Policy, opts ...Option) *RateSemaphore {
 
 func newSemaphore(p window.Policy, cfg config) *RateSemaphore {
 	l := p.Limit()
-	s := &RateSemaphore{clk: cfg.clk, size: l.N, interval: l.Per, capOpt: cfg.concurrency, policy: p}
-	if s.clk == nil {
-		s.epoch = time.Now()
-	}
+	s := &RateSemaphore{clock: wake.NewClock(cfg.clk), size: l.N, interval: l.Per, capOpt: cfg.concurrency, policy: p}
 	s.doneUsesTime = p.DoneUsesTime()
 	s.rated.Store(l.Per > 0)
 	s.setCapLocked()
@@ -152,15 +140,8 @@ func (s *RateSemaphore) setCapLocked() {
 	s.fit = min(s.conc, s.policy.Capacity())
 }
 
-// now reads the clock once. The real clock is read as a monotonic offset from
-// a fixed instant: time.Since of a monotonic reading skips the wall clock and
-// costs about half of time.Now.
-func (s *RateSemaphore) now() time.Time {
-	if s.clk == nil {
-		return s.epoch.Add(time.Since(s.epoch))
-	}
-	return s.clk.Now()
-}
+// now reads the clock once.
+func (s *RateSemaphore) now() time.Time { return s.clock.Now() }
 
 // Acquire acquires n units (n ≥ 0), blocking until they are admitted or ctx
 // is done. On success it returns nil and the caller must Release(n) when the
@@ -564,33 +545,13 @@ func (s *RateSemaphore) notifyLocked(now time.Time) {
 			// The head cannot be admitted before its deadline: fail it now
 			// rather than when the deadline fires (golang/go#54541).
 			s.waiters.Remove(front)
-			s.failLocked(w, &deadlineError{wait: at.Sub(now)})
+			s.failLocked(w, &wake.DeadlineError{Sentinel: ErrDeadline, Wait: at.Sub(now)})
 			continue
 		}
-		s.armLocked(now, at)
+		s.timer.Arm(s.clock, now, at, s.onTimer)
 		return
 	}
-	if !s.timerAt.IsZero() {
-		s.timer.Stop()
-		s.timerAt = time.Time{}
-	}
-}
-
-// armLocked sets the one timer to fire at the instant at.
-func (s *RateSemaphore) armLocked(now, at time.Time) {
-	if s.timerAt.Equal(at) {
-		return
-	}
-	s.timerAt = at
-	d := at.Sub(now)
-	switch {
-	case s.timer != nil:
-		s.timer.Reset(d)
-	case s.clk != nil:
-		s.timer = s.clk.AfterFunc(d, s.onTimer)
-	default:
-		s.timer = time.AfterFunc(d, s.onTimer)
-	}
+	s.timer.Stop()
 }
 
 // onTimer runs when the head waiter may be admissible. A timer that fires
@@ -600,7 +561,7 @@ func (s *RateSemaphore) onTimer() {
 	if s.onWake != nil {
 		s.onWake()
 	}
-	s.timerAt = time.Time{}
+	s.timer.Fired()
 	s.notifyLocked(s.now())
 	s.mu.Unlock()
 }
@@ -609,17 +570,3 @@ func (s *RateSemaphore) onTimer() {
 // fails early because the admission would come after ctx's deadline. That
 // error also matches context.DeadlineExceeded.
 var ErrDeadline = errors.New("semaphore: admission would come after the context deadline")
-
-type deadlineError struct {
-	wait time.Duration
-}
-
-// Error says how far away the admission was.
-func (e *deadlineError) Error() string {
-	return fmt.Sprintf("%v: admission in %v", ErrDeadline, e.wait)
-}
-
-// Is makes errors.Is hold for ErrDeadline and context.DeadlineExceeded.
-func (e *deadlineError) Is(target error) bool {
-	return target == ErrDeadline || target == context.DeadlineExceeded
-}
