@@ -98,7 +98,8 @@ type waiter struct {
 }
 
 // New returns a Pool over the rules and endpoints of t. It returns an error
-// for a rule without a name, with a duplicate name, with a limit that is not
+// for an endpoint listed twice, for a rule without a name, with a duplicate
+// name, with a limit that is not
 // N > 0 per Per > 0 or a negative concurrency, and for an endpoint cost that
 // names an unknown rule or has a negative weight.
 func New(t Table, opts ...Option) (*Pool, error) {
@@ -136,6 +137,9 @@ func New(t Table, opts ...Option) (*Pool, error) {
 	for _, e := range t.Endpoints {
 		if err := checkCosts(e.Method+" "+e.Path, e.Costs); err != nil {
 			return nil, err
+		}
+		if _, dup := p.routes[route{e.Method, e.Path}]; dup {
+			return nil, fmt.Errorf("clientpool: endpoint %s %s listed twice", e.Method, e.Path)
 		}
 		p.routes[route{e.Method, e.Path}] = routeEntry{costs: e.Costs, charges: e.Charges}
 	}
@@ -500,13 +504,36 @@ func (p *Pool) Pause(rule, key string, until time.Time) error {
 // now on the pool's clock, or, when retryAfter is 0 or less, for each rule's
 // own window (its Limit.Per). It never blocks.
 func (p *Pool) Throttled(charges []Charge, status int, retryAfter time.Duration) {
+	p.throttle(charges, p.marked(charges), status, retryAfter)
+}
+
+// ThrottledResponse is Throttled for a throttled HTTP response: the Table's
+// ThrottleTargets, when set, picks the charges the response is about.
+func (p *Pool) ThrottledResponse(resp *http.Response, charges []Charge, retryAfter time.Duration) {
+	var targets []Charge
+	if p.table.ThrottleTargets != nil {
+		targets = p.table.ThrottleTargets(resp, charges)
+	}
+	if targets == nil {
+		targets = p.marked(charges)
+	}
+	p.throttle(charges, targets, resp.StatusCode, retryAfter)
+}
+
+// marked returns the charges whose rule is marked PauseOnThrottle, or all of
+// them when none is.
+func (p *Pool) marked(charges []Charge) []Charge {
 	targets := slices.DeleteFunc(slices.Clone(charges), func(c Charge) bool {
 		rs := p.rules[c.Rule]
 		return rs == nil || !rs.PauseOnThrottle
 	})
 	if len(targets) == 0 {
-		targets = charges
+		return charges
 	}
+	return targets
+}
+
+func (p *Pool) throttle(charges, targets []Charge, status int, retryAfter time.Duration) {
 	for _, c := range charges {
 		p.emit(Event{Kind: Throttled, Rule: c.Rule, Key: c.Key, Weight: c.Weight, Status: status})
 	}
@@ -515,8 +542,8 @@ func (p *Pool) Throttled(charges []Charge, status int, retryAfter time.Duration)
 	until := make([]time.Time, len(targets))
 	for i, c := range targets {
 		d := retryAfter
-		if d <= 0 {
-			d = p.rules[c.Rule].limit.Per
+		if rs := p.rules[c.Rule]; d <= 0 && rs != nil {
+			d = rs.limit.Per
 		}
 		until[i] = now.Add(d)
 	}

@@ -372,6 +372,8 @@ func TestInvalidInput(t *testing.T) {
 		{"zero N", clientpool.Table{Rules: []clientpool.Rule{ruleN("a", 0, time.Second)}}},
 		{"zero Per", clientpool.Table{Rules: []clientpool.Rule{ruleN("a", 1, 0)}}},
 		{"duplicate", clientpool.Table{Rules: []clientpool.Rule{ruleN("a", 1, time.Second), ruleN("a", 2, time.Second)}}},
+		{"duplicate endpoint", clientpool.Table{Rules: []clientpool.Rule{ruleN("a", 1, time.Second)},
+			Endpoints: []clientpool.Endpoint{{Path: "/x"}, {Path: "/x"}}}},
 		{"unknown rule in endpoint", clientpool.Table{Rules: []clientpool.Rule{ruleN("a", 1, time.Second)},
 			Endpoints: []clientpool.Endpoint{{Path: "/x", Costs: []clientpool.Cost{{Rule: "b"}}}}}},
 	} {

@@ -20,6 +20,14 @@ type Table struct {
 	// example the IP weight every request pays); nil means such requests
 	// are not limited.
 	Default []Cost
+
+	// ThrottleTargets, when set, picks from a throttled response which of
+	// the call's charges it is about (Binance's body code -1015 means the
+	// account's order count, -1003 the IP's weight; OKX's 50061 the
+	// sub-account). Pool.ThrottledResponse pauses exactly those; a nil
+	// result falls back to the rules marked PauseOnThrottle. It may read
+	// the body only if it leaves it readable for the caller.
+	ThrottleTargets func(resp *http.Response, charges []Charge) []Charge
 }
 
 // Endpoint is one API endpoint and what a request to it costs.

@@ -16,7 +16,7 @@ import (
 // read to io.EOF. Every response's usage headers are reconciled with the
 // rules that read them (Rule.Usage). A throttled response (throttled; nil
 // means DefaultThrottled: 429 or 418) pauses the keys of the rules it is
-// about (Pool.Throttled) until its Retry-After, capped at MaxRetryAfter, or
+// about (Pool.ThrottledResponse) until its Retry-After, capped at MaxRetryAfter, or
 // for each rule's own window when it has none. A request whose
 // classification fails is not sent: RoundTrip closes its body and returns the
 // error.
@@ -65,7 +65,7 @@ func (c *poolCall) PauseFor(d time.Duration) {
 // Throttled implements ThrottleHandler: the keys of the rules the throttle is
 // about pause until the Retry-After, or for their own window.
 func (c *poolCall) Throttled(resp *http.Response, retryAfter time.Duration) {
-	c.pool.Throttled(c.ticket.Charges(), resp.StatusCode, retryAfter)
+	c.pool.ThrottledResponse(resp, c.ticket.Charges(), retryAfter)
 }
 
 // ObserveResponse implements ResponseObserver: usage headers are reconciled.

@@ -212,3 +212,39 @@ type closeSpy struct {
 }
 
 func (c *closeSpy) Close() error { c.closed = true; return nil }
+
+// A Table's ThrottleTargets picks the rule a throttle is about: here a
+// header names the account rule, so the account pauses and the
+// instrument's own rule (marked PauseOnThrottle) does not.
+func TestPoolThrottleTargets(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		table := instTable()
+		table.ThrottleTargets = func(resp *http.Response, cs []clientpool.Charge) []clientpool.Charge {
+			if resp.Header.Get("X-Limit") != "account" {
+				return nil
+			}
+			for _, c := range cs {
+				if c.Rule == "account" {
+					return []clientpool.Charge{c}
+				}
+			}
+			return nil
+		}
+		pool := mustPool(t, table)
+		first := true
+		base := roundTripFunc(func(req *http.Request) (*http.Response, error) {
+			if first {
+				first = false
+				return reply(req, http.StatusTooManyRequests, http.Header{"Retry-After": {"4"}, "X-Limit": {"account"}}), nil
+			}
+			return reply(req, http.StatusOK, nil), nil
+		})
+		c := &http.Client{Transport: httpclient.NewPool(pool, base, nil)}
+		get(t, c, "http://x/o?instId=BTC")
+		for _, ks := range pool.Snapshot() {
+			if paused := !ks.PausedUntil.IsZero(); paused != (ks.Rule == "account") {
+				t.Fatalf("%s[%s] paused = %v; only the account should be", ks.Rule, ks.Key, paused)
+			}
+		}
+	})
+}

@@ -158,8 +158,8 @@ var errNilSelect = errors.New("httpclient: Transport.Select is nil; use New or N
 // first. The request is retried only when MaxRetries allows it.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	for attempt := 0; ; attempt++ {
-		resp, err := t.roundTripOnce(req)
-		if err != nil || attempt >= t.MaxRetries || !t.throttled(resp) || !replayable(req) {
+		resp, throttled, err := t.roundTripOnce(req)
+		if err != nil || attempt >= t.MaxRetries || !throttled || !replayable(req) {
 			return resp, err
 		}
 		// Give the throttled response back (its release lets the pause,
@@ -199,31 +199,34 @@ func rewind(req *http.Request) (*http.Request, error) {
 	return r, nil
 }
 
-func (t *Transport) roundTripOnce(req *http.Request) (*http.Response, error) {
+// roundTripOnce sends req once and reports whether its response was
+// throttled (decided once, before the body is handed to the caller).
+func (t *Transport) roundTripOnce(req *http.Request) (*http.Response, bool, error) {
 	if t.Select == nil {
 		closeRequestBody(req)
-		return nil, errNilSelect
+		return nil, false, errNilSelect
 	}
 	l, n := t.Select(req)
 	if n < 0 {
 		closeRequestBody(req)
-		return nil, fmt.Errorf("httpclient: Selector returned negative weight %d for %s", n, describe(req))
+		return nil, false, fmt.Errorf("httpclient: Selector returned negative weight %d for %s", n, describe(req))
 	}
 	if l == nil {
-		return send(t.base(), req)
+		resp, err := send(t.base(), req)
+		return resp, err == nil && t.throttled(resp), err
 	}
 	if err := l.Acquire(req.Context(), n); err != nil {
 		// Base was never called, so the RoundTripper contract leaves closing
 		// the body to us.
 		closeRequestBody(req)
-		return nil, fmt.Errorf("httpclient: waiting for limiter: %w", err)
+		return nil, false, fmt.Errorf("httpclient: waiting for limiter: %w", err)
 	}
 	return t.roundTripHeld(l, n, req)
 }
 
 // roundTripHeld sends req while n units of l are held and arranges their
 // release.
-func (t *Transport) roundTripHeld(l Limiter, n int64, req *http.Request) (*http.Response, error) {
+func (t *Transport) roundTripHeld(l Limiter, n int64, req *http.Request) (*http.Response, bool, error) {
 	// Until the body wrapper owns the release, every way out (Base error, no
 	// body, or a panic in Base, Now or PauseFor) releases here; otherwise a
 	// recovered panic would shrink the limiter for good.
@@ -236,29 +239,30 @@ func (t *Transport) roundTripHeld(l Limiter, n int64, req *http.Request) (*http.
 
 	resp, err := send(t.base(), req)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if o, ok := l.(ResponseObserver); ok {
 		o.ObserveResponse(resp)
 	}
 	// Pause before anything is released: the slot we hold keeps the next
 	// request from starting between the 429 and the pause.
-	t.pauseOn(l, resp)
+	throttled := t.throttled(resp)
+	if throttled {
+		t.pause(l, resp)
+	}
 	if resp.Body == http.NoBody {
-		return resp, nil
+		return resp, throttled, nil
 	}
 	resp.Body = wrapBody(resp.Body, l, n)
 	handedOff = true
-	return resp, nil
+	return resp, throttled, nil
 }
 
-// pauseOn pauses l if resp is a 429 or 418 with a usable Retry-After.
+// pause pauses l after a throttled response: until its Retry-After when it
+// has a usable one (a ThrottleHandler is told either way).
 // 503 also may carry Retry-After, but it signals an overloaded or down
 // server rather than a client over its quota, so it does not pause the limit.
-func (t *Transport) pauseOn(l Limiter, resp *http.Response) {
-	if !t.throttled(resp) {
-		return
-	}
+func (t *Transport) pause(l Limiter, resp *http.Response) {
 	var d time.Duration
 	if v := resp.Header.Get("Retry-After"); v != "" { // first value; nil Header is fine
 		now := time.Now

@@ -1,0 +1,95 @@
+package okx_test
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ratesem/ratesem/exchange/okx"
+)
+
+// closeCounter records Close calls on the original body.
+type closeCounter struct {
+	io.Reader
+	closed int
+}
+
+func (c *closeCounter) Close() error { c.closed++; return nil }
+
+func response(status int, body string) (*http.Response, *closeCounter) {
+	b := &closeCounter{Reader: strings.NewReader(body)}
+	return &http.Response{StatusCode: status, Body: b, Header: http.Header{}}, b
+}
+
+func TestIsRateLimited(t *testing.T) {
+	big := `{"code":"0","msg":"","data":[` + strings.Repeat(`{"instId":"BTC-USDT","fundingRate":"0.0001"},`, 200) + `{}]}`
+	require.Greater(t, len(big), 2*okx.PeekSize)
+	cases := []struct {
+		name   string
+		status int
+		body   string
+		want   bool
+	}{
+		{"429", http.StatusTooManyRequests, `{"code":"50011","msg":"Too Many Requests","data":[]}`, true},
+		{"429 whatever the body", http.StatusTooManyRequests, `not json`, true},
+		{"200 with 50011", http.StatusOK, `{"code":"50011","msg":"Rate limit reached. Please refer to API documentation and throttle requests accordingly.","data":[]}`, true},
+		{"200 with 50011 as a number", http.StatusOK, `{"code":50011,"msg":"","data":[]}`, true},
+		{"200 with 50011 after another member", http.StatusOK, `{"msg":"Too Many Requests","code":"50011"}`, true},
+		{"200 with 50061", http.StatusOK, `{"code":"50061","msg":"Sub-account rate limit exceeded","data":[]}`, true},
+		{"normal 200", http.StatusOK, `{"code":"0","msg":"","data":[{"instId":"BTC-USDT"}]}`, false},
+		{"normal 200 larger than the peek", http.StatusOK, big, false},
+		{"200 with another error code", http.StatusOK, `{"code":"51000","msg":"Parameter instId error","data":[]}`, false},
+		{"200 not JSON", http.StatusOK, `<html>50011</html>`, false},
+		{"200 JSON array", http.StatusOK, `[{"code":"50011"}]`, false},
+		{"200 empty", http.StatusOK, ``, false},
+		{"code in a nested object only", http.StatusOK, `{"data":{"code":"50011"},"code":"0"}`, false},
+		{"400 with 50011", http.StatusBadRequest, `{"code":"50011"}`, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			resp, orig := response(c.status, c.body)
+			assert.Equal(t, c.want, okx.IsRateLimited(resp))
+			// Twice, as a transport may ask again.
+			assert.Equal(t, c.want, okx.IsRateLimited(resp))
+			b, err := io.ReadAll(resp.Body)
+			require.NoError(t, err)
+			assert.Equal(t, c.body, string(b), "the body is still whole")
+			require.NoError(t, resp.Body.Close())
+			assert.Equal(t, 1, orig.closed, "closing closes the original body")
+			assert.Equal(t, c.want, okx.IsRateLimitedBody(c.status, []byte(c.body)))
+		})
+	}
+}
+
+func TestIsRateLimitedNil(t *testing.T) {
+	assert.False(t, okx.IsRateLimited(nil))
+	assert.False(t, okx.IsRateLimited(&http.Response{StatusCode: http.StatusOK}))
+	assert.False(t, okx.IsRateLimited(&http.Response{StatusCode: http.StatusOK, Body: http.NoBody}))
+}
+
+// A body cut short after the code still says it.
+func TestIsRateLimitedBodyPrefix(t *testing.T) {
+	assert.True(t, okx.IsRateLimitedBody(http.StatusOK, []byte(`{"code":"50011","msg":"Rate li`)))
+	assert.False(t, okx.IsRateLimitedBody(http.StatusOK, []byte(`{"code":"0","data":[{"in`)))
+	assert.False(t, okx.IsRateLimitedBody(http.StatusOK, []byte(`{"data":[{"in`)))
+}
+
+// A read error during the peek reaches the caller after the bytes read.
+func TestIsRateLimitedReadError(t *testing.T) {
+	boom := errors.New("connection reset")
+	body := &closeCounter{Reader: io.MultiReader(strings.NewReader(`{"code":"0","da`), errorReader{boom})}
+	resp := &http.Response{StatusCode: http.StatusOK, Body: body}
+	assert.False(t, okx.IsRateLimited(resp))
+	b, err := io.ReadAll(resp.Body)
+	assert.Equal(t, `{"code":"0","da`, string(b))
+	assert.ErrorIs(t, err, boom)
+}
+
+type errorReader struct{ err error }
+
+func (e errorReader) Read([]byte) (int, error) { return 0, e.err }
