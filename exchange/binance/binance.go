@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ratesem/ratesem/clientpool"
+	"github.com/ratesem/ratesem/internal/peek"
 	"github.com/ratesem/ratesem/window"
 )
 
@@ -146,7 +147,29 @@ func Spot(opts ...Option) clientpool.Table {
 		}
 		t.Endpoints = append(t.Endpoints, ep)
 	}
+	t.ThrottleTargets = throttleTargets
 	return t
+}
+
+// CodeTooManyOrders is the body code of a 429 for the account's order count
+// (ORDERS); -1003 is the IP's weight or raw requests. Source:
+// https://developers.binance.com/docs/binance-spot-api-docs/errors
+const CodeTooManyOrders = "-1015"
+
+// throttleTargets points a 429 with code -1015 at the account's ORDERS
+// rules; any other throttle (-1003, or a 418 ban) falls back to the rules
+// marked to pause (the IP's REQUEST_WEIGHT).
+func throttleTargets(resp *http.Response, charges []clientpool.Charge) []clientpool.Charge {
+	if peek.Code(peek.Body(resp, 512)) != CodeTooManyOrders {
+		return nil
+	}
+	var out []clientpool.Charge
+	for _, c := range charges {
+		if c.Rule == RuleOrders10s || c.Rule == RuleOrders1d {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 func fixedWindow(l window.Limit) window.Policy { return window.NewFixedWindow(l) }

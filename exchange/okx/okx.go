@@ -4,9 +4,11 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/ratesem/ratesem/clientpool"
+	"github.com/ratesem/ratesem/internal/peek"
 	"github.com/ratesem/ratesem/window"
 )
 
@@ -179,7 +181,30 @@ func Table(opts ...Option) clientpool.Table {
 		}
 		t.Endpoints = append(t.Endpoints, ep)
 	}
+	t.ThrottleTargets = throttleTargets
 	return t
+}
+
+// throttleTargets points a throttle with code 50061 at the sub-account rule
+// (https://www.okx.com/docs-v5/en/#overview-rate-limits-sub-account-rate-limit);
+// any other throttle falls back to the rules marked to pause (the
+// per-instrument ones).
+func throttleTargets(resp *http.Response, charges []clientpool.Charge) []clientpool.Charge {
+	if peek.Code(peek.Body(resp, PeekSize)) != CodeSubAccountRateLimited {
+		return nil
+	}
+	return pick(charges, RuleSubAccountOrders)
+}
+
+// pick returns the charges under the named rules, or nil when there are none.
+func pick(charges []clientpool.Charge, rules ...string) []clientpool.Charge {
+	var out []clientpool.Charge
+	for _, c := range charges {
+		if slices.Contains(rules, c.Rule) {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // scaled returns per / scale rounded up to a whole nanosecond.

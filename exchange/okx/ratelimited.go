@@ -1,11 +1,9 @@
 package okx
 
 import (
-	"bytes"
-	"encoding/json"
-	"errors"
-	"io"
 	"net/http"
+
+	"github.com/ratesem/ratesem/internal/peek"
 )
 
 // Error codes with which OKX says a client called too fast
@@ -44,14 +42,7 @@ func IsRateLimited(resp *http.Response) bool {
 	if resp.StatusCode != http.StatusOK || resp.Body == nil || resp.Body == http.NoBody {
 		return false
 	}
-	buf := make([]byte, PeekSize)
-	n, err := io.ReadFull(resp.Body, buf)
-	buf = buf[:n]
-	var rest io.Reader = resp.Body
-	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
-		rest = errReader{err} // the caller sees the read error after the peeked bytes
-	}
-	resp.Body = peekedBody{Reader: io.MultiReader(bytes.NewReader(buf), rest), Closer: resp.Body}
+	buf := peek.Body(resp, PeekSize)
 	return IsRateLimitedBody(resp.StatusCode, buf)
 }
 
@@ -66,7 +57,7 @@ func IsRateLimitedBody(status int, body []byte) bool {
 	if status != http.StatusOK {
 		return false
 	}
-	switch code(body) {
+	switch peek.Code(body) {
 	case CodeRateLimited, CodeSubAccountRateLimited:
 		return true
 	}
@@ -76,43 +67,3 @@ func IsRateLimitedBody(status int, body []byte) bool {
 // code returns the "code" member of the JSON object body starts with, read
 // token by token so that a body cut short after it still yields it; "" when
 // there is none.
-func code(body []byte) string {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.UseNumber()
-	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
-		return ""
-	}
-	for dec.More() {
-		k, err := dec.Token()
-		if err != nil {
-			return ""
-		}
-		if k == "code" {
-			v, err := dec.Token()
-			if err != nil {
-				return ""
-			}
-			switch v := v.(type) {
-			case string:
-				return v
-			case json.Number:
-				return v.String()
-			}
-			return ""
-		}
-		var skip json.RawMessage
-		if err := dec.Decode(&skip); err != nil {
-			return ""
-		}
-	}
-	return ""
-}
-
-type peekedBody struct {
-	io.Reader
-	io.Closer
-}
-
-type errReader struct{ err error }
-
-func (e errReader) Read([]byte) (int, error) { return 0, e.err }
