@@ -35,6 +35,7 @@ var policyCases = []policyCase{
 	{"sliding-log", func(l window.Limit) window.Policy { return window.NewSlidingLog(l, 10*time.Millisecond) },
 		func(l window.Limit, _ int64) (int64, time.Duration) { return l.N, l.Per + 10*time.Millisecond }},
 	{"fixed-window", func(l window.Limit) window.Policy { return window.NewFixedWindow(l) }, perN(2, 0)},
+	{"fixed-completion", func(l window.Limit) window.Policy { return window.NewFixedCompletion(l) }, perN(2, 0)},
 	{"sliding-window-counter", func(l window.Limit) window.Policy { return window.NewSlidingWindowCounter(l) }, perN(2, -1)},
 	{"sub-window-counter", func(l window.Limit) window.Policy { return window.NewSubWindowCounter(l, 5) },
 		func(l window.Limit, _ int64) (int64, time.Duration) { return l.N, l.Per - l.Per/5 }},

@@ -17,12 +17,18 @@ import "time"
 // Pair it with a concurrency cap, or pick the completion window, when the
 // server must never see more than N.
 //
-// Memory: 24 bytes, whatever N. The zero FixedWindow is not usable; call
-// NewFixedWindow. A FixedWindow is not safe for concurrent use (see Policy).
+// NewFixedCompletion makes the variant that holds at the server whatever the
+// latency: a call counts in every aligned window from its start to its end.
+//
+// Memory: 48 bytes, whatever N. The zero FixedWindow is not usable; call
+// NewFixedWindow or NewFixedCompletion. A FixedWindow is not safe for
+// concurrent use (see Policy).
 type FixedWindow struct {
-	limit Limit
-	win   int64 // index of the current window: floor(Unix ns / Per)
-	used  int64 // units started in window win
+	limit    Limit
+	win      int64 // index of the current window: floor(Unix ns / Per)
+	used     int64 // units counted in window win
+	inflight int64 // units admitted and not yet Done; counted only with carry
+	carry    bool  // NewFixedCompletion: calls in flight count in every window they touch
 }
 
 // NewFixedWindow returns a fixed window counter for l with nothing counted.
@@ -35,8 +41,35 @@ func NewFixedWindow(l Limit) *FixedWindow {
 	return &FixedWindow{limit: l}
 }
 
+// NewFixedCompletion returns a fixed window counter for l in which a call
+// counts in every aligned window its [start, end] touches: it counts in its
+// start's window, and calls still in flight when a new window begins are
+// counted in that window too, as is a call that ends in it. Since a call
+// reaches the server between its start and its end, a server that counts
+// arrivals in the same aligned windows (Binance) never sees more than N in
+// one of them, whatever the latency — the completion window's idea applied
+// to fixed windows. The price: a call that straddles a boundary spends from
+// both windows. The caller must report every end with Done (a RateSemaphore
+// and a clientpool.Pool do). It panics if l.N or l.Per is negative.
+func NewFixedCompletion(l Limit) *FixedWindow {
+	w := NewFixedWindow(l)
+	w.carry = true
+	return w
+}
+
 // Limit returns the limit the window enforces.
 func (w *FixedWindow) Limit() Limit { return w.limit }
+
+// roll moves the count on to the window containing the Unix instant t: a new
+// window starts with the units in flight (with carry) or with none.
+func (w *FixedWindow) roll(t int64) {
+	if idx := floorDiv(t, int64(w.limit.Per)); idx > w.win {
+		w.win, w.used = idx, 0
+		if w.carry {
+			w.used = w.inflight
+		}
+	}
+}
 
 // Capacity implements Policy: it returns N.
 func (w *FixedWindow) Capacity() int64 { return w.limit.N }
@@ -69,26 +102,44 @@ func (w *FixedWindow) Admit(now time.Time, n int64) (time.Time, bool) {
 	}
 	per := int64(w.limit.Per)
 	t := now.UnixNano()
-	if idx := floorDiv(t, per); idx > w.win {
-		w.win, w.used = idx, 0
-	}
+	w.roll(t)
 	if w.used+n <= w.limit.N {
 		w.used += n
+		if w.carry {
+			w.inflight += n
+		}
 		return time.Time{}, true
+	}
+	if w.carry && w.inflight+n > w.limit.N {
+		return time.Time{}, false // the next window starts with the calls in flight
 	}
 	return now.Add(time.Duration((w.win+1)*per - t)), false
 }
 
 // Cancel implements Policy: the n units come off the count if the window of
-// at is still the current one (otherwise the count has reset already).
+// at is still the current one (otherwise the count has reset already), and
+// off flight.
 func (w *FixedWindow) Cancel(at time.Time, n int64) {
+	if w.carry {
+		w.inflight -= min(n, w.inflight)
+	}
 	if w.limit.Per > 0 && floorDiv(at.UnixNano(), int64(w.limit.Per)) == w.win {
 		w.used -= min(n, w.used)
 	}
 }
 
-// Done implements Policy. It does nothing: the window counts starts only.
-func (w *FixedWindow) Done(time.Time, int64) {}
+// Done implements Policy. For NewFixedWindow it does nothing: the window
+// counts starts only. For NewFixedCompletion the call's units, counted in
+// the window current at now, leave flight.
+func (w *FixedWindow) Done(now time.Time, n int64) {
+	if !w.carry {
+		return
+	}
+	if w.limit.Per > 0 {
+		w.roll(now.UnixNano())
+	}
+	w.inflight -= min(n, w.inflight)
+}
 
-// DoneUsesTime implements Policy: it returns false.
-func (w *FixedWindow) DoneUsesTime() bool { return false }
+// DoneUsesTime implements Policy: true for NewFixedCompletion.
+func (w *FixedWindow) DoneUsesTime() bool { return w.carry }

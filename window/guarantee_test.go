@@ -103,6 +103,16 @@ var rows = []row{
 		},
 	},
 	{
+		name:  "fixed completion, calls of no latency: 2N across a boundary",
+		make:  func(l window.Limit) window.Policy { return window.NewFixedCompletion(l) },
+		span:  perSpan,
+		bound: func(l window.Limit, _ int64) int64 { return 2 * l.N },
+		worst: func(r *recorder, l window.Limit) {
+			r.greedy(at(l.Per-ms), at(l.Per-ms), 1, l.N)
+			r.greedy(at(l.Per), at(2*l.Per), l.Per/100, 1)
+		},
+	},
+	{
 		name:  "sliding window counter: 2N−1",
 		make:  func(l window.Limit) window.Policy { return window.NewSlidingWindowCounter(l) },
 		span:  perSpan,
@@ -334,5 +344,64 @@ func TestCounterCancelAcrossBoundary(t *testing.T) {
 			p.Cancel(at(900*ms), 10)
 			mustAdmit(t, p, 1100*ms, 10, true)
 		})
+	}
+}
+
+// serverPeak runs calls through p with random latencies and returns the most
+// arrivals a server saw in one aligned window of Per, each call arriving at
+// a random instant between its start and its end.
+func serverPeak(t *testing.T, p window.Policy, l window.Limit, seed uint64) int64 {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(seed, 17))
+	type flight struct {
+		end time.Time
+		n   int64
+	}
+	var inflight []flight
+	perWindow := map[int64]int64{}
+	now := at(0)
+	for range 3000 {
+		if rng.IntN(2) == 0 { // a lull, then often a burst late in a window
+			now = now.Add(time.Duration(rng.Int64N(int64(l.Per) / 2)))
+		} else {
+			now = now.Add(time.Duration(rng.Int64N(int64(l.Per) / 200)))
+		}
+		// End the calls due by now, in order.
+		slices.SortFunc(inflight, func(a, b flight) int { return a.end.Compare(b.end) })
+		for len(inflight) > 0 && !inflight[0].end.After(now) {
+			p.Done(inflight[0].end, inflight[0].n)
+			inflight = inflight[1:]
+		}
+		n := 1 + rng.Int64N(2)
+		if _, ok := p.Admit(now, n); !ok {
+			continue
+		}
+		latency := time.Duration(rng.Int64N(int64(l.Per) / 3))
+		arrival := now.Add(time.Duration(rng.Int64N(int64(latency) + 1)))
+		perWindow[arrival.UnixNano()/int64(l.Per)] += n
+		inflight = append(inflight, flight{now.Add(latency), n})
+	}
+	var peak int64
+	for _, v := range perWindow {
+		peak = max(peak, v)
+	}
+	return peak
+}
+
+// NewFixedCompletion holds at a server that counts aligned fixed windows on
+// arrival, whatever the latency; the plain fixed window does not.
+func TestFixedCompletionHoldsAtServer(t *testing.T) {
+	l := window.Limit{N: 10, Per: time.Second}
+	broken := 0
+	for seed := range uint64(20) {
+		if got := serverPeak(t, window.NewFixedCompletion(l), l, seed); got > l.N {
+			t.Fatalf("seed %d: the server saw %d arrivals in one window of %v > %d", seed, got, l.Per, l.N)
+		}
+		if serverPeak(t, window.NewFixedWindow(l), l, seed) > l.N {
+			broken++
+		}
+	}
+	if broken == 0 {
+		t.Fatal("the plain fixed window never broke the rule at the server: the test builds no straddling calls")
 	}
 }

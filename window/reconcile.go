@@ -61,9 +61,7 @@ func (w *FixedWindow) Used(now time.Time) int64 {
 	if w.limit.Per == 0 {
 		return 0
 	}
-	if idx := floorDiv(now.UnixNano(), int64(w.limit.Per)); idx > w.win {
-		w.win, w.used = idx, 0
-	}
+	w.roll(now.UnixNano())
 	return w.used
 }
 

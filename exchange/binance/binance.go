@@ -102,8 +102,9 @@ func WithTimeScale(scale float64) Option {
 
 // Spot returns Binance Spot's REST limits (https://api.binance.com/api/v3) as
 // a clientpool.Table; see the package documentation for the rules and
-// endpoints. Every rule counts in fixed windows aligned to the clock
-// (window.NewFixedWindow), as Binance does, and reads the server's own count
+// endpoints. Every rule counts in fixed windows aligned to the clock, as
+// Binance does, each call in every window from its start to its end
+// (window.NewFixedCompletion), and reads the server's own count
 // from the response headers where Binance sends one. A request to an endpoint
 // not in the table costs 1 REQUEST_WEIGHT and 1 RAW_REQUESTS
 // (Table.Default), Binance's most common weight.
@@ -172,7 +173,10 @@ func throttleTargets(resp *http.Response, charges []clientpool.Charge) []clientp
 	return out
 }
 
-func fixedWindow(l window.Limit) window.Policy { return window.NewFixedWindow(l) }
+// fixedWindow counts each call in every aligned window its start..end
+// touches (window.NewFixedCompletion): Binance counts arrivals in fixed
+// windows, and a call started before a boundary may arrive after it.
+func fixedWindow(l window.Limit) window.Policy { return window.NewFixedCompletion(l) }
 
 // accountKey is the key of the ORDERS rules: the request's API key.
 func accountKey(req *http.Request) (string, bool) { return req.Header.Get(HeaderAPIKey), true }

@@ -237,6 +237,7 @@ func TestWithTimeScale(t *testing.T) {
 		now := time.Unix(1_700_000_000, 123_456_789)
 		_, ok = p.Admit(now, r.Limit.N)
 		require.True(t, ok, r.Name)
+		p.Done(now, r.Limit.N) // the calls ended in this window
 		next, ok := p.Admit(now, 1)
 		require.False(t, ok, r.Name)
 		since := time.Duration(now.UnixNano())

@@ -8,11 +8,12 @@
 //
 // Binance counts each limit in fixed windows aligned to the clock: a 1-minute
 // window starts at every full minute UTC, a day at midnight UTC, and the
-// count resets at each start. Every rule here counts the same way
-// (window.NewFixedWindow), aligned to the local clock, so keep it in step
-// with Binance's (NTP). A fixed window counts starts at the client; a request
-// started just before a boundary may arrive just after it and count in the
-// next window at the server, so the server can see a little more than N in a
+// count resets at each start. Every rule here counts the same way, aligned
+// to the local clock (keep it in step with Binance's, NTP), and counts each
+// call in every window from its start to its end
+// (window.NewFixedCompletion): a request started just before a boundary may
+// arrive just after it and count in the next window at the server, so the
+// pool counts it in both and the server never sees more than N in one
 // window when requests cross boundaries. The usage headers Binance returns
 // (X-MBX-USED-WEIGHT-1M, X-MBX-ORDER-COUNT-10S and -1D) are read after every
 // response (Rule.Usage): when the server counts more than the pool, for

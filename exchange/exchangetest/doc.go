@@ -3,24 +3,55 @@
 // and examples can check a client's limiter against the rule it must obey
 // without touching the network.
 //
-// The servers are built on [net/http/httptest]. Each one records every request
-// it receives (an [Arrival]: the time the server counted it, the client IP,
-// the rule key and the status it answered), and [MaxInWindow] computes, from
-// such a log, the largest number of arrivals any sliding window held — the
-// quantity the exchange's rule bounds.
+// The servers are built on [net/http/httptest]. Each records every request it
+// receives with the time the server counted it, and offers functions that
+// compute, from such a log, the most units any window held — the quantity the
+// exchange's rule bounds — so a test can assert "the server's own log shows
+// each rule respected".
 //
-// # OKX
+// # Servers
 //
-// [NewOKX] starts a server for OKX's public endpoint
+//   - [NewOKX]: one OKX endpoint, funding-rate-history, 10 requests per 2 s
+//     per (IP, instId) by default, with its log of [Arrival] and
+//     [MaxInWindow].
+//   - [NewOKXV5]: sixteen OKX v5 endpoints (market data, public data, trade
+//     and account) with each endpoint's own limit and OKX's sub-account
+//     order limit; sliding windows of 2 s; rejections with code 50011.
+//   - [NewBinance]: eight Binance spot endpoints with request weights, the
+//     IP's REQUEST_WEIGHT and RAW_REQUESTS limits and the account's ORDERS
+//     limits in fixed windows aligned to the clock; 429 with Retry-After,
+//     then 418 IP bans for clients that do not back off.
 //
-//	GET /api/v5/public/funding-rate-history?instId=BTC-USDT-SWAP
+// The two rule-set servers log [Entry] values (arrival time, endpoint, the
+// [Charge] of each rule key, [Outcome]) and are checked with [PeakUsage],
+// [Violations] and [Summarize], or their methods Peak, Violations and Stats.
 //
-// whose documented limit is "Rate Limit: 10 requests per 2 seconds, Rate limit
-// rule: IP + Instrument ID"
-// (https://www.okx.com/docs-v5/en/#public-data-rest-api-get-funding-rate-history).
-// Observed behaviour (seed 000 of this project) is an exact sliding window:
-// for every instant t, at most 10 requests of one (IP, instId) pair arrive in
-// any window of 2 s. The server admits a request arriving at t iff fewer than
-// Limit accepted requests of the same key arrived in the half-open window
-// (t−Window, t]; otherwise it answers HTTP 429 with OKX's error code 50011.
+// # Counting
+//
+// OKX (https://www.okx.com/docs-v5/en/#overview-rate-limits) bounds the
+// requests in any window of 2 s: a request arriving at t is admitted iff the
+// accepted units of its key in (t−2s, t], plus its own, are within the limit.
+// Binance
+// (https://developers.binance.com/docs/binance-spot-api-docs/rest-api/limits)
+// counts in fixed windows that restart at each full minute (10 s, 5 min, day)
+// of UTC. Both servers count accepted requests only: a rejected request does
+// not extend the window.
+//
+// # Time
+//
+// Every server reads arrival times from one clock, time.Now unless a Now
+// function is configured (e.g. clock.NewMock().Now from
+// github.com/benbjohnson/clock, to place arrivals exactly on a window
+// boundary). OKXV5Config.Scale and BinanceConfig.Scale divide every window
+// (and Binance's bans), so that Binance's minute lasts 3 s at Scale 20 and an
+// example or test finishes quickly; fixed windows stay aligned to multiples of
+// the scaled length since the Unix epoch.
+//
+// With InMemory set, a server listens on in-memory pipes instead of TCP, so it
+// can run inside a testing/synctest bubble (create it inside the bubble and use
+// its Client or ClientFrom), where virtual time makes timing tests exact and
+// instant. ClientFrom also lets a test send from several client IPs.
+//
+// Latency functions ([FixedLatency], [UniformLatency]) delay each answer after
+// the rate-limit decision, as the network and the exchange's processing would.
 package exchangetest
