@@ -79,12 +79,18 @@ type limiter struct {
 	waiting  int       // waiters holding it
 	last     time.Time // latest admission, release or pause
 	blocked  uint64    // == pool.pass: an earlier waiter it refused is still waiting
+	// reconciled counts the units Reconcile and ObserveHeaders made the
+	// window count on the server's word.
+	reconciled int64
 }
 
 type held struct {
 	lim     *limiter
 	n       int64
 	refused bool // sticky: this limiter refused the waiter once; later calls queue behind
+	// For rules with Usage: the window's count right after this call was
+	// admitted, and the limiter's reconciled units then (see Ticket.ObserveHeaders).
+	usedAtAdmit, recAtAdmit int64
 }
 
 type waiter struct {
@@ -391,9 +397,15 @@ func (p *Pool) tryLocked(hs []held, now time.Time) (time.Time, bool) {
 		}
 		return p.retry(at, needRelease), false
 	}
-	for _, h := range hs {
+	for i := range hs {
+		h := &hs[i]
 		h.lim.inflight += h.n
 		h.lim.last = now
+		if h.lim.rule.Usage != nil {
+			if r, ok := h.lim.policy.(window.Reconciler); ok {
+				h.usedAtAdmit, h.recAtAdmit = r.Used(now), h.lim.reconciled
+			}
+		}
 	}
 	return time.Time{}, true
 }
@@ -575,6 +587,7 @@ func (p *Pool) Reconcile(rule, key string, used int64) error {
 		if local := r.Used(now); used > local {
 			extra = used - local
 			r.Consume(now, extra)
+			l.reconciled += extra
 			l.last = now
 		}
 	}
@@ -593,6 +606,47 @@ func (p *Pool) ObserveHeaders(charges []Charge, h http.Header) {
 			if used, ok := rs.Usage(h); ok {
 				_ = p.Reconcile(c.Rule, c.Key, used)
 			}
+		}
+	}
+}
+
+// ObserveHeaders reads, for each charge of the ticket whose rule has a Usage
+// function, the server's count from the headers of the call's response, and
+// makes the local window count what it did not know of: the server counted
+// used units when this call arrived, the local window counted usedAtAdmit
+// when it admitted it (this call and the ones admitted before it, which
+// reach the server before it), so used − usedAtAdmit units come from
+// elsewhere (another process on the same IP or account). Units already taken
+// in from later responses are not counted twice. Feedback never loosens the
+// local accounting. Use it rather than Pool.ObserveHeaders when the call's
+// Ticket is at hand (httpclient does): comparing with the window's count now
+// would miss the units of calls still on their way.
+func (t *Ticket) ObserveHeaders(h http.Header) {
+	p := t.pool
+	for _, hd := range t.held {
+		rs := hd.lim.rule
+		if rs.Usage == nil {
+			continue
+		}
+		used, ok := rs.Usage(h)
+		if !ok {
+			continue
+		}
+		p.mu.Lock()
+		r, ok := hd.lim.policy.(window.Reconciler)
+		var extra int64
+		if ok {
+			known := hd.lim.reconciled - hd.recAtAdmit // taken in since this call was admitted
+			if extra = used - hd.usedAtAdmit - known; extra > 0 {
+				now := p.now()
+				r.Consume(now, extra)
+				hd.lim.reconciled += extra
+				hd.lim.last = now
+			}
+		}
+		p.mu.Unlock()
+		if extra > 0 {
+			p.emit(Event{Kind: Reconciled, Rule: rs.Name, Key: hd.lim.key, Weight: extra})
 		}
 	}
 }

@@ -137,3 +137,29 @@ func TestClassify(t *testing.T) {
 		}
 	}
 }
+
+// Ticket.ObserveHeaders compares the server's count with the window's count
+// when the call was admitted, so calls still on their way are not mistaken
+// for room: A and B are admitted; A's response says 5 (a foreign 4 plus A;
+// B has not arrived yet), so the window must count 4 + A + B = 6; B's
+// response then says 6, nothing new.
+func TestTicketObserveHeadersInFlight(t *testing.T) {
+	rule := clientpool.Rule{
+		Name: "ip", Limit: window.Limit{N: 10, Per: time.Minute},
+		Window: func(l window.Limit) window.Policy { return window.NewFixedCompletion(l) },
+		Usage:  clientpool.BinanceUsage("X-MBX-USED-WEIGHT-1M"),
+	}
+	p := newPool(t, []clientpool.Rule{rule})
+	a := acquire(t, p, clientpool.Charge{Rule: "ip", Weight: 1})
+	b := acquire(t, p, clientpool.Charge{Rule: "ip", Weight: 1})
+	a.ObserveHeaders(hdr("X-MBX-USED-WEIGHT-1M", "5"))
+	if got := p.Snapshot()[0].Used; got != 6 {
+		t.Fatalf("Used = %d after A's response said 5, want 6 (4 foreign + A + B)", got)
+	}
+	b.ObserveHeaders(hdr("X-MBX-USED-WEIGHT-1M", "6"))
+	if got := p.Snapshot()[0].Used; got != 6 {
+		t.Fatalf("Used = %d after B's response said 6, want 6: counted twice", got)
+	}
+	a.Release()
+	b.Release()
+}

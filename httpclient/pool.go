@@ -70,7 +70,7 @@ func (c *poolCall) Throttled(resp *http.Response, retryAfter time.Duration) {
 
 // ObserveResponse implements ResponseObserver: usage headers are reconciled.
 func (c *poolCall) ObserveResponse(resp *http.Response) {
-	c.pool.ObserveHeaders(c.ticket.Charges(), resp.Header)
+	c.ticket.ObserveHeaders(resp.Header)
 }
 
 // failed is the Limiter of a request that cannot be classified: it never
