@@ -299,3 +299,13 @@ func TestReconciler(t *testing.T) {
 		t.Fatalf("only %d windows implement Reconciler", tested)
 	}
 }
+
+// Cancelling a start whose record has already left the window erases
+// nothing: the units of newer starts stay counted.
+func TestSlidingLogCancelAfterExpiry(t *testing.T) {
+	w := window.NewSlidingLog(window.Limit{N: 2, Per: time.Second}, 0)
+	mustAdmit(t, w, 0, 1, true)
+	mustAdmit(t, w, 1500*ms, 2, true) // the start at 0 has left the window
+	w.Cancel(at(0), 1)
+	mustAdmit(t, w, 1500*ms, 1, false)
+}

@@ -90,7 +90,11 @@ func (w *SlidingLog) Admit(now time.Time, n int64) (time.Time, bool) {
 // the instant at (or, if that Admit's start was raised to a later recorded
 // one, n units recorded between the two, which errs on the safe side).
 func (w *SlidingLog) Cancel(at time.Time, n int64) {
-	w.log.remove(addSat(w.log.offset(at), w.margin), n)
+	from := addSat(w.log.offset(at), w.margin)
+	if w.log.hasEpoch && from <= w.log.latest-int64(w.limit.Per) {
+		return // its record has left the window already: nothing of it to erase
+	}
+	w.log.remove(from, n)
 }
 
 // Done implements Policy. It does nothing: the window counts starts only.

@@ -1,0 +1,483 @@
+// Package redis keeps the windows of package window in Redis, so that
+// several processes (replicas sharing one API key or one IP) share one
+// limit. Each window is one Lua script: an admission decision is a single
+// EVALSHA round trip, and so is a release, an extension or a cancellation.
+// Scripts are sent with go-redis's Script.Run, which falls back to EVAL when
+// the server answers NOSCRIPT (after SCRIPT FLUSH, a restart or a failover),
+// so a server that lost its script cache costs one extra round trip, not an
+// error.
+//
+// Every window has the same decisions as its in-memory twin in package
+// window, given the same instants on a microsecond grid (the tests feed both
+// the same random schedules):
+//
+//	NewCompletion            window.Completion, with leases for calls in flight
+//	NewSlidingLog            window.SlidingLog (start window with a margin)
+//	NewGCRA                  window.GCRA (emission interval rounded up to 1 µs)
+//	NewTokenBucket           window.TokenBucket
+//	NewFixedWindow           window.FixedWindow (aligned to the Unix epoch)
+//	NewSlidingWindowCounter  window.SlidingWindowCounter
+//
+// # Clock
+//
+// The Redis server's clock (TIME, read inside the script) is the only clock:
+// replicas whose clocks are skewed still agree, and nothing in this package
+// reads the local clock unless WithClock says so (tests, simulations). The
+// scripts work in whole microseconds since the Unix epoch, so a limit's Per,
+// a margin and a lease must be whole microseconds. For one limiter time
+// never goes back: an instant earlier than the latest one seen (a failover
+// to a server whose clock is behind) is taken as that latest one.
+//
+// # Keys
+//
+// A window named name keeps its state under keys that begin with
+// "ratesem:{name}:" and go on with the kind of window, so all keys of one
+// limiter share the hash tag {name} and live in one slot of a Redis Cluster.
+// Every key has a TTL just over the time its state matters (one second
+// more), refreshed by each script that writes it: an idle limiter leaves
+// nothing behind. Windows of different kinds with the same name do not
+// share state; windows of the same kind and name do, and must be built
+// with the same limit in every process.
+//
+// # When Redis is unreachable
+//
+// Every method returns the go-redis error (wrapped, with the operation and
+// the limiter's name); none falls back to local state. A restarted server
+// (without persistence) comes back empty: the limiters start from an idle
+// state, and tokens issued before the restart are no longer in flight.
+package redis
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math/bits"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/ratesem/ratesem/window"
+)
+
+// Limit is window.Limit: N units per Per. Here Per must be a whole number of
+// microseconds.
+type Limit = window.Limit
+
+// DefaultLease is the lease of a call in flight in the completion window
+// unless WithLease sets another.
+const DefaultLease = time.Minute
+
+// ErrNotInFlight is returned by Release, Extend and Cancel of a completion
+// window for a token that is not in flight: it was released or cancelled
+// already, its lease ran out and the window has forgotten the call, the
+// server lost its state (a restart), or it is not a token of this window.
+var ErrNotInFlight = errors.New("ratesem/redis: no such call in flight")
+
+// maxMicros bounds every duration and count handed to the scripts, so that
+// an instant plus a few of them stays below 2^53, where Lua's doubles are
+// exact integers.
+const maxMicros = 1 << 50
+
+// Decision is the outcome of Window.Admit.
+type Decision struct {
+	// OK reports whether the call was admitted.
+	OK bool
+	// Wait is, when OK is false, how long from At until the call could be
+	// admitted if nothing else changed: no other admission, and no call in
+	// flight ending (in the completion window a call in flight is taken to
+	// end when its lease runs out). It is 0 when OK is true. A caller that
+	// sleeps Wait (plus jitter) and tries again polls no more than needed.
+	Wait time.Duration
+	// InFlight is set, in the completion window only, when OK is false and
+	// the units of calls in flight (with leases not run out) leave no room
+	// for the call: a Release anywhere may then make room well before Wait,
+	// which counts the calls in flight until their leases run out (the
+	// in-memory window returns no instant at all in that case).
+	InFlight bool
+	// Token identifies an admitted call (OK true, n > 0) for Release,
+	// Extend and Cancel. It is empty otherwise.
+	Token string
+	// At is the instant of the decision: the server's clock, read by the
+	// script (or the WithClock instant), in microseconds. It is the zero
+	// time.Time for a call of 0 units, which is admitted without a round
+	// trip.
+	At time.Time
+}
+
+// Option configures a Window.
+type Option func(*options)
+
+type options struct {
+	lease time.Duration
+	now   func() time.Time
+}
+
+// WithLease sets how long a call admitted by a completion window counts as
+// in flight without a Release (default DefaultLease, rounded up to a whole
+// microsecond; it must be positive). When the lease runs out the call is
+// taken to have ended then, so its units count until lease expiry + Per:
+// this is how the slot of a replica that died mid-call comes back. Pick a
+// lease longer than the calls take, or Extend long calls. Other windows
+// ignore it.
+func WithLease(d time.Duration) Option { return func(o *options) { o.lease = d } }
+
+// WithClock makes the window pass now() to its scripts as the current
+// instant (truncated to a microsecond) instead of letting them read the
+// server's clock. It is for tests and simulations: replicas that pass their
+// own clocks no longer agree. The instants of one limiter must not go back
+// (an earlier one is taken as the latest seen).
+func WithClock(now func() time.Time) Option { return func(o *options) { o.now = now } }
+
+type kind int
+
+const (
+	kindCompletion kind = iota
+	kindSlidingLog
+	kindGCRA
+	kindTokenBucket
+	kindFixedWindow
+	kindSlidingCounter
+)
+
+var kindNames = [...]string{"completion", "log", "gcra", "bucket", "fixed", "counter"}
+
+// Window is a rate window kept in Redis and shared by every process that
+// builds one of the same kind with the same name. It is safe for concurrent
+// use; its methods block for one round trip to Redis (bounded by ctx and
+// the client's timeouts) and never wait for room: a refused Admit says how
+// long to wait instead.
+type Window struct {
+	client goredis.UniversalClient
+	name   string
+	kind   kind
+	limit  Limit
+	keys   []string
+	cap    int64 // units a call may have at most
+
+	per, margin, lease, emit, burst int64 // µs, µs, µs, µs per unit, units
+	now                             func() time.Time
+
+	idPrefix string
+	seq      atomic.Uint64
+}
+
+// NewCompletion returns the completion window for l (see window.Completion):
+// at every instant, units in flight + units of calls that ended in
+// (now−Per, now] ≤ N. An admitted call is in flight until Release (which
+// stamps its end), Cancel (which erases it) or the end of its lease (see
+// WithLease; Extend lengthens it). Per may be 0: the window then only caps
+// the units in flight across processes. It returns an error matching
+// window.ErrInvalidLimit for N ≤ 0, a negative Per or one that is not a
+// whole number of microseconds, or values too large for the scripts (over
+// 2^50 µs, about 35 years), and an error for an empty name or a
+// non-positive lease.
+func NewCompletion(c goredis.UniversalClient, name string, l Limit, opts ...Option) (*Window, error) {
+	return newWindow(c, name, kindCompletion, l, 0, 0, true, opts)
+}
+
+// NewSlidingLog returns the start window with a margin for l (see
+// window.SlidingLog): each start is recorded margin late, so at every
+// instant t the units of calls that started in (t−Per−margin, t] are at most
+// N. Per must be positive; margin must be a whole number of microseconds,
+// 0 or more. Errors as for NewCompletion.
+func NewSlidingLog(c goredis.UniversalClient, name string, l Limit, margin time.Duration, opts ...Option) (*Window, error) {
+	if margin < 0 || margin%time.Microsecond != 0 || margin/time.Microsecond > maxMicros {
+		return nil, fmt.Errorf("ratesem/redis: margin %v: want a whole number of microseconds, 0 to 2^50", margin)
+	}
+	return newWindow(c, name, kindSlidingLog, l, int64(margin/time.Microsecond), 0, false, opts)
+}
+
+// NewGCRA returns the generic cell rate algorithm for l with bursts of up to
+// burst units (0 means N), as window.NewGCRA, except that the emission
+// interval Per/N is rounded up to a whole microsecond rather than a
+// nanosecond (slower, never faster); the decisions are the same when N
+// divides Per in microseconds. Per must be positive. Errors as for
+// NewCompletion, and for a negative burst or burst·Per/N over 2^50 µs.
+func NewGCRA(c goredis.UniversalClient, name string, l Limit, burst int64, opts ...Option) (*Window, error) {
+	return newWindow(c, name, kindGCRA, l, 0, burst, false, opts)
+}
+
+// NewTokenBucket returns a token bucket of burst units (0 means N), full at
+// first and refilled at N units per Per, as window.NewTokenBucket: the
+// refill is exact integer arithmetic with the remainder carried. Per must
+// be positive. Errors as for NewCompletion, and for a negative burst.
+func NewTokenBucket(c goredis.UniversalClient, name string, l Limit, burst int64, opts ...Option) (*Window, error) {
+	return newWindow(c, name, kindTokenBucket, l, 0, burst, false, opts)
+}
+
+// NewFixedWindow returns the fixed window counter for l, as
+// window.NewFixedWindow: windows of Per aligned to the Unix epoch (window
+// index floor(now/Per), as Binance counts), at most N units starting in
+// each. Per must be positive. Errors as for NewCompletion.
+func NewFixedWindow(c goredis.UniversalClient, name string, l Limit, opts ...Option) (*Window, error) {
+	return newWindow(c, name, kindFixedWindow, l, 0, 0, false, opts)
+}
+
+// NewSlidingWindowCounter returns the sliding window counter for l, as
+// window.NewSlidingWindowCounter: the previous aligned window weighted by
+// how much of it overlaps (now−Per, now], in exact integer arithmetic. Per
+// must be positive. Errors as for NewCompletion.
+func NewSlidingWindowCounter(c goredis.UniversalClient, name string, l Limit, opts ...Option) (*Window, error) {
+	return newWindow(c, name, kindSlidingCounter, l, 0, 0, false, opts)
+}
+
+func newWindow(c goredis.UniversalClient, name string, k kind, l Limit, margin, burst int64, perZeroOK bool, opts []Option) (*Window, error) {
+	o := options{lease: DefaultLease}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	invalid := func(why string) error {
+		return fmt.Errorf("ratesem/redis: %s window %q: limit %v: %w: %s", kindNames[k], name, l, window.ErrInvalidLimit, why)
+	}
+	switch {
+	case c == nil:
+		return nil, errors.New("ratesem/redis: nil client")
+	case name == "":
+		return nil, errors.New("ratesem/redis: empty limiter name")
+	case l.N <= 0 || l.N > maxMicros:
+		return nil, invalid("N must be 1 to 2^50")
+	case l.Per < 0 || l.Per == 0 && !perZeroOK:
+		return nil, invalid("Per must be positive")
+	case l.Per%time.Microsecond != 0 || l.Per/time.Microsecond > maxMicros:
+		return nil, invalid("Per must be a whole number of microseconds, up to 2^50")
+	case burst < 0 || burst > maxMicros:
+		return nil, invalid(fmt.Sprintf("burst %d: want 0 (N) to 2^50", burst))
+	case o.lease <= 0 || o.lease > maxMicros*time.Microsecond:
+		return nil, fmt.Errorf("ratesem/redis: lease %v: want a positive duration up to 2^50 µs", o.lease)
+	}
+	if burst == 0 {
+		burst = l.N
+	}
+	w := &Window{
+		client: c, name: name, kind: k, limit: l,
+		per: int64(l.Per / time.Microsecond), margin: margin, burst: burst,
+		lease: ceilMicros(o.lease), now: o.now,
+	}
+	w.cap = l.N
+	switch k {
+	case kindGCRA:
+		w.cap = burst
+		w.emit = (w.per + l.N - 1) / l.N
+		if hi, lo := bits.Mul64(uint64(burst), uint64(w.emit)); hi != 0 || lo > maxMicros {
+			return nil, invalid(fmt.Sprintf("burst %d × emission interval %d µs exceeds 2^50 µs", burst, w.emit))
+		}
+	case kindTokenBucket:
+		w.cap = burst
+	}
+	prefix := "ratesem:{" + name + "}:" + kindNames[k]
+	switch k {
+	case kindCompletion:
+		w.keys = []string{prefix + ":z", prefix + ":l", prefix + ":h"}
+	case kindSlidingLog:
+		w.keys = []string{prefix + ":z", prefix + ":h"}
+	default:
+		w.keys = []string{prefix}
+	}
+	var id [8]byte
+	_, _ = rand.Read(id[:])
+	w.idPrefix = hex.EncodeToString(id[:])
+	return w, nil
+}
+
+func ceilMicros(d time.Duration) int64 {
+	return int64((d + time.Microsecond - 1) / time.Microsecond)
+}
+
+// Name returns the limiter's name, as given to the constructor.
+func (w *Window) Name() string { return w.name }
+
+// Limit returns the limit the window enforces.
+func (w *Window) Limit() Limit { return w.limit }
+
+// Capacity returns the most units one call may have: the burst for GCRA and
+// the token bucket, N for the others. Admit refuses a heavier call with an
+// error matching window.ErrWeightTooLarge.
+func (w *Window) Capacity() int64 { return w.cap }
+
+// Keys returns the Redis keys that hold the window's state, all with the
+// hash tag {name}. Each has a TTL while it exists.
+func (w *Window) Keys() []string { return append([]string(nil), w.keys...) }
+
+// nowArg is the scripts' ARGV[1]: "" to read the server's clock.
+func (w *Window) nowArg() string {
+	if w.now == nil {
+		return ""
+	}
+	return strconv.FormatInt(w.now().UnixMicro(), 10)
+}
+
+func (w *Window) errorf(op string, err error) error {
+	return fmt.Errorf("ratesem/redis: %s %s %q: %w", op, kindNames[w.kind], w.name, err)
+}
+
+// Admit decides, in one round trip, whether a call of n units may start
+// now, and if so counts it. A call of 0 units is admitted without a round
+// trip. It returns an error matching window.ErrWeightTooLarge when n
+// exceeds Capacity (such a call could never start), an error for a negative
+// n, and the Redis error, wrapped, when the script could not run (the call
+// is then not counted, unless the failure came after the server ran the
+// script, as with a lost reply).
+func (w *Window) Admit(ctx context.Context, n int64) (Decision, error) {
+	switch {
+	case n < 0:
+		return Decision{}, fmt.Errorf("ratesem/redis: Admit(%d): negative weight", n)
+	case n == 0:
+		return Decision{OK: true}, nil
+	case n > w.cap:
+		return Decision{}, fmt.Errorf("%w: weight %d, capacity %d (%v)", window.ErrWeightTooLarge, n, w.cap, w.limit)
+	}
+	now := w.nowArg()
+	var (
+		script *goredis.Script
+		args   []any
+		token  string
+	)
+	switch w.kind {
+	case kindCompletion:
+		token = w.member(n)
+		script, args = completionAdmit, []any{now, n, w.limit.N, w.per, w.lease, token}
+	case kindSlidingLog:
+		token = w.member(n)
+		script, args = slidingLogAdmit, []any{now, n, w.limit.N, w.per, w.margin, token}
+	case kindGCRA:
+		script, args = gcraAdmit, []any{now, n, w.emit, w.burst}
+	case kindTokenBucket:
+		script, args = tokenBucketAdmit, []any{now, n, w.limit.N, w.per, w.burst}
+	case kindFixedWindow:
+		script, args = fixedWindowAdmit, []any{now, n, w.limit.N, w.per}
+	case kindSlidingCounter:
+		script, args = slidingCounterAdmit, []any{now, n, w.limit.N, w.per}
+	}
+	r, err := script.Run(ctx, w.client, w.keys, args...).Int64Slice()
+	if err != nil {
+		return Decision{}, w.errorf("admit", err)
+	}
+	if len(r) != 4 {
+		return Decision{}, w.errorf("admit", fmt.Errorf("unexpected reply %v", r))
+	}
+	d := Decision{OK: r[0] == 1, InFlight: r[2] == 1, At: time.UnixMicro(r[3])}
+	if d.OK {
+		if token == "" {
+			token = strconv.FormatInt(n, 10) + ":" + strconv.FormatInt(r[3], 10)
+		}
+		d.Token = token
+	} else {
+		d.Wait = time.Duration(min(r[1], maxMicros)) * time.Microsecond
+	}
+	return d, nil
+}
+
+// member returns a new sorted-set member for a call of n units: the weight,
+// then an id unique across processes (a random prefix per Window and a
+// sequence number).
+func (w *Window) member(n int64) string {
+	return strconv.FormatInt(n, 10) + ":" + w.idPrefix + strconv.FormatUint(w.seq.Add(1), 36)
+}
+
+// Release records that the call with token ended now (the server's clock):
+// in the completion window its units leave flight and count until now + Per.
+// A call whose lease ran out, but that the window still counts (until lease
+// end + Per), is stamped with this real end all the same. It returns ErrNotInFlight when the token is not in flight (see there), and
+// the Redis error, wrapped, when the script could not run. In the other
+// windows, which count starts only, it does nothing and returns nil, as
+// does an empty token (a call of 0 units).
+func (w *Window) Release(ctx context.Context, token string) error {
+	_, err := w.release(ctx, token)
+	return err
+}
+
+// release is Release, returning the instant recorded as the call's end in
+// microseconds (0 when nothing was recorded).
+func (w *Window) release(ctx context.Context, token string) (int64, error) {
+	if w.kind != kindCompletion || token == "" {
+		return 0, nil
+	}
+	return w.leaseOp(ctx, "release", completionRelease, token)
+}
+
+// Extend lengthens the lease of the call with token in the completion
+// window to lease from now (the server's clock), if that is later than its
+// current lease end: a call that takes longer than its lease calls it
+// before the lease runs out, or the window takes it as ended. lease is
+// rounded up to a whole microsecond and must be positive. It returns
+// ErrNotInFlight when the token is not in flight, and the Redis error,
+// wrapped, when the script could not run. In the other windows it does
+// nothing and returns nil, as does an empty token.
+func (w *Window) Extend(ctx context.Context, token string, lease time.Duration) error {
+	if lease <= 0 || lease > maxMicros*time.Microsecond {
+		return fmt.Errorf("ratesem/redis: Extend: lease %v: want a positive duration up to 2^50 µs", lease)
+	}
+	if w.kind != kindCompletion || token == "" {
+		return nil
+	}
+	_, err := w.leaseOp(ctx, "extend", completionExtend, token, ceilMicros(lease))
+	return err
+}
+
+func (w *Window) leaseOp(ctx context.Context, op string, s *goredis.Script, token string, extra ...any) (int64, error) {
+	args := append([]any{w.nowArg(), w.per, token}, extra...)
+	r, err := s.Run(ctx, w.client, w.keys, args...).Int64Slice()
+	if err != nil {
+		return 0, w.errorf(op, err)
+	}
+	if len(r) != 2 {
+		return 0, w.errorf(op, fmt.Errorf("unexpected reply %v", r))
+	}
+	if r[0] != 1 {
+		return 0, w.errorf(op, ErrNotInFlight)
+	}
+	return r[1], nil
+}
+
+// Cancel undoes the admission with token, for a call that was admitted but
+// never started (its caller gave up), as the in-memory window's Cancel
+// does: the completion window and the sliding log erase its units; the
+// token bucket and GCRA give them back only if no admission came after it;
+// the fixed window and the sliding window counter take them off the count
+// of the window the call was admitted in, if that is still counted. In the
+// completion window it returns ErrNotInFlight when the token is not in
+// flight; elsewhere nothing to undo is not an error. It returns the Redis
+// error, wrapped, when the script could not run, and an error for a token
+// this kind of window did not issue. An empty token does nothing.
+func (w *Window) Cancel(ctx context.Context, token string) error {
+	if token == "" {
+		return nil
+	}
+	if w.kind == kindCompletion {
+		_, err := w.leaseOp(ctx, "cancel", completionCancel, token)
+		return err
+	}
+	if w.kind == kindSlidingLog {
+		if err := slidingLogCancel.Run(ctx, w.client, w.keys, w.nowArg(), token).Err(); err != nil {
+			return w.errorf("cancel", err)
+		}
+		return nil
+	}
+	ns, ats, ok := strings.Cut(token, ":")
+	n, err1 := strconv.ParseInt(ns, 10, 64)
+	at, err2 := strconv.ParseInt(ats, 10, 64)
+	if !ok || err1 != nil || err2 != nil || n <= 0 {
+		return w.errorf("cancel", fmt.Errorf("malformed token %q", token))
+	}
+	var s *goredis.Script
+	var extra int64
+	switch w.kind {
+	case kindGCRA:
+		s, extra = gcraCancel, w.emit
+	case kindTokenBucket:
+		s, extra = tokenBucketCancel, w.burst
+	case kindFixedWindow:
+		s, extra = fixedWindowCancel, w.per
+	case kindSlidingCounter:
+		s, extra = slidingCounterCancel, w.per
+	}
+	if err := s.Run(ctx, w.client, w.keys, "", at, n, extra).Err(); err != nil {
+		return w.errorf("cancel", err)
+	}
+	return nil
+}

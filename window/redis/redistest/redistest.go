@@ -1,0 +1,226 @@
+// Package redistest runs a real redis-server for tests: a child process on a
+// free loopback port, with no persistence, stopped when the test ends. Tests
+// can stop it and start it again on the same port to play a Redis restart or
+// an unreachable Redis.
+//
+// Without a redis-server binary on PATH the tests that need one are skipped
+// with a message saying how to install it (apt-get install redis-server),
+// except under CI (the environment variable CI set), where they fail: a CI
+// run must not pass by skipping them.
+package redistest
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// startTimeout bounds how long a start waits for PING to answer.
+const startTimeout = 10 * time.Second
+
+// Start returns the address (host:port) of a Redis server for t. When the
+// environment variable REDIS_ADDR is set it returns that address as is (the
+// tests must then use key names of their own: nothing is flushed).
+// Otherwise it starts a redis-server child process on a free loopback port,
+// waits until it answers PING, and stops it in t.Cleanup. It skips t when no
+// redis-server binary is found (fails it when CI is set). It is safe to call
+// from parallel tests; each call starts its own server.
+func Start(t testing.TB) (addr string) {
+	t.Helper()
+	if a := os.Getenv("REDIS_ADDR"); a != "" {
+		return a
+	}
+	return StartServer(t).Addr()
+}
+
+// Server is a redis-server child process that a test can stop and start
+// again on the same port. Its methods are safe for concurrent use.
+type Server struct {
+	t    testing.TB
+	bin  string
+	port int
+	dir  string
+
+	mu     sync.Mutex
+	proc   *os.Process
+	exited chan error // receives the running process's exit
+}
+
+// StartServer starts a redis-server child process on a free loopback port
+// (ignoring REDIS_ADDR: a server the test does not own cannot be restarted),
+// with no RDB snapshots, no append-only file and bound to 127.0.0.1, and
+// waits until it answers PING. The process is stopped in t.Cleanup. It
+// skips t when no redis-server binary is found (fails it when CI is set).
+func StartServer(t testing.TB) *Server {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		msg := "redistest: no redis-server on PATH; install it with `apt-get install redis-server` (or set REDIS_ADDR)"
+		if os.Getenv("CI") != "" {
+			t.Fatal(msg + " [CI is set: not skipping]")
+		}
+		t.Skip(msg)
+	}
+	s := &Server{t: t, bin: bin, dir: t.TempDir()}
+	var last error
+	for range 5 { // a free port may be taken between probing and binding
+		s.port, err = freePort()
+		if err != nil {
+			t.Fatalf("redistest: finding a free port: %v", err)
+		}
+		if last = s.start(); last == nil {
+			t.Cleanup(s.Stop)
+			return s
+		}
+	}
+	t.Fatalf("redistest: starting redis-server: %v", last)
+	return nil
+}
+
+// Addr returns the server's address, 127.0.0.1:port. It stays the same
+// across Stop and Start.
+func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
+
+// Stop stops the server process (SIGTERM, then SIGKILL after 5 s) and waits
+// for it to exit. Everything the server held is lost: it keeps no
+// snapshot. Stopping a stopped server does nothing.
+func (s *Server) Stop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proc == nil {
+		return
+	}
+	_ = s.proc.Signal(syscall.SIGTERM)
+	select {
+	case <-s.exited:
+	case <-time.After(5 * time.Second):
+		_ = s.proc.Kill()
+		<-s.exited
+	}
+	s.proc, s.exited = nil, nil
+}
+
+// Start starts the server again on the same port, empty (no keys, no
+// cached scripts), and waits until it answers PING. It fails the test if the
+// server does not come up within a few seconds. Starting a running server
+// does nothing.
+func (s *Server) Start() {
+	s.t.Helper()
+	var err error
+	for range 50 { // the old socket may linger for a moment
+		if err = s.start(); err == nil {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	s.t.Fatalf("redistest: restarting redis-server on port %d: %v", s.port, err)
+}
+
+// Restart is Stop followed by Start: the server comes back on the same
+// port with no keys and no cached scripts.
+func (s *Server) Restart() {
+	s.t.Helper()
+	s.Stop()
+	s.Start()
+}
+
+func (s *Server) start() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proc != nil {
+		return nil
+	}
+	out := &lockedBuffer{}
+	cmd := exec.Command(s.bin,
+		"--port", strconv.Itoa(s.port),
+		"--bind", "127.0.0.1",
+		"--save", "",
+		"--appendonly", "no",
+		"--daemonize", "no",
+		"--dir", s.dir,
+		"--logfile", "",
+	)
+	cmd.Stdout, cmd.Stderr = out, out
+	orphanGuard(cmd)
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	deadline := time.Now().Add(startTimeout)
+	for {
+		if ping(s.Addr()) == nil {
+			s.proc, s.exited = cmd.Process, exited
+			return nil
+		}
+		select {
+		case err := <-exited:
+			return fmt.Errorf("redis-server exited (%v): %s", err, out.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			<-exited
+			return fmt.Errorf("redis-server did not answer PING within %v: %s", startTimeout, out.String())
+		}
+	}
+}
+
+// ping sends PING in the inline protocol and expects +PONG.
+func ping(addr string) error {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(time.Second))
+	if _, err := c.Write([]byte("PING\r\n")); err != nil {
+		return err
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if line != "+PONG\r\n" {
+		return errors.New("unexpected reply to PING: " + strconv.Quote(line))
+	}
+	return nil
+}
+
+// freePort returns a loopback TCP port that was free a moment ago.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// lockedBuffer collects the process's output; exec copies stdout and
+// stderr from two goroutines.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}

@@ -1,0 +1,446 @@
+package redis
+
+import goredis "github.com/redis/go-redis/v9"
+
+// The scripts. Each admission decision is one script run (one EVALSHA round
+// trip), and so is each release, extension or cancellation.
+//
+// Conventions shared by every script:
+//
+//   - Time is in whole microseconds since the Unix epoch. ARGV[1] is the
+//     caller's explicit instant for tests, or "" in production, where the
+//     script reads the server's clock (TIME): the only clock, so replicas
+//     with skewed clocks agree. The instant is raised to the latest one the
+//     limiter has seen (field t of its hash), so time never goes back for one
+//     limiter, even across a failover to a server whose clock is behind.
+//   - Lua numbers are doubles: every value is an integer below 2^53 (the Go
+//     side checks the limits), products that could pass 2^53 go through
+//     muldiv, and numbers go to Redis formatted by num, which prints every
+//     digit (Lua's own tostring and .. keep 14 significant digits, which
+//     would lose microseconds).
+//   - Members of the sorted sets are "<weight>:<id>", so the weight travels
+//     with the member and needs no companion key.
+//   - Every key written gets a TTL just over the time its state matters
+//     (SLACK_MS more), so an abandoned limiter leaves nothing behind.
+//
+// Replies are arrays of integers: {admitted 0/1, wait µs, in flight 0/1,
+// now µs} for admissions, {done 0/1, now µs} for the others.
+const prelude = `
+if redis.replicate_commands then pcall(redis.replicate_commands) end
+local MAX = 9007199254740992 -- 2^53
+local SLACK_MS = 1000
+
+local function num(x) return string.format('%.0f', x) end
+
+local function clock(arg)
+  if arg ~= nil and arg ~= '' then return tonumber(arg) end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+-- now raised to the latest instant seen in hash h.
+local function latest(h, now)
+  local t = tonumber(redis.call('HGET', h, 't') or 0)
+  if now < t then return t end
+  return now
+end
+
+local function hnum(h, f)
+  local v = redis.call('HGET', h, f)
+  if v then return tonumber(v) end
+  return nil
+end
+
+-- floor(a / b) for integers a >= 0, b > 0, exactly (fmod is exact).
+local function fdiv(a, b)
+  return (a - math.fmod(a, b)) / b
+end
+
+-- floor(a*b/c) and a*b mod c for integers 0 <= a, b < 2^53 and 0 < c < 2^53,
+-- without rounding: binary long multiplication keeping the remainder below c.
+-- The quotient saturates at 2^53.
+local function muldiv(a, b, c)
+  local ra = math.fmod(a, c)
+  local qa = (a - ra) / c
+  local q, r = 0, 0
+  local i = 0
+  while 2 ^ (i + 1) <= b do i = i + 1 end
+  for k = i, 0, -1 do
+    q = q * 2
+    if r >= c - r then r = r - (c - r); q = q + 1 else r = r + r end
+    if math.floor(b / 2 ^ k) % 2 == 1 then
+      if r >= c - ra then r = r - (c - ra); q = q + 1 else r = r + ra end
+    end
+  end
+  local hi = qa * b
+  if hi >= MAX or hi + q >= MAX then return MAX, r end
+  return hi + q, r
+end
+
+-- ceil((x*y - z) / d) for integers 0 <= x, y, z < 2^53, 0 < d < 2^53 and
+-- x*y >= z; it saturates at 2^53.
+local function ceilwait(x, y, z, d)
+  local q, r = muldiv(x, y, d)
+  if q >= MAX then return MAX end
+  local e = r - z
+  if e > 0 then
+    local m = math.fmod(e, d)
+    q = q + (e - m) / d
+    if m > 0 then q = q + 1 end
+  elseif e < 0 then
+    local m = math.fmod(-e, d)
+    q = q - (-e - m) / d
+  end
+  if q > MAX then q = MAX end
+  return q
+end
+
+local function expire(key, us)
+  if us < 0 then us = 0 end
+  redis.call('PEXPIRE', key, num(math.floor(us / 1000) + SLACK_MS))
+end
+
+local function weight(m) return tonumber(string.match(m, '^(%d+):')) end
+
+-- ZREM members in chunks (unpack is limited by the Lua C stack).
+local function zrem(key, members)
+  for i = 1, #members, 1000 do
+    redis.call('ZREM', key, unpack(members, i, math.min(i + 999, #members)))
+  end
+end
+
+-- Drops the members of z that count no more (score <= now), and them from
+-- l too if l is given; returns the units dropped.
+local function prune(z, l, now)
+  local gone = redis.call('ZRANGEBYSCORE', z, '-inf', num(now))
+  local w = 0
+  for i = 1, #gone do w = w + weight(gone[i]) end
+  if #gone > 0 then
+    redis.call('ZREMRANGEBYSCORE', z, '-inf', num(now))
+    if l then zrem(l, gone) end
+  end
+  return w
+end
+
+-- The score by which k units of z have left: the k-th unit in score order.
+local function kth(z, k)
+  local from = 0
+  while true do
+    local page = redis.call('ZRANGE', z, from, from + 99, 'WITHSCORES')
+    if #page == 0 then return nil end
+    for i = 1, #page, 2 do
+      k = k - weight(page[i])
+      if k <= 0 then return tonumber(page[i + 1]) end
+    end
+    from = from + 100
+  end
+end
+
+-- The highest score in z, or now when z is empty.
+local function top(z, now)
+  local last = redis.call('ZRANGE', z, -1, -1, 'WITHSCORES')
+  if #last == 0 then return now end
+  return tonumber(last[2])
+end
+`
+
+// Completion window. KEYS: z (member → instant until which it counts: lease
+// expiry + Per while in flight, end + Per once released), l (member → lease
+// expiry, for members in flight), h (u: units in z, t: latest instant).
+//
+// Admit ARGV: now, n, N, Per, lease, member.
+var completionAdmit = goredis.NewScript(prelude + `
+local z, l, h = KEYS[1], KEYS[2], KEYS[3]
+local now = latest(h, clock(ARGV[1]))
+local n, cap, per, lease, member = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
+local u = (hnum(h, 'u') or 0) - prune(z, l, now)
+if u < 0 then u = 0 end
+local ok, wait, blocked = 0, 0, 0
+if n <= cap - u then
+  local lease_end = now + lease
+  redis.call('ZADD', z, num(lease_end + per), member)
+  redis.call('ZADD', l, num(lease_end), member)
+  u = u + n
+  ok = 1
+else
+  wait = (kth(z, n - (cap - u)) or now) - now
+  local live = redis.call('ZRANGEBYSCORE', l, '(' .. num(now), '+inf')
+  local inflight = 0
+  for i = 1, #live do inflight = inflight + weight(live[i]) end
+  if n > cap - inflight then blocked = 1 end
+end
+redis.call('HSET', h, 'u', num(u), 't', num(now))
+local ttl = top(z, now) - now
+expire(z, ttl); expire(l, ttl); expire(h, ttl)
+return {ok, wait, blocked, now}
+`)
+
+// Release, extend and cancel ARGV: now, Per, member[, lease]. Each acts only
+// on a member still in l (in flight, or with a lease run out that the window
+// has not forgotten yet).
+var completionRelease = goredis.NewScript(prelude + `
+local z, l, h = KEYS[1], KEYS[2], KEYS[3]
+local now = latest(h, clock(ARGV[1]))
+local per, member = tonumber(ARGV[2]), ARGV[3]
+if not redis.call('ZSCORE', l, member) then return {0, now} end
+redis.call('ZREM', l, member)
+if redis.call('ZADD', z, num(now + per), member) == 1 then
+  redis.call('HINCRBY', h, 'u', num(weight(member)))
+end
+redis.call('HSET', h, 't', num(now))
+local ttl = top(z, now) - now
+expire(z, ttl); expire(l, ttl); expire(h, ttl)
+return {1, now}
+`)
+
+var completionExtend = goredis.NewScript(prelude + `
+local z, l, h = KEYS[1], KEYS[2], KEYS[3]
+local now = latest(h, clock(ARGV[1]))
+local per, member, lease = tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
+local old = redis.call('ZSCORE', l, member)
+if not old then return {0, now} end
+local lease_end = math.max(tonumber(old), now + lease)
+redis.call('ZADD', l, num(lease_end), member)
+if redis.call('ZADD', z, num(lease_end + per), member) == 1 then
+  redis.call('HINCRBY', h, 'u', num(weight(member)))
+end
+redis.call('HSET', h, 't', num(now))
+local ttl = top(z, now) - now
+expire(z, ttl); expire(l, ttl); expire(h, ttl)
+return {1, now}
+`)
+
+var completionCancel = goredis.NewScript(prelude + `
+local z, l, h = KEYS[1], KEYS[2], KEYS[3]
+local now = latest(h, clock(ARGV[1]))
+local member = ARGV[3]
+if redis.call('ZREM', l, member) == 0 then return {0, now} end
+if redis.call('ZREM', z, member) == 1 then
+  local u = (hnum(h, 'u') or 0) - weight(member)
+  if u < 0 then u = 0 end
+  redis.call('HSET', h, 'u', num(u))
+end
+return {1, now}
+`)
+
+// Sliding log (start window with a margin). KEYS: z (member → start +
+// margin + Per, the instant until which it counts), h (u: units in z, t).
+//
+// Admit ARGV: now, n, N, Per, margin, member.
+var slidingLogAdmit = goredis.NewScript(prelude + `
+local z, h = KEYS[1], KEYS[2]
+local now = latest(h, clock(ARGV[1]))
+local n, cap, per, margin, member = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
+local u = (hnum(h, 'u') or 0) - prune(z, nil, now)
+if u < 0 then u = 0 end
+local ok, wait = 0, 0
+if n <= cap - u then
+  redis.call('ZADD', z, num(now + margin + per), member)
+  u = u + n
+  ok = 1
+else
+  wait = (kth(z, n - (cap - u)) or now) - now
+end
+redis.call('HSET', h, 'u', num(u), 't', num(now))
+local ttl = top(z, now) - now
+expire(z, ttl); expire(h, ttl)
+return {ok, wait, 0, now}
+`)
+
+// Cancel ARGV: now, member.
+var slidingLogCancel = goredis.NewScript(prelude + `
+local z, h = KEYS[1], KEYS[2]
+local member = ARGV[2]
+if redis.call('ZREM', z, member) == 0 then return {0, 0} end
+local u = (hnum(h, 'u') or 0) - weight(member)
+if u < 0 then u = 0 end
+redis.call('HSET', h, 'u', num(u))
+return {1, 0}
+`)
+
+// GCRA. KEYS: h (tat: theoretical arrival time, a: latest admission, t).
+// A missing hash is an idle limiter (a full bucket).
+//
+// Admit ARGV: now, n, emission interval I (µs per unit), burst.
+var gcraAdmit = goredis.NewScript(prelude + `
+local h = KEYS[1]
+local now = latest(h, clock(ARGV[1]))
+local n, emit, burst = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local tat = hnum(h, 'tat') or now
+local adm = hnum(h, 'a') or now
+local tol = (burst - n) * emit
+local ok, wait = 0, 0
+if tat - now <= tol then
+  tat = math.max(tat, now) + n * emit
+  adm = math.max(adm, now)
+  ok = 1
+else
+  wait = tat - tol - now
+end
+redis.call('HSET', h, 'tat', num(tat), 'a', num(adm), 't', num(now))
+expire(h, tat - now)
+return {ok, wait, 0, now}
+`)
+
+// Cancel ARGV: now (unused), admission instant, n, I. The TAT moves back
+// when no admission came after the cancelled one.
+var gcraCancel = goredis.NewScript(prelude + `
+local h = KEYS[1]
+local at, n, emit = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local tat, adm = hnum(h, 'tat'), hnum(h, 'a')
+if not tat or at < adm then return {0, 0} end
+redis.call('HSET', h, 'tat', num(tat - n * emit))
+return {1, 0}
+`)
+
+// Token bucket. KEYS: h (k: whole tokens, f: the next token's refill so
+// far in units·µs, 0 <= f < Per; last: instant refilled to, also the
+// latest seen; a: latest admission). A missing hash is a full bucket.
+//
+// Admit ARGV: now, n, N, Per, burst.
+var tokenBucketAdmit = goredis.NewScript(prelude + `
+local h = KEYS[1]
+local n, rate, per, burst = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local now = clock(ARGV[1])
+local last = hnum(h, 'last')
+local k, f, adm = burst, 0, now
+if last then
+  k, f, adm = hnum(h, 'k'), hnum(h, 'f'), hnum(h, 'a')
+  if now < last then now = last end
+end
+if last and now > last then
+  if k >= burst then
+    k, f = burst, 0
+  else
+    -- floor((e*N + f) / Per) new tokens, the remainder carried in f.
+    local q, r = muldiv(now - last, rate, per)
+    if r >= per - f then r = r - (per - f); q = q + 1 else r = r + f end
+    if q >= burst - k then k, f = burst, 0 else k, f = k + q, r end
+  end
+end
+local ok, wait = 0, 0
+if n <= k then
+  k = k - n
+  adm = now
+  ok = 1
+else
+  -- the smallest e with e*N + f >= (n - k)*Per
+  wait = ceilwait(n - k, per, f, rate)
+end
+redis.call('HSET', h, 'k', num(k), 'f', num(f), 'last', num(now), 'a', num(adm))
+local full = 0
+if k < burst then full = ceilwait(burst - k, per, f, rate) end
+expire(h, full)
+return {ok, wait, 0, now}
+`)
+
+// Cancel ARGV: now (unused), admission instant, n, burst. The tokens go back
+// (up to the burst) when no admission came after the cancelled one.
+var tokenBucketCancel = goredis.NewScript(prelude + `
+local h = KEYS[1]
+local at, n, burst = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local k, adm = hnum(h, 'k'), hnum(h, 'a')
+if not k or at < adm then return {0, 0} end
+k = k + math.min(n, burst - k)
+if k >= burst then
+  redis.call('HSET', h, 'k', num(burst), 'f', '0')
+else
+  redis.call('HSET', h, 'k', num(k))
+end
+return {1, 0}
+`)
+
+// Fixed window, aligned to the Unix epoch. KEYS: h (w: window index
+// floor(now / Per), c: units counted in it, t).
+//
+// Admit ARGV: now, n, N, Per.
+var fixedWindowAdmit = goredis.NewScript(prelude + `
+local h = KEYS[1]
+local now = latest(h, clock(ARGV[1]))
+local n, cap, per = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local idx = fdiv(now, per)
+local win, used = hnum(h, 'w'), hnum(h, 'c') or 0
+if not win or idx > win then win, used = idx, 0 end
+local ok, wait = 0, 0
+if used + n <= cap then
+  used = used + n
+  ok = 1
+else
+  wait = (win + 1) * per - now
+end
+redis.call('HSET', h, 'w', num(win), 'c', num(used), 't', num(now))
+expire(h, (win + 1) * per - now)
+return {ok, wait, 0, now}
+`)
+
+// Cancel ARGV: now (unused), admission instant, n, Per.
+var fixedWindowCancel = goredis.NewScript(prelude + `
+local h = KEYS[1]
+local at, n, per = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local win, used = hnum(h, 'w'), hnum(h, 'c')
+if not win or fdiv(at, per) ~= win then return {0, 0} end
+redis.call('HSET', h, 'c', num(used - math.min(n, used)))
+return {1, 0}
+`)
+
+// Sliding window counter. KEYS: h (w: current window index, p and c: units
+// in windows w-1 and w, t).
+//
+// Admit ARGV: now, n, N, Per.
+var slidingCounterAdmit = goredis.NewScript(prelude + `
+local h = KEYS[1]
+local now = latest(h, clock(ARGV[1]))
+local n, cap, per = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local idx = fdiv(now, per)
+local win, prev, cur = hnum(h, 'w'), hnum(h, 'p') or 0, hnum(h, 'c') or 0
+if not win or idx > win + 1 then
+  win, prev, cur = idx, 0, 0
+elseif idx == win + 1 then
+  win, prev, cur = idx, cur, 0
+end
+-- prev*(Per - elapsed) + (cur + n)*Per <= N*Per, i.e.
+-- ceil(prev*(Per - elapsed)/Per) <= N - cur - n
+local function fits(prev, cur, elapsed)
+  local room = cap - cur - n
+  if room < 0 then return false end
+  if prev == 0 then return true end
+  local q, r = muldiv(prev, per - elapsed, per)
+  if r > 0 then q = q + 1 end
+  return q <= room
+end
+local elapsed = math.min(math.max(now - win * per, 0), per)
+local ok, wait = 0, 0
+if fits(prev, cur, elapsed) then
+  cur = cur + n
+  ok = 1
+else
+  -- the earliest instant at which n units fit if nothing else is admitted
+  local start, p, c = win * per, prev, cur
+  for _ = 1, 3 do
+    local room = cap - c - n
+    if room >= 0 then
+      local e = 0
+      if p > 0 then e = math.max(per - muldiv(room, per, p), 0) end
+      if e < per then wait = start + e - now; break end
+    end
+    start, p, c = start + per, c, 0
+  end
+end
+redis.call('HSET', h, 'w', num(win), 'p', num(prev), 'c', num(cur), 't', num(now))
+expire(h, (win + 2) * per - now)
+return {ok, wait, 0, now}
+`)
+
+// Cancel ARGV: now (unused), admission instant, n, Per.
+var slidingCounterCancel = goredis.NewScript(prelude + `
+local h = KEYS[1]
+local at, n, per = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local win = hnum(h, 'w')
+if not win then return {0, 0} end
+local idx = fdiv(at, per)
+local f
+if idx == win then f = 'c' elseif idx == win - 1 then f = 'p' else return {0, 0} end
+local v = hnum(h, f) or 0
+redis.call('HSET', h, f, num(v - math.min(n, v)))
+return {1, 0}
+`)
