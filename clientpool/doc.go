@@ -18,7 +18,10 @@
 //     the same instant, taking nothing while it waits, so no capacity of
 //     one rule is burned waiting on another, a cancelled call leaves no
 //     trace, and calls taking overlapping rules in any order cannot
-//     deadlock; waiters are FIFO per limiter;
+//     deadlock; waiters are FIFO per limiter (a call refused by a rule is
+//     served before later calls on that rule and key, which cannot starve
+//     it), and a rule with room is not held up by a call waiting on
+//     another rule;
 //   - pauses by key (Pause, Throttled): a 429 on one instrument pauses that
 //     instrument's rule, not the others;
 //   - reconciles with usage headers (Reconcile, ObserveHeaders): when the

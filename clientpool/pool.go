@@ -87,7 +87,7 @@ type limiter struct {
 type held struct {
 	lim     *limiter
 	n       int64
-	refused bool // sticky: this limiter refused the waiter once; later calls queue behind
+	refused bool // this limiter refused the waiter at its latest try; later calls on it queue behind
 	// For rules with Usage: the window's count right after this call was
 	// admitted, and the limiter's reconciled units then (see Ticket.ObserveHeaders).
 	usedAtAdmit, recAtAdmit int64
@@ -354,14 +354,31 @@ func (p *Pool) undoLocked(w *waiter) {
 // limiter names, or zero when a Release must come first. Limiters that
 // refuse are marked refused in hs.
 func (p *Pool) tryLocked(hs []held, now time.Time) (time.Time, bool) {
-	var at time.Time
+	at, _, ok := p.tryWakeLocked(hs, now)
+	return at, ok
+}
+
+// tryWakeLocked is tryLocked that also returns the earliest instant at which
+// one of the refusing limiters may change its answer: the waiter itself
+// cannot start before at, but calls queued behind it on a limiter that frees
+// sooner may (zero when none of the refusals is timed).
+func (p *Pool) tryWakeLocked(hs []held, now time.Time) (time.Time, time.Time, bool) {
+	var at, soon time.Time
 	needRelease, refused := false, false
+	for i := range hs {
+		hs[i].refused = false
+	}
 	refuse := func(h *held, when time.Time) {
 		h.refused, refused = true, true
 		if when.IsZero() {
 			needRelease = true
-		} else if when.After(at) {
+			return
+		}
+		if when.After(at) {
 			at = when
+		}
+		if soon.IsZero() || when.Before(soon) {
+			soon = when
 		}
 	}
 	for i := range hs {
@@ -374,7 +391,7 @@ func (p *Pool) tryLocked(hs []held, now time.Time) (time.Time, bool) {
 		}
 	}
 	if refused {
-		return p.retry(at, needRelease), false
+		return p.retry(at, needRelease), soon, false
 	}
 	admitted := 0
 	for i := range hs {
@@ -395,7 +412,7 @@ func (p *Pool) tryLocked(hs []held, now time.Time) (time.Time, bool) {
 		for i := admitted - 1; i >= 0; i-- {
 			hs[i].lim.policy.Cancel(now, hs[i].n)
 		}
-		return p.retry(at, needRelease), false
+		return p.retry(at, needRelease), soon, false
 	}
 	for i := range hs {
 		h := &hs[i]
@@ -407,7 +424,7 @@ func (p *Pool) tryLocked(hs []held, now time.Time) (time.Time, bool) {
 			}
 		}
 	}
-	return time.Time{}, true
+	return time.Time{}, time.Time{}, true
 }
 
 func (p *Pool) retry(at time.Time, needRelease bool) time.Time {
@@ -418,8 +435,11 @@ func (p *Pool) retry(at time.Time, needRelease bool) time.Time {
 }
 
 // notifyLocked admits waiters in arrival order. A waiter is skipped (keeps
-// waiting) when one of its limiters refused an earlier waiter that still
-// waits: FIFO per limiter. It then sets the timer for the earliest instant a
+// waiting) when one of its limiters refuses an earlier waiter that still
+// waits: FIFO per limiter. A limiter that has room for an earlier waiter
+// held up by another rule is not blocked by it: that waiter takes nothing
+// from it while it waits, and later calls may use the room (the shared
+// rule would otherwise sit idle behind one instrument's limit). It then sets the timer for the earliest instant a
 // waiter that is not held behind another could be admitted.
 func (p *Pool) notifyLocked(now time.Time) {
 	p.pass++
@@ -436,7 +456,10 @@ func (p *Pool) notifyLocked(now time.Time) {
 			}
 		}
 		if !behind {
-			at, ok := p.tryLocked(w.held, now)
+			at, soon, ok := p.tryWakeLocked(w.held, now)
+			if !ok && !soon.IsZero() && (earliest.IsZero() || soon.Before(earliest)) {
+				earliest = soon // a limiter it blocks may free for the calls behind it
+			}
 			switch {
 			case ok:
 				w.granted = now
@@ -452,8 +475,6 @@ func (p *Pool) notifyLocked(now time.Time) {
 				close(w.ready)
 				e = next
 				continue
-			case !at.IsZero() && (earliest.IsZero() || at.Before(earliest)):
-				earliest = at
 			}
 		}
 		for _, h := range w.held {

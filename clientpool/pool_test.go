@@ -480,3 +480,28 @@ func TestEvictionReturnsMemory(t *testing.T) {
 		}
 	})
 }
+
+// A call waiting on its own instrument's limit does not leave a shared rule
+// idle: C waits on x's limit (1 per 4 s); D on another instrument needs only
+// the sub-account rule, which has room again at 2 s, and goes then.
+func TestNoHeadOfLineAcrossRules(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newPool(t, []clientpool.Rule{ruleN("inst", 1, 4*time.Second), ruleN("sub", 2, 2*time.Second)})
+		begin := time.Now()
+		on := func(inst string) []clientpool.Charge {
+			return []clientpool.Charge{{Rule: "inst", Key: inst, Weight: 1}, {Rule: "sub", Weight: 1}}
+		}
+		acquire(t, p, on("x")...).Release() // A
+		acquire(t, p, on("y")...).Release() // B: sub full until 2s
+		cAt := make(chan time.Duration)
+		go func() { acquire(t, p, on("x")...).Release(); cAt <- time.Since(begin) }() // C: x full until 4s
+		synctest.Wait()
+		acquire(t, p, on("z")...).Release() // D
+		if d := time.Since(begin); d != 2*time.Second {
+			t.Fatalf("D went at %v; the sub-account rule had room at 2s while C waited on x", d)
+		}
+		if d := <-cAt; d != 4*time.Second {
+			t.Fatalf("C went at %v, want 4s", d)
+		}
+	})
+}
