@@ -4,10 +4,11 @@ import (
 	"bytes"
 	"flag"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"text/tabwriter"
+
+	"github.com/ratesem/ratesem/internal/doctable"
 )
 
 var update = flag.Bool("update", false, "rewrite the tables in doc.go from the code")
@@ -25,7 +26,7 @@ func rulesDoc() []string {
 		fmt.Fprintf(w, "%s\t%d/%v\t%v\t%s\t#%s\n", r.name, r.n, Per, r.scope, pause, r.section)
 	}
 	w.Flush()
-	return lines(b.String())
+	return doctable.Lines(b.String())
 }
 
 // endpointsDoc renders the endpoint table of the package documentation.
@@ -42,71 +43,14 @@ func endpointsDoc() []string {
 		fmt.Fprintf(w, "%s\t%s\t%s\n", e.method, e.path, charges)
 	}
 	w.Flush()
-	return lines(b.String())
-}
-
-func lines(s string) []string {
-	out := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	for i, l := range out {
-		out[i] = strings.TrimRight(l, " ")
-	}
-	return out
+	return doctable.Lines(b.String())
 }
 
 // TestDocTable checks that the tables in the package documentation are the
 // ones the code has; with -update it rewrites them.
 func TestDocTable(t *testing.T) {
-	checkDocTables(t, "doc.go", map[string][]string{
+	doctable.Check(t, "doc.go", map[string][]string{
 		"// # Rules":     rulesDoc(),
 		"// # Endpoints": endpointsDoc(),
-	})
-}
-
-// checkDocTables checks (or with -update rewrites) in file the first code
-// block after each heading.
-func checkDocTables(t *testing.T, file string, tables map[string][]string) {
-	t.Helper()
-	src, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	text := strings.Split(string(src), "\n")
-	for heading, table := range tables {
-		want := make([]string, len(table))
-		for i, l := range table {
-			want[i] = "//\t" + l
-		}
-		start := -1
-		for i, l := range text {
-			if l == heading {
-				start = i
-				break
-			}
-		}
-		if start < 0 {
-			t.Fatalf("%s: no heading %q", file, heading)
-		}
-		for start < len(text) && !strings.HasPrefix(text[start], "//\t") {
-			start++
-		}
-		end := start
-		for end < len(text) && strings.HasPrefix(text[end], "//\t") {
-			end++
-		}
-		got := text[start:end]
-		if strings.Join(got, "\n") == strings.Join(want, "\n") {
-			continue
-		}
-		if !*update {
-			t.Errorf("%s: the table under %q is not the code's; run go test -run TestDocTable -update, or paste:\n%s",
-				file, heading, strings.Join(want, "\n"))
-			continue
-		}
-		text = append(text[:start], append(want, text[end:]...)...)
-	}
-	if *update {
-		if err := os.WriteFile(file, []byte(strings.Join(text, "\n")), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	}, *update)
 }
