@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -237,5 +238,102 @@ func TestRedisRestartMidRun(t *testing.T) {
 	if before.Load() == 0 || after.Load() < 10 || errs.Load() == 0 {
 		t.Fatalf("admitted %d before, %d after, %d errors: want calls on both sides of the restart, and errors while down",
 			before.Load(), after.Load(), errs.Load())
+	}
+}
+
+// TestPauseHoldsEveryProcess: PauseFor on one window holds the admissions of
+// every window of the same kind and name (another client: another process)
+// for the time given, on the limiter's clock; a refusal while paused says
+// the time left and counts nothing; a shorter pause does not cut a longer
+// one; the pause key has a TTL and is gone once the pause is over.
+func TestPauseHoldsEveryProcess(t *testing.T) {
+	addr := sharedAddr(t)
+	c1, c2 := newClient(t, addr), newClient(t, addr)
+	ctx := ctxT(t)
+	clk := &manual{t: time.UnixMicro(1_800_000_000_000_000)}
+	t0 := clk.t
+	for name, w := range allKinds(t, c1, WithClock(clk.now)) {
+		clk.t = t0
+		// The same window in another process.
+		var other *Window
+		var err error
+		l := w.Limit()
+		switch name {
+		case "Completion":
+			other, err = NewCompletion(c2, w.Name(), l, WithClock(clk.now))
+		case "SlidingLog":
+			other, err = NewSlidingLog(c2, w.Name(), l, 10*time.Millisecond, WithClock(clk.now))
+		case "GCRA":
+			other, err = NewGCRA(c2, w.Name(), l, 0, WithClock(clk.now))
+		case "TokenBucket":
+			other, err = NewTokenBucket(c2, w.Name(), l, 0, WithClock(clk.now))
+		case "FixedWindow":
+			other, err = NewFixedWindow(c2, w.Name(), l, WithClock(clk.now))
+		case "SlidingWindowCounter":
+			other, err = NewSlidingWindowCounter(c2, w.Name(), l, WithClock(clk.now))
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if other.PauseKey() != w.PauseKey() || !strings.HasPrefix(w.PauseKey(), "ratesem:{"+w.Name()+"}:") {
+			t.Fatalf("%s: pause keys %q and %q", name, w.PauseKey(), other.PauseKey())
+		}
+		end, err := w.PauseFor(ctx, 300*time.Millisecond)
+		if err != nil || !end.Equal(t0.Add(300*time.Millisecond)) {
+			t.Fatalf("%s: PauseFor: %v, %v; want end at t0+300ms", name, end, err)
+		}
+		// A shorter pause leaves the longer one in force.
+		if end, err := other.PauseFor(ctx, 100*time.Millisecond); err != nil || !end.Equal(t0.Add(300*time.Millisecond)) {
+			t.Fatalf("%s: shorter PauseFor: %v, %v; want end still at t0+300ms", name, end, err)
+		}
+		ttl, err := c1.PTTL(ctx, w.PauseKey()).Result()
+		if err != nil || ttl <= time.Second || ttl > 1300*time.Millisecond {
+			t.Fatalf("%s: pause key TTL %v, %v; want 300ms + 1s slack", name, ttl, err)
+		}
+		clk.t = t0.Add(120 * time.Millisecond)
+		for _, x := range []*Window{w, other} {
+			d, err := x.Admit(ctx, 1)
+			if err != nil || d.OK || d.InFlight || d.Wait != 180*time.Millisecond {
+				t.Fatalf("%s: admission while paused: %+v, %v; want refused, wait 180ms", name, d, err)
+			}
+		}
+		// The pause is over: the refusals counted nothing, so the whole
+		// limit (2) is there.
+		clk.t = t0.Add(300 * time.Millisecond)
+		for i, x := range []*Window{w, other} {
+			if d, err := x.Admit(ctx, 1); err != nil || !d.OK {
+				t.Fatalf("%s: unit %d after the pause: %+v, %v", name, i, d, err)
+			}
+		}
+		if d, err := w.Admit(ctx, 1); err != nil || d.OK || d.Wait == 0 {
+			t.Fatalf("%s: third unit of 2 after the pause: %+v, %v; want refused by the window", name, d, err)
+		}
+		if end, err := w.PauseFor(ctx, 0); err != nil || !end.IsZero() {
+			t.Fatalf("%s: PauseFor(0): %v, %v", name, end, err)
+		}
+	}
+}
+
+// TestPauseKeyVanishes: in real time, the pause key is gone a second after
+// the pause ends.
+func TestPauseKeyVanishes(t *testing.T) {
+	c := newClient(t, sharedAddr(t))
+	ctx := ctxT(t)
+	w, err := NewCompletion(c, uniqueName(t), Limit{N: 1, Per: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.PauseFor(ctx, 50*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := w.Admit(ctx, 1); err != nil || d.OK || d.Wait <= 0 || d.Wait > 50*time.Millisecond {
+		t.Fatalf("admission while paused: %+v, %v", d, err)
+	}
+	time.Sleep(1200 * time.Millisecond)
+	if n, err := c.Exists(ctx, w.PauseKey()).Result(); err != nil || n != 0 {
+		t.Fatalf("pause key still there 1.15 s after the pause ended: %d, %v", n, err)
+	}
+	if d, err := w.Admit(ctx, 1); err != nil || !d.OK {
+		t.Fatalf("admission after the pause: %+v, %v", d, err)
 	}
 }

@@ -39,6 +39,15 @@
 // share state; windows of the same kind and name do, and must be built
 // with the same limit in every process.
 //
+// # Pause
+//
+// Window.PauseFor holds every admission of every process sharing the window
+// for a time (after a 429 with Retry-After, say): it writes the instant the
+// pause ends, on the server's clock, to one more key, "ratesem:{name}:" +
+// kind + ":pause", which every admission script reads in the same round
+// trip. A paused admission is refused with the time left as its wait. The
+// key lives until the pause ends (plus the second of slack).
+//
 // # When Redis is unreachable
 //
 // Every method returns the go-redis error (wrapped, with the operation and
@@ -157,7 +166,8 @@ type Window struct {
 	kind   kind
 	limit  Limit
 	keys   []string
-	cap    int64 // units a call may have at most
+	akeys  []string // keys of the admission scripts: keys, then the pause key
+	cap    int64    // units a call may have at most
 
 	per, margin, lease, emit, burst int64 // µs, µs, µs, µs per unit, units
 	now                             func() time.Time
@@ -278,6 +288,7 @@ func newWindow(c goredis.UniversalClient, name string, k kind, l Limit, margin, 
 	default:
 		w.keys = []string{prefix}
 	}
+	w.akeys = append(append([]string(nil), w.keys...), prefix+":pause")
 	var id [8]byte
 	_, _ = rand.Read(id[:])
 	w.idPrefix = hex.EncodeToString(id[:])
@@ -300,8 +311,38 @@ func (w *Window) Limit() Limit { return w.limit }
 func (w *Window) Capacity() int64 { return w.cap }
 
 // Keys returns the Redis keys that hold the window's state, all with the
-// hash tag {name}. Each has a TTL while it exists.
+// hash tag {name}. Each has a TTL while it exists. The pause key (see
+// PauseFor) is not among them: it exists only while a pause is set.
 func (w *Window) Keys() []string { return append([]string(nil), w.keys...) }
+
+// PauseKey returns the key that holds the window's pause (see PauseFor),
+// with the hash tag {name}. It exists, with a TTL, only while a pause is
+// set.
+func (w *Window) PauseKey() string { return w.akeys[len(w.akeys)-1] }
+
+// PauseFor holds every admission of every process sharing the window (same
+// kind and name) for d from now, the server's clock, in one round trip:
+// until then Admit refuses with the time left as Decision.Wait, and counts
+// nothing. Calls in flight go on; Release, Extend and Cancel are not held.
+// Overlapping pauses do not add up: the later end wins. d is rounded up to a
+// whole microsecond; d ≤ 0 does nothing and returns the zero time. It
+// returns the instant the pause ends (the server's clock: the later of this
+// one and one already set), and the Redis error, wrapped, when the script
+// could not run.
+func (w *Window) PauseFor(ctx context.Context, d time.Duration) (time.Time, error) {
+	if d <= 0 {
+		return time.Time{}, nil
+	}
+	us := min(ceilMicros(d), maxMicros)
+	r, err := pauseScript.Run(ctx, w.client, []string{w.PauseKey()}, w.nowArg(), us).Int64Slice()
+	if err != nil {
+		return time.Time{}, w.errorf("pause", err)
+	}
+	if len(r) != 2 {
+		return time.Time{}, w.errorf("pause", fmt.Errorf("unexpected reply %v", r))
+	}
+	return time.UnixMicro(r[0]), nil
+}
 
 // nowArg is the scripts' ARGV[1]: "" to read the server's clock.
 func (w *Window) nowArg() string {
@@ -316,8 +357,9 @@ func (w *Window) errorf(op string, err error) error {
 }
 
 // Admit decides, in one round trip, whether a call of n units may start
-// now, and if so counts it. A call of 0 units is admitted without a round
-// trip. It returns an error matching window.ErrWeightTooLarge when n
+// now, and if so counts it; while a pause set by PauseFor lasts it refuses,
+// with the time left as the wait. A call of 0 units is admitted without a
+// round trip. It returns an error matching window.ErrWeightTooLarge when n
 // exceeds Capacity (such a call could never start), an error for a negative
 // n, and the Redis error, wrapped, when the script could not run (the call
 // is then not counted, unless the failure came after the server ran the
@@ -353,7 +395,7 @@ func (w *Window) Admit(ctx context.Context, n int64) (Decision, error) {
 	case kindSlidingCounter:
 		script, args = slidingCounterAdmit, []any{now, n, w.limit.N, w.per}
 	}
-	r, err := script.Run(ctx, w.client, w.keys, args...).Int64Slice()
+	r, err := script.Run(ctx, w.client, w.akeys, args...).Int64Slice()
 	if err != nil {
 		return Decision{}, w.errorf("admit", err)
 	}

@@ -22,6 +22,10 @@ import goredis "github.com/redis/go-redis/v9"
 //     with the member and needs no companion key.
 //   - Every key written gets a TTL just over the time its state matters
 //     (SLACK_MS more), so an abandoned limiter leaves nothing behind.
+//   - Every admission script takes one more key after the window's own, the
+//     pause key (a string: the instant the pause ends). While it lies ahead
+//     the script refuses at once, with the time left as the wait, and
+//     changes nothing.
 //
 // Replies are arrays of integers: {admitted 0/1, wait µs, in flight 0/1,
 // now µs} for admissions, {done 0/1, now µs} for the others.
@@ -136,6 +140,16 @@ local function kth(z, k)
   end
 end
 
+-- The time left (µs) of the pause in key p at now, 0 when none is set.
+local function paused(p, now)
+  local v = redis.call('GET', p)
+  if v then
+    local u = tonumber(v)
+    if u and now < u then return u - now end
+  end
+  return 0
+end
+
 -- The highest score in z, or now when z is empty.
 local function top(z, now)
   local last = redis.call('ZRANGE', z, -1, -1, 'WITHSCORES')
@@ -152,6 +166,8 @@ end
 var completionAdmit = goredis.NewScript(prelude + `
 local z, l, h = KEYS[1], KEYS[2], KEYS[3]
 local now = latest(h, clock(ARGV[1]))
+local pw = paused(KEYS[4], now)
+if pw > 0 then return {0, pw, 0, now} end
 local n, cap, per, lease, member = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
 local u = (hnum(h, 'u') or 0) - prune(z, l, now)
 if u < 0 then u = 0 end
@@ -230,6 +246,8 @@ return {1, now}
 var slidingLogAdmit = goredis.NewScript(prelude + `
 local z, h = KEYS[1], KEYS[2]
 local now = latest(h, clock(ARGV[1]))
+local pw = paused(KEYS[3], now)
+if pw > 0 then return {0, pw, 0, now} end
 local n, cap, per, margin, member = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
 local u = (hnum(h, 'u') or 0) - prune(z, nil, now)
 if u < 0 then u = 0 end
@@ -265,6 +283,8 @@ return {1, 0}
 var gcraAdmit = goredis.NewScript(prelude + `
 local h = KEYS[1]
 local now = latest(h, clock(ARGV[1]))
+local pw = paused(KEYS[2], now)
+if pw > 0 then return {0, pw, 0, now} end
 local n, emit, burst = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local tat = hnum(h, 'tat') or now
 local adm = hnum(h, 'a') or now
@@ -308,6 +328,8 @@ if last then
   k, f, adm = hnum(h, 'k'), hnum(h, 'f'), hnum(h, 'a')
   if now < last then now = last end
 end
+local pw = paused(KEYS[2], now)
+if pw > 0 then return {0, pw, 0, now} end
 if last and now > last then
   if k >= burst then
     k, f = burst, 0
@@ -357,6 +379,8 @@ return {1, 0}
 var fixedWindowAdmit = goredis.NewScript(prelude + `
 local h = KEYS[1]
 local now = latest(h, clock(ARGV[1]))
+local pw = paused(KEYS[2], now)
+if pw > 0 then return {0, pw, 0, now} end
 local n, cap, per = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local idx = fdiv(now, per)
 local win, used = hnum(h, 'w'), hnum(h, 'c') or 0
@@ -390,6 +414,8 @@ return {1, 0}
 var slidingCounterAdmit = goredis.NewScript(prelude + `
 local h = KEYS[1]
 local now = latest(h, clock(ARGV[1]))
+local pw = paused(KEYS[2], now)
+if pw > 0 then return {0, pw, 0, now} end
 local n, cap, per = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local idx = fdiv(now, per)
 local win, prev, cur = hnum(h, 'w'), hnum(h, 'p') or 0, hnum(h, 'c') or 0
@@ -443,4 +469,21 @@ if idx == win then f = 'c' elseif idx == win - 1 then f = 'p' else return {0, 0}
 local v = hnum(h, f) or 0
 redis.call('HSET', h, f, num(v - math.min(n, v)))
 return {1, 0}
+`)
+
+// Pause. KEYS: p (the pause key: the instant the pause ends). ARGV: now, d
+// (µs). The pause ends at now + d unless one already set ends later; the
+// key lives until the end of the pause (SLACK_MS more). Reply: {end µs,
+// now µs}.
+var pauseScript = goredis.NewScript(prelude + `
+local p = KEYS[1]
+local now = clock(ARGV[1])
+local d = tonumber(ARGV[2])
+local pend = now + d
+local cur = tonumber(redis.call('GET', p) or 0) or 0
+if pend > cur then
+  redis.call('SET', p, num(pend), 'PX', num(math.floor(d / 1000) + SLACK_MS))
+  cur = pend
+end
+return {cur, now}
 `)

@@ -1,0 +1,842 @@
+// Package redissem provides Semaphore: the RateSemaphore of package
+// semaphore, with its window kept in Redis, so that every process that
+// builds a Semaphore with the same name shares one limit of n units per
+// interval (replicas sharing one API key or one IP).
+//
+// It has the API of semaphore.RateSemaphore (Acquire, TryAcquire, Release,
+// Do, DoN, Pause, PauseFor, Stats) plus Close. The window is window/redis's
+// completion window by default (at every instant, units in flight + units of
+// calls that ended within the last interval ≤ n, across all processes), or
+// its start window with a margin (WithStartWindow). The Redis server's clock
+// is the only clock, so processes with skewed clocks agree.
+//
+// # Round trips
+//
+// One EVALSHA per admission decision and one per release. Inside one
+// process waiters queue FIFO and only the head of the queue talks to Redis:
+// 2000 goroutines blocked in Acquire cost one round trip at a time, not
+// 2000. When the head is admitted the next waiter asks at once. When Redis
+// refuses, it says how long to wait; the head sleeps that long plus a
+// little jitter (WithJitter) and asks again. Nothing polls in a loop. A
+// head that gives up (its context ended, or its deadline comes before the
+// wait) hands that wait on: the next head, if as heavy, sleeps until then
+// (or fails at once with ErrDeadline) rather than asking Redis what it was
+// just told. The wait only shrinks if a call is cancelled elsewhere or
+// Redis loses its state, so this costs at most that one wait.
+//
+// # Calls in flight elsewhere
+//
+// A refusal because calls in flight fill the limit (window/redis
+// Decision.InFlight) comes with a wait that counts those calls until their
+// leases run out (a minute by default), though a Release anywhere may come
+// much sooner. A Release in this process wakes the head at once. For
+// Releases in other processes the head's sleep is capped at a quarter of
+// the interval (10 ms when the interval is 0): under the completion window
+// a release never makes room at once, since its units count until its end
+// + interval, so the head, re-asking at most interval/4 after the release,
+// learns the exact wait with three quarters of the interval to spare and
+// is admitted as early as if it had been told; the cost is at most four
+// round trips per interval per process while calls in flight fill the
+// limit. A pub/sub channel published by the release script was the other
+// choice; it was not taken because every release would wake the head of
+// every process, each paying a round trip for it (P−1 round trips per
+// release for P processes, more than the cap's four per interval once
+// releases are frequent), because it needs a connection and a goroutine per
+// Semaphore, and because messages are lost across a reconnection, so a cap
+// would be needed anyway.
+//
+// # When Redis is unreachable
+//
+// A round trip that fails (a go-redis error, or no answer within
+// WithTimeout) marks Redis unreachable. Without WithFallback the caller
+// then gets an error matching ErrUnavailable (wrapping the Redis error) at
+// once, and so does every Acquire until the next probe; with WithFallback
+// admissions go to a local semaphore.RateSemaphore of floor(share·n) units
+// per interval, the process assuming it owns that share of the limit.
+// Redis is probed again by the head's next admission attempt, 100 ms after
+// the failure, then after twice as long each time it fails again, up to one
+// second; a probe's round trip is bounded by 250 ms (or WithTimeout if
+// shorter). The first probe that gets an answer switches admissions back to
+// Redis. Releases go to whichever side admitted the call. A call admitted by
+// Redis whose Release cannot reach it keeps its units until its lease runs
+// out, then for an interval more (safe, counted in Stats.ReleasesFailed). A
+// Redis that comes back empty (restarted without persistence) has forgotten
+// the calls in flight (their Releases count in Stats.ReleasesLost), and
+// calls admitted by the fallback are not counted there.
+//
+// How soon an outage shows depends on the client too: with go-redis's
+// default options a refused connection is dialled 5 times and the command
+// retried 3 times, well over a second, so the first failure takes the whole
+// WithTimeout (1 s by default); later ones, until the next probe, are
+// immediate. A client with MaxRetries and DialerRetries set low, or a
+// shorter WithTimeout, fails over sooner.
+//
+// # Pause
+//
+// Pause and PauseFor hold the starts of every process sharing the limit:
+// the pause is written to Redis (window/redis Window.PauseFor), and every
+// admission script reads it in the same round trip, refusing with the time
+// left as the wait. The pause also holds this process's waiters at once,
+// without a round trip, and its fallback semaphore. While Redis is
+// unreachable a pause is local only.
+package redissem
+
+import (
+	"container/list"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/ratesem/ratesem/internal/wake"
+	"github.com/ratesem/ratesem/semaphore"
+	"github.com/ratesem/ratesem/window"
+	wredis "github.com/ratesem/ratesem/window/redis"
+)
+
+// ErrUnavailable is matched (errors.Is) by the error Acquire returns when
+// Redis could not be reached and no fallback is set (WithFallback), or the
+// call is heavier than the fallback's share. The error wraps the Redis
+// error too.
+var ErrUnavailable = errors.New("redissem: Redis unavailable")
+
+// ErrClosed is returned by Acquire after Close, and to callers waiting in
+// Acquire when Close is called.
+var ErrClosed = errors.New("redissem: semaphore closed")
+
+// ErrWeightTooLarge is returned, wrapped, by Acquire for a call of more
+// units than the limit n: such a call could never start. It is
+// window.ErrWeightTooLarge.
+var ErrWeightTooLarge = window.ErrWeightTooLarge
+
+// ErrDeadline is matched, with context.DeadlineExceeded, by the error
+// Acquire returns as soon as Redis's wait is known to end after ctx's
+// deadline. It is semaphore.ErrDeadline.
+var ErrDeadline = semaphore.ErrDeadline
+
+const (
+	probeMin     = 100 * time.Millisecond // first probe after a failure
+	probeMax     = time.Second            // the longest time between probes
+	probeTimeout = 250 * time.Millisecond // bound of a probe's round trip
+	zeroRatePoll = 10 * time.Millisecond  // the InFlight cap when the interval is 0
+)
+
+// errTry is the internal refusal of TryAcquire.
+var errTry = errors.New("redissem: not admitted at once")
+
+// Semaphore is a weighted semaphore that also limits the rate, as
+// semaphore.RateSemaphore does, with its window kept in Redis: every
+// Semaphore built with the same name (and the same n, interval and window)
+// in any process shares one limit of n units per interval. See the package
+// doc for the round trips, the wake-ups, and what happens when Redis is
+// unreachable.
+//
+// A call's start is the instant Acquire returns and its end the instant
+// Release is called; the window counts them on the Redis server's clock,
+// when the admission and release scripts run (just before and just after).
+//
+// A Semaphore is safe for concurrent use by multiple goroutines. Close it
+// when done; it does not close the Redis client, which the caller owns.
+type Semaphore struct {
+	client      goredis.UniversalClient
+	win         *wredis.Window
+	name        string
+	n           int64
+	interval    time.Duration
+	cfg         config
+	local       *semaphore.RateSemaphore // the fallback, or nil
+	localN      int64
+	inflightCap time.Duration
+
+	closeCtx context.Context // done after Close
+	closeFn  context.CancelFunc
+	wake     chan struct{} // capacity 1: a local Release, for the head
+
+	mu        sync.Mutex
+	closed    bool
+	queue     list.List // of *waiter, FIFO; the front talks to Redis
+	paused    time.Time // no local start before; zero when none
+	down      bool      // Redis taken as unreachable
+	downErr   error
+	nextProbe time.Time
+	backoff   time.Duration
+	held      map[int64][]*held // calls in flight, by units left, oldest first
+	heldUnits int64
+	seq       uint64
+	st        Stats // counters; the gauges are filled in by Stats
+
+	// The latest exact refusal (not InFlight): no call of notBeforeN units
+	// or more can be admitted before notBefore (only a Cancel or a Redis
+	// restart elsewhere could make room sooner). A new head uses it rather
+	// than asking again.
+	notBefore  time.Time
+	notBeforeN int64
+
+	afterAdmit func() // test hook: after Redis admitted, before ctx is checked
+}
+
+type waiter struct {
+	turn chan struct{} // closed when the waiter becomes the head
+	elem *list.Element
+}
+
+// held is a call in flight admitted by this process.
+type held struct {
+	token string // Redis token; "" for the fallback
+	local bool   // admitted by the fallback
+	n     int64  // units admitted
+	left  int64  // units not released yet
+	seq   uint64 // admission order
+}
+
+// New returns a Semaphore named name over client that admits at most n
+// units per interval across every process using the same name, under the
+// completion window (window/redis NewCompletion): at every instant, units in
+// flight + units of calls that ended within the last interval ≤ n. interval
+// 0 caps the units in flight across processes only. Every process must use
+// the same n, interval and window for the same name.
+//
+// It returns an error for a nil client or an empty name, for n ≤ 0, for a
+// negative interval or one that is not a whole number of microseconds
+// (matching window.ErrInvalidLimit), and for an invalid option. It makes
+// no round trip: an unreachable Redis shows at the first Acquire.
+func New(client goredis.UniversalClient, name string, n int64, interval time.Duration, opts ...Option) (*Semaphore, error) {
+	cfg := config{lease: DefaultLease, timeout: DefaultTimeout}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if len(cfg.errs) > 0 {
+		return nil, errors.Join(cfg.errs...)
+	}
+	l := window.Limit{N: n, Per: interval}
+	var (
+		win *wredis.Window
+		err error
+	)
+	if cfg.start {
+		win, err = wredis.NewSlidingLog(client, name, l, cfg.margin)
+	} else {
+		win, err = wredis.NewCompletion(client, name, l, wredis.WithLease(cfg.lease))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("redissem: %w", err)
+	}
+	s := &Semaphore{
+		client: client, win: win, name: name, n: n, interval: interval, cfg: cfg,
+		inflightCap: interval / 4,
+		wake:        make(chan struct{}, 1),
+		held:        map[int64][]*held{},
+	}
+	if interval == 0 {
+		s.inflightCap = zeroRatePoll
+	}
+	if cfg.fallback {
+		s.localN = max(1, int64(math.Floor(cfg.share*float64(n))))
+		var lo []semaphore.Option
+		if cfg.start {
+			lo = append(lo, semaphore.WithStartWindow(cfg.margin))
+		}
+		s.local = semaphore.New(s.localN, interval, lo...)
+	}
+	s.closeCtx, s.closeFn = context.WithCancel(context.Background())
+	return s, nil
+}
+
+// Name returns the limit's name, as given to New.
+func (s *Semaphore) Name() string { return s.name }
+
+// Limit returns the limit shared across processes: n units per interval.
+func (s *Semaphore) Limit() window.Limit { return window.Limit{N: s.n, Per: s.interval} }
+
+// Acquire acquires n units (n ≥ 0) of the shared limit, blocking until they
+// are admitted or ctx is done. On success it returns nil and the caller must
+// Release(n) when the call ends. Waiters of one process are served FIFO. A
+// call of 0 units is admitted at once, without a round trip.
+//
+// On failure nothing is held and nothing stays counted in Redis (an
+// admission that came as ctx ended is cancelled there), and it returns:
+//   - ctx.Err() when ctx is done (at once while waiting; after the round
+//     trip in progress, bounded by WithTimeout, if one is);
+//   - an error matching ErrDeadline and context.DeadlineExceeded as soon as
+//     Redis's wait is known to end after ctx's deadline;
+//   - an error matching ErrWeightTooLarge at once when n exceeds the limit;
+//   - an error matching ErrUnavailable, wrapping the Redis error, when Redis
+//     cannot be reached and there is no fallback (or n exceeds the
+//     fallback's share): at once if a round trip failed recently, else
+//     after the one failed round trip;
+//   - ErrClosed after Close.
+//
+// Acquire panics if n is negative.
+func (s *Semaphore) Acquire(ctx context.Context, n int64) error {
+	_, err := s.acquire(ctx, n, false)
+	return err
+}
+
+// TryAcquire acquires n units (n ≥ 0) if they are admitted at once,
+// without waiting for room: it returns true on success (the caller must
+// Release(n) later), false otherwise, leaving nothing held. It fails at
+// once, without a round trip, when other callers of this process are
+// waiting (it never overtakes them), during a pause, when n exceeds the
+// limit, after Close, and when Redis was found unreachable recently and
+// there is no fallback; otherwise it blocks for one admission round trip at
+// most (bounded by WithTimeout), or asks the fallback. It panics if n is
+// negative.
+func (s *Semaphore) TryAcquire(n int64) bool {
+	_, err := s.acquire(context.Background(), n, true)
+	return err == nil
+}
+
+// acquire is Acquire, or TryAcquire when try is set; it reports whether the
+// fallback admitted the call.
+func (s *Semaphore) acquire(ctx context.Context, n int64, try bool) (local bool, err error) {
+	if n < 0 {
+		panic("redissem: Acquire with negative weight")
+	}
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	if n == 0 {
+		return false, nil
+	}
+	if n > s.n {
+		if try {
+			return false, errTry
+		}
+		return false, fmt.Errorf("%w: weight %d, limit %d per %v", ErrWeightTooLarge, n, s.n, s.interval)
+	}
+	since := time.Now()
+	w := &waiter{turn: make(chan struct{})}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return false, ErrClosed
+	}
+	if try && s.queue.Len() > 0 {
+		s.mu.Unlock()
+		return false, errTry
+	}
+	w.elem = s.queue.PushBack(w)
+	head := s.queue.Front() == w.elem
+	s.mu.Unlock()
+	defer s.leave(w)
+	if !head {
+		select {
+		case <-w.turn:
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-s.closeCtx.Done():
+			return false, ErrClosed
+		}
+	}
+	return s.admit(ctx, n, since, try)
+}
+
+// leave takes w out of the queue and, if it was the head, makes the next
+// waiter the head.
+func (s *Semaphore) leave(w *waiter) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	front := s.queue.Front() == w.elem
+	s.queue.Remove(w.elem)
+	if next := s.queue.Front(); front && next != nil {
+		close(next.Value.(*waiter).turn)
+	}
+}
+
+// admit is the head's loop: ask Redis (or the fallback), and sleep for the
+// wait it prescribes, until admitted or failed.
+func (s *Semaphore) admit(ctx context.Context, n int64, since time.Time, try bool) (bool, error) {
+	for {
+		select {
+		case <-s.wake: // a Release before this attempt: it will see its effect
+		default:
+		}
+		now := time.Now()
+		s.mu.Lock()
+		closed, paused := s.closed, s.paused
+		down, probe, downErr := s.down, !now.Before(s.nextProbe), s.downErr
+		if n >= s.notBeforeN && s.notBefore.After(paused) {
+			// As good as a pause: Redis said so to an earlier head.
+			paused = s.notBefore
+		}
+		s.mu.Unlock()
+		switch {
+		case closed:
+			return false, ErrClosed
+		case ctx.Err() != nil:
+			return false, ctx.Err()
+		}
+		if now.Before(paused) {
+			if try {
+				return false, errTry
+			}
+			if dl, ok := ctx.Deadline(); ok && paused.After(dl) {
+				return false, &wake.DeadlineError{Sentinel: ErrDeadline, Wait: paused.Sub(now)}
+			}
+			if err := s.sleep(ctx, paused.Sub(now), false); err != nil {
+				return false, err
+			}
+			continue
+		}
+		if down && !probe {
+			return s.fallback(ctx, n, since, try, downErr)
+		}
+		timeout := s.cfg.timeout
+		if down {
+			timeout = min(timeout, probeTimeout)
+		}
+		// The round trip is not cut short by ctx: if the script admitted
+		// the call, the token must come back to be cancelled.
+		octx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+		d, err := s.win.Admit(octx, n)
+		cancel()
+		s.mu.Lock()
+		s.st.RedisAdmits++
+		s.mu.Unlock()
+		if err != nil {
+			s.markDown(err, true)
+			return s.fallback(ctx, n, since, try, err)
+		}
+		s.markUp()
+		if d.OK {
+			if s.afterAdmit != nil {
+				s.afterAdmit()
+			}
+			if ctx.Err() != nil {
+				s.cancelToken(ctx, d.Token)
+				return false, ctx.Err()
+			}
+			s.hold(d.Token, false, n, since)
+			return false, nil
+		}
+		if try {
+			return false, errTry
+		}
+		wait := d.Wait
+		if d.InFlight {
+			wait = min(wait, s.inflightCap)
+		} else {
+			at := time.Now().Add(wait)
+			s.mu.Lock()
+			s.notBefore, s.notBeforeN = at, n
+			s.mu.Unlock()
+			if dl, ok := ctx.Deadline(); ok && at.After(dl) {
+				return false, &wake.DeadlineError{Sentinel: ErrDeadline, Wait: wait}
+			}
+		}
+		wait = max(wait, time.Microsecond) + s.jitter(wait)
+		if err := s.sleep(ctx, wait, d.InFlight); err != nil {
+			return false, err
+		}
+	}
+}
+
+// fallback admits the call locally when there is a fallback, or fails it
+// with ErrUnavailable wrapping cause.
+func (s *Semaphore) fallback(ctx context.Context, n int64, since time.Time, try bool, cause error) (bool, error) {
+	if s.local == nil {
+		if try {
+			return false, errTry
+		}
+		return false, s.unavailable(cause)
+	}
+	if n > s.localN {
+		if try {
+			return false, errTry
+		}
+		return false, fmt.Errorf("%w: weight %d exceeds the fallback's share of %d units: %w", ErrUnavailable, n, s.localN, s.causeOf(cause))
+	}
+	if try {
+		if !s.local.TryAcquire(n) {
+			return false, errTry
+		}
+	} else {
+		lctx, cancel := context.WithCancel(ctx)
+		stop := context.AfterFunc(s.closeCtx, cancel)
+		err := s.local.Acquire(lctx, n)
+		stop()
+		cancel()
+		if err != nil {
+			if ctx.Err() == nil && s.closeCtx.Err() != nil {
+				return false, ErrClosed
+			}
+			return false, err
+		}
+	}
+	s.hold("", true, n, since)
+	return true, nil
+}
+
+func (s *Semaphore) causeOf(cause error) error {
+	if errors.Is(cause, context.DeadlineExceeded) || errors.Is(cause, context.Canceled) {
+		// Our own round-trip bound, not the caller's context: do not let
+		// the error match context.DeadlineExceeded.
+		return fmt.Errorf("no answer within %v (%s)", s.cfg.timeout, cause.Error())
+	}
+	return cause
+}
+
+func (s *Semaphore) unavailable(cause error) error {
+	return fmt.Errorf("%w: %w", ErrUnavailable, s.causeOf(cause))
+}
+
+// hold records an admitted call.
+func (s *Semaphore) hold(token string, local bool, n int64, since time.Time) {
+	wait := time.Since(since)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.seq++
+	s.held[n] = append(s.held[n], &held{token: token, local: local, n: n, left: n, seq: s.seq})
+	s.heldUnits += n
+	s.st.Admitted++
+	if local {
+		s.st.FallbackAdmitted++
+	}
+	s.st.TotalWait += wait
+	s.st.MaxWait = max(s.st.MaxWait, wait)
+}
+
+// sleep sleeps d, or less when ctx ends (its error), Close is called
+// (ErrClosed) or, if onRelease, a Release of this process comes (nil).
+func (s *Semaphore) sleep(ctx context.Context, d time.Duration, onRelease bool) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	var woken <-chan struct{}
+	if onRelease {
+		woken = s.wake
+	}
+	select {
+	case <-t.C:
+		return nil
+	case <-woken:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.closeCtx.Done():
+		return ErrClosed
+	}
+}
+
+// jitter draws the extra sleep added to a wait.
+func (s *Semaphore) jitter(wait time.Duration) time.Duration {
+	m := s.cfg.jitter
+	if !s.cfg.jitterSet {
+		m = min(wait/10, MaxDefaultJitter)
+	}
+	if m <= 0 {
+		return 0
+	}
+	return rand.N(m + 1)
+}
+
+// markDown records a failed round trip. An admission (probe) pushes the
+// next probe back, twice as far each time; other round trips only open the
+// circuit if it was closed.
+func (s *Semaphore) markDown(err error, probe bool) {
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.st.RedisErrors++
+	s.downErr = err
+	switch {
+	case !s.down:
+		s.down, s.backoff = true, probeMin
+		s.nextProbe = now.Add(s.backoff)
+	case probe:
+		s.backoff = min(2*s.backoff, probeMax)
+		s.nextProbe = now.Add(s.backoff)
+	}
+}
+
+// markUp records a round trip that got an answer.
+func (s *Semaphore) markUp() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.down {
+		s.down, s.downErr, s.backoff = false, nil, 0
+		s.st.Recoveries++
+	}
+}
+
+// opCtx bounds a round trip that has no caller's context, or must not be
+// cut short by it.
+func (s *Semaphore) opCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), s.cfg.timeout)
+}
+
+// cancelToken takes back an admission whose caller gave up.
+func (s *Semaphore) cancelToken(ctx context.Context, token string) {
+	octx, cancel := s.opCtx(ctx)
+	err := s.win.Cancel(octx, token)
+	cancel()
+	s.roundTrip(err)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case err == nil:
+		s.st.Cancelled++
+	case errors.Is(err, wredis.ErrNotInFlight):
+	default:
+		s.st.CancelsFailed++
+	}
+}
+
+// roundTrip records the outcome of a release, cancellation or pause.
+func (s *Semaphore) roundTrip(err error) {
+	if err != nil && !errors.Is(err, wredis.ErrNotInFlight) {
+		s.markDown(err, false)
+	} else {
+		s.markUp()
+	}
+}
+
+// Release ends n units (n ≥ 0) of this process's calls in flight; the
+// instant of Release is the calls' end. It ends the oldest call of exactly
+// n units admitted by this process; if there is none, it takes the n units
+// from the oldest calls, ending each whose units are all released (a call
+// partly released stays in flight in Redis: it counts longer, never less).
+// A call admitted by Redis is ended by one round trip (the release script),
+// so Release blocks for that long, at most WithTimeout; one admitted by the
+// fallback is released locally. If Redis cannot be reached, the call's units
+// come back when its lease runs out, plus the interval (Stats.ReleasesFailed
+// counts it); if Redis no longer knows the call (a restart, or its lease ran
+// out), Stats.ReleasesLost counts it. A Release wakes this process's head
+// waiter if it was waiting for calls in flight to end. Release works after
+// Close too. It panics if n is negative or more than this process holds, as
+// x/sync does.
+func (s *Semaphore) Release(n int64) {
+	if n < 0 {
+		panic("redissem: Release with negative weight")
+	}
+	if n == 0 {
+		return
+	}
+	s.mu.Lock()
+	if n > s.heldUnits {
+		s.mu.Unlock()
+		panic("redissem: released more than held")
+	}
+	s.heldUnits -= n
+	var (
+		done       []*held // calls all of whose units are released
+		localUnits int64   // units of the fallback released
+	)
+	if q := s.held[n]; len(q) > 0 {
+		e := q[0]
+		s.popHeld(n)
+		e.left = 0
+		if e.local {
+			localUnits = n
+		}
+		done = append(done, e)
+	} else {
+		for rest := n; rest > 0; {
+			e := s.oldestHeld()
+			s.popHeld(e.left)
+			take := min(e.left, rest)
+			rest -= take
+			e.left -= take
+			if e.local {
+				localUnits += take
+			}
+			if e.left == 0 {
+				done = append(done, e)
+			} else {
+				s.pushHeldFront(e)
+			}
+		}
+	}
+	s.mu.Unlock()
+	for _, e := range done {
+		if e.local {
+			continue // released below, with the partial units
+		}
+		octx, cancel := s.opCtx(context.Background())
+		err := s.win.Release(octx, e.token)
+		cancel()
+		s.roundTrip(err)
+		if err != nil {
+			s.mu.Lock()
+			if errors.Is(err, wredis.ErrNotInFlight) {
+				s.st.ReleasesLost++
+			} else {
+				s.st.ReleasesFailed++
+			}
+			s.mu.Unlock()
+		}
+	}
+	if localUnits > 0 {
+		s.local.Release(localUnits)
+	}
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (s *Semaphore) popHeld(left int64) {
+	q := s.held[left]
+	q[0] = nil
+	if len(q) == 1 {
+		delete(s.held, left)
+	} else {
+		s.held[left] = q[1:]
+	}
+}
+
+// oldestHeld returns the oldest call in flight (heldUnits > 0).
+func (s *Semaphore) oldestHeld() *held {
+	var o *held
+	for _, q := range s.held {
+		if o == nil || q[0].seq < o.seq {
+			o = q[0]
+		}
+	}
+	return o
+}
+
+// pushHeldFront files e, the oldest call in flight, under its units left.
+func (s *Semaphore) pushHeldFront(e *held) {
+	s.held[e.left] = append([]*held{e}, s.held[e.left]...)
+}
+
+// Do acquires one unit, runs fn, and releases the unit when fn returns or
+// panics (the panic then goes on). It returns Acquire's error without
+// running fn, or fn's error. It blocks like Acquire, and for the release's
+// round trip.
+func (s *Semaphore) Do(ctx context.Context, fn func(context.Context) error) error {
+	return s.DoN(ctx, 1, fn)
+}
+
+// DoN is Do for a call of n units.
+func (s *Semaphore) DoN(ctx context.Context, n int64, fn func(context.Context) error) error {
+	if err := s.Acquire(ctx, n); err != nil {
+		return err
+	}
+	defer s.Release(n)
+	return fn(ctx)
+}
+
+// Pause holds every new start until the instant until, in every process
+// sharing the limit: calls in flight go on, waiters keep waiting in order.
+// This process's waiters and fallback are held at once; the other processes
+// are held through Redis (the pause is written there in one round trip, the
+// server's clock then counting the time left, and the admission script
+// reads it). Overlapping pauses do not add up; the later end wins. A time
+// in the past changes nothing. Pause blocks for that one round trip, at most
+// WithTimeout; while Redis is unreachable the pause is local only (the
+// failure counts in Stats.RedisErrors). Feed it from a 429 or 418
+// response's Retry-After, capped.
+func (s *Semaphore) Pause(until time.Time) {
+	now := time.Now()
+	d := until.Sub(now)
+	if d <= 0 {
+		return
+	}
+	s.mu.Lock()
+	if until.After(s.paused) {
+		s.paused = until
+	}
+	down := s.down
+	s.mu.Unlock()
+	if s.local != nil {
+		s.local.Pause(until)
+	}
+	if down {
+		return
+	}
+	octx, cancel := s.opCtx(context.Background())
+	_, err := s.win.PauseFor(octx, d)
+	cancel()
+	s.roundTrip(err)
+}
+
+// PauseFor is Pause(now + d): no new start, in any process, for d from now.
+// A d ≤ 0 changes nothing.
+func (s *Semaphore) PauseFor(d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	s.Pause(time.Now().Add(d))
+}
+
+// Stats is a snapshot of a Semaphore's counters, for this process.
+type Stats struct {
+	// InFlight is the units held by this process's calls not yet
+	// released, admitted by Redis or by the fallback.
+	InFlight int64
+	// Waiting is the number of this process's callers blocked in Acquire
+	// (the head, talking to Redis, included).
+	Waiting int
+	// Admitted counts the calls admitted since New, by Acquire or
+	// TryAcquire, through Redis or the fallback; an admission its caller
+	// gave up on is not counted.
+	Admitted uint64
+	// FallbackAdmitted counts the calls of Admitted that the fallback
+	// admitted while Redis was unreachable.
+	FallbackAdmitted uint64
+	// TotalWait is the time admitted calls spent in Acquire, summed;
+	// TotalWait / Admitted is the mean wait.
+	TotalWait time.Duration
+	// MaxWait is the longest time one admitted call spent in Acquire.
+	MaxWait time.Duration
+	// PausedUntil is when the latest pause set in this process ends; zero
+	// when none was set. It may lie in the past.
+	PausedUntil time.Time
+	// RedisAdmits counts the admission round trips (EVALSHA of the
+	// admission script), refused, admitted or failed.
+	RedisAdmits uint64
+	// RedisErrors counts the round trips of any kind that failed (no
+	// answer within WithTimeout, or a Redis error).
+	RedisErrors uint64
+	// Cancelled counts admissions taken back from Redis because the
+	// caller's context ended as Redis admitted it.
+	Cancelled uint64
+	// CancelsFailed counts the cancellations that could not reach Redis:
+	// those units count until the lease runs out, plus the interval.
+	CancelsFailed uint64
+	// ReleasesFailed counts the releases that could not reach Redis: those
+	// units count until the lease runs out, plus the interval.
+	ReleasesFailed uint64
+	// ReleasesLost counts the releases of calls Redis no longer knew: it
+	// lost its state (a restart), or the call outlived its lease.
+	ReleasesLost uint64
+	// Recoveries counts the times Redis answered again after being taken
+	// as unreachable.
+	Recoveries uint64
+	// Unavailable reports whether Redis is taken as unreachable now (until
+	// a probe gets an answer): admissions go to the fallback, or fail.
+	Unavailable bool
+}
+
+// Stats returns a snapshot of the counters. It never blocks for long.
+func (s *Semaphore) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.st
+	st.InFlight = s.heldUnits
+	st.Waiting = s.queue.Len()
+	st.PausedUntil = s.paused
+	st.Unavailable = s.down
+	return st
+}
+
+// Close stops the semaphore: callers waiting in Acquire return ErrClosed,
+// and so do later calls to Acquire (TryAcquire returns false). Calls in
+// flight may still be released; Release works after Close. Close leaves no
+// goroutine behind (the Semaphore starts none of its own), does not close
+// the Redis client, and returns nil; calling it again does nothing.
+func (s *Semaphore) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.closed {
+		s.closed = true
+		s.closeFn()
+	}
+	return nil
+}
