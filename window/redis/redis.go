@@ -34,8 +34,10 @@
 // "ratesem:{name}:" and go on with the kind of window, so all keys of one
 // limiter share the hash tag {name} and live in one slot of a Redis Cluster.
 // Every key has a TTL just over the time its state matters (one second
-// more), refreshed by each script that writes it: an idle limiter leaves
-// nothing behind. Windows of different kinds with the same name do not
+// more), refreshed by the scripts that write it (the completion window's
+// admissions refresh it only when it would fall within half a second of
+// that time, or when they create a key): an idle limiter leaves nothing
+// behind. Windows of different kinds with the same name do not
 // share state; windows of the same kind and name do, and must be built
 // with the same limit in every process.
 //

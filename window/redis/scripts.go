@@ -160,81 +160,250 @@ end
 
 // Completion window. KEYS: z (member → instant until which it counts: lease
 // expiry + Per while in flight, end + Per once released), l (member → lease
-// expiry, for members in flight), h (u: units in z, t: latest instant).
+// expiry, for members in flight), h (u: units in z, c: members in l, t:
+// latest instant, x: the instant until which the three keys are known to
+// live, p: the next instant at which admissions prune z).
+//
+// These scripts are written for speed (the admission is the hot path): no
+// prelude, no closures, one HMGET, and integers handed to redis.call as Lua
+// numbers, which Redis formats with every digit (all are below 2^53).
+//
+// Pruning is lazy. u counts the units of every member still in z, expired
+// or not, so it is an upper bound of the units that count: when n fits
+// beside it, n fits, and nothing needs pruning to decide. z is pruned when
+// n might not fit (then the decision needs the exact count) and otherwise
+// at most every PRUNE_US, so expired members linger that long at most. A
+// member of l whose z score (lease end + Per) has passed counts no more:
+// Release, Extend and Cancel treat it as gone, as if already pruned.
+//
+// TTLs are refreshed lazily too. x stays at least HALF_US past the highest
+// score in z; an admission refreshes the TTLs (to its own score + SLACK,
+// which moves x by about SLACK - HALF) only when its score comes within
+// HALF_US of x, or when it creates z or l anew (u or c is 0: Redis deletes
+// an empty sorted set, and a new key has no TTL), or when x is unknown.
+// Release, which can lower the highest score, sets the TTLs to the highest
+// score + SLACK unless x is still within [top + HALF_US, top + SLACK], so
+// an idle limiter still vanishes on time.
 //
 // Admit ARGV: now, n, N, Per, lease, member.
-var completionAdmit = goredis.NewScript(prelude + `
+var completionAdmit = goredis.NewScript(`
+if redis.replicate_commands then pcall(redis.replicate_commands) end
+local SLACK_MS, HALF_US, PRUNE_US = 1000, 500000, 100000
 local z, l, h = KEYS[1], KEYS[2], KEYS[3]
-local now = latest(h, clock(ARGV[1]))
-local pw = paused(KEYS[4], now)
-if pw > 0 then return {0, pw, 0, now} end
-local n, cap, per, lease, member = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
-local u = (hnum(h, 'u') or 0) - prune(z, l, now)
-if u < 0 then u = 0 end
-local ok, wait, blocked = 0, 0, 0
-if n <= cap - u then
-  local lease_end = now + lease
-  redis.call('ZADD', z, num(lease_end + per), member)
-  redis.call('ZADD', l, num(lease_end), member)
-  u = u + n
-  ok = 1
+local now = ARGV[1]
+if now ~= '' then
+  now = tonumber(now)
 else
-  wait = (kth(z, n - (cap - u)) or now) - now
-  local live = redis.call('ZRANGEBYSCORE', l, '(' .. num(now), '+inf')
-  local inflight = 0
-  for i = 1, #live do inflight = inflight + weight(live[i]) end
-  if n > cap - inflight then blocked = 1 end
+  local tm = redis.call('TIME')
+  now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
 end
-redis.call('HSET', h, 'u', num(u), 't', num(now))
-local ttl = top(z, now) - now
-expire(z, ttl); expire(l, ttl); expire(h, ttl)
-return {ok, wait, blocked, now}
+local s = redis.call('HMGET', h, 't', 'u', 'c', 'x', 'p')
+local t = tonumber(s[1])
+if t and now < t then now = t end
+local pv = redis.call('GET', KEYS[4])
+if pv then
+  pv = tonumber(pv)
+  if pv and now < pv then return {0, pv - now, 0, now} end
+end
+local n, cap, per, lease, member = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
+local u, c, x, p = tonumber(s[2]) or 0, tonumber(s[3]), tonumber(s[4]), tonumber(s[5])
+if c == nil then c = redis.call('ZCARD', l) end
+if n > cap - u or (p and now >= p) then
+  local gone = redis.call('ZRANGEBYSCORE', z, '-inf', now)
+  local k = #gone
+  if k > 0 then
+    local match = string.match
+    for i = 1, k do u = u - tonumber(match(gone[i], '^(%d+):')) end
+    redis.call('ZREMRANGEBYSCORE', z, '-inf', now)
+    for i = 1, k, 1000 do
+      c = c - redis.call('ZREM', l, unpack(gone, i, math.min(i + 999, k)))
+    end
+    if u < 0 then u = 0 end
+    if c < 0 then c = 0 end
+  end
+  p = now + PRUNE_US
+elseif not p then
+  p = now + PRUNE_US
+end
+if n <= cap - u then
+  local lend = now + lease
+  local sc = lend + per
+  local fresh = u == 0 or c == 0
+  redis.call('ZADD', z, sc, member)
+  redis.call('ZADD', l, lend, member)
+  u = u + n
+  c = c + 1
+  if fresh or not x or x < sc + HALF_US then
+    local top = sc
+    if not x then
+      local last = redis.call('ZRANGE', z, -1, -1, 'WITHSCORES')
+      if #last > 0 and tonumber(last[2]) > top then top = tonumber(last[2]) end
+    elseif x - SLACK_MS * 1000 > top then
+      top = x - SLACK_MS * 1000
+    end
+    local ms = math.floor((top - now) / 1000) + SLACK_MS
+    x = now + ms * 1000
+    redis.call('HSET', h, 't', now, 'u', u, 'c', c, 'x', x, 'p', p)
+    redis.call('PEXPIRE', z, ms)
+    redis.call('PEXPIRE', l, ms)
+    redis.call('PEXPIRE', h, ms)
+  else
+    redis.call('HSET', h, 't', now, 'u', u, 'c', c, 'p', p)
+  end
+  return {1, 0, 0, now}
+end
+-- Refused: z is pruned (n did not fit beside the stored count). The wait
+-- is until the (n - free)-th unit in score order has left.
+local need = n - (cap - u)
+local wait, from, found = 0, 0, false
+while not found do
+  local page = redis.call('ZRANGE', z, from, from + 99, 'WITHSCORES')
+  if #page == 0 then break end
+  for i = 1, #page, 2 do
+    need = need - tonumber(string.match(page[i], '^(%d+):'))
+    if need <= 0 then wait = tonumber(page[i + 1]) - now; found = true; break end
+  end
+  from = from + 100
+end
+local live = redis.call('ZRANGEBYSCORE', l, '(' .. string.format('%.0f', now), '+inf')
+local inflight = 0
+for i = 1, #live do inflight = inflight + tonumber(string.match(live[i], '^(%d+):')) end
+local blocked = 0
+if n > cap - inflight then blocked = 1 end
+redis.call('HSET', h, 't', now, 'u', u, 'c', c, 'p', p)
+return {0, wait, blocked, now}
 `)
 
 // Release, extend and cancel ARGV: now, Per, member[, lease]. Each acts only
 // on a member still in l (in flight, or with a lease run out that the window
-// has not forgotten yet).
-var completionRelease = goredis.NewScript(prelude + `
+// still counts: lease end + Per is ahead).
+var completionRelease = goredis.NewScript(`
+if redis.replicate_commands then pcall(redis.replicate_commands) end
+local SLACK_MS, HALF_US = 1000, 500000
 local z, l, h = KEYS[1], KEYS[2], KEYS[3]
-local now = latest(h, clock(ARGV[1]))
-local per, member = tonumber(ARGV[2]), ARGV[3]
-if not redis.call('ZSCORE', l, member) then return {0, now} end
-redis.call('ZREM', l, member)
-if redis.call('ZADD', z, num(now + per), member) == 1 then
-  redis.call('HINCRBY', h, 'u', num(weight(member)))
+local now = ARGV[1]
+if now ~= '' then
+  now = tonumber(now)
+else
+  local tm = redis.call('TIME')
+  now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
 end
-redis.call('HSET', h, 't', num(now))
-local ttl = top(z, now) - now
-expire(z, ttl); expire(l, ttl); expire(h, ttl)
+local s = redis.call('HMGET', h, 't', 'u', 'c', 'x')
+local t = tonumber(s[1])
+if t and now < t then now = t end
+local per, member = tonumber(ARGV[2]), ARGV[3]
+local lend = redis.call('ZSCORE', l, member)
+if not lend or tonumber(lend) + per <= now then return {0, now} end
+local u, c = tonumber(s[2]) or 0, tonumber(s[3])
+redis.call('ZREM', l, member)
+if c then
+  c = c - 1
+  if c < 0 then c = 0 end
+end
+if redis.call('ZADD', z, now + per, member) == 1 then
+  u = u + tonumber(string.match(member, '^(%d+):'))
+end
+-- The highest score may have dropped: the TTLs are set anew unless x is
+-- still within [top + HALF_US, top + SLACK].
+local top = now
+local last = redis.call('ZRANGE', z, -1, -1, 'WITHSCORES')
+if #last > 0 then top = tonumber(last[2]) end
+local x = tonumber(s[4])
+if x and x >= top + HALF_US and x <= top + SLACK_MS * 1000 then
+  if c then
+    redis.call('HSET', h, 't', now, 'u', u, 'c', c)
+  else
+    redis.call('HSET', h, 't', now, 'u', u)
+  end
+  return {1, now}
+end
+local d = top - now
+if d < 0 then d = 0 end
+local ms = math.floor(d / 1000) + SLACK_MS
+if c then
+  redis.call('HSET', h, 't', now, 'u', u, 'c', c, 'x', now + ms * 1000)
+else
+  redis.call('HSET', h, 't', now, 'u', u, 'x', now + ms * 1000)
+end
+redis.call('PEXPIRE', z, ms)
+redis.call('PEXPIRE', l, ms)
+redis.call('PEXPIRE', h, ms)
 return {1, now}
 `)
 
-var completionExtend = goredis.NewScript(prelude + `
+var completionExtend = goredis.NewScript(`
+if redis.replicate_commands then pcall(redis.replicate_commands) end
+local SLACK_MS, HALF_US = 1000, 500000
 local z, l, h = KEYS[1], KEYS[2], KEYS[3]
-local now = latest(h, clock(ARGV[1]))
+local now = ARGV[1]
+if now ~= '' then
+  now = tonumber(now)
+else
+  local tm = redis.call('TIME')
+  now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
+end
+local s = redis.call('HMGET', h, 't', 'u', 'x')
+local t = tonumber(s[1])
+if t and now < t then now = t end
 local per, member, lease = tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
 local old = redis.call('ZSCORE', l, member)
 if not old then return {0, now} end
-local lease_end = math.max(tonumber(old), now + lease)
-redis.call('ZADD', l, num(lease_end), member)
-if redis.call('ZADD', z, num(lease_end + per), member) == 1 then
-  redis.call('HINCRBY', h, 'u', num(weight(member)))
+old = tonumber(old)
+if old + per <= now then return {0, now} end
+local u, x = tonumber(s[2]) or 0, tonumber(s[3])
+local lend = math.max(old, now + lease)
+local sc = lend + per
+redis.call('ZADD', l, lend, member)
+local added = redis.call('ZADD', z, sc, member) == 1
+if added then u = u + tonumber(string.match(member, '^(%d+):')) end
+if added or not x or x < sc + HALF_US then
+  local top = sc
+  local last = redis.call('ZRANGE', z, -1, -1, 'WITHSCORES')
+  if #last > 0 and tonumber(last[2]) > top then top = tonumber(last[2]) end
+  local ms = math.floor((top - now) / 1000) + SLACK_MS
+  x = now + ms * 1000
+  redis.call('HSET', h, 't', now, 'u', u, 'x', x)
+  redis.call('PEXPIRE', z, ms)
+  redis.call('PEXPIRE', l, ms)
+  redis.call('PEXPIRE', h, ms)
+else
+  redis.call('HSET', h, 't', now, 'u', u)
 end
-redis.call('HSET', h, 't', num(now))
-local ttl = top(z, now) - now
-expire(z, ttl); expire(l, ttl); expire(h, ttl)
 return {1, now}
 `)
 
-var completionCancel = goredis.NewScript(prelude + `
+var completionCancel = goredis.NewScript(`
+if redis.replicate_commands then pcall(redis.replicate_commands) end
 local z, l, h = KEYS[1], KEYS[2], KEYS[3]
-local now = latest(h, clock(ARGV[1]))
-local member = ARGV[3]
-if redis.call('ZREM', l, member) == 0 then return {0, now} end
+local now = ARGV[1]
+if now ~= '' then
+  now = tonumber(now)
+else
+  local tm = redis.call('TIME')
+  now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
+end
+local s = redis.call('HMGET', h, 't', 'u', 'c')
+local t = tonumber(s[1])
+if t and now < t then now = t end
+local per, member = tonumber(ARGV[2]), ARGV[3]
+local lend = redis.call('ZSCORE', l, member)
+if not lend or tonumber(lend) + per <= now then return {0, now} end
+local u, c = tonumber(s[2]) or 0, tonumber(s[3])
+redis.call('ZREM', l, member)
+if c then
+  c = c - 1
+  if c < 0 then c = 0 end
+end
 if redis.call('ZREM', z, member) == 1 then
-  local u = (hnum(h, 'u') or 0) - weight(member)
+  u = u - tonumber(string.match(member, '^(%d+):'))
   if u < 0 then u = 0 end
-  redis.call('HSET', h, 'u', num(u))
+end
+if t then -- never create h here: it would have no TTL
+  if c then
+    redis.call('HSET', h, 'u', u, 'c', c)
+  else
+    redis.call('HSET', h, 'u', u)
+  end
 end
 return {1, now}
 `)
