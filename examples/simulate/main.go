@@ -56,6 +56,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/ratesem/ratesem/window/redis/redistest"
 )
 
 // row is one line of the simulation table.
@@ -206,12 +208,12 @@ func parentMain() int {
 	defer stop()
 
 	if redisAddr == "" {
-		rs, err := startRedis(ctx)
+		rs, err := redistest.Launch()
 		if err != nil {
 			return fatal(err)
 		}
-		defer rs.stop()
-		redisAddr = rs.Addr
+		defer rs.Stop()
+		redisAddr = rs.Addr()
 		fmt.Printf("redis-server started on %s (no persistence)\n", redisAddr)
 	} else {
 		fmt.Printf("redis: %s\n", redisAddr)

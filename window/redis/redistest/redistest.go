@@ -45,10 +45,11 @@ func Start(t testing.TB) (addr string) {
 // Server is a redis-server child process that a test can stop and start
 // again on the same port. Its methods are safe for concurrent use.
 type Server struct {
-	t    testing.TB
-	bin  string
-	port int
-	dir  string
+	t      testing.TB // nil for a launched server
+	bin    string
+	port   int
+	dir    string
+	ownDir bool // launched: Stop removes dir
 
 	mu     sync.Mutex
 	proc   *os.Process
@@ -86,6 +87,38 @@ func StartServer(t testing.TB) *Server {
 	return nil
 }
 
+// Launch starts a redis-server child process on a free loopback port for a
+// program rather than a test (examples/simulate uses it): the same settings
+// as StartServer (no snapshots, no append-only file, bound to 127.0.0.1; on
+// Linux it dies with its parent). It returns an error when no redis-server
+// binary is found or the server does not answer PING within a few seconds.
+// The caller must call Stop, which also removes the server's directory.
+// Start and Restart are for test servers only (they report through the
+// test); they panic on a launched one.
+func Launch() (*Server, error) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return nil, errors.New("redistest: no redis-server on PATH; install it with `apt-get install redis-server` (or set REDIS_ADDR)")
+	}
+	dir, err := os.MkdirTemp("", "ratesem-redis-")
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{bin: bin, dir: dir, ownDir: true}
+	var last error
+	for range 5 { // a free port may be taken between probing and binding
+		if s.port, err = freePort(); err != nil {
+			os.RemoveAll(dir)
+			return nil, fmt.Errorf("redistest: finding a free port: %w", err)
+		}
+		if last = s.start(); last == nil {
+			return s, nil
+		}
+	}
+	os.RemoveAll(dir)
+	return nil, fmt.Errorf("redistest: starting redis-server: %w", last)
+}
+
 // Addr returns the server's address, 127.0.0.1:port. It stays the same
 // across Stop and Start.
 func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
@@ -107,6 +140,9 @@ func (s *Server) Stop() {
 		<-s.exited
 	}
 	s.proc, s.exited = nil, nil
+	if s.ownDir {
+		os.RemoveAll(s.dir)
+	}
 }
 
 // Start starts the server again on the same port, empty (no keys, no
@@ -213,12 +249,14 @@ type lockedBuffer struct {
 	buf bytes.Buffer
 }
 
+// Write appends p; it never fails.
 func (b *lockedBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.Write(p)
 }
 
+// String returns everything written so far.
 func (b *lockedBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -2,6 +2,7 @@ package redistest
 
 import (
 	"fmt"
+	"os"
 	"os/exec"
 	"runtime"
 	"strings"
@@ -83,5 +84,30 @@ func TestNoBinary(t *testing.T) {
 	skipped, failed = outcome(t, func(tb testing.TB) { Start(tb) })
 	if skipped != "" || !strings.Contains(failed, "apt-get install redis-server") {
 		t.Fatalf("under CI: skipped %q, failed %q; want a failure", skipped, failed)
+	}
+}
+
+// Launch starts a server for a program: it answers, and Stop ends it and
+// removes its directory.
+func TestLaunch(t *testing.T) {
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("no redis-server under CI")
+		}
+		t.Skip("no redis-server on PATH")
+	}
+	s, err := Launch()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ping(s.Addr()); err != nil {
+		t.Fatalf("launched server does not answer: %v", err)
+	}
+	s.Stop()
+	if err := ping(s.Addr()); err == nil {
+		t.Fatal("server still answers after Stop")
+	}
+	if _, err := os.Stat(s.dir); !os.IsNotExist(err) {
+		t.Fatalf("directory %s left behind (%v)", s.dir, err)
 	}
 }
