@@ -48,12 +48,16 @@ type poolCall struct {
 	ticket  *clientpool.Ticket
 }
 
+// Acquire takes all of the request's charges at once (the weight argument
+// is ignored: the charges carry the weights), blocking like
+// clientpool.Pool.Acquire; on failure it holds nothing.
 func (c *poolCall) Acquire(ctx context.Context, _ int64) error {
 	t, err := c.pool.Acquire(ctx, c.charges...)
 	c.ticket = t
 	return err
 }
 
+// Release gives every charge back together; it never blocks.
 func (c *poolCall) Release(int64) { c.ticket.Release() }
 
 // PauseFor pauses the request's throttle targets; Transport calls Throttled
@@ -77,6 +81,11 @@ func (c *poolCall) ObserveResponse(resp *http.Response) {
 // admits, so the request is not sent.
 type failed struct{ err error }
 
+// Acquire returns the classification error: the request is not sent.
 func (f failed) Acquire(context.Context, int64) error { return f.err }
-func (f failed) Release(int64)                        {}
-func (f failed) PauseFor(time.Duration)               {}
+
+// Release does nothing: nothing was taken.
+func (f failed) Release(int64) {}
+
+// PauseFor does nothing: no limiter is behind it.
+func (f failed) PauseFor(time.Duration) {}

@@ -253,6 +253,8 @@ const (
 	byAccount              // header X-MBX-APIKEY
 )
 
+// String names what the rule is keyed by, for the doc table ("IP",
+// "account").
 func (s scope) String() string {
 	if s == byAccount {
 		return "account"

@@ -104,8 +104,11 @@ type memListener struct {
 // top-level domain .invalid, so it never resolves by accident.
 type memAddr string
 
+// Network implements net.Addr: "memory".
 func (a memAddr) Network() string { return "memory" }
-func (a memAddr) String() string  { return string(a) }
+
+// String implements net.Addr: the address given (host:port).
+func (a memAddr) String() string { return string(a) }
 
 func newMemListener(host string) *memListener {
 	return &memListener{addr: memAddr(host), conns: make(chan net.Conn), done: make(chan struct{})}
@@ -113,6 +116,8 @@ func newMemListener(host string) *memListener {
 
 var errMemListenerClosed = errors.New("exchangetest: in-memory server closed")
 
+// Accept implements net.Listener: it blocks until a client dials or the
+// listener is closed (then net.ErrClosed).
 func (l *memListener) Accept() (net.Conn, error) {
 	select {
 	case c := <-l.conns:
@@ -122,11 +127,13 @@ func (l *memListener) Accept() (net.Conn, error) {
 	}
 }
 
+// Close implements net.Listener; pending and later Accepts fail.
 func (l *memListener) Close() error {
 	l.once.Do(func() { close(l.done) })
 	return nil
 }
 
+// Addr implements net.Listener.
 func (l *memListener) Addr() net.Addr { return l.addr }
 
 // dial connects a new pipe to the listener. The server side reports ip and
@@ -158,7 +165,10 @@ type memConn struct {
 	local, remote net.Addr
 }
 
-func (c *memConn) LocalAddr() net.Addr  { return c.local }
+// LocalAddr implements net.Conn.
+func (c *memConn) LocalAddr() net.Addr { return c.local }
+
+// RemoteAddr implements net.Conn: the client IP the server sees.
 func (c *memConn) RemoteAddr() net.Addr { return c.remote }
 
 // remoteIP returns the host part of r.RemoteAddr (all of it if it has no

@@ -88,6 +88,8 @@ const (
 	okxByUIDInstID
 )
 
+// String names the parts of a request the rule is keyed by, as OKX
+// writes them ("IP + instId").
 func (k okxKeyBy) String() string {
 	return [...]string{"IP", "IP+instType", "IP+instId", "UID", "UID+instId"}[k]
 }

@@ -37,6 +37,7 @@ type peekedBody struct {
 
 type errReader struct{ err error }
 
+// Read returns the error the original body gave.
 func (e errReader) Read([]byte) (int, error) { return 0, e.err }
 
 // Code returns the top-level "code" field of a JSON object as text (a JSON
