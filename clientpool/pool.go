@@ -229,6 +229,10 @@ func (p *Pool) Acquire(ctx context.Context, charges ...Charge) (*Ticket, error) 
 		return nil, ctx.Err()
 	default:
 	}
+	if err := p.tooHeavyLocked(charges); err != nil {
+		p.mu.Unlock()
+		return nil, err
+	}
 	now := p.now()
 	p.sweepLocked(now)
 	hs := make([]held, len(charges))
@@ -284,12 +288,12 @@ func (p *Pool) Acquire(ctx context.Context, charges ...Charge) (*Ticket, error) 
 	}
 }
 
-// merge validates charges and adds up those to the same limiter.
+// merge validates charges and adds up those to the same limiter. The rules
+// map is fixed after New, so it needs no lock.
 func (p *Pool) merge(charges []Charge) ([]Charge, error) {
 	out := make([]Charge, 0, len(charges))
 	for _, c := range charges {
-		rs, ok := p.rules[c.Rule]
-		if !ok {
+		if _, ok := p.rules[c.Rule]; !ok {
 			return nil, fmt.Errorf("%w %q", ErrUnknownRule, c.Rule)
 		}
 		if c.Weight < 0 {
@@ -297,18 +301,23 @@ func (p *Pool) merge(charges []Charge) ([]Charge, error) {
 		}
 		if i := slices.IndexFunc(out, func(o Charge) bool { return o.Rule == c.Rule && o.Key == c.Key }); i >= 0 {
 			out[i].Weight += c.Weight
-			c = out[i]
 		} else {
 			out = append(out, c)
 		}
-		p.mu.Lock()
-		fit := min(rs.capacity, rs.cap)
-		p.mu.Unlock()
-		if c.Weight > fit {
-			return nil, fmt.Errorf("%w: %s can never start: rule %q admits at most %d (%v)", ErrWeightTooLarge, c, c.Rule, fit, rs.limit)
-		}
 	}
 	return out, nil
+}
+
+// tooHeavyLocked returns the ErrWeightTooLarge error for the first charge
+// heavier than its rule can ever admit, or nil.
+func (p *Pool) tooHeavyLocked(charges []Charge) error {
+	for _, c := range charges {
+		rs := p.rules[c.Rule]
+		if fit := min(rs.capacity, rs.cap); c.Weight > fit {
+			return fmt.Errorf("%w: %s can never start: rule %q admits at most %d (%v)", ErrWeightTooLarge, c, c.Rule, fit, rs.limit)
+		}
+	}
+	return nil
 }
 
 // limiterLocked returns the limiter of (rule, key), creating it.
