@@ -332,3 +332,28 @@ func mustPanic(t *testing.T, f func()) {
 	}()
 	f()
 }
+
+// The hot path allocates nothing when a call is admitted at once, whatever
+// the window (DESIGN.md): limits that never bind, after a warm-up that lets
+// the logs reach their steady size.
+func TestConformanceAdmittedAllocatesNothing(t *testing.T) {
+	ctx := context.Background()
+	for _, pc := range policyCases {
+		s := semaphore.NewWithPolicy(pc.make(window.Limit{N: 1 << 40, Per: time.Millisecond}))
+		for range 100000 {
+			if err := s.Acquire(ctx, 1); err != nil {
+				t.Fatalf("%s: %v", pc.name, err)
+			}
+			s.Release(1)
+		}
+		allocs := testing.AllocsPerRun(1000, func() {
+			if err := s.Acquire(ctx, 1); err != nil {
+				t.Fatal(err)
+			}
+			s.Release(1)
+		})
+		if allocs != 0 {
+			t.Errorf("%s: %.1f allocations per admitted Acquire+Release, want 0", pc.name, allocs)
+		}
+	}
+}
