@@ -24,7 +24,7 @@
 //     another rule;
 //   - pauses by key (Pause, Throttled): a 429 on one instrument pauses that
 //     instrument's rule, not the others;
-//   - reconciles with usage headers (Reconcile, ObserveHeaders): when the
+//   - reconciles with usage headers (Reconcile, Ticket.ObserveHeaders): when the
 //     server counts more than the local window, the local budget shrinks
 //     for the rest of that window; feedback never loosens it;
 //   - changes a rule's limit at run time, keeping the accounting (SetLimit);

@@ -79,7 +79,7 @@ type limiter struct {
 	waiting  int       // waiters holding it
 	last     time.Time // latest admission, release or pause
 	blocked  uint64    // == pool.pass: an earlier waiter it refused is still waiting
-	// reconciled counts the units Reconcile and ObserveHeaders made the
+	// reconciled counts the units Reconcile and Ticket.ObserveHeaders made the
 	// window count on the server's word.
 	reconciled int64
 }
@@ -628,18 +628,6 @@ func (p *Pool) Reconcile(rule, key string, used int64) error {
 	return nil
 }
 
-// ObserveHeaders reads, for each charge whose rule has a Usage function, the
-// server's count from a response's headers and Reconciles with it.
-func (p *Pool) ObserveHeaders(charges []Charge, h http.Header) {
-	for _, c := range charges {
-		if rs := p.rules[c.Rule]; rs != nil && rs.Usage != nil {
-			if used, ok := rs.Usage(h); ok {
-				_ = p.Reconcile(c.Rule, c.Key, used)
-			}
-		}
-	}
-}
-
 // ObserveHeaders reads, for each charge of the ticket whose rule has a Usage
 // function, the server's count from the headers of the call's response, and
 // makes the local window count what it did not know of: the server counted
@@ -648,9 +636,9 @@ func (p *Pool) ObserveHeaders(charges []Charge, h http.Header) {
 // reach the server before it), so used − usedAtAdmit units come from
 // elsewhere (another process on the same IP or account). Units already taken
 // in from later responses are not counted twice. Feedback never loosens the
-// local accounting. Use it rather than Pool.ObserveHeaders when the call's
-// Ticket is at hand (httpclient does): comparing with the window's count now
-// would miss the units of calls still on their way.
+// local accounting. (Comparing with the window's count now instead, as
+// Reconcile does, would take the units of calls still on their way for
+// room; use Reconcile when no Ticket is at hand.)
 func (t *Ticket) ObserveHeaders(h http.Header) {
 	p := t.pool
 	for _, hd := range t.held {

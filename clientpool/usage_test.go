@@ -75,7 +75,7 @@ func TestParseRateLimit(t *testing.T) {
 
 // A usage header that reports more than the local count shrinks the local
 // budget; one that reports less never loosens it.
-func TestObserveHeadersShrinksNeverLoosens(t *testing.T) {
+func TestTicketObserveHeadersShrinksNeverLoosens(t *testing.T) {
 	rule := clientpool.Rule{
 		Name: "ip", Limit: window.Limit{N: 10, Per: time.Minute}, Window: func(l window.Limit) window.Policy { return window.NewFixedWindow(l) },
 		Usage: clientpool.BinanceUsage("X-MBX-USED-WEIGHT-1M"),
@@ -83,11 +83,11 @@ func TestObserveHeadersShrinksNeverLoosens(t *testing.T) {
 	p := newPool(t, []clientpool.Rule{rule})
 	tk := acquire(t, p, clientpool.Charge{Rule: "ip", Weight: 2})
 	tk.Release()
-	p.ObserveHeaders(tk.Charges(), hdr("X-MBX-USED-WEIGHT-1M", "1")) // less than local: nothing
+	tk.ObserveHeaders(hdr("X-MBX-USED-WEIGHT-1M", "1")) // less than local: nothing
 	if got := p.Snapshot()[0].Used; got != 2 {
 		t.Fatalf("Used = %d after a lower server count, want 2", got)
 	}
-	p.ObserveHeaders(tk.Charges(), hdr("X-MBX-USED-WEIGHT-1M", "9")) // another client spent 7
+	tk.ObserveHeaders(hdr("X-MBX-USED-WEIGHT-1M", "9")) // another client spent 7
 	if got := p.Snapshot()[0].Used; got != 9 {
 		t.Fatalf("Used = %d after the server counted 9, want 9", got)
 	}

@@ -175,7 +175,7 @@ func TestUsageHeaders(t *testing.T) {
 	h.Set("X-MBX-USED-WEIGHT-1M", "1234")
 	h.Set("X-MBX-ORDER-COUNT-10S", "7")
 	h.Set("X-MBX-ORDER-COUNT-1D", "4321")
-	pool.ObserveHeaders(ticket.Charges(), h)
+	ticket.ObserveHeaders(h)
 	used := map[string]int64{}
 	for _, s := range pool.Snapshot() {
 		used[s.Rule+"["+s.Key+"]"] = s.Used
