@@ -549,17 +549,18 @@ func (p *Pool) Throttled(charges []Charge, status int, retryAfter time.Duration)
 	p.throttle(charges, p.marked(charges), status, retryAfter)
 }
 
-// ThrottledResponse is Throttled for a throttled HTTP response: the Table's
-// ThrottleTargets, when set, picks the charges the response is about.
-func (p *Pool) ThrottledResponse(resp *http.Response, charges []Charge, retryAfter time.Duration) {
+// ThrottledResponse is Throttled for a throttled HTTP response, described by
+// th: the Table's ThrottleTargets, when set, picks the charges the response
+// is about. It never blocks and reads no body.
+func (p *Pool) ThrottledResponse(th Throttle, charges []Charge) {
 	var targets []Charge
 	if p.table.ThrottleTargets != nil {
-		targets = p.table.ThrottleTargets(resp, charges)
+		targets = p.table.ThrottleTargets(th, charges)
 	}
 	if targets == nil {
 		targets = p.marked(charges)
 	}
-	p.throttle(charges, targets, resp.StatusCode, retryAfter)
+	p.throttle(charges, targets, th.Status, th.RetryAfter)
 }
 
 // marked returns the charges whose rule is marked PauseOnThrottle, or all of

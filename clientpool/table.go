@@ -3,6 +3,7 @@ package clientpool
 import (
 	"fmt"
 	"net/http"
+	"time"
 )
 
 // Table is an API's limits as data: its rules, and which rules each
@@ -25,9 +26,29 @@ type Table struct {
 	// the call's charges it is about (Binance's body code -1015 means the
 	// account's order count, -1003 the IP's weight; OKX's 50061 the
 	// sub-account). Pool.ThrottledResponse pauses exactly those; a nil
-	// result falls back to the rules marked PauseOnThrottle. It may read
-	// the body only if it leaves it readable for the caller.
-	ThrottleTargets func(resp *http.Response, charges []Charge) []Charge
+	// result falls back to the rules marked PauseOnThrottle. It is a pure
+	// function of th: it never reads a body (th.Body holds what the
+	// transport saw), and it must be safe for concurrent use.
+	ThrottleTargets func(th Throttle, charges []Charge) []Charge
+}
+
+// Throttle is what a transport saw of one throttled response, handed to
+// Table.ThrottleTargets and Pool.ThrottledResponse. It holds no reader: a
+// stalled body can never block the pool.
+type Throttle struct {
+	// Status is the response's HTTP status code (429, 418, or 200 for an
+	// API that signals a throttle in the body, as OKX's 50011).
+	Status int
+	// Header is the response's header; read-only.
+	Header http.Header
+	// Body is the start of the response body as far as it was seen when
+	// the throttle was reported (at most a few hundred bytes; possibly
+	// empty or cut short). Read-only.
+	Body []byte
+	// RetryAfter is the server's usable Retry-After delay, already capped
+	// by the caller, or 0 when the response had none (the pool then backs
+	// off on its own).
+	RetryAfter time.Duration
 }
 
 // Endpoint is one API endpoint and what a request to it costs.

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ratesem/ratesem/clientpool"
+	"github.com/ratesem/ratesem/internal/peek"
 )
 
 // NewPool returns a Transport that routes each request through the rules of
@@ -69,7 +70,8 @@ func (c *poolCall) PauseFor(d time.Duration) {
 // Throttled implements ThrottleHandler: the keys of the rules the throttle is
 // about pause until the Retry-After, or for their own window.
 func (c *poolCall) Throttled(resp *http.Response, retryAfter time.Duration) {
-	c.pool.ThrottledResponse(resp, c.ticket.Charges(), retryAfter)
+	th := clientpool.Throttle{Status: resp.StatusCode, Header: resp.Header, RetryAfter: retryAfter, Body: peek.Body(resp, 512)}
+	c.pool.ThrottledResponse(th, c.ticket.Charges())
 }
 
 // ObserveResponse implements ResponseObserver: usage headers are reconciled.

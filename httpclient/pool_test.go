@@ -219,8 +219,8 @@ func (c *closeSpy) Close() error { c.closed = true; return nil }
 func TestPoolThrottleTargets(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		table := instTable()
-		table.ThrottleTargets = func(resp *http.Response, cs []clientpool.Charge) []clientpool.Charge {
-			if resp.Header.Get("X-Limit") != "account" {
+		table.ThrottleTargets = func(th clientpool.Throttle, cs []clientpool.Charge) []clientpool.Charge {
+			if th.Header.Get("X-Limit") != "account" {
 				return nil
 			}
 			for _, c := range cs {

@@ -160,8 +160,8 @@ const CodeTooManyOrders = "-1015"
 // throttleTargets points a 429 with code -1015 at the account's ORDERS
 // rules; any other throttle (-1003, or a 418 ban) falls back to the rules
 // marked to pause (the IP's REQUEST_WEIGHT).
-func throttleTargets(resp *http.Response, charges []clientpool.Charge) []clientpool.Charge {
-	if peek.Code(peek.Body(resp, 512)) != CodeTooManyOrders {
+func throttleTargets(th clientpool.Throttle, charges []clientpool.Charge) []clientpool.Charge {
+	if peek.Code(th.Body) != CodeTooManyOrders {
 		return nil
 	}
 	var out []clientpool.Charge

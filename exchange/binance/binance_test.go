@@ -2,7 +2,6 @@ package binance_test
 
 import (
 	"bytes"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -257,13 +256,11 @@ func TestThrottleTargetsOrders(t *testing.T) {
 	table := binance.Spot()
 	cs := []clientpool.Charge{{Rule: binance.RuleRequestWeight, Weight: 1}, {Rule: binance.RuleRawRequests, Weight: 1},
 		{Rule: binance.RuleOrders10s, Key: "k", Weight: 1}, {Rule: binance.RuleOrders1d, Key: "k", Weight: 1}}
-	resp := &http.Response{StatusCode: 429, Body: io.NopCloser(strings.NewReader(`{"code":-1015,"msg":"Too many new orders."}`))}
-	got := table.ThrottleTargets(resp, cs)
+	got := table.ThrottleTargets(clientpool.Throttle{Status: 429, Body: []byte(`{"code":-1015,"msg":"Too many new orders."}`)}, cs)
 	if len(got) != 2 || got[0].Rule != binance.RuleOrders10s || got[1].Rule != binance.RuleOrders1d {
 		t.Fatalf("targets %v, want the two ORDERS charges", got)
 	}
-	resp = &http.Response{StatusCode: 429, Body: io.NopCloser(strings.NewReader(`{"code":-1003}`))}
-	if got := table.ThrottleTargets(resp, cs); got != nil {
+	if got := table.ThrottleTargets(clientpool.Throttle{Status: 429, Body: []byte(`{"code":-1003}`)}, cs); got != nil {
 		t.Fatalf("a -1003 throttle picked %v; want nil (the IP's weight)", got)
 	}
 }

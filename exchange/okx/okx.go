@@ -189,8 +189,8 @@ func Table(opts ...Option) clientpool.Table {
 // (https://www.okx.com/docs-v5/en/#overview-rate-limits-sub-account-rate-limit);
 // any other throttle falls back to the rules marked to pause (the
 // per-instrument ones).
-func throttleTargets(resp *http.Response, charges []clientpool.Charge) []clientpool.Charge {
-	if peek.Code(peek.Body(resp, PeekSize)) != CodeSubAccountRateLimited {
+func throttleTargets(th clientpool.Throttle, charges []clientpool.Charge) []clientpool.Charge {
+	if peek.Code(th.Body) != CodeSubAccountRateLimited {
 		return nil
 	}
 	return pick(charges, RuleSubAccountOrders)
