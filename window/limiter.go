@@ -13,6 +13,13 @@ import (
 // same sentinel.
 var ErrWeightTooLarge = errors.New("ratesem: weight exceeds the limit")
 
+// ErrNegativeWeight is matched (errors.Is) by the error every entry point
+// of ratesem returns for a weight below zero (a caller's bug, or an
+// endpoint's weight function gone wrong): a negative weight would credit
+// the window instead of charging it. The semaphore and clientpool packages
+// return the same sentinel.
+var ErrNegativeWeight = errors.New("ratesem: negative weight")
+
 // ErrInFlight is returned by Limiter.TryN when only calls in flight ending
 // (DoneN) can make room: the completion window counts units in flight, and
 // no amount of waiting alone frees them.
