@@ -150,9 +150,11 @@ func TestRedisRestart(t *testing.T) {
 	// error at once, and probes the server once a second: the first calls
 	// after the restart may fail for up to a second.
 	deadline := time.Now().Add(5 * time.Second)
+	var first Decision
 	for {
-		_, err := ws["Completion"].Admit(ctx, 1)
+		d, err := ws["Completion"].Admit(ctx, 1)
 		if err == nil {
+			first = d
 			break
 		}
 		if time.Now().After(deadline) {
@@ -160,15 +162,31 @@ func TestRedisRestart(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	// The completion window and the sliding log know (from their own
+	// admission, a moment ago) that the state must still exist: the loss is
+	// detected, and the window is full for one Per. The other windows do
+	// not detect it: the limit is whole again.
+	if first.OK || !first.StateLost || first.Wait < 900*time.Millisecond || first.Wait > time.Second {
+		t.Fatalf("Completion after the restart: %+v, want a refusal with StateLost for about 1 s", first)
+	}
 	for name, w := range ws {
-		// The server lost the state: the limit is whole again (the
-		// completion window took 1 unit just now).
-		n := int64(2)
-		if name == "Completion" {
-			n = 1
+		d, err := w.Admit(ctx, 2)
+		if err != nil {
+			t.Fatalf("%s after the restart: %v", name, err)
 		}
-		if d, err := w.Admit(ctx, n); err != nil || !d.OK {
-			t.Fatalf("%s after the restart: %+v, %v", name, d, err)
+		switch name {
+		case "Completion":
+			if d.OK || d.StateLost || d.Wait < 800*time.Millisecond {
+				t.Fatalf("%s after the restart, second call: %+v, want a refusal (full for a Per)", name, d)
+			}
+		case "SlidingLog":
+			if d.OK || !d.StateLost || d.Wait < 900*time.Millisecond {
+				t.Fatalf("%s after the restart: %+v, want a refusal with StateLost", name, d)
+			}
+		default:
+			if !d.OK {
+				t.Fatalf("%s after the restart: %+v, want admitted", name, d)
+			}
 		}
 	}
 	if err := ws["Completion"].Release(ctx, tokens["Completion"]); !errors.Is(err, ErrNotInFlight) {

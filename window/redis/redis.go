@@ -31,8 +31,13 @@
 // # Keys
 //
 // A window named name keeps its state under keys that begin with
-// "ratesem:{name}:" and go on with the kind of window, so all keys of one
-// limiter share the hash tag {name} and live in one slot of a Redis Cluster.
+// "ratesem:{tag}:" and go on with the kind of window, where tag is the name
+// with every '%', '{' and '}' percent-encoded ("%25", "%7B", "%7D"): any
+// name (binary bytes included) gives a non-empty, well-formed hash tag, so
+// all keys of one limiter live in one slot of a Redis Cluster, and two
+// names never share keys. A name without those three bytes is its own tag,
+// as in "ratesem:{binance:spot}:completion:z". Names are 1 to MaxNameLen
+// bytes.
 // Every key has a TTL just over the time its state matters (one second
 // more), refreshed by the scripts that write it (the completion window's
 // admissions refresh it only when it would fall within half a second of
@@ -49,6 +54,36 @@
 // kind + ":pause", which every admission script reads in the same round
 // trip. A paused admission is refused with the time left as its wait. The
 // key lives until the pause ends (plus the second of slack).
+//
+// # Lost state
+//
+// Redis may lose a limiter's keys: evicted under maxmemory (see
+// CheckEviction: only the noeviction policy keeps them), deleted by FLUSHALL
+// or by hand, or gone with a restart without persistence. The completion
+// window and the sliding log detect it, in the admission script: a partial
+// loss from the keys themselves (a sorted set gone while the hash counts
+// units in it, or the reverse, or the count of calls in flight differing),
+// and a whole loss from what the Window remembers of its own admissions
+// (the state's epoch, and the instant until which its admissions keep the
+// state alive). On a loss the script rebuilds what is left and treats the
+// window as full for one Per (1 s at least in the completion window; Per +
+// margin in the sliding log): Admit refuses with Decision.StateLost set and
+// that wait, and so do the admissions of every process until it ends, since
+// calls the window forgot may have ended within the last Per. A Release of
+// a call admitted before the loss (within lease + Per of it) records the
+// call as ended then, so it counts for a Per as it should, though Release
+// still returns ErrNotInFlight. What no process remembers cannot be
+// detected: a loss of a limiter every process of which is new, or idle for
+// longer than a Per. The other windows keep one hash each, which eviction
+// takes whole; they do not detect its loss and start again from an idle
+// state (each documents how much that can admit).
+//
+// # Limit
+//
+// The completion window and the sliding log store N with the state. A
+// process built with another N is served under the smaller of the two (the
+// smaller is kept until the state expires), and Decision.LimitMismatch says
+// so.
 //
 // # When Redis is unreachable
 //
@@ -67,6 +102,7 @@ import (
 	"math/bits"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -88,6 +124,15 @@ const DefaultLease = time.Minute
 // already, its lease ran out and the window has forgotten the call, the
 // server lost its state (a restart), or it is not a token of this window.
 var ErrNotInFlight = errors.New("ratesem/redis: no such call in flight")
+
+// MaxNameLen is the longest name a window takes, in bytes, after the
+// encoding of '%', '{' and '}' (3 bytes each) into the keys' hash tag. A
+// longer name is an error from every constructor.
+const MaxNameLen = 1024
+
+// ErrEviction is matched (errors.Is) by the error CheckEviction returns for
+// a server whose maxmemory-policy is not noeviction.
+var ErrEviction = errors.New("ratesem/redis: the server may evict the limiter's keys (maxmemory-policy is not noeviction)")
 
 // maxMicros bounds every duration and count handed to the scripts, so that
 // an instant plus a few of them stays below 2^53, where Lua's doubles are
@@ -113,6 +158,15 @@ type Decision struct {
 	// Token identifies an admitted call (OK true, n > 0) for Release,
 	// Extend and Cancel. It is empty otherwise.
 	Token string
+	// StateLost is set on the refusal that found the window's state lost
+	// in Redis, all of it or part (see the package doc): the window was
+	// rebuilt from what was left and counts as full for Wait, one Per.
+	// Completion window and sliding log only.
+	StateLost bool
+	// LimitMismatch is set when the state in Redis was written with
+	// another N than this Window's: the decision was made under the
+	// smaller. Completion window and sliding log only.
+	LimitMismatch bool
 	// At is the instant of the decision: the server's clock, read by the
 	// script (or the WithClock instant), in microseconds. It is the zero
 	// time.Time for a call of 0 units, which is admitted without a round
@@ -176,6 +230,12 @@ type Window struct {
 
 	idPrefix string
 	seq      atomic.Uint64
+
+	// What this Window knows of the state (completion window and sliding
+	// log): its epoch (creation instant, µs), and the instant until which
+	// the Window's own admissions keep it alive (µs, 0 when none).
+	memMu       sync.Mutex
+	epoch, must int64
 }
 
 // NewCompletion returns the completion window for l (see window.Completion):
@@ -251,6 +311,8 @@ func newWindow(c goredis.UniversalClient, name string, k kind, l Limit, margin, 
 		return nil, errors.New("ratesem/redis: nil client")
 	case name == "":
 		return nil, errors.New("ratesem/redis: empty limiter name")
+	case len(name) > MaxNameLen:
+		return nil, fmt.Errorf("ratesem/redis: limiter name of %d bytes: want at most MaxNameLen (%d)", len(name), MaxNameLen)
 	case l.N <= 0 || l.N > maxMicros:
 		return nil, invalid("N must be 1 to 2^50")
 	case l.Per < 0 || l.Per == 0 && !perZeroOK:
@@ -281,7 +343,11 @@ func newWindow(c goredis.UniversalClient, name string, k kind, l Limit, margin, 
 	case kindTokenBucket:
 		w.cap = burst
 	}
-	prefix := "ratesem:{" + name + "}:" + kindNames[k]
+	tag, err := hashTag(name)
+	if err != nil {
+		return nil, err
+	}
+	prefix := "ratesem:{" + tag + "}:" + kindNames[k]
 	switch k {
 	case kindCompletion:
 		w.keys = []string{prefix + ":z", prefix + ":l", prefix + ":h"}
@@ -295,6 +361,39 @@ func newWindow(c goredis.UniversalClient, name string, k kind, l Limit, margin, 
 	_, _ = rand.Read(id[:])
 	w.idPrefix = hex.EncodeToString(id[:])
 	return w, nil
+}
+
+// hashTag returns the hash tag of the keys of the limiter named name: name
+// with '%', '{' and '}' percent-encoded, so that it holds no brace (Redis
+// Cluster hashes the bytes between the first '{' and the first '}' after
+// it) and the encoding stays injective. It fails for an empty name and a
+// tag longer than MaxNameLen.
+func hashTag(name string) (string, error) {
+	if name == "" {
+		return "", errors.New("ratesem/redis: empty limiter name")
+	}
+	k := strings.Count(name, "%") + strings.Count(name, "{") + strings.Count(name, "}")
+	if len(name)+2*k > MaxNameLen {
+		return "", fmt.Errorf("ratesem/redis: limiter name of %d bytes (%d once encoded): want at most MaxNameLen (%d)", len(name), len(name)+2*k, MaxNameLen)
+	}
+	if k == 0 {
+		return name, nil
+	}
+	var b strings.Builder
+	b.Grow(len(name) + 2*k)
+	for i := 0; i < len(name); i++ {
+		switch c := name[i]; c {
+		case '%':
+			b.WriteString("%25")
+		case '{':
+			b.WriteString("%7B")
+		case '}':
+			b.WriteString("%7D")
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String(), nil
 }
 
 func ceilMicros(d time.Duration) int64 {
@@ -369,7 +468,7 @@ func (w *Window) errorf(op string, err error) error {
 func (w *Window) Admit(ctx context.Context, n int64) (Decision, error) {
 	switch {
 	case n < 0:
-		return Decision{}, fmt.Errorf("ratesem/redis: Admit(%d): negative weight", n)
+		return Decision{}, fmt.Errorf("ratesem/redis: Admit(%d): %w", n, window.ErrNegativeWeight)
 	case n == 0:
 		return Decision{OK: true}, nil
 	case n > w.cap:
@@ -384,10 +483,12 @@ func (w *Window) Admit(ctx context.Context, n int64) (Decision, error) {
 	switch w.kind {
 	case kindCompletion:
 		token = w.member(n)
-		script, args = completionAdmit, []any{now, n, w.limit.N, w.per, w.lease, token}
+		e, m := w.memory()
+		script, args = completionAdmit, []any{now, n, w.limit.N, w.per, w.lease, token, e, m}
 	case kindSlidingLog:
 		token = w.member(n)
-		script, args = slidingLogAdmit, []any{now, n, w.limit.N, w.per, w.margin, token}
+		e, m := w.memory()
+		script, args = slidingLogAdmit, []any{now, n, w.limit.N, w.per, w.margin, token, e, m}
 	case kindGCRA:
 		script, args = gcraAdmit, []any{now, n, w.emit, w.burst}
 	case kindTokenBucket:
@@ -401,19 +502,93 @@ func (w *Window) Admit(ctx context.Context, n int64) (Decision, error) {
 	if err != nil {
 		return Decision{}, w.errorf("admit", err)
 	}
-	if len(r) != 4 {
-		return Decision{}, w.errorf("admit", fmt.Errorf("unexpected reply %v", r))
+	rep, err := parseAdmit(r)
+	if err != nil {
+		return Decision{}, w.errorf("admit", err)
 	}
-	d := Decision{OK: r[0] == 1, InFlight: r[2] == 1, At: time.UnixMicro(r[3])}
+	d := Decision{OK: rep.ok, InFlight: rep.inFlight, At: time.UnixMicro(rep.now),
+		StateLost: rep.lost, LimitMismatch: rep.mismatch}
 	if d.OK {
 		if token == "" {
-			token = strconv.FormatInt(n, 10) + ":" + strconv.FormatInt(r[3], 10)
+			token = strconv.FormatInt(n, 10) + ":" + strconv.FormatInt(rep.now, 10)
 		}
 		d.Token = token
 	} else {
-		d.Wait = time.Duration(min(r[1], maxMicros)) * time.Microsecond
+		d.Wait = time.Duration(rep.wait) * time.Microsecond
+	}
+	if w.kind == kindCompletion || w.kind == kindSlidingLog {
+		w.remember(rep)
 	}
 	return d, nil
+}
+
+// admitReply is an admission script's reply, checked.
+type admitReply struct {
+	ok, inFlight, lost, mismatch bool
+	wait, now, epoch             int64 // µs; wait ≤ 2^50, 0 when ok
+}
+
+// parseAdmit checks an admission script's reply: {admitted 0/1, wait µs,
+// in flight 0/1, now µs[, flags, epoch]}. Every value must be in range (a
+// wait beyond 2^50 µs saturates there; a negative one is an error): a
+// reply the scripts never give (another script under the same keys, a
+// proxy's garbage) is an error, never a decision.
+func parseAdmit(r []int64) (admitReply, error) {
+	if len(r) != 4 && len(r) != 6 {
+		return admitReply{}, fmt.Errorf("unexpected reply %v", r)
+	}
+	bit := func(v int64) bool { return v == 1 }
+	if r[0]|1 != 1 || r[2]|1 != 1 || r[1] < 0 || r[3] < 0 {
+		return admitReply{}, fmt.Errorf("unexpected reply %v", r)
+	}
+	a := admitReply{ok: bit(r[0]), inFlight: bit(r[2]), wait: min(r[1], maxMicros), now: r[3]}
+	if a.ok {
+		a.wait = 0
+	} else if a.wait == 0 && !a.inFlight {
+		// A refusal with no wait would have its caller ask again at once.
+		// The scripts do not give one; take the safe side.
+		a.wait = 1000
+	}
+	if len(r) == 6 {
+		if r[4] < 0 || r[4] > 3 || r[5] < 0 {
+			return admitReply{}, fmt.Errorf("unexpected reply %v", r)
+		}
+		a.lost, a.mismatch, a.epoch = r[4]&1 != 0, r[4]&2 != 0, r[5]
+		if a.lost && a.ok {
+			return admitReply{}, fmt.Errorf("unexpected reply %v", r)
+		}
+	}
+	return a, nil
+}
+
+// memory returns the scripts' ARGV epoch and must: "" for both when the
+// Window knows of no state it must find.
+func (w *Window) memory() (epoch, must string) {
+	w.memMu.Lock()
+	e, m := w.epoch, w.must
+	w.memMu.Unlock()
+	if m == 0 {
+		return "", ""
+	}
+	return strconv.FormatInt(e, 10), strconv.FormatInt(m, 10)
+}
+
+// remember records what a reply says of the state: its epoch (which only
+// moves forward: replies of concurrent calls may come out of order), and,
+// for an admission or a loss, the instant until which the state must exist.
+func (w *Window) remember(r admitReply) {
+	if r.epoch == 0 {
+		return
+	}
+	w.memMu.Lock()
+	defer w.memMu.Unlock()
+	w.epoch = max(w.epoch, r.epoch)
+	switch {
+	case r.ok:
+		w.must = max(w.must, r.now+w.per)
+	case r.lost:
+		w.must = max(w.must, r.now+r.wait)
+	}
 }
 
 // member returns a new sorted-set member for a call of n units: the weight,
@@ -441,7 +616,7 @@ func (w *Window) release(ctx context.Context, token string) (int64, error) {
 	if w.kind != kindCompletion || token == "" {
 		return 0, nil
 	}
-	return w.leaseOp(ctx, "release", completionRelease, token)
+	return w.leaseOp(ctx, "release", completionRelease, token, w.lease)
 }
 
 // Extend lengthens the lease of the call with token in the completion
@@ -505,7 +680,7 @@ func (w *Window) Cancel(ctx context.Context, token string) error {
 	ns, ats, ok := strings.Cut(token, ":")
 	n, err1 := strconv.ParseInt(ns, 10, 64)
 	at, err2 := strconv.ParseInt(ats, 10, 64)
-	if !ok || err1 != nil || err2 != nil || n <= 0 {
+	if !ok || err1 != nil || err2 != nil || n <= 0 || n > w.cap || at < 0 || at > 1<<53 {
 		return w.errorf("cancel", fmt.Errorf("malformed token %q", token))
 	}
 	var s *goredis.Script
@@ -524,4 +699,60 @@ func (w *Window) Cancel(ctx context.Context, token string) error {
 		return w.errorf("cancel", err)
 	}
 	return nil
+}
+
+// CheckEviction reads the server's maxmemory-policy (CONFIG GET) and
+// returns it, with an error matching ErrEviction when it is not
+// noeviction. Any other policy lets Redis delete keys when memory runs
+// short: the allkeys-* policies may take a limiter's keys, and the
+// volatile-* policies take only keys with a TTL, which every key of a
+// limiter has, so they pick the limiter's keys first. A window whose keys
+// are evicted forgets calls it counted: the completion window and the
+// sliding log detect it and refuse for a Per (see Lost state in the
+// package doc), the other windows start again from idle and may admit up
+// to the limit again within the window.
+//
+// On a Redis Cluster it checks every master. When the server refuses
+// CONFIG (managed services often rename or forbid it), it returns "" and
+// the Redis error, which does not match ErrEviction: the caller decides.
+// It blocks for the round trips, bounded by ctx (and by the client's
+// timeouts: a client built without ContextTimeoutEnabled ignores ctx's
+// deadline while waiting for a reply).
+func CheckEviction(ctx context.Context, c goredis.UniversalClient) (string, error) {
+	if cc, ok := c.(*goredis.ClusterClient); ok {
+		var (
+			mu     sync.Mutex
+			policy string
+			bad    error
+		)
+		err := cc.ForEachMaster(ctx, func(ctx context.Context, m *goredis.Client) error {
+			p, err := CheckEviction(ctx, m)
+			mu.Lock()
+			defer mu.Unlock()
+			if policy == "" || p != "noeviction" {
+				policy = p
+			}
+			if errors.Is(err, ErrEviction) {
+				bad = err
+				return nil
+			}
+			return err
+		})
+		if err != nil {
+			return "", err
+		}
+		return policy, bad
+	}
+	m, err := c.ConfigGet(ctx, "maxmemory-policy").Result()
+	if err != nil {
+		return "", fmt.Errorf("ratesem/redis: CONFIG GET maxmemory-policy: %w", err)
+	}
+	p, ok := m["maxmemory-policy"]
+	if !ok {
+		return "", errors.New("ratesem/redis: CONFIG GET maxmemory-policy: no such parameter in the reply")
+	}
+	if p != "noeviction" {
+		return p, fmt.Errorf("%w: it is %s", ErrEviction, p)
+	}
+	return p, nil
 }

@@ -185,10 +185,30 @@ end
 // score + SLACK unless x is still within [top + HALF_US, top + SLACK], so
 // an idle limiter still vanishes on time.
 //
-// Admit ARGV: now, n, N, Per, lease, member.
+// Admit ARGV: now, n, N, Per, lease, member, epoch, must: the epoch (field
+// e) and the instant until which, as far as the caller knows from its own
+// admissions, the state must exist ("" when it knows of none).
+//
+// Lost state. Redis may lose the keys (eviction under maxmemory, a FLUSHALL,
+// a DEL by hand, a restart without persistence), all of them or some. The
+// three keys always share one TTL, and u > 0 exactly when z exists, c > 0
+// exactly when l exists, so the script sees a partial loss: h without z
+// (or z without h, or l without h, or ZCARD l differing from c). It sees a
+// whole loss when the caller's must lies ahead while h is gone or has
+// another epoch. Either way it rebuilds what is left (the members of l go
+// back into z, u and c are recounted), takes a new epoch, and treats the
+// window as full until now + Per (field b; 1 s when Per is 0): the calls it
+// forgot may have ended within the last Per. The refusal sets bit 1 of the
+// flags. For the window's Release of a call it no longer knows (until
+// lost-instant + lease + Per, field L), see there.
+//
+// Limit. Field n holds N. A caller with another N is served under the
+// smaller of the two, and the smaller is kept (bit 2 of the flags).
+//
+// Reply: {admitted, wait µs, in flight, now µs, flags, epoch}.
 var completionAdmit = goredis.NewScript(`
 if redis.replicate_commands then pcall(redis.replicate_commands) end
-local SLACK_MS, HALF_US, PRUNE_US = 1000, 500000, 100000
+local SLACK_MS, HALF_US, PRUNE_US, LOSTMIN_US = 1000, 500000, 100000, 1000000
 local z, l, h = KEYS[1], KEYS[2], KEYS[3]
 local now = ARGV[1]
 if now ~= '' then
@@ -197,16 +217,57 @@ else
   local tm = redis.call('TIME')
   now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
 end
-local s = redis.call('HMGET', h, 't', 'u', 'c', 'x', 'p')
+local s = redis.call('HMGET', h, 't', 'u', 'c', 'x', 'p', 'e', 'n', 'b')
 local t = tonumber(s[1])
 if t and now < t then now = t end
+local n, cap, per, lease, member = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
+local u, c, x, p, e, b = tonumber(s[2]) or 0, tonumber(s[3]), tonumber(s[4]), tonumber(s[5]), tonumber(s[6]), tonumber(s[8])
+local must = tonumber(ARGV[8])
+local flags = 0
+local lost = false
+if not t then
+  lost = redis.call('EXISTS', z, l) > 0 or (must ~= nil and now < must)
+else
+  local zx = redis.call('EXISTS', z) == 1
+  local lc = redis.call('ZCARD', l)
+  if c == nil then c = lc end
+  lost = (u > 0) ~= zx or lc ~= c or (must ~= nil and e ~= tonumber(ARGV[7]) and now < must)
+end
+local stored = tonumber(s[7])
+if stored and stored ~= cap then
+  flags = 2
+  if stored < cap then cap = stored end
+end
+if lost then
+  -- Rebuild from what is left, and refuse for one Per.
+  local inl = redis.call('ZRANGE', l, 0, -1, 'WITHSCORES')
+  for i = 1, #inl, 2 do
+    redis.call('ZADD', z, 'NX', tonumber(inl[i + 1]) + per, inl[i])
+  end
+  redis.call('ZREMRANGEBYSCORE', z, '-inf', now)
+  local all = redis.call('ZRANGE', z, 0, -1)
+  u = 0
+  for i = 1, #all do u = u + tonumber(string.match(all[i], '^(%d+):')) end
+  c = redis.call('ZCARD', l)
+  redis.call('ZREMRANGEBYSCORE', l, '-inf', now - per)
+  local block = per
+  if block < LOSTMIN_US then block = LOSTMIN_US end
+  b, e = now + block, now
+  local top = b + lease + per
+  local ms = math.floor((top - now) / 1000) + SLACK_MS
+  redis.call('DEL', h)
+  redis.call('HSET', h, 't', now, 'u', u, 'c', c, 'x', now + ms * 1000, 'p', now + PRUNE_US, 'e', e, 'n', cap, 'b', b, 'L', now)
+  redis.call('PEXPIRE', z, ms)
+  redis.call('PEXPIRE', l, ms)
+  redis.call('PEXPIRE', h, ms)
+  return {0, b - now, 0, now, flags + 1, e}
+end
+if b and now < b then return {0, b - now, 0, now, flags, e} end
 local pv = redis.call('GET', KEYS[4])
 if pv then
   pv = tonumber(pv)
-  if pv and now < pv then return {0, pv - now, 0, now} end
+  if pv and now < pv then return {0, pv - now, 0, now, flags, e or 0} end
 end
-local n, cap, per, lease, member = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
-local u, c, x, p = tonumber(s[2]) or 0, tonumber(s[3]), tonumber(s[4]), tonumber(s[5])
 if c == nil then c = redis.call('ZCARD', l) end
 if n > cap - u or (p and now >= p) then
   local gone = redis.call('ZRANGEBYSCORE', z, '-inf', now)
@@ -225,6 +286,7 @@ if n > cap - u or (p and now >= p) then
 elseif not p then
   p = now + PRUNE_US
 end
+if not e then e = now end
 if n <= cap - u then
   local lend = now + lease
   local sc = lend + per
@@ -243,14 +305,14 @@ if n <= cap - u then
     end
     local ms = math.floor((top - now) / 1000) + SLACK_MS
     x = now + ms * 1000
-    redis.call('HSET', h, 't', now, 'u', u, 'c', c, 'x', x, 'p', p)
+    redis.call('HSET', h, 't', now, 'u', u, 'c', c, 'x', x, 'p', p, 'e', e, 'n', cap)
     redis.call('PEXPIRE', z, ms)
     redis.call('PEXPIRE', l, ms)
     redis.call('PEXPIRE', h, ms)
   else
     redis.call('HSET', h, 't', now, 'u', u, 'c', c, 'p', p)
   end
-  return {1, 0, 0, now}
+  return {1, 0, 0, now, flags, e}
 end
 -- Refused: z is pruned (n did not fit beside the stored count). The wait
 -- is until the (n - free)-th unit in score order has left.
@@ -265,18 +327,30 @@ while not found do
   end
   from = from + 100
 end
+if not found then
+  -- u counts units that z does not hold: not a state this script leaves.
+  -- Safe side: wait one Per, never 0.
+  wait = math.max(per, PRUNE_US)
+end
 local live = redis.call('ZRANGEBYSCORE', l, '(' .. string.format('%.0f', now), '+inf')
 local inflight = 0
 for i = 1, #live do inflight = inflight + tonumber(string.match(live[i], '^(%d+):')) end
 local blocked = 0
 if n > cap - inflight then blocked = 1 end
-redis.call('HSET', h, 't', now, 'u', u, 'c', c, 'p', p)
-return {0, wait, blocked, now}
+if t then
+  redis.call('HSET', h, 't', now, 'u', u, 'c', c, 'p', p)
+end
+return {0, wait, blocked, now, flags, e}
 `)
 
-// Release, extend and cancel ARGV: now, Per, member[, lease]. Each acts only
+// Release, extend and cancel ARGV: now, Per, member, lease. Each acts only
 // on a member still in l (in flight, or with a lease run out that the window
 // still counts: lease end + Per is ahead).
+//
+// Release of a member the window does not know (in neither l nor z) within
+// lease + Per of a loss (field L, see the admission) is the end of a call
+// admitted before the loss: it is recorded as ended now, counting until now
+// + Per, though the reply still says the call was not in flight.
 var completionRelease = goredis.NewScript(`
 if redis.replicate_commands then pcall(redis.replicate_commands) end
 local SLACK_MS, HALF_US = 1000, 500000
@@ -288,20 +362,31 @@ else
   local tm = redis.call('TIME')
   now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
 end
-local s = redis.call('HMGET', h, 't', 'u', 'c', 'x')
+local s = redis.call('HMGET', h, 't', 'u', 'c', 'x', 'L')
 local t = tonumber(s[1])
 if t and now < t then now = t end
-local per, member = tonumber(ARGV[2]), ARGV[3]
+local per, member, lease = tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4]) or 0
 local lend = redis.call('ZSCORE', l, member)
-if not lend or tonumber(lend) + per <= now then return {0, now} end
+local ok = 1
 local u, c = tonumber(s[2]) or 0, tonumber(s[3])
-redis.call('ZREM', l, member)
-if c then
-  c = c - 1
-  if c < 0 then c = 0 end
-end
-if redis.call('ZADD', z, now + per, member) == 1 then
+local lostAt = tonumber(s[5])
+if not lend or tonumber(lend) + per <= now then
+  if lend or not lostAt or now >= lostAt + lease + per or redis.call('ZSCORE', z, member) then
+    return {0, now}
+  end
+  -- A call admitted before the state was lost: count it from its end.
+  ok = 0
+  redis.call('ZADD', z, now + per, member)
   u = u + tonumber(string.match(member, '^(%d+):'))
+else
+  redis.call('ZREM', l, member)
+  if c then
+    c = c - 1
+    if c < 0 then c = 0 end
+  end
+  if redis.call('ZADD', z, now + per, member) == 1 then
+    u = u + tonumber(string.match(member, '^(%d+):'))
+  end
 end
 -- The highest score may have dropped: the TTLs are set anew unless x is
 -- still within [top + HALF_US, top + SLACK].
@@ -315,10 +400,11 @@ if x and x >= top + HALF_US and x <= top + SLACK_MS * 1000 then
   else
     redis.call('HSET', h, 't', now, 'u', u)
   end
-  return {1, now}
+  return {ok, now}
 end
 local d = top - now
 if d < 0 then d = 0 end
+if lostAt and x and x > top + SLACK_MS * 1000 then d = x - SLACK_MS * 1000 - now end
 local ms = math.floor(d / 1000) + SLACK_MS
 if c then
   redis.call('HSET', h, 't', now, 'u', u, 'c', c, 'x', now + ms * 1000)
@@ -328,7 +414,7 @@ end
 redis.call('PEXPIRE', z, ms)
 redis.call('PEXPIRE', l, ms)
 redis.call('PEXPIRE', h, ms)
-return {1, now}
+return {ok, now}
 `)
 
 var completionExtend = goredis.NewScript(`
@@ -409,16 +495,53 @@ return {1, now}
 `)
 
 // Sliding log (start window with a margin). KEYS: z (member → start +
-// margin + Per, the instant until which it counts), h (u: units in z, t).
+// margin + Per, the instant until which it counts), h (u: units in z, t,
+// e: epoch, n: N, b: refuse until, after a loss).
 //
-// Admit ARGV: now, n, N, Per, margin, member.
+// Admit ARGV: now, n, N, Per, margin, member, epoch, must. Lost state is
+// detected and handled as in the completion window (u > 0 exactly when z
+// exists; a must ahead with h gone or of another epoch): u is recounted
+// from z and the window is full until now + margin + Per. Reply as the
+// completion window's.
 var slidingLogAdmit = goredis.NewScript(prelude + `
 local z, h = KEYS[1], KEYS[2]
-local now = latest(h, clock(ARGV[1]))
-local pw = paused(KEYS[3], now)
-if pw > 0 then return {0, pw, 0, now} end
+local s = redis.call('HMGET', h, 't', 'u', 'e', 'n', 'b')
+local t = tonumber(s[1])
+local now = clock(ARGV[1])
+if t and now < t then now = t end
 local n, cap, per, margin, member = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
-local u = (hnum(h, 'u') or 0) - prune(z, nil, now)
+local u, e, b = tonumber(s[2]) or 0, tonumber(s[3]), tonumber(s[5])
+local must = tonumber(ARGV[8])
+local flags = 0
+local stored = tonumber(s[4])
+if stored and stored ~= cap then
+  flags = 2
+  if stored < cap then cap = stored end
+end
+local zx = redis.call('EXISTS', z) == 1
+local lost
+if not t then
+  lost = zx or (must ~= nil and now < must)
+else
+  lost = (u > 0) ~= zx or (must ~= nil and e ~= tonumber(ARGV[7]) and now < must)
+end
+if lost then
+  redis.call('ZREMRANGEBYSCORE', z, '-inf', num(now))
+  local all = redis.call('ZRANGE', z, 0, -1)
+  u = 0
+  for i = 1, #all do u = u + weight(all[i]) end
+  b, e = now + margin + per, now
+  redis.call('DEL', h)
+  redis.call('HSET', h, 'u', num(u), 't', num(now), 'e', num(e), 'n', num(cap), 'b', num(b))
+  local ttl = math.max(top(z, now), b) - now
+  expire(z, ttl); expire(h, ttl)
+  return {0, b - now, 0, now, flags + 1, e}
+end
+if b and now < b then return {0, b - now, 0, now, flags, e} end
+local pw = paused(KEYS[3], now)
+if pw > 0 then return {0, pw, 0, now, flags, e or 0} end
+if not e then e = now end
+u = u - prune(z, nil, now)
 if u < 0 then u = 0 end
 local ok, wait = 0, 0
 if n <= cap - u then
@@ -427,11 +550,13 @@ if n <= cap - u then
   ok = 1
 else
   wait = (kth(z, n - (cap - u)) or now) - now
+  if wait <= 0 then wait = per end
 end
-redis.call('HSET', h, 'u', num(u), 't', num(now))
+redis.call('HSET', h, 'u', num(u), 't', num(now), 'e', num(e), 'n', num(cap))
 local ttl = top(z, now) - now
+if b and b > now + ttl then ttl = b - now end
 expire(z, ttl); expire(h, ttl)
-return {ok, wait, 0, now}
+return {ok, wait, 0, now, flags, e}
 `)
 
 // Cancel ARGV: now, member.
