@@ -14,6 +14,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -47,6 +48,7 @@ func Start(t testing.TB) (addr string) {
 type Server struct {
 	t      testing.TB // nil for a launched server
 	bin    string
+	extra  []string // more redis-server arguments
 	port   int
 	dir    string
 	ownDir bool // launched: Stop removes dir
@@ -61,7 +63,17 @@ type Server struct {
 // with no RDB snapshots, no append-only file and bound to 127.0.0.1, and
 // waits until it answers PING. The process is stopped in t.Cleanup. It
 // skips t when no redis-server binary is found (fails it when CI is set).
+//
+// The server accepts DEBUG from loopback clients (enable-debug-command
+// local), so tests can make it stall with DEBUG SLEEP.
 func StartServer(t testing.TB) *Server {
+	t.Helper()
+	return StartServerArgs(t)
+}
+
+// StartServerArgs is StartServer with more redis-server arguments, e.g.
+// "--maxmemory", "2mb", "--maxmemory-policy", "allkeys-lru".
+func StartServerArgs(t testing.TB, args ...string) *Server {
 	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
@@ -71,7 +83,7 @@ func StartServer(t testing.TB) *Server {
 		}
 		t.Skip(msg)
 	}
-	s := &Server{t: t, bin: bin, dir: t.TempDir()}
+	s := &Server{t: t, bin: bin, dir: t.TempDir(), extra: args}
 	var last error
 	for range 5 { // a free port may be taken between probing and binding
 		s.port, err = freePort()
@@ -184,7 +196,9 @@ func (s *Server) start() error {
 		"--daemonize", "no",
 		"--dir", s.dir,
 		"--logfile", "",
+		"--enable-debug-command", "local",
 	)
+	cmd.Args = append(cmd.Args, s.extra...)
 	cmd.Stdout, cmd.Stderr = out, out
 	orphanGuard(cmd)
 	if err := cmd.Start(); err != nil {
@@ -209,6 +223,59 @@ func (s *Server) start() error {
 			return fmt.Errorf("redis-server did not answer PING within %v: %s", startTimeout, out.String())
 		}
 	}
+}
+
+// StartCluster starts a redis-server child process as a Redis Cluster of
+// one node (cluster-enabled, every slot 0 to 16383 assigned to it) and
+// returns its address, once CLUSTER INFO reports cluster_state:ok. A
+// go-redis ClusterClient on that address routes by slot and refuses
+// commands whose keys span slots (CROSSSLOT), as a real cluster does. The
+// process is stopped in t.Cleanup; it skips t as StartServer does.
+func StartCluster(t testing.TB) (addr string) {
+	t.Helper()
+	s := StartServerArgs(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
+	if line, err := command(s.Addr(), "CLUSTER ADDSLOTSRANGE 0 16383"); err != nil || line != "+OK\r\n" {
+		t.Fatalf("redistest: CLUSTER ADDSLOTSRANGE: %q, %v", line, err)
+	}
+	deadline := time.Now().Add(startTimeout)
+	for {
+		line, err := command(s.Addr(), "CLUSTER INFO")
+		if err == nil && bytes.Contains([]byte(line), []byte("cluster_state:ok")) {
+			return s.Addr()
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redistest: cluster not ok within %v: %q, %v", startTimeout, line, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// command sends one inline command and returns its reply: the first line,
+// or for a bulk string its whole body.
+func command(addr, cmd string) (string, error) {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(time.Second))
+	if _, err := c.Write([]byte(cmd + "\r\n")); err != nil {
+		return "", err
+	}
+	r := bufio.NewReader(c)
+	line, err := r.ReadString('\n')
+	if err != nil || len(line) == 0 || line[0] != '$' {
+		return line, err
+	}
+	n, err := strconv.Atoi(line[1 : len(line)-2])
+	if err != nil || n < 0 {
+		return line, err
+	}
+	body := make([]byte, n+2)
+	if _, err := io.ReadFull(r, body); err != nil {
+		return "", err
+	}
+	return string(body[:n]), nil
 }
 
 // ping sends PING in the inline protocol and expects +PONG.
