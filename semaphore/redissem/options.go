@@ -13,15 +13,16 @@ import (
 type Option func(*config)
 
 type config struct {
-	start     bool
-	margin    time.Duration
-	lease     time.Duration
-	fallback  bool
-	share     float64
-	jitter    time.Duration
-	jitterSet bool
-	timeout   time.Duration
-	errs      []error
+	start           bool
+	margin          time.Duration
+	lease           time.Duration
+	fallback        bool
+	share           float64
+	jitter          time.Duration
+	jitterSet       bool
+	timeout         time.Duration
+	evictionAllowed bool
+	errs            []error
 }
 
 func (c *config) fail(format string, args ...any) {
@@ -101,11 +102,14 @@ func WithJitter(max time.Duration) Option {
 }
 
 // WithTimeout bounds each round trip to Redis (default DefaultTimeout; it
-// must be positive), on top of the client's own timeouts: an admission, a
+// must be positive), whatever the client's own options: an admission, a
 // release, a cancellation or a pause that gets no answer by then counts as
-// Redis being unreachable. Acquire's context does not cut a round trip short
-// (a script that ran must be answered, to cancel what it admitted), so a
-// caller whose context ends during one returns after it, within this bound.
+// Redis being unreachable, and its caller goes on. Each round trip runs on
+// a goroutine of its own, so a client built without ContextTimeoutEnabled
+// (which ignores contexts' deadlines while it waits for a reply) cannot hold
+// a caller longer; the round trip left behind ends with the client's read
+// timeout, and what it admitted then is cancelled. Acquire's context ends
+// its wait at once too.
 func WithTimeout(d time.Duration) Option {
 	return func(c *config) {
 		if d <= 0 {
@@ -114,4 +118,18 @@ func WithTimeout(d time.Duration) Option {
 		}
 		c.timeout = d
 	}
+}
+
+// WithEvictionAllowed lets New build a Semaphore on a server whose
+// maxmemory-policy is not noeviction (New fails otherwise; see New). Under
+// such a policy Redis may delete the limit's keys when memory runs short
+// (the volatile-* policies pick keys with a TTL, which all of the limit's
+// keys have, so they go first): the window then forgets the calls it
+// counted. The completion window and the start window detect a loss that
+// a process saw the state of, and hold the limit full for an interval
+// (Stats.StateLost counts it), but a loss no process can see (every
+// process new, or idle for longer than the interval) goes unnoticed, and
+// the limit may then admit up to n again within one interval.
+func WithEvictionAllowed() Option {
+	return func(c *config) { c.evictionAllowed = true }
 }

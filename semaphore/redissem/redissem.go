@@ -89,6 +89,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -124,7 +125,22 @@ const (
 	probeMax     = time.Second            // the longest time between probes
 	probeTimeout = 250 * time.Millisecond // bound of a probe's round trip
 	zeroRatePoll = 10 * time.Millisecond  // the InFlight cap when the interval is 0
+
+	// MinRetry is the least a head sleeps before asking Redis again after
+	// a refusal, whatever the wait Redis gave: a uniform draw in
+	// [MinRetry, 2·MinRetry), so a head asks at most 1000 times a second
+	// even if Redis says 0 (the jitter of WithJitter comes on top).
+	MinRetry = time.Millisecond
+
+	// maxPending bounds the round trips of one Semaphore left running
+	// without an answer (their callers gone after WithTimeout): beyond it
+	// a round trip fails at once rather than start another goroutine.
+	maxPending = 1024
 )
+
+// errBusy is the failure of a round trip refused because maxPending
+// round trips already wait for Redis.
+var errBusy = errors.New("too many round trips to Redis without an answer")
 
 // errTry is the internal refusal of TryAcquire.
 var errTry = errors.New("redissem: not admitted at once")
@@ -177,6 +193,12 @@ type Semaphore struct {
 	notBefore  time.Time
 	notBeforeN int64
 
+	// Goroutines of round trips still running (pending) and Acquire calls
+	// in progress (active); Close waits until both are 0 (drained is
+	// closed then), for a bounded time.
+	pending, active int
+	drained         chan struct{}
+
 	afterAdmit func() // test hook: after Redis admitted, before ctx is checked
 }
 
@@ -201,10 +223,21 @@ type held struct {
 // 0 caps the units in flight across processes only. Every process must use
 // the same n, interval and window for the same name.
 //
-// It returns an error for a nil client or an empty name, for n ≤ 0, for a
-// negative interval or one that is not a whole number of microseconds
-// (matching window.ErrInvalidLimit), and for an invalid option. It makes
-// no round trip: an unreachable Redis shows at the first Acquire.
+// New makes one round trip, bounded by WithTimeout whatever the client's
+// options: it reads the server's maxmemory-policy (window/redis
+// CheckEviction). A policy other than noeviction lets Redis evict the
+// limiter's keys, and a window that lost its keys forgets calls it counted
+// (the completion window and the start window detect it and refuse for an
+// interval; see window/redis, Lost state): New then returns an error
+// matching window/redis ErrEviction, unless WithEvictionAllowed is given.
+// When the server forbids CONFIG (managed services often do) or does not
+// answer in time, the check is skipped: make sure yourself that the keys
+// are not evicted.
+//
+// It returns an error for a nil client or an empty name (or one longer
+// than window/redis MaxNameLen once encoded), for n ≤ 0, for a negative
+// interval or one that is not a whole number of microseconds (matching
+// window.ErrInvalidLimit), and for an invalid option.
 func New(client goredis.UniversalClient, name string, n int64, interval time.Duration, opts ...Option) (*Semaphore, error) {
 	cfg := config{lease: DefaultLease, timeout: DefaultTimeout}
 	for _, o := range opts {
@@ -226,6 +259,11 @@ func New(client goredis.UniversalClient, name string, n int64, interval time.Dur
 	if err != nil {
 		return nil, fmt.Errorf("redissem: %w", err)
 	}
+	if !cfg.evictionAllowed {
+		if err := checkEviction(client, cfg.timeout); err != nil {
+			return nil, err
+		}
+	}
 	s := &Semaphore{
 		client: client, win: win, name: name, n: n, interval: interval, cfg: cfg,
 		inflightCap: interval / 4,
@@ -245,6 +283,28 @@ func New(client goredis.UniversalClient, name string, n int64, interval time.Dur
 	}
 	s.closeCtx, s.closeFn = context.WithCancel(context.Background())
 	return s, nil
+}
+
+// checkEviction runs CheckEviction on a goroutine of its own, waiting at
+// most timeout; it returns only an error matching ErrEviction.
+func checkEviction(c goredis.UniversalClient, timeout time.Duration) error {
+	ch := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		_, err := wredis.CheckEviction(ctx, c)
+		ch <- err
+	}()
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case err := <-ch:
+		if errors.Is(err, wredis.ErrEviction) {
+			return fmt.Errorf("redissem: %w (WithEvictionAllowed to go on anyway)", err)
+		}
+	case <-t.C:
+	}
+	return nil
 }
 
 // Name returns the limit's name, as given to New.
@@ -269,9 +329,14 @@ func (s *Semaphore) Limit() window.Limit { return window.Limit{N: s.n, Per: s.in
 //     cannot be reached and there is no fallback (or n exceeds the
 //     fallback's share): at once if a round trip failed recently, else
 //     after the one failed round trip;
-//   - ErrClosed after Close.
+//   - ErrClosed after Close, and to a call in progress when Close is
+//     called (once Close has returned, no Acquire returns nil);
+//   - an error matching window.ErrNegativeWeight for a negative n.
 //
-// Acquire panics if n is negative.
+// No Redis round trip holds it beyond WithTimeout, or beyond ctx, whatever
+// the options of the client (ContextTimeoutEnabled or not): the round trip
+// runs on a goroutine of its own, and one whose caller left takes back
+// what it admitted when its answer comes (or its lease does).
 func (s *Semaphore) Acquire(ctx context.Context, n int64) error {
 	_, err := s.acquire(ctx, n, false)
 	return err
@@ -284,8 +349,8 @@ func (s *Semaphore) Acquire(ctx context.Context, n int64) error {
 // waiting (it never overtakes them), during a pause, when n exceeds the
 // limit, after Close, and when Redis was found unreachable recently and
 // there is no fallback; otherwise it blocks for one admission round trip at
-// most (bounded by WithTimeout), or asks the fallback. It panics if n is
-// negative.
+// most (bounded by WithTimeout), or asks the fallback. It returns false
+// for a negative n.
 func (s *Semaphore) TryAcquire(n int64) bool {
 	_, err := s.acquire(context.Background(), n, true)
 	return err == nil
@@ -295,7 +360,10 @@ func (s *Semaphore) TryAcquire(n int64) bool {
 // fallback admitted the call.
 func (s *Semaphore) acquire(ctx context.Context, n int64, try bool) (local bool, err error) {
 	if n < 0 {
-		panic("redissem: Acquire with negative weight")
+		if try {
+			return false, errTry
+		}
+		return false, fmt.Errorf("redissem: Acquire(%d): %w", n, window.ErrNegativeWeight)
 	}
 	if err := ctx.Err(); err != nil {
 		return false, err
@@ -322,6 +390,7 @@ func (s *Semaphore) acquire(ctx context.Context, n int64, try bool) (local bool,
 	}
 	w.elem = s.queue.PushBack(w)
 	head := s.queue.Front() == w.elem
+	s.active++
 	s.mu.Unlock()
 	defer s.leave(w)
 	if !head {
@@ -346,6 +415,117 @@ func (s *Semaphore) leave(w *waiter) {
 	if next := s.queue.Front(); front && next != nil {
 		close(next.Value.(*waiter).turn)
 	}
+	s.active--
+	s.checkDrained()
+}
+
+// checkDrained closes drained once no round trip and no Acquire is in
+// progress. s.mu must be held.
+func (s *Semaphore) checkDrained() {
+	if s.pending == 0 && s.active == 0 && s.drained != nil {
+		close(s.drained)
+		s.drained = nil
+	}
+}
+
+// spawn runs op on a goroutine of its own, counted in pending; it returns
+// false, starting nothing, when maxPending round trips are running.
+func (s *Semaphore) spawn(op func()) bool {
+	s.mu.Lock()
+	if s.pending >= maxPending {
+		s.mu.Unlock()
+		return false
+	}
+	s.pending++
+	s.mu.Unlock()
+	go func() {
+		defer func() {
+			s.mu.Lock()
+			s.pending--
+			s.checkDrained()
+			s.mu.Unlock()
+		}()
+		op()
+	}()
+	return true
+}
+
+// bounded runs op, one round trip, on a goroutine of its own under a
+// context with timeout d, and waits for it at most d: a client that
+// ignores the context's deadline (built without ContextTimeoutEnabled)
+// cannot hold the caller longer. An op left running goes on; its result is
+// dropped. It returns op's error, context.DeadlineExceeded when d passed,
+// or errBusy.
+func (s *Semaphore) bounded(d time.Duration, op func(context.Context) error) error {
+	ch := make(chan error, 1)
+	if !s.spawn(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		defer cancel()
+		ch <- op(ctx)
+	}) {
+		return errBusy
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case err := <-ch:
+		return err
+	case <-t.C:
+		return context.DeadlineExceeded
+	}
+}
+
+// admitResult is the outcome of an admission round trip.
+type admitResult struct {
+	d   wredis.Decision
+	err error
+}
+
+// redisAdmit asks Redis to admit n units, on a goroutine of its own, and
+// waits for the answer until timeout passes, ctx is done or Close is
+// called. It returns the decision and the Redis error, or, when it left
+// before the answer, left: context.DeadlineExceeded (timeout), ctx.Err()
+// or ErrClosed. The round trip is not cut short by ctx (its context is its
+// own, bounded by timeout): if the script admitted the call after the
+// caller left, the goroutine cancels the admission when the answer comes.
+func (s *Semaphore) redisAdmit(ctx context.Context, n int64, timeout time.Duration) (d wredis.Decision, err, left error) {
+	ch := make(chan admitResult, 1)
+	claimed := new(atomic.Bool)
+	if !s.spawn(func() {
+		octx, cancel := context.WithTimeout(context.Background(), timeout)
+		d, err := s.win.Admit(octx, n)
+		cancel()
+		if claimed.CompareAndSwap(false, true) {
+			ch <- admitResult{d, err}
+			return
+		}
+		// The caller left: nobody will use this admission.
+		if err == nil && d.OK {
+			cctx, cancel := context.WithTimeout(context.Background(), s.cfg.timeout)
+			cerr := s.win.Cancel(cctx, d.Token)
+			cancel()
+			s.countCancel(cerr)
+		}
+	}) {
+		return wredis.Decision{}, errBusy, nil
+	}
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case r := <-ch:
+		return r.d, r.err, nil
+	case <-t.C:
+		left = context.DeadlineExceeded
+	case <-ctx.Done():
+		left = ctx.Err()
+	case <-s.closeCtx.Done():
+		left = ErrClosed
+	}
+	if !claimed.CompareAndSwap(false, true) {
+		r := <-ch // the answer is in: the caller deals with it
+		return r.d, r.err, nil
+	}
+	return wredis.Decision{}, nil, left
 }
 
 // admit is the head's loop: ask Redis (or the fallback), and sleep for the
@@ -390,14 +570,24 @@ func (s *Semaphore) admit(ctx context.Context, n int64, since time.Time, try boo
 		if down {
 			timeout = min(timeout, probeTimeout)
 		}
-		// The round trip is not cut short by ctx: if the script admitted
-		// the call, the token must come back to be cancelled.
-		octx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
-		d, err := s.win.Admit(octx, n)
-		cancel()
+		d, err, left := s.redisAdmit(ctx, n, timeout)
 		s.mu.Lock()
 		s.st.RedisAdmits++
+		if d.StateLost {
+			s.st.StateLost++
+		}
+		if d.LimitMismatch {
+			s.st.LimitMismatches++
+		}
 		s.mu.Unlock()
+		switch {
+		case left == ErrClosed:
+			return false, ErrClosed
+		case left != nil && ctx.Err() != nil:
+			return false, ctx.Err()
+		case left != nil:
+			err = left // no answer within the timeout
+		}
 		if err != nil {
 			s.markDown(err, true)
 			return s.fallback(ctx, n, since, try, err)
@@ -408,10 +598,13 @@ func (s *Semaphore) admit(ctx context.Context, n int64, since time.Time, try boo
 				s.afterAdmit()
 			}
 			if ctx.Err() != nil {
-				s.cancelToken(ctx, d.Token)
+				s.cancelToken(d.Token)
 				return false, ctx.Err()
 			}
-			s.hold(d.Token, false, n, since)
+			if err := s.hold(d.Token, false, n, since); err != nil {
+				s.cancelToken(d.Token)
+				return false, err
+			}
 			return false, nil
 		}
 		if try {
@@ -429,7 +622,8 @@ func (s *Semaphore) admit(ctx context.Context, n int64, since time.Time, try boo
 				return false, &wake.DeadlineError{Sentinel: ErrDeadline, Wait: wait}
 			}
 		}
-		wait = max(wait, time.Microsecond) + s.jitter(wait)
+		// Never ask again at once, whatever Redis said.
+		wait = max(wait, MinRetry+rand.N(MinRetry)) + s.jitter(wait)
 		if err := s.sleep(ctx, wait, d.InFlight); err != nil {
 			return false, err
 		}
@@ -468,7 +662,10 @@ func (s *Semaphore) fallback(ctx context.Context, n int64, since time.Time, try 
 			return false, err
 		}
 	}
-	s.hold("", true, n, since)
+	if err := s.hold("", true, n, since); err != nil {
+		s.local.Release(n)
+		return false, err
+	}
 	return true, nil
 }
 
@@ -485,11 +682,15 @@ func (s *Semaphore) unavailable(cause error) error {
 	return fmt.Errorf("%w: %w", ErrUnavailable, s.causeOf(cause))
 }
 
-// hold records an admitted call.
-func (s *Semaphore) hold(token string, local bool, n int64, since time.Time) {
+// hold records an admitted call, or returns ErrClosed, recording nothing,
+// once Close was called: no Acquire succeeds after Close.
+func (s *Semaphore) hold(token string, local bool, n int64, since time.Time) error {
 	wait := time.Since(since)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
 	s.seq++
 	s.held[n] = append(s.held[n], &held{token: token, local: local, n: n, left: n, seq: s.seq})
 	s.heldUnits += n
@@ -499,6 +700,7 @@ func (s *Semaphore) hold(token string, local bool, n int64, since time.Time) {
 	}
 	s.st.TotalWait += wait
 	s.st.MaxWait = max(s.st.MaxWait, wait)
+	return nil
 }
 
 // sleep sleeps d, or less when ctx ends (its error), Close is called
@@ -563,18 +765,16 @@ func (s *Semaphore) markUp() {
 	}
 }
 
-// opCtx bounds a round trip that has no caller's context, or must not be
-// cut short by it.
-func (s *Semaphore) opCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), s.cfg.timeout)
+// cancelToken takes back an admission whose caller gave up, waiting for
+// the round trip at most WithTimeout.
+func (s *Semaphore) cancelToken(token string) {
+	err := s.bounded(s.cfg.timeout, func(ctx context.Context) error { return s.win.Cancel(ctx, token) })
+	s.roundTrip(err)
+	s.countCancel(err)
 }
 
-// cancelToken takes back an admission whose caller gave up.
-func (s *Semaphore) cancelToken(ctx context.Context, token string) {
-	octx, cancel := s.opCtx(ctx)
-	err := s.win.Cancel(octx, token)
-	cancel()
-	s.roundTrip(err)
+// countCancel counts the outcome of a cancellation.
+func (s *Semaphore) countCancel(err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
@@ -601,8 +801,10 @@ func (s *Semaphore) roundTrip(err error) {
 // from the oldest calls, ending each whose units are all released (a call
 // partly released stays in flight in Redis: it counts longer, never less).
 // A call admitted by Redis is ended by one round trip (the release script),
-// so Release blocks for that long, at most WithTimeout; one admitted by the
-// fallback is released locally. If Redis cannot be reached, the call's units
+// so Release blocks for that long, at most WithTimeout whatever the
+// client's options (the round trip runs on a goroutine of its own; one
+// that takes longer goes on without the caller, and counts in
+// Stats.ReleasesFailed); one admitted by the fallback is released locally. If Redis cannot be reached, the call's units
 // come back when its lease runs out, plus the interval (Stats.ReleasesFailed
 // counts it); if Redis no longer knows the call (a restart, or its lease ran
 // out), Stats.ReleasesLost counts it. A Release wakes this process's head
@@ -656,9 +858,7 @@ func (s *Semaphore) Release(n int64) {
 		if e.local {
 			continue // released below, with the partial units
 		}
-		octx, cancel := s.opCtx(context.Background())
-		err := s.win.Release(octx, e.token)
-		cancel()
+		err := s.bounded(s.cfg.timeout, func(ctx context.Context) error { return s.win.Release(ctx, e.token) })
 		s.roundTrip(err)
 		if err != nil {
 			s.mu.Lock()
@@ -750,9 +950,10 @@ func (s *Semaphore) Pause(until time.Time) {
 	if down {
 		return
 	}
-	octx, cancel := s.opCtx(context.Background())
-	_, err := s.win.PauseFor(octx, d)
-	cancel()
+	err := s.bounded(s.cfg.timeout, func(ctx context.Context) error {
+		_, err := s.win.PauseFor(ctx, d)
+		return err
+	})
 	s.roundTrip(err)
 }
 
@@ -809,6 +1010,16 @@ type Stats struct {
 	// Recoveries counts the times Redis answered again after being taken
 	// as unreachable.
 	Recoveries uint64
+	// StateLost counts the admission round trips that found the limit's
+	// state lost in Redis, all of it or part (evicted, deleted, a restart;
+	// see window/redis, Lost state): each time the window is rebuilt and
+	// held full for an interval. The admissions refused while it is held
+	// are not counted again.
+	StateLost uint64
+	// LimitMismatches counts the admission round trips that found the
+	// state written with another n (another process built with another
+	// limit): they were decided under the smaller n.
+	LimitMismatches uint64
 	// Unavailable reports whether Redis is taken as unreachable now (until
 	// a probe gets an answer): admissions go to the fallback, or fail.
 	Unavailable bool
@@ -826,17 +1037,41 @@ func (s *Semaphore) Stats() Stats {
 	return st
 }
 
-// Close stops the semaphore: callers waiting in Acquire return ErrClosed,
-// and so do later calls to Acquire (TryAcquire returns false). Calls in
-// flight may still be released; Release works after Close. Close leaves no
-// goroutine behind (the Semaphore starts none of its own), does not close
-// the Redis client, and returns nil; calling it again does nothing.
+// Close stops the semaphore: callers in Acquire return ErrClosed, and so
+// do later calls to Acquire (TryAcquire returns false); an admission Redis
+// grants to a caller as Close is called is cancelled there. Once Close has
+// returned, no Acquire returns nil. Calls in flight may still be released;
+// Release works after Close.
+//
+// Close waits for the Acquire calls in progress to return and for the
+// round trips still running (those whose callers left after WithTimeout,
+// and the cancellation of what they admitted), at most twice WithTimeout.
+// A client that ignores its contexts' deadlines (built without
+// ContextTimeoutEnabled) may keep such a round trip, and its goroutine,
+// until its own read timeout, or until the client is closed. Close does
+// not close the Redis client, and returns nil; calling it again only waits
+// again.
 func (s *Semaphore) Close() error {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if !s.closed {
 		s.closed = true
 		s.closeFn()
+	}
+	var drained chan struct{}
+	if s.pending > 0 || s.active > 0 {
+		if s.drained == nil {
+			s.drained = make(chan struct{})
+		}
+		drained = s.drained
+	}
+	s.mu.Unlock()
+	if drained != nil {
+		t := time.NewTimer(2 * s.cfg.timeout)
+		defer t.Stop()
+		select {
+		case <-drained:
+		case <-t.C:
+		}
 	}
 	return nil
 }
