@@ -199,7 +199,8 @@ end
 // back into z, u and c are recounted), takes a new epoch, and treats the
 // window as full until now + Per (field b; 1 s when Per is 0): the calls it
 // forgot may have ended within the last Per. The refusal sets bit 1 of the
-// flags. For the window's Release of a call it no longer knows (until
+// flags. A caller whose epoch is older than a loss already handled (field
+// L, the instant of the loss) takes the new epoch without a second loss. For the window's Release of a call it no longer knows (until
 // lost-instant + lease + Per, field L), see there.
 //
 // Limit. Field n holds N. A caller with another N is served under the
@@ -217,7 +218,7 @@ else
   local tm = redis.call('TIME')
   now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
 end
-local s = redis.call('HMGET', h, 't', 'u', 'c', 'x', 'p', 'e', 'n', 'b')
+local s = redis.call('HMGET', h, 't', 'u', 'c', 'x', 'p', 'e', 'n', 'b', 'L')
 local t = tonumber(s[1])
 if t and now < t then now = t end
 local n, cap, per, lease, member = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
@@ -231,7 +232,11 @@ else
   local zx = redis.call('EXISTS', z) == 1
   local lc = redis.call('ZCARD', l)
   if c == nil then c = lc end
-  lost = (u > 0) ~= zx or lc ~= c or (must ~= nil and e ~= tonumber(ARGV[7]) and now < must)
+  -- Another epoch than the caller's: lost, unless a loss was already
+  -- handled (at L) since the state the caller knew was created.
+  local known, handled = tonumber(ARGV[7]), tonumber(s[9])
+  lost = (u > 0) ~= zx or lc ~= c or
+    (must ~= nil and e ~= known and now < must and not (handled and known and handled >= known))
 end
 local stored = tonumber(s[7])
 if stored and stored ~= cap then
@@ -251,7 +256,7 @@ if lost then
   c = redis.call('ZCARD', l)
   redis.call('ZREMRANGEBYSCORE', l, '-inf', now - per)
   local block = per
-  if block < LOSTMIN_US then block = LOSTMIN_US end
+  if block == 0 then block = LOSTMIN_US end
   b, e = now + block, now
   local top = b + lease + per
   local ms = math.floor((top - now) / 1000) + SLACK_MS
@@ -309,6 +314,8 @@ if n <= cap - u then
     redis.call('PEXPIRE', z, ms)
     redis.call('PEXPIRE', l, ms)
     redis.call('PEXPIRE', h, ms)
+  elseif flags == 2 then
+    redis.call('HSET', h, 't', now, 'u', u, 'c', c, 'p', p, 'n', cap)
   else
     redis.call('HSET', h, 't', now, 'u', u, 'c', c, 'p', p)
   end
@@ -393,6 +400,14 @@ end
 local top = now
 local last = redis.call('ZRANGE', z, -1, -1, 'WITHSCORES')
 if #last > 0 then top = tonumber(last[2]) end
+if not t then
+  -- h is gone (a partial loss the next admission detects): never create
+  -- it here, without its fields, but keep z and l from living forever.
+  local ms = math.floor((top - now) / 1000) + SLACK_MS
+  redis.call('PEXPIRE', z, ms)
+  redis.call('PEXPIRE', l, ms)
+  return {ok, now}
+end
 local x = tonumber(s[4])
 if x and x >= top + HALF_US and x <= top + SLACK_MS * 1000 then
   if c then
@@ -448,11 +463,11 @@ if added or not x or x < sc + HALF_US then
   if #last > 0 and tonumber(last[2]) > top then top = tonumber(last[2]) end
   local ms = math.floor((top - now) / 1000) + SLACK_MS
   x = now + ms * 1000
-  redis.call('HSET', h, 't', now, 'u', u, 'x', x)
+  if t then redis.call('HSET', h, 't', now, 'u', u, 'x', x) end
   redis.call('PEXPIRE', z, ms)
   redis.call('PEXPIRE', l, ms)
   redis.call('PEXPIRE', h, ms)
-else
+elseif t then
   redis.call('HSET', h, 't', now, 'u', u)
 end
 return {1, now}
@@ -505,7 +520,7 @@ return {1, now}
 // completion window's.
 var slidingLogAdmit = goredis.NewScript(prelude + `
 local z, h = KEYS[1], KEYS[2]
-local s = redis.call('HMGET', h, 't', 'u', 'e', 'n', 'b')
+local s = redis.call('HMGET', h, 't', 'u', 'e', 'n', 'b', 'L')
 local t = tonumber(s[1])
 local now = clock(ARGV[1])
 if t and now < t then now = t end
@@ -523,7 +538,9 @@ local lost
 if not t then
   lost = zx or (must ~= nil and now < must)
 else
-  lost = (u > 0) ~= zx or (must ~= nil and e ~= tonumber(ARGV[7]) and now < must)
+  local known, handled = tonumber(ARGV[7]), tonumber(s[6])
+  lost = (u > 0) ~= zx or
+    (must ~= nil and e ~= known and now < must and not (handled and known and handled >= known))
 end
 if lost then
   redis.call('ZREMRANGEBYSCORE', z, '-inf', num(now))
@@ -532,7 +549,7 @@ if lost then
   for i = 1, #all do u = u + weight(all[i]) end
   b, e = now + margin + per, now
   redis.call('DEL', h)
-  redis.call('HSET', h, 'u', num(u), 't', num(now), 'e', num(e), 'n', num(cap), 'b', num(b))
+  redis.call('HSET', h, 'u', num(u), 't', num(now), 'e', num(e), 'n', num(cap), 'b', num(b), 'L', num(now))
   local ttl = math.max(top(z, now), b) - now
   expire(z, ttl); expire(h, ttl)
   return {0, b - now, 0, now, flags + 1, e}
@@ -564,7 +581,9 @@ var slidingLogCancel = goredis.NewScript(prelude + `
 local z, h = KEYS[1], KEYS[2]
 local member = ARGV[2]
 if redis.call('ZREM', z, member) == 0 then return {0, 0} end
-local u = (hnum(h, 'u') or 0) - weight(member)
+local u = hnum(h, 'u')
+if not u then return {1, 0} end -- never create h here: it would have no TTL
+u = u - weight(member)
 if u < 0 then u = 0 end
 redis.call('HSET', h, 'u', num(u))
 return {1, 0}
