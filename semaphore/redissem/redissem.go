@@ -136,6 +136,12 @@ const (
 	// without an answer (their callers gone after WithTimeout): beyond it
 	// a round trip fails at once rather than start another goroutine.
 	maxPending = 1024
+
+	// lateGrace is how much longer than its caller waits a round trip left
+	// behind may take before its own context gives up: a late release still
+	// frees its units sooner than the lease (and go-redis needs a live
+	// context for the EVAL that follows a NOSCRIPT).
+	lateGrace = 5 * time.Second
 )
 
 // errBusy is the failure of a round trip refused because maxPending
@@ -451,7 +457,7 @@ func (s *Semaphore) spawn(op func()) bool {
 }
 
 // bounded runs op, one round trip, on a goroutine of its own under a
-// context with timeout d, and waits for it at most d: a client that
+// context with timeout d + lateGrace, and waits for it at most d: a client that
 // ignores the context's deadline (built without ContextTimeoutEnabled)
 // cannot hold the caller longer. An op left running goes on; its result is
 // dropped. It returns op's error, context.DeadlineExceeded when d passed,
@@ -459,7 +465,7 @@ func (s *Semaphore) spawn(op func()) bool {
 func (s *Semaphore) bounded(d time.Duration, op func(context.Context) error) error {
 	ch := make(chan error, 1)
 	if !s.spawn(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), d)
+		ctx, cancel := context.WithTimeout(context.Background(), d+lateGrace)
 		defer cancel()
 		ch <- op(ctx)
 	}) {
@@ -486,13 +492,13 @@ type admitResult struct {
 // called. It returns the decision and the Redis error, or, when it left
 // before the answer, left: context.DeadlineExceeded (timeout), ctx.Err()
 // or ErrClosed. The round trip is not cut short by ctx (its context is its
-// own, bounded by timeout): if the script admitted the call after the
+// own, bounded by timeout + lateGrace): if the script admitted the call after the
 // caller left, the goroutine cancels the admission when the answer comes.
 func (s *Semaphore) redisAdmit(ctx context.Context, n int64, timeout time.Duration) (d wredis.Decision, err, left error) {
 	ch := make(chan admitResult, 1)
 	claimed := new(atomic.Bool)
 	if !s.spawn(func() {
-		octx, cancel := context.WithTimeout(context.Background(), timeout)
+		octx, cancel := context.WithTimeout(context.Background(), timeout+lateGrace)
 		d, err := s.win.Admit(octx, n)
 		cancel()
 		if claimed.CompareAndSwap(false, true) {
