@@ -156,3 +156,37 @@ func TestLimitMismatch(t *testing.T) {
 		t.Fatalf("%+v: want refused under N = 2, LimitMismatch", d)
 	}
 }
+
+// TestReleaseDetectsALoss: when the whole state is lost while a call of
+// this Window is in flight, and the Release comes before any admission,
+// the release script detects the loss itself (the Window knows its call
+// is in flight), records the call's end and holds the window full for one
+// Per: an admission right after is refused.
+func TestReleaseDetectsALoss(t *testing.T) {
+	c := newClient(t, sharedAddr(t))
+	ctx := ctxT(t)
+	clk := &manual{t: time.Unix(1_700_000_000, 0)}
+	per := time.Second
+	w, err := NewCompletion(c, uniqueName(t), Limit{N: 2, Per: per}, WithClock(clk.now), WithLease(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := w.Admit(ctx, 2)
+	if !a.OK {
+		t.Fatalf("%+v", a)
+	}
+	clk.t = clk.t.Add(3 * per) // longer than a Per: only the call in flight tells
+	_ = c.Del(ctx, w.keys...).Err()
+	if err := w.Release(ctx, a.Token); !errors.Is(err, ErrNotInFlight) {
+		t.Fatalf("Release: %v, want ErrNotInFlight", err)
+	}
+	clk.t = clk.t.Add(time.Millisecond)
+	d, err := w.Admit(ctx, 1)
+	if err != nil || d.OK || d.Wait != per-time.Millisecond {
+		t.Fatalf("Admit after the release found the loss: %+v, %v; want a refusal for the rest of a Per", d, err)
+	}
+	clk.t = clk.t.Add(per)
+	if d, err := w.Admit(ctx, 2); err != nil || !d.OK {
+		t.Fatalf("Admit a Per later: %+v, %v", d, err)
+	}
+}

@@ -232,10 +232,15 @@ type Window struct {
 	seq      atomic.Uint64
 
 	// What this Window knows of the state (completion window and sliding
-	// log): its epoch (creation instant, µs), and the instant until which
-	// the Window's own admissions keep it alive (µs, 0 when none).
-	memMu       sync.Mutex
-	epoch, must int64
+	// log): its epoch (creation instant, µs); the instant until which what
+	// it saw keeps the state alive (µs, 0 when none): its own admissions and
+	// releases (until they stop counting) and the refusals it got (units
+	// count until the wait is over, at least a Per of it); and, in the
+	// completion window, its own calls in flight (own) and the latest
+	// instant one of them counts until if never released (leaseEnd).
+	memMu         sync.Mutex
+	epoch, must   int64
+	own, leaseEnd int64
 }
 
 // NewCompletion returns the completion window for l (see window.Completion):
@@ -566,6 +571,9 @@ func parseAdmit(r []int64) (admitReply, error) {
 func (w *Window) memory() (epoch, must string) {
 	w.memMu.Lock()
 	e, m := w.epoch, w.must
+	if w.own > 0 {
+		m = max(m, w.leaseEnd)
+	}
 	w.memMu.Unlock()
 	if m == 0 {
 		return "", ""
@@ -586,8 +594,34 @@ func (w *Window) remember(r admitReply) {
 	switch {
 	case r.ok:
 		w.must = max(w.must, r.now+w.per)
+		if w.kind == kindCompletion {
+			w.own++
+			w.leaseEnd = max(w.leaseEnd, r.now+w.lease+w.per)
+		}
 	case r.lost:
 		w.must = max(w.must, r.now+r.wait)
+	default:
+		// The units that refused count until the wait is over; a release
+		// may bring that down to its own end + Per, which is later than
+		// now + Per.
+		w.must = max(w.must, r.now+min(r.wait, w.per))
+	}
+}
+
+// ended records that the Window's own call with token ended (released,
+// cancelled, or forgotten by Redis) at now (µs, 0 when unknown): it counts
+// until now + Per at most.
+func (w *Window) ended(token string, now int64) {
+	if !strings.HasPrefix(token[strings.IndexByte(token, ':')+1:], w.idPrefix) {
+		return
+	}
+	w.memMu.Lock()
+	defer w.memMu.Unlock()
+	if w.own > 0 {
+		w.own--
+	}
+	if now > 0 {
+		w.must = max(w.must, now+w.per)
 	}
 }
 
@@ -616,7 +650,12 @@ func (w *Window) release(ctx context.Context, token string) (int64, error) {
 	if w.kind != kindCompletion || token == "" {
 		return 0, nil
 	}
-	return w.leaseOp(ctx, "release", completionRelease, token, w.lease)
+	_, must := w.memory()
+	at, err := w.leaseOp(ctx, "release", completionRelease, token, w.lease, must)
+	if err == nil || errors.Is(err, ErrNotInFlight) {
+		w.ended(token, at)
+	}
+	return at, err
 }
 
 // Extend lengthens the lease of the call with token in the completion
@@ -634,7 +673,12 @@ func (w *Window) Extend(ctx context.Context, token string, lease time.Duration) 
 	if w.kind != kindCompletion || token == "" {
 		return nil
 	}
-	_, err := w.leaseOp(ctx, "extend", completionExtend, token, ceilMicros(lease))
+	at, err := w.leaseOp(ctx, "extend", completionExtend, token, ceilMicros(lease))
+	if err == nil {
+		w.memMu.Lock()
+		w.leaseEnd = max(w.leaseEnd, at+ceilMicros(lease)+w.per)
+		w.memMu.Unlock()
+	}
 	return err
 }
 
@@ -644,11 +688,11 @@ func (w *Window) leaseOp(ctx context.Context, op string, s *goredis.Script, toke
 	if err != nil {
 		return 0, w.errorf(op, err)
 	}
-	if len(r) != 2 {
+	if len(r) != 2 || r[0]|1 != 1 || r[1] < 0 {
 		return 0, w.errorf(op, fmt.Errorf("unexpected reply %v", r))
 	}
 	if r[0] != 1 {
-		return 0, w.errorf(op, ErrNotInFlight)
+		return r[1], w.errorf(op, ErrNotInFlight)
 	}
 	return r[1], nil
 }
@@ -669,6 +713,9 @@ func (w *Window) Cancel(ctx context.Context, token string) error {
 	}
 	if w.kind == kindCompletion {
 		_, err := w.leaseOp(ctx, "cancel", completionCancel, token)
+		if err == nil || errors.Is(err, ErrNotInFlight) {
+			w.ended(token, 0)
+		}
 		return err
 	}
 	if w.kind == kindSlidingLog {

@@ -271,7 +271,7 @@ if b and now < b then return {0, b - now, 0, now, flags, e} end
 local pv = redis.call('GET', KEYS[4])
 if pv then
   pv = tonumber(pv)
-  if pv and now < pv then return {0, pv - now, 0, now, flags, e or 0} end
+  if pv and now < pv then return {0, pv - now, 0, now, flags, 0} end
 end
 if c == nil then c = redis.call('ZCARD', l) end
 if n > cap - u or (p and now >= p) then
@@ -350,14 +350,19 @@ end
 return {0, wait, blocked, now, flags, e}
 `)
 
-// Release, extend and cancel ARGV: now, Per, member, lease. Each acts only
+// Release, extend and cancel ARGV: now, Per, member, lease[, must]. Each acts only
 // on a member still in l (in flight, or with a lease run out that the window
 // still counts: lease end + Per is ahead).
 //
 // Release of a member the window does not know (in neither l nor z) within
 // lease + Per of a loss (field L, see the admission) is the end of a call
 // admitted before the loss: it is recorded as ended now, counting until now
-// + Per, though the reply still says the call was not in flight.
+// + Per, though the reply still says the call was not in flight. A Release
+// that finds the hash gone and its member unknown, while the caller's must
+// (ARGV[5]: the caller has calls in flight, or admitted or released one
+// within the last Per) lies ahead, detects the loss itself: it rebuilds the
+// state as the admission does, held full for one Per, with its call
+// recorded as ended now.
 var completionRelease = goredis.NewScript(`
 if redis.replicate_commands then pcall(redis.replicate_commands) end
 local SLACK_MS, HALF_US = 1000, 500000
@@ -377,6 +382,28 @@ local lend = redis.call('ZSCORE', l, member)
 local ok = 1
 local u, c = tonumber(s[2]) or 0, tonumber(s[3])
 local lostAt = tonumber(s[5])
+local must = tonumber(ARGV[5])
+if not t and not lend and must and now < must then
+  if not redis.call('ZSCORE', z, member) then redis.call('ZADD', z, now + per, member) end
+  local inl = redis.call('ZRANGE', l, 0, -1, 'WITHSCORES')
+  for i = 1, #inl, 2 do
+    redis.call('ZADD', z, 'NX', tonumber(inl[i + 1]) + per, inl[i])
+  end
+  redis.call('ZREMRANGEBYSCORE', z, '-inf', now)
+  redis.call('ZREMRANGEBYSCORE', l, '-inf', now - per)
+  local all = redis.call('ZRANGE', z, 0, -1)
+  u = 0
+  for i = 1, #all do u = u + tonumber(string.match(all[i], '^(%d+):')) end
+  c = redis.call('ZCARD', l)
+  local block = per
+  if block == 0 then block = 1000000 end
+  local ms = math.floor((block + lease + per) / 1000) + SLACK_MS
+  redis.call('HSET', h, 't', now, 'u', u, 'c', c, 'x', now + ms * 1000, 'p', now, 'e', now, 'b', now + block, 'L', now)
+  redis.call('PEXPIRE', z, ms)
+  redis.call('PEXPIRE', l, ms)
+  redis.call('PEXPIRE', h, ms)
+  return {0, now}
+end
 if not lend or tonumber(lend) + per <= now then
   if lend or not lostAt or now >= lostAt + lease + per or redis.call('ZSCORE', z, member) then
     return {0, now}
@@ -556,7 +583,7 @@ if lost then
 end
 if b and now < b then return {0, b - now, 0, now, flags, e} end
 local pw = paused(KEYS[3], now)
-if pw > 0 then return {0, pw, 0, now, flags, e or 0} end
+if pw > 0 then return {0, pw, 0, now, flags, 0} end
 if not e then e = now end
 u = u - prune(z, nil, now)
 if u < 0 then u = 0 end
