@@ -17,7 +17,9 @@
 // 2000 goroutines blocked in Acquire cost one round trip at a time, not
 // 2000. When the head is admitted the next waiter asks at once. When Redis
 // refuses, it says how long to wait; the head sleeps that long plus a
-// little jitter (WithJitter) and asks again. Nothing polls in a loop. A
+// little jitter (WithJitter), and never less than MinRetry (a jittered
+// 1 to 2 ms, whatever Redis said), and asks again. Nothing polls in a
+// loop. A
 // head that gives up (its context ended, or its deadline comes before the
 // wait) hands that wait on: the next head, if as heavy, sleeps until then
 // (or fails at once with ErrDeadline) rather than asking Redis what it was
@@ -61,8 +63,40 @@
 // Redis whose Release cannot reach it keeps its units until its lease runs
 // out, then for an interval more (safe, counted in Stats.ReleasesFailed). A
 // Redis that comes back empty (restarted without persistence) has forgotten
-// the calls in flight (their Releases count in Stats.ReleasesLost), and
-// calls admitted by the fallback are not counted there.
+// the calls in flight (their Releases count in Stats.ReleasesLost); the
+// window detects it (see Lost state), and calls admitted by the fallback
+// are not counted there.
+//
+// Every round trip (an admission, a release, a cancellation, a pause) runs
+// on a goroutine of its own, and its caller waits for it at most
+// WithTimeout (and, in Acquire, until ctx is done), whatever the options
+// of the go-redis client: one built without ContextTimeoutEnabled ignores
+// contexts' deadlines while it waits for a reply, and a stalled server
+// (DEBUG SLEEP, a long script, a full network buffer) would otherwise hold
+// the caller until the client's read timeout. A round trip left behind
+// goes on: an admission it brings is cancelled in Redis when the answer
+// comes; a release still frees the units then (until then they count, as
+// for a lost release, until the lease runs out plus the interval).
+//
+// # Lost state and eviction
+//
+// Redis may lose the limit's keys: evicted under maxmemory, deleted by
+// FLUSHALL or by hand, or gone with a restart without persistence. The
+// scripts detect a loss, whole or partial, that any process saw the state
+// of (window/redis, Lost state): the window is rebuilt from what is left
+// and held full for an interval, every process's head sleeping that long
+// (one round trip per interval, not a spin); Stats.StateLost counts it. A
+// loss nobody could see (every process new, or idle for longer than the
+// interval) goes unnoticed and the limit may admit up to n again within
+// one interval. New refuses a server whose maxmemory-policy may evict keys
+// (anything but noeviction) unless WithEvictionAllowed is given.
+//
+// # Close
+//
+// Close is final: once it has returned, no Acquire succeeds. Callers in
+// Acquire return ErrClosed; an admission granted by Redis as Close was
+// called is cancelled there. Close waits for the calls in progress and the
+// round trips still running, at most twice WithTimeout.
 //
 // How soon an outage shows depends on the client too: with go-redis's
 // default options a refused connection is dialled 5 times and the command
