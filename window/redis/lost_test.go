@@ -19,18 +19,20 @@ func TestLostStateIsDetected(t *testing.T) {
 	ctx := ctxT(t)
 	per := time.Second
 	for _, tc := range []struct {
-		name   string
-		kind   kind
-		lose   func(w *Window) []string // keys to delete
-		inLeft bool                     // the call in flight is still known
+		name     string
+		kind     kind
+		lose     func(w *Window) []string // keys to delete
+		inLeft   bool                     // the calls in flight are still known
+		relFirst bool                     // a Release comes before the next admission
 	}{
-		{"completion/zset", kindCompletion, func(w *Window) []string { return w.keys[:1] }, true},
-		{"completion/leases", kindCompletion, func(w *Window) []string { return w.keys[1:2] }, true},
-		{"completion/hash", kindCompletion, func(w *Window) []string { return w.keys[2:] }, true},
-		{"completion/all", kindCompletion, func(w *Window) []string { return w.keys }, false},
-		{"log/zset", kindSlidingLog, func(w *Window) []string { return w.keys[:1] }, false},
-		{"log/hash", kindSlidingLog, func(w *Window) []string { return w.keys[1:] }, true},
-		{"log/all", kindSlidingLog, func(w *Window) []string { return w.keys }, false},
+		{"completion/zset, then a release", kindCompletion, func(w *Window) []string { return w.keys[:1] }, true, true},
+		{"completion/zset", kindCompletion, func(w *Window) []string { return w.keys[:1] }, true, false},
+		{"completion/leases", kindCompletion, func(w *Window) []string { return w.keys[1:2] }, true, false},
+		{"completion/hash", kindCompletion, func(w *Window) []string { return w.keys[2:] }, true, false},
+		{"completion/all", kindCompletion, func(w *Window) []string { return w.keys }, false, false},
+		{"log/zset", kindSlidingLog, func(w *Window) []string { return w.keys[:1] }, false, false},
+		{"log/hash", kindSlidingLog, func(w *Window) []string { return w.keys[1:] }, true, false},
+		{"log/all", kindSlidingLog, func(w *Window) []string { return w.keys }, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			clk := &manual{t: time.Unix(1_700_000_000, 0)}
@@ -61,6 +63,11 @@ func TestLostStateIsDetected(t *testing.T) {
 				t.Fatal(err)
 			}
 			clk.t = clk.t.Add(time.Millisecond)
+			if tc.relFirst {
+				if err := w.Release(ctx, tokens[1]); err != nil {
+					t.Fatalf("Release after the loss: %v", err)
+				}
+			}
 			d, err := w.Admit(ctx, 1)
 			if err != nil || d.OK || !d.StateLost || d.Wait != per {
 				t.Fatalf("first Admit after the loss: %+v, %v; want a refusal with StateLost and a wait of %v", d, err, per)
@@ -85,7 +92,10 @@ func TestLostStateIsDetected(t *testing.T) {
 			// their lease survived.
 			room := int64(3)
 			if tc.kind == kindCompletion && tc.inLeft {
-				room = 1
+				room = 1 // tokens[1] and [2] in flight
+				if tc.relFirst {
+					room = 2 // tokens[1] ended at the loss: it counted until then + Per
+				}
 			}
 			for i := range room {
 				if d, err := w.Admit(ctx, 1); err != nil || !d.OK {

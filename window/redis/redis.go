@@ -724,11 +724,9 @@ func (w *Window) Cancel(ctx context.Context, token string) error {
 		}
 		return nil
 	}
-	ns, ats, ok := strings.Cut(token, ":")
-	n, err1 := strconv.ParseInt(ns, 10, 64)
-	at, err2 := strconv.ParseInt(ats, 10, 64)
-	if !ok || err1 != nil || err2 != nil || n <= 0 || n > w.cap || at < 0 || at > 1<<53 {
-		return w.errorf("cancel", fmt.Errorf("malformed token %q", token))
+	n, at, err := parseToken(token, w.cap)
+	if err != nil {
+		return w.errorf("cancel", err)
 	}
 	var s *goredis.Script
 	var extra int64
@@ -802,4 +800,32 @@ func CheckEviction(ctx context.Context, c goredis.UniversalClient) (string, erro
 		return p, fmt.Errorf("%w: it is %s", ErrEviction, p)
 	}
 	return p, nil
+}
+
+// parseToken parses the token of an admission of the windows that count
+// starts only (GCRA, token bucket, fixed window, sliding window counter):
+// "<units>:<admission instant µs>", units 1 to capacity and the instant 0
+// to 2^53 (Lua's exact integers), in plain decimal digits.
+func parseToken(token string, capacity int64) (n, at int64, err error) {
+	ns, ats, ok := strings.Cut(token, ":")
+	digits := func(s string) bool {
+		if s == "" || len(s) > 19 {
+			return false
+		}
+		for i := 0; i < len(s); i++ {
+			if s[i] < '0' || s[i] > '9' {
+				return false
+			}
+		}
+		return true
+	}
+	if !ok || !digits(ns) || !digits(ats) {
+		return 0, 0, fmt.Errorf("malformed token %q", token)
+	}
+	n, err1 := strconv.ParseInt(ns, 10, 64)
+	at, err2 := strconv.ParseInt(ats, 10, 64)
+	if err1 != nil || err2 != nil || n <= 0 || n > capacity || at > 1<<53 {
+		return 0, 0, fmt.Errorf("malformed token %q", token)
+	}
+	return n, at, nil
 }

@@ -72,3 +72,50 @@ func FuzzParseAdmit(f *testing.F) {
 		}
 	})
 }
+
+// TestParseToken: tokens of the start-counting windows; anything but
+// "<1..capacity>:<0..2^53>" in plain digits is an error.
+func TestParseToken(t *testing.T) {
+	for _, c := range []struct {
+		tok   string
+		ok    bool
+		n, at int64
+	}{
+		{"1:0", true, 1, 0},
+		{"5:9007199254740992", true, 5, 1 << 53},
+		{"5:9007199254740993", false, 0, 0},
+		{"6:1", false, 0, 0},
+		{"0:1", false, 0, 0},
+		{"-1:1", false, 0, 0},
+		{"+1:1", false, 0, 0},
+		{"1:-1", false, 0, 0},
+		{"1:", false, 0, 0},
+		{":1", false, 0, 0},
+		{"1", false, 0, 0},
+		{"", false, 0, 0},
+		{"1:1:1", false, 0, 0},
+		{"99999999999999999999:1", false, 0, 0},
+		{"1: 1", false, 0, 0},
+	} {
+		n, at, err := parseToken(c.tok, 5)
+		if (err == nil) != c.ok || n != c.n || at != c.at {
+			t.Errorf("parseToken(%q) = %d, %d, %v", c.tok, n, at, err)
+		}
+	}
+}
+
+// FuzzParseToken: a token that parses round-trips and is in range.
+func FuzzParseToken(f *testing.F) {
+	for _, s := range []string{"1:0", "5:9007199254740992", "-1:1", "1:1:1", "\x00:\xff"} {
+		f.Add(s, int64(5))
+	}
+	f.Fuzz(func(t *testing.T, tok string, capacity int64) {
+		n, at, err := parseToken(tok, capacity)
+		if err != nil {
+			return
+		}
+		if n < 1 || n > capacity || at < 0 || at > 1<<53 {
+			t.Fatalf("parseToken(%q, %d) = %d, %d", tok, capacity, n, at)
+		}
+	})
+}

@@ -243,8 +243,8 @@ if stored and stored ~= cap then
   flags = 2
   if stored < cap then cap = stored end
 end
-if lost then
-  -- Rebuild from what is left, and refuse for one Per.
+-- Rebuild from what is left, and refuse for one Per.
+local function rebuild()
   local inl = redis.call('ZRANGE', l, 0, -1, 'WITHSCORES')
   for i = 1, #inl, 2 do
     redis.call('ZADD', z, 'NX', tonumber(inl[i + 1]) + per, inl[i])
@@ -253,8 +253,8 @@ if lost then
   local all = redis.call('ZRANGE', z, 0, -1)
   u = 0
   for i = 1, #all do u = u + tonumber(string.match(all[i], '^(%d+):')) end
-  c = redis.call('ZCARD', l)
   redis.call('ZREMRANGEBYSCORE', l, '-inf', now - per)
+  c = redis.call('ZCARD', l)
   local block = per
   if block == 0 then block = LOSTMIN_US end
   b, e = now + block, now
@@ -267,6 +267,7 @@ if lost then
   redis.call('PEXPIRE', h, ms)
   return {0, b - now, 0, now, flags + 1, e}
 end
+if lost then return rebuild() end
 if b and now < b then return {0, b - now, 0, now, flags, e} end
 local pv = redis.call('GET', KEYS[4])
 if pv then
@@ -335,9 +336,9 @@ while not found do
   from = from + 100
 end
 if not found then
-  -- u counts units that z does not hold: not a state this script leaves.
-  -- Safe side: wait one Per, never 0.
-  wait = math.max(per, PRUNE_US)
+  -- u counts units that z does not hold: z lost members (it was deleted
+  -- and recreated by a Release, say). A loss.
+  return rebuild()
 end
 local live = redis.call('ZRANGEBYSCORE', l, '(' .. string.format('%.0f', now), '+inf')
 local inflight = 0
