@@ -84,7 +84,16 @@ func TestTimeoutsHoldWithADefaultClient(t *testing.T) {
 		fast.Release(1)
 		relTook = time.Since(begin)
 	})
+	var pauseTook time.Duration
+	wg.Go(func() {
+		begin := time.Now()
+		slow.PauseFor(time.Millisecond) // WithTimeout 1 s
+		pauseTook = time.Since(begin)
+	})
 	wg.Wait()
+	if pauseTook > 1300*time.Millisecond {
+		t.Errorf("PauseFor took %v; want at most about WithTimeout (1 s)", pauseTook)
+	}
 	t.Logf("during DEBUG SLEEP 2: Acquire (WithTimeout 200ms) %v in %v; Acquire (ctx 300ms) %v in %v; Release %v",
 		fastErr, fastTook, slowErr, slowTook, relTook)
 	if !errors.Is(fastErr, ErrUnavailable) || fastTook > 500*time.Millisecond {

@@ -213,9 +213,12 @@ var kindNames = [...]string{"completion", "log", "gcra", "bucket", "fixed", "cou
 
 // Window is a rate window kept in Redis and shared by every process that
 // builds one of the same kind with the same name. It is safe for concurrent
-// use; its methods block for one round trip to Redis (bounded by ctx and
-// the client's timeouts) and never wait for room: a refused Admit says how
-// long to wait instead.
+// use; its methods block for one round trip to Redis and never wait for
+// room: a refused Admit says how long to wait instead. The round trip is
+// bounded by ctx only if the client was built with ContextTimeoutEnabled;
+// otherwise go-redis ignores ctx's deadline while it waits for a reply and
+// only its ReadTimeout (3 s by default) bounds it. semaphore/redissem bounds
+// every round trip itself, whatever the client.
 type Window struct {
 	client goredis.UniversalClient
 	name   string
@@ -636,7 +639,9 @@ func (w *Window) member(n int64) string {
 // in the completion window its units leave flight and count until now + Per.
 // A call whose lease ran out, but that the window still counts (until lease
 // end + Per), is stamped with this real end all the same. It returns ErrNotInFlight when the token is not in flight (see there), and
-// the Redis error, wrapped, when the script could not run. In the other
+// the Redis error, wrapped, when the script could not run. A call the
+// window forgot in a loss of its state (see Lost state in the package doc)
+// is still recorded as ended now, and ErrNotInFlight returned. In the other
 // windows, which count starts only, it does nothing and returns nil, as
 // does an empty token (a call of 0 units).
 func (w *Window) Release(ctx context.Context, token string) error {
