@@ -200,3 +200,59 @@ func TestReleaseDetectsALoss(t *testing.T) {
 		t.Fatalf("Admit a Per later: %+v, %v", d, err)
 	}
 }
+
+// TestOneHashWindowsDetectLosses: GCRA, the token bucket, the fixed window
+// and the sliding window counter detect a hash left with some fields only
+// (on the old code the token bucket's script failed on it, every call,
+// until the key expired) and a whole hash lost while the Window knows the
+// state still matters: refused with StateLost for one Per, then idle.
+func TestOneHashWindowsDetectLosses(t *testing.T) {
+	c := newClient(t, sharedAddr(t))
+	ctx := ctxT(t)
+	per := time.Second
+	l := Limit{N: 4, Per: per}
+	mk := map[string]func(name string, clk *manual) (*Window, error){
+		"gcra":    func(n string, clk *manual) (*Window, error) { return NewGCRA(c, n, l, 0, WithClock(clk.now)) },
+		"bucket":  func(n string, clk *manual) (*Window, error) { return NewTokenBucket(c, n, l, 0, WithClock(clk.now)) },
+		"fixed":   func(n string, clk *manual) (*Window, error) { return NewFixedWindow(c, n, l, WithClock(clk.now)) },
+		"counter": func(n string, clk *manual) (*Window, error) { return NewSlidingWindowCounter(c, n, l, WithClock(clk.now)) },
+	}
+	field := map[string]string{"gcra": "a", "bucket": "k", "fixed": "c", "counter": "p"}
+	for kind, f := range mk {
+		for _, how := range []string{"field", "hash"} {
+			t.Run(kind+"/"+how, func(t *testing.T) {
+				clk := &manual{t: time.Unix(1_700_000_000, 0)}
+				w, err := f(uniqueName(t), clk)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for range 4 {
+					if d, err := w.Admit(ctx, 1); err != nil || !d.OK {
+						t.Fatalf("%+v, %v", d, err)
+					}
+				}
+				if how == "field" {
+					err = c.HDel(ctx, w.keys[0], field[kind]).Err()
+				} else {
+					err = c.Del(ctx, w.keys[0]).Err()
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				clk.t = clk.t.Add(time.Millisecond)
+				d, err := w.Admit(ctx, 1)
+				if err != nil || d.OK || !d.StateLost || d.Wait != per {
+					t.Fatalf("after the loss: %+v, %v; want a refusal with StateLost for %v", d, err, per)
+				}
+				clk.t = clk.t.Add(per / 2)
+				if d, err := w.Admit(ctx, 1); err != nil || d.OK || d.StateLost || d.Wait != per/2 {
+					t.Fatalf("half a Per later: %+v, %v", d, err)
+				}
+				clk.t = clk.t.Add(per / 2)
+				if d, err := w.Admit(ctx, 1); err != nil || !d.OK {
+					t.Fatalf("a Per later: %+v, %v", d, err)
+				}
+			})
+		}
+	}
+}

@@ -72,11 +72,20 @@
 // calls the window forgot may have ended within the last Per. A Release of
 // a call admitted before the loss (within lease + Per of it) records the
 // call as ended then, so it counts for a Per as it should, though Release
-// still returns ErrNotInFlight. What no process remembers cannot be
-// detected: a loss of a limiter every process of which is new, or idle for
-// longer than a Per. The other windows keep one hash each, which eviction
-// takes whole; they do not detect its loss and start again from an idle
-// state (each documents how much that can admit).
+// still returns ErrNotInFlight.
+//
+// The other windows (GCRA, token bucket, fixed window, sliding window
+// counter) keep one hash each. They detect a hash left with some of its
+// fields only (deleted by hand: eviction takes a key whole), and a whole
+// loss that the Window saw the state of (its epoch, and the instant until
+// which the state must live, from every reply it got): the state is reset
+// and held full for the time the window takes to forget (Per; burst ·
+// emission interval for GCRA), with Decision.StateLost set.
+//
+// What no process remembers cannot be detected: a loss of a limiter every
+// process of which is new, or idle for longer than the state mattered.
+// Nor does it need to be: once the state stops mattering (every call it
+// counted has left the window) forgetting it admits nothing more.
 //
 // # Limit
 //
@@ -160,8 +169,8 @@ type Decision struct {
 	Token string
 	// StateLost is set on the refusal that found the window's state lost
 	// in Redis, all of it or part (see the package doc): the window was
-	// rebuilt from what was left and counts as full for Wait, one Per.
-	// Completion window and sliding log only.
+	// rebuilt from what was left and counts as full for Wait (one Per,
+	// burst × emission interval for GCRA).
 	StateLost bool
 	// LimitMismatch is set when the state in Redis was written with
 	// another N than this Window's: the decision was made under the
@@ -498,13 +507,17 @@ func (w *Window) Admit(ctx context.Context, n int64) (Decision, error) {
 		e, m := w.memory()
 		script, args = slidingLogAdmit, []any{now, n, w.limit.N, w.per, w.margin, token, e, m}
 	case kindGCRA:
-		script, args = gcraAdmit, []any{now, n, w.emit, w.burst}
+		e, m := w.memory()
+		script, args = gcraAdmit, []any{now, n, w.emit, w.burst, e, m}
 	case kindTokenBucket:
-		script, args = tokenBucketAdmit, []any{now, n, w.limit.N, w.per, w.burst}
+		e, m := w.memory()
+		script, args = tokenBucketAdmit, []any{now, n, w.limit.N, w.per, w.burst, e, m}
 	case kindFixedWindow:
-		script, args = fixedWindowAdmit, []any{now, n, w.limit.N, w.per}
+		e, m := w.memory()
+		script, args = fixedWindowAdmit, []any{now, n, w.limit.N, w.per, e, m}
 	case kindSlidingCounter:
-		script, args = slidingCounterAdmit, []any{now, n, w.limit.N, w.per}
+		e, m := w.memory()
+		script, args = slidingCounterAdmit, []any{now, n, w.limit.N, w.per, e, m}
 	}
 	r, err := script.Run(ctx, w.client, w.akeys, args...).Int64Slice()
 	if err != nil {
@@ -524,9 +537,7 @@ func (w *Window) Admit(ctx context.Context, n int64) (Decision, error) {
 	} else {
 		d.Wait = time.Duration(rep.wait) * time.Microsecond
 	}
-	if w.kind == kindCompletion || w.kind == kindSlidingLog {
-		w.remember(rep)
-	}
+	w.remember(rep)
 	return d, nil
 }
 
@@ -534,15 +545,16 @@ func (w *Window) Admit(ctx context.Context, n int64) (Decision, error) {
 type admitReply struct {
 	ok, inFlight, lost, mismatch bool
 	wait, now, epoch             int64 // µs; wait ≤ 2^50, 0 when ok
+	until                        int64 // µs, the one-hash windows: the state lives until then; 0 if unknown
 }
 
 // parseAdmit checks an admission script's reply: {admitted 0/1, wait µs,
-// in flight 0/1, now µs[, flags, epoch]}. Every value must be in range (a
+// in flight 0/1, now µs[, flags, epoch[, until µs]]}. Every value must be in range (a
 // wait beyond 2^50 µs saturates there; a negative one is an error): a
 // reply the scripts never give (another script under the same keys, a
 // proxy's garbage) is an error, never a decision.
 func parseAdmit(r []int64) (admitReply, error) {
-	if len(r) != 4 && len(r) != 6 {
+	if len(r) != 4 && len(r) != 6 && len(r) != 7 {
 		return admitReply{}, fmt.Errorf("unexpected reply %v", r)
 	}
 	bit := func(v int64) bool { return v == 1 }
@@ -557,7 +569,13 @@ func parseAdmit(r []int64) (admitReply, error) {
 		// The scripts do not give one; take the safe side.
 		a.wait = 1000
 	}
-	if len(r) == 6 {
+	if len(r) == 7 {
+		if r[6] < 0 {
+			return admitReply{}, fmt.Errorf("unexpected reply %v", r)
+		}
+		a.until = r[6]
+	}
+	if len(r) >= 6 {
 		if r[4] < 0 || r[4] > 3 || r[5] < 0 {
 			return admitReply{}, fmt.Errorf("unexpected reply %v", r)
 		}
@@ -594,6 +612,13 @@ func (w *Window) remember(r admitReply) {
 	w.memMu.Lock()
 	defer w.memMu.Unlock()
 	w.epoch = max(w.epoch, r.epoch)
+	if w.kind != kindCompletion && w.kind != kindSlidingLog {
+		// The one-hash windows say how long their state lives; only a
+		// Cancel (of an admission after which none came) shortens it, to
+		// no less than its own TTL.
+		w.must = max(w.must, min(r.until, r.now+maxMicros))
+		return
+	}
 	switch {
 	case r.ok:
 		w.must = max(w.must, r.now+w.per)

@@ -150,6 +150,32 @@ local function paused(p, now)
   return 0
 end
 
+-- Lost state of the one-hash windows. v is HMGET h 'e', 'L', 'b', then the
+-- fields the state needs. Lost when some of those fields are there and
+-- some not (a partial hash), or when the caller's must lies ahead while h
+-- is gone or holds another epoch than the caller's (known), unless a loss
+-- was handled (at L) since the state the caller knew was created.
+local function hashlost(v, now, known, must)
+  local some, all = false, true
+  for i = 4, #v do
+    if v[i] then some = true else all = false end
+  end
+  if some and not all then return true end
+  if must == nil or now >= must then return false end
+  if not some and not v[1] then return true end
+  local e, handled = tonumber(v[1]), tonumber(v[2])
+  return e ~= known and not (handled and known and handled >= known)
+end
+
+-- After a loss of a one-hash window: a fresh state, held full for block µs.
+local function hashreset(h, now, block)
+  local b = now + block
+  redis.call('DEL', h)
+  redis.call('HSET', h, 'e', num(now), 'L', num(now), 'b', num(b), 't', num(now))
+  expire(h, block)
+  return {0, block, 0, now, 1, now, b}
+end
+
 -- The highest score in z, or now when z is empty.
 local function top(z, now)
   local last = redis.call('ZRANGE', z, -1, -1, 'WITHSCORES')
@@ -617,16 +643,29 @@ redis.call('HSET', h, 'u', num(u))
 return {1, 0}
 `)
 
+// The one-hash windows (GCRA, token bucket, fixed window, sliding window
+// counter) keep e (epoch), L (instant of the latest loss) and b (refuse
+// until, after a loss) beside their state, and take the caller's epoch and
+// must as their last two ARGV. A loss (hashlost: a partial hash, or a
+// whole one the caller knows must exist) resets the state, held full for
+// the time the window takes to forget (Per; burst·I for GCRA). Replies are
+// {admitted, wait µs, in flight, now µs, flags, epoch, until µs}: until is
+// the instant the state must live to (its TTL, less the slack).
+//
 // GCRA. KEYS: h (tat: theoretical arrival time, a: latest admission, t).
 // A missing hash is an idle limiter (a full bucket).
 //
-// Admit ARGV: now, n, emission interval I (µs per unit), burst.
+// Admit ARGV: now, n, emission interval I (µs per unit), burst, epoch, must.
 var gcraAdmit = goredis.NewScript(prelude + `
 local h = KEYS[1]
-local now = latest(h, clock(ARGV[1]))
-local pw = paused(KEYS[2], now)
-if pw > 0 then return {0, pw, 0, now} end
 local n, emit, burst = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local v = redis.call('HMGET', h, 'e', 'L', 'b', 'tat', 'a')
+local now = latest(h, clock(ARGV[1]))
+if hashlost(v, now, tonumber(ARGV[5]), tonumber(ARGV[6])) then return hashreset(h, now, burst * emit) end
+local e, b = tonumber(v[1]) or now, tonumber(v[3])
+if b and now < b then return {0, b - now, 0, now, 0, e, b} end
+local pw = paused(KEYS[2], now)
+if pw > 0 then return {0, pw, 0, now, 0, 0, 0} end
 local tat = hnum(h, 'tat') or now
 local adm = hnum(h, 'a') or now
 local tol = (burst - n) * emit
@@ -638,9 +677,9 @@ if tat - now <= tol then
 else
   wait = tat - tol - now
 end
-redis.call('HSET', h, 'tat', num(tat), 'a', num(adm), 't', num(now))
+redis.call('HSET', h, 'tat', num(tat), 'a', num(adm), 't', num(now), 'e', num(e))
 expire(h, tat - now)
-return {ok, wait, 0, now}
+return {ok, wait, 0, now, 0, e, math.max(tat, now)}
 `)
 
 // Cancel ARGV: now (unused), admission instant, n, I. The TAT moves back
@@ -658,19 +697,25 @@ return {1, 0}
 // far in units·µs, 0 <= f < Per; last: instant refilled to, also the
 // latest seen; a: latest admission). A missing hash is a full bucket.
 //
-// Admit ARGV: now, n, N, Per, burst.
+// Admit ARGV: now, n, N, Per, burst, epoch, must.
 var tokenBucketAdmit = goredis.NewScript(prelude + `
 local h = KEYS[1]
 local n, rate, per, burst = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local now = clock(ARGV[1])
-local last = hnum(h, 'last')
+local v = redis.call('HMGET', h, 'e', 'L', 'b', 'last', 'k', 'f', 'a')
+local t = tonumber(redis.call('HGET', h, 't') or 0)
+if now < t then now = t end
+local last = tonumber(v[4])
+if last and now < last then now = last end
+if hashlost(v, now, tonumber(ARGV[6]), tonumber(ARGV[7])) then return hashreset(h, now, per) end
+local e, b = tonumber(v[1]) or now, tonumber(v[3])
+if b and now < b then return {0, b - now, 0, now, 0, e, b} end
 local k, f, adm = burst, 0, now
 if last then
-  k, f, adm = hnum(h, 'k'), hnum(h, 'f'), hnum(h, 'a')
-  if now < last then now = last end
+  k, f, adm = tonumber(v[5]), tonumber(v[6]), tonumber(v[7])
 end
 local pw = paused(KEYS[2], now)
-if pw > 0 then return {0, pw, 0, now} end
+if pw > 0 then return {0, pw, 0, now, 0, 0, 0} end
 if last and now > last then
   if k >= burst then
     k, f = burst, 0
@@ -690,11 +735,11 @@ else
   -- the smallest e with e*N + f >= (n - k)*Per
   wait = ceilwait(n - k, per, f, rate)
 end
-redis.call('HSET', h, 'k', num(k), 'f', num(f), 'last', num(now), 'a', num(adm))
+redis.call('HSET', h, 'k', num(k), 'f', num(f), 'last', num(now), 'a', num(adm), 'e', num(e), 't', num(now))
 local full = 0
 if k < burst then full = ceilwait(burst - k, per, f, rate) end
 expire(h, full)
-return {ok, wait, 0, now}
+return {ok, wait, 0, now, 0, e, now + full}
 `)
 
 // Cancel ARGV: now (unused), admission instant, n, burst. The tokens go back
@@ -716,13 +761,17 @@ return {1, 0}
 // Fixed window, aligned to the Unix epoch. KEYS: h (w: window index
 // floor(now / Per), c: units counted in it, t).
 //
-// Admit ARGV: now, n, N, Per.
+// Admit ARGV: now, n, N, Per, epoch, must.
 var fixedWindowAdmit = goredis.NewScript(prelude + `
 local h = KEYS[1]
-local now = latest(h, clock(ARGV[1]))
-local pw = paused(KEYS[2], now)
-if pw > 0 then return {0, pw, 0, now} end
 local n, cap, per = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local v = redis.call('HMGET', h, 'e', 'L', 'b', 'w', 'c')
+local now = latest(h, clock(ARGV[1]))
+if hashlost(v, now, tonumber(ARGV[5]), tonumber(ARGV[6])) then return hashreset(h, now, per) end
+local e, b = tonumber(v[1]) or now, tonumber(v[3])
+if b and now < b then return {0, b - now, 0, now, 0, e, b} end
+local pw = paused(KEYS[2], now)
+if pw > 0 then return {0, pw, 0, now, 0, 0, 0} end
 local idx = fdiv(now, per)
 local win, used = hnum(h, 'w'), hnum(h, 'c') or 0
 if not win or idx > win then win, used = idx, 0 end
@@ -733,9 +782,9 @@ if used + n <= cap then
 else
   wait = (win + 1) * per - now
 end
-redis.call('HSET', h, 'w', num(win), 'c', num(used), 't', num(now))
+redis.call('HSET', h, 'w', num(win), 'c', num(used), 't', num(now), 'e', num(e))
 expire(h, (win + 1) * per - now)
-return {ok, wait, 0, now}
+return {ok, wait, 0, now, 0, e, (win + 1) * per}
 `)
 
 // Cancel ARGV: now (unused), admission instant, n, Per.
@@ -751,13 +800,17 @@ return {1, 0}
 // Sliding window counter. KEYS: h (w: current window index, p and c: units
 // in windows w-1 and w, t).
 //
-// Admit ARGV: now, n, N, Per.
+// Admit ARGV: now, n, N, Per, epoch, must.
 var slidingCounterAdmit = goredis.NewScript(prelude + `
 local h = KEYS[1]
-local now = latest(h, clock(ARGV[1]))
-local pw = paused(KEYS[2], now)
-if pw > 0 then return {0, pw, 0, now} end
 local n, cap, per = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local v = redis.call('HMGET', h, 'e', 'L', 'b', 'w', 'p', 'c')
+local now = latest(h, clock(ARGV[1]))
+if hashlost(v, now, tonumber(ARGV[5]), tonumber(ARGV[6])) then return hashreset(h, now, per) end
+local e, b = tonumber(v[1]) or now, tonumber(v[3])
+if b and now < b then return {0, b - now, 0, now, 0, e, b} end
+local pw = paused(KEYS[2], now)
+if pw > 0 then return {0, pw, 0, now, 0, 0, 0} end
 local idx = fdiv(now, per)
 local win, prev, cur = hnum(h, 'w'), hnum(h, 'p') or 0, hnum(h, 'c') or 0
 if not win or idx > win + 1 then
@@ -793,9 +846,9 @@ else
     start, p, c = start + per, c, 0
   end
 end
-redis.call('HSET', h, 'w', num(win), 'p', num(prev), 'c', num(cur), 't', num(now))
+redis.call('HSET', h, 'w', num(win), 'p', num(prev), 'c', num(cur), 't', num(now), 'e', num(e))
 expire(h, (win + 2) * per - now)
-return {ok, wait, 0, now}
+return {ok, wait, 0, now, 0, e, (win + 2) * per}
 `)
 
 // Cancel ARGV: now (unused), admission instant, n, Per.
