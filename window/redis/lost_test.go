@@ -212,10 +212,12 @@ func TestOneHashWindowsDetectLosses(t *testing.T) {
 	per := time.Second
 	l := Limit{N: 4, Per: per}
 	mk := map[string]func(name string, clk *manual) (*Window, error){
-		"gcra":    func(n string, clk *manual) (*Window, error) { return NewGCRA(c, n, l, 0, WithClock(clk.now)) },
-		"bucket":  func(n string, clk *manual) (*Window, error) { return NewTokenBucket(c, n, l, 0, WithClock(clk.now)) },
-		"fixed":   func(n string, clk *manual) (*Window, error) { return NewFixedWindow(c, n, l, WithClock(clk.now)) },
-		"counter": func(n string, clk *manual) (*Window, error) { return NewSlidingWindowCounter(c, n, l, WithClock(clk.now)) },
+		"gcra":   func(n string, clk *manual) (*Window, error) { return NewGCRA(c, n, l, 0, WithClock(clk.now)) },
+		"bucket": func(n string, clk *manual) (*Window, error) { return NewTokenBucket(c, n, l, 0, WithClock(clk.now)) },
+		"fixed":  func(n string, clk *manual) (*Window, error) { return NewFixedWindow(c, n, l, WithClock(clk.now)) },
+		"counter": func(n string, clk *manual) (*Window, error) {
+			return NewSlidingWindowCounter(c, n, l, WithClock(clk.now))
+		},
 	}
 	field := map[string]string{"gcra": "a", "bucket": "k", "fixed": "c", "counter": "p"}
 	for kind, f := range mk {
