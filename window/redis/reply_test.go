@@ -32,6 +32,10 @@ func TestParseAdmit(t *testing.T) {
 		{[]int64{0, 1, 0, 5, 4, 5}, false, 0},
 		{[]int64{0, 1, 0, 5, 1, -5}, false, 0},
 		{[]int64{0, 1, 0, 5, 1}, false, 0},
+		{[]int64{1, 0, 0, 5, 0, 5, 9}, true, 0},
+		{[]int64{0, 7, 0, 5, 1, 5, 12}, true, 7},
+		{[]int64{0, 7, 0, 5, 0, 5, -1}, false, 0},
+		{[]int64{0, 7, 0, 5, 0, 5, 1, 1}, false, 0},
 		{nil, false, 0},
 		{[]int64{1}, false, 0},
 	} {
