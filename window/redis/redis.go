@@ -50,7 +50,7 @@
 //
 // Window.PauseFor holds every admission of every process sharing the window
 // for a time (after a 429 with Retry-After, say): it writes the instant the
-// pause ends, on the server's clock, to one more key, "ratesem:{name}:" +
+// pause ends, on the server's clock, to one more key, "ratesem:{tag}:" +
 // kind + ":pause", which every admission script reads in the same round
 // trip. A paused admission is refused with the time left as its wait. The
 // key lives until the pause ends (plus the second of slack).
@@ -429,12 +429,12 @@ func (w *Window) Limit() Limit { return w.limit }
 func (w *Window) Capacity() int64 { return w.cap }
 
 // Keys returns the Redis keys that hold the window's state, all with the
-// hash tag {name}. Each has a TTL while it exists. The pause key (see
+// hash tag {tag} (see Keys in the package doc). Each has a TTL while it exists. The pause key (see
 // PauseFor) is not among them: it exists only while a pause is set.
 func (w *Window) Keys() []string { return append([]string(nil), w.keys...) }
 
 // PauseKey returns the key that holds the window's pause (see PauseFor),
-// with the hash tag {name}. It exists, with a TTL, only while a pause is
+// with the hash tag {tag}. It exists, with a TTL, only while a pause is
 // set.
 func (w *Window) PauseKey() string { return w.akeys[len(w.akeys)-1] }
 
