@@ -429,8 +429,9 @@ func (w *Window) Limit() Limit { return w.limit }
 func (w *Window) Capacity() int64 { return w.cap }
 
 // Keys returns the Redis keys that hold the window's state, all with the
-// hash tag {tag} (see Keys in the package doc). Each has a TTL while it exists. The pause key (see
-// PauseFor) is not among them: it exists only while a pause is set.
+// hash tag {tag} (see Keys in the package doc). Each has a TTL while it
+// exists. The pause key (see PauseFor) is not among them: it exists only
+// while a pause is set.
 func (w *Window) Keys() []string { return append([]string(nil), w.keys...) }
 
 // PauseKey returns the key that holds the window's pause (see PauseFor),
