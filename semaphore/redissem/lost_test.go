@@ -2,7 +2,10 @@ package redissem
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -106,5 +109,82 @@ func TestLostStateNeverExceedsTheLimit(t *testing.T) {
 	}
 	if len(calls) < 20 {
 		t.Errorf("only %d calls in 3 s", len(calls))
+	}
+}
+
+// TestRealEviction: as TestLostStateNeverExceedsTheLimit, with the keys
+// really evicted: a server with maxmemory 4 MB and allkeys-random, filled
+// with junk by another client the whole run, so that Redis evicts keys at
+// random, the limit's among them. The completion guarantee holds at every
+// start, and the heads do not spin.
+func TestRealEviction(t *testing.T) {
+	srv := redistest.StartServerArgs(t, "--maxmemory", "4mb", "--maxmemory-policy", "allkeys-random")
+	admin := newClient(t, srv.Addr())
+	name := uniqueName(t)
+	const (
+		N, P, G = 5, 3, 4
+		per     = 200 * time.Millisecond
+		run     = 2500 * time.Millisecond
+	)
+	sems := make([]*Semaphore, P)
+	for i := range sems {
+		sems[i] = newSem(t, newClient(t, srv.Addr()), name, N, per, WithEvictionAllowed(), WithLease(5*time.Second))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), run)
+	defer cancel()
+	var rec recorder
+	var wg sync.WaitGroup
+	junk := newClient(t, srv.Addr())
+	wg.Go(func() {
+		val := strings.Repeat("x", 512)
+		for i := 0; ctx.Err() == nil; i++ {
+			_ = junk.Set(context.Background(), "junk:"+strconv.Itoa(i), val, 0).Err()
+		}
+	})
+	before := evalCalls(t, admin)
+	began := time.Now()
+	for p, s := range sems {
+		for range G {
+			wg.Go(func() {
+				for ctx.Err() == nil {
+					if err := s.Acquire(ctx, 1); err != nil {
+						if ctx.Err() == nil && !errors.Is(err, ErrDeadline) {
+							t.Errorf("process %d: %v", p, err)
+						}
+						return
+					}
+					start := time.Now()
+					time.Sleep(2*time.Millisecond + rand.N(20*time.Millisecond))
+					end := time.Now()
+					s.Release(1)
+					rec.add(call{start: start, end: end, n: 1, proc: p})
+				}
+			})
+		}
+	}
+	wg.Wait()
+	rate := float64(evalCalls(t, admin)-before) / time.Since(began).Seconds()
+	info, _ := admin.Info(context.Background(), "stats").Result()
+	evicted := ""
+	for _, line := range strings.Split(info, "\n") {
+		if strings.HasPrefix(line, "evicted_keys:") {
+			evicted = strings.TrimSpace(strings.TrimPrefix(line, "evicted_keys:"))
+		}
+	}
+	calls := rec.all()
+	peak, err := checkCompletion(calls, N, per)
+	var lost uint64
+	for _, s := range sems {
+		lost += s.Stats().StateLost
+	}
+	t.Logf("%d calls, peak %d of %d; %s keys evicted; StateLost %d; %.0f EVALSHA/s", len(calls), peak, N, evicted, lost, rate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if evicted == "" || evicted == "0" {
+		t.Fatalf("no key evicted: the run proved nothing")
+	}
+	if rate > 1000 {
+		t.Errorf("%.0f EVALSHA/s: the heads spin", rate)
 	}
 }
