@@ -165,6 +165,11 @@ func TestReconcileHugeUsage(t *testing.T) {
 		if err := p.Reconcile("w", "k", -1); err != nil {
 			t.Fatal(err)
 		}
+		for _, ks := range p.Snapshot() {
+			if ks.Used < 10 || ks.Used > 2*10 {
+				t.Fatalf("Used = %d after MaxInt64 reports under 10 per second: want the window full (at most the limit taken in per report)", ks.Used)
+			}
+		}
 		begin := time.Now()
 		acquire(t, p, clientpool.Charge{Rule: "w", Key: "k", Weight: 1}).Release()
 		if d := time.Since(begin); d != time.Second {
