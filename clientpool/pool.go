@@ -317,17 +317,38 @@ func (p *Pool) Acquire(ctx context.Context, charges ...Charge) (*Ticket, error) 
 	if err != nil {
 		return nil, err
 	}
-	done := ctx.Done()
-	p.mu.Lock()
+	t, w, err := p.start(ctx, charges)
+	if err != nil {
+		return nil, err
+	}
+	if w == nil {
+		p.emitAdmitted(charges, 0)
+		return t, nil
+	}
 	select {
-	case <-done:
-		p.mu.Unlock()
+	case <-ctx.Done():
+		p.abandon(w)
 		return nil, ctx.Err()
-	default:
+	case <-w.ready:
+		if w.err != nil {
+			p.unrefAll(w.held)
+			return nil, w.err
+		}
+		p.emitAdmitted(charges, max(w.granted.Sub(w.since), 0))
+		return t, nil
+	}
+}
+
+// start is Acquire under the lock: it admits the call at once (a nil
+// waiter), or queues it and returns its waiter, or fails.
+func (p *Pool) start(ctx context.Context, charges []Charge) (*Ticket, *waiter, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock() // a window that panics must not leave the pool locked
+	if err := ctx.Err(); err != nil {
+		return nil, nil, err
 	}
 	if err := p.tooHeavyLocked(charges); err != nil {
-		p.mu.Unlock()
-		return nil, err
+		return nil, nil, err
 	}
 	now := p.now()
 	if p.idle > 0 {
@@ -335,8 +356,7 @@ func (p *Pool) Acquire(ctx context.Context, charges ...Charge) (*Ticket, error) 
 	}
 	hs := make([]held, len(charges))
 	if err := p.refLocked(hs, charges, now); err != nil {
-		p.mu.Unlock()
-		return nil, err
+		return nil, nil, err
 	}
 	t := &Ticket{pool: p, held: hs, charges: charges}
 	queued := false
@@ -348,9 +368,7 @@ func (p *Pool) Acquire(ctx context.Context, charges ...Charge) (*Ticket, error) 
 	}
 	if !queued {
 		if _, _, ok := p.admitLocked(hs, now); ok {
-			p.mu.Unlock()
-			p.emitAdmitted(charges, 0)
-			return t, nil
+			return t, nil, nil
 		}
 	}
 	p.seq++
@@ -362,35 +380,32 @@ func (p *Pool) Acquire(ctx context.Context, charges ...Charge) (*Ticket, error) 
 	w.elem = p.waiters.PushBack(w)
 	p.tryWaiterLocked(w, now)
 	p.settleLocked(now)
-	p.mu.Unlock()
+	return t, w, nil
+}
 
-	select {
-	case <-done:
-		p.mu.Lock()
-		if !w.done {
-			p.finishLocked(w, ctx.Err())
-		} else if w.err == nil {
-			p.undoLocked(w) // admitted while ctx became done
-		}
-		now := p.now()
-		for i := range hs {
-			p.unrefLocked(hs[i].lim, now)
-		}
-		p.settleLocked(now)
-		p.mu.Unlock()
-		return nil, ctx.Err()
-	case <-w.ready:
-		if w.err != nil {
-			p.mu.Lock()
-			now := p.now()
-			for i := range hs {
-				p.unrefLocked(hs[i].lim, now)
-			}
-			p.mu.Unlock()
-			return nil, w.err
-		}
-		p.emitAdmitted(charges, max(w.granted.Sub(w.since), 0))
-		return t, nil
+// abandon ends the wait of a caller whose ctx is done: w leaves its
+// queues, or its admission is taken back if it came meanwhile.
+func (p *Pool) abandon(w *waiter) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !w.done {
+		p.finishLocked(w, context.Canceled)
+	} else if w.err == nil {
+		p.undoLocked(w) // admitted while ctx became done
+	}
+	now := p.now()
+	for i := range w.held {
+		p.unrefLocked(w.held[i].lim, now)
+	}
+	p.settleLocked(now)
+}
+
+func (p *Pool) unrefAll(hs []held) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := p.now()
+	for i := range hs {
+		p.unrefLocked(hs[i].lim, now)
 	}
 }
 
