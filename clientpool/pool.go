@@ -151,10 +151,11 @@ type held struct {
 	n   int64
 	w   *waiter // nil when admitted at once
 	// refused: the limiter refused the call at its latest try; when is the
-	// instant it named (zero: only a Release can help, or never tried).
+	// instant it named, in ns since the pool's epoch (0: only a Release can
+	// help, or never tried).
 	refused    bool
 	inq        bool // in lim.q: refused there, or queued behind its head
-	when       time.Time
+	when       int64
 	prev, next *held
 	// For rules with Usage: the window's count right after this call was
 	// admitted, and the limiter's reconciled units then (see
@@ -472,14 +473,18 @@ func (p *Pool) undoLocked(w *waiter) {
 func (p *Pool) admitLocked(hs []held, now time.Time) (at time.Time, needRelease, ok bool) {
 	refused := false
 	for i := range hs {
-		hs[i].refused, hs[i].when = false, time.Time{}
+		hs[i].refused, hs[i].when = false, 0
 	}
 	refuse := func(h *held, when time.Time) {
-		h.refused, h.when, refused = true, when, true
+		h.refused, refused = true, true
 		if when.IsZero() {
+			h.when = 0
 			needRelease = true
-		} else if when.After(at) {
-			at = when
+		} else {
+			h.when = max(p.mono(when), 1)
+			if when.After(at) {
+				at = when
+			}
 		}
 	}
 	nowNs := p.mono(now)

@@ -182,7 +182,7 @@ func (p *Pool) tryWaiterLocked(w *waiter, now time.Time) {
 			p.dequeueLocked(h)
 		}
 		if h.refused && h.lim.q.head == h {
-			p.setWakeLocked(h.lim.q, h.when, now)
+			p.setWakeLocked(h.lim.q, p.whenOf(h), now)
 		}
 	}
 }
@@ -217,7 +217,7 @@ func (p *Pool) settleLocked(now time.Time) {
 		}
 		q.pending = false
 		if h := q.head; h != nil && h.refused {
-			p.setWakeLocked(q, h.when, now)
+			p.setWakeLocked(q, p.whenOf(h), now)
 		} else if q.hidx >= 0 {
 			heap.Remove(&p.wakes, q.hidx)
 		}
@@ -241,4 +241,13 @@ func (p *Pool) onTimer() {
 		p.markPending(heap.Pop(&p.wakes).(*lqueue))
 	}
 	p.settleLocked(now)
+}
+
+// whenOf returns the instant h's limiter named at its latest refusal, or
+// the zero time.Time.
+func (p *Pool) whenOf(h *held) time.Time {
+	if h.when == 0 {
+		return time.Time{}
+	}
+	return p.instant(h.when)
 }
