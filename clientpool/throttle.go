@@ -93,17 +93,17 @@ func (p *Pool) marked(charges []Charge) []Charge {
 	return targets
 }
 
-// shortest keeps the targets whose rule has the shortest window.
-func (p *Pool) shortest(targets []Charge) []Charge {
+// shortestLocked keeps the targets whose rule has the shortest window.
+func (p *Pool) shortestLocked(targets []Charge) []Charge {
 	var per time.Duration
 	for _, c := range targets {
-		if rs := p.rules[c.Rule]; rs != nil && (per == 0 || rs.Limit.Per < per) {
-			per = rs.Limit.Per
+		if rs := p.rules[c.Rule]; rs != nil && (per == 0 || rs.limit.Per < per) {
+			per = rs.limit.Per
 		}
 	}
 	return slices.DeleteFunc(slices.Clone(targets), func(c Charge) bool {
 		rs := p.rules[c.Rule]
-		return rs == nil || rs.Limit.Per != per
+		return rs == nil || rs.limit.Per != per
 	})
 }
 
@@ -116,13 +116,13 @@ func (p *Pool) throttle(charges, targets []Charge, status int, retryAfter time.D
 	for _, c := range charges {
 		p.emit(Event{Kind: Throttled, Rule: c.Rule, Key: c.Key, Weight: c.Weight, Status: status})
 	}
-	if retryAfter <= 0 {
-		targets = p.shortest(targets)
-	}
 	limit := backoff.Cap(p.maxPause)
 	var paused []pauseEvent
 	p.mu.Lock()
 	now := p.now()
+	if retryAfter <= 0 {
+		targets = p.shortestLocked(targets)
+	}
 	for _, c := range targets {
 		rs := p.rules[c.Rule]
 		if rs == nil {
