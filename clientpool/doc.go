@@ -37,7 +37,7 @@
 //   - costs one key the same whatever waits on other keys (per-limiter
 //     queues and a heap of wake instants);
 //   - evicts idle keys a few at a time (WithIdleTimeout), so memory follows
-//     the live keys (about 390 bytes per live key under the completion
+//     the live keys (about 370 bytes per live key under the completion
 //     window, BenchmarkBytesPerKey), and caps them against
 //     attacker-chosen keys (WithMaxKeys, ErrTooManyKeys);
 //   - reports events to an observer (WithObserver).

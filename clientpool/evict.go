@@ -143,7 +143,7 @@ func (p *Pool) evictLocked(now time.Time, budget int, force bool) int {
 			l := rs.idleHead
 			budget--
 			p.evictWork++
-			if nowNs < l.paused {
+			if nowNs < l.paused() {
 				// Paused: look at it again after the others.
 				if rotated++; rotated > 1 || l == rs.idleTail {
 					break

@@ -62,7 +62,8 @@ func (p *Pool) consumeLocked(l *limiter, r window.Reconciler, extra int64, now t
 	}
 	extra = min(extra, max(l.rule.limit.N, l.rule.capacity))
 	r.Consume(now, extra)
-	l.reconciled = addSat(l.reconciled, extra)
+	fb := l.feedback()
+	fb.reconciled = addSat(fb.reconciled, extra)
 	p.touchLocked(l, now)
 	return extra
 }
@@ -107,7 +108,7 @@ func (p *Pool) observe(hd *held, used int64) int64 {
 	if !ok {
 		return 0
 	}
-	known := hd.lim.reconciled - hd.recAtAdmit // taken in since this call was admitted; ≥ 0
+	known := hd.lim.reconciled() - hd.recAtAdmit // taken in since this call was admitted; ≥ 0
 	return p.consumeLocked(hd.lim, r, subSat(subSat(used, hd.usedAtAdmit), known), p.now())
 }
 

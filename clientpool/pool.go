@@ -127,21 +127,59 @@ type ruleState struct {
 // the pool's epoch (8 bytes rather than a 24-byte time.Time: this struct is
 // most of what a key costs).
 type limiter struct {
-	rule   *ruleState
-	key    string
-	policy window.Policy
+	rule     *ruleState
+	key      string
+	policy   window.Policy
+	inflight int64
+	last     int64     // latest time refs fell to 0, or pause or reconcile while idle
+	q        *lqueue   // waiters it refused; nil when none
+	fb       *feedback // nil until the key is paused, throttled or reconciled
+	// idle list links, valid while refs == 0.
+	prevIdle, nextIdle *limiter
+	refs               int32 // waiters and tickets holding it: never evicted while > 0
+}
+
+// feedback is the state only keys that were paused, throttled or
+// reconciled need, kept apart so that a plain key costs less.
+type feedback struct {
 	// reconciled counts the units Reconcile and Ticket.ObserveHeaders made the
 	// window count on the server's word (saturating).
 	reconciled int64
-	inflight   int64
-	paused     int64   // no starts before; 0 when none
-	last       int64   // latest time refs fell to 0, or pause or reconcile while idle
-	q          *lqueue // waiters it refused; nil when none
-	// idle list links, valid while refs == 0.
-	prevIdle, nextIdle *limiter
-	refs               int32  // waiters and tickets holding it: never evicted while > 0
-	throttles          uint32 // throttles of this key, ever (wrapping)
-	streak             uint8  // throttles in a row without a usable Retry-After
+	paused     int64  // no starts before; 0 when none
+	throttles  uint32 // throttles of this key, ever (wrapping)
+	streak     uint8  // throttles in a row without a usable Retry-After
+}
+
+// feedback returns l's feedback state, creating it.
+func (l *limiter) feedback() *feedback {
+	if l.fb == nil {
+		l.fb = new(feedback)
+	}
+	return l.fb
+}
+
+// paused returns the instant l is paused until, 0 when none.
+func (l *limiter) paused() int64 {
+	if l.fb == nil {
+		return 0
+	}
+	return l.fb.paused
+}
+
+// throttles returns how many throttles l has seen.
+func (l *limiter) throttles() uint32 {
+	if l.fb == nil {
+		return 0
+	}
+	return l.fb.throttles
+}
+
+// reconciled returns the units l's window took in on the server's word.
+func (l *limiter) reconciled() int64 {
+	if l.fb == nil {
+		return 0
+	}
+	return l.fb.reconciled
 }
 
 // held is one charge of a call on its limiter. In a waiter it is also the
@@ -288,8 +326,8 @@ func (t *Ticket) Release() {
 		l := h.lim
 		l.inflight -= h.n
 		l.policy.Done(now, h.n)
-		if l.streak != 0 && l.throttles == h.thrAtAdmit {
-			l.streak = 0 // a call went through without a throttle
+		if fb := l.fb; fb != nil && fb.streak != 0 && fb.throttles == h.thrAtAdmit {
+			fb.streak = 0 // a call went through without a throttle
 		}
 		p.unrefLocked(l, now)
 		if l.q != nil {
@@ -493,8 +531,8 @@ func (p *Pool) admitLocked(hs []held, now time.Time) (at time.Time, needRelease,
 		switch l := h.lim; {
 		case l.inflight > l.rule.cap-h.n:
 			refuse(h, time.Time{})
-		case nowNs < l.paused:
-			refuse(h, p.instant(l.paused))
+		case nowNs < l.paused():
+			refuse(h, p.instant(l.paused()))
 		}
 	}
 	if refused {
@@ -524,10 +562,10 @@ func (p *Pool) admitLocked(hs []held, now time.Time) (at time.Time, needRelease,
 	for i := range hs {
 		h := &hs[i]
 		h.lim.inflight += h.n
-		h.thrAtAdmit = h.lim.throttles
+		h.thrAtAdmit = h.lim.throttles()
 		if h.lim.rule.Usage != nil {
 			if r, ok := h.lim.policy.(window.Reconciler); ok {
-				h.usedAtAdmit, h.recAtAdmit = r.Used(now), h.lim.reconciled
+				h.usedAtAdmit, h.recAtAdmit = r.Used(now), h.lim.reconciled()
 			}
 		}
 	}
@@ -607,8 +645,8 @@ func (p *Pool) Snapshot() []KeyState {
 	for _, rs := range p.ruleList {
 		for _, l := range rs.keys {
 			ks := KeyState{Rule: rs.Name, Key: l.key, InFlight: l.inflight, Used: -1}
-			if l.paused != 0 {
-				ks.PausedUntil = p.instant(l.paused)
+			if l.paused() != 0 {
+				ks.PausedUntil = p.instant(l.paused())
 			}
 			if r, ok := l.policy.(window.Reconciler); ok {
 				ks.Used = r.Used(now)

@@ -41,8 +41,8 @@ func (p *Pool) Pause(rule, key string, until time.Time) error {
 // limiter refuse longer, so no waiter needs a new try: the heads it
 // refuses are tried again at their wake instant and told the new one.
 func (p *Pool) pauseLocked(l *limiter, until, now time.Time) {
-	if u := p.mono(until); u > l.paused {
-		l.paused = u
+	if fb, u := l.feedback(), p.mono(until); u > fb.paused {
+		fb.paused = u
 	}
 	p.touchLocked(l, now)
 }
@@ -132,17 +132,18 @@ func (p *Pool) throttle(charges, targets []Charge, status int, retryAfter time.D
 		if err != nil {
 			continue // a full pool: the key has no call in flight to pause
 		}
-		l.throttles++
+		fb := l.feedback()
+		fb.throttles++
 		var d time.Duration
 		switch {
 		case retryAfter > 0:
 			d = backoff.Spread(retryAfter, limit)
-		case p.mono(now) < l.paused:
+		case p.mono(now) < fb.paused:
 			continue // same episode: a call admitted before the pause
 		default:
-			d = backoff.Exp(int(l.streak), backoff.DefaultMin, limit)
-			if l.streak < 62 {
-				l.streak++
+			d = backoff.Exp(int(fb.streak), backoff.DefaultMin, limit)
+			if fb.streak < 62 {
+				fb.streak++
 			}
 		}
 		until := now.Add(d)
