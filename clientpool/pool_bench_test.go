@@ -103,7 +103,7 @@ func BenchmarkAcquireReleaseOtherKeysWaiting(b *testing.B) {
 			for range 100 {
 				runtime.Gosched()
 			}
-			time.Sleep(10 * time.Millisecond)
+			time.Sleep(10*time.Millisecond + time.Duration(waiters)*time.Microsecond)
 			cs := []clientpool.Charge{{Rule: "free", Key: "me", Weight: 1}}
 			b.ReportAllocs()
 			b.ResetTimer()
