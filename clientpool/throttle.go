@@ -20,21 +20,26 @@ func (p *Pool) Pause(rule, key string, until time.Time) error {
 	if !ok {
 		return fmt.Errorf("%w %q", ErrUnknownRule, rule)
 	}
+	paused, err := p.pause(rs, key, until)
+	if paused {
+		p.emit(Event{Kind: Paused, Rule: rule, Key: key, Until: until})
+	}
+	return err
+}
+
+func (p *Pool) pause(rs *ruleState, key string, until time.Time) (bool, error) {
 	p.mu.Lock()
+	defer p.mu.Unlock() // Rule.Window runs here: a panic must not leave the pool locked
 	now := p.now()
 	if !until.After(now) {
-		p.mu.Unlock()
-		return nil
+		return false, nil
 	}
 	l, err := p.limiterLocked(rs, key, now)
 	if err != nil {
-		p.mu.Unlock()
-		return err
+		return false, err
 	}
 	p.pauseLocked(l, until, now)
-	p.mu.Unlock()
-	p.emit(Event{Kind: Paused, Rule: rule, Key: key, Until: until})
-	return nil
+	return true, nil
 }
 
 // pauseLocked extends l's pause to until. A later end only makes the
@@ -116,9 +121,18 @@ func (p *Pool) throttle(charges, targets []Charge, status int, retryAfter time.D
 	for _, c := range charges {
 		p.emit(Event{Kind: Throttled, Rule: c.Rule, Key: c.Key, Weight: c.Weight, Status: status})
 	}
+	for _, e := range p.throttleLocked(targets, retryAfter) {
+		p.emit(Event{Kind: Paused, Rule: e.rule, Key: e.key, Until: e.until})
+	}
+}
+
+// throttleLocked pauses the targets (see Throttled) and returns the pauses
+// it set. It takes the lock.
+func (p *Pool) throttleLocked(targets []Charge, retryAfter time.Duration) []pauseEvent {
 	limit := backoff.Cap(p.maxPause)
 	var paused []pauseEvent
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	now := p.now()
 	if retryAfter <= 0 {
 		targets = p.shortestLocked(targets)
@@ -150,8 +164,5 @@ func (p *Pool) throttle(charges, targets []Charge, status int, retryAfter time.D
 		p.pauseLocked(l, until, now)
 		paused = append(paused, pauseEvent{c.Rule, c.Key, until})
 	}
-	p.mu.Unlock()
-	for _, e := range paused {
-		p.emit(Event{Kind: Paused, Rule: e.rule, Key: e.key, Until: e.until})
-	}
+	return paused
 }
