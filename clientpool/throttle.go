@@ -121,14 +121,14 @@ func (p *Pool) throttle(charges, targets []Charge, status int, retryAfter time.D
 	for _, c := range charges {
 		p.emit(Event{Kind: Throttled, Rule: c.Rule, Key: c.Key, Weight: c.Weight, Status: status})
 	}
-	for _, e := range p.throttleLocked(targets, retryAfter) {
+	for _, e := range p.throttleKeys(targets, retryAfter) {
 		p.emit(Event{Kind: Paused, Rule: e.rule, Key: e.key, Until: e.until})
 	}
 }
 
-// throttleLocked pauses the targets (see Throttled) and returns the pauses
-// it set. It takes the lock.
-func (p *Pool) throttleLocked(targets []Charge, retryAfter time.Duration) []pauseEvent {
+// throttleKeys pauses the targets (see Throttled) and returns the pauses
+// it set, under the lock.
+func (p *Pool) throttleKeys(targets []Charge, retryAfter time.Duration) []pauseEvent {
 	limit := backoff.Cap(p.maxPause)
 	var paused []pauseEvent
 	p.mu.Lock()
