@@ -182,19 +182,11 @@ func (l *limiter) reconciled() int64 {
 	return l.fb.reconciled
 }
 
-// held is one charge of a call on its limiter. In a waiter it is also the
-// node of the limiter's queue.
+// held is one charge of a call on its limiter (40 bytes: a call admitted
+// at once allocates one per charge; what only waiters need is in qnode).
 type held struct {
 	lim *limiter
 	n   int64
-	w   *waiter // nil when admitted at once
-	// refused: the limiter refused the call at its latest try; when is the
-	// instant it named, in ns since the pool's epoch (0: only a Release can
-	// help, or never tried).
-	refused    bool
-	inq        bool // in lim.q: refused there, or queued behind its head
-	when       int64
-	prev, next *held
 	// For rules with Usage: the window's count right after this call was
 	// admitted, and the limiter's reconciled units then (see
 	// Ticket.ObserveHeaders).
@@ -202,8 +194,25 @@ type held struct {
 	thrAtAdmit              uint32 // lim.throttles at admission
 }
 
+// qnode is a waiting call's place on one of its limiters: nodes[i] of a
+// waiter belongs to held[i].
+type qnode struct {
+	w *waiter
+	i int // index in w.held and w.nodes
+	// refused: the limiter refused the call at its latest try; when is the
+	// instant it named, in ns since the pool's epoch (0: only a Release can
+	// help, or never tried).
+	refused    bool
+	inq        bool // in the limiter's queue: refused there, or queued behind its head
+	when       int64
+	prev, next *qnode
+}
+
+func (n *qnode) held() *held { return &n.w.held[n.i] }
+
 type waiter struct {
 	held     []held
+	nodes    []qnode
 	seq      uint64
 	ready    chan struct{} // closed when granted or failed
 	done     bool          // granted or failed (under the lock)
@@ -406,15 +415,16 @@ func (p *Pool) start(ctx context.Context, charges []Charge) (*Ticket, *waiter, e
 		}
 	}
 	if !queued {
-		if _, _, ok := p.admitLocked(hs, now); ok {
+		if _, _, ok := p.admitLocked(hs, nil, now); ok {
 			return t, nil, nil
 		}
 	}
 	p.seq++
 	w := &waiter{held: hs, seq: p.seq, ready: make(chan struct{}), since: now}
 	w.deadline, _ = ctx.Deadline()
-	for i := range hs {
-		hs[i].w = w
+	w.nodes = make([]qnode, len(hs))
+	for i := range w.nodes {
+		w.nodes[i] = qnode{w: w, i: i}
 	}
 	w.elem = p.waiters.PushBack(w)
 	p.tryWaiterLocked(w, now)
@@ -506,23 +516,26 @@ func (p *Pool) undoLocked(w *waiter) {
 // nothing but the refusal marks of hs and returns the instant the call
 // could start at the earliest (the latest instant a refusing limiter
 // names), with needRelease when some limiter's refusal does not depend on
-// time alone. Each refusing held is marked refused with the instant its
-// limiter named (its when).
-func (p *Pool) admitLocked(hs []held, now time.Time) (at time.Time, needRelease, ok bool) {
+// time alone. When nodes is not nil, each node of a refusing limiter is
+// marked refused with the instant its limiter named (its when).
+func (p *Pool) admitLocked(hs []held, nodes []qnode, now time.Time) (at time.Time, needRelease, ok bool) {
 	refused := false
-	for i := range hs {
-		hs[i].refused, hs[i].when = false, 0
+	for i := range nodes {
+		nodes[i].refused, nodes[i].when = false, 0
 	}
-	refuse := func(h *held, when time.Time) {
-		h.refused, refused = true, true
+	refuse := func(i int, when time.Time) {
+		refused = true
+		var ns int64
 		if when.IsZero() {
-			h.when = 0
 			needRelease = true
 		} else {
-			h.when = max(p.mono(when), 1)
+			ns = max(p.mono(when), 1)
 			if when.After(at) {
 				at = when
 			}
+		}
+		if nodes != nil {
+			nodes[i].refused, nodes[i].when = true, ns
 		}
 	}
 	nowNs := p.mono(now)
@@ -530,9 +543,9 @@ func (p *Pool) admitLocked(hs []held, now time.Time) (at time.Time, needRelease,
 		h := &hs[i]
 		switch l := h.lim; {
 		case l.inflight > l.rule.cap-h.n:
-			refuse(h, time.Time{})
+			refuse(i, time.Time{})
 		case nowNs < l.paused():
-			refuse(h, p.instant(l.paused()))
+			refuse(i, p.instant(l.paused()))
 		}
 	}
 	if refused {
@@ -543,7 +556,7 @@ func (p *Pool) admitLocked(hs []held, now time.Time) (at time.Time, needRelease,
 		h := &hs[i]
 		when, ok := h.lim.policy.Admit(now, h.n)
 		if !ok {
-			refuse(h, when)
+			refuse(i, when)
 			continue
 		}
 		if !refused {

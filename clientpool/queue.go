@@ -27,7 +27,7 @@ import (
 // lqueue is the queue of one limiter, allocated while it has waiters.
 type lqueue struct {
 	lim        *limiter
-	head, tail *held
+	head, tail *qnode
 	wake       time.Time // when the head may be admitted; valid while hidx ≥ 0
 	hidx       int       // index in Pool.wakes; -1 when not there
 	pending    bool      // in Pool.pend
@@ -56,64 +56,64 @@ func (h *wakeHeap) Pop() any {
 	return q
 }
 
-// behindLocked reports whether an earlier waiter is queued on h's limiter.
-func behindLocked(h *held) bool {
-	q := h.lim.q
+// behindLocked reports whether an earlier waiter is queued on n's limiter.
+func behindLocked(n *qnode) bool {
+	q := n.held().lim.q
 	if q == nil || q.head == nil {
 		return false
 	}
-	if h.inq {
-		return q.head != h
+	if n.inq {
+		return q.head != n
 	}
-	return q.head.w.seq < h.w.seq
+	return q.head.w.seq < n.w.seq
 }
 
-// enqueueLocked puts h in its limiter's queue, in arrival order.
-func (p *Pool) enqueueLocked(h *held) {
-	l := h.lim
+// enqueueLocked puts n in its limiter's queue, in arrival order.
+func (p *Pool) enqueueLocked(n *qnode) {
+	l := n.held().lim
 	if l.q == nil {
 		l.q = &lqueue{lim: l, hidx: -1}
 	}
 	q := l.q
 	at := q.tail
-	for at != nil && at.w.seq > h.w.seq {
+	for at != nil && at.w.seq > n.w.seq {
 		at = at.prev
 	}
-	h.prev = at
+	n.prev = at
 	if at == nil {
-		h.next = q.head
-		q.head = h
+		n.next = q.head
+		q.head = n
 	} else {
-		h.next = at.next
-		at.next = h
+		n.next = at.next
+		at.next = n
 	}
-	if h.next != nil {
-		h.next.prev = h
+	if n.next != nil {
+		n.next.prev = n
 	} else {
-		q.tail = h
+		q.tail = n
 	}
-	h.inq = true
+	n.inq = true
 }
 
-// dequeueLocked takes h out of its limiter's queue; when h was its head,
+// dequeueLocked takes n out of its limiter's queue; when n was its head,
 // the next one must be tried.
-func (p *Pool) dequeueLocked(h *held) {
-	q := h.lim.q
-	if h.prev != nil {
-		h.prev.next = h.next
+func (p *Pool) dequeueLocked(n *qnode) {
+	q := n.held().lim.q
+	if n.prev != nil {
+		n.prev.next = n.next
 	} else {
-		q.head = h.next
+		q.head = n.next
 		if q.hidx >= 0 {
 			heap.Remove(&p.wakes, q.hidx)
 		}
 		p.markPending(q)
 	}
-	if h.next != nil {
-		h.next.prev = h.prev
+	if n.next != nil {
+		n.next.prev = n.prev
 	} else {
-		q.tail = h.prev
+		q.tail = n.prev
 	}
-	h.prev, h.next, h.inq = nil, nil, false
+	n.prev, n.next, n.inq = nil, nil, false
 }
 
 // markPending makes settleLocked try q's head again.
@@ -149,19 +149,19 @@ func (p *Pool) setWakeLocked(q *lqueue, at, now time.Time) {
 // fails it when its admission would come after its deadline.
 func (p *Pool) tryWaiterLocked(w *waiter, now time.Time) {
 	behind := false
-	for i := range w.held {
-		h := &w.held[i]
-		if behindLocked(h) {
+	for i := range w.nodes {
+		n := &w.nodes[i]
+		if behindLocked(n) {
 			behind = true
-			if !h.inq {
-				p.enqueueLocked(h)
+			if !n.inq {
+				p.enqueueLocked(n)
 			}
 		}
 	}
 	if behind {
 		return
 	}
-	at, needRelease, ok := p.admitLocked(w.held, now)
+	at, needRelease, ok := p.admitLocked(w.held, w.nodes, now)
 	if ok {
 		w.granted = now
 		p.finishLocked(w, nil)
@@ -173,25 +173,25 @@ func (p *Pool) tryWaiterLocked(w *waiter, now time.Time) {
 		p.finishLocked(w, &wake.DeadlineError{Sentinel: ErrDeadline, Wait: at.Sub(now)})
 		return
 	}
-	for i := range w.held {
-		h := &w.held[i]
+	for i := range w.nodes {
+		n := &w.nodes[i]
 		switch {
-		case h.refused && !h.inq:
-			p.enqueueLocked(h)
-		case !h.refused && h.inq:
-			p.dequeueLocked(h)
+		case n.refused && !n.inq:
+			p.enqueueLocked(n)
+		case !n.refused && n.inq:
+			p.dequeueLocked(n)
 		}
-		if h.refused && h.lim.q.head == h {
-			p.setWakeLocked(h.lim.q, p.whenOf(h), now)
+		if q := w.held[i].lim.q; n.refused && q.head == n {
+			p.setWakeLocked(q, p.whenOf(n), now)
 		}
 	}
 }
 
 // finishLocked ends w's wait: granted when err is nil, failed otherwise.
 func (p *Pool) finishLocked(w *waiter, err error) {
-	for i := range w.held {
-		if h := &w.held[i]; h.inq {
-			p.dequeueLocked(h)
+	for i := range w.nodes {
+		if n := &w.nodes[i]; n.inq {
+			p.dequeueLocked(n)
 		}
 	}
 	p.waiters.Remove(w.elem)
@@ -209,15 +209,15 @@ func (p *Pool) settleLocked(now time.Time) {
 		p.pend[len(p.pend)-1] = nil
 		p.pend = p.pend[:len(p.pend)-1]
 		for q.head != nil {
-			h := q.head
-			p.tryWaiterLocked(h.w, now)
-			if q.head == h {
+			n := q.head
+			p.tryWaiterLocked(n.w, now)
+			if q.head == n {
 				break // still refused here, or queued behind another limiter's head
 			}
 		}
 		q.pending = false
-		if h := q.head; h != nil && h.refused {
-			p.setWakeLocked(q, p.whenOf(h), now)
+		if n := q.head; n != nil && n.refused {
+			p.setWakeLocked(q, p.whenOf(n), now)
 		} else if q.hidx >= 0 {
 			heap.Remove(&p.wakes, q.hidx)
 		}
@@ -243,11 +243,11 @@ func (p *Pool) onTimer() {
 	p.settleLocked(now)
 }
 
-// whenOf returns the instant h's limiter named at its latest refusal, or
+// whenOf returns the instant n's limiter named at its latest refusal, or
 // the zero time.Time.
-func (p *Pool) whenOf(h *held) time.Time {
-	if h.when == 0 {
+func (p *Pool) whenOf(n *qnode) time.Time {
+	if n.when == 0 {
 		return time.Time{}
 	}
-	return p.instant(h.when)
+	return p.instant(n.when)
 }
