@@ -23,14 +23,23 @@
 //     it), and a rule with room is not held up by a call waiting on
 //     another rule;
 //   - pauses by key (Pause, Throttled): a 429 on one instrument pauses that
-//     instrument's rule, not the others;
+//     instrument's rule, not the others; for the server's Retry-After,
+//     spread by jitter, or without one with capped exponential backoff per
+//     key (about 200 ms, doubling on each throttle in a row, reset by a
+//     call that goes through), never beyond WithMaxPause (5 minutes by
+//     default) and, for a rejection naming several rules, only on the
+//     shortest window that can explain it;
 //   - reconciles with usage headers (Reconcile, Ticket.ObserveHeaders): when the
 //     server counts more than the local window, the local budget shrinks
-//     for the rest of that window; feedback never loosens it;
+//     for the rest of that window; feedback never loosens it, and an
+//     absurd count saturates at "full until the window moves";
 //   - changes a rule's limit at run time, keeping the accounting (SetLimit);
-//   - evicts idle keys (WithIdleTimeout), so memory follows the live keys
-//     (about 400 bytes per live key under the completion window,
-//     BenchmarkBytesPerKey);
+//   - costs one key the same whatever waits on other keys (per-limiter
+//     queues and a heap of wake instants);
+//   - evicts idle keys a few at a time (WithIdleTimeout), so memory follows
+//     the live keys (about 370 bytes per live key under the completion
+//     window, BenchmarkBytesPerKey), and caps them against
+//     attacker-chosen keys (WithMaxKeys, ErrTooManyKeys);
 //   - reports events to an observer (WithObserver).
 //
 // For HTTP, httpclient.NewPool wraps a Pool in an http.RoundTripper. A Pool

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/benbjohnson/clock"
+	"github.com/ratesem/ratesem/internal/backoff"
 )
 
 // DefaultIdleTimeout is how long a key must see no call, by default, before
@@ -11,12 +12,18 @@ import (
 // call).
 const DefaultIdleTimeout = 10 * time.Minute
 
+// DefaultMaxPause is the longest pause a throttle causes on a key when
+// WithMaxPause is not given: 5 minutes.
+const DefaultMaxPause = backoff.DefaultMaxPause
+
 // Option configures a Pool in New.
 type Option func(*config)
 
 type config struct {
 	clk      clock.Clock
 	idle     time.Duration
+	maxKeys  int
+	maxPause time.Duration
 	observer func(Event)
 }
 
@@ -28,9 +35,27 @@ func WithClock(clk clock.Clock) Option { return func(c *config) { c.clk = clk } 
 // WithIdleTimeout sets how long a key must see no activity before its
 // limiter is evicted; the eviction also waits until the key's window has
 // forgotten every call (Per × (1 + ⌈capacity/N⌉)), so it never loosens a
-// limit. Evictions happen during later Acquire calls, at most once every
-// d/2; 0 or less turns eviction off. Default: DefaultIdleTimeout.
+// limit. Evictions happen during later Acquire calls, a few limiters per
+// call, oldest first; 0 or less turns eviction by age off (WithMaxKeys
+// still evicts forgotten keys when the pool is full). Default:
+// DefaultIdleTimeout.
 func WithIdleTimeout(d time.Duration) Option { return func(c *config) { c.idle = d } }
+
+// WithMaxKeys caps the live (rule, key) limiters at n, against callers
+// that choose keys (a rule keyed by a request header): when a call needs a
+// new limiter and n are live, the least recently used idle limiters whose
+// windows have forgotten every call are evicted first, whatever the idle
+// time; when none can be, the call fails at once with an error matching
+// ErrTooManyKeys. A key whose window still counts calls is never dropped
+// and keys are never merged. 0 (the default) means no cap; New returns an
+// error for n < 0.
+func WithMaxKeys(n int) Option { return func(c *config) { c.maxKeys = n } }
+
+// WithMaxPause caps the pause one throttle causes on a key (Throttled,
+// ThrottledResponse): the server's Retry-After beyond it and the
+// exponential backoff without one stop there. d ≤ 0 means
+// DefaultMaxPause. Pause itself is not capped.
+func WithMaxPause(d time.Duration) Option { return func(c *config) { c.maxPause = d } }
 
 // WithObserver calls fn for every Event, from the goroutine that caused it
 // and never with the pool's lock held, so fn may call the pool. fn must be

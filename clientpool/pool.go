@@ -18,46 +18,98 @@ import (
 
 // ErrWeightTooLarge is matched (errors.Is) by the error Acquire returns at
 // once for a charge heavier than its rule can ever admit (its N, its
-// window's burst, or its concurrency cap). It is window.ErrWeightTooLarge.
+// window's burst, or its concurrency cap), merged charges whose sum
+// overflows int64 included. It is window.ErrWeightTooLarge.
 var ErrWeightTooLarge = window.ErrWeightTooLarge
+
+// ErrTooManyKeys is matched (errors.Is) by the error Acquire, Pause and
+// Reconcile return at once when a new (rule, key) limiter is needed, the
+// pool already holds WithMaxKeys live limiters, and none of the idle ones
+// it looked at could be evicted without losing accounting.
+var ErrTooManyKeys = errors.New("clientpool: too many live keys")
+
+// ErrDeadline is matched (errors.Is) by the error Acquire returns when it
+// fails early because the admission would come after ctx's deadline. That
+// error also matches context.DeadlineExceeded.
+var ErrDeadline = errors.New("clientpool: admission would come after the context deadline")
 
 // Pool is a registry of limiters keyed by rule and key, created lazily on
 // first use from a Table's rules, with several limits per call acquired as
 // one.
 //
-// Acquire admits a call only when every rule it falls under admits it at the
-// same instant, and takes nothing from any rule until then: no capacity of
-// one rule is burned while the call waits on another, and a cancelled call
-// leaves no trace in any rule. Waiters are served in arrival order per
-// limiter: once a rule has refused a waiting call, later calls on that rule
-// and key wait behind it, so it cannot starve; calls on other keys are not
-// held up by it. Calls that take overlapping sets of rules, in any order,
-// cannot deadlock, since nothing is held while waiting. A waiter sleeps on
-// the pool's one timer, set for the earliest instant any waiter could be
-// admitted; nothing polls.
+// Admission. Acquire admits a call only when every rule it falls under
+// admits it at the same instant, and takes nothing from any rule until
+// then: no capacity of one rule is burned while the call waits on another,
+// and a cancelled call leaves no trace in any rule. Waiters are served in
+// arrival order per limiter: once a limiter has refused a waiting call,
+// later calls on that rule and key queue behind it, so it cannot starve;
+// calls on other keys are not held up by it, and a limiter with room is
+// not held up by a call waiting on another rule. Calls that take
+// overlapping sets of rules, in any order, cannot deadlock, since nothing
+// is held while waiting and the oldest waiter is never queued behind a
+// younger one.
 //
-// A limiter that has been idle for the idle time (WithIdleTimeout), and
-// long enough that its window has forgotten every call, is evicted, so a
-// million distinct keys over a day do not grow memory without bound; a key
-// in use, waited on or paused is never evicted.
+// Cost. Each limiter keeps its own queue of the waiters it refused, and
+// the pool keeps a min-heap of the instants at which a queue's head could
+// be admitted, with one timer set for the earliest. Acquire, Release and a
+// timer firing touch only the limiters of the call concerned and the top
+// of the heap: a call on one key costs the same whether 0 or 100 000 calls
+// wait on other keys (BenchmarkAcquireReleaseOtherKeysWaiting). Nothing
+// polls.
+//
+// Throttles and pauses. Pause holds a key until an instant. Throttled and
+// ThrottledResponse pause the keys a server's rejection is about: for the
+// server's Retry-After, spread by a random amount so that clients do not
+// all resume at one instant; without a usable Retry-After, with capped
+// exponential backoff and jitter per key (a first throttle pauses about
+// 200 ms, each further throttle in a row doubles it, a call on the key
+// that ends without a throttle since its admission resets it). No pause a
+// throttle causes exceeds the cap (WithMaxPause, default 5 minutes), and a
+// throttle without Retry-After that names rules of several windows (Binance
+// −1015 names its 10-second and its daily order counts) pauses only the
+// shortest window that can explain it.
+//
+// Memory. A limiter that has had no waiter, call or pause for the idle
+// time (WithIdleTimeout) and whose window has forgotten every call is
+// evicted, a bounded number per Acquire (never a sweep of every key), so
+// a million distinct keys over a day do not grow memory without bound; a
+// key in use, waited on, paused or whose window still counts calls is
+// never evicted. WithMaxKeys caps the live limiters: when a call needs a
+// new one and the pool is full, the oldest idle limiters whose windows
+// have forgotten every call are evicted (idle time or not); if none can
+// be, Acquire fails at once with an error matching ErrTooManyKeys. Keys
+// are never merged and no key that still counts calls is forgotten.
+//
+// Arithmetic. Weights are checked: a negative weight is an error matching
+// window.ErrNegativeWeight, and charges merged per (rule, key) saturate
+// instead of wrapping, so an absurd sum fails with ErrWeightTooLarge. A
+// server's usage report can only tighten a key's window, by at most the
+// rule's limit at a time ("full until the window moves"), whatever number
+// it sends.
 //
 // The zero Pool is not usable; call New. A Pool is safe for concurrent use by
 // multiple goroutines.
 type Pool struct {
 	table    Table
 	rules    map[string]*ruleState
+	ruleList []*ruleState // the rules in Table order, for eviction
 	routes   map[route]routeEntry
 	clock    wake.Clock
+	epoch    time.Time // the clock's reading at New: limiter instants are offsets from it
 	idle     time.Duration
+	maxKeys  int
+	maxPause time.Duration
 	observer func(Event)
 
 	mu        sync.Mutex
-	waiters   list.List // of *waiter, in arrival order
-	pass      uint64    // generation of notifyLocked passes, for limiter.blocked
-	waitLims  int       // limiters with at least one waiter
+	waiters   list.List // of *waiter, in arrival order; read only by SetLimit
+	seq       uint64    // arrival number of the latest waiter
 	live      int       // limiters in the registry
-	lastSweep time.Time
-	timer     wake.Timer // set for the earliest instant a waiter could start
+	wakes     wakeHeap  // queues whose head may be admitted at a known instant
+	pend      []*lqueue // queues whose head must be tried again (settleLocked)
+	evictNext int       // the rule the next eviction starts with
+	evictWork int       // idle limiters looked at by eviction, ever (tests)
+	timer     wake.Timer
 }
 
 type ruleState struct {
@@ -65,37 +117,105 @@ type ruleState struct {
 	limit    window.Limit
 	capacity int64 // the heaviest charge the window can admit
 	cap      int64 // concurrency cap per key; math.MaxInt64 when none
+	quiet    int64 // ns of no activity after which a key's window has forgotten every call
 	keys     map[string]*limiter
+	// idle lists the limiters with refs == 0, oldest last use first.
+	idleHead, idleTail *limiter
 }
 
-// limiter is the state of one (rule, key).
+// limiter is the state of one (rule, key). Instants are nanoseconds since
+// the pool's epoch (8 bytes rather than a 24-byte time.Time: this struct is
+// most of what a key costs).
 type limiter struct {
 	rule     *ruleState
 	key      string
 	policy   window.Policy
 	inflight int64
-	paused   time.Time // no starts before; zero when none
-	refs     int       // waiters and tickets holding it: never evicted while > 0
-	waiting  int       // waiters holding it
-	last     time.Time // latest admission, release or pause
-	blocked  uint64    // == pool.pass: an earlier waiter it refused is still waiting
-	// reconciled counts the units Reconcile and Ticket.ObserveHeaders made the
-	// window count on the server's word.
-	reconciled int64
+	last     int64     // latest time refs fell to 0, or pause or reconcile while idle
+	q        *lqueue   // waiters it refused; nil when none
+	fb       *feedback // nil until the key is paused, throttled or reconciled
+	// idle list links, valid while refs == 0.
+	prevIdle, nextIdle *limiter
+	refs               int32 // waiters and tickets holding it: never evicted while > 0
 }
 
-type held struct {
-	lim     *limiter
-	n       int64
-	refused bool // this limiter refused the waiter at its latest try; later calls on it queue behind
-	// For rules with Usage: the window's count right after this call was
-	// admitted, and the limiter's reconciled units then (see Ticket.ObserveHeaders).
-	usedAtAdmit, recAtAdmit int64
+// feedback is the state only keys that were paused, throttled or
+// reconciled need, kept apart so that a plain key costs less.
+type feedback struct {
+	// reconciled counts the units Reconcile and Ticket.ObserveHeaders made the
+	// window count on the server's word (saturating).
+	reconciled int64
+	paused     int64  // no starts before; 0 when none
+	throttles  uint32 // throttles of this key, ever (wrapping)
+	streak     uint8  // throttles in a row without a usable Retry-After
 }
+
+// feedback returns l's feedback state, creating it.
+func (l *limiter) feedback() *feedback {
+	if l.fb == nil {
+		l.fb = new(feedback)
+	}
+	return l.fb
+}
+
+// paused returns the instant l is paused until, 0 when none.
+func (l *limiter) paused() int64 {
+	if l.fb == nil {
+		return 0
+	}
+	return l.fb.paused
+}
+
+// throttles returns how many throttles l has seen.
+func (l *limiter) throttles() uint32 {
+	if l.fb == nil {
+		return 0
+	}
+	return l.fb.throttles
+}
+
+// reconciled returns the units l's window took in on the server's word.
+func (l *limiter) reconciled() int64 {
+	if l.fb == nil {
+		return 0
+	}
+	return l.fb.reconciled
+}
+
+// held is one charge of a call on its limiter (40 bytes: a call admitted
+// at once allocates one per charge; what only waiters need is in qnode).
+type held struct {
+	lim *limiter
+	n   int64
+	// For rules with Usage: the window's count right after this call was
+	// admitted, and the limiter's reconciled units then (see
+	// Ticket.ObserveHeaders).
+	usedAtAdmit, recAtAdmit int64
+	thrAtAdmit              uint32 // lim.throttles at admission
+}
+
+// qnode is a waiting call's place on one of its limiters: nodes[i] of a
+// waiter belongs to held[i].
+type qnode struct {
+	w *waiter
+	i int // index in w.held and w.nodes
+	// refused: the limiter refused the call at its latest try; when is the
+	// instant it named, in ns since the pool's epoch (0: only a Release can
+	// help, or never tried).
+	refused    bool
+	inq        bool // in the limiter's queue: refused there, or queued behind its head
+	when       int64
+	prev, next *qnode
+}
+
+func (n *qnode) held() *held { return &n.w.held[n.i] }
 
 type waiter struct {
 	held     []held
+	nodes    []qnode
+	seq      uint64
 	ready    chan struct{} // closed when granted or failed
+	done     bool          // granted or failed (under the lock)
 	err      error
 	since    time.Time
 	deadline time.Time
@@ -105,18 +225,23 @@ type waiter struct {
 
 // New returns a Pool over the rules and endpoints of t. It returns an error
 // for an endpoint listed twice, for a rule without a name, with a duplicate
-// name, with a limit that is not
-// N > 0 per Per > 0 or a negative concurrency, and for an endpoint cost that
-// names an unknown rule or has a negative weight.
+// name, with a limit that is not N > 0 per Per > 0 or a negative
+// concurrency, for an endpoint cost that names an unknown rule, and for a
+// negative cost (matching window.ErrNegativeWeight).
 func New(t Table, opts ...Option) (*Pool, error) {
 	cfg := config{idle: DefaultIdleTimeout}
 	for _, o := range opts {
 		o(&cfg)
 	}
+	if cfg.maxKeys < 0 {
+		return nil, fmt.Errorf("clientpool: WithMaxKeys(%d): want ≥ 0", cfg.maxKeys)
+	}
 	p := &Pool{
 		table: t, rules: make(map[string]*ruleState), routes: make(map[route]routeEntry),
 		clock: wake.NewClock(cfg.clk), idle: cfg.idle, observer: cfg.observer,
+		maxKeys: cfg.maxKeys, maxPause: cfg.maxPause,
 	}
+	p.epoch = p.clock.Now()
 	for i := range t.Rules {
 		r := &t.Rules[i]
 		if err := r.check(); err != nil {
@@ -128,6 +253,7 @@ func New(t Table, opts ...Option) (*Pool, error) {
 		rs := &ruleState{Rule: r, keys: make(map[string]*limiter)}
 		rs.setLimit(r.Limit)
 		p.rules[r.Name] = rs
+		p.ruleList = append(p.ruleList, rs)
 	}
 	checkCosts := func(where string, costs []Cost) error {
 		for _, c := range costs {
@@ -135,7 +261,7 @@ func New(t Table, opts ...Option) (*Pool, error) {
 				return fmt.Errorf("%w %q in %s", ErrUnknownRule, c.Rule, where)
 			}
 			if c.Units < 0 {
-				return fmt.Errorf("clientpool: %s: negative weight %d", where, c.Units)
+				return fmt.Errorf("clientpool: %s: %w %d", where, window.ErrNegativeWeight, c.Units)
 			}
 		}
 		return nil
@@ -162,16 +288,26 @@ func (rs *ruleState) setLimit(l window.Limit) {
 	if rs.Concurrency > 0 {
 		rs.cap = rs.Concurrency
 	}
+	rs.quiet = int64(quiet(l, rs.capacity))
 }
 
 func (p *Pool) now() time.Time { return p.clock.Now() }
 
+// mono converts an instant of the pool's clock to nanoseconds since its
+// epoch, saturating.
+func (p *Pool) mono(t time.Time) int64 { return int64(t.Sub(p.epoch)) }
+
+// instant converts mono's result back.
+func (p *Pool) instant(ns int64) time.Time { return p.epoch.Add(time.Duration(ns)) }
+
 // Classify returns the charges of a request under the Table's endpoints:
 // one per rule of the matching endpoint (or of the Table's Default) whose
-// Key applies. It returns an error for a negative weight.
+// Key applies. It returns an error matching window.ErrNegativeWeight for a
+// negative weight.
 func (p *Pool) Classify(req *http.Request) ([]Charge, error) { return p.classify(req) }
 
-// Ticket is an admitted call: it holds its charges until Release.
+// Ticket is an admitted call: it holds its charges until Release. Its
+// methods are safe for concurrent use.
 type Ticket struct {
 	pool     *Pool
 	held     []held
@@ -183,104 +319,67 @@ type Ticket struct {
 func (t *Ticket) Charges() []Charge { return t.charges }
 
 // Release ends the call: every charge leaves flight at once (for the
-// completion window, the call's end is now). It never blocks. It panics if
-// called twice.
+// completion window, the call's end is now), and a key that saw no
+// throttle since the call was admitted ends its backoff streak. It never
+// blocks. It panics if called twice.
 func (t *Ticket) Release() {
 	if t.released.Swap(true) {
 		panic("clientpool: Ticket released twice")
 	}
 	p := t.pool
 	p.mu.Lock()
+	defer p.mu.Unlock() // a window that panics must not leave the pool locked
 	now := p.now()
-	for _, h := range t.held {
-		h.lim.inflight -= h.n
-		h.lim.policy.Done(now, h.n)
-		h.lim.refs--
-		h.lim.last = now
+	for i := range t.held {
+		h := &t.held[i]
+		l := h.lim
+		l.inflight -= h.n
+		l.policy.Done(now, h.n)
+		if fb := l.fb; fb != nil && fb.streak != 0 && fb.throttles == h.thrAtAdmit {
+			fb.streak = 0 // a call went through without a throttle
+		}
+		p.unrefLocked(l, now)
+		if l.q != nil {
+			p.markPending(l.q)
+		}
 	}
-	if p.waiters.Len() > 0 {
-		p.notifyLocked(now)
-	}
-	p.mu.Unlock()
+	p.settleLocked(now)
 }
 
 // Acquire admits a call that costs every charge at once, blocking until all
 // of its rules admit it at the same instant or ctx is done. Charges to the
-// same rule and key are added up. On success the caller must Release the
-// Ticket when the call ends.
+// same rule and key are added up (saturating). On success the caller must
+// Release the Ticket when the call ends.
 //
 // On failure it holds nothing and returns ctx.Err() when ctx is done (a
 // context done before the call never acquires); an error matching both
 // context.DeadlineExceeded and ErrDeadline as soon as the admission is known
 // to come after ctx's deadline; an error matching ErrUnknownRule for a charge
 // to a rule the pool does not have; an error matching ErrWeightTooLarge at
-// once for a charge heavier than its rule can ever admit; or an error for a
-// negative weight. A call with no charges is admitted at once.
+// once for a charge heavier than its rule can ever admit; an error matching
+// window.ErrNegativeWeight for a negative weight; or an error matching
+// ErrTooManyKeys at once when the call needs a new key and the pool is full
+// (WithMaxKeys). A call with no charges is admitted at once.
 func (p *Pool) Acquire(ctx context.Context, charges ...Charge) (*Ticket, error) {
 	charges, err := p.merge(charges)
 	if err != nil {
 		return nil, err
 	}
-	done := ctx.Done()
-	p.mu.Lock()
-	select {
-	case <-done:
-		p.mu.Unlock()
-		return nil, ctx.Err()
-	default:
-	}
-	if err := p.tooHeavyLocked(charges); err != nil {
-		p.mu.Unlock()
+	t, w, err := p.start(ctx, charges)
+	if err != nil {
 		return nil, err
 	}
-	now := p.now()
-	p.sweepLocked(now)
-	hs := make([]held, len(charges))
-	for i, c := range charges {
-		l := p.limiterLocked(p.rules[c.Rule], c.Key, now)
-		l.refs++
-		hs[i] = held{lim: l, n: c.Weight}
+	if w == nil {
+		p.emitAdmitted(charges, 0)
+		return t, nil
 	}
-	t := &Ticket{pool: p, held: hs, charges: charges}
-	if p.waiters.Len() == 0 {
-		if _, ok := p.tryLocked(hs, now); ok {
-			p.mu.Unlock()
-			p.emitAdmitted(charges, 0)
-			return t, nil
-		}
-	}
-	w := &waiter{held: hs, ready: make(chan struct{}), since: now}
-	w.deadline, _ = ctx.Deadline()
-	w.elem = p.waiters.PushBack(w)
-	for _, h := range hs {
-		if h.lim.waiting == 0 {
-			p.waitLims++
-		}
-		h.lim.waiting++
-	}
-	p.notifyLocked(now)
-	p.mu.Unlock()
-
 	select {
-	case <-done:
-		p.mu.Lock()
-		select {
-		case <-w.ready:
-			if w.err == nil {
-				p.undoLocked(w) // admitted while ctx became done
-			}
-		default:
-			p.dropLocked(w)
-			p.notifyLocked(p.now())
-		}
-		p.unrefLocked(hs)
-		p.mu.Unlock()
+	case <-ctx.Done():
+		p.abandon(w)
 		return nil, ctx.Err()
 	case <-w.ready:
 		if w.err != nil {
-			p.mu.Lock()
-			p.unrefLocked(hs)
-			p.mu.Unlock()
+			p.unrefAll(w.held)
 			return nil, w.err
 		}
 		p.emitAdmitted(charges, max(w.granted.Sub(w.since), 0))
@@ -288,8 +387,80 @@ func (p *Pool) Acquire(ctx context.Context, charges ...Charge) (*Ticket, error) 
 	}
 }
 
-// merge validates charges and adds up those to the same limiter. The rules
-// map is fixed after New, so it needs no lock.
+// start is Acquire under the lock: it admits the call at once (a nil
+// waiter), or queues it and returns its waiter, or fails.
+func (p *Pool) start(ctx context.Context, charges []Charge) (*Ticket, *waiter, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock() // a window that panics must not leave the pool locked
+	if err := ctx.Err(); err != nil {
+		return nil, nil, err
+	}
+	if err := p.tooHeavyLocked(charges); err != nil {
+		return nil, nil, err
+	}
+	now := p.now()
+	if p.idle > 0 {
+		p.evictLocked(now, evictBudget, false)
+	}
+	hs := make([]held, len(charges))
+	if err := p.refLocked(hs, charges, now); err != nil {
+		return nil, nil, err
+	}
+	t := &Ticket{pool: p, held: hs, charges: charges}
+	queued := false
+	for i := range hs {
+		if q := hs[i].lim.q; q != nil && q.head != nil {
+			queued = true
+			break
+		}
+	}
+	if !queued {
+		if _, _, ok := p.admitLocked(hs, nil, now); ok {
+			return t, nil, nil
+		}
+	}
+	p.seq++
+	w := &waiter{held: hs, seq: p.seq, ready: make(chan struct{}), since: now}
+	w.deadline, _ = ctx.Deadline()
+	w.nodes = make([]qnode, len(hs))
+	for i := range w.nodes {
+		w.nodes[i] = qnode{w: w, i: i}
+	}
+	w.elem = p.waiters.PushBack(w)
+	p.tryWaiterLocked(w, now)
+	p.settleLocked(now)
+	return t, w, nil
+}
+
+// abandon ends the wait of a caller whose ctx is done: w leaves its
+// queues, or its admission is taken back if it came meanwhile.
+func (p *Pool) abandon(w *waiter) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !w.done {
+		p.finishLocked(w, context.Canceled)
+	} else if w.err == nil {
+		p.undoLocked(w) // admitted while ctx became done
+	}
+	now := p.now()
+	for i := range w.held {
+		p.unrefLocked(w.held[i].lim, now)
+	}
+	p.settleLocked(now)
+}
+
+func (p *Pool) unrefAll(hs []held) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := p.now()
+	for i := range hs {
+		p.unrefLocked(hs[i].lim, now)
+	}
+}
+
+// merge validates charges and adds up those to the same limiter, saturating
+// at math.MaxInt64 (which no rule admits). The rules map is fixed after
+// New, so it needs no lock.
 func (p *Pool) merge(charges []Charge) ([]Charge, error) {
 	out := make([]Charge, 0, len(charges))
 	for _, c := range charges {
@@ -297,15 +468,23 @@ func (p *Pool) merge(charges []Charge) ([]Charge, error) {
 			return nil, fmt.Errorf("%w %q", ErrUnknownRule, c.Rule)
 		}
 		if c.Weight < 0 {
-			return nil, fmt.Errorf("clientpool: negative weight %d for %s", c.Weight, c)
+			return nil, fmt.Errorf("clientpool: %w %d for %s", window.ErrNegativeWeight, c.Weight, c)
 		}
 		if i := slices.IndexFunc(out, func(o Charge) bool { return o.Rule == c.Rule && o.Key == c.Key }); i >= 0 {
-			out[i].Weight += c.Weight
+			out[i].Weight = addSat(out[i].Weight, c.Weight)
 		} else {
 			out = append(out, c)
 		}
 	}
 	return out, nil
+}
+
+// addSat returns a + b for a, b ≥ 0, or math.MaxInt64 when that overflows.
+func addSat(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
 }
 
 // tooHeavyLocked returns the ErrWeightTooLarge error for the first charge
@@ -320,94 +499,64 @@ func (p *Pool) tooHeavyLocked(charges []Charge) error {
 	return nil
 }
 
-// limiterLocked returns the limiter of (rule, key), creating it.
-func (p *Pool) limiterLocked(rs *ruleState, key string, now time.Time) *limiter {
-	l, ok := rs.keys[key]
-	if !ok {
-		l = &limiter{rule: rs, key: key, policy: rs.newPolicy(rs.limit), last: now}
-		rs.keys[key] = l
-		p.live++
-	}
-	return l
-}
-
-func (p *Pool) unrefLocked(hs []held) {
-	for _, h := range hs {
-		h.lim.refs--
-	}
-}
-
-// dropLocked removes a waiter that gave up from the queue.
-func (p *Pool) dropLocked(w *waiter) {
-	p.waiters.Remove(w.elem)
-	for _, h := range w.held {
-		if h.lim.waiting--; h.lim.waiting == 0 {
-			p.waitLims--
-		}
-	}
-}
-
 // undoLocked takes back the admission of a waiter whose caller gave up: the
 // units go back without a completion, as if it had never been admitted.
 func (p *Pool) undoLocked(w *waiter) {
 	for i := len(w.held) - 1; i >= 0; i-- {
-		h := w.held[i]
+		h := &w.held[i]
 		h.lim.inflight -= h.n
 		h.lim.policy.Cancel(w.granted, h.n)
+		if h.lim.q != nil {
+			p.markPending(h.lim.q)
+		}
 	}
-	p.notifyLocked(p.now())
 }
 
-// tryLocked admits hs at now if every limiter admits it, or changes nothing
-// and returns the instant to try again: the latest instant a refusing
-// limiter names, or zero when a Release must come first. Limiters that
-// refuse are marked refused in hs.
-func (p *Pool) tryLocked(hs []held, now time.Time) (time.Time, bool) {
-	at, _, ok := p.tryWakeLocked(hs, now)
-	return at, ok
-}
-
-// tryWakeLocked is tryLocked that also returns the earliest instant at which
-// one of the refusing limiters may change its answer: the waiter itself
-// cannot start before at, but calls queued behind it on a limiter that frees
-// sooner may (zero when none of the refusals is timed).
-func (p *Pool) tryWakeLocked(hs []held, now time.Time) (time.Time, time.Time, bool) {
-	var at, soon time.Time
-	needRelease, refused := false, false
-	for i := range hs {
-		hs[i].refused = false
+// admitLocked admits hs at now if every limiter admits it, or changes
+// nothing but the refusal marks of hs and returns the instant the call
+// could start at the earliest (the latest instant a refusing limiter
+// names), with needRelease when some limiter's refusal does not depend on
+// time alone. When nodes is not nil, each node of a refusing limiter is
+// marked refused with the instant its limiter named (its when).
+func (p *Pool) admitLocked(hs []held, nodes []qnode, now time.Time) (at time.Time, needRelease, ok bool) {
+	refused := false
+	for i := range nodes {
+		nodes[i].refused, nodes[i].when = false, 0
 	}
-	refuse := func(h *held, when time.Time) {
-		h.refused, refused = true, true
+	refuse := func(i int, when time.Time) {
+		refused = true
+		var ns int64
 		if when.IsZero() {
 			needRelease = true
-			return
+		} else {
+			ns = max(p.mono(when), 1)
+			if when.After(at) {
+				at = when
+			}
 		}
-		if when.After(at) {
-			at = when
-		}
-		if soon.IsZero() || when.Before(soon) {
-			soon = when
+		if nodes != nil {
+			nodes[i].refused, nodes[i].when = true, ns
 		}
 	}
+	nowNs := p.mono(now)
 	for i := range hs {
 		h := &hs[i]
 		switch l := h.lim; {
-		case l.inflight+h.n > l.rule.cap:
-			refuse(h, time.Time{})
-		case now.Before(l.paused):
-			refuse(h, l.paused)
+		case l.inflight > l.rule.cap-h.n:
+			refuse(i, time.Time{})
+		case nowNs < l.paused():
+			refuse(i, p.instant(l.paused()))
 		}
 	}
 	if refused {
-		return p.retry(at, needRelease), soon, false
+		return at, needRelease, false
 	}
 	admitted := 0
 	for i := range hs {
 		h := &hs[i]
 		when, ok := h.lim.policy.Admit(now, h.n)
 		if !ok {
-			refuse(h, when)
+			refuse(i, when)
 			continue
 		}
 		if !refused {
@@ -421,260 +570,27 @@ func (p *Pool) tryWakeLocked(hs []held, now time.Time) (time.Time, time.Time, bo
 		for i := admitted - 1; i >= 0; i-- {
 			hs[i].lim.policy.Cancel(now, hs[i].n)
 		}
-		return p.retry(at, needRelease), soon, false
+		return at, needRelease, false
 	}
 	for i := range hs {
 		h := &hs[i]
 		h.lim.inflight += h.n
-		h.lim.last = now
+		h.thrAtAdmit = h.lim.throttles()
 		if h.lim.rule.Usage != nil {
 			if r, ok := h.lim.policy.(window.Reconciler); ok {
-				h.usedAtAdmit, h.recAtAdmit = r.Used(now), h.lim.reconciled
+				h.usedAtAdmit, h.recAtAdmit = r.Used(now), h.lim.reconciled()
 			}
 		}
 	}
-	return time.Time{}, time.Time{}, true
-}
-
-func (p *Pool) retry(at time.Time, needRelease bool) time.Time {
-	if needRelease {
-		return time.Time{}
-	}
-	return at
-}
-
-// notifyLocked admits waiters in arrival order. A waiter is skipped (keeps
-// waiting) when one of its limiters refuses an earlier waiter that still
-// waits: FIFO per limiter. A limiter that has room for an earlier waiter
-// held up by another rule is not blocked by it: that waiter takes nothing
-// from it while it waits, and later calls may use the room (the shared
-// rule would otherwise sit idle behind one instrument's limit). It then sets the timer for the earliest instant a
-// waiter that is not held behind another could be admitted.
-func (p *Pool) notifyLocked(now time.Time) {
-	p.pass++
-	blocked := 0
-	var earliest time.Time
-	for e := p.waiters.Front(); e != nil && blocked < p.waitLims; {
-		next := e.Next()
-		w := e.Value.(*waiter)
-		behind := false
-		for _, h := range w.held {
-			if h.lim.blocked == p.pass {
-				behind = true
-				break
-			}
-		}
-		if !behind {
-			at, soon, ok := p.tryWakeLocked(w.held, now)
-			if !ok && !soon.IsZero() && (earliest.IsZero() || soon.Before(earliest)) {
-				earliest = soon // a limiter it blocks may free for the calls behind it
-			}
-			switch {
-			case ok:
-				w.granted = now
-				p.dropLocked(w)
-				close(w.ready)
-				e = next
-				continue
-			case !at.IsZero() && !w.deadline.IsZero() && at.After(w.deadline):
-				// Its admission comes after its deadline: fail now rather
-				// than when the deadline fires (golang/go#54541).
-				p.dropLocked(w)
-				w.err = &wake.DeadlineError{Sentinel: ErrDeadline, Wait: at.Sub(now)}
-				close(w.ready)
-				e = next
-				continue
-			}
-		}
-		for _, h := range w.held {
-			if h.refused && h.lim.blocked != p.pass {
-				h.lim.blocked = p.pass
-				blocked++
-			}
-		}
-		e = next
-	}
-	if earliest.IsZero() {
-		p.timer.Stop() // only a Release, a cancellation or SetLimit can help
-		return
-	}
-	p.timer.Arm(p.clock, now, earliest, p.onTimer)
-}
-
-func (p *Pool) onTimer() {
-	p.mu.Lock()
-	p.timer.Fired()
-	if p.waiters.Len() > 0 {
-		p.notifyLocked(p.now())
-	}
-	p.mu.Unlock()
-}
-
-// Pause holds every new start on the limiter of (rule, key) until the
-// instant until: calls that need it wait, calls in flight go on, other keys
-// and rules are not affected. Overlapping pauses do not add up; the later
-// end wins. It never blocks. It returns an error matching ErrUnknownRule
-// for an unknown rule.
-func (p *Pool) Pause(rule, key string, until time.Time) error {
-	rs, ok := p.rules[rule]
-	if !ok {
-		return fmt.Errorf("%w %q", ErrUnknownRule, rule)
-	}
-	p.mu.Lock()
-	now := p.now()
-	if !until.After(now) {
-		p.mu.Unlock()
-		return nil
-	}
-	l := p.limiterLocked(rs, key, now)
-	if until.After(l.paused) {
-		l.paused = until
-	}
-	l.last = now
-	if p.waiters.Len() > 0 {
-		p.notifyLocked(now)
-	}
-	p.mu.Unlock()
-	p.emit(Event{Kind: Paused, Rule: rule, Key: key, Until: until})
-	return nil
-}
-
-// Throttled reports that the server rejected a call for its rate (HTTP 429,
-// or 418 for Binance's IP ban) and pauses the limiters of charges whose rule
-// is marked PauseOnThrottle, or all of them when none is marked: for
-// retryAfter (the response's Retry-After, already capped by the caller) from
-// now on the pool's clock, or, when retryAfter is 0 or less, for each rule's
-// own window (its Limit.Per). It never blocks.
-func (p *Pool) Throttled(charges []Charge, status int, retryAfter time.Duration) {
-	p.throttle(charges, p.marked(charges), status, retryAfter)
-}
-
-// ThrottledResponse is Throttled for a throttled HTTP response, described by
-// th: the Table's ThrottleTargets, when set, picks the charges the response
-// is about. It never blocks and reads no body.
-func (p *Pool) ThrottledResponse(th Throttle, charges []Charge) {
-	var targets []Charge
-	if p.table.ThrottleTargets != nil {
-		targets = p.table.ThrottleTargets(th, charges)
-	}
-	if targets == nil {
-		targets = p.marked(charges)
-	}
-	p.throttle(charges, targets, th.Status, th.RetryAfter)
-}
-
-// marked returns the charges whose rule is marked PauseOnThrottle, or all of
-// them when none is.
-func (p *Pool) marked(charges []Charge) []Charge {
-	targets := slices.DeleteFunc(slices.Clone(charges), func(c Charge) bool {
-		rs := p.rules[c.Rule]
-		return rs == nil || !rs.PauseOnThrottle
-	})
-	if len(targets) == 0 {
-		return charges
-	}
-	return targets
-}
-
-func (p *Pool) throttle(charges, targets []Charge, status int, retryAfter time.Duration) {
-	for _, c := range charges {
-		p.emit(Event{Kind: Throttled, Rule: c.Rule, Key: c.Key, Weight: c.Weight, Status: status})
-	}
-	p.mu.Lock()
-	now := p.now()
-	until := make([]time.Time, len(targets))
-	for i, c := range targets {
-		d := retryAfter
-		if rs := p.rules[c.Rule]; d <= 0 && rs != nil {
-			d = rs.limit.Per
-		}
-		until[i] = now.Add(d)
-	}
-	p.mu.Unlock()
-	for i, c := range targets {
-		_ = p.Pause(c.Rule, c.Key, until[i])
-	}
-}
-
-// Reconcile takes in the server's own count for (rule, key): used units in
-// its current window. When the server counts more than the local window
-// does (another process spends from the same limit), the local window counts
-// the difference as spent now, so the local budget shrinks for the rest of
-// that window; a server count at or below the local one changes nothing, so
-// feedback never loosens the local accounting. Windows that do not
-// implement window.Reconciler ignore it. It never blocks; it returns an
-// error matching ErrUnknownRule for an unknown rule.
-func (p *Pool) Reconcile(rule, key string, used int64) error {
-	rs, ok := p.rules[rule]
-	if !ok {
-		return fmt.Errorf("%w %q", ErrUnknownRule, rule)
-	}
-	p.mu.Lock()
-	now := p.now()
-	l := p.limiterLocked(rs, key, now)
-	r, ok := l.policy.(window.Reconciler)
-	var extra int64
-	if ok {
-		if local := r.Used(now); used > local {
-			extra = used - local
-			r.Consume(now, extra)
-			l.reconciled += extra
-			l.last = now
-		}
-	}
-	p.mu.Unlock()
-	if extra > 0 {
-		p.emit(Event{Kind: Reconciled, Rule: rule, Key: key, Weight: extra})
-	}
-	return nil
-}
-
-// ObserveHeaders reads, for each charge of the ticket whose rule has a Usage
-// function, the server's count from the headers of the call's response, and
-// makes the local window count what it did not know of: the server counted
-// used units when this call arrived, the local window counted usedAtAdmit
-// when it admitted it (this call and the ones admitted before it, which
-// reach the server before it), so used − usedAtAdmit units come from
-// elsewhere (another process on the same IP or account). Units already taken
-// in from later responses are not counted twice. Feedback never loosens the
-// local accounting. (Comparing with the window's count now instead, as
-// Reconcile does, would take the units of calls still on their way for
-// room; use Reconcile when no Ticket is at hand.)
-func (t *Ticket) ObserveHeaders(h http.Header) {
-	p := t.pool
-	for _, hd := range t.held {
-		rs := hd.lim.rule
-		if rs.Usage == nil {
-			continue
-		}
-		used, ok := rs.Usage(h)
-		if !ok {
-			continue
-		}
-		p.mu.Lock()
-		r, ok := hd.lim.policy.(window.Reconciler)
-		var extra int64
-		if ok {
-			known := hd.lim.reconciled - hd.recAtAdmit // taken in since this call was admitted
-			if extra = used - hd.usedAtAdmit - known; extra > 0 {
-				now := p.now()
-				r.Consume(now, extra)
-				hd.lim.reconciled += extra
-				hd.lim.last = now
-			}
-		}
-		p.mu.Unlock()
-		if extra > 0 {
-			p.emit(Event{Kind: Reconciled, Rule: rs.Name, Key: hd.lim.key, Weight: extra})
-		}
-	}
+	return time.Time{}, false, true
 }
 
 // SetLimit changes a rule's limit at run time, for every key, keeping the
 // accounting: what each key's window counted still counts against the new
 // limit. Waiters heavier than the new limit fail with ErrWeightTooLarge.
 // It returns an error for an unknown rule or a limit that is not N > 0 per
-// Per > 0.
+// Per > 0. It never blocks; it walks every key of the rule and every
+// waiter.
 func (p *Pool) SetLimit(rule string, l window.Limit) error {
 	rs, ok := p.rules[rule]
 	if !ok {
@@ -689,6 +605,9 @@ func (p *Pool) SetLimit(rule string, l window.Limit) error {
 	rs.setLimit(l)
 	for _, lim := range rs.keys {
 		lim.policy.SetLimit(now, l)
+		if lim.q != nil {
+			p.markPending(lim.q)
+		}
 	}
 	fit := min(rs.capacity, rs.cap)
 	for e := p.waiters.Front(); e != nil; {
@@ -696,15 +615,13 @@ func (p *Pool) SetLimit(rule string, l window.Limit) error {
 		w := e.Value.(*waiter)
 		for _, h := range w.held {
 			if h.lim.rule == rs && h.n > fit {
-				p.dropLocked(w)
-				w.err = fmt.Errorf("%w: weight %d under rule %q, now %v", ErrWeightTooLarge, h.n, rule, l)
-				close(w.ready)
+				p.finishLocked(w, fmt.Errorf("%w: weight %d under rule %q, now %v", ErrWeightTooLarge, h.n, rule, l))
 				break
 			}
 		}
 		e = next
 	}
-	p.notifyLocked(now)
+	p.settleLocked(now)
 	return nil
 }
 
@@ -732,14 +649,18 @@ type KeyState struct {
 }
 
 // Snapshot returns the state of every live limiter, sorted by rule and key.
+// It walks every key.
 func (p *Pool) Snapshot() []KeyState {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := p.now()
 	var out []KeyState
-	for _, rs := range p.rules {
+	for _, rs := range p.ruleList {
 		for _, l := range rs.keys {
-			ks := KeyState{Rule: rs.Name, Key: l.key, InFlight: l.inflight, Used: -1, PausedUntil: l.paused}
+			ks := KeyState{Rule: rs.Name, Key: l.key, InFlight: l.inflight, Used: -1}
+			if l.paused() != 0 {
+				ks.PausedUntil = p.instant(l.paused())
+			}
 			if r, ok := l.policy.(window.Reconciler); ok {
 				ks.Used = r.Used(now)
 			}
@@ -769,25 +690,3 @@ func (p *Pool) Len() int {
 	defer p.mu.Unlock()
 	return p.live
 }
-
-// sweepLocked evicts idle limiters, at most once every half idle time.
-func (p *Pool) sweepLocked(now time.Time) {
-	if p.idle <= 0 || now.Sub(p.lastSweep) < p.idle/2 {
-		return
-	}
-	p.lastSweep = now
-	for _, rs := range p.rules {
-		wait := max(p.idle, quiet(rs.limit, rs.capacity))
-		for key, l := range rs.keys {
-			if l.refs == 0 && l.inflight == 0 && !now.Before(l.paused) && now.Sub(l.last) >= wait {
-				delete(rs.keys, key)
-				p.live--
-			}
-		}
-	}
-}
-
-// ErrDeadline is matched (errors.Is) by the error Acquire returns when it
-// fails early because the admission would come after ctx's deadline. That
-// error also matches context.DeadlineExceeded.
-var ErrDeadline = errors.New("clientpool: admission would come after the context deadline")

@@ -2,6 +2,7 @@ package clientpool
 
 import (
 	"fmt"
+	"github.com/ratesem/ratesem/window"
 	"net/http"
 	"time"
 )
@@ -124,7 +125,7 @@ func (p *Pool) classify(req *http.Request) ([]Charge, error) {
 			w = 1
 		}
 		if w < 0 {
-			return nil, fmt.Errorf("clientpool: %s %s: negative weight %d under rule %q", req.Method, req.URL.Path, w, c.Rule)
+			return nil, fmt.Errorf("clientpool: %s %s: %w %d under rule %q", req.Method, req.URL.Path, window.ErrNegativeWeight, w, c.Rule)
 		}
 		charges = append(charges, Charge{Rule: c.Rule, Key: key, Weight: w})
 	}

@@ -1,0 +1,125 @@
+package clientpool
+
+import (
+	"fmt"
+	"math"
+	"net/http"
+	"time"
+
+	"github.com/ratesem/ratesem/window"
+)
+
+// Reconcile takes in the server's own count for (rule, key): used units in
+// its current window. When the server counts more than the local window
+// does (another process spends from the same limit), the local window counts
+// the difference as spent now, so the local budget shrinks for the rest of
+// that window; a server count at or below the local one changes nothing, so
+// feedback never loosens the local accounting. The difference taken in is
+// at most the rule's limit (N, or the window's capacity when larger): a
+// count beyond it, up to math.MaxInt64, means "full until the window
+// moves", never a wrap. A negative used is ignored. Windows that do not
+// implement window.Reconciler ignore it. It never blocks; it returns an
+// error matching ErrUnknownRule for an unknown rule, and one matching
+// ErrTooManyKeys when the key is new and the pool is full (WithMaxKeys).
+func (p *Pool) Reconcile(rule, key string, used int64) error {
+	rs, ok := p.rules[rule]
+	if !ok {
+		return fmt.Errorf("%w %q", ErrUnknownRule, rule)
+	}
+	if used < 0 {
+		return nil
+	}
+	extra, err := p.reconcile(rs, key, used)
+	if err != nil {
+		return err
+	}
+	if extra > 0 {
+		p.emit(Event{Kind: Reconciled, Rule: rule, Key: key, Weight: extra})
+	}
+	return nil
+}
+
+func (p *Pool) reconcile(rs *ruleState, key string, used int64) (int64, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock() // a window that panics must not leave the pool locked
+	now := p.now()
+	l, err := p.limiterLocked(rs, key, now)
+	if err != nil {
+		return 0, err
+	}
+	r, ok := l.policy.(window.Reconciler)
+	if !ok {
+		return 0, nil
+	}
+	return p.consumeLocked(l, r, used-r.Used(now), now), nil // used ≥ 0, Used ≥ 0: no overflow
+}
+
+// consumeLocked makes l's window count extra more units at now, clamped to
+// the rule's limit; it returns the units counted (0 when extra ≤ 0).
+func (p *Pool) consumeLocked(l *limiter, r window.Reconciler, extra int64, now time.Time) int64 {
+	if extra <= 0 {
+		return 0
+	}
+	extra = min(extra, max(l.rule.limit.N, l.rule.capacity))
+	r.Consume(now, extra)
+	fb := l.feedback()
+	fb.reconciled = addSat(fb.reconciled, extra)
+	p.touchLocked(l, now)
+	return extra
+}
+
+// ObserveHeaders reads, for each charge of the ticket whose rule has a Usage
+// function, the server's count from the headers of the call's response, and
+// makes the local window count what it did not know of: the server counted
+// used units when this call arrived, the local window counted usedAtAdmit
+// when it admitted it (this call and the ones admitted before it, which
+// reach the server before it), so used − usedAtAdmit units come from
+// elsewhere (another process on the same IP or account). Units already taken
+// in from later responses are not counted twice. Feedback never loosens the
+// local accounting, and the arithmetic saturates: a count of up to
+// math.MaxInt64 makes the window take in at most the rule's limit ("full
+// until the window moves"); a negative count is ignored. (Comparing with
+// the window's count now instead, as Reconcile does, would take the units
+// of calls still on their way for room; use Reconcile when no Ticket is at
+// hand.) It never blocks and is safe for concurrent use.
+func (t *Ticket) ObserveHeaders(h http.Header) {
+	p := t.pool
+	for i := range t.held {
+		hd := &t.held[i]
+		rs := hd.lim.rule
+		if rs.Usage == nil {
+			continue
+		}
+		used, ok := rs.Usage(h)
+		if !ok || used < 0 {
+			continue
+		}
+		if extra := p.observe(hd, used); extra > 0 {
+			p.emit(Event{Kind: Reconciled, Rule: rs.Name, Key: hd.lim.key, Weight: extra})
+		}
+	}
+}
+
+// observe takes in one charge's server count used (≥ 0); see ObserveHeaders.
+func (p *Pool) observe(hd *held, used int64) int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	r, ok := hd.lim.policy.(window.Reconciler)
+	if !ok {
+		return 0
+	}
+	known := hd.lim.reconciled() - hd.recAtAdmit // taken in since this call was admitted; ≥ 0
+	return p.consumeLocked(hd.lim, r, subSat(subSat(used, hd.usedAtAdmit), known), p.now())
+}
+
+// subSat returns a − b saturated to the int64 range.
+func subSat(a, b int64) int64 {
+	d := a - b
+	if (b > 0 && d > a) || (b < 0 && d < a) {
+		if b > 0 {
+			return math.MinInt64
+		}
+		return math.MaxInt64
+	}
+	return d
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package clientpool_test
+
+const raceEnabled = false

@@ -1,0 +1,168 @@
+package clientpool
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/ratesem/ratesem/internal/backoff"
+)
+
+// Pause holds every new start on the limiter of (rule, key) until the
+// instant until: calls that need it wait, calls in flight go on, other keys
+// and rules are not affected. Overlapping pauses do not add up; the later
+// end wins. It is not capped (the cap of WithMaxPause applies to the pauses
+// throttles cause). It never blocks. It returns an error matching
+// ErrUnknownRule for an unknown rule, and one matching ErrTooManyKeys when
+// the key is new and the pool is full (WithMaxKeys).
+func (p *Pool) Pause(rule, key string, until time.Time) error {
+	rs, ok := p.rules[rule]
+	if !ok {
+		return fmt.Errorf("%w %q", ErrUnknownRule, rule)
+	}
+	paused, err := p.pause(rs, key, until)
+	if paused {
+		p.emit(Event{Kind: Paused, Rule: rule, Key: key, Until: until})
+	}
+	return err
+}
+
+func (p *Pool) pause(rs *ruleState, key string, until time.Time) (bool, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock() // Rule.Window runs here: a panic must not leave the pool locked
+	now := p.now()
+	if !until.After(now) {
+		return false, nil
+	}
+	l, err := p.limiterLocked(rs, key, now)
+	if err != nil {
+		return false, err
+	}
+	p.pauseLocked(l, until, now)
+	return true, nil
+}
+
+// pauseLocked extends l's pause to until. A later end only makes the
+// limiter refuse longer, so no waiter needs a new try: the heads it
+// refuses are tried again at their wake instant and told the new one.
+func (p *Pool) pauseLocked(l *limiter, until, now time.Time) {
+	if fb, u := l.feedback(), p.mono(until); u > fb.paused {
+		fb.paused = u
+	}
+	p.touchLocked(l, now)
+}
+
+// Throttled reports that the server rejected a call for its rate (HTTP 429,
+// or 418 for Binance's IP ban) and pauses the limiters of charges whose rule
+// is marked PauseOnThrottle, or all of them when none is marked. With a
+// server-given retryAfter > 0 each pauses for about retryAfter (lengthened
+// by a random spread so that clients resume at different instants, never
+// beyond the pool's cap, WithMaxPause). With retryAfter ≤ 0 (absent, zero,
+// negative or unparsable) each pauses with exponential backoff: a random
+// pause in [d/2, d] with d = 200 ms · 2^k for the k-th throttle in a row on
+// that key, capped; a throttle that comes while the key is already paused
+// belongs to the same episode (a call admitted before the pause) and adds
+// nothing; and when the targets span rules of different windows, only
+// those with the shortest Limit.Per are paused (the shortest window that
+// can explain the rejection, not a daily one). A Release of a call on the
+// key admitted after its latest throttle resets k. It never blocks.
+func (p *Pool) Throttled(charges []Charge, status int, retryAfter time.Duration) {
+	p.throttle(charges, p.marked(charges), status, retryAfter)
+}
+
+// ThrottledResponse is Throttled for a throttled HTTP response, described by
+// th: the Table's ThrottleTargets, when set, picks the charges the response
+// is about; th.RetryAfter is the server's delay (0 when it gave none). It
+// never blocks and reads no body.
+func (p *Pool) ThrottledResponse(th Throttle, charges []Charge) {
+	var targets []Charge
+	if p.table.ThrottleTargets != nil {
+		targets = p.table.ThrottleTargets(th, charges)
+	}
+	if targets == nil {
+		targets = p.marked(charges)
+	}
+	p.throttle(charges, targets, th.Status, th.RetryAfter)
+}
+
+// marked returns the charges whose rule is marked PauseOnThrottle, or all of
+// them when none is.
+func (p *Pool) marked(charges []Charge) []Charge {
+	targets := slices.DeleteFunc(slices.Clone(charges), func(c Charge) bool {
+		rs := p.rules[c.Rule]
+		return rs == nil || !rs.PauseOnThrottle
+	})
+	if len(targets) == 0 {
+		return charges
+	}
+	return targets
+}
+
+// shortestLocked keeps the targets whose rule has the shortest window.
+func (p *Pool) shortestLocked(targets []Charge) []Charge {
+	var per time.Duration
+	for _, c := range targets {
+		if rs := p.rules[c.Rule]; rs != nil && (per == 0 || rs.limit.Per < per) {
+			per = rs.limit.Per
+		}
+	}
+	return slices.DeleteFunc(slices.Clone(targets), func(c Charge) bool {
+		rs := p.rules[c.Rule]
+		return rs == nil || rs.limit.Per != per
+	})
+}
+
+type pauseEvent struct {
+	rule, key string
+	until     time.Time
+}
+
+func (p *Pool) throttle(charges, targets []Charge, status int, retryAfter time.Duration) {
+	for _, c := range charges {
+		p.emit(Event{Kind: Throttled, Rule: c.Rule, Key: c.Key, Weight: c.Weight, Status: status})
+	}
+	for _, e := range p.throttleKeys(targets, retryAfter) {
+		p.emit(Event{Kind: Paused, Rule: e.rule, Key: e.key, Until: e.until})
+	}
+}
+
+// throttleKeys pauses the targets (see Throttled) and returns the pauses
+// it set, under the lock.
+func (p *Pool) throttleKeys(targets []Charge, retryAfter time.Duration) []pauseEvent {
+	limit := backoff.Cap(p.maxPause)
+	var paused []pauseEvent
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := p.now()
+	if retryAfter <= 0 {
+		targets = p.shortestLocked(targets)
+	}
+	for _, c := range targets {
+		rs := p.rules[c.Rule]
+		if rs == nil {
+			continue
+		}
+		l, err := p.limiterLocked(rs, c.Key, now)
+		if err != nil {
+			continue // a full pool: the key has no call in flight to pause
+		}
+		fb := l.feedback()
+		fb.throttles++
+		var d time.Duration
+		switch {
+		case retryAfter > 0:
+			d = backoff.Spread(retryAfter, limit)
+		case p.mono(now) < fb.paused:
+			continue // same episode: a call admitted before the pause
+		default:
+			d = backoff.Exp(int(fb.streak), backoff.DefaultMin, limit)
+			if fb.streak < 62 {
+				fb.streak++
+			}
+		}
+		until := now.Add(d)
+		p.pauseLocked(l, until, now)
+		paused = append(paused, pauseEvent{c.Rule, c.Key, until})
+	}
+	return paused
+}
