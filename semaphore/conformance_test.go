@@ -310,7 +310,13 @@ func conformZeroInvalid(t *testing.T, pc policyCase, l window.Limit) {
 		if got := s.Limit(); got != l {
 			t.Fatalf("Limit() = %v after a rejected SetLimit, want %v", got, l)
 		}
-		mustPanic(t, func() { _ = s.Acquire(context.Background(), -1) })
+		if err := s.Acquire(context.Background(), -1); !errors.Is(err, window.ErrNegativeWeight) {
+			t.Fatalf("Acquire(-1) = %v, want ErrNegativeWeight", err)
+		}
+		if s.TryAcquire(-1) {
+			t.Fatal("TryAcquire(-1) admitted")
+		}
+		mustPanic(t, func() { s.Release(-1) })
 		mustPanic(t, func() { s.Release(1) })
 		mustPanic(t, func() { semaphore.NewWithPolicy(nil) })
 		mustPanic(t, func() { semaphore.NewWithPolicy(pc.make(l), semaphore.WithStartWindow(0)) })

@@ -20,6 +20,12 @@ import (
 // with errors.Is. It is window.ErrWeightTooLarge.
 var ErrWeightTooLarge = window.ErrWeightTooLarge
 
+// ErrNegativeWeight is returned, wrapped, by Acquire and DoN for a weight
+// below zero, which would credit the window instead of charging it. Test
+// for it with errors.Is. It is window.ErrNegativeWeight, the one sentinel
+// for a negative weight in ratesem.
+var ErrNegativeWeight = window.ErrNegativeWeight
+
 // RateSemaphore is a weighted semaphore that also limits the rate: at most n
 // units in flight at once (or a lower concurrency cap) and, by default, at
 // most n units per interval counted by the completion window
@@ -160,12 +166,12 @@ func (s *RateSemaphore) now() time.Time { return s.clock.Now() }
 //   - an error matching ErrWeightTooLarge at once when the semaphore is
 //     rate-limited and n exceeds its limit or concurrency cap. Without a
 //     rate limit (interval 0) such a call waits for ctx, as x/sync does,
-//     without holding up other callers (or until a SetLimit makes it fit).
-//
-// Acquire panics if n is negative.
+//     without holding up other callers (or until a SetLimit makes it fit);
+//   - an error matching ErrNegativeWeight (window.ErrNegativeWeight) at
+//     once when n is negative.
 func (s *RateSemaphore) Acquire(ctx context.Context, n int64) error {
 	if n < 0 {
-		panic("semaphore: Acquire with negative weight")
+		return fmt.Errorf("semaphore: Acquire: %w %d", ErrNegativeWeight, n)
 	}
 	done := ctx.Done()
 
@@ -280,10 +286,10 @@ func (s *RateSemaphore) undoLocked(w *waiter) {
 // TryAcquire acquires n units (n ≥ 0) without blocking. It returns true on
 // success (the caller must Release(n) later); on failure it returns false
 // and leaves the semaphore unchanged. It fails whenever other callers are
-// waiting, so it never overtakes them. It panics if n is negative.
+// waiting, so it never overtakes them. A negative n is refused (false).
 func (s *RateSemaphore) TryAcquire(n int64) bool {
 	if n < 0 {
-		panic("semaphore: TryAcquire with negative weight")
+		return false
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -299,8 +305,8 @@ func (s *RateSemaphore) TryAcquire(n int64) bool {
 
 // Release releases n units (n ≥ 0) held by a call that has ended; under the
 // completion window the instant of Release is the call's end. It never
-// blocks. It panics if more units are released than are held, as x/sync
-// does.
+// blocks. It panics if n is negative or more units are released than are
+// held (caller bugs), as x/sync does.
 func (s *RateSemaphore) Release(n int64) {
 	if n < 0 {
 		panic("semaphore: Release with negative weight")
@@ -334,7 +340,8 @@ func (s *RateSemaphore) Do(ctx context.Context, fn func(context.Context) error) 
 	return s.DoN(ctx, 1, fn)
 }
 
-// DoN is Do for a call of n units.
+// DoN is Do for a call of n units; a negative n fails as in Acquire,
+// without running fn.
 func (s *RateSemaphore) DoN(ctx context.Context, n int64, fn func(context.Context) error) error {
 	if err := s.Acquire(ctx, n); err != nil {
 		return err
@@ -490,7 +497,7 @@ func (s *RateSemaphore) Stats() Stats {
 // admitCachedLocked is the clock-free fast path: it admits n units when
 // nothing is paused and the policy's state already shows room.
 func (s *RateSemaphore) admitCachedLocked(n int64) bool {
-	if s.cur+n > s.conc || !s.paused.IsZero() || !s.policy.AdmitCached(n) {
+	if n > s.conc-s.cur || !s.paused.IsZero() || !s.policy.AdmitCached(n) { // not cur+n > conc: that wraps for n near math.MaxInt64
 		return false
 	}
 	s.cur += n
@@ -502,7 +509,7 @@ func (s *RateSemaphore) admitCachedLocked(n int64) bool {
 // units at now, or return the instant to try again (zero when only a
 // Release, or SetLimit, can make room).
 func (s *RateSemaphore) admitLocked(now time.Time, n int64) (time.Time, bool) {
-	if s.cur+n > s.conc {
+	if n > s.conc-s.cur {
 		return time.Time{}, false
 	}
 	if !s.paused.IsZero() {

@@ -14,6 +14,28 @@ func addSat(a, b int64) int64 {
 	return a + b
 }
 
+// subSat returns a−b, saturating at math.MinInt64 and math.MaxInt64.
+func subSat(a, b int64) int64 {
+	d := a - b
+	if (b > 0 && d > a) || (b < 0 && d < a) {
+		if b > 0 {
+			return math.MinInt64
+		}
+		return math.MaxInt64
+	}
+	return d
+}
+
+// ceilDiv returns ceil(a/b) for a ≥ 0 and b > 0, without the overflow of
+// (a+b−1)/b.
+func ceilDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 {
+		q++
+	}
+	return q
+}
+
 // mulSat returns a·b for a, b ≥ 0, saturating at math.MaxInt64.
 func mulSat(a, b int64) int64 {
 	hi, lo := bits.Mul64(uint64(a), uint64(b))

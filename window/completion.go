@@ -64,7 +64,7 @@ func (c *Completion) free() int64 { return c.limit.N - c.inflight - c.log.units 
 
 // AdmitCached implements Policy.
 func (c *Completion) AdmitCached(n int64) bool {
-	if n == 0 || n <= c.free() {
+	if n == 0 || n > 0 && n <= c.free() {
 		c.inflight += n
 		return true
 	}
@@ -76,6 +76,9 @@ func (c *Completion) AdmitCached(n int64) bool {
 // instant returned is when enough of those completions reach end + Per; it is
 // the zero time.Time when n > N − in flight, since then only a Done can help.
 func (c *Completion) Admit(now time.Time, n int64) (time.Time, bool) {
+	if n < 0 {
+		return time.Time{}, false
+	}
 	if c.AdmitCached(n) {
 		return time.Time{}, true
 	}

@@ -83,6 +83,9 @@ func fits(prev, cur, n, n0, per, elapsed int64) bool {
 // which the weighted count leaves room for n units if nothing else is
 // admitted; it is the zero time.Time when n exceeds N.
 func (w *SlidingWindowCounter) Admit(now time.Time, n int64) (time.Time, bool) {
+	if n < 0 {
+		return time.Time{}, false
+	}
 	if n == 0 || w.limit.Per == 0 && n <= w.limit.N {
 		return time.Time{}, true
 	}
@@ -97,7 +100,7 @@ func (w *SlidingWindowCounter) Admit(now time.Time, n int64) (time.Time, bool) {
 		w.cur += n
 		return time.Time{}, true
 	}
-	return now.Add(time.Duration(w.nextFit(n) - real)), false
+	return now.Add(time.Duration(subSat(w.nextFit(n), real))), false
 }
 
 // nextFit returns the earliest Unix instant, in nanoseconds, at which n
@@ -107,16 +110,16 @@ func (w *SlidingWindowCounter) nextFit(n int64) int64 {
 	start, prev, cur := w.win*per, w.prev, w.cur
 	for range 3 { // the current window, the next, and the one after
 		// Smallest elapsed e with prev·(per − e) ≤ (N − cur − n)·per.
-		if room := n0 - cur - n; room >= 0 {
+		if room := n0 - n - cur; room >= 0 { // n ≤ n0: no wrap
 			e := int64(0)
 			if prev > 0 {
 				e = max(per-mulDiv(room, per, prev), 0)
 			}
 			if e < per {
-				return start + e
+				return addSat(start, e)
 			}
 		}
-		start, prev, cur = start+per, cur, 0
+		start, prev, cur = addSat(start, per), cur, 0 // Per may be math.MaxInt64
 	}
 	return start // unreachable for n ≤ N: a window with prev 0 admits at once
 }
@@ -124,7 +127,7 @@ func (w *SlidingWindowCounter) nextFit(n int64) int64 {
 // Cancel implements Policy: the n units come off the count of the window of
 // at, if that window is still one of the two counted.
 func (w *SlidingWindowCounter) Cancel(at time.Time, n int64) {
-	if w.limit.Per == 0 {
+	if w.limit.Per == 0 || n <= 0 {
 		return
 	}
 	switch floorDiv(at.UnixNano(), int64(w.limit.Per)) {
@@ -179,7 +182,7 @@ func NewSubWindowCounter(l Limit, blocks int) *SubWindowCounter {
 }
 
 func (w *SubWindowCounter) blockSize(per time.Duration) int64 {
-	return (int64(per) + w.blocks - 1) / w.blocks
+	return ceilDiv(int64(per), w.blocks) // not (per+blocks−1)/blocks: that wraps for a Per near math.MaxInt64
 }
 
 // Limit returns the limit the counter enforces.
@@ -244,6 +247,9 @@ func (w *SubWindowCounter) AdmitCached(int64) bool { return false }
 // the first block at which enough old blocks have left the window; it is the
 // zero time.Time when n exceeds N.
 func (w *SubWindowCounter) Admit(now time.Time, n int64) (time.Time, bool) {
+	if n < 0 {
+		return time.Time{}, false
+	}
 	if n == 0 || w.limit.Per == 0 && n <= w.limit.N {
 		return time.Time{}, true
 	}
@@ -252,7 +258,7 @@ func (w *SubWindowCounter) Admit(now time.Time, n int64) (time.Time, bool) {
 	}
 	t := now.UnixNano()
 	w.roll(floorDiv(t, w.size))
-	if w.sum+n <= w.limit.N {
+	if n <= w.limit.N-w.sum {
 		w.counts[w.slot(w.cur)] += n
 		w.sum += n
 		return time.Time{}, true
@@ -261,8 +267,10 @@ func (w *SubWindowCounter) Admit(now time.Time, n int64) (time.Time, bool) {
 	left := w.sum
 	for j := int64(1); j <= w.blocks; j++ {
 		left -= w.counts[w.slot(w.cur-w.blocks+j)]
-		if left+n <= w.limit.N {
-			return now.Add(time.Duration((w.cur+j)*w.size - t)), false
+		if n <= w.limit.N-left {
+			// Block cur+j starts at (cur+j)·size, written so that it cannot
+			// wrap for blocks near math.MaxInt64 ns long.
+			return now.Add(time.Duration(subSat(mulSat(j, w.size), subSat(t, w.cur*w.size)))), false
 		}
 	}
 	panic("window: internal error: SubWindowCounter found no room after a whole window")
@@ -271,7 +279,7 @@ func (w *SubWindowCounter) Admit(now time.Time, n int64) (time.Time, bool) {
 // Cancel implements Policy: the n units come off the block of at, if that
 // block is still counted.
 func (w *SubWindowCounter) Cancel(at time.Time, n int64) {
-	if w.limit.Per == 0 {
+	if w.limit.Per == 0 || n <= 0 {
 		return
 	}
 	i := floorDiv(at.UnixNano(), w.size)

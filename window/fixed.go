@@ -94,6 +94,9 @@ func (w *FixedWindow) AdmitCached(int64) bool { return false }
 // returned is the start of the next window; it is the zero time.Time when n
 // exceeds N.
 func (w *FixedWindow) Admit(now time.Time, n int64) (time.Time, bool) {
+	if n < 0 {
+		return time.Time{}, false
+	}
 	if n == 0 || w.limit.Per == 0 && n <= w.limit.N {
 		return time.Time{}, true
 	}
@@ -103,23 +106,27 @@ func (w *FixedWindow) Admit(now time.Time, n int64) (time.Time, bool) {
 	per := int64(w.limit.Per)
 	t := now.UnixNano()
 	w.roll(t)
-	if w.used+n <= w.limit.N {
+	if n <= w.limit.N-w.used { // not used+n ≤ N: that wraps for a used near math.MaxInt64
 		w.used += n
 		if w.carry {
 			w.inflight += n
 		}
 		return time.Time{}, true
 	}
-	if w.carry && w.inflight+n > w.limit.N {
+	if w.carry && n > w.limit.N-w.inflight {
 		return time.Time{}, false // the next window starts with the calls in flight
 	}
-	return now.Add(time.Duration((w.win+1)*per - t)), false
+	// The next window starts at (win+1)·per, written so that it cannot wrap.
+	return now.Add(time.Duration(subSat(per, subSat(t, w.win*per)))), false
 }
 
 // Cancel implements Policy: the n units come off the count if the window of
 // at is still the current one (otherwise the count has reset already), and
 // off flight.
 func (w *FixedWindow) Cancel(at time.Time, n int64) {
+	if n <= 0 {
+		return
+	}
 	if w.carry {
 		w.inflight -= min(n, w.inflight)
 	}
@@ -132,7 +139,7 @@ func (w *FixedWindow) Cancel(at time.Time, n int64) {
 // counts starts only. For NewFixedCompletion the call's units, counted in
 // the window current at now, leave flight.
 func (w *FixedWindow) Done(now time.Time, n int64) {
-	if !w.carry {
+	if !w.carry || n <= 0 {
 		return
 	}
 	if w.limit.Per > 0 {

@@ -75,7 +75,7 @@ func (g *GCRA) setLimit(l Limit) {
 	}
 	g.emit = 0
 	if l.Per > 0 && l.N > 0 {
-		g.emit = (int64(l.Per) + l.N - 1) / l.N
+		g.emit = ceilDiv(int64(l.Per), l.N) // not (Per+N−1)/N: that wraps near math.MaxInt64
 	}
 }
 
@@ -131,6 +131,9 @@ func (g *GCRA) AdmitCached(int64) bool { return false }
 // is at most tolerance ahead of now. Otherwise the instant returned is when
 // it will be; it is the zero time.Time when n exceeds the capacity or N is 0.
 func (g *GCRA) Admit(now time.Time, n int64) (time.Time, bool) {
+	if n < 0 {
+		return time.Time{}, false
+	}
 	if n == 0 {
 		return time.Time{}, true
 	}
@@ -161,7 +164,7 @@ func (g *GCRA) Admit(now time.Time, n int64) (time.Time, bool) {
 // (a TAT in the past means idle, whatever its value). After a later
 // admission nothing is given back, on the safe side.
 func (g *GCRA) Cancel(at time.Time, n int64) {
-	if !g.started || g.offset(at) < g.admitted {
+	if n <= 0 || !g.started || g.offset(at) < g.admitted {
 		return
 	}
 	g.tat -= mulSat(n, g.emit)

@@ -52,7 +52,11 @@ func (l *Limiter) Allow() bool { return l.AllowN(time.Now(), 1) }
 // AllowN reports whether a call of n units (n ≥ 0) may start at now, and if
 // so records it: the caller must then make the call (and, for the
 // completion window, call DoneN when it ends). On false nothing changes.
+// A negative n is refused (false): it would credit the window.
 func (l *Limiter) AllowN(now time.Time, n int64) bool {
+	if n < 0 {
+		return false
+	}
 	l.mu.Lock()
 	_, ok := l.p.Admit(now, n)
 	l.mu.Unlock()
@@ -63,9 +67,13 @@ func (l *Limiter) AllowN(now time.Time, n int64) bool {
 // then returns (0, nil) and records it, as AllowN. Otherwise it changes
 // nothing and returns how long after now the call could start if nothing
 // else changed (> 0, nil error); an error matching ErrWeightTooLarge when n
-// exceeds the policy's capacity; or ErrInFlight when only DoneN can make
-// room.
+// exceeds the policy's capacity; ErrInFlight when only DoneN can make
+// room; or an error matching ErrNegativeWeight, changing nothing, when n is
+// negative.
 func (l *Limiter) TryN(now time.Time, n int64) (retryAfter time.Duration, err error) {
+	if n < 0 {
+		return 0, fmt.Errorf("window: Limiter.TryN: %w %d", ErrNegativeWeight, n)
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	at, ok := l.p.Admit(now, n)
@@ -82,9 +90,13 @@ func (l *Limiter) TryN(now time.Time, n int64) (retryAfter time.Duration, err er
 
 // DoneN records that a call of n units admitted earlier ended at now. Only
 // the completion window reads it; for the other policies it does nothing.
-// It panics, for the completion window, if more units end than are in
-// flight.
+// It panics if n is negative (a caller's bug, as Release of a negative
+// weight in x/sync), and, for the completion window, if more units end than
+// are in flight.
 func (l *Limiter) DoneN(now time.Time, n int64) {
+	if n < 0 {
+		panic(fmt.Sprintf("window: Limiter.DoneN with negative weight %d", n))
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.p.Done(now, n)

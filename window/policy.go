@@ -26,7 +26,8 @@ type Policy interface {
 	SetLimit(now time.Time, l Limit)
 
 	// Admit admits a call of n units (n ≥ 0) starting at now, if the window
-	// allows it, and reports true. Otherwise it changes nothing and returns
+	// allows it, and reports true. A negative n is refused (false, the zero
+	// time.Time) and changes nothing: it would credit the window. Otherwise it changes nothing and returns
 	// the earliest instant at which n units could be admitted if nothing
 	// else changed, and false. That instant is the zero time.Time when it
 	// does not depend on time alone: n exceeds Limit().N, or only calls in
@@ -35,15 +36,20 @@ type Policy interface {
 
 	// AdmitCached admits n units, and reports true, if the state already
 	// shows them free at any instant from the latest one seen on. It reads
-	// no clock; false means only that Admit must decide.
+	// no clock; false means only that Admit must decide. A negative n is
+	// refused.
 	AdmitCached(n int64) bool
 
 	// Cancel undoes an Admit of n units at the instant at, for a call that
 	// was admitted but never started (its caller gave up). Afterwards the
-	// window is as if that Admit had not happened.
+	// window is as if that Admit had not happened. n must be what was
+	// admitted; n ≤ 0 changes nothing, except that the completion window
+	// panics on a negative n (a caller's bug).
 	Cancel(at time.Time, n int64)
 
 	// Done records that a call of n units admitted earlier ended at now.
+	// n ≤ 0 changes nothing, except that the completion window panics on a
+	// negative n, or on more units than are in flight (a caller's bug).
 	Done(now time.Time, n int64)
 
 	// DoneUsesTime reports whether Done reads its now argument. When it is

@@ -12,7 +12,11 @@ type Reconciler interface {
 	Used(now time.Time) int64
 	// Consume counts n more units at now, as if a call of n units had
 	// started (and, for the completion window, ended) at now, even beyond
-	// the limit: the window then stays full until they leave it.
+	// the limit: the window then stays full until they leave it. A report
+	// beyond the limit means "full until the window moves", never more: the
+	// count saturates instead of wrapping (each implementation says where),
+	// and the window recovers as it would after a full window's worth of
+	// calls. n ≤ 0 changes nothing. It never panics.
 	Consume(now time.Time, n int64)
 }
 
@@ -31,12 +35,14 @@ func (c *Completion) Used(now time.Time) int64 {
 	return c.inflight + c.log.units
 }
 
-// Consume implements Reconciler: n units logged as ended at now.
+// Consume implements Reconciler: n units logged as ended at now, but at
+// most N at one instant (n ≥ N keeps the window full for Per from now) and
+// never so many that the count would pass math.MaxInt64.
 func (c *Completion) Consume(now time.Time, n int64) {
 	if per := int64(c.limit.Per); per > 0 && n > 0 {
 		at := c.log.clamp(now)
 		c.log.expire(at - per)
-		c.log.push(at, n)
+		c.log.pushReport(at, n, c.limit.N, c.inflight)
 	}
 }
 
@@ -47,12 +53,14 @@ func (w *SlidingLog) Used(now time.Time) int64 {
 }
 
 // Consume implements Reconciler: n units recorded as started at now (plus
-// the margin).
+// the margin), but at most N at one instant (n ≥ N keeps the window full
+// for Per + Margin from now) and never so many that the count would pass
+// math.MaxInt64.
 func (w *SlidingLog) Consume(now time.Time, n int64) {
 	if w.limit.Per > 0 && n > 0 {
 		at := w.log.clamp(now)
 		w.log.expire(at - int64(w.limit.Per))
-		w.log.push(addSat(at, w.margin), n)
+		w.log.pushReport(addSat(at, w.margin), n, w.limit.N, 0)
 	}
 }
 
@@ -65,11 +73,17 @@ func (w *FixedWindow) Used(now time.Time) int64 {
 	return w.used
 }
 
-// Consume implements Reconciler: n more units in now's window.
+// Consume implements Reconciler: n more units in now's window, the count
+// stopping at N (the window is then full until the next one begins) or
+// where it already is if above.
 func (w *FixedWindow) Consume(now time.Time, n int64) {
 	if w.limit.Per > 0 && n > 0 {
 		w.Used(now)
-		w.used += n
+		if n <= w.limit.N-w.used { // w.used ≤ N here: no overflow
+			w.used += n
+		} else {
+			w.used = max(w.used, w.limit.N)
+		}
 	}
 }
 
@@ -83,12 +97,18 @@ func (b *TokenBucket) Used(now time.Time) int64 {
 	return b.burst - b.tokens
 }
 
-// Consume implements Reconciler: n units taken from the bucket at now,
-// below empty if need be (the refill pays the debt first).
+// Consume implements Reconciler: n units taken from the bucket at now, but
+// never below empty: a report beyond what the bucket holds empties it, and
+// the refill goes on from there. A bucket already below empty (SetLimit
+// lowered its burst) stays as it is.
 func (b *TokenBucket) Consume(now time.Time, n int64) {
 	if b.limit.Per > 0 && n > 0 {
 		b.refill(now)
-		b.tokens -= n
+		if n <= b.tokens {
+			b.tokens -= n
+		} else {
+			b.tokens = min(b.tokens, 0)
+		}
 	}
 }
 
@@ -104,7 +124,8 @@ func (g *GCRA) Used(now time.Time) int64 {
 	return mul128(g.tat-t, 1).divCeil(g.emit)
 }
 
-// Consume implements Reconciler: the TAT moves on n·I from now at least.
+// Consume implements Reconciler: the TAT moves on n·I from now at least,
+// but not beyond now + Capacity·I (a full bucket), unless it already is.
 func (g *GCRA) Consume(now time.Time, n int64) {
 	if g.emit == 0 || n <= 0 {
 		return
@@ -113,5 +134,6 @@ func (g *GCRA) Consume(now time.Time, n int64) {
 	if !g.started {
 		g.tat, g.admitted, g.started = t, t, true
 	}
-	g.tat = addSat(max(g.tat, t), mulSat(n, g.emit))
+	full := addSat(t, mulSat(g.Capacity(), g.emit))
+	g.tat = max(g.tat, min(addSat(max(g.tat, t), mulSat(n, g.emit)), full))
 }

@@ -69,6 +69,9 @@ func (w *SlidingLog) AdmitCached(int64) bool { return false }
 // Per == 0 there is no rate: every call of at most N units is admitted and
 // nothing is recorded.
 func (w *SlidingLog) Admit(now time.Time, n int64) (time.Time, bool) {
+	if n < 0 {
+		return time.Time{}, false
+	}
 	if n == 0 || w.limit.Per == 0 && n <= w.limit.N {
 		return time.Time{}, true // nothing to record: no units, or no rate
 	}
@@ -90,6 +93,9 @@ func (w *SlidingLog) Admit(now time.Time, n int64) (time.Time, bool) {
 // the instant at (or, if that Admit's start was raised to a later recorded
 // one, n units recorded between the two, which errs on the safe side).
 func (w *SlidingLog) Cancel(at time.Time, n int64) {
+	if n <= 0 {
+		return
+	}
 	from := addSat(w.log.offset(at), w.margin)
 	if w.log.hasEpoch && from <= w.log.latest-int64(w.limit.Per) {
 		return // its record has left the window already: nothing of it to erase

@@ -1,6 +1,9 @@
 package window
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
 // entry is n units stamped at the instant at, in nanoseconds since the
 // queue's epoch.
@@ -83,6 +86,24 @@ func (q *stamps) push(at, n int64) {
 	}
 	*q.at(q.len) = entry{at: at, n: n}
 	q.len++
+}
+
+// pushReport pushes the units of a server's report (Reconciler.Consume): at
+// most n0 of them (a report beyond the limit means a full window from at,
+// no more), fewer if units stamped at or after at already reach n0, and
+// never so many that q.units + extra (extra ≥ 0: units in flight) would
+// pass math.MaxInt64.
+func (q *stamps) pushReport(at, n, n0, extra int64) {
+	k := min(n, n0)
+	if q.len > 0 {
+		if tail := q.at(q.len - 1); tail.at >= at {
+			k = min(k, n0-tail.n)
+		}
+	}
+	k = min(k, math.MaxInt64-extra-q.units)
+	if k > 0 {
+		q.push(at, k)
+	}
 }
 
 func (q *stamps) grow() {

@@ -140,6 +140,9 @@ func (b *TokenBucket) AdmitCached(int64) bool { return false }
 // when the refill will have brought it to n; it is the zero time.Time when
 // n exceeds the burst or N is 0.
 func (b *TokenBucket) Admit(now time.Time, n int64) (time.Time, bool) {
+	if n < 0 {
+		return time.Time{}, false
+	}
 	if n == 0 {
 		return time.Time{}, true
 	}
@@ -169,7 +172,7 @@ func (b *TokenBucket) Admit(now time.Time, n int64) (time.Time, bool) {
 // not given back: whether the bucket would have overflowed meanwhile is not
 // recorded, so giving them back could admit more than the rule allows.
 func (b *TokenBucket) Cancel(at time.Time, n int64) {
-	if b.offset(at) < b.admitted {
+	if n <= 0 || b.offset(at) < b.admitted {
 		return
 	}
 	b.tokens += min(n, b.burst-b.tokens)
