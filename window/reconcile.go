@@ -1,6 +1,9 @@
 package window
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
 // Reconciler is implemented by the windows that can take in what a server
 // reports about its own count (a usage header such as Binance's
@@ -97,17 +100,25 @@ func (b *TokenBucket) Used(now time.Time) int64 {
 	return b.burst - b.tokens
 }
 
-// Consume implements Reconciler: n units taken from the bucket at now, but
-// never below empty: a report beyond what the bucket holds empties it, and
-// the refill goes on from there. A bucket already below empty (SetLimit
-// lowered its burst) stays as it is.
+// Consume implements Reconciler: n units taken from the bucket at now,
+// below empty if need be (the refill pays the debt first), but never deeper
+// than N units of debt: a report of any size beyond the bucket leaves it
+// refusing for one whole Per, "full until the window moves", and never
+// wraps. A bucket already deeper in debt (SetLimit lowered its burst) stays
+// as it is. n ≤ 0 changes nothing.
 func (b *TokenBucket) Consume(now time.Time, n int64) {
 	if b.limit.Per > 0 && n > 0 {
 		b.refill(now)
-		if n <= b.tokens {
+		// A report beyond the bucket goes into debt, but at most one Per's
+		// refill deep (N units): "full until the window moves", as the
+		// other windows, and burst − tokens still fits an int64.
+		floor := -min(b.limit.N, math.MaxInt64-b.burst)
+		switch {
+		case b.tokens <= floor:
+		case n >= addSat(b.tokens, -floor):
+			b.tokens = floor
+		default:
 			b.tokens -= n
-		} else {
-			b.tokens = min(b.tokens, 0)
 		}
 	}
 }
