@@ -42,15 +42,15 @@ func runParse(t *testing.T, cases []parseCase) {
 			got, err := clientpool.ParseRateLimitAt(tc.h, tc.prefix, tc.policy, now)
 			if tc.bad {
 				if !errors.Is(err, clientpool.ErrMalformedHeader) {
-					t.Fatalf("ParseRateLimitAt(%v, %q, %q) = %+v, %v; want ErrMalformedHeader", tc.h, tc.prefix, tc.policy, got, err)
+					t.Fatalf("ParseRateLimitAt(%.200v, %q, %q) = %+v, %v; want ErrMalformedHeader", tc.h, tc.prefix, tc.policy, got, err)
 				}
 				if got != (clientpool.RateLimitInfo{}) {
-					t.Fatalf("ParseRateLimitAt(%v) = %+v with an error; want the zero info", tc.h, got)
+					t.Fatalf("ParseRateLimitAt(%.200v) = %+v with an error; want the zero info", tc.h, got)
 				}
 				return
 			}
 			if err != nil || got != tc.want {
-				t.Fatalf("ParseRateLimitAt(%v, %q, %q) = %+v, %v; want %+v", tc.h, tc.prefix, tc.policy, got, err, tc.want)
+				t.Fatalf("ParseRateLimitAt(%.200v, %q, %q) = %+v, %v; want %+v", tc.h, tc.prefix, tc.policy, got, err, tc.want)
 			}
 		})
 	}
