@@ -294,7 +294,7 @@ func findItem(list httpsfv.List, name string) (httpsfv.Item, error) {
 			return it, nil
 		}
 	}
-	return httpsfv.Item{}, fmt.Errorf("no policy %q", name)
+	return httpsfv.Item{}, fmt.Errorf("no policy %s", quote(name))
 }
 
 func itemName(it httpsfv.Item) (string, bool) {
