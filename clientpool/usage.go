@@ -67,6 +67,7 @@ func (i RateLimitInfo) Used() int64 {
 // that is not ASCII digits (a sign, a fraction, other scripts' digits) reads
 // as "not said" (false). The UsageFunc is safe for concurrent use.
 func BinanceUsage(name string) UsageFunc {
+	name = http.CanonicalHeaderKey(name) // once, not per response
 	return func(h http.Header) (int64, bool) {
 		vs, err := fieldValues(h, name)
 		if err != nil || len(vs) == 0 {
@@ -122,7 +123,9 @@ func ParseRateLimit(h http.Header, prefix, policy string) (RateLimitInfo, error)
 //
 // With any prefix, such as "X-RateLimit-", it reads <prefix>Limit,
 // <prefix>Remaining and <prefix>Reset. With prefix "RateLimit-" it reads
-// the forms of draft-ietf-httpapi-ratelimit-headers, newest first:
+// the forms of draft-ietf-httpapi-ratelimit-headers
+// (https://datatracker.ietf.org/doc/draft-ietf-httpapi-ratelimit-headers/,
+// work in progress), newest first:
 //
 //   - drafts 08 and later: `RateLimit: "name";r=50;t=30` and
 //     `RateLimit-Policy: "name";q=100;w=60`, each a Structured Field List
