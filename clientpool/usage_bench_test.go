@@ -93,3 +93,21 @@ func BenchmarkParseRateLimit(b *testing.B) {
 		})
 	}
 }
+
+// The worst a field within MaxFieldBytes can cost: a RateLimit-Policy of
+// 8 KiB made of the shortest items ("a;q=1," × 1365), each of which the
+// Structured Field parser allocates for, and one item with 4095 parameters.
+func BenchmarkParseRateLimitWorstWithinBound(b *testing.B) {
+	for _, tc := range []struct{ name, pol string }{
+		{"1365_items", strings.Repeat("a;q=1,", clientpool.MaxFieldBytes/6)[:clientpool.MaxFieldBytes/6*6-1]},
+		{"4095_parameters", "a" + strings.Repeat(";a", (clientpool.MaxFieldBytes-1)/2)},
+	} {
+		h := hdr("RateLimit", `"d";r=1`, "RateLimit-Policy", tc.pol)
+		b.Run(tc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				_, _ = clientpool.ParseRateLimitAt(h, "RateLimit-", "", now)
+			}
+		})
+	}
+}
