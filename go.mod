@@ -4,6 +4,7 @@ go 1.25.0
 
 require (
 	github.com/benbjohnson/clock v1.3.5
+	github.com/dunglas/httpsfv v1.1.2
 	github.com/redis/go-redis/v9 v9.22.0
 	github.com/stretchr/testify v1.12.1
 	go.uber.org/goleak v1.3.0

@@ -3,48 +3,95 @@ package clientpool
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
+
+	"github.com/dunglas/httpsfv"
 )
 
 // ErrMalformedHeader is matched (errors.Is) by the errors ParseRateLimit
-// returns for a usage header that is present but cannot be read.
+// returns for a usage header that is present but cannot be read, including
+// one longer than MaxFieldBytes.
 var ErrMalformedHeader = errors.New("clientpool: malformed rate-limit header")
 
-// RateLimitInfo is what a server says about one of its limits.
+// MaxFieldBytes is the largest rate-limit field the parsers in this file
+// read: the lengths of all the lines of one field name, plus one separator
+// per extra line, in bytes. A longer field is rejected (ErrMalformedHeader,
+// or "not said" for a UsageFunc) before any of it is parsed, so a hostile
+// server cannot make a response cost more than this much parsing. 8 KiB is
+// the default per-line limit of common proxies (nginx's large header
+// buffers, Apache's LimitRequestFieldSize); real rate-limit fields are a few
+// dozen bytes.
+const MaxFieldBytes = 8 << 10
+
+// epochSeconds and epochMillis are the magnitudes from which a reset
+// value is a point in time rather than a number of seconds to wait. See
+// ParseRateLimitAt.
+const (
+	epochSeconds = 1_000_000_000     // 2001-09-09T01:46:40Z; as a delay, 31.7 years
+	epochMillis  = 1_000_000_000_000 // as epoch seconds, the year 33658
+)
+
+// RateLimitInfo is what a server says about one of its limits. The parsers
+// in this package return Limit ≥ 0, Remaining ≥ 0 and Reset ≥ 0.
 type RateLimitInfo struct {
 	Limit     int64         // units per window (quota)
 	Remaining int64         // units left in the current window
 	Reset     time.Duration // until the window resets; 0 when not given
 }
 
-// Used returns Limit − Remaining, the units the server counts as spent.
-func (i RateLimitInfo) Used() int64 { return max(i.Limit-i.Remaining, 0) }
+// Used returns Limit − Remaining, the units the server counts as spent, in
+// [0, Limit]: 0 when Remaining ≥ Limit (a server that raised the quota
+// mid-window) or Limit ≤ 0, and Limit when Remaining < 0. It never wraps.
+func (i RateLimitInfo) Used() int64 {
+	switch {
+	case i.Limit <= 0 || i.Remaining >= i.Limit:
+		return 0
+	case i.Remaining < 0:
+		return i.Limit
+	}
+	return i.Limit - i.Remaining // 0 ≤ Remaining < Limit: no overflow
+}
 
 // BinanceUsage returns a UsageFunc that reads one of Binance's usage
 // headers, such as "X-MBX-USED-WEIGHT-1M" (the IP's REQUEST_WEIGHT used in
 // the current minute) or "X-MBX-ORDER-COUNT-10S" and "X-MBX-ORDER-COUNT-1D"
 // (the account's orders), each a decimal count. Source:
 // https://developers.binance.com/docs/binance-spot-api-docs/rest-api/limits
-// A missing or malformed header reads as "not said" (false).
+//
+// A count beyond math.MaxInt64 reads as math.MaxInt64 (the pool clamps what
+// it consumes to the rule's limit); when the header is repeated, the largest
+// count is used. A missing header, one longer than MaxFieldBytes, or a value
+// that is not ASCII digits (a sign, a fraction, other scripts' digits) reads
+// as "not said" (false). The UsageFunc is safe for concurrent use.
 func BinanceUsage(name string) UsageFunc {
+	name = http.CanonicalHeaderKey(name) // once, not per response
 	return func(h http.Header) (int64, bool) {
-		v := strings.TrimSpace(h.Get(name))
-		n, err := strconv.ParseInt(v, 10, 64)
-		if v == "" || err != nil || n < 0 {
+		vs, err := fieldValues(h, name)
+		if err != nil || len(vs) == 0 {
 			return 0, false
 		}
-		return n, true
+		var used int64
+		for _, v := range vs {
+			n, err := count(v)
+			if err != nil {
+				return 0, false
+			}
+			used = max(used, n)
+		}
+		return used, true
 	}
 }
 
 // XRateLimitUsage reads the common X-RateLimit-Limit and X-RateLimit-Remaining
-// headers (GitHub, Twitter and many others): used = limit − remaining. It
-// returns false when either is missing or malformed.
+// headers (GitHub, Twitter and many others): used = limit − remaining,
+// saturated to [0, limit] (see RateLimitInfo.Used). It returns false when
+// either is missing or malformed (see ParseRateLimitAt).
 func XRateLimitUsage(h http.Header) (int64, bool) {
-	i, err := ParseRateLimit(h, "X-RateLimit-", "")
+	// The zero now: Reset is computed but not used.
+	i, err := ParseRateLimitAt(h, "X-RateLimit-", "", time.Time{})
 	if err != nil || i.Limit == 0 {
 		return 0, false
 	}
@@ -52,14 +99,13 @@ func XRateLimitUsage(h http.Header) (int64, bool) {
 }
 
 // IETFRateLimitUsage returns a UsageFunc for the IETF draft's fields
-// (draft-ietf-httpapi-ratelimit-headers): the structured RateLimit and
-// RateLimit-Policy fields of the later drafts, for the policy named policy
-// ("" means the first one), or the RateLimit-Limit and RateLimit-Remaining
-// fields of the earlier drafts. It returns false when none is present or
-// they are malformed.
+// (draft-ietf-httpapi-ratelimit-headers, every form ParseRateLimitAt reads
+// with prefix "RateLimit-") for the policy named policy ("" means the first
+// one): used = limit − remaining, saturated to [0, limit]. It returns false
+// when none is present or they are malformed.
 func IETFRateLimitUsage(policy string) UsageFunc {
 	return func(h http.Header) (int64, bool) {
-		i, err := ParseRateLimit(h, "RateLimit-", policy)
+		i, err := ParseRateLimitAt(h, "RateLimit-", policy, time.Time{})
 		if err != nil || i.Limit == 0 {
 			return 0, false
 		}
@@ -67,115 +113,344 @@ func IETFRateLimitUsage(policy string) UsageFunc {
 	}
 }
 
-// ParseRateLimit reads a server's rate-limit headers. With prefix
-// "X-RateLimit-" it reads X-RateLimit-Limit, -Remaining and -Reset (seconds).
-// With prefix "RateLimit-" it reads the IETF draft: first the structured
-// fields `RateLimit: "name";r=50;t=30` and `RateLimit-Policy: "name";q=100;w=60`
-// for the named policy (policy "" takes the first item), else the earlier
-// RateLimit-Limit ("100" or "100, 100;w=60"), RateLimit-Remaining and
-// RateLimit-Reset. It returns a zero RateLimitInfo and a nil error when the
-// headers are absent, and an error matching ErrMalformedHeader when they are
-// present but cannot be read (a negative or non-numeric count, remaining
-// above the limit, an unknown policy).
+// ParseRateLimit is ParseRateLimitAt(h, prefix, policy, time.Now()).
 func ParseRateLimit(h http.Header, prefix, policy string) (RateLimitInfo, error) {
-	if prefix == "RateLimit-" && h.Get("RateLimit") != "" {
-		return parseStructured(h, policy)
+	return ParseRateLimitAt(h, prefix, policy, time.Now())
+}
+
+// ParseRateLimitAt reads a server's rate-limit headers as of now. It does
+// not block, reads h only, and is safe for concurrent use.
+//
+// With any prefix, such as "X-RateLimit-", it reads <prefix>Limit,
+// <prefix>Remaining and <prefix>Reset. With prefix "RateLimit-" it reads
+// the forms of draft-ietf-httpapi-ratelimit-headers
+// (https://datatracker.ietf.org/doc/draft-ietf-httpapi-ratelimit-headers/,
+// work in progress), newest first:
+//
+//   - drafts 08 and later: `RateLimit: "name";r=50;t=30` and
+//     `RateLimit-Policy: "name";q=100;w=60`, each a Structured Field List
+//     (RFC 9651) of items named by a String or a Token, which may be split
+//     over several lines. The policy named policy is used ("" takes the
+//     first item of RateLimit); q is the limit, r the remaining units, t the
+//     seconds until the reset.
+//   - draft 07: `RateLimit: limit=100, remaining=50, reset=5`, a Structured
+//     Field Dictionary (RateLimit-Policy is then informative and ignored).
+//   - drafts 00 to 06: RateLimit-Limit ("100", or the list "100, 100;w=60"
+//     whose first member is the quota in force), RateLimit-Remaining and
+//     RateLimit-Reset, read like the X-RateLimit- fields.
+//
+// Counts are ASCII decimal digits; one beyond math.MaxInt64 saturates at
+// math.MaxInt64 (the Structured Field forms allow at most 15 digits). When
+// Remaining is repeated, the smallest is used; when Limit is a list, its
+// first member. Remaining above Limit is accepted (a quota raised mid-window;
+// Used then returns 0).
+//
+// A reset value is read by its magnitude, because APIs disagree on its
+// meaning (GitHub and Twitter send Unix epoch seconds, Discord epoch seconds
+// with a fraction, the IETF drafts delta-seconds): below 1e9 it is seconds to
+// wait (1e9 seconds is 31.7 years, longer than any rate window); from 1e9 to
+// 1e12 it is Unix epoch seconds (1e9 is 2001-09-09, so every current epoch
+// is above it); from 1e12 it is Unix epoch milliseconds (1e12 epoch seconds
+// would be the year 33658). A fraction of up to nine digits is allowed.
+// Reset is the time from now to that point: 0 when it is past, saturated at
+// math.MaxInt64 nanoseconds, never negative.
+//
+// It returns a zero RateLimitInfo and a nil error when the headers are
+// absent, and an error matching ErrMalformedHeader when they are present but
+// cannot be read: a negative, signed or non-numeric count, a field longer
+// than MaxFieldBytes, a Structured Field that does not parse, an unknown
+// policy or one without r or q.
+func ParseRateLimitAt(h http.Header, prefix, policy string, now time.Time) (RateLimitInfo, error) {
+	if prefix == "RateLimit-" {
+		rl, err := fieldValues(h, "RateLimit")
+		if err != nil {
+			return RateLimitInfo{}, err
+		}
+		if len(rl) > 0 {
+			return parseStructured(h, rl, policy, now)
+		}
 	}
-	limit, remaining := h.Get(prefix+"Limit"), h.Get(prefix+"Remaining")
-	if limit == "" && remaining == "" {
+	limit, err := fieldValues(h, prefix+"Limit")
+	if err != nil {
+		return RateLimitInfo{}, err
+	}
+	remaining, err := fieldValues(h, prefix+"Remaining")
+	if err != nil {
+		return RateLimitInfo{}, err
+	}
+	reset, err := fieldValues(h, prefix+"Reset")
+	if err != nil {
+		return RateLimitInfo{}, err
+	}
+	if len(limit) == 0 && len(remaining) == 0 {
 		return RateLimitInfo{}, nil
 	}
 	var i RateLimitInfo
-	var err error
 	// "100, 100;w=60": the first list member is the quota in force.
-	first, _, _ := strings.Cut(limit, ",")
-	first, _, _ = strings.Cut(first, ";")
-	if i.Limit, err = count(first); err != nil {
+	if i.Limit, err = firstCount(limit); err != nil {
 		return RateLimitInfo{}, malformed(prefix+"Limit", limit, err)
 	}
-	if i.Remaining, err = count(remaining); err != nil {
-		return RateLimitInfo{}, malformed(prefix+"Remaining", remaining, err)
+	i.Remaining = math.MaxInt64
+	if len(remaining) == 0 {
+		return RateLimitInfo{}, malformed(prefix+"Remaining", nil, errors.New("missing"))
 	}
-	if reset := h.Get(prefix + "Reset"); reset != "" {
-		s, err := count(reset)
-		if err != nil {
+	for _, line := range remaining {
+		for m := range strings.SplitSeq(line, ",") {
+			n, err := count(m)
+			if err != nil {
+				return RateLimitInfo{}, malformed(prefix+"Remaining", remaining, err)
+			}
+			i.Remaining = min(i.Remaining, n)
+		}
+	}
+	if len(reset) > 0 {
+		first, _, _ := strings.Cut(reset[0], ",")
+		if i.Reset, err = resetAt(first, now); err != nil {
 			return RateLimitInfo{}, malformed(prefix+"Reset", reset, err)
 		}
-		i.Reset = time.Duration(s) * time.Second
-	}
-	if i.Remaining > i.Limit {
-		return RateLimitInfo{}, malformed(prefix+"Remaining", remaining, fmt.Errorf("above the limit %d", i.Limit))
 	}
 	return i, nil
 }
 
-func parseStructured(h http.Header, policy string) (RateLimitInfo, error) {
-	rl, err := findItem(h.Get("RateLimit"), policy)
+// parseStructured reads the RateLimit field rl (and RateLimit-Policy) of the
+// drafts 07 and later with a Structured Field parser.
+func parseStructured(h http.Header, rl []string, policy string, now time.Time) (RateLimitInfo, error) {
+	list, err := httpsfv.UnmarshalList(rl)
 	if err != nil {
-		return RateLimitInfo{}, malformed("RateLimit", h.Get("RateLimit"), err)
+		// Draft 07: RateLimit: limit=100, remaining=50, reset=5.
+		dict, derr := httpsfv.UnmarshalDictionary(rl)
+		if derr != nil {
+			return RateLimitInfo{}, malformed("RateLimit", rl, fmt.Errorf("neither a List (%v) nor a Dictionary (%v)", err, derr))
+		}
+		return parseDraft07(dict, rl, now)
 	}
-	pol, err := findItem(h.Get("RateLimit-Policy"), rl.name)
+	it, err := findItem(list, policy)
 	if err != nil {
-		return RateLimitInfo{}, malformed("RateLimit-Policy", h.Get("RateLimit-Policy"), err)
+		return RateLimitInfo{}, malformed("RateLimit", rl, err)
+	}
+	name, _ := itemName(it)
+	pv, err := fieldValues(h, "RateLimit-Policy")
+	if err != nil {
+		return RateLimitInfo{}, err
+	}
+	plist, err := httpsfv.UnmarshalList(pv)
+	if err != nil {
+		return RateLimitInfo{}, malformed("RateLimit-Policy", pv, err)
+	}
+	pol, err := findItem(plist, name)
+	if err != nil {
+		return RateLimitInfo{}, malformed("RateLimit-Policy", pv, err)
 	}
 	var i RateLimitInfo
-	if i.Remaining, err = count(rl.params["r"]); err != nil {
-		return RateLimitInfo{}, malformed("RateLimit", h.Get("RateLimit"), fmt.Errorf("r: %w", err))
+	if i.Remaining, err = intParam(it.Params, "r"); err != nil {
+		return RateLimitInfo{}, malformed("RateLimit", rl, err)
 	}
-	if i.Limit, err = count(pol.params["q"]); err != nil {
-		return RateLimitInfo{}, malformed("RateLimit-Policy", h.Get("RateLimit-Policy"), fmt.Errorf("q: %w", err))
+	if i.Limit, err = intParam(pol.Params, "q"); err != nil {
+		return RateLimitInfo{}, malformed("RateLimit-Policy", pv, err)
 	}
-	if t := rl.params["t"]; t != "" {
-		s, err := count(t)
+	if _, ok := it.Params.Get("t"); ok {
+		t, err := intParam(it.Params, "t")
 		if err != nil {
-			return RateLimitInfo{}, malformed("RateLimit", h.Get("RateLimit"), fmt.Errorf("t: %w", err))
+			return RateLimitInfo{}, malformed("RateLimit", rl, err)
 		}
-		i.Reset = time.Duration(s) * time.Second
-	}
-	if i.Remaining > i.Limit {
-		return RateLimitInfo{}, malformed("RateLimit", h.Get("RateLimit"), fmt.Errorf("r %d above q %d", i.Remaining, i.Limit))
+		i.Reset = resetFrom(t, 0, now)
 	}
 	return i, nil
 }
 
-type item struct {
-	name   string
-	params map[string]string
+// parseDraft07 reads draft 07's `RateLimit: limit=100, remaining=50, reset=5`.
+func parseDraft07(d *httpsfv.Dictionary, rl []string, now time.Time) (RateLimitInfo, error) {
+	var i RateLimitInfo
+	var err error
+	for _, k := range []struct {
+		key string
+		v   *int64
+	}{{"limit", &i.Limit}, {"remaining", &i.Remaining}} {
+		m, ok := d.Get(k.key)
+		if !ok {
+			return RateLimitInfo{}, malformed("RateLimit", rl, fmt.Errorf("no %s", k.key))
+		}
+		if *k.v, err = intMember(m); err != nil {
+			return RateLimitInfo{}, malformed("RateLimit", rl, fmt.Errorf("%s: %w", k.key, err))
+		}
+	}
+	if m, ok := d.Get("reset"); ok {
+		t, err := intMember(m)
+		if err != nil {
+			return RateLimitInfo{}, malformed("RateLimit", rl, fmt.Errorf("reset: %w", err))
+		}
+		i.Reset = resetFrom(t, 0, now)
+	}
+	return i, nil
 }
 
-// findItem parses a structured-field list of `"name";k=v;k=v` items (RFC 8941,
-// the subset the draft uses) and returns the one named name, or the first
-// when name is "".
-func findItem(field, name string) (item, error) {
-	for _, member := range strings.Split(field, ",") {
-		parts := strings.Split(strings.TrimSpace(member), ";")
-		it := item{name: strings.Trim(strings.TrimSpace(parts[0]), `"`), params: map[string]string{}}
-		for _, p := range parts[1:] {
-			k, v, ok := strings.Cut(strings.TrimSpace(p), "=")
-			if !ok {
-				return item{}, fmt.Errorf("parameter %q without a value", p)
-			}
-			it.params[k] = v
+// findItem returns the Item of list named name (a String or a Token), or
+// the first member when name is "".
+func findItem(list httpsfv.List, name string) (httpsfv.Item, error) {
+	for _, m := range list {
+		it, ok := m.(httpsfv.Item)
+		if !ok {
+			continue // an inner list names no policy
 		}
-		if name == "" || it.name == name {
+		n, ok := itemName(it)
+		if ok && (name == "" || n == name) {
 			return it, nil
 		}
 	}
-	return item{}, fmt.Errorf("no policy %q", name)
+	return httpsfv.Item{}, fmt.Errorf("no policy %s", quote(name))
 }
 
-func count(s string) (int64, error) {
-	s = strings.TrimSpace(s)
-	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("%q is not a count", s)
+func itemName(it httpsfv.Item) (string, bool) {
+	switch v := it.Value.(type) {
+	case string:
+		return v, true
+	case httpsfv.Token:
+		return string(v), true
 	}
-	if n < 0 {
-		return 0, fmt.Errorf("negative count %d", n)
+	return "", false
+}
+
+// intParam returns the non-negative Integer parameter k of p.
+func intParam(p *httpsfv.Params, k string) (int64, error) {
+	if p == nil {
+		return 0, fmt.Errorf("no parameter %s", k)
+	}
+	v, ok := p.Get(k)
+	if !ok {
+		return 0, fmt.Errorf("no parameter %s", k)
+	}
+	n, ok := v.(int64)
+	if !ok || n < 0 {
+		return 0, fmt.Errorf("parameter %s=%v is not a non-negative Integer", k, v)
 	}
 	return n, nil
 }
 
-func malformed(field, value string, err error) error {
-	return fmt.Errorf("%w: %s: %q: %v", ErrMalformedHeader, field, value, err)
+// intMember returns the non-negative Integer of a Dictionary member.
+func intMember(m httpsfv.Member) (int64, error) {
+	it, ok := m.(httpsfv.Item)
+	if !ok {
+		return 0, errors.New("an inner list, want an Integer")
+	}
+	n, ok := it.Value.(int64)
+	if !ok || n < 0 {
+		return 0, fmt.Errorf("%v is not a non-negative Integer", it.Value)
+	}
+	return n, nil
+}
+
+// fieldValues returns the lines of the field name in h, or an error matching
+// ErrMalformedHeader when together they are longer than MaxFieldBytes. It
+// does not allocate for a canonical name.
+func fieldValues(h http.Header, name string) ([]string, error) {
+	vs := h.Values(name)
+	size := 0
+	for _, v := range vs {
+		size += len(v) + 2 // ", " joins lines
+		if size-2 > MaxFieldBytes {
+			return nil, fmt.Errorf("%w: %s: longer than %d bytes", ErrMalformedHeader, name, MaxFieldBytes)
+		}
+	}
+	return vs, nil
+}
+
+// firstCount returns the count before the first ',' and ';' of the first
+// line of vs (a List whose first member is an Integer with parameters).
+func firstCount(vs []string) (int64, error) {
+	if len(vs) == 0 {
+		return 0, errors.New("missing")
+	}
+	first, _, _ := strings.Cut(vs[0], ",")
+	first, _, _ = strings.Cut(first, ";")
+	return count(first)
+}
+
+// count reads s, with optional whitespace around it, as ASCII decimal
+// digits, saturating at math.MaxInt64. A sign, a fraction or any other
+// character is an error; the cost is linear in len(s), without allocation
+// unless s is malformed.
+func count(s string) (int64, error) {
+	n, frac, err := decimal(s)
+	if err == nil && frac != "" {
+		err = fmt.Errorf("%s is not a whole count", quote(s))
+	}
+	return n, err
+}
+
+// decimal reads s, trimmed, as ASCII digits with an optional '.' and up to
+// nine fraction digits, and returns the integer part (saturated at
+// math.MaxInt64) and the fraction digits.
+func decimal(s string) (n int64, frac string, err error) {
+	s = strings.Trim(s, " \t")
+	whole, frac, dot := strings.Cut(s, ".")
+	if whole == "" || (dot && (frac == "" || len(frac) > 9)) {
+		return 0, "", fmt.Errorf("%s is not a count", quote(s))
+	}
+	for i := 0; i < len(whole); i++ {
+		c := whole[i]
+		if c < '0' || c > '9' {
+			return 0, "", fmt.Errorf("%s is not a count", quote(s))
+		}
+		if n > (math.MaxInt64-int64(c-'0'))/10 {
+			n = math.MaxInt64 // saturated; keep checking the syntax
+			continue
+		}
+		n = n*10 + int64(c-'0')
+	}
+	for i := 0; i < len(frac); i++ {
+		if frac[i] < '0' || frac[i] > '9' {
+			return 0, "", fmt.Errorf("%s is not a count", quote(s))
+		}
+	}
+	return n, frac, nil
+}
+
+// resetAt reads a reset value (see ParseRateLimitAt) and returns the time
+// from now to it, in [0, math.MaxInt64].
+func resetAt(s string, now time.Time) (time.Duration, error) {
+	n, frac, err := decimal(s)
+	if err != nil {
+		return 0, err
+	}
+	var nanos int64
+	for i := range 9 {
+		nanos *= 10
+		if i < len(frac) {
+			nanos += int64(frac[i] - '0')
+		}
+	}
+	return resetFrom(n, nanos, now), nil
+}
+
+// resetFrom returns the time from now to the reset n (seconds, epoch
+// seconds or epoch milliseconds, by magnitude) plus nanos nanoseconds,
+// saturated to [0, math.MaxInt64].
+func resetFrom(n, nanos int64, now time.Time) time.Duration {
+	switch {
+	case n >= epochMillis:
+		// nanos is a fraction of a millisecond here.
+		at := time.UnixMilli(n).Add(time.Duration(nanos / 1000))
+		return max(at.Sub(now), 0) // Sub saturates
+	case n >= epochSeconds:
+		return max(time.Unix(n, nanos).Sub(now), 0)
+	}
+	// n < 1e9 seconds: n*1e9 + nanos < 1e18 fits.
+	return time.Duration(n)*time.Second + time.Duration(nanos)
+}
+
+// quote quotes at most the first 64 bytes of s, so an error about a huge
+// field stays small.
+func quote(s string) string {
+	if len(s) > 64 {
+		return fmt.Sprintf("%q… (%d bytes)", s[:64], len(s))
+	}
+	return fmt.Sprintf("%q", s)
+}
+
+func malformed(field string, values []string, err error) error {
+	v := ""
+	if len(values) > 0 {
+		v = values[0]
+	}
+	return fmt.Errorf("%w: %s: %s: %v", ErrMalformedHeader, field, quote(v), err)
 }

@@ -1,7 +1,6 @@
 package clientpool_test
 
 import (
-	"errors"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -17,60 +16,6 @@ func hdr(kv ...string) http.Header {
 		h.Add(kv[i], kv[i+1])
 	}
 	return h
-}
-
-func TestParseRateLimit(t *testing.T) {
-	for _, tc := range []struct {
-		name   string
-		h      http.Header
-		prefix string
-		policy string
-		want   clientpool.RateLimitInfo
-		bad    bool
-	}{
-		{"x-ratelimit", hdr("X-RateLimit-Limit", "100", "X-RateLimit-Remaining", "40", "X-RateLimit-Reset", "30"), "X-RateLimit-", "",
-			clientpool.RateLimitInfo{Limit: 100, Remaining: 40, Reset: 30 * time.Second}, false},
-		{"absent", hdr(), "X-RateLimit-", "", clientpool.RateLimitInfo{}, false},
-		{"garbage", hdr("X-RateLimit-Limit", "lots", "X-RateLimit-Remaining", "4"), "X-RateLimit-", "", clientpool.RateLimitInfo{}, true},
-		{"negative", hdr("X-RateLimit-Limit", "10", "X-RateLimit-Remaining", "-1"), "X-RateLimit-", "", clientpool.RateLimitInfo{}, true},
-		{"remaining above limit", hdr("X-RateLimit-Limit", "10", "X-RateLimit-Remaining", "11"), "X-RateLimit-", "", clientpool.RateLimitInfo{}, true},
-		{"draft list", hdr("RateLimit-Limit", "100, 100;w=60", "RateLimit-Remaining", "99", "RateLimit-Reset", "50"), "RateLimit-", "",
-			clientpool.RateLimitInfo{Limit: 100, Remaining: 99, Reset: 50 * time.Second}, false},
-		{"structured", hdr("RateLimit", `"default";r=50;t=30`, "RateLimit-Policy", `"burst";q=10;w=1, "default";q=100;w=60`), "RateLimit-", "",
-			clientpool.RateLimitInfo{Limit: 100, Remaining: 50, Reset: 30 * time.Second}, false},
-		{"structured named", hdr("RateLimit", `"a";r=1, "b";r=7`, "RateLimit-Policy", `"a";q=5, "b";q=9`), "RateLimit-", "b",
-			clientpool.RateLimitInfo{Limit: 9, Remaining: 7}, false},
-		{"structured unknown policy", hdr("RateLimit", `"a";r=1`, "RateLimit-Policy", `"b";q=5`), "RateLimit-", "", clientpool.RateLimitInfo{}, true},
-		{"structured bad param", hdr("RateLimit", `"a";r`, "RateLimit-Policy", `"a";q=5`), "RateLimit-", "", clientpool.RateLimitInfo{}, true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := clientpool.ParseRateLimit(tc.h, tc.prefix, tc.policy)
-			if tc.bad {
-				if !errors.Is(err, clientpool.ErrMalformedHeader) {
-					t.Fatalf("ParseRateLimit = %+v, %v; want ErrMalformedHeader", got, err)
-				}
-				return
-			}
-			if err != nil || got != tc.want {
-				t.Fatalf("ParseRateLimit = %+v, %v; want %+v", got, err, tc.want)
-			}
-		})
-	}
-	if used, ok := clientpool.XRateLimitUsage(hdr("X-RateLimit-Limit", "100", "X-RateLimit-Remaining", "40")); !ok || used != 60 {
-		t.Fatalf("XRateLimitUsage = %d, %v", used, ok)
-	}
-	if used, ok := clientpool.IETFRateLimitUsage("")(hdr("RateLimit", `"d";r=3`, "RateLimit-Policy", `"d";q=5`)); !ok || used != 2 {
-		t.Fatalf("IETFRateLimitUsage = %d, %v", used, ok)
-	}
-	u := clientpool.BinanceUsage("X-MBX-USED-WEIGHT-1M")
-	if used, ok := u(hdr("X-Mbx-Used-Weight-1m", "1234")); !ok || used != 1234 {
-		t.Fatalf("BinanceUsage = %d, %v", used, ok)
-	}
-	for _, v := range []string{"", "x", "-3"} {
-		if _, ok := u(hdr("X-MBX-USED-WEIGHT-1M", v)); ok {
-			t.Fatalf("BinanceUsage(%q) read as a count", v)
-		}
-	}
 }
 
 // A usage header that reports more than the local count shrinks the local

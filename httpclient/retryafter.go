@@ -8,6 +8,14 @@ import (
 	"time"
 )
 
+// maxDateBytes is the longest value ParseRetryAfter tries to read as an
+// HTTP-date, after trimming: the longest form, RFC 850 with the longest day
+// name ("Wednesday, 09-Nov-94 08:49:37 GMT"), is 33 bytes. A longer value
+// that is not all digits is rejected without being parsed, so a hostile
+// Retry-After costs time linear in its length and no allocation beyond a
+// short error.
+const maxDateBytes = 64
+
 // maxDelaySeconds is the largest whole number of seconds a time.Duration can
 // hold; ParseRetryAfter saturates above it instead of wrapping negative.
 const maxDelaySeconds = int64(math.MaxInt64 / int64(time.Second))
@@ -30,18 +38,26 @@ const maxDelaySeconds = int64(math.MaxInt64 / int64(time.Second))
 //     error. Other zone names are rejected, because time.Parse would silently
 //     read an unknown abbreviation as UTC.
 //
-// Anything else — an empty value, a negative number such as "-5", a fraction
-// such as "1.5", or text such as "soon" — returns 0 and an error whose message
-// starts with "httpclient: " and quotes the input.
+// Anything else — an empty value, a negative number such as "-5", a sign
+// such as "+5", a fraction such as "1.5", digits of other scripts such as
+// "١٢", text such as "soon", or a value longer than 64 bytes that is not all
+// digits — returns 0 and an error whose message starts with "httpclient: "
+// and quotes the input (its first 64 bytes when longer).
+//
+// The result is always in [0, math.MaxInt64]. The cost is linear in len(v)
+// and does not allocate for delay-seconds of any length; a long value of
+// another kind is rejected on its length before it is parsed.
 func ParseRetryAfter(v string, now time.Time) (time.Duration, error) {
 	s := strings.TrimSpace(v)
 	switch {
 	case s == "":
-		return 0, fmt.Errorf("httpclient: empty Retry-After %q", v)
+		return 0, fmt.Errorf("httpclient: empty Retry-After %s", quote(v))
 	case isDigits(s):
 		return parseSeconds(s), nil
 	case s[0] == '-' && isDigits(s[1:]):
-		return 0, fmt.Errorf("httpclient: negative Retry-After %q", v)
+		return 0, fmt.Errorf("httpclient: negative Retry-After %s", quote(v))
+	case len(s) > maxDateBytes:
+		return 0, fmt.Errorf("httpclient: invalid Retry-After %s: want delay-seconds or an HTTP-date", quote(v))
 	}
 	if t, err := http.ParseTime(s); err == nil {
 		return delayUntil(t, now), nil
@@ -51,7 +67,16 @@ func ParseRetryAfter(v string, now time.Time) (time.Duration, error) {
 			return delayUntil(t, now), nil
 		}
 	}
-	return 0, fmt.Errorf("httpclient: invalid Retry-After %q: want delay-seconds or an HTTP-date", v)
+	return 0, fmt.Errorf("httpclient: invalid Retry-After %s: want delay-seconds or an HTTP-date", quote(v))
+}
+
+// quote quotes v, or its first maxDateBytes bytes and its length when it is
+// longer, so that an error about a huge header stays small.
+func quote(v string) string {
+	if len(v) > maxDateBytes {
+		return fmt.Sprintf("%q… (%d bytes)", v[:maxDateBytes], len(v))
+	}
+	return fmt.Sprintf("%q", v)
 }
 
 // isDigits reports whether s is non-empty and made of ASCII digits only

@@ -1,6 +1,7 @@
 package httpclient_test
 
 import (
+	"fmt"
 	"math"
 	"net/http"
 	"strings"
@@ -61,19 +62,49 @@ func TestParseRetryAfter(t *testing.T) {
 		{in: "1e3", wantErr: true},
 		{in: "١٢", wantErr: true}, // Arabic-Indic digits are not ASCII digits
 		{in: "12 34", wantErr: true},
+
+		// adversarial
+		{in: "+0", wantErr: true},
+		{in: "+120", wantErr: true},
+		{in: "-", wantErr: true},
+		{in: "--5", wantErr: true},
+		{in: "-99999999999999999999", wantErr: true},
+		{in: "-9223372036854775808", wantErr: true},
+		{in: "１２", wantErr: true}, // fullwidth digits
+		{in: "12\x00", wantErr: true},
+		{in: "0x10", wantErr: true},
+		{in: "1_000", wantErr: true},
+		{in: "120, 120", wantErr: true}, // a repeated header joined
+		{in: "\xff\xfe", wantErr: true},
+		{in: strings.Repeat("9", 1<<20), want: time.Duration(math.MaxInt64)},                        // 1 MB of digits: saturates
+		{in: strings.Repeat("0", 1<<20) + "5", want: 5 * time.Second},                               // 1 MB of leading zeros
+		{in: strings.Repeat("x", 1<<20), wantErr: true},                                             // 1 MB of text: rejected on its length
+		{in: "-" + strings.Repeat("9", 1<<20), wantErr: true},                                       // 1 MB negative
+		{in: "Fri, 14 Mar 2025 15:11:56 GMT" + strings.Repeat("x", 1<<20), wantErr: true},           // a date with 1 MB of trailing junk
+		{in: "Fri, 14 Mar 2025 15:11:56 GMT" + strings.Repeat(" ", 1<<20), want: 150 * time.Second}, // trailing whitespace is trimmed
+		{in: "Wednesday, 19-Mar-25 15:09:26 GMT", want: 5 * 24 * time.Hour},                         // the longest date form, 33 bytes
+		{in: "Fri, 31 Dec 9999 23:59:59 GMT", want: time.Duration(math.MaxInt64)},                   // far future: saturates
+		{in: "Sat, 01 Jan 0000 00:00:00 GMT", want: 0},                                              // far past
+		{in: "Sunday, 06-Nov-69 08:49:37 GMT", want: 0},                                             // two-digit year 69 is 1969
+		{in: "Fri, 14 Mar 2025 25:11:56 GMT", wantErr: true},                                        // no such hour
 	}
 	for _, tc := range tests {
 		got, err := httpclient.ParseRetryAfter(tc.in, fixedNow)
 		if tc.wantErr {
-			if assert.Error(t, err, "ParseRetryAfter(%q) = %v, want error", tc.in, got) {
+			if assert.Error(t, err, "ParseRetryAfter(%.80q) = %v, want error", tc.in, got) {
 				assert.True(t, strings.HasPrefix(err.Error(), "httpclient: "), "error %q lacks the package prefix", err)
-				assert.Contains(t, err.Error(), `"`+tc.in+`"`, "error %q does not quote the input", err)
+				quoted := fmt.Sprintf("%q", tc.in)
+				if len(tc.in) > 64 {
+					quoted = fmt.Sprintf("%q… (%d bytes)", tc.in[:64], len(tc.in))
+					assert.Less(t, len(err.Error()), 512, "error about a %d-byte value is %d bytes", len(tc.in), len(err.Error()))
+				}
+				assert.Contains(t, err.Error(), quoted, "error %.200q does not quote the input", err)
 			}
-			assert.Equal(t, time.Duration(0), got, "ParseRetryAfter(%q) with error", tc.in)
+			assert.Equal(t, time.Duration(0), got, "ParseRetryAfter(%.80q) with error", tc.in)
 			continue
 		}
-		if assert.NoError(t, err, "ParseRetryAfter(%q)", tc.in) {
-			assert.Equal(t, tc.want, got, "ParseRetryAfter(%q) = %v, want %v", tc.in, got, tc.want)
+		if assert.NoError(t, err, "ParseRetryAfter(%.80q)", tc.in) {
+			assert.Equal(t, tc.want, got, "ParseRetryAfter(%.80q) = %v, want %v", tc.in, got, tc.want)
 		}
 	}
 }
