@@ -473,8 +473,7 @@ func (s *BinanceServer) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		st.retryUntil = retryUntil
 	}
 	if ra, ok := rp.header["Retry-After"]; ok {
-		e.RetryAfter, _ = strconv.Atoi(ra)
-		e.RetryAfter = max(e.RetryAfter, 0)
+		e.RetryAfter = wholeSeconds(ra)
 	}
 	e.Status, e.Code = rp.status, rp.code
 	s.log = append(s.log, e)

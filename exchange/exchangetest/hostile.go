@@ -212,6 +212,16 @@ func (rp reply) writeBody(ctx context.Context, w http.ResponseWriter, stop <-cha
 	_, _ = w.Write(rp.body[n:])
 }
 
+// wholeSeconds returns a Retry-After value as whole seconds for the log, or
+// 0 when it is not a non-negative int.
+func wholeSeconds(v string) int {
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		return 0
+	}
+	return n
+}
+
 // HeaderSet is a named set of response headers, for Hostile.Header.
 type HeaderSet struct {
 	Name   string

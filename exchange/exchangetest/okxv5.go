@@ -400,8 +400,7 @@ func (s *OKXV5Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		s.hostile.alter(&rp, now, e.Outcome == OutcomeRateLimited)
 		e.Hostile = true
 		if ra, ok := rp.header["Retry-After"]; ok {
-			e.RetryAfter, _ = strconv.Atoi(ra)
-			e.RetryAfter = max(e.RetryAfter, 0)
+			e.RetryAfter = wholeSeconds(ra)
 		}
 	}
 	e.Status, e.Code = rp.status, rp.code
