@@ -116,7 +116,8 @@ type outcome struct {
 
 // fanOut makes n calls from workers goroutines through client; mk builds
 // call i on ctx. Each call has its own deadline (reqTimeout), reads the
-// whole body and closes it; after, if set, runs after each call.
+// whole body and closes it; after, if set, runs when a call's RoundTrip
+// has returned a response, before its body is read.
 func fanOut(client *http.Client, n, workers int, mk func(ctx context.Context, i int) (*http.Request, error), after func()) outcome {
 	o := outcome{calls: n, statuses: map[int]int{}}
 	var mu sync.Mutex
@@ -153,12 +154,12 @@ func fanOut(client *http.Client, n, workers int, mk func(ctx context.Context, i 
 					fail(err)
 					continue
 				}
-				_, err = io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				cancel()
 				if after != nil {
 					after()
 				}
+				_, err = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				cancel()
 				mu.Lock()
 				o.statuses[resp.StatusCode]++
 				if d := returned.Sub(headers); d > promptRoundTrip {
