@@ -49,9 +49,10 @@ type Hostile struct {
 	// RetryAfter, when not empty, replaces the Retry-After header of every
 	// altered rejection (a rate-limit answer, a spurious throttle, or a
 	// Binance 418) by one value drawn from it; the empty string removes
-	// the header. See AbsurdRetryAfters. An altered answer sets no ban
-	// deadline at the Binance server: only a Retry-After the server
-	// computed and sent unaltered is enforced with a ban.
+	// the header. See AbsurdRetryAfters. A rejection whose Retry-After
+	// was replaced or removed sets no ban deadline at the Binance server:
+	// only a Retry-After the server computed and sent unaltered is
+	// enforced with a ban (418).
 	RetryAfter []string
 
 	// Throttle answers every altered request that every rule would admit

@@ -190,3 +190,14 @@ func TestBinanceEverythingAtOnce(t *testing.T) {
 		requests: 2000, workers: 64, windows: 2000/64 + 2,
 	})
 }
+
+// TestBinanceMaxIntOnEveryAnswer: every answer says the IP has used
+// MaxInt64 of its weight (X-MBX-USED-WEIGHT-1M: 9223372036854775807), for
+// 3000 klines from 64 goroutines. Each report must read as "full until the
+// window moves": one burst of calls per window, never a wrap to unlimited.
+func TestBinanceMaxIntOnEveryAnswer(t *testing.T) {
+	runBinance(t, binanceCase{
+		hostile:  exchangetest.Hostile{Header: http.Header{exchangetest.BinanceUsedWeightHeader: {"9223372036854775807"}}},
+		requests: 3000, workers: 64, windows: 3000/64 + 2,
+	})
+}
