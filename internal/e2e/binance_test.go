@@ -33,6 +33,8 @@ type binanceCase struct {
 	// beyond the ideal (a server that says "full" costs windows); each
 	// spurious throttle may cost one cap on top, and each stall one stall.
 	windows int
+	// closeEarly: the caller closes each body without reading it.
+	closeEarly bool
 }
 
 // runBinance runs c inside a synctest bubble and checks everything the
@@ -74,7 +76,7 @@ func runBinance(t *testing.T, c binanceCase) {
 			return http.NewRequestWithContext(ctx, http.MethodGet,
 				srv.URL()+"/api/v3/klines?symbol=BTCUSDT&interval=1m&startTime="+strconv.Itoa(1_600_000_000_000+i*60_000), nil)
 		}
-		o := fanOut(client, c.requests, c.workers, mk, nil)
+		o := fanOut(client, c.requests, c.workers, c.closeEarly, mk, nil)
 		log := srv.Log()
 
 		// Ideal: the binding rule's windows the workload needs.
@@ -199,5 +201,16 @@ func TestBinanceMaxIntOnEveryAnswer(t *testing.T) {
 	runBinance(t, binanceCase{
 		hostile:  exchangetest.Hostile{Header: http.Header{exchangetest.BinanceUsedWeightHeader: {"9223372036854775807"}}},
 		requests: 3000, workers: 64, windows: 3000/64 + 2,
+	})
+}
+
+// TestBinanceStalledForeverCallerCloses: 5% of the klines are answered 429
+// whose body never comes; the caller closes each body unread. RoundTrip
+// must return at the headers, the throttle still pause, and closing the
+// body release the permit.
+func TestBinanceStalledForeverCallerCloses(t *testing.T) {
+	runBinance(t, binanceCase{
+		hostile:  exchangetest.Hostile{Seed: 8, Fraction: 0.05, Throttle: true, Stall: -1},
+		requests: 600, workers: 48, closeEarly: true,
 	})
 }

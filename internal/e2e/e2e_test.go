@@ -116,9 +116,10 @@ type outcome struct {
 
 // fanOut makes n calls from workers goroutines through client; mk builds
 // call i on ctx. Each call has its own deadline (reqTimeout), reads the
-// whole body and closes it; after, if set, runs when a call's RoundTrip
-// has returned a response, before its body is read.
-func fanOut(client *http.Client, n, workers int, mk func(ctx context.Context, i int) (*http.Request, error), after func()) outcome {
+// whole body (or, with closeEarly, none of it) and closes it; after, if
+// set, runs when a call's RoundTrip has returned a response, before its
+// body is read.
+func fanOut(client *http.Client, n, workers int, closeEarly bool, mk func(ctx context.Context, i int) (*http.Request, error), after func()) outcome {
 	o := outcome{calls: n, statuses: map[int]int{}}
 	var mu sync.Mutex
 	fail := func(err error) {
@@ -157,7 +158,9 @@ func fanOut(client *http.Client, n, workers int, mk func(ctx context.Context, i 
 				if after != nil {
 					after()
 				}
-				_, err = io.Copy(io.Discard, resp.Body)
+				if !closeEarly {
+					_, err = io.Copy(io.Discard, resp.Body)
+				}
 				resp.Body.Close()
 				cancel()
 				mu.Lock()

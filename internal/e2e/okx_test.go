@@ -25,6 +25,8 @@ type okxCase struct {
 	requests int // single orders, POST /api/v5/trade/order
 	workers  int
 	windows  int // windows the run may take beyond the ideal
+	// closeEarly: the caller closes each body without reading it.
+	closeEarly bool
 }
 
 // runOKX runs c inside a synctest bubble and checks everything the package
@@ -55,7 +57,7 @@ func runOKX(t *testing.T, c okxCase) {
 			}
 			return req, err
 		}
-		o := fanOut(client, c.requests, c.workers, mk, nil)
+		o := fanOut(client, c.requests, c.workers, c.closeEarly, mk, nil)
 		log := srv.Log()
 
 		perInst := (c.requests + len(okxInstruments) - 1) / len(okxInstruments)
@@ -124,4 +126,15 @@ func TestOKXAbsurdHeaders(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestOKXStalledForeverCallerCloses: 10% of the answers send their headers
+// and never their body; the caller closes each body unread. RoundTrip must
+// return at the headers (not when the call's deadline ends the stall), and
+// closing the body must release the permit.
+func TestOKXStalledForeverCallerCloses(t *testing.T) {
+	runOKX(t, okxCase{
+		hostile:  exchangetest.Hostile{Seed: 16, Fraction: 0.1, Stall: -1},
+		requests: 600, workers: 48, closeEarly: true,
+	})
 }

@@ -35,6 +35,8 @@ type plainCase struct {
 	// bound is the longest the run may take, before each spurious
 	// throttle adds one cap and each stalled answer its stall.
 	bound time.Duration
+	// closeEarly: the caller closes each body without reading it.
+	closeEarly bool
 }
 
 // burstWindow is the span in which a client that pauses on a throttle
@@ -69,7 +71,7 @@ func runPlain(t *testing.T, c plainCase) {
 			return http.NewRequestWithContext(ctx, http.MethodGet,
 				srv.URL()+"/api/v3/klines?symbol=BTCUSDT&interval=1m&startTime="+strconv.Itoa(1_600_000_000_000+i*60_000), nil)
 		}
-		o := fanOut(client, c.requests, c.workers, mk, after)
+		o := fanOut(client, c.requests, c.workers, c.closeEarly, mk, after)
 		log := srv.Log()
 
 		limit := defaultCap
@@ -168,5 +170,16 @@ func TestPlainThrottleWithoutRetryAfterPauses(t *testing.T) {
 		hostile:  exchangetest.Hostile{Seed: 24, RetryAfter: []string{""}},
 		requests: 200, workers: 50, semN: 300, serverWeight: 200, maxRetries: 3, loose: true,
 		bound: time.Hour,
+	})
+}
+
+// TestPlainStalledForeverCallerCloses: 10% of the answers (429s and 200s)
+// never send their body; the caller closes each body unread, which must
+// release the permit at once.
+func TestPlainStalledForeverCallerCloses(t *testing.T) {
+	runPlain(t, plainCase{
+		hostile:  exchangetest.Hostile{Seed: 25, Fraction: 0.1, Throttle: true, Stall: -1},
+		requests: 600, workers: 48, semN: 300, serverWeight: 600, closeEarly: true,
+		bound: 3 * time.Minute,
 	})
 }
