@@ -94,6 +94,11 @@ type BinanceConfig struct {
 	// loopback, for use inside a testing/synctest bubble; see
 	// OKXV5Config.InMemory.
 	InMemory bool
+	// Hostile turns on the hostile mode: absurd headers, garbage or
+	// missing Retry-After, spurious 429s (code -1015 or -1003, no
+	// Retry-After) and stalled bodies on a seeded share of the answers.
+	// The zero value is off; see Hostile.
+	Hostile Hostile
 }
 
 // binanceEndpoint is one route of BinanceServer.
@@ -230,6 +235,7 @@ type BinanceServer struct {
 	*core
 	scale   float64
 	ips     map[string]*binanceIP // guarded by core.mu
+	hostile *hostile              // nil: off; its draws guarded by core.mu
 	orderID atomic.Int64
 }
 
@@ -294,9 +300,10 @@ func NewBinance(cfg BinanceConfig) *BinanceServer {
 		specs[i] = l.spec
 	}
 	s := &BinanceServer{
-		core:  newCore(buildRules(specs, scale, cfg.Limits, "NewBinance"), cfg.Now, cfg.Latency),
-		scale: scale,
-		ips:   make(map[string]*binanceIP),
+		core:    newCore(buildRules(specs, scale, cfg.Limits, "NewBinance"), cfg.Now, cfg.Latency),
+		scale:   scale,
+		ips:     make(map[string]*binanceIP),
+		hostile: newHostile(cfg.Hostile, "NewBinance", "-1003", "-1015"),
 	}
 	s.orderID.Store(1000)
 	s.net = newNetServer("binance.exchangetest.invalid", http.HandlerFunc(s.serveHTTP), cfg.InMemory)
@@ -409,7 +416,9 @@ func (s *BinanceServer) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		st = &binanceIP{}
 		s.ips[ip] = st
 	}
+	altered := s.hostile.draw()
 	var rp reply
+	var retryUntil time.Time // the ban deadline a 429 sets
 	switch {
 	case now.Before(st.banUntil):
 		e.Outcome = OutcomeBanned
@@ -422,19 +431,20 @@ func (s *BinanceServer) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	case invalid != nil:
 		rp = *invalid
 		e.Charges = nil
+	case altered && s.hostile.Throttle && s.lim.check(charges, now) == nil:
+		e.Outcome, e.Rule = OutcomeRateLimited, HostileRule
+		rp = s.spuriousThrottle(ep)
 	default:
 		if rule := s.lim.admit(charges, now); rule != nil {
 			ra := ceilSeconds(untilWindowEnd(now, rule.Window))
-			if until := now.Add(time.Duration(ra) * time.Second); until.After(st.retryUntil) {
-				st.retryUntil = until
-			}
+			retryUntil = now.Add(time.Duration(ra) * time.Second)
 			for _, l := range binanceLimits {
 				if l.spec.name == rule.Name {
 					rp = binanceError(http.StatusTooManyRequests, l.code, fmt.Sprintf(l.msg, rule.Limit))
 				}
 			}
 			rp.header = map[string]string{"Retry-After": strconv.Itoa(ra)}
-			e.Outcome, e.Rule, e.RetryAfter = OutcomeRateLimited, rule.Name, ra
+			e.Outcome, e.Rule = OutcomeRateLimited, rule.Name
 		} else {
 			e.Outcome = OutcomeAccepted
 			b, err := json.Marshal(ep.data(s, q, now))
@@ -447,13 +457,23 @@ func (s *BinanceServer) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	if rp.header == nil {
 		rp.header = make(map[string]string, 3)
 	}
-	if ra, ok := rp.header["Retry-After"]; ok && e.RetryAfter == 0 {
-		e.RetryAfter, _ = strconv.Atoi(ra)
-	}
 	rp.header[BinanceUsedWeightHeader] = strconv.FormatInt(s.lim.used(RuleKey{Rule: BinanceRequestWeight, IP: ip}, now), 10)
 	if ep != nil && ep.order && apiKey != "" {
 		rp.header[BinanceOrderCount10sHeader] = strconv.FormatInt(s.lim.used(RuleKey{Rule: BinanceOrders10s, APIKey: apiKey}, now), 10)
 		rp.header[BinanceOrderCount1dHeader] = strconv.FormatInt(s.lim.used(RuleKey{Rule: BinanceOrders1d, APIKey: apiKey}, now), 10)
+	}
+	if altered {
+		rejection := e.Outcome == OutcomeRateLimited || e.Outcome == OutcomeBanned
+		if s.hostile.alter(&rp, now, rejection) {
+			retryUntil = time.Time{} // only a Retry-After sent unaltered is enforced
+		}
+		e.Hostile = true
+	}
+	if retryUntil.After(st.retryUntil) {
+		st.retryUntil = retryUntil
+	}
+	if ra, ok := rp.header["Retry-After"]; ok {
+		e.RetryAfter = wholeSeconds(ra)
 	}
 	e.Status, e.Code = rp.status, rp.code
 	s.log = append(s.log, e)
@@ -462,7 +482,25 @@ func (s *BinanceServer) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	if !sleepLatency(r.Context(), s.latency) {
 		return // the client is gone; nothing to answer
 	}
-	rp.write(w)
+	rp.write(r.Context(), w, s.net.stop)
+}
+
+// spuriousThrottle is the hostile mode's 429 to a request every rule
+// admits: Hostile.ThrottleCode's body and no Retry-After.
+func (s *BinanceServer) spuriousThrottle(ep *binanceEndpoint) reply {
+	code := s.hostile.ThrottleCode
+	if code == "" {
+		code = "-1003"
+		if ep.order {
+			code = "-1015"
+		}
+	}
+	l := binanceLimits[0] // -1003: REQUEST_WEIGHT
+	if code == "-1015" {
+		l = binanceLimits[3] // the daily order limit: a message naming the longest window
+	}
+	r, _ := s.rule(l.spec.name)
+	return binanceError(http.StatusTooManyRequests, l.code, fmt.Sprintf(l.msg, r.Limit))
 }
 
 // banned is the 418 answer to an IP banned until st.banUntil.

@@ -54,4 +54,18 @@
 //
 // Latency functions ([FixedLatency], [UniformLatency]) delay each answer after
 // the rate-limit decision, as the network and the exchange's processing would.
+//
+// # Hostile mode
+//
+// BinanceConfig.Hostile and OKXV5Config.Hostile ([Hostile]) make a server
+// answer the way a broken or adversarial one might, on a seeded share of its
+// answers: absurd usage headers ([AbsurdHeaders]: counts at and beyond the
+// int64 limits, negative, garbage, 10 KB values, a Unix-time
+// X-RateLimit-Reset), garbage or missing Retry-After on rejections
+// ([AbsurdRetryAfters]), spurious throttles (Binance 429 with -1015 and no
+// Retry-After; OKX 50011 or 50061 in a 200), and bodies that stall after the
+// headers. The real rules are still enforced and every arrival logged
+// (Entry.Hostile marks the altered answers), so a test asserts what a client
+// must keep whatever it is told: Violations([Offered](log), rules) is empty
+// when the client never sent more than a rule allows.
 package exchangetest

@@ -20,13 +20,15 @@ type netServer struct {
 	hs  *httptest.Server
 	mem *memListener // nil on TCP
 
+	stop chan struct{} // closed by close, ending stalled bodies
+
 	mu      sync.Mutex
 	clients map[string]*http.Client // by client IP
 	closed  bool
 }
 
 func newNetServer(host string, h http.Handler, inMemory bool) *netServer {
-	n := &netServer{clients: make(map[string]*http.Client)}
+	n := &netServer{clients: make(map[string]*http.Client), stop: make(chan struct{})}
 	if inMemory {
 		n.mem = newMemListener(host)
 		n.hs = &httptest.Server{Listener: n.mem, Config: &http.Server{Handler: h}}
@@ -76,6 +78,11 @@ func (n *netServer) clientFrom(ip string) *http.Client {
 // close shuts the server down (waiting for the handlers, as httptest does)
 // and closes the idle connections of every client handed out.
 func (n *netServer) close() {
+	n.mu.Lock()
+	if !n.closed {
+		close(n.stop)
+	}
+	n.mu.Unlock()
 	n.hs.Close()
 	n.mu.Lock()
 	n.closed = true
@@ -189,6 +196,12 @@ type reply struct {
 	body   []byte // JSON unless text is set
 	text   bool
 	code   string // the exchange's code in body, for the log
+
+	// Set by the hostile mode (hostile.alter).
+	hostile    bool
+	extra      http.Header   // set after header; a key without values deletes
+	stall      time.Duration // stall the body after stallAfter bytes; < 0: until the end
+	stallAfter int
 }
 
 // sleepLatency sleeps for latency() if latency is set, and reports false if
@@ -211,7 +224,9 @@ func sleepLatency(ctx context.Context, latency func() time.Duration) bool {
 	}
 }
 
-func (rp reply) write(w http.ResponseWriter) {
+// write answers rp on w; a stalled body (hostile mode) ends early when ctx
+// ends or stop is closed.
+func (rp reply) write(ctx context.Context, w http.ResponseWriter, stop <-chan struct{}) {
 	h := w.Header()
 	for k, v := range rp.header {
 		h.Set(k, v)
@@ -222,6 +237,13 @@ func (rp reply) write(w http.ResponseWriter) {
 		h.Set("Content-Type", "application/json")
 	}
 	h.Set("Content-Length", strconv.Itoa(len(rp.body)))
+	for k, vs := range rp.extra {
+		if len(vs) == 0 {
+			delete(h, k)
+		} else {
+			h[k] = vs
+		}
+	}
 	w.WriteHeader(rp.status)
-	_, _ = w.Write(rp.body)
+	rp.writeBody(ctx, w, stop)
 }

@@ -75,6 +75,11 @@ type OKXV5Config struct {
 	// only be reached through Client and ClientFrom (its URL's host,
 	// ending in .invalid, does not resolve).
 	InMemory bool
+	// Hostile turns on the hostile mode: absurd headers, garbage
+	// Retry-After on rejections, spurious throttles (code 50011 or 50061)
+	// and stalled bodies on a seeded share of the answers. The zero value
+	// is off; see Hostile.
+	Hostile Hostile
 }
 
 // okxKeyBy is what an OKX rule counts per.
@@ -194,6 +199,7 @@ type OKXV5Server struct {
 	*core
 	rateLimitStatus int
 	code50061       bool
+	hostile         *hostile // nil: off; its draws guarded by core.mu
 	ordID           atomic.Int64
 }
 
@@ -273,6 +279,7 @@ func NewOKXV5(cfg OKXV5Config) *OKXV5Server {
 		core:            newCore(buildRules(specs, scale, cfg.Limits, "NewOKXV5"), cfg.Now, cfg.Latency),
 		rateLimitStatus: status,
 		code50061:       cfg.SubAccountCode50061,
+		hostile:         newHostile(cfg.Hostile, "NewOKXV5", "50011", "50061"),
 	}
 	s.ordID.Store(700000000000000000)
 	s.net = newNetServer("okx.exchangetest.invalid", http.HandlerFunc(s.serveHTTP), cfg.InMemory)
@@ -355,11 +362,22 @@ func (s *OKXV5Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	now := s.now()
 	req.at = now
 	e := Entry{At: now, Method: r.Method, Path: r.URL.Path, IP: ip, APIKey: apiKey, Charges: charges}
+	altered := s.hostile.draw()
 	var rp reply
 	switch {
 	case invalid != nil:
 		rp = *invalid
 		e.Charges = nil
+	case altered && s.hostile.Throttle && s.lim.check(charges, now) == nil:
+		e.Outcome, e.Rule = OutcomeRateLimited, HostileRule
+		switch {
+		case s.hostile.ThrottleCode == "50061":
+			rp = okxError(http.StatusOK, "50061", okxMsg50061)
+		case s.rateLimitStatus == http.StatusOK:
+			rp = okxError(http.StatusOK, "50011", okxMsg50011At200)
+		default:
+			rp = okxError(http.StatusTooManyRequests, "50011", okxMsg50011At429)
+		}
 	default:
 		if rule := s.lim.admit(charges, now); rule != nil {
 			e.Outcome, e.Rule = OutcomeRateLimited, rule.Name
@@ -378,6 +396,13 @@ func (s *OKXV5Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	if e.Outcome == OutcomeAccepted {
 		rp = s.success(ep, req)
 	}
+	if altered {
+		s.hostile.alter(&rp, now, e.Outcome == OutcomeRateLimited)
+		e.Hostile = true
+		if ra, ok := rp.header["Retry-After"]; ok {
+			e.RetryAfter = wholeSeconds(ra)
+		}
+	}
 	e.Status, e.Code = rp.status, rp.code
 	s.log = append(s.log, e)
 	s.mu.Unlock()
@@ -385,7 +410,7 @@ func (s *OKXV5Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	if !sleepLatency(r.Context(), s.latency) {
 		return // the client is gone; nothing to answer
 	}
-	rp.write(w)
+	rp.write(r.Context(), w, s.net.stop)
 }
 
 // parse routes and validates a request and returns what it would count;

@@ -139,8 +139,13 @@ type Entry struct {
 	// "-1015", ...
 	Code string
 	// RetryAfter is the value, in whole seconds, of the Retry-After header
-	// sent (Binance 429 and 418), or 0 when none was sent.
+	// sent (Binance 429 and 418), or 0 when none was sent or it was not a
+	// whole number of seconds (the hostile mode may send anything).
 	RetryAfter int
+	// Hostile reports that the hostile mode (Hostile) altered the answer:
+	// its headers, its Retry-After, a spurious throttle (Rule HostileRule)
+	// or a stalled body.
+	Hostile bool
 }
 
 // Stats counts the requests of a log by outcome and status.
@@ -152,6 +157,7 @@ type Stats struct {
 	Invalid     int // OutcomeInvalid
 	Status429   int // answered HTTP 429
 	Status418   int // answered HTTP 418
+	Hostile     int // answers the hostile mode altered (Entry.Hostile)
 	// LimitedBy counts the rate-limited requests by the rule that rejected
 	// them. It is never nil.
 	LimitedBy map[string]int
@@ -172,6 +178,9 @@ func Summarize(log []Entry) Stats {
 		default:
 			s.Invalid++
 		}
+		if e.Hostile {
+			s.Hostile++
+		}
 		switch e.Status {
 		case http.StatusTooManyRequests:
 			s.Status429++
@@ -180,6 +189,26 @@ func Summarize(log []Entry) Stats {
 		}
 	}
 	return s
+}
+
+// Offered returns a copy of log in which every rate-limited or banned
+// request counts as accepted, with the charges it would have counted: the
+// load the clients offered, rather than the load the server let through.
+// Violations(Offered(log), rules) lists where a client sent more than a
+// rule allows in one window, whether or not the server turned the excess
+// away; it is empty for a client that never calls too fast. Invalid
+// requests stay as they are (they count under no rule). log is not
+// modified.
+func Offered(log []Entry) []Entry {
+	out := make([]Entry, len(log))
+	for i, e := range log {
+		e.Charges = slices.Clone(e.Charges)
+		if e.Outcome == OutcomeRateLimited || e.Outcome == OutcomeBanned {
+			e.Outcome = OutcomeAccepted
+		}
+		out[i] = e
+	}
+	return out
 }
 
 // StatusBanned is HTTP 418, the status Binance answers to a banned IP.
@@ -447,15 +476,8 @@ func (l *limiter) used(k RuleKey, now time.Time) int64 {
 // first charge (in order) that does not fit. The charges of one request
 // must have distinct keys (the servers merge units per key).
 func (l *limiter) admit(charges []Charge, now time.Time) *Rule {
-	for _, c := range charges {
-		rs := l.rules[c.Key.Rule]
-		if rs == nil {
-			panic("exchangetest: internal error: charge for unknown rule " + c.Key.Rule)
-		}
-		rs.sweep(now)
-		if l.used(c.Key, now)+c.Units > rs.Limit {
-			return &rs.Rule
-		}
+	if r := l.check(charges, now); r != nil {
+		return r
 	}
 	for _, c := range charges {
 		rs := l.rules[c.Key.Rule]
@@ -479,6 +501,22 @@ func (l *limiter) admit(charges []Charge, now time.Time) *Rule {
 		s.at = append(s.at, now)
 		s.units = append(s.units, c.Units)
 		s.sum += c.Units
+	}
+	return nil
+}
+
+// check returns nil if every charge fits at instant now, otherwise the rule
+// of the first charge (in order) that does not fit. It counts nothing.
+func (l *limiter) check(charges []Charge, now time.Time) *Rule {
+	for _, c := range charges {
+		rs := l.rules[c.Key.Rule]
+		if rs == nil {
+			panic("exchangetest: internal error: charge for unknown rule " + c.Key.Rule)
+		}
+		rs.sweep(now)
+		if l.used(c.Key, now)+c.Units > rs.Limit {
+			return &rs.Rule
+		}
 	}
 	return nil
 }
