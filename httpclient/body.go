@@ -72,6 +72,9 @@ func (b *body) seen(p []byte, final bool) {
 	if final || len(b.prefix) >= PeekSize {
 		check := b.check
 		b.check = nil
+		if b.prefix == nil {
+			b.prefix = []byte{} // the body stage: non-nil, even when empty
+		}
 		// Run under mu: a concurrent Close or EOF waits for it, so the
 		// pause it may set comes before any release.
 		check(b.prefix)

@@ -77,7 +77,8 @@ type Transport struct {
 	// once when the headers arrive, with body nil (a true answer pauses at
 	// once, before RoundTrip returns), and, when the hook is set, once more
 	// as the caller reads, with the first PeekSize bytes the caller's reads
-	// went through (fewer when the body ended or was closed sooner); a true
+	// went through (fewer when the body ended or was closed sooner; never
+	// nil, empty when the caller read nothing); a true
 	// answer then pauses too, before the request's units are released. An
 	// API that signals a throttle in the body (OKX's code 50011 with HTTP
 	// 200) plugs in its own test here. It must be safe for concurrent use
@@ -131,8 +132,8 @@ func DefaultThrottledBody(status int, _ http.Header, _ []byte) bool {
 // Throttled is called once when the headers show the throttle (body nil)
 // and, when the Transport looks at bodies (a ThrottledBody hook is set, or
 // the headers showed a throttle), once more with the first bytes of the
-// body that the caller's reads went through (at most PeekSize; possibly
-// empty), so that the limiter can pause more of its keys: a second call
+// body that the caller's reads went through (at most PeekSize; non-nil,
+// possibly empty), so that the limiter can pause more of its keys: a second call
 // must never shorten a pause the first one set. Both calls come before the
 // request's units are released. Throttled must not read resp.Body, must
 // not block, and must not keep body.
@@ -340,7 +341,7 @@ func (t *Transport) roundTripHeld(l Limiter, n int64, req *http.Request) (*http.
 	}
 	if resp.Body == http.NoBody {
 		if watch {
-			t.bodySeen(l, resp, nil, headerThrottled, sent)
+			t.bodySeen(l, resp, []byte{}, headerThrottled, sent)
 		}
 		return resp, wait, nil
 	}
