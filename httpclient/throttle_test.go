@@ -323,3 +323,39 @@ func TestPoolBodyRefinesTargets(t *testing.T) {
 		assert.Equal(t, []string{`429 ""`, `429 "{\"code\":\"account\"}"`}, seen)
 	})
 }
+
+// handlerLimiter records the ThrottleHandler calls it gets.
+type handlerLimiter struct {
+	fakeLimiter
+	calls []string
+}
+
+func (h *handlerLimiter) Throttled(resp *http.Response, body []byte, ra time.Duration) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.calls = append(h.calls, fmt.Sprintf("%d %v %q held=%d ra=%v", resp.StatusCode, body == nil, body, h.held, ra))
+}
+
+// A ThrottleHandler is told at the headers (body nil, Retry-After capped)
+// and again with the body's first bytes when there are some, every time
+// while the units are held; a body closed unread is not reported twice.
+func TestThrottleHandlerCalls(t *testing.T) {
+	for _, read := range []bool{true, false} {
+		h := &handlerLimiter{}
+		tr := httpclient.New(h, respond(429, http.Header{"Retry-After": {"99999"}}, io.NopCloser(strings.NewReader(`{"code":-1015}`))))
+		resp, err := tr.RoundTrip(newRequest(t, http.MethodGet, "http://example.test/", nil))
+		require.NoError(t, err)
+		if read {
+			_, _ = io.ReadAll(resp.Body)
+		}
+		require.NoError(t, resp.Body.Close())
+		want := []string{`429 true "" held=1 ra=5m0s`} // capped at DefaultMaxRetryAfter
+		if read {
+			want = append(want, `429 false "{\"code\":-1015}" held=1 ra=5m0s`)
+		}
+		assert.Equal(t, want, h.calls, "read=%v", read)
+		_, _, rel, pauses := h.state()
+		assert.Equal(t, 1, rel)
+		assert.Empty(t, pauses, "a handler gets no PauseFor")
+	}
+}

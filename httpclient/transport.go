@@ -129,14 +129,16 @@ func DefaultThrottledBody(status int, _ http.Header, _ []byte) bool {
 // delay capped at MaxRetryAfter, or 0 when the response has none (the
 // limiter then backs off on its own).
 //
-// Throttled is called once when the headers show the throttle (body nil)
-// and, when the Transport looks at bodies (a ThrottledBody hook is set, or
-// the headers showed a throttle), once more with the first bytes of the
-// body that the caller's reads went through (at most PeekSize; non-nil,
-// possibly empty), so that the limiter can pause more of its keys: a second call
-// must never shorten a pause the first one set. Both calls come before the
-// request's units are released. Throttled must not read resp.Body, must
-// not block, and must not keep body.
+// Throttled is called once when the headers show the throttle (body nil).
+// When the Transport looks at bodies (a ThrottledBody hook is set, or the
+// headers showed a throttle) it is called again, once the caller's reads
+// went through the first PeekSize bytes, io.EOF or Close, with those bytes,
+// if they show a throttle: for a throttle the headers showed, only when
+// the bytes are not empty, so that the limiter can pause more of its keys
+// (such a second call must never shorten a pause the first one set); for a
+// throttle only the body shows, that is the one call. Every call comes
+// before the request's units are released. Throttled must not read
+// resp.Body, must not block, and must not keep body.
 type ThrottleHandler interface {
 	Throttled(resp *http.Response, body []byte, retryAfter time.Duration)
 }
@@ -368,8 +370,9 @@ func (t *Transport) bodySeen(l Limiter, resp *http.Response, prefix []byte, head
 	if headerThrottled {
 		// The pause is set; only a handler can learn more from the body
 		// (which of its keys the throttle is about). The streak moved at
-		// the headers already.
-		if h, ok := l.(ThrottleHandler); ok {
+		// the headers already. An empty prefix (the body closed unread, or
+		// empty) says nothing new, so the handler is not told twice.
+		if h, ok := l.(ThrottleHandler); ok && len(prefix) > 0 {
 			h.Throttled(resp, prefix, t.retryAfter(resp))
 		}
 		return
