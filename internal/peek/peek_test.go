@@ -77,3 +77,11 @@ func FuzzCode(f *testing.F) {
 		}
 	})
 }
+
+func BenchmarkCodeLong(b *testing.B) {
+	body := []byte(`{"a":"` + strings.Repeat("x", 1<<20) + `"}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		peek.Code(body)
+	}
+}
