@@ -47,13 +47,18 @@ const DefaultMaxRetryAfter = 5 * time.Minute
 // For each request RoundTrip acquires the selected weight on the request's
 // context, calls Base, and releases the weight exactly once: when the
 // response body is closed or read to io.EOF, or at once if Base fails or the
-// response has no body. A 429 or 418 response carrying Retry-After pauses the
-// limiter (see RoundTrip). Transport never retries, never follows redirects
-// and never modifies the caller's request.
+// response has no body. A throttled response (429 or 418, or what
+// ThrottledBody says) pauses the limiter, bounded and with jitter, whether
+// or not it carries a usable Retry-After (see RoundTrip). Transport never
+// reads a response body itself, retries only when MaxRetries is set, never
+// follows redirects and never modifies the caller's request.
 //
-// A Transport is safe for concurrent use by multiple goroutines. Its fields
-// must not be changed once it is in use. The zero value is not usable, since
-// Select is required; build one with [New] or [NewSelect].
+// A Transport is safe for concurrent use by multiple goroutines: the one
+// state it keeps, the streak of throttles that sets the backoff, is shared
+// by all of its requests and guarded by a mutex. Its fields must not be
+// changed once it is in use, and it must not be copied after first use.
+// The zero value is not usable, since Select is required; build one with
+// [New] or [NewSelect].
 type Transport struct {
 	// Base sends the requests. nil means http.DefaultTransport.
 	Base http.RoundTripper
