@@ -2,17 +2,28 @@ package httpclient
 
 import (
 	"io"
+	"sync"
 	"sync/atomic"
 )
 
 // body wraps a response body and releases the request's weight on the
 // limiter exactly once: on the first io.EOF from Read or the first Close,
-// whichever comes first.
+// whichever comes first. When check is set, it also keeps the first
+// PeekSize bytes that the caller's reads go through and calls check with
+// them exactly once, at the first of: PeekSize bytes seen, io.EOF, Close;
+// always before the release. It never reads ahead of the caller, so a
+// stalled body holds only the caller's own Read.
 type body struct {
 	rc       io.ReadCloser
 	l        Limiter
 	n        int64
 	released atomic.Bool
+
+	// mu guards prefix and check. It is never held across a Read or Close
+	// of rc, so a Close from another goroutine can abort a blocked Read.
+	mu     sync.Mutex
+	check  func(prefix []byte) // nil once run (or when not wanted)
+	prefix []byte
 }
 
 // readWriteBody is used when the original body is also an io.Writer, as
@@ -23,29 +34,61 @@ type readWriteBody struct {
 	w io.Writer
 }
 
-// wrapBody returns rc wrapped so that Close or io.EOF releases n on l.
-func wrapBody(rc io.ReadCloser, l Limiter, n int64) io.ReadCloser {
-	b := &body{rc: rc, l: l, n: n}
+// wrapBody returns rc wrapped so that Close or io.EOF releases n on l, after
+// check (if not nil) has seen the body's first bytes.
+func wrapBody(rc io.ReadCloser, l Limiter, n int64, check func([]byte)) io.ReadCloser {
+	b := &body{rc: rc, l: l, n: n, check: check}
 	if w, ok := rc.(io.Writer); ok {
 		return readWriteBody{body: b, w: w}
 	}
 	return b
 }
 
-// Read reads from the original body and releases the weight at io.EOF.
+// Read reads from the original body, keeps what passes for the check, and
+// releases the weight at io.EOF.
 func (b *body) Read(p []byte) (int, error) {
 	n, err := b.rc.Read(p)
-	if err == io.EOF { // io.Reader's contract: EOF itself, not wrapped
-		b.release()
+	if n > len(p) || n < 0 { // a broken reader; keep within p
+		n = max(min(n, len(p)), 0)
 	}
+	if err == io.EOF { // io.Reader's contract: EOF itself, not wrapped
+		defer b.release() // even if the check panics
+	}
+	b.seen(p[:n], err == io.EOF)
 	return n, err
 }
 
+// seen keeps the first PeekSize bytes of p not kept yet and runs the check
+// once PeekSize bytes were seen or when final is set.
+func (b *body) seen(p []byte, final bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.check == nil {
+		return
+	}
+	if room := PeekSize - len(b.prefix); room > 0 && len(p) > 0 {
+		b.prefix = append(b.prefix, p[:min(room, len(p))]...)
+	}
+	if final || len(b.prefix) >= PeekSize {
+		check := b.check
+		b.check = nil
+		if b.prefix == nil {
+			b.prefix = []byte{} // the body stage: non-nil, even when empty
+		}
+		// Run under mu: a concurrent Close or EOF waits for it, so the
+		// pause it may set comes before any release.
+		check(b.prefix)
+		b.prefix = nil
+	}
+}
+
 // Close closes the original body first, so the connection is back in the
-// base transport's pool (or torn down) before another request may start.
+// base transport's pool (or torn down) before another request may start,
+// then runs the check on what was seen (if it has not run), then releases.
 func (b *body) Close() error {
 	err := b.rc.Close()
-	b.release()
+	defer b.release() // even if the check panics
+	b.seen(nil, true)
 	return err
 }
 

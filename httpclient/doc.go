@@ -11,13 +11,20 @@
 // and you hold on to its permit, so always close it.
 //
 // When the server answers 429 Too Many Requests or 418 I'm a Teapot (used by
-// some exchanges, e.g. Binance, for an IP ban) with a Retry-After header, the
-// transport pauses the limiter for that long, capped by
-// [Transport.MaxRetryAfter], so no new request starts until the server is
-// ready again. The response itself is returned unchanged: status codes are not
-// errors, and this package never retries a request. Retries, if wanted, belong
-// in a client-level wrapper that can replay bodies through
-// [http.Request.GetBody].
+// some exchanges, e.g. Binance, for an IP ban), the transport pauses the
+// limiter before the request's permit is released, so no new request starts
+// until the server is ready again: for the Retry-After, capped by
+// [Transport.MaxRetryAfter] and lengthened by a little jitter so that clients
+// throttled together do not all resume at one instant; without a usable
+// Retry-After, for an exponential backoff with jitter that grows while the
+// throttles go on and starts again after a success, never above the cap. An
+// API that signals a throttle in the body (OKX's code 50011 with HTTP 200)
+// plugs in a [Transport.ThrottledBody] hook; the transport never reads a
+// body itself: the hook sees the first [PeekSize] bytes as the caller reads
+// them, so RoundTrip returns as soon as the headers arrive, even from a
+// server that then stalls. The response itself is returned unchanged:
+// status codes are not errors, and a request is retried only when
+// [Transport.MaxRetries] asks for it (after the pause, never at once).
 //
 // A Transport is safe for concurrent use by multiple goroutines, as an
 // http.RoundTripper must be.

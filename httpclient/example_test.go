@@ -48,7 +48,9 @@ func (l *slotLimiter) Release(n int64) {
 func (l *slotLimiter) PauseFor(d time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.log = append(l.log, fmt.Sprintf("limiter paused for %v", d))
+	// The pause is the Retry-After plus a little jitter (so that clients
+	// throttled together do not resume at one instant); print whole seconds.
+	l.log = append(l.log, fmt.Sprintf("limiter paused for %v", d.Truncate(time.Second)))
 }
 
 // Wrap an http.Client's transport so that at most two requests are in

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/ratesem/ratesem/clientpool"
-	"github.com/ratesem/ratesem/internal/peek"
 )
 
 // NewPool returns a Transport that routes each request through the rules of
@@ -15,22 +14,28 @@ import (
 // the request is sent through base (nil means http.DefaultTransport), and
 // the charges are released together when the response body is closed or
 // read to io.EOF. Every response's usage headers are reconciled with the
-// rules that read them (Rule.Usage). A throttled response (throttled; nil
-// means DefaultThrottled: 429 or 418) pauses the keys of the rules it is
-// about (Pool.ThrottledResponse) until its Retry-After, capped at MaxRetryAfter, or
-// for each rule's own window when it has none. A request whose
-// classification fails is not sent: RoundTrip closes its body and returns the
-// error.
+// rules that read them (Rule.Usage). A throttled response (throttled, the
+// Transport's ThrottledBody hook; nil means DefaultThrottledBody: 429 or
+// 418) pauses the keys of the rules it is about (Pool.ThrottledResponse):
+// until its Retry-After capped at MaxRetryAfter, or, when it has none, for
+// a backoff the pool picks per key. A throttle the headers show pauses
+// before RoundTrip returns (with Throttle.Body nil); the first PeekSize
+// bytes of its body, as the caller reads them, then go to
+// Pool.ThrottledResponse again (Throttle.Body set) before the charges are
+// released, so that the table's ThrottleTargets can pause the keys the body
+// names; a throttle only the body shows (OKX's 50011 with HTTP 200) pauses
+// then. RoundTrip never reads the body. A request whose classification
+// fails is not sent: RoundTrip closes its body and returns the error.
 //
 // Set MaxRetries on the result to retry throttled requests whose body can be
 // replayed. NewPool panics if p is nil.
-func NewPool(p *clientpool.Pool, base http.RoundTripper, throttled func(*http.Response) bool) *Transport {
+func NewPool(p *clientpool.Pool, base http.RoundTripper, throttled func(status int, h http.Header, body []byte) bool) *Transport {
 	if p == nil {
 		panic("httpclient: NewPool with nil Pool")
 	}
 	return &Transport{
-		Base:      base,
-		Throttled: throttled,
+		Base:          base,
+		ThrottledBody: throttled,
 		Select: func(req *http.Request) (Limiter, int64) {
 			charges, err := p.Classify(req)
 			if err != nil {
@@ -68,9 +73,11 @@ func (c *poolCall) PauseFor(d time.Duration) {
 }
 
 // Throttled implements ThrottleHandler: the keys of the rules the throttle is
-// about pause until the Retry-After, or for their own window.
-func (c *poolCall) Throttled(resp *http.Response, retryAfter time.Duration) {
-	th := clientpool.Throttle{Status: resp.StatusCode, Header: resp.Header, RetryAfter: retryAfter, Body: peek.Body(resp, 512)}
+// about pause until the Retry-After, or for a backoff of the pool's. It
+// reads no body: body is what the caller's reads went through (nil when
+// the headers are all there is yet).
+func (c *poolCall) Throttled(resp *http.Response, body []byte, retryAfter time.Duration) {
+	th := clientpool.Throttle{Status: resp.StatusCode, Header: resp.Header, RetryAfter: retryAfter, Body: body}
 	c.pool.ThrottledResponse(th, c.ticket.Charges())
 }
 

@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sync"
 	"time"
+
+	"github.com/ratesem/ratesem/internal/backoff"
 )
 
 // Limiter is what [Transport] needs from a limiter. Weights n are in the
@@ -44,13 +47,18 @@ const DefaultMaxRetryAfter = 5 * time.Minute
 // For each request RoundTrip acquires the selected weight on the request's
 // context, calls Base, and releases the weight exactly once: when the
 // response body is closed or read to io.EOF, or at once if Base fails or the
-// response has no body. A 429 or 418 response carrying Retry-After pauses the
-// limiter (see RoundTrip). Transport never retries, never follows redirects
-// and never modifies the caller's request.
+// response has no body. A throttled response (429 or 418, or what
+// ThrottledBody says) pauses the limiter, bounded and with jitter, whether
+// or not it carries a usable Retry-After (see RoundTrip). Transport never
+// reads a response body itself, retries only when MaxRetries is set, never
+// follows redirects and never modifies the caller's request.
 //
-// A Transport is safe for concurrent use by multiple goroutines. Its fields
-// must not be changed once it is in use. The zero value is not usable, since
-// Select is required; build one with [New] or [NewSelect].
+// A Transport is safe for concurrent use by multiple goroutines: the one
+// state it keeps, the streak of throttles that sets the backoff, is shared
+// by all of its requests and guarded by a mutex. Its fields must not be
+// changed once it is in use, and it must not be copied after first use.
+// The zero value is not usable, since Select is required; build one with
+// [New] or [NewSelect].
 type Transport struct {
 	// Base sends the requests. nil means http.DefaultTransport.
 	Base http.RoundTripper
@@ -67,26 +75,56 @@ type Transport struct {
 	// delay. nil means time.Now. Tests set it to a fixed time.
 	Now func() time.Time
 
-	// Throttled reports whether a response says the client called too fast.
-	// nil means DefaultThrottled: status 429 or 418. An API that signals it
-	// in the body (OKX's code 50011 with HTTP 200) plugs in its own test; it
-	// may read the body only if it leaves it readable for the caller.
-	Throttled func(resp *http.Response) bool
+	// ThrottledBody reports whether a response says the client called too
+	// fast, from its status code, its header and the first bytes of its
+	// body. nil means DefaultThrottledBody: status 429 or 418. Transport
+	// calls it at most twice per response and never lets it read the body:
+	// once when the headers arrive, with body nil (a true answer pauses at
+	// once, before RoundTrip returns), and, when the hook is set, once more
+	// as the caller reads, with the first PeekSize bytes the caller's reads
+	// went through (fewer when the body ended or was closed sooner; never
+	// nil, empty when the caller read nothing); a true
+	// answer then pauses too, before the request's units are released. An
+	// API that signals a throttle in the body (OKX's code 50011 with HTTP
+	// 200) plugs in its own test here. It must be safe for concurrent use
+	// and must not keep h or body.
+	ThrottledBody func(status int, h http.Header, body []byte) bool
+
+	// BackoffStart is the first pause after a throttle without a usable
+	// Retry-After; each further throttle in a row doubles it, with jitter,
+	// up to MaxRetryAfter. Zero or negative means 200 ms.
+	BackoffStart time.Duration
 
 	// MaxRetries is how many times a throttled request is sent again, after
 	// the pause its response caused; 0 means never. Only requests whose body
-	// can be replayed (no body, or GetBody set) are retried; before each
-	// retry at most 4 KiB of the throttled response's body is drained and
-	// the body closed. Retrying goes beyond the RoundTripper contract
+	// can be replayed (no body, or GetBody set) and whose throttle the
+	// headers show (ThrottledBody true with body nil) are retried; before
+	// each retry at most 4 KiB of the throttled response's body is drained,
+	// the body closed, and RoundTrip sleeps for the pause the response
+	// caused (never zero, never above MaxRetryAfter) or until the request's
+	// context is done. Retrying goes beyond the RoundTripper contract
 	// (net/http asks a RoundTripper not to retry): it is off by default, and
 	// the caller sees only the last response.
 	MaxRetries int
+
+	// streak counts throttles in a row without a usable Retry-After; see
+	// backoffFor. Guarded by mu, so a Transport stays safe for concurrent
+	// use; the zero value is a fresh streak.
+	mu        sync.Mutex
+	streak    int       // throttles in a row (a wave counts once)
+	lastPause time.Time // when the streak last grew (monotonic clock)
 }
 
-// DefaultThrottled reports whether resp has status 429 Too Many Requests or
-// 418 I'm a Teapot (Binance's IP ban).
-func DefaultThrottled(resp *http.Response) bool {
-	return resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusTeapot
+// PeekSize is the most bytes of a response body that Transport keeps for
+// the ThrottledBody hook and a [ThrottleHandler]: the bytes the caller's
+// own reads went through, never read ahead of the caller.
+const PeekSize = 512
+
+// DefaultThrottledBody reports whether status is 429 Too Many Requests or
+// 418 I'm a Teapot (Binance's IP ban); it ignores h and body. It is the
+// ThrottledBody hook of a Transport that sets none.
+func DefaultThrottledBody(status int, _ http.Header, _ []byte) bool {
+	return status == http.StatusTooManyRequests || status == http.StatusTeapot
 }
 
 // ThrottleHandler may be implemented by a Limiter that wants the throttled
@@ -94,9 +132,20 @@ func DefaultThrottled(resp *http.Response) bool {
 // pauses only those the response is about. Transport then calls Throttled,
 // instead of PauseFor, on every throttled response, with the Retry-After
 // delay capped at MaxRetryAfter, or 0 when the response has none (the
-// limiter picks a pause of its own).
+// limiter then backs off on its own).
+//
+// Throttled is called once when the headers show the throttle (body nil).
+// When the Transport looks at bodies (a ThrottledBody hook is set, or the
+// headers showed a throttle) it is called again, once the caller's reads
+// went through the first PeekSize bytes, io.EOF or Close, with those bytes,
+// if they show a throttle: for a throttle the headers showed, only when
+// the bytes are not empty, so that the limiter can pause more of its keys
+// (such a second call must never shorten a pause the first one set); for a
+// throttle only the body shows, that is the one call. Every call comes
+// before the request's units are released. Throttled must not read
+// resp.Body, must not block, and must not keep body.
 type ThrottleHandler interface {
-	Throttled(resp *http.Response, retryAfter time.Duration)
+	Throttled(resp *http.Response, body []byte, retryAfter time.Duration)
 }
 
 // ResponseObserver may be implemented by a Limiter that reads every
@@ -143,40 +192,69 @@ var errNilSelect = errors.New("httpclient: Transport.Select is nil; use New or N
 // once and Base's error is returned as is.
 //
 // Otherwise the response is returned with a nil error whatever its status
-// code, and the weight stays held until its Body is closed or read to io.EOF.
-// Callers must close the body, as with any http.Response; a body that is
-// never closed holds its permit forever. A nil or http.NoBody body releases
-// at once (Body is then http.NoBody).
+// code, as soon as Base returns it (RoundTrip never reads the body), and the
+// weight stays held until its Body is closed or read to io.EOF. Callers must
+// close the body, as with any http.Response; a body that is never closed
+// holds its permit forever. A nil or http.NoBody body releases at once (Body
+// is then http.NoBody).
 //
-// If the response is throttled (Throttled; by default status 429 Too Many
-// Requests or 418 I'm a Teapot) and the first Retry-After value parses with
-// [ParseRetryAfter] to a positive delay, RoundTrip calls PauseFor on the
-// request's limiter with that delay, capped at MaxRetryAfter, before
-// returning (a [ThrottleHandler] gets the response instead, also without a
-// Retry-After). Invalid values cause no pause. Other statuses, including
-// 503, cause no pause. A [ResponseObserver] limiter sees every response
-// first. The request is retried only when MaxRetries allows it.
+// A throttled response (ThrottledBody; by default status 429 Too Many
+// Requests or 418 I'm a Teapot) pauses the request's limiter before any of
+// its units are released: when the headers show it, before RoundTrip
+// returns; when only the body does, as the caller's reads reach PeekSize
+// bytes, io.EOF or Close. The pause is, when the first Retry-After value
+// parses with [ParseRetryAfter] to a positive delay d, backoff.Spread(d,
+// MaxRetryAfter): at least d (up to the cap) plus a little jitter so that
+// clients throttled together do not resume at one instant; otherwise
+// (Retry-After absent, 0, negative or invalid) capped exponential backoff
+// with jitter: BackoffStart, doubled for each further throttle in a row,
+// never above MaxRetryAfter. The streak is per Transport: a throttle of a
+// request sent before the streak last grew (the same wave of calls) does
+// not grow it again, and a response not throttled, of a request sent after
+// that, resets it. A [ThrottleHandler] limiter gets the response instead
+// of PauseFor, with the Retry-After capped at MaxRetryAfter or 0. Other
+// statuses, including 503, cause no pause. A [ResponseObserver] limiter sees
+// every response first. The request is retried only when MaxRetries allows
+// it.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	for attempt := 0; ; attempt++ {
-		resp, throttled, err := t.roundTripOnce(req)
-		if err != nil || attempt >= t.MaxRetries || !throttled || !replayable(req) {
+		resp, wait, err := t.roundTripOnce(req)
+		if err != nil || wait <= 0 || attempt >= t.MaxRetries || !replayable(req) {
 			return resp, err
 		}
 		// Give the throttled response back (its release lets the pause,
-		// already set, hold the retry) and send again with a fresh body.
+		// already set, hold the retry), wait out the pause this response
+		// caused, and send again with a fresh body.
 		_, _ = io.CopyN(io.Discard, resp.Body, 4096)
 		resp.Body.Close()
+		if err := sleep(req.Context(), wait); err != nil {
+			return nil, fmt.Errorf("httpclient: waiting to retry %s: %w", describe(req), err)
+		}
 		if req, err = rewind(req); err != nil {
 			return nil, err
 		}
 	}
 }
 
-func (t *Transport) throttled(resp *http.Response) bool {
-	if t.Throttled != nil {
-		return t.Throttled(resp)
+// sleep waits for d or until ctx is done, whichever comes first, and returns
+// ctx.Err() in the second case.
+func sleep(ctx context.Context, d time.Duration) error {
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-tm.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
-	return DefaultThrottled(resp)
+}
+
+// throttledBy returns the hook deciding whether a response is throttled.
+func (t *Transport) throttledBy() func(int, http.Header, []byte) bool {
+	if t.ThrottledBody != nil {
+		return t.ThrottledBody
+	}
+	return DefaultThrottledBody
 }
 
 // replayable reports whether req can be sent again: no body, or GetBody.
@@ -199,37 +277,46 @@ func rewind(req *http.Request) (*http.Request, error) {
 	return r, nil
 }
 
-// roundTripOnce sends req once and reports whether its response was
-// throttled (decided once, before the body is handed to the caller).
-func (t *Transport) roundTripOnce(req *http.Request) (*http.Response, bool, error) {
+// roundTripOnce sends req once. When the headers show a throttle it returns
+// the pause that throttle calls for (> 0), which a retry waits out.
+func (t *Transport) roundTripOnce(req *http.Request) (*http.Response, time.Duration, error) {
 	if t.Select == nil {
 		closeRequestBody(req)
-		return nil, false, errNilSelect
+		return nil, 0, errNilSelect
 	}
 	l, n := t.Select(req)
 	if n < 0 {
 		closeRequestBody(req)
-		return nil, false, fmt.Errorf("httpclient: Selector returned negative weight %d for %s", n, describe(req))
+		return nil, 0, fmt.Errorf("httpclient: Selector returned negative weight %d for %s", n, describe(req))
 	}
 	if l == nil {
+		sent := time.Now()
 		resp, err := send(t.base(), req)
-		return resp, err == nil && t.throttled(resp), err
+		if err != nil {
+			return nil, 0, err
+		}
+		if !t.throttledBy()(resp.StatusCode, resp.Header, nil) {
+			t.succeeded(sent)
+			return resp, 0, nil
+		}
+		_, wait := t.delays(resp, sent)
+		return resp, wait, nil
 	}
 	if err := l.Acquire(req.Context(), n); err != nil {
 		// Base was never called, so the RoundTripper contract leaves closing
 		// the body to us.
 		closeRequestBody(req)
-		return nil, false, fmt.Errorf("httpclient: waiting for limiter: %w", err)
+		return nil, 0, fmt.Errorf("httpclient: waiting for limiter: %w", err)
 	}
 	return t.roundTripHeld(l, n, req)
 }
 
 // roundTripHeld sends req while n units of l are held and arranges their
 // release.
-func (t *Transport) roundTripHeld(l Limiter, n int64, req *http.Request) (*http.Response, bool, error) {
+func (t *Transport) roundTripHeld(l Limiter, n int64, req *http.Request) (*http.Response, time.Duration, error) {
 	// Until the body wrapper owns the release, every way out (Base error, no
-	// body, or a panic in Base, Now or PauseFor) releases here; otherwise a
-	// recovered panic would shrink the limiter for good.
+	// body, or a panic in Base, Now, a hook or PauseFor) releases here;
+	// otherwise a recovered panic would shrink the limiter for good.
 	handedOff := false
 	defer func() {
 		if !handedOff {
@@ -237,53 +324,136 @@ func (t *Transport) roundTripHeld(l Limiter, n int64, req *http.Request) (*http.
 		}
 	}()
 
+	sent := time.Now()
 	resp, err := send(t.base(), req)
 	if err != nil {
-		return nil, false, err
+		return nil, 0, err
 	}
 	if o, ok := l.(ResponseObserver); ok {
 		o.ObserveResponse(resp)
 	}
 	// Pause before anything is released: the slot we hold keeps the next
 	// request from starting between the 429 and the pause.
-	throttled := t.throttled(resp)
-	if throttled {
-		t.pause(l, resp)
+	var wait time.Duration
+	headerThrottled := t.throttledBy()(resp.StatusCode, resp.Header, nil)
+	if headerThrottled {
+		wait = t.pause(l, resp, nil, sent)
+	}
+	_, handler := l.(ThrottleHandler)
+	// The body is looked at only when it can change something: a hook that
+	// reads it, or a handler that refines which keys a throttle is about.
+	watch := t.ThrottledBody != nil || (headerThrottled && handler)
+	if !headerThrottled && !watch {
+		t.succeeded(sent)
 	}
 	if resp.Body == http.NoBody {
-		return resp, throttled, nil
+		if watch {
+			t.bodySeen(l, resp, []byte{}, headerThrottled, sent)
+		}
+		return resp, wait, nil
 	}
-	resp.Body = wrapBody(resp.Body, l, n)
+	var check func([]byte)
+	if watch {
+		check = func(prefix []byte) { t.bodySeen(l, resp, prefix, headerThrottled, sent) }
+	}
+	resp.Body = wrapBody(resp.Body, l, n, check)
 	handedOff = true
-	return resp, throttled, nil
+	return resp, wait, nil
 }
 
-// pause pauses l after a throttled response: until its Retry-After when it
-// has a usable one (a ThrottleHandler is told either way).
-// 503 also may carry Retry-After, but it signals an overloaded or down
-// server rather than a client over its quota, so it does not pause the limit.
-func (t *Transport) pause(l Limiter, resp *http.Response) {
-	var d time.Duration
-	if v := resp.Header.Get("Retry-After"); v != "" { // first value; nil Header is fine
-		now := time.Now
-		if t.Now != nil {
-			now = t.Now
+// bodySeen runs the body check of a response once its first bytes (up to
+// PeekSize) went through the caller's reads, before the units are released:
+// a throttle the body shows pauses l (a ThrottleHandler is told again even
+// when the headers already showed it, so that it can pause more keys).
+func (t *Transport) bodySeen(l Limiter, resp *http.Response, prefix []byte, headerThrottled bool, sent time.Time) {
+	if !t.throttledBy()(resp.StatusCode, resp.Header, prefix) {
+		if !headerThrottled {
+			t.succeeded(sent)
 		}
-		if parsed, err := ParseRetryAfter(v, now()); err == nil && parsed > 0 {
-			maxDelay := t.MaxRetryAfter
-			if maxDelay <= 0 {
-				maxDelay = DefaultMaxRetryAfter
-			}
-			d = min(parsed, maxDelay)
-		}
-	}
-	if h, ok := l.(ThrottleHandler); ok {
-		h.Throttled(resp, d)
 		return
 	}
-	if d > 0 {
-		l.PauseFor(d)
+	if headerThrottled {
+		// The pause is set; only a handler can learn more from the body
+		// (which of its keys the throttle is about). The streak moved at
+		// the headers already. An empty prefix (the body closed unread, or
+		// empty) says nothing new, so the handler is not told twice.
+		if h, ok := l.(ThrottleHandler); ok && len(prefix) > 0 {
+			h.Throttled(resp, prefix, t.retryAfter(resp))
+		}
+		return
 	}
+	t.pause(l, resp, prefix, sent)
+}
+
+// pause pauses l after a throttled response and returns the pause it set
+// (for a ThrottleHandler: the pause a retry should wait).
+// 503 also may carry Retry-After, but it signals an overloaded or down
+// server rather than a client over its quota, so it does not pause the limit.
+func (t *Transport) pause(l Limiter, resp *http.Response, body []byte, sent time.Time) time.Duration {
+	ra, d := t.delays(resp, sent)
+	if h, ok := l.(ThrottleHandler); ok {
+		h.Throttled(resp, body, ra)
+		return d
+	}
+	l.PauseFor(d)
+	return d
+}
+
+// delays returns, for a throttled response of a request sent at sent, the
+// server's usable Retry-After capped at MaxRetryAfter (0 when it has none)
+// and the pause to take: backoff.Spread of that delay, or, without one,
+// backoff.Exp of the Transport's streak. Both are within the cap and the
+// pause is positive.
+func (t *Transport) delays(resp *http.Response, sent time.Time) (retryAfter, pause time.Duration) {
+	maxDelay := backoff.Cap(t.MaxRetryAfter)
+	if ra := t.retryAfter(resp); ra > 0 {
+		return ra, max(backoff.Spread(ra, maxDelay), 1)
+	}
+	return 0, max(backoff.Exp(t.throttledStreak(sent), t.BackoffStart, maxDelay), 1)
+}
+
+// retryAfter returns the response's first Retry-After value as a delay
+// capped at MaxRetryAfter, or 0 when it is absent, not positive or does not
+// parse.
+func (t *Transport) retryAfter(resp *http.Response) time.Duration {
+	v := resp.Header.Get("Retry-After") // first value; nil Header is fine
+	if v == "" {
+		return 0
+	}
+	now := time.Now
+	if t.Now != nil {
+		now = t.Now
+	}
+	parsed, err := ParseRetryAfter(v, now())
+	if err != nil || parsed <= 0 {
+		return 0
+	}
+	return min(parsed, backoff.Cap(t.MaxRetryAfter))
+}
+
+// throttledStreak notes a throttle without a usable Retry-After of a
+// request sent at sent and returns its place in the streak (0 for the
+// first). A request sent before the streak last grew belongs to the wave
+// that grew it, so the calls in flight when a server starts rejecting count
+// once, not once each.
+func (t *Transport) throttledStreak(sent time.Time) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.streak == 0 || !sent.Before(t.lastPause) {
+		t.streak++
+		t.lastPause = time.Now()
+	}
+	return max(t.streak-1, 0)
+}
+
+// succeeded notes a response that was not throttled, of a request sent at
+// sent: one sent after the streak last grew ends the streak.
+func (t *Transport) succeeded(sent time.Time) {
+	t.mu.Lock()
+	if t.streak > 0 && !sent.Before(t.lastPause) {
+		t.streak = 0
+	}
+	t.mu.Unlock()
 }
 
 // CloseIdleConnections calls CloseIdleConnections on Base (http.DefaultTransport

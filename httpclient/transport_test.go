@@ -431,32 +431,42 @@ func TestRequestNotModified(t *testing.T) {
 // fixedNow is the instant every Retry-After test measures from.
 var fixedNow = time.Date(2025, time.March, 14, 15, 9, 26, 0, time.UTC)
 
+// A usable Retry-After pauses for at least its delay (capped) plus a little
+// jitter, never above the cap; a 429 or 418 without one (absent, 0, past,
+// negative, garbage) pauses with backoff: the first throttle of a streak
+// for 100..200 ms (internal/backoff's equal jitter of 200 ms). Other
+// statuses do not pause.
 func TestRetryAfterPauses(t *testing.T) {
 	future := fixedNow.Add(90 * time.Second)
+	const s = time.Second
+	backoffLo, backoffHi := 100*time.Millisecond, 200*time.Millisecond
+	maxD := httpclient.DefaultMaxRetryAfter
 	tests := []struct {
 		name       string
 		status     int
 		retryAfter []string // header values, nil for none
 		max        time.Duration
-		want       []time.Duration // pauses expected
+		lo, hi     time.Duration // the one pause expected; 0, 0 for none
 	}{
-		{"429 seconds", http.StatusTooManyRequests, []string{"3"}, 0, []time.Duration{3 * time.Second}},
-		{"418 seconds", http.StatusTeapot, []string{"120"}, 0, []time.Duration{120 * time.Second}},
-		{"429 HTTP-date", http.StatusTooManyRequests, []string{future.Format(http.TimeFormat)}, 0, []time.Duration{90 * time.Second}},
-		{"429 first value wins", http.StatusTooManyRequests, []string{"4", "60"}, 0, []time.Duration{4 * time.Second}},
-		{"429 zero", http.StatusTooManyRequests, []string{"0"}, 0, nil},
-		{"429 past date", http.StatusTooManyRequests, []string{fixedNow.Add(-time.Hour).Format(http.TimeFormat)}, 0, nil},
-		{"429 invalid", http.StatusTooManyRequests, []string{"soon"}, 0, nil},
-		{"429 negative", http.StatusTooManyRequests, []string{"-5"}, 0, nil},
-		{"429 no header", http.StatusTooManyRequests, nil, 0, nil},
-		{"429 huge capped by default", http.StatusTooManyRequests, []string{"99999999999999999999"}, 0, []time.Duration{httpclient.DefaultMaxRetryAfter}},
-		{"429 huge capped by MaxRetryAfter", http.StatusTooManyRequests, []string{"99999999999999999999"}, 30 * time.Second, []time.Duration{30 * time.Second}},
-		{"429 above MaxRetryAfter", http.StatusTooManyRequests, []string{"31"}, 30 * time.Second, []time.Duration{30 * time.Second}},
-		{"429 at MaxRetryAfter", http.StatusTooManyRequests, []string{"30"}, 30 * time.Second, []time.Duration{30 * time.Second}},
-		{"429 far date capped", http.StatusTooManyRequests, []string{fixedNow.AddDate(1, 0, 0).Format(http.TimeFormat)}, 0, []time.Duration{httpclient.DefaultMaxRetryAfter}},
-		{"200 ignored", http.StatusOK, []string{"3"}, 0, nil},
-		{"503 ignored", http.StatusServiceUnavailable, []string{"3"}, 0, nil},
-		{"500 ignored", http.StatusInternalServerError, []string{"3"}, 0, nil},
+		{"429 seconds", http.StatusTooManyRequests, []string{"3"}, 0, 3 * s, 3*s + 350*time.Millisecond},
+		{"418 seconds", http.StatusTeapot, []string{"120"}, 0, 120 * s, 132*s + 50*time.Millisecond},
+		{"429 HTTP-date", http.StatusTooManyRequests, []string{future.Format(http.TimeFormat)}, 0, 90 * s, 99*s + 50*time.Millisecond},
+		{"429 first value wins", http.StatusTooManyRequests, []string{"4", "60"}, 0, 4 * s, 4*s + 450*time.Millisecond},
+		{"429 zero", http.StatusTooManyRequests, []string{"0"}, 0, backoffLo, backoffHi},
+		{"429 past date", http.StatusTooManyRequests, []string{fixedNow.Add(-time.Hour).Format(http.TimeFormat)}, 0, backoffLo, backoffHi},
+		{"429 invalid", http.StatusTooManyRequests, []string{"soon"}, 0, backoffLo, backoffHi},
+		{"429 negative", http.StatusTooManyRequests, []string{"-5"}, 0, backoffLo, backoffHi},
+		{"429 no header", http.StatusTooManyRequests, nil, 0, backoffLo, backoffHi},
+		{"418 no header", http.StatusTeapot, nil, 0, backoffLo, backoffHi},
+		{"429 no header, tiny cap", http.StatusTooManyRequests, nil, 10 * time.Millisecond, 5 * time.Millisecond, 10 * time.Millisecond},
+		{"429 huge capped by default", http.StatusTooManyRequests, []string{"99999999999999999999"}, 0, maxD * 9 / 10, maxD},
+		{"429 huge capped by MaxRetryAfter", http.StatusTooManyRequests, []string{"99999999999999999999"}, 30 * s, 27 * s, 30 * s},
+		{"429 above MaxRetryAfter", http.StatusTooManyRequests, []string{"31"}, 30 * s, 27 * s, 30 * s},
+		{"429 at MaxRetryAfter", http.StatusTooManyRequests, []string{"30"}, 30 * s, 27 * s, 30 * s},
+		{"429 far date capped", http.StatusTooManyRequests, []string{fixedNow.AddDate(1, 0, 0).Format(http.TimeFormat)}, 0, maxD * 9 / 10, maxD},
+		{"200 ignored", http.StatusOK, []string{"3"}, 0, 0, 0},
+		{"503 ignored", http.StatusServiceUnavailable, []string{"3"}, 0, 0, 0},
+		{"500 ignored", http.StatusInternalServerError, []string{"3"}, 0, 0, 0},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -475,7 +485,12 @@ func TestRetryAfterPauses(t *testing.T) {
 			require.NoError(t, err, "status codes are not errors")
 
 			_, _, _, pauses := lim.state()
-			assert.Equal(t, tc.want, pauses)
+			if tc.hi == 0 {
+				assert.Empty(t, pauses)
+			} else if assert.Len(t, pauses, 1) {
+				assert.GreaterOrEqual(t, pauses[0], tc.lo)
+				assert.LessOrEqual(t, pauses[0], tc.hi)
+			}
 
 			// The response comes back unchanged.
 			assert.Equal(t, tc.status, resp.StatusCode)
@@ -500,7 +515,10 @@ func TestPauseBeforeRelease(t *testing.T) {
 	resp, err := tr.RoundTrip(newRequest(t, http.MethodGet, "http://example.test/", nil))
 	require.NoError(t, err)
 	require.NoError(t, resp.Body.Close())
-	assert.Equal(t, []string{"acquire 1", "pause 2s", "release 1"}, lim.events)
+	require.Len(t, lim.events, 3)
+	assert.Equal(t, "acquire 1", lim.events[0])
+	assert.True(t, strings.HasPrefix(lim.events[1], "pause 2."), lim.events[1]) // 2 s and jitter
+	assert.Equal(t, "release 1", lim.events[2])
 }
 
 type orderLimiter struct {
@@ -630,7 +648,10 @@ func TestRealServer429(t *testing.T) {
 	assert.Equal(t, "7", ra)
 	assert.Equal(t, "slow down", body)
 	_, _, _, pauses := lim.state()
-	assert.Equal(t, []time.Duration{7 * time.Second}, pauses)
+	if assert.Len(t, pauses, 1) { // 7 s plus at most 750 ms of jitter
+		assert.GreaterOrEqual(t, pauses[0], 7*time.Second)
+		assert.LessOrEqual(t, pauses[0], 7750*time.Millisecond)
+	}
 
 	status, _, body = get("/fine")
 	assert.Equal(t, http.StatusOK, status)

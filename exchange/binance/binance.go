@@ -154,19 +154,29 @@ func Spot(opts ...Option) clientpool.Table {
 
 // CodeTooManyOrders is the body code of a 429 for the account's order count
 // (ORDERS); -1003 is the IP's weight or raw requests. Source:
-// https://developers.binance.com/docs/binance-spot-api-docs/errors
+// https://developers.binance.com/docs/binance-spot-api-docs/errors#-1015-too_many_orders
+// ("Too many new orders." or "Too many new orders; current limit is %s
+// orders per %s.": the message may or may not name the interval).
 const CodeTooManyOrders = "-1015"
 
-// throttleTargets points a 429 with code -1015 at the account's ORDERS
-// rules; any other throttle (-1003, or a 418 ban) falls back to the rules
-// marked to pause (the IP's REQUEST_WEIGHT).
+// throttleTargets points a 429 with code -1015 at the account's ORDERS_10S
+// charge only; any other throttle (-1003, or a 418 ban) falls back to the
+// rules marked to pause (the IP's REQUEST_WEIGHT).
+//
+// A -1015 is shared by both ORDERS rules and need not say which one was
+// hit, so it pauses the shortest window that can explain it: pausing the
+// 1-day rule for its window would park the account for up to a day on a
+// burst that ten seconds cure. If the daily count is really exhausted, the
+// next order is rejected again and the pool's backoff on the 10-second key
+// grows (capped), and the X-MBX-ORDER-COUNT-1D header, when Binance sends
+// it, tells the daily rule its true count.
 func throttleTargets(th clientpool.Throttle, charges []clientpool.Charge) []clientpool.Charge {
 	if peek.Code(th.Body) != CodeTooManyOrders {
 		return nil
 	}
 	var out []clientpool.Charge
 	for _, c := range charges {
-		if c.Rule == RuleOrders10s || c.Rule == RuleOrders1d {
+		if c.Rule == RuleOrders10s {
 			out = append(out, c)
 		}
 	}

@@ -251,14 +251,26 @@ func TestWithTimeScale(t *testing.T) {
 func posInf() float64 { z := 0.0; return 1 / z }
 func nan() float64    { z := 0.0; return z / z }
 
-// A -1015 throttle is about the account's order counts, not the IP.
+// A -1015 throttle is about the account's order counts, not the IP, and
+// pauses the shortest window that can explain it: ORDERS_10S, never
+// ORDERS_1D (on the old code the daily key was paused for 24 h), whatever
+// the message says and whatever the Retry-After.
 func TestThrottleTargetsOrders(t *testing.T) {
 	table := binance.Spot()
 	cs := []clientpool.Charge{{Rule: binance.RuleRequestWeight, Weight: 1}, {Rule: binance.RuleRawRequests, Weight: 1},
 		{Rule: binance.RuleOrders10s, Key: "k", Weight: 1}, {Rule: binance.RuleOrders1d, Key: "k", Weight: 1}}
-	got := table.ThrottleTargets(clientpool.Throttle{Status: 429, Body: []byte(`{"code":-1015,"msg":"Too many new orders."}`)}, cs)
-	if len(got) != 2 || got[0].Rule != binance.RuleOrders10s || got[1].Rule != binance.RuleOrders1d {
-		t.Fatalf("targets %v, want the two ORDERS charges", got)
+	for _, body := range []string{
+		`{"code":-1015,"msg":"Too many new orders."}`,
+		`{"code":-1015,"msg":"Too many new orders; current limit is 100 orders per 10 SECOND."}`,
+		`{"code":-1015,"msg":"Too many new orders; current limit is 200000 orders per 1 DAY."}`,
+		`{"code":"-1015"}`,
+	} {
+		for _, ra := range []time.Duration{0, time.Second, 24 * time.Hour} {
+			got := table.ThrottleTargets(clientpool.Throttle{Status: 429, Body: []byte(body), RetryAfter: ra}, cs)
+			if len(got) != 1 || got[0].Rule != binance.RuleOrders10s || got[0].Key != "k" {
+				t.Fatalf("%s, Retry-After %v: targets %v, want only ORDERS_10S[k]", body, ra, got)
+			}
+		}
 	}
 	if got := table.ThrottleTargets(clientpool.Throttle{Status: 429, Body: []byte(`{"code":-1003}`)}, cs); got != nil {
 		t.Fatalf("a -1003 throttle picked %v; want nil (the IP's weight)", got)

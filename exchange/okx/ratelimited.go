@@ -18,38 +18,31 @@ const (
 	CodeSubAccountRateLimited = "50061"
 )
 
-// PeekSize is the most IsRateLimited reads of a response body: OKX puts the
-// code first, so the code of any response is within it.
+// PeekSize is the most of a response body that IsRateLimitedBody looks at:
+// OKX puts the code first, so the code of any response is within it. It
+// equals httpclient.PeekSize, the prefix the Transport hands its hook.
 const PeekSize = 512
 
-// IsRateLimited reports whether OKX rejected a request for its rate: HTTP 429,
-// or HTTP 200 whose JSON body has code CodeRateLimited or
-// CodeSubAccountRateLimited (OKX answers 50011 with either status). It has
-// the signature of httpclient.Transport's Throttled hook, so
-// httpclient.NewPool(pool, nil, okx.IsRateLimited) pauses on both.
-//
-// For a 200 it reads at most PeekSize bytes of resp.Body and replaces
-// resp.Body with a body that yields those bytes and then the rest, closing
-// the original, so the caller still reads the whole body. It may be called
-// more than once on the same response. A nil resp is not rate-limited.
-func IsRateLimited(resp *http.Response) bool {
-	if resp == nil {
-		return false
-	}
-	if resp.StatusCode == http.StatusTooManyRequests {
-		return true
-	}
-	if resp.StatusCode != http.StatusOK || resp.Body == nil || resp.Body == http.NoBody {
-		return false
-	}
-	buf := peek.Body(resp, PeekSize)
-	return IsRateLimitedBody(resp.StatusCode, buf)
+// IsRateLimited reports whether OKX rejected a request for its rate: status
+// 429, or status 200 whose body starts with a JSON object with code
+// CodeRateLimited or CodeSubAccountRateLimited (OKX answers 50011 with
+// either status). h is not used. body is the start of the response body as
+// far as it was seen (nil when only the headers are there); only its first
+// PeekSize bytes are looked at. It reads no response body, never blocks and
+// is safe for concurrent use. It has the signature of
+// httpclient.Transport's ThrottledBody hook, so
+// httpclient.NewPool(pool, nil, okx.IsRateLimited) pauses on both: a 429 as
+// soon as its headers arrive, a 200 with the code as the caller reads its
+// body.
+func IsRateLimited(status int, _ http.Header, body []byte) bool {
+	return IsRateLimitedBody(status, body)
 }
 
-// IsRateLimitedBody is IsRateLimited for a status and a body (or its first
-// bytes) already read: status 429, or status 200 with a JSON object whose
+// IsRateLimitedBody is IsRateLimited without the header: status 429, or
+// status 200 with a body (or its first bytes) that is a JSON object whose
 // "code" is CodeRateLimited or CodeSubAccountRateLimited, as a string or a
-// number.
+// number. Only the first PeekSize bytes of body are looked at, so its cost
+// is bounded whatever the body's size or nesting.
 func IsRateLimitedBody(status int, body []byte) bool {
 	if status == http.StatusTooManyRequests {
 		return true
@@ -57,13 +50,9 @@ func IsRateLimitedBody(status int, body []byte) bool {
 	if status != http.StatusOK {
 		return false
 	}
-	switch peek.Code(body) {
+	switch peek.Code(body[:min(len(body), PeekSize)]) {
 	case CodeRateLimited, CodeSubAccountRateLimited:
 		return true
 	}
 	return false
 }
-
-// code returns the "code" member of the JSON object body starts with, read
-// token by token so that a body cut short after it still yields it; "" when
-// there is none.

@@ -1,8 +1,6 @@
 package okx_test
 
 import (
-	"errors"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -13,19 +11,6 @@ import (
 	"github.com/ratesem/ratesem/clientpool"
 	"github.com/ratesem/ratesem/exchange/okx"
 )
-
-// closeCounter records Close calls on the original body.
-type closeCounter struct {
-	io.Reader
-	closed int
-}
-
-func (c *closeCounter) Close() error { c.closed++; return nil }
-
-func response(status int, body string) (*http.Response, *closeCounter) {
-	b := &closeCounter{Reader: strings.NewReader(body)}
-	return &http.Response{StatusCode: status, Body: b, Header: http.Header{}}, b
-}
 
 func TestIsRateLimited(t *testing.T) {
 	big := `{"code":"0","msg":"","data":[` + strings.Repeat(`{"instId":"BTC-USDT","fundingRate":"0.0001"},`, 200) + `{}]}`
@@ -53,24 +38,18 @@ func TestIsRateLimited(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			resp, orig := response(c.status, c.body)
-			assert.Equal(t, c.want, okx.IsRateLimited(resp))
-			// Twice, as a transport may ask again.
-			assert.Equal(t, c.want, okx.IsRateLimited(resp))
-			b, err := io.ReadAll(resp.Body)
-			require.NoError(t, err)
-			assert.Equal(t, c.body, string(b), "the body is still whole")
-			require.NoError(t, resp.Body.Close())
-			assert.Equal(t, 1, orig.closed, "closing closes the original body")
+			assert.Equal(t, c.want, okx.IsRateLimited(c.status, http.Header{}, []byte(c.body)))
 			assert.Equal(t, c.want, okx.IsRateLimitedBody(c.status, []byte(c.body)))
 		})
 	}
 }
 
-func TestIsRateLimitedNil(t *testing.T) {
-	assert.False(t, okx.IsRateLimited(nil))
-	assert.False(t, okx.IsRateLimited(&http.Response{StatusCode: http.StatusOK}))
-	assert.False(t, okx.IsRateLimited(&http.Response{StatusCode: http.StatusOK, Body: http.NoBody}))
+// At the headers (body nil) only a 429 is known to be throttled; a 200 is
+// decided as its body is read.
+func TestIsRateLimitedHeadersOnly(t *testing.T) {
+	assert.True(t, okx.IsRateLimited(http.StatusTooManyRequests, nil, nil))
+	assert.False(t, okx.IsRateLimited(http.StatusOK, nil, nil))
+	assert.False(t, okx.IsRateLimited(http.StatusOK, http.Header{"X-Code": {"50011"}}, []byte{}))
 }
 
 // A body cut short after the code still says it.
@@ -80,20 +59,15 @@ func TestIsRateLimitedBodyPrefix(t *testing.T) {
 	assert.False(t, okx.IsRateLimitedBody(http.StatusOK, []byte(`{"data":[{"in`)))
 }
 
-// A read error during the peek reaches the caller after the bytes read.
-func TestIsRateLimitedReadError(t *testing.T) {
-	boom := errors.New("connection reset")
-	body := &closeCounter{Reader: io.MultiReader(strings.NewReader(`{"code":"0","da`), errorReader{boom})}
-	resp := &http.Response{StatusCode: http.StatusOK, Body: body}
-	assert.False(t, okx.IsRateLimited(resp))
-	b, err := io.ReadAll(resp.Body)
-	assert.Equal(t, `{"code":"0","da`, string(b))
-	assert.ErrorIs(t, err, boom)
+// Only the first PeekSize bytes are looked at: a code beyond them is not
+// seen, and a huge body costs no more than its first PeekSize bytes.
+func TestIsRateLimitedBodyLooksAtPeekSizeOnly(t *testing.T) {
+	pad := `{"pad":"` + strings.Repeat("x", okx.PeekSize) + `","code":"50011"}`
+	assert.False(t, okx.IsRateLimitedBody(http.StatusOK, []byte(pad)))
+	deep := []byte(`{"data":` + strings.Repeat("[", 1<<20))
+	allocs := testing.AllocsPerRun(5, func() { okx.IsRateLimitedBody(http.StatusOK, deep) })
+	assert.Less(t, allocs, 200.0, "allocations for a 1 MB body of [[[[")
 }
-
-type errorReader struct{ err error }
-
-func (e errorReader) Read([]byte) (int, error) { return 0, e.err }
 
 // A 50061 throttle is about the sub-account: only its charge is paused.
 func TestThrottleTargetsSubAccount(t *testing.T) {

@@ -1,49 +1,26 @@
-// Package peek reads the start of an HTTP response body without taking it
-// from the caller, and the "code" field that exchange APIs put in their JSON
-// error bodies (OKX's "50011", Binance's -1003).
+// Package peek reads the "code" field that exchange APIs put in their JSON
+// error bodies (OKX's "50011", Binance's -1003) from the first bytes of a
+// response body, as far as the caller's reads have seen it. It never reads
+// a body itself.
 package peek
 
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
-	"io"
-	"net/http"
 )
 
-// Body returns up to n bytes from the start of resp.Body and puts them back:
-// the caller still reads the whole body, and Close still closes the
-// original. A read error other than EOF is returned to the caller's later
-// Read, after the peeked bytes. It returns nil for a nil or empty body.
-func Body(resp *http.Response, n int) []byte {
-	if resp == nil || resp.Body == nil || resp.Body == http.NoBody {
-		return nil
-	}
-	buf := make([]byte, n)
-	k, err := io.ReadFull(resp.Body, buf)
-	buf = buf[:k]
-	var rest io.Reader = resp.Body
-	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
-		rest = errReader{err}
-	}
-	resp.Body = peekedBody{Reader: io.MultiReader(bytes.NewReader(buf), rest), Closer: resp.Body}
-	return buf
-}
-
-type peekedBody struct {
-	io.Reader
-	io.Closer
-}
-
-type errReader struct{ err error }
-
-// Read returns the error the original body gave.
-func (e errReader) Read([]byte) (int, error) { return 0, e.err }
+// Max is the most bytes of a body that Code looks at: the exchanges put
+// the code first, and a bound keeps the cost of a huge or deeply nested
+// body constant. It equals httpclient.PeekSize.
+const Max = 512
 
 // Code returns the top-level "code" field of a JSON object as text (a JSON
 // string as is, a number in its decimal form), or "" when body is not such
-// an object or has no code among its first bytes.
+// an object or has no code among its first Max bytes. A body cut short
+// after the code still yields it. It never panics, is safe for concurrent
+// use, and its cost is bounded by Max whatever len(body) is.
 func Code(body []byte) string {
+	body = body[:min(len(body), Max)]
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
 	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
