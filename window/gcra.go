@@ -167,7 +167,11 @@ func (g *GCRA) Cancel(at time.Time, n int64) {
 	if n <= 0 || !g.started || g.offset(at) < g.admitted {
 		return
 	}
-	g.tat -= mulSat(n, g.emit)
+	// The Admit being undone moved the TAT on from max(TAT, admitted), so
+	// the TAT never goes back before admitted: a Cancel heavier than any
+	// admission (a caller's bug) cannot push it towards MinInt64, where
+	// TAT − now would wrap.
+	g.tat = max(g.tat-mulSat(n, g.emit), g.admitted)
 }
 
 // Done implements Policy. It does nothing: GCRA counts starts only.

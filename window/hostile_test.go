@@ -345,3 +345,43 @@ func FuzzPolicy(f *testing.F) {
 		check()
 	})
 }
+
+// A Cancel heavier than any admission (a caller's bug) must not push GCRA's
+// TAT towards MinInt64, where TAT − now wraps and the next refusal names an
+// instant in the past (found by a second FuzzPolicy harness).
+func TestGCRACancelHeavierThanAdmitted(t *testing.T) {
+	for _, row := range rows {
+		if !strings.Contains(row.name, "GCRA") && !strings.Contains(row.name, "pacer") {
+			continue
+		}
+		p := row.make(window.Limit{N: 3, Per: time.Second})
+		now := at(0)
+		if _, ok := p.Admit(now, 1); !ok {
+			t.Fatalf("%s: first unit refused", row.name)
+		}
+		p.Cancel(now, math.MaxInt64)
+		for i := range 10 {
+			if retry, ok := p.Admit(now, 1); !ok && !retry.After(now) {
+				t.Fatalf("%s: Admit %d after a huge Cancel refused with retry %v, not after now %v", row.name, i, retry, now)
+			}
+		}
+	}
+}
+
+// With Per near MaxInt64 every retry instant lies in the future, however
+// far the clock has moved: the counters' next-window instants saturate
+// rather than wrap into the past.
+func TestRetryInstantNeverInThePast(t *testing.T) {
+	for _, row := range rows {
+		for _, l := range []window.Limit{{N: 3, Per: math.MaxInt64}, {N: 3, Per: math.MaxInt64 - 1}, {N: 3, Per: math.MaxInt64 / 2}} {
+			p := row.make(l)
+			now := at(0)
+			for i := range 10 {
+				now = now.Add(time.Duration(i) * time.Hour)
+				if retry, ok := p.Admit(now, 2); !ok && !retry.IsZero() && !retry.After(now) {
+					t.Fatalf("%s %v: Admit refused at %v with retry instant %v, not after it", row.name, l, now, retry)
+				}
+			}
+		}
+	}
+}

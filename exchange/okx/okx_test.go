@@ -191,7 +191,8 @@ func TestPauseOnThrottle(t *testing.T) {
 	for _, s := range pool.Snapshot() {
 		state[s.Rule+"["+s.Key+"]"] = s.PausedUntil
 	}
-	assert.Equal(t, mock.Now().Add(time.Second), state[okx.RulePlaceOrder+"["+key+"|BTC-USDT]"])
+	until, lo := state[okx.RulePlaceOrder+"["+key+"|BTC-USDT]"], mock.Now().Add(time.Second)
+	assert.True(t, !until.Before(lo) && !until.After(lo.Add(150*time.Millisecond)), "paused until %v, want the Retry-After of 1s plus at most 150ms of spread", until)
 	assert.True(t, state[okx.RuleSubAccountOrders+"["+key+"]"].IsZero())
 }
 
