@@ -36,17 +36,25 @@ type lqueue struct {
 // wakeHeap is a min-heap of queues by wake instant (container/heap).
 type wakeHeap []*lqueue
 
-func (h wakeHeap) Len() int           { return len(h) }
+// Len implements heap.Interface.
+func (h wakeHeap) Len() int { return len(h) }
+
+// Less implements heap.Interface: the earlier wake instant first.
 func (h wakeHeap) Less(i, j int) bool { return h[i].wake.Before(h[j].wake) }
+
+// Swap implements heap.Interface, keeping each queue's index current.
 func (h wakeHeap) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
 	h[i].hidx, h[j].hidx = i, j
 }
+// Push implements heap.Interface; x is an *lqueue.
 func (h *wakeHeap) Push(x any) {
 	q := x.(*lqueue)
 	q.hidx = len(*h)
 	*h = append(*h, q)
 }
+// Pop implements heap.Interface: it removes the last queue and marks it
+// out of the heap.
 func (h *wakeHeap) Pop() any {
 	old := *h
 	q := old[len(old)-1]
