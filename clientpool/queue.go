@@ -47,12 +47,14 @@ func (h wakeHeap) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
 	h[i].hidx, h[j].hidx = i, j
 }
+
 // Push implements heap.Interface; x is an *lqueue.
 func (h *wakeHeap) Push(x any) {
 	q := x.(*lqueue)
 	q.hidx = len(*h)
 	*h = append(*h, q)
 }
+
 // Pop implements heap.Interface: it removes the last queue and marks it
 // out of the heap.
 func (h *wakeHeap) Pop() any {
