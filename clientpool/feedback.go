@@ -2,9 +2,10 @@ package clientpool
 
 import (
 	"fmt"
-	"math"
 	"net/http"
 	"time"
+
+	"github.com/ratesem/ratesem/internal/sat"
 
 	"github.com/ratesem/ratesem/window"
 )
@@ -63,7 +64,7 @@ func (p *Pool) consumeLocked(l *limiter, r window.Reconciler, extra int64, now t
 	extra = min(extra, max(l.rule.limit.N, l.rule.capacity))
 	r.Consume(now, extra)
 	fb := l.feedback()
-	fb.reconciled = addSat(fb.reconciled, extra)
+	fb.reconciled = sat.Add(fb.reconciled, extra)
 	p.touchLocked(l, now)
 	return extra
 }
@@ -109,17 +110,5 @@ func (p *Pool) observe(hd *held, used int64) int64 {
 		return 0
 	}
 	known := hd.lim.reconciled() - hd.recAtAdmit // taken in since this call was admitted; ≥ 0
-	return p.consumeLocked(hd.lim, r, subSat(subSat(used, hd.usedAtAdmit), known), p.now())
-}
-
-// subSat returns a − b saturated to the int64 range.
-func subSat(a, b int64) int64 {
-	d := a - b
-	if (b > 0 && d > a) || (b < 0 && d < a) {
-		if b > 0 {
-			return math.MinInt64
-		}
-		return math.MaxInt64
-	}
-	return d
+	return p.consumeLocked(hd.lim, r, sat.Sub(sat.Sub(used, hd.usedAtAdmit), known), p.now())
 }

@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ratesem/ratesem/internal/sat"
+
 	"github.com/ratesem/ratesem/internal/wake"
 	"github.com/ratesem/ratesem/window"
 )
@@ -471,20 +473,12 @@ func (p *Pool) merge(charges []Charge) ([]Charge, error) {
 			return nil, fmt.Errorf("clientpool: %w %d for %s", window.ErrNegativeWeight, c.Weight, c)
 		}
 		if i := slices.IndexFunc(out, func(o Charge) bool { return o.Rule == c.Rule && o.Key == c.Key }); i >= 0 {
-			out[i].Weight = addSat(out[i].Weight, c.Weight)
+			out[i].Weight = sat.Add(out[i].Weight, c.Weight)
 		} else {
 			out = append(out, c)
 		}
 	}
 	return out, nil
-}
-
-// addSat returns a + b for a, b ≥ 0, or math.MaxInt64 when that overflows.
-func addSat(a, b int64) int64 {
-	if a > math.MaxInt64-b {
-		return math.MaxInt64
-	}
-	return a + b
 }
 
 // tooHeavyLocked returns the ErrWeightTooLarge error for the first charge

@@ -2,9 +2,10 @@ package clientpool
 
 import (
 	"fmt"
-	"github.com/ratesem/ratesem/window"
 	"net/http"
 	"time"
+
+	"github.com/ratesem/ratesem/window"
 )
 
 // Table is an API's limits as data: its rules, and which rules each

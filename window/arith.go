@@ -5,27 +5,6 @@ import (
 	"math/bits"
 )
 
-// addSat returns a+b for b ≥ 0, saturating at math.MaxInt64 instead of
-// wrapping: a Per or margin of "forever" must not turn into the far past.
-func addSat(a, b int64) int64 {
-	if a > math.MaxInt64-b {
-		return math.MaxInt64
-	}
-	return a + b
-}
-
-// subSat returns a−b, saturating at math.MinInt64 and math.MaxInt64.
-func subSat(a, b int64) int64 {
-	d := a - b
-	if (b > 0 && d > a) || (b < 0 && d < a) {
-		if b > 0 {
-			return math.MinInt64
-		}
-		return math.MaxInt64
-	}
-	return d
-}
-
 // ceilDiv returns ceil(a/b) for a ≥ 0 and b > 0, without the overflow of
 // (a+b−1)/b.
 func ceilDiv(a, b int64) int64 {
@@ -34,15 +13,6 @@ func ceilDiv(a, b int64) int64 {
 		q++
 	}
 	return q
-}
-
-// mulSat returns a·b for a, b ≥ 0, saturating at math.MaxInt64.
-func mulSat(a, b int64) int64 {
-	hi, lo := bits.Mul64(uint64(a), uint64(b))
-	if hi != 0 || lo > math.MaxInt64 {
-		return math.MaxInt64
-	}
-	return int64(lo)
 }
 
 // mulDiv returns floor(a·b/c) for a, b ≥ 0 and c > 0, exact through a

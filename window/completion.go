@@ -3,6 +3,8 @@ package window
 import (
 	"fmt"
 	"time"
+
+	"github.com/ratesem/ratesem/internal/sat"
 )
 
 // Completion is the completion window, the OKEx scheme: a call's units count
@@ -91,7 +93,7 @@ func (c *Completion) Admit(now time.Time, n int64) (time.Time, bool) {
 		return time.Time{}, false
 	}
 	// n − free units must leave the log; the last of them ends at stampOf.
-	return c.log.instant(addSat(c.log.stampOf(n-c.free()), per)), false
+	return c.log.instant(sat.Add(c.log.stampOf(n-c.free()), per)), false
 }
 
 // Cancel implements Policy: the n units go back without a completion stamp,

@@ -3,6 +3,8 @@ package window
 import (
 	"fmt"
 	"time"
+
+	"github.com/ratesem/ratesem/internal/sat"
 )
 
 // SlidingWindowCounter is the sliding window counter that Cloudflare
@@ -100,7 +102,7 @@ func (w *SlidingWindowCounter) Admit(now time.Time, n int64) (time.Time, bool) {
 		w.cur += n
 		return time.Time{}, true
 	}
-	return now.Add(time.Duration(subSat(w.nextFit(n), real))), false
+	return now.Add(time.Duration(sat.Sub(w.nextFit(n), real))), false
 }
 
 // nextFit returns the earliest Unix instant, in nanoseconds, at which n
@@ -116,10 +118,10 @@ func (w *SlidingWindowCounter) nextFit(n int64) int64 {
 				e = max(per-mulDiv(room, per, prev), 0)
 			}
 			if e < per {
-				return addSat(start, e)
+				return sat.Add(start, e)
 			}
 		}
-		start, prev, cur = addSat(start, per), cur, 0 // Per may be math.MaxInt64
+		start, prev, cur = sat.Add(start, per), cur, 0 // Per may be math.MaxInt64
 	}
 	return start // unreachable for n ≤ N: a window with prev 0 admits at once
 }
@@ -270,7 +272,7 @@ func (w *SubWindowCounter) Admit(now time.Time, n int64) (time.Time, bool) {
 		if n <= w.limit.N-left {
 			// Block cur+j starts at (cur+j)·size, written so that it cannot
 			// wrap for blocks near math.MaxInt64 ns long.
-			return now.Add(time.Duration(subSat(mulSat(j, w.size), subSat(t, w.cur*w.size)))), false
+			return now.Add(time.Duration(sat.Sub(sat.Mul(j, w.size), sat.Sub(t, w.cur*w.size)))), false
 		}
 	}
 	panic("window: internal error: SubWindowCounter found no room after a whole window")

@@ -1,6 +1,10 @@
 package window
 
-import "time"
+import (
+	"time"
+
+	"github.com/ratesem/ratesem/internal/sat"
+)
 
 // FixedWindow is the fixed window counter: time is cut into windows of Per
 // aligned to the Unix epoch (a 1-minute window starts at every full minute
@@ -117,7 +121,7 @@ func (w *FixedWindow) Admit(now time.Time, n int64) (time.Time, bool) {
 		return time.Time{}, false // the next window starts with the calls in flight
 	}
 	// The next window starts at (win+1)·per, written so that it cannot wrap.
-	return now.Add(time.Duration(subSat(per, subSat(t, w.win*per)))), false
+	return now.Add(time.Duration(sat.Sub(per, sat.Sub(t, w.win*per)))), false
 }
 
 // Cancel implements Policy: the n units come off the count if the window of

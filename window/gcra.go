@@ -3,6 +3,8 @@ package window
 import (
 	"fmt"
 	"time"
+
+	"github.com/ratesem/ratesem/internal/sat"
 )
 
 // GCRA is the generic cell rate algorithm, the token bucket kept as one
@@ -112,7 +114,7 @@ func (g *GCRA) SetLimit(now time.Time, l Limit) {
 	old := g.emit
 	g.setLimit(l)
 	if g.started && g.tat > t && old > 0 && g.emit > 0 {
-		g.tat = addSat(t, mul128(g.tat-t, g.emit).divCeil(old))
+		g.tat = sat.Add(t, mul128(g.tat-t, g.emit).divCeil(old))
 	}
 }
 
@@ -121,7 +123,7 @@ func (g *GCRA) tolerance(n int64) int64 {
 	if g.pacer {
 		return 0
 	}
-	return mulSat(g.burst-n, g.emit)
+	return sat.Mul(g.burst-n, g.emit)
 }
 
 // AdmitCached implements Policy: it returns false.
@@ -152,7 +154,7 @@ func (g *GCRA) Admit(now time.Time, n int64) (time.Time, bool) {
 	}
 	tol := g.tolerance(n)
 	if g.tat-t <= tol {
-		g.tat = addSat(max(g.tat, t), mulSat(n, g.emit))
+		g.tat = sat.Add(max(g.tat, t), sat.Mul(n, g.emit))
 		g.admitted = max(g.admitted, t)
 		return time.Time{}, true
 	}
@@ -171,7 +173,7 @@ func (g *GCRA) Cancel(at time.Time, n int64) {
 	// the TAT never goes back before admitted: a Cancel heavier than any
 	// admission (a caller's bug) cannot push it towards MinInt64, where
 	// TAT − now would wrap.
-	g.tat = max(g.tat-mulSat(n, g.emit), g.admitted)
+	g.tat = max(g.tat-sat.Mul(n, g.emit), g.admitted)
 }
 
 // Done implements Policy. It does nothing: GCRA counts starts only.

@@ -3,6 +3,8 @@ package window
 import (
 	"math"
 	"time"
+
+	"github.com/ratesem/ratesem/internal/sat"
 )
 
 // Reconciler is implemented by the windows that can take in what a server
@@ -63,7 +65,7 @@ func (w *SlidingLog) Consume(now time.Time, n int64) {
 	if w.limit.Per > 0 && n > 0 {
 		at := w.log.clamp(now)
 		w.log.expire(at - int64(w.limit.Per))
-		w.log.pushReport(addSat(at, w.margin), n, w.limit.N, 0)
+		w.log.pushReport(sat.Add(at, w.margin), n, w.limit.N, 0)
 	}
 }
 
@@ -115,7 +117,7 @@ func (b *TokenBucket) Consume(now time.Time, n int64) {
 		floor := -min(b.limit.N, math.MaxInt64-b.burst)
 		switch {
 		case b.tokens <= floor:
-		case n >= addSat(b.tokens, -floor):
+		case n >= sat.Add(b.tokens, -floor):
 			b.tokens = floor
 		default:
 			b.tokens -= n
@@ -145,6 +147,6 @@ func (g *GCRA) Consume(now time.Time, n int64) {
 	if !g.started {
 		g.tat, g.admitted, g.started = t, t, true
 	}
-	full := addSat(t, mulSat(g.Capacity(), g.emit))
-	g.tat = max(g.tat, min(addSat(max(g.tat, t), mulSat(n, g.emit)), full))
+	full := sat.Add(t, sat.Mul(g.Capacity(), g.emit))
+	g.tat = max(g.tat, min(sat.Add(max(g.tat, t), sat.Mul(n, g.emit)), full))
 }

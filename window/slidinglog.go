@@ -3,6 +3,8 @@ package window
 import (
 	"fmt"
 	"time"
+
+	"github.com/ratesem/ratesem/internal/sat"
 )
 
 // SlidingLog is the start window with a margin: a sliding log of start
@@ -80,13 +82,13 @@ func (w *SlidingLog) Admit(now time.Time, n int64) (time.Time, bool) {
 	w.log.expire(at - per)
 	free := w.limit.N - w.log.units
 	if n <= free {
-		w.log.push(addSat(at, w.margin), n)
+		w.log.push(sat.Add(at, w.margin), n)
 		return time.Time{}, true
 	}
 	if n > w.limit.N {
 		return time.Time{}, false
 	}
-	return w.log.instant(addSat(w.log.stampOf(n-free), per)), false
+	return w.log.instant(sat.Add(w.log.stampOf(n-free), per)), false
 }
 
 // Cancel implements Policy: it erases the n units recorded for an Admit at
@@ -96,7 +98,7 @@ func (w *SlidingLog) Cancel(at time.Time, n int64) {
 	if n <= 0 {
 		return
 	}
-	from := addSat(w.log.offset(at), w.margin)
+	from := sat.Add(w.log.offset(at), w.margin)
 	if w.log.hasEpoch && from <= w.log.latest-int64(w.limit.Per) {
 		return // its record has left the window already: nothing of it to erase
 	}

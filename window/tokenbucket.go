@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math/bits"
 	"time"
+
+	"github.com/ratesem/ratesem/internal/sat"
 )
 
 // TokenBucket is the token bucket: a bucket of Burst units, full at first,
@@ -163,7 +165,7 @@ func (b *TokenBucket) Admit(now time.Time, n int64) (time.Time, bool) {
 	}
 	// The smallest e with e·N + frac ≥ (n − tokens)·Per.
 	need := mul128(n-b.tokens, int64(b.limit.Per)).sub(u128{0, uint64(b.frac)})
-	return b.instant(addSat(t, need.divCeil(b.limit.N))), false
+	return b.instant(sat.Add(t, need.divCeil(b.limit.N))), false
 }
 
 // Cancel implements Policy: the n units go back into the bucket (up to the
