@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -152,68 +151,11 @@ func TestMultiRulePropertyManyKeys(t *testing.T) {
 	}
 	for seed := range uint64(6) {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
-			var calls []call
-			synctest.Test(t, func(t *testing.T) {
-				rng := rand.New(rand.NewPCG(seed, 9))
-				p := newPool(t, rules, clientpool.WithMaxPause(200*ms))
-				calls = make([]call, 800)
-				var arrive time.Duration
-				for i := range calls {
-					c := &calls[i]
-					arrive += time.Duration(rng.IntN(10)) * ms
-					c.arrive = arrive
-					c.hold = time.Duration(1+rng.IntN(50)) * ms
-					if rng.IntN(5) == 0 {
-						c.cancelAt = time.Duration(1+rng.IntN(800)) * ms
-					}
-					for _, r := range rules {
-						if rng.IntN(3) == 0 {
-							continue
-						}
-						key := fmt.Sprint("k", rng.IntN(12))
-						if r.Name == "ip" {
-							key = ""
-						}
-						c.charges = append(c.charges, clientpool.Charge{Rule: r.Name, Key: key, Weight: 1 + rng.Int64N(r.Limit.N)})
-					}
-				}
-				begin := time.Now()
-				var wg sync.WaitGroup
-				for i := range calls {
-					c := &calls[i]
-					throttle := rng.IntN(40) == 0
-					wg.Go(func() {
-						time.Sleep(c.arrive)
-						ctx := context.Background()
-						if c.cancelAt > 0 {
-							var cancel context.CancelFunc
-							ctx, cancel = context.WithTimeout(ctx, c.cancelAt)
-							defer cancel()
-						}
-						tk, err := p.Acquire(ctx, c.charges...)
-						if err != nil {
-							if !errors.Is(err, context.DeadlineExceeded) {
-								t.Errorf("Acquire: %v", err)
-							}
-							return
-						}
-						c.ok, c.start = true, time.Since(begin)
-						if throttle {
-							p.Throttled(tk.Charges(), 429, 0)
-						}
-						time.Sleep(c.hold)
-						c.end = time.Since(begin)
-						tk.Release()
-					})
-				}
-				wg.Wait()
-				for _, ks := range p.Snapshot() {
-					if ks.InFlight != 0 {
-						t.Fatalf("%s[%s]: %d units still in flight after every call ended", ks.Rule, ks.Key, ks.InFlight)
-					}
-				}
+			runMultiRule(t, rules, multiRule{
+				seed: seed, stream: 9, calls: 800, maxGap: 10 * ms, maxHold: 50 * ms,
+				cancelOneIn: 5, maxCancel: 800 * ms, skipOneIn: 3, keys: 12, throttleOneIn: 40,
+				opts: []clientpool.Option{clientpool.WithMaxPause(200 * ms)},
 			})
-			checkWindows(t, rules, calls)
 		})
 	}
 }

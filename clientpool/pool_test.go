@@ -62,66 +62,94 @@ func TestMultiRuleProperty(t *testing.T) {
 	}
 	for seed := range uint64(8) {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
-			var calls []call
-			synctest.Test(t, func(t *testing.T) {
-				rng := rand.New(rand.NewPCG(seed, 5))
-				p := newPool(t, rules)
-				calls = make([]call, 600)
-				var arrive time.Duration
-				for i := range calls {
-					c := &calls[i]
-					arrive += time.Duration(rng.IntN(20)) * ms
-					c.arrive = arrive
-					c.hold = time.Duration(1+rng.IntN(100)) * ms
-					if rng.IntN(10) == 0 {
-						c.cancelAt = time.Duration(1+rng.IntN(500)) * ms
-					}
-					for _, r := range rules {
-						if rng.IntN(2) == 0 {
-							continue
-						}
-						key := fmt.Sprint("k", rng.IntN(3))
-						if r.Name == "ip" {
-							key = ""
-						}
-						c.charges = append(c.charges, clientpool.Charge{Rule: r.Name, Key: key, Weight: 1 + rng.Int64N(r.Limit.N)})
-					}
-				}
-				begin := time.Now()
-				var wg sync.WaitGroup
-				for i := range calls {
-					c := &calls[i]
-					wg.Go(func() {
-						time.Sleep(c.arrive)
-						ctx := context.Background()
-						if c.cancelAt > 0 {
-							var cancel context.CancelFunc
-							ctx, cancel = context.WithTimeout(ctx, c.cancelAt)
-							defer cancel()
-						}
-						tk, err := p.Acquire(ctx, c.charges...)
-						if err != nil {
-							if !errors.Is(err, context.DeadlineExceeded) {
-								t.Errorf("Acquire: %v", err)
-							}
-							return
-						}
-						c.ok, c.start = true, time.Since(begin)
-						time.Sleep(c.hold)
-						c.end = time.Since(begin)
-						tk.Release()
-					})
-				}
-				wg.Wait()
-				for _, ks := range p.Snapshot() {
-					if ks.InFlight != 0 {
-						t.Fatalf("%s[%s]: %d units still in flight after every call ended", ks.Rule, ks.Key, ks.InFlight)
-					}
-				}
+			runMultiRule(t, rules, multiRule{
+				seed: seed, stream: 5, calls: 600, maxGap: 20 * ms, maxHold: 100 * ms,
+				cancelOneIn: 10, maxCancel: 500 * ms, skipOneIn: 2, keys: 3,
 			})
-			checkWindows(t, rules, calls)
 		})
 	}
+}
+
+// multiRule is the shape of one run of the multi-rule property test.
+type multiRule struct {
+	seed, stream    uint64        // of the PCG random source
+	calls           int           // calls in the run
+	maxGap, maxHold time.Duration // arrival gaps in [0, maxGap), holds in [1ms, maxHold]
+	cancelOneIn     int           // one call in cancelOneIn has a deadline in [1ms, maxCancel]
+	maxCancel       time.Duration
+	skipOneIn       int // a call skips each rule with probability 1/skipOneIn
+	keys            int // keys per keyed rule ("ip" is unkeyed)
+	throttleOneIn   int // one admitted call in throttleOneIn reports a throttle without Retry-After; 0: none
+	opts            []clientpool.Option
+}
+
+// runMultiRule runs m on virtual time and checks, over every recorded start
+// and end, that no rule's window was exceeded, that every call ended
+// (admitted, cancelled or failed early) and that nothing stays in flight.
+func runMultiRule(t *testing.T, rules []clientpool.Rule, m multiRule) {
+	t.Helper()
+	var calls []call
+	synctest.Test(t, func(t *testing.T) {
+		rng := rand.New(rand.NewPCG(m.seed, m.stream))
+		p := newPool(t, rules, m.opts...)
+		calls = make([]call, m.calls)
+		var arrive time.Duration
+		for i := range calls {
+			c := &calls[i]
+			arrive += time.Duration(rng.IntN(int(m.maxGap/ms))) * ms
+			c.arrive = arrive
+			c.hold = time.Duration(1+rng.IntN(int(m.maxHold/ms))) * ms
+			if rng.IntN(m.cancelOneIn) == 0 {
+				c.cancelAt = time.Duration(1+rng.IntN(int(m.maxCancel/ms))) * ms
+			}
+			for _, r := range rules {
+				if rng.IntN(m.skipOneIn) == 0 {
+					continue
+				}
+				key := fmt.Sprint("k", rng.IntN(m.keys))
+				if r.Name == "ip" {
+					key = ""
+				}
+				c.charges = append(c.charges, clientpool.Charge{Rule: r.Name, Key: key, Weight: 1 + rng.Int64N(r.Limit.N)})
+			}
+		}
+		begin := time.Now()
+		var wg sync.WaitGroup
+		for i := range calls {
+			c := &calls[i]
+			throttle := m.throttleOneIn > 0 && rng.IntN(m.throttleOneIn) == 0
+			wg.Go(func() {
+				time.Sleep(c.arrive)
+				ctx := context.Background()
+				if c.cancelAt > 0 {
+					var cancel context.CancelFunc
+					ctx, cancel = context.WithTimeout(ctx, c.cancelAt)
+					defer cancel()
+				}
+				tk, err := p.Acquire(ctx, c.charges...)
+				if err != nil {
+					if !errors.Is(err, context.DeadlineExceeded) {
+						t.Errorf("Acquire: %v", err)
+					}
+					return
+				}
+				c.ok, c.start = true, time.Since(begin)
+				if throttle {
+					p.Throttled(tk.Charges(), 429, 0)
+				}
+				time.Sleep(c.hold)
+				c.end = time.Since(begin)
+				tk.Release()
+			})
+		}
+		wg.Wait()
+		for _, ks := range p.Snapshot() {
+			if ks.InFlight != 0 {
+				t.Fatalf("%s[%s]: %d units still in flight after every call ended", ks.Rule, ks.Key, ks.InFlight)
+			}
+		}
+	})
+	checkWindows(t, rules, calls)
 }
 
 func checkWindows(t *testing.T, rules []clientpool.Rule, calls []call) {
