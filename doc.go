@@ -26,9 +26,19 @@
 //     releases when the response body is closed, and pauses on 429 or 418
 //     with Retry-After. Reach for it to wrap an http.Client; NewPool routes
 //     each request through a clientpool.Pool instead.
-//   - exchange/exchangetest: in-process servers that enforce real exchange
-//     rules exactly (OKX's 10 requests per 2 s per IP and instrument), for
-//     tests and examples.
+//   - exchange/binance, exchange/okx: presets, each exchange's limits and
+//     endpoint weights as a clientpool Table, with the doc page of every
+//     rule; exchange/exchangetest: in-process servers that enforce those
+//     rules exactly (OKX's sliding 2 s windows, Binance's clock-aligned
+//     weights, usage headers, 429 and 418 bans), for tests and examples.
+//
+// Many processes share their limits through Redis: semaphore.NewRedis
+// returns the same RateSemaphore with its window kept in Redis, and
+// clientpool.WithRedis keeps a whole Table's rules there, a call under
+// several rules admitted by one Lua script over all of them, on the Redis
+// server's clock. The waiting (FIFO per limiter, pauses, deadlines, the
+// fallback when Redis is unreachable) stays in each process. See the
+// README's Redis section and examples/fleet.
 //
 // The problem it solves: an exchange such as OKX allows "10 requests per
 // 2 seconds" in any window of 2 seconds. A token bucket either breaks that
