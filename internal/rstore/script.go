@@ -371,7 +371,16 @@ for i = 1, NC do
   local b = 4 + (i - 1) * 8
   local H = KEYS[3*i-2]
   local k, n, conc = tonumber(ARGV[b+2]), tonumber(ARGV[b+7]), tonumber(ARGV[b+6])
-  local v = redis.call('HMGET', H, 's', 'p', 'h', 'x', 'g', 'f', 'fc', 'm', 'w', 'u', 'c', 'v', 't', 'r', 'l', 'a', 'z', 'zc')
+  -- the fields of kind k, after s p h x g f fc (v[1] to v[7])
+  local v
+  if k == 9 then v = redis.call('HMGET', H, 's', 'p', 'h', 'x', 'g', 'f', 'fc', 't', 'a')
+  elseif k == 1 then v = redis.call('HMGET', H, 's', 'p', 'h', 'x', 'g', 'f', 'fc', 'm', 'z')
+  elseif k == 2 then v = redis.call('HMGET', H, 's', 'p', 'h', 'x', 'g', 'f', 'fc', 'm', 'w', 'u')
+  elseif k == 3 then v = redis.call('HMGET', H, 's', 'p', 'h', 'x', 'g', 'f', 'fc', 'm', 'z', 'zc')
+  elseif k == 4 then v = redis.call('HMGET', H, 's', 'p', 'h', 'x', 'g', 'f', 'fc', 'w', 'u')
+  elseif k == 5 then v = redis.call('HMGET', H, 's', 'p', 'h', 'x', 'g', 'f', 'fc', 'm', 'w', 'c', 'v')
+  elseif k == 6 then v = redis.call('HMGET', H, 's', 'p', 'h', 'x', 'g', 'f', 'fc', 'w', 'c')
+  else v = redis.call('HMGET', H, 's', 'p', 'h', 'x', 'g', 'f', 'fc', 't', 'r', 'l', 'a') end
   if v[1] ~= ARGV[b+1] then fast = false; break end
   local leased = k == 1 or k == 2 or conc > 0
   local logged = k == 1 or k == 3
@@ -389,11 +398,12 @@ for i = 1, NC do
   if k == 1 or k == 2 or k == 3 or k == 5 then hs[#hs+1] = 'm'; hs[#hs+1] = t0 end
   if n > 0 then
     if k == 1 then
-      local z = tonumber(v[17]) or 0
+      local z = tonumber(v[9]) or 0
       if n > N - f - z then fast = false; break end
       c.z = z
     elseif k == 2 or k == 4 then
-      local w, u = tonumber(v[9]), tonumber(v[10]) or 0
+      local w, u
+      if k == 2 then w, u = tonumber(v[9]), tonumber(v[10]) or 0 else w, u = tonumber(v[8]), tonumber(v[9]) or 0 end
       if w == nil then fast = false; break end
       local idx = math.floor(t0 / per)
       if idx > w then
@@ -403,13 +413,13 @@ for i = 1, NC do
       if n > N - u then fast = false; break end
       hs[#hs+1] = 'u'; hs[#hs+1] = u + n
     elseif k == 3 then
-      local z, zc = tonumber(v[17]) or 0, tonumber(v[18]) or 0
+      local z, zc = tonumber(v[9]) or 0, tonumber(v[10]) or 0
       if n > N - z then fast = false; break end
       c.z = z
       hs[#hs+1] = 'z'; hs[#hs+1] = z + n; hs[#hs+1] = 'zc'; hs[#hs+1] = zc + 1
       c.log = t0 + p1
     elseif k == 5 then
-      local w, cv, vv = tonumber(v[9]), tonumber(v[11]) or 0, tonumber(v[12]) or 0
+      local w, cv, vv = tonumber(v[9]), tonumber(v[10]) or 0, tonumber(v[11]) or 0
       if w == nil then fast = false; break end
       local idx = math.floor(t0 / per)
       if idx == w + 1 then vv = cv; cv = 0; w = idx elseif idx > w + 1 then vv = 0; cv = 0; w = idx end
@@ -417,13 +427,13 @@ for i = 1, NC do
       if vv * (per - e) + (cv + n) * per > N * per then fast = false; break end
       hs[#hs+1] = 'w'; hs[#hs+1] = w; hs[#hs+1] = 'v'; hs[#hs+1] = vv; hs[#hs+1] = 'c'; hs[#hs+1] = cv + n
     elseif k == 6 then
-      local w, cv = tonumber(v[9]), tonumber(v[11]) or 0
+      local w, cv = tonumber(v[8]), tonumber(v[9]) or 0
       if w == nil or math.floor(t0 / math.ceil(per / p1)) > w then fast = false; break end
       if n > N - cv then fast = false; break end
       hs[#hs+1] = 'c'; hs[#hs+1] = cv + n
       c.block = 'b' .. (w % p1)
     elseif k == 7 or k == 8 then
-      local t, r, l = tonumber(v[13]), tonumber(v[14]) or 0, tonumber(v[15])
+      local t, r, l = tonumber(v[8]), tonumber(v[9]) or 0, tonumber(v[10])
       if t == nil or l == nil then fast = false; break end
       if t0 > l then
         local e = t0 - l
@@ -439,7 +449,7 @@ for i = 1, NC do
       hs[#hs+1] = 't'; hs[#hs+1] = t - n; hs[#hs+1] = 'r'; hs[#hs+1] = r
       hs[#hs+1] = 'l'; hs[#hs+1] = l; hs[#hs+1] = 'a'; hs[#hs+1] = t0
     elseif k == 9 then
-      local t, a = tonumber(v[13]), tonumber(v[16])
+      local t, a = tonumber(v[8]), tonumber(v[9])
       if t == nil then fast = false; break end
       local em = math.ceil(per / N)
       local tol = 0
