@@ -2,8 +2,10 @@ package rstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -66,11 +68,31 @@ func TestSpecOf(t *testing.T) {
 // or not, the wait (to the µs, the in-process one rounded up), and "only an
 // end can help".
 func TestDifferential(t *testing.T) {
-	ctx := context.Background()
 	for _, k := range kinds {
-		t.Run(k.name, func(t *testing.T) {
+		t.Run(k.name, func(t *testing.T) { runDifferential(t, k.spec, k.make, time.Hour) })
+	}
+}
+
+// TestDifferentialLeases: as TestDifferential with a lease of 40 ms and
+// calls abandoned (never released): Redis counts each as ended at its
+// lease's end, the in-process twin is told Done at that instant; a Release
+// after it fails with ErrNotInFlight.
+func TestDifferentialLeases(t *testing.T) {
+	for _, k := range kinds {
+		t.Run(k.name, func(t *testing.T) { runDifferential(t, k.spec, k.make, 40*time.Millisecond) })
+	}
+}
+
+func runDifferential(t *testing.T, spec Spec, mk func() window.Policy, lease time.Duration) {
+	ctx := context.Background()
+	k := struct {
+		spec Spec
+		make func() window.Policy
+	}{spec, mk}
+	{
+		{
 			clk := newClock()
-			s, _ := newStore(t, clk, time.Hour)
+			s, _ := newStore(t, clk, lease)
 			for seed := range uint64(3) {
 				rng := rand.New(rand.NewPCG(seed, 7))
 				p := k.make()
@@ -81,9 +103,33 @@ func TestDifferential(t *testing.T) {
 					n   int64
 					at  time.Time
 				}
-				var live []held
+				var live, gone []held
 				for step := range 400 {
+					// Calls whose lease ran out by now (abandoned or not)
+					// end at its end, in order.
+					live = slices.DeleteFunc(live, func(h held) bool {
+						if h.at.Add(lease).After(clk.t) {
+							return false
+						}
+						gone = append(gone, h)
+						return true
+					})
+					slices.SortFunc(gone, func(a, b held) int { return a.at.Compare(b.at) })
+					for len(gone) > 0 && !gone[0].at.Add(lease).After(clk.t) {
+						p.Done(gone[0].at.Add(lease), gone[0].n)
+						if step%7 == 0 { // a late Release finds no lease
+							c := []Charge{{Rule: "r", Key: key, Spec: &sp, Weight: gone[0].n}}
+							if err := s.Release(ctx, "diff", c, gone[0].tok); gone[0].n > 0 && (sp.Kind == Completion || sp.Kind == FixedCompletion) && !errors.Is(err, ErrNotInFlight) {
+								t.Fatalf("seed %d step %d: release after the lease: %v", seed, step, err)
+							}
+						}
+						gone = gone[1:]
+					}
 					switch op := rng.IntN(10); {
+					case op == 9 && lease < time.Hour && len(live) > 0:
+						i := rng.IntN(len(live))
+						gone = append(gone, live[i])
+						live = append(live[:i], live[i+1:]...)
 					case op < 5:
 						n := rng.Int64N(4)
 						n = min(n, sp.Capacity())
@@ -141,6 +187,6 @@ func TestDifferential(t *testing.T) {
 					}
 				}
 			}
-		})
+		}
 	}
 }
