@@ -190,3 +190,88 @@ func runDifferential(t *testing.T, spec Spec, mk func() window.Policy, lease tim
 		}
 	}
 }
+
+// TestDifferentialMulti: calls of three charges of random kinds, decided
+// at once in Redis, against the in-process twins admitted one by one and
+// the admitted ones cancelled at the same instant when one refuses: the
+// same decisions, and on a refusal the largest wait of the refusing
+// charges (or "only a release can help").
+func TestDifferentialMulti(t *testing.T) {
+	ctx := context.Background()
+	clk := newClock()
+	s, _ := newStore(t, clk, time.Hour)
+	for seed := range uint64(12) {
+		rng := rand.New(rand.NewPCG(seed, 11))
+		const nc = 3
+		var ps [nc]window.Policy
+		var sps [nc]Spec
+		for i := range nc {
+			k := kinds[rng.IntN(len(kinds))]
+			ps[i], sps[i] = k.make(), k.spec
+		}
+		type held struct {
+			tok string
+			cs  []Charge
+		}
+		var live []held
+		for step := range 300 {
+			switch op := rng.IntN(10); {
+			case op < 6:
+				cs := make([]Charge, nc)
+				for i := range nc {
+					cs[i] = Charge{Rule: fmt.Sprint("r", i), Key: fmt.Sprint("s", seed), Spec: &sps[i], Weight: min(rng.Int64N(3), sps[i].Capacity())}
+				}
+				d, err := s.Admit(ctx, "multi", cs)
+				if err != nil {
+					t.Fatalf("seed %d step %d: %v", seed, step, err)
+				}
+				ok, release := true, false
+				var wait time.Duration
+				var admitted []int
+				for i := range nc {
+					at, yes := ps[i].Admit(clk.t, cs[i].Weight)
+					switch {
+					case yes:
+						admitted = append(admitted, i)
+					case at.IsZero():
+						ok, release = false, true
+					default:
+						ok = false
+						wait = max(wait, at.Sub(clk.t))
+					}
+				}
+				if ok != d.OK {
+					t.Fatalf("seed %d step %d: %v: redis %+v, in process ok=%v", seed, step, sps, d, ok)
+				}
+				if ok {
+					live = append(live, held{d.Token, cs})
+					break
+				}
+				for _, i := range admitted {
+					ps[i].Cancel(clk.t, cs[i].Weight)
+				}
+				if release != d.Release {
+					t.Fatalf("seed %d step %d: redis %+v, in process release-only=%v", seed, step, d, release)
+				}
+				if !release {
+					wantUS := (wait + time.Microsecond - 1).Truncate(time.Microsecond)
+					if d.Wait < wantUS || d.Wait > wantUS+time.Microsecond {
+						t.Fatalf("seed %d step %d: redis wait %v, in process %v", seed, step, d.Wait, wait)
+					}
+				}
+			case op < 8 && len(live) > 0:
+				i := rng.IntN(len(live))
+				h := live[i]
+				live = append(live[:i], live[i+1:]...)
+				if err := s.Release(ctx, "multi", h.cs, h.tok); err != nil {
+					t.Fatalf("seed %d step %d: release: %v", seed, step, err)
+				}
+				for j := range nc {
+					ps[j].Done(clk.t, h.cs[j].Weight)
+				}
+			default:
+				clk.add(time.Duration(rng.Int64N(40_000)) * time.Microsecond)
+			}
+		}
+	}
+}
