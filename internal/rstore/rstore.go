@@ -12,7 +12,7 @@
 //
 // A (rule, key) limiter of scope S under prefix P keeps its state under
 // keys that begin with P + ":{" + tag(S) + "}:" followed by the encoded
-// rule name and key. tag percent-encodes '%', '{', '}' so every scope is a
+// rule name and key. tag percent-encodes '%', ':', '{', '}' (and is "%" for the empty scope) so every scope is a
 // well-formed, non-empty hash tag: all the keys one call touches (one
 // scope) hash to one slot of a Redis Cluster, and every key is passed to
 // the script in KEYS (none is built inside Lua). The consequence, which
@@ -408,6 +408,11 @@ func (s *Store) Keys(scope string, c Charge) [3]string {
 	b.Grow(len(s.prefix) + len(scope) + len(c.Rule) + len(c.Key) + 16)
 	b.WriteString(s.prefix)
 	b.WriteString(":{")
+	if scope == "" {
+		// "{}" is no hash tag to Redis Cluster (the whole key would be
+		// hashed): the empty scope's tag is "%", which no escaped scope is.
+		b.WriteByte('%')
+	}
 	escape(&b, scope)
 	b.WriteString("}:")
 	escape(&b, c.Rule)
