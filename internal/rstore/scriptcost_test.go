@@ -51,6 +51,13 @@ func TestExpScripts(t *testing.T) {
 	one := []Charge{{Rule: "g", Spec: gcra, Weight: 1}}
 	add("return1", goredis.NewScript("return 1"), one)
 	add("redis_rate-like", goredis.NewScript(`local t = redis.call('TIME'); local v = redis.call('GET', KEYS[1]..'rr'); redis.call('SET', KEYS[1]..'rr', 12345.5, 'EX', 5); return {1, 2, '3', '4'}`), one)
+	if src := os.Getenv("REDIS_RATE_LUA"); src != "" { // the text of redis_rate's allowN script
+		b, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		vs = append(vs, &variant{name: "redis_rate", sc: goredis.NewScript(string(b)), keys: []string{"rate:{b}"}, args: []any{1_000_000, 1_000_000, 1, 1}})
+	}
 	add("gcra", admitScript, one)
 	add("completion", admitScript, []Charge{{Rule: "c", Spec: comp, Weight: 1}})
 	add("binance", admitScript, order)
