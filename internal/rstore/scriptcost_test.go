@@ -61,6 +61,15 @@ func TestExpScripts(t *testing.T) {
 	add("gcra", admitScript, one)
 	add("completion", admitScript, []Charge{{Rule: "c", Spec: comp, Weight: 1}})
 	add("binance", admitScript, order)
+	if os.Getenv("EXP_FLOOR") != "" {
+		add("binance-floor", goredis.NewScript(header+`
+for i = 1, NC do
+  local v = redis.call('HMGET', KEYS[3*i-2], 's', 'p', 'h', 'x', 'g', 'f', 'fc', 'm', 'w', 'u')
+  redis.call('ZADD', KEYS[3*i-1], now + 60000000, ARGV[2] .. ':' .. 1)
+  redis.call('HSET', KEYS[3*i-2], 'm', now, 'u', (tonumber(v[10]) or 0) + 1, 'f', (tonumber(v[6]) or 0) + 1, 'fc', (tonumber(v[7]) or 0) + 1)
+end
+return {1, now, 0, 0, 8, ''}`), binanceOrder())
+	}
 	for _, v := range vs {
 		for range 100 {
 			v.sc.Run(ctx, rdb, v.keys, v.args...)
