@@ -408,3 +408,32 @@ func TestMaxChargesOddNames(t *testing.T) {
 		}
 	}
 }
+
+// TestExtendKeepsKeys: a lease extended past the keys' TTL keeps them:
+// later admissions, which refresh TTLs only when the recorded expiry comes
+// near, do not shorten them under the extended lease.
+func TestExtendKeepsKeys(t *testing.T) {
+	clk := newClock()
+	s, rdb := newStore(t, clk, time.Second)
+	ctx := context.Background()
+	c := []Charge{{Rule: "r", Key: "k", Spec: spec(Completion, 5, 100*time.Millisecond), Weight: 1}}
+	d, err := s.Admit(ctx, "", c)
+	if err != nil || !d.OK {
+		t.Fatal(d, err)
+	}
+	if err := s.Extend(ctx, "", c, d.Token, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		clk.add(1500 * time.Millisecond)
+		if d, err := s.Admit(ctx, "", c); err != nil || !d.OK {
+			t.Fatal(d, err)
+		}
+	}
+	ks := s.Keys("", c[0])
+	for _, k := range ks[:2] {
+		if ttl := rdb.PTTL(ctx, k).Val(); ttl < 30*time.Minute {
+			t.Errorf("%s: TTL %v under a lease extended by an hour", k, ttl)
+		}
+	}
+}

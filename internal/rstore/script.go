@@ -331,6 +331,8 @@ local function save(L)
   if L.p ~= nil and L.p > L.t0 then ttl = math.max(ttl, math.ceil((L.p - L.t0) / 1000) + 1000) end
   if L.h ~= nil and L.h > L.t0 then ttl = math.max(ttl, math.ceil((L.h - L.t0) / 1000) + 1000) end
   local refresh = L.new or L.fresh or L.x == nil or L.x - L.t0 < (ttl - 1000) * 1000
+  -- never shorten an expiry set further (Extend, a pause)
+  if refresh and L.x ~= nil and L.x - L.t0 > ttl * 1000 then ttl = math.ceil((L.x - L.t0) / 1000) end
   if refresh then set(L, 'x', L.t0 + ttl * 1000) end
   local args = {}
   -- Numbers go as they are: Redis formats them exactly (%.17g), plain
@@ -397,6 +399,7 @@ if NC == 1 and ARGV[10] == '0' and ARGV[11] ~= '0' then
           local ttl, x = tonumber(ARGV[12]), tonumber(v[4])
           redis.call('ZADD', KEYS[2], t0 + tonumber(ARGV[3]), ARGV[2] .. ':' .. ARGV[11])
           if f == 0 or x == nil or x - t0 < (ttl - 1000) * 1000 then
+            if x ~= nil and x - t0 > ttl * 1000 then ttl = math.ceil((x - t0) / 1000) end
             redis.call('HSET', H, 'f', f + n, 'fc', fc + 1, 'm', t0, 'x', t0 + ttl * 1000)
             redis.call('PEXPIRE', H, ttl)
             redis.call('PEXPIRE', KEYS[2], ttl)
@@ -545,6 +548,7 @@ if fast then
     end
     local ttl = c.ttl
     local refresh = fresh or c.x == nil or c.x - c.t0 < (ttl - 1000) * 1000
+    if refresh and c.x ~= nil and c.x - c.t0 > ttl * 1000 then ttl = math.ceil((c.x - c.t0) / 1000) end
     if refresh then hs[#hs+1] = 'x'; hs[#hs+1] = c.t0 + ttl * 1000 end
     if #hs > 0 then redis.call('HSET', H, unpack(hs)) end
     if refresh then
@@ -701,11 +705,17 @@ for i = 1, NC do
   local L = Ls[i]
   if L.leased and L.n > 0 then
     local m = ARGV[2] .. ':' .. L.n
-    if redis.call('ZSCORE', L.F, m) and redis.call('ZSCORE', L.F, m) + 0 > L.t0 then
+    local d = tonumber(redis.call('ZSCORE', L.F, m))
+    if d ~= nil and d > L.t0 then
       redis.call('ZADD', L.F, 'XX', L.t0 + tonumber(ARGV[3]), m)
+      -- The keys live at least until the new end and a second more; the
+      -- expiry recorded (x) moves with them, so that an admission never
+      -- shortens them (it refreshes only when x comes near).
       local ttl = math.max(L.ttl, math.ceil(tonumber(ARGV[3]) / 1000) + 1000)
-      redis.call('PEXPIRE', L.F, ttl)
+      if redis.call('PTTL', L.F) < ttl then redis.call('PEXPIRE', L.F, ttl) end
       if redis.call('PTTL', L.H) < ttl then redis.call('PEXPIRE', L.H, ttl) end
+      if L.logged and redis.call('PTTL', L.Z) < ttl then redis.call('PEXPIRE', L.Z, ttl) end
+      if (L.x or 0) < L.t0 + ttl * 1000 then redis.call('HSET', L.H, 'x', L.t0 + ttl * 1000) end
     else
       missing = missing + 1
     end
