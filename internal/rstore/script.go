@@ -398,14 +398,15 @@ if NC == 1 and ARGV[10] == '0' and ARGV[11] ~= '0' then
         if n <= N - f - (tonumber(v[9]) or 0) then
           local ttl, x = tonumber(ARGV[12]), tonumber(v[4])
           redis.call('ZADD', KEYS[2], t0 + tonumber(ARGV[3]), ARGV[2] .. ':' .. ARGV[11])
-          if f == 0 or x == nil or x - t0 < (ttl - 1000) * 1000 then
-            if x ~= nil and x - t0 > ttl * 1000 then ttl = math.ceil((x - t0) / 1000) end
+          if x == nil or x - t0 < (ttl - 1000) * 1000 then
             redis.call('HSET', H, 'f', f + n, 'fc', fc + 1, 'm', t0, 'x', t0 + ttl * 1000)
             redis.call('PEXPIRE', H, ttl)
             redis.call('PEXPIRE', KEYS[2], ttl)
             if v[9] and v[9] ~= '0' then redis.call('PEXPIRE', KEYS[3], ttl) end
           else
             redis.call('HSET', H, 'f', f + n, 'fc', fc + 1, 'm', t0)
+            -- the leases' key was just made: it alone needs a TTL
+            if f == 0 then redis.call('PEXPIRE', KEYS[2], ttl) end
           end
           return {1, now, 0, 0, 8, ''}
         end
@@ -531,25 +532,28 @@ if fast then
   for i = 1, NC do
     local c = FA[i]
     local n, H, hs = c.n, c.H, c.hs
-    local fresh = false
+    local freshF, freshZ = false, false -- a key made by this call, which alone needs a TTL
     if n > 0 then
       local m = tok .. ':' .. n
       if c.leased then
         redis.call('ZADD', KEYS[3*i-1], c.t0 + lease, m)
         flags = 8
-        if c.f == 0 then fresh = true end
+        if c.f == 0 then freshF = true end
       end
       if c.k == 3 then
         redis.call('ZADD', KEYS[3*i], c.log, m)
-        if c.z == 0 then fresh = true end
+        if c.z == 0 then freshZ = true end
       elseif c.k == 6 then
         redis.call('HINCRBY', H, c.block, n)
       end
     end
     local ttl = c.ttl
-    local refresh = fresh or c.x == nil or c.x - c.t0 < (ttl - 1000) * 1000
-    if refresh and c.x ~= nil and c.x - c.t0 > ttl * 1000 then ttl = math.ceil((c.x - c.t0) / 1000) end
-    if refresh then hs[#hs+1] = 'x'; hs[#hs+1] = c.t0 + ttl * 1000 end
+    local refresh = c.x == nil or c.x - c.t0 < (ttl - 1000) * 1000
+    if refresh then hs[#hs+1] = 'x'; hs[#hs+1] = c.t0 + ttl * 1000
+    else
+      if freshF then redis.call('PEXPIRE', KEYS[3*i-1], ttl) end
+      if freshZ then redis.call('PEXPIRE', KEYS[3*i], ttl) end
+    end
     if #hs > 0 then redis.call('HSET', H, unpack(hs)) end
     if refresh then
       redis.call('PEXPIRE', H, ttl)
@@ -629,7 +633,8 @@ if NC == 1 and ARGV[10] == '0' and ARGV[11] ~= '0' and (ARGV[6] == '1' or ARGV[6
         if z == 0 then fresh = true end
         z, zc = z + n, zc + 1
       end
-      local refresh = fresh or x == nil or x - t0 < (ttl - 1000) * 1000
+      local refresh = x == nil or x - t0 < (ttl - 1000) * 1000
+      if fresh and not refresh then redis.call('PEXPIRE', Z, ttl) end -- the log was just made
       if k == '1' then
         if refresh then
           if x ~= nil and x - t0 > ttl * 1000 then ttl = math.ceil((x - t0) / 1000) end
