@@ -437,3 +437,32 @@ func TestExtendKeepsKeys(t *testing.T) {
 		}
 	}
 }
+
+// TestSweepMany: a thousand leases that ran out at once are ended in one
+// sweep (their log entries added in batches), each counted as ended at its
+// lease's end.
+func TestSweepMany(t *testing.T) {
+	clk := newClock()
+	s, rdb := newStore(t, clk, time.Millisecond)
+	ctx := context.Background()
+	c := []Charge{{Rule: "r", Key: "k", Spec: spec(Completion, 1500, time.Second), Weight: 1}}
+	start := clk.t
+	for i := range 1000 {
+		if d, err := s.Admit(ctx, "", c); err != nil || !d.OK {
+			t.Fatalf("call %d: %+v %v", i, d, err)
+		}
+	}
+	clk.add(2 * time.Millisecond)
+	c[0].Weight = 501
+	d, err := s.Admit(ctx, "", c)
+	if err != nil || d.OK || d.Release || d.Wait != start.Add(time.Millisecond+time.Second).Sub(clk.t) {
+		t.Fatalf("501 over 1000 ended: %+v %v", d, err)
+	}
+	if n := rdb.ZCard(ctx, s.Keys("", c[0])[2]).Val(); n != 1000 {
+		t.Fatalf("log holds %d entries, want 1000", n)
+	}
+	c[0].Weight = 500
+	if d, err := s.Admit(ctx, "", c); err != nil || !d.OK {
+		t.Fatalf("500 over 1000 ended: %+v %v", d, err)
+	}
+}

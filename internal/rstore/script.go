@@ -134,6 +134,7 @@ local function sweep(L)
     if redis.call('EXISTS', L.F) == 0 then L.lost = true end
     return
   end
+  local logs = {} -- score, member pairs for the log, added 200 at a time
   for j = 1, #exp, 2 do
     local m, d = exp[j], tonumber(exp[j+1])
     local n = wt(m)
@@ -141,12 +142,14 @@ local function sweep(L)
     set(L, 'f', math.max(L.f - n, 0))
     set(L, 'fc', math.max(L.fc - 1, 0))
     if L.kind == 1 then
-      redis.call('ZADD', L.Z, d, m)
+      logs[#logs+1] = d; logs[#logs+1] = m
+      if #logs == 400 then redis.call('ZADD', L.Z, unpack(logs)); logs = {} end
       if L.z == 0 then L.fresh = true end
       set(L, 'z', L.z + n)
       set(L, 'zc', L.zc + 1)
     end
   end
+  if #logs > 0 then redis.call('ZADD', L.Z, unpack(logs)) end
   redis.call('ZREMRANGEBYSCORE', L.F, '-inf', L.t0)
 end
 
