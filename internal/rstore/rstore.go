@@ -21,6 +21,19 @@
 // Every key has a TTL just over the time its state matters, refreshed by
 // the scripts that write it: an idle limiter leaves nothing behind.
 //
+// # Cost
+//
+// The admission script decides most calls without defining a helper
+// function (closures cost a few µs per run): one charge of a GCRA or a
+// completion window in one HMGET and one HSET (and the lease's ZADD), any
+// call whose every charge fits on the counts kept in the hashes (upper
+// bounds: leases that ran out are swept, and logs pruned, lazily, at least
+// once a second per busy limiter and before any refusal) in one HMGET, one
+// HSET and the leases' and logs' ZADDs per charge. TTLs are refreshed once
+// a second. The full path runs for the rest (a refusal, a pause, a spec to
+// adopt, a new or lost limiter, a roll with calls in flight) and decides
+// the same way. AdmitLua and AdmitCall expose the script for benchmarks.
+//
 // # Clock
 //
 // The server's TIME, read inside the script, in whole microseconds since the
@@ -502,6 +515,10 @@ type Decision struct {
 	Paused bool
 	// Lost reports that a limiter's state was found lost (part of its
 	// keys evicted or deleted) and is held full for the time it forgets.
+	// A lost hash is found at once; a lost set of leases or log while the
+	// hash remains, at the next full sweep (at most a second later, or at
+	// the first refusal): until then the counts the hash keeps, which
+	// bound the state from above, decide.
 	Lost bool
 	// Adopted lists the indices of charges whose stored Spec (written by
 	// SetLimit) replaced the caller's.
