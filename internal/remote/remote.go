@@ -1189,6 +1189,13 @@ func (e *Engine) SetLimit(ctx context.Context, scope string, c rstore.Charge) er
 	return nil
 }
 
+// Closed reports whether Close was called.
+func (e *Engine) Closed() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.closed
+}
+
 // Stats returns a snapshot of the counters. It never blocks for long.
 func (e *Engine) Stats() Stats {
 	e.mu.Lock()
