@@ -14,18 +14,19 @@ import (
 	"github.com/ratesem/ratesem/window/redis/redistest"
 )
 
-// server is one kind of Redis the fleet tests run against.
+// server is one kind of Redis the fleet tests run against: a single
+// redis-server, or a 3-master Redis Cluster.
 type server struct {
 	name      string
-	start     func(t *testing.T) string
-	newClient func(t testing.TB, addr string) goredis.UniversalClient
+	start     func(t *testing.T) []string
+	newClient func(t testing.TB, addrs []string) goredis.UniversalClient
 }
 
 var servers = []server{
-	{"single", func(t *testing.T) string { return redistest.Start(t) },
-		func(t testing.TB, addr string) goredis.UniversalClient { return newClient(t, addr) }},
-	{"cluster", func(t *testing.T) string { return redistest.StartCluster(t) },
-		func(t testing.TB, addr string) goredis.UniversalClient { return newClusterClient(t, addr) }},
+	{"single", func(t *testing.T) []string { return []string{redistest.Start(t)} },
+		func(t testing.TB, addrs []string) goredis.UniversalClient { return newClient(t, addrs[0]) }},
+	{"cluster", func(t *testing.T) []string { return redistest.StartCluster3(t).Addrs() },
+		func(t testing.TB, addrs []string) goredis.UniversalClient { return newClusterClient(t, addrs...) }},
 }
 
 // hammer runs P semaphores (clients of their own: processes, as far as
@@ -79,7 +80,7 @@ func hammer(t *testing.T, sems []*RateSemaphore, g int, run time.Duration, durin
 func TestRedisManyProcessesShareTheLimit(t *testing.T) {
 	for _, srv := range servers {
 		t.Run(srv.name, func(t *testing.T) {
-			addr := srv.start(t)
+			addrs := srv.start(t)
 			name := uniqueName(t)
 			const (
 				N, P, G = 8, 4, 6
@@ -88,7 +89,7 @@ func TestRedisManyProcessesShareTheLimit(t *testing.T) {
 			)
 			sems := make([]*RateSemaphore, P)
 			for i := range sems {
-				sems[i] = newRedisSem(t, srv.newClient(t, addr), name, N, per)
+				sems[i] = newRedisSem(t, srv.newClient(t, addrs), name, N, per)
 			}
 			began := time.Now()
 			calls := hammer(t, sems, G, run, nil)
@@ -283,5 +284,101 @@ func testLostState(t *testing.T, hash bool) {
 		if r > 1000 {
 			t.Errorf("%.0f EVALSHA/s while the state was lost: the heads spin", r)
 		}
+	}
+}
+
+// TestRedisClusterNodeRestart: on a 3-master cluster, the node holding the
+// limit's slot restarts (empty) mid-run while three processes hammer it:
+// callers get ErrUnavailable at most while it is away (no fallback), the
+// processes come back to it, and the guarantee holds over the calls before
+// the restart and over those after, separately (a restart empties the
+// node; see TestRedisLostStateNeverExceedsTheLimit).
+func TestRedisClusterNodeRestart(t *testing.T) {
+	cl := redistest.StartCluster3(t)
+	name := uniqueName(t)
+	const (
+		N, P, G = 6, 3, 3
+		per     = 200 * time.Millisecond
+	)
+	sems := make([]*RateSemaphore, P)
+	for i := range sems {
+		sems[i] = newRedisSem(t, newClusterClient(t, cl.Addrs()...), name, N, per, WithRedisTimeout(300*time.Millisecond))
+	}
+	admin := newClusterClient(t, cl.Addrs()...)
+	st, err := rstore.New(admin, DefaultRedisPrefix, rstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := st.Keys(name, rstore.Charge{Rule: redisRule})[0]
+	ctx := ctxT(t, 20*time.Second)
+	master, err := admin.MasterForKey(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := -1
+	for i := range 3 {
+		if cl.Node(i).Addr() == master.Options().Addr {
+			node = i
+		}
+	}
+	if node < 0 {
+		t.Fatalf("no node of %v holds %q (master %s)", cl.Addrs(), key, master.Options().Addr)
+	}
+	var restartAt, restarted time.Time
+	var rec recorder
+	var fails sync.Map
+	rctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for p, s := range sems {
+		for range G {
+			wg.Go(func() {
+				for rctx.Err() == nil {
+					if err := s.Acquire(rctx, 1); err != nil {
+						if rctx.Err() == nil {
+							if !errors.Is(err, ErrUnavailable) {
+								t.Errorf("process %d: %v", p, err)
+							}
+							fails.Store(time.Now(), err)
+							time.Sleep(20 * time.Millisecond)
+						}
+						continue
+					}
+					start := time.Now()
+					time.Sleep(5*time.Millisecond + rand.N(10*time.Millisecond))
+					end := time.Now()
+					s.Release(1)
+					rec.add(call{start: start, end: end, n: 1, proc: p})
+				}
+			})
+		}
+	}
+	time.Sleep(600 * time.Millisecond)
+	restartAt = time.Now()
+	if err := cl.Restart(node); err != nil {
+		t.Fatal(err)
+	}
+	restarted = time.Now()
+	time.Sleep(1500 * time.Millisecond)
+	cancel()
+	wg.Wait()
+	calls := rec.all()
+	before := filter(calls, func(c call) bool { return c.start.Before(restartAt) })
+	after := filter(calls, func(c call) bool { return c.start.After(restarted) })
+	p1, err1 := checkCompletion(before, N, per)
+	p2, err2 := checkCompletion(after, N, per)
+	n := 0
+	fails.Range(func(k, v any) bool {
+		n++
+		if at := k.(time.Time); at.Before(restartAt) {
+			t.Errorf("a failure %v before the restart: %v", restartAt.Sub(at), v)
+		}
+		return true
+	})
+	t.Logf("node %d restarted in %v; %d calls before (peak %d), %d after (peak %d); %d failures", node, restarted.Sub(restartAt).Round(time.Millisecond), len(before), p1, len(after), p2, n)
+	if err1 != nil || err2 != nil {
+		t.Fatalf("before: %v; after: %v", err1, err2)
+	}
+	if len(after) < N {
+		t.Fatalf("only %d calls after the restart: the processes did not come back", len(after))
 	}
 }
