@@ -223,7 +223,11 @@ func TestRedisTryAcquireNeverWaits(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- s.Acquire(ctx, 1) }()
-	waitUntil(t, time.Second, "a waiter", func() bool { return s.Stats().Waiting == 1 })
+	// The waiter's first ask goes out without queueing (nobody queued
+	// yet); once refused it queues. Wait for that refusal (round trip 3:
+	// TryAcquire, TryAcquire, the waiter's), then for it to queue.
+	waitUntil(t, time.Second, "the waiter refused", func() bool { return s.Stats().RedisAdmits >= 3 })
+	time.Sleep(10 * time.Millisecond)
 	before := s.Stats().RedisAdmits
 	if s.TryAcquire(1) {
 		t.Fatal("TryAcquire overtook a waiter")
