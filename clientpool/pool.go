@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ratesem/ratesem/internal/rstore"
 	"github.com/ratesem/ratesem/internal/sat"
 
 	"github.com/ratesem/ratesem/internal/wake"
@@ -102,6 +103,7 @@ type Pool struct {
 	maxKeys  int
 	maxPause time.Duration
 	observer func(Event)
+	rem      *redisMode // nil in process (WithRedis)
 
 	mu        sync.Mutex
 	waiters   list.List // of *waiter, in arrival order; read only by SetLimit
@@ -121,6 +123,10 @@ type ruleState struct {
 	cap      int64 // concurrency cap per key; math.MaxInt64 when none
 	quiet    int64 // ns of no activity after which a key's window has forgotten every call
 	keys     map[string]*limiter
+	// Redis mode: the rule's window as Redis keeps it (replaced, never
+	// changed, by SetLimit), and whether SetLimit was called here.
+	spec    *rstore.Spec
+	setHere bool
 	// idle lists the limiters with refs == 0, oldest last use first.
 	idleHead, idleTail *limiter
 }
@@ -131,7 +137,7 @@ type ruleState struct {
 type limiter struct {
 	rule     *ruleState
 	key      string
-	policy   window.Policy
+	policy   window.Policy // nil in Redis mode
 	inflight int64
 	last     int64     // latest time refs fell to 0, or pause or reconcile while idle
 	q        *lqueue   // waiters it refused; nil when none
@@ -280,6 +286,11 @@ func New(t Table, opts ...Option) (*Pool, error) {
 	if err := checkCosts("the default costs", t.Default); err != nil {
 		return nil, err
 	}
+	if cfg.redisSet {
+		if err := p.initRedis(&cfg); err != nil {
+			return nil, err
+		}
+	}
 	return p, nil
 }
 
@@ -314,6 +325,7 @@ type Ticket struct {
 	pool     *Pool
 	held     []held
 	charges  []Charge
+	rem      *redisCall // Redis mode only
 	released atomic.Bool
 }
 
@@ -327,6 +339,10 @@ func (t *Ticket) Charges() []Charge { return t.charges }
 func (t *Ticket) Release() {
 	if t.released.Swap(true) {
 		panic("clientpool: Ticket released twice")
+	}
+	if t.rem != nil {
+		t.releaseRedis()
+		return
 	}
 	p := t.pool
 	p.mu.Lock()
@@ -366,6 +382,9 @@ func (p *Pool) Acquire(ctx context.Context, charges ...Charge) (*Ticket, error) 
 	charges, err := p.merge(charges)
 	if err != nil {
 		return nil, err
+	}
+	if p.rem != nil {
+		return p.acquireRedis(ctx, charges)
 	}
 	t, w, err := p.start(ctx, charges)
 	if err != nil {
@@ -592,6 +611,9 @@ func (p *Pool) SetLimit(rule string, l window.Limit) error {
 	}
 	if l.N <= 0 || l.Per <= 0 {
 		return fmt.Errorf("clientpool: SetLimit(%q, %v): want N > 0 per Per > 0", rule, l)
+	}
+	if p.rem != nil {
+		return p.setLimitRedis(rs, l)
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()

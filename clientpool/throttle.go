@@ -20,8 +20,14 @@ func (p *Pool) Pause(rule, key string, until time.Time) error {
 	if !ok {
 		return fmt.Errorf("%w %q", ErrUnknownRule, rule)
 	}
+	if p.rem != nil {
+		until = capRedisPause(until, p.now(), p.maxPause)
+	}
 	paused, err := p.pause(rs, key, until)
 	if paused {
+		if p.rem != nil {
+			p.pauseRedis(rule, key, until)
+		}
 		p.emit(Event{Kind: Paused, Rule: rule, Key: key, Until: until})
 	}
 	return err
@@ -122,6 +128,9 @@ func (p *Pool) throttle(charges, targets []Charge, status int, retryAfter time.D
 		p.emit(Event{Kind: Throttled, Rule: c.Rule, Key: c.Key, Weight: c.Weight, Status: status})
 	}
 	for _, e := range p.throttleKeys(targets, retryAfter) {
+		if p.rem != nil {
+			p.pauseRedis(e.rule, e.key, e.until)
+		}
 		p.emit(Event{Kind: Paused, Rule: e.rule, Key: e.key, Until: e.until})
 	}
 }
