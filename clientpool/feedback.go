@@ -88,7 +88,7 @@ func (p *Pool) consumeLocked(l *limiter, r window.Reconciler, extra int64, now t
 // of calls still on their way for room; use Reconcile when no Ticket is at
 // hand.) It never blocks and is safe for concurrent use.
 func (t *Ticket) ObserveHeaders(h http.Header) {
-	if t.rem != nil {
+	if t.pool.rem != nil {
 		t.observeRedis(h)
 		return
 	}

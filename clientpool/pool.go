@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ratesem/ratesem/internal/remote"
 	"github.com/ratesem/ratesem/internal/rstore"
 	"github.com/ratesem/ratesem/internal/sat"
 
@@ -322,12 +323,17 @@ func (p *Pool) Classify(req *http.Request) ([]Charge, error) { return p.classify
 // Ticket is an admitted call: it holds its charges until Release. Its
 // methods are safe for concurrent use.
 type Ticket struct {
-	pool     *Pool
-	held     []held
-	charges  []Charge
-	rem      *redisCall // Redis mode only
-	released atomic.Bool
+	pool    *Pool
+	held    []held
+	charges []Charge
+	// call is the Redis call in Redis mode, nil in process, and
+	// releasedCall once released: one word for both keeps a Ticket at 64
+	// bytes.
+	call atomic.Pointer[remote.Call]
 }
+
+// releasedCall marks a released Ticket.
+var releasedCall = new(remote.Call)
 
 // Charges returns the charges the ticket holds, merged per (rule, key).
 func (t *Ticket) Charges() []Charge { return t.charges }
@@ -337,11 +343,12 @@ func (t *Ticket) Charges() []Charge { return t.charges }
 // throttle since the call was admitted ends its backoff streak. It never
 // blocks. It panics if called twice.
 func (t *Ticket) Release() {
-	if t.released.Swap(true) {
+	switch c := t.call.Swap(releasedCall); c {
+	case releasedCall:
 		panic("clientpool: Ticket released twice")
-	}
-	if t.rem != nil {
-		t.releaseRedis()
+	case nil:
+	default:
+		t.releaseRedis(c)
 		return
 	}
 	p := t.pool

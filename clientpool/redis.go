@@ -84,12 +84,6 @@ type redisMode struct {
 	scope string
 }
 
-// redisCall is what a Ticket of Redis mode holds besides its charges.
-type redisCall struct {
-	call *remote.Call
-	cs   []rstore.Charge
-}
-
 // initRedis builds the Redis engine of p and the Spec of every rule.
 func (p *Pool) initRedis(cfg *config) error {
 	if cfg.redis == nil {
@@ -182,7 +176,8 @@ func (p *Pool) acquireRedis(ctx context.Context, charges []Charge) (*Ticket, err
 		h.thrAtAdmit = h.lim.throttles()
 	}
 	p.mu.Unlock()
-	t := &Ticket{pool: p, held: hs, charges: charges, rem: &redisCall{call: call, cs: rcs}}
+	t := &Ticket{pool: p, held: hs, charges: charges}
+	t.call.Store(call)
 	p.emitAdmitted(charges, time.Since(since))
 	return t, nil
 }
@@ -218,7 +213,7 @@ func (p *Pool) startRedis(ctx context.Context, charges []Charge) (hs []held, rcs
 
 // releaseRedis is Ticket.Release in Redis mode: the local accounting now,
 // Redis in the background.
-func (t *Ticket) releaseRedis() {
+func (t *Ticket) releaseRedis(call *remote.Call) {
 	p := t.pool
 	p.mu.Lock()
 	now := p.now()
@@ -232,7 +227,7 @@ func (t *Ticket) releaseRedis() {
 		p.unrefLocked(l, now)
 	}
 	p.mu.Unlock()
-	t.rem.call.Release()
+	call.Release()
 }
 
 // observeRedis is Ticket.ObserveHeaders in Redis mode: each count the
