@@ -28,6 +28,7 @@ type config struct {
 	share           float64
 	evictionAllowed bool
 	errs            []error
+	testAfterAdmit  func() // tests: after Redis admitted, before ctx is checked
 }
 
 func (c *config) fail(format string, args ...any) {

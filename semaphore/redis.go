@@ -148,7 +148,7 @@ func NewRedis(c goredis.UniversalClient, name string, n int64, interval time.Dur
 	}
 	r := &redisSem{name: name, held: map[int64][]*heldCall{}}
 	r.spec.Store(sp)
-	ecfg := remote.Config{Store: st, Timeout: cfg.timeout, Jitter: cfg.jitter, ErrDeadline: ErrDeadline}
+	ecfg := remote.Config{Store: st, Timeout: cfg.timeout, Jitter: cfg.jitter, ErrDeadline: ErrDeadline, TestAfterAdmit: cfg.testAfterAdmit}
 	if cfg.fallback {
 		r.localN = max(1, int64(math.Floor(cfg.share*float64(n))))
 		var lo []Option
@@ -237,24 +237,31 @@ func (r *redisSem) tooLarge(n int64) error {
 }
 
 func (r *redisSem) acquire(ctx context.Context, n int64) error {
+	_, err := r.acquireLocal(ctx, n)
+	return err
+}
+
+// acquireLocal is Acquire; it reports whether the fallback admitted the
+// call.
+func (r *redisSem) acquireLocal(ctx context.Context, n int64) (bool, error) {
 	if n < 0 {
-		return fmt.Errorf("semaphore: Acquire: %w %d", ErrNegativeWeight, n)
+		return false, fmt.Errorf("semaphore: Acquire: %w %d", ErrNegativeWeight, n)
 	}
 	if err := ctx.Err(); err != nil {
-		return err
+		return false, err
 	}
 	if n == 0 {
-		return nil
+		return false, nil
 	}
 	if err := r.tooLarge(n); err != nil {
-		return err
+		return false, err
 	}
 	c, err := r.eng.Acquire(ctx, r.name, r.charges(n))
 	if err != nil {
-		return err
+		return false, err
 	}
 	r.hold(c, n)
-	return nil
+	return c.Local(), nil
 }
 
 func (r *redisSem) tryAcquire(n int64) bool {

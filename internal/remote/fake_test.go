@@ -29,6 +29,7 @@ type fakeStore struct {
 
 	// Hooks, read without the lock: set them before the engine runs.
 	admitHook   func(ctx context.Context) error // before an Admit decides; an error fails it
+	decide      func() *rstore.Decision         // when it returns a decision, Admit returns it
 	releaseHook func(ctx context.Context) error // before a Release; an error fails it
 }
 
@@ -82,6 +83,11 @@ func (f *fakeStore) Admit(ctx context.Context, scope string, cs []rstore.Charge)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.admits++
+	if f.decide != nil {
+		if d := f.decide(); d != nil {
+			return *d, nil
+		}
+	}
 	now := time.Now()
 	for i, c := range cs {
 		l := f.lim(scope, c)

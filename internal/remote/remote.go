@@ -676,18 +676,23 @@ func (e *Engine) admit(ctx context.Context, w *waiter, since time.Time, try bool
 			ri = 0
 		}
 		now = time.Now()
-		at := now.Add(wait)
+		full, at := wait, now.Add(wait)
+		// What this process remembers, and how long the head sleeps, is
+		// capped by MaxPause: a hostile or broken server cannot park a
+		// limiter for longer, and asking again then costs one round trip.
+		wait = min(wait, e.cfg.MaxPause)
+		rec := now.Add(wait)
 		e.mu.Lock()
 		if d.Release {
 			wait = min(wait, releaseCap(w.cs[ri].Spec))
 		} else {
 			l := w.lims[ri]
 			if d.Paused {
-				if at.After(l.paused) {
-					l.paused = at
+				if rec.After(l.paused) {
+					l.paused = rec
 				}
 			} else {
-				l.notBefore, l.notBeforeN = at, w.cs[ri].Weight
+				l.notBefore, l.notBeforeN = rec, w.cs[ri].Weight
 			}
 		}
 		if !w.queued {
@@ -697,7 +702,7 @@ func (e *Engine) admit(ctx context.Context, w *waiter, since time.Time, try bool
 		e.mu.Unlock()
 		if !d.Release {
 			if dl, ok := ctx.Deadline(); ok && at.After(dl) {
-				return nil, &wake.DeadlineError{Sentinel: e.cfg.ErrDeadline, Wait: wait}
+				return nil, &wake.DeadlineError{Sentinel: e.cfg.ErrDeadline, Wait: full}
 			}
 		}
 		if behind {
@@ -1187,6 +1192,13 @@ func (e *Engine) SetLimit(ctx context.Context, scope string, c rstore.Charge) er
 	}
 	e.mu.Unlock()
 	return nil
+}
+
+// Closed reports whether Close was called.
+func (e *Engine) Closed() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.closed
 }
 
 // Stats returns a snapshot of the counters. It never blocks for long.

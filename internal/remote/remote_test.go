@@ -597,3 +597,57 @@ func TestCloseFailsWaiters(t *testing.T) {
 		}
 	})
 }
+
+// TestHostileDecisions: whatever a refusal says (a negative, zero or
+// never-ending wait, a refusing index out of range, only a release can
+// help with no wait), the head neither spins (at most one round trip per
+// MinRetry) nor panics nor sleeps past MaxPause, and fails at once when the
+// wait ends after the deadline.
+func TestHostileDecisions(t *testing.T) {
+	const forever = time.Duration(1<<63 - 1)
+	cases := []struct {
+		name string
+		d    rstore.Decision
+	}{
+		{"negative wait", rstore.Decision{Wait: -time.Hour}},
+		{"zero wait", rstore.Decision{}},
+		{"zero wait, release", rstore.Decision{Release: true}},
+		{"negative index", rstore.Decision{Wait: time.Millisecond, Refused: -1}},
+		{"index too large", rstore.Decision{Wait: time.Millisecond, Refused: 1 << 30}},
+		{"never-ending release wait", rstore.Decision{Wait: forever, Release: true, Refused: 5}},
+		{"never-ending pause", rstore.Decision{Wait: forever, Paused: true}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				f := newFake()
+				f.decide = func() *rstore.Decision { d := c.d; return &d }
+				e := newEngine(t, f, Config{MaxPause: 300 * time.Millisecond})
+				cs := []rstore.Charge{charge("a", spec(5, 40*time.Millisecond), 1)}
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				defer cancel()
+				_, err := e.Acquire(ctx, "s", cs)
+				if !errors.Is(err, context.DeadlineExceeded) {
+					t.Fatalf("%v; want DeadlineExceeded", err)
+				}
+				a, _, _ := f.counts()
+				t.Logf("%v; %d round trips in 1 s", err, a)
+				if a > 1000 {
+					t.Fatalf("%d round trips in 1 s: the head spins", a)
+				}
+				if a < 2 && c.d.Wait < forever {
+					t.Fatalf("%d round trips in 1 s", a)
+				}
+				// The cap on what is remembered: a free limiter again
+				// within MaxPause.
+				f.decide = nil
+				time.Sleep(300 * time.Millisecond)
+				if call, ok, err := e.TryAcquire("s", cs); !ok || err != nil {
+					t.Fatalf("after MaxPause: %v %v", ok, err)
+				} else {
+					call.Release()
+				}
+			})
+		})
+	}
+}
