@@ -47,6 +47,8 @@ func TestRedisBinanceEndToEnd(t *testing.T) {
 		clients = append(clients, &http.Client{Transport: httpclient.NewPool(p, srv.Client().Transport, nil)})
 	}
 	const perClient, workers = 60, 6
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a bound, not a budget
+	defer cancel()
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	done := map[int]int{}
@@ -56,11 +58,11 @@ func TestRedisBinanceEndToEnd(t *testing.T) {
 				for i := w; i < perClient; i += workers {
 					var req *http.Request
 					if i%3 == 0 {
-						req, _ = http.NewRequestWithContext(context.Background(), http.MethodPost,
+						req, _ = http.NewRequestWithContext(ctx, http.MethodPost,
 							fmt.Sprintf("%s/api/v3/order?symbol=BTCUSDT&side=BUY&type=MARKET&newClientOrderId=c%d-%d", srv.URL(), ci, i), nil)
 						req.Header.Set(binance.HeaderAPIKey, "shared-account")
 					} else {
-						req, _ = http.NewRequestWithContext(context.Background(), http.MethodGet,
+						req, _ = http.NewRequestWithContext(ctx, http.MethodGet,
 							fmt.Sprintf("%s/api/v3/klines?symbol=BTCUSDT&interval=1m&startTime=%d", srv.URL(), 1_600_000_000_000+i*60_000), nil)
 					}
 					resp, err := client.Do(req)
