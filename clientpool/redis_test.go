@@ -774,3 +774,49 @@ func TestRedisScriptFlushMidRun(t *testing.T) {
 	}.run(t)
 	checkBinance(t, table, calls)
 }
+
+// A hostile Retry-After of an hour pauses the fleet no longer than
+// WithMaxPause, and Pause itself is capped the same way in Redis mode.
+func TestRedisMaxPause(t *testing.T) {
+	c := newClient(t, redistest.Start(t))
+	table := twoRules(100, 100, time.Second)
+	p1 := newRedisPool(t, table, c, "maxpause", clientpool.WithMaxPause(300*ms))
+	p2 := newRedisPool(t, table, c, "maxpause", clientpool.WithMaxPause(300*ms))
+	for _, pause := range []func(){
+		func() { p1.Throttled([]clientpool.Charge{{Rule: "a", Key: "k", Weight: 1}}, 429, time.Hour) },
+		func() {
+			if err := p1.Pause("a", "k", time.Now().Add(time.Hour)); err != nil {
+				t.Fatal(err)
+			}
+		},
+	} {
+		begin := time.Now()
+		pause()
+		for landed := false; !landed; { // the pause reaches Redis in the background
+			ctx, cancel := context.WithTimeout(context.Background(), 30*ms)
+			tk, err := p2.Acquire(ctx, clientpool.Charge{Rule: "a", Key: "k", Weight: 1})
+			cancel()
+			if landed = err != nil; !landed {
+				tk.Release()
+				if time.Since(begin) > 250*ms {
+					t.Fatal("the pause never reached the other pool")
+				}
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		tk, err := p2.Acquire(ctx, clientpool.Charge{Rule: "a", Key: "k", Weight: 1})
+		cancel()
+		if err != nil {
+			t.Fatalf("after a capped pause: %v", err)
+		}
+		tk.Release()
+		if d := time.Since(begin); d > time.Second {
+			t.Fatalf("paused for %v, want at most about 300ms", d)
+		}
+		for _, ks := range p1.Snapshot() {
+			if ks.Rule == "a" && ks.Key == "k" && ks.PausedUntil.After(begin.Add(time.Second)) {
+				t.Fatalf("local pause until %v, want capped", ks.PausedUntil)
+			}
+		}
+	}
+}
