@@ -174,6 +174,12 @@ func (s *RateSemaphore) now() time.Time { return s.clock.Now() }
 //     without holding up other callers (or until a SetLimit makes it fit);
 //   - an error matching ErrNegativeWeight (window.ErrNegativeWeight) at
 //     once when n is negative.
+//
+// Built with NewRedis, it may also return an error matching ErrUnavailable
+// (Redis unreachable, no fallback), ErrLimitMismatch (another process
+// opened the name with another limit) or ErrClosed (after Close); a call
+// of 0 units makes no round trip, and ctx's deadline holds whatever the
+// Redis client's options.
 func (s *RateSemaphore) Acquire(ctx context.Context, n int64) error {
 	if s.remote != nil {
 		return s.remote.acquire(ctx, n)
@@ -295,6 +301,9 @@ func (s *RateSemaphore) undoLocked(w *waiter) {
 // success (the caller must Release(n) later); on failure it returns false
 // and leaves the semaphore unchanged. It fails whenever other callers are
 // waiting, so it never overtakes them. A negative n is refused (false).
+// Built with NewRedis, it makes one admission round trip (bounded by
+// WithRedisTimeout) unless callers wait, a pause is on or the limit is
+// known full, when it fails at once.
 func (s *RateSemaphore) TryAcquire(n int64) bool {
 	if s.remote != nil {
 		return s.remote.tryAcquire(n)
@@ -316,7 +325,10 @@ func (s *RateSemaphore) TryAcquire(n int64) bool {
 
 // Release releases n units (n ≥ 0) held by a call that has ended; under the
 // completion window the instant of Release is the call's end. It never
-// blocks. It panics if n is negative or more units are released than are
+// blocks, over Redis either: the release is sent in the background (see
+// NewRedis), and Release of n units ends the oldest call of exactly n
+// units of this process, or else n units of the oldest calls (a call
+// partly released stays in flight in Redis until all its units are). It panics if n is negative or more units are released than are
 // held (caller bugs), as x/sync does.
 func (s *RateSemaphore) Release(n int64) {
 	if s.remote != nil {
@@ -406,7 +418,14 @@ func (s *RateSemaphore) PauseFor(d time.Duration) {
 // with interval 0 they wait aside, as in Acquire, until their context ends or
 // a later SetLimit makes them fit, and then rejoin the queue in their order
 // of arrival. It returns an error, and changes nothing, if n or interval is
-// negative. It never blocks.
+// negative. It never blocks in process.
+//
+// For a RateSemaphore built with NewRedis, SetLimit stores the new limit in
+// Redis for every process sharing the name (each adopts it at its next
+// admission), in one round trip bounded by WithRedisTimeout; it returns an
+// error matching ErrUnavailable when Redis cannot be reached, and one
+// matching window.ErrInvalidLimit for n = 0, interval 0 or an interval that
+// is not a whole number of microseconds.
 //
 // Calls that ended while interval was 0 read no clock, so a switch from
 // interval 0 to a positive interval starts the window afresh: only units in
@@ -477,6 +496,10 @@ func (s *RateSemaphore) failLocked(w *waiter, err error) {
 }
 
 // Limit returns the current limit: n units per interval (Per 0: no rate).
+// For a RateSemaphore built with NewRedis it is the limit this process set
+// (NewRedis or SetLimit): a SetLimit in another process is adopted in
+// Redis, where every admission is decided, but not shown here, and this
+// process still refuses at once a weight above its own n.
 func (s *RateSemaphore) Limit() window.Limit {
 	if s.remote != nil {
 		return s.remote.spec.Load().Limit

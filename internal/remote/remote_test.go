@@ -651,3 +651,59 @@ func TestHostileDecisions(t *testing.T) {
 		})
 	}
 }
+
+// TestObserverAndSetLimit: the observer sees admissions, refusals,
+// releases and pauses, outside the engine's lock (it may call Stats);
+// SetLimit reaches the store and forgets the wait handed on.
+func TestObserverAndSetLimit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFake()
+		var mu sync.Mutex
+		kinds := map[EventKind]int{}
+		var e *Engine
+		e = newEngine(t, f, Config{Observer: func(ev Event) {
+			_ = e.Stats() // outside the lock: no deadlock
+			mu.Lock()
+			kinds[ev.Kind]++
+			mu.Unlock()
+		}})
+		s := spec(1, time.Second)
+		cs := []rstore.Charge{charge("a", s, 1)}
+		c, err := e.Acquire(context.Background(), "s", cs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Release()
+		synctest.Wait()
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		if _, err := e.Acquire(ctx, "s", cs); !errors.Is(err, ErrDeadline) {
+			t.Fatalf("%v", err)
+		}
+		e.mu.Lock()
+		nb := e.lims[limKey{"s", "a", ""}].notBefore
+		e.mu.Unlock()
+		if nb.IsZero() {
+			t.Fatal("no wait handed on")
+		}
+		if err := e.SetLimit(context.Background(), "s", charge("a", spec(2, time.Second), 0)); err != nil {
+			t.Fatal(err)
+		}
+		e.mu.Lock()
+		l := e.lims[limKey{"s", "a", ""}]
+		e.mu.Unlock()
+		if l != nil && !l.notBefore.IsZero() {
+			t.Fatal("SetLimit kept the wait learned under the old limit")
+		}
+		e.Pause("s", cs[0], time.Millisecond)
+		e.Reconcile("s", cs[0], 3)
+		synctest.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, k := range []EventKind{Admitted, Refused, Released, Paused} {
+			if kinds[k] == 0 {
+				t.Errorf("no event of kind %d: %v", k, kinds)
+			}
+		}
+	})
+}
