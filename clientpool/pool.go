@@ -341,7 +341,8 @@ func (t *Ticket) Charges() []Charge { return t.charges }
 // Release ends the call: every charge leaves flight at once (for the
 // completion window, the call's end is now), and a key that saw no
 // throttle since the call was admitted ends its backoff streak. It never
-// blocks. It panics if called twice.
+// blocks (in Redis mode the release reaches Redis in the background). It
+// panics if called twice.
 func (t *Ticket) Release() {
 	switch c := t.call.Swap(releasedCall); c {
 	case releasedCall:
@@ -384,7 +385,10 @@ func (t *Ticket) Release() {
 // once for a charge heavier than its rule can ever admit; an error matching
 // window.ErrNegativeWeight for a negative weight; or an error matching
 // ErrTooManyKeys at once when the call needs a new key and the pool is full
-// (WithMaxKeys). A call with no charges is admitted at once.
+// (WithMaxKeys). A call with no charges is admitted at once. In Redis mode
+// (WithRedis) it may also return an error matching ErrLimitMismatch,
+// ErrUnavailable or ErrClosed; the checks above come first, without a
+// round trip.
 func (p *Pool) Acquire(ctx context.Context, charges ...Charge) (*Ticket, error) {
 	charges, err := p.merge(charges)
 	if err != nil {
@@ -610,7 +614,9 @@ func (p *Pool) admitLocked(hs []held, nodes []qnode, now time.Time) (at time.Tim
 // limit. Waiters heavier than the new limit fail with ErrWeightTooLarge.
 // It returns an error for an unknown rule or a limit that is not N > 0 per
 // Per > 0. It never blocks; it walks every key of the rule and every
-// waiter.
+// waiter. In Redis mode (WithRedis) it changes the limit for every process
+// and blocks for one round trip per key of the rule this process knows;
+// it then also returns the first error of Redis.
 func (p *Pool) SetLimit(rule string, l window.Limit) error {
 	rs, ok := p.rules[rule]
 	if !ok {

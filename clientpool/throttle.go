@@ -12,7 +12,8 @@ import (
 // instant until: calls that need it wait, calls in flight go on, other keys
 // and rules are not affected. Overlapping pauses do not add up; the later
 // end wins. It is not capped (the cap of WithMaxPause applies to the pauses
-// throttles cause). It never blocks. It returns an error matching
+// throttles cause), except in Redis mode, where it pauses every process.
+// It never blocks. It returns an error matching
 // ErrUnknownRule for an unknown rule, and one matching ErrTooManyKeys when
 // the key is new and the pool is full (WithMaxKeys).
 func (p *Pool) Pause(rule, key string, until time.Time) error {
