@@ -34,14 +34,6 @@ func newClient(t *testing.T, addr string) *goredis.Client {
 	return c
 }
 
-// newClusterClient returns a cluster client of the cluster at addr.
-func newClusterClient(t *testing.T, addr string) *goredis.ClusterClient {
-	t.Helper()
-	c := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: []string{addr}, MaxRetries: -1, DialTimeout: time.Second})
-	t.Cleanup(func() { c.Close() })
-	return c
-}
-
 // newRedisPool returns a Pool over table in Redis mode, closed at the end.
 // It skips the test while internal/rstore is only a skeleton.
 func newRedisPool(t *testing.T, table clientpool.Table, c goredis.UniversalClient, prefix string, opts ...clientpool.Option) *clientpool.Pool {
@@ -276,7 +268,7 @@ func TestRedisFleetBinance(t *testing.T) {
 		t.Run(map[bool]string{false: "server", true: "cluster"}[cluster], func(t *testing.T) {
 			var c goredis.UniversalClient
 			if cluster {
-				c = newClusterClient(t, redistest.StartCluster(t))
+				c = startCluster3(t)
 			} else {
 				c = newClient(t, redistest.Start(t))
 			}
@@ -352,7 +344,7 @@ func TestRedisFleetOKX(t *testing.T) {
 		t.Run(map[bool]string{false: "server", true: "cluster"}[cluster], func(t *testing.T) {
 			var c goredis.UniversalClient
 			if cluster {
-				c = newClusterClient(t, redistest.StartCluster(t))
+				c = startCluster3(t)
 			} else {
 				c = newClient(t, redistest.Start(t))
 			}
@@ -677,7 +669,7 @@ func TestRedisHostileKeys(t *testing.T) {
 		t.Run(map[bool]string{false: "server", true: "cluster"}[cluster], func(t *testing.T) {
 			var c goredis.UniversalClient
 			if cluster {
-				c = newClusterClient(t, redistest.StartCluster(t))
+				c = startCluster3(t)
 			} else {
 				c = newClient(t, redistest.Start(t))
 			}
