@@ -537,7 +537,9 @@ func TestRedisChecksBeforeRedis(t *testing.T) {
 	c := newClient(t, srv.Addr())
 	table := twoRules(5, 5, time.Minute)
 	table.Rules[1].Concurrency = 2
-	p := newRedisPool(t, table, c, "chk")
+	p := newRedisPool(t, table, c, "chk", clientpool.WithMaxKeys(2))
+	held := acquire(t, p, clientpool.Charge{Rule: "a", Key: "k1", Weight: 1}, clientpool.Charge{Rule: "b", Key: "k1", Weight: 1})
+	defer held.Release()
 	srv.Stop()
 	ctx := context.Background()
 	for _, tc := range []struct {
@@ -551,6 +553,7 @@ func TestRedisChecksBeforeRedis(t *testing.T) {
 		{[]clientpool.Charge{{Rule: "b", Weight: 3}}, clientpool.ErrWeightTooLarge},
 		{[]clientpool.Charge{{Rule: "a", Weight: math.MaxInt64}}, clientpool.ErrWeightTooLarge},
 		{[]clientpool.Charge{{Rule: "a", Weight: math.MaxInt64}, {Rule: "a", Weight: math.MaxInt64}}, clientpool.ErrWeightTooLarge},
+		{[]clientpool.Charge{{Rule: "a", Key: "k2", Weight: 1}}, clientpool.ErrTooManyKeys},
 	} {
 		begin := time.Now()
 		_, err := p.Acquire(ctx, tc.cs...)
@@ -563,7 +566,7 @@ func TestRedisChecksBeforeRedis(t *testing.T) {
 	}
 	// A call Redis must decide fails with ErrUnavailable, within a bound.
 	begin := time.Now()
-	if _, err := p.Acquire(ctx, clientpool.Charge{Rule: "a", Weight: 1}); !errors.Is(err, clientpool.ErrUnavailable) {
+	if _, err := p.Acquire(ctx, clientpool.Charge{Rule: "a", Key: "k1", Weight: 1}); !errors.Is(err, clientpool.ErrUnavailable) {
 		t.Errorf("Redis down: err = %v, want ErrUnavailable", err)
 	}
 	if d := time.Since(begin); d > 3*time.Second {
@@ -810,5 +813,31 @@ func TestRedisMaxPause(t *testing.T) {
 				t.Fatalf("local pause until %v, want capped", ks.PausedUntil)
 			}
 		}
+	}
+}
+
+// Snapshot and Len say what this process knows in Redis mode: its own
+// units in flight per key, no window count (Used -1), the keys it used.
+func TestRedisSnapshot(t *testing.T) {
+	c := newClient(t, redistest.Start(t))
+	p1 := newRedisPool(t, twoRules(5, 5, time.Second), c, "snap")
+	p2 := newRedisPool(t, twoRules(5, 5, time.Second), c, "snap")
+	tk := acquire(t, p1, clientpool.Charge{Rule: "a", Key: "x", Weight: 3}, clientpool.Charge{Rule: "b", Weight: 1})
+	acquire(t, p2, clientpool.Charge{Rule: "a", Key: "x", Weight: 1}).Release()
+	want := []clientpool.KeyState{{Rule: "a", Key: "x", InFlight: 3, Used: -1}, {Rule: "b", InFlight: 1, Used: -1}}
+	if got := p1.Snapshot(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("Snapshot = %v, want %v", got, want)
+	}
+	if p1.Len() != 2 || p2.Len() != 1 {
+		t.Fatalf("Len = %d, %d, want 2, 1", p1.Len(), p2.Len())
+	}
+	tk.Release()
+	for _, ks := range p1.Snapshot() {
+		if ks.InFlight != 0 {
+			t.Fatalf("%+v after Release", ks)
+		}
+	}
+	if l, ok := p1.Limit("a"); !ok || l != (window.Limit{N: 5, Per: time.Second}) {
+		t.Fatalf("Limit = %v, %v", l, ok)
 	}
 }
