@@ -2,9 +2,12 @@ package clientpool
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -29,6 +32,32 @@ var ErrUnavailable = remote.ErrUnavailable
 
 // ErrClosed is returned by Acquire, in Redis mode, after Close.
 var ErrClosed = remote.ErrClosed
+
+// ErrTooManyCharges is matched (errors.Is) by the error Acquire returns at
+// once, in Redis mode, for a call with more than MaxRedisCharges distinct
+// (rule, key) charges: one Lua script admits all of a call's charges, and
+// takes at most that many.
+var ErrTooManyCharges = errors.New("clientpool: too many charges for one call in Redis")
+
+// MaxRedisCharges is the most distinct (rule, key) charges of one call in
+// Redis mode.
+const MaxRedisCharges = rstore.MaxCharges
+
+// hashedKey begins the Redis name of a key that is too long for Redis
+// mode (or begins with hashedKey itself): the rest is the hex SHA-256 of
+// the key, so that every key keeps its own limiter whatever its length.
+const hashedKey = "\x00sha256:"
+
+// redisKey returns the name of key in Redis: key itself, or for a key
+// longer than rstore.MaxNameLen (or one that begins with hashedKey, so
+// that no key can pose as another's hash) hashedKey and its SHA-256.
+func redisKey(key string) string {
+	if len(key) <= rstore.MaxNameLen && !strings.HasPrefix(key, hashedKey) {
+		return key
+	}
+	sum := sha256.Sum256([]byte(key))
+	return hashedKey + hex.EncodeToString(sum[:])
+}
 
 // WithRedis keeps the state of every rule in Redis, shared by every Pool
 // (in this process or another) built over the same Redis with the same
@@ -70,9 +99,15 @@ var ErrClosed = remote.ErrClosed
 //     in flight and pauses, the keys it used; KeyState.Used is -1.
 //   - Close stops the Pool's Redis engine; call it when done.
 //
+// Redis keeps names of at most 512 bytes: a key longer than that is
+// kept under its SHA-256 (each key still has its own limiter). A call
+// takes at most MaxRedisCharges distinct charges (ErrTooManyCharges).
+//
 // Every rule's window must have a Redis form (every window of package
-// window has one); New returns an error otherwise, for a nil c, and for an
-// empty or too long prefix. WithClock does not apply to Redis's decisions,
+// window has one, for N up to 2^40 and a Per of a whole number of
+// microseconds up to about 12.7 days); New returns an error otherwise, for
+// a nil c, for an empty prefix, one longer than 512 bytes or with a brace,
+// and for a rule name or Table.Scope longer than 512 bytes. WithClock does not apply to Redis's decisions,
 // which are made on the Redis server's clock.
 func WithRedis(c goredis.UniversalClient, prefix string) Option {
 	return func(cfg *config) { cfg.redis, cfg.prefix, cfg.redisSet = c, prefix, true }
@@ -93,7 +128,17 @@ func (p *Pool) initRedis(cfg *config) error {
 	if err != nil {
 		return fmt.Errorf("clientpool: WithRedis: %w", err)
 	}
+	scope := p.table.Scope
+	if scope == "" {
+		scope = cfg.prefix
+	}
+	if len(scope) > rstore.MaxNameLen {
+		return fmt.Errorf("clientpool: WithRedis: Table.Scope of %d bytes: want at most %d", len(scope), rstore.MaxNameLen)
+	}
 	for _, rs := range p.ruleList {
+		if len(rs.Name) > rstore.MaxNameLen {
+			return fmt.Errorf("clientpool: WithRedis: rule name %.64q…: want at most %d bytes", rs.Name, rstore.MaxNameLen)
+		}
 		spec, err := specOf(rs.Rule, rs.limit)
 		if err != nil {
 			return err
@@ -108,10 +153,6 @@ func (p *Pool) initRedis(cfg *config) error {
 	})
 	if err != nil {
 		return fmt.Errorf("clientpool: WithRedis: %w", err)
-	}
-	scope := p.table.Scope
-	if scope == "" {
-		scope = cfg.prefix
 	}
 	p.rem = &redisMode{eng: eng, scope: scope}
 	return nil
@@ -186,6 +227,9 @@ func (p *Pool) acquireRedis(ctx context.Context, charges []Charge) (*Ticket, err
 // and returns their Redis charges; setHere reports that one of their
 // rules' limits was set by SetLimit in this process.
 func (p *Pool) startRedis(ctx context.Context, charges []Charge) (hs []held, rcs []rstore.Charge, setHere bool, err error) {
+	if len(charges) > MaxRedisCharges {
+		return nil, nil, false, fmt.Errorf("%w: %d, at most %d", ErrTooManyCharges, len(charges), MaxRedisCharges)
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if err := ctx.Err(); err != nil {
@@ -205,7 +249,7 @@ func (p *Pool) startRedis(ctx context.Context, charges []Charge) (hs []held, rcs
 	rcs = make([]rstore.Charge, len(charges))
 	for i, c := range charges {
 		rs := hs[i].lim.rule
-		rcs[i] = rstore.Charge{Rule: c.Rule, Key: c.Key, Spec: rs.spec, Weight: c.Weight}
+		rcs[i] = rstore.Charge{Rule: c.Rule, Key: redisKey(c.Key), Spec: rs.spec, Weight: c.Weight}
 		setHere = setHere || rs.setHere
 	}
 	return hs, rcs, setHere, nil
@@ -255,7 +299,7 @@ func (p *Pool) reconcileRedis(rs *ruleState, key string, used int64) {
 	p.mu.Lock()
 	spec := rs.spec
 	p.mu.Unlock()
-	p.rem.eng.Reconcile(p.rem.scope, rstore.Charge{Rule: rs.Name, Key: key, Spec: spec}, used)
+	p.rem.eng.Reconcile(p.rem.scope, rstore.Charge{Rule: rs.Name, Key: redisKey(key), Spec: spec}, used)
 	p.emit(Event{Kind: Reconciled, Rule: rs.Name, Key: key, Weight: used})
 }
 
@@ -269,7 +313,7 @@ func (p *Pool) pauseRedis(rule, key string, until time.Time) {
 	p.mu.Lock()
 	spec, d := rs.spec, until.Sub(p.now())
 	p.mu.Unlock()
-	p.rem.eng.Pause(p.rem.scope, rstore.Charge{Rule: rule, Key: key, Spec: spec}, d)
+	p.rem.eng.Pause(p.rem.scope, rstore.Charge{Rule: rule, Key: redisKey(key), Spec: spec}, d)
 }
 
 // setLimitRedis is SetLimit in Redis mode.
@@ -288,7 +332,7 @@ func (p *Pool) setLimitRedis(rs *ruleState, l window.Limit) error {
 	}
 	p.mu.Unlock()
 	for _, k := range keys {
-		if err := p.rem.eng.SetLimit(context.Background(), p.rem.scope, rstore.Charge{Rule: rs.Name, Key: k, Spec: spec}); err != nil {
+		if err := p.rem.eng.SetLimit(context.Background(), p.rem.scope, rstore.Charge{Rule: rs.Name, Key: redisKey(k), Spec: spec}); err != nil {
 			return fmt.Errorf("clientpool: SetLimit(%q, %v): key %q: %w", rs.Name, l, k, err)
 		}
 	}

@@ -2,6 +2,8 @@ package clientpool_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
@@ -554,6 +556,7 @@ func TestRedisChecksBeforeRedis(t *testing.T) {
 		{[]clientpool.Charge{{Rule: "a", Weight: math.MaxInt64}}, clientpool.ErrWeightTooLarge},
 		{[]clientpool.Charge{{Rule: "a", Weight: math.MaxInt64}, {Rule: "a", Weight: math.MaxInt64}}, clientpool.ErrWeightTooLarge},
 		{[]clientpool.Charge{{Rule: "a", Key: "k2", Weight: 1}}, clientpool.ErrTooManyKeys},
+		{manyCharges(clientpool.MaxRedisCharges + 1), clientpool.ErrTooManyCharges},
 	} {
 		begin := time.Now()
 		_, err := p.Acquire(ctx, tc.cs...)
@@ -680,14 +683,25 @@ func TestRedisHostileKeys(t *testing.T) {
 			table.Scope = "{scope}}{"
 			p1 := newRedisPool(t, table, c, "hostile")
 			p2 := newRedisPool(t, table, c, "hostile")
+			// A key beyond Redis's 512 bytes is kept under its SHA-256: a
+			// short key spelling that name must not share its limiter.
+			long := strings.Repeat("L", 513)
+			sum := sha256.Sum256([]byte(long))
+			posing := "\x00sha256:" + hex.EncodeToString(sum[:])
 			keys := []string{"", "\x00", "\xff\xfe", "{", "}", "{}", "}{", "{k}", "a:b", "%7B", "hostile:{scope}:a",
-				strings.Repeat("{x}", 1000), strings.Repeat("\x00\xff", 32<<10)}
+				strings.Repeat("{x}", 1000), strings.Repeat("\x00\xff", 32<<10), long, posing, "\x00sha256:"}
 			for _, k := range keys {
 				acquire(t, p1, clientpool.Charge{Rule: "a", Key: k, Weight: 0}).Release()
-				acquire(t, p1, clientpool.Charge{Rule: "a", Key: k, Weight: 2}, clientpool.Charge{Rule: "b", Key: k, Weight: 1}).Release()
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				tk, err := p1.Acquire(ctx, clientpool.Charge{Rule: "a", Key: k, Weight: 2}, clientpool.Charge{Rule: "b", Key: k, Weight: 1})
+				cancel()
+				if err != nil {
+					t.Fatalf("key %q: its whole limit: %v (does it share a limiter with another key?)", trunc(k), err)
+				}
+				tk.Release()
 				// Each key is full now, in every pool, and no other key is.
-				ctx, cancel := context.WithTimeout(context.Background(), 100*ms)
-				_, err := p2.Acquire(ctx, clientpool.Charge{Rule: "a", Key: k, Weight: 1})
+				ctx, cancel = context.WithTimeout(context.Background(), 100*ms)
+				_, err = p2.Acquire(ctx, clientpool.Charge{Rule: "a", Key: k, Weight: 1})
 				cancel()
 				if !errors.Is(err, context.DeadlineExceeded) {
 					t.Fatalf("key %q: third unit of 2: err = %v", trunc(k), err)
@@ -840,4 +854,13 @@ func TestRedisSnapshot(t *testing.T) {
 	if l, ok := p1.Limit("a"); !ok || l != (window.Limit{N: 5, Per: time.Second}) {
 		t.Fatalf("Limit = %v, %v", l, ok)
 	}
+}
+
+// manyCharges returns n charges of one unit on distinct keys of rule a.
+func manyCharges(n int) []clientpool.Charge {
+	cs := make([]clientpool.Charge, n)
+	for i := range cs {
+		cs[i] = clientpool.Charge{Rule: "a", Key: fmt.Sprint(i), Weight: 1}
+	}
+	return cs
 }
