@@ -165,6 +165,9 @@ func specOf(r *Rule, l window.Limit) (*rstore.Spec, error) {
 		return nil, fmt.Errorf("clientpool: rule %q: its window has no Redis form: %w", r.Name, err)
 	}
 	spec.Concurrency = r.Concurrency
+	if err := spec.Check(); err != nil {
+		return nil, fmt.Errorf("clientpool: rule %q: its window cannot be kept in Redis: %w", r.Name, err)
+	}
 	return &spec, nil
 }
 

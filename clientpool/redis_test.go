@@ -20,6 +20,7 @@ import (
 	"github.com/ratesem/ratesem/clientpool"
 	"github.com/ratesem/ratesem/exchange/binance"
 	"github.com/ratesem/ratesem/exchange/okx"
+	"github.com/ratesem/ratesem/internal/rstore"
 	"github.com/ratesem/ratesem/window"
 	"github.com/ratesem/ratesem/window/redis/redistest"
 )
@@ -871,4 +872,72 @@ func manyCharges(n int) []clientpool.Charge {
 		cs[i] = clientpool.Charge{Rule: "a", Key: fmt.Sprint(i), Weight: 1}
 	}
 	return cs
+}
+
+// ThrottledResponse picks its targets as in process (Binance's -1015 names
+// the account's ORDERS_10S alone) and pauses them in every Pool: another
+// Pool's order on that account waits, its klines on the IP do not.
+func TestRedisThrottledResponseTargets(t *testing.T) {
+	c := newClient(t, redistest.Start(t))
+	table := binance.Spot()
+	p1 := newRedisPool(t, table, c, "target")
+	p2 := newRedisPool(t, table, c, "target")
+	order, _ := http.NewRequest("POST", "http://x/api/v3/order", nil)
+	order.Header.Set(binance.HeaderAPIKey, "acct")
+	ocs, err := p1.Classify(order)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk := acquire(t, p1, ocs...)
+	p1.ThrottledResponse(clientpool.Throttle{Status: 429, Body: []byte(`{"code":-1015,"msg":"Too many new orders."}`), RetryAfter: 5 * time.Second}, tk.Charges())
+	tk.Release()
+	begin := time.Now()
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 100*ms)
+		tk2, err := p2.Acquire(ctx, ocs...)
+		cancel()
+		if err != nil {
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("paused order: err = %v", err)
+			}
+			break
+		}
+		tk2.Release()
+		if time.Since(begin) > 2*time.Second {
+			t.Fatal("the -1015 never paused the other pool's orders")
+		}
+		time.Sleep(10 * ms)
+	}
+	klines, _ := http.NewRequest("GET", "http://x/api/v3/klines", nil)
+	kcs, _ := p2.Classify(klines)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	tk3, err := p2.Acquire(ctx, kcs...)
+	if err != nil {
+		t.Fatalf("klines on the IP after a -1015: %v", err)
+	}
+	tk3.Release()
+}
+
+// The Binance preset maps to Redis at Binance's real windows and at time
+// scales whose windows are whole microseconds; at one whose aren't, New
+// says which rule cannot be kept in Redis.
+func TestRedisPresetWindows(t *testing.T) {
+	c := newClient(t, redistest.Start(t))
+	for _, table := range []clientpool.Table{binance.Spot(), binance.Spot(binance.WithTimeScale(20)), okx.Table(), okx.Table(okx.WithTimeScale(10))} {
+		newRedisPool(t, table, c, "presets")
+	}
+	_, err := newRedisPoolErr(t, binance.Spot(binance.WithTimeScale(60)), c, "presets60") // 10 s / 60 is not whole µs
+	if !errors.Is(err, rstore.ErrSpec) {
+		t.Fatalf("scale 60: err = %v, want one matching rstore.ErrSpec", err)
+	}
+	t.Log(err)
+	// SetLimit to a limit Redis cannot keep fails, and changes nothing.
+	p := newRedisPool(t, twoRules(5, 5, time.Second), c, "presets")
+	if err := p.SetLimit("a", window.Limit{N: 1 << 41, Per: time.Second}); !errors.Is(err, rstore.ErrSpec) {
+		t.Fatalf("SetLimit(N 2^41): err = %v, want one matching rstore.ErrSpec", err)
+	}
+	if l, _ := p.Limit("a"); l.N != 5 {
+		t.Fatalf("Limit after a failed SetLimit = %v", l)
+	}
 }
