@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/ratesem/ratesem/exchange/binance"
 	"github.com/ratesem/ratesem/exchange/exchangetest"
 	"github.com/ratesem/ratesem/httpclient"
@@ -21,6 +23,11 @@ import (
 // rules with smaller limits: the server rejects nothing and sees no
 // violation, and both clients got their share through.
 func TestRedisBinanceEndToEnd(t *testing.T) {
+	t.Run("server", func(t *testing.T) { runBinanceEndToEnd(t, newClient(t, redistest.Start(t))) })
+	t.Run("cluster", func(t *testing.T) { runBinanceEndToEnd(t, startCluster3(t)) })
+}
+
+func runBinanceEndToEnd(t *testing.T, rc goredis.UniversalClient) {
 	const scale = 100 // a minute lasts 600 ms, 10 s last 100 ms
 	limits := map[string]int64{
 		exchangetest.BinanceRequestWeight: 60,
@@ -40,7 +47,6 @@ func TestRedisBinanceEndToEnd(t *testing.T) {
 		}
 	}
 	table.Scope = "binance:127.0.0.1"
-	rc := newClient(t, redistest.Start(t))
 	var clients []*http.Client
 	for range 2 {
 		p := newRedisPool(t, table, rc, "e2e")
