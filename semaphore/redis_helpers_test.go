@@ -27,9 +27,9 @@ func newClient(t testing.TB, addr string) *goredis.Client {
 }
 
 // newClusterClient is newClient for a Redis Cluster.
-func newClusterClient(t testing.TB, addr string) *goredis.ClusterClient {
+func newClusterClient(t testing.TB, addrs ...string) *goredis.ClusterClient {
 	t.Helper()
-	c := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: []string{addr}})
+	c := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: addrs})
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }

@@ -124,6 +124,11 @@ const (
 
 	// releaseWorkers is the number of goroutines sending releases.
 	releaseWorkers = 4
+
+	// maxFreeAsks bounds the callers of one limiter that go to Redis
+	// without queueing (its queue empty): a herd of callers arriving at
+	// once costs that many round trips, the others queue behind.
+	maxFreeAsks = 8
 )
 
 // DefaultTimeout, DefaultJitter and DefaultReleaseQueue are the defaults
@@ -252,8 +257,9 @@ type limKey struct{ scope, rule, key string }
 // limiter is this process's view of one limiter: its queue of waiters and
 // what it learned from Redis.
 type limiter struct {
-	q     list.List // of *waiter, FIFO; the front may talk to Redis
-	users int       // waiters that refer to it (queued or not)
+	q      list.List // of *waiter, FIFO; the front may talk to Redis
+	users  int       // waiters that refer to it (queued or not)
+	asking int       // callers asking Redis without queueing (≤ maxFreeAsks)
 
 	paused time.Time // no admission before (a local or Redis pause); zero: none
 
@@ -272,6 +278,7 @@ type waiter struct {
 	lims   []*limiter
 	elems  []*list.Element // in lims[i].q; nil until queued
 	queued bool
+	asking bool          // counted in its limiters' asking
 	ahead  int           // queues where another waiter is in front
 	turn   chan struct{} // closed when ahead drops to 0 after queueing
 	wake   chan struct{} // capacity 1: a release of this process on one of its limiters reached Redis
@@ -455,7 +462,7 @@ func (e *Engine) acquire(ctx context.Context, scope string, cs []rstore.Charge, 
 		}
 		l.users++
 		w.lims[i] = l
-		if l.q.Len() > 0 || l.blocks(since, cs[i].Weight) {
+		if l.q.Len() > 0 || l.asking >= maxFreeAsks || l.blocks(since, cs[i].Weight) {
 			free = false
 		}
 	}
@@ -468,7 +475,12 @@ func (e *Engine) acquire(ctx context.Context, scope string, cs []rstore.Charge, 
 	if !try {
 		e.waiting++
 	}
-	if !free {
+	if free {
+		w.asking = true
+		for _, l := range w.lims {
+			l.asking++
+		}
+	} else {
 		e.joinLocked(w)
 	}
 	e.mu.Unlock()
@@ -489,6 +501,7 @@ func (l *limiter) blocks(now time.Time, n int64) bool {
 // joinLocked puts w at the back of the queues of all its limiters at once.
 // e.mu must be held.
 func (e *Engine) joinLocked(w *waiter) {
+	e.stopAskingLocked(w)
 	w.queued = true
 	w.turn = make(chan struct{})
 	w.wake = make(chan struct{}, 1)
@@ -501,6 +514,16 @@ func (e *Engine) joinLocked(w *waiter) {
 	}
 	if w.ahead == 0 {
 		close(w.turn)
+	}
+}
+
+// stopAskingLocked ends w's free pass, if it had one. e.mu must be held.
+func (e *Engine) stopAskingLocked(w *waiter) {
+	if w.asking {
+		w.asking = false
+		for _, l := range w.lims {
+			l.asking--
+		}
 	}
 }
 
@@ -521,6 +544,7 @@ func (e *Engine) leave(w *waiter, try bool) {
 			}
 		}
 	}
+	e.stopAskingLocked(w)
 	e.dropLocked(w)
 	e.active--
 	if !try {
@@ -624,6 +648,7 @@ func (e *Engine) admit(ctx context.Context, w *waiter, since time.Time, try bool
 		}
 		d, err, left := e.redisAdmit(ctx, w, timeout)
 		e.mu.Lock()
+		e.stopAskingLocked(w)
 		e.stats.RedisAdmits++
 		if d.Lost {
 			e.stats.StateLost++
@@ -1062,7 +1087,9 @@ func (e *Engine) releaser() {
 			e.mu.Unlock()
 			continue
 		}
-		ctx, cancel := context.WithTimeout(e.flushCtx, e.cfg.Timeout)
+		// Nobody waits for it: a release late by up to lateGrace still
+		// frees the units sooner than the lease (Close cuts it short).
+		ctx, cancel := context.WithTimeout(e.flushCtx, e.cfg.Timeout+lateGrace)
 		err := e.st.Release(ctx, c.scope, c.cs, c.token)
 		cancel()
 		e.roundTrip(err)

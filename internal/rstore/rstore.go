@@ -636,7 +636,11 @@ func (s *Store) Extend(ctx context.Context, scope string, cs []Charge, token str
 // now (server clock, rounded up to a µs, at most MaxPer); a pause only ever
 // extends. It returns when the pause ends. c.Weight is not used.
 func (s *Store) Pause(ctx context.Context, scope string, c Charge, d time.Duration) (time.Time, error) {
-	us := min(max((d+time.Microsecond-1)/time.Microsecond, 0), MaxPer/time.Microsecond)
+	us := d / time.Microsecond // not (d+µs−1)/µs: that wraps for a d near math.MaxInt64
+	if d%time.Microsecond != 0 {
+		us++
+	}
+	us = min(max(us, 0), MaxPer/time.Microsecond)
 	c.Weight = 0
 	keys, args, err := s.call(scope, []Charge{c}, "", strconv.FormatInt(int64(us), 10))
 	if err != nil {
