@@ -2,58 +2,94 @@ package clientpool_test
 
 import (
 	"context"
-	"os/exec"
+	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/ratesem/ratesem/clientpool"
 	"github.com/ratesem/ratesem/window/redis/redistest"
 )
 
 // startCluster3 starts a Redis Cluster of three masters on loopback
-// (three redis-server processes with cluster-enabled, joined by
-// redis-cli --cluster create) and returns a client of it, closed at the
-// end. It skips like redistest.StartServer when redis-server is missing,
-// and when redis-cli is.
+// (redistest.StartCluster3) and returns a client of it, closed at the end.
 func startCluster3(t *testing.T) *goredis.ClusterClient {
 	t.Helper()
-	cli, err := exec.LookPath("redis-cli")
-	if err != nil {
-		t.Skip("no redis-cli on PATH; install it with `apt-get install redis-tools`")
-	}
-	var addrs []string
-	for range 3 {
-		s := redistest.StartServerArgs(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000")
-		addrs = append(addrs, s.Addr())
-	}
-	args := append([]string{"--cluster", "create"}, addrs...)
-	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
-	if out, err := exec.Command(cli, args...).CombinedOutput(); err != nil {
-		t.Fatalf("redis-cli --cluster create: %v: %s", err, out)
-	}
-	c := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: addrs, MaxRetries: -1, DialTimeout: time.Second})
-	t.Cleanup(func() { c.Close() })
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		ok := 0
-		for _, a := range addrs {
-			n := goredis.NewClient(&goredis.Options{Addr: a})
-			info, err := n.ClusterInfo(context.Background()).Result()
-			n.Close()
-			if err == nil && strings.Contains(info, "cluster_state:ok") {
-				ok++
-			}
-		}
-		if ok == len(addrs) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("redistest: the three-master cluster is not ok within 10s")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	c.ReloadState(context.Background())
+	c, _ := newCluster3(t)
 	return c
+}
+
+func newCluster3(t *testing.T) (*goredis.ClusterClient, *redistest.Cluster) {
+	t.Helper()
+	cl := redistest.StartCluster3(t)
+	c := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: cl.Addrs(), MaxRetries: -1, DialTimeout: time.Second})
+	t.Cleanup(func() { c.Close() })
+	return c, cl
+}
+
+// nodeOf returns the index of the cluster node that holds the keys under
+// prefix, or -1 when none does.
+func nodeOf(t *testing.T, cl *redistest.Cluster, prefix string) int {
+	t.Helper()
+	for i, a := range cl.Addrs() {
+		n := goredis.NewClient(&goredis.Options{Addr: a})
+		keys, err := n.Keys(context.Background(), prefix+"*").Result()
+		n.Close()
+		if err == nil && len(keys) > 0 {
+			return i
+		}
+	}
+	return -1
+}
+
+// The cluster node holding the scope's slot restarted mid-run (its keys
+// lost, its slots kept): calls fail with ErrUnavailable (or go on) while
+// it is away, are admitted after, and every window holds across it.
+func TestRedisClusterNodeRestartMidRun(t *testing.T) {
+	c, cl := newCluster3(t)
+	table := binanceTable()
+	var pools []*clientpool.Pool
+	for range 2 {
+		pools = append(pools, newRedisPool(t, table, c, "noderestart"))
+	}
+	var restarted atomic.Bool
+	var at time.Time
+	calls := fleet{
+		pools: pools, goroutines: 3, calls: 30, maxHold: 10 * ms, gen: binanceCalls(t, pools),
+		allowed: func(err error) bool {
+			// CLUSTERDOWN while the node is being failed/recovered is a
+			// Redis error too.
+			return errors.Is(err, clientpool.ErrUnavailable) || strings.Contains(err.Error(), "CLUSTERDOWN")
+		},
+		during: func(i int) {
+			if i == 10 && !restarted.Swap(true) {
+				n := nodeOf(t, cl, "noderestart")
+				if n < 0 {
+					t.Error("no node holds the scope's keys")
+					return
+				}
+				if err := cl.Restart(n); err != nil {
+					t.Error(err)
+				}
+				at = time.Now()
+			}
+		},
+	}.run(t)
+	checkBinance(t, table, calls)
+	after, failed := 0, 0
+	for _, c := range calls {
+		switch {
+		case !c.ok:
+			failed++
+		case c.start.After(at):
+			after++
+		}
+	}
+	t.Logf("%d calls, %d failed (node away), %d admitted after the restart", len(calls), failed, after)
+	if after == 0 {
+		t.Fatal("no call admitted after the restart")
+	}
 }

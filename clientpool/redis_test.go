@@ -774,7 +774,11 @@ func TestRedisRestartMidRun(t *testing.T) {
 
 // SCRIPT FLUSH mid-run: not one call fails, and the windows hold.
 func TestRedisScriptFlushMidRun(t *testing.T) {
-	c := newClient(t, redistest.Start(t))
+	t.Run("server", func(t *testing.T) { runScriptFlush(t, newClient(t, redistest.Start(t))) })
+	t.Run("cluster", func(t *testing.T) { runScriptFlush(t, startCluster3(t)) })
+}
+
+func runScriptFlush(t *testing.T, c goredis.UniversalClient) {
 	table := binanceTable()
 	var pools []*clientpool.Pool
 	for range 2 {
