@@ -267,8 +267,10 @@ func checkBinance(t *testing.T, table clientpool.Table, calls []fleetCall) {
 // every rule and key, the units of the calls of all three together stay
 // within N. On a single server and on a cluster.
 func TestRedisFleetBinance(t *testing.T) {
+	t.Parallel() // long runs on their own servers: overlap their waits
 	for _, cluster := range []bool{false, true} {
 		t.Run(map[bool]string{false: "server", true: "cluster"}[cluster], func(t *testing.T) {
+			t.Parallel()
 			var c goredis.UniversalClient
 			if cluster {
 				c = startCluster3(t)
@@ -343,8 +345,10 @@ func okxTable() clientpool.Table {
 // within N, for every rule and key, across the three. On a single server
 // and on a cluster.
 func TestRedisFleetOKX(t *testing.T) {
+	t.Parallel() // long runs on their own servers: overlap their waits
 	for _, cluster := range []bool{false, true} {
 		t.Run(map[bool]string{false: "server", true: "cluster"}[cluster], func(t *testing.T) {
+			t.Parallel()
 			var c goredis.UniversalClient
 			if cluster {
 				c = startCluster3(t)
@@ -672,8 +676,10 @@ func TestRedisClose(t *testing.T) {
 // separators) and weights (0, the limit) work as any other, each key
 // separately, and on a cluster every key of the scope stays in one slot.
 func TestRedisHostileKeys(t *testing.T) {
+	t.Parallel() // long runs on their own servers: overlap their waits
 	for _, cluster := range []bool{false, true} {
 		t.Run(map[bool]string{false: "server", true: "cluster"}[cluster], func(t *testing.T) {
+			t.Parallel()
 			var c goredis.UniversalClient
 			if cluster {
 				c = startCluster3(t)
@@ -727,6 +733,7 @@ func trunc(s string) string {
 // admitted before and after still hold every rule's window together (the
 // lost state is held full for the time it forgets).
 func TestRedisRestartMidRun(t *testing.T) {
+	t.Parallel() // long runs on their own servers: overlap their waits
 	srv := redistest.StartServer(t)
 	c := newClient(t, srv.Addr())
 	table := binanceTable()
@@ -774,8 +781,9 @@ func TestRedisRestartMidRun(t *testing.T) {
 
 // SCRIPT FLUSH mid-run: not one call fails, and the windows hold.
 func TestRedisScriptFlushMidRun(t *testing.T) {
-	t.Run("server", func(t *testing.T) { runScriptFlush(t, newClient(t, redistest.Start(t))) })
-	t.Run("cluster", func(t *testing.T) { runScriptFlush(t, startCluster3(t)) })
+	t.Parallel() // long runs on their own servers: overlap their waits
+	t.Run("server", func(t *testing.T) { t.Parallel(); runScriptFlush(t, newClient(t, redistest.Start(t))) })
+	t.Run("cluster", func(t *testing.T) { t.Parallel(); runScriptFlush(t, startCluster3(t)) })
 }
 
 func runScriptFlush(t *testing.T, c goredis.UniversalClient) {
