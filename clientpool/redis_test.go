@@ -37,6 +37,14 @@ func newClient(t *testing.T, addr string) *goredis.Client {
 	return c
 }
 
+// newClientB is newClient for a benchmark.
+func newClientB(b *testing.B, addr string) *goredis.Client {
+	b.Helper()
+	c := goredis.NewClient(&goredis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second})
+	b.Cleanup(func() { c.Close() })
+	return c
+}
+
 // newRedisPool returns a Pool over table in Redis mode, closed at the end.
 // It skips the test while internal/rstore is only a skeleton.
 func newRedisPool(t *testing.T, table clientpool.Table, c goredis.UniversalClient, prefix string, opts ...clientpool.Option) *clientpool.Pool {
