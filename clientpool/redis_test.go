@@ -1023,3 +1023,74 @@ func TestRedisSetLimitBelowWaiter(t *testing.T) {
 		t.Fatalf("err = %v, want ErrWeightTooLarge", err)
 	}
 }
+
+// Hostile usage counts in Redis mode: a count beyond int64 reads as "full
+// until the window moves" in every Pool, never longer; a negative or
+// malformed one changes nothing. Pool.Reconcile does the same as
+// ObserveHeaders.
+func TestRedisHostileUsage(t *testing.T) {
+	c := newClient(t, redistest.Start(t))
+	table := binance.Spot(binance.WithTimeScale(100)) // REQUEST_WEIGHT: 6000 per 600 ms
+	p1 := newRedisPool(t, table, c, "usage")
+	p2 := newRedisPool(t, table, c, "usage")
+	weight := clientpool.Charge{Rule: binance.RuleRequestWeight, Weight: 1}
+	for _, v := range []string{"-5", "12abc", "", "+7"} {
+		tk := acquire(t, p1, weight)
+		h := http.Header{}
+		h.Set(binance.HeaderUsedWeight1m, v)
+		tk.ObserveHeaders(h)
+		tk.Release()
+		if err := p1.Reconcile(binance.RuleRequestWeight, "", -1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(50 * ms) // the reports reach Redis in the background
+	ctx, cancel := context.WithTimeout(context.Background(), 50*ms)
+	tk, err := p2.Acquire(ctx, clientpool.Charge{Rule: binance.RuleRequestWeight, Weight: 5000})
+	cancel()
+	if err != nil {
+		t.Fatalf("after negative and malformed counts: %v", err)
+	}
+	tk.Release()
+
+	for _, report := range []func(){
+		func() {
+			tk := acquire(t, p1, weight)
+			h := http.Header{}
+			h.Set(binance.HeaderUsedWeight1m, "99999999999999999999999")
+			tk.ObserveHeaders(h)
+			tk.Release()
+		},
+		func() {
+			if err := p1.Reconcile(binance.RuleRequestWeight, "", math.MaxInt64); err != nil {
+				t.Fatal(err)
+			}
+		},
+	} {
+		report()
+		begin := time.Now()
+		for { // wait for the report to land: a call must then wait
+			ctx, cancel := context.WithTimeout(context.Background(), 20*ms)
+			tk, err := p2.Acquire(ctx, weight)
+			cancel()
+			if err != nil {
+				break
+			}
+			tk.Release()
+			if time.Since(begin) > 2*time.Second {
+				t.Fatal("a count beyond int64 never tightened the other pool")
+			}
+			time.Sleep(5 * ms)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		tk, err := p2.Acquire(ctx, weight)
+		cancel()
+		if err != nil {
+			t.Fatalf("after a count beyond int64: %v (it must last until the window moves, not longer)", err)
+		}
+		tk.Release()
+		if d := time.Since(begin); d > 2*time.Second {
+			t.Fatalf("held %v after a count beyond int64, want at most about a 600 ms window", d)
+		}
+	}
+}
