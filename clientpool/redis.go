@@ -120,6 +120,10 @@ func WithRedis(c goredis.UniversalClient, prefix string) Option {
 type redisMode struct {
 	eng   *remote.Engine
 	scope string
+	// calls holds the Redis call of every Ticket not yet released (under
+	// Pool.mu): kept here rather than in the Ticket, so that a Ticket of
+	// the in-process Pool stays as small as it was.
+	calls map[*Ticket]*remote.Call
 }
 
 // initRedis builds the Redis engine of p and the Spec of every rule.
@@ -157,7 +161,7 @@ func (p *Pool) initRedis(cfg *config) error {
 	if err != nil {
 		return fmt.Errorf("clientpool: WithRedis: %w", err)
 	}
-	p.rem = &redisMode{eng: eng, scope: scope}
+	p.rem = &redisMode{eng: eng, scope: scope, calls: make(map[*Ticket]*remote.Call)}
 	return nil
 }
 
@@ -216,15 +220,15 @@ func (p *Pool) acquireRedis(ctx context.Context, charges []Charge) (*Ticket, err
 		p.unrefAll(hs)
 		return nil, err
 	}
+	t := &Ticket{pool: p, held: hs, charges: charges}
 	p.mu.Lock()
 	for i := range hs {
 		h := &hs[i]
 		h.lim.inflight += h.n
 		h.thrAtAdmit = h.lim.throttles()
 	}
+	p.rem.calls[t] = call
 	p.mu.Unlock()
-	t := &Ticket{pool: p, held: hs, charges: charges}
-	t.call.Store(call)
 	p.emitAdmitted(charges, time.Since(since))
 	return t, nil
 }
@@ -263,9 +267,11 @@ func (p *Pool) startRedis(ctx context.Context, charges []Charge) (hs []held, rcs
 
 // releaseRedis is Ticket.Release in Redis mode: the local accounting now,
 // Redis in the background.
-func (t *Ticket) releaseRedis(call *remote.Call) {
+func (t *Ticket) releaseRedis() {
 	p := t.pool
 	p.mu.Lock()
+	call := p.rem.calls[t]
+	delete(p.rem.calls, t)
 	now := p.now()
 	for i := range t.held {
 		h := &t.held[i]
