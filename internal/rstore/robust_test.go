@@ -194,7 +194,9 @@ func TestLeaseFreesUnits(t *testing.T) {
 }
 
 // TestLostState: a limiter whose leases were deleted while calls were in
-// flight is held full for a Per, Decision.Lost set.
+// flight is held full for a Per, Decision.Lost set, from the next full
+// sweep (within a second: until then the counts kept in its hash, upper
+// bounds, decide), even when admissions made the leases' key again.
 func TestLostState(t *testing.T) {
 	clk := newClock()
 	s, rdb := newStore(t, clk, time.Minute)
@@ -205,6 +207,10 @@ func TestLostState(t *testing.T) {
 	}
 	k := s.Keys("", c[0])
 	rdb.Del(ctx, k[1])
+	if d, _ := s.Admit(ctx, "", c); !d.OK || d.Lost { // the counts still bound the state
+		t.Fatalf("right after losing the leases: %+v", d)
+	}
+	clk.add(time.Second)
 	d, err := s.Admit(ctx, "", c)
 	if err != nil || d.OK || !d.Lost || d.Wait != 2*time.Second {
 		t.Fatalf("after losing the leases: %+v %v", d, err)

@@ -702,3 +702,33 @@ func (s *Store) SetLimit(ctx context.Context, scope string, c Charge) error {
 	}
 	return nil
 }
+
+// AdmitLua returns the Lua source of the admission script Admit runs with
+// EVALSHA (for benchmarks that measure the raw script, e.g. against
+// go-redis/redis_rate). Its KEYS and ARGV for a call are those AdmitCall
+// returns; its reply is {1, now µs, 0, 0, flags, adopted} when every
+// charge was admitted, {0, now µs, wait µs, refusing charge (from 1),
+// flags, adopted} when none was, or {-1, charge, stored spec} for a limit
+// mismatch; flags: 1 only a release can help, 2 paused, 4 lost state, 8 a
+// lease was taken; adopted: the charges (from 1) whose stored spec was
+// adopted, comma-separated.
+func AdmitLua() string { return admitSource }
+
+// AdmitCall returns the KEYS and ARGV with which Admit would run the
+// admission script (AdmitLua) for the call cs in scope, token being the
+// call's 16 hex digits. KEYS holds three keys per charge, in order: the
+// limiter's hash, its sorted set of leases, its sorted set log (Keys).
+// ARGV holds:
+//
+//	ARGV[1]  the instant in µs since the Unix epoch (Options.Now), or "" for the server's TIME
+//	ARGV[2]  the token
+//	ARGV[3]  the lease in µs
+//	ARGV[4]  the number of charges
+//
+// and then 8 values per charge: the spec as stored ("kind/N/Per µs/p1/
+// concurrency"), kind, N, Per in µs, p1 (burst, margin in µs or blocks),
+// the concurrency cap, the weight, the TTL of its keys in ms. It returns
+// the errors Admit returns before a round trip. It does not talk to Redis.
+func (s *Store) AdmitCall(scope string, cs []Charge, token string) (keys []string, args []any, err error) {
+	return s.call(scope, cs, token, s.leaseS)
+}
