@@ -32,4 +32,8 @@ func newPool(cfg workerConfig) (*clientpool.Pool, func(), error) {
 	return nil, nil, errNoRedis
 }
 
+// haveRedisPool reports whether newPool can keep the rules in Redis: false
+// until clientpool.WithRedis (branch h-pool) is merged and swapped in here.
+const haveRedisPool = false
+
 var errNoRedis = errors.New("clientpool over Redis (clientpool.WithRedis) is not available yet; run with -local")
