@@ -222,6 +222,12 @@ func work(cfg workerConfig, stdin io.Reader, out *lineWriter) (workerReport, err
 			if err == nil {
 				err = send(client, pool, req, &r)
 			}
+			if errors.Is(err, clientpool.ErrDeadline) {
+				// The pool knows this call could only be admitted after
+				// the run's end (the stop context's deadline): it is over
+				// for this goroutine.
+				return
+			}
 			if err != nil && stop.Err() == nil {
 				r.Errors++
 				if r.FirstError == "" {
