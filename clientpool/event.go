@@ -19,7 +19,9 @@ const (
 	// 418 for an IP ban) that was charged Weight under (Rule, Key).
 	Throttled
 	// Reconciled: the server's usage header counted Weight more units than
-	// the local window, which now counts them too.
+	// the local window, which now counts them too. In Redis mode
+	// (WithRedis) it is reported when the server's count is sent to Redis,
+	// with Weight that count: Redis takes in what it did not know itself.
 	Reconciled
 )
 

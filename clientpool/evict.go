@@ -92,7 +92,10 @@ func (p *Pool) limiterLocked(rs *ruleState, key string, now time.Time) (*limiter
 }
 
 func (p *Pool) newLimiterLocked(rs *ruleState, key string, now time.Time) *limiter {
-	l := &limiter{rule: rs, key: key, policy: rs.newPolicy(rs.limit), last: p.mono(now)}
+	l := &limiter{rule: rs, key: key, last: p.mono(now)}
+	if p.rem == nil {
+		l.policy = rs.newPolicy(rs.limit)
+	}
 	rs.keys[key] = l
 	rs.idlePush(l)
 	p.live++

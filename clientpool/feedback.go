@@ -30,6 +30,10 @@ func (p *Pool) Reconcile(rule, key string, used int64) error {
 	if used < 0 {
 		return nil
 	}
+	if p.rem != nil {
+		p.reconcileRedis(rs, key, used)
+		return nil
+	}
 	extra, err := p.reconcile(rs, key, used)
 	if err != nil {
 		return err
@@ -84,6 +88,10 @@ func (p *Pool) consumeLocked(l *limiter, r window.Reconciler, extra int64, now t
 // of calls still on their way for room; use Reconcile when no Ticket is at
 // hand.) It never blocks and is safe for concurrent use.
 func (t *Ticket) ObserveHeaders(h http.Header) {
+	if t.pool.rem != nil {
+		t.observeRedis(h)
+		return
+	}
 	p := t.pool
 	for i := range t.held {
 		hd := &t.held[i]

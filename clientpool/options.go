@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"github.com/benbjohnson/clock"
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/ratesem/ratesem/internal/backoff"
 )
 
@@ -25,6 +27,9 @@ type config struct {
 	maxKeys  int
 	maxPause time.Duration
 	observer func(Event)
+	redis    goredis.UniversalClient
+	prefix   string
+	redisSet bool // WithRedis was given
 }
 
 // WithClock makes the pool read time and set its timer through clk, for

@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ratesem/ratesem/internal/remote"
+	"github.com/ratesem/ratesem/internal/rstore"
 	"github.com/ratesem/ratesem/internal/sat"
 
 	"github.com/ratesem/ratesem/internal/wake"
@@ -102,6 +104,7 @@ type Pool struct {
 	maxKeys  int
 	maxPause time.Duration
 	observer func(Event)
+	rem      *redisMode // nil in process (WithRedis)
 
 	mu        sync.Mutex
 	waiters   list.List // of *waiter, in arrival order; read only by SetLimit
@@ -121,6 +124,10 @@ type ruleState struct {
 	cap      int64 // concurrency cap per key; math.MaxInt64 when none
 	quiet    int64 // ns of no activity after which a key's window has forgotten every call
 	keys     map[string]*limiter
+	// Redis mode: the rule's window as Redis keeps it (replaced, never
+	// changed, by SetLimit), and whether SetLimit was called here.
+	spec    *rstore.Spec
+	setHere bool
 	// idle lists the limiters with refs == 0, oldest last use first.
 	idleHead, idleTail *limiter
 }
@@ -131,7 +138,7 @@ type ruleState struct {
 type limiter struct {
 	rule     *ruleState
 	key      string
-	policy   window.Policy
+	policy   window.Policy // nil in Redis mode
 	inflight int64
 	last     int64     // latest time refs fell to 0, or pause or reconcile while idle
 	q        *lqueue   // waiters it refused; nil when none
@@ -280,6 +287,11 @@ func New(t Table, opts ...Option) (*Pool, error) {
 	if err := checkCosts("the default costs", t.Default); err != nil {
 		return nil, err
 	}
+	if cfg.redisSet {
+		if err := p.initRedis(&cfg); err != nil {
+			return nil, err
+		}
+	}
 	return p, nil
 }
 
@@ -311,11 +323,17 @@ func (p *Pool) Classify(req *http.Request) ([]Charge, error) { return p.classify
 // Ticket is an admitted call: it holds its charges until Release. Its
 // methods are safe for concurrent use.
 type Ticket struct {
-	pool     *Pool
-	held     []held
-	charges  []Charge
-	released atomic.Bool
+	pool    *Pool
+	held    []held
+	charges []Charge
+	// call is the Redis call in Redis mode, nil in process, and
+	// releasedCall once released: one word for both keeps a Ticket at 64
+	// bytes.
+	call atomic.Pointer[remote.Call]
 }
+
+// releasedCall marks a released Ticket.
+var releasedCall = new(remote.Call)
 
 // Charges returns the charges the ticket holds, merged per (rule, key).
 func (t *Ticket) Charges() []Charge { return t.charges }
@@ -323,10 +341,16 @@ func (t *Ticket) Charges() []Charge { return t.charges }
 // Release ends the call: every charge leaves flight at once (for the
 // completion window, the call's end is now), and a key that saw no
 // throttle since the call was admitted ends its backoff streak. It never
-// blocks. It panics if called twice.
+// blocks (in Redis mode the release reaches Redis in the background). It
+// panics if called twice.
 func (t *Ticket) Release() {
-	if t.released.Swap(true) {
+	switch c := t.call.Swap(releasedCall); c {
+	case releasedCall:
 		panic("clientpool: Ticket released twice")
+	case nil:
+	default:
+		t.releaseRedis(c)
+		return
 	}
 	p := t.pool
 	p.mu.Lock()
@@ -361,11 +385,17 @@ func (t *Ticket) Release() {
 // once for a charge heavier than its rule can ever admit; an error matching
 // window.ErrNegativeWeight for a negative weight; or an error matching
 // ErrTooManyKeys at once when the call needs a new key and the pool is full
-// (WithMaxKeys). A call with no charges is admitted at once.
+// (WithMaxKeys). A call with no charges is admitted at once. In Redis mode
+// (WithRedis) it may also return an error matching ErrLimitMismatch,
+// ErrUnavailable or ErrClosed; the checks above come first, without a
+// round trip.
 func (p *Pool) Acquire(ctx context.Context, charges ...Charge) (*Ticket, error) {
 	charges, err := p.merge(charges)
 	if err != nil {
 		return nil, err
+	}
+	if p.rem != nil {
+		return p.acquireRedis(ctx, charges)
 	}
 	t, w, err := p.start(ctx, charges)
 	if err != nil {
@@ -584,7 +614,9 @@ func (p *Pool) admitLocked(hs []held, nodes []qnode, now time.Time) (at time.Tim
 // limit. Waiters heavier than the new limit fail with ErrWeightTooLarge.
 // It returns an error for an unknown rule or a limit that is not N > 0 per
 // Per > 0. It never blocks; it walks every key of the rule and every
-// waiter.
+// waiter. In Redis mode (WithRedis) it changes the limit for every process
+// and blocks for one round trip per key of the rule this process knows;
+// it then also returns the first error of Redis.
 func (p *Pool) SetLimit(rule string, l window.Limit) error {
 	rs, ok := p.rules[rule]
 	if !ok {
@@ -592,6 +624,9 @@ func (p *Pool) SetLimit(rule string, l window.Limit) error {
 	}
 	if l.N <= 0 || l.Per <= 0 {
 		return fmt.Errorf("clientpool: SetLimit(%q, %v): want N > 0 per Per > 0", rule, l)
+	}
+	if p.rem != nil {
+		return p.setLimitRedis(rs, l)
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -32,6 +32,18 @@ type Table struct {
 	// function of th: it never reads a body (th.Body holds what the
 	// transport saw), and it must be safe for concurrent use.
 	ThrottleTargets func(th Throttle, charges []Charge) []Charge
+
+	// Scope, in Redis mode (WithRedis), names the group of limits this
+	// Table's keys belong to, for example an exchange and an account or
+	// an egress IP ("binance:acct-7"): every Pool over the same Redis with
+	// the same prefix and Scope shares the same counts. Every key of one
+	// scope shares one hash tag, so that one call's keys, passed together
+	// to one Lua script, always hash to one slot of a Redis Cluster. The
+	// consequence: one scope lives in one slot, hence on one cluster node;
+	// to spread the load over the nodes, use one Table (and Pool) per
+	// account or IP group, each with its own Scope. "" means the prefix
+	// alone is the scope. Ignored in process.
+	Scope string
 }
 
 // Throttle is what a transport saw of one throttled response, handed to

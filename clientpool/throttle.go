@@ -12,7 +12,8 @@ import (
 // instant until: calls that need it wait, calls in flight go on, other keys
 // and rules are not affected. Overlapping pauses do not add up; the later
 // end wins. It is not capped (the cap of WithMaxPause applies to the pauses
-// throttles cause). It never blocks. It returns an error matching
+// throttles cause), except in Redis mode, where it pauses every process.
+// It never blocks. It returns an error matching
 // ErrUnknownRule for an unknown rule, and one matching ErrTooManyKeys when
 // the key is new and the pool is full (WithMaxKeys).
 func (p *Pool) Pause(rule, key string, until time.Time) error {
@@ -20,8 +21,14 @@ func (p *Pool) Pause(rule, key string, until time.Time) error {
 	if !ok {
 		return fmt.Errorf("%w %q", ErrUnknownRule, rule)
 	}
+	if p.rem != nil {
+		until = capRedisPause(until, p.now(), p.maxPause)
+	}
 	paused, err := p.pause(rs, key, until)
 	if paused {
+		if p.rem != nil {
+			p.pauseRedis(rule, key, until)
+		}
 		p.emit(Event{Kind: Paused, Rule: rule, Key: key, Until: until})
 	}
 	return err
@@ -122,6 +129,9 @@ func (p *Pool) throttle(charges, targets []Charge, status int, retryAfter time.D
 		p.emit(Event{Kind: Throttled, Rule: c.Rule, Key: c.Key, Weight: c.Weight, Status: status})
 	}
 	for _, e := range p.throttleKeys(targets, retryAfter) {
+		if p.rem != nil {
+			p.pauseRedis(e.rule, e.key, e.until)
+		}
 		p.emit(Event{Kind: Paused, Rule: e.rule, Key: e.key, Until: e.until})
 	}
 }

@@ -39,7 +39,12 @@ package rstore
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
+	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -65,22 +70,252 @@ const (
 
 // Spec is one rule's window as Redis keeps it.
 type Spec struct {
-	Kind   Kind
-	Limit  window.Limit // N units per Per; Per a whole number of µs, > 0
-	Burst  int64        // TokenBucket, LeakyBucket, GCRA: the burst (size), ≥ 1
+	Kind  Kind
+	Limit window.Limit // N units per Per; Per a whole number of µs, > 0
+	// Burst is the burst of TokenBucket and GCRA and the size of
+	// LeakyBucket, in units, ≥ 1; for GCRA, 0 means a pacer
+	// (window.NewPacer: no tolerance, capacity N).
+	Burst int64
+	// Margin is the sliding log's margin (≥ 0, whole µs).
 	Margin time.Duration
+	// Blocks is the sub-window counter's number of blocks, 1 to MaxBlocks.
 	Blocks int
 	// Concurrency caps the units in flight per key across every process
 	// (leases count); 0 means no cap beyond the window.
 	Concurrency int64
 }
 
-// SpecOf returns the Spec of the window p (a fresh Policy from package
-// window), or an error for a Policy of another package.
-func SpecOf(p window.Policy) (Spec, error) { panic("rstore: todo") }
+// Bounds of what a Store accepts. Lua numbers are float64: every count,
+// instant and product the scripts form stays below 2^53, so the arithmetic
+// is exact.
+const (
+	// MaxN is the largest N, burst, weight and concurrency cap, in units.
+	MaxN = 1 << 40
+	// MaxPer is the longest Per, margin and lease: about 12.7 days.
+	MaxPer = time.Duration(1<<40) * time.Microsecond
+	// MaxBlocks is the most blocks of a sub-window counter.
+	MaxBlocks = 1000
+	// MaxCharges is the most charges of one call.
+	MaxCharges = 64
+	// MaxNameLen is the longest prefix, scope, rule name and key, in bytes.
+	MaxNameLen = 512
+)
 
-// Capacity returns the heaviest single charge s can ever admit.
-func (s Spec) Capacity() int64 { panic("rstore: todo") }
+// ErrSpec is matched by the error for a Spec the Store cannot keep (see
+// Spec.Check).
+var ErrSpec = errors.New("ratesem: limit not representable in Redis")
+
+// wholeMicros reports whether d is a whole number of microseconds.
+func wholeMicros(d time.Duration) bool { return d%time.Microsecond == 0 }
+
+// Check returns an error matching ErrSpec when s cannot be kept in Redis:
+// an unknown kind, N negative or above MaxN, Per not a whole number of µs
+// or outside (0, MaxPer] (Completion and SlidingLog accept Per 0: no rate),
+// a bucket whose Per·(max(N, Burst)+N) reaches 2^53 µs·units (its refill
+// must stay exact), a sliding window counter whose N·Per does.
+func (s Spec) Check() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s: "+format, append([]any{ErrSpec, s}, args...)...)
+	}
+	if s.Kind < Completion || s.Kind > GCRA {
+		return bad("unknown kind %d", s.Kind)
+	}
+	if s.Limit.N < 0 || s.Limit.N > MaxN {
+		return bad("N %d outside [0, %d]", s.Limit.N, int64(MaxN))
+	}
+	if s.Limit.Per < 0 || s.Limit.Per > MaxPer || !wholeMicros(s.Limit.Per) {
+		return bad("Per %v: want a whole number of µs in [0, %v]", s.Limit.Per, MaxPer)
+	}
+	if s.Limit.Per == 0 && s.Kind != Completion && s.Kind != SlidingLog {
+		return bad("Per 0 (no rate) is only for the completion window and the sliding log")
+	}
+	if s.Concurrency < 0 || s.Concurrency > MaxN {
+		return bad("concurrency %d outside [0, %d]", s.Concurrency, int64(MaxN))
+	}
+	per := s.Limit.Per.Microseconds()
+	switch s.Kind {
+	case SlidingLog:
+		if s.Margin < 0 || s.Margin > MaxPer || !wholeMicros(s.Margin) {
+			return bad("margin %v: want a whole number of µs in [0, %v]", s.Margin, MaxPer)
+		}
+	case SubWindowCounter:
+		if s.Blocks < 1 || s.Blocks > MaxBlocks {
+			return bad("%d blocks: want 1 to %d", s.Blocks, MaxBlocks)
+		}
+	case TokenBucket, LeakyBucket, GCRA:
+		if s.Burst < 0 || s.Burst > MaxN || s.Burst == 0 && s.Kind != GCRA {
+			return bad("burst %d outside [1, %d]", s.Burst, int64(MaxN))
+		}
+		if s.Limit.N == 0 {
+			return bad("N 0: a bucket needs a rate")
+		}
+		if s.Kind != GCRA && float64(per)*float64(max(s.Limit.N, s.Burst)+s.Limit.N+1) >= 1<<53 {
+			return bad("Per·(burst+N) too large for exact refill")
+		}
+		if s.Kind == GCRA && float64(max(s.Burst, s.Limit.N))*float64(per/s.Limit.N+1) >= 1<<52 {
+			return bad("burst·emission interval too large")
+		}
+	case SlidingWindowCounter:
+		if float64(per)*float64(s.Limit.N+1) >= 1<<53 {
+			return bad("N·Per too large")
+		}
+	}
+	return nil
+}
+
+// String formats s for errors, as "kind N/Per (burst b, margin m, blocks k,
+// concurrency c)" with only the fields that matter.
+func (s Spec) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %v", s.Kind, s.Limit)
+	switch s.Kind {
+	case SlidingLog:
+		fmt.Fprintf(&b, " margin %v", s.Margin)
+	case SubWindowCounter:
+		fmt.Fprintf(&b, " blocks %d", s.Blocks)
+	case TokenBucket, LeakyBucket, GCRA:
+		fmt.Fprintf(&b, " burst %d", s.Burst)
+	}
+	if s.Concurrency > 0 {
+		fmt.Fprintf(&b, " concurrency %d", s.Concurrency)
+	}
+	return b.String()
+}
+
+var kindNames = [...]string{"unknown", "completion", "fixed-completion", "sliding-log", "fixed-window",
+	"sliding-window-counter", "sub-window-counter", "token-bucket", "leaky-bucket", "gcra"}
+
+// String returns the kind's name, as "completion".
+func (k Kind) String() string {
+	if int(k) < len(kindNames) {
+		return kindNames[k]
+	}
+	return "kind(" + strconv.Itoa(int(k)) + ")"
+}
+
+// p1 is the kind's third parameter: burst, margin µs or blocks.
+func (s *Spec) p1() int64 {
+	switch s.Kind {
+	case SlidingLog:
+		return s.Margin.Microseconds()
+	case SubWindowCounter:
+		return int64(s.Blocks)
+	case TokenBucket, LeakyBucket, GCRA:
+		return s.Burst
+	}
+	return 0
+}
+
+// wire is the spec as stored with the state: kind/N/Per µs/p1/concurrency.
+func (s *Spec) wire() string {
+	return strconv.Itoa(int(s.Kind)) + "/" + strconv.FormatInt(s.Limit.N, 10) + "/" +
+		strconv.FormatInt(s.Limit.Per.Microseconds(), 10) + "/" + strconv.FormatInt(s.p1(), 10) + "/" +
+		strconv.FormatInt(s.Concurrency, 10)
+}
+
+// parseWire is wire's inverse, for errors.
+func parseWire(w string) (Spec, bool) {
+	f := strings.Split(w, "/")
+	if len(f) != 5 {
+		return Spec{}, false
+	}
+	var v [5]int64
+	for i, x := range f {
+		n, err := strconv.ParseInt(x, 10, 64)
+		if err != nil {
+			return Spec{}, false
+		}
+		v[i] = n
+	}
+	s := Spec{Kind: Kind(v[0]), Limit: window.Limit{N: v[1], Per: time.Duration(v[2]) * time.Microsecond}, Concurrency: v[4]}
+	switch s.Kind {
+	case SlidingLog:
+		s.Margin = time.Duration(v[3]) * time.Microsecond
+	case SubWindowCounter:
+		s.Blocks = int(v[3])
+	case TokenBucket, LeakyBucket, GCRA:
+		s.Burst = v[3]
+	}
+	return s, true
+}
+
+// ttl is how long, in ms, a limiter's state matters after its last write
+// (one second of slack), the lease included.
+func (s *Spec) ttl(lease time.Duration) int64 {
+	per := s.Limit.Per
+	d := per
+	switch s.Kind {
+	case Completion, FixedCompletion:
+		d = per + lease
+	case SlidingLog:
+		d = per + s.Margin
+	case SlidingWindowCounter:
+		d = 2 * per
+	case SubWindowCounter:
+		d = per + per/time.Duration(s.Blocks) + 1
+	case TokenBucket, LeakyBucket, GCRA:
+		n := max(s.Limit.N, 1)
+		k := (max(s.Burst, s.Limit.N)+n-1)/n + 1
+		d = time.Duration(min(k, 1<<20)) * per
+	}
+	if s.Concurrency > 0 && s.Kind != Completion && s.Kind != FixedCompletion {
+		d = max(d, lease)
+	}
+	return d.Milliseconds() + 1000
+}
+
+// SpecOf returns the Spec of the window p (a fresh Policy of package
+// window), or an error matching ErrSpec for a Policy of another package.
+// It does not Check the result.
+func SpecOf(p window.Policy) (Spec, error) {
+	s := Spec{Limit: p.Limit()}
+	switch w := p.(type) {
+	case *window.Completion:
+		s.Kind = Completion
+	case *window.FixedWindow:
+		s.Kind = FixedWindow
+		if w.DoneUsesTime() { // only NewFixedCompletion reads Done's instant
+			s.Kind = FixedCompletion
+		}
+	case *window.SlidingLog:
+		s.Kind, s.Margin = SlidingLog, w.Margin()
+	case *window.SlidingWindowCounter:
+		s.Kind = SlidingWindowCounter
+	case *window.SubWindowCounter:
+		s.Kind, s.Blocks = SubWindowCounter, w.Blocks()
+	case *window.TokenBucket:
+		s.Kind, s.Burst = TokenBucket, w.Burst()
+	case *window.LeakyBucket:
+		s.Kind, s.Burst = LeakyBucket, w.Burst()
+	case *window.GCRA:
+		s.Kind, s.Burst = GCRA, w.Burst()
+		if w.Capacity() != w.Burst() { // a pacer: tolerance 0, capacity N
+			s.Burst = 0
+		}
+	default:
+		return Spec{}, fmt.Errorf("%w: window %T has no Redis form", ErrSpec, p)
+	}
+	return s, nil
+}
+
+// Capacity returns the heaviest single charge s can ever admit, in units:
+// N, the burst (bucket size) of the buckets and GCRA, N for a pacer, and
+// never more than the concurrency cap.
+func (s Spec) Capacity() int64 {
+	c := s.Limit.N
+	switch s.Kind {
+	case TokenBucket, LeakyBucket:
+		c = s.Burst
+	case GCRA:
+		if s.Burst > 0 {
+			c = s.Burst
+		}
+	}
+	if s.Concurrency > 0 {
+		c = min(c, s.Concurrency)
+	}
+	return c
+}
 
 // Charge is what one call costs under one rule: Weight units of the limiter
 // (Rule, Key). Spec is the rule's window; charges of one call name distinct
@@ -101,11 +336,14 @@ var ErrLimitMismatch = errors.New("ratesem: limit differs from the one stored in
 // server does not know (lost with a restart, or its lease ran out).
 var ErrNotInFlight = errors.New("ratesem: call not in flight in Redis")
 
+// DefaultLease is the default of Options.Lease.
+const DefaultLease = time.Minute
+
 // Options configure a Store.
 type Options struct {
 	// Lease is how long a call admitted counts as in flight without a
-	// Release (a process that dies mid-call frees its units then). Default
-	// 1 minute.
+	// Release (a process that dies mid-call frees its units then): whole
+	// µs, at most MaxPer. 0 means DefaultLease.
 	Lease time.Duration
 	// Now, when set, replaces the server's TIME (tests and simulations).
 	Now func() time.Time
@@ -117,21 +355,133 @@ type Store struct {
 	c      goredis.UniversalClient
 	prefix string
 	opts   Options
+	leaseS string // the lease in µs, formatted
 }
 
-// New returns a Store over c whose keys begin with prefix (non-empty, at
-// most 256 bytes).
+// New returns a Store over c whose keys begin with prefix: 1 to MaxNameLen
+// bytes without '{' or '}' (the hash tag is the scope's). It does not talk
+// to Redis.
 func New(c goredis.UniversalClient, prefix string, o Options) (*Store, error) {
-	panic("rstore: todo")
+	switch {
+	case c == nil:
+		return nil, errors.New("ratesem: rstore.New: nil Redis client")
+	case prefix == "" || len(prefix) > MaxNameLen || strings.ContainsAny(prefix, "{}"):
+		return nil, fmt.Errorf("ratesem: Redis key prefix %q: want 1 to %d bytes without '{' or '}'", clip(prefix), MaxNameLen)
+	}
+	if o.Lease == 0 {
+		o.Lease = DefaultLease
+	}
+	if o.Lease < time.Microsecond || o.Lease > MaxPer || !wholeMicros(o.Lease) {
+		return nil, fmt.Errorf("ratesem: lease %v: want a whole number of µs in [1µs, %v]", o.Lease, MaxPer)
+	}
+	return &Store{c: c, prefix: prefix, opts: o, leaseS: strconv.FormatInt(o.Lease.Microseconds(), 10)}, nil
+}
+
+// Lease returns the lease of calls in flight.
+func (s *Store) Lease() time.Duration { return s.opts.Lease }
+
+// clip shortens a caller's string for an error message.
+func clip(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "…"
+	}
+	return s
+}
+
+// escape percent-encodes the bytes of s that would end a key's part or its
+// hash tag: '%', ':', '{', '}'.
+func escape(b *strings.Builder, s string) {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case '%', ':', '{', '}':
+			fmt.Fprintf(b, "%%%02X", c)
+		default:
+			b.WriteByte(c)
+		}
+	}
+}
+
+// Keys returns the three keys of c's limiter in scope: its hash, its leases
+// and its log, all with the hash tag of scope.
+func (s *Store) Keys(scope string, c Charge) [3]string {
+	var b strings.Builder
+	b.Grow(len(s.prefix) + len(scope) + len(c.Rule) + len(c.Key) + 16)
+	b.WriteString(s.prefix)
+	b.WriteString(":{")
+	escape(&b, scope)
+	b.WriteString("}:")
+	escape(&b, c.Rule)
+	b.WriteByte(':')
+	escape(&b, c.Key)
+	h := b.String()
+	return [3]string{h, h + ":f", h + ":z"}
+}
+
+// call is a script's KEYS and ARGV for charges cs.
+func (s *Store) call(scope string, cs []Charge, token, arg string) ([]string, []any, error) {
+	if len(cs) == 0 || len(cs) > MaxCharges {
+		return nil, nil, fmt.Errorf("ratesem: %d charges in one call: want 1 to %d", len(cs), MaxCharges)
+	}
+	if len(scope) > MaxNameLen {
+		return nil, nil, fmt.Errorf("ratesem: scope of %d bytes: want at most %d", len(scope), MaxNameLen)
+	}
+	keys := make([]string, 0, 3*len(cs))
+	args := make([]any, 4, 4+perArg*len(cs))
+	now := ""
+	if s.opts.Now != nil {
+		now = strconv.FormatInt(s.opts.Now().UnixMicro(), 10)
+	}
+	args[0], args[1], args[2], args[3] = now, token, arg, len(cs)
+	for i := range cs {
+		c := &cs[i]
+		if c.Spec == nil {
+			return nil, nil, fmt.Errorf("ratesem: charge %s[%s] has no Spec", clip(c.Rule), clip(c.Key))
+		}
+		if len(c.Rule) > MaxNameLen || len(c.Key) > MaxNameLen {
+			return nil, nil, fmt.Errorf("ratesem: rule %q, key %q: want at most %d bytes each", clip(c.Rule), clip(c.Key), MaxNameLen)
+		}
+		if c.Weight < 0 {
+			return nil, nil, fmt.Errorf("ratesem: %s[%s]: %w %d", clip(c.Rule), clip(c.Key), window.ErrNegativeWeight, c.Weight)
+		}
+		if err := c.Spec.Check(); err != nil {
+			return nil, nil, err
+		}
+		if c.Weight > c.Spec.Capacity() {
+			return nil, nil, fmt.Errorf("ratesem: %s[%s]: weight %d: %w (%s)", clip(c.Rule), clip(c.Key), c.Weight, window.ErrWeightTooLarge, c.Spec)
+		}
+		k := s.Keys(scope, *c)
+		keys = append(keys, k[0], k[1], k[2])
+		args = append(args, c.Spec.wire(), int(c.Spec.Kind), c.Spec.Limit.N, c.Spec.Limit.Per.Microseconds(),
+			c.Spec.p1(), c.Spec.Concurrency, c.Weight, c.Spec.ttl(s.opts.Lease))
+	}
+	return keys, args, nil
+}
+
+// mismatch turns the reply {-1, charge, stored} into an error.
+func mismatch(cs []Charge, r []any) error {
+	i, _ := r[1].(int64)
+	stored, _ := r[2].(string)
+	if i < 1 || int(i) > len(cs) {
+		return fmt.Errorf("ratesem: malformed reply from Redis: %v", r)
+	}
+	c := cs[i-1]
+	if sp, ok := parseWire(stored); ok {
+		return fmt.Errorf("%w: %s[%s]: this process has %s, Redis has %s (set SetLimit to change it for every process)",
+			ErrLimitMismatch, clip(c.Rule), clip(c.Key), c.Spec, sp)
+	}
+	return fmt.Errorf("%w: %s[%s]: this process has %s, Redis has %q", ErrLimitMismatch, clip(c.Rule), clip(c.Key), c.Spec, clip(stored))
 }
 
 // Decision is the answer of Admit.
 type Decision struct {
 	// OK reports that every charge was admitted, atomically.
 	OK bool
-	// Token names the call's lease when OK; Release, Extend and Cancel
-	// take it.
+	// Token names the call when OK; Release, Extend and Cancel take it.
 	Token string
+	// Leased reports that the call holds a lease in some limiter (a
+	// completion window, a fixed completion window, a concurrency cap):
+	// only then does Release change anything in Redis.
+	Leased bool
 	// Now is the server's clock at the decision.
 	Now time.Time
 	// Wait, when !OK, is how long until the call could be admitted if
@@ -145,51 +495,210 @@ type Decision struct {
 	Refused int
 	// Paused reports that the refusal was a pause (Pause).
 	Paused bool
-	// Lost reports that a limiter's state was found lost (evicted,
-	// deleted, a restart) and was held full for the time it forgets.
+	// Lost reports that a limiter's state was found lost (part of its
+	// keys evicted or deleted) and is held full for the time it forgets.
 	Lost bool
 	// Adopted lists the indices of charges whose stored Spec (written by
 	// SetLimit) replaced the caller's.
 	Adopted []int
 }
 
+func newToken() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
 // Admit decides a call under all of its charges at once, on the server's
 // clock, in one EVALSHA: either every charge is admitted or none changes.
+// It returns an error, without a round trip, for a charge without Spec, a
+// Spec that fails Check, a negative weight (window.ErrNegativeWeight), a
+// weight above the Spec's Capacity (window.ErrWeightTooLarge), 0 or more
+// than MaxCharges charges, or a name longer than MaxNameLen; an error
+// matching ErrLimitMismatch when a limiter's stored Spec differs; the
+// go-redis error when the round trip fails. It blocks for one round trip.
 func (s *Store) Admit(ctx context.Context, scope string, cs []Charge) (Decision, error) {
-	panic("rstore: todo")
+	tok := newToken()
+	keys, args, err := s.call(scope, cs, tok, s.leaseS)
+	if err != nil {
+		return Decision{}, err
+	}
+	v, err := admitScript.Run(ctx, s.c, keys, args...).Slice()
+	if err != nil {
+		return Decision{}, fmt.Errorf("ratesem: redis admit: %w", err)
+	}
+	if len(v) < 3 {
+		return Decision{}, fmt.Errorf("ratesem: malformed reply from Redis: %v", v)
+	}
+	if code, _ := v[0].(int64); code == -1 {
+		return Decision{}, mismatch(cs, v)
+	}
+	if len(v) != 6 {
+		return Decision{}, fmt.Errorf("ratesem: malformed reply from Redis: %v", v)
+	}
+	ok, _ := v[0].(int64)
+	now, _ := v[1].(int64)
+	wait, _ := v[2].(int64)
+	ref, _ := v[3].(int64)
+	flags, _ := v[4].(int64)
+	d := Decision{
+		OK: ok == 1, Now: time.UnixMicro(now), Leased: flags&8 != 0,
+		Release: flags&1 != 0, Paused: flags&2 != 0, Lost: flags&4 != 0,
+	}
+	if ad, _ := v[5].(string); ad != "" {
+		for _, f := range strings.Split(strings.TrimSuffix(ad, ","), ",") {
+			if i, err := strconv.Atoi(f); err == nil && i >= 1 && i <= len(cs) {
+				d.Adopted = append(d.Adopted, i-1)
+			}
+		}
+	}
+	if d.OK {
+		d.Token = tok + "." + strconv.FormatInt(now, 10)
+		return d, nil
+	}
+	d.Wait = time.Duration(min(max(wait, 1), int64(MaxPer/time.Microsecond))) * time.Microsecond
+	d.Refused = int(min(max(ref-1, 0), int64(len(cs)-1)))
+	return d, nil
+}
+
+// splitToken returns the lease member prefix and the admission instant (µs)
+// of a token Admit returned.
+func splitToken(token string) (string, string, error) {
+	tok, at, ok := strings.Cut(token, ".")
+	if !ok || len(tok) != 16 || at == "" {
+		return "", "", fmt.Errorf("ratesem: malformed token %q", clip(token))
+	}
+	if _, err := strconv.ParseInt(at, 10, 64); err != nil {
+		return "", "", fmt.Errorf("ratesem: malformed token %q", clip(token))
+	}
+	return tok, at, nil
+}
+
+// leaseOp runs a script that takes a token and reports the charges whose
+// lease was gone.
+func (s *Store) leaseOp(ctx context.Context, op string, script *goredis.Script, scope string, cs []Charge, token, arg string) error {
+	tok, at, err := splitToken(token)
+	if err != nil {
+		return err
+	}
+	if arg == "" {
+		arg = at
+	}
+	keys, args, err := s.call(scope, cs, tok, arg)
+	if err != nil {
+		return err
+	}
+	v, err := script.Run(ctx, s.c, keys, args...).Result()
+	if err != nil {
+		return fmt.Errorf("ratesem: redis %s: %w", op, err)
+	}
+	switch r := v.(type) {
+	case int64:
+		if r > 0 {
+			return fmt.Errorf("ratesem: redis %s: %w (%d of %d charges)", op, ErrNotInFlight, r, len(cs))
+		}
+		return nil
+	case []any:
+		if len(r) == 3 {
+			return mismatch(cs, r)
+		}
+	}
+	return fmt.Errorf("ratesem: malformed reply from Redis: %v", v)
 }
 
 // Release ends the call of token now (server clock): its units leave flight
-// and, for the windows that count ends (completion), are logged as ended.
+// and, for the completion window, are logged as ended. cs must be the
+// charges Admit admitted. It returns an error matching ErrNotInFlight when
+// a lease is no longer there (it ran out, or Redis lost it: the call counted
+// as ended at its lease's end), or the go-redis error. One round trip.
 func (s *Store) Release(ctx context.Context, scope string, cs []Charge, token string) error {
-	panic("rstore: todo")
+	return s.leaseOp(ctx, "release", releaseScript, scope, cs, token, "")
 }
 
-// Cancel takes back the admission of token, whose call never started.
+// Cancel takes back the admission of token, whose call never started: the
+// limiters are as if it had not been admitted (as far as the windows can
+// tell: a fixed window that moved on keeps nothing to take back). Errors as
+// Release.
 func (s *Store) Cancel(ctx context.Context, scope string, cs []Charge, token string) error {
-	panic("rstore: todo")
+	return s.leaseOp(ctx, "cancel", cancelScript, scope, cs, token, "")
 }
 
-// Extend renews the lease of token for d from now.
+// Extend renews the leases of token for d from now (whole µs, at most
+// MaxPer). Errors as Release.
 func (s *Store) Extend(ctx context.Context, scope string, cs []Charge, token string, d time.Duration) error {
-	panic("rstore: todo")
+	if d < time.Microsecond || d > MaxPer || !wholeMicros(d) {
+		return fmt.Errorf("ratesem: extend by %v: want a whole number of µs in [1µs, %v]", d, MaxPer)
+	}
+	return s.leaseOp(ctx, "extend", extendScript, scope, cs, token, strconv.FormatInt(d.Microseconds(), 10))
 }
 
 // Pause holds every admission of c's limiter, in every process, for d from
-// now (server clock); a pause only ever extends. It returns when it ends.
+// now (server clock, rounded up to a µs, at most MaxPer); a pause only ever
+// extends. It returns when the pause ends. c.Weight is not used.
 func (s *Store) Pause(ctx context.Context, scope string, c Charge, d time.Duration) (time.Time, error) {
-	panic("rstore: todo")
+	us := d / time.Microsecond // not (d+µs−1)/µs: that wraps for a d near math.MaxInt64
+	if d%time.Microsecond != 0 {
+		us++
+	}
+	us = min(max(us, 0), MaxPer/time.Microsecond)
+	c.Weight = 0
+	keys, args, err := s.call(scope, []Charge{c}, "", strconv.FormatInt(int64(us), 10))
+	if err != nil {
+		return time.Time{}, err
+	}
+	v, err := pauseScript.Run(ctx, s.c, keys, args...).Result()
+	if err != nil {
+		return time.Time{}, fmt.Errorf("ratesem: redis pause: %w", err)
+	}
+	switch r := v.(type) {
+	case int64:
+		return time.UnixMicro(r), nil
+	case []any:
+		if len(r) == 3 {
+			return time.Time{}, mismatch([]Charge{c}, r)
+		}
+	}
+	return time.Time{}, fmt.Errorf("ratesem: malformed reply from Redis: %v", v)
 }
 
 // Reconcile tightens c's limiter with the server's own count: used units
-// counted in the server's current window. The limiter then counts at least
-// used units (never more than N), and never fewer than it did. It returns
-// the units it added.
+// counted in the server's current window (clamped to [0, N]). The limiter
+// then counts at least used units, and never fewer than it did. It returns
+// the units it added. c.Weight is not used.
 func (s *Store) Reconcile(ctx context.Context, scope string, c Charge, used int64) (int64, error) {
-	panic("rstore: todo")
+	c.Weight = 0
+	used = min(max(used, 0), MaxN)
+	keys, args, err := s.call(scope, []Charge{c}, "", strconv.FormatInt(used, 10))
+	if err != nil {
+		return 0, err
+	}
+	v, err := reconcileScript.Run(ctx, s.c, keys, args...).Result()
+	if err != nil {
+		return 0, fmt.Errorf("ratesem: redis reconcile: %w", err)
+	}
+	switch r := v.(type) {
+	case int64:
+		return r, nil
+	case []any:
+		if len(r) == 3 {
+			return 0, mismatch([]Charge{c}, r)
+		}
+	}
+	return 0, fmt.Errorf("ratesem: malformed reply from Redis: %v", v)
 }
 
-// SetLimit stores c.Spec as the limiter's limit for every process.
+// SetLimit stores c.Spec as the limiter's limit for every process: their
+// admissions adopt it (Decision.Adopted) until the state expires when idle.
+// The state is kept as it is, read under the new limit. c.Weight is not
+// used.
 func (s *Store) SetLimit(ctx context.Context, scope string, c Charge) error {
-	panic("rstore: todo")
+	c.Weight = 0
+	keys, args, err := s.call(scope, []Charge{c}, "", "")
+	if err != nil {
+		return err
+	}
+	if err := setLimitScript.Run(ctx, s.c, keys, args...).Err(); err != nil {
+		return fmt.Errorf("ratesem: redis set limit: %w", err)
+	}
+	return nil
 }

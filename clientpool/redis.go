@@ -1,0 +1,351 @@
+package clientpool
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/ratesem/ratesem/internal/backoff"
+	"github.com/ratesem/ratesem/internal/remote"
+	"github.com/ratesem/ratesem/internal/rstore"
+	"github.com/ratesem/ratesem/window"
+)
+
+// ErrLimitMismatch is matched (errors.Is) by the error Acquire returns, in
+// Redis mode (WithRedis), when another process keeps a (rule, key) in Redis
+// under a different limit than this Pool's: processes built with different
+// limits for one rule fail rather than silently enforce the larger one. A
+// limit written by SetLimit does not cause it: every process adopts it.
+var ErrLimitMismatch = rstore.ErrLimitMismatch
+
+// ErrUnavailable is matched (errors.Is) by the error Acquire returns, in
+// Redis mode, when Redis cannot be reached (no answer within a second, or
+// a Redis error); it wraps the Redis error.
+var ErrUnavailable = remote.ErrUnavailable
+
+// ErrClosed is returned by Acquire, in Redis mode, after Close.
+var ErrClosed = remote.ErrClosed
+
+// ErrTooManyCharges is matched (errors.Is) by the error Acquire returns at
+// once, in Redis mode, for a call with more than MaxRedisCharges distinct
+// (rule, key) charges: one Lua script admits all of a call's charges, and
+// takes at most that many.
+var ErrTooManyCharges = errors.New("clientpool: too many charges for one call in Redis")
+
+// MaxRedisCharges is the most distinct (rule, key) charges of one call in
+// Redis mode.
+const MaxRedisCharges = rstore.MaxCharges
+
+// hashedKey begins the Redis name of a key that is too long for Redis
+// mode (or begins with hashedKey itself): the rest is the hex SHA-256 of
+// the key, so that every key keeps its own limiter whatever its length.
+const hashedKey = "\x00sha256:"
+
+// redisKey returns the name of key in Redis: key itself, or for a key
+// longer than rstore.MaxNameLen (or one that begins with hashedKey, so
+// that no key can pose as another's hash) hashedKey and its SHA-256.
+func redisKey(key string) string {
+	if len(key) <= rstore.MaxNameLen && !strings.HasPrefix(key, hashedKey) {
+		return key
+	}
+	sum := sha256.Sum256([]byte(key))
+	return hashedKey + hex.EncodeToString(sum[:])
+}
+
+// WithRedis keeps the state of every rule in Redis, shared by every Pool
+// (in this process or another) built over the same Redis with the same
+// prefix and Table.Scope: a fleet of replicas behind one IP or account
+// then shares each rule's limit exactly, as one process would.
+//
+// c is a go-redis client of a server, a Sentinel group or a Redis Cluster
+// (any goredis.UniversalClient); the Pool never closes it. prefix begins
+// every key the Pool writes (non-empty, at most 256 bytes). Every key of
+// one scope (Table.Scope, or prefix when it is empty) shares one hash tag:
+// on a Redis Cluster one scope lives in one slot, hence on one node.
+//
+// In Redis mode:
+//
+//   - Acquire admits a call under all its charges at once across the fleet,
+//     in one round trip (one EVALSHA of one Lua script on the server's
+//     clock); a refused call sleeps until the instant Redis names, plus
+//     jitter, queued FIFO per (rule, key) in this process, and only the
+//     head of a queue asks Redis again. A call in flight holds a lease
+//     (one minute): a process that dies mid-call frees its units then.
+//     Errors checked before Redis (unknown rule, negative weight, a weight
+//     too large, ErrTooManyKeys) are the same as in process; Redis adds
+//     ErrLimitMismatch, ErrUnavailable and ErrClosed.
+//   - Ticket.Release sends the release in the background: it never waits
+//     on Redis; a release lost (a Redis error, Close) is covered by the
+//     lease.
+//   - Ticket.ObserveHeaders and Reconcile pass the server's count to Redis
+//     (in the background), so every process sees it: Redis then counts
+//     at least that many units in the window, never fewer than it did.
+//   - Pause, Throttled and ThrottledResponse pause the same keys as in
+//     process, in this process at once and in Redis, so every process
+//     pauses; in Redis mode Pause is capped by WithMaxPause as throttles
+//     are, since it holds the whole fleet.
+//   - SetLimit changes the limit in Redis for every key of the rule this
+//     process knows (Snapshot), and for every other key of the rule the
+//     moment this process meets it: every process adopts it there. It
+//     blocks for those round trips.
+//   - Snapshot, Len and Limit say what this process knows: its own calls
+//     in flight and pauses, the keys it used; KeyState.Used is -1.
+//   - Close stops the Pool's Redis engine; call it when done.
+//
+// Redis keeps names of at most 512 bytes: a key longer than that is
+// kept under its SHA-256 (each key still has its own limiter). A call
+// takes at most MaxRedisCharges distinct charges (ErrTooManyCharges).
+//
+// Every rule's window must have a Redis form (every window of package
+// window has one, for N up to 2^40 and a Per of a whole number of
+// microseconds up to about 12.7 days); New returns an error otherwise, for
+// a nil c, for an empty prefix, one longer than 512 bytes or with a brace,
+// and for a rule name or Table.Scope longer than 512 bytes. WithClock does not apply to Redis's decisions,
+// which are made on the Redis server's clock.
+func WithRedis(c goredis.UniversalClient, prefix string) Option {
+	return func(cfg *config) { cfg.redis, cfg.prefix, cfg.redisSet = c, prefix, true }
+}
+
+// redisMode is a Pool's state in Redis mode.
+type redisMode struct {
+	eng   *remote.Engine
+	scope string
+}
+
+// initRedis builds the Redis engine of p and the Spec of every rule.
+func (p *Pool) initRedis(cfg *config) error {
+	if cfg.redis == nil {
+		return errors.New("clientpool: WithRedis: nil client")
+	}
+	st, err := rstore.New(cfg.redis, cfg.prefix, rstore.Options{})
+	if err != nil {
+		return fmt.Errorf("clientpool: WithRedis: %w", err)
+	}
+	scope := p.table.Scope
+	if scope == "" {
+		scope = cfg.prefix
+	}
+	if len(scope) > rstore.MaxNameLen {
+		return fmt.Errorf("clientpool: WithRedis: Table.Scope of %d bytes: want at most %d", len(scope), rstore.MaxNameLen)
+	}
+	for _, rs := range p.ruleList {
+		if len(rs.Name) > rstore.MaxNameLen {
+			return fmt.Errorf("clientpool: WithRedis: rule name %.64q…: want at most %d bytes", rs.Name, rstore.MaxNameLen)
+		}
+		spec, err := specOf(rs.Rule, rs.limit)
+		if err != nil {
+			return err
+		}
+		rs.spec = spec
+		rs.quiet = 0 // the window lives in Redis: nothing to forget here
+	}
+	eng, err := remote.New(remote.Config{
+		Store:       st,
+		MaxPause:    backoff.Cap(p.maxPause),
+		ErrDeadline: ErrDeadline,
+	})
+	if err != nil {
+		return fmt.Errorf("clientpool: WithRedis: %w", err)
+	}
+	p.rem = &redisMode{eng: eng, scope: scope}
+	return nil
+}
+
+// specOf returns the Redis form of r's window under l.
+func specOf(r *Rule, l window.Limit) (*rstore.Spec, error) {
+	spec, err := rstore.SpecOf(r.newPolicy(l))
+	if err != nil {
+		return nil, fmt.Errorf("clientpool: rule %q: its window has no Redis form: %w", r.Name, err)
+	}
+	spec.Concurrency = r.Concurrency
+	if err := spec.Check(); err != nil {
+		return nil, fmt.Errorf("clientpool: rule %q: its window cannot be kept in Redis: %w", r.Name, err)
+	}
+	return &spec, nil
+}
+
+// Close releases what the Pool holds outside the process. In process it
+// does nothing and returns nil. In Redis mode (WithRedis) it stops the
+// Pool's engine: callers in Acquire return ErrClosed, and so do later
+// calls; releases already queued are sent for at most a second (those left
+// then are covered by their leases). It waits for the round trips still
+// running, at most two seconds, and never closes the Redis client. Tickets
+// may still be released after Close. Calling it again only waits again.
+func (p *Pool) Close() error {
+	if p.rem == nil {
+		return nil
+	}
+	return p.rem.eng.Close()
+}
+
+// acquireRedis is Acquire in Redis mode, for charges already merged.
+func (p *Pool) acquireRedis(ctx context.Context, charges []Charge) (*Ticket, error) {
+	since := time.Now()
+	hs, rcs, setHere, err := p.startRedis(ctx, charges)
+	if err != nil {
+		return nil, err
+	}
+	eng, scope := p.rem.eng, p.rem.scope
+	call, err := eng.Acquire(ctx, scope, rcs)
+	if err != nil && setHere && errors.Is(err, ErrLimitMismatch) {
+		// This process changed a rule's limit with SetLimit: it is the
+		// limit for every process, so write it to the keys another
+		// process still keeps under the old one, and try once more.
+		for i, c := range rcs {
+			if hs[i].lim.rule.setHere {
+				if err = eng.SetLimit(ctx, scope, c); err != nil {
+					break
+				}
+			}
+		}
+		if err == nil {
+			call, err = eng.Acquire(ctx, scope, rcs)
+		}
+	}
+	if err != nil {
+		p.unrefAll(hs)
+		return nil, err
+	}
+	p.mu.Lock()
+	for i := range hs {
+		h := &hs[i]
+		h.lim.inflight += h.n
+		h.thrAtAdmit = h.lim.throttles()
+	}
+	p.mu.Unlock()
+	t := &Ticket{pool: p, held: hs, charges: charges}
+	t.call.Store(call)
+	p.emitAdmitted(charges, time.Since(since))
+	return t, nil
+}
+
+// startRedis checks charges, references their limiters in this process
+// and returns their Redis charges; setHere reports that one of their
+// rules' limits was set by SetLimit in this process.
+func (p *Pool) startRedis(ctx context.Context, charges []Charge) (hs []held, rcs []rstore.Charge, setHere bool, err error) {
+	if len(charges) > MaxRedisCharges {
+		return nil, nil, false, fmt.Errorf("%w: %d, at most %d", ErrTooManyCharges, len(charges), MaxRedisCharges)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err := ctx.Err(); err != nil {
+		return nil, nil, false, err
+	}
+	if err := p.tooHeavyLocked(charges); err != nil {
+		return nil, nil, false, err
+	}
+	now := p.now()
+	if p.idle > 0 {
+		p.evictLocked(now, evictBudget, false)
+	}
+	hs = make([]held, len(charges))
+	if err := p.refLocked(hs, charges, now); err != nil {
+		return nil, nil, false, err
+	}
+	rcs = make([]rstore.Charge, len(charges))
+	for i, c := range charges {
+		rs := hs[i].lim.rule
+		rcs[i] = rstore.Charge{Rule: c.Rule, Key: redisKey(c.Key), Spec: rs.spec, Weight: c.Weight}
+		setHere = setHere || rs.setHere
+	}
+	return hs, rcs, setHere, nil
+}
+
+// releaseRedis is Ticket.Release in Redis mode: the local accounting now,
+// Redis in the background.
+func (t *Ticket) releaseRedis(call *remote.Call) {
+	p := t.pool
+	p.mu.Lock()
+	now := p.now()
+	for i := range t.held {
+		h := &t.held[i]
+		l := h.lim
+		l.inflight -= h.n
+		if fb := l.fb; fb != nil && fb.streak != 0 && fb.throttles == h.thrAtAdmit {
+			fb.streak = 0 // a call went through without a throttle
+		}
+		p.unrefLocked(l, now)
+	}
+	p.mu.Unlock()
+	call.Release()
+}
+
+// observeRedis is Ticket.ObserveHeaders in Redis mode: each count the
+// headers give goes to Redis, which counts at least that many units in the
+// window from then on.
+func (t *Ticket) observeRedis(h http.Header) {
+	p := t.pool
+	for i := range t.held {
+		rs := t.held[i].lim.rule
+		if rs.Usage == nil {
+			continue
+		}
+		used, ok := rs.Usage(h)
+		if !ok || used < 0 {
+			continue
+		}
+		c := t.charges[i]
+		p.reconcileRedis(rs, c.Key, used)
+	}
+}
+
+// reconcileRedis sends a server's count for (rule, key) to Redis, in the
+// background, and reports it.
+func (p *Pool) reconcileRedis(rs *ruleState, key string, used int64) {
+	p.mu.Lock()
+	spec := rs.spec
+	p.mu.Unlock()
+	p.rem.eng.Reconcile(p.rem.scope, rstore.Charge{Rule: rs.Name, Key: redisKey(key), Spec: spec}, used)
+	p.emit(Event{Kind: Reconciled, Rule: rs.Name, Key: key, Weight: used})
+}
+
+// pauseRedis writes the pause of (rule, key) until until to Redis, in the
+// background.
+func (p *Pool) pauseRedis(rule, key string, until time.Time) {
+	rs := p.rules[rule]
+	if rs == nil {
+		return
+	}
+	p.mu.Lock()
+	spec, d := rs.spec, until.Sub(p.now())
+	p.mu.Unlock()
+	p.rem.eng.Pause(p.rem.scope, rstore.Charge{Rule: rule, Key: redisKey(key), Spec: spec}, d)
+}
+
+// setLimitRedis is SetLimit in Redis mode.
+func (p *Pool) setLimitRedis(rs *ruleState, l window.Limit) error {
+	spec, err := specOf(rs.Rule, l)
+	if err != nil {
+		return err
+	}
+	p.mu.Lock()
+	rs.setLimit(l)
+	rs.quiet = 0
+	rs.spec, rs.setHere = spec, true
+	keys := make([]string, 0, len(rs.keys))
+	for k := range rs.keys {
+		keys = append(keys, k)
+	}
+	p.mu.Unlock()
+	for _, k := range keys {
+		if err := p.rem.eng.SetLimit(context.Background(), p.rem.scope, rstore.Charge{Rule: rs.Name, Key: redisKey(k), Spec: spec}); err != nil {
+			return fmt.Errorf("clientpool: SetLimit(%q, %v): key %q: %w", rs.Name, l, k, err)
+		}
+	}
+	return nil
+}
+
+// capRedisPause caps a pause of Redis mode at now + the pool's cap.
+func capRedisPause(until, now time.Time, maxPause time.Duration) time.Time {
+	if limit := now.Add(backoff.Cap(maxPause)); until.After(limit) {
+		return limit
+	}
+	return until
+}

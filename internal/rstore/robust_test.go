@@ -1,0 +1,352 @@
+package rstore
+
+import (
+	"context"
+	"errors"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/ratesem/ratesem/window"
+	"github.com/ratesem/ratesem/window/redis/redistest"
+)
+
+// binanceOrder is the three charges of a Binance order: the IP's weight
+// and the account's two order counts, all fixed completion windows.
+func binanceOrder() []Charge {
+	return []Charge{
+		{Rule: "REQUEST_WEIGHT", Key: "1.2.3.4", Spec: spec(FixedCompletion, 6000, time.Minute), Weight: 1},
+		{Rule: "ORDERS_10S", Key: "acct", Spec: spec(FixedCompletion, 10, 10*time.Second), Weight: 1},
+		{Rule: "ORDERS_1D", Key: "acct", Spec: spec(FixedCompletion, 200000, 24*time.Hour), Weight: 1},
+	}
+}
+
+// TestMultiRuleAtomic: a call refused by one of its rules changes nothing
+// in the others, and the refusal names that rule and its wait.
+func TestMultiRuleAtomic(t *testing.T) {
+	clk := newClock()
+	clk.t = time.Unix(1_700_000_000, 0) // on a 10 s and a minute boundary
+	s, rdb := newStore(t, clk, time.Minute)
+	ctx := context.Background()
+	cs := binanceOrder()
+	for i := range 10 {
+		d, err := s.Admit(ctx, "acct", cs)
+		if err != nil || !d.OK {
+			t.Fatalf("order %d: %+v %v", i, d, err)
+		}
+		if err := s.Release(ctx, "acct", cs, d.Token); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clk.add(2 * time.Second)
+	d, err := s.Admit(ctx, "acct", cs)
+	if err != nil || d.OK || d.Refused != 1 || d.Wait != 8*time.Second || d.Release {
+		t.Fatalf("11th order: %+v %v; want refused by ORDERS_10S for 8s", d, err)
+	}
+	k := s.Keys("acct", cs[0])
+	if u, _ := rdb.HGet(ctx, k[0], "u").Int64(); u != 10 {
+		t.Fatalf("REQUEST_WEIGHT counts %d after a refused order, want 10", u)
+	}
+	k = s.Keys("acct", cs[2])
+	if u, _ := rdb.HGet(ctx, k[0], "u").Int64(); u != 10 {
+		t.Fatalf("ORDERS_1D counts %d after a refused order, want 10", u)
+	}
+	clk.add(8 * time.Second)
+	if d, _ := s.Admit(ctx, "acct", cs); !d.OK {
+		t.Fatalf("next 10 s window: %+v", d)
+	}
+}
+
+// TestLimitMismatchAndSetLimit: a process with another limit gets an
+// error naming both; after SetLimit every process adopts the new one.
+func TestLimitMismatchAndSetLimit(t *testing.T) {
+	clk := newClock()
+	s, rdb := newStore(t, clk, time.Minute)
+	other, _ := New(rdb, s.prefix, Options{Now: clk.now})
+	ctx := context.Background()
+	a := []Charge{{Rule: "r", Key: "k", Spec: spec(SlidingLog, 3, time.Second), Weight: 1}}
+	b := []Charge{{Rule: "r", Key: "k", Spec: spec(SlidingLog, 30, time.Second), Weight: 1}}
+	if d, err := s.Admit(ctx, "", a); err != nil || !d.OK {
+		t.Fatal(d, err)
+	}
+	_, err := other.Admit(ctx, "", b)
+	if !errors.Is(err, ErrLimitMismatch) || !strings.Contains(err.Error(), "3/1s") || !strings.Contains(err.Error(), "30/1s") {
+		t.Fatalf("mismatch: %v", err)
+	}
+	if err := other.SetLimit(ctx, "", b[0]); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		d, err := s.Admit(ctx, "", a) // a says 3; Redis says 30 now
+		if err != nil || !d.OK || len(d.Adopted) != 1 {
+			t.Fatalf("admission %d after SetLimit: %+v %v", i, d, err)
+		}
+	}
+}
+
+// TestPauseSharedAndOnlyExtends: a pause written by one process refuses
+// the admissions of another for its time left; a shorter pause does not
+// shorten it.
+func TestPauseSharedAndOnlyExtends(t *testing.T) {
+	clk := newClock()
+	s, rdb := newStore(t, clk, time.Minute)
+	other, _ := New(rdb, s.prefix, Options{Now: clk.now})
+	ctx := context.Background()
+	c := Charge{Rule: "r", Key: "k", Spec: spec(GCRA, 10, time.Second)}
+	c.Spec.Burst = 10
+	until, err := s.Pause(ctx, "", c, 3*time.Second)
+	if err != nil || !until.Equal(clk.t.Add(3*time.Second)) {
+		t.Fatal(until, err)
+	}
+	if _, err := s.Pause(ctx, "", c, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	clk.add(time.Second)
+	c.Weight = 1
+	d, err := other.Admit(ctx, "", []Charge{c})
+	if err != nil || d.OK || !d.Paused || d.Wait != 2*time.Second {
+		t.Fatalf("paused: %+v %v", d, err)
+	}
+	clk.add(2 * time.Second)
+	if d, _ := other.Admit(ctx, "", []Charge{c}); !d.OK {
+		t.Fatalf("after the pause: %+v", d)
+	}
+	// An absurd pause is capped, not wrapped.
+	if until, err := s.Pause(ctx, "", c, time.Duration(math.MaxInt64)); err != nil || until.Sub(clk.t) != MaxPer {
+		t.Fatalf("huge pause: until %v (%v from now), %v", until, until.Sub(clk.t), err)
+	}
+}
+
+// TestReconcileOnlyTightens: a server's count raises what the window
+// counts, never lowers it, and is clamped to N whatever it says.
+func TestReconcileOnlyTightens(t *testing.T) {
+	ctx := context.Background()
+	for _, k := range kinds {
+		t.Run(k.name, func(t *testing.T) {
+			clk := newClock()
+			clk.t = time.Unix(1_700_000_000, 0)
+			s, _ := newStore(t, clk, time.Minute)
+			sp := k.spec
+			c := Charge{Rule: "r", Key: "k", Spec: &sp, Weight: 1}
+			if d, err := s.Admit(ctx, "", []Charge{c}); err != nil || !d.OK {
+				t.Fatal(d, err)
+			}
+			if _, err := s.Reconcile(ctx, "", c, math.MaxInt64); err != nil {
+				t.Fatal(err)
+			}
+			if d, err := s.Admit(ctx, "", []Charge{c}); err != nil || d.OK {
+				t.Fatalf("after the server said full: %+v %v", d, err)
+			}
+			if extra, err := s.Reconcile(ctx, "", c, 0); err != nil || extra != 0 {
+				t.Fatalf("a lower count loosened by %d (%v)", extra, err)
+			}
+			if d, _ := s.Admit(ctx, "", []Charge{c}); d.OK {
+				t.Fatalf("a lower count loosened the window: %+v", d)
+			}
+		})
+	}
+}
+
+// TestLeaseFreesUnits: a call never released (its process died) frees
+// its units when its lease runs out; the completion window counts it as
+// ended then, for a Per.
+func TestLeaseFreesUnits(t *testing.T) {
+	clk := newClock()
+	s, _ := newStore(t, clk, 50*time.Millisecond)
+	ctx := context.Background()
+	c := []Charge{{Rule: "r", Key: "k", Spec: spec(Completion, 1, time.Second), Weight: 1}}
+	d, err := s.Admit(ctx, "", c)
+	if err != nil || !d.OK {
+		t.Fatal(d, err)
+	}
+	clk.add(10 * time.Millisecond)
+	if d, _ := s.Admit(ctx, "", c); d.OK || !d.Release || d.Wait != 1040*time.Millisecond {
+		t.Fatalf("in flight: %+v; want only a release, bounded by lease end + Per", d)
+	}
+	clk.add(100 * time.Millisecond)
+	if d, _ := s.Admit(ctx, "", c); d.OK || d.Release || d.Wait != 940*time.Millisecond {
+		t.Fatalf("lease ran out 60ms ago: %+v; want a wait of 940ms (lease end + Per)", d)
+	}
+	clk.add(940 * time.Millisecond)
+	if d, _ := s.Admit(ctx, "", c); !d.OK {
+		t.Fatalf("lease end + Per: %+v", d)
+	}
+	if err := s.Release(ctx, "", c, d.Token); !errors.Is(err, ErrNotInFlight) {
+		t.Fatalf("release after the lease: %v", err)
+	}
+	// Extend keeps a long call in flight.
+	clk.add(2 * time.Second)
+	d, _ = s.Admit(ctx, "", c)
+	clk.add(40 * time.Millisecond)
+	if err := s.Extend(ctx, "", c, d.Token, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	clk.add(500 * time.Millisecond)
+	if d2, _ := s.Admit(ctx, "", c); d2.OK || !d2.Release {
+		t.Fatalf("extended call: %+v", d2)
+	}
+	if err := s.Release(ctx, "", c, d.Token); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestLostState: a limiter whose leases were deleted while calls were in
+// flight is held full for a Per, Decision.Lost set.
+func TestLostState(t *testing.T) {
+	clk := newClock()
+	s, rdb := newStore(t, clk, time.Minute)
+	ctx := context.Background()
+	c := []Charge{{Rule: "r", Key: "k", Spec: spec(Completion, 5, 2*time.Second), Weight: 1}}
+	if d, _ := s.Admit(ctx, "", c); !d.OK {
+		t.Fatal(d)
+	}
+	k := s.Keys("", c[0])
+	rdb.Del(ctx, k[1])
+	d, err := s.Admit(ctx, "", c)
+	if err != nil || d.OK || !d.Lost || d.Wait != 2*time.Second {
+		t.Fatalf("after losing the leases: %+v %v", d, err)
+	}
+	clk.add(2 * time.Second)
+	if d, _ := s.Admit(ctx, "", c); !d.OK {
+		t.Fatalf("a Per later: %+v", d)
+	}
+	// The hash gone while its log is there: lost too.
+	clk.add(time.Millisecond)
+	rdb.Del(ctx, k[0])
+	if d, _ := s.Admit(ctx, "", c); d.OK || !d.Lost {
+		t.Fatalf("after losing the hash: %+v", d)
+	}
+}
+
+// TestRestartAndScriptFlush: after SCRIPT FLUSH the next call works (EVAL
+// fallback); after a restart without persistence the limiter starts empty
+// and a token from before is not in flight.
+func TestRestartAndScriptFlush(t *testing.T) {
+	srv := redistest.StartServer(t)
+	rdb := goredis.NewClient(&goredis.Options{Addr: srv.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { rdb.Close() })
+	s, _ := New(rdb, "restart", Options{})
+	ctx := context.Background()
+	c := binanceOrder()
+	d, err := s.Admit(ctx, "acct", c)
+	if err != nil || !d.OK {
+		t.Fatal(d, err)
+	}
+	if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Release(ctx, "acct", c, d.Token); err != nil {
+		t.Fatalf("release after SCRIPT FLUSH: %v", err)
+	}
+	d, err = s.Admit(ctx, "acct", c)
+	if err != nil || !d.OK {
+		t.Fatal(d, err)
+	}
+	srv.Restart()
+	var err2 error
+	for range 50 { // the client reconnects
+		if err2 = s.Release(ctx, "acct", c, d.Token); err2 == nil || errors.Is(err2, ErrNotInFlight) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !errors.Is(err2, ErrNotInFlight) {
+		t.Fatalf("release of a call from before the restart: %v", err2)
+	}
+	if d, err := s.Admit(ctx, "acct", c); err != nil || !d.OK {
+		t.Fatalf("after restart: %+v %v", d, err)
+	}
+}
+
+// TestHostileInputs: bad weights, limits, names and charge counts fail
+// before any round trip (the client points nowhere); any scope or key,
+// binary and braces included, gets keys of one hash tag that never
+// collide.
+func TestHostileInputs(t *testing.T) {
+	rdb := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 50 * time.Millisecond})
+	defer rdb.Close()
+	s, err := New(rdb, "h", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	ok := spec(Completion, 10, time.Second)
+	for _, tc := range []struct {
+		name string
+		cs   []Charge
+		want error
+	}{
+		{"negative weight", []Charge{{Spec: ok, Weight: -1}}, window.ErrNegativeWeight},
+		{"weight above N", []Charge{{Spec: ok, Weight: 11}}, window.ErrWeightTooLarge},
+		{"weight MaxInt64", []Charge{{Spec: ok, Weight: math.MaxInt64}}, window.ErrWeightTooLarge},
+		{"Per not whole µs", []Charge{{Spec: spec(Completion, 1, 1500*time.Nanosecond), Weight: 1}}, ErrSpec},
+		{"Per too long", []Charge{{Spec: spec(Completion, 1, MaxPer+time.Microsecond), Weight: 1}}, ErrSpec},
+		{"huge N", []Charge{{Spec: spec(Completion, math.MaxInt64, time.Second), Weight: 1}}, ErrSpec},
+		{"negative N", []Charge{{Spec: spec(Completion, -1, time.Second), Weight: 0}}, ErrSpec},
+		{"bucket without burst", []Charge{{Spec: spec(TokenBucket, 10, time.Second), Weight: 1}}, ErrSpec},
+		{"fixed window Per 0", []Charge{{Spec: spec(FixedWindow, 10, 0), Weight: 1}}, ErrSpec},
+		{"unknown kind", []Charge{{Spec: spec(Kind(200), 10, time.Second), Weight: 1}}, ErrSpec},
+		{"refill overflow", []Charge{{Spec: &Spec{Kind: TokenBucket, Limit: window.Limit{N: MaxN, Per: MaxPer}, Burst: MaxN}, Weight: 1}}, ErrSpec},
+	} {
+		if _, err := s.Admit(ctx, "", tc.cs); !errors.Is(err, tc.want) {
+			t.Errorf("%s: %v, want %v", tc.name, err, tc.want)
+		}
+	}
+	many := make([]Charge, MaxCharges+1)
+	for i := range many {
+		many[i] = Charge{Rule: "r", Key: string(rune('a' + i)), Spec: ok, Weight: 1}
+	}
+	if _, err := s.Admit(ctx, "", many); err == nil || !strings.Contains(err.Error(), "charges") {
+		t.Errorf("%d charges: %v", len(many), err)
+	}
+	if _, err := s.Admit(ctx, strings.Repeat("x", MaxNameLen+1), many[:1]); err == nil {
+		t.Error("a scope over MaxNameLen was accepted")
+	}
+	if _, err := New(rdb, "a{b}", Options{}); err == nil {
+		t.Error("a prefix with braces was accepted")
+	}
+	if _, err := New(rdb, "p", Options{Lease: 1500 * time.Nanosecond}); err == nil {
+		t.Error("a lease not in whole µs was accepted")
+	}
+	seen := map[string]string{}
+	for _, sc := range []string{"", "{", "}", "a}b{", "%7B", "\x00\xff", "a:b"} {
+		for _, p := range [][2]string{{"r", "k"}, {"r:k", ""}, {"r", ":k"}, {"r%3Ak", ""}, {"{r}", "{k}"}} {
+			k := s.Keys(sc, Charge{Rule: p[0], Key: p[1]})
+			tag := k[0][strings.Index(k[0], "{")+1 : strings.Index(k[0], "}")]
+			for _, key := range k {
+				if got := key[strings.Index(key, "{")+1 : strings.Index(key, "}")]; got != tag || tag == "" && sc != "" {
+					t.Errorf("scope %q: key %q has tag %q, want %q", sc, key, got, tag)
+				}
+			}
+			if prev, dup := seen[k[0]]; dup {
+				t.Errorf("keys collide: %q for %q and %q", k[0], prev, sc+"|"+p[0]+"|"+p[1])
+			}
+			seen[k[0]] = sc + "|" + p[0] + "|" + p[1]
+		}
+	}
+}
+
+// TestTTL: every key a decision writes expires just after its state stops
+// mattering.
+func TestTTL(t *testing.T) {
+	s, rdb := newStore(t, nil, 2*time.Second)
+	ctx := context.Background()
+	c := []Charge{{Rule: "r", Key: "k", Spec: spec(Completion, 5, time.Second), Weight: 1}}
+	d, err := s.Admit(ctx, "", c)
+	if err != nil || !d.OK {
+		t.Fatal(d, err)
+	}
+	if err := s.Release(ctx, "", c, d.Token); err != nil {
+		t.Fatal(err)
+	}
+	k := s.Keys("", c[0])
+	for _, key := range []string{k[0], k[2]} {
+		ttl := rdb.PTTL(ctx, key).Val()
+		if ttl <= 0 || ttl > 4*time.Second {
+			t.Errorf("%s: TTL %v, want (0, Per + lease + 1s]", key, ttl)
+		}
+	}
+}
