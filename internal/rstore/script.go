@@ -34,7 +34,6 @@ local NC = tonumber(ARGV[4])
 local now
 if ARGV[1] ~= '' then now = tonumber(ARGV[1]) else
   local t = redis.call('TIME'); now = tonumber(t[1]) * 1000000 + tonumber(t[2]) end
-local function num(x) return string.format('%.0f', x) end
 local function fdiv(a, b) return math.floor(a / b) end
 local function wt(m) return tonumber(string.match(m, ':(%d+)$')) end
 
@@ -314,7 +313,9 @@ local function save(L)
   local refresh = L.new or L.fresh or L.x == nil or L.x - L.t0 < (ttl - 1000) * 1000
   if refresh then set(L, 'x', L.t0 + ttl * 1000) end
   local args = {}
-  for k, _ in pairs(L.dirty) do args[#args+1] = k; args[#args+1] = num(L[k]) end
+  -- Numbers go as they are: Redis formats them exactly (%.17g), plain
+  -- digits below 2^53.
+  for k, _ in pairs(L.dirty) do args[#args+1] = k; args[#args+1] = L[k] end
   if L.new then args[#args+1] = 's'; args[#args+1] = L.spec end
   if #args > 0 then redis.call('HSET', L.H, unpack(args)) end
   if refresh then
