@@ -117,7 +117,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&cfg.Procs, "procs", 3, "worker processes (K)")
 	fs.BoolVar(&cfg.Cluster, "cluster", false, "a 3-master Redis Cluster instead of one redis-server (with -redis: the address is a cluster's seed nodes, comma-separated)")
 	fs.StringVar(&cfg.Redis, "redis", "", "Redis address host:port (empty: start redis-server children)")
-	fs.Float64Var(&cfg.Scale, "scale", 12, "clock scale: every window of the server and of the preset is divided by it (12: Binance's minute lasts 5 s)")
+	fs.Float64Var(&cfg.Scale, "scale", 10, "clock scale: every window of the server and of the preset is divided by it (10: Binance's minute lasts 6 s; in Redis mode every scaled window must be a whole number of µs)")
 	fs.DurationVar(&cfg.Duration, "duration", 20*time.Second, "how long the workers run")
 	fs.Float64Var(&cfg.Foreign, "foreign", 0.25, "share of the IP's REQUEST_WEIGHT limit a foreign client spends at the start of every window, outside ratesem (0 to 0.9)")
 	fs.IntVar(&cfg.Klines, "klines", 16, "goroutines of the klines backfill per process")

@@ -1,12 +1,18 @@
 package main
 
 import (
-	"errors"
+	"strings"
+
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/ratesem/ratesem/clientpool"
 	"github.com/ratesem/ratesem/exchange/binance"
 	"github.com/ratesem/ratesem/window"
 )
+
+// scope is the hash tag every key of the run shares: one account behind one
+// IP, so on a cluster all of its rules live in one slot.
+const scope = "binance:spot:acct-1"
 
 // newPool returns the worker's pool over the Binance preset (scaled) and a
 // function that closes what it opened.
@@ -29,11 +35,21 @@ func newPool(cfg workerConfig) (*clientpool.Pool, func(), error) {
 		p, err := clientpool.New(table)
 		return p, func() {}, err
 	}
-	return nil, nil, errNoRedis
+	var rdb goredis.UniversalClient
+	if cfg.Cluster {
+		rdb = goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: strings.Split(cfg.Redis, ",")})
+	} else {
+		rdb = goredis.NewClient(&goredis.Options{Addr: cfg.Redis})
+	}
+	table.Scope = scope
+	opts := []clientpool.Option{clientpool.WithRedis(rdb, cfg.Prefix)}
+	if cfg.Lease > 0 {
+		opts = append(opts, clientpool.WithLease(cfg.Lease))
+	}
+	p, err := clientpool.New(table, opts...)
+	if err != nil {
+		rdb.Close()
+		return nil, nil, err
+	}
+	return p, func() { p.Close(); rdb.Close() }, nil
 }
-
-// haveRedisPool reports whether newPool can keep the rules in Redis: false
-// until clientpool.WithRedis (branch h-pool) is merged and swapped in here.
-const haveRedisPool = false
-
-var errNoRedis = errors.New("clientpool over Redis (clientpool.WithRedis) is not available yet; run with -local")
