@@ -30,7 +30,16 @@ type config struct {
 	redis    goredis.UniversalClient
 	prefix   string
 	redisSet bool // WithRedis was given
+	lease    time.Duration
 }
+
+// WithLease sets how long, in Redis mode (WithRedis), a call admitted
+// counts as in flight without a release: a process that dies mid-call
+// frees its units when the lease runs out (and, for the completion window,
+// a Per later). It must be a whole number of microseconds and cover the
+// longest call. Default: one minute (rstore.DefaultLease). It does nothing
+// in process.
+func WithLease(d time.Duration) Option { return func(c *config) { c.lease = d } }
 
 // WithClock makes the pool read time and set its timer through clk, for
 // example a *clock.Mock. Default: the real monotonic clock, which

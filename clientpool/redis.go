@@ -131,7 +131,7 @@ func (p *Pool) initRedis(cfg *config) error {
 	if cfg.redis == nil {
 		return errors.New("clientpool: WithRedis: nil client")
 	}
-	st, err := rstore.New(cfg.redis, cfg.prefix, rstore.Options{})
+	st, err := rstore.New(cfg.redis, cfg.prefix, rstore.Options{Lease: cfg.lease})
 	if err != nil {
 		return fmt.Errorf("clientpool: WithRedis: %w", err)
 	}
