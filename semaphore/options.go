@@ -2,6 +2,7 @@ package semaphore
 
 import (
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/benbjohnson/clock"
@@ -17,10 +18,25 @@ type config struct {
 	clk         clock.Clock
 	start       bool
 	margin      time.Duration
+
+	// NewRedis only.
+	prefix          string
+	lease           time.Duration
+	timeout         time.Duration
+	jitter          time.Duration // 0: remote's default; < 0: none
+	fallback        bool
+	share           float64
+	evictionAllowed bool
+	errs            []error
+	testAfterAdmit  func() // tests: after Redis admitted, before ctx is checked
+}
+
+func (c *config) fail(format string, args ...any) {
+	c.errs = append(c.errs, fmt.Errorf("semaphore: "+format, args...))
 }
 
 func buildConfig(opts []Option) config {
-	cfg := config{concurrency: -1}
+	cfg := config{concurrency: -1, prefix: DefaultRedisPrefix, timeout: DefaultRedisTimeout}
 	for _, o := range opts {
 		o.apply(&cfg)
 	}
@@ -61,4 +77,105 @@ func WithStartWindow(margin time.Duration) Option {
 		panic(fmt.Sprintf("semaphore: WithStartWindow(%v): negative margin", margin))
 	}
 	return optionFunc(func(cfg *config) { cfg.start, cfg.margin = true, margin })
+}
+
+// DefaultRedisTimeout bounds each round trip to Redis of a RateSemaphore
+// built with NewRedis, unless WithRedisTimeout sets another.
+const DefaultRedisTimeout = time.Second
+
+// The options below configure a RateSemaphore built with NewRedis; New and
+// NewWithPolicy ignore them. An invalid one makes NewRedis return an error.
+
+// WithRedisPrefix sets the prefix of the Redis keys (default
+// DefaultRedisPrefix): the limit's keys are the prefix, the name as a hash
+// tag, and a suffix. Every process sharing the limit must use the same
+// prefix. It must not be empty. Ignored in process.
+func WithRedisPrefix(prefix string) Option {
+	return optionFunc(func(c *config) {
+		if prefix == "" {
+			c.fail("WithRedisPrefix: empty prefix")
+			return
+		}
+		c.prefix = prefix
+	})
+}
+
+// WithLease sets how long a call admitted by Redis counts as in flight
+// without a release reaching Redis (default one minute; it must be
+// positive and a whole number of microseconds). If the process dies, or
+// its release is lost (Redis unreachable, Close), the call's units come
+// back when the lease runs out (and, under the completion window, count an
+// interval more). Pick a lease longer than the calls take: a call still
+// running when its lease runs out is taken as ended then. Ignored in
+// process.
+func WithLease(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if d <= 0 || d%time.Microsecond != 0 {
+			c.fail("WithLease(%v): want a positive whole number of microseconds", d)
+			return
+		}
+		c.lease = d
+	})
+}
+
+// WithRedisTimeout bounds each round trip to Redis (default
+// DefaultRedisTimeout; it must be positive), whatever the go-redis
+// client's own options: an admission, a release, a cancellation or a
+// pause that gets no answer by then counts as Redis being unreachable.
+// Each admission runs on a goroutine of its own, so a client built without
+// ContextTimeoutEnabled cannot hold a caller longer. Ignored in process.
+func WithRedisTimeout(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if d <= 0 {
+			c.fail("WithRedisTimeout(%v): want a positive timeout", d)
+			return
+		}
+		c.timeout = d
+	})
+}
+
+// WithJitter sets the most random extra sleep added to each wait that
+// Redis prescribes, so that processes told the same wait do not all come
+// back in the same instant: a uniform draw in [0, min(max, wait/10)]. 0
+// turns jitter off; a negative max makes NewRedis fail. Default: 5 ms.
+// Ignored in process.
+func WithJitter(max time.Duration) Option {
+	return optionFunc(func(c *config) {
+		switch {
+		case max < 0:
+			c.fail("WithJitter(%v): negative jitter", max)
+		case max == 0:
+			c.jitter = -1
+		default:
+			c.jitter = max
+		}
+	})
+}
+
+// WithFallback keeps a RateSemaphore built with NewRedis working while
+// Redis is unreachable: the process then admits calls through a local
+// RateSemaphore of floor(share·n) units per interval (at least 1), the
+// same kind of window, on the assumption that it owns share of the limit
+// (set share to 1/P for P processes to stay within n overall). share must
+// be in (0, 1]. Default: no fallback; Acquire returns an error matching
+// ErrUnavailable. Ignored in process.
+func WithFallback(share float64) Option {
+	return optionFunc(func(c *config) {
+		if !(share > 0 && share <= 1) || math.IsNaN(share) {
+			c.fail("WithFallback(%v): want a share in (0, 1]", share)
+			return
+		}
+		c.fallback, c.share = true, share
+	})
+}
+
+// WithEvictionAllowed lets NewRedis build a RateSemaphore on a server
+// whose maxmemory-policy is not noeviction (NewRedis fails otherwise).
+// Under such a policy Redis may delete the limit's keys when memory runs
+// short: the state then forgets the calls it counted. A loss that a
+// process saw the state of is detected and the limit held full for the
+// time the state mattered (Stats.StateLost), but a loss no process can see
+// goes unnoticed. Ignored in process.
+func WithEvictionAllowed() Option {
+	return optionFunc(func(c *config) { c.evictionAllowed = true })
 }

@@ -74,6 +74,11 @@ type RateSemaphore struct {
 	maxWait   time.Duration
 
 	onWake func() // test hook: called under mu on every timer wake-up
+
+	// remote is set by NewRedis: the state is in Redis and every method
+	// goes there; nil in process (the fields above are then unused but
+	// for size, interval and capOpt).
+	remote *redisSem
 }
 
 type waiter struct {
@@ -169,7 +174,16 @@ func (s *RateSemaphore) now() time.Time { return s.clock.Now() }
 //     without holding up other callers (or until a SetLimit makes it fit);
 //   - an error matching ErrNegativeWeight (window.ErrNegativeWeight) at
 //     once when n is negative.
+//
+// Built with NewRedis, it may also return an error matching ErrUnavailable
+// (Redis unreachable, no fallback), ErrLimitMismatch (another process
+// opened the name with another limit) or ErrClosed (after Close); a call
+// of 0 units makes no round trip, and ctx's deadline holds whatever the
+// Redis client's options.
 func (s *RateSemaphore) Acquire(ctx context.Context, n int64) error {
+	if s.remote != nil {
+		return s.remote.acquire(ctx, n)
+	}
 	if n < 0 {
 		return fmt.Errorf("semaphore: Acquire: %w %d", ErrNegativeWeight, n)
 	}
@@ -287,7 +301,13 @@ func (s *RateSemaphore) undoLocked(w *waiter) {
 // success (the caller must Release(n) later); on failure it returns false
 // and leaves the semaphore unchanged. It fails whenever other callers are
 // waiting, so it never overtakes them. A negative n is refused (false).
+// Built with NewRedis, it makes one admission round trip (bounded by
+// WithRedisTimeout) unless callers wait, a pause is on or the limit is
+// known full, when it fails at once.
 func (s *RateSemaphore) TryAcquire(n int64) bool {
+	if s.remote != nil {
+		return s.remote.tryAcquire(n)
+	}
 	if n < 0 {
 		return false
 	}
@@ -305,9 +325,16 @@ func (s *RateSemaphore) TryAcquire(n int64) bool {
 
 // Release releases n units (n ≥ 0) held by a call that has ended; under the
 // completion window the instant of Release is the call's end. It never
-// blocks. It panics if n is negative or more units are released than are
+// blocks, over Redis either: the release is sent in the background (see
+// NewRedis), and Release of n units ends the oldest call of exactly n
+// units of this process, or else n units of the oldest calls (a call
+// partly released stays in flight in Redis until all its units are). It panics if n is negative or more units are released than are
 // held (caller bugs), as x/sync does.
 func (s *RateSemaphore) Release(n int64) {
+	if s.remote != nil {
+		s.remote.release(n)
+		return
+	}
 	if n < 0 {
 		panic("semaphore: Release with negative weight")
 	}
@@ -356,6 +383,10 @@ func (s *RateSemaphore) DoN(ctx context.Context, n int64, fn func(context.Contex
 // past changes nothing. It never blocks. Feed it from a 429 or 418 response's
 // Retry-After; PauseFor takes the delay form.
 func (s *RateSemaphore) Pause(until time.Time) {
+	if s.remote != nil {
+		s.remote.pause(until)
+		return
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !until.After(s.paused) {
@@ -387,7 +418,14 @@ func (s *RateSemaphore) PauseFor(d time.Duration) {
 // with interval 0 they wait aside, as in Acquire, until their context ends or
 // a later SetLimit makes them fit, and then rejoin the queue in their order
 // of arrival. It returns an error, and changes nothing, if n or interval is
-// negative. It never blocks.
+// negative. It never blocks in process.
+//
+// For a RateSemaphore built with NewRedis, SetLimit stores the new limit in
+// Redis for every process sharing the name (each adopts it at its next
+// admission), in one round trip bounded by WithRedisTimeout; it returns an
+// error matching ErrUnavailable when Redis cannot be reached, and one
+// matching window.ErrInvalidLimit for n = 0, interval 0 or an interval that
+// is not a whole number of microseconds.
 //
 // Calls that ended while interval was 0 read no clock, so a switch from
 // interval 0 to a positive interval starts the window afresh: only units in
@@ -395,6 +433,9 @@ func (s *RateSemaphore) PauseFor(d time.Duration) {
 func (s *RateSemaphore) SetLimit(n int64, interval time.Duration) error {
 	if n < 0 || interval < 0 {
 		return fmt.Errorf("semaphore: SetLimit(%d, %v): negative limit", n, interval)
+	}
+	if s.remote != nil {
+		return s.remote.setLimit(n, interval)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -455,7 +496,14 @@ func (s *RateSemaphore) failLocked(w *waiter, err error) {
 }
 
 // Limit returns the current limit: n units per interval (Per 0: no rate).
+// For a RateSemaphore built with NewRedis it is the limit this process set
+// (NewRedis or SetLimit): a SetLimit in another process is adopted in
+// Redis, where every admission is decided, but not shown here, and this
+// process still refuses at once a weight above its own n.
 func (s *RateSemaphore) Limit() window.Limit {
+	if s.remote != nil {
+		return s.remote.spec.Load().Limit
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return window.Limit{N: s.size, Per: s.interval}
@@ -476,12 +524,57 @@ type Stats struct {
 	// MaxWait is the longest wait of one admitted call.
 	MaxWait time.Duration
 	// PausedUntil is when the current pause ends; zero when none is set.
-	// It may lie in the past once the pause is over.
+	// It may lie in the past once the pause is over. Over Redis it is the
+	// latest pause set in this process.
 	PausedUntil time.Time
+
+	// The counters below are of a RateSemaphore built with NewRedis; they
+	// are zero in process.
+
+	// FallbackAdmitted counts the calls of Admitted that the fallback
+	// (WithFallback) admitted while Redis was unreachable.
+	FallbackAdmitted uint64
+	// RedisAdmits counts the admission round trips (refused, admitted or
+	// failed).
+	RedisAdmits uint64
+	// RedisErrors counts the round trips of any kind that failed (no answer
+	// within WithRedisTimeout, or a Redis error).
+	RedisErrors uint64
+	// Cancelled counts admissions taken back from Redis because the
+	// caller's context ended (or Close came) as Redis admitted it.
+	Cancelled uint64
+	// CancelsFailed counts the cancellations that could not reach Redis:
+	// those units count until the lease runs out.
+	CancelsFailed uint64
+	// ReleasesFailed counts the releases that failed in Redis (an error,
+	// no answer in time): those units count until the lease runs out.
+	ReleasesFailed uint64
+	// ReleasesDropped counts the releases never sent: the release queue
+	// was full, or Close came first. Those units count until the lease
+	// runs out.
+	ReleasesDropped uint64
+	// ReleasesLost counts the releases of calls Redis no longer knew: it
+	// lost its state (a restart), or the call outlived its lease.
+	ReleasesLost uint64
+	// Recoveries counts the times Redis answered again after being taken
+	// as unreachable.
+	Recoveries uint64
+	// StateLost counts the admissions that found the limit's state lost in
+	// Redis (evicted, deleted, a restart); the limit is then held full for
+	// the time the state mattered.
+	StateLost uint64
+	// LimitMismatches counts the admissions refused with ErrLimitMismatch.
+	LimitMismatches uint64
+	// Unavailable reports whether Redis is taken as unreachable now (until
+	// a probe gets an answer): admissions go to the fallback, or fail.
+	Unavailable bool
 }
 
 // Stats returns a snapshot of the counters. It never blocks for long.
 func (s *RateSemaphore) Stats() Stats {
+	if s.remote != nil {
+		return s.remote.stats()
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return Stats{
@@ -492,6 +585,22 @@ func (s *RateSemaphore) Stats() Stats {
 		MaxWait:     s.maxWait,
 		PausedUntil: s.paused,
 	}
+}
+
+// Close stops a RateSemaphore built with NewRedis: callers in Acquire
+// return ErrClosed, and so do later calls to Acquire (TryAcquire returns
+// false); once Close has returned, no Acquire succeeds. Releases already
+// queued are sent for at most WithRedisTimeout; a Release after Close is
+// not sent (the lease covers it; Stats.ReleasesDropped counts it). Close
+// waits for the round trips still running, at most twice
+// WithRedisTimeout, does not close the Redis client, and returns nil;
+// calling it again only waits again. In process Close does nothing and
+// returns nil.
+func (s *RateSemaphore) Close() error {
+	if s.remote != nil {
+		return s.remote.eng.Close()
+	}
+	return nil
 }
 
 // admitCachedLocked is the clock-free fast path: it admits n units when

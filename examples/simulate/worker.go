@@ -17,7 +17,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/ratesem/ratesem/semaphore/redissem"
+	"github.com/ratesem/ratesem/semaphore"
 )
 
 // workerFlag, as the first argument, makes the program a worker: one of the
@@ -94,8 +94,9 @@ type workerResult struct {
 	Wait time.Duration
 	// End is when the last response was read (Unix nanoseconds).
 	End int64
-	// Stats is the worker's redissem.Semaphore's counters at the end.
-	Stats redissem.Stats
+	// Stats is the counters of the worker's semaphore (semaphore.NewRedis)
+	// at the end, after Close sent the releases still queued.
+	Stats semaphore.Stats
 }
 
 // workerMain is the worker's main: it prints "ready" once its limiter and
@@ -135,11 +136,11 @@ func work(cfg workerConfig, stdin io.Reader, stdout io.Writer) (workerResult, er
 
 	client := goredis.NewClient(&goredis.Options{Addr: cfg.Redis})
 	defer client.Close()
-	var opts []redissem.Option
+	var opts []semaphore.Option
 	if cfg.Buffer > 0 {
-		opts = append(opts, redissem.WithStartWindow(cfg.Buffer))
+		opts = append(opts, semaphore.WithStartWindow(cfg.Buffer))
 	}
-	sem, err := redissem.New(client, cfg.Name, cfg.Limit, cfg.Period, opts...)
+	sem, err := semaphore.NewRedis(client, cfg.Name, cfg.Limit, cfg.Period, opts...)
 	if err != nil {
 		return res, err
 	}
@@ -226,6 +227,7 @@ func work(cfg workerConfig, stdin io.Reader, stdout io.Writer) (workerResult, er
 		})
 	}
 	wg.Wait()
+	_ = sem.Close() // sends the releases still queued (Release never waits on Redis)
 	res.Stats = sem.Stats()
 	if err := context.Cause(ctx); err != nil {
 		return res, err

@@ -4,26 +4,86 @@
 // clientpool.WithRedis wait, queue, pause and count here, while the counts
 // live in Redis and are shared by every process.
 //
-// Within one process waiters queue FIFO per limiter (rule, key, scope):
-// once a limiter has refused a waiter, later calls on it queue behind it,
-// and only the head of a limiter's queue talks to Redis, so 2000 blocked
-// goroutines cost one round trip at a time. A waiter joins the queues of
-// all its limiters at once at arrival, so the oldest waiter is ahead in
-// every queue it shares: no deadlock. A refused head sleeps until the
-// instant the script returned plus jitter, never polls; when only a release
-// elsewhere can make room it sleeps a bounded time (or is woken by a local
-// release). Every round trip is bounded (Config.Timeout and ctx) and runs
-// on its own goroutine. A Release never makes its caller wait on Redis: it
-// goes to a bounded background queue; one lost (Close, a Redis error, a
-// full queue) is covered by the lease.
+// # Queues
+//
+// Within one process waiters queue FIFO per limiter (scope, rule, key):
+// once a limiter has refused a waiter (or is paused, or was told a wait),
+// later calls on it queue behind it, and only the head of a limiter's queue
+// talks to Redis, so 2000 blocked goroutines cost one round trip at a time.
+// A call whose limiters all have empty queues goes to Redis at once (calls
+// admitted at once do not wait for one another). A waiter joins the queues
+// of all its limiters at once, under one lock, so the queues agree on the
+// order of arrival: the oldest waiter is at the front of every queue it is
+// in, and it alone talks to Redis for them. No deadlock: some waiter is
+// always at the front of all of its queues.
+//
+// # Sleeping
+//
+// A refused head sleeps until the instant the script returned, plus jitter
+// (Config.Jitter), and never less than MinRetry (a draw in [MinRetry,
+// 2·MinRetry)), so nothing polls in a loop even if Redis says 0. A head that
+// gives up hands its wait on: the limiter remembers that no call of that
+// weight or more can be admitted before that instant, and the next head
+// sleeps until then without asking again. When only a release elsewhere can
+// make room (rstore.Decision.Release: the wait Redis gives runs to the end
+// of the leases of the calls in flight, a minute by default), the head
+// sleeps at most a quarter of the refusing rule's Per, or until a release of
+// this process on that limiter reached Redis: under the completion window a
+// release never makes room at once (its units count until its end + Per),
+// so a head re-asking Per/4 after a release elsewhere learns the exact wait
+// with three quarters of Per to spare; the cost is at most four round trips
+// per Per per process while calls in flight fill the limit. The other
+// choice, a pub/sub message published by every release, would cost every
+// process a round trip per release elsewhere, a connection and a goroutine
+// per engine, and messages are lost across reconnections, so a cap would be
+// needed anyway.
+//
+// # Deadlines
+//
+// When the wait Redis gives ends after ctx's deadline (and no release can
+// bring it sooner), Acquire fails at once with an error matching
+// Config.ErrDeadline and context.DeadlineExceeded.
+//
+// # Round trips
+//
+// Every admission runs on a goroutine of its own, and its caller waits for
+// it at most Config.Timeout (and until ctx is done), whatever the options
+// of the go-redis client: one built without ContextTimeoutEnabled ignores
+// contexts' deadlines while it waits for a reply. An admission whose caller
+// left is cancelled in Redis when its answer comes. A call admitted at once
+// costs two round trips: the admission and the release.
+//
+// A Release never makes its caller wait on Redis: it goes to a bounded
+// queue (Config.ReleaseQueue) that a few background workers send. A release
+// that cannot be sent (the queue full, a Redis error, Close) is dropped and
+// counted; the lease covers it: the call's units come back when the lease
+// runs out.
+//
+// # When Redis is unreachable
+//
+// A round trip that fails (a Redis error, or no answer within Timeout)
+// marks Redis unreachable. Admissions then go to Config.Fallback, or fail
+// with an error matching ErrUnavailable at once, until a probe gets an
+// answer: the head's next admission attempt 100 ms after the failure, then
+// after twice as long each time it fails again, up to one second; a probe
+// is bounded by 250 ms (or Timeout if shorter).
 package remote
 
 import (
+	"container/list"
 	"context"
 	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/ratesem/ratesem/internal/backoff"
 	"github.com/ratesem/ratesem/internal/rstore"
+	"github.com/ratesem/ratesem/internal/wake"
+	"github.com/ratesem/ratesem/window"
 )
 
 // ErrUnavailable is matched by the error Acquire returns when Redis cannot
@@ -34,31 +94,129 @@ var ErrUnavailable = errors.New("ratesem: redis unavailable")
 // ErrClosed is returned by Acquire after Close.
 var ErrClosed = errors.New("ratesem: closed")
 
-// Config configures an Engine.
+// ErrDeadline is the default of Config.ErrDeadline: matched, with
+// context.DeadlineExceeded, by the error Acquire returns as soon as the
+// admission is known to come after ctx's deadline.
+var ErrDeadline = errors.New("ratesem: admission would come after the context deadline")
+
+const (
+	probeMin     = 100 * time.Millisecond // first probe after a failure
+	probeMax     = time.Second            // the longest time between probes
+	probeTimeout = 250 * time.Millisecond // bound of a probe's round trip
+	zeroPerCap   = 10 * time.Millisecond  // the release-wait cap of a rule without Per
+
+	// MinRetry is the least a head sleeps before asking Redis again after
+	// a refusal, whatever the wait Redis gave: a uniform draw in
+	// [MinRetry, 2·MinRetry), so a head asks at most 1000 times a second
+	// even if Redis says 0 (Config.Jitter comes on top).
+	MinRetry = time.Millisecond
+
+	// maxPending bounds the round trips of one Engine left running without
+	// an answer (their callers gone after Timeout), pauses and reconciles
+	// included: beyond it a round trip fails at once rather than start
+	// another goroutine.
+	maxPending = 1024
+
+	// lateGrace is how much longer than its caller waits a round trip left
+	// behind may take before its own context gives up (go-redis needs a
+	// live context for the EVAL that follows a NOSCRIPT).
+	lateGrace = 5 * time.Second
+
+	// releaseWorkers is the number of goroutines sending releases.
+	releaseWorkers = 4
+
+	// maxFreeAsks bounds the callers of one limiter that go to Redis
+	// without queueing (its queue empty): a herd of callers arriving at
+	// once costs that many round trips, the others queue behind.
+	maxFreeAsks = 8
+)
+
+// DefaultTimeout, DefaultJitter and DefaultReleaseQueue are the defaults
+// of Config's fields of the same names.
+const (
+	DefaultTimeout      = time.Second
+	DefaultJitter       = 5 * time.Millisecond
+	DefaultReleaseQueue = 4096
+)
+
+// errBusy is the failure of a round trip refused because maxPending round
+// trips already wait for Redis.
+var errBusy = errors.New("too many round trips to Redis without an answer")
+
+// errTry is the internal refusal of TryAcquire.
+var errTry = errors.New("remote: not admitted at once")
+
+// Config configures an Engine. Zero fields take their defaults.
 type Config struct {
 	Store *rstore.Store
-	// Timeout bounds every round trip; default 1 s.
+	// Timeout bounds every round trip; default DefaultTimeout (1 s).
 	Timeout time.Duration
 	// Jitter is the most random time added to a sleep the script asked
-	// for; default 5 ms.
+	// for (a uniform draw in [0, Jitter], and never more than a tenth of
+	// the wait); default DefaultJitter (5 ms); negative: no jitter.
 	Jitter time.Duration
 	// MaxPause caps any pause; default backoff.DefaultMaxPause.
 	MaxPause time.Duration
-	// Observer, when set, is called with every event, outside any lock.
+	// Observer, when set, is called with every event, outside any lock, on
+	// the goroutine where it happened (a release's on a worker). It must
+	// not block for long, and must not modify Event.Charges.
 	Observer func(Event)
+
+	// ErrDeadline is the sentinel matched (with context.DeadlineExceeded)
+	// by the error of an admission known to come after ctx's deadline;
+	// default ErrDeadline. Each user passes its own package's sentinel.
+	ErrDeadline error
+	// Fallback, when set, admits calls in this process alone while Redis
+	// is unreachable; nil: Acquire fails with ErrUnavailable then.
+	Fallback Fallback
+	// ReleaseQueue is how many releases may wait to be sent to Redis;
+	// default DefaultReleaseQueue. A release beyond it is dropped (the
+	// lease covers it) and counted in Stats.ReleasesDropped.
+	ReleaseQueue int
+
+	// TestAfterAdmit, when set, runs after Redis admitted a call and
+	// before the caller's context is checked (tests only).
+	TestAfterAdmit func()
+
+	// store replaces Store (the engine's own tests).
+	store store
 }
+
+// Fallback admits calls in this process alone while Redis is unreachable
+// (Config.Fallback). Its methods are called concurrently.
+type Fallback interface {
+	// Acquire blocks until the charges are admitted locally or ctx is
+	// done; it returns a function that releases them, called once.
+	Acquire(ctx context.Context, scope string, cs []rstore.Charge) (release func(), err error)
+	// TryAcquire admits the charges locally if they fit at once.
+	TryAcquire(scope string, cs []rstore.Charge) (release func(), ok bool)
+	// Pause holds local admissions of c's limiter until until.
+	Pause(scope string, c rstore.Charge, until time.Time)
+}
+
+// store is what the engine needs of rstore.Store; the tests fake it.
+type store interface {
+	Admit(ctx context.Context, scope string, cs []rstore.Charge) (rstore.Decision, error)
+	Release(ctx context.Context, scope string, cs []rstore.Charge, token string) error
+	Cancel(ctx context.Context, scope string, cs []rstore.Charge, token string) error
+	Pause(ctx context.Context, scope string, c rstore.Charge, d time.Duration) (time.Time, error)
+	Reconcile(ctx context.Context, scope string, c rstore.Charge, used int64) (int64, error)
+	SetLimit(ctx context.Context, scope string, c rstore.Charge) error
+}
+
+var _ store = (*rstore.Store)(nil)
 
 // EventKind says what happened.
 type EventKind int
 
 // Events.
 const (
-	Admitted EventKind = iota + 1
-	Refused
-	Cancelled
-	Paused
-	Released
-	RoundTripFailed
+	Admitted        EventKind = iota + 1 // a call was admitted (Wait: its time in Acquire)
+	Refused                              // Redis refused a head (Wait: the wait it gave)
+	Cancelled                            // an admission was taken back: its caller left
+	Paused                               // Pause (Wait: the pause)
+	Released                             // a release reached Redis (Err: set if it was lost there)
+	RoundTripFailed                      // a round trip failed (Err)
 )
 
 // Event is one thing that happened to a call.
@@ -66,7 +224,7 @@ type Event struct {
 	Kind    EventKind
 	Scope   string
 	Charges []rstore.Charge
-	Wait    time.Duration // Admitted: time spent in Acquire; Paused: the pause
+	Wait    time.Duration // Admitted: time spent in Acquire; Refused: Redis's wait; Paused: the pause
 	Err     error
 }
 
@@ -74,7 +232,7 @@ type Event struct {
 type Stats struct {
 	InFlight        int64  // calls admitted, not yet released
 	Waiting         int    // callers blocked in Acquire
-	Admitted        uint64 // calls admitted
+	Admitted        uint64 // calls admitted (by Redis or the fallback)
 	TotalWait       time.Duration
 	MaxWait         time.Duration
 	PausedUntil     time.Time
@@ -86,53 +244,1047 @@ type Stats struct {
 	StateLost       uint64 // admissions that found state lost
 	LimitMismatches uint64
 	Unavailable     bool
+
+	FallbackAdmitted uint64 // calls of Admitted that the fallback admitted
+	CancelsFailed    uint64 // cancellations that could not reach Redis (the lease covers them)
+	ReleasesDropped  uint64 // releases never sent: the queue was full, or Close came (the lease covers them)
+	Recoveries       uint64 // times Redis answered again after being taken as unreachable
+}
+
+// limKey names a limiter.
+type limKey struct{ scope, rule, key string }
+
+// limiter is this process's view of one limiter: its queue of waiters and
+// what it learned from Redis.
+type limiter struct {
+	q      list.List // of *waiter, FIFO; the front may talk to Redis
+	users  int       // waiters that refer to it (queued or not)
+	asking int       // callers asking Redis without queueing (≤ maxFreeAsks)
+
+	paused time.Time // no admission before (a local or Redis pause); zero: none
+
+	// The latest exact refusal: no charge of notBeforeN units or more can
+	// be admitted before notBefore (only a Cancel, a restart or SetLimit
+	// could make room sooner). A new head uses it rather than asking again.
+	notBefore  time.Time
+	notBeforeN int64
+}
+
+// waiter is one Acquire or TryAcquire in progress.
+type waiter struct {
+	scope  string
+	cs     []rstore.Charge
+	keys   []limKey
+	lims   []*limiter
+	elems  []*list.Element // in lims[i].q; nil until queued
+	queued bool
+	asking bool          // counted in its limiters' asking
+	ahead  int           // queues where another waiter is in front
+	turn   chan struct{} // closed when ahead drops to 0 after queueing
+	wake   chan struct{} // capacity 1: a release of this process on one of its limiters reached Redis
 }
 
 // Engine waits for admissions decided in Redis. It is safe for concurrent
-// use.
-type Engine struct{}
+// use. Close it when done; it does not close the Redis client.
+type Engine struct {
+	st  store
+	cfg Config
 
-// New returns an Engine over cfg.Store.
-func New(cfg Config) (*Engine, error) { panic("remote: todo") }
+	closeCtx context.Context // done after Close
+	closeFn  context.CancelFunc
+	flushCtx context.Context // done when Close gives up on queued releases
+	flushFn  context.CancelFunc
+	rel      chan *Call // the release queue
+	workers  sync.WaitGroup
+
+	mu          sync.Mutex
+	closed      bool
+	lims        map[limKey]*limiter
+	down        bool // Redis taken as unreachable
+	downErr     error
+	nextProbe   time.Time
+	backoff     time.Duration
+	pausedUntil time.Time
+	stats       Stats // counters; the gauges are filled in by Stats
+	inflight    int64
+	waiting     int
+
+	// Goroutines of round trips still running (pending) and Acquire calls
+	// in progress (active); Close waits until both are 0 (drained is
+	// closed then), for a bounded time.
+	pending, active int
+	drained         chan struct{}
+}
+
+// New returns an Engine over cfg.Store. It fails for a nil Store or a
+// negative Timeout, ReleaseQueue or MaxPause. It starts the release
+// workers, which Close stops.
+func New(cfg Config) (*Engine, error) {
+	st := cfg.store
+	if st == nil {
+		if cfg.Store == nil {
+			return nil, errors.New("remote: New: nil Store")
+		}
+		st = cfg.Store
+	}
+	switch {
+	case cfg.Timeout < 0:
+		return nil, fmt.Errorf("remote: New: negative Timeout %v", cfg.Timeout)
+	case cfg.ReleaseQueue < 0:
+		return nil, fmt.Errorf("remote: New: negative ReleaseQueue %d", cfg.ReleaseQueue)
+	case cfg.MaxPause < 0:
+		return nil, fmt.Errorf("remote: New: negative MaxPause %v", cfg.MaxPause)
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = DefaultTimeout
+	}
+	if cfg.Jitter == 0 {
+		cfg.Jitter = DefaultJitter
+	}
+	cfg.MaxPause = backoff.Cap(cfg.MaxPause)
+	if cfg.ErrDeadline == nil {
+		cfg.ErrDeadline = ErrDeadline
+	}
+	if cfg.ReleaseQueue == 0 {
+		cfg.ReleaseQueue = DefaultReleaseQueue
+	}
+	e := &Engine{st: st, cfg: cfg, lims: map[limKey]*limiter{}, rel: make(chan *Call, cfg.ReleaseQueue)}
+	e.closeCtx, e.closeFn = context.WithCancel(context.Background())
+	e.flushCtx, e.flushFn = context.WithCancel(context.Background())
+	for range releaseWorkers {
+		e.workers.Add(1)
+		go e.releaser()
+	}
+	return e, nil
+}
 
 // Call is an admitted call: Release it exactly once.
-type Call struct{}
+type Call struct {
+	e     *Engine
+	scope string
+	cs    []rstore.Charge
+	token string // Redis's; "" for a call of no charges or of the fallback
+	local func() // the fallback's release, or nil
+	done  atomic.Bool
+}
+
+// Local reports whether the fallback admitted the call (Redis was
+// unreachable).
+func (c *Call) Local() bool { return c.local != nil }
 
 // Acquire blocks until every charge is admitted at once in Redis (in FIFO
 // order per limiter within this process), ctx is done, or the admission
-// would come after ctx's deadline (an error matching ErrDeadline and
-// context.DeadlineExceeded). A cancelled wait leaves no trace in Redis.
+// would come after ctx's deadline (an error matching Config.ErrDeadline and
+// context.DeadlineExceeded). A cancelled wait leaves no trace in Redis: an
+// admission that arrives after its caller left is cancelled there.
+//
+// Charges of no weight are sent like the others; a call of no charges is
+// admitted at once without a round trip. It returns, besides the errors
+// above: ctx.Err(); an error matching window.ErrNegativeWeight or
+// window.ErrWeightTooLarge (a weight above the Spec's Capacity) at once;
+// the error of Redis for a caller's mistake (rstore.ErrLimitMismatch); an
+// error matching ErrUnavailable when Redis cannot be reached and there is
+// no Fallback (or it refused); ErrClosed after Close. The charges (and
+// their Specs) must not change until the Call is released.
 func (e *Engine) Acquire(ctx context.Context, scope string, cs []rstore.Charge) (*Call, error) {
-	panic("remote: todo")
+	return e.acquire(ctx, scope, cs, false)
 }
 
 // TryAcquire admits the charges if Redis admits them at once (one round
 // trip, bounded by Config.Timeout) and no older waiter of this process
-// queues on one of their limiters.
+// queues on one of their limiters (nor is one of them paused or known
+// full): then it fails at once without a round trip. ok is false when the
+// call was not admitted; err is set for a failure that is not a refusal
+// (the errors of Acquire).
 func (e *Engine) TryAcquire(scope string, cs []rstore.Charge) (*Call, bool, error) {
-	panic("remote: todo")
+	c, err := e.acquire(context.Background(), scope, cs, true)
+	switch {
+	case err == nil:
+		return c, true, nil
+	case err == errTry:
+		return nil, false, nil
+	}
+	return nil, false, err
+}
+
+// capacity is rstore.Spec.Capacity (the engine's tests replace it).
+var capacity = rstore.Spec.Capacity
+
+func checkCharges(cs []rstore.Charge) error {
+	for i, c := range cs {
+		if c.Weight < 0 {
+			return fmt.Errorf("remote: charge %d (%s): weight %d: %w", i, c.Rule, c.Weight, window.ErrNegativeWeight)
+		}
+		if c.Spec == nil {
+			return fmt.Errorf("remote: charge %d (%s): nil Spec", i, c.Rule)
+		}
+		if capa := capacity(*c.Spec); c.Weight > capa {
+			return fmt.Errorf("%w: charge %d (%s): weight %d, capacity %d", window.ErrWeightTooLarge, i, c.Rule, c.Weight, capa)
+		}
+	}
+	return nil
+}
+
+func (e *Engine) acquire(ctx context.Context, scope string, cs []rstore.Charge, try bool) (*Call, error) {
+	if err := checkCharges(cs); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	since := time.Now()
+	if len(cs) == 0 {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		if e.closed {
+			return nil, ErrClosed
+		}
+		e.inflight++
+		e.stats.Admitted++
+		return &Call{e: e, scope: scope}, nil
+	}
+	cs = slices.Clone(cs)
+	w := &waiter{scope: scope, cs: cs, keys: make([]limKey, len(cs)), lims: make([]*limiter, len(cs))}
+	for i, c := range cs {
+		w.keys[i] = limKey{scope, c.Rule, c.Key}
+	}
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil, ErrClosed
+	}
+	free := true
+	for i, k := range w.keys {
+		l := e.lims[k]
+		if l == nil {
+			l = &limiter{}
+			e.lims[k] = l
+		}
+		l.users++
+		w.lims[i] = l
+		if l.q.Len() > 0 || l.asking >= maxFreeAsks || l.blocks(since, cs[i].Weight) {
+			free = false
+		}
+	}
+	if try && !free {
+		e.dropLocked(w)
+		e.mu.Unlock()
+		return nil, errTry
+	}
+	e.active++
+	if !try {
+		e.waiting++
+	}
+	if free {
+		w.asking = true
+		for _, l := range w.lims {
+			l.asking++
+		}
+	} else {
+		e.joinLocked(w)
+	}
+	e.mu.Unlock()
+	defer e.leave(w, try)
+	c, err := e.admit(ctx, w, since, try)
+	if err == nil && e.cfg.Observer != nil {
+		e.cfg.Observer(Event{Kind: Admitted, Scope: scope, Charges: cs, Wait: time.Since(since)})
+	}
+	return c, err
+}
+
+// blocks reports whether a charge of n units on l cannot be admitted at
+// now, by what this process knows. e.mu must be held.
+func (l *limiter) blocks(now time.Time, n int64) bool {
+	return now.Before(l.paused) || (n >= l.notBeforeN && now.Before(l.notBefore))
+}
+
+// joinLocked puts w at the back of the queues of all its limiters at once.
+// e.mu must be held.
+func (e *Engine) joinLocked(w *waiter) {
+	e.stopAskingLocked(w)
+	w.queued = true
+	w.turn = make(chan struct{})
+	w.wake = make(chan struct{}, 1)
+	w.elems = make([]*list.Element, len(w.lims))
+	for i, l := range w.lims {
+		w.elems[i] = l.q.PushBack(w)
+		if l.q.Front() != w.elems[i] {
+			w.ahead++
+		}
+	}
+	if w.ahead == 0 {
+		close(w.turn)
+	}
+}
+
+// stopAskingLocked ends w's free pass, if it had one. e.mu must be held.
+func (e *Engine) stopAskingLocked(w *waiter) {
+	if w.asking {
+		w.asking = false
+		for _, l := range w.lims {
+			l.asking--
+		}
+	}
+}
+
+// leave takes w out of its queues (the waiters it was in front of move
+// up) and forgets limiters nobody needs any more.
+func (e *Engine) leave(w *waiter, try bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if w.queued {
+		for i, l := range w.lims {
+			front := l.q.Front() == w.elems[i]
+			l.q.Remove(w.elems[i])
+			if next := l.q.Front(); front && next != nil {
+				nw := next.Value.(*waiter)
+				if nw.ahead--; nw.ahead == 0 {
+					close(nw.turn)
+				}
+			}
+		}
+	}
+	e.stopAskingLocked(w)
+	e.dropLocked(w)
+	e.active--
+	if !try {
+		e.waiting--
+	}
+	e.checkDrainedLocked()
+}
+
+// dropLocked ends w's use of its limiters, forgetting each that is idle
+// and holds no future instant. e.mu must be held.
+func (e *Engine) dropLocked(w *waiter) {
+	now := time.Now()
+	for i, l := range w.lims {
+		l.users--
+		if l.users == 0 && !now.Before(l.paused) && !now.Before(l.notBefore) {
+			delete(e.lims, w.keys[i])
+		}
+	}
+}
+
+// checkDrainedLocked closes drained once no round trip and no Acquire is
+// in progress. e.mu must be held.
+func (e *Engine) checkDrainedLocked() {
+	if e.pending == 0 && e.active == 0 && e.drained != nil {
+		close(e.drained)
+		e.drained = nil
+	}
+}
+
+// waitTurn blocks until w is at the front of all its queues.
+func (e *Engine) waitTurn(ctx context.Context, w *waiter) error {
+	select {
+	case <-w.turn:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-e.closeCtx.Done():
+		return ErrClosed
+	}
+}
+
+// admit is the loop of a caller: wait for its turn, ask Redis (or the
+// fallback), and sleep for the wait it prescribes, until admitted or
+// failed.
+func (e *Engine) admit(ctx context.Context, w *waiter, since time.Time, try bool) (*Call, error) {
+	for {
+		if w.queued {
+			if err := e.waitTurn(ctx, w); err != nil {
+				return nil, err
+			}
+			select {
+			case <-w.wake: // a release before this attempt: it will see its effect
+			default:
+			}
+		}
+		now := time.Now()
+		e.mu.Lock()
+		closed := e.closed
+		down, probe, downErr := e.down, !now.Before(e.nextProbe), e.downErr
+		var until time.Time // the latest instant w is known not to be admitted before
+		for i, l := range w.lims {
+			if now.Before(l.paused) && l.paused.After(until) {
+				until = l.paused
+			}
+			if w.cs[i].Weight >= l.notBeforeN && now.Before(l.notBefore) && l.notBefore.After(until) {
+				until = l.notBefore
+			}
+		}
+		if !until.IsZero() && !w.queued && !try {
+			e.joinLocked(w) // known full: queue rather than overtake
+		}
+		behind := w.queued && w.ahead > 0
+		e.mu.Unlock()
+		switch {
+		case closed:
+			return nil, ErrClosed
+		case ctx.Err() != nil:
+			return nil, ctx.Err()
+		}
+		if !until.IsZero() {
+			if try {
+				return nil, errTry
+			}
+			if dl, ok := ctx.Deadline(); ok && until.After(dl) {
+				return nil, &wake.DeadlineError{Sentinel: e.cfg.ErrDeadline, Wait: until.Sub(now)}
+			}
+			if behind {
+				continue // joined behind others: wait for the turn first
+			}
+			if err := e.sleep(ctx, w, until.Sub(now), false); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if down && !probe {
+			return e.fallback(ctx, w, since, try, downErr)
+		}
+		timeout := e.cfg.Timeout
+		if down {
+			timeout = min(timeout, probeTimeout)
+		}
+		d, err, left := e.redisAdmit(ctx, w, timeout)
+		e.mu.Lock()
+		e.stopAskingLocked(w)
+		e.stats.RedisAdmits++
+		if d.Lost {
+			e.stats.StateLost++
+		}
+		mismatch := errors.Is(err, rstore.ErrLimitMismatch)
+		if mismatch {
+			e.stats.LimitMismatches++
+		}
+		e.mu.Unlock()
+		switch {
+		case left == ErrClosed:
+			return nil, ErrClosed
+		case left != nil && ctx.Err() != nil:
+			return nil, ctx.Err()
+		case left != nil:
+			err = left // no answer within the timeout
+		}
+		if err != nil {
+			if mismatch || callerError(err) {
+				e.markUp()
+				return nil, err
+			}
+			e.markDown(err, true)
+			e.event(Event{Kind: RoundTripFailed, Scope: w.scope, Charges: w.cs, Err: err})
+			return e.fallback(ctx, w, since, try, err)
+		}
+		e.markUp()
+		if d.OK {
+			if e.cfg.TestAfterAdmit != nil {
+				e.cfg.TestAfterAdmit()
+			}
+			if ctx.Err() != nil {
+				e.cancelToken(w.scope, w.cs, d.Token)
+				return nil, ctx.Err()
+			}
+			c := &Call{e: e, scope: w.scope, cs: w.cs, token: d.Token}
+			if err := e.hold(c, since); err != nil {
+				e.cancelToken(w.scope, w.cs, d.Token)
+				return nil, err
+			}
+			return c, nil
+		}
+		if try {
+			return nil, errTry
+		}
+		e.event(Event{Kind: Refused, Scope: w.scope, Charges: w.cs, Wait: d.Wait})
+		wait := max(d.Wait, 0)
+		ri := d.Refused
+		if ri < 0 || ri >= len(w.cs) {
+			ri = 0
+		}
+		now = time.Now()
+		full, at := wait, now.Add(wait)
+		// What this process remembers, and how long the head sleeps, is
+		// capped by MaxPause: a hostile or broken server cannot park a
+		// limiter for longer, and asking again then costs one round trip.
+		wait = min(wait, e.cfg.MaxPause)
+		rec := now.Add(wait)
+		e.mu.Lock()
+		if d.Release {
+			wait = min(wait, releaseCap(w.cs[ri].Spec))
+		} else {
+			l := w.lims[ri]
+			if d.Paused {
+				if rec.After(l.paused) {
+					l.paused = rec
+				}
+			} else {
+				l.notBefore, l.notBeforeN = rec, w.cs[ri].Weight
+			}
+		}
+		if !w.queued {
+			e.joinLocked(w)
+		}
+		behind = w.ahead > 0
+		e.mu.Unlock()
+		if !d.Release {
+			if dl, ok := ctx.Deadline(); ok && at.After(dl) {
+				return nil, &wake.DeadlineError{Sentinel: e.cfg.ErrDeadline, Wait: full}
+			}
+		}
+		if behind {
+			continue // was a free pass; others queued first: wait for the turn
+		}
+		// Never ask again at once, whatever Redis said.
+		wait = max(wait, MinRetry+rand.N(MinRetry)) + e.jitter(wait)
+		if err := e.sleep(ctx, w, wait, d.Release); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// releaseCap is the longest a head refused because calls in flight fill
+// the limit sleeps before asking again: a quarter of the rule's Per.
+func releaseCap(s *rstore.Spec) time.Duration {
+	if s == nil || s.Limit.Per <= 0 {
+		return zeroPerCap
+	}
+	return s.Limit.Per / 4
+}
+
+// callerError reports whether an Admit error is the caller's mistake
+// rather than Redis being unreachable.
+func callerError(err error) bool {
+	return errors.Is(err, rstore.ErrLimitMismatch) || errors.Is(err, window.ErrWeightTooLarge) ||
+		errors.Is(err, window.ErrInvalidLimit) || errors.Is(err, window.ErrNegativeWeight)
+}
+
+// admitResult is the outcome of an admission round trip.
+type admitResult struct {
+	d   rstore.Decision
+	err error
+}
+
+// redisAdmit asks Redis to admit w, on a goroutine of its own, and waits
+// for the answer until timeout passes, ctx is done or Close is called. It
+// returns the decision and the Redis error, or, when it left before the
+// answer, left: context.DeadlineExceeded (timeout), ctx.Err() or ErrClosed.
+// The round trip is not cut short by ctx (its context is its own, bounded
+// by timeout + lateGrace): if the script admitted the call after the caller
+// left, the goroutine cancels the admission when the answer comes.
+func (e *Engine) redisAdmit(ctx context.Context, w *waiter, timeout time.Duration) (d rstore.Decision, err, left error) {
+	ch := make(chan admitResult, 1)
+	claimed := new(atomic.Bool)
+	if !e.spawn(func() {
+		octx, cancel := context.WithTimeout(context.Background(), timeout+lateGrace)
+		d, err := e.st.Admit(octx, w.scope, w.cs)
+		cancel()
+		if claimed.CompareAndSwap(false, true) {
+			ch <- admitResult{d, err}
+			return
+		}
+		// The caller left: nobody will use this admission.
+		if err == nil && d.OK {
+			e.cancelNow(w.scope, w.cs, d.Token)
+		}
+	}) {
+		return rstore.Decision{}, errBusy, nil
+	}
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case r := <-ch:
+		return r.d, r.err, nil
+	case <-t.C:
+		left = context.DeadlineExceeded
+	case <-ctx.Done():
+		left = ctx.Err()
+	case <-e.closeCtx.Done():
+		left = ErrClosed
+	}
+	if !claimed.CompareAndSwap(false, true) {
+		r := <-ch // the answer is in: the caller deals with it
+		return r.d, r.err, nil
+	}
+	return rstore.Decision{}, nil, left
+}
+
+// spawn runs op on a goroutine of its own, counted in pending; it returns
+// false, starting nothing, when maxPending round trips are running.
+func (e *Engine) spawn(op func()) bool {
+	e.mu.Lock()
+	if e.pending >= maxPending {
+		e.mu.Unlock()
+		return false
+	}
+	e.pending++
+	e.mu.Unlock()
+	go func() {
+		defer func() {
+			e.mu.Lock()
+			e.pending--
+			e.checkDrainedLocked()
+			e.mu.Unlock()
+		}()
+		op()
+	}()
+	return true
+}
+
+// bounded runs op, one round trip, on a goroutine of its own under a
+// context with timeout d + lateGrace, and waits for it at most d or until
+// ctx is done: a client that ignores the context's deadline cannot hold the
+// caller longer. An op left running goes on; its result is dropped. It
+// returns op's error, context.DeadlineExceeded when d passed, ctx.Err(), or
+// errBusy.
+func (e *Engine) bounded(ctx context.Context, d time.Duration, op func(context.Context) error) error {
+	ch := make(chan error, 1)
+	if !e.spawn(func() {
+		octx, cancel := context.WithTimeout(context.Background(), d+lateGrace)
+		defer cancel()
+		ch <- op(octx)
+	}) {
+		return errBusy
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case err := <-ch:
+		return err
+	case <-t.C:
+		return context.DeadlineExceeded
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// fallback admits the call locally when there is a fallback, or fails it
+// with ErrUnavailable wrapping cause.
+func (e *Engine) fallback(ctx context.Context, w *waiter, since time.Time, try bool, cause error) (*Call, error) {
+	fb := e.cfg.Fallback
+	if fb == nil {
+		if try {
+			return nil, errTry
+		}
+		return nil, e.unavailable(cause)
+	}
+	var rel func()
+	if try {
+		r, ok := fb.TryAcquire(w.scope, w.cs)
+		if !ok {
+			return nil, errTry
+		}
+		rel = r
+	} else {
+		lctx, cancel := context.WithCancel(ctx)
+		stop := context.AfterFunc(e.closeCtx, cancel)
+		r, err := fb.Acquire(lctx, w.scope, w.cs)
+		stop()
+		cancel()
+		if err != nil {
+			if ctx.Err() == nil && e.closeCtx.Err() != nil {
+				return nil, ErrClosed
+			}
+			return nil, err
+		}
+		rel = r
+	}
+	if rel == nil {
+		rel = func() {}
+	}
+	c := &Call{e: e, scope: w.scope, cs: w.cs, local: rel}
+	if err := e.hold(c, since); err != nil {
+		rel()
+		return nil, err
+	}
+	return c, nil
+}
+
+// causeOf turns the engine's own round-trip bound into an error that does
+// not match context.DeadlineExceeded: it is not the caller's deadline.
+func (e *Engine) causeOf(cause error) error {
+	if errors.Is(cause, context.DeadlineExceeded) || errors.Is(cause, context.Canceled) {
+		return fmt.Errorf("no answer within %v (%s)", e.cfg.Timeout, cause.Error())
+	}
+	return cause
+}
+
+func (e *Engine) unavailable(cause error) error {
+	return fmt.Errorf("%w: %w", ErrUnavailable, e.causeOf(cause))
+}
+
+// hold records an admitted call, or returns ErrClosed, recording nothing,
+// once Close was called: no Acquire succeeds after Close.
+func (e *Engine) hold(c *Call, since time.Time) error {
+	wait := time.Since(since)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return ErrClosed
+	}
+	e.inflight++
+	e.stats.Admitted++
+	if c.local != nil {
+		e.stats.FallbackAdmitted++
+	}
+	e.stats.TotalWait += wait
+	e.stats.MaxWait = max(e.stats.MaxWait, wait)
+	return nil
+}
+
+// sleep sleeps d, or less when ctx ends (its error), Close is called
+// (ErrClosed) or, if onRelease, a release of this process on one of w's
+// limiters reaches Redis (nil).
+func (e *Engine) sleep(ctx context.Context, w *waiter, d time.Duration, onRelease bool) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	var woken <-chan struct{}
+	if onRelease {
+		woken = w.wake
+	}
+	select {
+	case <-t.C:
+		return nil
+	case <-woken:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-e.closeCtx.Done():
+		return ErrClosed
+	}
+}
+
+// jitter draws the extra sleep added to a wait: at most Config.Jitter and
+// a tenth of the wait.
+func (e *Engine) jitter(wait time.Duration) time.Duration {
+	m := min(e.cfg.Jitter, wait/10)
+	if m <= 0 {
+		return 0
+	}
+	return rand.N(m + 1)
+}
+
+// markDown records a failed round trip. An admission (probe) pushes the
+// next probe back, twice as far each time; other round trips only open the
+// circuit if it was closed.
+func (e *Engine) markDown(err error, probe bool) {
+	now := time.Now()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.stats.RedisErrors++
+	e.downErr = err
+	switch {
+	case !e.down:
+		e.down, e.backoff = true, probeMin
+		e.nextProbe = now.Add(e.backoff)
+	case probe:
+		e.backoff = min(2*e.backoff, probeMax)
+		e.nextProbe = now.Add(e.backoff)
+	}
+}
+
+// markUp records a round trip that got an answer.
+func (e *Engine) markUp() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.down {
+		e.down, e.downErr, e.backoff = false, nil, 0
+		e.stats.Recoveries++
+	}
+}
+
+// roundTrip records the outcome of a release, cancellation, pause or
+// reconcile.
+func (e *Engine) roundTrip(err error) {
+	if err != nil && !errors.Is(err, rstore.ErrNotInFlight) {
+		e.markDown(err, false)
+	} else {
+		e.markUp()
+	}
+}
+
+// cancelToken takes back an admission whose caller gave up, waiting for
+// the round trip at most Timeout.
+func (e *Engine) cancelToken(scope string, cs []rstore.Charge, token string) {
+	err := e.bounded(context.Background(), e.cfg.Timeout, func(ctx context.Context) error {
+		return e.st.Cancel(ctx, scope, cs, token)
+	})
+	e.roundTrip(err)
+	e.countCancel(scope, cs, err)
+}
+
+// cancelNow takes back an admission on the calling goroutine (one already
+// of its own), bounded by Timeout.
+func (e *Engine) cancelNow(scope string, cs []rstore.Charge, token string) {
+	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.Timeout)
+	err := e.st.Cancel(ctx, scope, cs, token)
+	cancel()
+	e.roundTrip(err)
+	e.countCancel(scope, cs, err)
+}
+
+// countCancel counts the outcome of a cancellation.
+func (e *Engine) countCancel(scope string, cs []rstore.Charge, err error) {
+	e.mu.Lock()
+	switch {
+	case err == nil:
+		e.stats.Cancelled++
+	case errors.Is(err, rstore.ErrNotInFlight):
+	default:
+		e.stats.CancelsFailed++
+	}
+	e.mu.Unlock()
+	e.event(Event{Kind: Cancelled, Scope: scope, Charges: cs, Err: err})
+}
+
+// event calls the observer, if any.
+func (e *Engine) event(ev Event) {
+	if e.cfg.Observer != nil {
+		e.cfg.Observer(ev)
+	}
 }
 
 // Release ends the call: its units leave flight in Redis at the release
-// (asynchronously; the caller never waits on Redis). It panics on a second
-// Release.
-func (c *Call) Release() { panic("remote: todo") }
-
-// Pause holds c's limiter in every process until d from now (capped by
-// MaxPause): locally at once, and in Redis by one bounded round trip.
-func (e *Engine) Pause(scope string, c rstore.Charge, d time.Duration) { panic("remote: todo") }
-
-// Reconcile passes a server's usage report to Redis, asynchronously.
-func (e *Engine) Reconcile(scope string, c rstore.Charge, used int64) { panic("remote: todo") }
-
-// SetLimit changes a limiter's limit for every process.
-func (e *Engine) SetLimit(ctx context.Context, scope string, c rstore.Charge) error {
-	panic("remote: todo")
+// (asynchronously; the caller never waits on Redis): the release goes to a
+// bounded queue that background workers send, each round trip bounded by
+// Config.Timeout. A release dropped (the queue full, after Close) or that
+// fails in Redis is counted (Stats.ReleasesDropped, ReleasesFailed) and
+// covered by the lease. A call of the fallback is released locally. It
+// panics on a second Release.
+func (c *Call) Release() {
+	if !c.done.CompareAndSwap(false, true) {
+		panic("remote: Call released twice")
+	}
+	e := c.e
+	e.mu.Lock()
+	e.inflight--
+	if c.token == "" {
+		e.mu.Unlock()
+		if c.local != nil {
+			c.local()
+		}
+		return
+	}
+	sent := false
+	if !e.closed {
+		select {
+		case e.rel <- c:
+			sent = true
+		default:
+		}
+	}
+	if !sent {
+		e.stats.ReleasesDropped++
+	}
+	e.mu.Unlock()
 }
 
-// Stats returns a snapshot of the counters.
-func (e *Engine) Stats() Stats { panic("remote: todo") }
+// releaser sends the releases of the queue until Close closes it.
+func (e *Engine) releaser() {
+	defer e.workers.Done()
+	for c := range e.rel {
+		if e.flushCtx.Err() != nil {
+			e.mu.Lock()
+			e.stats.ReleasesDropped++
+			e.mu.Unlock()
+			continue
+		}
+		// Nobody waits for it: a release late by up to lateGrace still
+		// frees the units sooner than the lease (Close cuts it short).
+		ctx, cancel := context.WithTimeout(e.flushCtx, e.cfg.Timeout+lateGrace)
+		err := e.st.Release(ctx, c.scope, c.cs, c.token)
+		cancel()
+		e.roundTrip(err)
+		e.mu.Lock()
+		switch {
+		case err == nil:
+		case errors.Is(err, rstore.ErrNotInFlight):
+			e.stats.ReleasesLost++
+		default:
+			e.stats.ReleasesFailed++
+		}
+		// Wake the heads of c's limiters that sleep on calls in flight.
+		for _, ch := range c.cs {
+			l := e.lims[limKey{c.scope, ch.Rule, ch.Key}]
+			if l == nil || l.q.Len() == 0 {
+				continue
+			}
+			select {
+			case l.q.Front().Value.(*waiter).wake <- struct{}{}:
+			default:
+			}
+		}
+		e.mu.Unlock()
+		if err != nil {
+			e.event(Event{Kind: RoundTripFailed, Scope: c.scope, Charges: c.cs, Err: err})
+		}
+		e.event(Event{Kind: Released, Scope: c.scope, Charges: c.cs, Err: err})
+	}
+}
 
-// Close fails waiters with ErrClosed, flushes queued releases (bounded by
-// Timeout), and waits for the round trips still running.
-func (e *Engine) Close() error { panic("remote: todo") }
+// Pause holds c's limiter in every process until d from now (capped by
+// MaxPause): locally at once (this process's waiters and the fallback),
+// and in Redis by one round trip on a goroutine of its own, bounded by
+// Timeout; Pause itself never blocks. A d ≤ 0 changes nothing. While Redis
+// is unreachable the pause is local only.
+func (e *Engine) Pause(scope string, c rstore.Charge, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	d = min(d, e.cfg.MaxPause)
+	until := time.Now().Add(d)
+	k := limKey{scope, c.Rule, c.Key}
+	e.mu.Lock()
+	l := e.lims[k]
+	if l == nil {
+		l = &limiter{}
+		e.lims[k] = l
+	}
+	if until.After(l.paused) {
+		l.paused = until
+	}
+	if until.After(e.pausedUntil) {
+		e.pausedUntil = until
+	}
+	down, closed := e.down, e.closed
+	e.mu.Unlock()
+	if e.cfg.Fallback != nil {
+		e.cfg.Fallback.Pause(scope, c, until)
+	}
+	e.event(Event{Kind: Paused, Scope: scope, Charges: []rstore.Charge{c}, Wait: d})
+	if down || closed {
+		return
+	}
+	e.spawn(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), e.cfg.Timeout)
+		_, err := e.st.Pause(ctx, scope, c, d)
+		cancel()
+		e.roundTrip(err)
+	})
+}
+
+// Reconcile passes a server's usage report (used units in the server's
+// current window) to Redis, asynchronously: one round trip on a goroutine
+// of its own, bounded by Timeout. It never blocks; a failure is counted in
+// Stats.RedisErrors. A negative used changes nothing.
+func (e *Engine) Reconcile(scope string, c rstore.Charge, used int64) {
+	if used < 0 {
+		return
+	}
+	e.mu.Lock()
+	down, closed := e.down, e.closed
+	e.mu.Unlock()
+	if down || closed {
+		return
+	}
+	e.spawn(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), e.cfg.Timeout)
+		_, err := e.st.Reconcile(ctx, scope, c, used)
+		cancel()
+		e.roundTrip(err)
+	})
+}
+
+// SetLimit changes a limiter's limit for every process: c.Spec is stored
+// in Redis, and every process adopts it at its next admission. It blocks
+// for one round trip, at most Timeout or until ctx is done; it returns an
+// error matching ErrUnavailable when Redis cannot be reached (nothing then
+// changed, or the change may yet land), ctx.Err(), or Redis's error.
+func (e *Engine) SetLimit(ctx context.Context, scope string, c rstore.Charge) error {
+	if c.Spec == nil {
+		return errors.New("remote: SetLimit: nil Spec")
+	}
+	err := e.bounded(ctx, e.cfg.Timeout, func(octx context.Context) error {
+		return e.st.SetLimit(octx, scope, c)
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if callerError(err) {
+			return err
+		}
+		e.markDown(err, false)
+		return e.unavailable(err)
+	}
+	e.markUp()
+	// What this process learned under the old limit no longer holds.
+	e.mu.Lock()
+	if l := e.lims[limKey{scope, c.Rule, c.Key}]; l != nil {
+		l.notBefore, l.notBeforeN = time.Time{}, 0
+		if l.q.Len() > 0 {
+			select {
+			case l.q.Front().Value.(*waiter).wake <- struct{}{}:
+			default:
+			}
+		}
+	}
+	e.mu.Unlock()
+	return nil
+}
+
+// Closed reports whether Close was called.
+func (e *Engine) Closed() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.closed
+}
+
+// Stats returns a snapshot of the counters. It never blocks for long.
+func (e *Engine) Stats() Stats {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	st := e.stats
+	st.InFlight = e.inflight
+	st.Waiting = e.waiting
+	st.PausedUntil = e.pausedUntil
+	st.Unavailable = e.down
+	return st
+}
+
+// Close stops the engine: callers in Acquire return ErrClosed, and so do
+// later calls (an admission Redis grants as Close is called is cancelled
+// there); once Close has returned, no Acquire succeeds. Releases already
+// queued are sent, for at most Timeout; those left then, and releases
+// after Close, are dropped and counted (the lease covers them).
+//
+// Close waits for the Acquire calls in progress, the release workers and
+// the round trips still running, at most twice Timeout in all. A client
+// that ignores its contexts' deadlines (go-redis without
+// ContextTimeoutEnabled) may keep such a round trip, and its goroutine,
+// until its own read timeout. Close does not close the Redis client, and
+// returns nil; calling it again only waits again.
+func (e *Engine) Close() error {
+	e.mu.Lock()
+	if !e.closed {
+		e.closed = true
+		e.closeFn()
+		close(e.rel)
+	}
+	var drained chan struct{}
+	if e.pending > 0 || e.active > 0 {
+		if e.drained == nil {
+			e.drained = make(chan struct{})
+		}
+		drained = e.drained
+	}
+	e.mu.Unlock()
+	workers := make(chan struct{})
+	go func() { e.workers.Wait(); close(workers) }()
+	flush := time.NewTimer(e.cfg.Timeout)
+	defer flush.Stop()
+	end := time.NewTimer(2 * e.cfg.Timeout)
+	defer end.Stop()
+	for workers != nil || drained != nil {
+		select {
+		case <-workers:
+			workers = nil
+		case <-drained:
+			drained = nil
+		case <-flush.C:
+			e.flushFn() // drop what is left of the release queue
+		case <-end.C:
+			return nil
+		}
+	}
+	e.flushFn()
+	return nil
+}

@@ -34,36 +34,45 @@ local NC = tonumber(ARGV[4])
 local now
 if ARGV[1] ~= '' then now = tonumber(ARGV[1]) else
   local t = redis.call('TIME'); now = tonumber(t[1]) * 1000000 + tonumber(t[2]) end
-local function num(x) return string.format('%.0f', x) end
 local function fdiv(a, b) return math.floor(a / b) end
 local function wt(m) return tonumber(string.match(m, ':(%d+)$')) end
 
 -- lim(i) loads charge i: its parameters (the stored spec when SetLimit wrote
 -- one) and its hash; nil, err for a spec that disagrees with the stored one.
-local FIELDS = {'s','S','p','h','m','f','z','w','u','v','c','t','r','l','a'}
+local KF = {
+  {'m','f','z'}, {'m','f','w','u'}, {'m','f','z'}, {'f','w','u'}, {'m','f','w','v','c'},
+  {'f','w','c'}, {'f','t','r','l','a'}, {'f','t','r','l','a'}, {'f','t','a'}}
 local function lim(i, adopt)
   local b = 4 + (i - 1) * 8
   local L = {i = i, H = KEYS[3*i-2], F = KEYS[3*i-1], Z = KEYS[3*i],
     spec = ARGV[b+1], kind = tonumber(ARGV[b+2]), N = tonumber(ARGV[b+3]),
     per = tonumber(ARGV[b+4]), p1 = tonumber(ARGV[b+5]), conc = tonumber(ARGV[b+6]),
     n = tonumber(ARGV[b+7]), ttl = tonumber(ARGV[b+8]), dirty = {}}
-  local v = redis.call('HMGET', L.H, unpack(FIELDS))
+  local fs = KF[L.kind]
+  if fs == nil then return nil, '' end
+  local v = redis.call('HMGET', L.H, 's', 'S', 'p', 'h', 'x', unpack(fs))
   L.new = (v[1] == false)
   if not L.new and v[1] ~= L.spec then
     if v[2] == '1' and adopt then
       local k, N, per, p1, conc = string.match(v[1], '^(%d+)/(%d+)/(%d+)/(%d+)/(%d+)$')
-      if k == nil then return nil, v[1] end
+      if k == nil or KF[tonumber(k)] == nil then return nil, v[1] end
       L.spec, L.kind, L.N, L.per, L.p1, L.conc = v[1], tonumber(k), tonumber(N), tonumber(per), tonumber(p1), tonumber(conc)
       L.ttl = math.max(L.ttl, math.ceil(L.per * (math.max(L.p1, L.N) / math.max(L.N, 1) + 2) / 1000) + 1000)
       L.adopted = true
+      if KF[L.kind] ~= fs then
+        fs = KF[L.kind]
+        v = redis.call('HMGET', L.H, 's', 'S', 'p', 'h', 'x', unpack(fs))
+      end
     else
       return nil, v[1]
     end
   end
-  for j = 3, #FIELDS do L[FIELDS[j]] = tonumber(v[j]) end
+  L.p, L.h, L.x = tonumber(v[3]), tonumber(v[4]), tonumber(v[5])
+  for j = 1, #fs do L[fs[j]] = tonumber(v[5 + j]) end
   L.f = L.f or 0
   L.z = L.z or 0
   L.t0 = math.max(now, L.m or 0) -- time never goes back for one limiter
+  L.usesm = (fs[1] == 'm')
   L.leased = L.kind == 1 or L.kind == 2 or L.conc > 0
   L.logged = L.kind == 1 or L.kind == 3
   return L
@@ -123,6 +132,7 @@ local function sweep(L)
     set(L, 'f', math.max(L.f - n, 0))
     if L.kind == 1 then
       redis.call('ZADD', L.Z, d, m)
+      if L.z == 0 then L.fresh = true end
       set(L, 'z', L.z + n)
     end
   end
@@ -183,6 +193,7 @@ local function prepare(L)
       for j = 1, #zl do z = z + wt(zl[j]) end
     end
     set(L, 'f', f); set(L, 'z', z)
+    L.fresh = true
     set(L, 'h', L.t0 + math.max(L.per + (k == 3 and L.p1 or 0), 1000000))
   end
 end
@@ -273,32 +284,45 @@ end
 -- commit records the admission of L's charge under token tok.
 local function commit(L, tok, lease)
   local n, t, k = L.n, L.t0, L.kind
-  set(L, 'm', t)
+  if L.usesm then set(L, 'm', t) end
   if n == 0 then return end
   if L.leased then
     redis.call('ZADD', L.F, t + lease, tok .. ':' .. n)
+    if L.f == 0 then L.fresh = true end
     set(L, 'f', L.f + n)
   end
   if k == 2 or k == 4 then set(L, 'u', L.u + n)
-  elseif k == 3 then redis.call('ZADD', L.Z, t + L.p1, tok .. ':' .. n); set(L, 'z', L.z + n)
+  elseif k == 3 then
+    redis.call('ZADD', L.Z, t + L.p1, tok .. ':' .. n)
+    if L.z == 0 then L.fresh = true end
+    set(L, 'z', L.z + n)
   elseif k == 5 then set(L, 'c', L.c + n)
   elseif k == 6 then redis.call('HINCRBY', L.H, 'b' .. (L.w % L.p1), n); set(L, 'c', L.c + n)
   elseif k == 7 or k == 8 then set(L, 't', L.t - n); set(L, 'a', t)
   elseif k == 9 then set(L, 't', math.max(L.t, t) + n * emit(L)); set(L, 'a', math.max(L.a or t, t)) end
 end
 
--- save writes L's changed fields and refreshes the TTLs.
+-- save writes L's changed fields and refreshes the TTLs of all three keys
+-- when the expiry last set (field x) is less than the TTL minus its one
+-- second of slack away (so at most once a second on a busy limiter), when
+-- the hash is new, or when a key was just created (fresh).
 local function save(L)
-  local args = {}
-  for k, _ in pairs(L.dirty) do args[#args+1] = k; args[#args+1] = num(L[k]) end
-  if L.new then args[#args+1] = 's'; args[#args+1] = L.spec end
-  if #args > 0 then redis.call('HSET', L.H, unpack(args)) end
   local ttl = L.ttl
   if L.p ~= nil and L.p > L.t0 then ttl = math.max(ttl, math.ceil((L.p - L.t0) / 1000) + 1000) end
   if L.h ~= nil and L.h > L.t0 then ttl = math.max(ttl, math.ceil((L.h - L.t0) / 1000) + 1000) end
-  redis.call('PEXPIRE', L.H, ttl)
-  if L.leased and L.f > 0 then redis.call('PEXPIRE', L.F, ttl) end
-  if L.logged and L.z > 0 then redis.call('PEXPIRE', L.Z, ttl) end
+  local refresh = L.new or L.fresh or L.x == nil or L.x - L.t0 < (ttl - 1000) * 1000
+  if refresh then set(L, 'x', L.t0 + ttl * 1000) end
+  local args = {}
+  -- Numbers go as they are: Redis formats them exactly (%.17g), plain
+  -- digits below 2^53.
+  for k, _ in pairs(L.dirty) do args[#args+1] = k; args[#args+1] = L[k] end
+  if L.new then args[#args+1] = 's'; args[#args+1] = L.spec end
+  if #args > 0 then redis.call('HSET', L.H, unpack(args)) end
+  if refresh then
+    redis.call('PEXPIRE', L.H, ttl)
+    if L.leased and L.f > 0 then redis.call('PEXPIRE', L.F, ttl) end
+    if L.logged and L.z > 0 then redis.call('PEXPIRE', L.Z, ttl) end
+  end
 end
 
 local function loadall(adopt)
@@ -367,9 +391,10 @@ for i = 1, NC do
       set(L, 'f', math.max(L.f - L.n, 0))
       if L.kind == 1 and L.per > 0 then
         redis.call('ZADD', L.Z, L.t0, m)
+        if L.z == 0 then L.fresh = true end
         set(L, 'z', L.z + L.n)
       end
-      set(L, 'm', L.t0)
+      if L.usesm then set(L, 'm', L.t0) end
       save(L)
     else
       missing = missing + 1
@@ -458,7 +483,6 @@ if Ls == nil then return err end
 local L = Ls[1]
 local untilus = L.t0 + tonumber(ARGV[3])
 if L.p == nil or untilus > L.p then set(L, 'p', untilus) end
-if L.new then set(L, 'm', L.t0) end
 save(L)
 return L.p
 `)
@@ -477,6 +501,7 @@ if k == 1 or k == 3 then
   if extra > 0 then
     local q = redis.call('HINCRBY', L.H, 'q', 1)
     redis.call('ZADD', L.Z, L.t0, 'r' .. q .. ':' .. extra)
+    if L.z == 0 then L.fresh = true end
     set(L, 'z', L.z + extra)
   end
 elseif k == 2 or k == 4 then
@@ -495,7 +520,7 @@ elseif k == 9 then
   local tat = L.t0 + math.min(tonumber(ARGV[3]), b) * emit(L)
   if tat > L.t then extra = math.ceil((tat - L.t) / emit(L)); set(L, 't', tat) end
 end
-set(L, 'm', L.t0)
+if L.usesm then set(L, 'm', L.t0) end
 save(L)
 return extra
 `)

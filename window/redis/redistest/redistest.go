@@ -107,7 +107,10 @@ func StartServerArgs(t testing.TB, args ...string) *Server {
 // The caller must call Stop, which also removes the server's directory.
 // Start and Restart are for test servers only (they report through the
 // test); they panic on a launched one.
-func Launch() (*Server, error) {
+func Launch() (*Server, error) { return launch() }
+
+// launch is Launch with more redis-server arguments.
+func launch(args ...string) (*Server, error) {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		return nil, errors.New("redistest: no redis-server on PATH; install it with `apt-get install redis-server` (or set REDIS_ADDR)")
@@ -116,7 +119,7 @@ func Launch() (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{bin: bin, dir: dir, ownDir: true}
+	s := &Server{bin: bin, dir: dir, ownDir: true, extra: args}
 	var last error
 	for range 5 { // a free port may be taken between probing and binding
 		if s.port, err = freePort(); err != nil {

@@ -1,0 +1,79 @@
+package rstore
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/ratesem/ratesem/window"
+	"github.com/ratesem/ratesem/window/redis/redistest"
+)
+
+// BenchmarkAdmit: one admission decision per op against one local
+// redis-server, serially and from 16 goroutines, next to the floor: an
+// EVALSHA of `return 1`. The limits never bind. The peer comparison with
+// go-redis/redis_rate is in the benchmarks module.
+func BenchmarkAdmit(b *testing.B) {
+	rdb := goredis.NewClient(&goredis.Options{Addr: redistest.Start(b), PoolSize: 64})
+	defer rdb.Close()
+	s, _ := New(rdb, "bench", Options{})
+	ctx := context.Background()
+	one := goredis.NewScript(`return 1`)
+	big := window.Limit{N: 1 << 40, Per: time.Second}
+	gcra := &Spec{Kind: GCRA, Limit: window.Limit{N: 1 << 30, Per: time.Second}, Burst: 1 << 30}
+	comp := &Spec{Kind: Completion, Limit: big}
+	order := binanceOrder()
+	for i := range order {
+		sp := *order[i].Spec
+		sp.Limit.N = 1 << 40
+		order[i].Spec = &sp
+	}
+	cases := []struct {
+		name string
+		op   func() error
+	}{
+		{"evalsha-return1", func() error { return one.Run(ctx, rdb, []string{"x"}).Err() }},
+		{"gcra", func() error {
+			_, err := s.Admit(ctx, "b", []Charge{{Rule: "g", Spec: gcra, Weight: 1}})
+			return err
+		}},
+		{"completion", func() error {
+			_, err := s.Admit(ctx, "b", []Charge{{Rule: "c", Spec: comp, Weight: 1}})
+			return err
+		}},
+		{"completion+release", func() error {
+			c := []Charge{{Rule: "cr", Spec: comp, Weight: 1}}
+			d, err := s.Admit(ctx, "b", c)
+			if err != nil {
+				return err
+			}
+			return s.Release(ctx, "b", c, d.Token)
+		}},
+		{"binance-order", func() error {
+			_, err := s.Admit(ctx, "b", order)
+			return err
+		}},
+	}
+	for _, c := range cases {
+		b.Run(c.name+"/serial", func(b *testing.B) {
+			for b.Loop() {
+				if err := c.op(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(c.name+"/parallel16", func(b *testing.B) {
+			b.SetParallelism(8)
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if err := c.op(); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+}

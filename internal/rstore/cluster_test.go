@@ -1,0 +1,78 @@
+package rstore
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/ratesem/ratesem/window/redis/redistest"
+)
+
+// TestCluster: on a 3-master cluster, every key of one scope hashes to one
+// slot (so a Binance order's three rules are one EVALSHA), scopes spread
+// over the nodes, and a node restarted mid-run comes back empty and
+// serves again.
+func TestCluster(t *testing.T) {
+	cl := redistest.StartCluster3(t)
+	rdb := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: cl.Addrs()})
+	defer rdb.Close()
+	s, err := New(rdb, "cl", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	nodes := map[string]bool{}
+	for i := range 30 {
+		scope := fmt.Sprint("binance:acct", i)
+		cs := binanceOrder()
+		slots := map[int64]bool{}
+		for _, c := range cs {
+			for _, k := range s.Keys(scope, c) {
+				slots[rdb.ClusterKeySlot(ctx, k).Val()] = true
+			}
+		}
+		if len(slots) != 1 {
+			t.Fatalf("scope %q: keys on slots %v", scope, slots)
+		}
+		d, err := s.Admit(ctx, scope, cs)
+		if err != nil || !d.OK {
+			t.Fatalf("scope %q: %+v %v", scope, d, err)
+		}
+		if err := s.Release(ctx, scope, cs, d.Token); err != nil {
+			t.Fatal(err)
+		}
+		k := s.Keys(scope, cs[0])[0]
+		err = rdb.ForEachMaster(ctx, func(ctx context.Context, m *goredis.Client) error {
+			if m.Exists(ctx, k).Val() == 1 {
+				nodes[m.Options().Addr] = true
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(nodes) < 2 {
+		t.Errorf("30 scopes all on %v: want them spread over the masters", nodes)
+	}
+	if err := cl.Restart(0); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for i := range 30 {
+		scope := fmt.Sprint("binance:acct", i)
+		for {
+			d, err := s.Admit(ctx, scope, binanceOrder())
+			if err == nil && d.OK {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("scope %q after a node restart: %+v %v", scope, d, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}

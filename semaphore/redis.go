@@ -1,0 +1,444 @@
+package semaphore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/ratesem/ratesem/internal/remote"
+	"github.com/ratesem/ratesem/internal/rstore"
+	"github.com/ratesem/ratesem/internal/wake"
+	"github.com/ratesem/ratesem/window"
+)
+
+// ErrUnavailable is matched (errors.Is) by the error Acquire returns on a
+// RateSemaphore built with NewRedis when Redis cannot be reached (no answer
+// within WithRedisTimeout, or a Redis error) and there is no fallback
+// (WithFallback), or the call is heavier than the fallback's share. The
+// error wraps the Redis error too.
+var ErrUnavailable = remote.ErrUnavailable
+
+// ErrClosed is returned by Acquire on a RateSemaphore built with NewRedis
+// after Close, and to callers waiting in Acquire when Close is called.
+var ErrClosed = remote.ErrClosed
+
+// ErrLimitMismatch is matched (errors.Is) by the error Acquire returns on a
+// RateSemaphore built with NewRedis when another process opened the same
+// name with another limit (n, interval, window or concurrency cap): the
+// limit is stored in Redis with the state, and processes that disagree are
+// refused rather than one silently enforcing the larger limit. A limit
+// written by SetLimit is adopted by every process instead.
+var ErrLimitMismatch = rstore.ErrLimitMismatch
+
+// ErrEviction is matched (errors.Is) by the error NewRedis returns for a
+// server whose maxmemory-policy may evict keys (anything but noeviction),
+// unless WithEvictionAllowed is given.
+var ErrEviction = errors.New("semaphore: the Redis server may evict the limit's keys (maxmemory-policy is not noeviction)")
+
+// DefaultRedisPrefix is the prefix of the keys of a RateSemaphore built
+// with NewRedis, unless WithRedisPrefix sets another.
+const DefaultRedisPrefix = "ratesem:sem"
+
+// redisRule names the one rule of a RateSemaphore in Redis.
+const redisRule = "n"
+
+// redisSem is the part of a RateSemaphore built with NewRedis: its state
+// is in Redis, its waiting in a remote.Engine.
+type redisSem struct {
+	eng    *remote.Engine
+	name   string
+	spec   atomic.Pointer[rstore.Spec] // replaced whole by SetLimit
+	local  *RateSemaphore              // the fallback, or nil
+	localN int64
+
+	mu        sync.Mutex
+	held      map[int64][]*heldCall // calls in flight, by units left, oldest first
+	heldUnits int64
+	seq       uint64
+}
+
+// heldCall is a call in flight admitted by this process.
+type heldCall struct {
+	call *remote.Call
+	n    int64 // units admitted
+	left int64 // units not released yet
+	seq  uint64
+}
+
+// NewRedis returns a RateSemaphore named name whose state is kept in
+// Redis through c, so that every RateSemaphore built with the same name
+// (and the same limit) in any process shares one limit of n units per
+// interval: replicas sharing one API key or one IP. It is the same type as
+// New's; Acquire, TryAcquire, Release, Do, DoN, Pause, PauseFor, SetLimit,
+// Limit, Stats and Close all work, and the limit is decided on the Redis
+// server's clock (TIME), so processes with skewed clocks agree.
+//
+// The window is the completion window by default (at every instant, units
+// in flight + units of calls that ended within the last interval ≤ n,
+// across all processes), or the start window with a margin
+// (WithStartWindow); WithConcurrency caps the units in flight across every
+// process. WithClock is ignored: the server's clock is the only one.
+//
+// # Round trips and waiting
+//
+// A call admitted at once costs two round trips: the admission (one
+// EVALSHA) and the release, which is sent in the background (Release never
+// waits on Redis; a release that cannot be sent is covered by the call's
+// lease, WithLease). Waiters of one process queue FIFO and only the head
+// talks to Redis; a refused head sleeps until the instant Redis gives, plus
+// jitter (WithJitter), never polling; when only calls in flight ending can
+// make room it re-asks at most every interval/4, or at once when a release
+// of this process reached Redis. Every round trip is bounded by
+// WithRedisTimeout whatever the client's options. Acquire fails at once
+// with ErrDeadline when the wait Redis gives ends after ctx's deadline.
+//
+// # Limits agree across processes
+//
+// The limit is stored in Redis with the state. A process built with
+// another limit for the same name gets an error matching ErrLimitMismatch
+// from Acquire; SetLimit changes the limit for every process (each adopts
+// it at its next admission).
+//
+// # When Redis is unreachable
+//
+// Without WithFallback, Acquire fails with an error matching
+// ErrUnavailable, at once while the last failure is recent (a probe goes
+// out 100 ms after a failure, then after twice as long each time, up to
+// 1 s). With WithFallback(share), admissions go to a local RateSemaphore of
+// floor(share·n) units per interval meanwhile.
+//
+// NewRedis makes one round trip, bounded by WithRedisTimeout: it reads the
+// server's maxmemory-policy. A policy other than noeviction lets Redis
+// evict the limit's keys: NewRedis then fails with ErrEviction unless
+// WithEvictionAllowed is given (when the server forbids CONFIG or does not
+// answer in time the check is skipped). It returns an error for a nil
+// client, an empty name, n ≤ 0, an interval ≤ 0 or not a whole number of
+// microseconds (matching window.ErrInvalidLimit), and for an invalid
+// option. Close the RateSemaphore when done; it does not close c.
+func NewRedis(c goredis.UniversalClient, name string, n int64, interval time.Duration, opts ...Option) (*RateSemaphore, error) {
+	cfg := buildConfig(opts)
+	if len(cfg.errs) > 0 {
+		return nil, errors.Join(cfg.errs...)
+	}
+	if c == nil {
+		return nil, errors.New("semaphore: NewRedis: nil client")
+	}
+	if name == "" {
+		return nil, errors.New("semaphore: NewRedis: empty name")
+	}
+	sp, err := redisSpec(n, interval, cfg)
+	if err != nil {
+		return nil, err
+	}
+	st, err := rstore.New(c, cfg.prefix, rstore.Options{Lease: cfg.lease})
+	if err != nil {
+		return nil, fmt.Errorf("semaphore: NewRedis: %w", err)
+	}
+	if !cfg.evictionAllowed {
+		if err := checkEviction(c, cfg.timeout); err != nil {
+			return nil, err
+		}
+	}
+	r := &redisSem{name: name, held: map[int64][]*heldCall{}}
+	r.spec.Store(sp)
+	ecfg := remote.Config{Store: st, Timeout: cfg.timeout, Jitter: cfg.jitter, ErrDeadline: ErrDeadline, TestAfterAdmit: cfg.testAfterAdmit}
+	if cfg.fallback {
+		r.localN = max(1, int64(math.Floor(cfg.share*float64(n))))
+		var lo []Option
+		if cfg.start {
+			lo = append(lo, WithStartWindow(cfg.margin))
+		}
+		if cfg.concurrency >= 0 {
+			lo = append(lo, WithConcurrency(min(cfg.concurrency, r.localN)))
+		}
+		r.local = New(r.localN, interval, lo...)
+		ecfg.Fallback = fallback{r}
+	}
+	r.eng, err = remote.New(ecfg)
+	if err != nil {
+		return nil, fmt.Errorf("semaphore: NewRedis: %w", err)
+	}
+	s := &RateSemaphore{clock: wake.NewClock(nil), size: n, interval: interval, capOpt: cfg.concurrency, remote: r}
+	return s, nil
+}
+
+// redisSpec returns the Spec of a limit of n per interval under cfg's
+// window, or an error matching window.ErrInvalidLimit.
+func redisSpec(n int64, interval time.Duration, cfg config) (*rstore.Spec, error) {
+	if n <= 0 || interval <= 0 || interval%time.Microsecond != 0 {
+		return nil, fmt.Errorf("semaphore: NewRedis: %d per %v: want n > 0 and an interval of a positive whole number of microseconds: %w",
+			n, interval, window.ErrInvalidLimit)
+	}
+	sp := &rstore.Spec{Kind: rstore.Completion, Limit: window.Limit{N: n, Per: interval}}
+	if cfg.start {
+		if cfg.margin%time.Microsecond != 0 {
+			return nil, fmt.Errorf("semaphore: NewRedis: margin %v: want a whole number of microseconds: %w", cfg.margin, window.ErrInvalidLimit)
+		}
+		sp.Kind, sp.Margin = rstore.SlidingLog, cfg.margin
+	}
+	if cfg.concurrency >= 0 && cfg.concurrency < n {
+		sp.Concurrency = cfg.concurrency
+		if cfg.concurrency == 0 {
+			return nil, fmt.Errorf("semaphore: NewRedis: WithConcurrency(0) admits nothing: %w", window.ErrInvalidLimit)
+		}
+	}
+	return sp, nil
+}
+
+// checkEviction reads the server's maxmemory-policy on a goroutine of its
+// own, waiting at most timeout; it returns only an error matching
+// ErrEviction, and nil when the server does not answer in time or forbids
+// CONFIG.
+func checkEviction(c goredis.UniversalClient, timeout time.Duration) error {
+	ch := make(chan string, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		m, err := c.ConfigGet(ctx, "maxmemory-policy").Result()
+		if err != nil {
+			ch <- ""
+			return
+		}
+		ch <- m["maxmemory-policy"]
+	}()
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case p := <-ch:
+		if p != "" && !strings.EqualFold(p, "noeviction") {
+			return fmt.Errorf("%w: %s (WithEvictionAllowed to go on anyway)", ErrEviction, p)
+		}
+	case <-t.C:
+	}
+	return nil
+}
+
+// charges returns the one charge of a call of n units.
+func (r *redisSem) charges(n int64) []rstore.Charge {
+	return []rstore.Charge{{Rule: redisRule, Spec: r.spec.Load(), Weight: n}}
+}
+
+func (r *redisSem) tooLarge(n int64) error {
+	sp := r.spec.Load()
+	if n > sp.Limit.N {
+		return fmt.Errorf("%w: weight %d, limit %d per %v", ErrWeightTooLarge, n, sp.Limit.N, sp.Limit.Per)
+	}
+	if sp.Concurrency > 0 && n > sp.Concurrency {
+		return fmt.Errorf("%w: weight %d, concurrency cap %d", ErrWeightTooLarge, n, sp.Concurrency)
+	}
+	return nil
+}
+
+func (r *redisSem) acquire(ctx context.Context, n int64) error {
+	_, err := r.acquireLocal(ctx, n)
+	return err
+}
+
+// acquireLocal is Acquire; it reports whether the fallback admitted the
+// call.
+func (r *redisSem) acquireLocal(ctx context.Context, n int64) (bool, error) {
+	if n < 0 {
+		return false, fmt.Errorf("semaphore: Acquire: %w %d", ErrNegativeWeight, n)
+	}
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	if n == 0 {
+		return false, nil
+	}
+	if err := r.tooLarge(n); err != nil {
+		return false, err
+	}
+	c, err := r.eng.Acquire(ctx, r.name, r.charges(n))
+	if err != nil {
+		return false, err
+	}
+	r.hold(c, n)
+	return c.Local(), nil
+}
+
+func (r *redisSem) tryAcquire(n int64) bool {
+	if n < 0 || r.tooLarge(n) != nil {
+		return false
+	}
+	if n == 0 {
+		return true
+	}
+	c, ok, _ := r.eng.TryAcquire(r.name, r.charges(n))
+	if !ok {
+		return false
+	}
+	r.hold(c, n)
+	return true
+}
+
+func (r *redisSem) hold(c *remote.Call, n int64) {
+	r.mu.Lock()
+	r.seq++
+	r.held[n] = append(r.held[n], &heldCall{call: c, n: n, left: n, seq: r.seq})
+	r.heldUnits += n
+	r.mu.Unlock()
+}
+
+// release ends n units of this process's calls: the oldest call of
+// exactly n units, or else n units taken from the oldest calls, ending each
+// whose units are all released (a call partly released stays in flight in
+// Redis: it counts longer, never less).
+func (r *redisSem) release(n int64) {
+	if n < 0 {
+		panic("semaphore: Release with negative weight")
+	}
+	if n == 0 {
+		return
+	}
+	r.mu.Lock()
+	if n > r.heldUnits {
+		r.mu.Unlock()
+		panic("semaphore: released more than held")
+	}
+	r.heldUnits -= n
+	var done []*heldCall
+	if q := r.held[n]; len(q) > 0 {
+		h := q[0]
+		r.popHeld(n)
+		h.left = 0
+		done = append(done, h)
+	} else {
+		for rest := n; rest > 0; {
+			h := r.oldestHeld()
+			r.popHeld(h.left)
+			take := min(h.left, rest)
+			rest -= take
+			h.left -= take
+			if h.left == 0 {
+				done = append(done, h)
+			} else {
+				r.held[h.left] = append([]*heldCall{h}, r.held[h.left]...)
+			}
+		}
+	}
+	r.mu.Unlock()
+	for _, h := range done {
+		h.call.Release() // never waits on Redis
+	}
+}
+
+func (r *redisSem) popHeld(left int64) {
+	q := r.held[left]
+	q[0] = nil
+	if len(q) == 1 {
+		delete(r.held, left)
+	} else {
+		r.held[left] = q[1:]
+	}
+}
+
+// oldestHeld returns the oldest call in flight (heldUnits > 0).
+func (r *redisSem) oldestHeld() *heldCall {
+	var o *heldCall
+	for _, q := range r.held {
+		if o == nil || q[0].seq < o.seq {
+			o = q[0]
+		}
+	}
+	return o
+}
+
+func (r *redisSem) pause(until time.Time) {
+	d := time.Until(until)
+	if d <= 0 {
+		return
+	}
+	r.eng.Pause(r.name, r.charges(0)[0], d)
+}
+
+func (r *redisSem) setLimit(n int64, interval time.Duration) error {
+	old := r.spec.Load()
+	cfg := config{concurrency: -1}
+	if old.Kind == rstore.SlidingLog {
+		cfg.start, cfg.margin = true, old.Margin
+	}
+	if old.Concurrency > 0 {
+		cfg.concurrency = old.Concurrency
+	}
+	sp, err := redisSpec(n, interval, cfg)
+	if err != nil {
+		return fmt.Errorf("semaphore: SetLimit: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), remote.DefaultTimeout+time.Second)
+	defer cancel()
+	if err := r.eng.SetLimit(ctx, r.name, rstore.Charge{Rule: redisRule, Spec: sp}); err != nil {
+		return fmt.Errorf("semaphore: SetLimit: %w", err)
+	}
+	r.spec.Store(sp)
+	return nil
+}
+
+func (r *redisSem) stats() Stats {
+	es := r.eng.Stats()
+	r.mu.Lock()
+	units := r.heldUnits
+	r.mu.Unlock()
+	return Stats{
+		InFlight:         units,
+		Waiting:          es.Waiting,
+		Admitted:         es.Admitted,
+		TotalWait:        es.TotalWait,
+		MaxWait:          es.MaxWait,
+		PausedUntil:      es.PausedUntil,
+		FallbackAdmitted: es.FallbackAdmitted,
+		RedisAdmits:      es.RedisAdmits,
+		RedisErrors:      es.RedisErrors,
+		Cancelled:        es.Cancelled,
+		CancelsFailed:    es.CancelsFailed,
+		ReleasesFailed:   es.ReleasesFailed,
+		ReleasesDropped:  es.ReleasesDropped,
+		ReleasesLost:     es.ReleasesLost,
+		Recoveries:       es.Recoveries,
+		StateLost:        es.StateLost,
+		LimitMismatches:  es.LimitMismatches,
+		Unavailable:      es.Unavailable,
+	}
+}
+
+// fallback admits calls through the local RateSemaphore while Redis is
+// unreachable.
+type fallback struct{ r *redisSem }
+
+func (f fallback) share(n int64) error {
+	if n > f.r.localN {
+		return fmt.Errorf("%w: weight %d exceeds the fallback's share of %d units", ErrUnavailable, n, f.r.localN)
+	}
+	return nil
+}
+
+func (f fallback) Acquire(ctx context.Context, _ string, cs []rstore.Charge) (func(), error) {
+	n := cs[0].Weight
+	if err := f.share(n); err != nil {
+		return nil, err
+	}
+	if err := f.r.local.Acquire(ctx, n); err != nil {
+		return nil, err
+	}
+	return func() { f.r.local.Release(n) }, nil
+}
+
+func (f fallback) TryAcquire(_ string, cs []rstore.Charge) (func(), bool) {
+	n := cs[0].Weight
+	if f.share(n) != nil || !f.r.local.TryAcquire(n) {
+		return nil, false
+	}
+	return func() { f.r.local.Release(n) }, true
+}
+
+func (f fallback) Pause(_ string, _ rstore.Charge, until time.Time) {
+	// The local semaphore reads the real clock too: the instants agree.
+	f.r.local.Pause(until)
+}
