@@ -47,6 +47,12 @@ package benchmarks
 //     same charges with the default lease (1 min), Admit then Release: one
 //     whole call, two round trips. Their decisions/s counts calls, so it is
 //     the cost of a call's whole bookkeeping, not of a decision alone.
+//   - semaphore.NewRedis-Acquire+Release: the public API over the waiting
+//     engine (internal/remote) and rstore: a completion window of 2^40 per
+//     1 s, Acquire(ctx, 1) then Release(1), which sends the release in the
+//     background (so decisions/s is bounded by the admissions, and the
+//     round trips of releases still in flight when the timer stops are
+//     counted with the next row's).
 //
 // Metrics besides ns/op (which, with goroutines, is wall time / b.N):
 // decisions/s (b.N / wall time); round-trips/op (commands the client sent,
@@ -81,6 +87,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/ratesem/ratesem/internal/rstore"
+	"github.com/ratesem/ratesem/semaphore"
 	"github.com/ratesem/ratesem/window"
 )
 
@@ -96,8 +103,9 @@ type redisOp func(ctx context.Context) (bool, error)
 
 type redisCase struct {
 	name string
-	// setup builds the contender on rdb with keys that begin with prefix.
-	setup func(rdb *goredis.Client, prefix string) (redisOp, error)
+	// setup builds the contender on rdb with keys that begin with prefix;
+	// it may register its teardown with b.Cleanup.
+	setup func(b testing.TB, rdb *goredis.Client, prefix string) (redisOp, error)
 }
 
 // binanceOrder returns the charges of one Binance order (POST
@@ -130,8 +138,8 @@ func binanceOrder() ([]rstore.Charge, error) {
 
 // storeAdmit is a contender that admits cs in one scope, and releases
 // each admitted call at once when release is set.
-func storeAdmit(cs func() ([]rstore.Charge, error), lease time.Duration, release bool) func(rdb *goredis.Client, prefix string) (redisOp, error) {
-	return func(rdb *goredis.Client, prefix string) (redisOp, error) {
+func storeAdmit(cs func() ([]rstore.Charge, error), lease time.Duration, release bool) func(_ testing.TB, rdb *goredis.Client, prefix string) (redisOp, error) {
+	return func(_ testing.TB, rdb *goredis.Client, prefix string) (redisOp, error) {
 		st, err := rstore.New(rdb, prefix, rstore.Options{Lease: lease})
 		if err != nil {
 			return nil, err
@@ -161,7 +169,7 @@ func redisCases() []redisCase {
 	gcra := rstore.Spec{Kind: rstore.GCRA, Limit: window.Limit{N: 1_000_000, Per: time.Second}, Burst: 1_000_000}
 	completion := rstore.Spec{Kind: rstore.Completion, Limit: window.Limit{N: 1 << 40, Per: time.Second}}
 	return []redisCase{
-		{"evalsha-return1", func(rdb *goredis.Client, prefix string) (redisOp, error) {
+		{"evalsha-return1", func(_ testing.TB, rdb *goredis.Client, prefix string) (redisOp, error) {
 			s := goredis.NewScript("return 1")
 			keys := []string{prefix + ":floor"}
 			return func(ctx context.Context) (bool, error) {
@@ -169,7 +177,7 @@ func redisCases() []redisCase {
 				return v == 1, err
 			}, nil
 		}},
-		{"redis_rate-Allow", func(rdb *goredis.Client, prefix string) (redisOp, error) {
+		{"redis_rate-Allow", func(_ testing.TB, rdb *goredis.Client, prefix string) (redisOp, error) {
 			lim := redis_rate.NewLimiter(rdb)
 			limit := redis_rate.PerSecond(1_000_000)
 			key := prefix + ":redis_rate"
@@ -186,6 +194,20 @@ func redisCases() []redisCase {
 		{"rstore-binance3-Admit", storeAdmit(binanceOrder, time.Millisecond, false)},
 		{"rstore-completion-Admit+Release", storeAdmit(oneCharge(completion), 0, true)},
 		{"rstore-binance3-Admit+Release", storeAdmit(binanceOrder, 0, true)},
+		{"semaphore.NewRedis-Acquire+Release", func(b testing.TB, rdb *goredis.Client, prefix string) (redisOp, error) {
+			s, err := semaphore.NewRedis(rdb, "sem", 1<<40, time.Second, semaphore.WithRedisPrefix(prefix))
+			if err != nil {
+				return nil, err
+			}
+			b.Cleanup(func() { _ = s.Close() })
+			return func(ctx context.Context) (bool, error) {
+				if err := s.Acquire(ctx, 1); err != nil {
+					return false, err
+				}
+				s.Release(1)
+				return true, nil
+			}, nil
+		}},
 	}
 }
 
@@ -212,7 +234,7 @@ func BenchmarkRedis(b *testing.B) {
 		}
 		b.Run(level, func(b *testing.B) {
 			for _, c := range redisCases() {
-				op, err := c.setup(rdb, fmt.Sprintf("%s-%s-%s", run, level, c.name))
+				op, err := c.setup(b, rdb, fmt.Sprintf("%s-%s-%s", run, level, c.name))
 				if err != nil {
 					b.Fatal(err)
 				}
