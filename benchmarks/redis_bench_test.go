@@ -1,21 +1,28 @@
 package benchmarks
 
 // Benchmarks of decisions per second against one local redis-server:
-// ratesem's windows in Redis (package window/redis) against
-// go-redis/redis_rate, with a bare EVALSHA as the floor.
+// ratesem's Redis bookkeeping (internal/rstore: one admission script for
+// any number of rules) against go-redis/redis_rate, with a bare EVALSHA as
+// the floor.
 //
-//	go test -run XXX -bench Redis -count 3 -benchtime 2s .
+//	go test -run XXX -bench 'Redis$' -count 3 -benchtime 2s .
 //
-// BenchmarkRedis starts one redis-server child process (redistest.Start: a
-// free loopback port, no persistence) that every contender and every
-// repetition of one invocation uses, or uses REDIS_ADDR when it is set, and
-// is skipped when there is no redis-server on PATH. Plain `go test ./...`
-// runs no benchmark, so it never starts Redis.
+// BenchmarkRedis starts one redis-server child process (startRedis: a free
+// loopback port, no persistence) that every contender and every repetition
+// of one invocation uses, or uses REDIS_ADDR when it is set, and is skipped
+// when there is no redis-server on PATH. Plain `go test ./...` runs no
+// benchmark, so it never starts Redis.
+//
+// The benchmarks module may import internal/rstore: its import path
+// (github.com/ratesem/ratesem/benchmarks) lies inside the tree of
+// github.com/ratesem/ratesem, and the go command applies the internal rule
+// to import paths. So rstore is measured directly, with no engine and
+// without making redis_rate a dependency of the root module.
 //
 // Every contender runs against the same server, through the same
 // go-redis client (one pool of redisPoolSize connections, the same
-// options), on one hot key of its own (as a limiter shared by replicas is
-// one key), with a limit that never binds: every call is admitted, and the
+// options), on hot keys of its own (as a limiter shared by replicas is
+// one key), with limits that never bind: every call is admitted, and the
 // benchmark fails if one is refused. Each runs serially and with 16 and 64
 // goroutines taking calls from one shared count of b.N. One op is:
 //
@@ -23,27 +30,43 @@ package benchmarks
 //     floor: a round trip plus the cheapest script run.
 //   - redis_rate-Allow: redis_rate.Limiter.Allow, GCRA on one string key
 //     (TIME, GET, SET EX), PerSecond(1_000_000).
-//   - ratesem-gcra-Admit: window/redis NewGCRA, one hash, 10^6 per 1 s,
-//     burst N (the same limit as redis_rate's).
-//   - ratesem-completion-Admit: window/redis NewCompletion, 2^40 per 1 s,
-//     lease 1 ms, Admit only (never released): one decision. The calls
-//     count until lease end + Per, so the window's sorted sets hold about
-//     one second of admissions; each Admit prunes the ones that ran out.
-//   - ratesem-completion-Admit+Release: the same window with the default
-//     lease, Admit then Release: one admitted call, two round trips. Its
-//     decisions/s counts admissions, so it is the cost of a call's whole
-//     bookkeeping, not of a decision alone.
+//   - rstore-gcra-Admit: rstore.Store.Admit of one GCRA charge, 10^6 per
+//     1 s, burst 10^6 (the same limit as redis_rate's).
+//   - rstore-completion-Admit: one Completion charge, 2^40 per 1 s, lease
+//     1 ms, Admit only (never released): one decision. The calls count
+//     until lease end + Per, so the window's sorted sets hold about one
+//     second of admissions; each Admit sweeps the leases that ran out into
+//     the log and prunes the log entries that left the window.
+//   - rstore-binance3-Admit: a Binance order in one EVALSHA: three
+//     FixedCompletion charges as the Binance preset builds them
+//     (REQUEST_WEIGHT per 1 min keyed by IP, ORDERS_10S per 10 s and
+//     ORDERS_1D per 24 h keyed by account, weight 1 each, one scope), with
+//     N = 2^40 instead of 6000, 100 and 200000 so that they never bind;
+//     lease 1 ms, Admit only.
+//   - rstore-completion-Admit+Release, rstore-binance3-Admit+Release: the
+//     same charges with the default lease (1 min), Admit then Release: one
+//     whole call, two round trips. Their decisions/s counts calls, so it is
+//     the cost of a call's whole bookkeeping, not of a decision alone.
+//   - semaphore.NewRedis-Acquire+Release: the public API over the waiting
+//     engine (internal/remote) and rstore: a completion window of 2^40 per
+//     1 s, Acquire(ctx, 1) then Release(1), which sends the release in the
+//     background (so decisions/s is bounded by the admissions, and the
+//     round trips of releases still in flight when the timer stops are
+//     counted with the next row's).
 //
 // Metrics besides ns/op (which, with goroutines, is wall time / b.N):
-// decisions/s (b.N / wall time); script-runs/op (EVALSHA and EVAL calls the
-// server counted, per op: 1 per decision, 2 for Admit+Release); srv-exec-µs/op
-// (the server's INFO commandstats time inside those commands, per op: the
-// scripts' own cost, without reading and writing the sockets);
-// srv-cpu-µs/op (the redis-server process's CPU time, user + system, per op:
-// everything the server spends, I/O included); client-cpu-µs/op (this test
-// process's CPU time per op, from /proc/self/stat at 100 ticks per second,
-// Linux only). The server statistics are reset and read only on a server
-// that the benchmark started (not with REDIS_ADDR).
+// decisions/s (b.N / wall time); round-trips/op (commands the client sent,
+// counted by a go-redis hook: 1 per decision, 2 for Admit+Release; a
+// NOSCRIPT fallback to EVAL would add one); redis.calls/op (the commands
+// the server counted in INFO commandstats, less the round trips: the
+// redis.call()s inside the scripts, per op); srv-exec-µs/op (the server's INFO commandstats time
+// inside EVALSHA and EVAL, per op: the scripts' own cost, without reading
+// and writing the sockets); srv-cpu-µs/op (the redis-server process's CPU
+// time, user + system, per op: everything the server spends, I/O
+// included); client-cpu-µs/op (this test process's CPU time per op, from
+// /proc/self/stat at 100 ticks per second, Linux only). The server
+// statistics are reset and read only on a server that the benchmark
+// started (not with REDIS_ADDR).
 
 import (
 	"bufio"
@@ -63,9 +86,9 @@ import (
 	"github.com/go-redis/redis_rate/v10"
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/ratesem/ratesem/internal/rstore"
+	"github.com/ratesem/ratesem/semaphore"
 	"github.com/ratesem/ratesem/window"
-	rsredis "github.com/ratesem/ratesem/window/redis"
-	"github.com/ratesem/ratesem/window/redis/redistest"
 )
 
 // redisPoolSize is the client's pool: one connection per goroutine at the
@@ -80,13 +103,73 @@ type redisOp func(ctx context.Context) (bool, error)
 
 type redisCase struct {
 	name string
-	// setup builds the contender on rdb with keys that begin with prefix.
-	setup func(rdb *goredis.Client, prefix string) (redisOp, error)
+	// setup builds the contender on rdb with keys that begin with prefix;
+	// it may register its teardown with b.Cleanup.
+	setup func(b testing.TB, rdb *goredis.Client, prefix string) (redisOp, error)
+}
+
+// binanceOrder returns the charges of one Binance order (POST
+// /api/v3/order: REQUEST_WEIGHT 1, one unit of each ORDERS rule), with the
+// preset's windows (window.NewFixedCompletion, mapped by rstore.SpecOf) and
+// intervals, and N = 2^40 so that no rule binds.
+func binanceOrder() ([]rstore.Charge, error) {
+	const never = 1 << 40
+	rules := []struct {
+		rule, key string
+		per       time.Duration
+	}{
+		{"REQUEST_WEIGHT", "203.0.113.7", time.Minute},
+		{"ORDERS_10S", "api-key-1", 10 * time.Second},
+		{"ORDERS_1D", "api-key-1", 24 * time.Hour},
+	}
+	cs := make([]rstore.Charge, len(rules))
+	for i, r := range rules {
+		sp, err := rstore.SpecOf(window.NewFixedCompletion(window.Limit{N: never, Per: r.per}))
+		if err != nil {
+			return nil, err
+		}
+		if sp.Kind != rstore.FixedCompletion {
+			return nil, fmt.Errorf("SpecOf(NewFixedCompletion) = %v", sp.Kind)
+		}
+		cs[i] = rstore.Charge{Rule: r.rule, Key: r.key, Spec: &sp, Weight: 1}
+	}
+	return cs, nil
+}
+
+// storeAdmit is a contender that admits cs in one scope, and releases
+// each admitted call at once when release is set.
+func storeAdmit(cs func() ([]rstore.Charge, error), lease time.Duration, release bool) func(_ testing.TB, rdb *goredis.Client, prefix string) (redisOp, error) {
+	return func(_ testing.TB, rdb *goredis.Client, prefix string) (redisOp, error) {
+		st, err := rstore.New(rdb, prefix, rstore.Options{Lease: lease})
+		if err != nil {
+			return nil, err
+		}
+		charges, err := cs()
+		if err != nil {
+			return nil, err
+		}
+		const scope = "binance:203.0.113.7"
+		return func(ctx context.Context) (bool, error) {
+			d, err := st.Admit(ctx, scope, charges)
+			if err != nil || !d.OK || !release {
+				return d.OK, err
+			}
+			return true, st.Release(ctx, scope, charges, d.Token)
+		}, nil
+	}
+}
+
+func oneCharge(sp rstore.Spec) func() ([]rstore.Charge, error) {
+	return func() ([]rstore.Charge, error) {
+		return []rstore.Charge{{Rule: "r", Key: "k", Spec: &sp, Weight: 1}}, nil
+	}
 }
 
 func redisCases() []redisCase {
+	gcra := rstore.Spec{Kind: rstore.GCRA, Limit: window.Limit{N: 1_000_000, Per: time.Second}, Burst: 1_000_000}
+	completion := rstore.Spec{Kind: rstore.Completion, Limit: window.Limit{N: 1 << 40, Per: time.Second}}
 	return []redisCase{
-		{"evalsha-return1", func(rdb *goredis.Client, prefix string) (redisOp, error) {
+		{"evalsha-return1", func(_ testing.TB, rdb *goredis.Client, prefix string) (redisOp, error) {
 			s := goredis.NewScript("return 1")
 			keys := []string{prefix + ":floor"}
 			return func(ctx context.Context) (bool, error) {
@@ -94,7 +177,7 @@ func redisCases() []redisCase {
 				return v == 1, err
 			}, nil
 		}},
-		{"redis_rate-Allow", func(rdb *goredis.Client, prefix string) (redisOp, error) {
+		{"redis_rate-Allow", func(_ testing.TB, rdb *goredis.Client, prefix string) (redisOp, error) {
 			lim := redis_rate.NewLimiter(rdb)
 			limit := redis_rate.PerSecond(1_000_000)
 			key := prefix + ":redis_rate"
@@ -106,52 +189,38 @@ func redisCases() []redisCase {
 				return r.Allowed == 1, nil
 			}, nil
 		}},
-		{"ratesem-gcra-Admit", func(rdb *goredis.Client, prefix string) (redisOp, error) {
-			w, err := rsredis.NewGCRA(rdb, prefix, window.Limit{N: 1_000_000, Per: time.Second}, 0)
+		{"rstore-gcra-Admit", storeAdmit(oneCharge(gcra), 0, false)},
+		{"rstore-completion-Admit", storeAdmit(oneCharge(completion), time.Millisecond, false)},
+		{"rstore-binance3-Admit", storeAdmit(binanceOrder, time.Millisecond, false)},
+		{"rstore-completion-Admit+Release", storeAdmit(oneCharge(completion), 0, true)},
+		{"rstore-binance3-Admit+Release", storeAdmit(binanceOrder, 0, true)},
+		{"semaphore.NewRedis-Acquire+Release", func(b testing.TB, rdb *goredis.Client, prefix string) (redisOp, error) {
+			s, err := semaphore.NewRedis(rdb, "sem", 1<<40, time.Second, semaphore.WithRedisPrefix(prefix))
 			if err != nil {
 				return nil, err
 			}
+			b.Cleanup(func() { _ = s.Close() })
 			return func(ctx context.Context) (bool, error) {
-				d, err := w.Admit(ctx, 1)
-				return d.OK, err
-			}, nil
-		}},
-		{"ratesem-completion-Admit", func(rdb *goredis.Client, prefix string) (redisOp, error) {
-			w, err := rsredis.NewCompletion(rdb, prefix, window.Limit{N: 1 << 40, Per: time.Second},
-				rsredis.WithLease(time.Millisecond))
-			if err != nil {
-				return nil, err
-			}
-			return func(ctx context.Context) (bool, error) {
-				d, err := w.Admit(ctx, 1)
-				return d.OK, err
-			}, nil
-		}},
-		{"ratesem-completion-Admit+Release", func(rdb *goredis.Client, prefix string) (redisOp, error) {
-			w, err := rsredis.NewCompletion(rdb, prefix, window.Limit{N: 1 << 40, Per: time.Second})
-			if err != nil {
-				return nil, err
-			}
-			return func(ctx context.Context) (bool, error) {
-				d, err := w.Admit(ctx, 1)
-				if err != nil || !d.OK {
+				if err := s.Acquire(ctx, 1); err != nil {
 					return false, err
 				}
-				return true, w.Release(ctx, d.Token)
+				s.Release(1)
+				return true, nil
 			}, nil
 		}},
 	}
 }
 
 func BenchmarkRedis(b *testing.B) {
-	addr := redistest.Start(b)
-	ownServer := os.Getenv("REDIS_ADDR") == ""
+	addr, ownServer := startRedis(b)
 	rdb := goredis.NewClient(&goredis.Options{
 		Addr:         addr,
 		PoolSize:     redisPoolSize,
 		MinIdleConns: redisPoolSize,
 	})
 	b.Cleanup(func() { _ = rdb.Close() })
+	trips := &tripCounter{}
+	rdb.AddHook(trips)
 
 	// Keys of this invocation, apart from other runs on a shared server.
 	var id [4]byte
@@ -165,18 +234,18 @@ func BenchmarkRedis(b *testing.B) {
 		}
 		b.Run(level, func(b *testing.B) {
 			for _, c := range redisCases() {
-				op, err := c.setup(rdb, fmt.Sprintf("%s-%s-%s", run, level, c.name))
+				op, err := c.setup(b, rdb, fmt.Sprintf("%s-%s-%s", run, level, c.name))
 				if err != nil {
 					b.Fatal(err)
 				}
-				b.Run(c.name, func(b *testing.B) { runRedisOp(b, rdb, ownServer, g, op) })
+				b.Run(c.name, func(b *testing.B) { runRedisOp(b, rdb, trips, ownServer, g, op) })
 			}
 		})
 	}
 }
 
 // runRedisOp runs op b.N times on g goroutines and reports the metrics.
-func runRedisOp(b *testing.B, rdb *goredis.Client, ownServer bool, g int, op redisOp) {
+func runRedisOp(b *testing.B, rdb *goredis.Client, trips *tripCounter, ownServer bool, g int, op redisOp) {
 	ctx := context.Background()
 	var refused, failed atomic.Int64
 	work := func(n *atomic.Int64) {
@@ -217,6 +286,7 @@ func runRedisOp(b *testing.B, rdb *goredis.Client, ownServer bool, g int, op red
 	}
 	cpu0, cpuOK := processCPU()
 	refused.Store(0)
+	trips0 := trips.n.Load()
 
 	b.ResetTimer()
 	parallel(b.N)
@@ -229,24 +299,46 @@ func runRedisOp(b *testing.B, rdb *goredis.Client, ownServer bool, g int, op red
 		b.Fatalf("%d of %d calls refused: the limit must never bind", r, b.N)
 	}
 	n := float64(b.N)
+	rt := trips.n.Load() - trips0
 	b.ReportMetric(n/b.Elapsed().Seconds(), "decisions/s")
+	b.ReportMetric(float64(rt)/n, "round-trips/op")
 	if cpu1, ok := processCPU(); ok && cpuOK {
 		b.ReportMetric(float64((cpu1-cpu0).Microseconds())/n, "client-cpu-µs/op")
 	}
 	if ownServer {
 		after := readServerStats(b, rdb)
-		b.ReportMetric(float64(after.scriptCalls)/n, "script-runs/op")
+		b.ReportMetric(float64(after.calls-rt)/n, "redis.calls/op")
 		b.ReportMetric(float64(after.scriptUsec)/n, "srv-exec-µs/op")
 		b.ReportMetric(float64(after.cpuUsec-before.cpuUsec)/n, "srv-cpu-µs/op")
 	}
 }
 
-// serverStats is what the benchmark reads from INFO: the EVALSHA and EVAL
-// calls and their time since CONFIG RESETSTAT, and the server process's CPU
-// time.
+// tripCounter is a go-redis hook that counts the round trips: every command
+// sent alone, and every pipeline (the benchmarks send none).
+type tripCounter struct{ n atomic.Int64 }
+
+func (t *tripCounter) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+
+func (t *tripCounter) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error {
+		t.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+
+func (t *tripCounter) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []goredis.Cmder) error {
+		t.n.Add(1)
+		return next(ctx, cmds)
+	}
+}
+
+// serverStats is what the benchmark reads from INFO: the commands since
+// CONFIG RESETSTAT (but the INFO and CONFIG of the harness), the time
+// inside EVALSHA and EVAL, and the server process's CPU time.
 type serverStats struct {
-	scriptCalls, scriptUsec int64
-	cpuUsec                 int64
+	calls, scriptUsec int64
+	cpuUsec           int64
 }
 
 func readServerStats(b *testing.B, rdb *goredis.Client) serverStats {
@@ -262,23 +354,30 @@ func readServerStats(b *testing.B, rdb *goredis.Client) serverStats {
 			continue
 		}
 		switch k {
-		case "cmdstat_evalsha", "cmdstat_eval":
-			for f := range strings.SplitSeq(v, ",") {
-				name, val, _ := strings.Cut(f, "=")
-				x, _ := strconv.ParseInt(val, 10, 64)
-				switch name {
-				case "calls":
-					s.scriptCalls += x
-				case "usec":
-					s.scriptUsec += x
-				}
-			}
 		case "used_cpu_sys", "used_cpu_user":
 			x, err := strconv.ParseFloat(v, 64)
 			if err != nil {
 				b.Fatalf("INFO %s: %v", k, err)
 			}
 			s.cpuUsec += int64(x * 1e6)
+		default:
+			cmd, ok := strings.CutPrefix(k, "cmdstat_")
+			if !ok || cmd == "info" || cmd == "config" || strings.HasPrefix(cmd, "config|") {
+				continue
+			}
+			script := cmd == "evalsha" || cmd == "eval"
+			for f := range strings.SplitSeq(v, ",") {
+				name, val, _ := strings.Cut(f, "=")
+				x, _ := strconv.ParseInt(val, 10, 64)
+				switch name {
+				case "calls":
+					s.calls += x
+				case "usec":
+					if script {
+						s.scriptUsec += x
+					}
+				}
+			}
 		}
 	}
 	return s
