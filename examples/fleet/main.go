@@ -125,7 +125,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&latency, "latency", "10ms-30ms", "server latency, uniform in min-max")
 	fs.DurationVar(&cfg.Lease, "lease", 0, "how long an admitted call counts in Redis without a release (0: the pool's default)")
 	fs.BoolVar(&cfg.Local, "local", false, "no Redis: every process its own in-memory pool with 1/K of every limit (the static split, for comparison)")
-	fs.BoolVar(&cfg.Kill, "kill", false, "SIGKILL worker 1 while it holds an admitted call of half the REQUEST_WEIGHT limit")
+	fs.BoolVar(&cfg.Kill, "kill", false, "SIGKILL worker 1 while it holds an admitted call of all the REQUEST_WEIGHT the foreign client leaves")
 	fs.BoolVar(&cfg.NoUsage, "no-usage", false, "ignore the usage headers (X-MBX-USED-WEIGHT-1M, ...): with -foreign, shows the rejections they prevent")
 	fs.Float64Var(&cfg.MinUse, "min-use", 95, "target: percent of what the foreign client leaves that every full REQUEST_WEIGHT window must use")
 	if err := fs.Parse(args); err != nil {
@@ -379,7 +379,10 @@ func run(ctx context.Context, cfg config, exe string, out io.Writer) (result, er
 			Klines: cfg.Klines, Orders: cfg.Orders, Lease: cfg.Lease, Local: cfg.Local, Procs: cfg.Procs, NoUsage: cfg.NoUsage,
 		}
 		if cfg.Kill && i == 0 {
-			wc.Hold = weightRule.Limit / 2
+			// All of what the foreign client leaves: while the lease holds,
+			// the others can spend nothing; after it, anything they spend
+			// shows the dead process's units were freed.
+			wc.Hold = weightRule.Limit - foreign
 		}
 		w, err := startWorker(ctx, exe, wc)
 		if err != nil {
@@ -429,7 +432,7 @@ func run(ctx context.Context, cfg config, exe string, out io.Writer) (result, er
 		res.KillAt = time.Now()
 		res.Killed = append(res.Killed, victim.id)
 		fmt.Fprintf(out, "worker %d SIGKILLed at +%.3fs holding %d REQUEST_WEIGHT; its lease (%v) frees them\n",
-			victim.id, res.KillAt.Sub(res.Begin).Seconds(), weightRule.Limit/2, cmp.Or(cfg.Lease, defaultLease))
+			victim.id, res.KillAt.Sub(res.Begin).Seconds(), weightRule.Limit-foreign, cmp.Or(cfg.Lease, defaultLease))
 	}
 
 	for _, w := range workers {
