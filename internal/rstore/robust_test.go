@@ -466,3 +466,31 @@ func TestSweepMany(t *testing.T) {
 		t.Fatalf("500 over 1000 ended: %+v %v", d, err)
 	}
 }
+
+// TestFixedCompletionCarryAfterExpiry: a fixed completion window carries
+// into a new window only the calls still in flight at its start: a call
+// whose lease ran out before (not yet swept) is not carried when a release
+// is what rolls the window.
+func TestFixedCompletionCarryAfterExpiry(t *testing.T) {
+	clk := newClock()
+	clk.t = clk.t.Truncate(100 * time.Millisecond) // a window starts
+	s, _ := newStore(t, clk, 10*time.Millisecond)
+	ctx := context.Background()
+	c := []Charge{{Rule: "r", Key: "k", Spec: spec(FixedCompletion, 5, 100*time.Millisecond), Weight: 1}}
+	if d, err := s.Admit(ctx, "", c); err != nil || !d.OK { // A: its lease runs out at 10 ms
+		t.Fatal(d, err)
+	}
+	clk.add(95 * time.Millisecond)
+	b, err := s.Admit(ctx, "", c) // B: in flight across the window's end
+	if err != nil || !b.OK {
+		t.Fatal(b, err)
+	}
+	clk.add(6 * time.Millisecond) // the next window: B carried, A not
+	if err := s.Release(ctx, "", c, b.Token); err != nil {
+		t.Fatal(err)
+	}
+	c[0].Weight = 4
+	if d, err := s.Admit(ctx, "", c); err != nil || !d.OK {
+		t.Fatalf("4 units over B carried alone: %+v %v", d, err)
+	}
+}
