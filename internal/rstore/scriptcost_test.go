@@ -17,7 +17,9 @@ import (
 // script next to a bare `return 1` and a redis_rate-like script (TIME, GET,
 // SET EX), interleaved so that every one sees the same load, and reports
 // the minimum, first quartile and median of 30 rounds of 100 calls. Run it
-// with EXP=1: go test -run TestExpScripts -v ./internal/rstore.
+// with EXP=1: go test -run TestExpScripts -v ./internal/rstore; set
+// REDIS_RATE_LUA to a file holding go-redis/redis_rate's allowN script to
+// measure it too (burst and rate 10^6 per second, cost 1).
 func TestExpScripts(t *testing.T) {
 	if os.Getenv("EXP") == "" {
 		t.Skip()
@@ -51,6 +53,13 @@ func TestExpScripts(t *testing.T) {
 	one := []Charge{{Rule: "g", Spec: gcra, Weight: 1}}
 	add("return1", goredis.NewScript("return 1"), one)
 	add("redis_rate-like", goredis.NewScript(`local t = redis.call('TIME'); local v = redis.call('GET', KEYS[1]..'rr'); redis.call('SET', KEYS[1]..'rr', 12345.5, 'EX', 5); return {1, 2, '3', '4'}`), one)
+	if src := os.Getenv("REDIS_RATE_LUA"); src != "" { // the text of redis_rate's allowN script
+		b, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		vs = append(vs, &variant{name: "redis_rate", sc: goredis.NewScript(string(b)), keys: []string{"rate:{b}"}, args: []any{1_000_000, 1_000_000, 1, 1}})
+	}
 	add("gcra", admitScript, one)
 	add("completion", admitScript, []Charge{{Rule: "c", Spec: comp, Weight: 1}})
 	add("binance", admitScript, order)
@@ -64,6 +73,9 @@ func TestExpScripts(t *testing.T) {
 			us0 := scriptMicrosT(t, rdb)
 			const n = 100
 			for range n {
+				if v.name != "redis_rate" {
+					v.args[1] = newToken() // a lease per call, as Admit takes
+				}
 				if err := v.sc.Run(ctx, rdb, v.keys, v.args...).Err(); err != nil && err != goredis.Nil {
 					t.Fatal(err)
 				}
