@@ -48,6 +48,7 @@ func hammer(t *testing.T, sems []*RateSemaphore, g int, run time.Duration, durin
 					if rand.IntN(5) == 0 {
 						n = 2
 					}
+					called := time.Now()
 					if err := s.Acquire(ctx, n); err != nil {
 						if ctx.Err() == nil && !errors.Is(err, ErrDeadline) {
 							t.Errorf("process %d: %v", p, err)
@@ -61,7 +62,7 @@ func hammer(t *testing.T, sems []*RateSemaphore, g int, run time.Duration, durin
 					time.Sleep(5*time.Millisecond + rand.N(20*time.Millisecond))
 					end := time.Now()
 					s.Release(n)
-					rec.add(call{start: start, end: end, n: n, proc: p})
+					rec.add(call{start: start, end: end, called: called, n: n, proc: p})
 				}
 			})
 		}
@@ -149,7 +150,12 @@ func TestRedisStartWindowShared(t *testing.T) {
 		sems[i] = newRedisSem(t, newClient(t, addr), name, N, per, WithStartWindow(0))
 	}
 	calls := hammer(t, sems, G, 1500*time.Millisecond, nil)
-	peak, err := checkStarts(calls, N, per, 2*time.Millisecond)
+	// A start is recorded when Acquire returned, after the admission by
+	// the time the caller took to run again: on a loaded machine (-race,
+	// other tests) tens of ms. The slack keeps that from passing for a
+	// violation; a real one (N+1 admissions within Per) is seldom that
+	// close to the edge.
+	peak, err := checkStarts(calls, N, per, 25*time.Millisecond)
 	t.Logf("%d calls, peak %d of %d starts per %v", len(calls), peak, N, per)
 	if err != nil {
 		t.Fatal(err)
@@ -237,7 +243,7 @@ func testLostState(t *testing.T, hash bool) {
 	keys := st.Keys(name, rstore.Charge{Rule: redisRule})
 	bg := context.Background()
 	var rates []float64
-	var flushAt time.Time
+	var flushAt, flushed time.Time
 	lose := func(what string, f func() error) {
 		time.Sleep(500 * time.Millisecond)
 		before := evalCalls(t, admin)
@@ -246,6 +252,9 @@ func testLostState(t *testing.T, hash bool) {
 		}
 		if err := f(); err != nil {
 			t.Error(err)
+		}
+		if what == "FLUSHALL" {
+			flushed = time.Now()
 		}
 		begin := time.Now()
 		time.Sleep(300 * time.Millisecond)
@@ -265,7 +274,10 @@ func testLostState(t *testing.T, hash bool) {
 		lose("FLUSHALL", func() error { return admin.FlushAll(bg).Err() })
 	})
 	before := filter(calls, func(c call) bool { return c.start.Before(flushAt) })
-	after := filter(calls, func(c call) bool { return c.start.After(flushAt) })
+	// Only calls that asked after the FLUSHALL returned were surely
+	// admitted by the emptied state (one admitted just before it may
+	// return after it).
+	after := filter(calls, func(c call) bool { return c.called.After(flushed) })
 	peak, err := checkCompletion(before, N, per)
 	if err != nil {
 		t.Errorf("before the FLUSHALL: %v", err)
