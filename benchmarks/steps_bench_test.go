@@ -204,6 +204,13 @@ func BenchmarkRstoreSteps(b *testing.B) {
 				}
 				b.Run(s.name, func(b *testing.B) {
 					a := append([]any{"evalsha", sc.Hash()}, fresh(b)[2:]...)
+					// The prefixes assume the general path's KEYS/ARGV
+					// layout (that of rstore c879bcd); a store whose
+					// admission no longer matches it is reported, not
+					// measured.
+					if err := rdb.Do(ctx, a...).Err(); err != nil {
+						b.Skipf("%s: the general path no longer takes this call's KEYS/ARGV (%v): the steps need updating", s.name, err)
+					}
 					runSteps(b, rdb, func() error { return rdb.Do(ctx, a...).Err() })
 				})
 			}
