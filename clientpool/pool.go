@@ -12,7 +12,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/ratesem/ratesem/internal/remote"
 	"github.com/ratesem/ratesem/internal/rstore"
 	"github.com/ratesem/ratesem/internal/sat"
 
@@ -323,17 +322,11 @@ func (p *Pool) Classify(req *http.Request) ([]Charge, error) { return p.classify
 // Ticket is an admitted call: it holds its charges until Release. Its
 // methods are safe for concurrent use.
 type Ticket struct {
-	pool    *Pool
-	held    []held
-	charges []Charge
-	// call is the Redis call in Redis mode, nil in process, and
-	// releasedCall once released: one word for both keeps a Ticket at 64
-	// bytes.
-	call atomic.Pointer[remote.Call]
+	pool     *Pool
+	held     []held
+	charges  []Charge
+	released atomic.Bool
 }
-
-// releasedCall marks a released Ticket.
-var releasedCall = new(remote.Call)
 
 // Charges returns the charges the ticket holds, merged per (rule, key).
 func (t *Ticket) Charges() []Charge { return t.charges }
@@ -344,12 +337,11 @@ func (t *Ticket) Charges() []Charge { return t.charges }
 // blocks (in Redis mode the release reaches Redis in the background). It
 // panics if called twice.
 func (t *Ticket) Release() {
-	switch c := t.call.Swap(releasedCall); c {
-	case releasedCall:
+	if t.released.Swap(true) {
 		panic("clientpool: Ticket released twice")
-	case nil:
-	default:
-		t.releaseRedis(c)
+	}
+	if t.pool.rem != nil {
+		t.releaseRedis()
 		return
 	}
 	p := t.pool

@@ -66,9 +66,10 @@ func redisKey(key string) string {
 //
 // c is a go-redis client of a server, a Sentinel group or a Redis Cluster
 // (any goredis.UniversalClient); the Pool never closes it. prefix begins
-// every key the Pool writes (non-empty, at most 256 bytes). Every key of
-// one scope (Table.Scope, or prefix when it is empty) shares one hash tag:
-// on a Redis Cluster one scope lives in one slot, hence on one node.
+// every key the Pool writes (1 to 512 bytes, no brace). Every key of one
+// scope (Table.Scope, or prefix when it is empty) shares one hash tag: on
+// a Redis Cluster one scope lives in one slot, hence on one node (see
+// Table.Scope to spread the load).
 //
 // In Redis mode:
 //
@@ -96,7 +97,8 @@ func redisKey(key string) string {
 //     moment this process meets it: every process adopts it there. It
 //     blocks for those round trips.
 //   - Snapshot, Len and Limit say what this process knows: its own calls
-//     in flight and pauses, the keys it used; KeyState.Used is -1.
+//     in flight and pauses, the keys it used, its own limits (not one
+//     another process set and this one adopted); KeyState.Used is -1.
 //   - Close stops the Pool's Redis engine; call it when done.
 //
 // Redis keeps names of at most 512 bytes: a key longer than that is
@@ -107,8 +109,9 @@ func redisKey(key string) string {
 // window has one, for N up to 2^40 and a Per of a whole number of
 // microseconds up to about 12.7 days); New returns an error otherwise, for
 // a nil c, for an empty prefix, one longer than 512 bytes or with a brace,
-// and for a rule name or Table.Scope longer than 512 bytes. WithClock does not apply to Redis's decisions,
-// which are made on the Redis server's clock.
+// and for a rule name or Table.Scope longer than 512 bytes. WithClock does
+// not apply to Redis's decisions, which are made on the Redis server's
+// clock.
 func WithRedis(c goredis.UniversalClient, prefix string) Option {
 	return func(cfg *config) { cfg.redis, cfg.prefix, cfg.redisSet = c, prefix, true }
 }
@@ -117,6 +120,10 @@ func WithRedis(c goredis.UniversalClient, prefix string) Option {
 type redisMode struct {
 	eng   *remote.Engine
 	scope string
+	// calls holds the Redis call of every Ticket not yet released (under
+	// Pool.mu): kept here rather than in the Ticket, so that a Ticket of
+	// the in-process Pool stays as small as it was.
+	calls map[*Ticket]*remote.Call
 }
 
 // initRedis builds the Redis engine of p and the Spec of every rule.
@@ -154,7 +161,7 @@ func (p *Pool) initRedis(cfg *config) error {
 	if err != nil {
 		return fmt.Errorf("clientpool: WithRedis: %w", err)
 	}
-	p.rem = &redisMode{eng: eng, scope: scope}
+	p.rem = &redisMode{eng: eng, scope: scope, calls: make(map[*Ticket]*remote.Call)}
 	return nil
 }
 
@@ -213,15 +220,15 @@ func (p *Pool) acquireRedis(ctx context.Context, charges []Charge) (*Ticket, err
 		p.unrefAll(hs)
 		return nil, err
 	}
+	t := &Ticket{pool: p, held: hs, charges: charges}
 	p.mu.Lock()
 	for i := range hs {
 		h := &hs[i]
 		h.lim.inflight += h.n
 		h.thrAtAdmit = h.lim.throttles()
 	}
+	p.rem.calls[t] = call
 	p.mu.Unlock()
-	t := &Ticket{pool: p, held: hs, charges: charges}
-	t.call.Store(call)
 	p.emitAdmitted(charges, time.Since(since))
 	return t, nil
 }
@@ -260,9 +267,11 @@ func (p *Pool) startRedis(ctx context.Context, charges []Charge) (hs []held, rcs
 
 // releaseRedis is Ticket.Release in Redis mode: the local accounting now,
 // Redis in the background.
-func (t *Ticket) releaseRedis(call *remote.Call) {
+func (t *Ticket) releaseRedis() {
 	p := t.pool
 	p.mu.Lock()
+	call := p.rem.calls[t]
+	delete(p.rem.calls, t)
 	now := p.now()
 	for i := range t.held {
 		h := &t.held[i]

@@ -49,6 +49,7 @@ func nodeOf(t *testing.T, cl *redistest.Cluster, prefix string) int {
 // lost, its slots kept): calls fail with ErrUnavailable (or go on) while
 // it is away, are admitted after, and every window holds across it.
 func TestRedisClusterNodeRestartMidRun(t *testing.T) {
+	t.Parallel() // long runs on their own servers: overlap their waits
 	c, cl := newCluster3(t)
 	table := binanceTable()
 	var pools []*clientpool.Pool

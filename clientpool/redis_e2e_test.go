@@ -23,8 +23,9 @@ import (
 // rules with smaller limits: the server rejects nothing and sees no
 // violation, and both clients got their share through.
 func TestRedisBinanceEndToEnd(t *testing.T) {
-	t.Run("server", func(t *testing.T) { runBinanceEndToEnd(t, newClient(t, redistest.Start(t))) })
-	t.Run("cluster", func(t *testing.T) { runBinanceEndToEnd(t, startCluster3(t)) })
+	t.Parallel() // long runs on their own servers: overlap their waits
+	t.Run("server", func(t *testing.T) { t.Parallel(); runBinanceEndToEnd(t, newClient(t, redistest.Start(t))) })
+	t.Run("cluster", func(t *testing.T) { t.Parallel(); runBinanceEndToEnd(t, startCluster3(t)) })
 }
 
 func runBinanceEndToEnd(t *testing.T, rc goredis.UniversalClient) {

@@ -37,6 +37,14 @@ func newClient(t *testing.T, addr string) *goredis.Client {
 	return c
 }
 
+// newClientB is newClient for a benchmark.
+func newClientB(b *testing.B, addr string) *goredis.Client {
+	b.Helper()
+	c := goredis.NewClient(&goredis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second})
+	b.Cleanup(func() { c.Close() })
+	return c
+}
+
 // newRedisPool returns a Pool over table in Redis mode, closed at the end.
 // It skips the test while internal/rstore is only a skeleton.
 func newRedisPool(t *testing.T, table clientpool.Table, c goredis.UniversalClient, prefix string, opts ...clientpool.Option) *clientpool.Pool {
@@ -267,8 +275,10 @@ func checkBinance(t *testing.T, table clientpool.Table, calls []fleetCall) {
 // every rule and key, the units of the calls of all three together stay
 // within N. On a single server and on a cluster.
 func TestRedisFleetBinance(t *testing.T) {
+	t.Parallel() // long runs on their own servers: overlap their waits
 	for _, cluster := range []bool{false, true} {
 		t.Run(map[bool]string{false: "server", true: "cluster"}[cluster], func(t *testing.T) {
+			t.Parallel()
 			var c goredis.UniversalClient
 			if cluster {
 				c = startCluster3(t)
@@ -343,8 +353,10 @@ func okxTable() clientpool.Table {
 // within N, for every rule and key, across the three. On a single server
 // and on a cluster.
 func TestRedisFleetOKX(t *testing.T) {
+	t.Parallel() // long runs on their own servers: overlap their waits
 	for _, cluster := range []bool{false, true} {
 		t.Run(map[bool]string{false: "server", true: "cluster"}[cluster], func(t *testing.T) {
+			t.Parallel()
 			var c goredis.UniversalClient
 			if cluster {
 				c = startCluster3(t)
@@ -672,8 +684,10 @@ func TestRedisClose(t *testing.T) {
 // separators) and weights (0, the limit) work as any other, each key
 // separately, and on a cluster every key of the scope stays in one slot.
 func TestRedisHostileKeys(t *testing.T) {
+	t.Parallel() // long runs on their own servers: overlap their waits
 	for _, cluster := range []bool{false, true} {
 		t.Run(map[bool]string{false: "server", true: "cluster"}[cluster], func(t *testing.T) {
+			t.Parallel()
 			var c goredis.UniversalClient
 			if cluster {
 				c = startCluster3(t)
@@ -727,6 +741,7 @@ func trunc(s string) string {
 // admitted before and after still hold every rule's window together (the
 // lost state is held full for the time it forgets).
 func TestRedisRestartMidRun(t *testing.T) {
+	t.Parallel() // long runs on their own servers: overlap their waits
 	srv := redistest.StartServer(t)
 	c := newClient(t, srv.Addr())
 	table := binanceTable()
@@ -774,8 +789,9 @@ func TestRedisRestartMidRun(t *testing.T) {
 
 // SCRIPT FLUSH mid-run: not one call fails, and the windows hold.
 func TestRedisScriptFlushMidRun(t *testing.T) {
-	t.Run("server", func(t *testing.T) { runScriptFlush(t, newClient(t, redistest.Start(t))) })
-	t.Run("cluster", func(t *testing.T) { runScriptFlush(t, startCluster3(t)) })
+	t.Parallel() // long runs on their own servers: overlap their waits
+	t.Run("server", func(t *testing.T) { t.Parallel(); runScriptFlush(t, newClient(t, redistest.Start(t))) })
+	t.Run("cluster", func(t *testing.T) { t.Parallel(); runScriptFlush(t, startCluster3(t)) })
 }
 
 func runScriptFlush(t *testing.T, c goredis.UniversalClient) {
@@ -1005,5 +1021,76 @@ func TestRedisSetLimitBelowWaiter(t *testing.T) {
 	}
 	if !errors.Is(err, clientpool.ErrWeightTooLarge) {
 		t.Fatalf("err = %v, want ErrWeightTooLarge", err)
+	}
+}
+
+// Hostile usage counts in Redis mode: a count beyond int64 reads as "full
+// until the window moves" in every Pool, never longer; a negative or
+// malformed one changes nothing. Pool.Reconcile does the same as
+// ObserveHeaders.
+func TestRedisHostileUsage(t *testing.T) {
+	c := newClient(t, redistest.Start(t))
+	table := binance.Spot(binance.WithTimeScale(100)) // REQUEST_WEIGHT: 6000 per 600 ms
+	p1 := newRedisPool(t, table, c, "usage")
+	p2 := newRedisPool(t, table, c, "usage")
+	weight := clientpool.Charge{Rule: binance.RuleRequestWeight, Weight: 1}
+	for _, v := range []string{"-5", "12abc", "", "+7"} {
+		tk := acquire(t, p1, weight)
+		h := http.Header{}
+		h.Set(binance.HeaderUsedWeight1m, v)
+		tk.ObserveHeaders(h)
+		tk.Release()
+		if err := p1.Reconcile(binance.RuleRequestWeight, "", -1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(50 * ms) // the reports reach Redis in the background
+	ctx, cancel := context.WithTimeout(context.Background(), 50*ms)
+	tk, err := p2.Acquire(ctx, clientpool.Charge{Rule: binance.RuleRequestWeight, Weight: 5000})
+	cancel()
+	if err != nil {
+		t.Fatalf("after negative and malformed counts: %v", err)
+	}
+	tk.Release()
+
+	for _, report := range []func(){
+		func() {
+			tk := acquire(t, p1, weight)
+			h := http.Header{}
+			h.Set(binance.HeaderUsedWeight1m, "99999999999999999999999")
+			tk.ObserveHeaders(h)
+			tk.Release()
+		},
+		func() {
+			if err := p1.Reconcile(binance.RuleRequestWeight, "", math.MaxInt64); err != nil {
+				t.Fatal(err)
+			}
+		},
+	} {
+		report()
+		begin := time.Now()
+		for { // wait for the report to land: a call must then wait
+			ctx, cancel := context.WithTimeout(context.Background(), 20*ms)
+			tk, err := p2.Acquire(ctx, weight)
+			cancel()
+			if err != nil {
+				break
+			}
+			tk.Release()
+			if time.Since(begin) > 2*time.Second {
+				t.Fatal("a count beyond int64 never tightened the other pool")
+			}
+			time.Sleep(5 * ms)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		tk, err := p2.Acquire(ctx, weight)
+		cancel()
+		if err != nil {
+			t.Fatalf("after a count beyond int64: %v (it must last until the window moves, not longer)", err)
+		}
+		tk.Release()
+		if d := time.Since(begin); d > 2*time.Second {
+			t.Fatalf("held %v after a count beyond int64, want at most about a 600 ms window", d)
+		}
 	}
 }

@@ -57,6 +57,7 @@ type redisSem struct {
 	spec   atomic.Pointer[rstore.Spec] // replaced whole by SetLimit
 	local  *RateSemaphore              // the fallback, or nil
 	localN int64
+	capOpt int64 // WithConcurrency, or -1
 
 	mu        sync.Mutex
 	held      map[int64][]*heldCall // calls in flight, by units left, oldest first
@@ -137,6 +138,78 @@ func NewRedis(c goredis.UniversalClient, name string, n int64, interval time.Dur
 	if err != nil {
 		return nil, err
 	}
+	newLocal := func(localN int64) *RateSemaphore {
+		var lo []Option
+		if cfg.start {
+			lo = append(lo, WithStartWindow(cfg.margin))
+		}
+		if cfg.concurrency >= 0 {
+			lo = append(lo, WithConcurrency(min(cfg.concurrency, localN)))
+		}
+		return New(localN, interval, lo...)
+	}
+	return newRedis(c, name, sp, cfg, newLocal)
+}
+
+// NewRedisWithPolicy is NewRedis with any window of package window that
+// has a Redis form (every one: window.NewCompletion, NewFixedCompletion,
+// NewSlidingLog, NewFixedWindow, NewSlidingWindowCounter,
+// NewSubWindowCounter, NewTokenBucket, NewLeakyBucket, NewGCRA, NewPacer):
+// p, a fresh Policy, gives the kind and the limit kept in Redis, with the
+// exact guarantee its doc states, across every process sharing the name.
+// WithConcurrency caps the units in flight across every process;
+// WithStartWindow is an error (the policy is the window). With
+// WithFallback, p itself, set to floor(share·N) units per Per, becomes the
+// local fallback (a bucket keeps its burst). The semaphore owns p. It
+// returns the errors of NewRedis, and one matching rstore's spec error for
+// a limit its Redis form cannot keep exactly (a Per not a whole number of
+// microseconds, or too large).
+func NewRedisWithPolicy(c goredis.UniversalClient, name string, p window.Policy, opts ...Option) (*RateSemaphore, error) {
+	cfg := buildConfig(opts)
+	if len(cfg.errs) > 0 {
+		return nil, errors.Join(cfg.errs...)
+	}
+	switch {
+	case p == nil:
+		return nil, errors.New("semaphore: NewRedisWithPolicy: nil policy")
+	case cfg.start:
+		return nil, errors.New("semaphore: NewRedisWithPolicy: WithStartWindow conflicts with the policy given")
+	case c == nil:
+		return nil, errors.New("semaphore: NewRedisWithPolicy: nil client")
+	case name == "":
+		return nil, errors.New("semaphore: NewRedisWithPolicy: empty name")
+	}
+	sp, err := rstore.SpecOf(p)
+	if err != nil {
+		return nil, fmt.Errorf("semaphore: NewRedisWithPolicy: %w", err)
+	}
+	if sp.Limit.N <= 0 || sp.Limit.Per <= 0 {
+		return nil, fmt.Errorf("semaphore: NewRedisWithPolicy: %d per %v: want n > 0 and a positive interval: %w",
+			sp.Limit.N, sp.Limit.Per, window.ErrInvalidLimit)
+	}
+	if cfg.concurrency == 0 {
+		return nil, fmt.Errorf("semaphore: NewRedisWithPolicy: WithConcurrency(0) admits nothing: %w", window.ErrInvalidLimit)
+	}
+	if cfg.concurrency > 0 && cfg.concurrency < sp.Limit.N {
+		sp.Concurrency = cfg.concurrency
+	}
+	if err := sp.Check(); err != nil {
+		return nil, fmt.Errorf("semaphore: NewRedisWithPolicy: %w", err)
+	}
+	newLocal := func(localN int64) *RateSemaphore {
+		p.SetLimit(time.Now(), window.Limit{N: localN, Per: sp.Limit.Per})
+		var lo []Option
+		if cfg.concurrency >= 0 {
+			lo = append(lo, WithConcurrency(min(cfg.concurrency, localN)))
+		}
+		return NewWithPolicy(p, lo...)
+	}
+	return newRedis(c, name, &sp, cfg, newLocal)
+}
+
+// newRedis is the common part of NewRedis and NewRedisWithPolicy; newLocal
+// builds the fallback of localN units.
+func newRedis(c goredis.UniversalClient, name string, sp *rstore.Spec, cfg config, newLocal func(localN int64) *RateSemaphore) (*RateSemaphore, error) {
 	st, err := rstore.New(c, cfg.prefix, rstore.Options{Lease: cfg.lease})
 	if err != nil {
 		return nil, fmt.Errorf("semaphore: NewRedis: %w", err)
@@ -146,26 +219,19 @@ func NewRedis(c goredis.UniversalClient, name string, n int64, interval time.Dur
 			return nil, err
 		}
 	}
-	r := &redisSem{name: name, held: map[int64][]*heldCall{}}
+	r := &redisSem{name: name, held: map[int64][]*heldCall{}, capOpt: cfg.concurrency}
 	r.spec.Store(sp)
 	ecfg := remote.Config{Store: st, Timeout: cfg.timeout, Jitter: cfg.jitter, ErrDeadline: ErrDeadline, TestAfterAdmit: cfg.testAfterAdmit}
 	if cfg.fallback {
-		r.localN = max(1, int64(math.Floor(cfg.share*float64(n))))
-		var lo []Option
-		if cfg.start {
-			lo = append(lo, WithStartWindow(cfg.margin))
-		}
-		if cfg.concurrency >= 0 {
-			lo = append(lo, WithConcurrency(min(cfg.concurrency, r.localN)))
-		}
-		r.local = New(r.localN, interval, lo...)
+		r.localN = max(1, int64(math.Floor(cfg.share*float64(sp.Limit.N))))
+		r.local = newLocal(r.localN)
 		ecfg.Fallback = fallback{r}
 	}
 	r.eng, err = remote.New(ecfg)
 	if err != nil {
 		return nil, fmt.Errorf("semaphore: NewRedis: %w", err)
 	}
-	s := &RateSemaphore{clock: wake.NewClock(nil), size: n, interval: interval, capOpt: cfg.concurrency, remote: r}
+	s := &RateSemaphore{clock: wake.NewClock(nil), size: sp.Limit.N, interval: sp.Limit.Per, capOpt: cfg.concurrency, remote: r}
 	return s, nil
 }
 
@@ -230,8 +296,8 @@ func (r *redisSem) tooLarge(n int64) error {
 	if n > sp.Limit.N {
 		return fmt.Errorf("%w: weight %d, limit %d per %v", ErrWeightTooLarge, n, sp.Limit.N, sp.Limit.Per)
 	}
-	if sp.Concurrency > 0 && n > sp.Concurrency {
-		return fmt.Errorf("%w: weight %d, concurrency cap %d", ErrWeightTooLarge, n, sp.Concurrency)
+	if c := sp.Capacity(); n > c {
+		return fmt.Errorf("%w: weight %d, capacity %d (burst or concurrency cap)", ErrWeightTooLarge, n, c)
 	}
 	return nil
 }
@@ -360,16 +426,17 @@ func (r *redisSem) pause(until time.Time) {
 }
 
 func (r *redisSem) setLimit(n int64, interval time.Duration) error {
-	old := r.spec.Load()
-	cfg := config{concurrency: -1}
-	if old.Kind == rstore.SlidingLog {
-		cfg.start, cfg.margin = true, old.Margin
+	if n <= 0 || interval <= 0 {
+		return fmt.Errorf("semaphore: SetLimit(%d, %v): want n > 0 and a positive interval over Redis: %w", n, interval, window.ErrInvalidLimit)
 	}
-	if old.Concurrency > 0 {
-		cfg.concurrency = old.Concurrency
+	sp := new(rstore.Spec)
+	*sp = *r.spec.Load()
+	sp.Limit = window.Limit{N: n, Per: interval}
+	sp.Concurrency = 0 // a cap of n or more is no cap
+	if r.capOpt > 0 && r.capOpt < n {
+		sp.Concurrency = r.capOpt
 	}
-	sp, err := redisSpec(n, interval, cfg)
-	if err != nil {
+	if err := sp.Check(); err != nil {
 		return fmt.Errorf("semaphore: SetLimit: %w", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), remote.DefaultTimeout+time.Second)

@@ -90,6 +90,7 @@ func waitUntil(t testing.TB, d time.Duration, what string, cond func() bool) {
 // fallback admitted it.
 type call struct {
 	start, end time.Time
+	called     time.Time // when Acquire was called (hammer only): before the admission
 	n          int64
 	proc       int
 	local      bool

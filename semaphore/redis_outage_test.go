@@ -101,7 +101,7 @@ func TestRedisDownWithoutFallback(t *testing.T) {
 	for i := range sems {
 		sems[i] = newRedisSem(t, newClient(t, srv.Addr()), name, N, per, WithLease(2*time.Second))
 	}
-	r := runOutage(t, srv, sems, G, 600*time.Millisecond, 1500*time.Millisecond, 1600*time.Millisecond)
+	r := runOutage(t, srv, sems, G, 600*time.Millisecond, 1500*time.Millisecond, 2500*time.Millisecond)
 	if len(r.failures) == 0 {
 		t.Fatal("no Acquire failed while Redis was down")
 	}
@@ -145,7 +145,7 @@ func TestRedisDownWithFallback(t *testing.T) {
 	for i := range sems {
 		sems[i] = newRedisSem(t, newClient(t, srv.Addr()), name, N, per, WithFallback(0.5), WithLease(2*time.Second))
 	}
-	r := runOutage(t, srv, sems, G, 600*time.Millisecond, 1500*time.Millisecond, 1600*time.Millisecond)
+	r := runOutage(t, srv, sems, G, 600*time.Millisecond, 1500*time.Millisecond, 2500*time.Millisecond)
 	for _, f := range r.failures {
 		t.Errorf("process %d: Acquire failed with a fallback: %v", f.proc, f.err)
 	}

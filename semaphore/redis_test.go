@@ -223,7 +223,11 @@ func TestRedisTryAcquireNeverWaits(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- s.Acquire(ctx, 1) }()
-	waitUntil(t, time.Second, "a waiter", func() bool { return s.Stats().Waiting == 1 })
+	// The waiter's first ask goes out without queueing (nobody queued
+	// yet); once refused it queues. Wait for that refusal (round trip 3:
+	// TryAcquire, TryAcquire, the waiter's), then for it to queue.
+	waitUntil(t, time.Second, "the waiter refused", func() bool { return s.Stats().RedisAdmits >= 3 })
+	time.Sleep(10 * time.Millisecond)
 	before := s.Stats().RedisAdmits
 	if s.TryAcquire(1) {
 		t.Fatal("TryAcquire overtook a waiter")
@@ -494,4 +498,79 @@ func TestRedisLimitMismatch(t *testing.T) {
 		t.Fatalf("%+v", st)
 	}
 	a.Release(1)
+}
+
+// TestRedisWithPolicy: any window of package window over Redis, shared:
+// a GCRA with a burst of 2 admits 2 at once across two processes, then
+// one per emission interval; a fixed completion window shares its N; a
+// process opening the name with another kind gets ErrLimitMismatch.
+func TestRedisWithPolicy(t *testing.T) {
+	addr := redistest.Start(t)
+	c := newClient(t, "127.0.0.1:1")
+	if _, err := NewRedisWithPolicy(c, "x", nil); err == nil {
+		t.Fatal("nil policy accepted")
+	}
+	if _, err := NewRedisWithPolicy(c, "x", window.NewGCRA(window.Limit{N: 1, Per: time.Second}, 1), WithStartWindow(0)); err == nil {
+		t.Fatal("WithStartWindow accepted with a policy")
+	}
+	if _, err := NewRedisWithPolicy(c, "x", window.NewFixedWindow(window.Limit{N: 1, Per: time.Nanosecond})); err == nil {
+		t.Fatal("a Per of 1 ns accepted")
+	}
+	name := uniqueName(t)
+	gcra := func() window.Policy { return window.NewGCRA(window.Limit{N: 10, Per: time.Second}, 2) }
+	a, err := NewRedisWithPolicy(newClient(t, addr), name, gcra())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Close() })
+	b, err := NewRedisWithPolicy(newClient(t, addr), name, gcra())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	if !a.TryAcquire(1) || !b.TryAcquire(1) {
+		t.Fatal("the burst of 2")
+	}
+	if a.TryAcquire(1) || b.TryAcquire(1) {
+		t.Fatal("a third call within the burst")
+	}
+	if a.TryAcquire(3) {
+		t.Fatal("a weight above the burst")
+	}
+	ctx := ctxT(t, 5*time.Second)
+	begin := time.Now()
+	if err := b.Acquire(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(begin); d < 50*time.Millisecond || d > 250*time.Millisecond {
+		t.Fatalf("the next GCRA call after %v; want about the emission interval, 100 ms", d)
+	}
+	a.Release(1)
+	b.Release(2)
+	other, err := NewRedisWithPolicy(newClient(t, addr), name, window.NewTokenBucket(window.Limit{N: 10, Per: time.Second}, 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = other.Close() })
+	if err := other.Acquire(ctx, 1); !errors.Is(err, ErrLimitMismatch) {
+		t.Fatalf("another kind under the same name: %v; want ErrLimitMismatch", err)
+	}
+
+	fname := uniqueName(t)
+	fc := func() window.Policy { return window.NewFixedCompletion(window.Limit{N: 2, Per: time.Minute}) }
+	f1, err := NewRedisWithPolicy(newClient(t, addr), fname, fc())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = f1.Close() })
+	f2, err := NewRedisWithPolicy(newClient(t, addr), fname, fc())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = f2.Close() })
+	if !f1.TryAcquire(1) || !f2.TryAcquire(1) || f1.TryAcquire(1) {
+		t.Fatal("the fixed completion window does not share its 2")
+	}
+	f1.Release(1)
+	f2.Release(1)
 }

@@ -2,6 +2,8 @@ package rstore
 
 import (
 	"context"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -58,11 +60,13 @@ func BenchmarkAdmit(b *testing.B) {
 	}
 	for _, c := range cases {
 		b.Run(c.name+"/serial", func(b *testing.B) {
+			us0 := scriptMicros(b, rdb)
 			for b.Loop() {
 				if err := c.op(); err != nil {
 					b.Fatal(err)
 				}
 			}
+			b.ReportMetric((scriptMicros(b, rdb)-us0)/float64(b.N), "srv-µs/op")
 		})
 		b.Run(c.name+"/parallel16", func(b *testing.B) {
 			b.SetParallelism(8)
@@ -76,4 +80,33 @@ func BenchmarkAdmit(b *testing.B) {
 			})
 		})
 	}
+}
+
+// scriptMicros returns the server's time spent in EVALSHA and EVAL so far,
+// in µs, from INFO commandstats: the scripts' own cost, without socket I/O
+// or the client, so steadier than wall time on a shared machine.
+func scriptMicros(b *testing.B, rdb *goredis.Client) float64 {
+	info, err := rdb.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	return parseScriptMicros(info)
+}
+
+// parseScriptMicros sums the usec of EVALSHA and EVAL in an INFO
+// commandstats reply.
+func parseScriptMicros(info string) float64 {
+	var us float64
+	for _, line := range strings.Split(info, "\n") {
+		if !strings.HasPrefix(line, "cmdstat_evalsha:") && !strings.HasPrefix(line, "cmdstat_eval:") {
+			continue
+		}
+		for _, f := range strings.Split(strings.TrimSpace(line[strings.IndexByte(line, ':')+1:]), ",") {
+			if v, ok := strings.CutPrefix(f, "usec="); ok {
+				x, _ := strconv.ParseFloat(v, 64)
+				us += x
+			}
+		}
+	}
+	return us
 }

@@ -3,6 +3,7 @@ package rstore
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -25,8 +26,13 @@ func TestCluster(t *testing.T) {
 	}
 	ctx := context.Background()
 	nodes := map[string]bool{}
+	// Hostile scopes too: empty ("{}" would be no hash tag), braces,
+	// percent signs, binary, the longest.
+	scopes := []string{"", "{", "}", "{}", "%", "%7B", "a}b{c", "\x00\xff:", strings.Repeat("}", MaxNameLen)}
 	for i := range 30 {
-		scope := fmt.Sprint("binance:acct", i)
+		scopes = append(scopes, fmt.Sprint("binance:acct", i))
+	}
+	for _, scope := range scopes {
 		cs := binanceOrder()
 		slots := map[int64]bool{}
 		for _, c := range cs {

@@ -2,8 +2,10 @@ package rstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -66,11 +68,31 @@ func TestSpecOf(t *testing.T) {
 // or not, the wait (to the µs, the in-process one rounded up), and "only an
 // end can help".
 func TestDifferential(t *testing.T) {
-	ctx := context.Background()
 	for _, k := range kinds {
-		t.Run(k.name, func(t *testing.T) {
+		t.Run(k.name, func(t *testing.T) { runDifferential(t, k.spec, k.make, time.Hour) })
+	}
+}
+
+// TestDifferentialLeases: as TestDifferential with a lease of 40 ms and
+// calls abandoned (never released): Redis counts each as ended at its
+// lease's end, the in-process twin is told Done at that instant; a Release
+// after it fails with ErrNotInFlight.
+func TestDifferentialLeases(t *testing.T) {
+	for _, k := range kinds {
+		t.Run(k.name, func(t *testing.T) { runDifferential(t, k.spec, k.make, 40*time.Millisecond) })
+	}
+}
+
+func runDifferential(t *testing.T, spec Spec, mk func() window.Policy, lease time.Duration) {
+	ctx := context.Background()
+	k := struct {
+		spec Spec
+		make func() window.Policy
+	}{spec, mk}
+	{
+		{
 			clk := newClock()
-			s, _ := newStore(t, clk, time.Hour)
+			s, _ := newStore(t, clk, lease)
 			for seed := range uint64(3) {
 				rng := rand.New(rand.NewPCG(seed, 7))
 				p := k.make()
@@ -81,9 +103,33 @@ func TestDifferential(t *testing.T) {
 					n   int64
 					at  time.Time
 				}
-				var live []held
+				var live, gone []held
 				for step := range 400 {
+					// Calls whose lease ran out by now (abandoned or not)
+					// end at its end, in order.
+					live = slices.DeleteFunc(live, func(h held) bool {
+						if h.at.Add(lease).After(clk.t) {
+							return false
+						}
+						gone = append(gone, h)
+						return true
+					})
+					slices.SortFunc(gone, func(a, b held) int { return a.at.Compare(b.at) })
+					for len(gone) > 0 && !gone[0].at.Add(lease).After(clk.t) {
+						p.Done(gone[0].at.Add(lease), gone[0].n)
+						if step%7 == 0 { // a late Release finds no lease
+							c := []Charge{{Rule: "r", Key: key, Spec: &sp, Weight: gone[0].n}}
+							if err := s.Release(ctx, "diff", c, gone[0].tok); gone[0].n > 0 && (sp.Kind == Completion || sp.Kind == FixedCompletion) && !errors.Is(err, ErrNotInFlight) {
+								t.Fatalf("seed %d step %d: release after the lease: %v", seed, step, err)
+							}
+						}
+						gone = gone[1:]
+					}
 					switch op := rng.IntN(10); {
+					case op == 9 && lease < time.Hour && len(live) > 0:
+						i := rng.IntN(len(live))
+						gone = append(gone, live[i])
+						live = append(live[:i], live[i+1:]...)
 					case op < 5:
 						n := rng.Int64N(4)
 						n = min(n, sp.Capacity())
@@ -141,6 +187,91 @@ func TestDifferential(t *testing.T) {
 					}
 				}
 			}
-		})
+		}
+	}
+}
+
+// TestDifferentialMulti: calls of three charges of random kinds, decided
+// at once in Redis, against the in-process twins admitted one by one and
+// the admitted ones cancelled at the same instant when one refuses: the
+// same decisions, and on a refusal the largest wait of the refusing
+// charges (or "only a release can help").
+func TestDifferentialMulti(t *testing.T) {
+	ctx := context.Background()
+	clk := newClock()
+	s, _ := newStore(t, clk, time.Hour)
+	for seed := range uint64(12) {
+		rng := rand.New(rand.NewPCG(seed, 11))
+		const nc = 3
+		var ps [nc]window.Policy
+		var sps [nc]Spec
+		for i := range nc {
+			k := kinds[rng.IntN(len(kinds))]
+			ps[i], sps[i] = k.make(), k.spec
+		}
+		type held struct {
+			tok string
+			cs  []Charge
+		}
+		var live []held
+		for step := range 300 {
+			switch op := rng.IntN(10); {
+			case op < 6:
+				cs := make([]Charge, nc)
+				for i := range nc {
+					cs[i] = Charge{Rule: fmt.Sprint("r", i), Key: fmt.Sprint("s", seed), Spec: &sps[i], Weight: min(rng.Int64N(3), sps[i].Capacity())}
+				}
+				d, err := s.Admit(ctx, "multi", cs)
+				if err != nil {
+					t.Fatalf("seed %d step %d: %v", seed, step, err)
+				}
+				ok, release := true, false
+				var wait time.Duration
+				var admitted []int
+				for i := range nc {
+					at, yes := ps[i].Admit(clk.t, cs[i].Weight)
+					switch {
+					case yes:
+						admitted = append(admitted, i)
+					case at.IsZero():
+						ok, release = false, true
+					default:
+						ok = false
+						wait = max(wait, at.Sub(clk.t))
+					}
+				}
+				if ok != d.OK {
+					t.Fatalf("seed %d step %d: %v: redis %+v, in process ok=%v", seed, step, sps, d, ok)
+				}
+				if ok {
+					live = append(live, held{d.Token, cs})
+					break
+				}
+				for _, i := range admitted {
+					ps[i].Cancel(clk.t, cs[i].Weight)
+				}
+				if release != d.Release {
+					t.Fatalf("seed %d step %d: redis %+v, in process release-only=%v", seed, step, d, release)
+				}
+				if !release {
+					wantUS := (wait + time.Microsecond - 1).Truncate(time.Microsecond)
+					if d.Wait < wantUS || d.Wait > wantUS+time.Microsecond {
+						t.Fatalf("seed %d step %d: redis wait %v, in process %v", seed, step, d.Wait, wait)
+					}
+				}
+			case op < 8 && len(live) > 0:
+				i := rng.IntN(len(live))
+				h := live[i]
+				live = append(live[:i], live[i+1:]...)
+				if err := s.Release(ctx, "multi", h.cs, h.tok); err != nil {
+					t.Fatalf("seed %d step %d: release: %v", seed, step, err)
+				}
+				for j := range nc {
+					ps[j].Done(clk.t, h.cs[j].Weight)
+				}
+			default:
+				clk.add(time.Duration(rng.Int64N(40_000)) * time.Microsecond)
+			}
+		}
 	}
 }

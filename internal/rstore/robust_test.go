@@ -3,6 +3,7 @@ package rstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -194,7 +195,9 @@ func TestLeaseFreesUnits(t *testing.T) {
 }
 
 // TestLostState: a limiter whose leases were deleted while calls were in
-// flight is held full for a Per, Decision.Lost set.
+// flight is held full for a Per, Decision.Lost set, from the next full
+// sweep (within a second: until then the counts kept in its hash, upper
+// bounds, decide), even when admissions made the leases' key again.
 func TestLostState(t *testing.T) {
 	clk := newClock()
 	s, rdb := newStore(t, clk, time.Minute)
@@ -205,6 +208,10 @@ func TestLostState(t *testing.T) {
 	}
 	k := s.Keys("", c[0])
 	rdb.Del(ctx, k[1])
+	if d, _ := s.Admit(ctx, "", c); !d.OK || d.Lost { // the counts still bound the state
+		t.Fatalf("right after losing the leases: %+v", d)
+	}
+	clk.add(time.Second)
 	d, err := s.Admit(ctx, "", c)
 	if err != nil || d.OK || !d.Lost || d.Wait != 2*time.Second {
 		t.Fatalf("after losing the leases: %+v %v", d, err)
@@ -317,7 +324,7 @@ func TestHostileInputs(t *testing.T) {
 			k := s.Keys(sc, Charge{Rule: p[0], Key: p[1]})
 			tag := k[0][strings.Index(k[0], "{")+1 : strings.Index(k[0], "}")]
 			for _, key := range k {
-				if got := key[strings.Index(key, "{")+1 : strings.Index(key, "}")]; got != tag || tag == "" && sc != "" {
+				if got := key[strings.Index(key, "{")+1 : strings.Index(key, "}")]; got != tag || tag == "" {
 					t.Errorf("scope %q: key %q has tag %q, want %q", sc, key, got, tag)
 				}
 			}
@@ -348,5 +355,142 @@ func TestTTL(t *testing.T) {
 		if ttl <= 0 || ttl > 4*time.Second {
 			t.Errorf("%s: TTL %v, want (0, Per + lease + 1s]", key, ttl)
 		}
+	}
+}
+
+// TestMaxChargesOddNames: a call of MaxCharges charges of every kind, with
+// binary, empty and longest names, in a binary scope, is admitted and
+// released in one round trip each; when its last charge refuses, none of
+// the others changed.
+func TestMaxChargesOddNames(t *testing.T) {
+	clk := newClock()
+	s, _ := newStore(t, clk, time.Minute)
+	ctx := context.Background()
+	scope := "\x00{}%:" + strings.Repeat("\xff", MaxNameLen-6)
+	names := []string{"", ":", "\x00", "{", "}", "%", strings.Repeat("k", MaxNameLen-2), "a:b"}
+	cs := make([]Charge, MaxCharges)
+	for i := range cs {
+		sp := kinds[i%len(kinds)].spec
+		cs[i] = Charge{Rule: names[i%len(names)], Key: names[(i/len(names))%len(names)] + fmt.Sprint(i), Spec: &sp, Weight: 1}
+	}
+	d, err := s.Admit(ctx, scope, cs)
+	if err != nil || !d.OK {
+		t.Fatalf("%d charges: %+v %v", len(cs), d, err)
+	}
+	if err := s.Release(ctx, scope, cs, d.Token); err != nil {
+		t.Fatal(err)
+	}
+	// Fill the last charge's limiter alone, then a call of all of them is
+	// refused by it and leaves the others as they were: each still takes
+	// its whole capacity minus what the first call used.
+	last := cs[len(cs)-1]
+	full := last
+	full.Weight = last.Spec.Capacity() - 1
+	if d, err := s.Admit(ctx, scope, []Charge{full}); err != nil || !d.OK {
+		t.Fatalf("filling the last: %+v %v", d, err)
+	}
+	if d, err := s.Admit(ctx, scope, cs); err != nil || d.OK || d.Refused != len(cs)-1 {
+		t.Fatalf("refused call: %+v %v", d, err)
+	}
+	for i, c := range cs[:len(cs)-1] {
+		c.Weight = c.Spec.Capacity() - 1
+		if c.Spec.Kind == GCRA && c.Spec.Burst == 0 {
+			// A pacer spaced the first call: the next one waits one
+			// emission interval, not two.
+			c.Weight = 1
+			if d, err := s.Admit(ctx, scope, []Charge{c}); err != nil || d.OK || d.Wait != c.Spec.Limit.Per/time.Duration(c.Spec.Limit.N) {
+				t.Fatalf("pacer %d after the refused call: %+v %v", i, d, err)
+			}
+			continue
+		}
+		if d, err := s.Admit(ctx, scope, []Charge{c}); err != nil || !d.OK {
+			t.Fatalf("charge %d (%s) after the refused call: %+v %v", i, c.Spec, d, err)
+		}
+	}
+}
+
+// TestExtendKeepsKeys: a lease extended past the keys' TTL keeps them:
+// later admissions, which refresh TTLs only when the recorded expiry comes
+// near, do not shorten them under the extended lease.
+func TestExtendKeepsKeys(t *testing.T) {
+	clk := newClock()
+	s, rdb := newStore(t, clk, time.Second)
+	ctx := context.Background()
+	c := []Charge{{Rule: "r", Key: "k", Spec: spec(Completion, 5, 100*time.Millisecond), Weight: 1}}
+	d, err := s.Admit(ctx, "", c)
+	if err != nil || !d.OK {
+		t.Fatal(d, err)
+	}
+	if err := s.Extend(ctx, "", c, d.Token, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		clk.add(1500 * time.Millisecond)
+		if d, err := s.Admit(ctx, "", c); err != nil || !d.OK {
+			t.Fatal(d, err)
+		}
+	}
+	ks := s.Keys("", c[0])
+	for _, k := range ks[:2] {
+		if ttl := rdb.PTTL(ctx, k).Val(); ttl < 30*time.Minute {
+			t.Errorf("%s: TTL %v under a lease extended by an hour", k, ttl)
+		}
+	}
+}
+
+// TestSweepMany: a thousand leases that ran out at once are ended in one
+// sweep (their log entries added in batches), each counted as ended at its
+// lease's end.
+func TestSweepMany(t *testing.T) {
+	clk := newClock()
+	s, rdb := newStore(t, clk, time.Millisecond)
+	ctx := context.Background()
+	c := []Charge{{Rule: "r", Key: "k", Spec: spec(Completion, 1500, time.Second), Weight: 1}}
+	start := clk.t
+	for i := range 1000 {
+		if d, err := s.Admit(ctx, "", c); err != nil || !d.OK {
+			t.Fatalf("call %d: %+v %v", i, d, err)
+		}
+	}
+	clk.add(2 * time.Millisecond)
+	c[0].Weight = 501
+	d, err := s.Admit(ctx, "", c)
+	if err != nil || d.OK || d.Release || d.Wait != start.Add(time.Millisecond+time.Second).Sub(clk.t) {
+		t.Fatalf("501 over 1000 ended: %+v %v", d, err)
+	}
+	if n := rdb.ZCard(ctx, s.Keys("", c[0])[2]).Val(); n != 1000 {
+		t.Fatalf("log holds %d entries, want 1000", n)
+	}
+	c[0].Weight = 500
+	if d, err := s.Admit(ctx, "", c); err != nil || !d.OK {
+		t.Fatalf("500 over 1000 ended: %+v %v", d, err)
+	}
+}
+
+// TestFixedCompletionCarryAfterExpiry: a fixed completion window carries
+// into a new window only the calls still in flight at its start: a call
+// whose lease ran out before (not yet swept) is not carried when a release
+// is what rolls the window.
+func TestFixedCompletionCarryAfterExpiry(t *testing.T) {
+	clk := newClock()
+	clk.t = clk.t.Truncate(100 * time.Millisecond) // a window starts
+	s, _ := newStore(t, clk, 10*time.Millisecond)
+	ctx := context.Background()
+	c := []Charge{{Rule: "r", Key: "k", Spec: spec(FixedCompletion, 5, 100*time.Millisecond), Weight: 1}}
+	if d, err := s.Admit(ctx, "", c); err != nil || !d.OK { // A: its lease runs out at 10 ms
+		t.Fatal(d, err)
+	}
+	clk.add(95 * time.Millisecond)
+	b, err := s.Admit(ctx, "", c) // B: in flight across the window's end
+	if err != nil || !b.OK {
+		t.Fatal(b, err)
+	}
+	clk.add(6 * time.Millisecond) // the next window: B carried, A not
+	if err := s.Release(ctx, "", c, b.Token); err != nil {
+		t.Fatal(err)
+	}
+	c[0].Weight = 4
+	if d, err := s.Admit(ctx, "", c); err != nil || !d.OK {
+		t.Fatalf("4 units over B carried alone: %+v %v", d, err)
 	}
 }

@@ -12,7 +12,7 @@
 //
 // A (rule, key) limiter of scope S under prefix P keeps its state under
 // keys that begin with P + ":{" + tag(S) + "}:" followed by the encoded
-// rule name and key. tag percent-encodes '%', '{', '}' so every scope is a
+// rule name and key. tag percent-encodes '%', ':', '{', '}' (and is "%" for the empty scope) so every scope is a
 // well-formed, non-empty hash tag: all the keys one call touches (one
 // scope) hash to one slot of a Redis Cluster, and every key is passed to
 // the script in KEYS (none is built inside Lua). The consequence, which
@@ -20,6 +20,19 @@
 //
 // Every key has a TTL just over the time its state matters, refreshed by
 // the scripts that write it: an idle limiter leaves nothing behind.
+//
+// # Cost
+//
+// The admission script decides most calls without defining a helper
+// function (closures cost a few µs per run): one charge of a GCRA or a
+// completion window in one HMGET and one HSET (and the lease's ZADD), any
+// call whose every charge fits on the counts kept in the hashes (upper
+// bounds: leases that ran out are swept, and logs pruned, lazily, at least
+// once a second per busy limiter and before any refusal) in one HMGET, one
+// HSET and the leases' and logs' ZADDs per charge. TTLs are refreshed once
+// a second. The full path runs for the rest (a refusal, a pause, a spec to
+// adopt, a new or lost limiter, a roll with calls in flight) and decides
+// the same way. AdmitLua and AdmitCall expose the script for benchmarks.
 //
 // # Clock
 //
@@ -408,6 +421,11 @@ func (s *Store) Keys(scope string, c Charge) [3]string {
 	b.Grow(len(s.prefix) + len(scope) + len(c.Rule) + len(c.Key) + 16)
 	b.WriteString(s.prefix)
 	b.WriteString(":{")
+	if scope == "" {
+		// "{}" is no hash tag to Redis Cluster (the whole key would be
+		// hashed): the empty scope's tag is "%", which no escaped scope is.
+		b.WriteByte('%')
+	}
 	escape(&b, scope)
 	b.WriteString("}:")
 	escape(&b, c.Rule)
@@ -497,6 +515,10 @@ type Decision struct {
 	Paused bool
 	// Lost reports that a limiter's state was found lost (part of its
 	// keys evicted or deleted) and is held full for the time it forgets.
+	// A lost hash is found at once; a lost set of leases or log while the
+	// hash remains, at the next full sweep (at most a second later, or at
+	// the first refusal): until then the counts the hash keeps, which
+	// bound the state from above, decide.
 	Lost bool
 	// Adopted lists the indices of charges whose stored Spec (written by
 	// SetLimit) replaced the caller's.
@@ -701,4 +723,34 @@ func (s *Store) SetLimit(ctx context.Context, scope string, c Charge) error {
 		return fmt.Errorf("ratesem: redis set limit: %w", err)
 	}
 	return nil
+}
+
+// AdmitLua returns the Lua source of the admission script Admit runs with
+// EVALSHA (for benchmarks that measure the raw script, e.g. against
+// go-redis/redis_rate). Its KEYS and ARGV for a call are those AdmitCall
+// returns; its reply is {1, now µs, 0, 0, flags, adopted} when every
+// charge was admitted, {0, now µs, wait µs, refusing charge (from 1),
+// flags, adopted} when none was, or {-1, charge, stored spec} for a limit
+// mismatch; flags: 1 only a release can help, 2 paused, 4 lost state, 8 a
+// lease was taken; adopted: the charges (from 1) whose stored spec was
+// adopted, comma-separated.
+func AdmitLua() string { return admitSource }
+
+// AdmitCall returns the KEYS and ARGV with which Admit would run the
+// admission script (AdmitLua) for the call cs in scope, token being the
+// call's 16 hex digits. KEYS holds three keys per charge, in order: the
+// limiter's hash, its sorted set of leases, its sorted set log (Keys).
+// ARGV holds:
+//
+//	ARGV[1]  the instant in µs since the Unix epoch (Options.Now), or "" for the server's TIME
+//	ARGV[2]  the token
+//	ARGV[3]  the lease in µs
+//	ARGV[4]  the number of charges
+//
+// and then 8 values per charge: the spec as stored ("kind/N/Per µs/p1/
+// concurrency"), kind, N, Per in µs, p1 (burst, margin in µs or blocks),
+// the concurrency cap, the weight, the TTL of its keys in ms. It returns
+// the errors Admit returns before a round trip. It does not talk to Redis.
+func (s *Store) AdmitCall(scope string, cs []Charge, token string) (keys []string, args []any, err error) {
+	return s.call(scope, cs, token, s.leaseS)
 }

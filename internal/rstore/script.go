@@ -29,11 +29,19 @@ import goredis "github.com/redis/go-redis/v9"
 // (sliding log).
 const perArg = 8
 
-const prelude = `
+// header reads the charge count and the instant.
+const header = `
 local NC = tonumber(ARGV[4])
 local now
 if ARGV[1] ~= '' then now = tonumber(ARGV[1]) else
-  local t = redis.call('TIME'); now = tonumber(t[1]) * 1000000 + tonumber(t[2]) end
+  local t = redis.call('TIME'); now = t[1] * 1000000 + t[2] end
+`
+
+// prelude defines the helpers of the full path. Defining them costs a few
+// µs per run (closures), so the admission script runs its fast path first
+// and reaches the prelude only when the fast path cannot decide.
+const prelude = `
+local GAP = 1000000 -- at most this long (µs) between full sweeps of a busy limiter
 local function fdiv(a, b) return math.floor(a / b) end
 local function wt(m) return tonumber(string.match(m, ':(%d+)$')) end
 
@@ -50,7 +58,7 @@ local function lim(i, adopt)
     n = tonumber(ARGV[b+7]), ttl = tonumber(ARGV[b+8]), dirty = {}}
   local fs = KF[L.kind]
   if fs == nil then return nil, '' end
-  local v = redis.call('HMGET', L.H, 's', 'S', 'p', 'h', 'x', unpack(fs))
+  local v = redis.call('HMGET', L.H, 's', 'S', 'p', 'h', 'x', 'g', 'fc', 'zc', unpack(fs))
   L.new = (v[1] == false)
   if not L.new and v[1] ~= L.spec then
     if v[2] == '1' and adopt then
@@ -61,14 +69,15 @@ local function lim(i, adopt)
       L.adopted = true
       if KF[L.kind] ~= fs then
         fs = KF[L.kind]
-        v = redis.call('HMGET', L.H, 's', 'S', 'p', 'h', 'x', unpack(fs))
+        v = redis.call('HMGET', L.H, 's', 'S', 'p', 'h', 'x', 'g', 'fc', 'zc', unpack(fs))
       end
     else
       return nil, v[1]
     end
   end
-  L.p, L.h, L.x = tonumber(v[3]), tonumber(v[4]), tonumber(v[5])
-  for j = 1, #fs do L[fs[j]] = tonumber(v[5 + j]) end
+  L.p, L.h, L.x, L.g = tonumber(v[3]), tonumber(v[4]), tonumber(v[5]), tonumber(v[6])
+  L.fc, L.zc = tonumber(v[7]) or 0, tonumber(v[8]) or 0
+  for j = 1, #fs do L[fs[j]] = tonumber(v[8 + j]) end
   L.f = L.f or 0
   L.z = L.z or 0
   L.t0 = math.max(now, L.m or 0) -- time never goes back for one limiter
@@ -125,17 +134,22 @@ local function sweep(L)
     if redis.call('EXISTS', L.F) == 0 then L.lost = true end
     return
   end
+  local logs = {} -- score, member pairs for the log, added 200 at a time
   for j = 1, #exp, 2 do
     local m, d = exp[j], tonumber(exp[j+1])
     local n = wt(m)
     if L.kind == 2 then roll(L, d) end
     set(L, 'f', math.max(L.f - n, 0))
+    set(L, 'fc', math.max(L.fc - 1, 0))
     if L.kind == 1 then
-      redis.call('ZADD', L.Z, d, m)
+      logs[#logs+1] = d; logs[#logs+1] = m
+      if #logs == 400 then redis.call('ZADD', L.Z, unpack(logs)); logs = {} end
       if L.z == 0 then L.fresh = true end
       set(L, 'z', L.z + n)
+      set(L, 'zc', L.zc + 1)
     end
   end
+  if #logs > 0 then redis.call('ZADD', L.Z, unpack(logs)) end
   redis.call('ZREMRANGEBYSCORE', L.F, '-inf', L.t0)
 end
 
@@ -151,6 +165,7 @@ local function prune(L)
   local sum = 0
   for j = 1, #old do sum = sum + wt(old[j]) end
   set(L, 'z', math.max(L.z - sum, 0))
+  set(L, 'zc', math.max(L.zc - #old, 0))
   redis.call('ZREMRANGEBYSCORE', L.Z, '-inf', cut)
 end
 
@@ -176,6 +191,11 @@ local function emit(L) return math.ceil(L.per / L.N) end
 -- rolled, bucket refilled) and detects lost state.
 local function prepare(L)
   if L.new and (redis.call('EXISTS', L.F) == 1 or redis.call('EXISTS', L.Z) == 1) then L.lost = true end
+  -- A key of the limiter evicted or deleted, even if a fast admission has
+  -- since made it again: its members disagree with the count kept.
+  if not L.new and L.leased and redis.call('ZCARD', L.F) ~= L.fc then L.lost = true end
+  if not L.new and L.logged and redis.call('ZCARD', L.Z) ~= L.zc then L.lost = true end
+  if L.leased or L.logged then set(L, 'g', L.t0 + GAP) end
   sweep(L)
   prune(L)
   local k = L.kind
@@ -185,14 +205,15 @@ local function prepare(L)
   if L.lost then
     -- Rebuild from what is left and hold the limiter full for the time it
     -- forgets: calls the state forgot may have ended within the last Per.
-    local f, z = 0, 0
+    local f, z, zc = 0, 0, 0
     local fl = redis.call('ZRANGE', L.F, 0, -1)
     for j = 1, #fl do f = f + wt(fl[j]) end
     if L.logged then
       local zl = redis.call('ZRANGE', L.Z, 0, -1)
       for j = 1, #zl do z = z + wt(zl[j]) end
+      zc = #zl
     end
-    set(L, 'f', f); set(L, 'z', z)
+    set(L, 'f', f); set(L, 'z', z); set(L, 'fc', #fl); set(L, 'zc', zc)
     L.fresh = true
     set(L, 'h', L.t0 + math.max(L.per + (k == 3 and L.p1 or 0), 1000000))
   end
@@ -290,12 +311,14 @@ local function commit(L, tok, lease)
     redis.call('ZADD', L.F, t + lease, tok .. ':' .. n)
     if L.f == 0 then L.fresh = true end
     set(L, 'f', L.f + n)
+    set(L, 'fc', L.fc + 1)
   end
   if k == 2 or k == 4 then set(L, 'u', L.u + n)
   elseif k == 3 then
     redis.call('ZADD', L.Z, t + L.p1, tok .. ':' .. n)
     if L.z == 0 then L.fresh = true end
     set(L, 'z', L.z + n)
+    set(L, 'zc', L.zc + 1)
   elseif k == 5 then set(L, 'c', L.c + n)
   elseif k == 6 then redis.call('HINCRBY', L.H, 'b' .. (L.w % L.p1), n); set(L, 'c', L.c + n)
   elseif k == 7 or k == 8 then set(L, 't', L.t - n); set(L, 'a', t)
@@ -311,6 +334,8 @@ local function save(L)
   if L.p ~= nil and L.p > L.t0 then ttl = math.max(ttl, math.ceil((L.p - L.t0) / 1000) + 1000) end
   if L.h ~= nil and L.h > L.t0 then ttl = math.max(ttl, math.ceil((L.h - L.t0) / 1000) + 1000) end
   local refresh = L.new or L.fresh or L.x == nil or L.x - L.t0 < (ttl - 1000) * 1000
+  -- never shorten an expiry set further (Extend, a pause)
+  if refresh and L.x ~= nil and L.x - L.t0 > ttl * 1000 then ttl = math.ceil((L.x - L.t0) / 1000) end
   if refresh then set(L, 'x', L.t0 + ttl * 1000) end
   local args = {}
   -- Numbers go as they are: Redis formats them exactly (%.17g), plain
@@ -336,12 +361,222 @@ local function loadall(adopt)
 end
 `
 
+// singleAdmit is the cheapest path, for the commonest calls: one charge of
+// a GCRA or a completion window, of a positive weight, without a
+// concurrency cap, that fits (ARGV[5] to ARGV[12] are its spec, kind, N,
+// Per µs, p1, concurrency, weight, TTL). It decides as fastAdmit would,
+// with fewer fields read and no tables but the replies; anything else falls
+// through to fastAdmit, changing nothing.
+const singleAdmit = `
+if NC == 1 and ARGV[10] == '0' and ARGV[11] ~= '0' then
+  local k, H = ARGV[6], KEYS[1]
+  if k == '9' then
+    local v = redis.call('HMGET', H, 's', 'p', 'h', 'x', 't', 'a')
+    if v[1] == ARGV[5] and v[5] and (not v[2] or tonumber(v[2]) <= now) and (not v[3] or tonumber(v[3]) <= now) then
+      local n, N, per, p1 = tonumber(ARGV[11]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
+      local t = tonumber(v[5])
+      local em = math.ceil(per / N)
+      local tol = 0
+      if p1 > 0 then tol = (p1 - n) * em end
+      if t - now <= tol then
+        local a = tonumber(v[6]) or now
+        local ttl, x = tonumber(ARGV[12]), tonumber(v[4])
+        if x == nil or x - now < (ttl - 1000) * 1000 then
+          redis.call('HSET', H, 't', math.max(t, now) + n * em, 'a', math.max(a, now), 'x', now + ttl * 1000)
+          redis.call('PEXPIRE', H, ttl)
+        else
+          redis.call('HSET', H, 't', math.max(t, now) + n * em, 'a', math.max(a, now))
+        end
+        return {1, now, 0, 0, 0, ''}
+      end
+    end
+  elseif k == '1' then
+    local v = redis.call('HMGET', H, 's', 'p', 'h', 'x', 'g', 'f', 'fc', 'm', 'z')
+    if v[1] == ARGV[5] then
+      local t0 = math.max(now, tonumber(v[8]) or 0)
+      local g = tonumber(v[5])
+      if g and g > t0 and (not v[2] or tonumber(v[2]) <= t0) and (not v[3] or tonumber(v[3]) <= t0) then
+        local n, N = tonumber(ARGV[11]), tonumber(ARGV[7])
+        local f, fc = tonumber(v[6]) or 0, tonumber(v[7]) or 0
+        if n <= N - f - (tonumber(v[9]) or 0) then
+          local ttl, x = tonumber(ARGV[12]), tonumber(v[4])
+          redis.call('ZADD', KEYS[2], t0 + tonumber(ARGV[3]), ARGV[2] .. ':' .. ARGV[11])
+          if x == nil or x - t0 < (ttl - 1000) * 1000 then
+            redis.call('HSET', H, 'f', f + n, 'fc', fc + 1, 'm', t0, 'x', t0 + ttl * 1000)
+            redis.call('PEXPIRE', H, ttl)
+            redis.call('PEXPIRE', KEYS[2], ttl)
+            if v[9] and v[9] ~= '0' then redis.call('PEXPIRE', KEYS[3], ttl) end
+          else
+            redis.call('HSET', H, 'f', f + n, 'fc', fc + 1, 'm', t0)
+            -- the leases' key was just made: it alone needs a TTL
+            if f == 0 then redis.call('PEXPIRE', KEYS[2], ttl) end
+          end
+          return {1, now, 0, 0, 8, ''}
+        end
+      end
+    end
+  end
+end
+`
+
+// fastAdmit decides, with no helper functions, a call whose every charge
+// fits on the state as stored: no pause, no lost state, no spec to adopt,
+// a stored spec, a full sweep done within GAP for the limiters with sorted
+// sets, no sub-window block and no fixed completion window with calls in
+// flight to roll. The counts of leases and logs it reads may still hold
+// entries that ran out (swept or pruned lazily): they are upper bounds, so
+// a call that fits on them fits the exact state, and it decides as the full
+// path would. Otherwise it changes nothing and the full path runs.
+const fastAdmit = `
+local FA = {}
+local fast = true
+for i = 1, NC do
+  local b = 4 + (i - 1) * 8
+  local H = KEYS[3*i-2]
+  local k, n, conc = tonumber(ARGV[b+2]), tonumber(ARGV[b+7]), tonumber(ARGV[b+6])
+  -- the fields of kind k, after s p h x g f fc (v[1] to v[7])
+  local v
+  if k == 9 then v = redis.call('HMGET', H, 's', 'p', 'h', 'x', 'g', 'f', 'fc', 't', 'a')
+  elseif k == 1 then v = redis.call('HMGET', H, 's', 'p', 'h', 'x', 'g', 'f', 'fc', 'm', 'z')
+  elseif k == 2 then v = redis.call('HMGET', H, 's', 'p', 'h', 'x', 'g', 'f', 'fc', 'm', 'w', 'u')
+  elseif k == 3 then v = redis.call('HMGET', H, 's', 'p', 'h', 'x', 'g', 'f', 'fc', 'm', 'z', 'zc')
+  elseif k == 4 then v = redis.call('HMGET', H, 's', 'p', 'h', 'x', 'g', 'f', 'fc', 'w', 'u')
+  elseif k == 5 then v = redis.call('HMGET', H, 's', 'p', 'h', 'x', 'g', 'f', 'fc', 'm', 'w', 'c', 'v')
+  elseif k == 6 then v = redis.call('HMGET', H, 's', 'p', 'h', 'x', 'g', 'f', 'fc', 'w', 'c')
+  else v = redis.call('HMGET', H, 's', 'p', 'h', 'x', 'g', 'f', 'fc', 't', 'r', 'l', 'a') end
+  if v[1] ~= ARGV[b+1] then fast = false; break end
+  local leased = k == 1 or k == 2 or conc > 0
+  local logged = k == 1 or k == 3
+  local t0 = now
+  if k == 1 or k == 2 or k == 3 or k == 5 then t0 = math.max(now, tonumber(v[8]) or 0) end
+  local p, h, g = tonumber(v[2]), tonumber(v[3]), tonumber(v[5])
+  if (p ~= nil and p > t0) or (h ~= nil and h > t0) then fast = false; break end
+  if (leased or logged) and (g == nil or g <= t0) then fast = false; break end
+  local f, fc = tonumber(v[6]) or 0, tonumber(v[7]) or 0
+  if conc > 0 and n > conc - f then fast = false; break end
+  local N, per, p1 = tonumber(ARGV[b+3]), tonumber(ARGV[b+4]), tonumber(ARGV[b+5])
+  local hs = {}
+  local c = {H = H, k = k, n = n, t0 = t0, hs = hs, leased = leased, logged = logged, f = f,
+    x = tonumber(v[4]), ttl = tonumber(ARGV[b+8]), i = i}
+  if k == 1 or k == 2 or k == 3 or k == 5 then hs[#hs+1] = 'm'; hs[#hs+1] = t0 end
+  if n > 0 then
+    if k == 1 then
+      local z = tonumber(v[9]) or 0
+      if n > N - f - z then fast = false; break end
+      c.z = z
+    elseif k == 2 or k == 4 then
+      local w, u
+      if k == 2 then w, u = tonumber(v[9]), tonumber(v[10]) or 0 else w, u = tonumber(v[8]), tonumber(v[9]) or 0 end
+      if w == nil then fast = false; break end
+      local idx = math.floor(t0 / per)
+      if idx > w then
+        if k == 2 and f > 0 then fast = false; break end
+        u = 0; hs[#hs+1] = 'w'; hs[#hs+1] = idx
+      end
+      if n > N - u then fast = false; break end
+      hs[#hs+1] = 'u'; hs[#hs+1] = u + n
+    elseif k == 3 then
+      local z, zc = tonumber(v[9]) or 0, tonumber(v[10]) or 0
+      if n > N - z then fast = false; break end
+      c.z = z
+      hs[#hs+1] = 'z'; hs[#hs+1] = z + n; hs[#hs+1] = 'zc'; hs[#hs+1] = zc + 1
+      c.log = t0 + p1
+    elseif k == 5 then
+      local w, cv, vv = tonumber(v[9]), tonumber(v[10]) or 0, tonumber(v[11]) or 0
+      if w == nil then fast = false; break end
+      local idx = math.floor(t0 / per)
+      if idx == w + 1 then vv = cv; cv = 0; w = idx elseif idx > w + 1 then vv = 0; cv = 0; w = idx end
+      local e = math.min(math.max(t0 - w * per, 0), per)
+      if vv * (per - e) + (cv + n) * per > N * per then fast = false; break end
+      hs[#hs+1] = 'w'; hs[#hs+1] = w; hs[#hs+1] = 'v'; hs[#hs+1] = vv; hs[#hs+1] = 'c'; hs[#hs+1] = cv + n
+    elseif k == 6 then
+      local w, cv = tonumber(v[8]), tonumber(v[9]) or 0
+      if w == nil or math.floor(t0 / math.ceil(per / p1)) > w then fast = false; break end
+      if n > N - cv then fast = false; break end
+      hs[#hs+1] = 'c'; hs[#hs+1] = cv + n
+      c.block = 'b' .. (w % p1)
+    elseif k == 7 or k == 8 then
+      local t, r, l = tonumber(v[8]), tonumber(v[9]) or 0, tonumber(v[10])
+      if t == nil or l == nil then fast = false; break end
+      if t0 > l then
+        local e = t0 - l
+        l = t0
+        if t >= p1 then t = p1; r = 0 else
+          local a = math.floor(e / per)
+          local x = (e - a * per) * N + r
+          local q = a * N + math.floor(x / per)
+          if q >= p1 - t then t = p1; r = 0 else t = t + q; r = x % per end
+        end
+      end
+      if n > t then fast = false; break end
+      hs[#hs+1] = 't'; hs[#hs+1] = t - n; hs[#hs+1] = 'r'; hs[#hs+1] = r
+      hs[#hs+1] = 'l'; hs[#hs+1] = l; hs[#hs+1] = 'a'; hs[#hs+1] = t0
+    elseif k == 9 then
+      local t, a = tonumber(v[8]), tonumber(v[9])
+      if t == nil then fast = false; break end
+      local em = math.ceil(per / N)
+      local tol = 0
+      if p1 > 0 then tol = (p1 - n) * em end
+      if t - t0 > tol then fast = false; break end
+      hs[#hs+1] = 't'; hs[#hs+1] = math.max(t, t0) + n * em
+      hs[#hs+1] = 'a'; hs[#hs+1] = math.max(a or t0, t0)
+    else
+      fast = false; break
+    end
+    if leased then hs[#hs+1] = 'f'; hs[#hs+1] = f + n; hs[#hs+1] = 'fc'; hs[#hs+1] = fc + 1 end
+  elseif k == 2 or k == 4 or k == 5 or k == 6 or k == 7 or k == 8 or k == 9 then
+    -- a weight of 0 fits, but the full path rolls and refills first
+    fast = false; break
+  end
+  FA[i] = c
+end
+if fast then
+  local flags, lease, tok = 0, tonumber(ARGV[3]), ARGV[2]
+  for i = 1, NC do
+    local c = FA[i]
+    local n, H, hs = c.n, c.H, c.hs
+    local freshF, freshZ = false, false -- a key made by this call, which alone needs a TTL
+    if n > 0 then
+      local m = tok .. ':' .. n
+      if c.leased then
+        redis.call('ZADD', KEYS[3*i-1], c.t0 + lease, m)
+        flags = 8
+        if c.f == 0 then freshF = true end
+      end
+      if c.k == 3 then
+        redis.call('ZADD', KEYS[3*i], c.log, m)
+        if c.z == 0 then freshZ = true end
+      elseif c.k == 6 then
+        redis.call('HINCRBY', H, c.block, n)
+      end
+    end
+    local ttl = c.ttl
+    local refresh = c.x == nil or c.x - c.t0 < (ttl - 1000) * 1000
+    if refresh then hs[#hs+1] = 'x'; hs[#hs+1] = c.t0 + ttl * 1000
+    else
+      if freshF then redis.call('PEXPIRE', KEYS[3*i-1], ttl) end
+      if freshZ then redis.call('PEXPIRE', KEYS[3*i], ttl) end
+    end
+    if #hs > 0 then redis.call('HSET', H, unpack(hs)) end
+    if refresh then
+      redis.call('PEXPIRE', H, ttl)
+      if c.leased and (c.f > 0 or n > 0) then redis.call('PEXPIRE', KEYS[3*i-1], ttl) end
+      if c.logged and ((c.z or 0) > 0 or n > 0) then redis.call('PEXPIRE', KEYS[3*i], ttl) end
+    end
+  end
+  return {1, now, 0, 0, flags, ''}
+end
+`
+
 // admitScript: ARGV[2] the token, ARGV[3] the lease in µs. Reply {1, now,
 // 0, 0, flags, adopted} or {0, now, wait µs, refuser, flags, adopted}, or
 // {-1, charge, stored spec} for a spec mismatch. flags: 1 only a release
 // can help, 2 paused, 4 state lost, 8 a lease was taken. adopted: the
 // indices of adopted specs, comma-separated.
-var admitScript = goredis.NewScript(prelude + `
+var admitScript = goredis.NewScript(admitSource)
+
+// admitSource is the admission script's text.
+const admitSource = header + singleAdmit + fastAdmit + prelude + `
 local Ls, err = loadall(true)
 if Ls == nil then return err end
 local ok, wait, refuser, flags, adopted = true, -1, 0, 0, ''
@@ -374,11 +609,62 @@ for i = 1, NC do
   if next(L.dirty) ~= nil then save(L) end
 end
 return {0, now, math.max(wait, 1), refuser, flags, adopted}
-`)
+`
+
+// singleRelease ends, with no helper functions, the call of one charge of
+// a completion window, or of a fixed completion window that need not roll,
+// without a concurrency cap, whose lease is there and has not run out; it
+// does what the full path would. Anything else falls through, changing
+// nothing.
+const singleRelease = `
+if NC == 1 and ARGV[10] == '0' and ARGV[11] ~= '0' and (ARGV[6] == '1' or ARGV[6] == '2') then
+  local H, F, Z, k = KEYS[1], KEYS[2], KEYS[3], ARGV[6]
+  local v = redis.call('HMGET', H, 's', 'f', 'fc', 'z', 'zc', 'm', 'x', 'w')
+  local t0 = math.max(now, tonumber(v[6]) or 0)
+  local per = tonumber(ARGV[8])
+  if v[1] == ARGV[5] and (k == '1' or (v[8] and math.floor(t0 / per) <= tonumber(v[8]))) then
+    local mem = ARGV[2] .. ':' .. ARGV[11]
+    local d = tonumber(redis.call('ZSCORE', F, mem))
+    if d ~= nil and d > t0 then
+      local n, ttl, x = tonumber(ARGV[11]), tonumber(ARGV[12]), tonumber(v[7])
+      local f, fc = math.max((tonumber(v[2]) or 0) - n, 0), math.max((tonumber(v[3]) or 0) - 1, 0)
+      local z, zc = tonumber(v[4]) or 0, tonumber(v[5]) or 0
+      redis.call('ZREM', F, mem)
+      local fresh = false
+      if k == '1' and per > 0 then
+        redis.call('ZADD', Z, t0, mem)
+        if z == 0 then fresh = true end
+        z, zc = z + n, zc + 1
+      end
+      local refresh = x == nil or x - t0 < (ttl - 1000) * 1000
+      if fresh and not refresh then redis.call('PEXPIRE', Z, ttl) end -- the log was just made
+      if k == '1' then
+        if refresh then
+          if x ~= nil and x - t0 > ttl * 1000 then ttl = math.ceil((x - t0) / 1000) end
+          redis.call('HSET', H, 'f', f, 'fc', fc, 'z', z, 'zc', zc, 'm', t0, 'x', t0 + ttl * 1000)
+        else
+          redis.call('HSET', H, 'f', f, 'fc', fc, 'z', z, 'zc', zc, 'm', t0)
+        end
+      elseif refresh then
+        if x ~= nil and x - t0 > ttl * 1000 then ttl = math.ceil((x - t0) / 1000) end
+        redis.call('HSET', H, 'f', f, 'fc', fc, 'm', t0, 'x', t0 + ttl * 1000)
+      else
+        redis.call('HSET', H, 'f', f, 'fc', fc, 'm', t0)
+      end
+      if refresh then
+        redis.call('PEXPIRE', H, ttl)
+        if f > 0 then redis.call('PEXPIRE', F, ttl) end
+        if z > 0 then redis.call('PEXPIRE', Z, ttl) end
+      end
+      return 0
+    end
+  end
+end
+`
 
 // releaseScript ends token's call now. Reply: the number of charges whose
 // lease was no longer there.
-var releaseScript = goredis.NewScript(prelude + `
+var releaseScript = goredis.NewScript(header + singleRelease + prelude + `
 local Ls, err = loadall(true)
 if Ls == nil then return err end
 local missing = 0
@@ -386,13 +672,23 @@ for i = 1, NC do
   local L = Ls[i]
   if L.leased and L.n > 0 then
     local m = ARGV[2] .. ':' .. L.n
-    if redis.call('ZREM', L.F, m) == 1 then
+    local d = tonumber(redis.call('ZSCORE', L.F, m))
+    if d ~= nil and d <= L.t0 then
+      -- The lease ran out: the call ended at its end (swept now).
+      sweep(L); save(L); missing = missing + 1
+    elseif d ~= nil then
+      redis.call('ZREM', L.F, m)
+      -- a fixed completion window carries the calls in flight at its
+      -- start: end those whose lease ran out before rolling
+      if L.kind == 2 and (L.w == nil or fdiv(L.t0, L.per) > L.w) then sweep(L) end
       if L.kind == 2 then roll(L, L.t0) end
       set(L, 'f', math.max(L.f - L.n, 0))
+      set(L, 'fc', math.max(L.fc - 1, 0))
       if L.kind == 1 and L.per > 0 then
         redis.call('ZADD', L.Z, L.t0, m)
         if L.z == 0 then L.fresh = true end
         set(L, 'z', L.z + L.n)
+        set(L, 'zc', L.zc + 1)
       end
       if L.usesm then set(L, 'm', L.t0) end
       save(L)
@@ -406,7 +702,7 @@ return missing
 
 // cancelScript takes back token's admission at ARGV[3] µs. Reply as
 // releaseScript.
-var cancelScript = goredis.NewScript(prelude + `
+var cancelScript = goredis.NewScript(header + prelude + `
 local Ls, err = loadall(true)
 if Ls == nil then return err end
 local at = tonumber(ARGV[3])
@@ -418,13 +714,21 @@ for i = 1, NC do
     local m = ARGV[2] .. ':' .. n
     local gone = false
     if L.leased then
-      if redis.call('ZREM', L.F, m) == 1 then set(L, 'f', math.max(L.f - n, 0)) else gone = true; missing = missing + 1 end
+      local d = tonumber(redis.call('ZSCORE', L.F, m))
+      if d ~= nil and d > L.t0 then
+        redis.call('ZREM', L.F, m)
+        set(L, 'f', math.max(L.f - n, 0)); set(L, 'fc', math.max(L.fc - 1, 0))
+      else
+        if d ~= nil then sweep(L) end -- ran out: ended at its lease's end
+        gone = true; missing = missing + 1
+        if next(L.dirty) ~= nil then save(L) end
+      end
     end
     if not gone then
       if k == 2 or k == 4 then
         if L.w ~= nil and fdiv(at, L.per) == L.w then set(L, 'u', math.max(L.u - n, 0)) end
       elseif k == 3 then
-        if redis.call('ZREM', L.Z, m) == 1 then set(L, 'z', math.max(L.z - n, 0)) end
+        if redis.call('ZREM', L.Z, m) == 1 then set(L, 'z', math.max(L.z - n, 0)); set(L, 'zc', math.max(L.zc - 1, 0)) end
       elseif k == 5 and L.w ~= nil then
         local idx = fdiv(at, L.per)
         if idx == L.w then set(L, 'c', math.max(L.c - n, 0)) elseif idx == L.w - 1 then set(L, 'v', math.max(L.v - n, 0)) end
@@ -454,7 +758,7 @@ return missing
 
 // extendScript moves token's leases to now + ARGV[3] µs. Reply as
 // releaseScript.
-var extendScript = goredis.NewScript(prelude + `
+var extendScript = goredis.NewScript(header + prelude + `
 local Ls, err = loadall(true)
 if Ls == nil then return err end
 local missing = 0
@@ -462,11 +766,17 @@ for i = 1, NC do
   local L = Ls[i]
   if L.leased and L.n > 0 then
     local m = ARGV[2] .. ':' .. L.n
-    if redis.call('ZSCORE', L.F, m) and redis.call('ZSCORE', L.F, m) + 0 > L.t0 then
+    local d = tonumber(redis.call('ZSCORE', L.F, m))
+    if d ~= nil and d > L.t0 then
       redis.call('ZADD', L.F, 'XX', L.t0 + tonumber(ARGV[3]), m)
+      -- The keys live at least until the new end and a second more; the
+      -- expiry recorded (x) moves with them, so that an admission never
+      -- shortens them (it refreshes only when x comes near).
       local ttl = math.max(L.ttl, math.ceil(tonumber(ARGV[3]) / 1000) + 1000)
-      redis.call('PEXPIRE', L.F, ttl)
+      if redis.call('PTTL', L.F) < ttl then redis.call('PEXPIRE', L.F, ttl) end
       if redis.call('PTTL', L.H) < ttl then redis.call('PEXPIRE', L.H, ttl) end
+      if L.logged and redis.call('PTTL', L.Z) < ttl then redis.call('PEXPIRE', L.Z, ttl) end
+      if (L.x or 0) < L.t0 + ttl * 1000 then redis.call('HSET', L.H, 'x', L.t0 + ttl * 1000) end
     else
       missing = missing + 1
     end
@@ -477,7 +787,7 @@ return missing
 
 // pauseScript holds charge 1's limiter until now + ARGV[3] µs; a pause
 // only extends. Reply: the pause's end in µs.
-var pauseScript = goredis.NewScript(prelude + `
+var pauseScript = goredis.NewScript(header + prelude + `
 local Ls, err = loadall(true)
 if Ls == nil then return err end
 local L = Ls[1]
@@ -489,7 +799,7 @@ return L.p
 
 // reconcileScript tightens charge 1's limiter with a server's count of
 // ARGV[3] units in its current window. Reply: the units added.
-var reconcileScript = goredis.NewScript(prelude + `
+var reconcileScript = goredis.NewScript(header + prelude + `
 local Ls, err = loadall(true)
 if Ls == nil then return err end
 local L = Ls[1]
@@ -503,6 +813,7 @@ if k == 1 or k == 3 then
     redis.call('ZADD', L.Z, L.t0, 'r' .. q .. ':' .. extra)
     if L.z == 0 then L.fresh = true end
     set(L, 'z', L.z + extra)
+    set(L, 'zc', L.zc + 1)
   end
 elseif k == 2 or k == 4 then
   extra = math.max(used - L.u, 0); set(L, 'u', L.u + extra)

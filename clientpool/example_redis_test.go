@@ -1,0 +1,37 @@
+package clientpool_test
+
+import (
+	"log"
+	"net/http"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/ratesem/ratesem/clientpool"
+	"github.com/ratesem/ratesem/exchange/binance"
+	"github.com/ratesem/ratesem/httpclient"
+)
+
+// Every replica of a Binance bot behind one egress IP and one API key
+// builds the same Pool over one Redis: together they never exceed the IP's
+// REQUEST_WEIGHT or the account's ORDERS limits. The Scope names what the
+// replicas share (here the IP): on a Redis Cluster all of its keys live in
+// one slot; bots behind other IPs use other scopes, on other slots.
+func ExampleWithRedis() {
+	rdb := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: []string{"redis-1:6379", "redis-2:6379", "redis-3:6379"}})
+	defer rdb.Close()
+
+	table := binance.Spot()
+	table.Scope = "binance:203.0.113.7"
+	pool, err := clientpool.New(table, clientpool.WithRedis(rdb, "mybot"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+
+	client := &http.Client{Transport: httpclient.NewPool(pool, nil, nil)}
+	resp, err := client.Get("https://api.binance.com/api/v3/klines?symbol=BTCUSDT&interval=1m")
+	if err != nil {
+		log.Fatal(err)
+	}
+	resp.Body.Close()
+}
