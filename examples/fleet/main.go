@@ -153,10 +153,23 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return cfg, fmt.Errorf("-lease %v: want ≥ 0", cfg.Lease)
 	case !(cfg.MinUse >= 0 && cfg.MinUse <= 100):
 		return cfg, fmt.Errorf("-min-use %v: want 0 to 100", cfg.MinUse)
+	case !cfg.Local && !wholeMicros(cfg.Scale):
+		return cfg, fmt.Errorf("-scale %v: in Redis every scaled window must be a whole number of microseconds (10 and 20 are; 12 and 30 are not)", cfg.Scale)
 	case cfg.Kill && (cfg.Local || cfg.Procs < 2):
 		return cfg, errors.New("-kill needs Redis and at least 2 processes")
 	}
 	return cfg, nil
+}
+
+// wholeMicros reports whether every window of the preset divided by scale
+// is a whole number of microseconds, as Redis keeps them.
+func wholeMicros(scale float64) bool {
+	for _, r := range binance.Spot(binance.WithTimeScale(scale)).Rules {
+		if r.Limit.Per%time.Microsecond != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // parseRange parses a latency range "10ms-30ms" (or one duration).

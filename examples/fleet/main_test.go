@@ -137,10 +137,14 @@ func TestFleetCluster(t *testing.T) {
 // ran out are used to ≥ 95% of what the foreign client left, which they
 // could not be while the dead process's 3000 units still counted (at most
 // (6000 − 1500 − 3000) ÷ 4500 = 33%). A window that begins while the
-// lease holds is reported as held and not judged.
+// lease holds is reported as held and not judged. 19 s of work hold two
+// windows of 6 s after the first boundary, so at least one of them begins
+// after the kill (about 0.6 s in) plus the 2 s lease, wherever in its
+// window the run starts: with a lease that never ran out there would be no
+// full window and the run would fail.
 func TestFleetWorkerKilledMidCall(t *testing.T) {
 	needRedis(t, false)
-	code, out := runFleet(t, "-procs", "3", "-scale", "10", "-duration", "13s", "-foreign", "0.25", "-kill", "-lease", "2s")
+	code, out := runFleet(t, "-procs", "3", "-scale", "10", "-duration", "19s", "-foreign", "0.25", "-kill", "-lease", "2s")
 	checkClean(t, code, out)
 	if !strings.Contains(out, "worker 1 SIGKILLed") {
 		t.Fatal("worker 1 was not killed while holding its call")
@@ -176,6 +180,7 @@ func TestFlags(t *testing.T) {
 		{"-klines", "0", "-orders", "0"}, {"-klines", "-1"}, {"-klines", "2000"},
 		{"-latency", "30ms-10ms"}, {"-latency", "-1ms"}, {"-latency", "fast"}, {"-latency", "2m"}, {"-latency", ""},
 		{"-lease", "-1s"}, {"-min-use", "101"}, {"-min-use", "-1"},
+		{"-scale", "12"}, {"-scale", "30"},
 		{"-kill", "-local"}, {"-kill", "-procs", "1"},
 		{"-procs", "9223372036854775808"}, {"stray"},
 	} {
