@@ -49,10 +49,21 @@ func runFleet(t *testing.T, args ...string) (int, string) {
 	var out, errs bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
+	if raceEnabled {
+		// The race detector slows every worker (copies of this binary)
+		// several times over: on a loaded 2-core machine they cannot
+		// spend the limit, whatever the limiter does. Rejections and
+		// violations are still checked in full; the ≥ 95% use target is
+		// measured without it.
+		args = append(args, "-min-use", strconv.Itoa(minUseRace))
+	}
 	code := parentMain(ctx, args, &out, &errs)
 	t.Logf("fleet %s: exit %d\n%s%s", strings.Join(args, " "), code, out.String(), errs.String())
 	return code, out.String() + errs.String()
 }
+
+// minUseRace is the use target under the race detector, in percent.
+const minUseRace = 50
 
 // summary is what the tests read from the program's output.
 type summary struct {
@@ -105,9 +116,13 @@ var smallArgs = []string{"-procs", "3", "-scale", "10", "-duration", "13s", "-fo
 func checkClean(t *testing.T, code int, out string) summary {
 	t.Helper()
 	s := parseSummary(t, out)
-	if code != 0 || !s.ok || s.rejections != 0 || s.violations != 0 || s.full < 1 || s.leastUse < 95 {
-		t.Fatalf("exit %d, result ok %v, %d rejections, %d violations, %d full windows, least use %.1f%%; want 0, true, 0, 0, ≥ 1, ≥ 95%%",
-			code, s.ok, s.rejections, s.violations, s.full, s.leastUse)
+	want := 95.0
+	if raceEnabled {
+		want = minUseRace
+	}
+	if code != 0 || !s.ok || s.rejections != 0 || s.violations != 0 || s.full < 1 || s.leastUse < want {
+		t.Fatalf("exit %d, result ok %v, %d rejections, %d violations, %d full windows, least use %.1f%%; want 0, true, 0, 0, ≥ 1, ≥ %g%%",
+			code, s.ok, s.rejections, s.violations, s.full, s.leastUse, want)
 	}
 	return s
 }
