@@ -24,6 +24,22 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
+// skipUnderRace skips the multi-process Redis runs under the race
+// detector. The parent (this test binary, race-instrumented) then serves
+// the Binance server and runs the foreign client several times slower, on a
+// loaded 2-core machine: the foreign client's spend at the start of a
+// window is no longer over before the fleet meets it, and 429s (then 418
+// bans of the shared IP) follow that say nothing about the limiter
+// (observed: 3 to 5 429s in one window, then bans). The worker code itself
+// runs under the race detector in the -local tests; these run in full
+// without it.
+func skipUnderRace(t *testing.T) {
+	t.Helper()
+	if raceEnabled {
+		t.Skip("timing run of real processes: run without -race (see skipUnderRace)")
+	}
+}
+
 // needRedis skips t when redis-server (and, for a cluster, redis-cli) is
 // not installed, unless CI is set: a CI run must not pass by skipping.
 func needRedis(t *testing.T, cluster bool) {
@@ -130,6 +146,7 @@ func checkClean(t *testing.T, code int, out string) summary {
 // Three processes share the preset's rules through one redis-server: no
 // rejection, no violation, every full window used to ≥ 95%.
 func TestFleetSingleServer(t *testing.T) {
+	skipUnderRace(t)
 	needRedis(t, false)
 	code, out := runFleet(t, smallArgs...)
 	checkClean(t, code, out)
@@ -138,6 +155,7 @@ func TestFleetSingleServer(t *testing.T) {
 // The same through a Redis Cluster of three masters that the program
 // starts (redis-cli --cluster create).
 func TestFleetCluster(t *testing.T) {
+	skipUnderRace(t)
 	needRedis(t, true)
 	code, out := runFleet(t, append([]string{"-cluster"}, smallArgs...)...)
 	checkClean(t, code, out)
@@ -158,6 +176,7 @@ func TestFleetCluster(t *testing.T) {
 // window the run starts: with a lease that never ran out there would be no
 // full window and the run would fail.
 func TestFleetWorkerKilledMidCall(t *testing.T) {
+	skipUnderRace(t)
 	needRedis(t, false)
 	code, out := runFleet(t, "-procs", "3", "-scale", "10", "-duration", "19s", "-foreign", "0.25", "-kill", "-lease", "2s")
 	checkClean(t, code, out)
