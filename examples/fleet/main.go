@@ -411,7 +411,17 @@ func run(ctx context.Context, cfg config, exe string, out io.Writer) (result, er
 		}
 	}
 	res.Ran = true
-	res.Begin = time.Now()
+	// The run begins one twelfth of a window of REQUEST_WEIGHT before a
+	// boundary, the same way every time: the first, partial window is
+	// too short for the fleet to fill, so calls are in flight across the
+	// boundary into the first full window, where a count carried over
+	// from the window before would show.
+	w := weightRule.Window
+	res.Begin = time.Now().Truncate(w).Add(w - w/12)
+	if time.Until(res.Begin) < 50*time.Millisecond {
+		res.Begin = res.Begin.Add(w)
+	}
+	time.Sleep(time.Until(res.Begin))
 	res.End = res.Begin.Add(cfg.Duration)
 	for _, w := range workers {
 		if _, err := fmt.Fprintf(w.stdin, "go %d\n", res.End.UnixNano()); err != nil {
