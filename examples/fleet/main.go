@@ -26,7 +26,7 @@
 //     weight 1 and one order in each ORDERS rule) through
 //     httpclient.NewPool, for -duration;
 //   - runs a foreign client: another program on the same IP that spends
-//     -foreign of the REQUEST_WEIGHT limit at the start of every window
+//     -foreign of the REQUEST_WEIGHT limit at the start of every window, all at once,
 //     without asking ratesem. The workers learn of it only from the
 //     X-MBX-USED-WEIGHT-1M header of their own responses
 //     (Ticket.ObserveHeaders, which httpclient.NewPool calls);
@@ -70,6 +70,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -153,10 +154,23 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return cfg, fmt.Errorf("-lease %v: want ≥ 0", cfg.Lease)
 	case !(cfg.MinUse >= 0 && cfg.MinUse <= 100):
 		return cfg, fmt.Errorf("-min-use %v: want 0 to 100", cfg.MinUse)
+	case !cfg.Local && !wholeMicros(cfg.Scale):
+		return cfg, fmt.Errorf("-scale %v: in Redis every scaled window must be a whole number of microseconds (10 and 20 are; 12 and 30 are not)", cfg.Scale)
 	case cfg.Kill && (cfg.Local || cfg.Procs < 2):
 		return cfg, errors.New("-kill needs Redis and at least 2 processes")
 	}
 	return cfg, nil
+}
+
+// wholeMicros reports whether every window of the preset divided by scale
+// is a whole number of microseconds, as Redis keeps them.
+func wholeMicros(scale float64) bool {
+	for _, r := range binance.Spot(binance.WithTimeScale(scale)).Rules {
+		if r.Limit.Per%time.Microsecond != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // parseRange parses a latency range "10ms-30ms" (or one duration).
@@ -400,7 +414,17 @@ func run(ctx context.Context, cfg config, exe string, out io.Writer) (result, er
 		}
 	}
 	res.Ran = true
-	res.Begin = time.Now()
+	// The run begins one twelfth of a window of REQUEST_WEIGHT before a
+	// boundary, the same way every time: the first, partial window is
+	// too short for the fleet to fill, so calls are in flight across the
+	// boundary into the first full window, where a count carried over
+	// from the window before would show.
+	w := weightRule.Window
+	res.Begin = time.Now().Truncate(w).Add(w - w/12)
+	if time.Until(res.Begin) < 50*time.Millisecond {
+		res.Begin = res.Begin.Add(w)
+	}
+	time.Sleep(time.Until(res.Begin))
 	res.End = res.Begin.Add(cfg.Duration)
 	for _, w := range workers {
 		if _, err := fmt.Fprintf(w.stdin, "go %d\n", res.End.UnixNano()); err != nil {
@@ -462,14 +486,22 @@ func run(ctx context.Context, cfg config, exe string, out io.Writer) (result, er
 // spendForeign is the foreign client: at the start of every window of
 // REQUEST_WEIGHT (and at once) it spends weight on the server from the same
 // IP as the fleet, without asking ratesem, in GET /api/v3/exchangeInfo
-// (weight 20) and GET /api/v3/ticker/24hr?symbol= (weight 2), ten at a time,
-// until ctx is done.
+// (weight 20) and GET /api/v3/ticker/24hr?symbol= (weight 2), all at once
+// (up to 100 in parallel: the spend must be over early in the window, before
+// the fleet can have used what it leaves, even on a slow machine), until
+// ctx is done. After a 429 or 418 it sends nothing more until the next
+// window (which begins after the Retry-After Binance sends for
+// REQUEST_WEIGHT), so that its own rejection does not get the IP banned.
 func spendForeign(ctx context.Context, srv *exchangetest.BinanceServer, weight int64, window time.Duration) {
 	if weight <= 0 {
 		return
 	}
 	client := srv.Client()
+	var rejected atomic.Bool
 	get := func(path string) {
+		if rejected.Load() {
+			return
+		}
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL()+path, nil)
 		if err != nil {
 			return
@@ -481,8 +513,12 @@ func spendForeign(ctx context.Context, srv *exchangetest.BinanceServer, weight i
 		}
 		_, _ = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
+		if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == exchangetest.StatusBanned {
+			rejected.Store(true)
+		}
 	}
 	for ctx.Err() == nil {
+		rejected.Store(false)
 		var paths []string
 		for range weight / 20 {
 			paths = append(paths, "/api/v3/exchangeInfo")
@@ -492,7 +528,7 @@ func spendForeign(ctx context.Context, srv *exchangetest.BinanceServer, weight i
 		}
 		var wg sync.WaitGroup
 		next := make(chan string)
-		for range 10 {
+		for range min(len(paths), 100) {
 			wg.Go(func() {
 				for p := range next {
 					get(p)

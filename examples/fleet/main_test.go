@@ -182,6 +182,7 @@ func TestFlags(t *testing.T) {
 		{"-klines", "0", "-orders", "0"}, {"-klines", "-1"}, {"-klines", "2000"},
 		{"-latency", "30ms-10ms"}, {"-latency", "-1ms"}, {"-latency", "fast"}, {"-latency", "2m"}, {"-latency", ""},
 		{"-lease", "-1s"}, {"-min-use", "101"}, {"-min-use", "-1"},
+		{"-scale", "12"}, {"-scale", "30"},
 		{"-kill", "-local"}, {"-kill", "-procs", "1"},
 		{"-procs", "9223372036854775808"}, {"stray"},
 	} {
