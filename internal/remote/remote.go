@@ -366,7 +366,15 @@ type Call struct {
 	token string // Redis's; "" for a call of no charges or of the fallback
 	local func() // the fallback's release, or nil
 	done  atomic.Bool
+	at    time.Time // the admission on Redis's clock; zero for the fallback
+	seen  time.Time // this process's clock when the admission came back
 }
+
+// Admitted returns the instant Redis admitted the call, on the server's
+// clock, and this process's clock reading when the answer came back (with
+// its monotonic reading): Redis's clock now is about at + time.Since(seen).
+// Both are zero for a call the fallback admitted.
+func (c *Call) Admitted() (at, seen time.Time) { return c.at, c.seen }
 
 // Local reports whether the fallback admitted the call (Redis was
 // unreachable).
@@ -684,7 +692,7 @@ func (e *Engine) admit(ctx context.Context, w *waiter, since time.Time, try bool
 				e.cancelToken(w.scope, w.cs, d.Token)
 				return nil, ctx.Err()
 			}
-			c := &Call{e: e, scope: w.scope, cs: w.cs, token: d.Token}
+			c := &Call{e: e, scope: w.scope, cs: w.cs, token: d.Token, at: d.Now, seen: time.Now()}
 			if err := e.hold(c, since); err != nil {
 				e.cancelToken(w.scope, w.cs, d.Token)
 				return nil, err
