@@ -42,7 +42,7 @@ func reviewRunModel(t *testing.T, seed uint64) {
 	per := time.Second
 	comp := &Spec{Kind: Completion, Limit: window.Limit{N: 10, Per: per}}
 	fixed := &Spec{Kind: FixedCompletion, Limit: window.Limit{N: 7, Per: per}}
-	capd := &Spec{Kind: Completion, Limit: window.Limit{N: 12, Per: 2*per}, Concurrency: 3}
+	capd := &Spec{Kind: Completion, Limit: window.Limit{N: 12, Per: 2 * per}, Concurrency: 3}
 	specs := []*Spec{comp, fixed, capd}
 	key := func(i int) string { return string(rune('a' + i)) }
 	var calls []*reviewCall
