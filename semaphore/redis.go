@@ -120,9 +120,9 @@ type heldCall struct {
 // evict the limit's keys: NewRedis then fails with ErrEviction unless
 // WithEvictionAllowed is given (when the server forbids CONFIG or does not
 // answer in time the check is skipped). It returns an error for a nil
-// client, an empty name, n ≤ 0, an interval ≤ 0 or not a whole number of
-// microseconds (matching window.ErrInvalidLimit), and for an invalid
-// option. Close the RateSemaphore when done; it does not close c.
+// client, an empty name or one longer than rstore's 512 bytes, n ≤ 0, an
+// interval ≤ 0 or not a whole number of microseconds (matching
+// window.ErrInvalidLimit), and for an invalid option. Close the RateSemaphore when done; it does not close c.
 func NewRedis(c goredis.UniversalClient, name string, n int64, interval time.Duration, opts ...Option) (*RateSemaphore, error) {
 	cfg := buildConfig(opts)
 	if len(cfg.errs) > 0 {
@@ -210,6 +210,12 @@ func NewRedisWithPolicy(c goredis.UniversalClient, name string, p window.Policy,
 // newRedis is the common part of NewRedis and NewRedisWithPolicy; newLocal
 // builds the fallback of localN units.
 func newRedis(c goredis.UniversalClient, name string, sp *rstore.Spec, cfg config, newLocal func(localN int64) *RateSemaphore) (*RateSemaphore, error) {
+	if len(name) > rstore.MaxNameLen {
+		// Checked here, not at the first Acquire: there the store's refusal
+		// would pass for a Redis outage (ErrUnavailable, or the fallback
+		// forever) and the limit would silently not be shared.
+		return nil, fmt.Errorf("semaphore: NewRedis: a name of %d bytes: want at most %d", len(name), rstore.MaxNameLen)
+	}
 	st, err := rstore.New(c, cfg.prefix, rstore.Options{Lease: cfg.lease})
 	if err != nil {
 		return nil, fmt.Errorf("semaphore: NewRedis: %w", err)
