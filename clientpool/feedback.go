@@ -31,7 +31,7 @@ func (p *Pool) Reconcile(rule, key string, used int64) error {
 		return nil
 	}
 	if p.rem != nil {
-		p.reconcileRedis(rs, key, used)
+		p.reconcileRedis(rs, key, used, time.Time{})
 		return nil
 	}
 	extra, err := p.reconcile(rs, key, used)

@@ -292,9 +292,9 @@ func (t *Ticket) releaseRedis() {
 func (t *Ticket) observeRedis(h http.Header) {
 	p := t.pool
 	p.mu.Lock()
-	var at, seen time.Time
+	var at time.Time
 	if call := p.rem.calls[t]; call != nil {
-		at, seen = call.Admitted()
+		at, _ = call.Admitted()
 	}
 	p.mu.Unlock()
 	for i := range t.held {
@@ -306,52 +306,22 @@ func (t *Ticket) observeRedis(h http.Header) {
 		if !ok || used < 0 {
 			continue
 		}
-		p.mu.Lock()
-		spec := rs.spec
-		p.mu.Unlock()
-		if straddles(spec, at, seen) {
-			continue
-		}
 		c := t.charges[i]
-		p.reconcileRedis(rs, c.Key, used)
+		p.reconcileRedis(rs, c.Key, used, at)
 	}
-}
-
-// straddles reports whether a call admitted at at (Redis's clock; seen is
-// this process's clock then) may have reached a server that counts in
-// windows aligned to the clock (fixed windows, the sliding window counter,
-// the sub-window counter's blocks) in another window than the one
-// current now: the count in its response may then be the previous
-// window's, which would tighten the current one by a whole window's use.
-// Such a report is dropped; the next response tells the current window's
-// count. A call without a known admission instant (admitted by the
-// fallback) does not straddle.
-func straddles(spec *rstore.Spec, at, seen time.Time) bool {
-	if spec == nil || at.IsZero() {
-		return false
-	}
-	size := spec.Limit.Per
-	switch spec.Kind {
-	case rstore.FixedWindow, rstore.FixedCompletion, rstore.SlidingWindowCounter:
-	case rstore.SubWindowCounter:
-		size = (size + time.Duration(spec.Blocks) - 1) / time.Duration(spec.Blocks)
-	default:
-		return false
-	}
-	if size <= 0 {
-		return false
-	}
-	now := at.Add(time.Since(seen))
-	return at.UnixNano()/int64(size) != now.UnixNano()/int64(size)
 }
 
 // reconcileRedis sends a server's count for (rule, key) to Redis, in the
 // background, and reports it.
-func (p *Pool) reconcileRedis(rs *ruleState, key string, used int64) {
+//
+// at is the admission on Redis's clock of the call whose response reported
+// used (zero when not known): a window aligned to the clock drops the count
+// of a call admitted in an earlier window, which is that window's count.
+func (p *Pool) reconcileRedis(rs *ruleState, key string, used int64, at time.Time) {
 	p.mu.Lock()
 	spec := rs.spec
 	p.mu.Unlock()
-	p.rem.eng.Reconcile(p.rem.scope, rstore.Charge{Rule: rs.Name, Key: redisKey(key), Spec: spec}, used)
+	p.rem.eng.ReconcileAt(p.rem.scope, rstore.Charge{Rule: rs.Name, Key: redisKey(key), Spec: spec}, used, at)
 	p.emit(Event{Kind: Reconciled, Rule: rs.Name, Key: key, Weight: used})
 }
 

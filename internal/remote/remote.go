@@ -200,7 +200,7 @@ type store interface {
 	Release(ctx context.Context, scope string, cs []rstore.Charge, token string) error
 	Cancel(ctx context.Context, scope string, cs []rstore.Charge, token string) error
 	Pause(ctx context.Context, scope string, c rstore.Charge, d time.Duration) (time.Time, error)
-	Reconcile(ctx context.Context, scope string, c rstore.Charge, used int64) (int64, error)
+	ReconcileAt(ctx context.Context, scope string, c rstore.Charge, used int64, at time.Time) (int64, error)
 	SetLimit(ctx context.Context, scope string, c rstore.Charge) error
 }
 
@@ -1174,6 +1174,14 @@ func (e *Engine) Pause(scope string, c rstore.Charge, d time.Duration) {
 // of its own, bounded by Timeout. It never blocks; a failure is counted in
 // Stats.RedisErrors. A negative used changes nothing.
 func (e *Engine) Reconcile(scope string, c rstore.Charge, used int64) {
+	e.ReconcileAt(scope, c, used, time.Time{})
+}
+
+// ReconcileAt is Reconcile for the response to a call admitted at at on
+// Redis's clock (Call.Admitted; zero when not known): a window aligned to
+// the clock drops the count of a call admitted in an earlier window (see
+// rstore.Store.ReconcileAt).
+func (e *Engine) ReconcileAt(scope string, c rstore.Charge, used int64, at time.Time) {
 	if used < 0 {
 		return
 	}
@@ -1185,7 +1193,7 @@ func (e *Engine) Reconcile(scope string, c rstore.Charge, used int64) {
 	}
 	e.spawn(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), e.cfg.Timeout)
-		_, err := e.st.Reconcile(ctx, scope, c, used)
+		_, err := e.st.ReconcileAt(ctx, scope, c, used, at)
 		cancel()
 		e.roundTrip(err)
 	})

@@ -494,3 +494,43 @@ func TestFixedCompletionCarryAfterExpiry(t *testing.T) {
 		t.Fatalf("4 units over B carried alone: %+v %v", d, err)
 	}
 }
+
+// TestReconcileAtDropsAnEarlierWindowsCount: a fixed window's count
+// reported for a call admitted before the boundary is the old window's and
+// changes nothing in the new one; one of a call admitted in the current
+// window tightens it; a sliding kind applies it whatever the admission.
+func TestReconcileAtDropsAnEarlierWindowsCount(t *testing.T) {
+	clk := newClock()
+	clk.t = time.Unix(1_700_000_040, 0).Add(-10 * time.Millisecond) // just before a whole minute
+	s, _ := newStore(t, clk, time.Minute)
+	ctx := context.Background()
+	c := Charge{Rule: "REQUEST_WEIGHT", Key: "ip", Spec: spec(FixedCompletion, 6000, time.Minute), Weight: 2}
+	d, err := s.Admit(ctx, "", []Charge{c})
+	if err != nil || !d.OK {
+		t.Fatal(d, err)
+	}
+	if err := s.Release(ctx, "", []Charge{c}, d.Token); err != nil {
+		t.Fatal(err)
+	}
+	clk.add(20 * time.Millisecond) // the response is handled after the boundary
+	if extra, err := s.ReconcileAt(ctx, "", c, 5000, d.Now); err != nil || extra != 0 {
+		t.Fatalf("the old window's count of 5000 added %d units to the new window (%v)", extra, err)
+	}
+	c.Weight = 1000
+	d2, err := s.Admit(ctx, "", []Charge{c})
+	if err != nil || !d2.OK {
+		t.Fatalf("the new window is not held by the old one's count: %+v %v", d2, err)
+	}
+	if extra, err := s.ReconcileAt(ctx, "", c, 5500, d2.Now); err != nil || extra != 4500 {
+		t.Fatalf("a count of the current window added %d units, want 4500 (%v)", extra, err)
+	}
+	if extra, err := s.Reconcile(ctx, "", c, 5999); err != nil || extra != 499 {
+		t.Fatalf("Reconcile without an admission instant added %d, want 499 (%v)", extra, err)
+	}
+	comp := Charge{Rule: "c", Key: "k", Spec: spec(Completion, 10, time.Minute), Weight: 1}
+	d3, _ := s.Admit(ctx, "", []Charge{comp})
+	clk.add(time.Minute)
+	if extra, err := s.ReconcileAt(ctx, "", comp, 8, d3.Now); err != nil || extra == 0 {
+		t.Fatalf("a completion window ignored a report: %d %v", extra, err)
+	}
+}

@@ -688,9 +688,24 @@ func (s *Store) Pause(ctx context.Context, scope string, c Charge, d time.Durati
 // then counts at least used units, and never fewer than it did. It returns
 // the units it added. c.Weight is not used.
 func (s *Store) Reconcile(ctx context.Context, scope string, c Charge, used int64) (int64, error) {
+	return s.ReconcileAt(ctx, scope, c, used, time.Time{})
+}
+
+// ReconcileAt is Reconcile for the count a server reported in the response
+// to a call admitted at at (Decision.Now; the zero time.Time when not
+// known). For the windows aligned to the clock (fixed windows, the sliding
+// window counter, the sub-window counter's blocks) a count of a call
+// admitted in an earlier window than the current one is that window's
+// count, not the current one's: it is dropped (0 units added), whereas
+// applied it would hold the new window as full as the old one was.
+func (s *Store) ReconcileAt(ctx context.Context, scope string, c Charge, used int64, at time.Time) (int64, error) {
 	c.Weight = 0
 	used = min(max(used, 0), MaxN)
-	keys, args, err := s.call(scope, []Charge{c}, "", strconv.FormatInt(used, 10))
+	atArg := ""
+	if !at.IsZero() {
+		atArg = strconv.FormatInt(at.UnixMicro(), 10)
+	}
+	keys, args, err := s.call(scope, []Charge{c}, atArg, strconv.FormatInt(used, 10))
 	if err != nil {
 		return 0, err
 	}

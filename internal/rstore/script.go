@@ -806,7 +806,17 @@ local L = Ls[1]
 prepare(L)
 local used, N, k = math.min(tonumber(ARGV[3]), L.N), L.N, L.kind
 local extra = 0
-if k == 1 or k == 3 then
+-- A count reported for a call admitted in an earlier aligned window is
+-- that window's (ARGV[2]: the admission in µs, or ''): it says nothing of
+-- the current one, and is dropped.
+local stale = false
+if ARGV[2] ~= '' and (k == 2 or k == 4 or k == 5 or k == 6) and L.w ~= nil then
+  local size = L.per
+  if k == 6 then size = math.ceil(L.per / L.p1) end
+  stale = fdiv(tonumber(ARGV[2]), size) ~= L.w
+end
+if stale then
+elseif k == 1 or k == 3 then
   extra = math.max(used - L.f - L.z, 0)
   if extra > 0 then
     local q = redis.call('HINCRBY', L.H, 'q', 1)
