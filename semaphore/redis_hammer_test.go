@@ -213,14 +213,11 @@ func TestRedisLostStateNeverExceedsTheLimit(t *testing.T) {
 }
 
 // TestRedisLostHashNeverExceedsTheLimit is the test above with the
-// limiter's hash deleted mid-run too, which the
-// admission script detects (Stats.StateLost) but the release script does
-// not: a release that comes first rebuilds the hash counting its own call
-// only, and the next admissions undercount the log (seen: 6 and 8 units of
-// 5 within 300 ms, StateLost 0). Skipped until internal/rstore's release
-// and cancel scripts detect a lost hash too.
+// limiter's hash deleted mid-run too. Every script detects it: before the
+// fix the release script did not, and a release that came first rebuilt
+// the hash counting its own call only, so the next admissions undercounted
+// the log (seen: 6 and 8 units of 5 within 300 ms, StateLost 0).
 func TestRedisLostHashNeverExceedsTheLimit(t *testing.T) {
-	t.Skip("known defect of internal/rstore (release script rebuilds a lost hash without the lost-state hold); see the doc comment")
 	testLostState(t, true)
 }
 

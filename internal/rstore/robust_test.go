@@ -534,3 +534,31 @@ func TestReconcileAtDropsAnEarlierWindowsCount(t *testing.T) {
 		t.Fatalf("a completion window ignored a report: %d %v", extra, err)
 	}
 }
+
+// TestReleaseAfterLostHashHolds: a limiter's hash deleted while calls are
+// in flight, then a release before any admission: the release must not
+// remake the hash bare (counting only what it touched); the limiter is held
+// full, and the next admission is refused as lost.
+func TestReleaseAfterLostHashHolds(t *testing.T) {
+	clk := newClock()
+	s, rdb := newStore(t, clk, time.Minute)
+	ctx := context.Background()
+	c := []Charge{{Rule: "r", Key: "k", Spec: spec(Completion, 2, time.Second), Weight: 1}}
+	a, _ := s.Admit(ctx, "", c)
+	b, _ := s.Admit(ctx, "", c)
+	if !a.OK || !b.OK {
+		t.Fatal(a, b)
+	}
+	rdb.Del(ctx, s.Keys("", c[0])[0])
+	clk.add(10 * time.Millisecond)
+	if err := s.Release(ctx, "", c, a.Token); err != nil {
+		t.Fatal(err)
+	}
+	d, err := s.Admit(ctx, "", c)
+	if err != nil || d.OK || !d.Lost {
+		t.Fatalf("after a lost hash and a release: %+v %v; want refused as lost (b is in flight, a ended 0 s ago: the window is full)", d, err)
+	}
+	if err := s.Release(ctx, "", c, b.Token); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -667,6 +667,9 @@ end
 var releaseScript = goredis.NewScript(header + singleRelease + prelude + `
 local Ls, err = loadall(true)
 if Ls == nil then return err end
+-- A hash gone while its sets are left (evicted, deleted) is lost state:
+-- rebuilt from the sets and held full (prepare), never remade bare.
+for i = 1, NC do if Ls[i].new then prepare(Ls[i]) end end
 local missing = 0
 for i = 1, NC do
   local L = Ls[i]
@@ -705,6 +708,9 @@ return missing
 var cancelScript = goredis.NewScript(header + prelude + `
 local Ls, err = loadall(true)
 if Ls == nil then return err end
+-- A hash gone while its sets are left (evicted, deleted) is lost state:
+-- rebuilt from the sets and held full (prepare), never remade bare.
+for i = 1, NC do if Ls[i].new then prepare(Ls[i]) end end
 local at = tonumber(ARGV[3])
 local missing = 0
 for i = 1, NC do
@@ -761,6 +767,9 @@ return missing
 var extendScript = goredis.NewScript(header + prelude + `
 local Ls, err = loadall(true)
 if Ls == nil then return err end
+-- A hash gone while its sets are left (evicted, deleted) is lost state:
+-- rebuilt from the sets and held full (prepare), never remade bare.
+for i = 1, NC do if Ls[i].new then prepare(Ls[i]) end end
 local missing = 0
 for i = 1, NC do
   local L = Ls[i]
@@ -790,6 +799,9 @@ return missing
 var pauseScript = goredis.NewScript(header + prelude + `
 local Ls, err = loadall(true)
 if Ls == nil then return err end
+-- A hash gone while its sets are left (evicted, deleted) is lost state:
+-- rebuilt from the sets and held full (prepare), never remade bare.
+for i = 1, NC do if Ls[i].new then prepare(Ls[i]) end end
 local L = Ls[1]
 local untilus = L.t0 + tonumber(ARGV[3])
 if L.p == nil or untilus > L.p then set(L, 'p', untilus) end
