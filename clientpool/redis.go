@@ -292,9 +292,13 @@ func (t *Ticket) releaseRedis() {
 func (t *Ticket) observeRedis(h http.Header) {
 	p := t.pool
 	p.mu.Lock()
-	var at time.Time
+	// seen: when this response was read, on Redis's clock (estimated from
+	// the admission's instant there and this process's clock since).
+	var seen time.Time
 	if call := p.rem.calls[t]; call != nil {
-		at, _ = call.Admitted()
+		if at, back := call.Admitted(); !at.IsZero() {
+			seen = at.Add(time.Since(back))
+		}
 	}
 	p.mu.Unlock()
 	for i := range t.held {
@@ -307,21 +311,22 @@ func (t *Ticket) observeRedis(h http.Header) {
 			continue
 		}
 		c := t.charges[i]
-		p.reconcileRedis(rs, c.Key, used, at)
+		p.reconcileRedis(rs, c.Key, used, seen)
 	}
 }
 
 // reconcileRedis sends a server's count for (rule, key) to Redis, in the
 // background, and reports it.
 //
-// at is the admission on Redis's clock of the call whose response reported
-// used (zero when not known): a window aligned to the clock drops the count
-// of a call admitted in an earlier window, which is that window's count.
-func (p *Pool) reconcileRedis(rs *ruleState, key string, used int64, at time.Time) {
+// seen is when the response that reported used was read, on Redis's clock
+// (zero when not known): a window aligned to the clock drops a count read
+// in an earlier window than the one current when it reaches Redis, which is
+// that window's count.
+func (p *Pool) reconcileRedis(rs *ruleState, key string, used int64, seen time.Time) {
 	p.mu.Lock()
 	spec := rs.spec
 	p.mu.Unlock()
-	p.rem.eng.ReconcileAt(p.rem.scope, rstore.Charge{Rule: rs.Name, Key: redisKey(key), Spec: spec}, used, at)
+	p.rem.eng.ReconcileAt(p.rem.scope, rstore.Charge{Rule: rs.Name, Key: redisKey(key), Spec: spec}, used, seen)
 	p.emit(Event{Kind: Reconciled, Rule: rs.Name, Key: key, Weight: used})
 }
 

@@ -1177,9 +1177,9 @@ func (e *Engine) Reconcile(scope string, c rstore.Charge, used int64) {
 	e.ReconcileAt(scope, c, used, time.Time{})
 }
 
-// ReconcileAt is Reconcile for the response to a call admitted at at on
-// Redis's clock (Call.Admitted; zero when not known): a window aligned to
-// the clock drops the count of a call admitted in an earlier window (see
+// ReconcileAt is Reconcile for a count read at at on Redis's clock (zero
+// when not known): a window aligned to the clock drops a count read in an
+// earlier window than the one current when it reaches Redis (see
 // rstore.Store.ReconcileAt).
 func (e *Engine) ReconcileAt(scope string, c rstore.Charge, used int64, at time.Time) {
 	if used < 0 {

@@ -495,10 +495,10 @@ func TestFixedCompletionCarryAfterExpiry(t *testing.T) {
 	}
 }
 
-// TestReconcileAtDropsAnEarlierWindowsCount: a fixed window's count
-// reported for a call admitted before the boundary is the old window's and
-// changes nothing in the new one; one of a call admitted in the current
-// window tightens it; a sliding kind applies it whatever the admission.
+// TestReconcileAtDropsAnEarlierWindowsCount: a fixed window's count read
+// before the boundary and reaching Redis after it is the old window's and
+// changes nothing in the new one; one read in the current window tightens
+// it; a sliding kind applies it whenever it was read.
 func TestReconcileAtDropsAnEarlierWindowsCount(t *testing.T) {
 	clk := newClock()
 	clk.t = time.Unix(1_700_000_040, 0).Add(-10 * time.Millisecond) // just before a whole minute

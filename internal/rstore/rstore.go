@@ -691,19 +691,22 @@ func (s *Store) Reconcile(ctx context.Context, scope string, c Charge, used int6
 	return s.ReconcileAt(ctx, scope, c, used, time.Time{})
 }
 
-// ReconcileAt is Reconcile for the count a server reported in the response
-// to a call admitted at at (Decision.Now; the zero time.Time when not
-// known). For the windows aligned to the clock (fixed windows, the sliding
-// window counter, the sub-window counter's blocks) a count of a call
-// admitted in an earlier window than the current one is that window's
-// count, not the current one's: it is dropped (0 units added), whereas
-// applied it would hold the new window as full as the old one was.
-func (s *Store) ReconcileAt(ctx context.Context, scope string, c Charge, used int64, at time.Time) (int64, error) {
+// ReconcileAt is Reconcile for a count read from a response at seen, on
+// Redis's clock (the zero time.Time when not known). For the windows
+// aligned to the clock (fixed windows, the sliding window counter, the
+// sub-window counter's blocks) a count read in an earlier window than the
+// current one when it reaches Redis (a report sent in the background that
+// lands after the boundary) is that window's count: it is dropped (0 units
+// added), whereas applied it would hold the new window as full as the old
+// one was. A count read in the current window is applied, even for a call
+// admitted in the window before: the server may have counted its arrival in
+// the current window, and dropping it could miss another client's spend.
+func (s *Store) ReconcileAt(ctx context.Context, scope string, c Charge, used int64, seen time.Time) (int64, error) {
 	c.Weight = 0
 	used = min(max(used, 0), MaxN)
 	atArg := ""
-	if !at.IsZero() {
-		atArg = strconv.FormatInt(at.UnixMicro(), 10)
+	if !seen.IsZero() {
+		atArg = strconv.FormatInt(seen.UnixMicro(), 10)
 	}
 	keys, args, err := s.call(scope, []Charge{c}, atArg, strconv.FormatInt(used, 10))
 	if err != nil {

@@ -818,8 +818,8 @@ local L = Ls[1]
 prepare(L)
 local used, N, k = math.min(tonumber(ARGV[3]), L.N), L.N, L.kind
 local extra = 0
--- A count reported for a call admitted in an earlier aligned window is
--- that window's (ARGV[2]: the admission in µs, or ''): it says nothing of
+-- A count read in an earlier aligned window than the current one is that
+-- window's (ARGV[2]: when it was read, in µs, or ''): it says nothing of
 -- the current one, and is dropped.
 local stale = false
 if ARGV[2] ~= '' and (k == 2 or k == 4 or k == 5 or k == 6) and L.w ~= nil then
