@@ -492,6 +492,10 @@ func (f fallback) share(n int64) error {
 	return nil
 }
 
+// Acquire implements remote.Fallback: it waits for the charge's weight, in
+// units, on the local semaphore of the fallback's share, until ctx is done;
+// a weight above the share fails at once with ErrUnavailable. It returns the
+// release.
 func (f fallback) Acquire(ctx context.Context, _ string, cs []rstore.Charge) (func(), error) {
 	n := cs[0].Weight
 	if err := f.share(n); err != nil {
@@ -503,6 +507,8 @@ func (f fallback) Acquire(ctx context.Context, _ string, cs []rstore.Charge) (fu
 	return func() { f.r.local.Release(n) }, nil
 }
 
+// TryAcquire implements remote.Fallback: Acquire without waiting; false
+// when the local share has no room now. It never blocks.
 func (f fallback) TryAcquire(_ string, cs []rstore.Charge) (func(), bool) {
 	n := cs[0].Weight
 	if f.share(n) != nil || !f.r.local.TryAcquire(n) {
@@ -511,6 +517,8 @@ func (f fallback) TryAcquire(_ string, cs []rstore.Charge) (func(), bool) {
 	return func() { f.r.local.Release(n) }, true
 }
 
+// Pause implements remote.Fallback: the local semaphore pauses until until
+// too. It never blocks.
 func (f fallback) Pause(_ string, _ rstore.Charge, until time.Time) {
 	// The local semaphore reads the real clock too: the instants agree.
 	f.r.local.Pause(until)
