@@ -447,22 +447,8 @@ func TestRedisObserveHeadersTightensFleet(t *testing.T) {
 	h.Set(binance.HeaderUsedWeight1m, fmt.Sprint(binance.LimitRequestWeight))
 	tk.ObserveHeaders(h)
 	tk.Release()
-	begin := time.Now()
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 200*ms)
-		tk2, err := p2.Acquire(ctx, cs...)
-		cancel()
-		if err != nil {
-			if !errors.Is(err, context.DeadlineExceeded) {
-				t.Fatalf("err = %v, want a wait past the deadline", err)
-			}
-			break
-		}
-		tk2.Release()
-		if time.Since(begin) > 2*time.Second {
-			t.Fatal("the usage header never tightened the other pool")
-		}
-		time.Sleep(10 * ms)
+	if err := untilRefused(p2, 200*ms, 2*time.Second, cs...); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("the usage header did not tighten the other pool: %v, want a wait past the deadline", err)
 	}
 	// RAW_REQUESTS, which the header does not count, is untouched.
 	raw := clientpool.Charge{Rule: binance.RuleRawRequests, Weight: 1}
@@ -911,22 +897,8 @@ func TestRedisThrottledResponseTargets(t *testing.T) {
 	tk := acquire(t, p1, ocs...)
 	p1.ThrottledResponse(clientpool.Throttle{Status: 429, Body: []byte(`{"code":-1015,"msg":"Too many new orders."}`), RetryAfter: 5 * time.Second}, tk.Charges())
 	tk.Release()
-	begin := time.Now()
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 100*ms)
-		tk2, err := p2.Acquire(ctx, ocs...)
-		cancel()
-		if err != nil {
-			if !errors.Is(err, context.DeadlineExceeded) {
-				t.Fatalf("paused order: err = %v", err)
-			}
-			break
-		}
-		tk2.Release()
-		if time.Since(begin) > 2*time.Second {
-			t.Fatal("the -1015 never paused the other pool's orders")
-		}
-		time.Sleep(10 * ms)
+	if err := untilRefused(p2, 100*ms, 2*time.Second, ocs...); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("the -1015 did not pause the other pool's orders: %v", err)
 	}
 	klines, _ := http.NewRequest("GET", "http://x/api/v3/klines", nil)
 	kcs, _ := p2.Classify(klines)
@@ -1069,18 +1041,9 @@ func TestRedisHostileUsage(t *testing.T) {
 	} {
 		report()
 		begin := time.Now()
-		for { // wait for the report to land: a call must then wait
-			ctx, cancel := context.WithTimeout(context.Background(), 20*ms)
-			tk, err := p2.Acquire(ctx, weight)
-			cancel()
-			if err != nil {
-				break
-			}
-			tk.Release()
-			if time.Since(begin) > 2*time.Second {
-				t.Fatal("a count beyond int64 never tightened the other pool")
-			}
-			time.Sleep(5 * ms)
+		// wait for the report to land: a call must then wait
+		if err := untilRefused(p2, 20*ms, 2*time.Second, weight); err == errNeverRefused {
+			t.Fatal("a count beyond int64 never tightened the other pool")
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		tk, err := p2.Acquire(ctx, weight)
@@ -1093,4 +1056,24 @@ func TestRedisHostileUsage(t *testing.T) {
 			t.Fatalf("held %v after a count beyond int64, want at most about a 600 ms window", d)
 		}
 	}
+}
+
+// errNeverRefused is untilRefused's error when every call was admitted.
+var errNeverRefused = errors.New("every call was admitted")
+
+// untilRefused acquires charges from p, each try bounded by wait, and
+// releases them, until a try fails (something written to Redis in the
+// background has landed) or give has passed. It returns the failing try's
+// error, or errNeverRefused.
+func untilRefused(p *clientpool.Pool, wait, give time.Duration, charges ...clientpool.Charge) error {
+	for begin := time.Now(); time.Since(begin) <= give; time.Sleep(5 * time.Millisecond) {
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
+		tk, err := p.Acquire(ctx, charges...)
+		cancel()
+		if err != nil {
+			return err
+		}
+		tk.Release()
+	}
+	return errNeverRefused
 }
