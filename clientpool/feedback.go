@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/ratesem/ratesem/internal/rstore"
 	"github.com/ratesem/ratesem/internal/sat"
 
 	"github.com/ratesem/ratesem/window"
@@ -31,7 +32,7 @@ func (p *Pool) Reconcile(rule, key string, used int64) error {
 		return nil
 	}
 	if p.rem != nil {
-		p.reconcileRedis(rs, key, used, time.Time{})
+		p.reconcileRedis(rs, key, used, rstore.Read{})
 		return nil
 	}
 	extra, err := p.reconcile(rs, key, used)

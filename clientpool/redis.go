@@ -295,7 +295,8 @@ func (t *Ticket) observeRedis(h http.Header) {
 	// seen: when this response was read, on Redis's clock (estimated from
 	// the admission's instant there and this process's clock since).
 	var seen time.Time
-	if call := p.rem.calls[t]; call != nil {
+	call := p.rem.calls[t]
+	if call != nil {
 		if at, back := call.Admitted(); !at.IsZero() {
 			seen = at.Add(time.Since(back))
 		}
@@ -311,22 +312,26 @@ func (t *Ticket) observeRedis(h http.Header) {
 			continue
 		}
 		c := t.charges[i]
-		p.reconcileRedis(rs, c.Key, used, seen)
+		r := rstore.Read{Seen: seen}
+		if call != nil {
+			r.Mark, r.Weight = call.Mark(i), c.Weight
+		}
+		p.reconcileRedis(rs, c.Key, used, r)
 	}
 }
 
 // reconcileRedis sends a server's count for (rule, key) to Redis, in the
 // background, and reports it.
 //
-// seen is when the response that reported used was read, on Redis's clock
-// (zero when not known): a window aligned to the clock drops a count read
-// in an earlier window than the one current when it reaches Redis, which is
-// that window's count.
-func (p *Pool) reconcileRedis(rs *ruleState, key string, used int64, seen time.Time) {
+// r says when the response that reported used was read, on Redis's clock
+// (zero when not known), and the call's mark: a window aligned to the clock
+// drops a count read in an earlier window than the one current when it
+// reaches Redis, which is that window's count (rstore.Store.ReconcileAt).
+func (p *Pool) reconcileRedis(rs *ruleState, key string, used int64, r rstore.Read) {
 	p.mu.Lock()
 	spec := rs.spec
 	p.mu.Unlock()
-	p.rem.eng.ReconcileAt(p.rem.scope, rstore.Charge{Rule: rs.Name, Key: redisKey(key), Spec: spec}, used, seen)
+	p.rem.eng.ReconcileAt(p.rem.scope, rstore.Charge{Rule: rs.Name, Key: redisKey(key), Spec: spec}, used, r)
 	p.emit(Event{Kind: Reconciled, Rule: rs.Name, Key: key, Weight: used})
 }
 

@@ -176,7 +176,7 @@ func (f *fakeStore) Pause(ctx context.Context, scope string, c rstore.Charge, d 
 	return l.paused, nil
 }
 
-func (f *fakeStore) ReconcileAt(ctx context.Context, scope string, c rstore.Charge, used int64, _ time.Time) (int64, error) {
+func (f *fakeStore) ReconcileAt(ctx context.Context, scope string, c rstore.Charge, used int64, _ rstore.Read) (int64, error) {
 	return 0, nil
 }
 

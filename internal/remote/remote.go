@@ -200,7 +200,7 @@ type store interface {
 	Release(ctx context.Context, scope string, cs []rstore.Charge, token string) error
 	Cancel(ctx context.Context, scope string, cs []rstore.Charge, token string) error
 	Pause(ctx context.Context, scope string, c rstore.Charge, d time.Duration) (time.Time, error)
-	ReconcileAt(ctx context.Context, scope string, c rstore.Charge, used int64, at time.Time) (int64, error)
+	ReconcileAt(ctx context.Context, scope string, c rstore.Charge, used int64, r rstore.Read) (int64, error)
 	SetLimit(ctx context.Context, scope string, c rstore.Charge) error
 }
 
@@ -368,6 +368,16 @@ type Call struct {
 	done  atomic.Bool
 	at    time.Time // the admission on Redis's clock; zero for the fallback
 	seen  time.Time // this process's clock when the admission came back
+	marks []string  // the admission's rstore.Decision.Marks
+}
+
+// Mark returns the admission's mark for charge i (rstore.Decision.Marks),
+// "" when it has none.
+func (c *Call) Mark(i int) string {
+	if i < 0 || i >= len(c.marks) {
+		return ""
+	}
+	return c.marks[i]
 }
 
 // Admitted returns the instant Redis admitted the call, on the server's
@@ -692,7 +702,7 @@ func (e *Engine) admit(ctx context.Context, w *waiter, since time.Time, try bool
 				e.cancelToken(w.scope, w.cs, d.Token)
 				return nil, ctx.Err()
 			}
-			c := &Call{e: e, scope: w.scope, cs: w.cs, token: d.Token, at: d.Now, seen: time.Now()}
+			c := &Call{e: e, scope: w.scope, cs: w.cs, token: d.Token, at: d.Now, seen: time.Now(), marks: d.Marks}
 			if err := e.hold(c, since); err != nil {
 				e.cancelToken(w.scope, w.cs, d.Token)
 				return nil, err
@@ -1174,14 +1184,14 @@ func (e *Engine) Pause(scope string, c rstore.Charge, d time.Duration) {
 // of its own, bounded by Timeout. It never blocks; a failure is counted in
 // Stats.RedisErrors. A negative used changes nothing.
 func (e *Engine) Reconcile(scope string, c rstore.Charge, used int64) {
-	e.ReconcileAt(scope, c, used, time.Time{})
+	e.ReconcileAt(scope, c, used, rstore.Read{})
 }
 
 // ReconcileAt is Reconcile for a count read at at on Redis's clock (zero
 // when not known): a window aligned to the clock drops a count read in an
 // earlier window than the one current when it reaches Redis (see
 // rstore.Store.ReconcileAt).
-func (e *Engine) ReconcileAt(scope string, c rstore.Charge, used int64, at time.Time) {
+func (e *Engine) ReconcileAt(scope string, c rstore.Charge, used int64, r rstore.Read) {
 	if used < 0 {
 		return
 	}
@@ -1193,7 +1203,7 @@ func (e *Engine) ReconcileAt(scope string, c rstore.Charge, used int64, at time.
 	}
 	e.spawn(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), e.cfg.Timeout)
-		_, err := e.st.ReconcileAt(ctx, scope, c, used, at)
+		_, err := e.st.ReconcileAt(ctx, scope, c, used, r)
 		cancel()
 		e.roundTrip(err)
 	})

@@ -513,7 +513,7 @@ func TestReconcileAtDropsAnEarlierWindowsCount(t *testing.T) {
 		t.Fatal(err)
 	}
 	clk.add(20 * time.Millisecond) // the response is handled after the boundary
-	if extra, err := s.ReconcileAt(ctx, "", c, 5000, d.Now); err != nil || extra != 0 {
+	if extra, err := s.ReconcileAt(ctx, "", c, 5000, Read{Seen: d.Now}); err != nil || extra != 0 {
 		t.Fatalf("the old window's count of 5000 added %d units to the new window (%v)", extra, err)
 	}
 	c.Weight = 1000
@@ -521,7 +521,7 @@ func TestReconcileAtDropsAnEarlierWindowsCount(t *testing.T) {
 	if err != nil || !d2.OK {
 		t.Fatalf("the new window is not held by the old one's count: %+v %v", d2, err)
 	}
-	if extra, err := s.ReconcileAt(ctx, "", c, 5500, d2.Now); err != nil || extra != 4500 {
+	if extra, err := s.ReconcileAt(ctx, "", c, 5500, Read{Seen: d2.Now}); err != nil || extra != 4500 {
 		t.Fatalf("a count of the current window added %d units, want 4500 (%v)", extra, err)
 	}
 	if extra, err := s.Reconcile(ctx, "", c, 5999); err != nil || extra != 499 {
@@ -530,8 +530,80 @@ func TestReconcileAtDropsAnEarlierWindowsCount(t *testing.T) {
 	comp := Charge{Rule: "c", Key: "k", Spec: spec(Completion, 10, time.Minute), Weight: 1}
 	d3, _ := s.Admit(ctx, "", []Charge{comp})
 	clk.add(time.Minute)
-	if extra, err := s.ReconcileAt(ctx, "", comp, 8, d3.Now); err != nil || extra == 0 {
+	if extra, err := s.ReconcileAt(ctx, "", comp, 8, Read{Seen: d3.Now}); err != nil || extra == 0 {
 		t.Fatalf("a completion window ignored a report: %d %v", extra, err)
+	}
+}
+
+// TestReconcileMarkCountsCallsOnTheirWay: a fixed completion window learns
+// of units from elsewhere from a call's response without taking the fleet's
+// calls still on their way to the server for room. P (100 units) is
+// admitted first and reaches the server after X (2 units); the server
+// counts 1500 units of a foreign client, Q (10, ended before X was
+// admitted) and X: 1512. Against the window's count now (112) the report
+// would add 1400 and leave the window 100 units short of the server's final
+// count (1500 + 10 + 2 + 100); with X's mark it adds 1500, and the fleet
+// can then admit exactly what the server has left.
+func TestReconcileMarkCountsCallsOnTheirWay(t *testing.T) {
+	clk := newClock()
+	clk.t = time.Unix(1_700_000_040, 0).Add(time.Second) // just after a whole minute
+	s, _ := newStore(t, clk, time.Minute)
+	ctx := context.Background()
+	sp := spec(FixedCompletion, 6000, time.Minute)
+	admit := func(n int64) (Charge, Decision) {
+		t.Helper()
+		c := Charge{Rule: "REQUEST_WEIGHT", Key: "ip", Spec: sp, Weight: n}
+		d, err := s.Admit(ctx, "", []Charge{c})
+		if err != nil || !d.OK {
+			t.Fatalf("admit %d: %+v %v", n, d, err)
+		}
+		return c, d
+	}
+	q, dq := admit(10)
+	if err := s.Release(ctx, "", []Charge{q}, dq.Token); err != nil {
+		t.Fatal(err)
+	}
+	admit(100) // P, on its way
+	x, dx := admit(2)
+	if len(dx.Marks) != 1 || dx.Marks[0] == "" {
+		t.Fatalf("a fixed completion admission has no mark: %q", dx.Marks)
+	}
+	clk.add(20 * time.Millisecond)
+	r := Read{Seen: clk.t, Mark: dx.Marks[0], Weight: x.Weight}
+	if extra, err := s.ReconcileAt(ctx, "", x, 1512, r); err != nil || extra != 1500 {
+		t.Fatalf("X's report added %d units, want the 1500 from elsewhere (%v)", extra, err)
+	}
+	// Taken in once: the same report again adds nothing.
+	if extra, err := s.ReconcileAt(ctx, "", x, 1512, r); err != nil || extra != 0 {
+		t.Fatalf("the same report again added %d units (%v)", extra, err)
+	}
+	// The server has 6000 − 1612 = 4388 left: the window admits that many
+	// and not one more.
+	admit(4388)
+	c := Charge{Rule: "REQUEST_WEIGHT", Key: "ip", Spec: sp, Weight: 1}
+	if d, err := s.Admit(ctx, "", []Charge{c}); err != nil || d.OK {
+		t.Fatalf("the window admitted beyond what the server left: %+v %v", d, err)
+	}
+}
+
+// TestReconcileMarkOfAnEarlierWindowDropped: a call admitted before the
+// window's boundary whose response is read after it may have been counted
+// in either window: its count says nothing certain of the new one and adds
+// nothing, however large.
+func TestReconcileMarkOfAnEarlierWindowDropped(t *testing.T) {
+	clk := newClock()
+	clk.t = time.Unix(1_700_000_040, 0).Add(-10 * time.Millisecond) // just before a whole minute
+	s, _ := newStore(t, clk, time.Minute)
+	ctx := context.Background()
+	c := Charge{Rule: "REQUEST_WEIGHT", Key: "ip", Spec: spec(FixedCompletion, 6000, time.Minute), Weight: 2}
+	d, err := s.Admit(ctx, "", []Charge{c})
+	if err != nil || !d.OK || len(d.Marks) != 1 {
+		t.Fatal(d, err)
+	}
+	clk.add(20 * time.Millisecond)
+	r := Read{Seen: clk.t, Mark: d.Marks[0], Weight: 2}
+	if extra, err := s.ReconcileAt(ctx, "", c, 5990, r); err != nil || extra != 0 {
+		t.Fatalf("a count of a call admitted in the window before added %d units (%v)", extra, err)
 	}
 }
 

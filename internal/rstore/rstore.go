@@ -523,6 +523,10 @@ type Decision struct {
 	// Adopted lists the indices of charges whose stored Spec (written by
 	// SetLimit) replaced the caller's.
 	Adopted []int
+	// Marks, when OK, holds for each charge of a fixed completion window
+	// (by index; "" for the others) its admission's mark, which
+	// ReconcileAt takes with the count read from the call's response.
+	Marks []string
 }
 
 func newToken() string {
@@ -555,7 +559,7 @@ func (s *Store) Admit(ctx context.Context, scope string, cs []Charge) (Decision,
 	if code, _ := v[0].(int64); code == -1 {
 		return Decision{}, mismatch(cs, v)
 	}
-	if len(v) != 6 {
+	if len(v) != 6 && len(v) != 7 {
 		return Decision{}, fmt.Errorf("ratesem: malformed reply from Redis: %v", v)
 	}
 	ok, _ := v[0].(int64)
@@ -576,11 +580,56 @@ func (s *Store) Admit(ctx context.Context, scope string, cs []Charge) (Decision,
 	}
 	if d.OK {
 		d.Token = tok + "." + strconv.FormatInt(now, 10)
+		if len(v) == 7 {
+			d.Marks = parseMarks(v[6], len(cs))
+		}
 		return d, nil
 	}
 	d.Wait = time.Duration(min(max(wait, 1), int64(MaxPer/time.Microsecond))) * time.Microsecond
 	d.Refused = int(min(max(ref-1, 0), int64(len(cs)-1)))
 	return d, nil
+}
+
+// parseMarks reads the marks of an admission's reply ("i:w:d," per charge,
+// see admitScript) into one string "w:d" per charge; nil when there are
+// none. A malformed entry is left out (its call's counts are then taken in
+// as Reconcile takes them).
+func parseMarks(v any, n int) []string {
+	s, _ := v.(string)
+	if s == "" {
+		return nil
+	}
+	var ms []string
+	for _, e := range strings.Split(strings.TrimSuffix(s, ","), ",") {
+		i, wd, ok := strings.Cut(e, ":")
+		j, err := strconv.Atoi(i)
+		if !ok || err != nil || j < 1 || j > n || !validMark(wd) {
+			continue
+		}
+		if ms == nil {
+			ms = make([]string, n)
+		}
+		ms[j-1] = wd
+	}
+	return ms
+}
+
+// validMark reports whether m is "w:d", two unsigned decimals.
+func validMark(m string) bool {
+	w, d, ok := strings.Cut(m, ":")
+	return ok && digits(w) && digits(d)
+}
+
+func digits(s string) bool {
+	if s == "" || len(s) > 19 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // splitToken returns the lease member prefix and the admission instant (µs)
@@ -688,11 +737,22 @@ func (s *Store) Pause(ctx context.Context, scope string, c Charge, d time.Durati
 // then counts at least used units, and never fewer than it did. It returns
 // the units it added. c.Weight is not used.
 func (s *Store) Reconcile(ctx context.Context, scope string, c Charge, used int64) (int64, error) {
-	return s.ReconcileAt(ctx, scope, c, used, time.Time{})
+	return s.ReconcileAt(ctx, scope, c, used, Read{})
 }
 
-// ReconcileAt is Reconcile for a count read from a response at seen, on
-// Redis's clock (the zero time.Time when not known). For the windows
+// Read says where a server's count comes from: the response of a call.
+type Read struct {
+	// Seen is when the response was read, on Redis's clock; zero when not
+	// known.
+	Seen time.Time
+	// Mark is the call's Decision.Marks entry for the charge ("" when
+	// none), and Weight its weight in that charge.
+	Mark   string
+	Weight int64
+}
+
+// ReconcileAt is Reconcile for a count read from a call's response (r.Seen,
+// on Redis's clock, the zero time.Time when not known). For the windows
 // aligned to the clock (fixed windows, the sliding window counter, the
 // sub-window counter's blocks) a count read in an earlier window than the
 // current one when it reaches Redis (a report sent in the background that
@@ -701,12 +761,25 @@ func (s *Store) Reconcile(ctx context.Context, scope string, c Charge, used int6
 // one was. A count read in the current window is applied, even for a call
 // admitted in the window before: the server may have counted its arrival in
 // the current window, and dropping it could miss another client's spend.
-func (s *Store) ReconcileAt(ctx context.Context, scope string, c Charge, used int64, seen time.Time) (int64, error) {
+//
+// A fixed completion window compares, for a call with a mark (r.Mark), the
+// count with the fleet's calls that had ended by the call's admission:
+// the server cannot have counted more than used − (those) − r.Weight units
+// from elsewhere, and the limiter takes in that many, less what it took in
+// before in the window. Counting instead against the window's count now
+// (as without a mark) would take the units of the fleet's calls still on
+// their way to the server for room, and let the fleet exceed the limit by
+// them. A call with a mark admitted in an earlier window than the current
+// one may have been counted in that one: its count is dropped.
+func (s *Store) ReconcileAt(ctx context.Context, scope string, c Charge, used int64, r Read) (int64, error) {
 	c.Weight = 0
 	used = min(max(used, 0), MaxN)
 	atArg := ""
-	if !seen.IsZero() {
-		atArg = strconv.FormatInt(seen.UnixMicro(), 10)
+	if !r.Seen.IsZero() {
+		atArg = strconv.FormatInt(r.Seen.UnixMicro(), 10)
+		if r.Mark != "" && validMark(r.Mark) && r.Weight >= 0 && r.Weight <= MaxN {
+			atArg += ":" + r.Mark + ":" + strconv.FormatInt(r.Weight, 10)
+		}
 	}
 	keys, args, err := s.call(scope, []Charge{c}, atArg, strconv.FormatInt(used, 10))
 	if err != nil {

@@ -48,7 +48,7 @@ local function wt(m) return tonumber(string.match(m, ':(%d+)$')) end
 -- lim(i) loads charge i: its parameters (the stored spec when SetLimit wrote
 -- one) and its hash; nil, err for a spec that disagrees with the stored one.
 local KF = {
-  {'m','f','z'}, {'m','f','w','u'}, {'m','f','z'}, {'f','w','u'}, {'m','f','w','v','c'},
+  {'m','f','z'}, {'m','f','w','u','d','e'}, {'m','f','z'}, {'f','w','u'}, {'m','f','w','v','c'},
   {'f','w','c'}, {'f','t','r','l','a'}, {'f','t','r','l','a'}, {'f','t','a'}}
 local function lim(i, adopt)
   local b = 4 + (i - 1) * 8
@@ -96,7 +96,7 @@ local function roll(L, t)
     local idx = fdiv(t, L.per)
     if L.w == nil or idx > L.w then
       set(L, 'w', idx)
-      if k == 2 then set(L, 'u', L.f) else set(L, 'u', 0) end
+      if k == 2 then set(L, 'u', L.f); set(L, 'd', 0); set(L, 'e', 0) else set(L, 'u', 0) end
     end
   elseif k == 5 then
     local idx = fdiv(t, L.per)
@@ -438,7 +438,7 @@ for i = 1, NC do
   local v
   if k == 9 then v = redis.call('HMGET', H, 's', 'p', 'h', 'x', 'g', 'f', 'fc', 't', 'a')
   elseif k == 1 then v = redis.call('HMGET', H, 's', 'p', 'h', 'x', 'g', 'f', 'fc', 'm', 'z')
-  elseif k == 2 then v = redis.call('HMGET', H, 's', 'p', 'h', 'x', 'g', 'f', 'fc', 'm', 'w', 'u')
+  elseif k == 2 then v = redis.call('HMGET', H, 's', 'p', 'h', 'x', 'g', 'f', 'fc', 'm', 'w', 'u', 'd')
   elseif k == 3 then v = redis.call('HMGET', H, 's', 'p', 'h', 'x', 'g', 'f', 'fc', 'm', 'z', 'zc')
   elseif k == 4 then v = redis.call('HMGET', H, 's', 'p', 'h', 'x', 'g', 'f', 'fc', 'w', 'u')
   elseif k == 5 then v = redis.call('HMGET', H, 's', 'p', 'h', 'x', 'g', 'f', 'fc', 'm', 'w', 'c', 'v')
@@ -469,10 +469,14 @@ for i = 1, NC do
       if k == 2 then w, u = tonumber(v[9]), tonumber(v[10]) or 0 else w, u = tonumber(v[8]), tonumber(v[9]) or 0 end
       if w == nil then fast = false; break end
       local idx = math.floor(t0 / per)
+      local d = 0
+      if k == 2 then d = tonumber(v[11]) or 0 end
       if idx > w then
         if k == 2 and f > 0 then fast = false; break end
-        u = 0; hs[#hs+1] = 'w'; hs[#hs+1] = idx
+        u = 0; d = 0; w = idx; hs[#hs+1] = 'w'; hs[#hs+1] = idx
+        if k == 2 then hs[#hs+1] = 'd'; hs[#hs+1] = 0; hs[#hs+1] = 'e'; hs[#hs+1] = 0 end
       end
+      if k == 2 then c.mark = string.format('%d:%d:%d,', i, w, d) end
       if n > N - u then fast = false; break end
       hs[#hs+1] = 'u'; hs[#hs+1] = u + n
     elseif k == 3 then
@@ -531,9 +535,10 @@ for i = 1, NC do
   FA[i] = c
 end
 if fast then
-  local flags, lease, tok = 0, tonumber(ARGV[3]), ARGV[2]
+  local flags, lease, tok, marks = 0, tonumber(ARGV[3]), ARGV[2], ''
   for i = 1, NC do
     local c = FA[i]
+    if c.mark then marks = marks .. c.mark end
     local n, H, hs = c.n, c.H, c.hs
     local freshF, freshZ = false, false -- a key made by this call, which alone needs a TTL
     if n > 0 then
@@ -564,15 +569,19 @@ if fast then
       if c.logged and ((c.z or 0) > 0 or n > 0) then redis.call('PEXPIRE', KEYS[3*i], ttl) end
     end
   end
-  return {1, now, 0, 0, flags, ''}
+  return {1, now, 0, 0, flags, '', marks}
 end
 `
 
 // admitScript: ARGV[2] the token, ARGV[3] the lease in µs. Reply {1, now,
-// 0, 0, flags, adopted} or {0, now, wait µs, refuser, flags, adopted}, or
-// {-1, charge, stored spec} for a spec mismatch. flags: 1 only a release
-// can help, 2 paused, 4 state lost, 8 a lease was taken. adopted: the
-// indices of adopted specs, comma-separated.
+// 0, 0, flags, adopted, marks} (the single-charge fast path for the
+// completion window and GCRA leaves marks out) or {0, now, wait µs,
+// refuser, flags, adopted}, or {-1, charge, stored spec} for a spec
+// mismatch. flags: 1 only a release can help, 2 paused, 4 state lost, 8 a
+// lease was taken. adopted: the indices of adopted specs, comma-separated.
+// marks: "i:w:d," for each fixed completion charge i of weight > 0: its
+// window w and the units d of the calls of w that ended before this
+// admission (see reconcileScript).
 var admitScript = goredis.NewScript(admitSource)
 
 // admitSource is the admission script's text.
@@ -594,14 +603,17 @@ for i = 1, NC do
   if L.lost then flags = bit.bor(flags, 4) end
 end
 if ok then
-  local lease = tonumber(ARGV[3])
+  local lease, marks = tonumber(ARGV[3]), ''
   for i = 1, NC do
     local L = Ls[i]
+    -- a fixed completion window's mark: its window and the units of its
+    -- calls that ended in it before this admission (reconcile)
+    if L.kind == 2 and L.n > 0 then marks = marks .. string.format('%d:%d:%d,', i, L.w, L.d or 0) end
     commit(L, ARGV[2], lease)
     if L.leased and L.n > 0 then flags = bit.bor(flags, 8) end
     save(L)
   end
-  return {1, now, 0, 0, flags, adopted}
+  return {1, now, 0, 0, flags, adopted, marks}
 end
 for i = 1, NC do
   local L = Ls[i]
@@ -619,7 +631,7 @@ return {0, now, math.max(wait, 1), refuser, flags, adopted}
 const singleRelease = `
 if NC == 1 and ARGV[10] == '0' and ARGV[11] ~= '0' and (ARGV[6] == '1' or ARGV[6] == '2') then
   local H, F, Z, k = KEYS[1], KEYS[2], KEYS[3], ARGV[6]
-  local v = redis.call('HMGET', H, 's', 'f', 'fc', 'z', 'zc', 'm', 'x', 'w')
+  local v = redis.call('HMGET', H, 's', 'f', 'fc', 'z', 'zc', 'm', 'x', 'w', 'd')
   local t0 = math.max(now, tonumber(v[6]) or 0)
   local per = tonumber(ARGV[8])
   if v[1] == ARGV[5] and (k == '1' or (v[8] and math.floor(t0 / per) <= tonumber(v[8]))) then
@@ -647,9 +659,10 @@ if NC == 1 and ARGV[10] == '0' and ARGV[11] ~= '0' and (ARGV[6] == '1' or ARGV[6
         end
       elseif refresh then
         if x ~= nil and x - t0 > ttl * 1000 then ttl = math.ceil((x - t0) / 1000) end
-        redis.call('HSET', H, 'f', f, 'fc', fc, 'm', t0, 'x', t0 + ttl * 1000)
+        -- d: the units of the calls of this window that ended (reconcile)
+        redis.call('HSET', H, 'f', f, 'fc', fc, 'm', t0, 'x', t0 + ttl * 1000, 'd', (tonumber(v[9]) or 0) + n)
       else
-        redis.call('HSET', H, 'f', f, 'fc', fc, 'm', t0)
+        redis.call('HSET', H, 'f', f, 'fc', fc, 'm', t0, 'd', (tonumber(v[9]) or 0) + n)
       end
       if refresh then
         redis.call('PEXPIRE', H, ttl)
@@ -684,7 +697,7 @@ for i = 1, NC do
       -- a fixed completion window carries the calls in flight at its
       -- start: end those whose lease ran out before rolling
       if L.kind == 2 and (L.w == nil or fdiv(L.t0, L.per) > L.w) then sweep(L) end
-      if L.kind == 2 then roll(L, L.t0) end
+      if L.kind == 2 then roll(L, L.t0); set(L, 'd', (L.d or 0) + L.n) end
       set(L, 'f', math.max(L.f - L.n, 0))
       set(L, 'fc', math.max(L.fc - 1, 0))
       if L.kind == 1 and L.per > 0 then
@@ -810,7 +823,10 @@ return L.p
 `)
 
 // reconcileScript tightens charge 1's limiter with a server's count of
-// ARGV[3] units in its current window. Reply: the units added.
+// ARGV[3] units in its current window. ARGV[2]: '' or "seen" (when the count
+// was read, µs) or "seen:w:d:n" (a fixed completion window's call: its
+// admission's mark w:d, see admitScript, and its weight n). Reply: the
+// units added.
 var reconcileScript = goredis.NewScript(header + prelude + `
 local Ls, err = loadall(true)
 if Ls == nil then return err end
@@ -818,16 +834,32 @@ local L = Ls[1]
 prepare(L)
 local used, N, k = math.min(tonumber(ARGV[3]), L.N), L.N, L.kind
 local extra = 0
+local seen, mw, md, mn = string.match(ARGV[2], '^(%d+):(%d+):(%d+):(%d+)$')
+if seen == nil then seen = ARGV[2] else mw, md, mn = tonumber(mw), tonumber(md), tonumber(mn) end
 -- A count read in an earlier aligned window than the current one is that
--- window's (ARGV[2]: when it was read, in µs, or ''): it says nothing of
+-- window's (seen: when it was read, in µs, or ''): it says nothing of
 -- the current one, and is dropped.
 local stale = false
-if ARGV[2] ~= '' and (k == 2 or k == 4 or k == 5 or k == 6) and L.w ~= nil then
+if seen ~= '' and (k == 2 or k == 4 or k == 5 or k == 6) and L.w ~= nil then
   local size = L.per
   if k == 6 then size = math.ceil(L.per / L.p1) end
-  stale = fdiv(tonumber(ARGV[2]), size) ~= L.w
+  stale = fdiv(tonumber(seen), size) ~= L.w
 end
 if stale then
+elseif k == 2 and mw ~= nil then
+  -- A fixed completion window's call admitted in this window: the server
+  -- had counted, besides units from elsewhere, this call and at most the
+  -- calls of the fleet that had not ended by its admission (any other may
+  -- have reached it later), so more than used - d - n units from elsewhere
+  -- is impossible, and taking in that many (less what was already) never
+  -- leaves the window counting less than the server. A call admitted in an
+  -- earlier window may have been counted in that one (its count says
+  -- nothing of this window): dropped.
+  if mw == L.w then
+    local e = L.e or 0
+    extra = math.max(used - md - mn - e, 0)
+    if extra > 0 then set(L, 'u', L.u + extra); set(L, 'e', e + extra) end
+  end
 elseif k == 1 or k == 3 then
   extra = math.max(used - L.f - L.z, 0)
   if extra > 0 then
@@ -837,7 +869,10 @@ elseif k == 1 or k == 3 then
     set(L, 'z', L.z + extra)
     set(L, 'zc', L.zc + 1)
   end
-elseif k == 2 or k == 4 then
+elseif k == 2 then
+  extra = math.max(used - L.u, 0)
+  if extra > 0 then set(L, 'u', L.u + extra); set(L, 'e', (L.e or 0) + extra) end
+elseif k == 4 then
   extra = math.max(used - L.u, 0); set(L, 'u', L.u + extra)
 elseif k == 5 then
   extra = math.max(used - L.c, 0); set(L, 'c', L.c + extra)
