@@ -162,9 +162,12 @@ func TestFleetLocalOneProcess(t *testing.T) {
 
 // The program fails when the server rejects anything: one process that
 // ignores the usage headers does not see the foreign client's weight and
-// runs into 429s.
+// runs into 429s. 48 klines goroutines can send about 4800 weight a second
+// at the server's latency, well above the 1000 a second the foreign client
+// leaves, even on a loaded machine (with 16 a run under the race detector
+// once stayed below it and saw no 429).
 func TestFleetRejectionFails(t *testing.T) {
-	code, out := runFleet(t, "-local", "-procs", "1", "-scale", "20", "-duration", "5s", "-foreign", "0.5", "-no-usage")
+	code, out := runFleet(t, "-local", "-procs", "1", "-klines", "48", "-scale", "20", "-duration", "5s", "-foreign", "0.5", "-no-usage")
 	s := parseSummary(t, out)
 	if code != 1 || s.ok || s.rejections == 0 {
 		t.Fatalf("exit %d, result ok %v, %d rejections; want 1, false, > 0", code, s.ok, s.rejections)

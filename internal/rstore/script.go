@@ -823,7 +823,7 @@ return L.p
 `)
 
 // reconcileScript tightens charge 1's limiter with a server's count of
-// ARGV[3] units in its current window. ARGV[2]: '' or "seen" (when the count
+// ARGV[3] units in its current window. ARGV[2]: empty, "seen" (when the count
 // was read, µs) or "seen:w:d:n" (a fixed completion window's call: its
 // admission's mark w:d, see admitScript, and its weight n). Reply: the
 // units added.
