@@ -39,7 +39,7 @@
 //   - evicts idle keys a few at a time (WithIdleTimeout), so memory follows
 //     the live keys (about 370 bytes per live key under the completion
 //     window, BenchmarkBytesPerKey), and caps them against
-//     attacker-chosen keys (WithMaxKeys, ErrTooManyKeys);
+//     attacker-chosen keys (WithMaxKeys, ratesem.ErrTooManyKeys);
 //   - reports events to an observer (WithObserver).
 //
 // With WithRedis a Pool keeps every rule's state in Redis instead, so that
@@ -47,7 +47,7 @@
 // rule exactly: a call's charges are admitted together across the fleet by
 // one Lua script in one round trip, on the Redis server's clock; pauses,
 // usage reports and SetLimit reach every replica; two replicas built with
-// different limits for one rule get ErrLimitMismatch instead of silently
+// different limits for one rule get ratesem.ErrLimitMismatch instead of silently
 // enforcing the larger one. Table.Scope names the hash tag every key of
 // the Pool shares: on a Redis Cluster one scope lives in one slot. Close
 // stops a Redis-mode Pool.

@@ -9,6 +9,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/ratesem/ratesem"
 	"github.com/ratesem/ratesem/clientpool"
 	"github.com/ratesem/ratesem/window"
 )
@@ -50,7 +51,7 @@ func TestWakeInstantsPerKey(t *testing.T) {
 }
 
 // A waiter whose admission comes after its deadline fails at once with
-// ErrDeadline (and context.DeadlineExceeded), and leaves no trace.
+// ratesem.ErrDeadline (and context.DeadlineExceeded), and leaves no trace.
 func TestDeadlineFailFast(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := newPool(t, []clientpool.Rule{ruleN("a", 1, time.Second), ruleN("b", 5, time.Second)})
@@ -59,8 +60,8 @@ func TestDeadlineFailFast(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 500*ms)
 		defer cancel()
 		_, err := p.Acquire(ctx, clientpool.Charge{Rule: "b", Weight: 1}, clientpool.Charge{Rule: "a", Weight: 1})
-		if !errors.Is(err, clientpool.ErrDeadline) || !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("err = %v, want ErrDeadline and DeadlineExceeded", err)
+		if !errors.Is(err, ratesem.ErrDeadline) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("err = %v, want ratesem.ErrDeadline and DeadlineExceeded", err)
 		}
 		if d := time.Since(begin); d != 0 {
 			t.Fatalf("failed after %v, want at once", d)
@@ -91,7 +92,7 @@ func TestSetLimitWaiters(t *testing.T) {
 		if err := p.SetLimit("a", window.Limit{N: 2, Per: time.Hour}); err != nil {
 			t.Fatal(err)
 		}
-		if err := <-heavy; !errors.Is(err, clientpool.ErrWeightTooLarge) {
+		if err := <-heavy; !errors.Is(err, ratesem.ErrWeightTooLarge) {
 			t.Fatalf("waiter of weight 3 after SetLimit to 2: %v", err)
 		}
 		if err := p.SetLimit("a", window.Limit{N: 6, Per: time.Hour}); err != nil {

@@ -3,6 +3,8 @@ package clientpool
 import (
 	"fmt"
 	"time"
+
+	"github.com/ratesem/ratesem"
 )
 
 // evictBudget is how many idle limiters one operation looks at, at most,
@@ -13,7 +15,7 @@ const evictBudget = 8
 // ones, and takes a reference on each. When the pool is full (WithMaxKeys)
 // it first evicts idle limiters whose windows have forgotten every call;
 // if that is not enough it takes nothing and returns an error matching
-// ErrTooManyKeys.
+// ratesem.ErrTooManyKeys.
 func (p *Pool) refLocked(hs []held, charges []Charge, now time.Time) error {
 	missing := 0
 	for i, c := range charges {
@@ -35,7 +37,7 @@ func (p *Pool) refLocked(hs []held, charges []Charge, now time.Time) error {
 					hs[i].lim = nil
 				}
 			}
-			return fmt.Errorf("%w: %d live, cap %d, and no idle key could be evicted", ErrTooManyKeys, p.live, p.maxKeys)
+			return fmt.Errorf("%w: %d live, cap %d, and no idle key could be evicted", ratesem.ErrTooManyKeys, p.live, p.maxKeys)
 		}
 	}
 	for i, c := range charges {
@@ -76,7 +78,7 @@ func (p *Pool) touchLocked(l *limiter, now time.Time) {
 }
 
 // limiterLocked returns the limiter of (rule, key), creating it, or an
-// error matching ErrTooManyKeys when it must be created and the pool is
+// error matching ratesem.ErrTooManyKeys when it must be created and the pool is
 // full. The limiter is idle unless the caller references it.
 func (p *Pool) limiterLocked(rs *ruleState, key string, now time.Time) (*limiter, error) {
 	if l, ok := rs.keys[key]; ok {
@@ -85,7 +87,7 @@ func (p *Pool) limiterLocked(rs *ruleState, key string, now time.Time) (*limiter
 	if p.maxKeys > 0 && p.live >= p.maxKeys {
 		p.evictLocked(now, evictBudget+1, true)
 		if p.live >= p.maxKeys {
-			return nil, fmt.Errorf("%w: %d live, cap %d, and no idle key could be evicted", ErrTooManyKeys, p.live, p.maxKeys)
+			return nil, fmt.Errorf("%w: %d live, cap %d, and no idle key could be evicted", ratesem.ErrTooManyKeys, p.live, p.maxKeys)
 		}
 	}
 	return p.newLimiterLocked(rs, key, now), nil

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/ratesem/ratesem"
 	"github.com/ratesem/ratesem/internal/rstore"
 	"github.com/ratesem/ratesem/internal/sat"
 
@@ -21,12 +22,12 @@ import (
 // count beyond it, up to math.MaxInt64, means "full until the window
 // moves", never a wrap. A negative used is ignored. Windows that do not
 // implement window.Reconciler ignore it. It never blocks; it returns an
-// error matching ErrUnknownRule for an unknown rule, and one matching
-// ErrTooManyKeys when the key is new and the pool is full (WithMaxKeys).
+// error matching ratesem.ErrUnknownRule for an unknown rule, and one matching
+// ratesem.ErrTooManyKeys when the key is new and the pool is full (WithMaxKeys).
 func (p *Pool) Reconcile(rule, key string, used int64) error {
 	rs, ok := p.rules[rule]
 	if !ok {
-		return fmt.Errorf("%w %q", ErrUnknownRule, rule)
+		return fmt.Errorf("%w %q", ratesem.ErrUnknownRule, rule)
 	}
 	if used < 0 {
 		return nil

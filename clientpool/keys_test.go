@@ -8,10 +8,11 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/ratesem/ratesem"
 	"github.com/ratesem/ratesem/clientpool"
 )
 
-// WithMaxKeys: a full pool refuses a new key at once with ErrTooManyKeys
+// WithMaxKeys: a full pool refuses a new key at once with ratesem.ErrTooManyKeys
 // while every key's window still counts calls (never merging keys or
 // forgetting one); once a window has forgotten its calls, that key is
 // evicted for the new one, idle timeout or not.
@@ -23,16 +24,16 @@ func TestMaxKeys(t *testing.T) {
 		}
 		begin := time.Now()
 		_, err := p.Acquire(context.Background(), clientpool.Charge{Rule: "user", Key: "new", Weight: 1})
-		if !errors.Is(err, clientpool.ErrTooManyKeys) {
+		if !errors.Is(err, ratesem.ErrTooManyKeys) {
 			t.Fatalf("a 4th key under WithMaxKeys(3): %v", err)
 		}
 		if time.Since(begin) != 0 {
-			t.Fatal("ErrTooManyKeys was not at once")
+			t.Fatal("ratesem.ErrTooManyKeys was not at once")
 		}
-		if err := p.Pause("user", "new", time.Now().Add(time.Second)); !errors.Is(err, clientpool.ErrTooManyKeys) {
+		if err := p.Pause("user", "new", time.Now().Add(time.Second)); !errors.Is(err, ratesem.ErrTooManyKeys) {
 			t.Fatalf("Pause of a 4th key: %v", err)
 		}
-		if err := p.Reconcile("user", "new", 1); !errors.Is(err, clientpool.ErrTooManyKeys) {
+		if err := p.Reconcile("user", "new", 1); !errors.Is(err, ratesem.ErrTooManyKeys) {
 			t.Fatalf("Reconcile of a 4th key: %v", err)
 		}
 		// Existing keys still work, and still count: key 0 is full until 1s.
@@ -75,7 +76,7 @@ func TestPausedKeyNotEvicted(t *testing.T) {
 			t.Fatal(err)
 		}
 		time.Sleep(30 * time.Minute)
-		if _, err := p.Acquire(context.Background(), clientpool.Charge{Rule: "user", Key: "b", Weight: 1}); !errors.Is(err, clientpool.ErrTooManyKeys) {
+		if _, err := p.Acquire(context.Background(), clientpool.Charge{Rule: "user", Key: "b", Weight: 1}); !errors.Is(err, ratesem.ErrTooManyKeys) {
 			t.Fatalf("a new key while the only one is paused: %v", err)
 		}
 		time.Sleep(31 * time.Minute)

@@ -3,7 +3,7 @@ package clientpool
 import (
 	"time"
 
-	"github.com/benbjohnson/clock"
+	"github.com/ratesem/ratesem"
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/ratesem/ratesem/internal/backoff"
@@ -22,7 +22,7 @@ const DefaultMaxPause = backoff.DefaultMaxPause
 type Option func(*config)
 
 type config struct {
-	clk      clock.Clock
+	clk      ratesem.Clock
 	idle     time.Duration
 	maxKeys  int
 	maxPause time.Duration
@@ -44,7 +44,7 @@ func WithLease(d time.Duration) Option { return func(c *config) { c.lease = d } 
 // WithClock makes the pool read time and set its timer through clk, for
 // example a *clock.Mock. Default: the real monotonic clock, which
 // testing/synctest also fakes. A nil clk means the default.
-func WithClock(clk clock.Clock) Option { return func(c *config) { c.clk = clk } }
+func WithClock(clk ratesem.Clock) Option { return func(c *config) { c.clk = clk } }
 
 // WithIdleTimeout sets how long a key must see no activity before its
 // limiter is evicted; the eviction also waits until the key's window has
@@ -60,7 +60,7 @@ func WithIdleTimeout(d time.Duration) Option { return func(c *config) { c.idle =
 // new limiter and n are live, the least recently used idle limiters whose
 // windows have forgotten every call are evicted first, whatever the idle
 // time; when none can be, the call fails at once with an error matching
-// ErrTooManyKeys. A key whose window still counts calls is never dropped
+// ratesem.ErrTooManyKeys. A key whose window still counts calls is never dropped
 // and keys are never merged. 0 (the default) means no cap; New returns an
 // error for n < 0.
 func WithMaxKeys(n int) Option { return func(c *config) { c.maxKeys = n } }

@@ -10,6 +10,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/ratesem/ratesem"
 	"github.com/ratesem/ratesem/clientpool"
 	"github.com/ratesem/ratesem/window"
 )
@@ -22,12 +23,12 @@ func TestMergedWeightsSaturate(t *testing.T) {
 		p := newPool(t, []clientpool.Rule{ruleN("h", 10, time.Hour)})
 		ctx := context.Background()
 		_, err := p.Acquire(ctx, clientpool.Charge{Rule: "h", Weight: math.MaxInt64}, clientpool.Charge{Rule: "h", Weight: math.MaxInt64 - 998})
-		if !errors.Is(err, clientpool.ErrWeightTooLarge) {
-			t.Fatalf("MaxInt64 + (MaxInt64-998) on one key: err = %v, want ErrWeightTooLarge", err)
+		if !errors.Is(err, ratesem.ErrWeightTooLarge) {
+			t.Fatalf("MaxInt64 + (MaxInt64-998) on one key: err = %v, want ratesem.ErrWeightTooLarge", err)
 		}
 		for _, w := range []int64{-1, -1000, math.MinInt64} {
-			if _, err := p.Acquire(ctx, clientpool.Charge{Rule: "h", Weight: w}); !errors.Is(err, window.ErrNegativeWeight) {
-				t.Fatalf("weight %d: err = %v, want window.ErrNegativeWeight", w, err)
+			if _, err := p.Acquire(ctx, clientpool.Charge{Rule: "h", Weight: w}); !errors.Is(err, ratesem.ErrNegativeWeight) {
+				t.Fatalf("weight %d: err = %v, want ratesem.ErrNegativeWeight", w, err)
 			}
 		}
 		admitted := 0
@@ -54,7 +55,7 @@ func TestNegativeWeightsEverywhere(t *testing.T) {
 		Rules:     []clientpool.Rule{ruleN("a", 1, time.Second)},
 		Endpoints: []clientpool.Endpoint{{Path: "/x", Costs: []clientpool.Cost{{Rule: "a", Units: -1}}}},
 	})
-	if !errors.Is(err, window.ErrNegativeWeight) {
+	if !errors.Is(err, ratesem.ErrNegativeWeight) {
 		t.Fatalf("New with a negative cost: %v", err)
 	}
 	p, err := clientpool.New(clientpool.Table{
@@ -64,7 +65,7 @@ func TestNegativeWeightsEverywhere(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.Classify(httptest.NewRequest("GET", "/x", nil)); !errors.Is(err, window.ErrNegativeWeight) {
+	if _, err := p.Classify(httptest.NewRequest("GET", "/x", nil)); !errors.Is(err, ratesem.ErrNegativeWeight) {
 		t.Fatalf("Classify with a negative weight: %v", err)
 	}
 }

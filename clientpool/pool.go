@@ -3,7 +3,6 @@ package clientpool
 import (
 	"container/list"
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"net/http"
@@ -12,29 +11,13 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ratesem/ratesem"
 	"github.com/ratesem/ratesem/internal/rstore"
 	"github.com/ratesem/ratesem/internal/sat"
 
 	"github.com/ratesem/ratesem/internal/wake"
 	"github.com/ratesem/ratesem/window"
 )
-
-// ErrWeightTooLarge is matched (errors.Is) by the error Acquire returns at
-// once for a charge heavier than its rule can ever admit (its N, its
-// window's burst, or its concurrency cap), merged charges whose sum
-// overflows int64 included. It is window.ErrWeightTooLarge.
-var ErrWeightTooLarge = window.ErrWeightTooLarge
-
-// ErrTooManyKeys is matched (errors.Is) by the error Acquire, Pause and
-// Reconcile return at once when a new (rule, key) limiter is needed, the
-// pool already holds WithMaxKeys live limiters, and none of the idle ones
-// it looked at could be evicted without losing accounting.
-var ErrTooManyKeys = errors.New("clientpool: too many live keys")
-
-// ErrDeadline is matched (errors.Is) by the error Acquire returns when it
-// fails early because the admission would come after ctx's deadline. That
-// error also matches context.DeadlineExceeded.
-var ErrDeadline = errors.New("clientpool: admission would come after the context deadline")
 
 // Pool is a registry of limiters keyed by rule and key, created lazily on
 // first use from a Table's rules, with several limits per call acquired as
@@ -80,12 +63,12 @@ var ErrDeadline = errors.New("clientpool: admission would come after the context
 // never evicted. WithMaxKeys caps the live limiters: when a call needs a
 // new one and the pool is full, the oldest idle limiters whose windows
 // have forgotten every call are evicted (idle time or not); if none can
-// be, Acquire fails at once with an error matching ErrTooManyKeys. Keys
+// be, Acquire fails at once with an error matching ratesem.ErrTooManyKeys. Keys
 // are never merged and no key that still counts calls is forgotten.
 //
 // Arithmetic. Weights are checked: a negative weight is an error matching
-// window.ErrNegativeWeight, and charges merged per (rule, key) saturate
-// instead of wrapping, so an absurd sum fails with ErrWeightTooLarge. A
+// ratesem.ErrNegativeWeight, and charges merged per (rule, key) saturate
+// instead of wrapping, so an absurd sum fails with ratesem.ErrWeightTooLarge. A
 // server's usage report can only tighten a key's window, by at most the
 // rule's limit at a time ("full until the window moves"), whatever number
 // it sends.
@@ -235,14 +218,14 @@ type waiter struct {
 // for an endpoint listed twice, for a rule without a name, with a duplicate
 // name, with a limit that is not N > 0 per Per > 0 or a negative
 // concurrency, for an endpoint cost that names an unknown rule, and for a
-// negative cost (matching window.ErrNegativeWeight).
+// negative cost (matching ratesem.ErrNegativeWeight).
 func New(t Table, opts ...Option) (*Pool, error) {
 	cfg := config{idle: DefaultIdleTimeout}
 	for _, o := range opts {
 		o(&cfg)
 	}
 	if cfg.maxKeys < 0 {
-		return nil, fmt.Errorf("clientpool: WithMaxKeys(%d): want ≥ 0", cfg.maxKeys)
+		return nil, fmt.Errorf("ratesem: WithMaxKeys(%d): want ≥ 0", cfg.maxKeys)
 	}
 	p := &Pool{
 		table: t, rules: make(map[string]*ruleState), routes: make(map[route]routeEntry),
@@ -256,7 +239,7 @@ func New(t Table, opts ...Option) (*Pool, error) {
 			return nil, err
 		}
 		if _, dup := p.rules[r.Name]; dup {
-			return nil, fmt.Errorf("clientpool: two rules named %q", r.Name)
+			return nil, fmt.Errorf("ratesem: two rules named %q", r.Name)
 		}
 		rs := &ruleState{Rule: r, keys: make(map[string]*limiter)}
 		rs.setLimit(r.Limit)
@@ -266,10 +249,10 @@ func New(t Table, opts ...Option) (*Pool, error) {
 	checkCosts := func(where string, costs []Cost) error {
 		for _, c := range costs {
 			if _, ok := p.rules[c.Rule]; !ok {
-				return fmt.Errorf("%w %q in %s", ErrUnknownRule, c.Rule, where)
+				return fmt.Errorf("%w %q in %s", ratesem.ErrUnknownRule, c.Rule, where)
 			}
 			if c.Units < 0 {
-				return fmt.Errorf("clientpool: %s: %w %d", where, window.ErrNegativeWeight, c.Units)
+				return fmt.Errorf("ratesem: %s: %w %d", where, ratesem.ErrNegativeWeight, c.Units)
 			}
 		}
 		return nil
@@ -279,7 +262,7 @@ func New(t Table, opts ...Option) (*Pool, error) {
 			return nil, err
 		}
 		if _, dup := p.routes[route{e.Method, e.Path}]; dup {
-			return nil, fmt.Errorf("clientpool: endpoint %s %s listed twice", e.Method, e.Path)
+			return nil, fmt.Errorf("ratesem: endpoint %s %s listed twice", e.Method, e.Path)
 		}
 		p.routes[route{e.Method, e.Path}] = routeEntry{costs: e.Costs, charges: e.Charges}
 	}
@@ -315,7 +298,7 @@ func (p *Pool) instant(ns int64) time.Time { return p.epoch.Add(time.Duration(ns
 
 // Classify returns the charges of a request under the Table's endpoints:
 // one per rule of the matching endpoint (or of the Table's Default) whose
-// Key applies. It returns an error matching window.ErrNegativeWeight for a
+// Key applies. It returns an error matching ratesem.ErrNegativeWeight for a
 // negative weight.
 func (p *Pool) Classify(req *http.Request) ([]Charge, error) { return p.classify(req) }
 
@@ -338,7 +321,7 @@ func (t *Ticket) Charges() []Charge { return t.charges }
 // panics if called twice.
 func (t *Ticket) Release() {
 	if t.released.Swap(true) {
-		panic("clientpool: Ticket released twice")
+		panic("ratesem: Ticket released twice")
 	}
 	if t.pool.rem != nil {
 		t.releaseRedis()
@@ -371,15 +354,15 @@ func (t *Ticket) Release() {
 //
 // On failure it holds nothing and returns ctx.Err() when ctx is done (a
 // context done before the call never acquires); an error matching both
-// context.DeadlineExceeded and ErrDeadline as soon as the admission is known
-// to come after ctx's deadline; an error matching ErrUnknownRule for a charge
-// to a rule the pool does not have; an error matching ErrWeightTooLarge at
+// context.DeadlineExceeded and ratesem.ErrDeadline as soon as the admission is known
+// to come after ctx's deadline; an error matching ratesem.ErrUnknownRule for a charge
+// to a rule the pool does not have; an error matching ratesem.ErrWeightTooLarge at
 // once for a charge heavier than its rule can ever admit; an error matching
-// window.ErrNegativeWeight for a negative weight; or an error matching
-// ErrTooManyKeys at once when the call needs a new key and the pool is full
+// ratesem.ErrNegativeWeight for a negative weight; or an error matching
+// ratesem.ErrTooManyKeys at once when the call needs a new key and the pool is full
 // (WithMaxKeys). A call with no charges is admitted at once. In Redis mode
-// (WithRedis) it may also return an error matching ErrLimitMismatch,
-// ErrUnavailable or ErrClosed; the checks above come first, without a
+// (WithRedis) it may also return an error matching ratesem.ErrLimitMismatch,
+// ratesem.ErrUnavailable or ratesem.ErrClosed; the checks above come first, without a
 // round trip.
 func (p *Pool) Acquire(ctx context.Context, charges ...Charge) (*Ticket, error) {
 	charges, err := p.merge(charges)
@@ -489,10 +472,10 @@ func (p *Pool) merge(charges []Charge) ([]Charge, error) {
 	out := make([]Charge, 0, len(charges))
 	for _, c := range charges {
 		if _, ok := p.rules[c.Rule]; !ok {
-			return nil, fmt.Errorf("%w %q", ErrUnknownRule, c.Rule)
+			return nil, fmt.Errorf("%w %q", ratesem.ErrUnknownRule, c.Rule)
 		}
 		if c.Weight < 0 {
-			return nil, fmt.Errorf("clientpool: %w %d for %s", window.ErrNegativeWeight, c.Weight, c)
+			return nil, fmt.Errorf("ratesem: %w %d for %s", ratesem.ErrNegativeWeight, c.Weight, c)
 		}
 		if i := slices.IndexFunc(out, func(o Charge) bool { return o.Rule == c.Rule && o.Key == c.Key }); i >= 0 {
 			out[i].Weight = sat.Add(out[i].Weight, c.Weight)
@@ -503,13 +486,13 @@ func (p *Pool) merge(charges []Charge) ([]Charge, error) {
 	return out, nil
 }
 
-// tooHeavyLocked returns the ErrWeightTooLarge error for the first charge
+// tooHeavyLocked returns the ratesem.ErrWeightTooLarge error for the first charge
 // heavier than its rule can ever admit, or nil.
 func (p *Pool) tooHeavyLocked(charges []Charge) error {
 	for _, c := range charges {
 		rs := p.rules[c.Rule]
 		if fit := min(rs.capacity, rs.cap); c.Weight > fit {
-			return fmt.Errorf("%w: %s can never start: rule %q admits at most %d (%v)", ErrWeightTooLarge, c, c.Rule, fit, rs.limit)
+			return fmt.Errorf("%w: %s can never start: rule %q admits at most %d (%v)", ratesem.ErrWeightTooLarge, c, c.Rule, fit, rs.limit)
 		}
 	}
 	return nil
@@ -603,7 +586,7 @@ func (p *Pool) admitLocked(hs []held, nodes []qnode, now time.Time) (at time.Tim
 
 // SetLimit changes a rule's limit at run time, for every key, keeping the
 // accounting: what each key's window counted still counts against the new
-// limit. Waiters heavier than the new limit fail with ErrWeightTooLarge.
+// limit. Waiters heavier than the new limit fail with ratesem.ErrWeightTooLarge.
 // It returns an error for an unknown rule or a limit that is not N > 0 per
 // Per > 0. It never blocks; it walks every key of the rule and every
 // waiter. In Redis mode (WithRedis) it changes the limit for every process
@@ -612,10 +595,10 @@ func (p *Pool) admitLocked(hs []held, nodes []qnode, now time.Time) (at time.Tim
 func (p *Pool) SetLimit(rule string, l window.Limit) error {
 	rs, ok := p.rules[rule]
 	if !ok {
-		return fmt.Errorf("%w %q", ErrUnknownRule, rule)
+		return fmt.Errorf("%w %q", ratesem.ErrUnknownRule, rule)
 	}
 	if l.N <= 0 || l.Per <= 0 {
-		return fmt.Errorf("clientpool: SetLimit(%q, %v): want N > 0 per Per > 0", rule, l)
+		return fmt.Errorf("ratesem: SetLimit(%q, %v): want N > 0 per Per > 0", rule, l)
 	}
 	if p.rem != nil {
 		return p.setLimitRedis(rs, l)
@@ -636,7 +619,7 @@ func (p *Pool) SetLimit(rule string, l window.Limit) error {
 		w := e.Value.(*waiter)
 		for _, h := range w.held {
 			if h.lim.rule == rs && h.n > fit {
-				p.finishLocked(w, fmt.Errorf("%w: weight %d under rule %q, now %v", ErrWeightTooLarge, h.n, rule, l))
+				p.finishLocked(w, fmt.Errorf("%w: weight %d under rule %q, now %v", ratesem.ErrWeightTooLarge, h.n, rule, l))
 				break
 			}
 		}

@@ -12,6 +12,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/ratesem/ratesem"
 	"github.com/ratesem/ratesem/clientpool"
 	"github.com/ratesem/ratesem/window"
 )
@@ -307,7 +308,7 @@ func TestPauseByKey(t *testing.T) {
 			t.Fatalf("the paused instrument started after %v, want 5s", d)
 		}
 		btc.Release()
-		if err := p.Pause("nope", "", time.Now().Add(time.Second)); !errors.Is(err, clientpool.ErrUnknownRule) {
+		if err := p.Pause("nope", "", time.Now().Add(time.Second)); !errors.Is(err, ratesem.ErrUnknownRule) {
 			t.Fatalf("Pause of an unknown rule: %v", err)
 		}
 	})
@@ -386,7 +387,7 @@ func TestSetLimitKeepsAccounting(t *testing.T) {
 		if d := time.Since(begin); d != time.Second {
 			t.Fatalf("admitted %v after lowering the limit to what was used; want 1s", d)
 		}
-		if _, err := p.Acquire(context.Background(), clientpool.Charge{Rule: "ip", Weight: 4}); !errors.Is(err, clientpool.ErrWeightTooLarge) {
+		if _, err := p.Acquire(context.Background(), clientpool.Charge{Rule: "ip", Weight: 4}); !errors.Is(err, ratesem.ErrWeightTooLarge) {
 			t.Fatalf("weight 4 under 3: %v", err)
 		}
 		if err := p.SetLimit("ip", window.Limit{}); err == nil {
@@ -415,13 +416,13 @@ func TestInvalidInput(t *testing.T) {
 	}
 	p := newPool(t, []clientpool.Rule{ruleN("a", 2, time.Second)})
 	ctx := context.Background()
-	if _, err := p.Acquire(ctx, clientpool.Charge{Rule: "b", Weight: 1}); !errors.Is(err, clientpool.ErrUnknownRule) {
+	if _, err := p.Acquire(ctx, clientpool.Charge{Rule: "b", Weight: 1}); !errors.Is(err, ratesem.ErrUnknownRule) {
 		t.Errorf("unknown rule: %v", err)
 	}
-	if _, err := p.Acquire(ctx, clientpool.Charge{Rule: "a", Weight: 3}); !errors.Is(err, clientpool.ErrWeightTooLarge) {
+	if _, err := p.Acquire(ctx, clientpool.Charge{Rule: "a", Weight: 3}); !errors.Is(err, ratesem.ErrWeightTooLarge) {
 		t.Errorf("weight 3 under 2: %v", err)
 	}
-	if _, err := p.Acquire(ctx, clientpool.Charge{Rule: "a", Weight: 2}, clientpool.Charge{Rule: "a", Weight: 1}); !errors.Is(err, clientpool.ErrWeightTooLarge) {
+	if _, err := p.Acquire(ctx, clientpool.Charge{Rule: "a", Weight: 2}, clientpool.Charge{Rule: "a", Weight: 1}); !errors.Is(err, ratesem.ErrWeightTooLarge) {
 		t.Errorf("2+1 on one key under 2: %v", err)
 	}
 	if _, err := p.Acquire(ctx, clientpool.Charge{Rule: "a", Weight: -1}); err == nil {

@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"time"
 
+	"github.com/ratesem/ratesem"
 	"github.com/ratesem/ratesem/internal/wake"
 )
 
@@ -180,7 +181,7 @@ func (p *Pool) tryWaiterLocked(w *waiter, now time.Time) {
 	if !needRelease && !w.deadline.IsZero() && at.After(w.deadline) {
 		// Its admission comes after its deadline: fail now rather than
 		// when the deadline fires (golang/go#54541).
-		p.finishLocked(w, &wake.DeadlineError{Sentinel: ErrDeadline, Wait: at.Sub(now)})
+		p.finishLocked(w, &wake.DeadlineError{Sentinel: ratesem.ErrDeadline, Wait: at.Sub(now)})
 		return
 	}
 	for i := range w.nodes {

@@ -12,32 +12,12 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/ratesem/ratesem"
 	"github.com/ratesem/ratesem/internal/backoff"
 	"github.com/ratesem/ratesem/internal/remote"
 	"github.com/ratesem/ratesem/internal/rstore"
 	"github.com/ratesem/ratesem/window"
 )
-
-// ErrLimitMismatch is matched (errors.Is) by the error Acquire returns, in
-// Redis mode (WithRedis), when another process keeps a (rule, key) in Redis
-// under a different limit than this Pool's: processes built with different
-// limits for one rule fail rather than silently enforce the larger one. A
-// limit written by SetLimit does not cause it: every process adopts it.
-var ErrLimitMismatch = rstore.ErrLimitMismatch
-
-// ErrUnavailable is matched (errors.Is) by the error Acquire returns, in
-// Redis mode, when Redis cannot be reached (no answer within a second, or
-// a Redis error); it wraps the Redis error.
-var ErrUnavailable = remote.ErrUnavailable
-
-// ErrClosed is returned by Acquire, in Redis mode, after Close.
-var ErrClosed = remote.ErrClosed
-
-// ErrTooManyCharges is matched (errors.Is) by the error Acquire returns at
-// once, in Redis mode, for a call with more than MaxRedisCharges distinct
-// (rule, key) charges: one Lua script admits all of a call's charges, and
-// takes at most that many.
-var ErrTooManyCharges = errors.New("clientpool: too many charges for one call in Redis")
 
 // MaxRedisCharges is the most distinct (rule, key) charges of one call in
 // Redis mode.
@@ -80,8 +60,8 @@ func redisKey(key string) string {
 //     head of a queue asks Redis again. A call in flight holds a lease
 //     (one minute): a process that dies mid-call frees its units then.
 //     Errors checked before Redis (unknown rule, negative weight, a weight
-//     too large, ErrTooManyKeys) are the same as in process; Redis adds
-//     ErrLimitMismatch, ErrUnavailable and ErrClosed.
+//     too large, ratesem.ErrTooManyKeys) are the same as in process; Redis adds
+//     ratesem.ErrLimitMismatch, ratesem.ErrUnavailable and ratesem.ErrClosed.
 //   - Ticket.Release sends the release in the background: it never waits
 //     on Redis; a release lost (a Redis error, Close) is covered by the
 //     lease.
@@ -103,7 +83,7 @@ func redisKey(key string) string {
 //
 // Redis keeps names of at most 512 bytes: a key longer than that is
 // kept under its SHA-256 (each key still has its own limiter). A call
-// takes at most MaxRedisCharges distinct charges (ErrTooManyCharges).
+// takes at most MaxRedisCharges distinct charges (ratesem.ErrTooManyCharges).
 //
 // Every rule's window must have a Redis form (every window of package
 // window has one, for N up to 2^40 and a Per of a whole number of
@@ -129,22 +109,22 @@ type redisMode struct {
 // initRedis builds the Redis engine of p and the Spec of every rule.
 func (p *Pool) initRedis(cfg *config) error {
 	if cfg.redis == nil {
-		return errors.New("clientpool: WithRedis: nil client")
+		return errors.New("ratesem: WithRedis: nil client")
 	}
 	st, err := rstore.New(cfg.redis, cfg.prefix, rstore.Options{Lease: cfg.lease})
 	if err != nil {
-		return fmt.Errorf("clientpool: WithRedis: %w", err)
+		return fmt.Errorf("ratesem: WithRedis: %w", err)
 	}
 	scope := p.table.Scope
 	if scope == "" {
 		scope = cfg.prefix
 	}
 	if len(scope) > rstore.MaxNameLen {
-		return fmt.Errorf("clientpool: WithRedis: Table.Scope of %d bytes: want at most %d", len(scope), rstore.MaxNameLen)
+		return fmt.Errorf("ratesem: WithRedis: Table.Scope of %d bytes: want at most %d", len(scope), rstore.MaxNameLen)
 	}
 	for _, rs := range p.ruleList {
 		if len(rs.Name) > rstore.MaxNameLen {
-			return fmt.Errorf("clientpool: WithRedis: rule name %.64q…: want at most %d bytes", rs.Name, rstore.MaxNameLen)
+			return fmt.Errorf("ratesem: WithRedis: rule name %.64q…: want at most %d bytes", rs.Name, rstore.MaxNameLen)
 		}
 		spec, err := specOf(rs.Rule, rs.limit)
 		if err != nil {
@@ -156,10 +136,10 @@ func (p *Pool) initRedis(cfg *config) error {
 	eng, err := remote.New(remote.Config{
 		Store:       st,
 		MaxPause:    backoff.Cap(p.maxPause),
-		ErrDeadline: ErrDeadline,
+		ErrDeadline: ratesem.ErrDeadline,
 	})
 	if err != nil {
-		return fmt.Errorf("clientpool: WithRedis: %w", err)
+		return fmt.Errorf("ratesem: WithRedis: %w", err)
 	}
 	p.rem = &redisMode{eng: eng, scope: scope, calls: make(map[*Ticket]*remote.Call)}
 	return nil
@@ -169,18 +149,18 @@ func (p *Pool) initRedis(cfg *config) error {
 func specOf(r *Rule, l window.Limit) (*rstore.Spec, error) {
 	spec, err := rstore.SpecOf(r.newPolicy(l))
 	if err != nil {
-		return nil, fmt.Errorf("clientpool: rule %q: its window has no Redis form: %w", r.Name, err)
+		return nil, fmt.Errorf("ratesem: rule %q: its window has no Redis form: %w", r.Name, err)
 	}
 	spec.Concurrency = r.Concurrency
 	if err := spec.Check(); err != nil {
-		return nil, fmt.Errorf("clientpool: rule %q: its window cannot be kept in Redis: %w", r.Name, err)
+		return nil, fmt.Errorf("ratesem: rule %q: its window cannot be kept in Redis: %w", r.Name, err)
 	}
 	return &spec, nil
 }
 
 // Close releases what the Pool holds outside the process. In process it
 // does nothing and returns nil. In Redis mode (WithRedis) it stops the
-// Pool's engine: callers in Acquire return ErrClosed, and so do later
+// Pool's engine: callers in Acquire return ratesem.ErrClosed, and so do later
 // calls; releases already queued are sent for at most a second (those left
 // then are covered by their leases). It waits for the round trips still
 // running, at most two seconds, and never closes the Redis client. Tickets
@@ -201,7 +181,7 @@ func (p *Pool) acquireRedis(ctx context.Context, charges []Charge) (*Ticket, err
 	}
 	eng, scope := p.rem.eng, p.rem.scope
 	call, err := eng.Acquire(ctx, scope, rcs)
-	if err != nil && setHere && errors.Is(err, ErrLimitMismatch) {
+	if err != nil && setHere && errors.Is(err, ratesem.ErrLimitMismatch) {
 		// This process changed a rule's limit with SetLimit: it is the
 		// limit for every process, so write it to the keys another
 		// process still keeps under the old one, and try once more.
@@ -238,7 +218,7 @@ func (p *Pool) acquireRedis(ctx context.Context, charges []Charge) (*Ticket, err
 // rules' limits was set by SetLimit in this process.
 func (p *Pool) startRedis(ctx context.Context, charges []Charge) (hs []held, rcs []rstore.Charge, setHere bool, err error) {
 	if len(charges) > MaxRedisCharges {
-		return nil, nil, false, fmt.Errorf("%w: %d, at most %d", ErrTooManyCharges, len(charges), MaxRedisCharges)
+		return nil, nil, false, fmt.Errorf("%w: %d, at most %d", ratesem.ErrTooManyCharges, len(charges), MaxRedisCharges)
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -365,7 +345,7 @@ func (p *Pool) setLimitRedis(rs *ruleState, l window.Limit) error {
 	p.mu.Unlock()
 	for _, k := range keys {
 		if err := p.rem.eng.SetLimit(context.Background(), p.rem.scope, rstore.Charge{Rule: rs.Name, Key: redisKey(k), Spec: spec}); err != nil {
-			return fmt.Errorf("clientpool: SetLimit(%q, %v): key %q: %w", rs.Name, l, k, err)
+			return fmt.Errorf("ratesem: SetLimit(%q, %v): key %q: %w", rs.Name, l, k, err)
 		}
 	}
 	return nil

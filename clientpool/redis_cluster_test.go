@@ -10,6 +10,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/ratesem/ratesem"
 	"github.com/ratesem/ratesem/clientpool"
 	"github.com/ratesem/ratesem/window/redis/redistest"
 )
@@ -46,7 +47,7 @@ func nodeOf(t *testing.T, cl *redistest.Cluster, prefix string) int {
 }
 
 // The cluster node holding the scope's slot restarted mid-run (its keys
-// lost, its slots kept): calls fail with ErrUnavailable (or go on) while
+// lost, its slots kept): calls fail with ratesem.ErrUnavailable (or go on) while
 // it is away, are admitted after, and every window holds across it.
 func TestRedisClusterNodeRestartMidRun(t *testing.T) {
 	t.Parallel() // long runs on their own servers: overlap their waits
@@ -63,7 +64,7 @@ func TestRedisClusterNodeRestartMidRun(t *testing.T) {
 		allowed: func(err error) bool {
 			// CLUSTERDOWN while the node is being failed/recovered is a
 			// Redis error too.
-			return errors.Is(err, clientpool.ErrUnavailable) || strings.Contains(err.Error(), "CLUSTERDOWN")
+			return errors.Is(err, ratesem.ErrUnavailable) || strings.Contains(err.Error(), "CLUSTERDOWN")
 		},
 		during: func(i int) {
 			if i == 10 && !restarted.Swap(true) {

@@ -17,6 +17,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/ratesem/ratesem"
 	"github.com/ratesem/ratesem/clientpool"
 	"github.com/ratesem/ratesem/exchange/binance"
 	"github.com/ratesem/ratesem/exchange/okx"
@@ -423,8 +424,8 @@ func TestRedisThrottlePausesFleet(t *testing.T) {
 		}
 		time.Sleep(10 * ms)
 	}
-	if !errors.Is(err, clientpool.ErrDeadline) || !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("paused key: err = %v, want ErrDeadline", err)
+	if !errors.Is(err, ratesem.ErrDeadline) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("paused key: err = %v, want ratesem.ErrDeadline", err)
 	}
 	acquire(t, p2, clientpool.Charge{Rule: "a", Key: "other", Weight: 1}).Release()
 }
@@ -506,7 +507,7 @@ func TestRedisCancelLeavesNoTrace(t *testing.T) {
 }
 
 // Two Pools built with different limits for one rule: the second to touch
-// a key fails with ErrLimitMismatch rather than enforce its own limit. A
+// a key fails with ratesem.ErrLimitMismatch rather than enforce its own limit. A
 // SetLimit in one Pool is adopted by the other.
 func TestRedisLimitMismatchAndSetLimit(t *testing.T) {
 	c := newClient(t, redistest.Start(t))
@@ -514,8 +515,8 @@ func TestRedisLimitMismatchAndSetLimit(t *testing.T) {
 	p2 := newRedisPool(t, twoRules(5, 3, time.Minute), c, "lim")
 	acquire(t, p1, clientpool.Charge{Rule: "a", Key: "k", Weight: 1}).Release()
 	_, err := p2.Acquire(context.Background(), clientpool.Charge{Rule: "a", Key: "k", Weight: 1})
-	if !errors.Is(err, clientpool.ErrLimitMismatch) {
-		t.Fatalf("err = %v, want ErrLimitMismatch", err)
+	if !errors.Is(err, ratesem.ErrLimitMismatch) {
+		t.Fatalf("err = %v, want ratesem.ErrLimitMismatch", err)
 	}
 	t.Logf("mismatch: %v", err)
 
@@ -560,29 +561,29 @@ func TestRedisChecksBeforeRedis(t *testing.T) {
 		cs   []clientpool.Charge
 		want error
 	}{
-		{[]clientpool.Charge{{Rule: "nope", Weight: 1}}, clientpool.ErrUnknownRule},
-		{[]clientpool.Charge{{Rule: "a", Weight: -1}}, window.ErrNegativeWeight},
-		{[]clientpool.Charge{{Rule: "a", Weight: math.MinInt64}}, window.ErrNegativeWeight},
-		{[]clientpool.Charge{{Rule: "a", Weight: 6}}, clientpool.ErrWeightTooLarge},
-		{[]clientpool.Charge{{Rule: "b", Weight: 3}}, clientpool.ErrWeightTooLarge},
-		{[]clientpool.Charge{{Rule: "a", Weight: math.MaxInt64}}, clientpool.ErrWeightTooLarge},
-		{[]clientpool.Charge{{Rule: "a", Weight: math.MaxInt64}, {Rule: "a", Weight: math.MaxInt64}}, clientpool.ErrWeightTooLarge},
-		{[]clientpool.Charge{{Rule: "a", Key: "k2", Weight: 1}}, clientpool.ErrTooManyKeys},
-		{manyCharges(clientpool.MaxRedisCharges + 1), clientpool.ErrTooManyCharges},
+		{[]clientpool.Charge{{Rule: "nope", Weight: 1}}, ratesem.ErrUnknownRule},
+		{[]clientpool.Charge{{Rule: "a", Weight: -1}}, ratesem.ErrNegativeWeight},
+		{[]clientpool.Charge{{Rule: "a", Weight: math.MinInt64}}, ratesem.ErrNegativeWeight},
+		{[]clientpool.Charge{{Rule: "a", Weight: 6}}, ratesem.ErrWeightTooLarge},
+		{[]clientpool.Charge{{Rule: "b", Weight: 3}}, ratesem.ErrWeightTooLarge},
+		{[]clientpool.Charge{{Rule: "a", Weight: math.MaxInt64}}, ratesem.ErrWeightTooLarge},
+		{[]clientpool.Charge{{Rule: "a", Weight: math.MaxInt64}, {Rule: "a", Weight: math.MaxInt64}}, ratesem.ErrWeightTooLarge},
+		{[]clientpool.Charge{{Rule: "a", Key: "k2", Weight: 1}}, ratesem.ErrTooManyKeys},
+		{manyCharges(clientpool.MaxRedisCharges + 1), ratesem.ErrTooManyCharges},
 	} {
 		begin := time.Now()
 		_, err := p.Acquire(ctx, tc.cs...)
-		if !errors.Is(err, tc.want) || errors.Is(err, clientpool.ErrUnavailable) {
+		if !errors.Is(err, tc.want) || errors.Is(err, ratesem.ErrUnavailable) {
 			t.Errorf("Acquire(%v) = %v, want %v", tc.cs, err, tc.want)
 		}
 		if d := time.Since(begin); d > 100*ms {
 			t.Errorf("Acquire(%v) took %v: it went to Redis", tc.cs, d)
 		}
 	}
-	// A call Redis must decide fails with ErrUnavailable, within a bound.
+	// A call Redis must decide fails with ratesem.ErrUnavailable, within a bound.
 	begin := time.Now()
-	if _, err := p.Acquire(ctx, clientpool.Charge{Rule: "a", Key: "k1", Weight: 1}); !errors.Is(err, clientpool.ErrUnavailable) {
-		t.Errorf("Redis down: err = %v, want ErrUnavailable", err)
+	if _, err := p.Acquire(ctx, clientpool.Charge{Rule: "a", Key: "k1", Weight: 1}); !errors.Is(err, ratesem.ErrUnavailable) {
+		t.Errorf("Redis down: err = %v, want ratesem.ErrUnavailable", err)
 	}
 	if d := time.Since(begin); d > 3*time.Second {
 		t.Errorf("Redis down: Acquire took %v", d)
@@ -659,7 +660,7 @@ func TestRedisObserver(t *testing.T) {
 }
 
 // Close in process does nothing; in Redis mode later calls fail with
-// ErrClosed, and a ticket admitted before may still be released.
+// ratesem.ErrClosed, and a ticket admitted before may still be released.
 func TestRedisClose(t *testing.T) {
 	in := newPool(t, []clientpool.Rule{ruleN("a", 1, time.Second)})
 	if err := in.Close(); err != nil {
@@ -673,8 +674,8 @@ func TestRedisClose(t *testing.T) {
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.Acquire(context.Background(), clientpool.Charge{Rule: "a", Weight: 1}); !errors.Is(err, clientpool.ErrClosed) {
-		t.Fatalf("after Close: err = %v, want ErrClosed", err)
+	if _, err := p.Acquire(context.Background(), clientpool.Charge{Rule: "a", Weight: 1}); !errors.Is(err, ratesem.ErrClosed) {
+		t.Fatalf("after Close: err = %v, want ratesem.ErrClosed", err)
 	}
 	tk.Release()
 }
@@ -736,7 +737,7 @@ func trunc(s string) string {
 }
 
 // Redis restarted mid-run (every key and script lost): calls fail with
-// ErrUnavailable while it is down, go on when it is back, and the calls
+// ratesem.ErrUnavailable while it is down, go on when it is back, and the calls
 // admitted before and after still hold every rule's window together (the
 // lost state is held full for the time it forgets).
 func TestRedisRestartMidRun(t *testing.T) {
@@ -752,7 +753,7 @@ func TestRedisRestartMidRun(t *testing.T) {
 	var at time.Time
 	calls := fleet{
 		pools: pools, goroutines: 3, calls: 30, maxHold: 10 * ms, gen: binanceCalls(t, pools),
-		allowed: func(err error) bool { return errors.Is(err, clientpool.ErrUnavailable) },
+		allowed: func(err error) bool { return errors.Is(err, ratesem.ErrUnavailable) },
 		during: func(i int) {
 			if i == 10 && !restarted.Swap(true) {
 				srv.Stop()
@@ -761,8 +762,8 @@ func TestRedisRestartMidRun(t *testing.T) {
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 				_, err := pools[1].Acquire(ctx, clientpool.Charge{Rule: binance.RuleOrders10s, Key: "probe", Weight: 1})
 				cancel()
-				if !errors.Is(err, clientpool.ErrUnavailable) {
-					t.Errorf("Redis down: err = %v, want ErrUnavailable", err)
+				if !errors.Is(err, ratesem.ErrUnavailable) {
+					t.Errorf("Redis down: err = %v, want ratesem.ErrUnavailable", err)
 				}
 				time.Sleep(800 * ms) // longer than a window of REQUEST_WEIGHT
 				srv.Start()
@@ -1004,8 +1005,8 @@ func TestRedisSetLimitBelowWaiter(t *testing.T) {
 		// waiter asks again until its deadline (reported to the lead).
 		t.Skipf("known gap: a waiter heavier than a limit adopted from Redis waits for its deadline: %v", err)
 	}
-	if !errors.Is(err, clientpool.ErrWeightTooLarge) {
-		t.Fatalf("err = %v, want ErrWeightTooLarge", err)
+	if !errors.Is(err, ratesem.ErrWeightTooLarge) {
+		t.Fatalf("err = %v, want ratesem.ErrWeightTooLarge", err)
 	}
 }
 

@@ -73,10 +73,6 @@ type Charge struct {
 // String formats c as "rule[key]×weight".
 func (c Charge) String() string { return fmt.Sprintf("%s[%s]×%d", c.Rule, c.Key, c.Weight) }
 
-// ErrUnknownRule is matched (errors.Is) by the error for a Charge that
-// names a rule the Pool does not have.
-var ErrUnknownRule = errors.New("clientpool: unknown rule")
-
 // quiet is how long a key of r must see no activity before its limiter is
 // back to a fresh state and can be dropped without losing accounting:
 // Per × (1 + ⌈capacity / N⌉) covers every window of package window (a
@@ -96,11 +92,11 @@ func quiet(l window.Limit, capacity int64) time.Duration {
 func (r *Rule) check() error {
 	switch {
 	case r.Name == "":
-		return errors.New("clientpool: a rule has no name")
+		return errors.New("ratesem: a rule has no name")
 	case r.Limit.N <= 0 || r.Limit.Per <= 0:
-		return fmt.Errorf("clientpool: rule %q: limit %v: want N > 0 per Per > 0", r.Name, r.Limit)
+		return fmt.Errorf("ratesem: rule %q: limit %v: want N > 0 per Per > 0", r.Name, r.Limit)
 	case r.Concurrency < 0:
-		return fmt.Errorf("clientpool: rule %q: negative concurrency %d", r.Name, r.Concurrency)
+		return fmt.Errorf("ratesem: rule %q: negative concurrency %d", r.Name, r.Concurrency)
 	}
 	return nil
 }

@@ -5,7 +5,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/ratesem/ratesem/window"
+	"github.com/ratesem/ratesem"
 )
 
 // Table is an API's limits as data: its rules, and which rules each
@@ -138,7 +138,7 @@ func (p *Pool) classify(req *http.Request) ([]Charge, error) {
 			w = 1
 		}
 		if w < 0 {
-			return nil, fmt.Errorf("clientpool: %s %s: %w %d under rule %q", req.Method, req.URL.Path, window.ErrNegativeWeight, w, c.Rule)
+			return nil, fmt.Errorf("ratesem: %s %s: %w %d under rule %q", req.Method, req.URL.Path, ratesem.ErrNegativeWeight, w, c.Rule)
 		}
 		charges = append(charges, Charge{Rule: c.Rule, Key: key, Weight: w})
 	}

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/ratesem/ratesem"
 	"github.com/ratesem/ratesem/internal/backoff"
 )
 
@@ -14,12 +15,12 @@ import (
 // end wins. It is not capped (the cap of WithMaxPause applies to the pauses
 // throttles cause), except in Redis mode, where it pauses every process.
 // It never blocks. It returns an error matching
-// ErrUnknownRule for an unknown rule, and one matching ErrTooManyKeys when
+// ratesem.ErrUnknownRule for an unknown rule, and one matching ratesem.ErrTooManyKeys when
 // the key is new and the pool is full (WithMaxKeys).
 func (p *Pool) Pause(rule, key string, until time.Time) error {
 	rs, ok := p.rules[rule]
 	if !ok {
-		return fmt.Errorf("%w %q", ErrUnknownRule, rule)
+		return fmt.Errorf("%w %q", ratesem.ErrUnknownRule, rule)
 	}
 	if p.rem != nil {
 		until = capRedisPause(until, p.now(), p.maxPause)

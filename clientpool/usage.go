@@ -9,16 +9,12 @@ import (
 	"time"
 
 	"github.com/dunglas/httpsfv"
+	"github.com/ratesem/ratesem"
 )
-
-// ErrMalformedHeader is matched (errors.Is) by the errors ParseRateLimit
-// returns for a usage header that is present but cannot be read, including
-// one longer than MaxFieldBytes.
-var ErrMalformedHeader = errors.New("clientpool: malformed rate-limit header")
 
 // MaxFieldBytes is the largest rate-limit field the parsers in this file
 // read: the lengths of all the lines of one field name, plus one separator
-// per extra line, in bytes. A longer field is rejected (ErrMalformedHeader,
+// per extra line, in bytes. A longer field is rejected (ratesem.ErrMalformedHeader,
 // or "not said" for a UsageFunc) before any of it is parsed, so a hostile
 // server cannot make a response cost more than this much parsing. 8 KiB is
 // the default per-line limit of common proxies (nginx's large header
@@ -156,7 +152,7 @@ func ParseRateLimit(h http.Header, prefix, policy string) (RateLimitInfo, error)
 // math.MaxInt64 nanoseconds, never negative.
 //
 // It returns a zero RateLimitInfo and a nil error when the headers are
-// absent, and an error matching ErrMalformedHeader when they are present but
+// absent, and an error matching ratesem.ErrMalformedHeader when they are present but
 // cannot be read: a negative, signed or non-numeric count, a field longer
 // than MaxFieldBytes, a Structured Field that does not parse, an unknown
 // policy or one without r or q.
@@ -340,7 +336,7 @@ func intMember(m httpsfv.Member) (int64, error) {
 }
 
 // fieldValues returns the lines of the field name in h, or an error matching
-// ErrMalformedHeader when together they are longer than MaxFieldBytes. It
+// ratesem.ErrMalformedHeader when together they are longer than MaxFieldBytes. It
 // does not allocate for a canonical name.
 func fieldValues(h http.Header, name string) ([]string, error) {
 	vs := h.Values(name)
@@ -348,7 +344,7 @@ func fieldValues(h http.Header, name string) ([]string, error) {
 	for _, v := range vs {
 		size += len(v) + 2 // ", " joins lines
 		if size-2 > MaxFieldBytes {
-			return nil, fmt.Errorf("%w: %s: longer than %d bytes", ErrMalformedHeader, name, MaxFieldBytes)
+			return nil, fmt.Errorf("%w: %s: longer than %d bytes", ratesem.ErrMalformedHeader, name, MaxFieldBytes)
 		}
 	}
 	return vs, nil
@@ -452,5 +448,5 @@ func malformed(field string, values []string, err error) error {
 	if len(values) > 0 {
 		v = values[0]
 	}
-	return fmt.Errorf("%w: %s: %s: %v", ErrMalformedHeader, field, quote(v), err)
+	return fmt.Errorf("%w: %s: %s: %v", ratesem.ErrMalformedHeader, field, quote(v), err)
 }

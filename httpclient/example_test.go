@@ -145,5 +145,5 @@ func ExampleParseRetryAfter() {
 	// 2m0s <nil>
 	// 30s <nil>
 	// 0s <nil>
-	// httpclient: invalid Retry-After "soon": want delay-seconds or an HTTP-date
+	// ratesem: invalid Retry-After "soon": want delay-seconds or an HTTP-date
 }

@@ -31,7 +31,7 @@ import (
 // replayed. NewPool panics if p is nil.
 func NewPool(p *clientpool.Pool, base http.RoundTripper, throttled func(status int, h http.Header, body []byte) bool) *Transport {
 	if p == nil {
-		panic("httpclient: NewPool with nil Pool")
+		panic("ratesem: NewPool with nil Pool")
 	}
 	return &Transport{
 		Base:          base,

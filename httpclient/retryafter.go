@@ -41,7 +41,7 @@ const maxDelaySeconds = int64(math.MaxInt64 / int64(time.Second))
 // Anything else — an empty value, a negative number such as "-5", a sign
 // such as "+5", a fraction such as "1.5", digits of other scripts such as
 // "١٢", text such as "soon", or a value longer than 64 bytes that is not all
-// digits — returns 0 and an error whose message starts with "httpclient: "
+// digits — returns 0 and an error whose message starts with "ratesem: "
 // and quotes the input (its first 64 bytes when longer).
 //
 // The result is always in [0, math.MaxInt64]. The cost is linear in len(v)
@@ -51,13 +51,13 @@ func ParseRetryAfter(v string, now time.Time) (time.Duration, error) {
 	s := strings.TrimSpace(v)
 	switch {
 	case s == "":
-		return 0, fmt.Errorf("httpclient: empty Retry-After %s", quote(v))
+		return 0, fmt.Errorf("ratesem: empty Retry-After %s", quote(v))
 	case isDigits(s):
 		return parseSeconds(s), nil
 	case s[0] == '-' && isDigits(s[1:]):
-		return 0, fmt.Errorf("httpclient: negative Retry-After %s", quote(v))
+		return 0, fmt.Errorf("ratesem: negative Retry-After %s", quote(v))
 	case len(s) > maxDateBytes:
-		return 0, fmt.Errorf("httpclient: invalid Retry-After %s: want delay-seconds or an HTTP-date", quote(v))
+		return 0, fmt.Errorf("ratesem: invalid Retry-After %s: want delay-seconds or an HTTP-date", quote(v))
 	}
 	if t, err := http.ParseTime(s); err == nil {
 		return delayUntil(t, now), nil
@@ -67,7 +67,7 @@ func ParseRetryAfter(v string, now time.Time) (time.Duration, error) {
 			return delayUntil(t, now), nil
 		}
 	}
-	return 0, fmt.Errorf("httpclient: invalid Retry-After %s: want delay-seconds or an HTTP-date", quote(v))
+	return 0, fmt.Errorf("ratesem: invalid Retry-After %s: want delay-seconds or an HTTP-date", quote(v))
 }
 
 // quote quotes v, or its first maxDateBytes bytes and its length when it is

@@ -30,7 +30,7 @@ func FuzzParseRetryAfter(f *testing.F) {
 			t.Fatalf("ParseRetryAfter(%q) = %v; want ≥ 0", v, d)
 		}
 		if err != nil {
-			if d != 0 || !strings.HasPrefix(err.Error(), "httpclient: ") || len(err.Error()) > 512 {
+			if d != 0 || !strings.HasPrefix(err.Error(), "ratesem: ") || len(err.Error()) > 512 {
 				t.Fatalf("ParseRetryAfter(%q) = %v, %.600q; want 0 and a short error prefixed httpclient: ", v, d, err)
 			}
 			return

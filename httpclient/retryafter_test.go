@@ -92,7 +92,7 @@ func TestParseRetryAfter(t *testing.T) {
 		got, err := httpclient.ParseRetryAfter(tc.in, fixedNow)
 		if tc.wantErr {
 			if assert.Error(t, err, "ParseRetryAfter(%.80q) = %v, want error", tc.in, got) {
-				assert.True(t, strings.HasPrefix(err.Error(), "httpclient: "), "error %q lacks the package prefix", err)
+				assert.True(t, strings.HasPrefix(err.Error(), "ratesem: "), "error %q lacks the package prefix", err)
 				quoted := fmt.Sprintf("%q", tc.in)
 				if len(tc.in) > 64 {
 					quoted = fmt.Sprintf("%q… (%d bytes)", tc.in[:64], len(tc.in))

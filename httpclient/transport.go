@@ -173,13 +173,13 @@ func New(l Limiter, base http.RoundTripper) *Transport {
 // It panics if sel is nil, which is a programming error.
 func NewSelect(sel Selector, base http.RoundTripper) *Transport {
 	if sel == nil {
-		panic("httpclient: NewSelect with nil Selector")
+		panic("ratesem: NewSelect with nil Selector")
 	}
 	return &Transport{Base: base, Select: sel}
 }
 
 // errNilSelect is returned by RoundTrip on a Transport without a Selector.
-var errNilSelect = errors.New("httpclient: Transport.Select is nil; use New or NewSelect")
+var errNilSelect = errors.New("ratesem: Transport.Select is nil; use New or NewSelect")
 
 // RoundTrip implements [http.RoundTripper]. It is safe for concurrent use.
 //
@@ -228,7 +228,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		_, _ = io.CopyN(io.Discard, resp.Body, 4096)
 		resp.Body.Close()
 		if err := sleep(req.Context(), wait); err != nil {
-			return nil, fmt.Errorf("httpclient: waiting to retry %s: %w", describe(req), err)
+			return nil, fmt.Errorf("ratesem: waiting to retry %s: %w", describe(req), err)
 		}
 		if req, err = rewind(req); err != nil {
 			return nil, err
@@ -270,7 +270,7 @@ func rewind(req *http.Request) (*http.Request, error) {
 	}
 	body, err := req.GetBody()
 	if err != nil {
-		return nil, fmt.Errorf("httpclient: replaying the body of %s: %w", describe(req), err)
+		return nil, fmt.Errorf("ratesem: replaying the body of %s: %w", describe(req), err)
 	}
 	r := req.Clone(req.Context())
 	r.Body = body
@@ -287,7 +287,7 @@ func (t *Transport) roundTripOnce(req *http.Request) (*http.Response, time.Durat
 	l, n := t.Select(req)
 	if n < 0 {
 		closeRequestBody(req)
-		return nil, 0, fmt.Errorf("httpclient: Selector returned negative weight %d for %s", n, describe(req))
+		return nil, 0, fmt.Errorf("ratesem: Selector returned negative weight %d for %s", n, describe(req))
 	}
 	if l == nil {
 		sent := time.Now()
@@ -306,7 +306,7 @@ func (t *Transport) roundTripOnce(req *http.Request) (*http.Response, time.Durat
 		// Base was never called, so the RoundTripper contract leaves closing
 		// the body to us.
 		closeRequestBody(req)
-		return nil, 0, fmt.Errorf("httpclient: waiting for limiter: %w", err)
+		return nil, 0, fmt.Errorf("ratesem: waiting for limiter: %w", err)
 	}
 	return t.roundTripHeld(l, n, req)
 }
@@ -486,7 +486,7 @@ func send(base http.RoundTripper, req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	if resp == nil {
-		return nil, fmt.Errorf("httpclient: base RoundTripper returned nil response and nil error for %s", describe(req))
+		return nil, fmt.Errorf("ratesem: base RoundTripper returned nil response and nil error for %s", describe(req))
 	}
 	if resp.Body == nil {
 		resp.Body = http.NoBody

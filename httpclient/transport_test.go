@@ -210,7 +210,7 @@ func TestBaseNilNil(t *testing.T) {
 			resp, err := tr.RoundTrip(newRequest(t, http.MethodGet, "http://example.test/", nil))
 			assert.Nil(t, resp)
 			require.Error(t, err)
-			assert.True(t, strings.HasPrefix(err.Error(), "httpclient: "), "error %q", err)
+			assert.True(t, strings.HasPrefix(err.Error(), "ratesem: "), "error %q", err)
 			held, acq, rel, _ := lim.state()
 			assert.Equal(t, int64(0), held)
 			assert.Equal(t, acq, rel, "releases")
@@ -309,7 +309,7 @@ func TestContextEndsWait(t *testing.T) {
 
 		assert.Nil(t, resp)
 		require.ErrorIs(t, err, context.Canceled)
-		assert.True(t, strings.HasPrefix(err.Error(), "httpclient: "), "error %q", err)
+		assert.True(t, strings.HasPrefix(err.Error(), "ratesem: "), "error %q", err)
 		assert.Equal(t, 1, reqBody.closes(), "request body closed on early return")
 	})
 
@@ -358,7 +358,7 @@ func TestNegativeWeight(t *testing.T) {
 	resp, err := tr.RoundTrip(newRequest(t, http.MethodPost, "http://user:secret@example.test/", reqBody))
 	assert.Nil(t, resp)
 	require.Error(t, err)
-	assert.True(t, strings.HasPrefix(err.Error(), "httpclient: "), "error %q", err)
+	assert.True(t, strings.HasPrefix(err.Error(), "ratesem: "), "error %q", err)
 	assert.NotContains(t, err.Error(), "secret", "URL password leaked into the error")
 	assert.Equal(t, 1, reqBody.closes())
 	_, acq, rel, _ := lim.state()
@@ -377,7 +377,7 @@ func TestNilSelect(t *testing.T) {
 	require.Error(t, err)
 	assert.Equal(t, 1, reqBody.closes())
 
-	assert.PanicsWithValue(t, "httpclient: NewSelect with nil Selector", func() {
+	assert.PanicsWithValue(t, "ratesem: NewSelect with nil Selector", func() {
 		httpclient.NewSelect(nil, nil)
 	})
 }

@@ -8,6 +8,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/ratesem/ratesem"
 	"github.com/ratesem/ratesem/semaphore"
 	"github.com/ratesem/ratesem/window"
 )
@@ -172,8 +173,8 @@ func conformTooLarge(t *testing.T, pc policyCase, l window.Limit) {
 		for _, p := range []window.Policy{pc.make(l), pc.make(window.Limit{N: 4, Per: time.Second})} {
 			s := semaphore.NewWithPolicy(p)
 			err := s.Acquire(context.Background(), p.Capacity()+1)
-			if !errors.Is(err, semaphore.ErrWeightTooLarge) {
-				t.Fatalf("Acquire(capacity+1) = %v, want ErrWeightTooLarge", err)
+			if !errors.Is(err, ratesem.ErrWeightTooLarge) {
+				t.Fatalf("Acquire(capacity+1) = %v, want ratesem.ErrWeightTooLarge", err)
 			}
 			if s.TryAcquire(p.Capacity() + 1) {
 				t.Fatal("TryAcquire(capacity+1) admitted")
@@ -240,8 +241,8 @@ func conformSetLimit(t *testing.T, pc policyCase, l window.Limit) {
 		if s.TryAcquire(1) {
 			t.Fatal("admitted at once after lowering the limit to what was just used")
 		}
-		if err := s.Acquire(context.Background(), 3); !errors.Is(err, semaphore.ErrWeightTooLarge) {
-			t.Fatalf("Acquire(3) under a limit of 2 = %v, want ErrWeightTooLarge", err)
+		if err := s.Acquire(context.Background(), 3); !errors.Is(err, ratesem.ErrWeightTooLarge) {
+			t.Fatalf("Acquire(3) under a limit of 2 = %v, want ratesem.ErrWeightTooLarge", err)
 		}
 		begin := time.Now()
 		done := make(chan time.Duration)
@@ -310,8 +311,8 @@ func conformZeroInvalid(t *testing.T, pc policyCase, l window.Limit) {
 		if got := s.Limit(); got != l {
 			t.Fatalf("Limit() = %v after a rejected SetLimit, want %v", got, l)
 		}
-		if err := s.Acquire(context.Background(), -1); !errors.Is(err, window.ErrNegativeWeight) {
-			t.Fatalf("Acquire(-1) = %v, want ErrNegativeWeight", err)
+		if err := s.Acquire(context.Background(), -1); !errors.Is(err, ratesem.ErrNegativeWeight) {
+			t.Fatalf("Acquire(-1) = %v, want ratesem.ErrNegativeWeight", err)
 		}
 		if s.TryAcquire(-1) {
 			t.Fatal("TryAcquire(-1) admitted")

@@ -32,7 +32,7 @@
 // stays in each process (FIFO, one head per process talks to Redis, sleeps
 // until the instant Redis gives), Release never waits on Redis, SetLimit
 // changes the limit for every process, and processes opened with different
-// limits get ErrLimitMismatch; NewRedisWithPolicy keeps any window of
+// limits get ratesem.ErrLimitMismatch; NewRedisWithPolicy keeps any window of
 // package window in Redis the same way. The options WithLease, WithRedisTimeout,
 // WithJitter, WithFallback, WithRedisPrefix and WithEvictionAllowed tune it
 // and are ignored in process; Close releases its resources (a no-op in

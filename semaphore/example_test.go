@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/ratesem/ratesem"
 	"github.com/ratesem/ratesem/semaphore"
 	"github.com/ratesem/ratesem/window"
 )
@@ -68,7 +69,7 @@ func ExampleRateSemaphore_Acquire_weights() {
 	sem.Release(3)
 
 	err := sem.Acquire(ctx, 11)
-	fmt.Println(errors.Is(err, semaphore.ErrWeightTooLarge))
+	fmt.Println(errors.Is(err, ratesem.ErrWeightTooLarge))
 	// Output:
 	// in flight: 3
 	// true
@@ -112,7 +113,7 @@ func ExampleNewWithPolicy() {
 	fmt.Println(sem.TryAcquire(1), sem.TryAcquire(1)) // the burst of 3 is spent
 	sem.Release(1)
 	err := sem.Acquire(context.Background(), 4) // heavier than the burst: never
-	fmt.Println(errors.Is(err, semaphore.ErrWeightTooLarge))
+	fmt.Println(errors.Is(err, ratesem.ErrWeightTooLarge))
 	// Output:
 	// true false
 	// true false

@@ -9,6 +9,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/ratesem/ratesem"
 	"github.com/ratesem/ratesem/semaphore"
 	"github.com/ratesem/ratesem/window"
 )
@@ -18,7 +19,7 @@ import (
 // and time steps, taking arbitrary int64 weights, limits and delays
 // (negative and huge included), on virtual time. It asserts: no panic (the
 // fuzzer never releases more than it holds, a documented caller bug),
-// negative weights refused with ErrNegativeWeight, InFlight equal to the
+// negative weights refused with ratesem.ErrNegativeWeight, InFlight equal to the
 // units held, and, between two SetLimit calls, the policy's bound over the
 // recorded starts.
 func FuzzSemaphore(f *testing.F) {
@@ -98,8 +99,8 @@ func FuzzSemaphore(f *testing.F) {
 					err := s.Acquire(ctx, w)
 					cancel()
 					switch {
-					case w < 0 && !errors.Is(err, window.ErrNegativeWeight):
-						t.Fatalf("Acquire(%d) = %v, want ErrNegativeWeight", w, err)
+					case w < 0 && !errors.Is(err, ratesem.ErrNegativeWeight):
+						t.Fatalf("Acquire(%d) = %v, want ratesem.ErrNegativeWeight", w, err)
 					case err == nil:
 						admitted(w)
 					}

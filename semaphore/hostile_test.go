@@ -8,6 +8,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/ratesem/ratesem"
 	"github.com/ratesem/ratesem/semaphore"
 	"github.com/ratesem/ratesem/window"
 )
@@ -21,14 +22,14 @@ func TestNegativeWeightRefusedEverywhere(t *testing.T) {
 			s := semaphore.NewWithPolicy(pc.make(l))
 			ctx := context.Background()
 			for _, n := range []int64{-1, -1000, math.MinInt64} {
-				if err := s.Acquire(ctx, n); !errors.Is(err, semaphore.ErrNegativeWeight) || !errors.Is(err, window.ErrNegativeWeight) {
-					t.Fatalf("Acquire(%d) = %v, want ErrNegativeWeight", n, err)
+				if err := s.Acquire(ctx, n); !errors.Is(err, ratesem.ErrNegativeWeight) || !errors.Is(err, ratesem.ErrNegativeWeight) {
+					t.Fatalf("Acquire(%d) = %v, want ratesem.ErrNegativeWeight", n, err)
 				}
 				if s.TryAcquire(n) {
 					t.Fatalf("TryAcquire(%d) admitted", n)
 				}
 				ran := false
-				if err := s.DoN(ctx, n, func(context.Context) error { ran = true; return nil }); !errors.Is(err, window.ErrNegativeWeight) || ran {
+				if err := s.DoN(ctx, n, func(context.Context) error { ran = true; return nil }); !errors.Is(err, ratesem.ErrNegativeWeight) || ran {
 					t.Fatalf("DoN(%d) = %v, fn ran %v", n, err, ran)
 				}
 				mustPanic(t, func() { s.Release(n) })

@@ -5,17 +5,17 @@ import (
 	"math"
 	"time"
 
-	"github.com/benbjohnson/clock"
+	"github.com/ratesem/ratesem"
 )
 
-// Option configures a RateSemaphore in New.
-type Option interface {
-	apply(*config)
-}
+// Option configures a RateSemaphore in New, NewWithPolicy or NewRedis.
+// Every package of ratesem configures with the same shape: a function
+// applied in order, the last one of a kind winning.
+type Option func(*config)
 
 type config struct {
 	concurrency int64 // -1: the cap is n
-	clk         clock.Clock
+	clk         ratesem.Clock
 	start       bool
 	margin      time.Duration
 
@@ -32,29 +32,27 @@ type config struct {
 }
 
 func (c *config) fail(format string, args ...any) {
-	c.errs = append(c.errs, fmt.Errorf("semaphore: "+format, args...))
+	c.errs = append(c.errs, fmt.Errorf("ratesem: "+format, args...))
 }
 
 func buildConfig(opts []Option) config {
 	cfg := config{concurrency: -1, prefix: DefaultRedisPrefix, timeout: DefaultRedisTimeout}
 	for _, o := range opts {
-		o.apply(&cfg)
+		if o != nil {
+			o(&cfg)
+		}
 	}
 	return cfg
 }
-
-type optionFunc func(*config)
-
-func (f optionFunc) apply(c *config) { f(c) }
 
 // WithConcurrency caps the units in flight at c, below the n given to New.
 // A cap above n has no effect: n units in flight is always the most. It
 // panics if c is negative. Default: the cap is n.
 func WithConcurrency(c int64) Option {
 	if c < 0 {
-		panic(fmt.Sprintf("semaphore: WithConcurrency(%d): negative cap", c))
+		panic(fmt.Sprintf("ratesem: WithConcurrency(%d): negative cap", c))
 	}
-	return optionFunc(func(cfg *config) { cfg.concurrency = c })
+	return func(cfg *config) { cfg.concurrency = c }
 }
 
 // WithClock makes the semaphore read time and set its timer through clk, for
@@ -62,8 +60,8 @@ func WithConcurrency(c int64) Option {
 // by hand. Default: the real monotonic clock, which testing/synctest also
 // fakes, so tests can use a synctest bubble instead of a mock. A nil clk
 // means the default.
-func WithClock(clk clock.Clock) Option {
-	return optionFunc(func(cfg *config) { cfg.clk = clk })
+func WithClock(clk ratesem.Clock) Option {
+	return func(cfg *config) { cfg.clk = clk }
 }
 
 // WithStartWindow replaces the completion window by the start window with a
@@ -74,9 +72,9 @@ func WithClock(clk clock.Clock) Option {
 // margin is negative. Default: the completion window.
 func WithStartWindow(margin time.Duration) Option {
 	if margin < 0 {
-		panic(fmt.Sprintf("semaphore: WithStartWindow(%v): negative margin", margin))
+		panic(fmt.Sprintf("ratesem: WithStartWindow(%v): negative margin", margin))
 	}
-	return optionFunc(func(cfg *config) { cfg.start, cfg.margin = true, margin })
+	return func(cfg *config) { cfg.start, cfg.margin = true, margin }
 }
 
 // DefaultRedisTimeout bounds each round trip to Redis of a RateSemaphore
@@ -91,7 +89,7 @@ const DefaultRedisTimeout = time.Second
 // tag, and a suffix. Every process sharing the limit must use the same
 // prefix. It must not be empty. Ignored in process.
 func WithRedisPrefix(prefix string) Option {
-	return optionFunc(func(c *config) {
+	return Option(func(c *config) {
 		if prefix == "" {
 			c.fail("WithRedisPrefix: empty prefix")
 			return
@@ -109,7 +107,7 @@ func WithRedisPrefix(prefix string) Option {
 // running when its lease runs out is taken as ended then. Ignored in
 // process.
 func WithLease(d time.Duration) Option {
-	return optionFunc(func(c *config) {
+	return Option(func(c *config) {
 		if d <= 0 || d%time.Microsecond != 0 {
 			c.fail("WithLease(%v): want a positive whole number of microseconds", d)
 			return
@@ -125,7 +123,7 @@ func WithLease(d time.Duration) Option {
 // Each admission runs on a goroutine of its own, so a client built without
 // ContextTimeoutEnabled cannot hold a caller longer. Ignored in process.
 func WithRedisTimeout(d time.Duration) Option {
-	return optionFunc(func(c *config) {
+	return Option(func(c *config) {
 		if d <= 0 {
 			c.fail("WithRedisTimeout(%v): want a positive timeout", d)
 			return
@@ -140,7 +138,7 @@ func WithRedisTimeout(d time.Duration) Option {
 // turns jitter off; a negative max makes NewRedis fail. Default: 5 ms.
 // Ignored in process.
 func WithJitter(max time.Duration) Option {
-	return optionFunc(func(c *config) {
+	return Option(func(c *config) {
 		switch {
 		case max < 0:
 			c.fail("WithJitter(%v): negative jitter", max)
@@ -158,9 +156,9 @@ func WithJitter(max time.Duration) Option {
 // same kind of window, on the assumption that it owns share of the limit
 // (set share to 1/P for P processes to stay within n overall). share must
 // be in (0, 1]. Default: no fallback; Acquire returns an error matching
-// ErrUnavailable. Ignored in process.
+// ratesem.ErrUnavailable. Ignored in process.
 func WithFallback(share float64) Option {
-	return optionFunc(func(c *config) {
+	return Option(func(c *config) {
 		if !(share > 0 && share <= 1) || math.IsNaN(share) {
 			c.fail("WithFallback(%v): want a share in (0, 1]", share)
 			return
@@ -177,5 +175,5 @@ func WithFallback(share float64) Option {
 // time the state mattered (Stats.StateLost), but a loss no process can see
 // goes unnoticed. Ignored in process.
 func WithEvictionAllowed() Option {
-	return optionFunc(func(c *config) { c.evictionAllowed = true })
+	return Option(func(c *config) { c.evictionAllowed = true })
 }

@@ -12,35 +12,12 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/ratesem/ratesem"
 	"github.com/ratesem/ratesem/internal/remote"
 	"github.com/ratesem/ratesem/internal/rstore"
 	"github.com/ratesem/ratesem/internal/wake"
 	"github.com/ratesem/ratesem/window"
 )
-
-// ErrUnavailable is matched (errors.Is) by the error Acquire returns on a
-// RateSemaphore built with NewRedis when Redis cannot be reached (no answer
-// within WithRedisTimeout, or a Redis error) and there is no fallback
-// (WithFallback), or the call is heavier than the fallback's share. The
-// error wraps the Redis error too.
-var ErrUnavailable = remote.ErrUnavailable
-
-// ErrClosed is returned by Acquire on a RateSemaphore built with NewRedis
-// after Close, and to callers waiting in Acquire when Close is called.
-var ErrClosed = remote.ErrClosed
-
-// ErrLimitMismatch is matched (errors.Is) by the error Acquire returns on a
-// RateSemaphore built with NewRedis when another process opened the same
-// name with another limit (n, interval, window or concurrency cap): the
-// limit is stored in Redis with the state, and processes that disagree are
-// refused rather than one silently enforcing the larger limit. A limit
-// written by SetLimit is adopted by every process instead.
-var ErrLimitMismatch = rstore.ErrLimitMismatch
-
-// ErrEviction is matched (errors.Is) by the error NewRedis returns for a
-// server whose maxmemory-policy may evict keys (anything but noeviction),
-// unless WithEvictionAllowed is given.
-var ErrEviction = errors.New("semaphore: the Redis server may evict the limit's keys (maxmemory-policy is not noeviction)")
 
 // DefaultRedisPrefix is the prefix of the keys of a RateSemaphore built
 // with NewRedis, unless WithRedisPrefix sets another.
@@ -98,41 +75,41 @@ type heldCall struct {
 // make room it re-asks at most every interval/4, or at once when a release
 // of this process reached Redis. Every round trip is bounded by
 // WithRedisTimeout whatever the client's options. Acquire fails at once
-// with ErrDeadline when the wait Redis gives ends after ctx's deadline.
+// with ratesem.ErrDeadline when the wait Redis gives ends after ctx's deadline.
 //
 // # Limits agree across processes
 //
 // The limit is stored in Redis with the state. A process built with
-// another limit for the same name gets an error matching ErrLimitMismatch
+// another limit for the same name gets an error matching ratesem.ErrLimitMismatch
 // from Acquire; SetLimit changes the limit for every process (each adopts
 // it at its next admission).
 //
 // # When Redis is unreachable
 //
 // Without WithFallback, Acquire fails with an error matching
-// ErrUnavailable, at once while the last failure is recent (a probe goes
+// ratesem.ErrUnavailable, at once while the last failure is recent (a probe goes
 // out 100 ms after a failure, then after twice as long each time, up to
 // 1 s). With WithFallback(share), admissions go to a local RateSemaphore of
 // floor(share·n) units per interval meanwhile.
 //
 // NewRedis makes one round trip, bounded by WithRedisTimeout: it reads the
 // server's maxmemory-policy. A policy other than noeviction lets Redis
-// evict the limit's keys: NewRedis then fails with ErrEviction unless
+// evict the limit's keys: NewRedis then fails with ratesem.ErrEviction unless
 // WithEvictionAllowed is given (when the server forbids CONFIG or does not
 // answer in time the check is skipped). It returns an error for a nil
 // client, an empty name or one longer than rstore's 512 bytes, n ≤ 0, an
 // interval ≤ 0 or not a whole number of microseconds (matching
-// window.ErrInvalidLimit), and for an invalid option. Close the RateSemaphore when done; it does not close c.
+// ratesem.ErrInvalidLimit), and for an invalid option. Close the RateSemaphore when done; it does not close c.
 func NewRedis(c goredis.UniversalClient, name string, n int64, interval time.Duration, opts ...Option) (*RateSemaphore, error) {
 	cfg := buildConfig(opts)
 	if len(cfg.errs) > 0 {
 		return nil, errors.Join(cfg.errs...)
 	}
 	if c == nil {
-		return nil, errors.New("semaphore: NewRedis: nil client")
+		return nil, errors.New("ratesem: NewRedis: nil client")
 	}
 	if name == "" {
-		return nil, errors.New("semaphore: NewRedis: empty name")
+		return nil, errors.New("ratesem: NewRedis: empty name")
 	}
 	sp, err := redisSpec(n, interval, cfg)
 	if err != nil {
@@ -171,30 +148,30 @@ func NewRedisWithPolicy(c goredis.UniversalClient, name string, p window.Policy,
 	}
 	switch {
 	case p == nil:
-		return nil, errors.New("semaphore: NewRedisWithPolicy: nil policy")
+		return nil, errors.New("ratesem: NewRedisWithPolicy: nil policy")
 	case cfg.start:
-		return nil, errors.New("semaphore: NewRedisWithPolicy: WithStartWindow conflicts with the policy given")
+		return nil, errors.New("ratesem: NewRedisWithPolicy: WithStartWindow conflicts with the policy given")
 	case c == nil:
-		return nil, errors.New("semaphore: NewRedisWithPolicy: nil client")
+		return nil, errors.New("ratesem: NewRedisWithPolicy: nil client")
 	case name == "":
-		return nil, errors.New("semaphore: NewRedisWithPolicy: empty name")
+		return nil, errors.New("ratesem: NewRedisWithPolicy: empty name")
 	}
 	sp, err := rstore.SpecOf(p)
 	if err != nil {
-		return nil, fmt.Errorf("semaphore: NewRedisWithPolicy: %w", err)
+		return nil, fmt.Errorf("ratesem: NewRedisWithPolicy: %w", err)
 	}
 	if sp.Limit.N <= 0 || sp.Limit.Per <= 0 {
-		return nil, fmt.Errorf("semaphore: NewRedisWithPolicy: %d per %v: want n > 0 and a positive interval: %w",
-			sp.Limit.N, sp.Limit.Per, window.ErrInvalidLimit)
+		return nil, fmt.Errorf("ratesem: NewRedisWithPolicy: %d per %v: want n > 0 and a positive interval: %w",
+			sp.Limit.N, sp.Limit.Per, ratesem.ErrInvalidLimit)
 	}
 	if cfg.concurrency == 0 {
-		return nil, fmt.Errorf("semaphore: NewRedisWithPolicy: WithConcurrency(0) admits nothing: %w", window.ErrInvalidLimit)
+		return nil, fmt.Errorf("ratesem: NewRedisWithPolicy: WithConcurrency(0) admits nothing: %w", ratesem.ErrInvalidLimit)
 	}
 	if cfg.concurrency > 0 && cfg.concurrency < sp.Limit.N {
 		sp.Concurrency = cfg.concurrency
 	}
 	if err := sp.Check(); err != nil {
-		return nil, fmt.Errorf("semaphore: NewRedisWithPolicy: %w", err)
+		return nil, fmt.Errorf("ratesem: NewRedisWithPolicy: %w", err)
 	}
 	newLocal := func(localN int64) *RateSemaphore {
 		p.SetLimit(time.Now(), window.Limit{N: localN, Per: sp.Limit.Per})
@@ -212,13 +189,13 @@ func NewRedisWithPolicy(c goredis.UniversalClient, name string, p window.Policy,
 func newRedis(c goredis.UniversalClient, name string, sp *rstore.Spec, cfg config, newLocal func(localN int64) *RateSemaphore) (*RateSemaphore, error) {
 	if len(name) > rstore.MaxNameLen {
 		// Checked here, not at the first Acquire: there the store's refusal
-		// would pass for a Redis outage (ErrUnavailable, or the fallback
+		// would pass for a Redis outage (ratesem.ErrUnavailable, or the fallback
 		// forever) and the limit would silently not be shared.
-		return nil, fmt.Errorf("semaphore: NewRedis: a name of %d bytes: want at most %d", len(name), rstore.MaxNameLen)
+		return nil, fmt.Errorf("ratesem: NewRedis: a name of %d bytes: want at most %d", len(name), rstore.MaxNameLen)
 	}
 	st, err := rstore.New(c, cfg.prefix, rstore.Options{Lease: cfg.lease})
 	if err != nil {
-		return nil, fmt.Errorf("semaphore: NewRedis: %w", err)
+		return nil, fmt.Errorf("ratesem: NewRedis: %w", err)
 	}
 	if !cfg.evictionAllowed {
 		if err := checkEviction(c, cfg.timeout); err != nil {
@@ -227,7 +204,7 @@ func newRedis(c goredis.UniversalClient, name string, sp *rstore.Spec, cfg confi
 	}
 	r := &redisSem{name: name, held: map[int64][]*heldCall{}, capOpt: cfg.concurrency}
 	r.spec.Store(sp)
-	ecfg := remote.Config{Store: st, Timeout: cfg.timeout, Jitter: cfg.jitter, ErrDeadline: ErrDeadline, TestAfterAdmit: cfg.testAfterAdmit}
+	ecfg := remote.Config{Store: st, Timeout: cfg.timeout, Jitter: cfg.jitter, ErrDeadline: ratesem.ErrDeadline, TestAfterAdmit: cfg.testAfterAdmit}
 	if cfg.fallback {
 		r.localN = max(1, int64(math.Floor(cfg.share*float64(sp.Limit.N))))
 		r.local = newLocal(r.localN)
@@ -235,30 +212,30 @@ func newRedis(c goredis.UniversalClient, name string, sp *rstore.Spec, cfg confi
 	}
 	r.eng, err = remote.New(ecfg)
 	if err != nil {
-		return nil, fmt.Errorf("semaphore: NewRedis: %w", err)
+		return nil, fmt.Errorf("ratesem: NewRedis: %w", err)
 	}
 	s := &RateSemaphore{clock: wake.NewClock(nil), size: sp.Limit.N, interval: sp.Limit.Per, capOpt: cfg.concurrency, remote: r}
 	return s, nil
 }
 
 // redisSpec returns the Spec of a limit of n per interval under cfg's
-// window, or an error matching window.ErrInvalidLimit.
+// window, or an error matching ratesem.ErrInvalidLimit.
 func redisSpec(n int64, interval time.Duration, cfg config) (*rstore.Spec, error) {
 	if n <= 0 || interval <= 0 || interval%time.Microsecond != 0 {
-		return nil, fmt.Errorf("semaphore: NewRedis: %d per %v: want n > 0 and an interval of a positive whole number of microseconds: %w",
-			n, interval, window.ErrInvalidLimit)
+		return nil, fmt.Errorf("ratesem: NewRedis: %d per %v: want n > 0 and an interval of a positive whole number of microseconds: %w",
+			n, interval, ratesem.ErrInvalidLimit)
 	}
 	sp := &rstore.Spec{Kind: rstore.Completion, Limit: window.Limit{N: n, Per: interval}}
 	if cfg.start {
 		if cfg.margin%time.Microsecond != 0 {
-			return nil, fmt.Errorf("semaphore: NewRedis: margin %v: want a whole number of microseconds: %w", cfg.margin, window.ErrInvalidLimit)
+			return nil, fmt.Errorf("ratesem: NewRedis: margin %v: want a whole number of microseconds: %w", cfg.margin, ratesem.ErrInvalidLimit)
 		}
 		sp.Kind, sp.Margin = rstore.SlidingLog, cfg.margin
 	}
 	if cfg.concurrency >= 0 && cfg.concurrency < n {
 		sp.Concurrency = cfg.concurrency
 		if cfg.concurrency == 0 {
-			return nil, fmt.Errorf("semaphore: NewRedis: WithConcurrency(0) admits nothing: %w", window.ErrInvalidLimit)
+			return nil, fmt.Errorf("ratesem: NewRedis: WithConcurrency(0) admits nothing: %w", ratesem.ErrInvalidLimit)
 		}
 	}
 	return sp, nil
@@ -266,7 +243,7 @@ func redisSpec(n int64, interval time.Duration, cfg config) (*rstore.Spec, error
 
 // checkEviction reads the server's maxmemory-policy on a goroutine of its
 // own, waiting at most timeout; it returns only an error matching
-// ErrEviction, and nil when the server does not answer in time or forbids
+// ratesem.ErrEviction, and nil when the server does not answer in time or forbids
 // CONFIG.
 func checkEviction(c goredis.UniversalClient, timeout time.Duration) error {
 	ch := make(chan string, 1)
@@ -285,7 +262,7 @@ func checkEviction(c goredis.UniversalClient, timeout time.Duration) error {
 	select {
 	case p := <-ch:
 		if p != "" && !strings.EqualFold(p, "noeviction") {
-			return fmt.Errorf("%w: %s (WithEvictionAllowed to go on anyway)", ErrEviction, p)
+			return fmt.Errorf("%w: %s (WithEvictionAllowed to go on anyway)", ratesem.ErrEviction, p)
 		}
 	case <-t.C:
 	}
@@ -300,10 +277,10 @@ func (r *redisSem) charges(n int64) []rstore.Charge {
 func (r *redisSem) tooLarge(n int64) error {
 	sp := r.spec.Load()
 	if n > sp.Limit.N {
-		return fmt.Errorf("%w: weight %d, limit %d per %v", ErrWeightTooLarge, n, sp.Limit.N, sp.Limit.Per)
+		return fmt.Errorf("%w: weight %d, limit %d per %v", ratesem.ErrWeightTooLarge, n, sp.Limit.N, sp.Limit.Per)
 	}
 	if c := sp.Capacity(); n > c {
-		return fmt.Errorf("%w: weight %d, capacity %d (burst or concurrency cap)", ErrWeightTooLarge, n, c)
+		return fmt.Errorf("%w: weight %d, capacity %d (burst or concurrency cap)", ratesem.ErrWeightTooLarge, n, c)
 	}
 	return nil
 }
@@ -317,7 +294,7 @@ func (r *redisSem) acquire(ctx context.Context, n int64) error {
 // call.
 func (r *redisSem) acquireLocal(ctx context.Context, n int64) (bool, error) {
 	if n < 0 {
-		return false, fmt.Errorf("semaphore: Acquire: %w %d", ErrNegativeWeight, n)
+		return false, fmt.Errorf("ratesem: Acquire: %w %d", ratesem.ErrNegativeWeight, n)
 	}
 	if err := ctx.Err(); err != nil {
 		return false, err
@@ -365,7 +342,7 @@ func (r *redisSem) hold(c *remote.Call, n int64) {
 // Redis: it counts longer, never less).
 func (r *redisSem) release(n int64) {
 	if n < 0 {
-		panic("semaphore: Release with negative weight")
+		panic("ratesem: Release with negative weight")
 	}
 	if n == 0 {
 		return
@@ -433,7 +410,7 @@ func (r *redisSem) pause(until time.Time) {
 
 func (r *redisSem) setLimit(n int64, interval time.Duration) error {
 	if n <= 0 || interval <= 0 {
-		return fmt.Errorf("semaphore: SetLimit(%d, %v): want n > 0 and a positive interval over Redis: %w", n, interval, window.ErrInvalidLimit)
+		return fmt.Errorf("ratesem: SetLimit(%d, %v): want n > 0 and a positive interval over Redis: %w", n, interval, ratesem.ErrInvalidLimit)
 	}
 	sp := new(rstore.Spec)
 	*sp = *r.spec.Load()
@@ -443,12 +420,12 @@ func (r *redisSem) setLimit(n int64, interval time.Duration) error {
 		sp.Concurrency = r.capOpt
 	}
 	if err := sp.Check(); err != nil {
-		return fmt.Errorf("semaphore: SetLimit: %w", err)
+		return fmt.Errorf("ratesem: SetLimit: %w", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), remote.DefaultTimeout+time.Second)
 	defer cancel()
 	if err := r.eng.SetLimit(ctx, r.name, rstore.Charge{Rule: redisRule, Spec: sp}); err != nil {
-		return fmt.Errorf("semaphore: SetLimit: %w", err)
+		return fmt.Errorf("ratesem: SetLimit: %w", err)
 	}
 	r.spec.Store(sp)
 	return nil
@@ -487,14 +464,14 @@ type fallback struct{ r *redisSem }
 
 func (f fallback) share(n int64) error {
 	if n > f.r.localN {
-		return fmt.Errorf("%w: weight %d exceeds the fallback's share of %d units", ErrUnavailable, n, f.r.localN)
+		return fmt.Errorf("%w: weight %d exceeds the fallback's share of %d units", ratesem.ErrUnavailable, n, f.r.localN)
 	}
 	return nil
 }
 
 // Acquire implements remote.Fallback: it waits for the charge's weight, in
 // units, on the local semaphore of the fallback's share, until ctx is done;
-// a weight above the share fails at once with ErrUnavailable. It returns the
+// a weight above the share fails at once with ratesem.ErrUnavailable. It returns the
 // release.
 func (f fallback) Acquire(ctx context.Context, _ string, cs []rstore.Charge) (func(), error) {
 	n := cs[0].Weight

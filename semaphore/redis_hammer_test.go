@@ -12,6 +12,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/ratesem/ratesem"
 	"github.com/ratesem/ratesem/internal/rstore"
 	"github.com/ratesem/ratesem/window/redis/redistest"
 )
@@ -50,7 +51,7 @@ func hammer(t *testing.T, sems []*RateSemaphore, g int, run time.Duration, durin
 					}
 					called := time.Now()
 					if err := s.Acquire(ctx, n); err != nil {
-						if ctx.Err() == nil && !errors.Is(err, ErrDeadline) {
+						if ctx.Err() == nil && !errors.Is(err, ratesem.ErrDeadline) {
 							t.Errorf("process %d: %v", p, err)
 						}
 						if ctx.Err() == nil {
@@ -300,7 +301,7 @@ func testLostState(t *testing.T, hash bool) {
 
 // TestRedisClusterNodeRestart: on a 3-master cluster, the node holding the
 // limit's slot restarts (empty) mid-run while three processes hammer it:
-// callers get ErrUnavailable at most while it is away (no fallback), the
+// callers get ratesem.ErrUnavailable at most while it is away (no fallback), the
 // processes come back to it, and the guarantee holds over the calls before
 // the restart and over those after, separately (a restart empties the
 // node; see TestRedisLostStateNeverExceedsTheLimit).
@@ -346,7 +347,7 @@ func TestRedisClusterNodeRestart(t *testing.T) {
 				for rctx.Err() == nil {
 					if err := s.Acquire(rctx, 1); err != nil {
 						if rctx.Err() == nil {
-							if !errors.Is(err, ErrUnavailable) {
+							if !errors.Is(err, ratesem.ErrUnavailable) {
 								t.Errorf("process %d: %v", p, err)
 							}
 							fails.Store(time.Now(), err)

@@ -48,7 +48,7 @@ func newRedisSem(t testing.TB, c goredis.UniversalClient, name string, n int64, 
 // withAfterAdmit runs f after Redis admitted a call, before the caller's
 // context is checked.
 func withAfterAdmit(f func()) Option {
-	return optionFunc(func(c *config) { c.testAfterAdmit = f })
+	return Option(func(c *config) { c.testAfterAdmit = f })
 }
 
 // uniqueName returns a limit name unique to this run.

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratesem/ratesem"
 	"github.com/ratesem/ratesem/window/redis/redistest"
 )
 
@@ -84,7 +85,7 @@ func runOutage(t *testing.T, srv *redistest.Server, sems []*RateSemaphore, g int
 }
 
 // TestRedisDownWithoutFallback: with no fallback, while redis-server is
-// stopped Acquire fails with an error matching ErrUnavailable (wrapping the
+// stopped Acquire fails with an error matching ratesem.ErrUnavailable (wrapping the
 // Redis error, not matching context.DeadlineExceeded), within the round
 // trip bound; nothing panics. Once the server is back (restarted empty,
 // mid-run), the next probe finds it and the limit holds again across both
@@ -109,8 +110,8 @@ func TestRedisDownWithoutFallback(t *testing.T) {
 	var slowest time.Duration
 	for _, f := range r.failures {
 		perProc[f.proc]++
-		if !errors.Is(f.err, ErrUnavailable) || errors.Is(f.err, context.DeadlineExceeded) {
-			t.Fatalf("process %d: %v; want ErrUnavailable, not DeadlineExceeded", f.proc, f.err)
+		if !errors.Is(f.err, ratesem.ErrUnavailable) || errors.Is(f.err, context.DeadlineExceeded) {
+			t.Fatalf("process %d: %v; want ratesem.ErrUnavailable, not DeadlineExceeded", f.proc, f.err)
 		}
 		if f.returned.Before(r.stopAt) || f.called.After(r.started.Add(probeMax+probeTimeout)) {
 			t.Fatalf("a failure outside the outage: called %v after the stop, returned %v after", f.called.Sub(r.stopAt), f.returned.Sub(r.stopAt))
@@ -204,7 +205,7 @@ func checkRecovered(t *testing.T, r outageRun, sems []*RateSemaphore, n int64, p
 
 // TestRedisFallbackEdges: with Redis down from the start, the fallback
 // admits what fits its share and refuses heavier calls with
-// ErrUnavailable; TryAcquire asks the fallback; without a fallback the
+// ratesem.ErrUnavailable; TryAcquire asks the fallback; without a fallback the
 // failures come at once, with no round trip while the last one is recent.
 func TestRedisFallbackEdges(t *testing.T) {
 	noLeaks(t)
@@ -216,8 +217,8 @@ func TestRedisFallbackEdges(t *testing.T) {
 	if err := s.Acquire(ctx, 1); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Acquire(ctx, 3); !errors.Is(err, ErrUnavailable) {
-		t.Fatalf("3 units over a fallback share of 2: %v; want ErrUnavailable", err)
+	if err := s.Acquire(ctx, 3); !errors.Is(err, ratesem.ErrUnavailable) {
+		t.Fatalf("3 units over a fallback share of 2: %v; want ratesem.ErrUnavailable", err)
 	}
 	if !s.TryAcquire(1) {
 		t.Fatal("TryAcquire with room in the fallback failed")
@@ -233,12 +234,12 @@ func TestRedisFallbackEdges(t *testing.T) {
 	}
 	nf := newRedisSem(t, newClient(t, srv.Addr()), uniqueName(t), 4, 300*time.Millisecond,
 		WithRedisTimeout(200*time.Millisecond), WithEvictionAllowed())
-	if err := nf.Acquire(ctx, 1); !errors.Is(err, ErrUnavailable) {
+	if err := nf.Acquire(ctx, 1); !errors.Is(err, ratesem.ErrUnavailable) {
 		t.Fatalf("no fallback: %v", err)
 	}
 	begin := time.Now()
 	for range 10 {
-		if err := nf.Acquire(ctx, 1); !errors.Is(err, ErrUnavailable) {
+		if err := nf.Acquire(ctx, 1); !errors.Is(err, ratesem.ErrUnavailable) {
 			t.Fatalf("no fallback: %v", err)
 		}
 		if nf.TryAcquire(1) {

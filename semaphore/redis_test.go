@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratesem/ratesem"
 	"github.com/ratesem/ratesem/window"
 	"github.com/ratesem/ratesem/window/redis/redistest"
 )
@@ -43,7 +44,7 @@ func TestNewRedisChecksItsArguments(t *testing.T) {
 			t.Errorf("case %d: NewRedis(%q, %d, %v) accepted", i, b.name, b.n, b.per)
 		}
 	}
-	if _, err := NewRedis(c, "x", 0, time.Second); !errors.Is(err, window.ErrInvalidLimit) {
+	if _, err := NewRedis(c, "x", 0, time.Second); !errors.Is(err, ratesem.ErrInvalidLimit) {
 		t.Errorf("n = 0: %v; want ErrInvalidLimit", err)
 	}
 	if _, err := NewRedis(nil, "x", 1, time.Second); err == nil {
@@ -73,8 +74,8 @@ func TestRedisBasics(t *testing.T) {
 	if st := s.Stats(); st.RedisAdmits != 0 || st.Admitted != 0 {
 		t.Fatalf("a zero weight made a round trip or counted: %+v", st)
 	}
-	if err := s.Acquire(ctx, 4); !errors.Is(err, ErrWeightTooLarge) {
-		t.Fatalf("Acquire(4) of 3: %v; want ErrWeightTooLarge", err)
+	if err := s.Acquire(ctx, 4); !errors.Is(err, ratesem.ErrWeightTooLarge) {
+		t.Fatalf("Acquire(4) of 3: %v; want ratesem.ErrWeightTooLarge", err)
 	}
 	if s.TryAcquire(4) {
 		t.Fatal("TryAcquire(4) of 3 succeeded")
@@ -115,7 +116,7 @@ func TestRedisBasics(t *testing.T) {
 		return false
 	})
 	_ = s.Close()
-	if err := s.Acquire(ctx, 1); !errors.Is(err, ErrClosed) {
+	if err := s.Acquire(ctx, 1); !errors.Is(err, ratesem.ErrClosed) {
 		t.Fatalf("Acquire after Close: %v", err)
 	}
 	if s.TryAcquire(1) {
@@ -276,7 +277,7 @@ func TestRedisOnlyTheHeadTalksToRedis(t *testing.T) {
 }
 
 // TestRedisDeadlineFailsEarly: when Redis's wait ends after the context's
-// deadline, Acquire fails at once with an error matching ErrDeadline and
+// deadline, Acquire fails at once with an error matching ratesem.ErrDeadline and
 // context.DeadlineExceeded.
 func TestRedisDeadlineFailsEarly(t *testing.T) {
 	s := newRedisSem(t, newClient(t, redistest.Start(t)), uniqueName(t), 1, 5*time.Second)
@@ -290,15 +291,15 @@ func TestRedisDeadlineFailsEarly(t *testing.T) {
 	defer cancel()
 	begin := time.Now()
 	err := s.Acquire(dctx, 1)
-	if !errors.Is(err, ErrDeadline) || !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("%v; want ErrDeadline", err)
+	if !errors.Is(err, ratesem.ErrDeadline) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("%v; want ratesem.ErrDeadline", err)
 	}
 	if d := time.Since(begin); d > time.Second {
 		t.Fatalf("failed after %v, not at once", d)
 	}
 }
 
-// TestRedisCloseWakesWaiters: Close makes the waiters return ErrClosed at
+// TestRedisCloseWakesWaiters: Close makes the waiters return ratesem.ErrClosed at
 // once, and leaves no goroutine.
 func TestRedisCloseWakesWaiters(t *testing.T) {
 	noLeaks(t)
@@ -317,8 +318,8 @@ func TestRedisCloseWakesWaiters(t *testing.T) {
 	for range 3 {
 		select {
 		case err := <-errs:
-			if !errors.Is(err, ErrClosed) {
-				t.Fatalf("waiter: %v; want ErrClosed", err)
+			if !errors.Is(err, ratesem.ErrClosed) {
+				t.Fatalf("waiter: %v; want ratesem.ErrClosed", err)
 			}
 		case <-time.After(time.Second):
 			t.Fatal("Close did not wake the waiters")
@@ -331,7 +332,7 @@ func TestRedisCloseWakesWaiters(t *testing.T) {
 }
 
 // TestRedisCloseIsFinal: a caller whose admission Redis grants as Close
-// is called gets ErrClosed, and the admission is cancelled in Redis.
+// is called gets ratesem.ErrClosed, and the admission is cancelled in Redis.
 func TestRedisCloseIsFinal(t *testing.T) {
 	noLeaks(t)
 	addr := redistest.Start(t)
@@ -345,8 +346,8 @@ func TestRedisCloseIsFinal(t *testing.T) {
 	other := newRedisSem(t, newClient(t, addr), name, 2, time.Second)
 	err := s.Acquire(ctxT(t, 5*time.Second), 1)
 	<-closed
-	if !errors.Is(err, ErrClosed) {
-		t.Fatalf("Acquire admitted by Redis as Close was called: %v; want ErrClosed", err)
+	if !errors.Is(err, ratesem.ErrClosed) {
+		t.Fatalf("Acquire admitted by Redis as Close was called: %v; want ratesem.ErrClosed", err)
 	}
 	if st := s.Stats(); st.Admitted != 0 || st.InFlight != 0 || st.Cancelled != 1 {
 		t.Fatalf("%+v", st)
@@ -359,7 +360,7 @@ func TestRedisCloseIsFinal(t *testing.T) {
 
 // TestRedisCloseIsFinalUnderLoad: goroutines keep acquiring and releasing
 // while the semaphore is closed; once Close has returned, its count of
-// admissions never grows again, and every caller returns ErrClosed.
+// admissions never grows again, and every caller returns ratesem.ErrClosed.
 func TestRedisCloseIsFinalUnderLoad(t *testing.T) {
 	noLeaks(t)
 	s := newRedisSem(t, newClient(t, redistest.Start(t)), uniqueName(t), 1000, 10*time.Millisecond)
@@ -369,8 +370,8 @@ func TestRedisCloseIsFinalUnderLoad(t *testing.T) {
 		wg.Go(func() {
 			for {
 				if err := s.Acquire(ctx, 1); err != nil {
-					if !errors.Is(err, ErrClosed) {
-						t.Errorf("Acquire: %v; want nil or ErrClosed", err)
+					if !errors.Is(err, ratesem.ErrClosed) {
+						t.Errorf("Acquire: %v; want nil or ratesem.ErrClosed", err)
 					}
 					return
 				}
@@ -389,15 +390,15 @@ func TestRedisCloseIsFinalUnderLoad(t *testing.T) {
 	}
 }
 
-// TestRedisNewRefusesEviction: NewRedis fails with ErrEviction on a server
+// TestRedisNewRefusesEviction: NewRedis fails with ratesem.ErrEviction on a server
 // whose maxmemory-policy may evict the limit's keys, unless
 // WithEvictionAllowed; noeviction passes; a server forbidding CONFIG is
 // not checked.
 func TestRedisNewRefusesEviction(t *testing.T) {
 	srv := redistest.StartServerArgs(t, "--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru")
 	c := newClient(t, srv.Addr())
-	if _, err := NewRedis(c, uniqueName(t), 5, time.Minute); !errors.Is(err, ErrEviction) {
-		t.Fatalf("allkeys-lru: %v; want ErrEviction", err)
+	if _, err := NewRedis(c, uniqueName(t), 5, time.Minute); !errors.Is(err, ratesem.ErrEviction) {
+		t.Fatalf("allkeys-lru: %v; want ratesem.ErrEviction", err)
 	}
 	s, err := NewRedis(c, uniqueName(t), 5, time.Minute, WithEvictionAllowed())
 	if err != nil {
@@ -425,16 +426,16 @@ func TestRedisNewRefusesEviction(t *testing.T) {
 func TestRedisNegativeWeight(t *testing.T) {
 	s := newRedisSem(t, newClient(t, "127.0.0.1:1"), uniqueName(t), 5, time.Second, WithEvictionAllowed())
 	for _, n := range []int64{-1, -1 << 62, -9223372036854775808} {
-		if err := s.Acquire(context.Background(), n); !errors.Is(err, ErrNegativeWeight) {
-			t.Fatalf("Acquire(%d): %v; want ErrNegativeWeight", n, err)
+		if err := s.Acquire(context.Background(), n); !errors.Is(err, ratesem.ErrNegativeWeight) {
+			t.Fatalf("Acquire(%d): %v; want ratesem.ErrNegativeWeight", n, err)
 		}
 		if s.TryAcquire(n) {
 			t.Fatalf("TryAcquire(%d) succeeded", n)
 		}
 	}
 	for _, n := range []int64{6, 1 << 53, 9223372036854775807} {
-		if err := s.Acquire(context.Background(), n); !errors.Is(err, ErrWeightTooLarge) {
-			t.Fatalf("Acquire(%d): %v; want ErrWeightTooLarge", n, err)
+		if err := s.Acquire(context.Background(), n); !errors.Is(err, ratesem.ErrWeightTooLarge) {
+			t.Fatalf("Acquire(%d): %v; want ratesem.ErrWeightTooLarge", n, err)
 		}
 	}
 	if st := s.Stats(); st.RedisAdmits != 0 || st.InFlight != 0 {
@@ -479,7 +480,7 @@ func TestRedisSetLimitIsAdoptedEverywhere(t *testing.T) {
 }
 
 // TestRedisLimitMismatch: a process built with another limit for the same
-// name gets ErrLimitMismatch rather than enforcing its own.
+// name gets ratesem.ErrLimitMismatch rather than enforcing its own.
 func TestRedisLimitMismatch(t *testing.T) {
 	addr := redistest.Start(t)
 	name := uniqueName(t)
@@ -490,8 +491,8 @@ func TestRedisLimitMismatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	err := b.Acquire(ctx, 1)
-	if !errors.Is(err, ErrLimitMismatch) {
-		t.Fatalf("another limit: %v; want ErrLimitMismatch", err)
+	if !errors.Is(err, ratesem.ErrLimitMismatch) {
+		t.Fatalf("another limit: %v; want ratesem.ErrLimitMismatch", err)
 	}
 	t.Logf("the error: %v", err)
 	if st := b.Stats(); st.LimitMismatches != 1 || st.Unavailable || st.InFlight != 0 {
@@ -503,7 +504,7 @@ func TestRedisLimitMismatch(t *testing.T) {
 // TestRedisWithPolicy: any window of package window over Redis, shared:
 // a GCRA with a burst of 2 admits 2 at once across two processes, then
 // one per emission interval; a fixed completion window shares its N; a
-// process opening the name with another kind gets ErrLimitMismatch.
+// process opening the name with another kind gets ratesem.ErrLimitMismatch.
 func TestRedisWithPolicy(t *testing.T) {
 	addr := redistest.Start(t)
 	c := newClient(t, "127.0.0.1:1")
@@ -552,8 +553,8 @@ func TestRedisWithPolicy(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = other.Close() })
-	if err := other.Acquire(ctx, 1); !errors.Is(err, ErrLimitMismatch) {
-		t.Fatalf("another kind under the same name: %v; want ErrLimitMismatch", err)
+	if err := other.Acquire(ctx, 1); !errors.Is(err, ratesem.ErrLimitMismatch) {
+		t.Fatalf("another kind under the same name: %v; want ratesem.ErrLimitMismatch", err)
 	}
 
 	fname := uniqueName(t)

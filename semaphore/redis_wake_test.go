@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratesem/ratesem"
 	"github.com/ratesem/ratesem/window/redis/redistest"
 )
 
@@ -182,8 +183,8 @@ func TestRedisTimeoutsHoldWithADefaultClient(t *testing.T) {
 	wg.Wait()
 	t.Logf("during DEBUG SLEEP 2: Acquire (timeout 200ms) %v in %v; Acquire (ctx 300ms) %v in %v; Release %v; PauseFor %v",
 		fastErr, fastTook, slowErr, slowTook, relTook, pauseTook)
-	if !errors.Is(fastErr, ErrUnavailable) || errors.Is(fastErr, context.DeadlineExceeded) || fastTook > 500*time.Millisecond {
-		t.Errorf("Acquire with WithRedisTimeout(200ms): %v after %v; want ErrUnavailable within about 200 ms", fastErr, fastTook)
+	if !errors.Is(fastErr, ratesem.ErrUnavailable) || errors.Is(fastErr, context.DeadlineExceeded) || fastTook > 500*time.Millisecond {
+		t.Errorf("Acquire with WithRedisTimeout(200ms): %v after %v; want ratesem.ErrUnavailable within about 200 ms", fastErr, fastTook)
 	}
 	if !errors.Is(slowErr, context.DeadlineExceeded) || slowTook > 600*time.Millisecond {
 		t.Errorf("Acquire with a 300 ms context: %v after %v; want context.DeadlineExceeded within about 300 ms", slowErr, slowTook)

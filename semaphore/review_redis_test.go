@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratesem/ratesem"
 	"github.com/ratesem/ratesem/window"
 	"github.com/ratesem/ratesem/window/redis/redistest"
 )
@@ -221,14 +222,14 @@ func TestReviewMismatchedCapAcrossProcesses(t *testing.T) {
 	if err == nil {
 		t.Fatal("a process without the cap admitted a second call in flight while another process caps the name at 1: the looser limit is enforced silently")
 	}
-	if !errors.Is(err, ErrLimitMismatch) {
+	if !errors.Is(err, ratesem.ErrLimitMismatch) {
 		t.Logf("error: %v", err)
 	}
 }
 
 // TestReviewAcquireAfterRedisDeathReturns: Acquire with no deadline on a
-// dead server returns (ErrUnavailable) instead of blocking forever, and
-// after Close every Acquire returns ErrClosed.
+// dead server returns (ratesem.ErrUnavailable) instead of blocking forever, and
+// after Close every Acquire returns ratesem.ErrClosed.
 func TestReviewAcquireAfterRedisDeathReturns(t *testing.T) {
 	srv := redistest.StartServer(t)
 	s, err := NewRedis(newClient(t, srv.Addr()), uniqueName(t), 1, time.Second)
@@ -243,7 +244,7 @@ func TestReviewAcquireAfterRedisDeathReturns(t *testing.T) {
 	go func() { done <- s.Acquire(context.Background(), 1) }()
 	select {
 	case err := <-done:
-		if !errors.Is(err, ErrUnavailable) {
+		if !errors.Is(err, ratesem.ErrUnavailable) {
 			t.Errorf("dead Redis: %v", err)
 		}
 	case <-time.After(8 * time.Second):
@@ -258,15 +259,15 @@ func TestReviewAcquireAfterRedisDeathReturns(t *testing.T) {
 	case <-time.After(3 * time.Second):
 		t.Fatal("Acquire blocks after Close")
 	}
-	if err := s.Acquire(context.Background(), 1); !errors.Is(err, ErrClosed) {
-		t.Errorf("after Close: %v; want ErrClosed", err)
+	if err := s.Acquire(context.Background(), 1); !errors.Is(err, ratesem.ErrClosed) {
+		t.Errorf("after Close: %v; want ratesem.ErrClosed", err)
 	}
 	s.Release(1)
 }
 
 // TestReviewOverlongNameIsNotAnOutage: a name too long for Redis is a
 // caller's mistake. NewRedis accepts it, and every Acquire then fails with
-// ErrUnavailable (as if Redis were down); with WithFallback every call runs
+// ratesem.ErrUnavailable (as if Redis were down); with WithFallback every call runs
 // on the local fallback forever, sharing nothing across the fleet, silently.
 func TestReviewOverlongNameIsNotAnOutage(t *testing.T) {
 	addr := redistest.Start(t)
@@ -279,7 +280,7 @@ func TestReviewOverlongNameIsNotAnOutage(t *testing.T) {
 	defer s.Close()
 	err = s.Acquire(ctxT(t, 5*time.Second), 1)
 	st := s.Stats()
-	if errors.Is(err, ErrUnavailable) || st.FallbackAdmitted > 0 || st.Unavailable {
+	if errors.Is(err, ratesem.ErrUnavailable) || st.FallbackAdmitted > 0 || st.Unavailable {
 		t.Fatalf("a 600-byte name: NewRedis ok, Acquire %v, Stats %+v: a caller's error taken for a Redis outage (fallback used, nothing shared)", err, st)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/benbjohnson/clock"
+	"github.com/ratesem/ratesem"
 )
 
 // Per close to the maximum Duration: stamp+Per overflows int64 in
@@ -32,8 +33,8 @@ func TestHugeIntervalFailsFastWithoutSpinning(t *testing.T) {
 	ctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	defer cancel()
 	err := s.Acquire(ctx, 2) // could only be admitted in ~292 years
-	if !errors.Is(err, ErrDeadline) {
-		t.Errorf("Acquire = %v; want an ErrDeadline fail-fast", err)
+	if !errors.Is(err, ratesem.ErrDeadline) {
+		t.Errorf("Acquire = %v; want an ratesem.ErrDeadline fail-fast", err)
 	}
 	if n := wakeups.Load(); n > 1 {
 		t.Errorf("timer fired %d times in 100ms for one waiter: busy loop", n)
@@ -52,7 +53,7 @@ func TestHugeMarginFailsFastWithoutSpinning(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	err := s.Acquire(ctx, 2)
-	if !errors.Is(err, ErrDeadline) || wakeups.Load() > 1 {
+	if !errors.Is(err, ratesem.ErrDeadline) || wakeups.Load() > 1 {
 		t.Errorf("huge margin: err=%v wakeups=%d", err, wakeups.Load())
 	}
 }
@@ -221,11 +222,11 @@ func TestSetLimitFailsEveryWaiterThatNoLongerFits(t *testing.T) {
 		synctest.Wait()
 		select {
 		case err := <-e3:
-			if !errors.Is(err, ErrWeightTooLarge) {
+			if !errors.Is(err, ratesem.ErrWeightTooLarge) {
 				t.Fatal(err)
 			}
 		default:
-			t.Fatalf("waiter of weight 3 > new limit 2 still waiting (doc: fails with ErrWeightTooLarge)")
+			t.Fatalf("waiter of weight 3 > new limit 2 still waiting (doc: fails with ratesem.ErrWeightTooLarge)")
 		}
 		s.Release(3)
 		if err := <-e1; err != nil {

@@ -3,28 +3,15 @@ package semaphore
 import (
 	"container/list"
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/ratesem/ratesem"
 	"github.com/ratesem/ratesem/internal/wake"
 	"github.com/ratesem/ratesem/window"
 )
-
-// ErrWeightTooLarge is returned, wrapped, by Acquire when a rate-limited
-// semaphore is asked for more units than its limit, its policy's capacity
-// (a token bucket's burst) or its concurrency cap: such a call could never
-// be admitted, so it fails at once rather than waiting forever. Test for it
-// with errors.Is. It is window.ErrWeightTooLarge.
-var ErrWeightTooLarge = window.ErrWeightTooLarge
-
-// ErrNegativeWeight is returned, wrapped, by Acquire and DoN for a weight
-// below zero, which would credit the window instead of charging it. Test
-// for it with errors.Is. It is window.ErrNegativeWeight, the one sentinel
-// for a negative weight in ratesem.
-var ErrNegativeWeight = window.ErrNegativeWeight
 
 // RateSemaphore is a weighted semaphore that also limits the rate: at most n
 // units in flight at once (or a lower concurrency cap) and, by default, at
@@ -101,7 +88,7 @@ type waiter struct {
 // without blocking other callers). New panics if n or interval is negative.
 func New(n int64, interval time.Duration, opts ...Option) *RateSemaphore {
 	if n < 0 || interval < 0 {
-		panic(fmt.Sprintf("semaphore: New(%d, %v): negative limit", n, interval))
+		panic(fmt.Sprintf("ratesem: New(%d, %v): negative limit", n, interval))
 	}
 	cfg := buildConfig(opts)
 	l := window.Limit{N: n, Per: interval}
@@ -117,7 +104,7 @@ func New(n int64, interval time.Duration, opts ...Option) *RateSemaphore {
 // window.NewTokenBucket(l, burst) for a token bucket, and so on; each
 // documents its exact guarantee. The semaphore admits at most p.Limit().N
 // units in flight (or the WithConcurrency cap), a call heavier than
-// p.Capacity() fails with ErrWeightTooLarge, and SetLimit(n, interval) sets
+// p.Capacity() fails with ratesem.ErrWeightTooLarge, and SetLimit(n, interval) sets
 // p's limit to n per interval. Waiting, FIFO order, cancellation, Pause and
 // Stats work as with New.
 //
@@ -125,11 +112,11 @@ func New(n int64, interval time.Duration, opts ...Option) *RateSemaphore {
 // nil or if WithStartWindow is given too (the policy already is the window).
 func NewWithPolicy(p window.Policy, opts ...Option) *RateSemaphore {
 	if p == nil {
-		panic("semaphore: NewWithPolicy: nil policy")
+		panic("ratesem: NewWithPolicy: nil policy")
 	}
 	cfg := buildConfig(opts)
 	if cfg.start {
-		panic("semaphore: NewWithPolicy: WithStartWindow conflicts with the policy given")
+		panic("ratesem: NewWithPolicy: WithStartWindow conflicts with the policy given")
 	}
 	return newSemaphore(p, cfg)
 }
@@ -162,22 +149,22 @@ func (s *RateSemaphore) now() time.Time { return s.clock.Now() }
 // recorded in the window, the waiters behind it move on) and returns:
 //   - ctx.Err() itself when ctx is done, even if the units were free: a
 //     context done before the call never acquires;
-//   - an error matching both ErrDeadline and context.DeadlineExceeded
+//   - an error matching both ratesem.ErrDeadline and context.DeadlineExceeded
 //     (errors.Is) as soon as the wait is known to end after ctx's deadline,
 //     without waiting for the deadline; the estimate assumes the limit is
 //     not raised meanwhile, and the deadline is compared with instants of
 //     the semaphore's clock (with WithClock, derive ctx from that clock, as
 //     clock.Mock's WithTimeout does);
-//   - an error matching ErrWeightTooLarge at once when the semaphore is
+//   - an error matching ratesem.ErrWeightTooLarge at once when the semaphore is
 //     rate-limited and n exceeds its limit or concurrency cap. Without a
 //     rate limit (interval 0) such a call waits for ctx, as x/sync does,
 //     without holding up other callers (or until a SetLimit makes it fit);
-//   - an error matching ErrNegativeWeight (window.ErrNegativeWeight) at
+//   - an error matching ratesem.ErrNegativeWeight (ratesem.ErrNegativeWeight) at
 //     once when n is negative.
 //
-// Built with NewRedis, it may also return an error matching ErrUnavailable
-// (Redis unreachable, no fallback), ErrLimitMismatch (another process
-// opened the name with another limit) or ErrClosed (after Close); a call
+// Built with NewRedis, it may also return an error matching ratesem.ErrUnavailable
+// (Redis unreachable, no fallback), ratesem.ErrLimitMismatch (another process
+// opened the name with another limit) or ratesem.ErrClosed (after Close); a call
 // of 0 units makes no round trip, and ctx's deadline holds whatever the
 // Redis client's options.
 func (s *RateSemaphore) Acquire(ctx context.Context, n int64) error {
@@ -185,7 +172,7 @@ func (s *RateSemaphore) Acquire(ctx context.Context, n int64) error {
 		return s.remote.acquire(ctx, n)
 	}
 	if n < 0 {
-		return fmt.Errorf("semaphore: Acquire: %w %d", ErrNegativeWeight, n)
+		return fmt.Errorf("ratesem: Acquire: %w %d", ratesem.ErrNegativeWeight, n)
 	}
 	done := ctx.Done()
 
@@ -280,12 +267,12 @@ func (s *RateSemaphore) Acquire(ctx context.Context, n int64) error {
 
 func (s *RateSemaphore) tooLargeLocked(n int64) error {
 	if n > s.size {
-		return fmt.Errorf("%w: weight %d, limit %d per %v", ErrWeightTooLarge, n, s.size, s.interval)
+		return fmt.Errorf("%w: weight %d, limit %d per %v", ratesem.ErrWeightTooLarge, n, s.size, s.interval)
 	}
 	if c := s.policy.Capacity(); n > c {
-		return fmt.Errorf("%w: weight %d, capacity %d (burst) of the window", ErrWeightTooLarge, n, c)
+		return fmt.Errorf("%w: weight %d, capacity %d (burst) of the window", ratesem.ErrWeightTooLarge, n, c)
 	}
-	return fmt.Errorf("%w: weight %d, concurrency cap %d", ErrWeightTooLarge, n, s.conc)
+	return fmt.Errorf("%w: weight %d, concurrency cap %d", ratesem.ErrWeightTooLarge, n, s.conc)
 }
 
 // undoLocked takes back the admission of w, whose caller gave up before it
@@ -336,7 +323,7 @@ func (s *RateSemaphore) Release(n int64) {
 		return
 	}
 	if n < 0 {
-		panic("semaphore: Release with negative weight")
+		panic("ratesem: Release with negative weight")
 	}
 	var now time.Time
 	if s.doneUsesTime && s.rated.Load() {
@@ -414,7 +401,7 @@ func (s *RateSemaphore) PauseFor(d time.Duration) {
 // inside the old window count against the new limit at once, so lowering it
 // never lets a burst through, and raising it admits waiters at once. A
 // concurrency cap set by WithConcurrency stays in force (never above n).
-// Waiters whose weight no longer fits fail at once with ErrWeightTooLarge;
+// Waiters whose weight no longer fits fail at once with ratesem.ErrWeightTooLarge;
 // with interval 0 they wait aside, as in Acquire, until their context ends or
 // a later SetLimit makes them fit, and then rejoin the queue in their order
 // of arrival. It returns an error, and changes nothing, if n or interval is
@@ -423,8 +410,8 @@ func (s *RateSemaphore) PauseFor(d time.Duration) {
 // For a RateSemaphore built with NewRedis, SetLimit stores the new limit in
 // Redis for every process sharing the name (each adopts it at its next
 // admission), in one round trip bounded by WithRedisTimeout; it returns an
-// error matching ErrUnavailable when Redis cannot be reached, and one
-// matching window.ErrInvalidLimit for n = 0, interval 0 or an interval that
+// error matching ratesem.ErrUnavailable when Redis cannot be reached, and one
+// matching ratesem.ErrInvalidLimit for n = 0, interval 0 or an interval that
 // is not a whole number of microseconds.
 //
 // Calls that ended while interval was 0 read no clock, so a switch from
@@ -432,7 +419,7 @@ func (s *RateSemaphore) PauseFor(d time.Duration) {
 // flight count.
 func (s *RateSemaphore) SetLimit(n int64, interval time.Duration) error {
 	if n < 0 || interval < 0 {
-		return fmt.Errorf("semaphore: SetLimit(%d, %v): negative limit", n, interval)
+		return fmt.Errorf("ratesem: SetLimit(%d, %v): negative limit", n, interval)
 	}
 	if s.remote != nil {
 		return s.remote.setLimit(n, interval)
@@ -563,7 +550,7 @@ type Stats struct {
 	// Redis (evicted, deleted, a restart); the limit is then held full for
 	// the time the state mattered.
 	StateLost uint64
-	// LimitMismatches counts the admissions refused with ErrLimitMismatch.
+	// LimitMismatches counts the admissions refused with ratesem.ErrLimitMismatch.
 	LimitMismatches uint64
 	// Unavailable reports whether Redis is taken as unreachable now (until
 	// a probe gets an answer): admissions go to the fallback, or fail.
@@ -588,7 +575,7 @@ func (s *RateSemaphore) Stats() Stats {
 }
 
 // Close stops a RateSemaphore built with NewRedis: callers in Acquire
-// return ErrClosed, and so do later calls to Acquire (TryAcquire returns
+// return ratesem.ErrClosed, and so do later calls to Acquire (TryAcquire returns
 // false); once Close has returned, no Acquire succeeds. Releases already
 // queued are sent for at most WithRedisTimeout; a Release after Close is
 // not sent (the lease covers it; Stats.ReleasesDropped counts it). Close
@@ -661,7 +648,7 @@ func (s *RateSemaphore) notifyLocked(now time.Time) {
 			// The head cannot be admitted before its deadline: fail it now
 			// rather than when the deadline fires (golang/go#54541).
 			s.waiters.Remove(front)
-			s.failLocked(w, &wake.DeadlineError{Sentinel: ErrDeadline, Wait: at.Sub(now)})
+			s.failLocked(w, &wake.DeadlineError{Sentinel: ratesem.ErrDeadline, Wait: at.Sub(now)})
 			continue
 		}
 		s.timer.Arm(s.clock, now, at, s.onTimer)
@@ -681,8 +668,3 @@ func (s *RateSemaphore) onTimer() {
 	s.notifyLocked(s.now())
 	s.mu.Unlock()
 }
-
-// ErrDeadline is matched (errors.Is) by the error Acquire returns when it
-// fails early because the admission would come after ctx's deadline. That
-// error also matches context.DeadlineExceeded.
-var ErrDeadline = errors.New("semaphore: admission would come after the context deadline")

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ratesem/ratesem"
 	"github.com/ratesem/ratesem/semaphore"
 )
 
@@ -90,9 +91,9 @@ func TestAcquireDoneContextNeverAcquires(t *testing.T) {
 func TestWeightTooLarge(t *testing.T) {
 	s := semaphore.New(5, time.Second, semaphore.WithConcurrency(3))
 	err := s.Acquire(context.Background(), 6)
-	require.ErrorIs(t, err, semaphore.ErrWeightTooLarge)
+	require.ErrorIs(t, err, ratesem.ErrWeightTooLarge)
 	assert.Contains(t, err.Error(), "weight 6")
-	require.ErrorIs(t, s.Acquire(context.Background(), 4), semaphore.ErrWeightTooLarge, "above the concurrency cap")
+	require.ErrorIs(t, s.Acquire(context.Background(), 4), ratesem.ErrWeightTooLarge, "above the concurrency cap")
 	assert.False(t, s.TryAcquire(4))
 	require.NoError(t, s.Acquire(context.Background(), 3))
 }
@@ -213,7 +214,7 @@ func TestDeadlineFailsFast(t *testing.T) {
 		err := s.Acquire(ctx, 1)
 		assert.Equal(t, time.Duration(0), time.Since(begin), "must fail at once, not at the deadline")
 		require.ErrorIs(t, err, context.DeadlineExceeded)
-		require.ErrorIs(t, err, semaphore.ErrDeadline)
+		require.ErrorIs(t, err, ratesem.ErrDeadline)
 		assert.NoError(t, ctx.Err(), "the context itself is not done yet")
 
 		ctx2, cancel2 := context.WithTimeout(t.Context(), 1500*ms)
@@ -305,7 +306,7 @@ func TestSetLimitFailsWaitersThatNoLongerFit(t *testing.T) {
 		go func() { errc <- s.Acquire(t.Context(), 3) }()
 		synctest.Wait()
 		require.NoError(t, s.SetLimit(2, time.Second))
-		require.ErrorIs(t, <-errc, semaphore.ErrWeightTooLarge)
+		require.ErrorIs(t, <-errc, ratesem.ErrWeightTooLarge)
 		s.Release(4)
 	})
 }

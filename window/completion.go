@@ -115,7 +115,7 @@ func (c *Completion) Done(now time.Time, n int64) {
 
 func (c *Completion) release(n int64, what string) {
 	if n < 0 || n > c.inflight {
-		panic(fmt.Sprintf("window: Completion.%s(%d) with %d units in flight", what, n, c.inflight))
+		panic(fmt.Sprintf("ratesem: Completion.%s(%d) with %d units in flight", what, n, c.inflight))
 	}
 	c.inflight -= n
 }

@@ -176,7 +176,7 @@ type SubWindowCounter struct {
 func NewSubWindowCounter(l Limit, blocks int) *SubWindowCounter {
 	l.check("NewSubWindowCounter")
 	if blocks < 1 {
-		panic(fmt.Sprintf("window: NewSubWindowCounter: %d blocks, want at least 1", blocks))
+		panic(fmt.Sprintf("ratesem: NewSubWindowCounter: %d blocks, want at least 1", blocks))
 	}
 	w := &SubWindowCounter{limit: l, blocks: int64(blocks), counts: make([]int64, blocks)}
 	w.size = w.blockSize(l.Per)
@@ -275,7 +275,7 @@ func (w *SubWindowCounter) Admit(now time.Time, n int64) (time.Time, bool) {
 			return now.Add(time.Duration(sat.Sub(sat.Mul(j, w.size), sat.Sub(t, w.cur*w.size)))), false
 		}
 	}
-	panic("window: internal error: SubWindowCounter found no room after a whole window")
+	panic("ratesem: internal error: SubWindowCounter found no room after a whole window")
 }
 
 // Cancel implements Policy: the n units come off the block of at, if that

@@ -19,7 +19,7 @@ func ExampleParseLimit() {
 	fmt.Println(err)
 	// Output:
 	// 6000 1m0s 6000/1m
-	// window: invalid limit "10/2": duration: time: missing unit in duration "2"
+	// ratesem: invalid limit "10/2": duration: time: missing unit in duration "2"
 }
 
 // The completion window on explicit instants: 2 calls per second, counted

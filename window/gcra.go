@@ -47,7 +47,7 @@ type GCRA struct {
 func NewGCRA(l Limit, burst int64) *GCRA {
 	l.check("NewGCRA")
 	if burst < 0 {
-		panic(fmt.Sprintf("window: NewGCRA: negative burst %d", burst))
+		panic(fmt.Sprintf("ratesem: NewGCRA: negative burst %d", burst))
 	}
 	g := &GCRA{limit: l, burst: burst, burstSet: burst > 0}
 	g.setLimit(l)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratesem/ratesem"
 	"github.com/ratesem/ratesem/window"
 )
 
@@ -157,8 +158,8 @@ func TestLimiterNegativeWeight(t *testing.T) {
 	if lim.AllowN(now, -1000) {
 		t.Fatal("AllowN(-1000) = true")
 	}
-	if _, err := lim.TryN(now, -1); !errors.Is(err, window.ErrNegativeWeight) {
-		t.Fatalf("TryN(-1) error = %v, want ErrNegativeWeight", err)
+	if _, err := lim.TryN(now, -1); !errors.Is(err, ratesem.ErrNegativeWeight) {
+		t.Fatalf("TryN(-1) error = %v, want ratesem.ErrNegativeWeight", err)
 	}
 	mustPanic(t, func() { lim.DoneN(now, -1) })
 	got := 0

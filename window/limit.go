@@ -1,11 +1,12 @@
 package window
 
 import (
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ratesem/ratesem"
 )
 
 // Limit is a rate limit of N units per Per: N calls per interval when every
@@ -23,21 +24,17 @@ type Limit struct {
 	Per time.Duration
 }
 
-// ErrInvalidLimit is the sentinel that every error from ParseLimit matches
-// with errors.Is.
-var ErrInvalidLimit = errors.New("invalid limit")
-
 type limitError struct {
 	input, reason string
 }
 
 // Error quotes the input and says what is wrong with it.
 func (e *limitError) Error() string {
-	return fmt.Sprintf("window: invalid limit %q: %s", e.input, e.reason)
+	return fmt.Sprintf("ratesem: invalid limit %q: %s", e.input, e.reason)
 }
 
-// Is makes errors.Is(err, ErrInvalidLimit) hold.
-func (e *limitError) Is(target error) bool { return target == ErrInvalidLimit }
+// Is makes errors.Is(err, ratesem.ErrInvalidLimit) hold.
+func (e *limitError) Is(target error) bool { return target == ratesem.ErrInvalidLimit }
 
 // ParseLimit parses a limit in the form people write in configuration files:
 // a positive decimal count of units, a slash, and a positive Go duration,
@@ -45,7 +42,7 @@ func (e *limitError) Is(target error) bool { return target == ErrInvalidLimit }
 // duration may be a bare unit, so "10/s" means 10 per second. Surrounding
 // white space is ignored.
 //
-// It returns an error that quotes the input and matches ErrInvalidLimit
+// It returns an error that quotes the input and matches ratesem.ErrInvalidLimit
 // (errors.Is) when the count is zero, negative, signed or not a number,
 // when it overflows int64, when the duration is missing, not positive,
 // lacks a unit or overflows time.Duration, or when the text is not of that
@@ -119,6 +116,6 @@ func formatDuration(d time.Duration) string {
 
 func (l Limit) check(pkgFunc string) {
 	if l.N < 0 || l.Per < 0 {
-		panic(fmt.Sprintf("window: %s: negative limit %d per %v", pkgFunc, l.N, l.Per))
+		panic(fmt.Sprintf("ratesem: %s: negative limit %d per %v", pkgFunc, l.N, l.Per))
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratesem/ratesem"
 	"github.com/ratesem/ratesem/window"
 )
 
@@ -49,8 +50,8 @@ func TestParseLimit(t *testing.T) {
 			t.Errorf("ParseLimit(%q) = %v, nil; want an error", in, l)
 			continue
 		}
-		if !errors.Is(err, window.ErrInvalidLimit) {
-			t.Errorf("ParseLimit(%q) error %v does not match ErrInvalidLimit", in, err)
+		if !errors.Is(err, ratesem.ErrInvalidLimit) {
+			t.Errorf("ParseLimit(%q) error %v does not match ratesem.ErrInvalidLimit", in, err)
 		}
 		if !strings.Contains(err.Error(), strconv.Quote(in)) {
 			t.Errorf("ParseLimit(%q) error %q does not quote the input", in, err)
@@ -68,8 +69,8 @@ func FuzzParseLimit(f *testing.F) {
 	f.Fuzz(func(t *testing.T, s string) {
 		l, err := window.ParseLimit(s)
 		if err != nil {
-			if !errors.Is(err, window.ErrInvalidLimit) || !strings.Contains(err.Error(), strconv.Quote(s)) {
-				t.Fatalf("ParseLimit(%q) error %q: want ErrInvalidLimit quoting the input", s, err)
+			if !errors.Is(err, ratesem.ErrInvalidLimit) || !strings.Contains(err.Error(), strconv.Quote(s)) {
+				t.Fatalf("ParseLimit(%q) error %q: want ratesem.ErrInvalidLimit quoting the input", s, err)
 			}
 			return
 		}

@@ -1,29 +1,12 @@
 package window
 
 import (
-	"errors"
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/ratesem/ratesem"
 )
-
-// ErrWeightTooLarge is matched (errors.Is) by the error returned for a call
-// heavier than a policy's Capacity: it could never be admitted, so it fails
-// at once rather than waiting forever. The semaphore package returns the
-// same sentinel.
-var ErrWeightTooLarge = errors.New("ratesem: weight exceeds the limit")
-
-// ErrNegativeWeight is matched (errors.Is) by the error every entry point
-// of ratesem returns for a weight below zero (a caller's bug, or an
-// endpoint's weight function gone wrong): a negative weight would credit
-// the window instead of charging it. The semaphore and clientpool packages
-// return the same sentinel.
-var ErrNegativeWeight = errors.New("ratesem: negative weight")
-
-// ErrInFlight is returned by Limiter.TryN when only calls in flight ending
-// (DoneN) can make room: the completion window counts units in flight, and
-// no amount of waiting alone frees them.
-var ErrInFlight = errors.New("ratesem: no room until calls in flight end")
 
 // Limiter makes any Policy safe for concurrent use, with an allow / try
 // style API for callers that must not block: decide now, or learn how long
@@ -66,13 +49,13 @@ func (l *Limiter) AllowN(now time.Time, n int64) bool {
 // TryN admits a call of n units (n ≥ 0) at now if the policy allows, and
 // then returns (0, nil) and records it, as AllowN. Otherwise it changes
 // nothing and returns how long after now the call could start if nothing
-// else changed (> 0, nil error); an error matching ErrWeightTooLarge when n
-// exceeds the policy's capacity; ErrInFlight when only DoneN can make
-// room; or an error matching ErrNegativeWeight, changing nothing, when n is
+// else changed (> 0, nil error); an error matching ratesem.ErrWeightTooLarge when n
+// exceeds the policy's capacity; ratesem.ErrInFlight when only DoneN can make
+// room; or an error matching ratesem.ErrNegativeWeight, changing nothing, when n is
 // negative.
 func (l *Limiter) TryN(now time.Time, n int64) (retryAfter time.Duration, err error) {
 	if n < 0 {
-		return 0, fmt.Errorf("window: Limiter.TryN: %w %d", ErrNegativeWeight, n)
+		return 0, fmt.Errorf("ratesem: Limiter.TryN: %w %d", ratesem.ErrNegativeWeight, n)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -81,9 +64,9 @@ func (l *Limiter) TryN(now time.Time, n int64) (retryAfter time.Duration, err er
 	case ok:
 		return 0, nil
 	case n > l.p.Capacity():
-		return 0, fmt.Errorf("%w: weight %d, capacity %d (%v)", ErrWeightTooLarge, n, l.p.Capacity(), l.p.Limit())
+		return 0, fmt.Errorf("%w: weight %d, capacity %d (%v)", ratesem.ErrWeightTooLarge, n, l.p.Capacity(), l.p.Limit())
 	case at.IsZero():
-		return 0, ErrInFlight
+		return 0, ratesem.ErrInFlight
 	}
 	return max(at.Sub(now), 1), nil
 }
@@ -95,7 +78,7 @@ func (l *Limiter) TryN(now time.Time, n int64) (retryAfter time.Duration, err er
 // are in flight.
 func (l *Limiter) DoneN(now time.Time, n int64) {
 	if n < 0 {
-		panic(fmt.Sprintf("window: Limiter.DoneN with negative weight %d", n))
+		panic(fmt.Sprintf("ratesem: Limiter.DoneN with negative weight %d", n))
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()

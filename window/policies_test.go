@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratesem/ratesem"
 	"github.com/ratesem/ratesem/window"
 )
 
@@ -239,15 +240,15 @@ func TestLimiter(t *testing.T) {
 	if d, err := l.TryN(at(500*ms), 1); d != 0 || err != nil {
 		t.Fatalf("TryN at the instant = (%v, %v), want admitted", d, err)
 	}
-	if _, err := l.TryN(at(time.Second), 3); !errors.Is(err, window.ErrWeightTooLarge) {
-		t.Fatalf("TryN(3) with burst 2: err = %v, want ErrWeightTooLarge", err)
+	if _, err := l.TryN(at(time.Second), 3); !errors.Is(err, ratesem.ErrWeightTooLarge) {
+		t.Fatalf("TryN(3) with burst 2: err = %v, want ratesem.ErrWeightTooLarge", err)
 	}
 	c := window.NewLimiter(window.NewCompletion(window.Limit{N: 1, Per: time.Second}))
 	if d, err := c.TryN(at(0), 1); d != 0 || err != nil {
 		t.Fatalf("completion TryN = (%v, %v)", d, err)
 	}
-	if _, err := c.TryN(at(0), 1); !errors.Is(err, window.ErrInFlight) {
-		t.Fatalf("completion, 1 in flight: err = %v, want ErrInFlight", err)
+	if _, err := c.TryN(at(0), 1); !errors.Is(err, ratesem.ErrInFlight) {
+		t.Fatalf("completion, 1 in flight: err = %v, want ratesem.ErrInFlight", err)
 	}
 	c.DoneN(at(100*ms), 1)
 	if d, _ := c.TryN(at(100*ms), 1); d != time.Second {

@@ -35,7 +35,7 @@ type SlidingLog struct {
 func NewSlidingLog(l Limit, margin time.Duration) *SlidingLog {
 	l.check("NewSlidingLog")
 	if margin < 0 {
-		panic(fmt.Sprintf("window: NewSlidingLog: negative margin %v", margin))
+		panic(fmt.Sprintf("ratesem: NewSlidingLog: negative margin %v", margin))
 	}
 	return &SlidingLog{limit: l, margin: int64(margin)}
 }

@@ -141,7 +141,7 @@ func (q *stamps) stampOf(k int64) int64 {
 		}
 		k -= e.n
 	}
-	panic("window: internal error: stampOf beyond the queue")
+	panic("ratesem: internal error: stampOf beyond the queue")
 }
 
 // remove takes n units out of the queue for a call recorded at a stamp of at

@@ -43,7 +43,7 @@ type TokenBucket struct {
 func NewTokenBucket(l Limit, burst int64) *TokenBucket {
 	l.check("NewTokenBucket")
 	if burst < 0 {
-		panic(fmt.Sprintf("window: NewTokenBucket: negative burst %d", burst))
+		panic(fmt.Sprintf("ratesem: NewTokenBucket: negative burst %d", burst))
 	}
 	b := &TokenBucket{limit: l, burst: burst, burstSet: burst > 0}
 	if !b.burstSet {

@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ratesem/ratesem"
 	"github.com/ratesem/ratesem/clientpool"
 	"github.com/ratesem/ratesem/exchange/binance"
 	"github.com/ratesem/ratesem/httpclient"
@@ -222,7 +223,7 @@ func work(cfg workerConfig, stdin io.Reader, out *lineWriter) (workerReport, err
 			if err == nil {
 				err = send(client, pool, req, &r)
 			}
-			if errors.Is(err, clientpool.ErrDeadline) {
+			if errors.Is(err, ratesem.ErrDeadline) {
 				// The pool knows this call could only be admitted after
 				// the run's end (the stop context's deadline): it is over
 				// for this goroutine.

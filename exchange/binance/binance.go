@@ -95,7 +95,7 @@ type config struct{ scale float64 }
 // It panics unless scale is a finite number > 0.
 func WithTimeScale(scale float64) Option {
 	if !(scale > 0) || math.IsInf(scale, 0) {
-		panic(fmt.Sprintf("binance: WithTimeScale(%v): want a finite scale > 0", scale))
+		panic(fmt.Sprintf("ratesem: WithTimeScale(%v): want a finite scale > 0", scale))
 	}
 	return func(c *config) { c.scale = scale }
 }

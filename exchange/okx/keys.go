@@ -105,25 +105,25 @@ func readJSON(req *http.Request, v any) error {
 		return nil
 	}
 	if req.GetBody == nil {
-		return fmt.Errorf("okx: %s %s: %w", req.Method, req.URL.Path, errNoGetBody)
+		return fmt.Errorf("ratesem: %s %s: %w", req.Method, req.URL.Path, errNoGetBody)
 	}
 	rc, err := req.GetBody()
 	if err != nil {
-		return fmt.Errorf("okx: %s %s: GetBody: %w", req.Method, req.URL.Path, err)
+		return fmt.Errorf("ratesem: %s %s: GetBody: %w", req.Method, req.URL.Path, err)
 	}
 	defer rc.Close()
 	body, err := io.ReadAll(io.LimitReader(rc, maxBody+1))
 	if err != nil {
-		return fmt.Errorf("okx: %s %s: reading the body: %w", req.Method, req.URL.Path, err)
+		return fmt.Errorf("ratesem: %s %s: reading the body: %w", req.Method, req.URL.Path, err)
 	}
 	if len(body) > maxBody {
-		return fmt.Errorf("okx: %s %s: body larger than %d bytes", req.Method, req.URL.Path, maxBody)
+		return fmt.Errorf("ratesem: %s %s: body larger than %d bytes", req.Method, req.URL.Path, maxBody)
 	}
 	if len(bytes.TrimSpace(body)) == 0 {
 		return nil
 	}
 	if err := json.Unmarshal(body, v); err != nil {
-		return fmt.Errorf("okx: %s %s: body: %w", req.Method, req.URL.Path, err)
+		return fmt.Errorf("ratesem: %s %s: body: %w", req.Method, req.URL.Path, err)
 	}
 	return nil
 }

@@ -131,7 +131,7 @@ type config struct{ scale float64 }
 // unless scale is a finite number > 0.
 func WithTimeScale(scale float64) Option {
 	if !(scale > 0) || math.IsInf(scale, 0) {
-		panic(fmt.Sprintf("okx: WithTimeScale(%v): want a finite scale > 0", scale))
+		panic(fmt.Sprintf("ratesem: WithTimeScale(%v): want a finite scale > 0", scale))
 	}
 	return func(c *config) { c.scale = scale }
 }
@@ -253,7 +253,7 @@ func scopeOf(name string) scope {
 			return r.scope
 		}
 	}
-	panic("okx: no rule " + name) // a typo in the tables above; TestTable catches it
+	panic("ratesem: no rule " + name) // a typo in the tables above; TestTable catches it
 }
 
 type ruleScope struct {

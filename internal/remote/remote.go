@@ -80,24 +80,24 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ratesem/ratesem"
 	"github.com/ratesem/ratesem/internal/backoff"
 	"github.com/ratesem/ratesem/internal/rstore"
 	"github.com/ratesem/ratesem/internal/wake"
-	"github.com/ratesem/ratesem/window"
 )
 
 // ErrUnavailable is matched by the error Acquire returns when Redis cannot
 // be reached (no answer within Config.Timeout, or a Redis error) and there is
 // no fallback; it wraps the Redis error.
-var ErrUnavailable = errors.New("ratesem: redis unavailable")
+var ErrUnavailable = ratesem.ErrUnavailable
 
 // ErrClosed is returned by Acquire after Close.
-var ErrClosed = errors.New("ratesem: closed")
+var ErrClosed = ratesem.ErrClosed
 
 // ErrDeadline is the default of Config.ErrDeadline: matched, with
 // context.DeadlineExceeded, by the error Acquire returns as soon as the
 // admission is known to come after ctx's deadline.
-var ErrDeadline = errors.New("ratesem: admission would come after the context deadline")
+var ErrDeadline = ratesem.ErrDeadline
 
 const (
 	probeMin     = 100 * time.Millisecond // first probe after a failure
@@ -144,7 +144,7 @@ const (
 var errBusy = errors.New("too many round trips to Redis without an answer")
 
 // errTry is the internal refusal of TryAcquire.
-var errTry = errors.New("remote: not admitted at once")
+var errTry = errors.New("ratesem: not admitted at once")
 
 // Config configures an Engine. Zero fields take their defaults.
 type Config struct {
@@ -323,17 +323,17 @@ func New(cfg Config) (*Engine, error) {
 	st := cfg.store
 	if st == nil {
 		if cfg.Store == nil {
-			return nil, errors.New("remote: New: nil Store")
+			return nil, errors.New("ratesem: New: nil Store")
 		}
 		st = cfg.Store
 	}
 	switch {
 	case cfg.Timeout < 0:
-		return nil, fmt.Errorf("remote: New: negative Timeout %v", cfg.Timeout)
+		return nil, fmt.Errorf("ratesem: New: negative Timeout %v", cfg.Timeout)
 	case cfg.ReleaseQueue < 0:
-		return nil, fmt.Errorf("remote: New: negative ReleaseQueue %d", cfg.ReleaseQueue)
+		return nil, fmt.Errorf("ratesem: New: negative ReleaseQueue %d", cfg.ReleaseQueue)
 	case cfg.MaxPause < 0:
-		return nil, fmt.Errorf("remote: New: negative MaxPause %v", cfg.MaxPause)
+		return nil, fmt.Errorf("ratesem: New: negative MaxPause %v", cfg.MaxPause)
 	}
 	if cfg.Timeout == 0 {
 		cfg.Timeout = DefaultTimeout
@@ -398,8 +398,8 @@ func (c *Call) Local() bool { return c.local != nil }
 //
 // Charges of no weight are sent like the others; a call of no charges is
 // admitted at once without a round trip. It returns, besides the errors
-// above: ctx.Err(); an error matching window.ErrNegativeWeight or
-// window.ErrWeightTooLarge (a weight above the Spec's Capacity) at once;
+// above: ctx.Err(); an error matching ratesem.ErrNegativeWeight or
+// ratesem.ErrWeightTooLarge (a weight above the Spec's Capacity) at once;
 // the error of Redis for a caller's mistake (rstore.ErrLimitMismatch); an
 // error matching ErrUnavailable when Redis cannot be reached and there is
 // no Fallback (or it refused); ErrClosed after Close. The charges (and
@@ -431,13 +431,13 @@ var capacity = rstore.Spec.Capacity
 func checkCharges(cs []rstore.Charge) error {
 	for i, c := range cs {
 		if c.Weight < 0 {
-			return fmt.Errorf("remote: charge %d (%s): weight %d: %w", i, c.Rule, c.Weight, window.ErrNegativeWeight)
+			return fmt.Errorf("ratesem: charge %d (%s): weight %d: %w", i, c.Rule, c.Weight, ratesem.ErrNegativeWeight)
 		}
 		if c.Spec == nil {
-			return fmt.Errorf("remote: charge %d (%s): nil Spec", i, c.Rule)
+			return fmt.Errorf("ratesem: charge %d (%s): nil Spec", i, c.Rule)
 		}
 		if capa := capacity(*c.Spec); c.Weight > capa {
-			return fmt.Errorf("%w: charge %d (%s): weight %d, capacity %d", window.ErrWeightTooLarge, i, c.Rule, c.Weight, capa)
+			return fmt.Errorf("%w: charge %d (%s): weight %d, capacity %d", ratesem.ErrWeightTooLarge, i, c.Rule, c.Weight, capa)
 		}
 	}
 	return nil
@@ -771,8 +771,8 @@ func releaseCap(s *rstore.Spec) time.Duration {
 // callerError reports whether an Admit error is the caller's mistake
 // rather than Redis being unreachable.
 func callerError(err error) bool {
-	return errors.Is(err, rstore.ErrLimitMismatch) || errors.Is(err, window.ErrWeightTooLarge) ||
-		errors.Is(err, window.ErrInvalidLimit) || errors.Is(err, window.ErrNegativeWeight)
+	return errors.Is(err, rstore.ErrLimitMismatch) || errors.Is(err, ratesem.ErrWeightTooLarge) ||
+		errors.Is(err, ratesem.ErrInvalidLimit) || errors.Is(err, ratesem.ErrNegativeWeight)
 }
 
 // admitResult is the outcome of an admission round trip.
@@ -1069,7 +1069,7 @@ func (e *Engine) event(ev Event) {
 // panics on a second Release.
 func (c *Call) Release() {
 	if !c.done.CompareAndSwap(false, true) {
-		panic("remote: Call released twice")
+		panic("ratesem: Call released twice")
 	}
 	e := c.e
 	e.mu.Lock()
@@ -1216,7 +1216,7 @@ func (e *Engine) ReconcileAt(scope string, c rstore.Charge, used int64, r rstore
 // changed, or the change may yet land), ctx.Err(), or Redis's error.
 func (e *Engine) SetLimit(ctx context.Context, scope string, c rstore.Charge) error {
 	if c.Spec == nil {
-		return errors.New("remote: SetLimit: nil Spec")
+		return errors.New("ratesem: SetLimit: nil Spec")
 	}
 	err := e.bounded(ctx, e.cfg.Timeout, func(octx context.Context) error {
 		return e.st.SetLimit(octx, scope, c)

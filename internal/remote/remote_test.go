@@ -10,6 +10,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/ratesem/ratesem"
 	"github.com/ratesem/ratesem/internal/rstore"
 	"github.com/ratesem/ratesem/window"
 )
@@ -62,10 +63,10 @@ func TestChargesChecked(t *testing.T) {
 		e := newEngine(t, f, Config{})
 		s := spec(3, time.Second)
 		ctx := context.Background()
-		if _, err := e.Acquire(ctx, "s", []rstore.Charge{charge("a", s, -1)}); !errors.Is(err, window.ErrNegativeWeight) {
+		if _, err := e.Acquire(ctx, "s", []rstore.Charge{charge("a", s, -1)}); !errors.Is(err, ratesem.ErrNegativeWeight) {
 			t.Fatalf("negative weight: %v", err)
 		}
-		if _, err := e.Acquire(ctx, "s", []rstore.Charge{charge("a", s, 4)}); !errors.Is(err, window.ErrWeightTooLarge) {
+		if _, err := e.Acquire(ctx, "s", []rstore.Charge{charge("a", s, 4)}); !errors.Is(err, ratesem.ErrWeightTooLarge) {
 			t.Fatalf("weight above capacity: %v", err)
 		}
 		if _, err := e.Acquire(ctx, "s", []rstore.Charge{{Rule: "a", Weight: 1}}); err == nil {

@@ -11,6 +11,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/ratesem/ratesem"
 	"github.com/ratesem/ratesem/window"
 	"github.com/ratesem/ratesem/window/redis/redistest"
 )
@@ -286,9 +287,9 @@ func TestHostileInputs(t *testing.T) {
 		cs   []Charge
 		want error
 	}{
-		{"negative weight", []Charge{{Spec: ok, Weight: -1}}, window.ErrNegativeWeight},
-		{"weight above N", []Charge{{Spec: ok, Weight: 11}}, window.ErrWeightTooLarge},
-		{"weight MaxInt64", []Charge{{Spec: ok, Weight: math.MaxInt64}}, window.ErrWeightTooLarge},
+		{"negative weight", []Charge{{Spec: ok, Weight: -1}}, ratesem.ErrNegativeWeight},
+		{"weight above N", []Charge{{Spec: ok, Weight: 11}}, ratesem.ErrWeightTooLarge},
+		{"weight MaxInt64", []Charge{{Spec: ok, Weight: math.MaxInt64}}, ratesem.ErrWeightTooLarge},
 		{"Per not whole µs", []Charge{{Spec: spec(Completion, 1, 1500*time.Nanosecond), Weight: 1}}, ErrSpec},
 		{"Per too long", []Charge{{Spec: spec(Completion, 1, MaxPer+time.Microsecond), Weight: 1}}, ErrSpec},
 		{"huge N", []Charge{{Spec: spec(Completion, math.MaxInt64, time.Second), Weight: 1}}, ErrSpec},

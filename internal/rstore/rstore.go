@@ -62,6 +62,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/ratesem/ratesem"
 	"github.com/ratesem/ratesem/window"
 )
 
@@ -343,7 +344,7 @@ type Charge struct {
 // ErrLimitMismatch is matched by the error Admit returns when a charge's
 // Spec differs from the one stored with the limiter's state by another
 // process (not by SetLimit).
-var ErrLimitMismatch = errors.New("ratesem: limit differs from the one stored in Redis")
+var ErrLimitMismatch = ratesem.ErrLimitMismatch
 
 // ErrNotInFlight is matched by Release, Extend and Cancel for a token the
 // server does not know (lost with a restart, or its lease ran out).
@@ -459,13 +460,13 @@ func (s *Store) call(scope string, cs []Charge, token, arg string) ([]string, []
 			return nil, nil, fmt.Errorf("ratesem: rule %q, key %q: want at most %d bytes each", clip(c.Rule), clip(c.Key), MaxNameLen)
 		}
 		if c.Weight < 0 {
-			return nil, nil, fmt.Errorf("ratesem: %s[%s]: %w %d", clip(c.Rule), clip(c.Key), window.ErrNegativeWeight, c.Weight)
+			return nil, nil, fmt.Errorf("ratesem: %s[%s]: %w %d", clip(c.Rule), clip(c.Key), ratesem.ErrNegativeWeight, c.Weight)
 		}
 		if err := c.Spec.Check(); err != nil {
 			return nil, nil, err
 		}
 		if c.Weight > c.Spec.Capacity() {
-			return nil, nil, fmt.Errorf("ratesem: %s[%s]: weight %d: %w (%s)", clip(c.Rule), clip(c.Key), c.Weight, window.ErrWeightTooLarge, c.Spec)
+			return nil, nil, fmt.Errorf("ratesem: %s[%s]: weight %d: %w (%s)", clip(c.Rule), clip(c.Key), c.Weight, ratesem.ErrWeightTooLarge, c.Spec)
 		}
 		k := s.Keys(scope, *c)
 		keys = append(keys, k[0], k[1], k[2])
@@ -538,8 +539,8 @@ func newToken() string {
 // Admit decides a call under all of its charges at once, on the server's
 // clock, in one EVALSHA: either every charge is admitted or none changes.
 // It returns an error, without a round trip, for a charge without Spec, a
-// Spec that fails Check, a negative weight (window.ErrNegativeWeight), a
-// weight above the Spec's Capacity (window.ErrWeightTooLarge), 0 or more
+// Spec that fails Check, a negative weight (ratesem.ErrNegativeWeight), a
+// weight above the Spec's Capacity (ratesem.ErrWeightTooLarge), 0 or more
 // than MaxCharges charges, or a name longer than MaxNameLen; an error
 // matching ErrLimitMismatch when a limiter's stored Spec differs; the
 // go-redis error when the round trip fails. It blocks for one round trip.

@@ -1,5 +1,5 @@
 // Package wake holds what the blocking limiters of ratesem share: one clock
-// (the real monotonic clock or an injected github.com/benbjohnson/clock),
+// (the real monotonic clock or an injected ratesem.Clock),
 // one timer re-armed for the earliest instant a waiter could be admitted,
 // and the error for an admission that would come after a deadline.
 package wake
@@ -9,7 +9,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/benbjohnson/clock"
+	"github.com/ratesem/ratesem"
 )
 
 // Clock reads the time of one limiter: clk when set, else the real clock
@@ -18,12 +18,12 @@ import (
 // testing/synctest fakes it too). The zero Clock is not usable; call
 // NewClock. A Clock is safe for concurrent use.
 type Clock struct {
-	clk   clock.Clock
+	clk   ratesem.Clock
 	epoch time.Time
 }
 
 // NewClock returns a Clock over clk, or over the real clock if clk is nil.
-func NewClock(clk clock.Clock) Clock {
+func NewClock(clk ratesem.Clock) Clock {
 	if clk != nil {
 		return Clock{clk: clk}
 	}
@@ -42,11 +42,9 @@ func (c Clock) Now() time.Time {
 // instant. It is not safe for concurrent use: its owner holds a lock around
 // every call, and the function it calls takes that lock.
 type Timer struct {
-	t interface {
-		Reset(time.Duration) bool
-		Stop() bool
-	}
-	at time.Time // when the armed timer fires; zero: not armed
+	t    *time.Timer   // the real clock's timer, made on first use
+	stop chan struct{} // an injected clock's armed wait: closed to abandon it
+	at   time.Time     // when the armed timer fires; zero: not armed
 }
 
 // Arm sets the timer to call f at the instant at (read on c, now being c's
@@ -58,10 +56,23 @@ func (t *Timer) Arm(c Clock, now, at time.Time, f func()) {
 	t.at = at
 	d := at.Sub(now)
 	switch {
+	case c.clk != nil:
+		// An injected clock has only After: one goroutine waits for the
+		// armed instant, and the next Arm or Stop abandons it.
+		if t.stop != nil {
+			close(t.stop)
+		}
+		stop, ch := make(chan struct{}), c.clk.After(d)
+		t.stop = stop
+		go func() {
+			select {
+			case <-ch:
+				f()
+			case <-stop:
+			}
+		}()
 	case t.t != nil:
 		t.t.Reset(d)
-	case c.clk != nil:
-		t.t = c.clk.AfterFunc(d, f)
 	default:
 		t.t = time.AfterFunc(d, f)
 	}
@@ -75,10 +86,16 @@ func (t *Timer) Fired() { t.at = time.Time{} }
 
 // Stop disarms the timer.
 func (t *Timer) Stop() {
-	if !t.at.IsZero() {
-		t.t.Stop()
-		t.at = time.Time{}
+	if t.at.IsZero() {
+		return
 	}
+	if t.stop != nil {
+		close(t.stop)
+		t.stop = nil
+	} else {
+		t.t.Stop()
+	}
+	t.at = time.Time{}
 }
 
 // DeadlineError is the error of an admission known to come after the
