@@ -18,6 +18,7 @@ type config struct {
 	clk         ratesem.Clock
 	start       bool
 	margin      time.Duration
+	observer    func(ratesem.Event)
 
 	// NewRedis only.
 	prefix          string

@@ -36,6 +36,8 @@ type redisSem struct {
 	localN int64
 	capOpt int64 // WithConcurrency, or -1
 
+	obs func(ratesem.Event) // WithObserver, or nil
+
 	mu        sync.Mutex
 	held      map[int64][]*heldCall // calls in flight, by units left, oldest first
 	heldUnits int64
@@ -203,6 +205,7 @@ func newRedis(c goredis.UniversalClient, name string, sp *rstore.Spec, cfg confi
 		}
 	}
 	r := &redisSem{name: name, held: map[int64][]*heldCall{}, capOpt: cfg.concurrency}
+	r.obs = cfg.observer
 	r.spec.Store(sp)
 	ecfg := remote.Config{Store: st, Timeout: cfg.timeout, Jitter: cfg.jitter, ErrDeadline: ratesem.ErrDeadline, TestAfterAdmit: cfg.testAfterAdmit}
 	if cfg.fallback {
@@ -286,6 +289,9 @@ func (r *redisSem) tooLarge(n int64) error {
 }
 
 func (r *redisSem) acquire(ctx context.Context, n int64) error {
+	if r.obs != nil {
+		return r.acquireObserved(ctx, n)
+	}
 	_, err := r.acquireLocal(ctx, n)
 	return err
 }
@@ -325,6 +331,7 @@ func (r *redisSem) tryAcquire(n int64) bool {
 		return false
 	}
 	r.hold(c, n)
+	r.observe(ratesem.Event{Kind: ratesem.Admitted, Weight: n})
 	return true
 }
 
@@ -406,6 +413,7 @@ func (r *redisSem) pause(until time.Time) {
 		return
 	}
 	r.eng.Pause(r.name, r.charges(0)[0], d)
+	r.observe(ratesem.Event{Kind: ratesem.Paused, Until: until, Pause: d, Source: ratesem.SourceCaller})
 }
 
 func (r *redisSem) setLimit(n int64, interval time.Duration) error {

@@ -62,6 +62,8 @@ type RateSemaphore struct {
 
 	onWake func() // test hook: called under mu on every timer wake-up
 
+	obs func(ratesem.Event) // WithObserver, or nil; called without mu
+
 	// remote is set by NewRedis: the state is in Redis and every method
 	// goes there; nil in process (the fields above are then unused but
 	// for size, interval and capOpt).
@@ -124,6 +126,7 @@ func NewWithPolicy(p window.Policy, opts ...Option) *RateSemaphore {
 func newSemaphore(p window.Policy, cfg config) *RateSemaphore {
 	l := p.Limit()
 	s := &RateSemaphore{clock: wake.NewClock(cfg.clk), size: l.N, interval: l.Per, capOpt: cfg.concurrency, policy: p}
+	s.obs = cfg.observer
 	s.doneUsesTime = p.DoneUsesTime()
 	s.rated.Store(l.Per > 0)
 	s.setCapLocked()
@@ -172,6 +175,7 @@ func (s *RateSemaphore) Acquire(ctx context.Context, n int64) error {
 		return s.remote.acquire(ctx, n)
 	}
 	if n < 0 {
+		s.observeFailed(n, nil, ratesem.ErrNegativeWeight)
 		return fmt.Errorf("ratesem: Acquire: %w %d", ratesem.ErrNegativeWeight, n)
 	}
 	done := ctx.Done()
@@ -182,16 +186,19 @@ func (s *RateSemaphore) Acquire(ctx context.Context, n int64) error {
 		// ctx being done happened before we hold the lock; fail even though
 		// the units might be free, as x/sync does.
 		s.mu.Unlock()
+		s.observeFailed(n, nil, ctx.Err())
 		return ctx.Err()
 	default:
 	}
 	if s.waiters.Len() == 0 && s.admitCachedLocked(n) {
 		s.mu.Unlock()
+		s.observeAdmitted(n)
 		return nil
 	}
 	if n > s.fit && s.interval > 0 {
 		err := s.tooLargeLocked(n)
 		s.mu.Unlock()
+		s.observeFailed(n, nil, err)
 		return err
 	}
 
@@ -201,6 +208,7 @@ func (s *RateSemaphore) Acquire(ctx context.Context, n int64) error {
 		// the clock before allocating a waiter.
 		if _, ok := s.admitLocked(now, n); ok {
 			s.mu.Unlock()
+			s.observeAdmitted(n)
 			return nil
 		}
 	}
@@ -220,6 +228,7 @@ func (s *RateSemaphore) Acquire(ctx context.Context, n int64) error {
 		}
 	}
 	s.mu.Unlock()
+	s.observeQueued(n)
 
 	select {
 	case <-done:
@@ -243,17 +252,20 @@ func (s *RateSemaphore) Acquire(ctx context.Context, n int64) error {
 			}
 		}
 		s.mu.Unlock()
+		s.observeFailed(n, w, ctx.Err())
 		return ctx.Err()
 
 	case <-w.ready:
 		if w.err != nil {
+			s.observeFailed(n, w, w.err)
 			return w.err
 		}
 		s.mu.Lock()
-		defer s.mu.Unlock()
 		select {
 		case <-done:
 			s.undoLocked(w)
+			s.mu.Unlock()
+			s.observeFailed(n, w, ctx.Err())
 			return ctx.Err()
 		default:
 		}
@@ -261,6 +273,8 @@ func (s *RateSemaphore) Acquire(ctx context.Context, n int64) error {
 		wait := max(w.granted.Sub(w.since), 0) // Release may pass an earlier now
 		s.totalWait += wait
 		s.maxWait = max(s.maxWait, wait)
+		s.mu.Unlock() // not deferred: the observer runs without the lock
+		s.observeWaited(w, wait)
 		return nil
 	}
 }
@@ -299,14 +313,18 @@ func (s *RateSemaphore) TryAcquire(n int64) bool {
 		return false
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.waiters.Len() != 0 {
+		s.mu.Unlock()
 		return false
 	}
-	if s.admitCachedLocked(n) {
-		return true
+	ok := s.admitCachedLocked(n)
+	if !ok {
+		_, ok = s.admitLocked(s.now(), n)
 	}
-	_, ok := s.admitLocked(s.now(), n)
+	s.mu.Unlock()
+	if ok {
+		s.observeAdmitted(n)
+	}
 	return ok
 }
 
@@ -375,16 +393,19 @@ func (s *RateSemaphore) Pause(until time.Time) {
 		return
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if !until.After(s.paused) {
+		s.mu.Unlock()
 		return
 	}
 	now := s.now()
 	if !until.After(now) {
+		s.mu.Unlock()
 		return
 	}
 	s.paused = until
 	s.notifyLocked(now)
+	s.mu.Unlock()
+	s.observePaused(until, now)
 }
 
 // PauseFor is Pause(now + d): no new starts for the time.Duration d from now.

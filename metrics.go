@@ -1,0 +1,129 @@
+package ratesem
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// waitBounds are the upper bounds of the wait histogram's buckets: 1 ms
+// doubled 17 times, up to 131.072 s; a last bucket (+Inf) holds the rest.
+var waitBounds = func() []time.Duration {
+	b := make([]time.Duration, 18)
+	for i := range b {
+		b[i] = time.Millisecond << i
+	}
+	return b
+}()
+
+// Metrics turns Events into the counters a Prometheus or OpenTelemetry
+// exporter wants: monotonic totals per kind, the distribution of the waits
+// of admitted calls, and the current queue depth. Feed it as an observer
+// (semaphore.WithObserver(m.Observe)); one Metrics may observe several
+// limiters, which then add up. Read it with Snapshot.
+//
+// The zero Metrics is ready to use. It is safe for concurrent use; Observe
+// takes no lock and does not allocate.
+type Metrics struct {
+	admitted, refused, cancelled atomic.Uint64
+	throttled, paused, retried   atomic.Uint64
+	evicted, reconciled          atomic.Uint64
+	depth                        atomic.Int64
+	waitSum                      atomic.Int64      // ns
+	waitCounts                   [19]atomic.Uint64 // per bucket, not cumulative; the last is +Inf
+}
+
+// Observe counts e. It never blocks.
+func (m *Metrics) Observe(e Event) {
+	if e.Queued && (e.Kind == Admitted || e.Kind == Refused || e.Kind == Cancelled) {
+		m.depth.Add(-1)
+	}
+	switch e.Kind {
+	case Admitted:
+		m.admitted.Add(1)
+		w := max(e.Wait, 0)
+		m.waitSum.Add(int64(w))
+		i := 0
+		for i < len(waitBounds) && w > waitBounds[i] {
+			i++
+		}
+		m.waitCounts[i].Add(1)
+	case Queued:
+		m.depth.Add(1)
+	case Refused:
+		m.refused.Add(1)
+	case Cancelled:
+		m.cancelled.Add(1)
+	case Throttled:
+		m.throttled.Add(1)
+	case Paused:
+		m.paused.Add(1)
+	case Retried:
+		m.retried.Add(1)
+	case Evicted:
+		m.evicted.Add(1)
+	case Reconciled:
+		m.reconciled.Add(1)
+	}
+}
+
+// MetricsSnapshot is a reading of a Metrics. The totals count events since
+// the Metrics was made and never go down (Prometheus counters, OpenTelemetry
+// monotonic sums).
+type MetricsSnapshot struct {
+	Admitted, Refused, Cancelled uint64
+	// Throttled counts throttled responses as reported: a clientpool.Pool
+	// reports one per charge of the response, a Transport one per
+	// response.
+	Throttled uint64
+	// Paused counts the pauses set (Paused events).
+	Paused     uint64
+	Retried    uint64
+	Evicted    uint64
+	Reconciled uint64
+	// QueueDepth is the number of calls waiting now (Queued events not yet
+	// followed by their end), a gauge.
+	QueueDepth int64
+	// Wait is the distribution of the waits of admitted calls.
+	Wait WaitHistogram
+}
+
+// WaitHistogram is a distribution of waits in fixed exponential buckets, in
+// the cumulative form Prometheus uses: Counts[i] is the number of waits ≤
+// Bounds[i], and Count (the +Inf bucket) the number of all of them.
+type WaitHistogram struct {
+	// Bounds are the buckets' upper bounds: 1 ms, 2 ms, 4 ms, … 131.072 s,
+	// the same in every snapshot.
+	Bounds []time.Duration
+	// Counts are the cumulative counts, one per bound.
+	Counts []uint64
+	// Count is the number of waits observed.
+	Count uint64
+	// Sum is the waits added up.
+	Sum time.Duration
+}
+
+// Snapshot returns the current counts. Each number is read atomically but
+// not all at one instant: under concurrent Observe calls a snapshot may
+// count an event in one field and not yet in another. Counts and Count
+// always agree with each other. It allocates the two slices.
+func (m *Metrics) Snapshot() MetricsSnapshot {
+	h := WaitHistogram{
+		Bounds: append([]time.Duration(nil), waitBounds...),
+		Counts: make([]uint64, len(waitBounds)),
+		Sum:    time.Duration(m.waitSum.Load()),
+	}
+	var c uint64
+	for i := range m.waitCounts {
+		c += m.waitCounts[i].Load()
+		if i < len(h.Counts) {
+			h.Counts[i] = c
+		}
+	}
+	h.Count = c
+	return MetricsSnapshot{
+		Admitted: m.admitted.Load(), Refused: m.refused.Load(), Cancelled: m.cancelled.Load(),
+		Throttled: m.throttled.Load(), Paused: m.paused.Load(), Retried: m.retried.Load(),
+		Evicted: m.evicted.Load(), Reconciled: m.reconciled.Load(),
+		QueueDepth: m.depth.Load(), Wait: h,
+	}
+}

@@ -1,0 +1,106 @@
+package semaphore
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/ratesem/ratesem"
+)
+
+// WithObserver calls fn for every ratesem.Event of the semaphore: each
+// Acquire ends in one Admitted (with its wait), Refused (ErrWeightTooLarge,
+// ErrDeadline, ErrNegativeWeight, ErrUnavailable …; Err says which) or
+// Cancelled event, preceded by Queued when the call had to wait (in
+// process only: over Redis the wait is the round trips' and the queue is
+// not reported); a successful TryAcquire reports Admitted (a failed one
+// reports nothing); Pause and PauseFor that set a pause report Paused
+// (Source ratesem.SourceCaller). For a semaphore built with NewRedis the
+// events' Key is its name; in process it is empty.
+//
+// fn runs synchronously on the goroutine of the call (Acquire, TryAcquire,
+// Pause), after the semaphore's lock is released, so it may call the
+// semaphore; it must be safe for concurrent use and must not block. A nil
+// fn means no observer (the default): the semaphore then builds no event
+// and the admitted fast path costs one nil check. ratesem.Metrics.Observe
+// is an observer that keeps Prometheus/OpenTelemetry-style counters.
+func WithObserver(fn func(ratesem.Event)) Option {
+	return func(c *config) { c.observer = fn }
+}
+
+// observeAdmitted reports an admission of n units at once (no queueing).
+// Small enough to be inlined: with no observer it is one nil check.
+func (s *RateSemaphore) observeAdmitted(n int64) {
+	if s.obs != nil {
+		s.obs(ratesem.Event{Kind: ratesem.Admitted, Weight: n})
+	}
+}
+
+// observeQueued reports that a call of n units joined the queue.
+func (s *RateSemaphore) observeQueued(n int64) {
+	if s.obs != nil {
+		s.obs(ratesem.Event{Kind: ratesem.Queued, Weight: n})
+	}
+}
+
+// observeWaited reports the admission of w after its wait.
+func (s *RateSemaphore) observeWaited(w *waiter, wait time.Duration) {
+	if s.obs != nil {
+		s.obs(ratesem.Event{Kind: ratesem.Admitted, Weight: w.n, Wait: wait, Queued: true})
+	}
+}
+
+// observeFailed reports the failure err of an Acquire of n units; w is its
+// waiter when it had queued, else nil.
+func (s *RateSemaphore) observeFailed(n int64, w *waiter, err error) {
+	if s.obs != nil {
+		s.observeFailedSlow(n, w, err)
+	}
+}
+
+func (s *RateSemaphore) observeFailedSlow(n int64, w *waiter, err error) {
+	e := ratesem.Event{Kind: failKind(err), Weight: n, Err: err}
+	if w != nil {
+		e.Queued, e.Wait = true, max(s.now().Sub(w.since), 0)
+	}
+	s.obs(e)
+}
+
+// observePaused reports a pause set by Pause until until, at now.
+func (s *RateSemaphore) observePaused(until, now time.Time) {
+	if s.obs != nil {
+		s.obs(ratesem.Event{Kind: ratesem.Paused, Until: until, Pause: until.Sub(now), Source: ratesem.SourceCaller})
+	}
+}
+
+// failKind tells a refusal from a cancellation: an error of the context
+// (not ErrDeadline's early refusal, which matches DeadlineExceeded too) is
+// a cancellation.
+func failKind(err error) ratesem.EventKind {
+	if !errors.Is(err, ratesem.ErrDeadline) &&
+		(errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
+		return ratesem.Cancelled
+	}
+	return ratesem.Refused
+}
+
+// acquireObserved is Acquire over Redis with an observer: the wait is the
+// time Acquire took on the real clock.
+func (r *redisSem) acquireObserved(ctx context.Context, n int64) error {
+	since := time.Now()
+	_, err := r.acquireLocal(ctx, n)
+	e := ratesem.Event{Kind: ratesem.Admitted, Key: r.name, Weight: n, Wait: time.Since(since)}
+	if err != nil {
+		e.Kind, e.Err = failKind(err), err
+	}
+	r.obs(e)
+	return err
+}
+
+// observe reports e for the semaphore over Redis, if it has an observer.
+func (r *redisSem) observe(e ratesem.Event) {
+	if r.obs != nil {
+		e.Key = r.name
+		r.obs(e)
+	}
+}
