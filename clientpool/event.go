@@ -1,67 +1,90 @@
 package clientpool
 
 import (
-	"fmt"
+	"context"
+	"errors"
 	"time"
+
+	"github.com/ratesem/ratesem"
 )
 
-// EventKind says what happened to a limiter.
-type EventKind int
+// The Pool reports ratesem.Events to its observer (WithObserver), one per
+// charge of a call: Queued (the call had to wait), then Admitted (with its
+// wait), Refused or Cancelled for each charge, as the call ends its
+// Acquire; Throttled (Status) for each charge of a throttled call and
+// Paused (Pause, Until, Source) for each key a throttle or Pause paused;
+// Reconciled when a usage header tightened a key's window; Evicted when an
+// idle key is dropped. An Acquire that fails before its charges are known
+// (a negative weight, an unknown rule) reports one Refused event with no
+// Rule.
 
-// The kinds of Event.
-const (
-	// Admitted: a call was admitted under (Rule, Key) with Weight units,
-	// after waiting Wait.
-	Admitted EventKind = iota + 1
-	// Paused: (Rule, Key) holds new starts until Until.
-	Paused
-	// Throttled: the server rejected a call for its rate (Status 429, or
-	// 418 for an IP ban) that was charged Weight under (Rule, Key).
-	Throttled
-	// Reconciled: the server's usage header counted Weight more units than
-	// the local window, which now counts them too. In Redis mode
-	// (WithRedis) it is reported when the server's count is sent to Redis,
-	// with Weight that count: Redis takes in what it did not know itself.
-	Reconciled
-)
-
-// String returns the kind's name in lower case.
-func (k EventKind) String() string {
-	switch k {
-	case Admitted:
-		return "admitted"
-	case Paused:
-		return "paused"
-	case Throttled:
-		return "throttled"
-	case Reconciled:
-		return "reconciled"
-	}
-	return fmt.Sprintf("EventKind(%d)", int(k))
-}
-
-// Event is what an observer (WithObserver) is told. Fields that do not apply
-// to the Kind are zero.
-type Event struct {
-	Kind      EventKind
-	Rule, Key string
-	Weight    int64         // units
-	Wait      time.Duration // Admitted: how long the call waited
-	Until     time.Time     // Paused: when the pause ends
-	Status    int           // Throttled: the HTTP status
-}
-
-func (p *Pool) emit(e Event) {
+func (p *Pool) emit(e ratesem.Event) {
 	if p.observer != nil {
 		p.observer(e)
 	}
 }
 
-func (p *Pool) emitAdmitted(charges []Charge, wait time.Duration) {
+// emitCharges reports one event per charge, e with the charge's rule, key
+// and weight; one event with no rule when there is no charge.
+func (p *Pool) emitCharges(e ratesem.Event, charges []Charge) {
 	if p.observer == nil {
 		return
 	}
+	if len(charges) == 0 && e.Kind != ratesem.Admitted {
+		p.observer(e)
+		return
+	}
 	for _, c := range charges {
-		p.observer(Event{Kind: Admitted, Rule: c.Rule, Key: c.Key, Weight: c.Weight, Wait: wait})
+		e.Rule, e.Key, e.Weight = c.Rule, c.Key, c.Weight
+		p.observer(e)
+	}
+}
+
+func (p *Pool) emitAdmitted(charges []Charge, wait time.Duration, queued bool) {
+	if p.observer != nil {
+		p.emitCharges(ratesem.Event{Kind: ratesem.Admitted, Wait: wait, Queued: queued}, charges)
+	}
+}
+
+// emitFailed reports the failure err of an Acquire of charges; w is its
+// waiter when it had queued, else nil.
+func (p *Pool) emitFailed(charges []Charge, w *waiter, err error) {
+	if p.observer == nil {
+		return
+	}
+	e := ratesem.Event{Kind: ratesem.Refused, Err: err}
+	if !errors.Is(err, ratesem.ErrDeadline) &&
+		(errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
+		e.Kind = ratesem.Cancelled
+	}
+	if w != nil {
+		e.Queued, e.Wait = true, max(p.now().Sub(w.since), 0)
+	}
+	p.emitCharges(e, charges)
+}
+
+// noteEvictedLocked keeps the (rule, key) of an evicted limiter for
+// flushEvicted, when the pool has an observer: the observer must not run
+// under the lock.
+func (p *Pool) noteEvictedLocked(l *limiter) {
+	if p.observer != nil {
+		p.evicted = append(p.evicted, Charge{Rule: l.rule.Name, Key: l.key})
+		p.evictedN.Store(int32(len(p.evicted)))
+	}
+}
+
+// flushEvicted reports the evictions noted since the last flush. It takes
+// the lock only when there are some.
+func (p *Pool) flushEvicted() {
+	if p.observer == nil || p.evictedN.Load() == 0 {
+		return
+	}
+	p.mu.Lock()
+	ev := p.evicted
+	p.evicted = nil
+	p.evictedN.Store(0)
+	p.mu.Unlock()
+	for _, c := range ev {
+		p.observer(ratesem.Event{Kind: ratesem.Evicted, Rule: c.Rule, Key: c.Key})
 	}
 }

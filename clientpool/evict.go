@@ -164,6 +164,7 @@ func (p *Pool) evictLocked(now time.Time, budget int, force bool) int {
 			delete(rs.keys, l.key)
 			p.live--
 			evicted++
+			p.noteEvictedLocked(l)
 		}
 	}
 	if n > 0 {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/ratesem/ratesem"
 	"github.com/ratesem/ratesem/clientpool"
 	"github.com/ratesem/ratesem/window"
 )
@@ -24,8 +25,12 @@ func ExampleWithObserver() {
 			return a
 		},
 	}))
-	observe := func(e clientpool.Event) {
-		logger.Info(e.Kind.String(), "rule", e.Rule, "key", e.Key, "weight", e.Weight, "wait", e.Wait)
+	observe := func(e ratesem.Event) {
+		attrs := []any{"rule", e.Rule, "key", e.Key, "weight", e.Weight, "wait", e.Wait}
+		if e.Source != 0 {
+			attrs = append(attrs, "source", e.Source.String())
+		}
+		logger.Info(e.Kind.String(), attrs...)
 	}
 	pool, err := clientpool.New(clientpool.Table{Rules: []clientpool.Rule{
 		{Name: "order", Limit: window.Limit{N: 60, Per: 2 * time.Second}, PauseOnThrottle: true},
@@ -50,7 +55,7 @@ func ExampleWithObserver() {
 	// Output:
 	// level=INFO msg=admitted rule=order key=uid-1/BTC-USDT weight=1 wait=0s
 	// level=INFO msg=admitted rule=sub-account key=uid-1 weight=1 wait=0s
-	// level=INFO msg=throttled rule=order key=uid-1/BTC-USDT weight=1 wait=0s
-	// level=INFO msg=throttled rule=sub-account key=uid-1 weight=1 wait=0s
-	// level=INFO msg=paused rule=order key=uid-1/BTC-USDT weight=0 wait=0s
+	// level=INFO msg=throttled rule=order key=uid-1/BTC-USDT weight=1 wait=0s source=retry-after
+	// level=INFO msg=throttled rule=sub-account key=uid-1 weight=1 wait=0s source=retry-after
+	// level=INFO msg=paused rule=order key=uid-1/BTC-USDT weight=0 wait=0s source=retry-after
 }

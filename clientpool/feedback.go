@@ -37,11 +37,12 @@ func (p *Pool) Reconcile(rule, key string, used int64) error {
 		return nil
 	}
 	extra, err := p.reconcile(rs, key, used)
+	p.flushEvicted()
 	if err != nil {
 		return err
 	}
 	if extra > 0 {
-		p.emit(Event{Kind: Reconciled, Rule: rule, Key: key, Weight: extra})
+		p.emit(ratesem.Event{Kind: ratesem.Reconciled, Rule: rule, Key: key, Weight: extra})
 	}
 	return nil
 }
@@ -106,7 +107,7 @@ func (t *Ticket) ObserveHeaders(h http.Header) {
 			continue
 		}
 		if extra := p.observe(hd, used); extra > 0 {
-			p.emit(Event{Kind: Reconciled, Rule: rs.Name, Key: hd.lim.key, Weight: extra})
+			p.emit(ratesem.Event{Kind: ratesem.Reconciled, Rule: rs.Name, Key: hd.lim.key, Weight: extra})
 		}
 	}
 }

@@ -26,7 +26,7 @@ type config struct {
 	idle     time.Duration
 	maxKeys  int
 	maxPause time.Duration
-	observer func(Event)
+	observer func(ratesem.Event)
 	redis    goredis.UniversalClient
 	prefix   string
 	redisSet bool // WithRedis was given
@@ -71,7 +71,11 @@ func WithMaxKeys(n int) Option { return func(c *config) { c.maxKeys = n } }
 // DefaultMaxPause. Pause itself is not capped.
 func WithMaxPause(d time.Duration) Option { return func(c *config) { c.maxPause = d } }
 
-// WithObserver calls fn for every Event, from the goroutine that caused it
-// and never with the pool's lock held, so fn may call the pool. fn must be
-// safe for concurrent use and should be quick.
-func WithObserver(fn func(Event)) Option { return func(c *config) { c.observer = fn } }
+// WithObserver calls fn for every ratesem.Event of the pool (see
+// ratesem.Event for the kinds; the Pool reports one event per charge),
+// synchronously, on the goroutine that caused it (the caller of Acquire,
+// Release, Pause, Throttled …) and never with the pool's lock held, so fn
+// may call the pool. fn must be safe for concurrent use and must not
+// block: the call waits for it. A nil fn means no observer (the default).
+// ratesem.Metrics.Observe keeps Prometheus/OpenTelemetry-style counters.
+func WithObserver(fn func(ratesem.Event)) Option { return func(c *config) { c.observer = fn } }

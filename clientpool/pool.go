@@ -85,7 +85,7 @@ type Pool struct {
 	idle     time.Duration
 	maxKeys  int
 	maxPause time.Duration
-	observer func(Event)
+	observer func(ratesem.Event)
 	rem      *redisMode // nil in process (WithRedis)
 
 	mu        sync.Mutex
@@ -97,6 +97,8 @@ type Pool struct {
 	evictNext int       // the rule the next eviction starts with
 	evictWork int       // idle limiters looked at by eviction, ever (tests)
 	timer     wake.Timer
+	evicted   []Charge     // evicted keys not yet reported (observer only)
+	evictedN  atomic.Int32 // len(evicted), read without the lock
 }
 
 type ruleState struct {
@@ -367,29 +369,35 @@ func (t *Ticket) Release() {
 func (p *Pool) Acquire(ctx context.Context, charges ...Charge) (*Ticket, error) {
 	charges, err := p.merge(charges)
 	if err != nil {
+		p.emitFailed(nil, nil, err)
 		return nil, err
 	}
 	if p.rem != nil {
 		return p.acquireRedis(ctx, charges)
 	}
 	t, w, err := p.start(ctx, charges)
+	p.flushEvicted()
 	if err != nil {
+		p.emitFailed(charges, nil, err)
 		return nil, err
 	}
 	if w == nil {
-		p.emitAdmitted(charges, 0)
+		p.emitAdmitted(charges, 0, false)
 		return t, nil
 	}
+	p.emitCharges(ratesem.Event{Kind: ratesem.Queued}, charges)
 	select {
 	case <-ctx.Done():
 		p.abandon(w)
+		p.emitFailed(charges, w, ctx.Err())
 		return nil, ctx.Err()
 	case <-w.ready:
 		if w.err != nil {
 			p.unrefAll(w.held)
+			p.emitFailed(charges, w, w.err)
 			return nil, w.err
 		}
-		p.emitAdmitted(charges, max(w.granted.Sub(w.since), 0))
+		p.emitAdmitted(charges, max(w.granted.Sub(w.since), 0), true)
 		return t, nil
 	}
 }

@@ -176,7 +176,9 @@ func (p *Pool) Close() error {
 func (p *Pool) acquireRedis(ctx context.Context, charges []Charge) (*Ticket, error) {
 	since := time.Now()
 	hs, rcs, setHere, err := p.startRedis(ctx, charges)
+	p.flushEvicted()
 	if err != nil {
+		p.emitFailed(charges, nil, err)
 		return nil, err
 	}
 	eng, scope := p.rem.eng, p.rem.scope
@@ -198,6 +200,7 @@ func (p *Pool) acquireRedis(ctx context.Context, charges []Charge) (*Ticket, err
 	}
 	if err != nil {
 		p.unrefAll(hs)
+		p.emitFailed(charges, nil, err)
 		return nil, err
 	}
 	t := &Ticket{pool: p, held: hs, charges: charges}
@@ -209,7 +212,7 @@ func (p *Pool) acquireRedis(ctx context.Context, charges []Charge) (*Ticket, err
 	}
 	p.rem.calls[t] = call
 	p.mu.Unlock()
-	p.emitAdmitted(charges, time.Since(since))
+	p.emitAdmitted(charges, time.Since(since), false)
 	return t, nil
 }
 
@@ -312,7 +315,7 @@ func (p *Pool) reconcileRedis(rs *ruleState, key string, used int64, r rstore.Re
 	spec := rs.spec
 	p.mu.Unlock()
 	p.rem.eng.ReconcileAt(p.rem.scope, rstore.Charge{Rule: rs.Name, Key: redisKey(key), Spec: spec}, used, r)
-	p.emit(Event{Kind: Reconciled, Rule: rs.Name, Key: key, Weight: used})
+	p.emit(ratesem.Event{Kind: ratesem.Reconciled, Rule: rs.Name, Key: key, Weight: used})
 }
 
 // pauseRedis writes the pause of (rule, key) until until to Redis, in the

@@ -631,8 +631,8 @@ type foreignPolicy struct{ window.Policy }
 func TestRedisObserver(t *testing.T) {
 	c := newClient(t, redistest.Start(t))
 	var mu sync.Mutex
-	kinds := map[clientpool.EventKind]int{}
-	obs := clientpool.WithObserver(func(e clientpool.Event) {
+	kinds := map[ratesem.EventKind]int{}
+	obs := clientpool.WithObserver(func(e ratesem.Event) {
 		mu.Lock()
 		kinds[e.Kind]++
 		mu.Unlock()
@@ -652,7 +652,7 @@ func TestRedisObserver(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	for _, k := range []clientpool.EventKind{clientpool.Admitted, clientpool.Reconciled, clientpool.Throttled, clientpool.Paused} {
+	for _, k := range []ratesem.EventKind{ratesem.Admitted, ratesem.Reconciled, ratesem.Throttled, ratesem.Paused} {
 		if kinds[k] == 0 {
 			t.Errorf("no %v event: %v", k, kinds)
 		}

@@ -26,11 +26,12 @@ func (p *Pool) Pause(rule, key string, until time.Time) error {
 		until = capRedisPause(until, p.now(), p.maxPause)
 	}
 	paused, err := p.pause(rs, key, until)
+	p.flushEvicted()
 	if paused {
 		if p.rem != nil {
 			p.pauseRedis(rule, key, until)
 		}
-		p.emit(Event{Kind: Paused, Rule: rule, Key: key, Until: until})
+		p.emit(ratesem.Event{Kind: ratesem.Paused, Rule: rule, Key: key, Until: until, Pause: until.Sub(p.now()), Source: ratesem.SourceCaller})
 	}
 	return err
 }
@@ -123,18 +124,22 @@ func (p *Pool) shortestLocked(targets []Charge) []Charge {
 type pauseEvent struct {
 	rule, key string
 	until     time.Time
+	d         time.Duration
 }
 
 func (p *Pool) throttle(charges, targets []Charge, status int, retryAfter time.Duration) {
-	for _, c := range charges {
-		p.emit(Event{Kind: Throttled, Rule: c.Rule, Key: c.Key, Weight: c.Weight, Status: status})
+	src := ratesem.SourceBackoff
+	if retryAfter > 0 {
+		src = ratesem.SourceRetryAfter
 	}
+	p.emitCharges(ratesem.Event{Kind: ratesem.Throttled, Status: status, Source: src}, charges)
 	for _, e := range p.throttleKeys(targets, retryAfter) {
 		if p.rem != nil {
 			p.pauseRedis(e.rule, e.key, e.until)
 		}
-		p.emit(Event{Kind: Paused, Rule: e.rule, Key: e.key, Until: e.until})
+		p.emit(ratesem.Event{Kind: ratesem.Paused, Rule: e.rule, Key: e.key, Until: e.until, Pause: e.d, Source: src})
 	}
+	p.flushEvicted()
 }
 
 // throttleKeys pauses the targets (see Throttled) and returns the pauses
@@ -173,7 +178,7 @@ func (p *Pool) throttleKeys(targets []Charge, retryAfter time.Duration) []pauseE
 		}
 		until := now.Add(d)
 		p.pauseLocked(l, until, now)
-		paused = append(paused, pauseEvent{c.Rule, c.Key, until})
+		paused = append(paused, pauseEvent{c.Rule, c.Key, until, d})
 	}
 	return paused
 }

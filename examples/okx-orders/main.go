@@ -61,6 +61,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/ratesem/ratesem"
 	"github.com/ratesem/ratesem/clientpool"
 	"github.com/ratesem/ratesem/exchange/exchangetest"
 	"github.com/ratesem/ratesem/exchange/okx"
@@ -378,8 +379,8 @@ func run(ctx context.Context, cfg config) (summary, error) {
 		}
 	}
 	var pauses atomic.Int64
-	pool, err := clientpool.New(table, clientpool.WithObserver(func(e clientpool.Event) {
-		if e.Kind == clientpool.Paused {
+	pool, err := clientpool.New(table, clientpool.WithObserver(func(e ratesem.Event) {
+		if e.Kind == ratesem.Paused {
 			pauses.Add(1)
 		}
 	}))

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratesem/ratesem"
 	"github.com/ratesem/ratesem/clientpool"
 	"github.com/ratesem/ratesem/exchange/exchangetest"
 	"github.com/ratesem/ratesem/exchange/okx"
@@ -97,8 +98,8 @@ func (p *pauses) note(d time.Duration, what string) {
 }
 
 // observer is a clientpool observer that notes every Paused event.
-func (p *pauses) observer(e clientpool.Event) {
-	if e.Kind == clientpool.Paused {
+func (p *pauses) observer(e ratesem.Event) {
+	if e.Kind == ratesem.Paused {
 		p.note(time.Until(e.Until), e.Rule+"["+e.Key+"]")
 	}
 }
