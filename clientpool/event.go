@@ -1,11 +1,10 @@
 package clientpool
 
 import (
-	"context"
-	"errors"
 	"time"
 
 	"github.com/ratesem/ratesem"
+	"github.com/ratesem/ratesem/internal/obs"
 )
 
 // The Pool reports ratesem.Events to its observer (WithObserver), one per
@@ -52,11 +51,7 @@ func (p *Pool) emitFailed(charges []Charge, w *waiter, err error) {
 	if p.observer == nil {
 		return
 	}
-	e := ratesem.Event{Kind: ratesem.Refused, Err: err}
-	if !errors.Is(err, ratesem.ErrDeadline) &&
-		(errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
-		e.Kind = ratesem.Cancelled
-	}
+	e := ratesem.Event{Kind: obs.FailKind(err), Err: err}
 	if w != nil {
 		e.Queued, e.Wait = true, max(p.now().Sub(w.since), 0)
 	}

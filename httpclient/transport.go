@@ -9,7 +9,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ratesem/ratesem"
 	"github.com/ratesem/ratesem/internal/backoff"
+	"github.com/ratesem/ratesem/internal/obs"
 )
 
 // Limiter is what [Transport] needs from a limiter. Weights n are in the
@@ -106,6 +108,24 @@ type Transport struct {
 	// (net/http asks a RoundTripper not to retry): it is off by default, and
 	// the caller sees only the last response.
 	MaxRetries int
+
+	// Observer, when set, is told what happens to each request as a
+	// ratesem.Event (Rule and Key empty): Admitted (Weight, and Wait, the
+	// time Acquire took), Refused or Cancelled when Acquire fails (Err),
+	// for every request with a limiter; Throttled for every throttled
+	// response (Status; Pause, the pause set, or for a ThrottleHandler
+	// limiter such as NewPool's the pause a retry waits, the limiter
+	// reporting its own; Source: ratesem.SourceRetryAfter,
+	// ratesem.SourceBackoff, or ratesem.SourceBody when only the body
+	// showed the throttle); Retried before each retry (Attempt from 1,
+	// Wait the pause slept, Status of the throttled response). It runs
+	// synchronously on the goroutine of RoundTrip (or of the caller's body
+	// reads, for a throttle the body shows), holding no lock, and must be
+	// safe for concurrent use and must not block. nil (the default) means
+	// no observer and costs one nil check per event. A limiter with an
+	// observer of its own (semaphore.WithObserver, clientpool.WithObserver)
+	// reports its queueing too; ratesem.Metrics.Observe counts either.
+	Observer func(ratesem.Event)
 
 	// streak counts throttles in a row without a usable Retry-After; see
 	// backoffFor. Guarded by mu, so a Transport stays safe for concurrent
@@ -222,6 +242,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if err != nil || wait <= 0 || attempt >= t.MaxRetries || !replayable(req) {
 			return resp, err
 		}
+		if t.Observer != nil {
+			t.Observer(ratesem.Event{Kind: ratesem.Retried, Attempt: attempt + 1, Wait: wait, Status: resp.StatusCode})
+		}
 		// Give the throttled response back (its release lets the pause,
 		// already set, hold the retry), wait out the pause this response
 		// caused, and send again with a fresh body.
@@ -287,7 +310,9 @@ func (t *Transport) roundTripOnce(req *http.Request) (*http.Response, time.Durat
 	l, n := t.Select(req)
 	if n < 0 {
 		closeRequestBody(req)
-		return nil, 0, fmt.Errorf("ratesem: Selector returned negative weight %d for %s", n, describe(req))
+		err := fmt.Errorf("ratesem: Selector returned %w %d for %s", ratesem.ErrNegativeWeight, n, describe(req))
+		t.observeFailed(n, time.Time{}, err)
+		return nil, 0, err
 	}
 	if l == nil {
 		sent := time.Now()
@@ -299,14 +324,23 @@ func (t *Transport) roundTripOnce(req *http.Request) (*http.Response, time.Durat
 			t.succeeded(sent)
 			return resp, 0, nil
 		}
-		_, wait := t.delays(resp, sent)
+		ra, wait := t.delays(resp, sent)
+		t.observeThrottled(resp.StatusCode, ra, wait, false)
 		return resp, wait, nil
+	}
+	var since time.Time
+	if t.Observer != nil {
+		since = time.Now()
 	}
 	if err := l.Acquire(req.Context(), n); err != nil {
 		// Base was never called, so the RoundTripper contract leaves closing
 		// the body to us.
 		closeRequestBody(req)
+		t.observeFailed(n, since, err)
 		return nil, 0, fmt.Errorf("ratesem: waiting for limiter: %w", err)
+	}
+	if t.Observer != nil {
+		t.Observer(ratesem.Event{Kind: ratesem.Admitted, Weight: n, Wait: time.Since(since)})
 	}
 	return t.roundTripHeld(l, n, req)
 }
@@ -393,10 +427,41 @@ func (t *Transport) pause(l Limiter, resp *http.Response, body []byte, sent time
 	ra, d := t.delays(resp, sent)
 	if h, ok := l.(ThrottleHandler); ok {
 		h.Throttled(resp, body, ra)
-		return d
+	} else {
+		l.PauseFor(d)
 	}
-	l.PauseFor(d)
+	t.observeThrottled(resp.StatusCode, ra, d, body != nil)
 	return d
+}
+
+// observeFailed reports an Acquire of n units begun at since (zero: never
+// begun) that failed with err.
+func (t *Transport) observeFailed(n int64, since time.Time, err error) {
+	if t.Observer == nil {
+		return
+	}
+	e := ratesem.Event{Kind: obs.FailKind(err), Weight: n, Err: err}
+	if !since.IsZero() {
+		e.Wait = time.Since(since)
+	}
+	t.Observer(e)
+}
+
+// observeThrottled reports a throttled response of status whose usable
+// Retry-After was ra (0: none) and that set a pause of d; inBody tells a
+// throttle only the body showed.
+func (t *Transport) observeThrottled(status int, ra, d time.Duration, inBody bool) {
+	if t.Observer == nil {
+		return
+	}
+	src := ratesem.SourceBackoff
+	switch {
+	case inBody:
+		src = ratesem.SourceBody
+	case ra > 0:
+		src = ratesem.SourceRetryAfter
+	}
+	t.Observer(ratesem.Event{Kind: ratesem.Throttled, Status: status, Pause: d, Source: src})
 }
 
 // delays returns, for a throttled response of a request sent at sent, the

@@ -2,10 +2,10 @@ package semaphore
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/ratesem/ratesem"
+	"github.com/ratesem/ratesem/internal/obs"
 )
 
 // WithObserver calls fn for every ratesem.Event of the semaphore: each
@@ -59,7 +59,7 @@ func (s *RateSemaphore) observeFailed(n int64, w *waiter, err error) {
 }
 
 func (s *RateSemaphore) observeFailedSlow(n int64, w *waiter, err error) {
-	e := ratesem.Event{Kind: failKind(err), Weight: n, Err: err}
+	e := ratesem.Event{Kind: obs.FailKind(err), Weight: n, Err: err}
 	if w != nil {
 		e.Queued, e.Wait = true, max(s.now().Sub(w.since), 0)
 	}
@@ -73,17 +73,6 @@ func (s *RateSemaphore) observePaused(until, now time.Time) {
 	}
 }
 
-// failKind tells a refusal from a cancellation: an error of the context
-// (not ErrDeadline's early refusal, which matches DeadlineExceeded too) is
-// a cancellation.
-func failKind(err error) ratesem.EventKind {
-	if !errors.Is(err, ratesem.ErrDeadline) &&
-		(errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
-		return ratesem.Cancelled
-	}
-	return ratesem.Refused
-}
-
 // acquireObserved is Acquire over Redis with an observer: the wait is the
 // time Acquire took on the real clock.
 func (r *redisSem) acquireObserved(ctx context.Context, n int64) error {
@@ -91,7 +80,7 @@ func (r *redisSem) acquireObserved(ctx context.Context, n int64) error {
 	_, err := r.acquireLocal(ctx, n)
 	e := ratesem.Event{Kind: ratesem.Admitted, Key: r.name, Weight: n, Wait: time.Since(since)}
 	if err != nil {
-		e.Kind, e.Err = failKind(err), err
+		e.Kind, e.Err = obs.FailKind(err), err
 	}
 	r.obs(e)
 	return err
