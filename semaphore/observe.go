@@ -28,25 +28,27 @@ func WithObserver(fn func(ratesem.Event)) Option {
 	return func(c *config) { c.observer = fn }
 }
 
+// The observe methods are inlined as a nil check; the event is built in
+// emit, out of line, so that the admitted fast path's frame does not grow.
+
 // observeAdmitted reports an admission of n units at once (no queueing).
-// Small enough to be inlined: with no observer it is one nil check.
 func (s *RateSemaphore) observeAdmitted(n int64) {
 	if s.obs != nil {
-		s.obs(ratesem.Event{Kind: ratesem.Admitted, Weight: n})
+		s.emit(ratesem.Admitted, n, nil, 0, nil)
 	}
 }
 
 // observeQueued reports that a call of n units joined the queue.
 func (s *RateSemaphore) observeQueued(n int64) {
 	if s.obs != nil {
-		s.obs(ratesem.Event{Kind: ratesem.Queued, Weight: n})
+		s.emit(ratesem.Queued, n, nil, 0, nil)
 	}
 }
 
 // observeWaited reports the admission of w after its wait.
 func (s *RateSemaphore) observeWaited(w *waiter, wait time.Duration) {
 	if s.obs != nil {
-		s.obs(ratesem.Event{Kind: ratesem.Admitted, Weight: w.n, Wait: wait, Queued: true})
+		s.emit(ratesem.Admitted, w.n, w, wait, nil)
 	}
 }
 
@@ -54,14 +56,22 @@ func (s *RateSemaphore) observeWaited(w *waiter, wait time.Duration) {
 // waiter when it had queued, else nil.
 func (s *RateSemaphore) observeFailed(n int64, w *waiter, err error) {
 	if s.obs != nil {
-		s.observeFailedSlow(n, w, err)
+		s.emit(obs.FailKind(err), n, w, -1, err)
 	}
 }
 
-func (s *RateSemaphore) observeFailedSlow(n int64, w *waiter, err error) {
-	e := ratesem.Event{Kind: obs.FailKind(err), Weight: n, Err: err}
+// emit builds and sends an event of kind for a call of n units; w is its
+// waiter when it had queued (the wait is then wait, or the time since it
+// began waiting when wait < 0).
+//
+//go:noinline
+func (s *RateSemaphore) emit(kind ratesem.EventKind, n int64, w *waiter, wait time.Duration, err error) {
+	e := ratesem.Event{Kind: kind, Weight: n, Err: err}
 	if w != nil {
-		e.Queued, e.Wait = true, max(s.now().Sub(w.since), 0)
+		if wait < 0 {
+			wait = max(s.now().Sub(w.since), 0)
+		}
+		e.Queued, e.Wait = true, wait
 	}
 	s.obs(e)
 }
