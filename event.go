@@ -36,8 +36,9 @@ const (
 	// Paused: (Rule, Key) holds new starts until Until, a pause of Pause
 	// from the event; Source says what set it.
 	Paused
-	// Retried: a throttled request is sent again; Attempt is its number
-	// (1 for the first retry) and Wait the pause slept before it.
+	// Retried: a throttled request (Status) will be sent again once it has
+	// slept Wait, the pause its throttle set; Attempt numbers the retry (1
+	// for the first). Reported before the sleep.
 	Retried
 	// Evicted: the idle limiter of (Rule, Key) was dropped; its window had
 	// forgotten every call.
@@ -115,7 +116,7 @@ type Event struct {
 	// Throttled) or the units reconciled (Reconciled).
 	Weight int64
 	// Wait is how long the call waited in the limiter (Admitted, Refused,
-	// Cancelled; 0 when it did not queue), or slept before a retry
+	// Cancelled; 0 when it did not queue), or will sleep before a retry
 	// (Retried).
 	Wait time.Duration
 	// Queued tells, for Admitted, Refused and Cancelled, whether the call

@@ -45,10 +45,15 @@ func (s *RateSemaphore) observeQueued(n int64) {
 	}
 }
 
-// observeWaited reports the admission of w after its wait.
-func (s *RateSemaphore) observeWaited(w *waiter, wait time.Duration) {
-	if s.obs != nil {
-		s.emit(ratesem.Admitted, w.n, w, wait, nil)
+// observeKept reports the end of the wait of w, granted: its admission if
+// kept, else its cancellation (ctx ended as it was granted).
+func (s *RateSemaphore) observeKept(w *waiter, kept bool, ctx context.Context) {
+	switch {
+	case s.obs == nil:
+	case kept:
+		s.emit(ratesem.Admitted, w.n, w, max(w.granted.Sub(w.since), 0), nil)
+	default:
+		s.emit(ratesem.Cancelled, w.n, w, -1, ctx.Err())
 	}
 }
 
@@ -76,10 +81,17 @@ func (s *RateSemaphore) emit(kind ratesem.EventKind, n int64, w *waiter, wait ti
 	s.obs(e)
 }
 
-// observePaused reports a pause set by Pause until until, at now.
-func (s *RateSemaphore) observePaused(until, now time.Time) {
-	if s.obs != nil {
-		s.obs(ratesem.Event{Kind: ratesem.Paused, Until: until, Pause: until.Sub(now), Source: ratesem.SourceCaller})
+// observeTry reports the admission of a TryAcquire of n units, if ok.
+func (s *RateSemaphore) observeTry(n int64, ok bool) {
+	if ok && s.obs != nil {
+		s.emit(ratesem.Admitted, n, nil, 0, nil)
+	}
+}
+
+// observePaused reports a pause until until, if Pause set one.
+func (s *RateSemaphore) observePaused(set bool, until time.Time) {
+	if set && s.obs != nil {
+		s.obs(ratesem.Event{Kind: ratesem.Paused, Until: until, Pause: until.Sub(s.now()), Source: ratesem.SourceCaller})
 	}
 }
 

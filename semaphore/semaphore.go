@@ -260,12 +260,13 @@ func (s *RateSemaphore) Acquire(ctx context.Context, n int64) error {
 			s.observeFailed(n, w, w.err)
 			return w.err
 		}
+		kept := false
+		defer func() { s.observeKept(w, kept, ctx) }() // after the unlock below
 		s.mu.Lock()
+		defer s.mu.Unlock()
 		select {
 		case <-done:
 			s.undoLocked(w)
-			s.mu.Unlock()
-			s.observeFailed(n, w, ctx.Err())
 			return ctx.Err()
 		default:
 		}
@@ -273,8 +274,7 @@ func (s *RateSemaphore) Acquire(ctx context.Context, n int64) error {
 		wait := max(w.granted.Sub(w.since), 0) // Release may pass an earlier now
 		s.totalWait += wait
 		s.maxWait = max(s.maxWait, wait)
-		s.mu.Unlock() // not deferred: the observer runs without the lock
-		s.observeWaited(w, wait)
+		kept = true
 		return nil
 	}
 }
@@ -305,26 +305,23 @@ func (s *RateSemaphore) undoLocked(w *waiter) {
 // Built with NewRedis, it makes one admission round trip (bounded by
 // WithRedisTimeout) unless callers wait, a pause is on or the limit is
 // known full, when it fails at once.
-func (s *RateSemaphore) TryAcquire(n int64) bool {
+func (s *RateSemaphore) TryAcquire(n int64) (ok bool) {
 	if s.remote != nil {
 		return s.remote.tryAcquire(n)
 	}
 	if n < 0 {
 		return false
 	}
+	defer func() { s.observeTry(n, ok) }() // after the unlock below
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.waiters.Len() != 0 {
-		s.mu.Unlock()
 		return false
 	}
-	ok := s.admitCachedLocked(n)
-	if !ok {
-		_, ok = s.admitLocked(s.now(), n)
+	if s.admitCachedLocked(n) {
+		return true
 	}
-	s.mu.Unlock()
-	if ok {
-		s.observeAdmitted(n)
-	}
+	_, ok = s.admitLocked(s.now(), n)
 	return ok
 }
 
@@ -392,20 +389,20 @@ func (s *RateSemaphore) Pause(until time.Time) {
 		s.remote.pause(until)
 		return
 	}
+	set := false
+	defer func() { s.observePaused(set, until) }() // after the unlock below
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	if !until.After(s.paused) {
-		s.mu.Unlock()
 		return
 	}
 	now := s.now()
 	if !until.After(now) {
-		s.mu.Unlock()
 		return
 	}
 	s.paused = until
 	s.notifyLocked(now)
-	s.mu.Unlock()
-	s.observePaused(until, now)
+	set = true
 }
 
 // PauseFor is Pause(now + d): no new starts for the time.Duration d from now.
