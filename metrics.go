@@ -68,7 +68,8 @@ func (m *Metrics) Observe(e Event) {
 
 // MetricsSnapshot is a reading of a Metrics. The totals count events since
 // the Metrics was made and never go down (Prometheus counters, OpenTelemetry
-// monotonic sums).
+// monotonic sums). A clientpool.Pool reports one event per charge of a
+// call, so the counts it feeds are of charges, not calls.
 type MetricsSnapshot struct {
 	Admitted, Refused, Cancelled uint64
 	// Throttled counts throttled responses as reported: a clientpool.Pool
