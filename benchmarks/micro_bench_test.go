@@ -88,6 +88,23 @@ func (x weightedRate) Acquire(ctx context.Context, n int64) error {
 }
 func (x weightedRate) Release(n int64) { x.w.Release(n) }
 
+// weightedSince is the floor of any rate-limited semaphore: x/sync's
+// Weighted Acquire+Release plus one read of the monotonic clock (time.Since
+// of a fixed instant), the least a limiter that counts time must add.
+// The reading is compared so that it is used; it is never negative.
+type weightedSince struct {
+	w     *xsem.Weighted
+	epoch time.Time
+}
+
+func (x weightedSince) Acquire(ctx context.Context, n int64) error { return x.w.Acquire(ctx, n) }
+func (x weightedSince) Release(n int64) {
+	if time.Since(x.epoch) < 0 {
+		panic("the monotonic clock went back")
+	}
+	x.w.Release(n)
+}
+
 // uberTake is go.uber.org/ratelimit's Take: a pacer with no release.
 type uberTake struct{ l ratelimit.Limiter }
 
@@ -143,6 +160,7 @@ func policySem(p func() window.Policy) func() acquirer {
 func semCases() []semCase {
 	return []semCase{
 		{name: "xsync-Weighted", mk: func() acquirer { return xsem.NewWeighted(huge) }},
+		{name: "floor-Weighted+Since", mk: func() acquirer { return weightedSince{xsem.NewWeighted(huge), time.Now()} }},
 		{name: "chan", mk: func() acquirer { return make(chanSem, 1<<10) }},
 		{name: "ratesem-norate", mk: func() acquirer { return semaphore.New(huge, 0) }, stats: rsStats},
 		{name: "ratesem-completion", mk: func() acquirer { return semaphore.New(huge, logPer) }, stats: rsStats},
