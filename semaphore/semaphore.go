@@ -10,6 +10,7 @@ import (
 
 	"github.com/ratesem/ratesem"
 	"github.com/ratesem/ratesem/internal/wake"
+	"github.com/ratesem/ratesem/internal/winfast"
 	"github.com/ratesem/ratesem/window"
 )
 
@@ -38,7 +39,9 @@ import (
 type RateSemaphore struct {
 	// Immutable after New.
 	clock        wake.Clock
-	doneUsesTime bool // policy.Done reads its instant
+	epoch        time.Time // instant 0 of the window's nanosecond instants (nanos)
+	realClock    bool      // no WithClock: nanos is time.Since(epoch)
+	doneUsesTime bool      // policy.Done reads its instant
 
 	rated atomic.Bool // interval > 0, kept by SetLimit; read by Release without mu
 
@@ -49,7 +52,7 @@ type RateSemaphore struct {
 	conc     int64         // the concurrency cap in force: min(size, capOpt)
 	fit      int64         // the heaviest call that can ever start: min(conc, policy capacity)
 	cur      int64         // units in flight
-	policy   window.Policy
+	policy   winfast.Window
 	waiters  list.List // of *waiter, FIFO
 	parked   list.List // of *waiter heavier than the cap while interval is 0
 	paused   time.Time // no starts before; zero when no pause is pending
@@ -123,8 +126,10 @@ func NewWithPolicy(p window.Policy, opts ...Option) *RateSemaphore {
 
 func newSemaphore(p window.Policy, cfg config) *RateSemaphore {
 	l := p.Limit()
-	s := &RateSemaphore{clock: wake.NewClock(cfg.clk), size: l.N, interval: l.Per, capOpt: cfg.concurrency, policy: p}
-	s.doneUsesTime = p.DoneUsesTime()
+	s := &RateSemaphore{clock: wake.NewClock(cfg.clk), size: l.N, interval: l.Per, capOpt: cfg.concurrency, policy: winfast.Of(p)}
+	s.epoch = s.policy.Start(s.clock.Now())
+	s.realClock = cfg.clk == nil
+	s.doneUsesTime = s.policy.DoneUsesTime()
 	s.rated.Store(l.Per > 0)
 	s.setCapLocked()
 	return s
@@ -140,6 +145,28 @@ func (s *RateSemaphore) setCapLocked() {
 
 // now reads the clock once.
 func (s *RateSemaphore) now() time.Time { return s.clock.Now() }
+
+// nanos reads the clock once, as the window takes instants: nanoseconds
+// since s.epoch. On the real clock it is one monotonic read (time.Since),
+// with no time.Time built: the read of Release's fast path.
+func (s *RateSemaphore) nanos() int64 {
+	if s.realClock {
+		return int64(time.Since(s.epoch))
+	}
+	return s.nanosOf(s.clock.Now())
+}
+
+// nanosOf converts an instant of the clock to the window's nanoseconds.
+func (s *RateSemaphore) nanosOf(t time.Time) int64 { return int64(t.Sub(s.epoch)) }
+
+// instant converts the window's nanoseconds back to an instant of the
+// clock; winfast.None (no instant) is the zero time.Time.
+func (s *RateSemaphore) instant(ns int64) time.Time {
+	if ns == winfast.None {
+		return time.Time{}
+	}
+	return s.epoch.Add(time.Duration(ns))
+}
 
 // Acquire acquires n units (n ≥ 0), blocking until they are admitted or ctx
 // is done. On success it returns nil and the caller must Release(n) when the
@@ -279,7 +306,7 @@ func (s *RateSemaphore) tooLargeLocked(n int64) error {
 // could use it: the units go back without a completion stamp.
 func (s *RateSemaphore) undoLocked(w *waiter) {
 	s.cur -= w.n
-	s.policy.Cancel(w.granted, w.n)
+	s.policy.Cancel(s.nanosOf(w.granted), w.n)
 	s.admitted--
 	s.notifyLocked(s.now())
 }
@@ -325,9 +352,10 @@ func (s *RateSemaphore) Release(n int64) {
 	if n < 0 {
 		panic("ratesem: Release with negative weight")
 	}
-	var now time.Time
-	if s.doneUsesTime && s.rated.Load() {
-		now = s.now() // outside the lock: the clock read is the dearest step
+	var now int64 // 0 when the window does not read it
+	timed := s.doneUsesTime && s.rated.Load()
+	if timed {
+		now = s.nanos() // outside the lock: the clock read is the dearest step
 	}
 	s.mu.Lock()
 	if n > s.cur {
@@ -335,8 +363,8 @@ func (s *RateSemaphore) Release(n int64) {
 		panic("semaphore: released more than held")
 	}
 	s.cur -= n
-	if now.IsZero() && s.doneUsesTime && s.interval > 0 {
-		now = s.now() // SetLimit raced with the read of rated
+	if !timed && s.doneUsesTime && s.interval > 0 {
+		now = s.nanos() // SetLimit raced with the read of rated
 	}
 	s.policy.Done(now, n)
 	if s.waiters.Len() > 0 {
@@ -428,7 +456,7 @@ func (s *RateSemaphore) SetLimit(n int64, interval time.Duration) error {
 	defer s.mu.Unlock()
 	now := s.now()
 	s.size, s.interval = n, interval
-	s.policy.SetLimit(now, window.Limit{N: n, Per: interval})
+	s.policy.SetLimit(s.nanosOf(now), n, interval)
 	s.setCapLocked()
 	s.rated.Store(interval > 0)
 	s.refitLocked()
@@ -614,8 +642,8 @@ func (s *RateSemaphore) admitLocked(now time.Time, n int64) (time.Time, bool) {
 		}
 		s.paused = time.Time{}
 	}
-	if at, ok := s.policy.Admit(now, n); !ok {
-		return at, false
+	if at, ok := s.policy.Admit(s.nanosOf(now), n); !ok {
+		return s.instant(at), false
 	}
 	s.cur += n
 	s.admitted++
