@@ -153,8 +153,11 @@ func (s *RateSemaphore) nanos() int64 {
 	if s.realClock {
 		return int64(time.Since(s.epoch))
 	}
-	return s.nanosOf(s.clock.Now())
+	return s.clockNanos()
 }
+
+// clockNanos is nanos on an injected clock.
+func (s *RateSemaphore) clockNanos() int64 { return s.nanosOf(s.clock.Now()) }
 
 // nanosOf converts an instant of the clock to the window's nanoseconds.
 func (s *RateSemaphore) nanosOf(t time.Time) int64 { return int64(t.Sub(s.epoch)) }
@@ -355,7 +358,13 @@ func (s *RateSemaphore) Release(n int64) {
 	var now int64 // 0 when the window does not read it
 	timed := s.doneUsesTime && s.rated.Load()
 	if timed {
-		now = s.nanos() // outside the lock: the clock read is the dearest step
+		// Outside the lock: the clock read is the dearest step. Written out
+		// rather than s.nanos(), which is too large to inline.
+		if s.realClock {
+			now = int64(time.Since(s.epoch))
+		} else {
+			now = s.clockNanos()
+		}
 	}
 	s.mu.Lock()
 	if n > s.cur {
@@ -621,7 +630,7 @@ func (s *RateSemaphore) Close() error {
 // admitCachedLocked is the clock-free fast path: it admits n units when
 // nothing is paused and the policy's state already shows room.
 func (s *RateSemaphore) admitCachedLocked(n int64) bool {
-	if n > s.conc-s.cur || !s.paused.IsZero() || !s.policy.AdmitCached(n) { // not cur+n > conc: that wraps for n near math.MaxInt64
+	if n > s.conc-s.cur || s.paused != (time.Time{}) || !s.policy.AdmitCached(n) { // not cur+n > conc: that wraps for n near math.MaxInt64
 		return false
 	}
 	s.cur += n

@@ -118,20 +118,20 @@ func (c *Completion) Done(now time.Time, n int64) {
 	c.done(c.log.offset(now), n)
 }
 
-func (c *Completion) done(now, n int64) {
-	c.release(n, "Done")
-	if per := int64(c.limit.Per); per > 0 {
-		at := c.log.clampNs(now)
-		c.log.expire(at - per)
-		c.log.push(at, n)
-	}
-}
+// done is Done at now in nanoseconds since the epoch.
+func (c *Completion) done(now, n int64) { (*fastCompletion)(c).Done(now, n) }
 
 func (c *Completion) release(n int64, what string) {
 	if n < 0 || n > c.inflight {
-		panic(fmt.Sprintf("ratesem: Completion.%s(%d) with %d units in flight", what, n, c.inflight))
+		c.overRelease(n, what)
 	}
 	c.inflight -= n
+}
+
+// overRelease panics for a Done or Cancel of n units that are not in
+// flight. It is out of line so that release stays small enough to inline.
+func (c *Completion) overRelease(n int64, what string) {
+	panic(fmt.Sprintf("ratesem: Completion.%s(%d) with %d units in flight", what, n, c.inflight))
 }
 
 // fastCompletion is the engine's form of a Completion (winfast.Window).
@@ -143,10 +143,34 @@ func (f *fastCompletion) Capacity() int64                  { return f.limit.N }
 func (f *fastCompletion) AdmitCached(n int64) bool         { return f.c().admitCached(n) }
 func (f *fastCompletion) Admit(now, n int64) (int64, bool) { return f.c().admit(now, n) }
 func (f *fastCompletion) Cancel(_, n int64)                { f.c().release(n, "Cancel") }
-func (f *fastCompletion) Done(now, n int64)                { f.c().done(now, n) }
 func (f *fastCompletion) DoneUsesTime() bool               { return true } // the completion instant is the whole point
 func (f *fastCompletion) SetLimit(now, n int64, per time.Duration) {
 	l := Limit{N: n, Per: per}
 	l.check("Completion.SetLimit")
 	f.c().setLimit(now, l)
+}
+
+// Done is the engine's fast path, once per admitted call: Completion.Done
+// at now in nanoseconds since the epoch. It makes no call on its common
+// path (push's common case, a stamp later than the newest and room in the
+// ring, is written out here).
+func (f *fastCompletion) Done(now, n int64) {
+	if n < 0 || n > f.inflight {
+		f.c().overRelease(n, "Done")
+	}
+	f.inflight -= n
+	per := int64(f.limit.Per)
+	if per <= 0 {
+		return
+	}
+	q := &f.log
+	at := q.clampNs(now)
+	q.expire(at - per)
+	if mask := len(q.buf) - 1; n > 0 && q.len > 0 && q.len <= mask && at > q.buf[(q.head+q.len-1)&mask].at {
+		q.buf[(q.head+q.len)&mask] = entry{at: at, n: n}
+		q.len++
+		q.units += n
+		return
+	}
+	q.push(at, n)
 }
