@@ -43,7 +43,7 @@ type RateSemaphore struct {
 	realClock    bool      // no WithClock: nanos is time.Since(epoch)
 	doneUsesTime bool      // policy.Done reads its instant
 
-	rated atomic.Bool // interval > 0, kept by SetLimit; read by Release without mu
+	timedDone atomic.Bool // doneUsesTime && interval > 0, kept by SetLimit; read by Release without mu
 
 	mu       sync.Mutex
 	size     int64         // n: the most units per interval, and in flight
@@ -130,7 +130,7 @@ func newSemaphore(p window.Policy, cfg config) *RateSemaphore {
 	s.epoch = s.policy.Start(s.clock.Now())
 	s.realClock = cfg.clk == nil
 	s.doneUsesTime = s.policy.DoneUsesTime()
-	s.rated.Store(l.Per > 0)
+	s.timedDone.Store(s.doneUsesTime && l.Per > 0)
 	s.setCapLocked()
 	return s
 }
@@ -356,7 +356,7 @@ func (s *RateSemaphore) Release(n int64) {
 		panic("ratesem: Release with negative weight")
 	}
 	var now int64 // 0 when the window does not read it
-	timed := s.doneUsesTime && s.rated.Load()
+	timed := s.timedDone.Load()
 	if timed {
 		// Outside the lock: the clock read is the dearest step. Written out
 		// rather than s.nanos(), which is too large to inline.
@@ -373,7 +373,7 @@ func (s *RateSemaphore) Release(n int64) {
 	}
 	s.cur -= n
 	if !timed && s.doneUsesTime && s.interval > 0 {
-		now = s.nanos() // SetLimit raced with the read of rated
+		now = s.nanos() // SetLimit raced with the read of timedDone
 	}
 	s.policy.Done(now, n)
 	if s.waiters.Len() > 0 {
@@ -467,7 +467,7 @@ func (s *RateSemaphore) SetLimit(n int64, interval time.Duration) error {
 	s.size, s.interval = n, interval
 	s.policy.SetLimit(s.nanosOf(now), n, interval)
 	s.setCapLocked()
-	s.rated.Store(interval > 0)
+	s.timedDone.Store(s.doneUsesTime && interval > 0)
 	s.refitLocked()
 	s.notifyLocked(now)
 	return nil
