@@ -106,10 +106,21 @@ func New(n int64, interval time.Duration, opts ...Option) *RateSemaphore {
 // that counts fixed windows, window.NewGCRA(l, burst) or
 // window.NewTokenBucket(l, burst) for a token bucket, and so on; each
 // documents its exact guarantee. The semaphore admits at most p.Limit().N
-// units in flight (or the WithConcurrency cap), a call heavier than
-// p.Capacity() fails with ratesem.ErrWeightTooLarge, and SetLimit(n, interval) sets
-// p's limit to n per interval. Waiting, FIFO order, cancellation, Pause and
-// Stats work as with New.
+// units in flight (or the WithConcurrency cap), and SetLimit(n, interval)
+// sets p's limit to n per interval. Waiting, FIFO order, cancellation, Pause
+// and Stats work as with New.
+//
+// A call heavier than can ever start (p.Capacity(), a bucket's burst, or
+// p.Limit().N or the concurrency cap, whichever is least) is handled as in
+// Acquire: while p has a rate (Per > 0) it fails at once with
+// ratesem.ErrWeightTooLarge; with Per 0 the semaphore is x/sync's Weighted
+// of N units, and such a call waits for its context, as Weighted does for a
+// weight above its size, without holding up other callers, or until a
+// SetLimit makes it fit.
+//
+// A window of another package works too (it implements window.Policy); the
+// windows of package window take a faster path, with no time.Time built for
+// an admitted call.
 //
 // The semaphore owns p: do not use p elsewhere. NewWithPolicy panics if p is
 // nil or if WithStartWindow is given too (the policy already is the window).
@@ -186,7 +197,8 @@ func (s *RateSemaphore) instant(ns int64) time.Time {
 //     the semaphore's clock (with WithClock, derive ctx from that clock, as
 //     clock.Mock's WithTimeout does);
 //   - an error matching ratesem.ErrWeightTooLarge at once when the semaphore is
-//     rate-limited and n exceeds its limit or concurrency cap. Without a
+//     rate-limited and n exceeds its limit, concurrency cap or window's
+//     capacity (a bucket's burst, see NewWithPolicy). Without a
 //     rate limit (interval 0) such a call waits for ctx, as x/sync does,
 //     without holding up other callers (or until a SetLimit makes it fit);
 //   - an error matching ratesem.ErrNegativeWeight (ratesem.ErrNegativeWeight) at

@@ -112,7 +112,7 @@ func (w *SlidingLog) cancel(at, n int64) {
 		return
 	}
 	from := sat.Add(at, w.margin)
-	if from <= w.log.latest-int64(w.limit.Per) {
+	if w.log.seen && from <= w.log.latest-int64(w.limit.Per) {
 		return // its record has left the window already: nothing of it to erase
 	}
 	w.log.remove(from, n)

@@ -36,6 +36,7 @@ type stamps struct {
 type base struct {
 	epoch    time.Time
 	hasEpoch bool
+	seen     bool  // clamp has been called: latest is set
 	latest   int64 // the latest offset clamp has returned
 }
 
@@ -64,9 +65,13 @@ func (b *base) start(e time.Time) time.Time {
 func (b *base) clamp(t time.Time) int64 { return b.clampNs(b.offset(t)) }
 
 // clampNs is clamp for an instant already in nanoseconds since the epoch.
+// The first instant it sees is taken as it is, even if earlier than the
+// epoch: the epoch is only an origin (a call refused before the window read
+// the time, or the engine's construction, may have set it), never an
+// instant seen.
 func (b *base) clampNs(off int64) int64 {
-	if off > b.latest {
-		b.latest = off
+	if off > b.latest || !b.seen {
+		b.latest, b.seen = off, true
 	}
 	return b.latest
 }
