@@ -14,6 +14,10 @@ package benchmarks
 //     (window.Limiter.AllowN against x/time/rate's AllowN), serial and
 //     parallel; and the pacer against go.uber.org/ratelimit's Take.
 //
+// BenchmarkHotPath is the performance target of issue 11: the completion
+// window's admitted Acquire+Release against the floor (x/sync's Weighted and
+// one time.Since read), the contenders alternating in blocks of calls.
+//
 // BenchmarkClock gives the cost of reading the clock for reference: every
 // rate limiter that reads the clock pays it once per call.
 
