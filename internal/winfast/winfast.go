@@ -32,7 +32,8 @@ type Window interface {
 	// Start fixes the window's epoch at epoch unless it has one already
 	// (it was used through window.Policy before), and returns the epoch in
 	// use: instants passed afterwards are nanoseconds since it. Call it
-	// once, before any other method.
+	// once, before any method that takes an instant (Capacity and
+	// DoneUsesTime need none).
 	Start(epoch time.Time) time.Time
 
 	// Capacity is window.Policy.Capacity.
