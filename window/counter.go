@@ -170,7 +170,7 @@ func (f *fastSlidingCounter) Start(e time.Time) time.Time { f.unix = e.UnixNano(
 func (f *fastSlidingCounter) AdmitCached(int64) bool      { return false }
 func (f *fastSlidingCounter) Admit(now, n int64) (int64, bool) {
 	wait, ok := f.admit(f.unix+now, n)
-	return at(now, wait), ok
+	return waitAt(now, wait), ok
 }
 func (f *fastSlidingCounter) Cancel(t, n int64)  { f.cancel(f.unix+t, n) }
 func (f *fastSlidingCounter) Done(_, _ int64)    {}
@@ -357,7 +357,7 @@ func (f *fastSubWindow) Start(e time.Time) time.Time { f.unix = e.UnixNano(); re
 func (f *fastSubWindow) AdmitCached(int64) bool      { return false }
 func (f *fastSubWindow) Admit(now, n int64) (int64, bool) {
 	wait, ok := f.admit(f.unix+now, n)
-	return at(now, wait), ok
+	return waitAt(now, wait), ok
 }
 func (f *fastSubWindow) Cancel(t, n int64)  { f.cancel(f.unix+t, n) }
 func (f *fastSubWindow) Done(_, _ int64)    {}

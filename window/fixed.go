@@ -182,10 +182,10 @@ func after(now time.Time, wait int64) time.Time {
 	return now.Add(time.Duration(wait))
 }
 
-// at returns the instant wait nanoseconds after now in the engine's
+// waitAt returns the instant wait nanoseconds after now in the engine's
 // nanoseconds, or winfast.None, for the windows aligned to the Unix epoch,
 // whose core methods return a wait.
-func at(now, wait int64) int64 {
+func waitAt(now, wait int64) int64 {
 	if wait == winfast.None {
 		return winfast.None
 	}
@@ -203,7 +203,7 @@ func (f *fastFixed) Start(e time.Time) time.Time { f.unix = e.UnixNano(); return
 func (f *fastFixed) AdmitCached(int64) bool      { return false } // whether a new window has begun depends on the time
 func (f *fastFixed) Admit(now, n int64) (int64, bool) {
 	wait, ok := f.admit(f.unix+now, n)
-	return at(now, wait), ok
+	return waitAt(now, wait), ok
 }
 func (f *fastFixed) Cancel(t, n int64)  { f.cancel(f.unix+t, n) }
 func (f *fastFixed) Done(now, n int64)  { f.done(f.unix+now, n) }
