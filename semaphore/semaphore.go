@@ -10,6 +10,7 @@ import (
 
 	"github.com/ratesem/ratesem"
 	"github.com/ratesem/ratesem/internal/wake"
+	"github.com/ratesem/ratesem/internal/winfast"
 	"github.com/ratesem/ratesem/window"
 )
 
@@ -38,9 +39,11 @@ import (
 type RateSemaphore struct {
 	// Immutable after New.
 	clock        wake.Clock
-	doneUsesTime bool // policy.Done reads its instant
+	epoch        time.Time // instant 0 of the window's nanosecond instants (nanos)
+	realClock    bool      // no WithClock: nanos is time.Since(epoch)
+	doneUsesTime bool      // policy.Done reads its instant
 
-	rated atomic.Bool // interval > 0, kept by SetLimit; read by Release without mu
+	timedDone atomic.Bool // doneUsesTime && interval > 0, kept by SetLimit; read by Release without mu
 
 	mu       sync.Mutex
 	size     int64         // n: the most units per interval, and in flight
@@ -49,7 +52,7 @@ type RateSemaphore struct {
 	conc     int64         // the concurrency cap in force: min(size, capOpt)
 	fit      int64         // the heaviest call that can ever start: min(conc, policy capacity)
 	cur      int64         // units in flight
-	policy   window.Policy
+	policy   winfast.Window
 	waiters  list.List // of *waiter, FIFO
 	parked   list.List // of *waiter heavier than the cap while interval is 0
 	paused   time.Time // no starts before; zero when no pause is pending
@@ -105,10 +108,21 @@ func New(n int64, interval time.Duration, opts ...Option) *RateSemaphore {
 // that counts fixed windows, window.NewGCRA(l, burst) or
 // window.NewTokenBucket(l, burst) for a token bucket, and so on; each
 // documents its exact guarantee. The semaphore admits at most p.Limit().N
-// units in flight (or the WithConcurrency cap), a call heavier than
-// p.Capacity() fails with ratesem.ErrWeightTooLarge, and SetLimit(n, interval) sets
-// p's limit to n per interval. Waiting, FIFO order, cancellation, Pause and
-// Stats work as with New.
+// units in flight (or the WithConcurrency cap), and SetLimit(n, interval)
+// sets p's limit to n per interval. Waiting, FIFO order, cancellation, Pause
+// and Stats work as with New.
+//
+// A call heavier than can ever start (p.Capacity(), a bucket's burst, or
+// p.Limit().N or the concurrency cap, whichever is least) is handled as in
+// Acquire: while p has a rate (Per > 0) it fails at once with
+// ratesem.ErrWeightTooLarge; with Per 0 the semaphore is x/sync's Weighted
+// of N units, and such a call waits for its context, as Weighted does for a
+// weight above its size, without holding up other callers, or until a
+// SetLimit makes it fit.
+//
+// A window of another package works too (it implements window.Policy); the
+// windows of package window take a faster path, with no time.Time built for
+// an admitted call.
 //
 // The semaphore owns p: do not use p elsewhere. NewWithPolicy panics if p is
 // nil or if WithStartWindow is given too (the policy already is the window).
@@ -125,10 +139,12 @@ func NewWithPolicy(p window.Policy, opts ...Option) *RateSemaphore {
 
 func newSemaphore(p window.Policy, cfg config) *RateSemaphore {
 	l := p.Limit()
-	s := &RateSemaphore{clock: wake.NewClock(cfg.clk), size: l.N, interval: l.Per, capOpt: cfg.concurrency, policy: p}
+	s := &RateSemaphore{clock: wake.NewClock(cfg.clk), size: l.N, interval: l.Per, capOpt: cfg.concurrency, policy: winfast.Of(p)}
 	s.obs = cfg.observer
-	s.doneUsesTime = p.DoneUsesTime()
-	s.rated.Store(l.Per > 0)
+	s.epoch = s.policy.Start(s.clock.Now())
+	s.realClock = cfg.clk == nil
+	s.doneUsesTime = s.policy.DoneUsesTime()
+	s.timedDone.Store(s.doneUsesTime && l.Per > 0)
 	s.setCapLocked()
 	return s
 }
@@ -143,6 +159,31 @@ func (s *RateSemaphore) setCapLocked() {
 
 // now reads the clock once.
 func (s *RateSemaphore) now() time.Time { return s.clock.Now() }
+
+// nanos reads the clock once, as the window takes instants: nanoseconds
+// since s.epoch. On the real clock it is one monotonic read (time.Since),
+// with no time.Time built: the read of Release's fast path.
+func (s *RateSemaphore) nanos() int64 {
+	if s.realClock {
+		return int64(time.Since(s.epoch))
+	}
+	return s.clockNanos()
+}
+
+// clockNanos is nanos on an injected clock.
+func (s *RateSemaphore) clockNanos() int64 { return s.nanosOf(s.clock.Now()) }
+
+// nanosOf converts an instant of the clock to the window's nanoseconds.
+func (s *RateSemaphore) nanosOf(t time.Time) int64 { return int64(t.Sub(s.epoch)) }
+
+// instant converts the window's nanoseconds back to an instant of the
+// clock; winfast.None (no instant) is the zero time.Time.
+func (s *RateSemaphore) instant(ns int64) time.Time {
+	if ns == winfast.None {
+		return time.Time{}
+	}
+	return s.epoch.Add(time.Duration(ns))
+}
 
 // Acquire acquires n units (n ≥ 0), blocking until they are admitted or ctx
 // is done. On success it returns nil and the caller must Release(n) when the
@@ -159,7 +200,8 @@ func (s *RateSemaphore) now() time.Time { return s.clock.Now() }
 //     the semaphore's clock (with WithClock, derive ctx from that clock, as
 //     clock.Mock's WithTimeout does);
 //   - an error matching ratesem.ErrWeightTooLarge at once when the semaphore is
-//     rate-limited and n exceeds its limit or concurrency cap. Without a
+//     rate-limited and n exceeds its limit, concurrency cap or window's
+//     capacity (a bucket's burst, see NewWithPolicy). Without a
 //     rate limit (interval 0) such a call waits for ctx, as x/sync does,
 //     without holding up other callers (or until a SetLimit makes it fit);
 //   - an error matching ratesem.ErrNegativeWeight (ratesem.ErrNegativeWeight) at
@@ -190,7 +232,11 @@ func (s *RateSemaphore) Acquire(ctx context.Context, n int64) error {
 		return ctx.Err()
 	default:
 	}
-	if s.waiters.Len() == 0 && s.admitCachedLocked(n) {
+	// admitCachedLocked written out: the call was an eighth of an admitted
+	// Acquire+Release without a rate.
+	if s.waiters.Len() == 0 && n <= s.conc-s.cur && s.paused == (time.Time{}) && s.policy.AdmitCached(n) {
+		s.cur += n
+		s.admitted++
 		s.mu.Unlock()
 		s.observeAdmitted(n)
 		return nil
@@ -293,7 +339,7 @@ func (s *RateSemaphore) tooLargeLocked(n int64) error {
 // could use it: the units go back without a completion stamp.
 func (s *RateSemaphore) undoLocked(w *waiter) {
 	s.cur -= w.n
-	s.policy.Cancel(w.granted, w.n)
+	s.policy.Cancel(s.nanosOf(w.granted), w.n)
 	s.admitted--
 	s.notifyLocked(s.now())
 }
@@ -340,9 +386,16 @@ func (s *RateSemaphore) Release(n int64) {
 	if n < 0 {
 		panic("ratesem: Release with negative weight")
 	}
-	var now time.Time
-	if s.doneUsesTime && s.rated.Load() {
-		now = s.now() // outside the lock: the clock read is the dearest step
+	var now int64 // 0 when the window does not read it
+	timed := s.timedDone.Load()
+	if timed {
+		// Outside the lock: the clock read is the dearest step. Written out
+		// rather than s.nanos(), which is too large to inline.
+		if s.realClock {
+			now = int64(time.Since(s.epoch))
+		} else {
+			now = s.clockNanos()
+		}
 	}
 	s.mu.Lock()
 	if n > s.cur {
@@ -350,8 +403,8 @@ func (s *RateSemaphore) Release(n int64) {
 		panic("semaphore: released more than held")
 	}
 	s.cur -= n
-	if now.IsZero() && s.doneUsesTime && s.interval > 0 {
-		now = s.now() // SetLimit raced with the read of rated
+	if !timed && s.doneUsesTime && s.interval > 0 {
+		now = s.nanos() // SetLimit raced with the read of timedDone
 	}
 	s.policy.Done(now, n)
 	if s.waiters.Len() > 0 {
@@ -446,9 +499,9 @@ func (s *RateSemaphore) SetLimit(n int64, interval time.Duration) error {
 	defer s.mu.Unlock()
 	now := s.now()
 	s.size, s.interval = n, interval
-	s.policy.SetLimit(now, window.Limit{N: n, Per: interval})
+	s.policy.SetLimit(s.nanosOf(now), n, interval)
 	s.setCapLocked()
-	s.rated.Store(interval > 0)
+	s.timedDone.Store(s.doneUsesTime && interval > 0)
 	s.refitLocked()
 	s.notifyLocked(now)
 	return nil
@@ -611,7 +664,7 @@ func (s *RateSemaphore) Close() error {
 // admitCachedLocked is the clock-free fast path: it admits n units when
 // nothing is paused and the policy's state already shows room.
 func (s *RateSemaphore) admitCachedLocked(n int64) bool {
-	if n > s.conc-s.cur || !s.paused.IsZero() || !s.policy.AdmitCached(n) { // not cur+n > conc: that wraps for n near math.MaxInt64
+	if n > s.conc-s.cur || s.paused != (time.Time{}) || !s.policy.AdmitCached(n) { // not cur+n > conc: that wraps for n near math.MaxInt64
 		return false
 	}
 	s.cur += n
@@ -632,8 +685,8 @@ func (s *RateSemaphore) admitLocked(now time.Time, n int64) (time.Time, bool) {
 		}
 		s.paused = time.Time{}
 	}
-	if at, ok := s.policy.Admit(now, n); !ok {
-		return at, false
+	if at, ok := s.policy.Admit(s.nanosOf(now), n); !ok {
+		return s.instant(at), false
 	}
 	s.cur += n
 	s.admitted++

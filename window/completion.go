@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/ratesem/ratesem/internal/sat"
+	"github.com/ratesem/ratesem/internal/winfast"
 )
 
 // Completion is the completion window, the OKEx scheme: a call's units count
@@ -53,7 +54,11 @@ func (c *Completion) Capacity() int64 { return c.limit.N }
 // still count). It panics on a negative limit.
 func (c *Completion) SetLimit(now time.Time, l Limit) {
 	l.check("Completion.SetLimit")
-	c.log.expire(c.log.clamp(now) - int64(c.limit.Per))
+	c.setLimit(c.log.offset(now), l)
+}
+
+func (c *Completion) setLimit(now int64, l Limit) {
+	c.log.expire(c.log.clampNs(now) - int64(c.limit.Per))
 	c.limit = l
 }
 
@@ -64,8 +69,8 @@ func (c *Completion) InFlight() int64 { return c.inflight }
 // dropped lazily, so they may still be counted here.
 func (c *Completion) free() int64 { return c.limit.N - c.inflight - c.log.units }
 
-// AdmitCached implements Policy.
-func (c *Completion) AdmitCached(n int64) bool {
+// admitCached is winfast.Window.AdmitCached.
+func (c *Completion) admitCached(n int64) bool {
 	if n == 0 || n > 0 && n <= c.free() {
 		c.inflight += n
 		return true
@@ -78,22 +83,27 @@ func (c *Completion) AdmitCached(n int64) bool {
 // instant returned is when enough of those completions reach end + Per; it is
 // the zero time.Time when n > N − in flight, since then only a Done can help.
 func (c *Completion) Admit(now time.Time, n int64) (time.Time, bool) {
+	at, ok := c.admit(c.log.offset(now), n)
+	return c.log.instant(at), ok
+}
+
+func (c *Completion) admit(now, n int64) (int64, bool) {
 	if n < 0 {
-		return time.Time{}, false
+		return winfast.None, false
 	}
-	if c.AdmitCached(n) {
-		return time.Time{}, true
+	if c.admitCached(n) {
+		return winfast.None, true
 	}
 	per := int64(c.limit.Per)
-	c.log.expire(c.log.clamp(now) - per)
-	if c.AdmitCached(n) {
-		return time.Time{}, true
+	c.log.expire(c.log.clampNs(now) - per)
+	if c.admitCached(n) {
+		return winfast.None, true
 	}
 	if n > c.limit.N-c.inflight {
-		return time.Time{}, false
+		return winfast.None, false
 	}
 	// n − free units must leave the log; the last of them ends at stampOf.
-	return c.log.instant(sat.Add(c.log.stampOf(n-c.free()), per)), false
+	return sat.Add(c.log.stampOf(n-c.free()), per), false
 }
 
 // Cancel implements Policy: the n units go back without a completion stamp,
@@ -105,20 +115,62 @@ func (c *Completion) Cancel(_ time.Time, n int64) {
 // Done implements Policy: n units leave flight and are logged as ended at
 // now. It panics if more units are Done than are in flight.
 func (c *Completion) Done(now time.Time, n int64) {
-	c.release(n, "Done")
-	if per := int64(c.limit.Per); per > 0 {
-		at := c.log.clamp(now)
-		c.log.expire(at - per)
-		c.log.push(at, n)
-	}
+	c.done(c.log.offset(now), n)
 }
+
+// done is Done at now in nanoseconds since the epoch.
+func (c *Completion) done(now, n int64) { (*fastCompletion)(c).Done(now, n) }
 
 func (c *Completion) release(n int64, what string) {
 	if n < 0 || n > c.inflight {
-		panic(fmt.Sprintf("ratesem: Completion.%s(%d) with %d units in flight", what, n, c.inflight))
+		c.overRelease(n, what)
 	}
 	c.inflight -= n
 }
 
-// DoneUsesTime implements Policy: the completion instant is the whole point.
-func (c *Completion) DoneUsesTime() bool { return true }
+// overRelease panics for a Done or Cancel of n units that are not in
+// flight. It is out of line so that release stays small enough to inline.
+func (c *Completion) overRelease(n int64, what string) {
+	panic(fmt.Sprintf("ratesem: Completion.%s(%d) with %d units in flight", what, n, c.inflight))
+}
+
+// fastCompletion is the engine's form of a Completion (winfast.Window).
+type fastCompletion Completion
+
+func (f *fastCompletion) c() *Completion                   { return (*Completion)(f) }
+func (f *fastCompletion) Start(e time.Time) time.Time      { return f.log.start(e) }
+func (f *fastCompletion) Capacity() int64                  { return f.limit.N }
+func (f *fastCompletion) AdmitCached(n int64) bool         { return f.c().admitCached(n) }
+func (f *fastCompletion) Admit(now, n int64) (int64, bool) { return f.c().admit(now, n) }
+func (f *fastCompletion) Cancel(_, n int64)                { f.c().release(n, "Cancel") }
+func (f *fastCompletion) DoneUsesTime() bool               { return true } // the completion instant is the whole point
+func (f *fastCompletion) SetLimit(now, n int64, per time.Duration) {
+	l := Limit{N: n, Per: per}
+	l.check("Completion.SetLimit")
+	f.c().setLimit(now, l)
+}
+
+// Done is the engine's fast path, once per admitted call: Completion.Done
+// at now in nanoseconds since the epoch. It makes no call on its common
+// path (push's common case, a stamp later than the newest and room in the
+// ring, is written out here).
+func (f *fastCompletion) Done(now, n int64) {
+	if n < 0 || n > f.inflight {
+		f.c().overRelease(n, "Done")
+	}
+	f.inflight -= n
+	per := int64(f.limit.Per)
+	if per <= 0 {
+		return
+	}
+	q := &f.log
+	at := q.clampNs(now)
+	q.expire(at - per)
+	if mask := len(q.buf) - 1; n > 0 && q.len > 0 && q.len <= mask && at > q.buf[(q.head+q.len-1)&mask].at {
+		q.buf[(q.head+q.len)&mask] = entry{at: at, n: n}
+		q.len++
+		q.units += n
+		return
+	}
+	q.push(at, n)
+}

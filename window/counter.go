@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/ratesem/ratesem/internal/sat"
+	"github.com/ratesem/ratesem/internal/winfast"
 )
 
 // SlidingWindowCounter is the sliding window counter that Cloudflare
@@ -55,15 +56,16 @@ func (w *SlidingWindowCounter) Capacity() int64 { return w.limit.N }
 // window containing now. It panics on a negative limit.
 func (w *SlidingWindowCounter) SetLimit(now time.Time, l Limit) {
 	l.check("SlidingWindowCounter.SetLimit")
+	w.setLimit(now.UnixNano(), l)
+}
+
+func (w *SlidingWindowCounter) setLimit(t int64, l Limit) {
 	w.limit = l
 	if l.Per > 0 {
-		w.latest = max(w.latest, now.UnixNano())
+		w.latest = max(w.latest, t)
 		w.win = floorDiv(w.latest, int64(l.Per))
 	}
 }
-
-// AdmitCached implements Policy: it returns false.
-func (w *SlidingWindowCounter) AdmitCached(int64) bool { return false }
 
 // roll moves the windows on to the one with index idx.
 func (w *SlidingWindowCounter) roll(idx int64) {
@@ -85,24 +87,31 @@ func fits(prev, cur, n, n0, per, elapsed int64) bool {
 // which the weighted count leaves room for n units if nothing else is
 // admitted; it is the zero time.Time when n exceeds N.
 func (w *SlidingWindowCounter) Admit(now time.Time, n int64) (time.Time, bool) {
+	wait, ok := w.admit(now.UnixNano(), n)
+	return after(now, wait), ok
+}
+
+// admit decides at the Unix instant real (nanoseconds) and returns how long
+// after real the call could start, or winfast.None.
+func (w *SlidingWindowCounter) admit(real, n int64) (wait int64, ok bool) {
 	if n < 0 {
-		return time.Time{}, false
+		return winfast.None, false
 	}
 	if n == 0 || w.limit.Per == 0 && n <= w.limit.N {
-		return time.Time{}, true
+		return winfast.None, true
 	}
 	if n > w.limit.N {
-		return time.Time{}, false
+		return winfast.None, false
 	}
-	per, real := int64(w.limit.Per), now.UnixNano()
+	per := int64(w.limit.Per)
 	w.latest = max(w.latest, real)
 	w.roll(floorDiv(w.latest, per))
 	elapsed := min(max(w.latest-w.win*per, 0), per)
 	if fits(w.prev, w.cur, n, w.limit.N, per, elapsed) {
 		w.cur += n
-		return time.Time{}, true
+		return winfast.None, true
 	}
-	return now.Add(time.Duration(sat.Sub(w.nextFit(n), real))), false
+	return sat.Sub(w.nextFit(n), real), false
 }
 
 // nextFit returns the earliest Unix instant, in nanoseconds, at which n
@@ -132,7 +141,14 @@ func (w *SlidingWindowCounter) Cancel(at time.Time, n int64) {
 	if w.limit.Per == 0 || n <= 0 {
 		return
 	}
-	switch floorDiv(at.UnixNano(), int64(w.limit.Per)) {
+	w.cancel(at.UnixNano(), n)
+}
+
+func (w *SlidingWindowCounter) cancel(at, n int64) {
+	if w.limit.Per == 0 || n <= 0 {
+		return
+	}
+	switch floorDiv(at, int64(w.limit.Per)) {
 	case w.win:
 		w.cur -= min(n, w.cur)
 	case w.win - 1:
@@ -143,8 +159,27 @@ func (w *SlidingWindowCounter) Cancel(at time.Time, n int64) {
 // Done implements Policy. It does nothing: the counter counts starts only.
 func (w *SlidingWindowCounter) Done(time.Time, int64) {}
 
-// DoneUsesTime implements Policy: it returns false.
-func (w *SlidingWindowCounter) DoneUsesTime() bool { return false }
+// fastSlidingCounter is the engine's form of a SlidingWindowCounter
+// (winfast.Window); see fastFixed.
+type fastSlidingCounter struct {
+	*SlidingWindowCounter
+	unix int64 // the epoch's Unix time in nanoseconds
+}
+
+func (f *fastSlidingCounter) Start(e time.Time) time.Time { f.unix = e.UnixNano(); return e }
+func (f *fastSlidingCounter) AdmitCached(int64) bool      { return false }
+func (f *fastSlidingCounter) Admit(now, n int64) (int64, bool) {
+	wait, ok := f.admit(f.unix+now, n)
+	return waitAt(now, wait), ok
+}
+func (f *fastSlidingCounter) Cancel(t, n int64)  { f.cancel(f.unix+t, n) }
+func (f *fastSlidingCounter) Done(_, _ int64)    {}
+func (f *fastSlidingCounter) DoneUsesTime() bool { return false }
+func (f *fastSlidingCounter) SetLimit(now, n int64, per time.Duration) {
+	l := Limit{N: n, Per: per}
+	l.check("SlidingWindowCounter.SetLimit")
+	f.setLimit(f.unix+now, l)
+}
 
 // SubWindowCounter is the sliding window counter built from sub-window
 // blocks, the variant of the seed articles: Per is cut into Blocks blocks of
@@ -202,17 +237,21 @@ func (w *SubWindowCounter) Capacity() int64 { return w.limit.N }
 // side). It panics on a negative limit.
 func (w *SubWindowCounter) SetLimit(now time.Time, l Limit) {
 	l.check("SubWindowCounter.SetLimit")
+	w.setLimit(now.UnixNano(), l)
+}
+
+func (w *SubWindowCounter) setLimit(t int64, l Limit) {
 	old := w.limit
 	w.limit = l
 	if l.Per == old.Per || l.Per == 0 {
 		return
 	}
 	if old.Per > 0 {
-		w.roll(floorDiv(now.UnixNano(), w.size))
+		w.roll(floorDiv(t, w.size))
 	}
 	w.size = w.blockSize(l.Per)
 	clear(w.counts)
-	w.cur = floorDiv(now.UnixNano(), w.size)
+	w.cur = floorDiv(t, w.size)
 	w.counts[w.slot(w.cur)] = w.sum
 }
 
@@ -242,28 +281,31 @@ func (w *SubWindowCounter) roll(idx int64) {
 	}
 }
 
-// AdmitCached implements Policy: it returns false.
-func (w *SubWindowCounter) AdmitCached(int64) bool { return false }
-
 // Admit implements Policy. Otherwise the instant returned is the start of
 // the first block at which enough old blocks have left the window; it is the
 // zero time.Time when n exceeds N.
 func (w *SubWindowCounter) Admit(now time.Time, n int64) (time.Time, bool) {
+	wait, ok := w.admit(now.UnixNano(), n)
+	return after(now, wait), ok
+}
+
+// admit decides at the Unix instant t (nanoseconds) and returns how long
+// after t the call could start, or winfast.None.
+func (w *SubWindowCounter) admit(t, n int64) (wait int64, ok bool) {
 	if n < 0 {
-		return time.Time{}, false
+		return winfast.None, false
 	}
 	if n == 0 || w.limit.Per == 0 && n <= w.limit.N {
-		return time.Time{}, true
+		return winfast.None, true
 	}
 	if n > w.limit.N {
-		return time.Time{}, false
+		return winfast.None, false
 	}
-	t := now.UnixNano()
 	w.roll(floorDiv(t, w.size))
 	if n <= w.limit.N-w.sum {
 		w.counts[w.slot(w.cur)] += n
 		w.sum += n
-		return time.Time{}, true
+		return winfast.None, true
 	}
 	// Block cur+j starts once the j oldest blocks have left.
 	left := w.sum
@@ -272,7 +314,7 @@ func (w *SubWindowCounter) Admit(now time.Time, n int64) (time.Time, bool) {
 		if n <= w.limit.N-left {
 			// Block cur+j starts at (cur+j)·size, written so that it cannot
 			// wrap for blocks near math.MaxInt64 ns long.
-			return now.Add(time.Duration(sat.Sub(sat.Mul(j, w.size), sat.Sub(t, w.cur*w.size)))), false
+			return sat.Sub(sat.Mul(j, w.size), sat.Sub(t, w.cur*w.size)), false
 		}
 	}
 	panic("ratesem: internal error: SubWindowCounter found no room after a whole window")
@@ -284,7 +326,14 @@ func (w *SubWindowCounter) Cancel(at time.Time, n int64) {
 	if w.limit.Per == 0 || n <= 0 {
 		return
 	}
-	i := floorDiv(at.UnixNano(), w.size)
+	w.cancel(at.UnixNano(), n)
+}
+
+func (w *SubWindowCounter) cancel(at, n int64) {
+	if w.limit.Per == 0 || n <= 0 {
+		return
+	}
+	i := floorDiv(at, w.size)
 	if i > w.cur || i <= w.cur-w.blocks {
 		return
 	}
@@ -297,5 +346,24 @@ func (w *SubWindowCounter) Cancel(at time.Time, n int64) {
 // Done implements Policy. It does nothing: the counter counts starts only.
 func (w *SubWindowCounter) Done(time.Time, int64) {}
 
-// DoneUsesTime implements Policy: it returns false.
-func (w *SubWindowCounter) DoneUsesTime() bool { return false }
+// fastSubWindow is the engine's form of a SubWindowCounter
+// (winfast.Window); see fastFixed.
+type fastSubWindow struct {
+	*SubWindowCounter
+	unix int64 // the epoch's Unix time in nanoseconds
+}
+
+func (f *fastSubWindow) Start(e time.Time) time.Time { f.unix = e.UnixNano(); return e }
+func (f *fastSubWindow) AdmitCached(int64) bool      { return false }
+func (f *fastSubWindow) Admit(now, n int64) (int64, bool) {
+	wait, ok := f.admit(f.unix+now, n)
+	return waitAt(now, wait), ok
+}
+func (f *fastSubWindow) Cancel(t, n int64)  { f.cancel(f.unix+t, n) }
+func (f *fastSubWindow) Done(_, _ int64)    {}
+func (f *fastSubWindow) DoneUsesTime() bool { return false }
+func (f *fastSubWindow) SetLimit(now, n int64, per time.Duration) {
+	l := Limit{N: n, Per: per}
+	l.check("SubWindowCounter.SetLimit")
+	f.setLimit(f.unix+now, l)
+}

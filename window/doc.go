@@ -5,8 +5,9 @@
 // weight unit when calls carry weights. The windows are pure state: every
 // method takes the current instant as an argument, none reads a clock, starts
 // a goroutine or owns a timer, so they can be driven by real time, by a mock
-// clock or by a simulation, and tested exhaustively. Each implements Policy,
-// so any of them can be the window of a RateSemaphore (package
+// clock or by a simulation, and tested exhaustively. Each implements Policy
+// (six methods; implement them to bring a window of your own), so any of
+// them can be the window of a RateSemaphore (package
 // github.com/ratesem/ratesem/semaphore, NewWithPolicy), which adds waiting,
 // cancellation, FIFO order, Pause and a concurrency cap. Used alone, Limiter
 // makes any of them safe for concurrent use with an allow / try API for

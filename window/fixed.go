@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/ratesem/ratesem/internal/sat"
+	"github.com/ratesem/ratesem/internal/winfast"
 )
 
 // FixedWindow is the fixed window counter: time is cut into windows of Per
@@ -83,45 +84,51 @@ func (w *FixedWindow) Capacity() int64 { return w.limit.N }
 // panics on a negative limit.
 func (w *FixedWindow) SetLimit(now time.Time, l Limit) {
 	l.check("FixedWindow.SetLimit")
-	w.limit = l
-	if l.Per > 0 {
-		w.win = floorDiv(now.UnixNano(), int64(l.Per))
-	}
+	w.setLimit(now.UnixNano(), l)
 }
 
-// AdmitCached implements Policy: it returns false, since whether a new
-// window has begun depends on the time.
-func (w *FixedWindow) AdmitCached(int64) bool { return false }
+func (w *FixedWindow) setLimit(t int64, l Limit) {
+	w.limit = l
+	if l.Per > 0 {
+		w.win = floorDiv(t, int64(l.Per))
+	}
+}
 
 // Admit implements Policy. A call of n units is admitted at now when the
 // units counted in now's window plus n are at most N. Otherwise the instant
 // returned is the start of the next window; it is the zero time.Time when n
 // exceeds N.
 func (w *FixedWindow) Admit(now time.Time, n int64) (time.Time, bool) {
+	wait, ok := w.admit(now.UnixNano(), n)
+	return after(now, wait), ok
+}
+
+// admit decides at the Unix instant t (nanoseconds) and returns how long
+// after t the call could start, or winfast.None.
+func (w *FixedWindow) admit(t, n int64) (wait int64, ok bool) {
 	if n < 0 {
-		return time.Time{}, false
+		return winfast.None, false
 	}
 	if n == 0 || w.limit.Per == 0 && n <= w.limit.N {
-		return time.Time{}, true
+		return winfast.None, true
 	}
 	if n > w.limit.N {
-		return time.Time{}, false
+		return winfast.None, false
 	}
 	per := int64(w.limit.Per)
-	t := now.UnixNano()
 	w.roll(t)
 	if n <= w.limit.N-w.used { // not used+n ≤ N: that wraps for a used near math.MaxInt64
 		w.used += n
 		if w.carry {
 			w.inflight += n
 		}
-		return time.Time{}, true
+		return winfast.None, true
 	}
 	if w.carry && n > w.limit.N-w.inflight {
-		return time.Time{}, false // the next window starts with the calls in flight
+		return winfast.None, false // the next window starts with the calls in flight
 	}
 	// The next window starts at (win+1)·per, written so that it cannot wrap.
-	return now.Add(time.Duration(sat.Sub(per, sat.Sub(t, w.win*per)))), false
+	return sat.Sub(per, sat.Sub(t, w.win*per)), false
 }
 
 // Cancel implements Policy: the n units come off the count if the window of
@@ -131,10 +138,17 @@ func (w *FixedWindow) Cancel(at time.Time, n int64) {
 	if n <= 0 {
 		return
 	}
+	w.cancel(at.UnixNano(), n)
+}
+
+func (w *FixedWindow) cancel(at, n int64) {
+	if n <= 0 {
+		return
+	}
 	if w.carry {
 		w.inflight -= min(n, w.inflight)
 	}
-	if w.limit.Per > 0 && floorDiv(at.UnixNano(), int64(w.limit.Per)) == w.win {
+	if w.limit.Per > 0 && floorDiv(at, int64(w.limit.Per)) == w.win {
 		w.used -= min(n, w.used)
 	}
 }
@@ -146,11 +160,56 @@ func (w *FixedWindow) Done(now time.Time, n int64) {
 	if !w.carry || n <= 0 {
 		return
 	}
+	w.done(now.UnixNano(), n)
+}
+
+func (w *FixedWindow) done(t, n int64) {
+	if !w.carry || n <= 0 {
+		return
+	}
 	if w.limit.Per > 0 {
-		w.roll(now.UnixNano())
+		w.roll(t)
 	}
 	w.inflight -= min(n, w.inflight)
 }
 
-// DoneUsesTime implements Policy: true for NewFixedCompletion.
-func (w *FixedWindow) DoneUsesTime() bool { return w.carry }
+// after returns the instant wait nanoseconds after now, or the zero
+// time.Time for winfast.None.
+func after(now time.Time, wait int64) time.Time {
+	if wait == winfast.None {
+		return time.Time{}
+	}
+	return now.Add(time.Duration(wait))
+}
+
+// waitAt returns the instant wait nanoseconds after now in the engine's
+// nanoseconds, or winfast.None, for the windows aligned to the Unix epoch,
+// whose core methods return a wait.
+func waitAt(now, wait int64) int64 {
+	if wait == winfast.None {
+		return winfast.None
+	}
+	return sat.Add(now, wait)
+}
+
+// fastFixed is the engine's form of a FixedWindow (winfast.Window). Its
+// instants are nanoseconds since the engine's epoch, whose Unix time it adds.
+type fastFixed struct {
+	*FixedWindow
+	unix int64 // the epoch's Unix time in nanoseconds
+}
+
+func (f *fastFixed) Start(e time.Time) time.Time { f.unix = e.UnixNano(); return e }
+func (f *fastFixed) AdmitCached(int64) bool      { return false } // whether a new window has begun depends on the time
+func (f *fastFixed) Admit(now, n int64) (int64, bool) {
+	wait, ok := f.admit(f.unix+now, n)
+	return waitAt(now, wait), ok
+}
+func (f *fastFixed) Cancel(t, n int64)  { f.cancel(f.unix+t, n) }
+func (f *fastFixed) Done(now, n int64)  { f.done(f.unix+now, n) }
+func (f *fastFixed) DoneUsesTime() bool { return f.carry }
+func (f *fastFixed) SetLimit(now, n int64, per time.Duration) {
+	l := Limit{N: n, Per: per}
+	l.check("FixedWindow.SetLimit")
+	f.setLimit(f.unix+now, l)
+}

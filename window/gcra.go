@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/ratesem/ratesem/internal/sat"
+	"github.com/ratesem/ratesem/internal/winfast"
 )
 
 // GCRA is the generic cell rate algorithm, the token bucket kept as one
@@ -110,7 +111,11 @@ func (g *GCRA) EmissionInterval() time.Duration { return time.Duration(g.emit) }
 // NewGCRA follows the new N. It panics on a negative limit.
 func (g *GCRA) SetLimit(now time.Time, l Limit) {
 	l.check("GCRA.SetLimit")
-	t := g.clamp(now)
+	g.setLimitAt(g.offset(now), l)
+}
+
+func (g *GCRA) setLimitAt(now int64, l Limit) {
+	t := g.clampNs(now)
 	old := g.emit
 	g.setLimit(l)
 	if g.started && g.tat > t && old > 0 && g.emit > 0 {
@@ -126,29 +131,31 @@ func (g *GCRA) tolerance(n int64) int64 {
 	return sat.Mul(g.burst-n, g.emit)
 }
 
-// AdmitCached implements Policy: it returns false.
-func (g *GCRA) AdmitCached(int64) bool { return false }
-
 // Admit implements Policy. A call of n units is admitted at now when the TAT
 // is at most tolerance ahead of now. Otherwise the instant returned is when
 // it will be; it is the zero time.Time when n exceeds the capacity or N is 0.
 func (g *GCRA) Admit(now time.Time, n int64) (time.Time, bool) {
+	at, ok := g.admit(g.offset(now), n)
+	return g.instant(at), ok
+}
+
+func (g *GCRA) admit(now, n int64) (int64, bool) {
 	if n < 0 {
-		return time.Time{}, false
+		return winfast.None, false
 	}
 	if n == 0 {
-		return time.Time{}, true
+		return winfast.None, true
 	}
 	if n > g.Capacity() {
-		return time.Time{}, false
+		return winfast.None, false
 	}
 	if g.limit.Per == 0 {
-		return time.Time{}, true
+		return winfast.None, true
 	}
 	if g.emit == 0 {
-		return time.Time{}, false
+		return winfast.None, false
 	}
-	t := g.clamp(now)
+	t := g.clampNs(now)
 	if !g.started {
 		g.tat, g.admitted, g.started = t, t, true
 	}
@@ -156,9 +163,9 @@ func (g *GCRA) Admit(now time.Time, n int64) (time.Time, bool) {
 	if g.tat-t <= tol {
 		g.tat = sat.Add(max(g.tat, t), sat.Mul(n, g.emit))
 		g.admitted = max(g.admitted, t)
-		return time.Time{}, true
+		return winfast.None, true
 	}
-	return g.instant(g.tat - tol), false
+	return g.tat - tol, false
 }
 
 // Cancel implements Policy: the TAT moves back n·I when no admission came
@@ -166,7 +173,14 @@ func (g *GCRA) Admit(now time.Time, n int64) (time.Time, bool) {
 // (a TAT in the past means idle, whatever its value). After a later
 // admission nothing is given back, on the safe side.
 func (g *GCRA) Cancel(at time.Time, n int64) {
-	if n <= 0 || !g.started || g.offset(at) < g.admitted {
+	if n <= 0 || !g.started {
+		return
+	}
+	g.cancel(g.offset(at), n)
+}
+
+func (g *GCRA) cancel(at, n int64) {
+	if n <= 0 || !g.started || at < g.admitted {
 		return
 	}
 	// The Admit being undone moved the TAT on from max(TAT, admitted), so
@@ -179,5 +193,19 @@ func (g *GCRA) Cancel(at time.Time, n int64) {
 // Done implements Policy. It does nothing: GCRA counts starts only.
 func (g *GCRA) Done(time.Time, int64) {}
 
-// DoneUsesTime implements Policy: it returns false.
-func (g *GCRA) DoneUsesTime() bool { return false }
+// fastGCRA is the engine's form of a GCRA (winfast.Window).
+type fastGCRA GCRA
+
+func (f *fastGCRA) g() *GCRA                         { return (*GCRA)(f) }
+func (f *fastGCRA) Start(e time.Time) time.Time      { return f.start(e) }
+func (f *fastGCRA) Capacity() int64                  { return f.g().Capacity() }
+func (f *fastGCRA) AdmitCached(int64) bool           { return false }
+func (f *fastGCRA) Admit(now, n int64) (int64, bool) { return f.g().admit(now, n) }
+func (f *fastGCRA) Cancel(at, n int64)               { f.g().cancel(at, n) }
+func (f *fastGCRA) Done(_, _ int64)                  {}
+func (f *fastGCRA) DoneUsesTime() bool               { return false }
+func (f *fastGCRA) SetLimit(now, n int64, per time.Duration) {
+	l := Limit{N: n, Per: per}
+	l.check("GCRA.SetLimit")
+	f.g().setLimitAt(now, l)
+}

@@ -34,7 +34,7 @@ func (l *Limiter) Allow() bool { return l.AllowN(time.Now(), 1) }
 
 // AllowN reports whether a call of n units (n ≥ 0) may start at now, and if
 // so records it: the caller must then make the call (and, for the
-// completion window, call DoneN when it ends). On false nothing changes.
+// completion windows, call DoneN when it ends). On false nothing changes.
 // A negative n is refused (false): it would credit the window.
 func (l *Limiter) AllowN(now time.Time, n int64) bool {
 	if n < 0 {
@@ -71,11 +71,15 @@ func (l *Limiter) TryN(now time.Time, n int64) (retryAfter time.Duration, err er
 	return max(at.Sub(now), 1), nil
 }
 
-// DoneN records that a call of n units admitted earlier ended at now. Only
-// the completion window reads it; for the other policies it does nothing.
-// It panics if n is negative (a caller's bug, as Release of a negative
-// weight in x/sync), and, for the completion window, if more units end than
-// are in flight.
+// DoneN records that a call of n units admitted earlier ended at now. The
+// completion windows need it: NewCompletion counts a call until Per after
+// its end, and NewFixedCompletion counts a call in every aligned window
+// until its end, so a call never reported ended stays in flight forever
+// and, once N units are, TryN fails with ratesem.ErrInFlight from then on.
+// The windows that count starts only ignore it; calling it for every call
+// that ended is always right. It panics if n is negative (a caller's bug, as
+// Release of a negative weight in x/sync), and, for NewCompletion, if more
+// units end than are in flight.
 func (l *Limiter) DoneN(now time.Time, n int64) {
 	if n < 0 {
 		panic(fmt.Sprintf("ratesem: Limiter.DoneN with negative weight %d", n))

@@ -310,3 +310,32 @@ func TestSlidingLogCancelAfterExpiry(t *testing.T) {
 	w.Cancel(at(0), 1)
 	mustAdmit(t, w, 1500*ms, 1, false)
 }
+
+// Limiter.DoneN's doc said only the completion window reads it; the fixed
+// completion window needs it too: its calls count in every aligned window
+// until they end, so without DoneN they stay in flight forever and TryN
+// fails with ratesem.ErrInFlight in every later window.
+func TestLimiterFixedCompletionNeedsDoneN(t *testing.T) {
+	l := window.Limit{N: 2, Per: time.Minute}
+	start := t0 // a whole minute: the start of an aligned window
+	never := window.NewLimiter(window.NewFixedCompletion(l))
+	done := window.NewLimiter(window.NewFixedCompletion(l))
+	for _, lim := range []*window.Limiter{never, done} {
+		if !lim.AllowN(start, 2) {
+			t.Fatal("AllowN(2) of 2 per minute refused")
+		}
+	}
+	for _, later := range []time.Duration{time.Minute, time.Hour, 24 * time.Hour} {
+		if d, err := never.TryN(start.Add(later), 1); !errors.Is(err, ratesem.ErrInFlight) {
+			t.Fatalf("no DoneN, %v later: TryN = (%v, %v), want ratesem.ErrInFlight", later, d, err)
+		}
+	}
+	// Ended in the next window: they count in it, not after it.
+	done.DoneN(start.Add(time.Minute+time.Second), 2)
+	if d, err := done.TryN(start.Add(time.Minute+time.Second), 1); d != 59*time.Second || err != nil {
+		t.Fatalf("after DoneN, in the window the calls ended in: TryN = (%v, %v), want (59s, nil)", d, err)
+	}
+	if d, err := done.TryN(start.Add(2*time.Minute), 1); d != 0 || err != nil {
+		t.Fatalf("after DoneN, the window after: TryN = (%v, %v), want admitted", d, err)
+	}
+}

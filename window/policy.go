@@ -1,17 +1,24 @@
 package window
 
-import "time"
+import (
+	"time"
 
-// Policy is the bookkeeping of one rate window, as a RateSemaphore
-// (package github.com/ratesem/ratesem/semaphore) drives it: pure state that
+	"github.com/ratesem/ratesem/internal/winfast"
+)
+
+// Policy is the bookkeeping of one rate window: what a RateSemaphore
+// (package github.com/ratesem/ratesem/semaphore, NewWithPolicy), a Limiter
+// or a clientpool.Rule asks of it. Every window of this package implements
+// it; implement it to bring a window of your own. It is pure state that
 // takes the current instant as an argument and owns no goroutines or timers.
 //
-// The instants passed to one Policy must come from one clock and must not go
-// backwards; an instant earlier than one already seen is treated as that
-// later one. Implementations are not safe for concurrent use: the caller
-// serialises every call (a RateSemaphore holds its mutex).
+// The instants passed to one Policy come from one clock and do not go
+// backwards; an implementation must treat an instant earlier than one
+// already seen as that later one. Implementations need not be safe for
+// concurrent use: the caller serialises every call (a RateSemaphore holds
+// its mutex), and owns the Policy.
 type Policy interface {
-	// Limit returns the limit the policy enforces.
+	// Limit returns the limit the policy enforces: N units per Per.
 	Limit() Limit
 
 	// Capacity returns the largest weight, in units, that Admit can ever
@@ -26,35 +33,29 @@ type Policy interface {
 	SetLimit(now time.Time, l Limit)
 
 	// Admit admits a call of n units (n ≥ 0) starting at now, if the window
-	// allows it, and reports true. A negative n is refused (false, the zero
-	// time.Time) and changes nothing: it would credit the window. Otherwise it changes nothing and returns
-	// the earliest instant at which n units could be admitted if nothing
-	// else changed, and false. That instant is the zero time.Time when it
-	// does not depend on time alone: n exceeds Limit().N, or only calls in
-	// flight ending (Done) or a larger limit could make room.
+	// allows it: it records the start and reports true. Otherwise it
+	// changes nothing and returns the earliest instant at which n units
+	// could be admitted if nothing else changed, and false. That instant is
+	// the zero time.Time when it does not depend on time alone: n exceeds
+	// Capacity, or only calls in flight ending (Done) or a larger limit
+	// could make room. A negative n is refused (false, the zero time.Time)
+	// and changes nothing: it would credit the window.
 	Admit(now time.Time, n int64) (at time.Time, ok bool)
-
-	// AdmitCached admits n units, and reports true, if the state already
-	// shows them free at any instant from the latest one seen on. It reads
-	// no clock; false means only that Admit must decide. A negative n is
-	// refused.
-	AdmitCached(n int64) bool
 
 	// Cancel undoes an Admit of n units at the instant at, for a call that
 	// was admitted but never started (its caller gave up). Afterwards the
-	// window is as if that Admit had not happened. n must be what was
-	// admitted; n ≤ 0 changes nothing, except that the completion window
-	// panics on a negative n (a caller's bug).
+	// window is as if that Admit had not happened, or counts more (on the
+	// safe side) when later admissions make an exact undo impossible. n
+	// must be what was admitted; n ≤ 0 changes nothing, except that the
+	// completion window panics on a negative n (a caller's bug).
 	Cancel(at time.Time, n int64)
 
 	// Done records that a call of n units admitted earlier ended at now.
-	// n ≤ 0 changes nothing, except that the completion window panics on a
-	// negative n, or on more units than are in flight (a caller's bug).
+	// The windows that count starts only ignore it; the completion windows
+	// (NewCompletion, NewFixedCompletion) need it. n ≤ 0 changes nothing,
+	// except that the completion window panics on a negative n, or on more
+	// units than are in flight (a caller's bug).
 	Done(now time.Time, n int64)
-
-	// DoneUsesTime reports whether Done reads its now argument. When it is
-	// false the caller may pass the zero time.Time and skip a clock read.
-	DoneUsesTime() bool
 }
 
 var (
@@ -66,4 +67,69 @@ var (
 	_ Policy = (*TokenBucket)(nil)
 	_ Policy = (*LeakyBucket)(nil)
 	_ Policy = (*GCRA)(nil)
+
+	_ winfast.Window = (*fastCompletion)(nil)
+	_ winfast.Window = (*fastSlidingLog)(nil)
+	_ winfast.Window = (*fastFixed)(nil)
+	_ winfast.Window = (*fastSlidingCounter)(nil)
+	_ winfast.Window = (*fastSubWindow)(nil)
+	_ winfast.Window = (*fastTokenBucket)(nil)
+	_ winfast.Window = (*fastGCRA)(nil)
+	_ winfast.Window = (*foreign)(nil)
 )
+
+func init() { winfast.Of = fastOf }
+
+// fastOf is winfast.Of. It matches the exact types of this package: a type
+// of another package that embeds one of them may override its methods, so
+// it gets the adapter, which calls them.
+func fastOf(p any) winfast.Window {
+	switch w := p.(type) {
+	case nil:
+		return nil
+	case *Completion:
+		return (*fastCompletion)(w)
+	case *SlidingLog:
+		return (*fastSlidingLog)(w)
+	case *FixedWindow:
+		return &fastFixed{FixedWindow: w}
+	case *SlidingWindowCounter:
+		return &fastSlidingCounter{SlidingWindowCounter: w}
+	case *SubWindowCounter:
+		return &fastSubWindow{SubWindowCounter: w}
+	case *TokenBucket:
+		return (*fastTokenBucket)(w)
+	case *LeakyBucket:
+		return (*fastTokenBucket)(&w.TokenBucket)
+	case *GCRA:
+		return (*fastGCRA)(w)
+	case Policy:
+		return &foreign{p: w}
+	}
+	return nil
+}
+
+// foreign adapts a Policy of another package to winfast.Window: instants
+// become time.Time again, on the epoch given to Start.
+type foreign struct {
+	p     Policy
+	epoch time.Time
+}
+
+func (f *foreign) Start(e time.Time) time.Time { f.epoch = e; return e }
+func (f *foreign) t(ns int64) time.Time        { return f.epoch.Add(time.Duration(ns)) }
+func (f *foreign) Capacity() int64             { return f.p.Capacity() }
+func (f *foreign) AdmitCached(int64) bool      { return false }
+func (f *foreign) Admit(now, n int64) (int64, bool) {
+	at, ok := f.p.Admit(f.t(now), n)
+	if at.IsZero() {
+		return winfast.None, ok
+	}
+	return int64(at.Sub(f.epoch)), ok
+}
+func (f *foreign) Cancel(at, n int64) { f.p.Cancel(f.t(at), n) }
+func (f *foreign) Done(now, n int64)  { f.p.Done(f.t(now), n) }
+func (f *foreign) DoneUsesTime() bool { return true } // unknown: pass the instant
+func (f *foreign) SetLimit(now, n int64, per time.Duration) {
+	f.p.SetLimit(f.t(now), Limit{N: n, Per: per})
+}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/ratesem/ratesem/internal/sat"
+	"github.com/ratesem/ratesem/internal/winfast"
 )
 
 // SlidingLog is the start window with a margin: a sliding log of start
@@ -56,13 +57,13 @@ func (w *SlidingLog) Margin() time.Duration { return time.Duration(w.margin) }
 // log. It panics on a negative limit.
 func (w *SlidingLog) SetLimit(now time.Time, l Limit) {
 	l.check("SlidingLog.SetLimit")
-	w.log.expire(w.log.clamp(now) - int64(w.limit.Per))
-	w.limit = l
+	w.setLimit(w.log.offset(now), l)
 }
 
-// AdmitCached implements Policy. It always returns false: a start must be
-// stamped with the current instant, so Admit decides.
-func (w *SlidingLog) AdmitCached(int64) bool { return false }
+func (w *SlidingLog) setLimit(now int64, l Limit) {
+	w.log.expire(w.log.clampNs(now) - int64(w.limit.Per))
+	w.limit = l
+}
 
 // Admit implements Policy. A call of n units is admitted at now when
 // n ≤ N − units recorded in (now−Per, now], and is then recorded at
@@ -71,24 +72,29 @@ func (w *SlidingLog) AdmitCached(int64) bool { return false }
 // Per == 0 there is no rate: every call of at most N units is admitted and
 // nothing is recorded.
 func (w *SlidingLog) Admit(now time.Time, n int64) (time.Time, bool) {
+	at, ok := w.admit(w.log.offset(now), n)
+	return w.log.instant(at), ok
+}
+
+func (w *SlidingLog) admit(now, n int64) (int64, bool) {
 	if n < 0 {
-		return time.Time{}, false
+		return winfast.None, false
 	}
 	if n == 0 || w.limit.Per == 0 && n <= w.limit.N {
-		return time.Time{}, true // nothing to record: no units, or no rate
+		return winfast.None, true // nothing to record: no units, or no rate
 	}
 	per := int64(w.limit.Per)
-	at := w.log.clamp(now)
+	at := w.log.clampNs(now)
 	w.log.expire(at - per)
 	free := w.limit.N - w.log.units
 	if n <= free {
 		w.log.push(sat.Add(at, w.margin), n)
-		return time.Time{}, true
+		return winfast.None, true
 	}
 	if n > w.limit.N {
-		return time.Time{}, false
+		return winfast.None, false
 	}
-	return w.log.instant(sat.Add(w.log.stampOf(n-free), per)), false
+	return sat.Add(w.log.stampOf(n-free), per), false
 }
 
 // Cancel implements Policy: it erases the n units recorded for an Admit at
@@ -98,8 +104,15 @@ func (w *SlidingLog) Cancel(at time.Time, n int64) {
 	if n <= 0 {
 		return
 	}
-	from := sat.Add(w.log.offset(at), w.margin)
-	if w.log.hasEpoch && from <= w.log.latest-int64(w.limit.Per) {
+	w.cancel(w.log.offset(at), n)
+}
+
+func (w *SlidingLog) cancel(at, n int64) {
+	if n <= 0 {
+		return
+	}
+	from := sat.Add(at, w.margin)
+	if w.log.seen && from <= w.log.latest-int64(w.limit.Per) {
 		return // its record has left the window already: nothing of it to erase
 	}
 	w.log.remove(from, n)
@@ -108,5 +121,19 @@ func (w *SlidingLog) Cancel(at time.Time, n int64) {
 // Done implements Policy. It does nothing: the window counts starts only.
 func (w *SlidingLog) Done(time.Time, int64) {}
 
-// DoneUsesTime implements Policy: it returns false.
-func (w *SlidingLog) DoneUsesTime() bool { return false }
+// fastSlidingLog is the engine's form of a SlidingLog (winfast.Window).
+type fastSlidingLog SlidingLog
+
+func (f *fastSlidingLog) w() *SlidingLog                   { return (*SlidingLog)(f) }
+func (f *fastSlidingLog) Start(e time.Time) time.Time      { return f.log.start(e) }
+func (f *fastSlidingLog) Capacity() int64                  { return f.limit.N }
+func (f *fastSlidingLog) AdmitCached(int64) bool           { return false } // a start is stamped with the instant: Admit decides
+func (f *fastSlidingLog) Admit(now, n int64) (int64, bool) { return f.w().admit(now, n) }
+func (f *fastSlidingLog) Cancel(at, n int64)               { f.w().cancel(at, n) }
+func (f *fastSlidingLog) Done(_, _ int64)                  {}
+func (f *fastSlidingLog) DoneUsesTime() bool               { return false }
+func (f *fastSlidingLog) SetLimit(now, n int64, per time.Duration) {
+	l := Limit{N: n, Per: per}
+	l.check("SlidingLog.SetLimit")
+	f.w().setLimit(now, l)
+}

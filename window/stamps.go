@@ -3,6 +3,8 @@ package window
 import (
 	"math"
 	"time"
+
+	"github.com/ratesem/ratesem/internal/winfast"
 )
 
 // entry is n units stamped at the instant at, in nanoseconds since the
@@ -34,6 +36,7 @@ type stamps struct {
 type base struct {
 	epoch    time.Time
 	hasEpoch bool
+	seen     bool  // clamp has been called: latest is set
 	latest   int64 // the latest offset clamp has returned
 }
 
@@ -46,19 +49,39 @@ func (b *base) offset(t time.Time) int64 {
 	return int64(t.Sub(b.epoch))
 }
 
+// start is winfast.Window.Start: it fixes the epoch at e unless one is set
+// and returns the epoch in use.
+func (b *base) start(e time.Time) time.Time {
+	if !b.hasEpoch {
+		b.epoch, b.hasEpoch = e, true
+	}
+	return b.epoch
+}
+
 // clamp is offset for an instant that moves the window on: an instant earlier
 // than the latest one seen is taken as that latest one (the Policy contract),
 // so instants that reach a window slightly out of order (callers that read
 // the clock before taking a lock) never make it forget what it counted.
-func (b *base) clamp(t time.Time) int64 {
-	if off := b.offset(t); off > b.latest {
-		b.latest = off
+func (b *base) clamp(t time.Time) int64 { return b.clampNs(b.offset(t)) }
+
+// clampNs is clamp for an instant already in nanoseconds since the epoch.
+// The first instant it sees is taken as it is, even if earlier than the
+// epoch: the epoch is only an origin (a call refused before the window read
+// the time, or the engine's construction, may have set it), never an
+// instant seen.
+func (b *base) clampNs(off int64) int64 {
+	if off > b.latest || !b.seen {
+		b.latest, b.seen = off, true
 	}
 	return b.latest
 }
 
-// instant converts an offset back to a time.Time.
+// instant converts an offset back to a time.Time; winfast.None is the zero
+// time.Time.
 func (b *base) instant(off int64) time.Time {
+	if off == winfast.None {
+		return time.Time{}
+	}
 	return b.epoch.Add(time.Duration(off))
 }
 

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ratesem/ratesem/internal/sat"
+	"github.com/ratesem/ratesem/internal/winfast"
 )
 
 // TokenBucket is the token bucket: a bucket of Burst units, full at first,
@@ -69,8 +70,12 @@ func (b *TokenBucket) Tokens(now time.Time) int64 {
 }
 
 // refill brings the bucket up to now and returns now's offset.
-func (b *TokenBucket) refill(now time.Time) int64 {
-	t := b.clamp(now)
+func (b *TokenBucket) refill(now time.Time) int64 { return b.refillNs(b.offset(now)) }
+
+// refillNs is refill at an offset: it brings the bucket up to now (or the
+// latest instant seen, if later) and returns that instant.
+func (b *TokenBucket) refillNs(now int64) int64 {
+	t := b.clampNs(now)
 	if !b.started {
 		b.last, b.admitted, b.started = t, t, true
 	}
@@ -112,7 +117,11 @@ func (b *TokenBucket) fill() { b.tokens, b.frac = b.burst, 0 }
 // NewTokenBucket follows the new N. It panics on a negative limit.
 func (b *TokenBucket) SetLimit(now time.Time, l Limit) {
 	l.check("TokenBucket.SetLimit")
-	b.refill(now)
+	b.setLimit(b.offset(now), l)
+}
+
+func (b *TokenBucket) setLimit(now int64, l Limit) {
+	b.refillNs(now)
 	debt := b.burst - b.tokens
 	if l.Per != b.limit.Per {
 		// The fraction of a unit refilled so far is kept, rounded down.
@@ -132,40 +141,40 @@ func (b *TokenBucket) SetLimit(now time.Time, l Limit) {
 	}
 }
 
-// AdmitCached implements Policy: it returns false. (Taking tokens from a
-// stale reading and refilling later would forget the cap the bucket hit
-// meanwhile, and admit too much.)
-func (b *TokenBucket) AdmitCached(int64) bool { return false }
-
 // Admit implements Policy. A call of n units is admitted at now when the
 // bucket, refilled to now, holds n units. Otherwise the instant returned is
 // when the refill will have brought it to n; it is the zero time.Time when
 // n exceeds the burst or N is 0.
 func (b *TokenBucket) Admit(now time.Time, n int64) (time.Time, bool) {
+	at, ok := b.admit(b.offset(now), n)
+	return b.instant(at), ok
+}
+
+func (b *TokenBucket) admit(now, n int64) (int64, bool) {
 	if n < 0 {
-		return time.Time{}, false
+		return winfast.None, false
 	}
 	if n == 0 {
-		return time.Time{}, true
+		return winfast.None, true
 	}
 	if n > b.burst {
-		return time.Time{}, false
+		return winfast.None, false
 	}
 	if b.limit.Per == 0 {
-		return time.Time{}, true // instant refill: no rate
+		return winfast.None, true // instant refill: no rate
 	}
-	t := b.refill(now)
+	t := b.refillNs(now)
 	if n <= b.tokens {
 		b.tokens -= n
 		b.admitted = t
-		return time.Time{}, true
+		return winfast.None, true
 	}
 	if b.limit.N == 0 {
-		return time.Time{}, false
+		return winfast.None, false
 	}
 	// The smallest e with e·N + frac ≥ (n − tokens)·Per.
 	need := mul128(n-b.tokens, int64(b.limit.Per)).sub(u128{0, uint64(b.frac)})
-	return b.instant(sat.Add(t, need.divCeil(b.limit.N))), false
+	return sat.Add(t, need.divCeil(b.limit.N)), false
 }
 
 // Cancel implements Policy: the n units go back into the bucket (up to the
@@ -174,7 +183,14 @@ func (b *TokenBucket) Admit(now time.Time, n int64) (time.Time, bool) {
 // not given back: whether the bucket would have overflowed meanwhile is not
 // recorded, so giving them back could admit more than the rule allows.
 func (b *TokenBucket) Cancel(at time.Time, n int64) {
-	if n <= 0 || b.offset(at) < b.admitted {
+	if n <= 0 {
+		return
+	}
+	b.cancel(b.offset(at), n)
+}
+
+func (b *TokenBucket) cancel(at, n int64) {
+	if n <= 0 || at < b.admitted {
 		return
 	}
 	b.tokens += min(n, b.burst-b.tokens)
@@ -186,8 +202,25 @@ func (b *TokenBucket) Cancel(at time.Time, n int64) {
 // Done implements Policy. It does nothing: the bucket counts starts only.
 func (b *TokenBucket) Done(time.Time, int64) {}
 
-// DoneUsesTime implements Policy: it returns false.
-func (b *TokenBucket) DoneUsesTime() bool { return false }
+// fastTokenBucket is the engine's form of a TokenBucket or LeakyBucket
+// (winfast.Window). Taking tokens from a stale reading and refilling later
+// would forget the cap the bucket hit meanwhile, and admit too much, so
+// AdmitCached is always false.
+type fastTokenBucket TokenBucket
+
+func (f *fastTokenBucket) b() *TokenBucket                  { return (*TokenBucket)(f) }
+func (f *fastTokenBucket) Start(e time.Time) time.Time      { return f.start(e) }
+func (f *fastTokenBucket) Capacity() int64                  { return f.burst }
+func (f *fastTokenBucket) AdmitCached(int64) bool           { return false }
+func (f *fastTokenBucket) Admit(now, n int64) (int64, bool) { return f.b().admit(now, n) }
+func (f *fastTokenBucket) Cancel(at, n int64)               { f.b().cancel(at, n) }
+func (f *fastTokenBucket) Done(_, _ int64)                  {}
+func (f *fastTokenBucket) DoneUsesTime() bool               { return false }
+func (f *fastTokenBucket) SetLimit(now, n int64, per time.Duration) {
+	l := Limit{N: n, Per: per}
+	l.check("TokenBucket.SetLimit")
+	f.b().setLimit(now, l)
+}
 
 // LeakyBucket is the leaky bucket as a meter: a bucket of Capacity units
 // that leaks at N units per Per; a call of n units pours n units in, and is

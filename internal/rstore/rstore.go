@@ -63,6 +63,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/ratesem/ratesem"
+	"github.com/ratesem/ratesem/internal/winfast"
 	"github.com/ratesem/ratesem/window"
 )
 
@@ -288,7 +289,7 @@ func SpecOf(p window.Policy) (Spec, error) {
 		s.Kind = Completion
 	case *window.FixedWindow:
 		s.Kind = FixedWindow
-		if w.DoneUsesTime() { // only NewFixedCompletion reads Done's instant
+		if winfast.Of(w).DoneUsesTime() { // only NewFixedCompletion reads Done's instant
 			s.Kind = FixedCompletion
 		}
 	case *window.SlidingLog:
