@@ -8,6 +8,7 @@ import (
 	"github.com/ratesem/ratesem"
 	"github.com/ratesem/ratesem/internal/rstore"
 	"github.com/ratesem/ratesem/internal/sat"
+	"github.com/ratesem/ratesem/internal/winfast"
 
 	"github.com/ratesem/ratesem/window"
 )
@@ -78,18 +79,29 @@ func (p *Pool) consumeLocked(l *limiter, r window.Reconciler, extra int64, now t
 
 // ObserveHeaders reads, for each charge of the ticket whose rule has a Usage
 // function, the server's count from the headers of the call's response, and
-// makes the local window count what it did not know of: the server counted
-// used units when this call arrived, the local window counted usedAtAdmit
-// when it admitted it (this call and the ones admitted before it, which
-// reach the server before it), so used − usedAtAdmit units come from
-// elsewhere (another process on the same IP or account). Units already taken
-// in from later responses are not counted twice. Feedback never loosens the
-// local accounting, and the arithmetic saturates: a count of up to
-// math.MaxInt64 makes the window take in at most the rule's limit ("full
-// until the window moves"); a negative count is ignored. (Comparing with
-// the window's count now instead, as Reconcile does, would take the units
-// of calls still on their way for room; use Reconcile when no Ticket is at
-// hand.) It never blocks and is safe for concurrent use.
+// makes the local window count what it did not know of (units spent by
+// another process on the same IP or account).
+//
+// For a fixed completion window (the Binance preset's) the comparison is
+// safe: the server had counted this call and, of this pool's calls, surely
+// those that had ended before this one was admitted, and perhaps others
+// still on their way (calls can overtake each other on the wire), so at
+// most used − (those ended) − (this call's weight) units came from
+// elsewhere; the window takes in that many, less what it already took in
+// during the window. It may count this pool's calls in flight twice for a
+// while, never fewer units than the server may end up with. A response to
+// a call admitted in an earlier window is ignored: its count may be that
+// window's. For the other windows the count is compared with the window's
+// count when the call was admitted (this call and the ones admitted before
+// it), less what was taken in since.
+//
+// Feedback never loosens the local accounting, and the arithmetic
+// saturates: a count of up to math.MaxInt64 makes the window take in at
+// most the rule's limit ("full until the window moves"); a negative count
+// is ignored. (Comparing with the window's count now instead, as Reconcile
+// does, would take the units of calls still on their way for room; use
+// Reconcile when no Ticket is at hand.) It never blocks and is safe for
+// concurrent use.
 func (t *Ticket) ObserveHeaders(h http.Header) {
 	if t.pool.rem != nil {
 		t.observeRedis(h)
@@ -120,6 +132,17 @@ func (p *Pool) observe(hd *held, used int64) int64 {
 	if !ok {
 		return 0
 	}
+	now := p.now()
+	if hd.marked {
+		// A fixed completion window (see ObserveHeaders): at most used −
+		// ended − n units came from elsewhere, less what the window took
+		// in already; a call admitted in an earlier window is ignored.
+		win, _, taken, ok := winfast.Mark(hd.lim.policy, now)
+		if !ok || win != hd.recAtAdmit {
+			return 0
+		}
+		return p.consumeLocked(hd.lim, r, sat.Sub(sat.Sub(sat.Sub(used, hd.usedAtAdmit), hd.n), taken), now)
+	}
 	known := hd.lim.reconciled() - hd.recAtAdmit // taken in since this call was admitted; ≥ 0
-	return p.consumeLocked(hd.lim, r, sat.Sub(sat.Sub(used, hd.usedAtAdmit), known), p.now())
+	return p.consumeLocked(hd.lim, r, sat.Sub(sat.Sub(used, hd.usedAtAdmit), known), now)
 }

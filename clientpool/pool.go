@@ -14,6 +14,7 @@ import (
 	"github.com/ratesem/ratesem"
 	"github.com/ratesem/ratesem/internal/rstore"
 	"github.com/ratesem/ratesem/internal/sat"
+	"github.com/ratesem/ratesem/internal/winfast"
 
 	"github.com/ratesem/ratesem/internal/wake"
 	"github.com/ratesem/ratesem/window"
@@ -182,9 +183,12 @@ type held struct {
 	n   int64
 	// For rules with Usage: the window's count right after this call was
 	// admitted, and the limiter's reconciled units then (see
-	// Ticket.ObserveHeaders).
+	// Ticket.ObserveHeaders). When marked (a fixed completion window),
+	// instead: the units of the window's calls that had ended by this
+	// admission, and the window's index.
 	usedAtAdmit, recAtAdmit int64
 	thrAtAdmit              uint32 // lim.throttles at admission
+	marked                  bool
 }
 
 // qnode is a waiting call's place on one of its limiters: nodes[i] of a
@@ -584,7 +588,9 @@ func (p *Pool) admitLocked(hs []held, nodes []qnode, now time.Time) (at time.Tim
 		h.lim.inflight += h.n
 		h.thrAtAdmit = h.lim.throttles()
 		if h.lim.rule.Usage != nil {
-			if r, ok := h.lim.policy.(window.Reconciler); ok {
+			if win, ended, _, ok := winfast.Mark(h.lim.policy, now); ok {
+				h.usedAtAdmit, h.recAtAdmit, h.marked = ended, win, true
+			} else if r, ok := h.lim.policy.(window.Reconciler); ok {
 				h.usedAtAdmit, h.recAtAdmit = r.Used(now), h.lim.reconciled()
 			}
 		}

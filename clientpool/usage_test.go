@@ -83,11 +83,15 @@ func TestClassify(t *testing.T) {
 	}
 }
 
-// Ticket.ObserveHeaders compares the server's count with the window's count
-// when the call was admitted, so calls still on their way are not mistaken
-// for room: A and B are admitted; A's response says 5 (a foreign 4 plus A;
-// B has not arrived yet), so the window must count 4 + A + B = 6; B's
-// response then says 6, nothing new.
+// Ticket.ObserveHeaders compares the server's count with the calls of the
+// window that had ended when the call was admitted, so calls still on their
+// way are not mistaken for room: A and B are admitted; A's response says 5
+// (a foreign 4 plus A; B has not arrived yet), so the window must count 4 +
+// A + B = 6. B's response then says 6: that may be 5 foreign + B with A
+// still on its way (calls can overtake each other on the wire), so the
+// window counts 7, the most the server may end up with. C, admitted once A
+// and B ended, says 7: nothing new (7 − the 2 that had ended − C = 4 ≤ the
+// 5 taken in).
 func TestTicketObserveHeadersInFlight(t *testing.T) {
 	rule := clientpool.Rule{
 		Name: "ip", Limit: window.Limit{N: 10, Per: time.Minute},
@@ -102,9 +106,15 @@ func TestTicketObserveHeadersInFlight(t *testing.T) {
 		t.Fatalf("Used = %d after A's response said 5, want 6 (4 foreign + A + B)", got)
 	}
 	b.ObserveHeaders(hdr("X-MBX-USED-WEIGHT-1M", "6"))
-	if got := p.Snapshot()[0].Used; got != 6 {
-		t.Fatalf("Used = %d after B's response said 6, want 6: counted twice", got)
+	if got := p.Snapshot()[0].Used; got != 7 {
+		t.Fatalf("Used = %d after B's response said 6, want 7 (5 foreign + B, and A on its way)", got)
 	}
 	a.Release()
 	b.Release()
+	c := acquire(t, p, clientpool.Charge{Rule: "ip", Weight: 1})
+	c.ObserveHeaders(hdr("X-MBX-USED-WEIGHT-1M", "7"))
+	if got := p.Snapshot()[0].Used; got != 8 {
+		t.Fatalf("Used = %d after C's response said 7, want 8 (7 + C): counted twice", got)
+	}
+	c.Release()
 }

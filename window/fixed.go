@@ -34,6 +34,9 @@ type FixedWindow struct {
 	used     int64 // units counted in window win
 	inflight int64 // units admitted and not yet Done; counted only with carry
 	carry    bool  // NewFixedCompletion: calls in flight count in every window they touch
+	// With carry, for usage reports (winfast.Mark): the units of the calls
+	// that ended in window win, and the units Consume added in it.
+	ended, taken int64
 }
 
 // NewFixedWindow returns a fixed window counter for l with nothing counted.
@@ -69,7 +72,7 @@ func (w *FixedWindow) Limit() Limit { return w.limit }
 // window starts with the units in flight (with carry) or with none.
 func (w *FixedWindow) roll(t int64) {
 	if idx := floorDiv(t, int64(w.limit.Per)); idx > w.win {
-		w.win, w.used = idx, 0
+		w.win, w.used, w.ended, w.taken = idx, 0, 0, 0
 		if w.carry {
 			w.used = w.inflight
 		}
@@ -170,7 +173,20 @@ func (w *FixedWindow) done(t, n int64) {
 	if w.limit.Per > 0 {
 		w.roll(t)
 	}
-	w.inflight -= min(n, w.inflight)
+	d := min(n, w.inflight)
+	w.inflight -= d
+	w.ended += d // ≤ the units admitted: no overflow
+}
+
+// mark is winfast.Mark: the current window at t, the units of its calls
+// that ended and the units Consume added in it; ok only for a fixed
+// completion window with a rate.
+func (w *FixedWindow) mark(t int64) (win, ended, taken int64, ok bool) {
+	if !w.carry || w.limit.Per <= 0 {
+		return 0, 0, 0, false
+	}
+	w.roll(t)
+	return w.win, w.ended, w.taken, true
 }
 
 // after returns the instant wait nanoseconds after now, or the zero

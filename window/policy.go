@@ -78,7 +78,15 @@ var (
 	_ winfast.Window = (*foreign)(nil)
 )
 
-func init() { winfast.Of = fastOf }
+func init() {
+	winfast.Of = fastOf
+	winfast.Mark = func(p any, now time.Time) (win, ended, taken int64, ok bool) {
+		if w, is := p.(*FixedWindow); is {
+			return w.mark(now.UnixNano())
+		}
+		return 0, 0, 0, false
+	}
+}
 
 // fastOf is winfast.Of. It matches the exact types of this package: a type
 // of another package that embeds one of them may override its methods, so

@@ -84,11 +84,13 @@ func (w *FixedWindow) Used(now time.Time) int64 {
 func (w *FixedWindow) Consume(now time.Time, n int64) {
 	if w.limit.Per > 0 && n > 0 {
 		w.Used(now)
+		before := w.used
 		if n <= w.limit.N-w.used { // w.used ≤ N here: no overflow
 			w.used += n
 		} else {
 			w.used = max(w.used, w.limit.N)
 		}
+		w.taken += w.used - before // ≤ N per call, and reset with the window
 	}
 }
 

@@ -71,3 +71,12 @@ type Window interface {
 // It returns nil if p is nil. Package window sets it when it is
 // initialised, so it is set in every program that has a window.Policy.
 var Of func(p any) Window
+
+// Mark reports, for a fixed completion window of package window (p, a
+// window.Policy; ok false for any other), at the instant now: the index of
+// the window current at now, the units of the calls that ended in it, and
+// the units window.Reconciler.Consume added to it. A usage report of a call
+// admitted in window win, against the units that had ended by its
+// admission, bounds the units the server counted from elsewhere (see
+// clientpool's Ticket.ObserveHeaders). Package window sets it.
+var Mark func(p any, now time.Time) (win, ended, taken int64, ok bool)
