@@ -202,18 +202,37 @@ func run(ctx context.Context, cfg config) (result, error) {
 		res.PerWindow = append(res.PerWindow, byWindow[k][0])
 		res.OwnPerWindow = append(res.OwnPerWindow, byWindow[k][1])
 	}
-	// Ideal: our budget per window (the limit less the foreign client's
-	// spend) fills the window we start in, then whole windows; the last
-	// request starts when the window holding the last of the weight opens
-	// and takes one latency.
-	total, budget := int64(cfg.Requests)*2, lim.N-int64(cfg.Foreign)
-	res.Ideal = cfg.Latency
-	if total > budget {
-		more := (total - budget + budget - 1) / budget // windows after the first
-		rest := begin.Truncate(lim.Per).Add(lim.Per).Sub(begin)
-		res.Ideal += rest + time.Duration(more-1)*lim.Per
-	}
+	res.Ideal = ideal(int64(cfg.Requests)*2, lim.N-int64(cfg.Foreign), lim.Per,
+		begin.Truncate(lim.Per).Add(lim.Per).Sub(begin), cfg.Workers, cfg.Latency)
 	return res, nil
+}
+
+// ideal is the earliest the last of total weight units can finish, from
+// the start of the run, under both bounds a client cannot beat: the
+// server's rule (budget units per fixed window of length per, aligned to
+// the clock, the first window ending rest after the start) and the
+// workers' own speed (workers calls of 2 units in flight, each taking one
+// mean latency: 2·workers/latency units per second). A window holds at
+// most min(budget, what the workers can send before it ends); the last
+// request ends one latency after it starts. 18000 units at 6000 per window
+// fill exactly three windows only if the run starts early enough in the
+// first window for the workers to spend all of it; otherwise a fourth
+// window is needed.
+func ideal(total, budget int64, per, rest time.Duration, workers int, latency time.Duration) time.Duration {
+	if total <= 0 || budget <= 0 || workers <= 0 || latency <= 0 {
+		return 0
+	}
+	rate := float64(2*workers) / latency.Seconds() // units per second
+	t, end := time.Duration(0), rest
+	for left := total; ; {
+		room := min(budget, int64(rate*(end-t).Seconds()))
+		if left <= room {
+			// The last request starts once left units went out from t.
+			return t + time.Duration(float64(left-2)/rate*float64(time.Second)) + latency
+		}
+		left -= max(room, 0)
+		t, end = end, end+per
+	}
 }
 
 func main() {
@@ -235,7 +254,9 @@ func main() {
 	fmt.Printf("  requests        %d klines, weight 2 each (%d weight)\n", res.Requests, 2*res.Requests)
 	fmt.Printf("  rejections      %d   (HTTP 429 or 418)\n", res.Rejected)
 	fmt.Printf("  elapsed         %v\n", res.Elapsed.Round(time.Millisecond))
-	fmt.Printf("  ideal           %v   (the rest of the first window, then whole windows of %d, plus one latency)\n", res.Ideal.Round(time.Millisecond), res.Limit-int64(cfg.Foreign))
+	fmt.Printf("  ideal           %v   (the earliest finish that both the rule, %d units per window left by the foreign client, and %d workers at a mean latency of %v allow)\n",
+		res.Ideal.Round(time.Millisecond), res.Limit-int64(cfg.Foreign), cfg.Workers, cfg.Latency)
+	fmt.Printf("  efficiency      %.1f%%   (ideal / elapsed)\n", 100*res.Ideal.Seconds()/res.Elapsed.Seconds())
 	fmt.Printf("  budget per window (server's count, all clients / ours):\n")
 	for i, w := range res.PerWindow {
 		fmt.Printf("    window %d   %5d / %5d of %d   %5.1f%%\n", i, w, res.OwnPerWindow[i], res.Limit, 100*float64(w)/float64(res.Limit))
