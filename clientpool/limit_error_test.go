@@ -19,7 +19,7 @@ func TestNewBadLimitIsErrInvalidLimit(t *testing.T) {
 		{Name: "neg", Limit: window.Limit{N: -5, Per: time.Second}},
 		{Name: "noper", Limit: window.Limit{N: 5}},
 		{Name: "negper", Limit: window.Limit{N: 5, Per: -time.Second}},
-		{Name: "conc", Limit: window.Limit{N: 5, Per: time.Second}, Concurrency: -1},
+		{Name: "conc", Limit: window.Limit{N: 5, Per: time.Second}, MaxUnitsInFlight: -1},
 	} {
 		_, err := clientpool.New(clientpool.Table{Rules: []clientpool.Rule{r}})
 		if !errors.Is(err, ratesem.ErrInvalidLimit) {

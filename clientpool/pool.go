@@ -287,8 +287,8 @@ func (rs *ruleState) setLimit(l window.Limit) {
 	rs.limit = l
 	rs.capacity = rs.newPolicy(l).Capacity()
 	rs.cap = math.MaxInt64
-	if rs.Concurrency > 0 {
-		rs.cap = rs.Concurrency
+	if rs.MaxUnitsInFlight > 0 {
+		rs.cap = rs.MaxUnitsInFlight
 	}
 	rs.quiet = int64(quiet(l, rs.capacity))
 }

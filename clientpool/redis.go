@@ -151,7 +151,7 @@ func specOf(r *Rule, l window.Limit) (*rstore.Spec, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ratesem: rule %q: its window has no Redis form: %w", r.Name, err)
 	}
-	spec.Concurrency = r.Concurrency
+	spec.Concurrency = r.MaxUnitsInFlight
 	if err := spec.Check(); err != nil {
 		return nil, fmt.Errorf("ratesem: rule %q: its window cannot be kept in Redis: %w", r.Name, err)
 	}

@@ -551,7 +551,7 @@ func TestRedisChecksBeforeRedis(t *testing.T) {
 	srv := redistest.StartServer(t)
 	c := newClient(t, srv.Addr())
 	table := twoRules(5, 5, time.Minute)
-	table.Rules[1].Concurrency = 2
+	table.Rules[1].MaxUnitsInFlight = 2
 	p := newRedisPool(t, table, c, "chk", clientpool.WithMaxKeys(2))
 	held := acquire(t, p, clientpool.Charge{Rule: "a", Key: "k1", Weight: 1}, clientpool.Charge{Rule: "b", Key: "k1", Weight: 1})
 	defer held.Release()
@@ -952,7 +952,7 @@ func TestRedisPresetWindows(t *testing.T) {
 func TestRedisConcurrencyAcrossPools(t *testing.T) {
 	c := newClient(t, redistest.Start(t))
 	table := twoRules(100, 100, time.Second)
-	table.Rules[0].Concurrency = 2
+	table.Rules[0].MaxUnitsInFlight = 2
 	p1 := newRedisPool(t, table, c, "conc")
 	p2 := newRedisPool(t, table, c, "conc")
 	ch := clientpool.Charge{Rule: "a", Key: "k", Weight: 1}

@@ -28,9 +28,11 @@ type Rule struct {
 	// Policy.
 	Window func(window.Limit) window.Policy
 
-	// Concurrency caps the units in flight for one key; 0 means no cap
-	// beyond what the window allows.
-	Concurrency int64
+	// MaxUnitsInFlight caps the weight units of the calls in flight for one
+	// key (units, not calls: with weights 1 to 5 and a cap of 8, as few as
+	// two calls may be in flight); 0 means no cap beyond what the window
+	// allows. A cap on calls is a rule whose every endpoint charges weight 1.
+	MaxUnitsInFlight int64
 
 	// Key returns the key a request counts against under this rule (an
 	// IP, an account, an instrument, or several joined), and false when
@@ -96,8 +98,8 @@ func (r *Rule) check() error {
 		return errors.New("ratesem: a rule has no name")
 	case r.Limit.N <= 0 || r.Limit.Per <= 0:
 		return fmt.Errorf("ratesem: rule %q: limit %v: want N > 0 per Per > 0: %w", r.Name, r.Limit, ratesem.ErrInvalidLimit)
-	case r.Concurrency < 0:
-		return fmt.Errorf("ratesem: rule %q: negative concurrency %d: %w", r.Name, r.Concurrency, ratesem.ErrInvalidLimit)
+	case r.MaxUnitsInFlight < 0:
+		return fmt.Errorf("ratesem: rule %q: negative concurrency %d: %w", r.Name, r.MaxUnitsInFlight, ratesem.ErrInvalidLimit)
 	}
 	return nil
 }

@@ -8,7 +8,7 @@
 // Acquire returns and ends when Release is called, so release as soon as the
 // response has been read. WithStartWindow(margin) switches to the start
 // window (window.SlidingLog): faster, and safe while latency jitter ≤ margin.
-// WithConcurrency(c) caps units in flight below n. With interval 0 a
+// WithMaxUnitsInFlight(c) caps units in flight below n. With interval 0 a
 // RateSemaphore is exactly golang.org/x/sync/semaphore.NewWeighted(n).
 // NewWithPolicy(p) takes any other window of package window as the rate
 // policy (fixed window, sliding window counter, token bucket, leaky bucket,

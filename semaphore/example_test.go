@@ -106,7 +106,7 @@ func ExampleRateSemaphore_PauseFor() {
 func ExampleNewWithPolicy() {
 	sem := semaphore.NewWithPolicy(
 		window.NewGCRA(window.Limit{N: 10, Per: time.Second}, 3),
-		semaphore.WithConcurrency(2),
+		semaphore.WithMaxUnitsInFlight(2),
 	)
 	fmt.Println(sem.TryAcquire(2), sem.TryAcquire(1)) // the second exceeds the cap of 2 in flight
 	sem.Release(2)

@@ -46,12 +46,15 @@ func buildConfig(opts []Option) config {
 	return cfg
 }
 
-// WithConcurrency caps the units in flight at c, below the n given to New.
-// A cap above n has no effect: n units in flight is always the most. It
-// panics if c is negative. Default: the cap is n.
-func WithConcurrency(c int64) Option {
+// WithMaxUnitsInFlight caps the weight units in flight at c, below the n
+// given to New. It counts units, not calls: with weights 1 to 5 and a cap of
+// 8, as few as two calls may be in flight (acquire with weight 1 for a cap
+// on calls). A cap above n has no effect: n units in flight is always the
+// most. It panics if c is negative (a bug in the caller's code). Default:
+// the cap is n.
+func WithMaxUnitsInFlight(c int64) Option {
 	if c < 0 {
-		panic(fmt.Sprintf("ratesem: WithConcurrency(%d): negative cap", c))
+		panic(fmt.Sprintf("ratesem: WithMaxUnitsInFlight(%d): negative cap", c))
 	}
 	return func(cfg *config) { cfg.concurrency = c }
 }

@@ -51,7 +51,7 @@ func runProperty(t *testing.T, pc propertyCase, seed uint64, calls int) ([]recor
 		rng := rand.New(rand.NewPCG(seed, 99))
 		opts := []semaphore.Option{}
 		if pc.conc > 0 {
-			opts = append(opts, semaphore.WithConcurrency(pc.conc))
+			opts = append(opts, semaphore.WithMaxUnitsInFlight(pc.conc))
 		}
 		if pc.start {
 			opts = append(opts, semaphore.WithStartWindow(pc.margin))

@@ -34,7 +34,7 @@ type redisSem struct {
 	spec   atomic.Pointer[rstore.Spec] // replaced whole by SetLimit
 	local  *RateSemaphore              // the fallback, or nil
 	localN int64
-	capOpt int64 // WithConcurrency, or -1
+	capOpt int64 // WithMaxUnitsInFlight, or -1
 
 	obs func(ratesem.Event) // WithObserver, or nil
 
@@ -63,7 +63,7 @@ type heldCall struct {
 // The window is the completion window by default (at every instant, units
 // in flight + units of calls that ended within the last interval ≤ n,
 // across all processes), or the start window with a margin
-// (WithStartWindow); WithConcurrency caps the units in flight across every
+// (WithStartWindow); WithMaxUnitsInFlight caps the units in flight across every
 // process. WithClock is ignored: the server's clock is the only one.
 //
 // # Round trips and waiting
@@ -123,7 +123,7 @@ func NewRedis(c goredis.UniversalClient, name string, n int64, interval time.Dur
 			lo = append(lo, WithStartWindow(cfg.margin))
 		}
 		if cfg.concurrency >= 0 {
-			lo = append(lo, WithConcurrency(min(cfg.concurrency, localN)))
+			lo = append(lo, WithMaxUnitsInFlight(min(cfg.concurrency, localN)))
 		}
 		return New(localN, interval, lo...)
 	}
@@ -136,7 +136,7 @@ func NewRedis(c goredis.UniversalClient, name string, n int64, interval time.Dur
 // NewSubWindowCounter, NewTokenBucket, NewLeakyBucket, NewGCRA, NewPacer):
 // p, a fresh Policy, gives the kind and the limit kept in Redis, with the
 // exact guarantee its doc states, across every process sharing the name.
-// WithConcurrency caps the units in flight across every process;
+// WithMaxUnitsInFlight caps the units in flight across every process;
 // WithStartWindow is an error (the policy is the window). With
 // WithFallback, p itself, set to floor(share·N) units per Per, becomes the
 // local fallback (a bucket keeps its burst). The semaphore owns p. It
@@ -167,7 +167,7 @@ func NewRedisWithPolicy(c goredis.UniversalClient, name string, p window.Policy,
 			sp.Limit.N, sp.Limit.Per, ratesem.ErrInvalidLimit)
 	}
 	if cfg.concurrency == 0 {
-		return nil, fmt.Errorf("ratesem: NewRedisWithPolicy: WithConcurrency(0) admits nothing: %w", ratesem.ErrInvalidLimit)
+		return nil, fmt.Errorf("ratesem: NewRedisWithPolicy: WithMaxUnitsInFlight(0) admits nothing: %w", ratesem.ErrInvalidLimit)
 	}
 	if cfg.concurrency > 0 && cfg.concurrency < sp.Limit.N {
 		sp.Concurrency = cfg.concurrency
@@ -179,7 +179,7 @@ func NewRedisWithPolicy(c goredis.UniversalClient, name string, p window.Policy,
 		p.SetLimit(time.Now(), window.Limit{N: localN, Per: sp.Limit.Per})
 		var lo []Option
 		if cfg.concurrency >= 0 {
-			lo = append(lo, WithConcurrency(min(cfg.concurrency, localN)))
+			lo = append(lo, WithMaxUnitsInFlight(min(cfg.concurrency, localN)))
 		}
 		return NewWithPolicy(p, lo...)
 	}
@@ -238,7 +238,7 @@ func redisSpec(n int64, interval time.Duration, cfg config) (*rstore.Spec, error
 	if cfg.concurrency >= 0 && cfg.concurrency < n {
 		sp.Concurrency = cfg.concurrency
 		if cfg.concurrency == 0 {
-			return nil, fmt.Errorf("ratesem: NewRedis: WithConcurrency(0) admits nothing: %w", ratesem.ErrInvalidLimit)
+			return nil, fmt.Errorf("ratesem: NewRedis: WithMaxUnitsInFlight(0) admits nothing: %w", ratesem.ErrInvalidLimit)
 		}
 	}
 	return sp, nil

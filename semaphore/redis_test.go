@@ -36,7 +36,7 @@ func TestNewRedisChecksItsArguments(t *testing.T) {
 		{"x", 1, time.Second, []Option{WithJitter(-1)}},
 		{"x", 1, time.Second, []Option{WithRedisTimeout(0)}},
 		{"x", 1, time.Second, []Option{WithRedisPrefix("")}},
-		{"x", 2, time.Second, []Option{WithConcurrency(0)}},
+		{"x", 2, time.Second, []Option{WithMaxUnitsInFlight(0)}},
 	}
 	for i, b := range bad {
 		if s, err := NewRedis(c, b.name, b.n, b.per, b.opts...); err == nil {

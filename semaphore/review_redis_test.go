@@ -212,7 +212,7 @@ func TestReviewFixedCompletionFleet(t *testing.T) {
 func TestReviewMismatchedCapAcrossProcesses(t *testing.T) {
 	addr := redistest.Start(t)
 	name := uniqueName(t)
-	a := newRedisSem(t, newClient(t, addr), name, 5, time.Minute, WithConcurrency(1))
+	a := newRedisSem(t, newClient(t, addr), name, 5, time.Minute, WithMaxUnitsInFlight(1))
 	b := newRedisSem(t, newClient(t, addr), name, 5, time.Minute)
 	ctx := ctxT(t, 5*time.Second)
 	if err := a.Acquire(ctx, 1); err != nil {

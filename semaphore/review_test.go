@@ -101,7 +101,7 @@ func waitFor(t *testing.T, cond func() bool) {
 // waiting at 5s is granted "at 0s"; TotalWait becomes negative.
 func TestReleaseDescheduledBeforeLockKeepsWaitNonNegative(t *testing.T) {
 	c := newBlockingClock()
-	s := New(2, time.Second, WithClock(c), WithConcurrency(1))
+	s := New(2, time.Second, WithClock(c), WithMaxUnitsInFlight(1))
 	if err := s.Acquire(context.Background(), 1); err != nil {
 		t.Fatal(err)
 	}

@@ -48,7 +48,7 @@ type RateSemaphore struct {
 	mu       sync.Mutex
 	size     int64         // n: the most units per interval, and in flight
 	interval time.Duration // 0: no rate limit, exactly like x/sync's Weighted
-	capOpt   int64         // WithConcurrency, or -1
+	capOpt   int64         // WithMaxUnitsInFlight, or -1
 	conc     int64         // the concurrency cap in force: min(size, capOpt)
 	fit      int64         // the heaviest call that can ever start: min(conc, policy capacity)
 	cur      int64         // units in flight
@@ -108,7 +108,7 @@ func New(n int64, interval time.Duration, opts ...Option) *RateSemaphore {
 // that counts fixed windows, window.NewGCRA(l, burst) or
 // window.NewTokenBucket(l, burst) for a token bucket, and so on; each
 // documents its exact guarantee. The semaphore admits at most p.Limit().N
-// units in flight (or the WithConcurrency cap), and SetLimit(n, interval)
+// units in flight (or the WithMaxUnitsInFlight cap), and SetLimit(n, interval)
 // sets p's limit to n per interval. Waiting, FIFO order, cancellation, Pause
 // and Stats work as with New.
 //
@@ -471,7 +471,7 @@ func (s *RateSemaphore) PauseFor(d time.Duration) {
 // the accounting: units in flight and the window's record of calls still
 // inside the old window count against the new limit at once, so lowering it
 // never lets a burst through, and raising it admits waiters at once. A
-// concurrency cap set by WithConcurrency stays in force (never above n).
+// concurrency cap set by WithMaxUnitsInFlight stays in force (never above n).
 // Waiters whose weight no longer fits fail at once with ratesem.ErrWeightTooLarge;
 // with interval 0 they wait aside, as in Acquire, until their context ends or
 // a later SetLimit makes them fit, and then rejoin the queue in their order

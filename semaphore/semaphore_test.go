@@ -70,7 +70,7 @@ func TestConcurrencyCap(t *testing.T) {
 		// 10 per second but at most 2 in flight: calls of 100ms go two by two
 		// (call k+2 starts when call k ends) until the window binds: call 10
 		// starts 1s after call 0 ended.
-		s := semaphore.New(10, time.Second, semaphore.WithConcurrency(2))
+		s := semaphore.New(10, time.Second, semaphore.WithMaxUnitsInFlight(2))
 		got := fanOut(t, s, 12, 100*ms)
 		want := []time.Duration{0, 1, 100 * ms, 100*ms + 1, 200 * ms, 200*ms + 1,
 			300 * ms, 300*ms + 1, 400 * ms, 400*ms + 1, 1100 * ms, 1100*ms + 1}
@@ -89,7 +89,7 @@ func TestAcquireDoneContextNeverAcquires(t *testing.T) {
 }
 
 func TestWeightTooLarge(t *testing.T) {
-	s := semaphore.New(5, time.Second, semaphore.WithConcurrency(3))
+	s := semaphore.New(5, time.Second, semaphore.WithMaxUnitsInFlight(3))
 	err := s.Acquire(context.Background(), 6)
 	require.ErrorIs(t, err, ratesem.ErrWeightTooLarge)
 	assert.Contains(t, err.Error(), "weight 6")
@@ -342,7 +342,7 @@ func TestReleaseMoreThanHeldPanics(t *testing.T) {
 	assert.Panics(t, func() { s.Release(-1) })
 	assert.Panics(t, func() { semaphore.New(-1, time.Second) })
 	assert.Panics(t, func() { semaphore.New(1, -time.Second) })
-	assert.Panics(t, func() { semaphore.WithConcurrency(-1) })
+	assert.Panics(t, func() { semaphore.WithMaxUnitsInFlight(-1) })
 	assert.Panics(t, func() { semaphore.WithStartWindow(-1) })
 }
 
