@@ -41,7 +41,7 @@
 //     rules exactly (OKX's sliding 2 s windows, Binance's clock-aligned
 //     weights, usage headers, 429 and 418 bans) and log every arrival, for
 //     tests and examples.
-//   - window/redis/redistest: start real redis-server processes (one
+//   - redistest: start real redis-server processes (one
 //     server, or a 3-master cluster) for tests.
 //
 // The waiting (FIFO per limiter, pauses, deadlines, the fallback when Redis

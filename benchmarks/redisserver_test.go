@@ -18,7 +18,7 @@ import (
 // Otherwise it starts a redis-server child process on a free loopback port,
 // with no persistence, stopped when b ends; it skips b when there is no
 // redis-server on PATH. (The benchmarks start their own server instead of
-// using window/redis/redistest, so that they do not depend on a package
+// using redistest, so that they do not depend on a package
 // that may be removed.)
 func startRedis(b testing.TB) (addr string, owned bool) {
 	b.Helper()

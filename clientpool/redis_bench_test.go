@@ -7,7 +7,7 @@ import (
 
 	"github.com/ratesem/ratesem/clientpool"
 	"github.com/ratesem/ratesem/exchange/binance"
-	"github.com/ratesem/ratesem/window/redis/redistest"
+	"github.com/ratesem/ratesem/redistest"
 )
 
 // BenchmarkRedisBinanceOrder: a Binance order (REQUEST_WEIGHT,
@@ -20,7 +20,7 @@ func BenchmarkRedisBinanceOrder(b *testing.B) {
 	for i := range table.Rules {
 		table.Rules[i].Limit.N = 1 << 39
 	}
-	c := newClientB(b, redistest.Start(b))
+	c := newClientB(b, redistest.Start(b).Addr())
 	p, err := clientpool.New(table, clientpool.WithRedis(c, "bench"))
 	if err != nil {
 		b.Fatal(err)

@@ -12,11 +12,11 @@ import (
 
 	"github.com/ratesem/ratesem"
 	"github.com/ratesem/ratesem/clientpool"
-	"github.com/ratesem/ratesem/window/redis/redistest"
+	"github.com/ratesem/ratesem/redistest"
 )
 
 // startCluster3 starts a Redis Cluster of three masters on loopback
-// (redistest.StartCluster3) and returns a client of it, closed at the end.
+// (redistest.StartCluster) and returns a client of it, closed at the end.
 func startCluster3(t *testing.T) *goredis.ClusterClient {
 	t.Helper()
 	c, _ := newCluster3(t)
@@ -25,7 +25,7 @@ func startCluster3(t *testing.T) *goredis.ClusterClient {
 
 func newCluster3(t *testing.T) (*goredis.ClusterClient, *redistest.Cluster) {
 	t.Helper()
-	cl := redistest.StartCluster3(t)
+	cl := redistest.StartCluster(t)
 	c := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: cl.Addrs(), MaxRetries: -1, DialTimeout: time.Second})
 	t.Cleanup(func() { c.Close() })
 	return c, cl

@@ -14,7 +14,7 @@ import (
 	"github.com/ratesem/ratesem/exchange/binance"
 	"github.com/ratesem/ratesem/exchange/exchangetest"
 	"github.com/ratesem/ratesem/httpclient"
-	"github.com/ratesem/ratesem/window/redis/redistest"
+	"github.com/ratesem/ratesem/redistest"
 )
 
 // Two clients, each with its own Pool of the Binance preset over one
@@ -24,7 +24,7 @@ import (
 // violation, and both clients got their share through.
 func TestRedisBinanceEndToEnd(t *testing.T) {
 	t.Parallel() // long runs on their own servers: overlap their waits
-	t.Run("server", func(t *testing.T) { t.Parallel(); runBinanceEndToEnd(t, newClient(t, redistest.Start(t))) })
+	t.Run("server", func(t *testing.T) { t.Parallel(); runBinanceEndToEnd(t, newClient(t, redistest.Start(t).Addr())) })
 	t.Run("cluster", func(t *testing.T) { t.Parallel(); runBinanceEndToEnd(t, startCluster3(t)) })
 }
 

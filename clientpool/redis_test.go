@@ -22,8 +22,8 @@ import (
 	"github.com/ratesem/ratesem/exchange/binance"
 	"github.com/ratesem/ratesem/exchange/okx"
 	"github.com/ratesem/ratesem/internal/rstore"
+	"github.com/ratesem/ratesem/redistest"
 	"github.com/ratesem/ratesem/window"
-	"github.com/ratesem/ratesem/window/redis/redistest"
 )
 
 // The tests of Redis mode run against a real redis-server (and a Redis
@@ -284,7 +284,7 @@ func TestRedisFleetBinance(t *testing.T) {
 			if cluster {
 				c = startCluster3(t)
 			} else {
-				c = newClient(t, redistest.Start(t))
+				c = newClient(t, redistest.Start(t).Addr())
 			}
 			table := binanceTable()
 			table.Scope = "binance:ip-1"
@@ -362,7 +362,7 @@ func TestRedisFleetOKX(t *testing.T) {
 			if cluster {
 				c = startCluster3(t)
 			} else {
-				c = newClient(t, redistest.Start(t))
+				c = newClient(t, redistest.Start(t).Addr())
 			}
 			table := okxTable()
 			table.Scope = "okx:uid-1"
@@ -399,7 +399,7 @@ func twoRules(na, nb int64, per time.Duration) clientpool.Table {
 // once: their next call on it fails fast (its admission comes after its
 // deadline), other keys go on.
 func TestRedisThrottlePausesFleet(t *testing.T) {
-	c := newClient(t, redistest.Start(t))
+	c := newClient(t, redistest.Start(t).Addr())
 	table := twoRules(100, 100, time.Second)
 	p1 := newRedisPool(t, table, c, "thr")
 	p2 := newRedisPool(t, table, c, "thr")
@@ -434,7 +434,7 @@ func TestRedisThrottlePausesFleet(t *testing.T) {
 // weight: another client spent it) tightens every Pool: their next call on
 // that rule waits for the window to move.
 func TestRedisObserveHeadersTightensFleet(t *testing.T) {
-	c := newClient(t, redistest.Start(t))
+	c := newClient(t, redistest.Start(t).Addr())
 	table := binance.Spot(binance.WithTimeScale(2)) // a minute of weight lasts 30 s
 	p1 := newRedisPool(t, table, c, "obs")
 	p2 := newRedisPool(t, table, c, "obs")
@@ -473,7 +473,7 @@ func TestRedisObserveHeadersTightensFleet(t *testing.T) {
 // waiting on a full rule a and taking b too is cancelled; b's whole limit
 // is then free for another Pool at once.
 func TestRedisCancelLeavesNoTrace(t *testing.T) {
-	c := newClient(t, redistest.Start(t))
+	c := newClient(t, redistest.Start(t).Addr())
 	table := twoRules(2, 3, time.Minute)
 	p1 := newRedisPool(t, table, c, "cancel")
 	p2 := newRedisPool(t, table, c, "cancel")
@@ -510,7 +510,7 @@ func TestRedisCancelLeavesNoTrace(t *testing.T) {
 // a key fails with ratesem.ErrLimitMismatch rather than enforce its own limit. A
 // SetLimit in one Pool is adopted by the other.
 func TestRedisLimitMismatchAndSetLimit(t *testing.T) {
-	c := newClient(t, redistest.Start(t))
+	c := newClient(t, redistest.Start(t).Addr())
 	p1 := newRedisPool(t, twoRules(3, 3, time.Minute), c, "lim")
 	p2 := newRedisPool(t, twoRules(5, 3, time.Minute), c, "lim")
 	acquire(t, p1, clientpool.Charge{Rule: "a", Key: "k", Weight: 1}).Release()
@@ -548,7 +548,7 @@ func TestRedisLimitMismatchAndSetLimit(t *testing.T) {
 // and a sum that overflows fail at once with their own errors even when
 // Redis is down.
 func TestRedisChecksBeforeRedis(t *testing.T) {
-	srv := redistest.StartServer(t)
+	srv := redistest.Start(t)
 	c := newClient(t, srv.Addr())
 	table := twoRules(5, 5, time.Minute)
 	table.Rules[1].MaxUnitsInFlight = 2
@@ -629,7 +629,7 @@ type foreignPolicy struct{ window.Policy }
 
 // The observer sees the same kinds of Event in Redis mode as in process.
 func TestRedisObserver(t *testing.T) {
-	c := newClient(t, redistest.Start(t))
+	c := newClient(t, redistest.Start(t).Addr())
 	var mu sync.Mutex
 	kinds := map[ratesem.EventKind]int{}
 	obs := clientpool.WithObserver(func(e ratesem.Event) {
@@ -668,7 +668,7 @@ func TestRedisClose(t *testing.T) {
 	}
 	acquire(t, in, clientpool.Charge{Rule: "a", Weight: 1}).Release()
 
-	c := newClient(t, redistest.Start(t))
+	c := newClient(t, redistest.Start(t).Addr())
 	p := newRedisPool(t, twoRules(5, 5, time.Second), c, "close")
 	tk := acquire(t, p, clientpool.Charge{Rule: "a", Weight: 1})
 	if err := p.Close(); err != nil {
@@ -692,7 +692,7 @@ func TestRedisHostileKeys(t *testing.T) {
 			if cluster {
 				c = startCluster3(t)
 			} else {
-				c = newClient(t, redistest.Start(t))
+				c = newClient(t, redistest.Start(t).Addr())
 			}
 			table := twoRules(2, 2, time.Minute)
 			table.Scope = "{scope}}{"
@@ -742,7 +742,7 @@ func trunc(s string) string {
 // lost state is held full for the time it forgets).
 func TestRedisRestartMidRun(t *testing.T) {
 	t.Parallel() // long runs on their own servers: overlap their waits
-	srv := redistest.StartServer(t)
+	srv := redistest.Start(t)
 	c := newClient(t, srv.Addr())
 	table := binanceTable()
 	var pools []*clientpool.Pool
@@ -790,7 +790,7 @@ func TestRedisRestartMidRun(t *testing.T) {
 // SCRIPT FLUSH mid-run: not one call fails, and the windows hold.
 func TestRedisScriptFlushMidRun(t *testing.T) {
 	t.Parallel() // long runs on their own servers: overlap their waits
-	t.Run("server", func(t *testing.T) { t.Parallel(); runScriptFlush(t, newClient(t, redistest.Start(t))) })
+	t.Run("server", func(t *testing.T) { t.Parallel(); runScriptFlush(t, newClient(t, redistest.Start(t).Addr())) })
 	t.Run("cluster", func(t *testing.T) { t.Parallel(); runScriptFlush(t, startCluster3(t)) })
 }
 
@@ -816,7 +816,7 @@ func runScriptFlush(t *testing.T, c goredis.UniversalClient) {
 // A hostile Retry-After of an hour pauses the fleet no longer than
 // WithMaxPause, and Pause itself is capped the same way in Redis mode.
 func TestRedisMaxPause(t *testing.T) {
-	c := newClient(t, redistest.Start(t))
+	c := newClient(t, redistest.Start(t).Addr())
 	table := twoRules(100, 100, time.Second)
 	p1 := newRedisPool(t, table, c, "maxpause", clientpool.WithMaxPause(300*ms))
 	p2 := newRedisPool(t, table, c, "maxpause", clientpool.WithMaxPause(300*ms))
@@ -862,7 +862,7 @@ func TestRedisMaxPause(t *testing.T) {
 // Snapshot and Len say what this process knows in Redis mode: its own
 // units in flight per key, no window count (Used -1), the keys it used.
 func TestRedisSnapshot(t *testing.T) {
-	c := newClient(t, redistest.Start(t))
+	c := newClient(t, redistest.Start(t).Addr())
 	p1 := newRedisPool(t, twoRules(5, 5, time.Second), c, "snap")
 	p2 := newRedisPool(t, twoRules(5, 5, time.Second), c, "snap")
 	tk := acquire(t, p1, clientpool.Charge{Rule: "a", Key: "x", Weight: 3}, clientpool.Charge{Rule: "b", Weight: 1})
@@ -898,7 +898,7 @@ func manyCharges(n int) []clientpool.Charge {
 // the account's ORDERS_10S alone) and pauses them in every Pool: another
 // Pool's order on that account waits, its klines on the IP do not.
 func TestRedisThrottledResponseTargets(t *testing.T) {
-	c := newClient(t, redistest.Start(t))
+	c := newClient(t, redistest.Start(t).Addr())
 	table := binance.Spot()
 	p1 := newRedisPool(t, table, c, "target")
 	p2 := newRedisPool(t, table, c, "target")
@@ -929,7 +929,7 @@ func TestRedisThrottledResponseTargets(t *testing.T) {
 // scales whose windows are whole microseconds; at one whose aren't, New
 // says which rule cannot be kept in Redis.
 func TestRedisPresetWindows(t *testing.T) {
-	c := newClient(t, redistest.Start(t))
+	c := newClient(t, redistest.Start(t).Addr())
 	for _, table := range []clientpool.Table{binance.Spot(), binance.Spot(binance.WithTimeScale(20)), okx.Table(), okx.Table(okx.WithTimeScale(10))} {
 		newRedisPool(t, table, c, "presets")
 	}
@@ -950,7 +950,7 @@ func TestRedisPresetWindows(t *testing.T) {
 
 // Rule.Concurrency caps the units in flight per key across the fleet.
 func TestRedisConcurrencyAcrossPools(t *testing.T) {
-	c := newClient(t, redistest.Start(t))
+	c := newClient(t, redistest.Start(t).Addr())
 	table := twoRules(100, 100, time.Second)
 	table.Rules[0].MaxUnitsInFlight = 2
 	p1 := newRedisPool(t, table, c, "conc")
@@ -983,7 +983,7 @@ func TestRedisConcurrencyAcrossPools(t *testing.T) {
 // SetLimit below a waiter's weight in one Pool: the waiter in another Pool
 // fails rather than wait forever.
 func TestRedisSetLimitBelowWaiter(t *testing.T) {
-	c := newClient(t, redistest.Start(t))
+	c := newClient(t, redistest.Start(t).Addr())
 	p1 := newRedisPool(t, twoRules(5, 5, time.Minute), c, "below")
 	p2 := newRedisPool(t, twoRules(5, 5, time.Minute), c, "below")
 	full := acquire(t, p1, clientpool.Charge{Rule: "a", Key: "k", Weight: 5})
@@ -1015,7 +1015,7 @@ func TestRedisSetLimitBelowWaiter(t *testing.T) {
 // malformed one changes nothing. Pool.Reconcile does the same as
 // ObserveHeaders.
 func TestRedisHostileUsage(t *testing.T) {
-	c := newClient(t, redistest.Start(t))
+	c := newClient(t, redistest.Start(t).Addr())
 	table := binance.Spot(binance.WithTimeScale(100)) // REQUEST_WEIGHT: 6000 per 600 ms
 	p1 := newRedisPool(t, table, c, "usage")
 	p2 := newRedisPool(t, table, c, "usage")

@@ -14,7 +14,7 @@ import (
 
 	"github.com/ratesem/ratesem"
 	"github.com/ratesem/ratesem/internal/rstore"
-	"github.com/ratesem/ratesem/window/redis/redistest"
+	"github.com/ratesem/ratesem/redistest"
 )
 
 // server is one kind of Redis the fleet tests run against: a single
@@ -26,9 +26,9 @@ type server struct {
 }
 
 var servers = []server{
-	{"single", func(t *testing.T) []string { return []string{redistest.Start(t)} },
+	{"single", func(t *testing.T) []string { return []string{redistest.Start(t).Addr()} },
 		func(t testing.TB, addrs []string) goredis.UniversalClient { return newClient(t, addrs[0]) }},
-	{"cluster", func(t *testing.T) []string { return redistest.StartCluster3(t).Addrs() },
+	{"cluster", func(t *testing.T) []string { return redistest.StartCluster(t).Addrs() },
 		func(t testing.TB, addrs []string) goredis.UniversalClient { return newClusterClient(t, addrs...) }},
 }
 
@@ -140,7 +140,7 @@ func TestRedisManyProcessesShareTheLimit(t *testing.T) {
 // TestRedisStartWindowShared: the start window (WithStartWindow) over
 // three processes: no more than N units start in any interval.
 func TestRedisStartWindowShared(t *testing.T) {
-	addr := redistest.Start(t)
+	addr := redistest.Start(t).Addr()
 	name := uniqueName(t)
 	const (
 		N, P, G = 6, 3, 4
@@ -170,7 +170,7 @@ func TestRedisStartWindowShared(t *testing.T) {
 // the limit: the scripts are loaded again (go-redis falls back to EVAL on
 // NOSCRIPT), no call fails, and the guarantee holds over the whole run.
 func TestRedisScriptFlushMidRun(t *testing.T) {
-	addr := redistest.Start(t)
+	addr := redistest.Start(t).Addr()
 	admin := newClient(t, addr)
 	name := uniqueName(t)
 	const (
@@ -223,7 +223,7 @@ func TestRedisLostHashNeverExceedsTheLimit(t *testing.T) {
 }
 
 func testLostState(t *testing.T, hash bool) {
-	srv := redistest.StartServer(t)
+	srv := redistest.Start(t)
 	admin := newClient(t, srv.Addr())
 	name := uniqueName(t)
 	const (
@@ -306,7 +306,7 @@ func testLostState(t *testing.T, hash bool) {
 // the restart and over those after, separately (a restart empties the
 // node; see TestRedisLostStateNeverExceedsTheLimit).
 func TestRedisClusterNodeRestart(t *testing.T) {
-	cl := redistest.StartCluster3(t)
+	cl := redistest.StartCluster(t)
 	name := uniqueName(t)
 	const (
 		N, P, G = 6, 3, 3
@@ -405,7 +405,7 @@ func TestRedisClusterNodeRestart(t *testing.T) {
 // semaphore/redissem's window asserted; assert it again once rstore
 // detects it.
 func TestRedisRealEviction(t *testing.T) {
-	srv := redistest.StartServerArgs(t, "--maxmemory", "4mb", "--maxmemory-policy", "allkeys-random")
+	srv := redistest.Start(t, "--maxmemory", "4mb", "--maxmemory-policy", "allkeys-random")
 	admin := newClient(t, srv.Addr())
 	name := uniqueName(t)
 	const (

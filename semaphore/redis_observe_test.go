@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/ratesem/ratesem"
-	"github.com/ratesem/ratesem/window/redis/redistest"
+	"github.com/ratesem/ratesem/redistest"
 )
 
 // Over Redis the observer sees admissions with the semaphore's name as
@@ -23,7 +23,7 @@ func TestRedisObserver(t *testing.T) {
 		mu.Unlock()
 	}
 	name := uniqueName(t)
-	s := newRedisSem(t, newClient(t, redistest.Start(t)), name, 2, 200*time.Millisecond, WithObserver(obs), WithFallback(0.5))
+	s := newRedisSem(t, newClient(t, redistest.Start(t).Addr()), name, 2, 200*time.Millisecond, WithObserver(obs), WithFallback(0.5))
 	if err := s.Acquire(ctxT(t, 5*time.Second), 1); err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/ratesem/ratesem"
-	"github.com/ratesem/ratesem/window/redis/redistest"
+	"github.com/ratesem/ratesem/redistest"
 )
 
 // Probe timings of internal/remote, for the bounds below.
@@ -92,7 +92,7 @@ func runOutage(t *testing.T, srv *redistest.Server, sems []*RateSemaphore, g int
 // processes; no goroutine is left after Close.
 func TestRedisDownWithoutFallback(t *testing.T) {
 	noLeaks(t)
-	srv := redistest.StartServer(t)
+	srv := redistest.Start(t)
 	name := uniqueName(t)
 	const (
 		N, P, G = 6, 2, 4
@@ -136,7 +136,7 @@ func TestRedisDownWithoutFallback(t *testing.T) {
 // over the calls Redis admitted since.
 func TestRedisDownWithFallback(t *testing.T) {
 	noLeaks(t)
-	srv := redistest.StartServer(t)
+	srv := redistest.Start(t)
 	name := uniqueName(t)
 	const (
 		N, P, G = 8, 2, 4
@@ -209,7 +209,7 @@ func checkRecovered(t *testing.T, r outageRun, sems []*RateSemaphore, n int64, p
 // failures come at once, with no round trip while the last one is recent.
 func TestRedisFallbackEdges(t *testing.T) {
 	noLeaks(t)
-	srv := redistest.StartServer(t)
+	srv := redistest.Start(t)
 	srv.Stop()
 	s := newRedisSem(t, newClient(t, srv.Addr()), uniqueName(t), 4, 300*time.Millisecond,
 		WithFallback(0.5), WithRedisTimeout(200*time.Millisecond), WithEvictionAllowed())

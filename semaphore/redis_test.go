@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/ratesem/ratesem"
+	"github.com/ratesem/ratesem/redistest"
 	"github.com/ratesem/ratesem/window"
-	"github.com/ratesem/ratesem/window/redis/redistest"
 )
 
 func TestNewRedisChecksItsArguments(t *testing.T) {
@@ -63,7 +63,7 @@ func TestNewRedisChecksItsArguments(t *testing.T) {
 // TestRedisBasics: weights, zero weights, too large a weight, partial
 // releases, over-release, Close.
 func TestRedisBasics(t *testing.T) {
-	addr := redistest.Start(t)
+	addr := redistest.Start(t).Addr()
 	name := uniqueName(t)
 	s := newRedisSem(t, newClient(t, addr), name, 3, 100*time.Millisecond)
 	other := newRedisSem(t, newClient(t, addr), name, 3, 100*time.Millisecond)
@@ -130,7 +130,7 @@ func TestRedisBasics(t *testing.T) {
 // TestRedisDoReleasesOnPanic: DoN releases its units when fn panics, and
 // the panic goes on.
 func TestRedisDoReleasesOnPanic(t *testing.T) {
-	s := newRedisSem(t, newClient(t, redistest.Start(t)), uniqueName(t), 3, time.Second)
+	s := newRedisSem(t, newClient(t, redistest.Start(t).Addr()), uniqueName(t), 3, time.Second)
 	ctx := ctxT(t, 10*time.Second)
 	func() {
 		defer func() {
@@ -163,7 +163,7 @@ func TestRedisDoReleasesOnPanic(t *testing.T) {
 // context ends while it sleeps leaves nothing either, and the waiter behind
 // it moves on.
 func TestRedisCancelledCallerLeavesNoTrace(t *testing.T) {
-	addr := redistest.Start(t)
+	addr := redistest.Start(t).Addr()
 	name := uniqueName(t)
 	const per = 300 * time.Millisecond
 	var cancelNow atomic.Pointer[context.CancelFunc]
@@ -214,7 +214,7 @@ func TestRedisCancelledCallerLeavesNoTrace(t *testing.T) {
 // round trip, when waiters are queued or a pause is on, and after one
 // round trip when Redis refuses; it succeeds when there is room.
 func TestRedisTryAcquireNeverWaits(t *testing.T) {
-	s := newRedisSem(t, newClient(t, redistest.Start(t)), uniqueName(t), 1, 300*time.Millisecond)
+	s := newRedisSem(t, newClient(t, redistest.Start(t).Addr()), uniqueName(t), 1, 300*time.Millisecond)
 	ctx := ctxT(t, 10*time.Second)
 	if !s.TryAcquire(1) {
 		t.Fatal("TryAcquire with room failed")
@@ -252,7 +252,7 @@ func TestRedisTryAcquireNeverWaits(t *testing.T) {
 // a limit of 5 per 200 ms for a second: about two round trips per
 // admission, not one per goroutine.
 func TestRedisOnlyTheHeadTalksToRedis(t *testing.T) {
-	s := newRedisSem(t, newClient(t, redistest.Start(t)), uniqueName(t), 5, 200*time.Millisecond)
+	s := newRedisSem(t, newClient(t, redistest.Start(t).Addr()), uniqueName(t), 5, 200*time.Millisecond)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -280,7 +280,7 @@ func TestRedisOnlyTheHeadTalksToRedis(t *testing.T) {
 // deadline, Acquire fails at once with an error matching ratesem.ErrDeadline and
 // context.DeadlineExceeded.
 func TestRedisDeadlineFailsEarly(t *testing.T) {
-	s := newRedisSem(t, newClient(t, redistest.Start(t)), uniqueName(t), 1, 5*time.Second)
+	s := newRedisSem(t, newClient(t, redistest.Start(t).Addr()), uniqueName(t), 1, 5*time.Second)
 	ctx := ctxT(t, 10*time.Second)
 	if err := s.Acquire(ctx, 1); err != nil {
 		t.Fatal(err)
@@ -303,7 +303,7 @@ func TestRedisDeadlineFailsEarly(t *testing.T) {
 // once, and leaves no goroutine.
 func TestRedisCloseWakesWaiters(t *testing.T) {
 	noLeaks(t)
-	s := newRedisSem(t, newClient(t, redistest.Start(t)), uniqueName(t), 1, time.Hour)
+	s := newRedisSem(t, newClient(t, redistest.Start(t).Addr()), uniqueName(t), 1, time.Hour)
 	ctx := ctxT(t, 10*time.Second)
 	if err := s.Acquire(ctx, 1); err != nil {
 		t.Fatal(err)
@@ -335,7 +335,7 @@ func TestRedisCloseWakesWaiters(t *testing.T) {
 // is called gets ratesem.ErrClosed, and the admission is cancelled in Redis.
 func TestRedisCloseIsFinal(t *testing.T) {
 	noLeaks(t)
-	addr := redistest.Start(t)
+	addr := redistest.Start(t).Addr()
 	name := uniqueName(t)
 	var s *RateSemaphore
 	closed := make(chan struct{})
@@ -363,7 +363,7 @@ func TestRedisCloseIsFinal(t *testing.T) {
 // admissions never grows again, and every caller returns ratesem.ErrClosed.
 func TestRedisCloseIsFinalUnderLoad(t *testing.T) {
 	noLeaks(t)
-	s := newRedisSem(t, newClient(t, redistest.Start(t)), uniqueName(t), 1000, 10*time.Millisecond)
+	s := newRedisSem(t, newClient(t, redistest.Start(t).Addr()), uniqueName(t), 1000, 10*time.Millisecond)
 	ctx := ctxT(t, 10*time.Second)
 	var wg sync.WaitGroup
 	for range 16 {
@@ -395,7 +395,7 @@ func TestRedisCloseIsFinalUnderLoad(t *testing.T) {
 // WithEvictionAllowed; noeviction passes; a server forbidding CONFIG is
 // not checked.
 func TestRedisNewRefusesEviction(t *testing.T) {
-	srv := redistest.StartServerArgs(t, "--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru")
+	srv := redistest.Start(t, "--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru")
 	c := newClient(t, srv.Addr())
 	if _, err := NewRedis(c, uniqueName(t), 5, time.Minute); !errors.Is(err, ratesem.ErrEviction) {
 		t.Fatalf("allkeys-lru: %v; want ratesem.ErrEviction", err)
@@ -413,7 +413,7 @@ func TestRedisNewRefusesEviction(t *testing.T) {
 		t.Fatalf("noeviction: %v", err)
 	}
 	_ = s.Close()
-	srv2 := redistest.StartServerArgs(t, "--rename-command", "CONFIG", "")
+	srv2 := redistest.Start(t, "--rename-command", "CONFIG", "")
 	s, err = NewRedis(newClient(t, srv2.Addr()), uniqueName(t), 5, time.Minute)
 	if err != nil {
 		t.Fatalf("CONFIG forbidden: %v", err)
@@ -446,7 +446,7 @@ func TestRedisNegativeWeight(t *testing.T) {
 // TestRedisSetLimitIsAdoptedEverywhere: SetLimit in one process changes
 // the limit for another process built with the old limit.
 func TestRedisSetLimitIsAdoptedEverywhere(t *testing.T) {
-	addr := redistest.Start(t)
+	addr := redistest.Start(t).Addr()
 	name := uniqueName(t)
 	const per = time.Minute
 	a := newRedisSem(t, newClient(t, addr), name, 2, per)
@@ -482,7 +482,7 @@ func TestRedisSetLimitIsAdoptedEverywhere(t *testing.T) {
 // TestRedisLimitMismatch: a process built with another limit for the same
 // name gets ratesem.ErrLimitMismatch rather than enforcing its own.
 func TestRedisLimitMismatch(t *testing.T) {
-	addr := redistest.Start(t)
+	addr := redistest.Start(t).Addr()
 	name := uniqueName(t)
 	a := newRedisSem(t, newClient(t, addr), name, 2, time.Minute)
 	b := newRedisSem(t, newClient(t, addr), name, 5, time.Minute)
@@ -506,7 +506,7 @@ func TestRedisLimitMismatch(t *testing.T) {
 // one per emission interval; a fixed completion window shares its N; a
 // process opening the name with another kind gets ratesem.ErrLimitMismatch.
 func TestRedisWithPolicy(t *testing.T) {
-	addr := redistest.Start(t)
+	addr := redistest.Start(t).Addr()
 	c := newClient(t, "127.0.0.1:1")
 	if _, err := NewRedisWithPolicy(c, "x", nil); err == nil {
 		t.Fatal("nil policy accepted")

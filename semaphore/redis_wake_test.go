@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/ratesem/ratesem"
-	"github.com/ratesem/ratesem/window/redis/redistest"
+	"github.com/ratesem/ratesem/redistest"
 )
 
 // TestRedisReleaseElsewhereIsNoticedWithinAQuarterInterval: another
@@ -19,7 +19,7 @@ import (
 // the exact wait and is admitted an interval after that release (not a
 // minute later), with about one round trip per 50 ms meanwhile.
 func TestRedisReleaseElsewhereIsNoticedWithinAQuarterInterval(t *testing.T) {
-	addr := redistest.Start(t)
+	addr := redistest.Start(t).Addr()
 	name := uniqueName(t)
 	const per = 200 * time.Millisecond
 	a := newRedisSem(t, newClient(t, addr), name, 2, per)
@@ -59,7 +59,7 @@ func TestRedisReleaseElsewhereIsNoticedWithinAQuarterInterval(t *testing.T) {
 // (here the interval is 2 s, so the head would otherwise sleep 500 ms); it
 // asks again and is told the exact wait.
 func TestRedisLocalReleaseWakesTheHead(t *testing.T) {
-	s := newRedisSem(t, newClient(t, redistest.Start(t)), uniqueName(t), 2, 2*time.Second)
+	s := newRedisSem(t, newClient(t, redistest.Start(t).Addr()), uniqueName(t), 2, 2*time.Second)
 	ctx := ctxT(t, 5*time.Second)
 	if err := s.Acquire(ctx, 2); err != nil {
 		t.Fatal(err)
@@ -84,7 +84,7 @@ func TestRedisLocalReleaseWakesTheHead(t *testing.T) {
 // Redis) until it ends; calls in flight go on and can be released
 // meanwhile. Pause never blocks.
 func TestRedisPauseHoldsEveryProcess(t *testing.T) {
-	addr := redistest.Start(t)
+	addr := redistest.Start(t).Addr()
 	name := uniqueName(t)
 	const per = 100 * time.Millisecond
 	s1 := newRedisSem(t, newClient(t, addr), name, 4, per)
@@ -140,7 +140,7 @@ func TestRedisPauseHoldsEveryProcess(t *testing.T) {
 // free again.
 func TestRedisTimeoutsHoldWithADefaultClient(t *testing.T) {
 	noLeaks(t)
-	srv := redistest.StartServer(t)
+	srv := redistest.Start(t)
 	name := uniqueName(t)
 	const per = 100 * time.Millisecond
 	fast := newRedisSem(t, newClient(t, srv.Addr()), name, 3, per, WithRedisTimeout(200*time.Millisecond))
@@ -213,7 +213,7 @@ func TestRedisTimeoutsHoldWithADefaultClient(t *testing.T) {
 // never sooner than MinRetry: with an interval of 4 µs it would re-ask
 // after 1 µs, thousands of times a second.
 func TestRedisRetryNeverSpins(t *testing.T) {
-	addr := redistest.Start(t)
+	addr := redistest.Start(t).Addr()
 	name := uniqueName(t)
 	holder := newRedisSem(t, newClient(t, addr), name, 1, 4*time.Microsecond)
 	waiter := newRedisSem(t, newClient(t, addr), name, 1, 4*time.Microsecond)
@@ -238,7 +238,7 @@ func TestRedisRetryNeverSpins(t *testing.T) {
 // releases come after Close (dropped), loses no capacity for good: the
 // lease frees the units for another process.
 func TestRedisCloseLosesNothing(t *testing.T) {
-	addr := redistest.Start(t)
+	addr := redistest.Start(t).Addr()
 	name := uniqueName(t)
 	const lease = 300 * time.Millisecond
 	a := newRedisSem(t, newClient(t, addr), name, 2, 50*time.Millisecond, WithLease(lease))

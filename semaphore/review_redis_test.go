@@ -11,14 +11,14 @@ import (
 	"time"
 
 	"github.com/ratesem/ratesem"
+	"github.com/ratesem/ratesem/redistest"
 	"github.com/ratesem/ratesem/window"
-	"github.com/ratesem/ratesem/window/redis/redistest"
 )
 
 // TestReviewHostileInputsNeverPanic: huge and negative weights, MaxInt64
 // durations and binary names give errors, never a panic or a hang.
 func TestReviewHostileInputsNeverPanic(t *testing.T) {
-	addr := redistest.Start(t)
+	addr := redistest.Start(t).Addr()
 	c := newClient(t, addr)
 	ctx := ctxT(t, 10*time.Second)
 	for _, iv := range []time.Duration{math.MaxInt64, -1, 0, 1, time.Duration(math.MinInt64)} {
@@ -87,7 +87,7 @@ type reviewSpan struct {
 // recorded as its caller saw it (inside the span Redis counts), and at
 // every admission instant: units in flight + units ended in the last Per ≤ N.
 func TestReviewFleetCompletionInvariantUnderCancels(t *testing.T) {
-	srv := redistest.StartServer(t)
+	srv := redistest.Start(t)
 	name := uniqueName(t)
 	const n, per = 6, 300 * time.Millisecond
 	var sems []*RateSemaphore
@@ -151,7 +151,7 @@ func TestReviewFleetCompletionInvariantUnderCancels(t *testing.T) {
 // fixed completion window: per aligned window, calls whose span touches it
 // ≤ N.
 func TestReviewFixedCompletionFleet(t *testing.T) {
-	addr := redistest.Start(t)
+	addr := redistest.Start(t).Addr()
 	name := uniqueName(t)
 	const n, per = 5, 250 * time.Millisecond
 	var sems []*RateSemaphore
@@ -210,7 +210,7 @@ func TestReviewFixedCompletionFleet(t *testing.T) {
 // one with a concurrency cap of 1 and one without, must not silently
 // enforce the looser one.
 func TestReviewMismatchedCapAcrossProcesses(t *testing.T) {
-	addr := redistest.Start(t)
+	addr := redistest.Start(t).Addr()
 	name := uniqueName(t)
 	a := newRedisSem(t, newClient(t, addr), name, 5, time.Minute, WithMaxUnitsInFlight(1))
 	b := newRedisSem(t, newClient(t, addr), name, 5, time.Minute)
@@ -231,7 +231,7 @@ func TestReviewMismatchedCapAcrossProcesses(t *testing.T) {
 // dead server returns (ratesem.ErrUnavailable) instead of blocking forever, and
 // after Close every Acquire returns ratesem.ErrClosed.
 func TestReviewAcquireAfterRedisDeathReturns(t *testing.T) {
-	srv := redistest.StartServer(t)
+	srv := redistest.Start(t)
 	s, err := NewRedis(newClient(t, srv.Addr()), uniqueName(t), 1, time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -270,7 +270,7 @@ func TestReviewAcquireAfterRedisDeathReturns(t *testing.T) {
 // ratesem.ErrUnavailable (as if Redis were down); with WithFallback every call runs
 // on the local fallback forever, sharing nothing across the fleet, silently.
 func TestReviewOverlongNameIsNotAnOutage(t *testing.T) {
-	addr := redistest.Start(t)
+	addr := redistest.Start(t).Addr()
 	name := string(make([]byte, 600))
 	s, err := NewRedis(newClient(t, addr), name, 2, time.Second, WithFallback(0.5))
 	if err != nil {

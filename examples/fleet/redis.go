@@ -3,7 +3,7 @@ package main
 import (
 	"strings"
 
-	"github.com/ratesem/ratesem/window/redis/redistest"
+	"github.com/ratesem/ratesem/redistest"
 )
 
 // startRedis starts the Redis the workers share: one redis-server (no
@@ -20,7 +20,7 @@ func startRedis(cluster bool) (addr string, stop func(), err error) {
 		}
 		return s.Addr(), s.Stop, nil
 	}
-	c, err := redistest.LaunchCluster3()
+	c, err := redistest.LaunchCluster()
 	if err != nil {
 		return "", nil, err
 	}

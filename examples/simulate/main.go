@@ -57,7 +57,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/ratesem/ratesem/window/redis/redistest"
+	"github.com/ratesem/ratesem/redistest"
 )
 
 // row is one line of the simulation table.

@@ -15,7 +15,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/ratesem/ratesem/window/redis/redistest"
+	"github.com/ratesem/ratesem/redistest"
 )
 
 // TestMain doubles as the worker: the tests start copies of the test binary
@@ -42,7 +42,7 @@ var smallRow = row{Period: 500 * time.Millisecond, Limit: 20, Processes: 2, Conc
 // 10–30 ms latency.
 func runTestRow(t *testing.T, r row) rowResult {
 	t.Helper()
-	addr := redistest.Start(t)
+	addr := redistest.Start(t).Addr()
 	srv, err := startServer(testLatMin, testLatMax)
 	if err != nil {
 		t.Fatal(err)
@@ -236,7 +236,7 @@ func TestSeedTable(t *testing.T) {
 // a worker started without the Linux parent-death signal stops, with an
 // error, as soon as its stdin (the pipe from the parent) closes mid-run.
 func TestWorkerStopsWhenStdinCloses(t *testing.T) {
-	addr := redistest.Start(t)
+	addr := redistest.Start(t).Addr()
 	srv, err := startServer(testLatMin, testLatMax)
 	if err != nil {
 		t.Fatal(err)

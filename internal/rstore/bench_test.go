@@ -9,8 +9,8 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/ratesem/ratesem/redistest"
 	"github.com/ratesem/ratesem/window"
-	"github.com/ratesem/ratesem/window/redis/redistest"
 )
 
 // BenchmarkAdmit: one admission decision per op against one local
@@ -18,7 +18,7 @@ import (
 // EVALSHA of `return 1`. The limits never bind. The peer comparison with
 // go-redis/redis_rate is in the benchmarks module.
 func BenchmarkAdmit(b *testing.B) {
-	rdb := goredis.NewClient(&goredis.Options{Addr: redistest.Start(b), PoolSize: 64})
+	rdb := goredis.NewClient(&goredis.Options{Addr: redistest.Start(b).Addr(), PoolSize: 64})
 	defer rdb.Close()
 	s, _ := New(rdb, "bench", Options{})
 	ctx := context.Background()

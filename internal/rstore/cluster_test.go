@@ -9,7 +9,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/ratesem/ratesem/window/redis/redistest"
+	"github.com/ratesem/ratesem/redistest"
 )
 
 // TestCluster: on a 3-master cluster, every key of one scope hashes to one
@@ -17,7 +17,7 @@ import (
 // over the nodes, and a node restarted mid-run comes back empty and
 // serves again.
 func TestCluster(t *testing.T) {
-	cl := redistest.StartCluster3(t)
+	cl := redistest.StartCluster(t)
 	rdb := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: cl.Addrs()})
 	defer rdb.Close()
 	s, err := New(rdb, "cl", Options{})

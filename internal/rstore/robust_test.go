@@ -12,8 +12,8 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/ratesem/ratesem"
+	"github.com/ratesem/ratesem/redistest"
 	"github.com/ratesem/ratesem/window"
-	"github.com/ratesem/ratesem/window/redis/redistest"
 )
 
 // binanceOrder is the three charges of a Binance order: the IP's weight
@@ -233,7 +233,7 @@ func TestLostState(t *testing.T) {
 // fallback); after a restart without persistence the limiter starts empty
 // and a token from before is not in flight.
 func TestRestartAndScriptFlush(t *testing.T) {
-	srv := redistest.StartServer(t)
+	srv := redistest.Start(t)
 	rdb := goredis.NewClient(&goredis.Options{Addr: srv.Addr(), MaxRetries: -1})
 	t.Cleanup(func() { rdb.Close() })
 	s, _ := New(rdb, "restart", Options{})

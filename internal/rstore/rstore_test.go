@@ -8,8 +8,8 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/ratesem/ratesem/redistest"
 	"github.com/ratesem/ratesem/window"
-	"github.com/ratesem/ratesem/window/redis/redistest"
 )
 
 // vclock is a virtual clock the store reads instead of the server's TIME.
@@ -24,7 +24,7 @@ func spec(k Kind, n int64, per time.Duration) *Spec {
 
 func newStore(t *testing.T, clk *vclock, lease time.Duration) (*Store, *goredis.Client) {
 	t.Helper()
-	c := goredis.NewClient(&goredis.Options{Addr: redistest.Start(t)})
+	c := goredis.NewClient(&goredis.Options{Addr: redistest.Start(t).Addr()})
 	t.Cleanup(func() { c.Close() })
 	o := Options{Lease: lease}
 	if clk != nil {

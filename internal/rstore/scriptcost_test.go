@@ -9,8 +9,8 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/ratesem/ratesem/redistest"
 	"github.com/ratesem/ratesem/window"
-	"github.com/ratesem/ratesem/window/redis/redistest"
 )
 
 // TestExpScripts measures the server's µs per EVALSHA of the admission
@@ -24,7 +24,7 @@ func TestExpScripts(t *testing.T) {
 	if os.Getenv("EXP") == "" {
 		t.Skip()
 	}
-	rdb := goredis.NewClient(&goredis.Options{Addr: redistest.Start(t)})
+	rdb := goredis.NewClient(&goredis.Options{Addr: redistest.Start(t).Addr()})
 	ctx := context.Background()
 	s, _ := New(rdb, "bench", Options{})
 	gcra := &Spec{Kind: GCRA, Limit: window.Limit{N: 1 << 30, Per: time.Second}, Burst: 1 << 30}

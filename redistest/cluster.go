@@ -30,13 +30,13 @@ var clusterArgs = []string{
 	"--cluster-require-full-coverage", "no",
 }
 
-// StartCluster3 starts a 3-master Redis Cluster for t, joins it with
+// StartCluster starts a 3-master Redis Cluster for t, joins it with
 // `redis-cli --cluster create … --cluster-replicas 0 --cluster-yes`, and
 // waits until every node reports cluster_state:ok. The nodes are stopped
 // in t.Cleanup. It skips t when redis-server or redis-cli is missing
 // (fails it when CI is set), as StartServer does. Without persistence, a
 // restarted node comes back with its slots and without its keys.
-func StartCluster3(t testing.TB) *Cluster {
+func StartCluster(t testing.TB) *Cluster {
 	t.Helper()
 	if _, err := exec.LookPath("redis-cli"); err != nil {
 		msg := "redistest: no redis-cli on PATH; install it with `apt-get install redis-tools`"
@@ -47,7 +47,7 @@ func StartCluster3(t testing.TB) *Cluster {
 	}
 	c := &Cluster{}
 	for i := range c.nodes {
-		c.nodes[i] = StartServerArgs(t, clusterArgs...)
+		c.nodes[i] = Start(t, clusterArgs...)
 	}
 	if err := c.create(); err != nil {
 		t.Fatal(err)
@@ -55,9 +55,9 @@ func StartCluster3(t testing.TB) *Cluster {
 	return c
 }
 
-// LaunchCluster3 is StartCluster3 for a program rather than a test
+// LaunchCluster is StartCluster for a program rather than a test
 // (examples/fleet): the caller must call Stop.
-func LaunchCluster3() (*Cluster, error) {
+func LaunchCluster() (*Cluster, error) {
 	if _, err := exec.LookPath("redis-cli"); err != nil {
 		return nil, errors.New("redistest: no redis-cli on PATH; install it with `apt-get install redis-tools`")
 	}

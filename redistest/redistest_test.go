@@ -12,7 +12,7 @@ import (
 // TestStopAndStartAgain: the server answers, stops answering after Stop,
 // and answers again on the same address after Start.
 func TestStopAndStartAgain(t *testing.T) {
-	s := StartServer(t)
+	s := Start(t)
 	addr := s.Addr()
 	if err := ping(addr); err != nil {
 		t.Fatal(err)
@@ -32,15 +32,6 @@ func TestStopAndStartAgain(t *testing.T) {
 	s.Restart()
 	if err := ping(addr); err != nil {
 		t.Fatalf("after Restart: %v", err)
-	}
-}
-
-// TestStartUsesREDIS_ADDR: Start hands out REDIS_ADDR without starting
-// anything.
-func TestStartUsesREDIS_ADDR(t *testing.T) {
-	t.Setenv("REDIS_ADDR", "192.0.2.1:6379")
-	if got := Start(t); got != "192.0.2.1:6379" {
-		t.Fatalf("Start = %q", got)
 	}
 }
 
@@ -70,7 +61,6 @@ func (r *recordingTB) Fatalf(f string, a ...any) { r.failed = fmt.Sprintf(f, a..
 // TestNoBinary: without redis-server on PATH, Start skips with the install
 // command, except under CI, where it fails.
 func TestNoBinary(t *testing.T) {
-	t.Setenv("REDIS_ADDR", "")
 	t.Setenv("PATH", t.TempDir())
 	if _, err := exec.LookPath("redis-server"); err == nil {
 		t.Fatal("redis-server still found")

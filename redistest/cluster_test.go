@@ -11,7 +11,7 @@ import (
 // TestCluster3: three masters cover the slots; keys on every node can be
 // written and read, before and after a node restarts.
 func TestCluster3(t *testing.T) {
-	c := StartCluster3(t)
+	c := StartCluster(t)
 	ctx := context.Background()
 	rdb := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: c.Addrs()})
 	defer rdb.Close()

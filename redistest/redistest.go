@@ -28,21 +28,6 @@ import (
 // startTimeout bounds how long a start waits for PING to answer.
 const startTimeout = 10 * time.Second
 
-// Start returns the address (host:port) of a Redis server for t. When the
-// environment variable REDIS_ADDR is set it returns that address as is (the
-// tests must then use key names of their own: nothing is flushed).
-// Otherwise it starts a redis-server child process on a free loopback port,
-// waits until it answers PING, and stops it in t.Cleanup. It skips t when no
-// redis-server binary is found (fails it when CI is set). It is safe to call
-// from parallel tests; each call starts its own server.
-func Start(t testing.TB) (addr string) {
-	t.Helper()
-	if a := os.Getenv("REDIS_ADDR"); a != "" {
-		return a
-	}
-	return StartServer(t).Addr()
-}
-
 // Server is a redis-server child process that a test can stop and start
 // again on the same port. Its methods are safe for concurrent use.
 type Server struct {
@@ -58,26 +43,21 @@ type Server struct {
 	exited chan error // receives the running process's exit
 }
 
-// StartServer starts a redis-server child process on a free loopback port
-// (ignoring REDIS_ADDR: a server the test does not own cannot be restarted),
+// Start starts a redis-server child process for t on a free loopback port,
 // with no RDB snapshots, no append-only file and bound to 127.0.0.1, and
 // waits until it answers PING. The process is stopped in t.Cleanup. It
 // skips t when no redis-server binary is found (fails it when CI is set).
 //
 // The server accepts DEBUG from loopback clients (enable-debug-command
-// local), so tests can make it stall with DEBUG SLEEP.
-func StartServer(t testing.TB) *Server {
-	t.Helper()
-	return StartServerArgs(t)
-}
-
-// StartServerArgs is StartServer with more redis-server arguments, e.g.
-// "--maxmemory", "2mb", "--maxmemory-policy", "allkeys-lru".
-func StartServerArgs(t testing.TB, args ...string) *Server {
+// local), so tests can make it stall with DEBUG SLEEP. args are more
+// redis-server arguments, e.g. "--maxmemory", "2mb", "--maxmemory-policy",
+// "allkeys-lru". It is safe to call from parallel tests; each call starts
+// its own server.
+func Start(t testing.TB, args ...string) *Server {
 	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
-		msg := "redistest: no redis-server on PATH; install it with `apt-get install redis-server` (or set REDIS_ADDR)"
+		msg := "redistest: no redis-server on PATH; install it with `apt-get install redis-server`"
 		if os.Getenv("CI") != "" {
 			t.Fatal(msg + " [CI is set: not skipping]")
 		}
@@ -101,19 +81,19 @@ func StartServerArgs(t testing.TB, args ...string) *Server {
 
 // Launch starts a redis-server child process on a free loopback port for a
 // program rather than a test (examples/simulate uses it): the same settings
-// as StartServer (no snapshots, no append-only file, bound to 127.0.0.1; on
+// as Start (no snapshots, no append-only file, bound to 127.0.0.1; on
 // Linux it dies with its parent). It returns an error when no redis-server
 // binary is found or the server does not answer PING within a few seconds.
 // The caller must call Stop, which also removes the server's directory.
 // Start and Restart are for test servers only (they report through the
 // test); they panic on a launched one.
-func Launch() (*Server, error) { return launch() }
+func Launch(args ...string) (*Server, error) { return launch(args...) }
 
 // launch is Launch with more redis-server arguments.
 func launch(args ...string) (*Server, error) {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
-		return nil, errors.New("redistest: no redis-server on PATH; install it with `apt-get install redis-server` (or set REDIS_ADDR)")
+		return nil, errors.New("redistest: no redis-server on PATH; install it with `apt-get install redis-server`")
 	}
 	dir, err := os.MkdirTemp("", "ratesem-redis-")
 	if err != nil {
@@ -228,33 +208,6 @@ func (s *Server) start() error {
 	}
 }
 
-// StartCluster starts a redis-server child process as a Redis Cluster of
-// one node (cluster-enabled, every slot 0 to 16383 assigned to it) and
-// returns its address, once CLUSTER INFO reports cluster_state:ok. A
-// go-redis ClusterClient on that address routes by slot and refuses
-// commands whose keys span slots (CROSSSLOT), as a real cluster does. The
-// process is stopped in t.Cleanup; it skips t as StartServer does.
-func StartCluster(t testing.TB) (addr string) {
-	t.Helper()
-	s := StartServerArgs(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
-	if line, err := command(s.Addr(), "CLUSTER ADDSLOTSRANGE 0 16383"); err != nil || line != "+OK\r\n" {
-		t.Fatalf("redistest: CLUSTER ADDSLOTSRANGE: %q, %v", line, err)
-	}
-	deadline := time.Now().Add(startTimeout)
-	for {
-		line, err := command(s.Addr(), "CLUSTER INFO")
-		if err == nil && bytes.Contains([]byte(line), []byte("cluster_state:ok")) {
-			return s.Addr()
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("redistest: cluster not ok within %v: %q, %v", startTimeout, line, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// command sends one inline command and returns its reply: the first line,
-// or for a bulk string its whole body.
 func command(addr, cmd string) (string, error) {
 	c, err := net.DialTimeout("tcp", addr, time.Second)
 	if err != nil {
