@@ -105,6 +105,9 @@ type Pool struct {
 	timer     wake.Timer
 	evicted   []Charge     // evicted keys not yet reported (observer only)
 	evictedN  atomic.Int32 // len(evicted), read without the lock
+	// hook, set only by tests, is called under the lock when a waiter is
+	// made (done false) and when its wait ends (done true).
+	hook func(w *waiter, done bool)
 }
 
 type ruleState struct {
@@ -489,6 +492,9 @@ func (p *Pool) start(ctx context.Context, charges []Charge) (*Ticket, *waiter, e
 		hs[i].lim.waiting++
 	}
 	w.elem = p.waiters.PushBack(w)
+	if p.hook != nil {
+		p.hook(w, false)
+	}
 	p.tryWaiterLocked(w, now)
 	p.settleLocked(now)
 	return t, w, nil

@@ -218,6 +218,9 @@ func (p *Pool) finishLocked(w *waiter, err error) {
 		w.held[i].lim.waiting--
 	}
 	w.done, w.err = true, err
+	if p.hook != nil {
+		p.hook(w, true)
+	}
 	close(w.ready)
 }
 
