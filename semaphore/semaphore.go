@@ -225,7 +225,9 @@ func (s *RateSemaphore) instant(ns int64) time.Time {
 //     to come after that budget.
 //
 // A call that must wait reads its priority (ratesem.WithPriority) and its
-// queue-wait budget from ctx; a call admitted at once reads neither.
+// queue-wait budget from ctx; a call admitted at once reads neither. Built
+// with NewRedis, the queue-wait budget holds, but priorities and
+// WithMaxQueue do not apply yet: waiters are FIFO.
 //
 // Built with NewRedis, it may also return an error matching ratesem.ErrUnavailable
 // (Redis unreachable, no fallback), ratesem.ErrLimitMismatch (another process

@@ -404,8 +404,34 @@ func (c *Call) Local() bool { return c.local != nil }
 // error matching ErrUnavailable when Redis cannot be reached and there is
 // no Fallback (or it refused); ErrClosed after Close. The charges (and
 // their Specs) must not change until the Call is released.
+//
+// A queue-wait budget on ctx (ratesem.WithQueueWait) bounds the wait: when
+// it runs out first, or the admission is known to come after it, Acquire
+// fails with an error matching ratesem.ErrQueueTimeout (and not
+// context.DeadlineExceeded). The priority of ctx (ratesem.WithPriority) is
+// not applied by this engine yet: its waiters are FIFO.
 func (e *Engine) Acquire(ctx context.Context, scope string, cs []rstore.Charge) (*Call, error) {
-	return e.acquire(ctx, scope, cs, false)
+	budget := ratesem.QueueWaitOf(ctx)
+	if budget <= 0 || len(cs) == 0 {
+		return e.acquire(ctx, scope, cs, false)
+	}
+	qdead := time.Now().Add(budget)
+	qctx, cancel := context.WithDeadline(ctx, qdead)
+	defer cancel()
+	c, err := e.acquire(qctx, scope, cs, false)
+	if err == nil || ctx.Err() != nil {
+		return c, err
+	}
+	dl, hasDl := ctx.Deadline()
+	binding := !hasDl || qdead.Before(dl) // the budget, not ctx's deadline, ended the wait
+	var de *wake.DeadlineError
+	switch {
+	case errors.As(err, &de) && binding:
+		return nil, fmt.Errorf("%w: admission in %v, budget %v", ratesem.ErrQueueTimeout, de.Wait, budget)
+	case errors.Is(err, context.DeadlineExceeded) && binding && qctx.Err() != nil:
+		return nil, fmt.Errorf("%w: still queued after %v", ratesem.ErrQueueTimeout, budget)
+	}
+	return c, err
 }
 
 // TryAcquire admits the charges if Redis admits them at once (one round

@@ -708,3 +708,52 @@ func TestObserverAndSetLimit(t *testing.T) {
 		}
 	})
 }
+
+// TestQueueWaitBudget: a waiter whose queue-wait budget runs out fails
+// with ErrQueueTimeout, not DeadlineExceeded: at once when the wait Redis
+// names is longer, at the budget when only a release can help; ctx's own
+// earlier deadline still gives the deadline error.
+func TestQueueWaitBudget(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFake()
+		e := newEngine(t, f, Config{ErrDeadline: errSentinel})
+		s := spec(1, 10*time.Second)
+		cs := []rstore.Charge{charge("a", s, 1)}
+		c, err := e.Acquire(context.Background(), "s", cs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Held: only a release helps; the budget ends the wait.
+		begin := time.Now()
+		_, err = e.Acquire(ratesem.WithQueueWait(context.Background(), 300*time.Millisecond), "s", cs)
+		if !errors.Is(err, ratesem.ErrQueueTimeout) || errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("held: %v; want ErrQueueTimeout only", err)
+		}
+		if d := time.Since(begin); d > 300*time.Millisecond {
+			t.Fatalf("held: failed after %v, budget 300ms", d)
+		}
+		c.Release()
+		synctest.Wait()
+		// Released: the next admission is 10 s away, beyond the budget.
+		begin = time.Now()
+		_, err = e.Acquire(ratesem.WithQueueWait(context.Background(), time.Second), "s", cs)
+		if !errors.Is(err, ratesem.ErrQueueTimeout) || errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("released: %v; want ErrQueueTimeout only", err)
+		}
+		if d := time.Since(begin); d != 0 {
+			t.Fatalf("released: failed after %v, want at once", d)
+		}
+		// ctx's deadline comes first: the deadline error.
+		ctx, cancel := context.WithTimeout(ratesem.WithQueueWait(context.Background(), 5*time.Second), time.Second)
+		defer cancel()
+		if _, err = e.Acquire(ctx, "s", cs); !errors.Is(err, errSentinel) || errors.Is(err, ratesem.ErrQueueTimeout) {
+			t.Fatalf("deadline first: %v; want the deadline sentinel", err)
+		}
+		// A budget longer than the wait: admitted.
+		c, err = e.Acquire(ratesem.WithQueueWait(context.Background(), 20*time.Second), "s", cs)
+		if err != nil {
+			t.Fatalf("long budget: %v", err)
+		}
+		c.Release()
+	})
+}
