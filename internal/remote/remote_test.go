@@ -757,3 +757,96 @@ func TestQueueWaitBudget(t *testing.T) {
 		c.Release()
 	})
 }
+
+// TestPriorityOrder: while a limiter is held, a PriorityHigh waiter that
+// queues last is admitted first, then the others in arrival order.
+func TestPriorityOrder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFake()
+		e := newEngine(t, f, Config{})
+		s := spec(1, 100*time.Millisecond)
+		cs := []rstore.Charge{charge("a", s, 1)}
+		h, err := e.Acquire(context.Background(), "s", cs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var (
+			mu    sync.Mutex
+			order []string
+			wg    sync.WaitGroup
+		)
+		call := func(name string, p ratesem.Priority) {
+			wg.Go(func() {
+				c, err := e.Acquire(ratesem.WithPriority(context.Background(), p), "s", cs)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				order = append(order, name)
+				mu.Unlock()
+				c.Release()
+			})
+			synctest.Wait()
+		}
+		call("low", ratesem.PriorityLow)
+		call("normal1", ratesem.PriorityNormal)
+		call("normal2", ratesem.PriorityNormal)
+		call("high", ratesem.PriorityHigh)
+		h.Release()
+		wg.Wait()
+		want := []string{"high", "normal1", "normal2", "low"}
+		if len(order) != len(want) {
+			t.Fatalf("order %v, want %v", order, want)
+		}
+		for i := range want {
+			if order[i] != want[i] {
+				t.Fatalf("order %v, want %v", order, want)
+			}
+		}
+	})
+}
+
+// TestManyChargesPrioritiesNeverDeadlock: TestManyChargesNeverDeadlock
+// with random priority classes, which reorder the queues: all finish.
+func TestManyChargesPrioritiesNeverDeadlock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFake()
+		e := newEngine(t, f, Config{})
+		s := spec(2, 50*time.Millisecond)
+		rules := []string{"a", "b", "c"}
+		var wg sync.WaitGroup
+		var admitted atomic.Int64
+		for range 30 {
+			wg.Go(func() {
+				for range 10 {
+					var cs []rstore.Charge
+					for _, r := range rules {
+						if rand.IntN(2) == 0 {
+							cs = append(cs, charge(r, s, 1+rand.Int64N(2)))
+						}
+					}
+					if len(cs) == 0 {
+						cs = append(cs, charge("a", s, 1))
+					}
+					rand.Shuffle(len(cs), func(i, j int) { cs[i], cs[j] = cs[j], cs[i] })
+					ctx := ratesem.WithPriority(context.Background(), ratesem.Priority(rand.IntN(3)-1))
+					c, err := e.Acquire(ctx, "s", cs)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					admitted.Add(1)
+					time.Sleep(time.Duration(rand.IntN(5)) * time.Millisecond)
+					c.Release()
+				}
+			})
+		}
+		wg.Wait()
+		synctest.Wait()
+		st := e.Stats()
+		if admitted.Load() != 300 || st.InFlight != 0 || st.Waiting != 0 || f.inFlight() != 0 {
+			t.Fatalf("admitted %d; %+v; fake in flight %d", admitted.Load(), st, f.inFlight())
+		}
+	})
+}
