@@ -88,5 +88,6 @@ func WithObserver(fn func(ratesem.Event)) Option { return func(c *config) { c.ob
 // (an observer sees it Refused). The cap is per limiter, not per pool: on
 // a rule keyed by account each account has its own n. 0 (the default)
 // means no cap; New returns an error for n < 0 or n > math.MaxInt32. In
-// Redis mode (WithRedis) it is not enforced yet.
+// Redis mode (WithRedis) it caps the calls of this process queued on each
+// limiter (those of other processes are not counted).
 func WithMaxQueue(n int) Option { return func(c *config) { c.maxQueue = n } }

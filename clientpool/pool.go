@@ -386,8 +386,8 @@ func (t *Ticket) Release() {
 // A call that must wait reads its priority from ctx (ratesem.WithPriority):
 // on each of its limiters a higher class is served first, within the bound
 // ratesem.MaxOvertakes; a call admitted at once reads nothing from ctx but
-// its Err. In Redis mode (WithRedis) priorities and the queue-wait budget
-// hold among this process's waiters, but WithMaxQueue does not apply yet. In Redis mode
+// its Err. In Redis mode (WithRedis) priorities, WithMaxQueue and the
+// queue-wait budget hold among this process's waiters. In Redis mode
 // (WithRedis) it may also return an error matching ratesem.ErrLimitMismatch,
 // ratesem.ErrUnavailable or ratesem.ErrClosed; the checks above come first, without a
 // round trip.

@@ -185,7 +185,8 @@ func WithEvictionAllowed() Option {
 // whatever its priority (ratesem.WithPriority), with an error matching
 // ratesem.ErrQueueFull, leaving the semaphore unchanged (an observer sees
 // it Refused). 0 (the default) means no cap. It panics if n is negative.
-// A semaphore built with NewRedis does not enforce it yet.
+// Built with NewRedis, it caps the callers of this process queued on the
+// limit (those of other processes are not counted).
 func WithMaxQueue(n int) Option {
 	if n < 0 {
 		panic(fmt.Sprintf("ratesem: WithMaxQueue(%d): negative cap", n))

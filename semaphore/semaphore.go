@@ -226,8 +226,8 @@ func (s *RateSemaphore) instant(ns int64) time.Time {
 //
 // A call that must wait reads its priority (ratesem.WithPriority) and its
 // queue-wait budget from ctx; a call admitted at once reads neither. Built
-// with NewRedis, priorities and the queue-wait budget hold among this
-// process's waiters, but WithMaxQueue does not apply yet.
+// with NewRedis, priorities, WithMaxQueue and the queue-wait budget hold
+// among this process's waiters.
 //
 // Built with NewRedis, it may also return an error matching ratesem.ErrUnavailable
 // (Redis unreachable, no fallback), ratesem.ErrLimitMismatch (another process

@@ -177,6 +177,10 @@ type Config struct {
 	// default DefaultReleaseQueue. A release beyond it is dropped (the
 	// lease covers it) and counted in Stats.ReleasesDropped.
 	ReleaseQueue int
+	// MaxQueue caps the waiters of this process queued on one limiter: a
+	// call that must queue on a limiter holding MaxQueue of them fails at
+	// once with an error matching ratesem.ErrQueueFull. 0: no cap.
+	MaxQueue int
 
 	// TestAfterAdmit, when set, runs after Redis admitted a call and
 	// before the caller's context is checked (tests only).
@@ -523,6 +527,13 @@ func (e *Engine) acquire(ctx context.Context, scope string, cs []rstore.Charge, 
 		e.mu.Unlock()
 		return nil, errTry
 	}
+	if !free {
+		if err := e.fullLocked(w); err != nil {
+			e.dropLocked(w)
+			e.mu.Unlock()
+			return nil, err
+		}
+	}
 	e.active++
 	if !try {
 		e.waiting++
@@ -548,6 +559,21 @@ func (e *Engine) acquire(ctx context.Context, scope string, cs []rstore.Charge, 
 // now, by what this process knows. e.mu must be held.
 func (l *limiter) blocks(now time.Time, n int64) bool {
 	return now.Before(l.paused) || (n >= l.notBeforeN && now.Before(l.notBefore))
+}
+
+// fullLocked returns the ratesem.ErrQueueFull error when one of w's
+// limiters already queues Config.MaxQueue waiters, or nil. e.mu must be
+// held.
+func (e *Engine) fullLocked(w *waiter) error {
+	if e.cfg.MaxQueue <= 0 {
+		return nil
+	}
+	for i, l := range w.lims {
+		if l.q.Len() >= e.cfg.MaxQueue {
+			return fmt.Errorf("%w: %d calls of this process wait on rule %q key %q", ratesem.ErrQueueFull, l.q.Len(), w.cs[i].Rule, w.cs[i].Key)
+		}
+	}
+	return nil
 }
 
 // joinLocked puts w in the queues of all its limiters at once, in the
@@ -686,8 +712,11 @@ func (e *Engine) admit(ctx context.Context, w *waiter, since time.Time, try bool
 				until = l.notBefore
 			}
 		}
+		var qfull error
 		if !until.IsZero() && !w.queued && !try {
-			e.joinLocked(w, ratesem.PriorityOf(ctx)) // known full: queue rather than overtake
+			if qfull = e.fullLocked(w); qfull == nil {
+				e.joinLocked(w, ratesem.PriorityOf(ctx)) // known full: queue rather than overtake
+			}
 		}
 		behind := w.queued && w.ahead > 0
 		e.mu.Unlock()
@@ -696,6 +725,8 @@ func (e *Engine) admit(ctx context.Context, w *waiter, since time.Time, try bool
 			return nil, ErrClosed
 		case ctx.Err() != nil:
 			return nil, ctx.Err()
+		case qfull != nil:
+			return nil, qfull
 		}
 		if !until.IsZero() {
 			if try {
@@ -794,6 +825,10 @@ func (e *Engine) admit(ctx context.Context, w *waiter, since time.Time, try bool
 			}
 		}
 		if !w.queued {
+			if qfull := e.fullLocked(w); qfull != nil {
+				e.mu.Unlock()
+				return nil, qfull
+			}
 			e.joinLocked(w, ratesem.PriorityOf(ctx))
 		}
 		behind = w.ahead > 0

@@ -850,3 +850,48 @@ func TestManyChargesPrioritiesNeverDeadlock(t *testing.T) {
 		}
 	})
 }
+
+// TestMaxQueue: with Config.MaxQueue 2, a third call that must queue on
+// the limiter fails at once with ErrQueueFull, leaving no trace; the two
+// queued ones are admitted after the release.
+func TestMaxQueue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFake()
+		e := newEngine(t, f, Config{MaxQueue: 2})
+		s := spec(1, 100*time.Millisecond)
+		cs := []rstore.Charge{charge("a", s, 1)}
+		h, err := e.Acquire(context.Background(), "s", cs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		for range 2 {
+			wg.Go(func() {
+				c, err := e.Acquire(context.Background(), "s", cs)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				c.Release()
+			})
+			synctest.Wait()
+		}
+		begin := time.Now()
+		_, err = e.Acquire(ratesem.WithPriority(context.Background(), ratesem.PriorityHigh), "s", cs)
+		if !errors.Is(err, ratesem.ErrQueueFull) {
+			t.Fatalf("third waiter: %v, want ErrQueueFull", err)
+		}
+		if d := time.Since(begin); d != 0 {
+			t.Fatalf("failed after %v, want at once", d)
+		}
+		if st := e.Stats(); st.Waiting != 2 {
+			t.Fatalf("%+v: want 2 waiting", st)
+		}
+		h.Release()
+		wg.Wait()
+		synctest.Wait()
+		if st := e.Stats(); st.InFlight != 0 || st.Waiting != 0 || f.inFlight() != 0 {
+			t.Fatalf("%+v; fake in flight %d", st, f.inFlight())
+		}
+	})
+}
