@@ -25,6 +25,7 @@ type config struct {
 	clk      ratesem.Clock
 	idle     time.Duration
 	maxKeys  int
+	maxQueue int
 	maxPause time.Duration
 	observer func(ratesem.Event)
 	redis    goredis.UniversalClient
@@ -79,3 +80,14 @@ func WithMaxPause(d time.Duration) Option { return func(c *config) { c.maxPause 
 // block: the call waits for it. A nil fn means no observer (the default).
 // ratesem.Metrics.Observe keeps Prometheus/OpenTelemetry-style counters.
 func WithObserver(fn func(ratesem.Event)) Option { return func(c *config) { c.observer = fn } }
+
+// WithMaxQueue caps the calls waiting on each (rule, key) limiter at n:
+// a call that must wait (it is not admitted at once) while one of its
+// limiters already has n waiting calls fails at once, whatever its
+// priority, with an error matching ratesem.ErrQueueFull, holding nothing
+// (an observer sees it Refused). The cap is per limiter, not per pool: on
+// a rule keyed by account each account has its own n. 0 (the default)
+// means no cap; New returns an error for n < 0 or n > math.MaxInt32. In
+// Redis mode (WithRedis) it caps the calls of this process queued on each
+// limiter (those of other processes are not counted).
+func WithMaxQueue(n int) Option { return func(c *config) { c.maxQueue = n } }

@@ -14,9 +14,9 @@ import (
 	"github.com/ratesem/ratesem"
 	"github.com/ratesem/ratesem/internal/rstore"
 	"github.com/ratesem/ratesem/internal/sat"
-	"github.com/ratesem/ratesem/internal/winfast"
-
+	"github.com/ratesem/ratesem/internal/sched"
 	"github.com/ratesem/ratesem/internal/wake"
+	"github.com/ratesem/ratesem/internal/winfast"
 	"github.com/ratesem/ratesem/window"
 )
 
@@ -28,8 +28,12 @@ import (
 // admits it at the same instant, and takes nothing from any rule until
 // then: no capacity of one rule is burned while the call waits on another,
 // and a cancelled call leaves no trace in any rule. Waiters are served in
-// arrival order per limiter: once a limiter has refused a waiting call,
-// later calls on that rule and key queue behind it, so it cannot starve;
+// order per limiter, by priority class (ratesem.WithPriority) and within a
+// class by arrival: once a limiter has refused a waiting call, later calls
+// of its class or a lower one on that rule and key queue behind it, and
+// at most ratesem.MaxOvertakes later calls of each higher class pass it,
+// so it cannot starve; the order is one total order fixed at arrival, the
+// same on every limiter;
 // calls on other keys are not held up by it, and a limiter with room is
 // not held up by a call waiting on another rule. Calls that take
 // overlapping sets of rules, in any order, cannot deadlock, since nothing
@@ -90,16 +94,20 @@ type Pool struct {
 	rem      *redisMode // nil in process (WithRedis)
 
 	mu        sync.Mutex
-	waiters   list.List // of *waiter, in arrival order; read only by SetLimit
-	seq       uint64    // arrival number of the latest waiter
-	live      int       // limiters in the registry
-	wakes     wakeHeap  // queues whose head may be admitted at a known instant
-	pend      []*lqueue // queues whose head must be tried again (settleLocked)
-	evictNext int       // the rule the next eviction starts with
-	evictWork int       // idle limiters looked at by eviction, ever (tests)
+	waiters   list.List    // of *waiter, in arrival order; read only by SetLimit
+	ranker    sched.Ranker // the waiters' ranks (priority, then arrival)
+	maxQueue  int32        // waiting calls per limiter; 0: no cap (WithMaxQueue)
+	live      int          // limiters in the registry
+	wakes     wakeHeap     // queues whose head may be admitted at a known instant
+	pend      []*lqueue    // queues whose head must be tried again (settleLocked)
+	evictNext int          // the rule the next eviction starts with
+	evictWork int          // idle limiters looked at by eviction, ever (tests)
 	timer     wake.Timer
 	evicted   []Charge     // evicted keys not yet reported (observer only)
 	evictedN  atomic.Int32 // len(evicted), read without the lock
+	// hook, set only by tests, is called under the lock when a waiter is
+	// made (done false) and when its wait ends (done true).
+	hook func(w *waiter, done bool)
 }
 
 type ruleState struct {
@@ -131,6 +139,7 @@ type limiter struct {
 	// idle list links, valid while refs == 0.
 	prevIdle, nextIdle *limiter
 	refs               int32 // waiters and tickets holding it: never evicted while > 0
+	waiting            int32 // waiting calls charging it (WithMaxQueue)
 }
 
 // feedback is the state only keys that were paused, throttled or
@@ -210,12 +219,13 @@ func (n *qnode) held() *held { return &n.w.held[n.i] }
 type waiter struct {
 	held     []held
 	nodes    []qnode
-	seq      uint64
+	rank     sched.Rank    // its place in every queue it joins
 	ready    chan struct{} // closed when granted or failed
 	done     bool          // granted or failed (under the lock)
 	err      error
 	since    time.Time
-	deadline time.Time
+	deadline time.Time // the context's; zero when none
+	qdead    time.Time // since + the queue-wait budget; zero when none
 	granted  time.Time
 	elem     *list.Element
 }
@@ -230,13 +240,16 @@ func New(t Table, opts ...Option) (*Pool, error) {
 	for _, o := range opts {
 		o(&cfg)
 	}
+	if cfg.maxQueue < 0 || cfg.maxQueue > math.MaxInt32 {
+		return nil, fmt.Errorf("ratesem: WithMaxQueue(%d): want 0 ≤ n ≤ %d", cfg.maxQueue, math.MaxInt32)
+	}
 	if cfg.maxKeys < 0 {
 		return nil, fmt.Errorf("ratesem: WithMaxKeys(%d): want ≥ 0", cfg.maxKeys)
 	}
 	p := &Pool{
 		table: t, rules: make(map[string]*ruleState), routes: make(map[route]routeEntry),
 		clock: wake.NewClock(cfg.clk), idle: cfg.idle, observer: cfg.observer,
-		maxKeys: cfg.maxKeys, maxPause: cfg.maxPause,
+		maxKeys: cfg.maxKeys, maxPause: cfg.maxPause, maxQueue: int32(cfg.maxQueue),
 	}
 	p.epoch = p.clock.Now()
 	for i := range t.Rules {
@@ -366,7 +379,18 @@ func (t *Ticket) Release() {
 // once for a charge heavier than its rule can ever admit; an error matching
 // ratesem.ErrNegativeWeight for a negative weight; or an error matching
 // ratesem.ErrTooManyKeys at once when the call needs a new key and the pool is full
-// (WithMaxKeys). A call with no charges is admitted at once. In Redis mode
+// (WithMaxKeys); an error matching ratesem.ErrQueueFull at once when it must
+// wait and one of its limiters already has the WithMaxQueue number of
+// waiting calls; an error matching ratesem.ErrQueueTimeout (not
+// context.DeadlineExceeded) when it waited its queue-wait budget
+// (ratesem.WithQueueWait on ctx), or as soon as its admission is known to
+// come after that budget. A call with no charges is admitted at once.
+//
+// A call that must wait reads its priority from ctx (ratesem.WithPriority):
+// on each of its limiters a higher class is served first, within the bound
+// ratesem.MaxOvertakes; a call admitted at once reads nothing from ctx but
+// its Err. In Redis mode (WithRedis) priorities, WithMaxQueue and the
+// queue-wait budget hold among this process's waiters. In Redis mode
 // (WithRedis) it may also return an error matching ratesem.ErrLimitMismatch,
 // ratesem.ErrUnavailable or ratesem.ErrClosed; the checks above come first, without a
 // round trip.
@@ -390,6 +414,18 @@ func (p *Pool) Acquire(ctx context.Context, charges ...Charge) (*Ticket, error) 
 		return t, nil
 	}
 	p.emitCharges(ratesem.Event{Kind: ratesem.Queued}, charges)
+	var budget <-chan time.Time // nil: no queue-wait budget
+	if !w.qdead.IsZero() {
+		budget = p.clock.After(w.qdead.Sub(w.since))
+	}
+	if budget != nil {
+		select {
+		case <-budget:
+			p.expire(w) // fails w unless it was admitted meanwhile
+		case <-ctx.Done():
+		case <-w.ready:
+		}
+	}
 	select {
 	case <-ctx.Done():
 		p.abandon(w)
@@ -438,14 +474,31 @@ func (p *Pool) start(ctx context.Context, charges []Charge) (*Ticket, *waiter, e
 			return t, nil, nil
 		}
 	}
-	p.seq++
-	w := &waiter{held: hs, seq: p.seq, ready: make(chan struct{}), since: now}
+	// Waiting from here on: only now are the context's settings read.
+	if p.maxQueue > 0 {
+		for i := range hs {
+			if l := hs[i].lim; l.waiting >= p.maxQueue {
+				for i := range hs {
+					p.unrefLocked(hs[i].lim, now)
+				}
+				return nil, nil, fmt.Errorf("%w: %d calls wait on rule %q key %q (WithMaxQueue)", ratesem.ErrQueueFull, l.waiting, l.rule.Name, l.key)
+			}
+		}
+	}
+	w := &waiter{held: hs, rank: p.ranker.Next(ratesem.PriorityOf(ctx)), ready: make(chan struct{}), since: now}
 	w.deadline, _ = ctx.Deadline()
+	if d := ratesem.QueueWaitOf(ctx); d > 0 {
+		w.qdead = now.Add(d)
+	}
 	w.nodes = make([]qnode, len(hs))
 	for i := range w.nodes {
 		w.nodes[i] = qnode{w: w, i: i}
+		hs[i].lim.waiting++
 	}
 	w.elem = p.waiters.PushBack(w)
+	if p.hook != nil {
+		p.hook(w, false)
+	}
 	p.tryWaiterLocked(w, now)
 	p.settleLocked(now)
 	return t, w, nil

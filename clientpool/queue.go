@@ -2,6 +2,7 @@ package clientpool
 
 import (
 	"container/heap"
+	"fmt"
 	"time"
 
 	"github.com/ratesem/ratesem"
@@ -76,7 +77,7 @@ func behindLocked(n *qnode) bool {
 	if n.inq {
 		return q.head != n
 	}
-	return q.head.w.seq < n.w.seq
+	return q.head.w.rank.Before(n.w.rank)
 }
 
 // enqueueLocked puts n in its limiter's queue, in arrival order.
@@ -87,7 +88,7 @@ func (p *Pool) enqueueLocked(n *qnode) {
 	}
 	q := l.q
 	at := q.tail
-	for at != nil && at.w.seq > n.w.seq {
+	for at != nil && n.w.rank.Before(at.w.rank) {
 		at = at.prev
 	}
 	n.prev = at
@@ -178,6 +179,13 @@ func (p *Pool) tryWaiterLocked(w *waiter, now time.Time) {
 		p.finishLocked(w, nil)
 		return
 	}
+	if !needRelease && !w.qdead.IsZero() && at.After(w.qdead) &&
+		(w.deadline.IsZero() || !w.qdead.After(w.deadline)) {
+		// Its admission comes after its queue-wait budget, which runs out
+		// no later than its deadline: fail now.
+		p.finishLocked(w, queueTimeout(w, now, at))
+		return
+	}
 	if !needRelease && !w.deadline.IsZero() && at.After(w.deadline) {
 		// Its admission comes after its deadline: fail now rather than
 		// when the deadline fires (golang/go#54541).
@@ -206,7 +214,13 @@ func (p *Pool) finishLocked(w *waiter, err error) {
 		}
 	}
 	p.waiters.Remove(w.elem)
+	for i := range w.held {
+		w.held[i].lim.waiting--
+	}
 	w.done, w.err = true, err
+	if p.hook != nil {
+		p.hook(w, true)
+	}
 	close(w.ready)
 }
 
@@ -261,4 +275,30 @@ func (p *Pool) whenOf(n *qnode) time.Time {
 		return time.Time{}
 	}
 	return p.instant(n.when)
+}
+
+// queueTimeout is the error of w, which queued at w.since, when its
+// queue-wait budget ran out at now, or its admission (at, when not zero)
+// would come after the budget. It matches ratesem.ErrQueueTimeout and not
+// context.DeadlineExceeded.
+func queueTimeout(w *waiter, now, at time.Time) error {
+	budget := w.qdead.Sub(w.since)
+	if at.IsZero() {
+		return fmt.Errorf("%w: still queued after %v", ratesem.ErrQueueTimeout, budget)
+	}
+	return fmt.Errorf("%w: admission in %v, budget %v (%v left)", ratesem.ErrQueueTimeout, at.Sub(now), budget, w.qdead.Sub(now))
+}
+
+// expire fails w with ratesem.ErrQueueTimeout when its queue-wait budget
+// ran out before it was admitted. A waiter admitted meanwhile keeps its
+// admission: it came no later than the budget.
+func (p *Pool) expire(w *waiter) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if w.done {
+		return
+	}
+	now := p.now()
+	p.finishLocked(w, queueTimeout(w, now, time.Time{}))
+	p.settleLocked(now)
 }

@@ -137,6 +137,7 @@ func (p *Pool) initRedis(cfg *config) error {
 		Store:       st,
 		MaxPause:    backoff.Cap(p.maxPause),
 		ErrDeadline: ratesem.ErrDeadline,
+		MaxQueue:    int(p.maxQueue),
 	})
 	if err != nil {
 		return fmt.Errorf("ratesem: WithRedis: %w", err)

@@ -19,6 +19,7 @@ type config struct {
 	start       bool
 	margin      time.Duration
 	observer    func(ratesem.Event)
+	maxQueue    int // WithMaxQueue; 0: no cap
 
 	// NewRedis only.
 	prefix          string
@@ -180,4 +181,18 @@ func WithFallback(share float64) Option {
 // goes unnoticed. Ignored in process.
 func WithEvictionAllowed() Option {
 	return Option(func(c *config) { c.evictionAllowed = true })
+}
+
+// WithMaxQueue caps the callers waiting in Acquire at n: a call that
+// cannot be admitted at once while n callers already wait fails at once,
+// whatever its priority (ratesem.WithPriority), with an error matching
+// ratesem.ErrQueueFull, leaving the semaphore unchanged (an observer sees
+// it Refused). 0 (the default) means no cap. It panics if n is negative.
+// Built with NewRedis, it caps the callers of this process queued on the
+// limit (those of other processes are not counted).
+func WithMaxQueue(n int) Option {
+	if n < 0 {
+		panic(fmt.Sprintf("ratesem: WithMaxQueue(%d): negative cap", n))
+	}
+	return func(cfg *config) { cfg.maxQueue = n }
 }

@@ -207,7 +207,7 @@ func newRedis(c goredis.UniversalClient, name string, sp *rstore.Spec, cfg confi
 	r := &redisSem{name: name, held: map[int64][]*heldCall{}, capOpt: cfg.concurrency}
 	r.obs = cfg.observer
 	r.spec.Store(sp)
-	ecfg := remote.Config{Store: st, Timeout: cfg.timeout, Jitter: cfg.jitter, ErrDeadline: ratesem.ErrDeadline, TestAfterAdmit: cfg.testAfterAdmit}
+	ecfg := remote.Config{Store: st, Timeout: cfg.timeout, Jitter: cfg.jitter, ErrDeadline: ratesem.ErrDeadline, TestAfterAdmit: cfg.testAfterAdmit, MaxQueue: cfg.maxQueue}
 	if cfg.fallback {
 		r.localN = max(1, int64(math.Floor(cfg.share*float64(sp.Limit.N))))
 		r.local = newLocal(r.localN)

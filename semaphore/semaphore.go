@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ratesem/ratesem"
+	"github.com/ratesem/ratesem/internal/sched"
 	"github.com/ratesem/ratesem/internal/wake"
 	"github.com/ratesem/ratesem/internal/winfast"
 	"github.com/ratesem/ratesem/window"
@@ -25,9 +26,11 @@ import (
 // Its method set is a superset of *semaphore.Weighted from
 // golang.org/x/sync, so it is a drop-in replacement: Acquire blocks until
 // admitted, TryAcquire never blocks, Release ends a call. Do wraps a call the
-// way Python's `async with sem:` does. Waiters are served in FIFO order: a
-// caller never overtakes one that asked earlier, so large weights do not
-// starve. A waiter sleeps on one timer, set for the instant the head of the
+// way Python's `async with sem:` does. Waiters are served in FIFO order
+// within a priority class (ratesem.WithPriority on the context): a caller
+// never overtakes one of its class or a higher one that asked earlier, so
+// large weights do not starve, and at most ratesem.MaxOvertakes later
+// callers of each higher class overtake it. A waiter sleeps on one timer, set for the instant the head of the
 // queue can be admitted; nothing polls.
 //
 // A call's start is the instant Acquire returns and its end the instant
@@ -53,9 +56,11 @@ type RateSemaphore struct {
 	fit      int64         // the heaviest call that can ever start: min(conc, policy capacity)
 	cur      int64         // units in flight
 	policy   winfast.Window
-	waiters  list.List // of *waiter, FIFO
+	waiters  list.List // of *waiter, by rank: priority class, then arrival
 	parked   list.List // of *waiter heavier than the cap while interval is 0
 	paused   time.Time // no starts before; zero when no pause is pending
+	ranker   sched.Ranker
+	maxQueue int // WithMaxQueue; 0: no cap
 
 	timer wake.Timer // set for the instant the head waiter can be admitted
 
@@ -64,6 +69,9 @@ type RateSemaphore struct {
 	maxWait   time.Duration
 
 	onWake func() // test hook: called under mu on every timer wake-up
+	// test hook: called under mu when a waiter is made (done false) and
+	// when it is granted or failed (done true).
+	onWaiter func(w *waiter, done bool)
 
 	obs func(ratesem.Event) // WithObserver, or nil; called without mu
 
@@ -79,6 +87,8 @@ type waiter struct {
 	err      error         // set before ready is closed when the wait failed
 	since    time.Time     // when it began waiting
 	deadline time.Time     // ctx's deadline; zero if none
+	qdead    time.Time     // since + its queue-wait budget; zero if none
+	rank     sched.Rank    // its place in s.waiters
 	granted  time.Time     // the instant of admission, for policy.Cancel
 	elem     *list.Element // in s.waiters, or in s.parked if parked
 	parked   bool
@@ -141,6 +151,7 @@ func newSemaphore(p window.Policy, cfg config) *RateSemaphore {
 	l := p.Limit()
 	s := &RateSemaphore{clock: wake.NewClock(cfg.clk), size: l.N, interval: l.Per, capOpt: cfg.concurrency, policy: winfast.Of(p)}
 	s.obs = cfg.observer
+	s.maxQueue = cfg.maxQueue
 	s.epoch = s.policy.Start(s.clock.Now())
 	s.realClock = cfg.clk == nil
 	s.doneUsesTime = s.policy.DoneUsesTime()
@@ -205,7 +216,18 @@ func (s *RateSemaphore) instant(ns int64) time.Time {
 //     rate limit (interval 0) such a call waits for ctx, as x/sync does,
 //     without holding up other callers (or until a SetLimit makes it fit);
 //   - an error matching ratesem.ErrNegativeWeight (ratesem.ErrNegativeWeight) at
-//     once when n is negative.
+//     once when n is negative;
+//   - an error matching ratesem.ErrQueueFull at once when the call must wait
+//     and WithMaxQueue callers already wait;
+//   - an error matching ratesem.ErrQueueTimeout (not
+//     context.DeadlineExceeded) when the call waited its queue-wait budget
+//     (ratesem.WithQueueWait on ctx), or as soon as its admission is known
+//     to come after that budget.
+//
+// A call that must wait reads its priority (ratesem.WithPriority) and its
+// queue-wait budget from ctx; a call admitted at once reads neither. Built
+// with NewRedis, priorities, WithMaxQueue and the queue-wait budget hold
+// among this process's waiters.
 //
 // Built with NewRedis, it may also return an error matching ratesem.ErrUnavailable
 // (Redis unreachable, no fallback), ratesem.ErrLimitMismatch (another process
@@ -258,15 +280,29 @@ func (s *RateSemaphore) Acquire(ctx context.Context, n int64) error {
 			return nil
 		}
 	}
-	w := &waiter{n: n, ready: make(chan struct{}), since: now}
+	// It must wait: only now are the context's settings read.
+	if s.maxQueue > 0 && s.waiters.Len()+s.parked.Len() >= s.maxQueue {
+		err := fmt.Errorf("%w: %d callers wait (WithMaxQueue)", ratesem.ErrQueueFull, s.waiters.Len()+s.parked.Len())
+		s.mu.Unlock()
+		s.observeFailed(n, nil, err)
+		return err
+	}
+	w := &waiter{n: n, ready: make(chan struct{}), since: now, rank: s.ranker.Next(ratesem.PriorityOf(ctx))}
 	w.deadline, _ = ctx.Deadline()
+	if s.onWaiter != nil {
+		s.onWaiter(w, false)
+	}
+	budget := ratesem.QueueWaitOf(ctx)
+	if budget > 0 {
+		w.qdead = now.Add(budget)
+	}
 	if n > s.fit {
 		// No rate (interval 0), as in x/sync: don't make other Acquire calls
 		// block on one that is doomed to fail. It waits aside for its
 		// context, or for a SetLimit under which it fits.
 		w.elem, w.parked = s.parked.PushBack(w), true
 	} else {
-		w.elem = s.waiters.PushBack(w)
+		s.insertLocked(w)
 		if s.waiters.Front() == w.elem {
 			// Fails or arms the timer. Its admission check repeats the one
 			// above, which has no side effect on failure: slow path only.
@@ -276,6 +312,10 @@ func (s *RateSemaphore) Acquire(ctx context.Context, n int64) error {
 	s.mu.Unlock()
 	s.observeQueued(n)
 
+	var expired <-chan time.Time // nil: no queue-wait budget
+	if budget > 0 {
+		expired = s.clock.After(budget)
+	}
 	select {
 	case <-done:
 		s.mu.Lock()
@@ -287,42 +327,53 @@ func (s *RateSemaphore) Acquire(ctx context.Context, n int64) error {
 				s.undoLocked(w)
 			}
 		default:
-			if w.parked {
-				s.parked.Remove(w.elem)
-			} else {
-				isFront := s.waiters.Front() == w.elem
-				s.waiters.Remove(w.elem)
-				if isFront {
-					s.notifyLocked(s.now())
-				}
-			}
+			s.dropLocked(w)
 		}
 		s.mu.Unlock()
 		s.observeFailed(n, w, ctx.Err())
 		return ctx.Err()
 
-	case <-w.ready:
-		if w.err != nil {
-			s.observeFailed(n, w, w.err)
-			return w.err
-		}
-		kept := false
-		defer func() { s.observeKept(w, kept, ctx) }() // after the unlock below
+	case <-expired:
+		// The budget ran out: fail w unless it was decided meanwhile
+		// (admitted no later than the budget).
 		s.mu.Lock()
-		defer s.mu.Unlock()
 		select {
-		case <-done:
-			s.undoLocked(w)
-			return ctx.Err()
+		case <-w.ready:
 		default:
+			s.dropLocked(w)
+			s.failLocked(w, queueTimeout(w, time.Time{}, time.Time{}))
 		}
-		// Count the wait only now that the admission is kept.
-		wait := max(w.granted.Sub(w.since), 0) // Release may pass an earlier now
-		s.totalWait += wait
-		s.maxWait = max(s.maxWait, wait)
-		kept = true
-		return nil
+		s.mu.Unlock()
+		return s.waited(ctx, w)
+
+	case <-w.ready:
+		return s.waited(ctx, w)
 	}
+}
+
+// waited ends the Acquire of w once w.ready is closed: granted or failed.
+func (s *RateSemaphore) waited(ctx context.Context, w *waiter) error {
+	n, done := w.n, ctx.Done()
+	if w.err != nil {
+		s.observeFailed(n, w, w.err)
+		return w.err
+	}
+	kept := false
+	defer func() { s.observeKept(w, kept, ctx) }() // after the unlock below
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	select {
+	case <-done:
+		s.undoLocked(w)
+		return ctx.Err()
+	default:
+	}
+	// Count the wait only now that the admission is kept.
+	wait := max(w.granted.Sub(w.since), 0) // Release may pass an earlier now
+	s.totalWait += wait
+	s.maxWait = max(s.maxWait, wait)
+	kept = true
+	return nil
 }
 
 func (s *RateSemaphore) tooLargeLocked(n int64) error {
@@ -529,15 +580,7 @@ func (s *RateSemaphore) refitLocked() {
 		switch {
 		case w.n <= s.fit:
 			s.parked.Remove(e)
-			at := s.waiters.Back()
-			for at != nil && at.Value.(*waiter).since.After(w.since) {
-				at = at.Prev()
-			}
-			if at == nil {
-				w.elem = s.waiters.PushFront(w)
-			} else {
-				w.elem = s.waiters.InsertAfter(w, at)
-			}
+			s.insertLocked(w)
 			w.parked = false
 		case s.interval > 0:
 			s.parked.Remove(e)
@@ -547,9 +590,52 @@ func (s *RateSemaphore) refitLocked() {
 	}
 }
 
+// insertLocked puts w in s.waiters by rank (sched.Rank): after the
+// waiters that go before it, usually at the back.
+func (s *RateSemaphore) insertLocked(w *waiter) {
+	at := s.waiters.Back()
+	for at != nil && w.rank.Before(at.Value.(*waiter).rank) {
+		at = at.Prev()
+	}
+	if at == nil {
+		w.elem = s.waiters.PushFront(w)
+	} else {
+		w.elem = s.waiters.InsertAfter(w, at)
+	}
+}
+
+// dropLocked takes the undecided w out of its list; the waiters behind it
+// move on.
+func (s *RateSemaphore) dropLocked(w *waiter) {
+	if w.parked {
+		s.parked.Remove(w.elem)
+		return
+	}
+	isFront := s.waiters.Front() == w.elem
+	s.waiters.Remove(w.elem)
+	if isFront {
+		s.notifyLocked(s.now())
+	}
+}
+
+// queueTimeout is the error of w when its queue-wait budget ran out at now
+// (zero: just now), or its admission at at (zero: unknown) would come
+// after it. It matches ratesem.ErrQueueTimeout, not
+// context.DeadlineExceeded.
+func queueTimeout(w *waiter, now, at time.Time) error {
+	budget := w.qdead.Sub(w.since)
+	if at.IsZero() {
+		return fmt.Errorf("%w: still queued after %v", ratesem.ErrQueueTimeout, budget)
+	}
+	return fmt.Errorf("%w: admission in %v, budget %v (%v left)", ratesem.ErrQueueTimeout, at.Sub(now), budget, w.qdead.Sub(now))
+}
+
 // failLocked ends w's wait with err; w is in no list.
 func (s *RateSemaphore) failLocked(w *waiter, err error) {
 	w.err = err
+	if s.onWaiter != nil {
+		s.onWaiter(w, true)
+	}
 	close(w.ready)
 }
 
@@ -709,11 +795,21 @@ func (s *RateSemaphore) notifyLocked(now time.Time) {
 		if ok {
 			w.granted = now
 			s.waiters.Remove(front)
+			if s.onWaiter != nil {
+				s.onWaiter(w, true)
+			}
 			close(w.ready)
 			continue
 		}
 		if at.IsZero() {
 			break // a Release will call us again
+		}
+		if !w.qdead.IsZero() && at.After(w.qdead) && (w.deadline.IsZero() || !w.qdead.After(w.deadline)) {
+			// The head cannot be admitted within its queue-wait budget,
+			// which runs out no later than its deadline: fail it now.
+			s.waiters.Remove(front)
+			s.failLocked(w, queueTimeout(w, now, at))
+			continue
 		}
 		if !w.deadline.IsZero() && at.After(w.deadline) {
 			// The head cannot be admitted before its deadline: fail it now

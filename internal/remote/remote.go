@@ -6,15 +6,18 @@
 //
 // # Queues
 //
-// Within one process waiters queue FIFO per limiter (scope, rule, key):
+// Within one process waiters queue per limiter (scope, rule, key), by
+// priority class (ratesem.WithPriority, within ratesem.MaxOvertakes) and
+// FIFO within a class:
 // once a limiter has refused a waiter (or is paused, or was told a wait),
 // later calls on it queue behind it, and only the head of a limiter's queue
 // talks to Redis, so 2000 blocked goroutines cost one round trip at a time.
 // A call whose limiters all have empty queues goes to Redis at once (calls
 // admitted at once do not wait for one another). A waiter joins the queues
-// of all its limiters at once, under one lock, so the queues agree on the
-// order of arrival: the oldest waiter is at the front of every queue it is
-// in, and it alone talks to Redis for them. No deadlock: some waiter is
+// of all its limiters at once, under one lock, so the queues agree on one
+// order (sched.Rank, fixed when it joins): the first waiter in that order
+// is at the front of every queue it is in, and it alone talks to Redis for
+// them. No deadlock: some waiter is
 // always at the front of all of its queues.
 //
 // # Sleeping
@@ -83,6 +86,7 @@ import (
 	"github.com/ratesem/ratesem"
 	"github.com/ratesem/ratesem/internal/backoff"
 	"github.com/ratesem/ratesem/internal/rstore"
+	"github.com/ratesem/ratesem/internal/sched"
 	"github.com/ratesem/ratesem/internal/wake"
 )
 
@@ -173,6 +177,10 @@ type Config struct {
 	// default DefaultReleaseQueue. A release beyond it is dropped (the
 	// lease covers it) and counted in Stats.ReleasesDropped.
 	ReleaseQueue int
+	// MaxQueue caps the waiters of this process queued on one limiter: a
+	// call that must queue on a limiter holding MaxQueue of them fails at
+	// once with an error matching ratesem.ErrQueueFull. 0: no cap.
+	MaxQueue int
 
 	// TestAfterAdmit, when set, runs after Redis admitted a call and
 	// before the caller's context is checked (tests only).
@@ -280,7 +288,8 @@ type waiter struct {
 	queued bool
 	asking bool          // counted in its limiters' asking
 	ahead  int           // queues where another waiter is in front
-	turn   chan struct{} // closed when ahead drops to 0 after queueing
+	rank   sched.Rank    // its place in every queue (joinLocked)
+	turn   chan struct{} // closed when ahead drops to 0 after queueing; replaced (under e.mu) when displaced
 	wake   chan struct{} // capacity 1: a release of this process on one of its limiters reached Redis
 }
 
@@ -308,6 +317,7 @@ type Engine struct {
 	stats       Stats // counters; the gauges are filled in by Stats
 	inflight    int64
 	waiting     int
+	ranker      sched.Ranker // the ranks of queued waiters
 
 	// Goroutines of round trips still running (pending) and Acquire calls
 	// in progress (active); Close waits until both are 0 (drained is
@@ -404,8 +414,36 @@ func (c *Call) Local() bool { return c.local != nil }
 // error matching ErrUnavailable when Redis cannot be reached and there is
 // no Fallback (or it refused); ErrClosed after Close. The charges (and
 // their Specs) must not change until the Call is released.
+//
+// A queue-wait budget on ctx (ratesem.WithQueueWait) bounds the wait: when
+// it runs out first, or the admission is known to come after it, Acquire
+// fails with an error matching ratesem.ErrQueueTimeout (and not
+// context.DeadlineExceeded). Waiters that must queue are ordered by the
+// priority of ctx (ratesem.WithPriority), within ratesem.MaxOvertakes, and
+// otherwise FIFO; a waiter displaced from the front of a queue may still
+// be admitted by the one round trip it had under way.
 func (e *Engine) Acquire(ctx context.Context, scope string, cs []rstore.Charge) (*Call, error) {
-	return e.acquire(ctx, scope, cs, false)
+	budget := ratesem.QueueWaitOf(ctx)
+	if budget <= 0 || len(cs) == 0 {
+		return e.acquire(ctx, scope, cs, false)
+	}
+	qdead := time.Now().Add(budget)
+	qctx, cancel := context.WithDeadline(ctx, qdead)
+	defer cancel()
+	c, err := e.acquire(qctx, scope, cs, false)
+	if err == nil || ctx.Err() != nil {
+		return c, err
+	}
+	dl, hasDl := ctx.Deadline()
+	binding := !hasDl || qdead.Before(dl) // the budget, not ctx's deadline, ended the wait
+	var de *wake.DeadlineError
+	switch {
+	case errors.As(err, &de) && binding:
+		return nil, fmt.Errorf("%w: admission in %v, budget %v", ratesem.ErrQueueTimeout, de.Wait, budget)
+	case errors.Is(err, context.DeadlineExceeded) && binding && qctx.Err() != nil:
+		return nil, fmt.Errorf("%w: still queued after %v", ratesem.ErrQueueTimeout, budget)
+	}
+	return c, err
 }
 
 // TryAcquire admits the charges if Redis admits them at once (one round
@@ -489,6 +527,13 @@ func (e *Engine) acquire(ctx context.Context, scope string, cs []rstore.Charge, 
 		e.mu.Unlock()
 		return nil, errTry
 	}
+	if !free {
+		if err := e.fullLocked(w); err != nil {
+			e.dropLocked(w)
+			e.mu.Unlock()
+			return nil, err
+		}
+	}
 	e.active++
 	if !try {
 		e.waiting++
@@ -499,7 +544,7 @@ func (e *Engine) acquire(ctx context.Context, scope string, cs []rstore.Charge, 
 			l.asking++
 		}
 	} else {
-		e.joinLocked(w)
+		e.joinLocked(w, ratesem.PriorityOf(ctx))
 	}
 	e.mu.Unlock()
 	defer e.leave(w, try)
@@ -516,19 +561,52 @@ func (l *limiter) blocks(now time.Time, n int64) bool {
 	return now.Before(l.paused) || (n >= l.notBeforeN && now.Before(l.notBefore))
 }
 
-// joinLocked puts w at the back of the queues of all its limiters at once.
-// e.mu must be held.
-func (e *Engine) joinLocked(w *waiter) {
+// fullLocked returns the ratesem.ErrQueueFull error when one of w's
+// limiters already queues Config.MaxQueue waiters, or nil. e.mu must be
+// held.
+func (e *Engine) fullLocked(w *waiter) error {
+	if e.cfg.MaxQueue <= 0 {
+		return nil
+	}
+	for i, l := range w.lims {
+		if l.q.Len() >= e.cfg.MaxQueue {
+			return fmt.Errorf("%w: %d calls of this process wait on rule %q key %q", ratesem.ErrQueueFull, l.q.Len(), w.cs[i].Rule, w.cs[i].Key)
+		}
+	}
+	return nil
+}
+
+// joinLocked puts w in the queues of all its limiters at once, in the
+// order of the engine's ranks (sched.Rank: priority class p, then
+// arrival), the same order on every queue. A waiter that w displaces from
+// the front of a queue waits for its turn again (one round trip it had
+// started may still admit it: a single overtake); since the waiter of
+// the least rank is at the front of all its queues, some waiter can
+// always go on: no deadlock. e.mu must be held.
+func (e *Engine) joinLocked(w *waiter, p ratesem.Priority) {
 	e.stopAskingLocked(w)
 	w.queued = true
+	w.rank = e.ranker.Next(p)
 	w.turn = make(chan struct{})
 	w.wake = make(chan struct{}, 1)
 	w.elems = make([]*list.Element, len(w.lims))
 	for i, l := range w.lims {
-		w.elems[i] = l.q.PushBack(w)
-		if l.q.Front() != w.elems[i] {
-			w.ahead++
+		at := l.q.Back()
+		for at != nil && w.rank.Before(at.Value.(*waiter).rank) {
+			at = at.Prev()
 		}
+		if at != nil {
+			w.elems[i] = l.q.InsertAfter(w, at)
+			w.ahead++
+			continue
+		}
+		if old := l.q.Front(); old != nil {
+			ow := old.Value.(*waiter)
+			if ow.ahead++; ow.ahead == 1 {
+				ow.turn = make(chan struct{}) // its turn again when w leaves
+			}
+		}
+		w.elems[i] = l.q.PushFront(w)
 	}
 	if w.ahead == 0 {
 		close(w.turn)
@@ -594,8 +672,11 @@ func (e *Engine) checkDrainedLocked() {
 
 // waitTurn blocks until w is at the front of all its queues.
 func (e *Engine) waitTurn(ctx context.Context, w *waiter) error {
+	e.mu.Lock()
+	turn := w.turn // a waiter displaced from a front gets a new one
+	e.mu.Unlock()
 	select {
-	case <-w.turn:
+	case <-turn:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
@@ -631,8 +712,11 @@ func (e *Engine) admit(ctx context.Context, w *waiter, since time.Time, try bool
 				until = l.notBefore
 			}
 		}
+		var qfull error
 		if !until.IsZero() && !w.queued && !try {
-			e.joinLocked(w) // known full: queue rather than overtake
+			if qfull = e.fullLocked(w); qfull == nil {
+				e.joinLocked(w, ratesem.PriorityOf(ctx)) // known full: queue rather than overtake
+			}
 		}
 		behind := w.queued && w.ahead > 0
 		e.mu.Unlock()
@@ -641,6 +725,8 @@ func (e *Engine) admit(ctx context.Context, w *waiter, since time.Time, try bool
 			return nil, ErrClosed
 		case ctx.Err() != nil:
 			return nil, ctx.Err()
+		case qfull != nil:
+			return nil, qfull
 		}
 		if !until.IsZero() {
 			if try {
@@ -739,7 +825,11 @@ func (e *Engine) admit(ctx context.Context, w *waiter, since time.Time, try bool
 			}
 		}
 		if !w.queued {
-			e.joinLocked(w)
+			if qfull := e.fullLocked(w); qfull != nil {
+				e.mu.Unlock()
+				return nil, qfull
+			}
+			e.joinLocked(w, ratesem.PriorityOf(ctx))
 		}
 		behind = w.ahead > 0
 		e.mu.Unlock()

@@ -708,3 +708,190 @@ func TestObserverAndSetLimit(t *testing.T) {
 		}
 	})
 }
+
+// TestQueueWaitBudget: a waiter whose queue-wait budget runs out fails
+// with ErrQueueTimeout, not DeadlineExceeded: at once when the wait Redis
+// names is longer, at the budget when only a release can help; ctx's own
+// earlier deadline still gives the deadline error.
+func TestQueueWaitBudget(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFake()
+		e := newEngine(t, f, Config{ErrDeadline: errSentinel})
+		s := spec(1, 10*time.Second)
+		cs := []rstore.Charge{charge("a", s, 1)}
+		c, err := e.Acquire(context.Background(), "s", cs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Held: only a release helps; the budget ends the wait.
+		begin := time.Now()
+		_, err = e.Acquire(ratesem.WithQueueWait(context.Background(), 300*time.Millisecond), "s", cs)
+		if !errors.Is(err, ratesem.ErrQueueTimeout) || errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("held: %v; want ErrQueueTimeout only", err)
+		}
+		if d := time.Since(begin); d > 300*time.Millisecond {
+			t.Fatalf("held: failed after %v, budget 300ms", d)
+		}
+		c.Release()
+		synctest.Wait()
+		// Released: the next admission is 10 s away, beyond the budget.
+		begin = time.Now()
+		_, err = e.Acquire(ratesem.WithQueueWait(context.Background(), time.Second), "s", cs)
+		if !errors.Is(err, ratesem.ErrQueueTimeout) || errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("released: %v; want ErrQueueTimeout only", err)
+		}
+		if d := time.Since(begin); d != 0 {
+			t.Fatalf("released: failed after %v, want at once", d)
+		}
+		// ctx's deadline comes first: the deadline error.
+		ctx, cancel := context.WithTimeout(ratesem.WithQueueWait(context.Background(), 5*time.Second), time.Second)
+		defer cancel()
+		if _, err = e.Acquire(ctx, "s", cs); !errors.Is(err, errSentinel) || errors.Is(err, ratesem.ErrQueueTimeout) {
+			t.Fatalf("deadline first: %v; want the deadline sentinel", err)
+		}
+		// A budget longer than the wait: admitted.
+		c, err = e.Acquire(ratesem.WithQueueWait(context.Background(), 20*time.Second), "s", cs)
+		if err != nil {
+			t.Fatalf("long budget: %v", err)
+		}
+		c.Release()
+	})
+}
+
+// TestPriorityOrder: while a limiter is held, a PriorityHigh waiter that
+// queues last is admitted first, then the others in arrival order.
+func TestPriorityOrder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFake()
+		e := newEngine(t, f, Config{})
+		s := spec(1, 100*time.Millisecond)
+		cs := []rstore.Charge{charge("a", s, 1)}
+		h, err := e.Acquire(context.Background(), "s", cs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var (
+			mu    sync.Mutex
+			order []string
+			wg    sync.WaitGroup
+		)
+		call := func(name string, p ratesem.Priority) {
+			wg.Go(func() {
+				c, err := e.Acquire(ratesem.WithPriority(context.Background(), p), "s", cs)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				order = append(order, name)
+				mu.Unlock()
+				c.Release()
+			})
+			synctest.Wait()
+		}
+		call("low", ratesem.PriorityLow)
+		call("normal1", ratesem.PriorityNormal)
+		call("normal2", ratesem.PriorityNormal)
+		call("high", ratesem.PriorityHigh)
+		h.Release()
+		wg.Wait()
+		want := []string{"high", "normal1", "normal2", "low"}
+		if len(order) != len(want) {
+			t.Fatalf("order %v, want %v", order, want)
+		}
+		for i := range want {
+			if order[i] != want[i] {
+				t.Fatalf("order %v, want %v", order, want)
+			}
+		}
+	})
+}
+
+// TestManyChargesPrioritiesNeverDeadlock: TestManyChargesNeverDeadlock
+// with random priority classes, which reorder the queues: all finish.
+func TestManyChargesPrioritiesNeverDeadlock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFake()
+		e := newEngine(t, f, Config{})
+		s := spec(2, 50*time.Millisecond)
+		rules := []string{"a", "b", "c"}
+		var wg sync.WaitGroup
+		var admitted atomic.Int64
+		for range 30 {
+			wg.Go(func() {
+				for range 10 {
+					var cs []rstore.Charge
+					for _, r := range rules {
+						if rand.IntN(2) == 0 {
+							cs = append(cs, charge(r, s, 1+rand.Int64N(2)))
+						}
+					}
+					if len(cs) == 0 {
+						cs = append(cs, charge("a", s, 1))
+					}
+					rand.Shuffle(len(cs), func(i, j int) { cs[i], cs[j] = cs[j], cs[i] })
+					ctx := ratesem.WithPriority(context.Background(), ratesem.Priority(rand.IntN(3)-1))
+					c, err := e.Acquire(ctx, "s", cs)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					admitted.Add(1)
+					time.Sleep(time.Duration(rand.IntN(5)) * time.Millisecond)
+					c.Release()
+				}
+			})
+		}
+		wg.Wait()
+		synctest.Wait()
+		st := e.Stats()
+		if admitted.Load() != 300 || st.InFlight != 0 || st.Waiting != 0 || f.inFlight() != 0 {
+			t.Fatalf("admitted %d; %+v; fake in flight %d", admitted.Load(), st, f.inFlight())
+		}
+	})
+}
+
+// TestMaxQueue: with Config.MaxQueue 2, a third call that must queue on
+// the limiter fails at once with ErrQueueFull, leaving no trace; the two
+// queued ones are admitted after the release.
+func TestMaxQueue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFake()
+		e := newEngine(t, f, Config{MaxQueue: 2})
+		s := spec(1, 100*time.Millisecond)
+		cs := []rstore.Charge{charge("a", s, 1)}
+		h, err := e.Acquire(context.Background(), "s", cs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		for range 2 {
+			wg.Go(func() {
+				c, err := e.Acquire(context.Background(), "s", cs)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				c.Release()
+			})
+			synctest.Wait()
+		}
+		begin := time.Now()
+		_, err = e.Acquire(ratesem.WithPriority(context.Background(), ratesem.PriorityHigh), "s", cs)
+		if !errors.Is(err, ratesem.ErrQueueFull) {
+			t.Fatalf("third waiter: %v, want ErrQueueFull", err)
+		}
+		if d := time.Since(begin); d != 0 {
+			t.Fatalf("failed after %v, want at once", d)
+		}
+		if st := e.Stats(); st.Waiting != 2 {
+			t.Fatalf("%+v: want 2 waiting", st)
+		}
+		h.Release()
+		wg.Wait()
+		synctest.Wait()
+		if st := e.Stats(); st.InFlight != 0 || st.Waiting != 0 || f.inFlight() != 0 {
+			t.Fatalf("%+v; fake in flight %d", st, f.inFlight())
+		}
+	})
+}

@@ -38,6 +38,15 @@ func (c Clock) Now() time.Time {
 	return c.clk.Now()
 }
 
+// After returns a channel that receives the instant once d has elapsed on
+// the clock (ratesem.Clock.After).
+func (c Clock) After(d time.Duration) <-chan time.Time {
+	if c.clk == nil {
+		return time.After(d)
+	}
+	return c.clk.After(d)
+}
+
 // Timer is one timer, created on first use, that calls a function at an
 // instant. It is not safe for concurrent use: its owner holds a lock around
 // every call, and the function it calls takes that lock.

@@ -1,0 +1,67 @@
+package ratesem_test
+
+import (
+	"context"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/ratesem/ratesem"
+)
+
+func TestPriorityContext(t *testing.T) {
+	ctx := context.Background()
+	if got := ratesem.PriorityOf(ctx); got != ratesem.PriorityNormal {
+		t.Errorf("PriorityOf(Background) = %v, want normal", got)
+	}
+	for _, tc := range []struct {
+		in   ratesem.Priority
+		want ratesem.Priority
+		name string
+	}{
+		{ratesem.PriorityLow, ratesem.PriorityLow, "low"},
+		{ratesem.PriorityNormal, ratesem.PriorityNormal, "normal"},
+		{ratesem.PriorityHigh, ratesem.PriorityHigh, "high"},
+		{math.MaxInt8, ratesem.PriorityHigh, "high"},
+		{math.MinInt8, ratesem.PriorityLow, "low"},
+		{2, ratesem.PriorityHigh, "high"},
+		{-2, ratesem.PriorityLow, "low"},
+	} {
+		got := ratesem.PriorityOf(ratesem.WithPriority(ctx, tc.in))
+		if got != tc.want {
+			t.Errorf("PriorityOf(WithPriority(%d)) = %d, want %d", tc.in, got, tc.want)
+		}
+		if s := tc.in.String(); s != tc.name {
+			t.Errorf("Priority(%d).String() = %q, want %q", tc.in, s, tc.name)
+		}
+	}
+	// The innermost setting wins, and a budget leaves the priority alone.
+	c := ratesem.WithPriority(ratesem.WithPriority(ctx, ratesem.PriorityLow), ratesem.PriorityHigh)
+	c = ratesem.WithQueueWait(c, time.Second)
+	if got := ratesem.PriorityOf(c); got != ratesem.PriorityHigh {
+		t.Errorf("PriorityOf = %v, want high", got)
+	}
+}
+
+func TestQueueWaitContext(t *testing.T) {
+	ctx := context.Background()
+	if got := ratesem.QueueWaitOf(ctx); got != 0 {
+		t.Errorf("QueueWaitOf(Background) = %v, want 0", got)
+	}
+	for _, tc := range []struct{ in, want time.Duration }{
+		{time.Second, time.Second},
+		{1, 1},
+		{0, 0},
+		{-time.Second, 0},
+		{math.MinInt64, 0},
+		{math.MaxInt64, math.MaxInt64},
+	} {
+		if got := ratesem.QueueWaitOf(ratesem.WithQueueWait(ctx, tc.in)); got != tc.want {
+			t.Errorf("QueueWaitOf(WithQueueWait(%v)) = %v, want %v", tc.in, got, tc.want)
+		}
+	}
+	// A budget does not set a deadline.
+	if _, ok := ratesem.WithQueueWait(ctx, time.Second).Deadline(); ok {
+		t.Error("WithQueueWait set a deadline")
+	}
+}
