@@ -60,7 +60,8 @@ type summary struct {
 	Elapsed                 time.Duration
 	Ideal                   time.Duration // (ceil(calls/N)−1)·Per + mean latency
 	MeanLatency, MeanWait   time.Duration
-	Arrivals                []exchangetest.Arrival // embedded server only
+	Arrivals                int   // requests the embedded server logged (0 for another server)
+	Peak                    int64 // the most accepted requests of one IP+instId in one window, by the server's log
 }
 
 func main() {
@@ -151,20 +152,30 @@ func (t stampTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	return t.base.RoundTrip(req)
 }
 
+// fundingPath is OKX's funding-rate-history endpoint
+// (https://www.okx.com/docs-v5/en/#public-data-rest-api-get-funding-rate-history),
+// and fundingRule the embedded server's name for its rule.
+const (
+	fundingPath = "/api/v5/public/funding-rate-history"
+	fundingRule = "GET " + fundingPath
+)
+
 // run performs the fan-out and measures it.
 func run(ctx context.Context, cfg config) (summary, error) {
 	var srv *exchangetest.OKXServer
 	base := cfg.baseURL
 	if base == "" {
+		// OKX's rule is 10 per 2 s per IP+instId: the server's Scale
+		// stretches or shrinks the 2 s to the chosen window, Limits sets N.
 		srv = exchangetest.NewOKX(exchangetest.OKXConfig{
-			Limit:   int(cfg.serverLimit.N),
-			Window:  cfg.serverLimit.Per,
+			Scale:   float64(2*time.Second) / float64(cfg.serverLimit.Per),
+			Limits:  map[string]int64{fundingRule: cfg.serverLimit.N},
 			Latency: exchangetest.UniformLatency(cfg.latencyMin, cfg.latencyMax),
 		})
 		defer srv.Close()
-		base = srv.URL
+		base = srv.URL()
 	}
-	endpoint := strings.TrimSuffix(base, "/") + exchangetest.OKXFundingRateHistoryPath + "?instId=" + url.QueryEscape(cfg.instID)
+	endpoint := strings.TrimSuffix(base, "/") + fundingPath + "?instId=" + url.QueryEscape(cfg.instID)
 
 	var opts []semaphore.Option
 	if cfg.start {
@@ -231,7 +242,12 @@ func run(ctx context.Context, cfg config) (summary, error) {
 	batches := (int64(cfg.calls) + cfg.serverLimit.N - 1) / cfg.serverLimit.N
 	s.Ideal = time.Duration(batches-1)*cfg.serverLimit.Per + s.MeanLatency
 	if srv != nil {
-		s.Arrivals = srv.Arrivals()
+		s.Arrivals = len(srv.Log())
+		for key, n := range srv.Peak() {
+			if key.Rule == fundingRule {
+				s.Peak = max(s.Peak, n)
+			}
+		}
 	}
 	return s, nil
 }

@@ -362,9 +362,9 @@ func run(ctx context.Context, cfg config) (summary, error) {
 	}
 	base := strings.TrimSuffix(cfg.baseURL, "/")
 	var inner http.RoundTripper = &http.Transport{MaxIdleConnsPerHost: cfg.workers}
-	var srv *exchangetest.OKXV5Server
+	var srv *exchangetest.OKXServer
 	if base == "" {
-		srv = exchangetest.NewOKXV5(exchangetest.OKXV5Config{
+		srv = exchangetest.NewOKX(exchangetest.OKXConfig{
 			Latency:  exchangetest.UniformLatency(cfg.latencyMin, cfg.latencyMax),
 			InMemory: cfg.inMemory,
 		})
@@ -500,7 +500,7 @@ func (s *summary) plan(pool *clientpool.Pool, jobs []job, apiKey string) error {
 }
 
 // report reads the server's log.
-func report(srv *exchangetest.OKXV5Server, per time.Duration) *serverReport {
+func report(srv *exchangetest.OKXServer, per time.Duration) *serverReport {
 	log := srv.Log()
 	r := &serverReport{
 		Stats:      exchangetest.Summarize(log),

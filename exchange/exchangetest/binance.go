@@ -92,7 +92,7 @@ type BinanceConfig struct {
 	Now func() time.Time
 	// InMemory serves over in-memory connections (net.Pipe) instead of TCP
 	// loopback, for use inside a testing/synctest bubble; see
-	// OKXV5Config.InMemory.
+	// OKXConfig.InMemory.
 	InMemory bool
 	// Hostile turns on the hostile mode: absurd headers, garbage or
 	// missing Retry-After, spurious 429s (code -1015 or -1003, no

@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// core is the state shared by OKXV5Server and BinanceServer: the clock, the
+// core is the state shared by OKXServer and BinanceServer: the clock, the
 // rules and their counters, and the log, all guarded by mu.
 type core struct {
 	net     *netServer

@@ -11,18 +11,16 @@
 //
 // # Servers
 //
-//   - [NewOKX]: one OKX endpoint, funding-rate-history, 10 requests per 2 s
-//     per (IP, instId) by default, with its log of [Arrival] and
-//     [MaxInWindow].
-//   - [NewOKXV5]: sixteen OKX v5 endpoints (market data, public data, trade
+//   - [NewOKX]: sixteen OKX v5 endpoints (market data, public data, trade
 //     and account) with each endpoint's own limit and OKX's sub-account
-//     order limit; sliding windows of 2 s; rejections with code 50011.
+//     order limit; sliding windows of 2 s (OKXConfig.Scale stretches them,
+//     OKXConfig.Limits overrides a rule's N); rejections with code 50011.
 //   - [NewBinance]: eight Binance spot endpoints with request weights, the
 //     IP's REQUEST_WEIGHT and RAW_REQUESTS limits and the account's ORDERS
 //     limits in fixed windows aligned to the clock; 429 with Retry-After,
 //     then 418 IP bans for clients that do not back off.
 //
-// The two rule-set servers log [Entry] values (arrival time, endpoint, the
+// Both servers log [Entry] values (arrival time, endpoint, the
 // [Charge] of each rule key, [Outcome]) and are checked with [PeakUsage],
 // [Violations] and [Summarize], or their methods Peak, Violations and Stats.
 //
@@ -42,7 +40,7 @@
 // Every server reads arrival times from one clock, time.Now unless a Now
 // function is configured (e.g. clock.NewMock().Now from
 // github.com/benbjohnson/clock, to place arrivals exactly on a window
-// boundary). OKXV5Config.Scale and BinanceConfig.Scale divide every window
+// boundary). OKXConfig.Scale and BinanceConfig.Scale divide every window
 // (and Binance's bans), so that Binance's minute lasts 3 s at Scale 20 and an
 // example or test finishes quickly; fixed windows stay aligned to multiples of
 // the scaled length since the Unix epoch.
@@ -57,7 +55,7 @@
 //
 // # Hostile mode
 //
-// BinanceConfig.Hostile and OKXV5Config.Hostile ([Hostile]) make a server
+// BinanceConfig.Hostile and OKXConfig.Hostile ([Hostile]) make a server
 // answer the way a broken or adversarial one might, on a seeded share of its
 // answers: absurd usage headers ([AbsurdHeaders]: counts at and beyond the
 // int64 limits, negative, garbage, 10 KB values, a Unix-time

@@ -11,8 +11,8 @@ import (
 	"time"
 )
 
-// Hostile configures the hostile mode of [NewBinance] and [NewOKXV5]
-// (BinanceConfig.Hostile, OKXV5Config.Hostile): answers that a broken or
+// Hostile configures the hostile mode of [NewBinance] and [NewOKX]
+// (BinanceConfig.Hostile, OKXConfig.Hostile): answers that a broken or
 // adversarial server might send, to test that a client's limiter holds
 // whatever it is told. The zero value turns the mode off.
 //
@@ -60,7 +60,7 @@ type Hostile struct {
 	// OutcomeRateLimited and Rule HostileRule. Binance answers HTTP 429
 	// with ThrottleCode in the body and no Retry-After (unless RetryAfter
 	// gives one), as Binance does for its order limits. OKX answers code
-	// 50011 with the status of OKXV5Config.RateLimitStatus, or code 50061
+	// 50011 with the status of OKXConfig.RateLimitStatus, or code 50061
 	// with HTTP 200. Requests that a real rule rejects keep their real
 	// answer.
 	Throttle bool

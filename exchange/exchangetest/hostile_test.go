@@ -187,7 +187,7 @@ func TestHostileThrottleOKX(t *testing.T) {
 		{0, "50061", http.StatusOK},
 	}
 	for _, c := range cases {
-		s := newOKXV5(t, exchangetest.OKXV5Config{RateLimitStatus: c.status, Hostile: exchangetest.Hostile{Throttle: true, ThrottleCode: c.code}}, newFakeClock(okxT0))
+		s := newOKX(t, exchangetest.OKXConfig{RateLimitStatus: c.status, Hostile: exchangetest.Hostile{Throttle: true, ThrottleCode: c.code}}, newFakeClock(okxT0))
 		rec := call{method: http.MethodPost, target: "/api/v5/trade/order", body: okxOrderBody("BTC-USDT"), header: uid("u")}.serve(s.Handler())
 		assert.Equal(t, c.want, rec.Code)
 		var b okxBodyT
@@ -202,7 +202,7 @@ func TestHostileThrottleOKX(t *testing.T) {
 		assert.Empty(t, s.Peak(), "nothing counted")
 	}
 	// RetryAfter on an OKX rejection adds the header.
-	s := newOKXV5(t, exchangetest.OKXV5Config{Hostile: exchangetest.Hostile{Throttle: true, RetryAfter: []string{"31536000"}}}, newFakeClock(okxT0))
+	s := newOKX(t, exchangetest.OKXConfig{Hostile: exchangetest.Hostile{Throttle: true, RetryAfter: []string{"31536000"}}}, newFakeClock(okxT0))
 	rec := call{method: http.MethodGet, target: "/api/v5/market/books?instId=BTC-USDT"}.serve(s.Handler())
 	assert.Equal(t, "31536000", rec.Header().Get("Retry-After"))
 	assert.Equal(t, 31536000, s.Log()[0].RetryAfter)
@@ -213,7 +213,7 @@ func TestHostileThrottleOKX(t *testing.T) {
 // first; Close ends a stall that would last forever.
 func TestHostileStall(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := exchangetest.NewOKXV5(exchangetest.OKXV5Config{InMemory: true, Hostile: exchangetest.Hostile{Stall: 10 * time.Second, StallAfter: 5}})
+		s := exchangetest.NewOKX(exchangetest.OKXConfig{InMemory: true, Hostile: exchangetest.Hostile{Stall: 10 * time.Second, StallAfter: 5}})
 		defer s.Close()
 		start := time.Now()
 		resp, err := s.Client().Get(s.URL() + "/api/v5/market/books?instId=BTC-USDT")
@@ -274,7 +274,7 @@ func TestHostileConfigPanics(t *testing.T) {
 		assert.Panics(t, func() { exchangetest.NewBinance(exchangetest.BinanceConfig{Hostile: h}).Close() }, name)
 	}
 	assert.Panics(t, func() {
-		exchangetest.NewOKXV5(exchangetest.OKXV5Config{Hostile: exchangetest.Hostile{ThrottleCode: "-1015"}}).Close()
+		exchangetest.NewOKX(exchangetest.OKXConfig{Hostile: exchangetest.Hostile{ThrottleCode: "-1015"}}).Close()
 	})
 }
 

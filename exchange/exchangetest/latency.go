@@ -7,8 +7,8 @@ import (
 	"time"
 )
 
-// FixedLatency returns a latency function for [OKXConfig.Latency],
-// [OKXV5Config.Latency] or [BinanceConfig.Latency] that always
+// FixedLatency returns a latency function for [OKXConfig.Latency] or
+// [BinanceConfig.Latency] that always
 // returns d. It is safe for concurrent use. A negative d is treated by the
 // server as zero.
 func FixedLatency(d time.Duration) func() time.Duration {
@@ -19,8 +19,8 @@ func FixedLatency(d time.Duration) func() time.Duration {
 // a sequence of calls made in a fixed order is reproducible across runs.
 const uniformLatencySeed = 0x6f6b78 // "okx"
 
-// UniformLatency returns a latency function for [OKXConfig.Latency],
-// [OKXV5Config.Latency] or [BinanceConfig.Latency] whose
+// UniformLatency returns a latency function for [OKXConfig.Latency] or
+// [BinanceConfig.Latency] whose
 // results are drawn uniformly from the closed interval [min, max] (nanosecond
 // resolution). The generator is seeded with a fixed seed, so the sequence of
 // values is the same in every run; the order in which concurrent requests draw

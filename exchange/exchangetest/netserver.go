@@ -13,7 +13,7 @@ import (
 	"time"
 )
 
-// netServer is the HTTP side shared by OKXV5Server and BinanceServer: an
+// netServer is the HTTP side shared by OKXServer and BinanceServer: an
 // httptest.Server on TCP loopback or on in-memory connections, and the
 // clients handed out for it.
 type netServer struct {

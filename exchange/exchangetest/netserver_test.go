@@ -14,7 +14,7 @@ import (
 )
 
 func TestClientsAreReusedPerIP(t *testing.T) {
-	s := newOKXV5(t, exchangetest.OKXV5Config{}, nil)
+	s := newOKX(t, exchangetest.OKXConfig{}, nil)
 	assert.Same(t, s.Client(), s.ClientFrom("127.0.0.1"))
 	assert.Same(t, s.ClientFrom("10.0.0.1"), s.ClientFrom("10.0.0.1"))
 	assert.NotSame(t, s.ClientFrom("10.0.0.1"), s.ClientFrom("10.0.0.2"))

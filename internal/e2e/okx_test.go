@@ -33,7 +33,7 @@ type okxCase struct {
 // promises.
 func runOKX(t *testing.T, c okxCase) {
 	synctest.Test(t, func(t *testing.T) {
-		srv := exchangetest.NewOKXV5(exchangetest.OKXV5Config{
+		srv := exchangetest.NewOKX(exchangetest.OKXConfig{
 			InMemory: true, Latency: exchangetest.FixedLatency(10 * time.Millisecond),
 			RateLimitStatus: http.StatusOK, SubAccountCode50061: true,
 			Hostile: c.hostile,
