@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/ratesem/ratesem"
 	"github.com/ratesem/ratesem/window"
 )
 
@@ -94,7 +95,7 @@ func (r *Rule) check() error {
 	case r.Name == "":
 		return errors.New("ratesem: a rule has no name")
 	case r.Limit.N <= 0 || r.Limit.Per <= 0:
-		return fmt.Errorf("ratesem: rule %q: limit %v: want N > 0 per Per > 0", r.Name, r.Limit)
+		return fmt.Errorf("ratesem: rule %q: limit %v: want N > 0 per Per > 0: %w", r.Name, r.Limit, ratesem.ErrInvalidLimit)
 	case r.Concurrency < 0:
 		return fmt.Errorf("ratesem: rule %q: negative concurrency %d", r.Name, r.Concurrency)
 	}
