@@ -96,9 +96,9 @@
 // (semaphore.New(-1, time.Second) and window.NewCompletion with a negative
 // Limit panic). A limit that comes from data — a clientpool.Table,
 // window.ParseLimit, RateSemaphore.SetLimit and Pool.SetLimit at run time —
-// returns an error matching [ErrInvalidLimit] instead (a server's unreadable
-// usage or Retry-After header matches [ErrMalformedHeader] and is ignored),
-// so validate a limit read at run time (a flag, a config file) with
+// returns an error matching [ErrInvalidLimit] instead (a server's
+// unreadable rate-limit header, one matching [ErrMalformedHeader]), so
+// validate a limit read at run time (a flag, a config file) with
 // window.ParseLimit before passing its numbers to a constructor. Constructors that return an error anyway because they
 // talk to Redis (semaphore.NewRedis) return ErrInvalidLimit for a bad limit
 // too, rather than panic.
