@@ -38,7 +38,7 @@ const (
 var smallRow = row{Period: 500 * time.Millisecond, Limit: 20, Processes: 2, Concurrency: 20, Requests: 120}
 
 // runTestRow runs r with real worker processes (copies of the test binary)
-// against a redis-server of its own and an API server with the seed's
+// against a redis-server of its own and an API server with the ZSET throttler's
 // 10–30 ms latency.
 func runTestRow(t *testing.T, r row) rowResult {
 	t.Helper()
@@ -74,7 +74,7 @@ func runTestRow(t *testing.T, r row) rowResult {
 //   - elapsed ≥ (⌈requests ÷ limit⌉ − 1) periods: the least time the rule
 //     allows, so a run that is faster could not have been checked (this
 //     guards the measurement, not the limiter);
-//   - mean interval (the seed's figure, elapsed ÷ (requests ÷ limit))
+//   - mean interval (the ZSET throttler's figure, elapsed ÷ (requests ÷ limit))
 //     ≤ 1.05 × period + the server's largest latency (30 ms). Why: the
 //     completion window hands a slot to the next call one period after the
 //     call holding it ended, so a slot's cycle is the period, plus that
@@ -219,11 +219,29 @@ func TestWorkerArgsRoundTrip(t *testing.T) {
 	}
 }
 
-func TestSeedTable(t *testing.T) {
-	// The rows and totals of the seed's table; requests = successes + failures there.
-	for _, r := range seedTable {
-		if r.Requests != r.Seed.Successes+r.Seed.Failures {
-			t.Errorf("%v/%v: requests %d, seed successes+failures %d", r.Limit, r.Period, r.Requests, r.Seed.Successes+r.Seed.Failures)
+// The program writes its results file only when -out asks for it: run with
+// no flags, it prints the table and leaves the tracked results.md alone.
+func TestWritesOnlyWhenAsked(t *testing.T) {
+	o, err := parseFlags(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Out != "" {
+		t.Errorf("no flags: -out defaults to %q, want \"\" (write nothing)", o.Out)
+	}
+	if o, err = parseFlags([]string{"-out", "results.md"}); err != nil || o.Out != "results.md" {
+		t.Errorf("-out results.md: %+v, %v", o, err)
+	}
+	if _, err := parseFlags([]string{"-seed", "1"}); err == nil {
+		t.Error("an unknown flag was accepted")
+	}
+}
+
+func TestZSetTable(t *testing.T) {
+	// The rows and totals of the ZSET throttler's table; requests = successes + failures there.
+	for _, r := range zsetTable {
+		if r.Requests != r.ZSet.Successes+r.ZSet.Failures {
+			t.Errorf("%v/%v: requests %d, ZSET throttler successes+failures %d", r.Limit, r.Period, r.Requests, r.ZSet.Successes+r.ZSet.Failures)
 		}
 	}
 	rows := allRows()

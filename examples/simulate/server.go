@@ -22,7 +22,7 @@ type arrival struct {
 
 // apiServer is the API the workers call: an HTTP server on loopback that
 // enforces an exact sliding window on arrival and answers after a latency
-// uniform in [latMin, latMax], as the seed's perform_request sleeps 10–30 ms.
+// uniform in [latMin, latMax], as the ZSET throttler's perform_request sleeps 10–30 ms.
 //
 // A request arriving at t is accepted iff fewer than limit accepted arrivals
 // lie in (t−period, t]; otherwise it is answered 429 Too Many Requests.
