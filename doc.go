@@ -3,91 +3,115 @@
 // internal service) and must never be rejected for calling too fast, while
 // still going as fast as the limit allows.
 //
-// The root package holds what every package shares: the Clock interface,
-// the error sentinels, and the observability types (Event, Metrics). The
-// limiters live in the sub-packages, from the bottom up:
+// The root package holds what every sub-package shares: the [Clock]
+// interface and the one family of errors ([ErrDeadline], [ErrInvalidLimit],
+// …). The limiters live in its sub-packages, from the bottom up:
 //
-//   - window: the time bookkeeping. A Limit ("10/2s", ParseLimit) and the
-//     windows that decide when the next call may start, as pure state that
-//     takes the current instant as an argument: the completion window
-//     (window.Completion, the default), the start window with a margin
-//     (window.SlidingLog), fixed windows (window.FixedWindow, and
-//     window.NewFixedCompletion for Binance's clock-aligned minute), the
-//     sliding and sub-window counters, the token and leaky buckets and
-//     GCRA. Implement window.Policy to bring your own.
+//   - window: the time bookkeeping. A Limit ("10/2s", window.ParseLimit) and
+//     every window of the field as pure state that takes the current instant
+//     as an argument: the completion window (window.NewCompletion, the
+//     default), the start window with a margin (window.NewSlidingLog), fixed
+//     windows aligned to the clock (window.NewFixedWindow, and
+//     window.NewFixedCompletion, which counts a call in every window its
+//     start..end touches), sliding-window counters, token and leaky buckets,
+//     GCRA and a pacer. window.NewLimiter uses one alone, without blocking
+//     (AllowN, TryN).
 //   - semaphore: RateSemaphore, a weighted semaphore that also limits the
 //     rate. At most N units in flight and, under the completion window, at
 //     most N units per interval as the server counts them, whatever the
 //     latency. Its method set is a superset of golang.org/x/sync's
-//     *semaphore.Weighted (Acquire, TryAcquire, Release), plus Do, Pause,
-//     SetLimit and Stats. Reach for it inside an errgroup fan-out.
-//     semaphore.NewRedis returns the same type with its window kept in
-//     Redis, shared by every process that opens the same name.
+//     *semaphore.Weighted (Acquire, TryAcquire, Release), plus Do, DoN,
+//     Pause, PauseFor, SetLimit, Stats and Close; semaphore.NewWithPolicy
+//     puts any window of package window under it. Reach for it inside an
+//     errgroup fan-out.
 //   - clientpool: a registry of limiters keyed by rule and key (IP,
 //     account, instrument), created lazily from a Table of rules and
 //     endpoints; a call under several rules is admitted when all admit it,
 //     taking nothing while it waits; pause by key, usage-header feedback,
-//     idle eviction. clientpool.WithRedis keeps a whole Table's rules in
-//     Redis: one Lua script admits a call under all of its rules at once,
-//     on the Redis server's clock.
+//     idle eviction, a cap on live keys (WithMaxKeys), events
+//     (WithObserver).
 //   - httpclient: an http.RoundTripper that acquires before each request,
-//     releases when the response body is closed, pauses on 429 or 418 with
-//     Retry-After (or a backoff, or a throttle the body reports), and
-//     retries a throttled request only when MaxRetries asks for it.
-//     NewPool routes each request through a clientpool.Pool.
+//     releases when the response body is closed or read to io.EOF, pauses
+//     the limiter on 429 or 418 (for the Retry-After, or a capped backoff),
+//     and resends a throttled request only when Transport.MaxRetries asks
+//     for it. httpclient.New wraps one Limiter (a RateSemaphore);
+//     httpclient.NewPool routes each request through a clientpool.Pool.
 //   - exchange/binance, exchange/okx: presets, each exchange's limits and
-//     endpoint weights as a clientpool Table, with the doc page of every
-//     rule. exchange/exchangetest: in-process servers that enforce those
+//     endpoint weights as a clientpool.Table (binance.Spot(), okx.Table()),
+//     with the doc page of every rule.
+//   - exchange/exchangetest: in-process HTTP servers that enforce those
 //     rules exactly (OKX's sliding 2 s windows, Binance's clock-aligned
-//     weights, usage headers, 429 and 418 bans) and log every arrival, for
+//     weights, usage headers, 429 and 418 bans, and a hostile mode), for
 //     tests and examples.
-//   - redistest: start real redis-server processes (one
-//     server, or a 3-master cluster) for tests.
 //
-// The waiting (FIFO per limiter, pauses, deadlines, the fallback when Redis
-// is unreachable) always stays in each process. See the README's Redis
-// section and examples/fleet; examples/slog and examples/otel wire the
-// observer to log/slog and to OpenTelemetry metrics.
+// # Redis: one limit for many processes
 //
-// # Conventions
+// Many processes share their limits through Redis (github.com/redis/go-redis/v9
+// against a redis-server, a Sentinel group or a Redis Cluster).
+// semaphore.NewRedis and semaphore.NewRedisWithPolicy return the same
+// *semaphore.RateSemaphore, with its window kept in Redis;
+// clientpool.WithRedis keeps a whole Table's rules there, a call under
+// several rules admitted by one Lua script over all of them, on the Redis
+// server's clock. The waiting (FIFO per limiter, pauses, deadlines, the
+// fallback when Redis is unreachable) stays in each process. For tests,
+// redistest starts a real redis-server child process on a free
+// loopback port (redistest.Start), or a 3-master cluster, and stops it when
+// the test ends; without the binary the test is skipped (failed under CI).
+// See the README's Redis section and examples/fleet.
 //
-// One clock. Every limiter reads time and sets timers through a Clock,
-// given with its package's WithClock option. A nil Clock, or no option, is
-// the real clock, which testing/synctest fakes, so a test in a synctest
-// bubble needs no option; a *clock.Mock of github.com/benbjohnson/clock
-// satisfies Clock as it is.
+// # Conventions shared by every package
+//
+// One clock. Every limiter that waits reads time through a [Clock] given
+// with its WithClock option (semaphore.WithClock, clientpool.WithClock). A
+// nil Clock, or no option, is the real clock (time.Now, time.After), so
+// tests in a testing/synctest bubble need no option; a *clock.Mock of
+// github.com/benbjohnson/clock satisfies Clock as it is. The windows of
+// package window take the instant as an argument and read no clock. Not
+// yet converted: httpclient.Transport and the exchangetest servers take a
+// Now func() time.Time field (a Transport's retry sleep uses the real
+// timer, which synctest also fakes).
 //
 // One error family. Every package returns the sentinels of this package,
-// wrapped with the details of the case, so errors.Is(err, ratesem.ErrDeadline)
-// holds whichever package the error came from; every message starts with
-// "ratesem: ".
+// wrapped with the details of the case, and defines none of its own, so one
+// check works whichever package returned the error:
 //
-// One option style. Every constructor takes its required arguments, then
-// options of its package's Option type, a function applied in order (the
-// last of a kind wins): semaphore.New(10, 2*time.Second,
-// semaphore.WithClock(c)), clientpool.New(table, clientpool.WithRedis(rdb,
-// "bot")).
+//	if errors.Is(err, ratesem.ErrDeadline) { … }
 //
-// Panics or errors. A constructor that cannot fail otherwise
-// (semaphore.New, semaphore.NewWithPolicy, the window constructors) panics
-// on a negative limit, as make does with a negative size: it is a bug in
-// the caller's code, caught by the first test that runs it, and an error
-// result would burden every correct call. A constructor that returns an
-// error anyway, because it reads data or a server (clientpool.New with its
-// Table, semaphore.NewRedis), reports a bad limit in that error, matching
-// ErrInvalidLimit; so do window.ParseLimit and every parser of a server's
-// headers, since a program must be able to refuse bad input without
-// crashing. Validate a limit read at run time with window.ParseLimit
-// before handing it to a constructor that panics.
+// Every message starts with "ratesem: ". A wait that fails because its
+// admission would come after the context's deadline matches both
+// [ErrDeadline] and context.DeadlineExceeded; a wait ended by its context
+// returns ctx.Err() (possibly wrapped).
 //
-// The problem it solves: an exchange such as OKX allows "10 requests per
-// 2 seconds" in any window of 2 seconds. A token bucket either breaks that
-// rule (a full bucket plus the refill admits up to 2N−1 in some window) or
-// gives up most of the throughput (a bucket of 1). A semaphore alone limits
-// concurrency, not rate. RateSemaphore starts the clock of each slot when
-// the call that held it ends, so the server never counts more than N
-// arrivals in any window, and the next call goes at the earliest instant the
-// rule allows.
+// One option style. A constructor takes its required arguments, then
+// variadic options of its package's type Option func(*config):
+// semaphore.New(n, interval, opts...), clientpool.New(table, opts...),
+// binance.Spot(opts...), okx.Table(opts...). httpclient is the exception
+// for now: a Transport is configured through its exported fields, set
+// before first use.
+//
+// Panics versus errors. A limit passed to a constructor as numbers, or
+// another misuse fixed in the caller's source (a nil policy, conflicting
+// options, Release of more than is held), panics, as make([]T, -1) does: it
+// is a bug in the calling code, not a condition to handle at run time
+// (semaphore.New(-1, time.Second) and window.NewCompletion with a negative
+// Limit panic). A limit that comes from data — a clientpool.Table,
+// window.ParseLimit, RateSemaphore.SetLimit and Pool.SetLimit at run time —
+// returns an error matching [ErrInvalidLimit] instead (a server's
+// unreadable rate-limit header, one matching [ErrMalformedHeader]), so
+// validate a limit read at run time (a flag, a config file) with
+// window.ParseLimit before passing its numbers to a constructor. Constructors that return an error anyway because they
+// talk to Redis (semaphore.NewRedis) return ErrInvalidLimit for a bad limit
+// too, rather than panic.
+//
+// # Why
+//
+// An exchange such as OKX allows "10 requests per 2 seconds" in any window
+// of 2 seconds. A token bucket either breaks that rule (a full bucket plus
+// the refill admits up to 2N−1 in some window) or gives up most of the
+// throughput (a bucket of 1). A semaphore alone limits concurrency, not
+// rate. RateSemaphore starts the clock of each slot when the call that held
+// it ends, so the server never counts more than N arrivals in any window,
+// and the next call goes at the earliest instant the rule allows.
 //
 // A fan-out in the style of Python's `async with sem:`:
 //

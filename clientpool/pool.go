@@ -665,7 +665,7 @@ func (p *Pool) SetLimit(rule string, l window.Limit) error {
 		return fmt.Errorf("%w %q", ratesem.ErrUnknownRule, rule)
 	}
 	if l.N <= 0 || l.Per <= 0 {
-		return fmt.Errorf("ratesem: SetLimit(%q, %v): want N > 0 per Per > 0", rule, l)
+		return fmt.Errorf("ratesem: SetLimit(%q, %v): want N > 0 per Per > 0: %w", rule, l, ratesem.ErrInvalidLimit)
 	}
 	if p.rem != nil {
 		return p.setLimitRedis(rs, l)

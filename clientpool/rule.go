@@ -99,7 +99,7 @@ func (r *Rule) check() error {
 	case r.Limit.N <= 0 || r.Limit.Per <= 0:
 		return fmt.Errorf("ratesem: rule %q: limit %v: want N > 0 per Per > 0: %w", r.Name, r.Limit, ratesem.ErrInvalidLimit)
 	case r.MaxUnitsInFlight < 0:
-		return fmt.Errorf("ratesem: rule %q: negative concurrency %d: %w", r.Name, r.MaxUnitsInFlight, ratesem.ErrInvalidLimit)
+		return fmt.Errorf("ratesem: rule %q: negative MaxUnitsInFlight %d: %w", r.Name, r.MaxUnitsInFlight, ratesem.ErrInvalidLimit)
 	}
 	return nil
 }

@@ -23,8 +23,17 @@
 // body itself: the hook sees the first [PeekSize] bytes as the caller reads
 // them, so RoundTrip returns as soon as the headers arrive, even from a
 // server that then stalls. The response itself is returned unchanged:
-// status codes are not errors, and a request is retried only when
-// [Transport.MaxRetries] asks for it (after the pause, never at once).
+// status codes are not errors.
+//
+// By default a request is sent once: a throttled response is returned to
+// the caller, and only the requests after it wait for the pause. Set
+// [Transport.MaxRetries] to n > 0 to have RoundTrip send a throttled
+// request again, up to n more times: only when the headers show the
+// throttle (not a throttle only the body shows) and the body can be
+// replayed (no body, or Request.GetBody). Each retry waits out the pause
+// the throttle caused, then acquires the request's weight again, so it
+// counts against the limit like any other request; the caller sees only
+// the last response.
 //
 // A Transport is safe for concurrent use by multiple goroutines, as an
 // http.RoundTripper must be.

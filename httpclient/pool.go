@@ -27,8 +27,10 @@ import (
 // then. RoundTrip never reads the body. A request whose classification
 // fails is not sent: RoundTrip closes its body and returns the error.
 //
-// Set MaxRetries on the result to retry throttled requests whose body can be
-// replayed. NewPool panics if p is nil.
+// The result sends each request once; set MaxRetries on it to send a
+// request again after a throttle its headers show (see
+// Transport.MaxRetries): the retry is classified and charged again, and
+// waits out the pauses of its keys. NewPool panics if p is nil.
 func NewPool(p *clientpool.Pool, base http.RoundTripper, throttled func(status int, h http.Header, body []byte) bool) *Transport {
 	if p == nil {
 		panic("ratesem: NewPool with nil Pool")

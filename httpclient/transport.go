@@ -52,8 +52,11 @@ const DefaultMaxRetryAfter = 5 * time.Minute
 // response has no body. A throttled response (429 or 418, or what
 // ThrottledBody says) pauses the limiter, bounded and with jitter, whether
 // or not it carries a usable Retry-After (see RoundTrip). Transport never
-// reads a response body itself, retries only when MaxRetries is set, never
-// follows redirects and never modifies the caller's request.
+// reads a response body itself, except to drain at most 4 KiB of a
+// throttled response it is about to retry; it sends a request again only
+// when MaxRetries is above 0 (never by default; see MaxRetries for which
+// requests and how); it never follows redirects and never modifies the
+// caller's request.
 //
 // A Transport is safe for concurrent use by multiple goroutines: the one
 // state it keeps, the streak of throttles that sets the backoff, is shared
@@ -97,16 +100,35 @@ type Transport struct {
 	// up to MaxRetryAfter. Zero or negative means 200 ms.
 	BackoffStart time.Duration
 
-	// MaxRetries is how many times a throttled request is sent again, after
-	// the pause its response caused; 0 means never. Only requests whose body
-	// can be replayed (no body, or GetBody set) and whose throttle the
-	// headers show (ThrottledBody true with body nil) are retried; before
-	// each retry at most 4 KiB of the throttled response's body is drained,
-	// the body closed, and RoundTrip sleeps for the pause the response
-	// caused (never zero, never above MaxRetryAfter) or until the request's
-	// context is done. Retrying goes beyond the RoundTripper contract
-	// (net/http asks a RoundTripper not to retry): it is off by default, and
-	// the caller sees only the last response.
+	// MaxRetries is how many times RoundTrip sends a throttled request
+	// again, so a request is sent at most MaxRetries+1 times; 0 or negative
+	// means never (the default). Retrying goes beyond the RoundTripper
+	// contract (net/http asks a RoundTripper not to retry), hence off by
+	// default.
+	//
+	// A response is retried only when its headers show the throttle
+	// (ThrottledBody with body nil: by default 429 or 418) and the request
+	// can be replayed: no body (nil or http.NoBody), or GetBody set. A
+	// throttle only the body shows (OKX's 50011 in a 200) is never retried:
+	// the caller has the response by then. Neither is a failed Acquire, a
+	// Base error or any other status. Before a retry RoundTrip reads at most
+	// 4 KiB of the throttled response's body (through the hook, which sees
+	// it as it would the caller's reads) and closes it, which releases the
+	// request's units; sleeps for the pause the Transport computed for that
+	// response (its capped, jittered Retry-After, or the backoff of the
+	// current streak: never zero, never above MaxRetryAfter; for a
+	// ThrottleHandler limiter, which sets pauses of its own, this
+	// computation still sets the sleep), on a real timer (not Now); then
+	// sends a clone of the request with a fresh body from GetBody (the
+	// caller's request is not modified) through Select and Acquire again.
+	// So each attempt is a new request for the limiter and the server: it
+	// acquires its weight again, waits out any pause left on the limiter,
+	// and a throttled attempt grows the backoff streak like any throttle.
+	// A request with no limiter (Select returned nil) also sleeps before its
+	// retry. When the context ends during the sleep, RoundTrip returns a nil
+	// response and an error matching ctx.Err(); when GetBody fails, a nil
+	// response and that error. Otherwise the caller sees only the last
+	// response, which is still the throttled one when the retries run out.
 	MaxRetries int
 
 	// Observer, when set, is told what happens to each request as a
@@ -234,8 +256,9 @@ var errNilSelect = errors.New("ratesem: Transport.Select is nil; use New or NewS
 // that, resets it. A [ThrottleHandler] limiter gets the response instead
 // of PauseFor, with the Retry-After capped at MaxRetryAfter or 0. Other
 // statuses, including 503, cause no pause. A [ResponseObserver] limiter sees
-// every response first. The request is retried only when MaxRetries allows
-// it.
+// every response first. The request is sent again only when MaxRetries is
+// above 0, its headers showed the throttle and its body can be replayed;
+// see MaxRetries.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	for attempt := 0; ; attempt++ {
 		resp, wait, err := t.roundTripOnce(req)

@@ -541,7 +541,7 @@ func (s *RateSemaphore) PauseFor(d time.Duration) {
 // flight count.
 func (s *RateSemaphore) SetLimit(n int64, interval time.Duration) error {
 	if n < 0 || interval < 0 {
-		return fmt.Errorf("ratesem: SetLimit(%d, %v): negative limit", n, interval)
+		return fmt.Errorf("ratesem: SetLimit(%d, %v): negative limit: %w", n, interval, ratesem.ErrInvalidLimit)
 	}
 	if s.remote != nil {
 		return s.remote.setLimit(n, interval)

@@ -1,13 +1,18 @@
-// Command simulate reproduces the simulation table that a user's Redis ZSET
-// throttler reported (one limiter shared by several replicas) with real OS processes sharing one
-// semaphore.NewRedis limiter, against a server that enforces the limit
-// exactly.
+// Command simulate runs the configurations of a published simulation table
+// of a Redis ZSET throttler shared by several replicas (the "ZSET
+// throttler" below) with real OS processes sharing one semaphore.NewRedis
+// limiter, against a server that enforces the limit exactly, and prints
+// ratesem's figures next to the ZSET throttler's.
 //
-//	go run ./examples/simulate                      # the ZSET throttler's four rows (a few minutes), printed
-//	go run ./examples/simulate -out examples/simulate/results.md   # and written to the tracked table
+//	go run ./examples/simulate                      # the ZSET throttler's four rows (a few minutes)
 //	go run ./examples/simulate -rows 1,2            # a subset
 //	go run ./examples/simulate -rows all            # also the start-window variant (rows 5-8)
-//	REDIS_ADDR=127.0.0.1:6379 go run ./examples/simulate -out /tmp/results.md
+//	go run ./examples/simulate -out examples/simulate/results.md   # also write the markdown table
+//	REDIS_ADDR=127.0.0.1:6379 go run ./examples/simulate -rows 4
+//
+// It prints each row as it ends and the markdown table at the end; it
+// writes a file only when -out names one (results.md beside this file is
+// the table of a run made that way).
 //
 // The parent process
 //   - starts a redis-server child on a free loopback port (no persistence),
@@ -68,14 +73,14 @@ type row struct {
 	Concurrency int           // goroutines per process
 	Requests    int           // over all processes
 	Buffer      time.Duration // > 0: start window with this margin; 0: completion window
-	Seed        seedRow       // what the ZSET throttler's report reported for this configuration
+	ZSet        zsetRow       // what the ZSET throttler reported for this configuration
 	// ServerLimit, when not 0, is the limit the server enforces instead of
 	// Limit (tests use it to show that a limiter above it is caught).
 	ServerLimit int64
 }
 
-// seedRow is a line of the ZSET throttler's table as printed there.
-type seedRow struct {
+// zsetRow is a line of the ZSET throttler's table as printed there.
+type zsetRow struct {
 	Buffer      time.Duration
 	Successes   int
 	Failures    int
@@ -83,25 +88,25 @@ type seedRow struct {
 	Interval    float64 // "平均间隔时间(s)"
 }
 
-// seedTable is the ZSET throttler's table: period, limit, processes, concurrency per
+// zsetTable is the ZSET throttler's table: period, limit, processes, concurrency per
 // process, requests (successes + failures), and what its design reported.
-var seedTable = []row{
+var zsetTable = []row{
 	{Period: time.Second, Limit: 200, Processes: 3, Concurrency: 2000, Requests: 9000,
-		Seed: seedRow{Buffer: 60 * time.Millisecond, Successes: 9000, RequestTime: 71, Interval: 1.61}},
+		ZSet: zsetRow{Buffer: 60 * time.Millisecond, Successes: 9000, RequestTime: 71, Interval: 1.61}},
 	{Period: time.Second, Limit: 50, Processes: 3, Concurrency: 1000, Requests: 3000,
-		Seed: seedRow{Buffer: 50 * time.Millisecond, Successes: 3000, RequestTime: 64, Interval: 1.11}},
+		ZSet: zsetRow{Buffer: 50 * time.Millisecond, Successes: 3000, RequestTime: 64, Interval: 1.11}},
 	{Period: 5 * time.Second, Limit: 100, Processes: 3, Concurrency: 500, Requests: 1500,
-		Seed: seedRow{Buffer: 50 * time.Millisecond, Successes: 1500, RequestTime: 70, Interval: 5.05}},
+		ZSet: zsetRow{Buffer: 50 * time.Millisecond, Successes: 1500, RequestTime: 70, Interval: 5.05}},
 	{Period: time.Second, Limit: 1, Processes: 3, Concurrency: 10, Requests: 30,
-		Seed: seedRow{Buffer: 50 * time.Millisecond, Successes: 30, RequestTime: 27, Interval: 1.06}},
+		ZSet: zsetRow{Buffer: 50 * time.Millisecond, Successes: 30, RequestTime: 27, Interval: 1.06}},
 }
 
 // allRows is the ZSET throttler's rows with the completion window (1–4), then with
 // the start window and the ZSET throttler's buffers (5–8).
 func allRows() []row {
-	rows := slices.Clone(seedTable)
-	for _, r := range seedTable {
-		r.Buffer = r.Seed.Buffer
+	rows := slices.Clone(zsetTable)
+	for _, r := range zsetTable {
+		r.Buffer = r.ZSet.Buffer
 		rows = append(rows, r)
 	}
 	return rows
@@ -180,15 +185,31 @@ func main() {
 	os.Exit(parentMain())
 }
 
+// options are the parent's flags.
+type options struct {
+	Rows    string // -rows
+	Out     string // -out: the file to write the markdown table to; "" for none
+	Redis   string // -redis
+	Latency string // -latency
+}
+
+// parseFlags reads the parent's command line (without the program name).
+func parseFlags(args []string) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("simulate", flag.ContinueOnError)
+	fs.StringVar(&o.Rows, "rows", "1,2,3,4", "rows to run, comma-separated (1-4: the ZSET throttler's rows with the completion window; 5-8: the same with the start window and the ZSET throttler's buffers), or all")
+	fs.StringVar(&o.Out, "out", "", "also write the markdown table to this file (default: print it only)")
+	fs.StringVar(&o.Redis, "redis", os.Getenv("REDIS_ADDR"), "Redis address host:port (default $REDIS_ADDR; empty: start a redis-server child)")
+	fs.StringVar(&o.Latency, "latency", "10ms-30ms", "server latency, uniform in min-max")
+	return o, fs.Parse(args)
+}
+
 func parentMain() int {
-	var (
-		rowsFlag, out, redisAddr, latency string
-	)
-	flag.StringVar(&rowsFlag, "rows", "1,2,3,4", "rows to run, comma-separated (1-4: the ZSET throttler's rows with the completion window; 5-8: the same with the start window and the ZSET throttler's buffers), or all")
-	flag.StringVar(&out, "out", "", "also write the markdown table to this file, e.g. examples/simulate/results.md (default: print only)")
-	flag.StringVar(&redisAddr, "redis", os.Getenv("REDIS_ADDR"), "Redis address host:port (default $REDIS_ADDR; empty: start a redis-server child)")
-	flag.StringVar(&latency, "latency", "10ms-30ms", "server latency, uniform in min-max")
-	flag.Parse()
+	opts, err := parseFlags(os.Args[1:])
+	if err != nil {
+		return 2
+	}
+	rowsFlag, out, redisAddr, latency := opts.Rows, opts.Out, opts.Redis, opts.Latency
 
 	rows := allRows()
 	idx, err := parseRows(rowsFlag, len(rows))
@@ -547,10 +568,10 @@ func startWorker(ctx context.Context, exe string, wc workerConfig) (*worker, err
 func markdown(results []rowResult) string {
 	var b strings.Builder
 	b.WriteString("## ratesem (semaphore.NewRedis): the processes of a row share one limiter in Redis\n\n")
-	fmt.Fprintf(&b, "Run with %s on %s/%s, %d CPUs; generated by `go run ./examples/simulate`.\n\n", runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.NumCPU())
+	fmt.Fprintf(&b, "Run with %s on %s/%s, %d CPUs; generated by `go run ./examples/simulate -out examples/simulate/results.md`.\n\n", runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.NumCPU())
 	b.WriteString("| row | limiter | period (s) | limit | processes | concurrency per process | request latency (ms) | buffer (ms) | successes | failures | mean request time (ms) | mean interval (s) | period ÷ mean interval | elapsed (s) | spacing between windows (s) | server: arrivals / 429 / busiest window | admission to arrival, mean / max (ms) | Redis admission round trips / errors | target |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
-	var seeds []row
+	var zsets []row
 	for _, r := range results {
 		buffer := "n/a"
 		if r.Row.Buffer > 0 {
@@ -570,18 +591,18 @@ func markdown(results []rowResult) string {
 			r.Successes, r.Failures(), ms(r.MeanRequest), mi.Seconds(),
 			100*float64(r.Row.Period)/float64(mi), r.Elapsed.Seconds(), r.Spacing.Seconds(),
 			r.Arrivals, r.ServerRejected, r.Busiest, ms(r.MeanDelay), ms(r.MaxDelay), r.RedisAdmits, r.RedisErrors, target)
-		if !slices.ContainsFunc(seeds, func(s row) bool { return s.Period == r.Row.Period && s.Limit == r.Row.Limit }) {
-			seeds = append(seeds, r.Row)
+		if !slices.ContainsFunc(zsets, func(s row) bool { return s.Period == r.Row.Period && s.Limit == r.Row.Limit }) {
+			zsets = append(zsets, r.Row)
 		}
 	}
-	b.WriteString("\n## The Redis ZSET throttler, as its user reported it\n\n")
+	b.WriteString("\n## The Redis ZSET throttler, as its own table reports it\n\n")
 	b.WriteString("| period (s) | limit | processes | concurrency per process | request latency (ms) | buffer (ms) | successes | failures | mean request time (printed \"(s)\") | mean interval (s) | period ÷ mean interval |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|\n")
-	for _, s := range seeds {
+	for _, s := range zsets {
 		fmt.Fprintf(&b, "| %s | %d | %d | %d | 10-30 | %d | %d | %d | %g | %.2f | %.0f%% |\n",
-			seconds(s.Period), s.Limit, s.Processes, s.Concurrency, s.Seed.Buffer.Milliseconds(),
-			s.Seed.Successes, s.Seed.Failures, s.Seed.RequestTime, s.Seed.Interval,
-			100*s.Period.Seconds()/s.Seed.Interval)
+			seconds(s.Period), s.Limit, s.Processes, s.Concurrency, s.ZSet.Buffer.Milliseconds(),
+			s.ZSet.Successes, s.ZSet.Failures, s.ZSet.RequestTime, s.ZSet.Interval,
+			100*s.Period.Seconds()/s.ZSet.Interval)
 	}
 	b.WriteString(`
 Columns: mean interval = elapsed ÷ (requests ÷ limit), the ZSET throttler's definition;
@@ -609,7 +630,7 @@ from the server's log. For the completion window it is the period plus
 about one request's round trip, since a slot comes back one period after
 the call that held it ended.
 
-The ZSET throttler's report prints its mean request time under "(s)", but its values (71, 64,
+The ZSET throttler's table prints its mean request time under "(s)", but its values (71, 64,
 70, 27) only make sense as milliseconds: the 1/1s row cannot have taken 27 s
 for 30 requests, and 10–30 ms of latency plus Redis round trips gives
 tens of milliseconds. Its buffer for the 200/1s row is 60 ms in the table but

@@ -219,11 +219,29 @@ func TestWorkerArgsRoundTrip(t *testing.T) {
 	}
 }
 
-func TestSeedTable(t *testing.T) {
+// The program writes its results file only when -out asks for it: run with
+// no flags, it prints the table and leaves the tracked results.md alone.
+func TestWritesOnlyWhenAsked(t *testing.T) {
+	o, err := parseFlags(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Out != "" {
+		t.Errorf("no flags: -out defaults to %q, want \"\" (write nothing)", o.Out)
+	}
+	if o, err = parseFlags([]string{"-out", "results.md"}); err != nil || o.Out != "results.md" {
+		t.Errorf("-out results.md: %+v, %v", o, err)
+	}
+	if _, err := parseFlags([]string{"-seed", "1"}); err == nil {
+		t.Error("an unknown flag was accepted")
+	}
+}
+
+func TestZSetTable(t *testing.T) {
 	// The rows and totals of the ZSET throttler's table; requests = successes + failures there.
-	for _, r := range seedTable {
-		if r.Requests != r.Seed.Successes+r.Seed.Failures {
-			t.Errorf("%v/%v: requests %d, the ZSET throttler's successes+failures %d", r.Limit, r.Period, r.Requests, r.Seed.Successes+r.Seed.Failures)
+	for _, r := range zsetTable {
+		if r.Requests != r.ZSet.Successes+r.ZSet.Failures {
+			t.Errorf("%v/%v: requests %d, ZSET throttler successes+failures %d", r.Limit, r.Period, r.Requests, r.ZSet.Successes+r.ZSet.Failures)
 		}
 	}
 	rows := allRows()
