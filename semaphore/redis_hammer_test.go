@@ -314,7 +314,10 @@ func TestRedisClusterNodeRestart(t *testing.T) {
 	)
 	sems := make([]*RateSemaphore, P)
 	for i := range sems {
-		sems[i] = newRedisSem(t, newClusterClient(t, cl.Addrs()...), name, N, per, WithRedisTimeout(300*time.Millisecond))
+		// 1 s: long enough that a healthy cluster on a loaded machine never
+		// times out (300 ms once did, under a parallel test run), short
+		// enough that calls fail over while the node restarts (~2.7 s).
+		sems[i] = newRedisSem(t, newClusterClient(t, cl.Addrs()...), name, N, per, WithRedisTimeout(time.Second))
 	}
 	admin := newClusterClient(t, cl.Addrs()...)
 	st, err := rstore.New(admin, DefaultRedisPrefix, rstore.Options{})

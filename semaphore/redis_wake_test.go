@@ -35,18 +35,31 @@ func TestRedisReleaseElsewhereIsNoticedWithinAQuarterInterval(t *testing.T) {
 		}
 		admitted <- time.Now()
 	}()
+	// When the release reaches Redis (its lease leaves the set): on a loaded
+	// machine the background round trip can take a good part of the
+	// interval, and the head can only notice a release that landed.
+	rdb := newClient(t, addr)
+	leases, err := rdb.Keys(ctx, "*"+name+"*:f").Result()
+	if err != nil || len(leases) != 1 {
+		t.Fatalf("the lease set of %q: %v %v", name, leases, err)
+	}
 	time.Sleep(400 * time.Millisecond)
 	released := time.Now()
 	b.Release(2) // sent in the background: it reaches Redis a little later
+	landed := released
+	for rdb.ZCard(ctx, leases[0]).Val() != 0 {
+		time.Sleep(time.Millisecond)
+		landed = time.Now()
+	}
 	at := <-admitted
 	a.Release(1)
 	st := a.Stats()
-	t.Logf("admitted %v after the release; %d round trips", at.Sub(released), st.RedisAdmits)
+	t.Logf("admitted %v after the release (%v after it reached Redis); %d round trips", at.Sub(released), at.Sub(landed), st.RedisAdmits)
 	if at.Before(released.Add(per - clockTolerance)) {
 		t.Errorf("admitted %v after the other process's release, within the interval", at.Sub(released))
 	}
-	if late := at.Sub(released.Add(per)); late > 60*time.Millisecond {
-		t.Errorf("admitted %v after release + interval: the release was not noticed in time", late)
+	if late := at.Sub(landed.Add(per)); late > 60*time.Millisecond {
+		t.Errorf("admitted %v after the release reached Redis + interval: the release was not noticed in time", late)
 	}
 	// 400 ms of asks every 50 ms, the exact wait, the admission.
 	if st.RedisAdmits > 14 {
@@ -119,7 +132,7 @@ func TestRedisPauseHoldsEveryProcess(t *testing.T) {
 		if at.Before(until.Add(-5 * time.Millisecond)) {
 			t.Errorf("a start %v before the pause ended", until.Sub(at))
 		}
-		if late := at.Sub(until); late > 60*time.Millisecond {
+		if late := at.Sub(until); late > 150*time.Millisecond {
 			t.Errorf("a start %v after the pause ended", late)
 		}
 	}
@@ -189,7 +202,9 @@ func TestRedisTimeoutsHoldWithADefaultClient(t *testing.T) {
 	if !errors.Is(slowErr, context.DeadlineExceeded) || slowTook > 600*time.Millisecond {
 		t.Errorf("Acquire with a 300 ms context: %v after %v; want context.DeadlineExceeded within about 300 ms", slowErr, slowTook)
 	}
-	if relTook > 10*time.Millisecond || pauseTook > 10*time.Millisecond {
+	// Waiting on Redis would take the store's 200 ms timeout at least (the
+	// server sleeps 2 s); a loaded CI run took 21 ms without waiting.
+	if relTook > 100*time.Millisecond || pauseTook > 100*time.Millisecond {
 		t.Errorf("Release took %v, PauseFor %v: they must not wait on Redis", relTook, pauseTook)
 	}
 	if err := <-woke; err != nil {
