@@ -20,11 +20,14 @@
 // the form of Python's `async with sem:`; Pause and PauseFor hold new starts
 // after a 429; SetLimit changes the limit at run time; Stats reports counters.
 //
-// Waiters are served FIFO, sleep on one timer set for the instant the head
-// can be admitted (no polling), and leave no trace when their context ends.
-// Time comes from one clock: the real monotonic clock by default, which
-// testing/synctest fakes, or a github.com/benbjohnson/clock Clock given with
-// WithClock.
+// Waiters are served FIFO within a priority class (ratesem.WithPriority on
+// the context; a waiter is passed by at most ratesem.MaxOvertakes later
+// waiters of each higher class), sleep on one timer set for the instant the
+// head can be admitted (no polling), and leave no trace when their context
+// ends; WithMaxQueue and ratesem.WithQueueWait bound the queue and the time
+// in it. Time comes from one clock: the real monotonic clock by default,
+// which testing/synctest fakes, or a ratesem.Clock given with WithClock (a
+// *clock.Mock of github.com/benbjohnson/clock is one).
 //
 // NewRedis returns the same RateSemaphore with its state in Redis, shared by
 // every process that opens the same name: replicas behind one API key or
