@@ -153,10 +153,11 @@ func TestRedisStartWindowShared(t *testing.T) {
 	calls := hammer(t, sems, G, 1500*time.Millisecond, nil)
 	// A start is recorded when Acquire returned, after the admission by
 	// the time the caller took to run again: on a loaded machine (-race,
-	// other tests) tens of ms. The slack keeps that from passing for a
-	// violation; a real one (N+1 admissions within Per) is seldom that
-	// close to the edge.
-	peak, err := checkStarts(calls, N, per, 25*time.Millisecond)
+	// other tests) tens of ms (a CI-like run with every package in
+	// parallel saw 7 starts within 175 ms). The slack keeps that from
+	// passing for a violation; the exact admission decisions are checked
+	// on the server's clock by internal/rstore's differential tests.
+	peak, err := checkStarts(calls, N, per, 60*time.Millisecond)
 	t.Logf("%d calls, peak %d of %d starts per %v", len(calls), peak, N, per)
 	if err != nil {
 		t.Fatal(err)
