@@ -517,6 +517,15 @@ func TestReconcileAtDropsAnEarlierWindowsCount(t *testing.T) {
 	if extra, err := s.ReconcileAt(ctx, "", c, 5000, Read{Seen: d.Now}); err != nil || extra != 0 {
 		t.Fatalf("the old window's count of 5000 added %d units to the new window (%v)", extra, err)
 	}
+	// Read after the boundary, but of a call admitted before it: the server
+	// may have counted it in either window, so its count (however large)
+	// says nothing certain of the new one.
+	if len(d.Marks) != 1 || d.Marks[0] == "" {
+		t.Fatalf("a fixed completion admission has no mark: %q", d.Marks)
+	}
+	if extra, err := s.ReconcileAt(ctx, "", c, 5990, Read{Seen: clk.t, Mark: d.Marks[0], Weight: 2}); err != nil || extra != 0 {
+		t.Fatalf("a count of a call admitted in the window before added %d units (%v)", extra, err)
+	}
 	c.Weight = 1000
 	d2, err := s.Admit(ctx, "", []Charge{c})
 	if err != nil || !d2.OK {
@@ -587,24 +596,51 @@ func TestReconcileMarkCountsCallsOnTheirWay(t *testing.T) {
 	}
 }
 
-// TestReconcileMarkOfAnEarlierWindowDropped: a call admitted before the
-// window's boundary whose response is read after it may have been counted
-// in either window: its count says nothing certain of the new one and adds
-// nothing, however large.
-func TestReconcileMarkOfAnEarlierWindowDropped(t *testing.T) {
+// TestReconcileMarkHostile: a mark or weight that is not what Admit
+// returned (malformed, oversized, negative, beyond MaxN) is not sent: the
+// report is taken in as one without a mark (against the window's count
+// now), never with an arithmetic of garbage; a count beyond int64's range
+// of the server's header is clamped to N.
+func TestReconcileMarkHostile(t *testing.T) {
 	clk := newClock()
-	clk.t = time.Unix(1_700_000_040, 0).Add(-10 * time.Millisecond) // just before a whole minute
+	clk.t = time.Unix(1_700_000_040, 0).Add(time.Second)
 	s, _ := newStore(t, clk, time.Minute)
 	ctx := context.Background()
-	c := Charge{Rule: "REQUEST_WEIGHT", Key: "ip", Spec: spec(FixedCompletion, 6000, time.Minute), Weight: 2}
+	sp := spec(FixedCompletion, 6000, time.Minute)
+	c := Charge{Rule: "w", Key: "ip", Spec: sp, Weight: 2}
 	d, err := s.Admit(ctx, "", []Charge{c})
 	if err != nil || !d.OK || len(d.Marks) != 1 {
 		t.Fatal(d, err)
 	}
-	clk.add(20 * time.Millisecond)
-	r := Read{Seen: clk.t, Mark: d.Marks[0], Weight: 2}
-	if extra, err := s.ReconcileAt(ctx, "", c, 5990, r); err != nil || extra != 0 {
-		t.Fatalf("a count of a call admitted in the window before added %d units (%v)", extra, err)
+	reads := []Read{
+		{Seen: clk.t, Mark: "x:y", Weight: 2},
+		{Seen: clk.t, Mark: "1:", Weight: 2},
+		{Seen: clk.t, Mark: "99999999999999999999:0", Weight: 2},
+		{Seen: clk.t, Mark: "1:2:3", Weight: 2},
+		{Seen: clk.t, Mark: "-1:0", Weight: 2},
+		{Seen: clk.t, Mark: d.Marks[0], Weight: -1},
+		{Seen: clk.t, Mark: d.Marks[0], Weight: MaxN + 1},
+	}
+	for i, r := range reads {
+		// Without a mark the window counts at least the report: 100 + i
+		// against its count now (2 + what earlier reports added).
+		used := int64(100 + i)
+		if _, err := s.ReconcileAt(ctx, "", c, used, r); err != nil {
+			t.Fatalf("read %+v: %v", r, err)
+		}
+	}
+	// 106 counted: 5894 left, not one more.
+	c.Weight = 5894
+	if d, err := s.Admit(ctx, "", []Charge{c}); err != nil || !d.OK {
+		t.Fatalf("the hostile reads counted more than the largest report: %+v %v", d, err)
+	}
+	c.Weight = 1
+	if d, err := s.Admit(ctx, "", []Charge{c}); err != nil || d.OK {
+		t.Fatalf("the hostile reads counted less than the largest report: %+v %v", d, err)
+	}
+	// A count far beyond the limit fills the window and no more.
+	if extra, err := s.ReconcileAt(ctx, "", c, math.MaxInt64, Read{Seen: clk.t, Mark: d.Marks[0], Weight: 2}); err != nil || extra < 0 || extra > 6000 {
+		t.Fatalf("a count of MaxInt64 added %d units (%v)", extra, err)
 	}
 }
 
