@@ -2,6 +2,8 @@ package ratesem_test
 
 import (
 	"errors"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -55,5 +57,35 @@ func TestLimitsAsNumbersPanic(t *testing.T) {
 			}()
 			f()
 		}()
+	}
+}
+
+// TestOnlyRedisrateLinksGoRedis checks the package doc's promise: a
+// program that imports the in-process packages does not link go-redis;
+// only redisrate does. It lists their dependencies with the go command.
+func TestOnlyRedisrateLinksGoRedis(t *testing.T) {
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("no go command on PATH [CI is set: not skipping]")
+		}
+		t.Skip("no go command on PATH")
+	}
+	inProcess := []string{".", "./semaphore", "./clientpool", "./httpclient", "./window", "./exchange/binance", "./exchange/okx"}
+	out, err := exec.Command(goBin, append([]string{"list", "-deps"}, inProcess...)...).Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	for _, p := range strings.Fields(string(out)) {
+		if strings.Contains(p, "go-redis") || strings.HasSuffix(p, "/internal/rstore") {
+			t.Errorf("an in-process package depends on %s", p)
+		}
+	}
+	out, err = exec.Command(goBin, "list", "-deps", "./redisrate").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	if !strings.Contains(string(out), "github.com/redis/go-redis/v9\n") {
+		t.Error("redisrate does not depend on go-redis: the check above proves nothing")
 	}
 }

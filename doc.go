@@ -48,9 +48,9 @@
 //
 // Many processes share their limits through Redis (github.com/redis/go-redis/v9
 // against a redis-server, a Sentinel group or a Redis Cluster).
-// semaphore.NewRedis and semaphore.NewRedisWithPolicy return the same
+// redisrate.NewSemaphore and redisrate.NewSemaphoreWithPolicy return the same
 // *semaphore.RateSemaphore, with its window kept in Redis;
-// clientpool.WithRedis keeps a whole Table's rules there, a call under
+// redisrate.Shared keeps a whole Table's rules there, a call under
 // several rules admitted by one Lua script over all of them, on the Redis
 // server's clock. The waiting (FIFO per limiter, pauses, deadlines, the
 // fallback when Redis is unreachable) stays in each process. For tests,
@@ -100,7 +100,7 @@
 // unreadable rate-limit header, one matching [ErrMalformedHeader]), so
 // validate a limit read at run time (a flag, a config file) with
 // window.ParseLimit before passing its numbers to a constructor. Constructors that return an error anyway because they
-// talk to Redis (semaphore.NewRedis) return ErrInvalidLimit for a bad limit
+// talk to Redis (redisrate.NewSemaphore) return ErrInvalidLimit for a bad limit
 // too, rather than panic.
 //
 // # Why

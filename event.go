@@ -109,7 +109,7 @@ func (s PauseSource) String() string {
 type Event struct {
 	Kind EventKind
 	// Rule and Key name the limiter: a clientpool rule and key; for a
-	// RateSemaphore built with NewRedis, Key is its name; empty for an
+	// RateSemaphore built with redisrate.NewSemaphore, Key is its name; empty for an
 	// in-process RateSemaphore.
 	Rule, Key string
 	// Weight is the call's units (Admitted, Queued, Refused, Cancelled,

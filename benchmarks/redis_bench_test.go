@@ -47,7 +47,7 @@ package benchmarks
 //     same charges with the default lease (1 min), Admit then Release: one
 //     whole call, two round trips. Their decisions/s counts calls, so it is
 //     the cost of a call's whole bookkeeping, not of a decision alone.
-//   - semaphore.NewRedis-Acquire+Release: the public API over the waiting
+//   - redisrate.NewSemaphore-Acquire+Release: the public API over the waiting
 //     engine (internal/remote) and rstore: a completion window of 2^40 per
 //     1 s, Acquire(ctx, 1) then Release(1), which sends the release in the
 //     background (so decisions/s is bounded by the admissions, and the
@@ -87,6 +87,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/ratesem/ratesem/internal/rstore"
+	"github.com/ratesem/ratesem/redisrate"
 	"github.com/ratesem/ratesem/semaphore"
 	"github.com/ratesem/ratesem/window"
 )
@@ -194,8 +195,8 @@ func redisCases() []redisCase {
 		{"rstore-binance3-Admit", storeAdmit(binanceOrder, time.Millisecond, false)},
 		{"rstore-completion-Admit+Release", storeAdmit(oneCharge(completion), 0, true)},
 		{"rstore-binance3-Admit+Release", storeAdmit(binanceOrder, 0, true)},
-		{"semaphore.NewRedis-Acquire+Release", func(b testing.TB, rdb *goredis.Client, prefix string) (redisOp, error) {
-			s, err := semaphore.NewRedis(rdb, "sem", 1<<40, time.Second, semaphore.WithRedisPrefix(prefix))
+		{"redisrate.NewSemaphore-Acquire+Release", func(b testing.TB, rdb *goredis.Client, prefix string) (redisOp, error) {
+			s, err := redisrate.NewSemaphore(rdb, "sem", 1<<40, time.Second, semaphore.WithRedisPrefix(prefix))
 			if err != nil {
 				return nil, err
 			}

@@ -42,7 +42,7 @@
 //     attacker-chosen keys (WithMaxKeys, ratesem.ErrTooManyKeys);
 //   - reports events to an observer (WithObserver).
 //
-// With WithRedis a Pool keeps every rule's state in Redis instead, so that
+// With redisrate.Shared a Pool keeps every rule's state in Redis instead, so that
 // a fleet of replicas (processes sharing one IP or one API key) shares each
 // rule exactly: a call's charges are admitted together across the fleet by
 // one Lua script in one round trip, on the Redis server's clock; pauses,

@@ -15,7 +15,7 @@ import (
 // Reconciled when a usage header tightened a key's window; Evicted when an
 // idle key is dropped. An Acquire that fails before its charges are known
 // (a negative weight, an unknown rule) reports one Refused event with no
-// Rule. In Redis mode (WithRedis) a call's wait is its round trips' and
+// Rule. In Redis mode (redisrate.Shared) a call's wait is its round trips' and
 // Queued is not reported.
 
 func (p *Pool) emit(e ratesem.Event) {

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/ratesem/ratesem"
-	"github.com/ratesem/ratesem/internal/rstore"
+	"github.com/ratesem/ratesem/internal/rspec"
 	"github.com/ratesem/ratesem/internal/sat"
 	"github.com/ratesem/ratesem/internal/winfast"
 
@@ -34,7 +34,7 @@ func (p *Pool) Reconcile(rule, key string, used int64) error {
 		return nil
 	}
 	if p.rem != nil {
-		p.reconcileRedis(rs, key, used, rstore.Read{})
+		p.reconcileRedis(rs, key, used, rspec.Read{})
 		return nil
 	}
 	extra, err := p.reconcile(rs, key, used)

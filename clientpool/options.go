@@ -4,7 +4,7 @@ import (
 	"time"
 
 	"github.com/ratesem/ratesem"
-	goredis "github.com/redis/go-redis/v9"
+	"github.com/ratesem/ratesem/internal/backend"
 
 	"github.com/ratesem/ratesem/internal/backoff"
 )
@@ -28,17 +28,17 @@ type config struct {
 	maxQueue int
 	maxPause time.Duration
 	observer func(ratesem.Event)
-	redis    goredis.UniversalClient
+	opener   backend.Opener
 	prefix   string
-	redisSet bool // WithRedis was given
+	redisSet bool // redisrate.Shared was given
 	lease    time.Duration
 }
 
-// WithLease sets how long, in Redis mode (WithRedis), a call admitted
+// WithLease sets how long, in Redis mode (redisrate.Shared), a call admitted
 // counts as in flight without a release: a process that dies mid-call
 // frees its units when the lease runs out (and, for the completion window,
 // a Per later). It must be a whole number of microseconds and cover the
-// longest call. Default: one minute (rstore.DefaultLease). It does nothing
+// longest call. Default: one minute (rspec.DefaultLease). It does nothing
 // in process.
 func WithLease(d time.Duration) Option { return func(c *config) { c.lease = d } }
 
@@ -88,6 +88,6 @@ func WithObserver(fn func(ratesem.Event)) Option { return func(c *config) { c.ob
 // (an observer sees it Refused). The cap is per limiter, not per pool: on
 // a rule keyed by account each account has its own n. 0 (the default)
 // means no cap; New returns an error for n < 0 or n > math.MaxInt32. In
-// Redis mode (WithRedis) it caps the calls of this process queued on each
+// Redis mode (redisrate.Shared) it caps the calls of this process queued on each
 // limiter (those of other processes are not counted).
 func WithMaxQueue(n int) Option { return func(c *config) { c.maxQueue = n } }

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/ratesem/ratesem"
-	"github.com/ratesem/ratesem/internal/rstore"
+	"github.com/ratesem/ratesem/internal/rspec"
 	"github.com/ratesem/ratesem/internal/sat"
 	"github.com/ratesem/ratesem/internal/sched"
 	"github.com/ratesem/ratesem/internal/wake"
@@ -91,7 +91,7 @@ type Pool struct {
 	maxKeys  int
 	maxPause time.Duration
 	observer func(ratesem.Event)
-	rem      *redisMode // nil in process (WithRedis)
+	rem      *redisMode // nil in process (redisrate.Shared)
 
 	mu        sync.Mutex
 	waiters   list.List    // of *waiter, in arrival order; read only by SetLimit
@@ -119,7 +119,7 @@ type ruleState struct {
 	keys     map[string]*limiter
 	// Redis mode: the rule's window as Redis keeps it (replaced, never
 	// changed, by SetLimit), and whether SetLimit was called here.
-	spec    *rstore.Spec
+	spec    *rspec.Spec
 	setHere bool
 	// idle lists the limiters with refs == 0, oldest last use first.
 	idleHead, idleTail *limiter
@@ -389,9 +389,9 @@ func (t *Ticket) Release() {
 // A call that must wait reads its priority from ctx (ratesem.WithPriority):
 // on each of its limiters a higher class is served first, within the bound
 // ratesem.MaxOvertakes; a call admitted at once reads nothing from ctx but
-// its Err. In Redis mode (WithRedis) priorities, WithMaxQueue and the
+// its Err. In Redis mode (redisrate.Shared) priorities, WithMaxQueue and the
 // queue-wait budget hold among this process's waiters. In Redis mode
-// (WithRedis) it may also return an error matching ratesem.ErrLimitMismatch,
+// (redisrate.Shared) it may also return an error matching ratesem.ErrLimitMismatch,
 // ratesem.ErrUnavailable or ratesem.ErrClosed; the checks above come first, without a
 // round trip.
 func (p *Pool) Acquire(ctx context.Context, charges ...Charge) (*Ticket, error) {
@@ -656,7 +656,7 @@ func (p *Pool) admitLocked(hs []held, nodes []qnode, now time.Time) (at time.Tim
 // limit. Waiters heavier than the new limit fail with ratesem.ErrWeightTooLarge.
 // It returns an error for an unknown rule or a limit that is not N > 0 per
 // Per > 0. It never blocks; it walks every key of the rule and every
-// waiter. In Redis mode (WithRedis) it changes the limit for every process
+// waiter. In Redis mode (redisrate.Shared) it changes the limit for every process
 // and blocks for one round trip per key of the rule this process knows;
 // it then also returns the first error of Redis.
 func (p *Pool) SetLimit(rule string, l window.Limit) error {

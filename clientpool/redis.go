@@ -10,18 +10,17 @@ import (
 	"strings"
 	"time"
 
-	goredis "github.com/redis/go-redis/v9"
-
 	"github.com/ratesem/ratesem"
+	"github.com/ratesem/ratesem/internal/backend"
 	"github.com/ratesem/ratesem/internal/backoff"
 	"github.com/ratesem/ratesem/internal/remote"
-	"github.com/ratesem/ratesem/internal/rstore"
+	"github.com/ratesem/ratesem/internal/rspec"
 	"github.com/ratesem/ratesem/window"
 )
 
 // MaxRedisCharges is the most distinct (rule, key) charges of one call in
 // Redis mode.
-const MaxRedisCharges = rstore.MaxCharges
+const MaxRedisCharges = rspec.MaxCharges
 
 // hashedKey begins the Redis name of a key that is too long for Redis
 // mode (or begins with hashedKey itself): the rest is the hex SHA-256 of
@@ -29,71 +28,20 @@ const MaxRedisCharges = rstore.MaxCharges
 const hashedKey = "\x00sha256:"
 
 // redisKey returns the name of key in Redis: key itself, or for a key
-// longer than rstore.MaxNameLen (or one that begins with hashedKey, so
+// longer than rspec.MaxNameLen (or one that begins with hashedKey, so
 // that no key can pose as another's hash) hashedKey and its SHA-256.
 func redisKey(key string) string {
-	if len(key) <= rstore.MaxNameLen && !strings.HasPrefix(key, hashedKey) {
+	if len(key) <= rspec.MaxNameLen && !strings.HasPrefix(key, hashedKey) {
 		return key
 	}
 	sum := sha256.Sum256([]byte(key))
 	return hashedKey + hex.EncodeToString(sum[:])
 }
 
-// WithRedis keeps the state of every rule in Redis, shared by every Pool
-// (in this process or another) built over the same Redis with the same
-// prefix and Table.Scope: a fleet of replicas behind one IP or account
-// then shares each rule's limit exactly, as one process would.
-//
-// c is a go-redis client of a server, a Sentinel group or a Redis Cluster
-// (any goredis.UniversalClient); the Pool never closes it. prefix begins
-// every key the Pool writes (1 to 512 bytes, no brace). Every key of one
-// scope (Table.Scope, or prefix when it is empty) shares one hash tag: on
-// a Redis Cluster one scope lives in one slot, hence on one node (see
-// Table.Scope to spread the load).
-//
-// In Redis mode:
-//
-//   - Acquire admits a call under all its charges at once across the fleet,
-//     in one round trip (one EVALSHA of one Lua script on the server's
-//     clock); a refused call sleeps until the instant Redis names, plus
-//     jitter, queued FIFO per (rule, key) in this process, and only the
-//     head of a queue asks Redis again. A call in flight holds a lease
-//     (one minute): a process that dies mid-call frees its units then.
-//     Errors checked before Redis (unknown rule, negative weight, a weight
-//     too large, ratesem.ErrTooManyKeys) are the same as in process; Redis adds
-//     ratesem.ErrLimitMismatch, ratesem.ErrUnavailable and ratesem.ErrClosed.
-//   - Ticket.Release sends the release in the background: it never waits
-//     on Redis; a release lost (a Redis error, Close) is covered by the
-//     lease.
-//   - Ticket.ObserveHeaders and Reconcile pass the server's count to Redis
-//     (in the background), so every process sees it: Redis then counts
-//     at least that many units in the window, never fewer than it did.
-//   - Pause, Throttled and ThrottledResponse pause the same keys as in
-//     process, in this process at once and in Redis, so every process
-//     pauses; in Redis mode Pause is capped by WithMaxPause as throttles
-//     are, since it holds the whole fleet.
-//   - SetLimit changes the limit in Redis for every key of the rule this
-//     process knows (Snapshot), and for every other key of the rule the
-//     moment this process meets it: every process adopts it there. It
-//     blocks for those round trips.
-//   - Snapshot, Len and Limit say what this process knows: its own calls
-//     in flight and pauses, the keys it used, its own limits (not one
-//     another process set and this one adopted); KeyState.Used is -1.
-//   - Close stops the Pool's Redis engine; call it when done.
-//
-// Redis keeps names of at most 512 bytes: a key longer than that is
-// kept under its SHA-256 (each key still has its own limiter). A call
-// takes at most MaxRedisCharges distinct charges (ratesem.ErrTooManyCharges).
-//
-// Every rule's window must have a Redis form (every window of package
-// window has one, for N up to 2^40 and a Per of a whole number of
-// microseconds up to about 12.7 days); New returns an error otherwise, for
-// a nil c, for an empty prefix, one longer than 512 bytes or with a brace,
-// and for a rule name or Table.Scope longer than 512 bytes. WithClock does
-// not apply to Redis's decisions, which are made on the Redis server's
-// clock.
-func WithRedis(c goredis.UniversalClient, prefix string) Option {
-	return func(cfg *config) { cfg.redis, cfg.prefix, cfg.redisSet = c, prefix, true }
+func init() {
+	backend.PoolOption = func(o backend.Opener, prefix string) any {
+		return Option(func(cfg *config) { cfg.opener, cfg.prefix, cfg.redisSet = o, prefix, true })
+	}
 }
 
 // redisMode is a Pool's state in Redis mode.
@@ -108,23 +56,23 @@ type redisMode struct {
 
 // initRedis builds the Redis engine of p and the Spec of every rule.
 func (p *Pool) initRedis(cfg *config) error {
-	if cfg.redis == nil {
-		return errors.New("ratesem: WithRedis: nil client")
+	if cfg.opener.Open == nil {
+		return errors.New("ratesem: redisrate.Shared: nil client")
 	}
-	st, err := rstore.New(cfg.redis, cfg.prefix, rstore.Options{Lease: cfg.lease})
+	st, err := cfg.opener.Open(cfg.prefix, cfg.lease)
 	if err != nil {
-		return fmt.Errorf("ratesem: WithRedis: %w", err)
+		return fmt.Errorf("ratesem: redisrate.Shared: %w", err)
 	}
 	scope := p.table.Scope
 	if scope == "" {
 		scope = cfg.prefix
 	}
-	if len(scope) > rstore.MaxNameLen {
-		return fmt.Errorf("ratesem: WithRedis: Table.Scope of %d bytes: want at most %d", len(scope), rstore.MaxNameLen)
+	if len(scope) > rspec.MaxNameLen {
+		return fmt.Errorf("ratesem: redisrate.Shared: Table.Scope of %d bytes: want at most %d", len(scope), rspec.MaxNameLen)
 	}
 	for _, rs := range p.ruleList {
-		if len(rs.Name) > rstore.MaxNameLen {
-			return fmt.Errorf("ratesem: WithRedis: rule name %.64q…: want at most %d bytes", rs.Name, rstore.MaxNameLen)
+		if len(rs.Name) > rspec.MaxNameLen {
+			return fmt.Errorf("ratesem: redisrate.Shared: rule name %.64q…: want at most %d bytes", rs.Name, rspec.MaxNameLen)
 		}
 		spec, err := specOf(rs.Rule, rs.limit)
 		if err != nil {
@@ -140,15 +88,15 @@ func (p *Pool) initRedis(cfg *config) error {
 		MaxQueue:    int(p.maxQueue),
 	})
 	if err != nil {
-		return fmt.Errorf("ratesem: WithRedis: %w", err)
+		return fmt.Errorf("ratesem: redisrate.Shared: %w", err)
 	}
 	p.rem = &redisMode{eng: eng, scope: scope, calls: make(map[*Ticket]*remote.Call)}
 	return nil
 }
 
 // specOf returns the Redis form of r's window under l.
-func specOf(r *Rule, l window.Limit) (*rstore.Spec, error) {
-	spec, err := rstore.SpecOf(r.newPolicy(l))
+func specOf(r *Rule, l window.Limit) (*rspec.Spec, error) {
+	spec, err := rspec.SpecOf(r.newPolicy(l))
 	if err != nil {
 		return nil, fmt.Errorf("ratesem: rule %q: its window has no Redis form: %w", r.Name, err)
 	}
@@ -160,7 +108,7 @@ func specOf(r *Rule, l window.Limit) (*rstore.Spec, error) {
 }
 
 // Close releases what the Pool holds outside the process. In process it
-// does nothing and returns nil. In Redis mode (WithRedis) it stops the
+// does nothing and returns nil. In Redis mode (redisrate.Shared) it stops the
 // Pool's engine: callers in Acquire return ratesem.ErrClosed, and so do later
 // calls; releases already queued are sent for at most a second (those left
 // then are covered by their leases). It waits for the round trips still
@@ -220,7 +168,7 @@ func (p *Pool) acquireRedis(ctx context.Context, charges []Charge) (*Ticket, err
 // startRedis checks charges, references their limiters in this process
 // and returns their Redis charges; setHere reports that one of their
 // rules' limits was set by SetLimit in this process.
-func (p *Pool) startRedis(ctx context.Context, charges []Charge) (hs []held, rcs []rstore.Charge, setHere bool, err error) {
+func (p *Pool) startRedis(ctx context.Context, charges []Charge) (hs []held, rcs []rspec.Charge, setHere bool, err error) {
 	if len(charges) > MaxRedisCharges {
 		return nil, nil, false, fmt.Errorf("%w: %d, at most %d", ratesem.ErrTooManyCharges, len(charges), MaxRedisCharges)
 	}
@@ -240,10 +188,10 @@ func (p *Pool) startRedis(ctx context.Context, charges []Charge) (hs []held, rcs
 	if err := p.refLocked(hs, charges, now); err != nil {
 		return nil, nil, false, err
 	}
-	rcs = make([]rstore.Charge, len(charges))
+	rcs = make([]rspec.Charge, len(charges))
 	for i, c := range charges {
 		rs := hs[i].lim.rule
-		rcs[i] = rstore.Charge{Rule: c.Rule, Key: redisKey(c.Key), Spec: rs.spec, Weight: c.Weight}
+		rcs[i] = rspec.Charge{Rule: c.Rule, Key: redisKey(c.Key), Spec: rs.spec, Weight: c.Weight}
 		setHere = setHere || rs.setHere
 	}
 	return hs, rcs, setHere, nil
@@ -296,7 +244,7 @@ func (t *Ticket) observeRedis(h http.Header) {
 			continue
 		}
 		c := t.charges[i]
-		r := rstore.Read{Seen: seen}
+		r := rspec.Read{Seen: seen}
 		if call != nil {
 			r.Mark, r.Weight = call.Mark(i), c.Weight
 		}
@@ -310,12 +258,12 @@ func (t *Ticket) observeRedis(h http.Header) {
 // r says when the response that reported used was read, on Redis's clock
 // (zero when not known), and the call's mark: a window aligned to the clock
 // drops a count read in an earlier window than the one current when it
-// reaches Redis, which is that window's count (rstore.Store.ReconcileAt).
-func (p *Pool) reconcileRedis(rs *ruleState, key string, used int64, r rstore.Read) {
+// reaches Redis, which is that window's count (rspec.Store.ReconcileAt).
+func (p *Pool) reconcileRedis(rs *ruleState, key string, used int64, r rspec.Read) {
 	p.mu.Lock()
 	spec := rs.spec
 	p.mu.Unlock()
-	p.rem.eng.ReconcileAt(p.rem.scope, rstore.Charge{Rule: rs.Name, Key: redisKey(key), Spec: spec}, used, r)
+	p.rem.eng.ReconcileAt(p.rem.scope, rspec.Charge{Rule: rs.Name, Key: redisKey(key), Spec: spec}, used, r)
 	p.emit(ratesem.Event{Kind: ratesem.Reconciled, Rule: rs.Name, Key: key, Weight: used})
 }
 
@@ -329,7 +277,7 @@ func (p *Pool) pauseRedis(rule, key string, until time.Time) {
 	p.mu.Lock()
 	spec, d := rs.spec, until.Sub(p.now())
 	p.mu.Unlock()
-	p.rem.eng.Pause(p.rem.scope, rstore.Charge{Rule: rule, Key: redisKey(key), Spec: spec}, d)
+	p.rem.eng.Pause(p.rem.scope, rspec.Charge{Rule: rule, Key: redisKey(key), Spec: spec}, d)
 }
 
 // setLimitRedis is SetLimit in Redis mode.
@@ -348,7 +296,7 @@ func (p *Pool) setLimitRedis(rs *ruleState, l window.Limit) error {
 	}
 	p.mu.Unlock()
 	for _, k := range keys {
-		if err := p.rem.eng.SetLimit(context.Background(), p.rem.scope, rstore.Charge{Rule: rs.Name, Key: redisKey(k), Spec: spec}); err != nil {
+		if err := p.rem.eng.SetLimit(context.Background(), p.rem.scope, rspec.Charge{Rule: rs.Name, Key: redisKey(k), Spec: spec}); err != nil {
 			return fmt.Errorf("ratesem: SetLimit(%q, %v): key %q: %w", rs.Name, l, k, err)
 		}
 	}

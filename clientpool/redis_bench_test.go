@@ -7,6 +7,7 @@ import (
 
 	"github.com/ratesem/ratesem/clientpool"
 	"github.com/ratesem/ratesem/exchange/binance"
+	"github.com/ratesem/ratesem/redisrate"
 	"github.com/ratesem/ratesem/redistest"
 )
 
@@ -21,7 +22,7 @@ func BenchmarkRedisBinanceOrder(b *testing.B) {
 		table.Rules[i].Limit.N = 1 << 39
 	}
 	c := newClientB(b, redistest.Start(b).Addr())
-	p, err := clientpool.New(table, clientpool.WithRedis(c, "bench"))
+	p, err := clientpool.New(table, redisrate.Shared(c, "bench"))
 	if err != nil {
 		b.Fatal(err)
 	}

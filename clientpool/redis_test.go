@@ -22,6 +22,7 @@ import (
 	"github.com/ratesem/ratesem/exchange/binance"
 	"github.com/ratesem/ratesem/exchange/okx"
 	"github.com/ratesem/ratesem/internal/rstore"
+	"github.com/ratesem/ratesem/redisrate"
 	"github.com/ratesem/ratesem/redistest"
 	"github.com/ratesem/ratesem/window"
 )
@@ -67,7 +68,7 @@ func newRedisPoolErr(t *testing.T, table clientpool.Table, c goredis.UniversalCl
 			panic(r)
 		}
 	}()
-	p, err = clientpool.New(table, append(opts, clientpool.WithRedis(c, prefix))...)
+	p, err = clientpool.New(table, append(opts, redisrate.Shared(c, prefix))...)
 	if err == nil {
 		t.Cleanup(func() { p.Close() })
 	}
@@ -594,7 +595,7 @@ func TestRedisChecksBeforeRedis(t *testing.T) {
 // Redis form.
 func TestRedisNewErrors(t *testing.T) {
 	c := newClient(t, "127.0.0.1:1")
-	if _, err := clientpool.New(twoRules(1, 1, time.Second), clientpool.WithRedis(nil, "x")); err == nil {
+	if _, err := clientpool.New(twoRules(1, 1, time.Second), redisrate.Shared(nil, "x")); err == nil {
 		t.Error("nil client: no error")
 	}
 	if _, err := newRedisPoolErr(t, twoRules(1, 1, time.Second), c, ""); err == nil {

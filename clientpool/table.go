@@ -33,7 +33,7 @@ type Table struct {
 	// transport saw), and it must be safe for concurrent use.
 	ThrottleTargets func(th Throttle, charges []Charge) []Charge
 
-	// Scope, in Redis mode (WithRedis), names the group of limits this
+	// Scope, in Redis mode (redisrate.Shared), names the group of limits this
 	// Table's keys belong to, for example an exchange and an account or
 	// an egress IP ("binance:acct-7"): every Pool over the same Redis with
 	// the same prefix and Scope shares the same counts. Every key of one

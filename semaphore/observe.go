@@ -15,7 +15,7 @@ import (
 // process only: over Redis the wait is the round trips' and the queue is
 // not reported); a successful TryAcquire reports Admitted (a failed one
 // reports nothing); Pause and PauseFor that set a pause report Paused
-// (Source ratesem.SourceCaller). For a semaphore built with NewRedis the
+// (Source ratesem.SourceCaller). For a semaphore built with redisrate.NewSemaphore the
 // events' Key is its name; in process it is empty.
 //
 // fn runs synchronously on the goroutine of the call (Acquire, TryAcquire,

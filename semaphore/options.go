@@ -8,7 +8,7 @@ import (
 	"github.com/ratesem/ratesem"
 )
 
-// Option configures a RateSemaphore in New, NewWithPolicy or NewRedis.
+// Option configures a RateSemaphore in New, NewWithPolicy or redisrate.NewSemaphore.
 // Every package of ratesem configures with the same shape: a function
 // applied in order, the last one of a kind winning.
 type Option func(*config)
@@ -21,7 +21,7 @@ type config struct {
 	observer    func(ratesem.Event)
 	maxQueue    int // WithMaxQueue; 0: no cap
 
-	// NewRedis only.
+	// redisrate.NewSemaphore only.
 	prefix          string
 	lease           time.Duration
 	timeout         time.Duration
@@ -83,11 +83,11 @@ func WithStartWindow(margin time.Duration) Option {
 }
 
 // DefaultRedisTimeout bounds each round trip to Redis of a RateSemaphore
-// built with NewRedis, unless WithRedisTimeout sets another.
+// built with redisrate.NewSemaphore, unless WithRedisTimeout sets another.
 const DefaultRedisTimeout = time.Second
 
-// The options below configure a RateSemaphore built with NewRedis; New and
-// NewWithPolicy ignore them. An invalid one makes NewRedis return an error.
+// The options below configure a RateSemaphore built with redisrate.NewSemaphore; New and
+// NewWithPolicy ignore them. An invalid one makes redisrate.NewSemaphore return an error.
 
 // WithRedisPrefix sets the prefix of the Redis keys (default
 // DefaultRedisPrefix): the limit's keys are the prefix, the name as a hash
@@ -140,7 +140,7 @@ func WithRedisTimeout(d time.Duration) Option {
 // WithJitter sets the most random extra sleep added to each wait that
 // Redis prescribes, so that processes told the same wait do not all come
 // back in the same instant: a uniform draw in [0, min(max, wait/10)]. 0
-// turns jitter off; a negative max makes NewRedis fail. Default: 5 ms.
+// turns jitter off; a negative max makes redisrate.NewSemaphore fail. Default: 5 ms.
 // Ignored in process.
 func WithJitter(max time.Duration) Option {
 	return Option(func(c *config) {
@@ -155,7 +155,7 @@ func WithJitter(max time.Duration) Option {
 	})
 }
 
-// WithFallback keeps a RateSemaphore built with NewRedis working while
+// WithFallback keeps a RateSemaphore built with redisrate.NewSemaphore working while
 // Redis is unreachable: the process then admits calls through a local
 // RateSemaphore of floor(share·n) units per interval (at least 1), the
 // same kind of window, on the assumption that it owns share of the limit
@@ -172,8 +172,8 @@ func WithFallback(share float64) Option {
 	})
 }
 
-// WithEvictionAllowed lets NewRedis build a RateSemaphore on a server
-// whose maxmemory-policy is not noeviction (NewRedis fails otherwise).
+// WithEvictionAllowed lets redisrate.NewSemaphore build a RateSemaphore on a server
+// whose maxmemory-policy is not noeviction (redisrate.NewSemaphore fails otherwise).
 // Under such a policy Redis may delete the limit's keys when memory runs
 // short: the state then forgets the calls it counted. A loss that a
 // process saw the state of is detected and the limit held full for the
@@ -188,7 +188,7 @@ func WithEvictionAllowed() Option {
 // whatever its priority (ratesem.WithPriority), with an error matching
 // ratesem.ErrQueueFull, leaving the semaphore unchanged (an observer sees
 // it Refused). 0 (the default) means no cap. It panics if n is negative.
-// Built with NewRedis, it caps the callers of this process queued on the
+// Built with redisrate.NewSemaphore, it caps the callers of this process queued on the
 // limit (those of other processes are not counted).
 func WithMaxQueue(n int) Option {
 	if n < 0 {

@@ -5,34 +5,32 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	goredis "github.com/redis/go-redis/v9"
-
 	"github.com/ratesem/ratesem"
+	"github.com/ratesem/ratesem/internal/backend"
 	"github.com/ratesem/ratesem/internal/remote"
-	"github.com/ratesem/ratesem/internal/rstore"
+	"github.com/ratesem/ratesem/internal/rspec"
 	"github.com/ratesem/ratesem/internal/wake"
 	"github.com/ratesem/ratesem/window"
 )
 
 // DefaultRedisPrefix is the prefix of the keys of a RateSemaphore built
-// with NewRedis, unless WithRedisPrefix sets another.
+// with redisrate.NewSemaphore, unless WithRedisPrefix sets another.
 const DefaultRedisPrefix = "ratesem:sem"
 
 // redisRule names the one rule of a RateSemaphore in Redis.
 const redisRule = "n"
 
-// redisSem is the part of a RateSemaphore built with NewRedis: its state
+// redisSem is the part of a RateSemaphore built with redisrate.NewSemaphore: its state
 // is in Redis, its waiting in a remote.Engine.
 type redisSem struct {
 	eng    *remote.Engine
 	name   string
-	spec   atomic.Pointer[rstore.Spec] // replaced whole by SetLimit
-	local  *RateSemaphore              // the fallback, or nil
+	spec   atomic.Pointer[rspec.Spec] // replaced whole by SetLimit
+	local  *RateSemaphore             // the fallback, or nil
 	localN int64
 	capOpt int64 // WithMaxUnitsInFlight, or -1
 
@@ -52,66 +50,28 @@ type heldCall struct {
 	seq  uint64
 }
 
-// NewRedis returns a RateSemaphore named name whose state is kept in
-// Redis through c, so that every RateSemaphore built with the same name
-// (and the same limit) in any process shares one limit of n units per
-// interval: replicas sharing one API key or one IP. It is the same type as
-// New's; Acquire, TryAcquire, Release, Do, DoN, Pause, PauseFor, SetLimit,
-// Limit, Stats and Close all work, and the limit is decided on the Redis
-// server's clock (TIME), so processes with skewed clocks agree.
-//
-// The window is the completion window by default (at every instant, units
-// in flight + units of calls that ended within the last interval ≤ n,
-// across all processes), or the start window with a margin
-// (WithStartWindow); WithMaxUnitsInFlight caps the units in flight across every
-// process. WithClock is ignored: the server's clock is the only one.
-//
-// # Round trips and waiting
-//
-// A call admitted at once costs two round trips: the admission (one
-// EVALSHA) and the release, which is sent in the background (Release never
-// waits on Redis; a release that cannot be sent is covered by the call's
-// lease, WithLease). Waiters of one process queue FIFO and only the head
-// talks to Redis; a refused head sleeps until the instant Redis gives, plus
-// jitter (WithJitter), never polling; when only calls in flight ending can
-// make room it re-asks at most every interval/4, or at once when a release
-// of this process reached Redis. Every round trip is bounded by
-// WithRedisTimeout whatever the client's options. Acquire fails at once
-// with ratesem.ErrDeadline when the wait Redis gives ends after ctx's deadline.
-//
-// # Limits agree across processes
-//
-// The limit is stored in Redis with the state. A process built with
-// another limit for the same name gets an error matching ratesem.ErrLimitMismatch
-// from Acquire; SetLimit changes the limit for every process (each adopts
-// it at its next admission).
-//
-// # When Redis is unreachable
-//
-// Without WithFallback, Acquire fails with an error matching
-// ratesem.ErrUnavailable, at once while the last failure is recent (a probe goes
-// out 100 ms after a failure, then after twice as long each time, up to
-// 1 s). With WithFallback(share), admissions go to a local RateSemaphore of
-// floor(share·n) units per interval meanwhile.
-//
-// NewRedis makes one round trip, bounded by WithRedisTimeout: it reads the
-// server's maxmemory-policy. A policy other than noeviction lets Redis
-// evict the limit's keys: NewRedis then fails with ratesem.ErrEviction unless
-// WithEvictionAllowed is given (when the server forbids CONFIG or does not
-// answer in time the check is skipped). It returns an error for a nil
-// client, an empty name or one longer than rstore's 512 bytes, n ≤ 0, an
-// interval ≤ 0 or not a whole number of microseconds (matching
-// ratesem.ErrInvalidLimit), and for an invalid option. Close the RateSemaphore when done; it does not close c.
-func NewRedis(c goredis.UniversalClient, name string, n int64, interval time.Duration, opts ...Option) (*RateSemaphore, error) {
+func init() { backend.NewSemaphore = newShared }
+
+// newShared builds a RateSemaphore whose state is in the stores o opens:
+// redisrate.NewSemaphore (p nil: n units per per under the options'
+// window) and redisrate.NewSemaphoreWithPolicy (the window p). opts is a
+// []Option.
+func newShared(o backend.Opener, name string, n int64, per time.Duration, p window.Policy, opts any) (any, error) {
+	list, _ := opts.([]Option)
+	if p != nil {
+		return newRedisPolicy(o, name, p, list)
+	}
+	return newRedisN(o, name, n, per, list)
+}
+
+// newRedisN is redisrate.NewSemaphore.
+func newRedisN(o backend.Opener, name string, n int64, interval time.Duration, opts []Option) (*RateSemaphore, error) {
 	cfg := buildConfig(opts)
 	if len(cfg.errs) > 0 {
 		return nil, errors.Join(cfg.errs...)
 	}
-	if c == nil {
-		return nil, errors.New("ratesem: NewRedis: nil client")
-	}
 	if name == "" {
-		return nil, errors.New("ratesem: NewRedis: empty name")
+		return nil, errors.New("ratesem: redisrate.NewSemaphore: empty name")
 	}
 	sp, err := redisSpec(n, interval, cfg)
 	if err != nil {
@@ -127,53 +87,39 @@ func NewRedis(c goredis.UniversalClient, name string, n int64, interval time.Dur
 		}
 		return New(localN, interval, lo...)
 	}
-	return newRedis(c, name, sp, cfg, newLocal)
+	return newRedis(o, name, sp, cfg, newLocal)
 }
 
-// NewRedisWithPolicy is NewRedis with any window of package window that
-// has a Redis form (every one: window.NewCompletion, NewFixedCompletion,
-// NewSlidingLog, NewFixedWindow, NewSlidingWindowCounter,
-// NewSubWindowCounter, NewTokenBucket, NewLeakyBucket, NewGCRA, NewPacer):
-// p, a fresh Policy, gives the kind and the limit kept in Redis, with the
-// exact guarantee its doc states, across every process sharing the name.
-// WithMaxUnitsInFlight caps the units in flight across every process;
-// WithStartWindow is an error (the policy is the window). With
-// WithFallback, p itself, set to floor(share·N) units per Per, becomes the
-// local fallback (a bucket keeps its burst). The semaphore owns p. It
-// returns the errors of NewRedis, and one matching rstore's spec error for
-// a limit its Redis form cannot keep exactly (a Per not a whole number of
-// microseconds, or too large).
-func NewRedisWithPolicy(c goredis.UniversalClient, name string, p window.Policy, opts ...Option) (*RateSemaphore, error) {
+// newRedisPolicy is redisrate.NewSemaphoreWithPolicy.
+func newRedisPolicy(o backend.Opener, name string, p window.Policy, opts []Option) (*RateSemaphore, error) {
 	cfg := buildConfig(opts)
 	if len(cfg.errs) > 0 {
 		return nil, errors.Join(cfg.errs...)
 	}
 	switch {
 	case p == nil:
-		return nil, errors.New("ratesem: NewRedisWithPolicy: nil policy")
+		return nil, errors.New("ratesem: redisrate.NewSemaphoreWithPolicy: nil policy")
 	case cfg.start:
-		return nil, errors.New("ratesem: NewRedisWithPolicy: WithStartWindow conflicts with the policy given")
-	case c == nil:
-		return nil, errors.New("ratesem: NewRedisWithPolicy: nil client")
+		return nil, errors.New("ratesem: redisrate.NewSemaphoreWithPolicy: WithStartWindow conflicts with the policy given")
 	case name == "":
-		return nil, errors.New("ratesem: NewRedisWithPolicy: empty name")
+		return nil, errors.New("ratesem: redisrate.NewSemaphoreWithPolicy: empty name")
 	}
-	sp, err := rstore.SpecOf(p)
+	sp, err := rspec.SpecOf(p)
 	if err != nil {
-		return nil, fmt.Errorf("ratesem: NewRedisWithPolicy: %w", err)
+		return nil, fmt.Errorf("ratesem: redisrate.NewSemaphoreWithPolicy: %w", err)
 	}
 	if sp.Limit.N <= 0 || sp.Limit.Per <= 0 {
-		return nil, fmt.Errorf("ratesem: NewRedisWithPolicy: %d per %v: want n > 0 and a positive interval: %w",
+		return nil, fmt.Errorf("ratesem: redisrate.NewSemaphoreWithPolicy: %d per %v: want n > 0 and a positive interval: %w",
 			sp.Limit.N, sp.Limit.Per, ratesem.ErrInvalidLimit)
 	}
 	if cfg.concurrency == 0 {
-		return nil, fmt.Errorf("ratesem: NewRedisWithPolicy: WithMaxUnitsInFlight(0) admits nothing: %w", ratesem.ErrInvalidLimit)
+		return nil, fmt.Errorf("ratesem: redisrate.NewSemaphoreWithPolicy: WithMaxUnitsInFlight(0) admits nothing: %w", ratesem.ErrInvalidLimit)
 	}
 	if cfg.concurrency > 0 && cfg.concurrency < sp.Limit.N {
 		sp.Concurrency = cfg.concurrency
 	}
 	if err := sp.Check(); err != nil {
-		return nil, fmt.Errorf("ratesem: NewRedisWithPolicy: %w", err)
+		return nil, fmt.Errorf("ratesem: redisrate.NewSemaphoreWithPolicy: %w", err)
 	}
 	newLocal := func(localN int64) *RateSemaphore {
 		p.SetLimit(time.Now(), window.Limit{N: localN, Per: sp.Limit.Per})
@@ -183,24 +129,24 @@ func NewRedisWithPolicy(c goredis.UniversalClient, name string, p window.Policy,
 		}
 		return NewWithPolicy(p, lo...)
 	}
-	return newRedis(c, name, &sp, cfg, newLocal)
+	return newRedis(o, name, &sp, cfg, newLocal)
 }
 
-// newRedis is the common part of NewRedis and NewRedisWithPolicy; newLocal
+// newRedis is the common part of newRedisN and newRedisPolicy; newLocal
 // builds the fallback of localN units.
-func newRedis(c goredis.UniversalClient, name string, sp *rstore.Spec, cfg config, newLocal func(localN int64) *RateSemaphore) (*RateSemaphore, error) {
-	if len(name) > rstore.MaxNameLen {
+func newRedis(o backend.Opener, name string, sp *rspec.Spec, cfg config, newLocal func(localN int64) *RateSemaphore) (*RateSemaphore, error) {
+	if len(name) > rspec.MaxNameLen {
 		// Checked here, not at the first Acquire: there the store's refusal
 		// would pass for a Redis outage (ratesem.ErrUnavailable, or the fallback
 		// forever) and the limit would silently not be shared.
-		return nil, fmt.Errorf("ratesem: NewRedis: a name of %d bytes: want at most %d", len(name), rstore.MaxNameLen)
+		return nil, fmt.Errorf("ratesem: redisrate.NewSemaphore: a name of %d bytes: want at most %d", len(name), rspec.MaxNameLen)
 	}
-	st, err := rstore.New(c, cfg.prefix, rstore.Options{Lease: cfg.lease})
+	st, err := o.Open(cfg.prefix, cfg.lease)
 	if err != nil {
-		return nil, fmt.Errorf("ratesem: NewRedis: %w", err)
+		return nil, fmt.Errorf("ratesem: redisrate.NewSemaphore: %w", err)
 	}
 	if !cfg.evictionAllowed {
-		if err := checkEviction(c, cfg.timeout); err != nil {
+		if err := o.CheckEviction(cfg.timeout); err != nil {
 			return nil, err
 		}
 	}
@@ -215,7 +161,7 @@ func newRedis(c goredis.UniversalClient, name string, sp *rstore.Spec, cfg confi
 	}
 	r.eng, err = remote.New(ecfg)
 	if err != nil {
-		return nil, fmt.Errorf("ratesem: NewRedis: %w", err)
+		return nil, fmt.Errorf("ratesem: redisrate.NewSemaphore: %w", err)
 	}
 	s := &RateSemaphore{clock: wake.NewClock(nil), size: sp.Limit.N, interval: sp.Limit.Per, capOpt: cfg.concurrency, remote: r}
 	return s, nil
@@ -223,58 +169,30 @@ func newRedis(c goredis.UniversalClient, name string, sp *rstore.Spec, cfg confi
 
 // redisSpec returns the Spec of a limit of n per interval under cfg's
 // window, or an error matching ratesem.ErrInvalidLimit.
-func redisSpec(n int64, interval time.Duration, cfg config) (*rstore.Spec, error) {
+func redisSpec(n int64, interval time.Duration, cfg config) (*rspec.Spec, error) {
 	if n <= 0 || interval <= 0 || interval%time.Microsecond != 0 {
-		return nil, fmt.Errorf("ratesem: NewRedis: %d per %v: want n > 0 and an interval of a positive whole number of microseconds: %w",
+		return nil, fmt.Errorf("ratesem: redisrate.NewSemaphore: %d per %v: want n > 0 and an interval of a positive whole number of microseconds: %w",
 			n, interval, ratesem.ErrInvalidLimit)
 	}
-	sp := &rstore.Spec{Kind: rstore.Completion, Limit: window.Limit{N: n, Per: interval}}
+	sp := &rspec.Spec{Kind: rspec.Completion, Limit: window.Limit{N: n, Per: interval}}
 	if cfg.start {
 		if cfg.margin%time.Microsecond != 0 {
-			return nil, fmt.Errorf("ratesem: NewRedis: margin %v: want a whole number of microseconds: %w", cfg.margin, ratesem.ErrInvalidLimit)
+			return nil, fmt.Errorf("ratesem: redisrate.NewSemaphore: margin %v: want a whole number of microseconds: %w", cfg.margin, ratesem.ErrInvalidLimit)
 		}
-		sp.Kind, sp.Margin = rstore.SlidingLog, cfg.margin
+		sp.Kind, sp.Margin = rspec.SlidingLog, cfg.margin
 	}
 	if cfg.concurrency >= 0 && cfg.concurrency < n {
 		sp.Concurrency = cfg.concurrency
 		if cfg.concurrency == 0 {
-			return nil, fmt.Errorf("ratesem: NewRedis: WithMaxUnitsInFlight(0) admits nothing: %w", ratesem.ErrInvalidLimit)
+			return nil, fmt.Errorf("ratesem: redisrate.NewSemaphore: WithMaxUnitsInFlight(0) admits nothing: %w", ratesem.ErrInvalidLimit)
 		}
 	}
 	return sp, nil
 }
 
-// checkEviction reads the server's maxmemory-policy on a goroutine of its
-// own, waiting at most timeout; it returns only an error matching
-// ratesem.ErrEviction, and nil when the server does not answer in time or forbids
-// CONFIG.
-func checkEviction(c goredis.UniversalClient, timeout time.Duration) error {
-	ch := make(chan string, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), timeout)
-		defer cancel()
-		m, err := c.ConfigGet(ctx, "maxmemory-policy").Result()
-		if err != nil {
-			ch <- ""
-			return
-		}
-		ch <- m["maxmemory-policy"]
-	}()
-	t := time.NewTimer(timeout)
-	defer t.Stop()
-	select {
-	case p := <-ch:
-		if p != "" && !strings.EqualFold(p, "noeviction") {
-			return fmt.Errorf("%w: %s (WithEvictionAllowed to go on anyway)", ratesem.ErrEviction, p)
-		}
-	case <-t.C:
-	}
-	return nil
-}
-
 // charges returns the one charge of a call of n units.
-func (r *redisSem) charges(n int64) []rstore.Charge {
-	return []rstore.Charge{{Rule: redisRule, Spec: r.spec.Load(), Weight: n}}
+func (r *redisSem) charges(n int64) []rspec.Charge {
+	return []rspec.Charge{{Rule: redisRule, Spec: r.spec.Load(), Weight: n}}
 }
 
 func (r *redisSem) tooLarge(n int64) error {
@@ -420,7 +338,7 @@ func (r *redisSem) setLimit(n int64, interval time.Duration) error {
 	if n <= 0 || interval <= 0 {
 		return fmt.Errorf("ratesem: SetLimit(%d, %v): want n > 0 and a positive interval over Redis: %w", n, interval, ratesem.ErrInvalidLimit)
 	}
-	sp := new(rstore.Spec)
+	sp := new(rspec.Spec)
 	*sp = *r.spec.Load()
 	sp.Limit = window.Limit{N: n, Per: interval}
 	sp.Concurrency = 0 // a cap of n or more is no cap
@@ -432,7 +350,7 @@ func (r *redisSem) setLimit(n int64, interval time.Duration) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), remote.DefaultTimeout+time.Second)
 	defer cancel()
-	if err := r.eng.SetLimit(ctx, r.name, rstore.Charge{Rule: redisRule, Spec: sp}); err != nil {
+	if err := r.eng.SetLimit(ctx, r.name, rspec.Charge{Rule: redisRule, Spec: sp}); err != nil {
 		return fmt.Errorf("ratesem: SetLimit: %w", err)
 	}
 	r.spec.Store(sp)
@@ -481,7 +399,7 @@ func (f fallback) share(n int64) error {
 // units, on the local semaphore of the fallback's share, until ctx is done;
 // a weight above the share fails at once with ratesem.ErrUnavailable. It returns the
 // release.
-func (f fallback) Acquire(ctx context.Context, _ string, cs []rstore.Charge) (func(), error) {
+func (f fallback) Acquire(ctx context.Context, _ string, cs []rspec.Charge) (func(), error) {
 	n := cs[0].Weight
 	if err := f.share(n); err != nil {
 		return nil, err
@@ -494,7 +412,7 @@ func (f fallback) Acquire(ctx context.Context, _ string, cs []rstore.Charge) (fu
 
 // TryAcquire implements remote.Fallback: Acquire without waiting; false
 // when the local share has no room now. It never blocks.
-func (f fallback) TryAcquire(_ string, cs []rstore.Charge) (func(), bool) {
+func (f fallback) TryAcquire(_ string, cs []rspec.Charge) (func(), bool) {
 	n := cs[0].Weight
 	if f.share(n) != nil || !f.r.local.TryAcquire(n) {
 		return nil, false
@@ -504,7 +422,7 @@ func (f fallback) TryAcquire(_ string, cs []rstore.Charge) (func(), bool) {
 
 // Pause implements remote.Fallback: the local semaphore pauses until until
 // too. It never blocks.
-func (f fallback) Pause(_ string, _ rstore.Charge, until time.Time) {
+func (f fallback) Pause(_ string, _ rspec.Charge, until time.Time) {
 	// The local semaphore reads the real clock too: the instants agree.
 	f.r.local.Pause(until)
 }

@@ -14,6 +14,10 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
+
+	"github.com/ratesem/ratesem/internal/backend"
+	"github.com/ratesem/ratesem/internal/rstore"
+	"github.com/ratesem/ratesem/window"
 )
 
 // newClient returns a go-redis client of its own (its own connection pool:
@@ -37,7 +41,7 @@ func newClusterClient(t testing.TB, addrs ...string) *goredis.ClusterClient {
 // newRedisSem builds a RateSemaphore over Redis, closed when the test ends.
 func newRedisSem(t testing.TB, c goredis.UniversalClient, name string, n int64, per time.Duration, opts ...Option) *RateSemaphore {
 	t.Helper()
-	s, err := NewRedis(c, name, n, per, opts...)
+	s, err := redisNew(c, name, n, per, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,4 +244,25 @@ func TestCheckersCatchViolations(t *testing.T) {
 	if _, err := checkStarts([]call{{start: at(0), n: 1}, {start: at(201), n: 1}}, 1, per, time.Millisecond); err != nil {
 		t.Error(err)
 	}
+}
+
+// redisNew is redisrate.NewSemaphore, which this package's own tests
+// cannot import (it imports this package): the same path through the
+// backend hook, over rstore's opener of c. redisrate's tests cover its nil
+// checks.
+func redisNew(c goredis.UniversalClient, name string, n int64, per time.Duration, opts ...Option) (*RateSemaphore, error) {
+	s, err := backend.NewSemaphore(rstore.NewOpener(c), name, n, per, nil, opts)
+	if err != nil {
+		return nil, err
+	}
+	return s.(*RateSemaphore), nil
+}
+
+// redisNewPolicy is redisrate.NewSemaphoreWithPolicy (see redisNew).
+func redisNewPolicy(c goredis.UniversalClient, name string, p window.Policy, opts ...Option) (*RateSemaphore, error) {
+	s, err := backend.NewSemaphore(rstore.NewOpener(c), name, 0, 0, p, opts)
+	if err != nil {
+		return nil, err
+	}
+	return s.(*RateSemaphore), nil
 }

@@ -39,16 +39,13 @@ func TestNewRedisChecksItsArguments(t *testing.T) {
 		{"x", 2, time.Second, []Option{WithMaxUnitsInFlight(0)}},
 	}
 	for i, b := range bad {
-		if s, err := NewRedis(c, b.name, b.n, b.per, b.opts...); err == nil {
+		if s, err := redisNew(c, b.name, b.n, b.per, b.opts...); err == nil {
 			_ = s.Close()
-			t.Errorf("case %d: NewRedis(%q, %d, %v) accepted", i, b.name, b.n, b.per)
+			t.Errorf("case %d: redisNew(%q, %d, %v) accepted", i, b.name, b.n, b.per)
 		}
 	}
-	if _, err := NewRedis(c, "x", 0, time.Second); !errors.Is(err, ratesem.ErrInvalidLimit) {
+	if _, err := redisNew(c, "x", 0, time.Second); !errors.Is(err, ratesem.ErrInvalidLimit) {
 		t.Errorf("n = 0: %v; want ErrInvalidLimit", err)
-	}
-	if _, err := NewRedis(nil, "x", 1, time.Second); err == nil {
-		t.Error("nil client accepted")
 	}
 	// The Redis options are ignored in process.
 	s := New(3, time.Second, WithLease(-1), WithFallback(7), WithRedisTimeout(-1))
@@ -393,17 +390,17 @@ func TestRedisCloseIsFinalUnderLoad(t *testing.T) {
 	}
 }
 
-// TestRedisNewRefusesEviction: NewRedis fails with ratesem.ErrEviction on a server
+// TestRedisNewRefusesEviction: redisrate.NewSemaphore fails with ratesem.ErrEviction on a server
 // whose maxmemory-policy may evict the limit's keys, unless
 // WithEvictionAllowed; noeviction passes; a server forbidding CONFIG is
 // not checked.
 func TestRedisNewRefusesEviction(t *testing.T) {
 	srv := redistest.Start(t, "--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru")
 	c := newClient(t, srv.Addr())
-	if _, err := NewRedis(c, uniqueName(t), 5, time.Minute); !errors.Is(err, ratesem.ErrEviction) {
+	if _, err := redisNew(c, uniqueName(t), 5, time.Minute); !errors.Is(err, ratesem.ErrEviction) {
 		t.Fatalf("allkeys-lru: %v; want ratesem.ErrEviction", err)
 	}
-	s, err := NewRedis(c, uniqueName(t), 5, time.Minute, WithEvictionAllowed())
+	s, err := redisNew(c, uniqueName(t), 5, time.Minute, WithEvictionAllowed())
 	if err != nil {
 		t.Fatalf("WithEvictionAllowed: %v", err)
 	}
@@ -411,13 +408,13 @@ func TestRedisNewRefusesEviction(t *testing.T) {
 	if err := c.ConfigSet(context.Background(), "maxmemory-policy", "noeviction").Err(); err != nil {
 		t.Fatal(err)
 	}
-	s, err = NewRedis(c, uniqueName(t), 5, time.Minute)
+	s, err = redisNew(c, uniqueName(t), 5, time.Minute)
 	if err != nil {
 		t.Fatalf("noeviction: %v", err)
 	}
 	_ = s.Close()
 	srv2 := redistest.Start(t, "--rename-command", "CONFIG", "")
-	s, err = NewRedis(newClient(t, srv2.Addr()), uniqueName(t), 5, time.Minute)
+	s, err = redisNew(newClient(t, srv2.Addr()), uniqueName(t), 5, time.Minute)
 	if err != nil {
 		t.Fatalf("CONFIG forbidden: %v", err)
 	}
@@ -511,23 +508,23 @@ func TestRedisLimitMismatch(t *testing.T) {
 func TestRedisWithPolicy(t *testing.T) {
 	addr := redistest.Start(t).Addr()
 	c := newClient(t, "127.0.0.1:1")
-	if _, err := NewRedisWithPolicy(c, "x", nil); err == nil {
+	if _, err := redisNewPolicy(c, "x", nil); err == nil {
 		t.Fatal("nil policy accepted")
 	}
-	if _, err := NewRedisWithPolicy(c, "x", window.NewGCRA(window.Limit{N: 1, Per: time.Second}, 1), WithStartWindow(0)); err == nil {
+	if _, err := redisNewPolicy(c, "x", window.NewGCRA(window.Limit{N: 1, Per: time.Second}, 1), WithStartWindow(0)); err == nil {
 		t.Fatal("WithStartWindow accepted with a policy")
 	}
-	if _, err := NewRedisWithPolicy(c, "x", window.NewFixedWindow(window.Limit{N: 1, Per: time.Nanosecond})); err == nil {
+	if _, err := redisNewPolicy(c, "x", window.NewFixedWindow(window.Limit{N: 1, Per: time.Nanosecond})); err == nil {
 		t.Fatal("a Per of 1 ns accepted")
 	}
 	name := uniqueName(t)
 	gcra := func() window.Policy { return window.NewGCRA(window.Limit{N: 10, Per: time.Second}, 2) }
-	a, err := NewRedisWithPolicy(newClient(t, addr), name, gcra())
+	a, err := redisNewPolicy(newClient(t, addr), name, gcra())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = a.Close() })
-	b, err := NewRedisWithPolicy(newClient(t, addr), name, gcra())
+	b, err := redisNewPolicy(newClient(t, addr), name, gcra())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -551,7 +548,7 @@ func TestRedisWithPolicy(t *testing.T) {
 	}
 	a.Release(1)
 	b.Release(2)
-	other, err := NewRedisWithPolicy(newClient(t, addr), name, window.NewTokenBucket(window.Limit{N: 10, Per: time.Second}, 2))
+	other, err := redisNewPolicy(newClient(t, addr), name, window.NewTokenBucket(window.Limit{N: 10, Per: time.Second}, 2))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -562,12 +559,12 @@ func TestRedisWithPolicy(t *testing.T) {
 
 	fname := uniqueName(t)
 	fc := func() window.Policy { return window.NewFixedCompletion(window.Limit{N: 2, Per: time.Minute}) }
-	f1, err := NewRedisWithPolicy(newClient(t, addr), fname, fc())
+	f1, err := redisNewPolicy(newClient(t, addr), fname, fc())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = f1.Close() })
-	f2, err := NewRedisWithPolicy(newClient(t, addr), fname, fc())
+	f2, err := redisNewPolicy(newClient(t, addr), fname, fc())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,7 +22,7 @@ func TestReviewHostileInputsNeverPanic(t *testing.T) {
 	c := newClient(t, addr)
 	ctx := ctxT(t, 10*time.Second)
 	for _, iv := range []time.Duration{math.MaxInt64, -1, 0, 1, time.Duration(math.MinInt64)} {
-		if s, err := NewRedis(c, uniqueName(t), 1, iv); err == nil {
+		if s, err := redisNew(c, uniqueName(t), 1, iv); err == nil {
 			done := make(chan error, 1)
 			go func() { done <- s.Acquire(ctx, 1) }()
 			select {
@@ -35,7 +35,7 @@ func TestReviewHostileInputsNeverPanic(t *testing.T) {
 		}
 	}
 	for _, n := range []int64{math.MaxInt64, math.MinInt64, 1 << 53, 1<<53 + 1} {
-		if s, err := NewRedis(c, uniqueName(t), n, time.Second); err == nil {
+		if s, err := redisNew(c, uniqueName(t), n, time.Second); err == nil {
 			for _, w := range []int64{n, math.MaxInt64, 1 << 53, 1} {
 				if err := s.Acquire(ctx, w); err == nil {
 					s.Release(w)
@@ -45,7 +45,7 @@ func TestReviewHostileInputsNeverPanic(t *testing.T) {
 		}
 	}
 	for _, name := range []string{"\x00", "{", "}", "{x}", "\xff\xfe", string(make([]byte, 1<<16))} {
-		s, err := NewRedis(c, name, 2, time.Second)
+		s, err := redisNew(c, name, 2, time.Second)
 		if err != nil {
 			t.Logf("name %q: %v", name[:min(len(name), 8)], err)
 			continue
@@ -147,7 +147,7 @@ func TestReviewFleetCompletionInvariantUnderCancels(t *testing.T) {
 	t.Logf("%d calls admitted", len(spans))
 }
 
-// TestReviewFixedCompletionFleet: the same with NewRedisWithPolicy over a
+// TestReviewFixedCompletionFleet: the same with redisrate.NewSemaphoreWithPolicy over a
 // fixed completion window: per aligned window, calls whose span touches it
 // ≤ N.
 func TestReviewFixedCompletionFleet(t *testing.T) {
@@ -156,7 +156,7 @@ func TestReviewFixedCompletionFleet(t *testing.T) {
 	const n, per = 5, 250 * time.Millisecond
 	var sems []*RateSemaphore
 	for range 3 {
-		s, err := NewRedisWithPolicy(newClient(t, addr), name, window.NewFixedCompletion(window.Limit{N: n, Per: per}))
+		s, err := redisNewPolicy(newClient(t, addr), name, window.NewFixedCompletion(window.Limit{N: n, Per: per}))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -232,7 +232,7 @@ func TestReviewMismatchedCapAcrossProcesses(t *testing.T) {
 // after Close every Acquire returns ratesem.ErrClosed.
 func TestReviewAcquireAfterRedisDeathReturns(t *testing.T) {
 	srv := redistest.Start(t)
-	s, err := NewRedis(newClient(t, srv.Addr()), uniqueName(t), 1, time.Second)
+	s, err := redisNew(newClient(t, srv.Addr()), uniqueName(t), 1, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,21 +266,21 @@ func TestReviewAcquireAfterRedisDeathReturns(t *testing.T) {
 }
 
 // TestReviewOverlongNameIsNotAnOutage: a name too long for Redis is a
-// caller's mistake. NewRedis accepts it, and every Acquire then fails with
+// caller's mistake. redisrate.NewSemaphore accepts it, and every Acquire then fails with
 // ratesem.ErrUnavailable (as if Redis were down); with WithFallback every call runs
 // on the local fallback forever, sharing nothing across the fleet, silently.
 func TestReviewOverlongNameIsNotAnOutage(t *testing.T) {
 	addr := redistest.Start(t).Addr()
 	name := string(make([]byte, 600))
-	s, err := NewRedis(newClient(t, addr), name, 2, time.Second, WithFallback(0.5))
+	s, err := redisNew(newClient(t, addr), name, 2, time.Second, WithFallback(0.5))
 	if err != nil {
-		t.Logf("NewRedis refuses it: %v", err)
+		t.Logf("redisrate.NewSemaphore refuses it: %v", err)
 		return
 	}
 	defer s.Close()
 	err = s.Acquire(ctxT(t, 5*time.Second), 1)
 	st := s.Stats()
 	if errors.Is(err, ratesem.ErrUnavailable) || st.FallbackAdmitted > 0 || st.Unavailable {
-		t.Fatalf("a 600-byte name: NewRedis ok, Acquire %v, Stats %+v: a caller's error taken for a Redis outage (fallback used, nothing shared)", err, st)
+		t.Fatalf("a 600-byte name: redisrate.NewSemaphore ok, Acquire %v, Stats %+v: a caller's error taken for a Redis outage (fallback used, nothing shared)", err, st)
 	}
 }

@@ -75,7 +75,7 @@ type RateSemaphore struct {
 
 	obs func(ratesem.Event) // WithObserver, or nil; called without mu
 
-	// remote is set by NewRedis: the state is in Redis and every method
+	// remote is set by redisrate.NewSemaphore: the state is in Redis and every method
 	// goes there; nil in process (the fields above are then unused but
 	// for size, interval and capOpt).
 	remote *redisSem
@@ -226,10 +226,10 @@ func (s *RateSemaphore) instant(ns int64) time.Time {
 //
 // A call that must wait reads its priority (ratesem.WithPriority) and its
 // queue-wait budget from ctx; a call admitted at once reads neither. Built
-// with NewRedis, priorities, WithMaxQueue and the queue-wait budget hold
+// with redisrate.NewSemaphore, priorities, WithMaxQueue and the queue-wait budget hold
 // among this process's waiters.
 //
-// Built with NewRedis, it may also return an error matching ratesem.ErrUnavailable
+// Built with redisrate.NewSemaphore, it may also return an error matching ratesem.ErrUnavailable
 // (Redis unreachable, no fallback), ratesem.ErrLimitMismatch (another process
 // opened the name with another limit) or ratesem.ErrClosed (after Close); a call
 // of 0 units makes no round trip, and ctx's deadline holds whatever the
@@ -399,7 +399,7 @@ func (s *RateSemaphore) undoLocked(w *waiter) {
 // success (the caller must Release(n) later); on failure it returns false
 // and leaves the semaphore unchanged. It fails whenever other callers are
 // waiting, so it never overtakes them. A negative n is refused (false).
-// Built with NewRedis, it makes one admission round trip (bounded by
+// Built with redisrate.NewSemaphore, it makes one admission round trip (bounded by
 // WithRedisTimeout) unless callers wait, a pause is on or the limit is
 // known full, when it fails at once.
 func (s *RateSemaphore) TryAcquire(n int64) (ok bool) {
@@ -425,7 +425,7 @@ func (s *RateSemaphore) TryAcquire(n int64) (ok bool) {
 // Release releases n units (n ≥ 0) held by a call that has ended; under the
 // completion window the instant of Release is the call's end. It never
 // blocks, over Redis either: the release is sent in the background (see
-// NewRedis), and Release of n units ends the oldest call of exactly n
+// redisrate.NewSemaphore), and Release of n units ends the oldest call of exactly n
 // units of this process, or else n units of the oldest calls (a call
 // partly released stays in flight in Redis until all its units are). It panics if n is negative or more units are released than are
 // held (caller bugs), as x/sync does.
@@ -529,7 +529,7 @@ func (s *RateSemaphore) PauseFor(d time.Duration) {
 // of arrival. It returns an error, and changes nothing, if n or interval is
 // negative. It never blocks in process.
 //
-// For a RateSemaphore built with NewRedis, SetLimit stores the new limit in
+// For a RateSemaphore built with redisrate.NewSemaphore, SetLimit stores the new limit in
 // Redis for every process sharing the name (each adopts it at its next
 // admission), in one round trip bounded by WithRedisTimeout; it returns an
 // error matching ratesem.ErrUnavailable when Redis cannot be reached, and one
@@ -640,8 +640,8 @@ func (s *RateSemaphore) failLocked(w *waiter, err error) {
 }
 
 // Limit returns the current limit: n units per interval (Per 0: no rate).
-// For a RateSemaphore built with NewRedis it is the limit this process set
-// (NewRedis or SetLimit): a SetLimit in another process is adopted in
+// For a RateSemaphore built with redisrate.NewSemaphore it is the limit this process set
+// (redisrate.NewSemaphore or SetLimit): a SetLimit in another process is adopted in
 // Redis, where every admission is decided, but not shown here, and this
 // process still refuses at once a weight above its own n.
 func (s *RateSemaphore) Limit() window.Limit {
@@ -672,7 +672,7 @@ type Stats struct {
 	// latest pause set in this process.
 	PausedUntil time.Time
 
-	// The counters below are of a RateSemaphore built with NewRedis; they
+	// The counters below are of a RateSemaphore built with redisrate.NewSemaphore; they
 	// are zero in process.
 
 	// FallbackAdmitted counts the calls of Admitted that the fallback
@@ -731,7 +731,7 @@ func (s *RateSemaphore) Stats() Stats {
 	}
 }
 
-// Close stops a RateSemaphore built with NewRedis: callers in Acquire
+// Close stops a RateSemaphore built with redisrate.NewSemaphore: callers in Acquire
 // return ratesem.ErrClosed, and so do later calls to Acquire (TryAcquire returns
 // false); once Close has returned, no Acquire succeeds. Releases already
 // queued are sent for at most WithRedisTimeout; a Release after Close is

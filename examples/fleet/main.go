@@ -2,7 +2,7 @@
 // whole Binance Spot rule set through one Redis: REQUEST_WEIGHT and
 // RAW_REQUESTS of their common IP, ORDERS_10S and ORDERS_1D of their common
 // account, each call admitted under every rule it falls under at once
-// (clientpool.WithRedis over the exchange/binance preset, unchanged).
+// (redisrate.Shared over the exchange/binance preset, unchanged).
 //
 //	go run ./examples/fleet                           # 3 processes, one redis-server, 20 s
 //	go run ./examples/fleet -cluster                  # the same through a 3-master Redis Cluster

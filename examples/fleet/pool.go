@@ -7,6 +7,7 @@ import (
 
 	"github.com/ratesem/ratesem/clientpool"
 	"github.com/ratesem/ratesem/exchange/binance"
+	"github.com/ratesem/ratesem/redisrate"
 	"github.com/ratesem/ratesem/window"
 )
 
@@ -20,7 +21,7 @@ const scope = "binance:spot:acct-1"
 // With cfg.Local every process has a pool of its own in memory with 1/K of
 // each limit (the static split of a limit between bots, as Hummingbot
 // does): the comparison without Redis. Otherwise every process keeps the
-// rules in one Redis (clientpool.WithRedis), under one scope.
+// rules in one Redis (redisrate.Shared), under one scope.
 func newPool(cfg workerConfig) (*clientpool.Pool, func(), error) {
 	table := binance.Spot(binance.WithTimeScale(cfg.Scale))
 	if cfg.NoUsage {
@@ -42,7 +43,7 @@ func newPool(cfg workerConfig) (*clientpool.Pool, func(), error) {
 		rdb = goredis.NewClient(&goredis.Options{Addr: cfg.Redis})
 	}
 	table.Scope = scope
-	opts := []clientpool.Option{clientpool.WithRedis(rdb, cfg.Prefix)}
+	opts := []clientpool.Option{redisrate.Shared(rdb, cfg.Prefix)}
 	if cfg.Lease > 0 {
 		opts = append(opts, clientpool.WithLease(cfg.Lease))
 	}

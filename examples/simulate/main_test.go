@@ -115,7 +115,7 @@ func rowProblems(res rowResult, latMax time.Duration) []string {
 }
 
 // TestSmallRow is the CI version of the program: the small row with two
-// real worker processes sharing one semaphore.NewRedis limiter (completion window).
+// real worker processes sharing one redisrate.NewSemaphore limiter (completion window).
 func TestSmallRow(t *testing.T) {
 	res := runTestRow(t, smallRow)
 	for _, p := range rowProblems(res, testLatMax) {

@@ -17,6 +17,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/ratesem/ratesem/redisrate"
 	"github.com/ratesem/ratesem/semaphore"
 )
 
@@ -94,7 +95,7 @@ type workerResult struct {
 	Wait time.Duration
 	// End is when the last response was read (Unix nanoseconds).
 	End int64
-	// Stats is the counters of the worker's semaphore (semaphore.NewRedis)
+	// Stats is the counters of the worker's semaphore (redisrate.NewSemaphore)
 	// at the end, after Close sent the releases still queued.
 	Stats semaphore.Stats
 }
@@ -140,7 +141,7 @@ func work(cfg workerConfig, stdin io.Reader, stdout io.Writer) (workerResult, er
 	if cfg.Buffer > 0 {
 		opts = append(opts, semaphore.WithStartWindow(cfg.Buffer))
 	}
-	sem, err := semaphore.NewRedis(client, cfg.Name, cfg.Limit, cfg.Period, opts...)
+	sem, err := redisrate.NewSemaphore(client, cfg.Name, cfg.Limit, cfg.Period, opts...)
 	if err != nil {
 		return res, err
 	}

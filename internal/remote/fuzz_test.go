@@ -25,7 +25,7 @@ func FuzzRefusal(f *testing.F) {
 			fk := newFake()
 			d := rstore.Decision{Wait: time.Duration(wait), Refused: refused, Release: release, Paused: paused}
 			fk.decide = func() *rstore.Decision { return &d }
-			e, err := New(Config{store: fk, MaxPause: 50 * time.Millisecond})
+			e, err := New(Config{Store: fk, MaxPause: 50 * time.Millisecond})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,7 +1,7 @@
 // Package remote is the waiting engine over Redis bookkeeping
 // (internal/rstore): callers of a semaphore.RateSemaphore built with
-// semaphore.NewRedis and of a clientpool.Pool built with
-// clientpool.WithRedis wait, queue, pause and count here, while the counts
+// redisrate.NewSemaphore and of a clientpool.Pool built with
+// redisrate.Shared wait, queue, pause and count here, while the counts
 // live in Redis and are shared by every process.
 //
 // # Queues
@@ -28,7 +28,7 @@
 // gives up hands its wait on: the limiter remembers that no call of that
 // weight or more can be admitted before that instant, and the next head
 // sleeps until then without asking again. When only a release elsewhere can
-// make room (rstore.Decision.Release: the wait Redis gives runs to the end
+// make room (rspec.Decision.Release: the wait Redis gives runs to the end
 // of the leases of the calls in flight, a minute by default), the head
 // sleeps at most a quarter of the refusing rule's Per, or until a release of
 // this process on that limiter reached Redis: under the completion window a
@@ -85,7 +85,7 @@ import (
 
 	"github.com/ratesem/ratesem"
 	"github.com/ratesem/ratesem/internal/backoff"
-	"github.com/ratesem/ratesem/internal/rstore"
+	"github.com/ratesem/ratesem/internal/rspec"
 	"github.com/ratesem/ratesem/internal/sched"
 	"github.com/ratesem/ratesem/internal/wake"
 )
@@ -152,7 +152,9 @@ var errTry = errors.New("ratesem: not admitted at once")
 
 // Config configures an Engine. Zero fields take their defaults.
 type Config struct {
-	Store *rstore.Store
+	// Store keeps the counts (internal/rspec.Store over Redis; a fake in
+	// the engine's tests). Required.
+	Store rspec.Store
 	// Timeout bounds every round trip; default DefaultTimeout (1 s).
 	Timeout time.Duration
 	// Jitter is the most random time added to a sleep the script asked
@@ -185,9 +187,6 @@ type Config struct {
 	// TestAfterAdmit, when set, runs after Redis admitted a call and
 	// before the caller's context is checked (tests only).
 	TestAfterAdmit func()
-
-	// store replaces Store (the engine's own tests).
-	store store
 }
 
 // Fallback admits calls in this process alone while Redis is unreachable
@@ -195,24 +194,12 @@ type Config struct {
 type Fallback interface {
 	// Acquire blocks until the charges are admitted locally or ctx is
 	// done; it returns a function that releases them, called once.
-	Acquire(ctx context.Context, scope string, cs []rstore.Charge) (release func(), err error)
+	Acquire(ctx context.Context, scope string, cs []rspec.Charge) (release func(), err error)
 	// TryAcquire admits the charges locally if they fit at once.
-	TryAcquire(scope string, cs []rstore.Charge) (release func(), ok bool)
+	TryAcquire(scope string, cs []rspec.Charge) (release func(), ok bool)
 	// Pause holds local admissions of c's limiter until until.
-	Pause(scope string, c rstore.Charge, until time.Time)
+	Pause(scope string, c rspec.Charge, until time.Time)
 }
-
-// store is what the engine needs of rstore.Store; the tests fake it.
-type store interface {
-	Admit(ctx context.Context, scope string, cs []rstore.Charge) (rstore.Decision, error)
-	Release(ctx context.Context, scope string, cs []rstore.Charge, token string) error
-	Cancel(ctx context.Context, scope string, cs []rstore.Charge, token string) error
-	Pause(ctx context.Context, scope string, c rstore.Charge, d time.Duration) (time.Time, error)
-	ReconcileAt(ctx context.Context, scope string, c rstore.Charge, used int64, r rstore.Read) (int64, error)
-	SetLimit(ctx context.Context, scope string, c rstore.Charge) error
-}
-
-var _ store = (*rstore.Store)(nil)
 
 // EventKind says what happened.
 type EventKind int
@@ -231,7 +218,7 @@ const (
 type Event struct {
 	Kind    EventKind
 	Scope   string
-	Charges []rstore.Charge
+	Charges []rspec.Charge
 	Wait    time.Duration // Admitted: time spent in Acquire; Refused: Redis's wait; Paused: the pause
 	Err     error
 }
@@ -281,7 +268,7 @@ type limiter struct {
 // waiter is one Acquire or TryAcquire in progress.
 type waiter struct {
 	scope  string
-	cs     []rstore.Charge
+	cs     []rspec.Charge
 	keys   []limKey
 	lims   []*limiter
 	elems  []*list.Element // in lims[i].q; nil until queued
@@ -296,7 +283,7 @@ type waiter struct {
 // Engine waits for admissions decided in Redis. It is safe for concurrent
 // use. Close it when done; it does not close the Redis client.
 type Engine struct {
-	st  store
+	st  rspec.Store
 	cfg Config
 
 	closeCtx context.Context // done after Close
@@ -330,12 +317,9 @@ type Engine struct {
 // negative Timeout, ReleaseQueue or MaxPause. It starts the release
 // workers, which Close stops.
 func New(cfg Config) (*Engine, error) {
-	st := cfg.store
+	st := cfg.Store
 	if st == nil {
-		if cfg.Store == nil {
-			return nil, errors.New("ratesem: New: nil Store")
-		}
-		st = cfg.Store
+		return nil, errors.New("ratesem: New: nil Store")
 	}
 	switch {
 	case cfg.Timeout < 0:
@@ -372,16 +356,16 @@ func New(cfg Config) (*Engine, error) {
 type Call struct {
 	e     *Engine
 	scope string
-	cs    []rstore.Charge
+	cs    []rspec.Charge
 	token string // Redis's; "" for a call of no charges or of the fallback
 	local func() // the fallback's release, or nil
 	done  atomic.Bool
 	at    time.Time // the admission on Redis's clock; zero for the fallback
 	seen  time.Time // this process's clock when the admission came back
-	marks []string  // the admission's rstore.Decision.Marks
+	marks []string  // the admission's rspec.Decision.Marks
 }
 
-// Mark returns the admission's mark for charge i (rstore.Decision.Marks),
+// Mark returns the admission's mark for charge i (rspec.Decision.Marks),
 // "" when it has none.
 func (c *Call) Mark(i int) string {
 	if i < 0 || i >= len(c.marks) {
@@ -410,7 +394,7 @@ func (c *Call) Local() bool { return c.local != nil }
 // admitted at once without a round trip. It returns, besides the errors
 // above: ctx.Err(); an error matching ratesem.ErrNegativeWeight or
 // ratesem.ErrWeightTooLarge (a weight above the Spec's Capacity) at once;
-// the error of Redis for a caller's mistake (rstore.ErrLimitMismatch); an
+// the error of Redis for a caller's mistake (rspec.ErrLimitMismatch); an
 // error matching ErrUnavailable when Redis cannot be reached and there is
 // no Fallback (or it refused); ErrClosed after Close. The charges (and
 // their Specs) must not change until the Call is released.
@@ -422,7 +406,7 @@ func (c *Call) Local() bool { return c.local != nil }
 // priority of ctx (ratesem.WithPriority), within ratesem.MaxOvertakes, and
 // otherwise FIFO; a waiter displaced from the front of a queue may still
 // be admitted by the one round trip it had under way.
-func (e *Engine) Acquire(ctx context.Context, scope string, cs []rstore.Charge) (*Call, error) {
+func (e *Engine) Acquire(ctx context.Context, scope string, cs []rspec.Charge) (*Call, error) {
 	budget := ratesem.QueueWaitOf(ctx)
 	if budget <= 0 || len(cs) == 0 {
 		return e.acquire(ctx, scope, cs, false)
@@ -452,7 +436,7 @@ func (e *Engine) Acquire(ctx context.Context, scope string, cs []rstore.Charge) 
 // full): then it fails at once without a round trip. ok is false when the
 // call was not admitted; err is set for a failure that is not a refusal
 // (the errors of Acquire).
-func (e *Engine) TryAcquire(scope string, cs []rstore.Charge) (*Call, bool, error) {
+func (e *Engine) TryAcquire(scope string, cs []rspec.Charge) (*Call, bool, error) {
 	c, err := e.acquire(context.Background(), scope, cs, true)
 	switch {
 	case err == nil:
@@ -463,10 +447,10 @@ func (e *Engine) TryAcquire(scope string, cs []rstore.Charge) (*Call, bool, erro
 	return nil, false, err
 }
 
-// capacity is rstore.Spec.Capacity (the engine's tests replace it).
-var capacity = rstore.Spec.Capacity
+// capacity is rspec.Spec.Capacity (the engine's tests replace it).
+var capacity = rspec.Spec.Capacity
 
-func checkCharges(cs []rstore.Charge) error {
+func checkCharges(cs []rspec.Charge) error {
 	for i, c := range cs {
 		if c.Weight < 0 {
 			return fmt.Errorf("ratesem: charge %d (%s): weight %d: %w", i, c.Rule, c.Weight, ratesem.ErrNegativeWeight)
@@ -481,7 +465,7 @@ func checkCharges(cs []rstore.Charge) error {
 	return nil
 }
 
-func (e *Engine) acquire(ctx context.Context, scope string, cs []rstore.Charge, try bool) (*Call, error) {
+func (e *Engine) acquire(ctx context.Context, scope string, cs []rspec.Charge, try bool) (*Call, error) {
 	if err := checkCharges(cs); err != nil {
 		return nil, err
 	}
@@ -757,7 +741,7 @@ func (e *Engine) admit(ctx context.Context, w *waiter, since time.Time, try bool
 		if d.Lost {
 			e.stats.StateLost++
 		}
-		mismatch := errors.Is(err, rstore.ErrLimitMismatch)
+		mismatch := errors.Is(err, rspec.ErrLimitMismatch)
 		if mismatch {
 			e.stats.LimitMismatches++
 		}
@@ -851,7 +835,7 @@ func (e *Engine) admit(ctx context.Context, w *waiter, since time.Time, try bool
 
 // releaseCap is the longest a head refused because calls in flight fill
 // the limit sleeps before asking again: a quarter of the rule's Per.
-func releaseCap(s *rstore.Spec) time.Duration {
+func releaseCap(s *rspec.Spec) time.Duration {
 	if s == nil || s.Limit.Per <= 0 {
 		return zeroPerCap
 	}
@@ -861,13 +845,13 @@ func releaseCap(s *rstore.Spec) time.Duration {
 // callerError reports whether an Admit error is the caller's mistake
 // rather than Redis being unreachable.
 func callerError(err error) bool {
-	return errors.Is(err, rstore.ErrLimitMismatch) || errors.Is(err, ratesem.ErrWeightTooLarge) ||
+	return errors.Is(err, rspec.ErrLimitMismatch) || errors.Is(err, ratesem.ErrWeightTooLarge) ||
 		errors.Is(err, ratesem.ErrInvalidLimit) || errors.Is(err, ratesem.ErrNegativeWeight)
 }
 
 // admitResult is the outcome of an admission round trip.
 type admitResult struct {
-	d   rstore.Decision
+	d   rspec.Decision
 	err error
 }
 
@@ -878,7 +862,7 @@ type admitResult struct {
 // The round trip is not cut short by ctx (its context is its own, bounded
 // by timeout + lateGrace): if the script admitted the call after the caller
 // left, the goroutine cancels the admission when the answer comes.
-func (e *Engine) redisAdmit(ctx context.Context, w *waiter, timeout time.Duration) (d rstore.Decision, err, left error) {
+func (e *Engine) redisAdmit(ctx context.Context, w *waiter, timeout time.Duration) (d rspec.Decision, err, left error) {
 	ch := make(chan admitResult, 1)
 	claimed := new(atomic.Bool)
 	if !e.spawn(func() {
@@ -894,7 +878,7 @@ func (e *Engine) redisAdmit(ctx context.Context, w *waiter, timeout time.Duratio
 			e.cancelNow(w.scope, w.cs, d.Token)
 		}
 	}) {
-		return rstore.Decision{}, errBusy, nil
+		return rspec.Decision{}, errBusy, nil
 	}
 	t := time.NewTimer(timeout)
 	defer t.Stop()
@@ -912,7 +896,7 @@ func (e *Engine) redisAdmit(ctx context.Context, w *waiter, timeout time.Duratio
 		r := <-ch // the answer is in: the caller deals with it
 		return r.d, r.err, nil
 	}
-	return rstore.Decision{}, nil, left
+	return rspec.Decision{}, nil, left
 }
 
 // spawn runs op on a goroutine of its own, counted in pending; it returns
@@ -1102,7 +1086,7 @@ func (e *Engine) markUp() {
 // roundTrip records the outcome of a release, cancellation, pause or
 // reconcile.
 func (e *Engine) roundTrip(err error) {
-	if err != nil && !errors.Is(err, rstore.ErrNotInFlight) {
+	if err != nil && !errors.Is(err, rspec.ErrNotInFlight) {
 		e.markDown(err, false)
 	} else {
 		e.markUp()
@@ -1111,7 +1095,7 @@ func (e *Engine) roundTrip(err error) {
 
 // cancelToken takes back an admission whose caller gave up, waiting for
 // the round trip at most Timeout.
-func (e *Engine) cancelToken(scope string, cs []rstore.Charge, token string) {
+func (e *Engine) cancelToken(scope string, cs []rspec.Charge, token string) {
 	err := e.bounded(context.Background(), e.cfg.Timeout, func(ctx context.Context) error {
 		return e.st.Cancel(ctx, scope, cs, token)
 	})
@@ -1121,7 +1105,7 @@ func (e *Engine) cancelToken(scope string, cs []rstore.Charge, token string) {
 
 // cancelNow takes back an admission on the calling goroutine (one already
 // of its own), bounded by Timeout.
-func (e *Engine) cancelNow(scope string, cs []rstore.Charge, token string) {
+func (e *Engine) cancelNow(scope string, cs []rspec.Charge, token string) {
 	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.Timeout)
 	err := e.st.Cancel(ctx, scope, cs, token)
 	cancel()
@@ -1130,12 +1114,12 @@ func (e *Engine) cancelNow(scope string, cs []rstore.Charge, token string) {
 }
 
 // countCancel counts the outcome of a cancellation.
-func (e *Engine) countCancel(scope string, cs []rstore.Charge, err error) {
+func (e *Engine) countCancel(scope string, cs []rspec.Charge, err error) {
 	e.mu.Lock()
 	switch {
 	case err == nil:
 		e.stats.Cancelled++
-	case errors.Is(err, rstore.ErrNotInFlight):
+	case errors.Is(err, rspec.ErrNotInFlight):
 	default:
 		e.stats.CancelsFailed++
 	}
@@ -1204,7 +1188,7 @@ func (e *Engine) releaser() {
 		e.mu.Lock()
 		switch {
 		case err == nil:
-		case errors.Is(err, rstore.ErrNotInFlight):
+		case errors.Is(err, rspec.ErrNotInFlight):
 			e.stats.ReleasesLost++
 		default:
 			e.stats.ReleasesFailed++
@@ -1233,7 +1217,7 @@ func (e *Engine) releaser() {
 // and in Redis by one round trip on a goroutine of its own, bounded by
 // Timeout; Pause itself never blocks. A d ≤ 0 changes nothing. While Redis
 // is unreachable the pause is local only.
-func (e *Engine) Pause(scope string, c rstore.Charge, d time.Duration) {
+func (e *Engine) Pause(scope string, c rspec.Charge, d time.Duration) {
 	if d <= 0 {
 		return
 	}
@@ -1257,7 +1241,7 @@ func (e *Engine) Pause(scope string, c rstore.Charge, d time.Duration) {
 	if e.cfg.Fallback != nil {
 		e.cfg.Fallback.Pause(scope, c, until)
 	}
-	e.event(Event{Kind: Paused, Scope: scope, Charges: []rstore.Charge{c}, Wait: d})
+	e.event(Event{Kind: Paused, Scope: scope, Charges: []rspec.Charge{c}, Wait: d})
 	if down || closed {
 		return
 	}
@@ -1273,15 +1257,15 @@ func (e *Engine) Pause(scope string, c rstore.Charge, d time.Duration) {
 // current window) to Redis, asynchronously: one round trip on a goroutine
 // of its own, bounded by Timeout. It never blocks; a failure is counted in
 // Stats.RedisErrors. A negative used changes nothing.
-func (e *Engine) Reconcile(scope string, c rstore.Charge, used int64) {
-	e.ReconcileAt(scope, c, used, rstore.Read{})
+func (e *Engine) Reconcile(scope string, c rspec.Charge, used int64) {
+	e.ReconcileAt(scope, c, used, rspec.Read{})
 }
 
 // ReconcileAt is Reconcile for a count read at at on Redis's clock (zero
 // when not known): a window aligned to the clock drops a count read in an
 // earlier window than the one current when it reaches Redis (see
-// rstore.Store.ReconcileAt).
-func (e *Engine) ReconcileAt(scope string, c rstore.Charge, used int64, r rstore.Read) {
+// rspec.Store.ReconcileAt).
+func (e *Engine) ReconcileAt(scope string, c rspec.Charge, used int64, r rspec.Read) {
 	if used < 0 {
 		return
 	}
@@ -1304,7 +1288,7 @@ func (e *Engine) ReconcileAt(scope string, c rstore.Charge, used int64, r rstore
 // for one round trip, at most Timeout or until ctx is done; it returns an
 // error matching ErrUnavailable when Redis cannot be reached (nothing then
 // changed, or the change may yet land), ctx.Err(), or Redis's error.
-func (e *Engine) SetLimit(ctx context.Context, scope string, c rstore.Charge) error {
+func (e *Engine) SetLimit(ctx context.Context, scope string, c rspec.Charge) error {
 	if c.Spec == nil {
 		return errors.New("ratesem: SetLimit: nil Spec")
 	}

@@ -32,7 +32,7 @@ func charge(rule string, s *rstore.Spec, w int64) rstore.Charge {
 // newEngine returns an Engine over f, closed when the test ends.
 func newEngine(t *testing.T, f *fakeStore, cfg Config) *Engine {
 	t.Helper()
-	cfg.store = f
+	cfg.Store = f
 	e, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -46,9 +46,9 @@ var errSentinel = errors.New("test: deadline")
 func TestNewChecksConfig(t *testing.T) {
 	for _, cfg := range []Config{
 		{},
-		{store: newFake(), Timeout: -1},
-		{store: newFake(), ReleaseQueue: -1},
-		{store: newFake(), MaxPause: -1},
+		{Store: newFake(), Timeout: -1},
+		{Store: newFake(), ReleaseQueue: -1},
+		{Store: newFake(), MaxPause: -1},
 	} {
 		if e, err := New(cfg); err == nil {
 			_ = e.Close()
@@ -259,7 +259,7 @@ func TestReleaseNeverBlocks(t *testing.T) {
 				return ctx.Err()
 			}
 		}
-		e, err := New(Config{store: f, ReleaseQueue: 2, Timeout: time.Second})
+		e, err := New(Config{Store: f, ReleaseQueue: 2, Timeout: time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -562,7 +562,7 @@ func TestFallback(t *testing.T) {
 func TestCloseFailsWaiters(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFake()
-		e, err := New(Config{store: f})
+		e, err := New(Config{Store: f})
 		if err != nil {
 			t.Fatal(err)
 		}

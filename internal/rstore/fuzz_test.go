@@ -89,12 +89,12 @@ func FuzzSpec(f *testing.F) {
 		if c := s.Capacity(); c < 0 || c > max(n, burst) {
 			t.Fatalf("%v: capacity %d", s, c)
 		}
-		if ttl := s.ttl(MaxPer); ttl <= 0 {
+		if ttl := s.TTL(MaxPer); ttl <= 0 {
 			t.Fatalf("%v: TTL %d ms", s, ttl)
 		}
-		w := s.wire()
+		w := s.Wire()
 		back, ok := parseWire(w)
-		if !ok || back.wire() != w {
+		if !ok || back.Wire() != w {
 			t.Fatalf("%v: stored as %q, parsed back as %v", s, w, back)
 		}
 	})

@@ -1,4 +1,4 @@
-package clientpool_test
+package redisrate_test
 
 import (
 	"log"
@@ -9,6 +9,7 @@ import (
 	"github.com/ratesem/ratesem/clientpool"
 	"github.com/ratesem/ratesem/exchange/binance"
 	"github.com/ratesem/ratesem/httpclient"
+	"github.com/ratesem/ratesem/redisrate"
 )
 
 // Every replica of a Binance bot behind one egress IP and one API key
@@ -16,13 +17,13 @@ import (
 // REQUEST_WEIGHT or the account's ORDERS limits. The Scope names what the
 // replicas share (here the IP): on a Redis Cluster all of its keys live in
 // one slot; bots behind other IPs use other scopes, on other slots.
-func ExampleWithRedis() {
+func ExampleShared() {
 	rdb := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: []string{"redis-1:6379", "redis-2:6379", "redis-3:6379"}})
 	defer rdb.Close()
 
 	table := binance.Spot()
 	table.Scope = "binance:203.0.113.7"
-	pool, err := clientpool.New(table, clientpool.WithRedis(rdb, "mybot"))
+	pool, err := clientpool.New(table, redisrate.Shared(rdb, "mybot"))
 	if err != nil {
 		log.Fatal(err)
 	}
