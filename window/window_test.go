@@ -309,3 +309,135 @@ func BenchmarkCompletionAdmitDone(b *testing.B) {
 		c.Done(now, 1)
 	}
 }
+
+// TestCompletionCoalescesWithinASlot checks the completion window's one
+// departure from the exact ring of completion stamps, against that exact
+// model on random schedules with completions nanoseconds apart. A window
+// of N < 1024 is exact to the nanosecond. Past 1024 log entries, whenever
+// the window admits, the exact model admits too (it never counts a unit
+// shorter), and when it refuses, the instant it names is no earlier than
+// the exact one and less than one 1.024 µs slot later, however long
+// completions keep coming less than a slot apart; a burst of completions
+// within one slot then takes one entry.
+func TestCompletionCoalescesWithinASlot(t *testing.T) {
+	const per = time.Millisecond
+	const slot = 1024 * time.Nanosecond
+	type end struct {
+		at time.Duration
+		n  int64
+	}
+	for seed := range uint64(12) {
+		r := rand.New(rand.NewPCG(seed, 7))
+		n := int64(1 + r.IntN(1000)) // below 1024: exact
+		if seed%2 == 1 {
+			n = 1500 + r.Int64N(3000) // long logs: coalesced
+		}
+		c := window.NewCompletion(window.Limit{N: n, Per: per})
+		var inflight int64
+		var ends []end // in order; the exact model
+		now := time.Duration(0)
+		// exact returns whether w units fit at now, and if not the instant
+		// they will (-1: only a Done can help).
+		exact := func(w int64) (bool, time.Duration) {
+			for len(ends) > 0 && ends[0].at <= now-per {
+				ends = ends[1:]
+			}
+			var logged int64
+			for _, e := range ends {
+				logged += e.n
+			}
+			free := n - inflight - logged
+			if w <= free {
+				return true, 0
+			}
+			if w > n-inflight {
+				return false, -1
+			}
+			k := w - free
+			for _, e := range ends {
+				if k <= e.n {
+					return false, e.at + per
+				}
+				k -= e.n
+			}
+			panic("unreachable")
+		}
+		for range 12000 {
+			now += time.Duration(r.IntN(400)) // ns apart: many within a slot
+			if r.IntN(2) == 0 && inflight > 0 {
+				d := 1 + r.Int64N(min(inflight, 3))
+				c.Done(at(now), d)
+				inflight -= d
+				ends = append(ends, end{now, d})
+				continue
+			}
+			w := 1 + r.Int64N(min(n, 3))
+			ok, want := exact(w)
+			got, gotOK := c.Admit(at(now), w)
+			late := got.Sub(t0) - want
+			if n < 1024 {
+				if gotOK != ok || !gotOK && (want == -1) != got.IsZero() || !gotOK && want != -1 && late != 0 {
+					t.Fatalf("seed %d (N %d) at %v: Admit(%d) = (%v, %v); the exact window gives (%v, %v)",
+						seed, n, now, w, got.Sub(t0), gotOK, want, ok)
+				}
+			}
+			switch {
+			case gotOK && !ok:
+				t.Fatalf("seed %d (N %d) at %v: %d units admitted; the exact window refuses them", seed, n, now, w)
+			case gotOK:
+				inflight += w
+			case ok:
+				// The exact window admits now; the window, which counts
+				// coalesced units less than a slot longer, within a slot.
+				if got.Sub(t0) >= now+slot {
+					t.Fatalf("seed %d (N %d) at %v: %d units refused until %v; the exact window admits them now", seed, n, now, w, got.Sub(t0))
+				}
+			case want == -1:
+				if !got.IsZero() {
+					t.Fatalf("seed %d (N %d) at %v: refused until %v; only a Done can help", seed, n, now, got.Sub(t0))
+				}
+			case late < 0 || late >= slot:
+				t.Fatalf("seed %d (N %d) at %v: %d units refused until %v; exact %v (want less than a slot after it)",
+					seed, n, now, w, got.Sub(t0), want)
+			}
+		}
+	}
+
+	// A burst of completions within one slot takes one log entry once the
+	// log is long: all of it leaves the window together, at the last end
+	// + Per. The same burst in a short log is exact: its first unit leaves
+	// at its own end + Per.
+	for _, long := range []bool{false, true} {
+		const per = 10 * time.Millisecond
+		c := window.NewCompletion(window.Limit{N: 3000, Per: per})
+		start := time.Duration(0)
+		if long { // 1100 completions 2 µs apart: 1100 entries, all within Per
+			if _, ok := c.Admit(at(0), 1100); !ok {
+				t.Fatal("refused with room")
+			}
+			for i := range 1100 {
+				c.Done(at(time.Duration(i)*2*time.Microsecond), 1)
+			}
+			start = 2250 * slot // 2.304 ms, the start of a slot
+		}
+		if _, ok := c.Admit(at(start), 100); !ok {
+			t.Fatal("refused with room")
+		}
+		for i := range 100 {
+			c.Done(at(start+time.Duration(i*9)), 1) // within 891 ns of start
+		}
+		// At start + Per the 1100 early completions have left the window;
+		// of the burst, exactly only the first unit has.
+		got, ok := c.Admit(at(start+per), 2901)
+		switch {
+		case !long && !ok:
+			t.Fatalf("short log: Admit(2901) at the burst's first end + Per refused until %v; exact admits", got.Sub(t0))
+		case long && (ok || !got.Equal(at(start+per+891))):
+			t.Fatalf("long log: Admit(2901) at start+Per = (%v, %v); want refused until start+Per+891ns, the burst's last end", got.Sub(t0), ok)
+		case long:
+			if _, ok := c.Admit(at(start+per+891), 3000); !ok {
+				t.Fatal("long log: the whole burst did not leave the window together")
+			}
+		}
+	}
+}
