@@ -33,7 +33,7 @@
 //   - httpclient: an http.RoundTripper that acquires before each request,
 //     releases when the response body is closed or read to io.EOF, pauses
 //     the limiter on 429 or 418 (for the Retry-After, or a capped backoff),
-//     and resends a throttled request only when Transport.MaxRetries asks
+//     and resends a throttled request only when httpclient.WithMaxRetries asks
 //     for it. httpclient.New wraps one Limiter (a RateSemaphore);
 //     httpclient.NewPool routes each request through a clientpool.Pool.
 //   - exchange/binance, exchange/okx: presets, each exchange's limits and
@@ -128,5 +128,5 @@
 //
 // Or wrap an http.Client:
 //
-//	client := &http.Client{Transport: httpclient.New(sem, nil)}
+//	client := &http.Client{Transport: httpclient.New(sem)}
 package ratesem

@@ -97,7 +97,7 @@ func (s PauseSource) String() string {
 }
 
 // Event is what an observer is told (semaphore.WithObserver,
-// clientpool.WithObserver, httpclient.Transport.Observer). Fields that do
+// clientpool.WithObserver, httpclient.WithObserver). Fields that do
 // not apply to the Kind are zero. An Event is a plain value: an observer
 // may keep it.
 //

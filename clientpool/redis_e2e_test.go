@@ -51,7 +51,7 @@ func runBinanceEndToEnd(t *testing.T, rc goredis.UniversalClient) {
 	var clients []*http.Client
 	for range 2 {
 		p := newRedisPool(t, table, rc, "e2e")
-		clients = append(clients, &http.Client{Transport: httpclient.NewPool(p, srv.Client().Transport, nil)})
+		clients = append(clients, &http.Client{Transport: httpclient.NewPool(p, httpclient.WithBase(srv.Client().Transport))})
 	}
 	const perClient, workers = 60, 6
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a bound, not a budget

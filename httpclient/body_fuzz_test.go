@@ -54,8 +54,7 @@ func FuzzBodyPrefix(f *testing.F) {
 		var mu sync.Mutex
 		var stages [][]byte
 		var heldAtCheck int64
-		tr := httpclient.New(lim, respond(200, nil, &chunkReader{body: bytes.Clone(body), sizes: sizes}))
-		tr.ThrottledBody = func(_ int, _ http.Header, b []byte) bool {
+		tr := httpclient.New(lim, httpclient.WithBase(respond(200, nil, &chunkReader{body: bytes.Clone(body), sizes: sizes})), httpclient.WithThrottledBody(func(_ int, _ http.Header, b []byte) bool {
 			mu.Lock()
 			defer mu.Unlock()
 			stages = append(stages, bytes.Clone(b))
@@ -63,7 +62,7 @@ func FuzzBodyPrefix(f *testing.F) {
 				heldAtCheck, _, _, _ = lim.state()
 			}
 			return false
-		}
+		}))
 		resp, err := tr.RoundTrip(newRequest(t, http.MethodGet, "http://example.test/", nil))
 		if err != nil {
 			t.Fatal(err)

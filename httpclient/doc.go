@@ -14,20 +14,20 @@
 // some exchanges, e.g. Binance, for an IP ban), the transport pauses the
 // limiter before the request's permit is released, so no new request starts
 // until the server is ready again: for the Retry-After, capped by
-// [Transport.MaxRetryAfter] and lengthened by a little jitter so that clients
+// [WithMaxRetryAfter] and lengthened by a little jitter so that clients
 // throttled together do not all resume at one instant; without a usable
 // Retry-After, for an exponential backoff with jitter that grows while the
 // throttles go on and starts again after a success, never above the cap. An
 // API that signals a throttle in the body (OKX's code 50011 with HTTP 200)
-// plugs in a [Transport.ThrottledBody] hook; the transport never reads a
+// plugs in a [WithThrottledBody] hook; the transport never reads a
 // body itself: the hook sees the first [PeekSize] bytes as the caller reads
 // them, so RoundTrip returns as soon as the headers arrive, even from a
 // server that then stalls. The response itself is returned unchanged:
 // status codes are not errors.
 //
 // By default a request is sent once: a throttled response is returned to
-// the caller, and only the requests after it wait for the pause. Set
-// [Transport.MaxRetries] to n > 0 to have RoundTrip send a throttled
+// the caller, and only the requests after it wait for the pause. Give
+// [WithMaxRetries](n), n > 0, to have RoundTrip send a throttled
 // request again, up to n more times: only when the headers show the
 // throttle (not a throttle only the body shows) and the body can be
 // replayed (no body, or Request.GetBody). Each retry waits out the pause
@@ -35,14 +35,16 @@
 // counts against the limit like any other request; the caller sees only
 // the last response.
 //
-// A Transport is safe for concurrent use by multiple goroutines, as an
-// http.RoundTripper must be.
+// Every constructor takes functional options (WithBase, WithMaxRetries,
+// WithObserver, ...), as every package of ratesem does. A Transport is safe
+// for concurrent use by multiple goroutines, as an http.RoundTripper must
+// be, and cannot be reconfigured once built.
 //
 // Wrapping a client, where sem is any [Limiter] (for example a
 // *semaphore.RateSemaphore from github.com/ratesem/ratesem/semaphore):
 //
 //	client := &http.Client{
-//		Transport: httpclient.New(sem, http.DefaultTransport),
+//		Transport: httpclient.New(sem), // http.DefaultTransport; httpclient.WithBase for another
 //		Timeout:   10 * time.Second, // includes time spent waiting for sem
 //	}
 //	resp, err := client.Get("https://api.example.com/v5/market/tickers")
@@ -58,5 +60,5 @@
 //			return sem, 5 // this endpoint costs 5 units
 //		}
 //		return sem, 1
-//	}, nil)
+//	})
 package httpclient

@@ -69,7 +69,7 @@ func ExampleNew() {
 	defer srv.Close()
 
 	lim := newSlotLimiter(2)
-	client := &http.Client{Transport: httpclient.New(lim, nil)}
+	client := &http.Client{Transport: httpclient.New(lim)}
 	defer client.CloseIdleConnections()
 
 	for i := 0; i < 2; i++ {
@@ -108,7 +108,7 @@ func ExampleNewSelect() {
 		default:
 			return lim, 1
 		}
-	}, nil)
+	})
 	client := &http.Client{Transport: tr}
 	defer client.CloseIdleConnections()
 

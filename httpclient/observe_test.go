@@ -68,9 +68,7 @@ func TestObserverThrottleRetry(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var log eventLog
 		sem := semaphore.New(5, time.Second)
-		tr := httpclient.New(sem, answers([]int{429, 200}, []string{"2"}, "{}"))
-		tr.MaxRetries = 1
-		tr.Observer = log.observe
+		tr := httpclient.New(sem, httpclient.WithBase(answers([]int{429, 200}, []string{"2"}, "{}")), httpclient.WithMaxRetries(1), httpclient.WithObserver(log.observe))
 		begin := time.Now()
 		roundTrip(t, tr)
 		evs := log.take()
@@ -93,11 +91,9 @@ func TestObserverThrottleRetry(t *testing.T) {
 func TestObserverThrottleSources(t *testing.T) {
 	var log eventLog
 	lim := &fakeLimiter{}
-	tr := httpclient.New(lim, answers([]int{429, 200, 503}, nil, `{"code":"50011"}`))
-	tr.ThrottledBody = func(status int, h http.Header, body []byte) bool {
+	tr := httpclient.New(lim, httpclient.WithBase(answers([]int{429, 200, 503}, nil, `{"code":"50011"}`)), httpclient.WithThrottledBody(func(status int, h http.Header, body []byte) bool {
 		return httpclient.DefaultThrottledBody(status, h, body) || strings.Contains(string(body), "50011") && status == 200
-	}
-	tr.Observer = log.observe
+	}), httpclient.WithObserver(log.observe))
 	roundTrip(t, tr)
 	evs := log.take()
 	require.Len(t, evs, 2)
@@ -125,8 +121,7 @@ func TestObserverRefusedCancelled(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var log eventLog
 		sem := semaphore.New(1, time.Second)
-		tr := httpclient.New(sem, answers([]int{200}, nil, ""))
-		tr.Observer = log.observe
+		tr := httpclient.New(sem, httpclient.WithBase(answers([]int{200}, nil, "")), httpclient.WithObserver(log.observe))
 		require.True(t, sem.TryAcquire(1)) // full: only a release makes room
 
 		ctx, cancel := context.WithCancel(context.Background())
@@ -149,8 +144,7 @@ func TestObserverRefusedCancelled(t *testing.T) {
 		require.Len(t, evs, 1)
 		assert.Equal(t, ratesem.Refused, evs[0].Kind)
 
-		neg := httpclient.NewSelect(func(*http.Request) (httpclient.Limiter, int64) { return sem, -3 }, answers([]int{200}, nil, ""))
-		neg.Observer = log.observe
+		neg := httpclient.NewSelect(func(*http.Request) (httpclient.Limiter, int64) { return sem, -3 }, httpclient.WithBase(answers([]int{200}, nil, "")), httpclient.WithObserver(log.observe))
 		_, err = neg.RoundTrip(newRequest(t, http.MethodGet, "http://example.test/", nil))
 		require.ErrorIs(t, err, ratesem.ErrNegativeWeight)
 		evs = log.take()
@@ -163,9 +157,7 @@ func TestObserverRefusedCancelled(t *testing.T) {
 func TestObserverTransportMetrics(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var m ratesem.Metrics
-		tr := httpclient.New(semaphore.New(10, time.Second), answers([]int{429, 429, 200}, []string{"1", "1"}, ""))
-		tr.MaxRetries = 3
-		tr.Observer = m.Observe
+		tr := httpclient.New(semaphore.New(10, time.Second), httpclient.WithBase(answers([]int{429, 429, 200}, []string{"1", "1"}, "")), httpclient.WithMaxRetries(3), httpclient.WithObserver(m.Observe))
 		roundTrip(t, tr)
 		s := m.Snapshot()
 		assert.Equal(t, [4]uint64{3, 2, 2, 0}, [4]uint64{s.Admitted, s.Throttled, s.Retried, s.Refused})

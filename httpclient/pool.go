@@ -8,17 +8,17 @@ import (
 	"github.com/ratesem/ratesem/clientpool"
 )
 
-// NewPool returns a Transport that routes each request through the rules of
-// a clientpool.Pool: the request is classified (Pool.Classify: the endpoint
-// table's rules, keys and weights), all of its charges are acquired as one,
-// the request is sent through base (nil means http.DefaultTransport), and
-// the charges are released together when the response body is closed or
-// read to io.EOF. Every response's usage headers are reconciled with the
-// rules that read them (Rule.Usage). A throttled response (throttled, the
-// Transport's ThrottledBody hook; nil means DefaultThrottledBody: 429 or
-// 418) pauses the keys of the rules it is about (Pool.ThrottledResponse):
-// until its Retry-After capped at MaxRetryAfter, or, when it has none, for
-// a backoff the pool picks per key. A throttle the headers show pauses
+// NewPool returns a Transport, set up by opts, that routes each request
+// through the rules of a clientpool.Pool: the request is classified
+// (Pool.Classify: the endpoint table's rules, keys and weights), all of its
+// charges are acquired as one, the request is sent through the base
+// RoundTripper (WithBase), and the charges are released together when the
+// response body is closed or read to io.EOF. Every response's usage headers
+// are reconciled with the rules that read them (Rule.Usage). A throttled
+// response (the WithThrottledBody hook; by default DefaultThrottledBody: 429
+// or 418) pauses the keys of the rules it is about (Pool.ThrottledResponse):
+// until its Retry-After, capped (WithMaxRetryAfter), or, when it has none,
+// for a backoff the pool picks per key. A throttle the headers show pauses
 // before RoundTrip returns (with Throttle.Body nil); the first PeekSize
 // bytes of its body, as the caller reads them, then go to
 // Pool.ThrottledResponse again (Throttle.Body set) before the charges are
@@ -27,25 +27,21 @@ import (
 // then. RoundTrip never reads the body. A request whose classification
 // fails is not sent: RoundTrip closes its body and returns the error.
 //
-// The result sends each request once; set MaxRetries on it to send a
-// request again after a throttle its headers show (see
-// Transport.MaxRetries): the retry is classified and charged again, and
-// waits out the pauses of its keys. NewPool panics if p is nil.
-func NewPool(p *clientpool.Pool, base http.RoundTripper, throttled func(status int, h http.Header, body []byte) bool) *Transport {
+// By default each request is sent once; WithMaxRetries sends a request
+// again after a throttle its headers show: the retry is classified and
+// charged again, and waits out the pauses of its keys. NewPool panics if p
+// is nil. It does not block.
+func NewPool(p *clientpool.Pool, opts ...Option) *Transport {
 	if p == nil {
 		panic("ratesem: NewPool with nil Pool")
 	}
-	return &Transport{
-		Base:          base,
-		ThrottledBody: throttled,
-		Select: func(req *http.Request) (Limiter, int64) {
-			charges, err := p.Classify(req)
-			if err != nil {
-				return failed{err}, 1
-			}
-			return &poolCall{pool: p, charges: charges}, 1
-		},
-	}
+	return build(func(req *http.Request) (Limiter, int64) {
+		charges, err := p.Classify(req)
+		if err != nil {
+			return failed{err}, 1
+		}
+		return &poolCall{pool: p, charges: charges}, 1
+	}, opts)
 }
 
 // poolCall is the Limiter of one request under a Pool: Acquire takes all of

@@ -71,7 +71,7 @@ func TestPoolPauseByKey(t *testing.T) {
 			}
 			return reply(req, http.StatusOK, nil), nil
 		})
-		c := &http.Client{Transport: httpclient.NewPool(mustPool(t, instTable()), base, nil)}
+		c := &http.Client{Transport: httpclient.NewPool(mustPool(t, instTable()), httpclient.WithBase(base))}
 		begin := time.Now()
 		if resp := get(t, c, "http://x/o?instId=BTC"); resp.StatusCode != http.StatusTooManyRequests {
 			t.Fatalf("status %d, want the 429", resp.StatusCode)
@@ -103,7 +103,7 @@ func TestPoolThrottledHookWithoutRetryAfter(t *testing.T) {
 			return reply(req, http.StatusOK, nil), nil
 		})
 		hook := func(_ int, h http.Header, _ []byte) bool { return h.Get("X-Code") == "50011" }
-		c := &http.Client{Transport: httpclient.NewPool(mustPool(t, instTable()), base, hook)}
+		c := &http.Client{Transport: httpclient.NewPool(mustPool(t, instTable()), httpclient.WithBase(base), httpclient.WithThrottledBody(hook))}
 		begin := time.Now()
 		get(t, c, "http://x/o?instId=BTC")
 		get(t, c, "http://x/o?instId=BTC")
@@ -135,7 +135,7 @@ func TestPoolUsageHeaders(t *testing.T) {
 			used++
 			return reply(req, http.StatusOK, http.Header{"X-Mbx-Used-Weight-1m": {strconv.Itoa(used)}}), nil
 		})
-		c := &http.Client{Transport: httpclient.NewPool(mustPool(t, table), base, nil)}
+		c := &http.Client{Transport: httpclient.NewPool(mustPool(t, table), httpclient.WithBase(base))}
 		// synctest starts at midnight UTC: a fresh minute window.
 		begin := time.Now()
 		get(t, c, "http://x/a") // server: 9
@@ -161,8 +161,7 @@ func TestPoolRetry(t *testing.T) {
 			}
 			return reply(req, http.StatusOK, nil), nil
 		})
-		tr := httpclient.NewPool(mustPool(t, instTable()), base, nil)
-		tr.MaxRetries = 2
+		tr := httpclient.NewPool(mustPool(t, instTable()), httpclient.WithBase(base), httpclient.WithMaxRetries(2))
 		c := &http.Client{Transport: tr}
 		begin := time.Now()
 		resp, err := c.Post("http://x/o?instId=BTC", "application/json", bytes.NewReader([]byte(`{"px":"1"}`)))
@@ -204,7 +203,7 @@ func TestPoolClassifyError(t *testing.T) {
 	base := roundTripFunc(func(req *http.Request) (*http.Response, error) { sent = true; return reply(req, 200, nil), nil })
 	body := &closeSpy{Reader: strings.NewReader("x")}
 	req, _ := http.NewRequestWithContext(context.Background(), http.MethodPost, "http://x/bad", body)
-	_, err := httpclient.NewPool(mustPool(t, table), base, nil).RoundTrip(req)
+	_, err := httpclient.NewPool(mustPool(t, table), httpclient.WithBase(base)).RoundTrip(req)
 	if err == nil || !strings.Contains(err.Error(), "cannot read the order") || sent || !body.closed {
 		t.Fatalf("err %v, sent %v, body closed %v; want the error, not sent, closed", err, sent, body.closed)
 	}
@@ -243,7 +242,7 @@ func TestPoolThrottleTargets(t *testing.T) {
 			}
 			return reply(req, http.StatusOK, nil), nil
 		})
-		c := &http.Client{Transport: httpclient.NewPool(pool, base, nil)}
+		c := &http.Client{Transport: httpclient.NewPool(pool, httpclient.WithBase(base))}
 		get(t, c, "http://x/o?instId=BTC")
 		for _, ks := range pool.Snapshot() {
 			if paused := !ks.PausedUntil.IsZero(); paused != (ks.Rule == "account") {

@@ -39,7 +39,7 @@ func TestPoolPriorityThroughTransport(t *testing.T) {
 			mu.Unlock()
 			return reply(req, http.StatusOK, nil), nil
 		})
-		c := &http.Client{Transport: httpclient.NewPool(pool, base, nil)}
+		c := &http.Client{Transport: httpclient.NewPool(pool, httpclient.WithBase(base))}
 		do := func(ctx context.Context, path string) error {
 			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://x"+path, nil)
 			resp, err := c.Do(req)

@@ -33,7 +33,7 @@ func TestWithRateSemaphore(t *testing.T) {
 
 	mock := clock.NewMock()
 	sem := semaphore.New(1, time.Second, semaphore.WithClock(mock))
-	tr := httpclient.New(sem, nil)
+	tr := httpclient.New(sem, httpclient.WithClock(mock)) // an HTTP-date Retry-After is read on the mock
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr}
 
@@ -54,7 +54,6 @@ func TestWithRateSemaphore(t *testing.T) {
 
 	mock.Add(time.Second)
 	status = http.StatusTooManyRequests
-	tr.Now = mock.Now
 	resp, err = client.Get(srv.URL)
 	require.NoError(t, err)
 	assert.Equal(t, http.StatusTooManyRequests, resp.StatusCode)

@@ -47,8 +47,7 @@ func roundTrip(t *testing.T, tr http.RoundTripper) {
 func TestThrottleWithoutRetryAfterBacksOff(t *testing.T) {
 	lim := &fakeLimiter{}
 	const ms = time.Millisecond
-	tr := httpclient.New(lim, statusSeq(429, 429, 429, 429, 429, 429, 200, 429))
-	tr.MaxRetryAfter = 1 * time.Second
+	tr := httpclient.New(lim, httpclient.WithBase(statusSeq(429, 429, 429, 429, 429, 429, 200, 429)), httpclient.WithMaxRetryAfter(1*time.Second))
 	for range 8 {
 		roundTrip(t, tr)
 	}
@@ -78,7 +77,7 @@ func TestThrottleWaveCountsOnce(t *testing.T) {
 		arrived.Wait() // all sent before any answer
 		return &http.Response{StatusCode: 429, Header: http.Header{}, Body: http.NoBody, Request: req}, nil
 	})
-	tr := httpclient.New(lim, base)
+	tr := httpclient.New(lim, httpclient.WithBase(base))
 	var wg sync.WaitGroup
 	for range n {
 		wg.Go(func() { roundTrip(t, tr) })
@@ -102,9 +101,7 @@ func TestRetryWaitsForBackoff(t *testing.T) {
 				sends = append(sends, time.Now())
 				return &http.Response{StatusCode: 429, Header: http.Header{"Retry-After": {"soon"}}, Body: io.NopCloser(strings.NewReader("x")), Request: req}, nil
 			})
-			tr := httpclient.New(lim, base)
-			tr.MaxRetries = 3
-			tr.MaxRetryAfter = 300 * time.Millisecond
+			tr := httpclient.New(lim, httpclient.WithBase(base), httpclient.WithMaxRetries(3), httpclient.WithMaxRetryAfter(300*time.Millisecond))
 			roundTrip(t, tr)
 			require.Len(t, sends, 4)
 			for i := 1; i < len(sends); i++ {
@@ -115,10 +112,7 @@ func TestRetryWaitsForBackoff(t *testing.T) {
 		}
 
 		// A context that ends during the wait ends RoundTrip with its error.
-		tr := httpclient.New(&fakeLimiter{}, statusSeq(429))
-		tr.MaxRetries = 5
-		tr.MaxRetryAfter = time.Hour
-		tr.BackoffStart = time.Minute
+		tr := httpclient.New(&fakeLimiter{}, httpclient.WithBase(statusSeq(429)), httpclient.WithMaxRetries(5), httpclient.WithMaxRetryAfter(time.Hour), httpclient.WithBackoffStart(time.Minute))
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://example.test/", nil)
@@ -170,8 +164,7 @@ func TestBodyThrottleDetectedAsCallerReads(t *testing.T) {
 		run("closed after part of the body", func(t *testing.T) {
 			lim := &orderLimiter{}
 			body := newStallBody(`{"code":"50011","msg":"Rate limit reached"}`)
-			tr := httpclient.New(lim, respond(200, nil, body))
-			tr.ThrottledBody = okxLike
+			tr := httpclient.New(lim, httpclient.WithBase(respond(200, nil, body)), httpclient.WithThrottledBody(okxLike))
 			begin := time.Now()
 			resp, err := tr.RoundTrip(newRequest(t, http.MethodGet, "http://example.test/", nil))
 			require.NoError(t, err)
@@ -190,8 +183,7 @@ func TestBodyThrottleDetectedAsCallerReads(t *testing.T) {
 		run("PeekSize bytes decide before EOF", func(t *testing.T) {
 			lim := &orderLimiter{}
 			body := newStallBody(`{"code":"50011","data":"` + strings.Repeat("x", httpclient.PeekSize) + `"}`)
-			tr := httpclient.New(lim, respond(200, nil, body))
-			tr.ThrottledBody = okxLike
+			tr := httpclient.New(lim, httpclient.WithBase(respond(200, nil, body)), httpclient.WithThrottledBody(okxLike))
 			resp, err := tr.RoundTrip(newRequest(t, http.MethodGet, "http://example.test/", nil))
 			require.NoError(t, err)
 			_, err = io.ReadFull(resp.Body, make([]byte, httpclient.PeekSize+10))
@@ -203,8 +195,7 @@ func TestBodyThrottleDetectedAsCallerReads(t *testing.T) {
 		})
 		run("closed unread: the empty prefix says nothing", func(t *testing.T) {
 			lim := &orderLimiter{}
-			tr := httpclient.New(lim, respond(200, nil, newStallBody(`{"code":"50011"}`)))
-			tr.ThrottledBody = okxLike
+			tr := httpclient.New(lim, httpclient.WithBase(respond(200, nil, newStallBody(`{"code":"50011"}`))), httpclient.WithThrottledBody(okxLike))
 			resp, err := tr.RoundTrip(newRequest(t, http.MethodGet, "http://example.test/", nil))
 			require.NoError(t, err)
 			require.NoError(t, resp.Body.Close())
@@ -212,8 +203,7 @@ func TestBodyThrottleDetectedAsCallerReads(t *testing.T) {
 		})
 		run("read to EOF", func(t *testing.T) {
 			lim := &orderLimiter{}
-			tr := httpclient.New(lim, respond(200, nil, io.NopCloser(strings.NewReader(`{"code":"50011"}`))))
-			tr.ThrottledBody = okxLike
+			tr := httpclient.New(lim, httpclient.WithBase(respond(200, nil, io.NopCloser(strings.NewReader(`{"code":"50011"}`)))), httpclient.WithThrottledBody(okxLike))
 			resp, err := tr.RoundTrip(newRequest(t, http.MethodGet, "http://example.test/", nil))
 			require.NoError(t, err)
 			b, err := io.ReadAll(resp.Body)
@@ -231,15 +221,14 @@ func TestBodyThrottleDetectedAsCallerReads(t *testing.T) {
 func TestThrottledBodyHookArguments(t *testing.T) {
 	var mu sync.Mutex
 	var got [][]byte
-	tr := httpclient.New(&fakeLimiter{}, respond(200, http.Header{"X-A": {"1"}}, io.NopCloser(strings.NewReader(strings.Repeat("y", 1<<20)))))
-	tr.ThrottledBody = func(status int, h http.Header, body []byte) bool {
+	tr := httpclient.New(&fakeLimiter{}, httpclient.WithBase(respond(200, http.Header{"X-A": {"1"}}, io.NopCloser(strings.NewReader(strings.Repeat("y", 1<<20))))), httpclient.WithThrottledBody(func(status int, h http.Header, body []byte) bool {
 		mu.Lock()
 		defer mu.Unlock()
 		assert.Equal(t, 200, status)
 		assert.Equal(t, "1", h.Get("X-A"))
 		got = append(got, body)
 		return false
-	}
+	}))
 	roundTrip(t, tr)
 	require.Len(t, got, 2)
 	assert.Nil(t, got[0])
@@ -251,8 +240,7 @@ func TestThrottledBodyHookArguments(t *testing.T) {
 func TestWatchedBodyReleasedOnce(t *testing.T) {
 	for range 50 {
 		lim := &fakeLimiter{}
-		tr := httpclient.New(lim, respond(200, nil, io.NopCloser(strings.NewReader(strings.Repeat("z", 3000)))))
-		tr.ThrottledBody = func(int, http.Header, []byte) bool { return true }
+		tr := httpclient.New(lim, httpclient.WithBase(respond(200, nil, io.NopCloser(strings.NewReader(strings.Repeat("z", 3000))))), httpclient.WithThrottledBody(func(int, http.Header, []byte) bool { return true }))
 		resp, err := tr.RoundTrip(newRequest(t, http.MethodGet, "http://example.test/", nil))
 		require.NoError(t, err)
 		var wg sync.WaitGroup
@@ -267,13 +255,12 @@ func TestWatchedBodyReleasedOnce(t *testing.T) {
 	}
 
 	lim := &fakeLimiter{}
-	tr := httpclient.New(lim, respond(200, nil, io.NopCloser(strings.NewReader("x"))))
-	tr.ThrottledBody = func(_ int, _ http.Header, body []byte) bool {
+	tr := httpclient.New(lim, httpclient.WithBase(respond(200, nil, io.NopCloser(strings.NewReader("x")))), httpclient.WithThrottledBody(func(_ int, _ http.Header, body []byte) bool {
 		if body != nil {
 			panic("hook")
 		}
 		return false
-	}
+	}))
 	resp, err := tr.RoundTrip(newRequest(t, http.MethodGet, "http://example.test/", nil))
 	require.NoError(t, err)
 	assert.Panics(t, func() { _ = resp.Body.Close() })
@@ -303,7 +290,7 @@ func TestPoolBodyRefinesTargets(t *testing.T) {
 		}
 		pool := mustPool(t, table)
 		body := newStallBody(`{"code":"account"}`)
-		tr := httpclient.NewPool(pool, respond(429, http.Header{"Retry-After": {"4"}}, body), nil)
+		tr := httpclient.NewPool(pool, httpclient.WithBase(respond(429, http.Header{"Retry-After": {"4"}}, body)))
 		req := newRequest(t, http.MethodGet, "http://x/o?instId=BTC", nil)
 		begin := time.Now()
 		resp, err := tr.RoundTrip(req)
@@ -342,7 +329,7 @@ func (h *handlerLimiter) Throttled(resp *http.Response, body []byte, ra time.Dur
 func TestThrottleHandlerCalls(t *testing.T) {
 	for _, read := range []bool{true, false} {
 		h := &handlerLimiter{}
-		tr := httpclient.New(h, respond(429, http.Header{"Retry-After": {"99999"}}, io.NopCloser(strings.NewReader(`{"code":-1015}`))))
+		tr := httpclient.New(h, httpclient.WithBase(respond(429, http.Header{"Retry-After": {"99999"}}, io.NopCloser(strings.NewReader(`{"code":-1015}`)))))
 		resp, err := tr.RoundTrip(newRequest(t, http.MethodGet, "http://example.test/", nil))
 		require.NoError(t, err)
 		if read {

@@ -39,115 +39,40 @@ type Limiter interface {
 type Selector func(req *http.Request) (Limiter, int64)
 
 // DefaultMaxRetryAfter is the longest pause a Retry-After header can cause
-// when [Transport.MaxRetryAfter] is not set, so that a hostile or broken
+// when [WithMaxRetryAfter] is not given, so that a hostile or broken
 // server cannot park the client for hours.
 const DefaultMaxRetryAfter = 5 * time.Minute
 
 // Transport is an [http.RoundTripper] that rate-limits requests through a
-// [Limiter] chosen per request by Select.
+// [Limiter] chosen per request by a [Selector].
 //
 // For each request RoundTrip acquires the selected weight on the request's
-// context, calls Base, and releases the weight exactly once: when the
-// response body is closed or read to io.EOF, or at once if Base fails or the
-// response has no body. A throttled response (429 or 418, or what
-// ThrottledBody says) pauses the limiter, bounded and with jitter, whether
-// or not it carries a usable Retry-After (see RoundTrip). Transport never
-// reads a response body itself, except to drain at most 4 KiB of a
-// throttled response it is about to retry; it sends a request again only
-// when MaxRetries is above 0 (never by default; see MaxRetries for which
-// requests and how); it never follows redirects and never modifies the
-// caller's request.
+// context, sends the request through the base RoundTripper ([WithBase]),
+// and releases the weight exactly once: when the response body is closed
+// or read to io.EOF, or at once if the base fails or the response has no
+// body. A throttled response (429 or 418, or what [WithThrottledBody]'s
+// hook says) pauses the limiter, bounded and with jitter, whether or not it
+// carries a usable Retry-After (see RoundTrip). Transport never reads a
+// response body itself, except to drain at most 4 KiB of a throttled
+// response it is about to retry; it sends a request again only when
+// [WithMaxRetries] asks (never by default); it never follows redirects and
+// never modifies the caller's request.
 //
-// A Transport is safe for concurrent use by multiple goroutines: the one
-// state it keeps, the streak of throttles that sets the backoff, is shared
-// by all of its requests and guarded by a mutex. Its fields must not be
-// changed once it is in use, and it must not be copied after first use.
-// The zero value is not usable, since Select is required; build one with
-// [New] or [NewSelect].
+// Build one with [New], [NewSelect] or [NewPool]; its configuration cannot
+// change afterwards. A Transport is safe for concurrent use by multiple
+// goroutines: the one state it keeps, the streak of throttles that sets the
+// backoff, is shared by all of its requests and guarded by a mutex. It must
+// not be copied after first use. The zero Transport has no Selector:
+// RoundTrip returns an error for every request and sends none.
 type Transport struct {
-	// Base sends the requests. nil means http.DefaultTransport.
-	Base http.RoundTripper
-
-	// Select picks the limiter and weight for each request. Required:
-	// RoundTrip returns an error if it is nil. New and NewSelect set it.
-	Select Selector
-
-	// MaxRetryAfter caps the pause caused by one Retry-After header. Zero or
-	// negative means DefaultMaxRetryAfter.
-	MaxRetryAfter time.Duration
-
-	// Now is the wall clock used to turn an HTTP-date Retry-After into a
-	// delay. nil means time.Now. Tests set it to a fixed time.
-	Now func() time.Time
-
-	// ThrottledBody reports whether a response says the client called too
-	// fast, from its status code, its header and the first bytes of its
-	// body. nil means DefaultThrottledBody: status 429 or 418. Transport
-	// calls it at most twice per response and never lets it read the body:
-	// once when the headers arrive, with body nil (a true answer pauses at
-	// once, before RoundTrip returns), and, when the hook is set, once more
-	// as the caller reads, with the first PeekSize bytes the caller's reads
-	// went through (fewer when the body ended or was closed sooner; never
-	// nil, empty when the caller read nothing); a true
-	// answer then pauses too, before the request's units are released. An
-	// API that signals a throttle in the body (OKX's code 50011 with HTTP
-	// 200) plugs in its own test here. It must be safe for concurrent use
-	// and must not keep h or body.
-	ThrottledBody func(status int, h http.Header, body []byte) bool
-
-	// BackoffStart is the first pause after a throttle without a usable
-	// Retry-After; each further throttle in a row doubles it, with jitter,
-	// up to MaxRetryAfter. Zero or negative means 200 ms.
-	BackoffStart time.Duration
-
-	// MaxRetries is how many times RoundTrip sends a throttled request
-	// again, so a request is sent at most MaxRetries+1 times; 0 or negative
-	// means never (the default). Retrying goes beyond the RoundTripper
-	// contract (net/http asks a RoundTripper not to retry), hence off by
-	// default.
-	//
-	// A response is retried only when its headers show the throttle
-	// (ThrottledBody with body nil: by default 429 or 418) and the request
-	// can be replayed: no body (nil or http.NoBody), or GetBody set. A
-	// throttle only the body shows (OKX's 50011 in a 200) is never retried:
-	// the caller has the response by then. Neither is a failed Acquire, a
-	// Base error or any other status. Before a retry RoundTrip reads at most
-	// 4 KiB of the throttled response's body (through the hook, which sees
-	// it as it would the caller's reads) and closes it, which releases the
-	// request's units; sleeps for the pause the Transport computed for that
-	// response (its capped, jittered Retry-After, or the backoff of the
-	// current streak: never zero, never above MaxRetryAfter; for a
-	// ThrottleHandler limiter, which sets pauses of its own, this
-	// computation still sets the sleep), on a real timer (not Now); then
-	// sends a clone of the request with a fresh body from GetBody (the
-	// caller's request is not modified) through Select and Acquire again.
-	// So each attempt is a new request for the limiter and the server: it
-	// acquires its weight again, waits out any pause left on the limiter,
-	// and a throttled attempt grows the backoff streak like any throttle.
-	// A request with no limiter (Select returned nil) also sleeps before its
-	// retry. When the context ends during the sleep, RoundTrip returns a nil
-	// response and an error matching ctx.Err(); when GetBody fails, a nil
-	// response and that error. Otherwise the caller sees only the last
-	// response, which is still the throttled one when the retries run out.
-	MaxRetries int
-
-	// Observer, when set, is told what happens to each request as a
-	// ratesem.Event (Rule and Key empty): Admitted (Weight, and Wait, the
-	// time Acquire took), Refused or Cancelled when Acquire fails (Err),
-	// for every request with a limiter; Throttled for every throttled
-	// response (Status; Pause, the pause set, or for a ThrottleHandler
-	// limiter such as NewPool's the pause a retry waits, the limiter
-	// reporting its own; Source: ratesem.SourceRetryAfter,
-	// ratesem.SourceBackoff, or ratesem.SourceBody when only the body
-	// showed the throttle); Retried before each retry (Attempt from 1,
-	// Wait the pause slept, Status of the throttled response). It runs
-	// synchronously on the goroutine of RoundTrip (or of the caller's body
-	// reads, for a throttle the body shows), holding no lock, and must be
-	// safe for concurrent use and must not block. nil (the default) means
-	// no observer and costs one nil check per event. A limiter with an
-	// observer of its own (semaphore.WithObserver, clientpool.WithObserver)
-	// reports its queueing too; ratesem.Metrics.Observe counts either.
-	Observer func(ratesem.Event)
+	base          http.RoundTripper // nil: http.DefaultTransport
+	sel           Selector
+	maxRetryAfter time.Duration // ≤ 0: DefaultMaxRetryAfter
+	clk           ratesem.Clock // nil: the real clock
+	throttledBody func(status int, h http.Header, body []byte) bool
+	backoffStart  time.Duration // ≤ 0: 200 ms
+	maxRetries    int
+	observer      func(ratesem.Event)
 
 	// streak counts throttles in a row without a usable Retry-After; see
 	// backoffFor. Guarded by mu, so a Transport stays safe for concurrent
@@ -158,13 +83,13 @@ type Transport struct {
 }
 
 // PeekSize is the most bytes of a response body that Transport keeps for
-// the ThrottledBody hook and a [ThrottleHandler]: the bytes the caller's
+// the [WithThrottledBody] hook and a [ThrottleHandler]: the bytes the caller's
 // own reads went through, never read ahead of the caller.
 const PeekSize = 512
 
 // DefaultThrottledBody reports whether status is 429 Too Many Requests or
 // 418 I'm a Teapot (Binance's IP ban); it ignores h and body. It is the
-// ThrottledBody hook of a Transport that sets none.
+// hook of a Transport built without [WithThrottledBody].
 func DefaultThrottledBody(status int, _ http.Header, _ []byte) bool {
 	return status == http.StatusTooManyRequests || status == http.StatusTeapot
 }
@@ -173,11 +98,11 @@ func DefaultThrottledBody(status int, _ http.Header, _ []byte) bool {
 // response itself rather than a PauseFor: a limiter of several rules and keys
 // pauses only those the response is about. Transport then calls Throttled,
 // instead of PauseFor, on every throttled response, with the Retry-After
-// delay capped at MaxRetryAfter, or 0 when the response has none (the
+// delay capped at the Transport's MaxRetryAfter ([WithMaxRetryAfter]), or 0 when the response has none (the
 // limiter then backs off on its own).
 //
 // Throttled is called once when the headers show the throttle (body nil).
-// When the Transport looks at bodies (a ThrottledBody hook is set, or the
+// When the Transport looks at bodies (a [WithThrottledBody] hook is set, or the
 // headers showed a throttle) it is called again, once the caller's reads
 // went through the first PeekSize bytes, io.EOF or Close, with those bytes,
 // if they show a throttle: for a throttle the headers showed, only when
@@ -198,30 +123,24 @@ type ResponseObserver interface {
 	ObserveResponse(resp *http.Response)
 }
 
-// New returns a Transport that charges every request weight 1 on l and sends
-// it through base (nil means http.DefaultTransport). A nil l means requests
-// are not limited. New does not block.
-func New(l Limiter, base http.RoundTripper) *Transport {
-	return &Transport{
-		Base: base,
-		Select: func(*http.Request) (Limiter, int64) {
-			return l, 1
-		},
-	}
+// New returns a Transport that charges every request weight 1 on l, set up
+// by opts. A nil l means requests are not limited. New does not block.
+func New(l Limiter, opts ...Option) *Transport {
+	return build(func(*http.Request) (Limiter, int64) { return l, 1 }, opts)
 }
 
 // NewSelect returns a Transport that asks sel for each request's limiter and
-// weight and sends requests through base (nil means http.DefaultTransport).
-// It panics if sel is nil, which is a programming error.
-func NewSelect(sel Selector, base http.RoundTripper) *Transport {
+// weight, set up by opts. It panics if sel is nil, which is a programming
+// error. NewSelect does not block.
+func NewSelect(sel Selector, opts ...Option) *Transport {
 	if sel == nil {
 		panic("ratesem: NewSelect with nil Selector")
 	}
-	return &Transport{Base: base, Select: sel}
+	return build(sel, opts)
 }
 
 // errNilSelect is returned by RoundTrip on a Transport without a Selector.
-var errNilSelect = errors.New("ratesem: Transport.Select is nil; use New or NewSelect")
+var errNilSelect = errors.New("ratesem: Transport has no Selector; build it with New, NewSelect or NewPool")
 
 // RoundTrip implements [http.RoundTripper]. It is safe for concurrent use.
 //
@@ -230,50 +149,50 @@ var errNilSelect = errors.New("ratesem: Transport.Select is nil; use New or NewS
 // Acquire fails, RoundTrip closes req.Body, does not send the request and
 // returns a nil response with an error; when the context ended the wait,
 // errors.Is(err, context.Canceled) or errors.Is(err,
-// context.DeadlineExceeded) holds. If Base fails, the weight is released at
-// once and Base's error is returned as is.
+// context.DeadlineExceeded) holds. If the base RoundTripper fails, the weight is
+// released at once and its error is returned as is.
 //
 // Otherwise the response is returned with a nil error whatever its status
-// code, as soon as Base returns it (RoundTrip never reads the body), and the
+// code, as soon as the base returns it (RoundTrip never reads the body), and the
 // weight stays held until its Body is closed or read to io.EOF. Callers must
 // close the body, as with any http.Response; a body that is never closed
 // holds its permit forever. A nil or http.NoBody body releases at once (Body
 // is then http.NoBody).
 //
-// A throttled response (ThrottledBody; by default status 429 Too Many
+// A throttled response ([WithThrottledBody]; by default status 429 Too Many
 // Requests or 418 I'm a Teapot) pauses the request's limiter before any of
 // its units are released: when the headers show it, before RoundTrip
 // returns; when only the body does, as the caller's reads reach PeekSize
 // bytes, io.EOF or Close. The pause is, when the first Retry-After value
 // parses with [ParseRetryAfter] to a positive delay d, backoff.Spread(d,
-// MaxRetryAfter): at least d (up to the cap) plus a little jitter so that
+// the cap of [WithMaxRetryAfter]): at least d (up to the cap) plus a little jitter so that
 // clients throttled together do not resume at one instant; otherwise
 // (Retry-After absent, 0, negative or invalid) capped exponential backoff
-// with jitter: BackoffStart, doubled for each further throttle in a row,
-// never above MaxRetryAfter. The streak is per Transport: a throttle of a
+// with jitter: [WithBackoffStart], doubled for each further throttle in a row,
+// never above the cap. The streak is per Transport: a throttle of a
 // request sent before the streak last grew (the same wave of calls) does
 // not grow it again, and a response not throttled, of a request sent after
 // that, resets it. A [ThrottleHandler] limiter gets the response instead
-// of PauseFor, with the Retry-After capped at MaxRetryAfter or 0. Other
+// of PauseFor, with the Retry-After capped or 0. Other
 // statuses, including 503, cause no pause. A [ResponseObserver] limiter sees
-// every response first. The request is sent again only when MaxRetries is
-// above 0, its headers showed the throttle and its body can be replayed;
-// see MaxRetries.
+// every response first. The request is sent again only when
+// [WithMaxRetries] is above 0, its headers showed the throttle and its body
+// can be replayed; see WithMaxRetries.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	for attempt := 0; ; attempt++ {
 		resp, wait, err := t.roundTripOnce(req)
-		if err != nil || wait <= 0 || attempt >= t.MaxRetries || !replayable(req) {
+		if err != nil || wait <= 0 || attempt >= t.maxRetries || !replayable(req) {
 			return resp, err
 		}
-		if t.Observer != nil {
-			t.Observer(ratesem.Event{Kind: ratesem.Retried, Attempt: attempt + 1, Wait: wait, Status: resp.StatusCode})
+		if t.observer != nil {
+			t.observer(ratesem.Event{Kind: ratesem.Retried, Attempt: attempt + 1, Wait: wait, Status: resp.StatusCode})
 		}
 		// Give the throttled response back (its release lets the pause,
 		// already set, hold the retry), wait out the pause this response
 		// caused, and send again with a fresh body.
 		_, _ = io.CopyN(io.Discard, resp.Body, 4096)
 		resp.Body.Close()
-		if err := sleep(req.Context(), wait); err != nil {
+		if err := t.sleep(req.Context(), wait); err != nil {
 			return nil, fmt.Errorf("ratesem: waiting to retry %s: %w", describe(req), err)
 		}
 		if req, err = rewind(req); err != nil {
@@ -282,13 +201,19 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 }
 
-// sleep waits for d or until ctx is done, whichever comes first, and returns
-// ctx.Err() in the second case.
-func sleep(ctx context.Context, d time.Duration) error {
-	tm := time.NewTimer(d)
-	defer tm.Stop()
+// sleep waits for d on the Transport's clock or until ctx is done,
+// whichever comes first, and returns ctx.Err() in the second case.
+func (t *Transport) sleep(ctx context.Context, d time.Duration) error {
+	var c <-chan time.Time
+	if t.clk != nil {
+		c = t.clk.After(d)
+	} else {
+		tm := time.NewTimer(d)
+		defer tm.Stop()
+		c = tm.C
+	}
 	select {
-	case <-tm.C:
+	case <-c:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
@@ -297,8 +222,8 @@ func sleep(ctx context.Context, d time.Duration) error {
 
 // throttledBy returns the hook deciding whether a response is throttled.
 func (t *Transport) throttledBy() func(int, http.Header, []byte) bool {
-	if t.ThrottledBody != nil {
-		return t.ThrottledBody
+	if t.throttledBody != nil {
+		return t.throttledBody
 	}
 	return DefaultThrottledBody
 }
@@ -326,11 +251,11 @@ func rewind(req *http.Request) (*http.Request, error) {
 // roundTripOnce sends req once. When the headers show a throttle it returns
 // the pause that throttle calls for (> 0), which a retry waits out.
 func (t *Transport) roundTripOnce(req *http.Request) (*http.Response, time.Duration, error) {
-	if t.Select == nil {
+	if t.sel == nil {
 		closeRequestBody(req)
 		return nil, 0, errNilSelect
 	}
-	l, n := t.Select(req)
+	l, n := t.sel(req)
 	if n < 0 {
 		closeRequestBody(req)
 		err := fmt.Errorf("ratesem: Selector returned %w %d for %s", ratesem.ErrNegativeWeight, n, describe(req))
@@ -339,7 +264,7 @@ func (t *Transport) roundTripOnce(req *http.Request) (*http.Response, time.Durat
 	}
 	if l == nil {
 		sent := time.Now()
-		resp, err := send(t.base(), req)
+		resp, err := send(t.baseRT(), req)
 		if err != nil {
 			return nil, 0, err
 		}
@@ -352,18 +277,18 @@ func (t *Transport) roundTripOnce(req *http.Request) (*http.Response, time.Durat
 		return resp, wait, nil
 	}
 	var since time.Time
-	if t.Observer != nil {
+	if t.observer != nil {
 		since = time.Now()
 	}
 	if err := l.Acquire(req.Context(), n); err != nil {
-		// Base was never called, so the RoundTripper contract leaves closing
+		// The base was never called, so the RoundTripper contract leaves closing
 		// the body to us.
 		closeRequestBody(req)
 		t.observeFailed(n, since, err)
 		return nil, 0, fmt.Errorf("ratesem: waiting for limiter: %w", err)
 	}
-	if t.Observer != nil {
-		t.Observer(ratesem.Event{Kind: ratesem.Admitted, Weight: n, Wait: time.Since(since)})
+	if t.observer != nil {
+		t.observer(ratesem.Event{Kind: ratesem.Admitted, Weight: n, Wait: time.Since(since)})
 	}
 	return t.roundTripHeld(l, n, req)
 }
@@ -372,7 +297,7 @@ func (t *Transport) roundTripOnce(req *http.Request) (*http.Response, time.Durat
 // release.
 func (t *Transport) roundTripHeld(l Limiter, n int64, req *http.Request) (*http.Response, time.Duration, error) {
 	// Until the body wrapper owns the release, every way out (Base error, no
-	// body, or a panic in Base, Now, a hook or PauseFor) releases here;
+	// body, or a panic in the base, the clock, a hook or PauseFor) releases here;
 	// otherwise a recovered panic would shrink the limiter for good.
 	handedOff := false
 	defer func() {
@@ -382,7 +307,7 @@ func (t *Transport) roundTripHeld(l Limiter, n int64, req *http.Request) (*http.
 	}()
 
 	sent := time.Now()
-	resp, err := send(t.base(), req)
+	resp, err := send(t.baseRT(), req)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -399,7 +324,7 @@ func (t *Transport) roundTripHeld(l Limiter, n int64, req *http.Request) (*http.
 	_, handler := l.(ThrottleHandler)
 	// The body is looked at only when it can change something: a hook that
 	// reads it, or a handler that refines which keys a throttle is about.
-	watch := t.ThrottledBody != nil || (headerThrottled && handler)
+	watch := t.throttledBody != nil || (headerThrottled && handler)
 	if !headerThrottled && !watch {
 		t.succeeded(sent)
 	}
@@ -460,21 +385,21 @@ func (t *Transport) pause(l Limiter, resp *http.Response, body []byte, sent time
 // observeFailed reports an Acquire of n units begun at since (zero: never
 // begun) that failed with err.
 func (t *Transport) observeFailed(n int64, since time.Time, err error) {
-	if t.Observer == nil {
+	if t.observer == nil {
 		return
 	}
 	e := ratesem.Event{Kind: obs.FailKind(err), Weight: n, Err: err}
 	if !since.IsZero() {
 		e.Wait = time.Since(since)
 	}
-	t.Observer(e)
+	t.observer(e)
 }
 
 // observeThrottled reports a throttled response of status whose usable
 // Retry-After was ra (0: none) and that set a pause of d; inBody tells a
 // throttle only the body showed.
 func (t *Transport) observeThrottled(status int, ra, d time.Duration, inBody bool) {
-	if t.Observer == nil {
+	if t.observer == nil {
 		return
 	}
 	src := ratesem.SourceBackoff
@@ -484,39 +409,39 @@ func (t *Transport) observeThrottled(status int, ra, d time.Duration, inBody boo
 	case ra > 0:
 		src = ratesem.SourceRetryAfter
 	}
-	t.Observer(ratesem.Event{Kind: ratesem.Throttled, Status: status, Pause: d, Source: src})
+	t.observer(ratesem.Event{Kind: ratesem.Throttled, Status: status, Pause: d, Source: src})
 }
 
 // delays returns, for a throttled response of a request sent at sent, the
-// server's usable Retry-After capped at MaxRetryAfter (0 when it has none)
+// server's usable Retry-After capped at maxRetryAfter (0 when it has none)
 // and the pause to take: backoff.Spread of that delay, or, without one,
 // backoff.Exp of the Transport's streak. Both are within the cap and the
 // pause is positive.
 func (t *Transport) delays(resp *http.Response, sent time.Time) (retryAfter, pause time.Duration) {
-	maxDelay := backoff.Cap(t.MaxRetryAfter)
+	maxDelay := backoff.Cap(t.maxRetryAfter)
 	if ra := t.retryAfter(resp); ra > 0 {
 		return ra, max(backoff.Spread(ra, maxDelay), 1)
 	}
-	return 0, max(backoff.Exp(t.throttledStreak(sent), t.BackoffStart, maxDelay), 1)
+	return 0, max(backoff.Exp(t.throttledStreak(sent), t.backoffStart, maxDelay), 1)
 }
 
 // retryAfter returns the response's first Retry-After value as a delay
-// capped at MaxRetryAfter, or 0 when it is absent, not positive or does not
+// capped at maxRetryAfter, or 0 when it is absent, not positive or does not
 // parse.
 func (t *Transport) retryAfter(resp *http.Response) time.Duration {
 	v := resp.Header.Get("Retry-After") // first value; nil Header is fine
 	if v == "" {
 		return 0
 	}
-	now := time.Now
-	if t.Now != nil {
-		now = t.Now
+	now := time.Now()
+	if t.clk != nil {
+		now = t.clk.Now()
 	}
-	parsed, err := ParseRetryAfter(v, now())
+	parsed, err := ParseRetryAfter(v, now)
 	if err != nil || parsed <= 0 {
 		return 0
 	}
-	return min(parsed, backoff.Cap(t.MaxRetryAfter))
+	return min(parsed, backoff.Cap(t.maxRetryAfter))
 }
 
 // throttledStreak notes a throttle without a usable Retry-After of a
@@ -544,20 +469,20 @@ func (t *Transport) succeeded(sent time.Time) {
 	t.mu.Unlock()
 }
 
-// CloseIdleConnections calls CloseIdleConnections on Base (http.DefaultTransport
-// if Base is nil) if it has that method, so http.Client.CloseIdleConnections
+// CloseIdleConnections calls CloseIdleConnections on the base RoundTripper
+// ([WithBase]; http.DefaultTransport by default) if it has that method, so http.Client.CloseIdleConnections
 // still reaches the connection pool. It does not touch the limiters. It is
 // safe for concurrent use.
 func (t *Transport) CloseIdleConnections() {
 	type closeIdler interface{ CloseIdleConnections() }
-	if ci, ok := t.base().(closeIdler); ok {
+	if ci, ok := t.baseRT().(closeIdler); ok {
 		ci.CloseIdleConnections()
 	}
 }
 
-func (t *Transport) base() http.RoundTripper {
-	if t.Base != nil {
-		return t.Base
+func (t *Transport) baseRT() http.RoundTripper {
+	if t.base != nil {
+		return t.base
 	}
 	return http.DefaultTransport
 }

@@ -27,7 +27,7 @@ func TestTransport_implements(t *testing.T) {
 func TestSlotHeldUntilClose(t *testing.T) {
 	lim := &fakeLimiter{}
 	orig := newRecordingBody("hello, world")
-	tr := httpclient.New(lim, respond(http.StatusOK, nil, orig))
+	tr := httpclient.New(lim, httpclient.WithBase(respond(http.StatusOK, nil, orig)))
 
 	resp, err := tr.RoundTrip(newRequest(t, http.MethodGet, "http://example.test/", nil))
 	require.NoError(t, err)
@@ -62,7 +62,7 @@ func TestSlotHeldUntilClose(t *testing.T) {
 func TestSlotReleasedAtEOF(t *testing.T) {
 	lim := &fakeLimiter{}
 	orig := newRecordingBody("payload")
-	tr := httpclient.New(lim, respond(http.StatusOK, nil, orig))
+	tr := httpclient.New(lim, httpclient.WithBase(respond(http.StatusOK, nil, orig)))
 
 	resp, err := tr.RoundTrip(newRequest(t, http.MethodGet, "http://example.test/", nil))
 	require.NoError(t, err)
@@ -94,8 +94,7 @@ func TestSlotReleasedAtEOF(t *testing.T) {
 func TestConcurrentCloseAndRead(t *testing.T) {
 	for round := 0; round < 2000; round++ {
 		lim := &fakeLimiter{}
-		tr := httpclient.NewSelect(func(*http.Request) (httpclient.Limiter, int64) { return lim, 3 },
-			respond(http.StatusOK, nil, newRecordingBody(strings.Repeat("x", 64))))
+		tr := httpclient.NewSelect(func(*http.Request) (httpclient.Limiter, int64) { return lim, 3 }, httpclient.WithBase(respond(http.StatusOK, nil, newRecordingBody(strings.Repeat("x", 64)))))
 		resp, err := tr.RoundTrip(newRequest(t, http.MethodGet, "http://example.test/", nil))
 		require.NoError(t, err)
 
@@ -130,7 +129,7 @@ func TestWeightFromSelector(t *testing.T) {
 	tr := httpclient.NewSelect(func(req *http.Request) (httpclient.Limiter, int64) {
 		gotPath = req.URL.Path
 		return lim, 5
-	}, respond(http.StatusOK, nil, newRecordingBody("")))
+	}, httpclient.WithBase(respond(http.StatusOK, nil, newRecordingBody(""))))
 
 	resp, err := tr.RoundTrip(newRequest(t, http.MethodGet, "http://example.test/api/v3/depth", nil))
 	require.NoError(t, err)
@@ -146,7 +145,7 @@ func TestWeightFromSelector(t *testing.T) {
 }
 
 func TestNilLimiterNotLimited(t *testing.T) {
-	tr := httpclient.New(nil, respond(http.StatusOK, nil, newRecordingBody("ok")))
+	tr := httpclient.New(nil, httpclient.WithBase(respond(http.StatusOK, nil, newRecordingBody("ok"))))
 	resp, err := tr.RoundTrip(newRequest(t, http.MethodGet, "http://example.test/", nil))
 	require.NoError(t, err)
 	b, err := io.ReadAll(resp.Body)
@@ -159,10 +158,10 @@ func TestReleasedOnceOnBaseError(t *testing.T) {
 	lim := &fakeLimiter{}
 	errBase := errors.New("connection refused")
 	var heldInBase int64
-	tr := httpclient.New(lim, roundTripFunc(func(req *http.Request) (*http.Response, error) {
+	tr := httpclient.New(lim, httpclient.WithBase(roundTripFunc(func(req *http.Request) (*http.Response, error) {
 		heldInBase, _, _, _ = lim.state()
 		return nil, errBase
-	}))
+	})))
 
 	resp, err := tr.RoundTrip(newRequest(t, http.MethodGet, "http://example.test/", nil))
 	assert.Nil(t, resp)
@@ -184,9 +183,9 @@ func TestBaseResponseAndError(t *testing.T) {
 			lim := &fakeLimiter{}
 			stray := newRecordingBody("stray")
 			errBase := errors.New("boom")
-			tr := httpclient.NewSelect(selectIf(limited, lim), roundTripFunc(func(req *http.Request) (*http.Response, error) {
+			tr := httpclient.NewSelect(selectIf(limited, lim), httpclient.WithBase(roundTripFunc(func(req *http.Request) (*http.Response, error) {
 				return &http.Response{StatusCode: http.StatusOK, Body: stray, Header: http.Header{}}, errBase
-			}))
+			})))
 
 			resp, err := tr.RoundTrip(newRequest(t, http.MethodGet, "http://example.test/", nil))
 			assert.Nil(t, resp, "response returned together with an error")
@@ -204,8 +203,7 @@ func TestBaseNilNil(t *testing.T) {
 	for _, limited := range []bool{true, false} {
 		t.Run(fmt.Sprintf("limited=%v", limited), func(t *testing.T) {
 			lim := &fakeLimiter{}
-			tr := httpclient.NewSelect(selectIf(limited, lim),
-				roundTripFunc(func(*http.Request) (*http.Response, error) { return nil, nil }))
+			tr := httpclient.NewSelect(selectIf(limited, lim), httpclient.WithBase(roundTripFunc(func(*http.Request) (*http.Response, error) { return nil, nil })))
 
 			resp, err := tr.RoundTrip(newRequest(t, http.MethodGet, "http://example.test/", nil))
 			assert.Nil(t, resp)
@@ -239,8 +237,8 @@ func TestNilBodyReleasedAtOnce(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			lim := &fakeLimiter{}
-			tr := httpclient.New(lim, respond(http.StatusNoContent, nil, tc.body))
-			unlimited := httpclient.New(nil, respond(http.StatusNoContent, nil, tc.body))
+			tr := httpclient.New(lim, httpclient.WithBase(respond(http.StatusNoContent, nil, tc.body)))
+			unlimited := httpclient.New(nil, httpclient.WithBase(respond(http.StatusNoContent, nil, tc.body)))
 			resp, err := unlimited.RoundTrip(newRequest(t, http.MethodGet, "http://example.test/", nil))
 			require.NoError(t, err)
 			assert.Equal(t, http.NoBody, resp.Body, "unlimited: Body must never be nil")
@@ -264,10 +262,10 @@ func TestAcquireErrorReturned(t *testing.T) {
 	errLimiter := errors.New("limiter closed")
 	lim := &fakeLimiter{acquireErr: errLimiter}
 	called := false
-	tr := httpclient.New(lim, roundTripFunc(func(*http.Request) (*http.Response, error) {
+	tr := httpclient.New(lim, httpclient.WithBase(roundTripFunc(func(*http.Request) (*http.Response, error) {
 		called = true
 		return nil, errors.New("unreachable")
-	}))
+	})))
 	reqBody := newRecordingBody("order=1")
 
 	resp, err := tr.RoundTrip(newRequest(t, http.MethodPost, "http://example.test/order", reqBody))
@@ -291,7 +289,7 @@ func TestContextEndsWait(t *testing.T) {
 
 	t.Run("Canceled", func(t *testing.T) {
 		lim := &blockingLimiter{entered: make(chan struct{})}
-		tr := httpclient.New(lim, base)
+		tr := httpclient.New(lim, httpclient.WithBase(base))
 		ctx, cancel := context.WithCancel(context.Background())
 		reqBody := newRecordingBody("x")
 		req, err := http.NewRequestWithContext(ctx, http.MethodPut, "http://example.test/", reqBody)
@@ -314,7 +312,7 @@ func TestContextEndsWait(t *testing.T) {
 	})
 
 	t.Run("DeadlineExceeded", func(t *testing.T) {
-		tr := httpclient.New(&blockingLimiter{}, base)
+		tr := httpclient.New(&blockingLimiter{}, httpclient.WithBase(base))
 		ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
 		defer cancel()
 		reqBody := newRecordingBody("x")
@@ -329,7 +327,7 @@ func TestContextEndsWait(t *testing.T) {
 
 	t.Run("AlreadyCanceled", func(t *testing.T) {
 		lim := &fakeLimiter{}
-		tr := httpclient.New(lim, base)
+		tr := httpclient.New(lim, httpclient.WithBase(base))
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
 		reqBody := newRecordingBody("x")
@@ -348,11 +346,10 @@ func TestContextEndsWait(t *testing.T) {
 
 func TestNegativeWeight(t *testing.T) {
 	lim := &fakeLimiter{}
-	tr := httpclient.NewSelect(func(*http.Request) (httpclient.Limiter, int64) { return lim, -1 },
-		roundTripFunc(func(*http.Request) (*http.Response, error) {
-			t.Error("Base called with a negative weight")
-			return nil, errors.New("unreachable")
-		}))
+	tr := httpclient.NewSelect(func(*http.Request) (httpclient.Limiter, int64) { return lim, -1 }, httpclient.WithBase(roundTripFunc(func(*http.Request) (*http.Response, error) {
+		t.Error("Base called with a negative weight")
+		return nil, errors.New("unreachable")
+	})))
 	reqBody := newRecordingBody("x")
 
 	resp, err := tr.RoundTrip(newRequest(t, http.MethodPost, "http://user:secret@example.test/", reqBody))
@@ -366,11 +363,10 @@ func TestNegativeWeight(t *testing.T) {
 	assert.Equal(t, 0, rel)
 }
 
+// The zero Transport has no Selector: RoundTrip sends nothing (the default
+// base would reach the network) and closes the request's body.
 func TestNilSelect(t *testing.T) {
-	tr := &httpclient.Transport{Base: roundTripFunc(func(*http.Request) (*http.Response, error) {
-		t.Error("Base called without a Selector")
-		return nil, errors.New("unreachable")
-	})}
+	tr := &httpclient.Transport{}
 	reqBody := newRecordingBody("x")
 	resp, err := tr.RoundTrip(newRequest(t, http.MethodPost, "http://example.test/", reqBody))
 	assert.Nil(t, resp)
@@ -378,7 +374,7 @@ func TestNilSelect(t *testing.T) {
 	assert.Equal(t, 1, reqBody.closes())
 
 	assert.PanicsWithValue(t, "ratesem: NewSelect with nil Selector", func() {
-		httpclient.NewSelect(nil, nil)
+		httpclient.NewSelect(nil)
 	})
 }
 
@@ -399,7 +395,7 @@ func TestRequestNotModified(t *testing.T) {
 	wantCtx := req.Context()
 	wantContentLength := req.ContentLength
 
-	tr := httpclient.New(lim, roundTripFunc(func(got *http.Request) (*http.Response, error) {
+	tr := httpclient.New(lim, httpclient.WithBase(roundTripFunc(func(got *http.Request) (*http.Response, error) {
 		assert.Same(t, req, got, "Base must get the caller's request")
 		assert.Equal(t, wantMethod, got.Method)
 		assert.Equal(t, wantURL, got.URL.String())
@@ -413,7 +409,7 @@ func TestRequestNotModified(t *testing.T) {
 			Body:       newRecordingBody(""),
 			Request:    got,
 		}, nil
-	}))
+	})))
 
 	resp, err := tr.RoundTrip(req)
 	require.NoError(t, err)
@@ -477,9 +473,7 @@ func TestRetryAfterPauses(t *testing.T) {
 			}
 			wantHeader := h.Clone()
 			const body = `{"code":"50011","msg":"Too Many Requests"}`
-			tr := httpclient.New(lim, respond(tc.status, h, newRecordingBody(body)))
-			tr.MaxRetryAfter = tc.max
-			tr.Now = func() time.Time { return fixedNow }
+			tr := httpclient.New(lim, httpclient.WithBase(respond(tc.status, h, newRecordingBody(body))), httpclient.WithMaxRetryAfter(tc.max), httpclient.WithClock(fixedClock{fixedNow}))
 
 			resp, err := tr.RoundTrip(newRequest(t, http.MethodGet, "http://example.test/", nil))
 			require.NoError(t, err, "status codes are not errors")
@@ -511,7 +505,7 @@ func TestRetryAfterPauses(t *testing.T) {
 // no-body path, where the release happens inside RoundTrip.
 func TestPauseBeforeRelease(t *testing.T) {
 	lim := &orderLimiter{}
-	tr := httpclient.New(lim, respond(http.StatusTooManyRequests, http.Header{"Retry-After": {"2"}}, nil))
+	tr := httpclient.New(lim, httpclient.WithBase(respond(http.StatusTooManyRequests, http.Header{"Retry-After": {"2"}}, nil)))
 	resp, err := tr.RoundTrip(newRequest(t, http.MethodGet, "http://example.test/", nil))
 	require.NoError(t, err)
 	require.NoError(t, resp.Body.Close())
@@ -540,7 +534,7 @@ func (o *orderLimiter) PauseFor(d time.Duration) { o.log("pause " + d.String()) 
 func TestSwitchingProtocolsBodyWritable(t *testing.T) {
 	lim := &fakeLimiter{}
 	conn := &rwcBody{recordingBody: newRecordingBody("from server")}
-	tr := httpclient.New(lim, respond(http.StatusSwitchingProtocols, http.Header{"Upgrade": {"websocket"}}, conn))
+	tr := httpclient.New(lim, httpclient.WithBase(respond(http.StatusSwitchingProtocols, http.Header{"Upgrade": {"websocket"}}, conn)))
 
 	resp, err := tr.RoundTrip(newRequest(t, http.MethodGet, "http://example.test/ws", nil))
 	require.NoError(t, err)
@@ -560,7 +554,7 @@ func TestSwitchingProtocolsBodyWritable(t *testing.T) {
 	assert.Equal(t, 1, conn.closes())
 
 	// Plain bodies are not writable through the wrapper.
-	tr = httpclient.New(lim, respond(http.StatusOK, nil, newRecordingBody("")))
+	tr = httpclient.New(lim, httpclient.WithBase(respond(http.StatusOK, nil, newRecordingBody(""))))
 	resp, err = tr.RoundTrip(newRequest(t, http.MethodGet, "http://example.test/", nil))
 	require.NoError(t, err)
 	_, ok = resp.Body.(io.Writer)
@@ -578,7 +572,7 @@ func (b *rwcBody) Write(p []byte) (int, error) { return b.written.Write(p) }
 // If Base panics, the weight must not be lost for good.
 func TestBasePanicReleases(t *testing.T) {
 	lim := &fakeLimiter{}
-	tr := httpclient.New(lim, roundTripFunc(func(*http.Request) (*http.Response, error) { panic("base exploded") }))
+	tr := httpclient.New(lim, httpclient.WithBase(roundTripFunc(func(*http.Request) (*http.Response, error) { panic("base exploded") })))
 	assert.PanicsWithValue(t, "base exploded", func() {
 		_, _ = tr.RoundTrip(newRequest(t, http.MethodGet, "http://example.test/", nil))
 	})
@@ -597,7 +591,7 @@ func (c *closeIdleBase) CloseIdleConnections() { c.mu.Lock(); c.calls++; c.mu.Un
 
 func TestCloseIdleConnectionsForwarded(t *testing.T) {
 	base := &closeIdleBase{RoundTripper: respond(http.StatusOK, nil, nil)}
-	tr := httpclient.New(&fakeLimiter{}, base)
+	tr := httpclient.New(&fakeLimiter{}, httpclient.WithBase(base))
 	tr.CloseIdleConnections()
 	assert.Equal(t, 1, base.calls)
 
@@ -606,7 +600,7 @@ func TestCloseIdleConnectionsForwarded(t *testing.T) {
 	assert.Equal(t, 2, base.calls)
 
 	// A Base without the method is fine.
-	httpclient.New(&fakeLimiter{}, respond(http.StatusOK, nil, nil)).CloseIdleConnections()
+	httpclient.New(&fakeLimiter{}, httpclient.WithBase(respond(http.StatusOK, nil, nil))).CloseIdleConnections()
 }
 
 // Against a real server: a 429 with Retry-After pauses the limiter and comes
@@ -627,7 +621,7 @@ func TestRealServer429(t *testing.T) {
 
 	lim := &fakeLimiter{}
 	base := &http.Transport{}
-	client := &http.Client{Transport: httpclient.New(lim, base)}
+	client := &http.Client{Transport: httpclient.New(lim, httpclient.WithBase(base))}
 	defer client.CloseIdleConnections() // reaches base through Transport
 
 	get := func(path string) (int, string, string) {
@@ -722,7 +716,7 @@ func TestConcurrentRequestsRespectCap(t *testing.T) {
 	defer srv.Close()
 
 	lim := &capLimiter{slots: make(chan struct{}, capacity)}
-	client := &http.Client{Transport: httpclient.New(lim, &http.Transport{})}
+	client := &http.Client{Transport: httpclient.New(lim, httpclient.WithBase(&http.Transport{}))}
 	defer client.CloseIdleConnections()
 
 	var wg sync.WaitGroup
@@ -746,3 +740,9 @@ func TestConcurrentRequestsRespectCap(t *testing.T) {
 	assert.LessOrEqual(t, maxInFlight, capacity)
 	assert.Len(t, lim.slots, 0, "slots still held after all bodies closed")
 }
+
+// fixedClock is a ratesem.Clock stopped at t; After is the real timer.
+type fixedClock struct{ t time.Time }
+
+func (c fixedClock) Now() time.Time                         { return c.t }
+func (c fixedClock) After(d time.Duration) <-chan time.Time { return time.After(d) }

@@ -29,7 +29,7 @@ func ExampleShared() {
 	}
 	defer pool.Close()
 
-	client := &http.Client{Transport: httpclient.NewPool(pool, nil, nil)}
+	client := &http.Client{Transport: httpclient.NewPool(pool)}
 	resp, err := client.Get("https://api.binance.com/api/v3/klines?symbol=BTCUSDT&interval=1m")
 	if err != nil {
 		log.Fatal(err)

@@ -154,7 +154,7 @@ func run(ctx context.Context, cfg config) (result, error) {
 		return result{}, err
 	}
 	lim, _ := pool.Limit(binance.RuleRequestWeight)
-	client := &http.Client{Transport: httpclient.NewPool(pool, srv.Client().Transport, nil)}
+	client := &http.Client{Transport: httpclient.NewPool(pool, httpclient.WithBase(srv.Client().Transport))}
 
 	var rejected atomic.Int64
 	fetch := func(ctx context.Context, i int) error {

@@ -185,7 +185,7 @@ func run(ctx context.Context, cfg config) (summary, error) {
 	inner := &http.Transport{MaxIdleConnsPerHost: cfg.concurrency}
 	defer inner.CloseIdleConnections()
 	client := &http.Client{
-		Transport: httpclient.New(sem, stampTransport{inner}),
+		Transport: httpclient.New(sem, httpclient.WithBase(stampTransport{inner})),
 		Timeout:   time.Minute,
 	}
 

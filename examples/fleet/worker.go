@@ -163,7 +163,7 @@ func work(cfg workerConfig, stdin io.Reader, out *lineWriter) (workerReport, err
 	defer closePool()
 	base := &http.Transport{MaxIdleConnsPerHost: cfg.Klines + cfg.Orders + 1}
 	defer base.CloseIdleConnections()
-	client := &http.Client{Transport: httpclient.NewPool(pool, detached{base}, nil)}
+	client := &http.Client{Transport: httpclient.NewPool(pool, httpclient.WithBase(detached{base}))}
 
 	if err := out.line("ready"); err != nil {
 		return rep, err

@@ -388,7 +388,7 @@ func run(ctx context.Context, cfg config) (summary, error) {
 		return summary{}, err
 	}
 	client := &http.Client{
-		Transport: httpclient.NewPool(pool, stampTransport{inner}, okx.IsRateLimited),
+		Transport: httpclient.NewPool(pool, httpclient.WithBase(stampTransport{inner}), httpclient.WithThrottledBody(okx.IsRateLimited)),
 		Timeout:   time.Minute,
 	}
 	defer client.CloseIdleConnections()

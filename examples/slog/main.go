@@ -114,14 +114,12 @@ func run(ctx context.Context, out io.Writer, calls int, l window.Limit, jsonLogs
 		m.Observe(e)
 		logger.LogAttrs(ctx, level(e.Kind), e.Kind.String(), append(eventAttrs(e), slog.String("from", "semaphore"))...)
 	}))
-	tr := httpclient.New(sem, nil)
-	tr.MaxRetries = 2
-	tr.Observer = func(e ratesem.Event) {
+	tr := httpclient.New(sem, httpclient.WithMaxRetries(2), httpclient.WithObserver(func(e ratesem.Event) {
 		if e.Kind == ratesem.Throttled || e.Kind == ratesem.Retried {
 			m.Observe(e)
 			logger.LogAttrs(ctx, level(e.Kind), e.Kind.String(), append(eventAttrs(e), slog.String("from", "transport"))...)
 		}
-	}
+	}))
 	client := &http.Client{Transport: tr}
 	defer client.CloseIdleConnections()
 

@@ -4,7 +4,7 @@
 // the weight of each endpoint under them.
 //
 //	pool, err := clientpool.New(binance.Spot())
-//	client := &http.Client{Transport: httpclient.NewPool(pool, nil, nil)}
+//	client := &http.Client{Transport: httpclient.NewPool(pool)}
 //
 // Binance counts each limit in fixed windows aligned to the clock: a 1-minute
 // window starts at every full minute UTC, a day at midnight UTC, and the

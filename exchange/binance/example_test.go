@@ -26,7 +26,7 @@ func Example() {
 		panic(err)
 	}
 	// nil: a 429 or 418 pauses REQUEST_WEIGHT for its Retry-After.
-	client := &http.Client{Transport: httpclient.NewPool(pool, nil, nil)}
+	client := &http.Client{Transport: httpclient.NewPool(pool)}
 
 	req, _ := http.NewRequest(http.MethodGet, srv.URL+"/api/v3/depth?symbol=BTCUSDT&limit=500", nil)
 	charges, _ := pool.Classify(req)

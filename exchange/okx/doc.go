@@ -5,7 +5,7 @@
 // tells a throttled response (HTTP 429, or code 50011 with HTTP 200).
 //
 //	pool, err := clientpool.New(okx.Table())
-//	client := &http.Client{Transport: httpclient.NewPool(pool, nil, okx.IsRateLimited)}
+//	client := &http.Client{Transport: httpclient.NewPool(pool, httpclient.WithThrottledBody(okx.IsRateLimited))}
 //
 // Every limit is N requests per 2 s ([Per]) for each key, counted with the
 // completion window: a request's slot is reused only 2 s after its response

@@ -26,7 +26,7 @@ func Example() {
 	}
 	// okx.IsRateLimited: a 429, or code 50011 with HTTP 200, pauses the
 	// instrument's rule.
-	client := &http.Client{Transport: httpclient.NewPool(pool, nil, okx.IsRateLimited)}
+	client := &http.Client{Transport: httpclient.NewPool(pool, httpclient.WithThrottledBody(okx.IsRateLimited))}
 
 	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/api/v5/trade/batch-orders",
 		bytes.NewReader([]byte(`[{"instId":"BTC-USDT","side":"buy"},{"instId":"ETH-USDT","side":"buy"}]`)))

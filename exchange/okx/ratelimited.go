@@ -31,7 +31,7 @@ const PeekSize = 512
 // PeekSize bytes are looked at. It reads no response body, never blocks and
 // is safe for concurrent use. It has the signature of
 // httpclient.Transport's ThrottledBody hook, so
-// httpclient.NewPool(pool, nil, okx.IsRateLimited) pauses on both: a 429 as
+// httpclient.NewPool(pool, httpclient.WithThrottledBody(okx.IsRateLimited)) pauses on both: a 429 as
 // soon as its headers arrive, a 200 with the code as the caller reads its
 // body.
 func IsRateLimited(status int, _ http.Header, body []byte) bool {

@@ -24,18 +24,18 @@ import (
 
 // binanceTransport is the Transport of a Pool built from binance.Spot.
 func binanceTransport(pool *clientpool.Pool, base http.RoundTripper) *httpclient.Transport {
-	return httpclient.NewPool(pool, base, nil)
+	return httpclient.NewPool(pool, httpclient.WithBase(base))
 }
 
 // okxTransport is the Transport of a Pool built from okx.Table: a throttle
 // is HTTP 429, or code 50011 or 50061 in a 200.
 func okxTransport(pool *clientpool.Pool, base http.RoundTripper) *httpclient.Transport {
-	return httpclient.NewPool(pool, base, okx.IsRateLimited)
+	return httpclient.NewPool(pool, httpclient.WithBase(base), httpclient.WithThrottledBody(okx.IsRateLimited))
 }
 
 // plainTransport is the Transport of one RateSemaphore, weight 1 a request.
-func plainTransport(sem *semaphore.RateSemaphore, base http.RoundTripper) *httpclient.Transport {
-	return httpclient.New(sem, base)
+func plainTransport(sem *semaphore.RateSemaphore, base http.RoundTripper, opts ...httpclient.Option) *httpclient.Transport {
+	return httpclient.New(sem, append([]httpclient.Option{httpclient.WithBase(base)}, opts...)...)
 }
 
 const (

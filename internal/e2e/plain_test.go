@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ratesem/ratesem/exchange/exchangetest"
+	"github.com/ratesem/ratesem/httpclient"
 	"github.com/ratesem/ratesem/semaphore"
 )
 
@@ -23,8 +24,8 @@ type plainCase struct {
 	// semN is the client's limit, requests per minute; serverWeight the
 	// server's REQUEST_WEIGHT per minute (2 a request).
 	semN, serverWeight int64
-	// maxRetryAfter is Transport.MaxRetryAfter, the cap (0: the default);
-	// maxRetries is Transport.MaxRetries.
+	// maxRetryAfter is httpclient.WithMaxRetryAfter's cap (0: the default);
+	// maxRetries is httpclient.WithMaxRetries's.
 	maxRetryAfter time.Duration
 	maxRetries    int
 	// loose: the client's limit is above the server's (another client
@@ -57,8 +58,7 @@ func runPlain(t *testing.T, c plainCase) {
 		defer srv.Close()
 		sem := semaphore.New(c.semN, time.Minute)
 		stamp := &stampTransport{base: srv.Client().Transport}
-		tr := plainTransport(sem, stamp)
-		tr.MaxRetryAfter, tr.MaxRetries = c.maxRetryAfter, c.maxRetries
+		tr := plainTransport(sem, stamp, httpclient.WithMaxRetryAfter(c.maxRetryAfter), httpclient.WithMaxRetries(c.maxRetries))
 		client := &http.Client{Transport: tr}
 
 		var p pauses
@@ -139,7 +139,7 @@ func TestPlainThrottleGarbageRetryAfter(t *testing.T) {
 }
 
 // TestPlainSmallCap: as TestPlainThrottleGarbageRetryAfter with the cap
-// set to 10 s (Transport.MaxRetryAfter): no pause longer, jitter included.
+// set to 10 s (httpclient.WithMaxRetryAfter): no pause longer, jitter included.
 func TestPlainSmallCap(t *testing.T) {
 	runPlain(t, plainCase{
 		hostile:  exchangetest.Hostile{Seed: 22, Fraction: 0.05, Throttle: true, RetryAfter: exchangetest.AbsurdRetryAfters()},

@@ -1,0 +1,112 @@
+package httpclient
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/ratesem/ratesem"
+)
+
+// Option configures a Transport in New, NewSelect or NewPool. Options are
+// applied in order; a later one of the same kind wins.
+type Option func(*Transport)
+
+// build returns a Transport of sel set up by opts.
+func build(sel Selector, opts []Option) *Transport {
+	t := &Transport{sel: sel}
+	for _, o := range opts {
+		if o != nil {
+			o(t)
+		}
+	}
+	return t
+}
+
+// WithBase sends the requests through rt. Default (or a nil rt):
+// http.DefaultTransport.
+func WithBase(rt http.RoundTripper) Option { return func(t *Transport) { t.base = rt } }
+
+// WithMaxRetryAfter caps the pause one throttled response can cause, its
+// Retry-After or the backoff, and so the sleep before a retry. Zero or
+// negative means DefaultMaxRetryAfter (5 minutes), the default.
+func WithMaxRetryAfter(d time.Duration) Option {
+	return func(t *Transport) { t.maxRetryAfter = d }
+}
+
+// WithThrottledBody sets the hook that reports whether a response says the
+// client called too fast, from its status code, its header and the first
+// bytes of its body. nil (the default) means DefaultThrottledBody: status
+// 429 or 418. Transport calls it at most twice per response and never lets
+// it read the body: once when the headers arrive, with body nil (a true
+// answer pauses at once, before RoundTrip returns), and, when the hook is
+// set, once more as the caller reads, with the first PeekSize bytes the
+// caller's reads went through (fewer when the body ended or was closed
+// sooner; never nil, empty when the caller read nothing); a true answer
+// then pauses too, before the request's units are released. An API that
+// signals a throttle in the body (OKX's code 50011 with HTTP 200) plugs in
+// its own test here. The hook must be safe for concurrent use and must not
+// keep h or body.
+func WithThrottledBody(f func(status int, h http.Header, body []byte) bool) Option {
+	return func(t *Transport) { t.throttledBody = f }
+}
+
+// WithBackoffStart sets the first pause after a throttle without a usable
+// Retry-After; each further throttle in a row doubles it, with jitter, up
+// to the cap of WithMaxRetryAfter. Zero or negative means the default,
+// 200 ms.
+func WithBackoffStart(d time.Duration) Option {
+	return func(t *Transport) { t.backoffStart = d }
+}
+
+// WithMaxRetries sets how many times RoundTrip sends a throttled request
+// again, so a request is sent at most n+1 times; 0 or negative means never
+// (the default). Retrying goes beyond the RoundTripper contract (net/http
+// asks a RoundTripper not to retry), hence off by default.
+//
+// A response is retried only when its headers show the throttle (the
+// WithThrottledBody hook with body nil: by default 429 or 418) and the
+// request can be replayed: no body (nil or http.NoBody), or GetBody set. A
+// throttle only the body shows (OKX's 50011 in a 200) is never retried: the
+// caller has the response by then. Neither is a failed Acquire, a base
+// error or any other status. Before a retry RoundTrip reads at most 4 KiB
+// of the throttled response's body (through the hook, which sees it as it
+// would the caller's reads) and closes it, which releases the request's
+// units; sleeps, on the Transport's clock (WithClock), for the pause the
+// Transport computed for that response (its capped, jittered Retry-After,
+// or the backoff of the current streak: never zero, never above the cap;
+// for a ThrottleHandler limiter, which sets pauses of its own, this
+// computation still sets the sleep); then sends a clone of the request with
+// a fresh body from GetBody (the caller's request is not modified) through
+// the Selector and Acquire again. So each attempt is a new request for the
+// limiter and the server: it acquires its weight again, waits out any pause
+// left on the limiter, and a throttled attempt grows the backoff streak
+// like any throttle. A request with no limiter (the Selector returned nil)
+// also sleeps before its retry. When the context ends during the sleep,
+// RoundTrip returns a nil response and an error matching ctx.Err(); when
+// GetBody fails, a nil response and that error. Otherwise the caller sees
+// only the last response, which is still the throttled one when the
+// retries run out.
+func WithMaxRetries(n int) Option { return func(t *Transport) { t.maxRetries = n } }
+
+// WithObserver has the Transport tell obs what happens to each request, as
+// a ratesem.Event (Rule and Key empty): Admitted (Weight, and Wait, the time
+// Acquire took), Refused or Cancelled when Acquire fails (Err), for every
+// request with a limiter; Throttled for every throttled response (Status;
+// Pause, the pause set, or for a ThrottleHandler limiter such as NewPool's
+// the pause a retry waits, the limiter reporting its own; Source:
+// ratesem.SourceRetryAfter, ratesem.SourceBackoff, or ratesem.SourceBody
+// when only the body showed the throttle); Retried before each retry
+// (Attempt from 1, Wait the pause slept, Status of the throttled response).
+// obs runs synchronously on the goroutine of RoundTrip (or of the caller's
+// body reads, for a throttle the body shows), holding no lock; it must be
+// safe for concurrent use and must not block. nil (the default) means no
+// observer and costs one nil check per event. A limiter with an observer of
+// its own (semaphore.WithObserver, clientpool.WithObserver) reports its
+// queueing too; ratesem.Metrics.Observe counts either.
+func WithObserver(obs func(ratesem.Event)) Option { return func(t *Transport) { t.observer = obs } }
+
+// WithClock makes the Transport read the wall clock through clk, to turn an
+// HTTP-date Retry-After into a delay, and sleep on clk.After before a retry
+// (WithMaxRetries). Default (or a nil clk): the real clock, which
+// testing/synctest fakes. The limiter keeps its own clock.
+func WithClock(clk ratesem.Clock) Option { return func(t *Transport) { t.clk = clk } }
