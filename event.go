@@ -109,8 +109,8 @@ func (s PauseSource) String() string {
 type Event struct {
 	Kind EventKind
 	// Rule and Key name the limiter: a clientpool rule and key; for a
-	// RateSemaphore built with redisrate.NewSemaphore, Key is its name; empty for an
-	// in-process RateSemaphore.
+	// RateSemaphore built with redisrate.NewSemaphore, Key is its name; empty
+	// for an in-process RateSemaphore.
 	Rule, Key string
 	// Weight is the call's units (Admitted, Queued, Refused, Cancelled,
 	// Throttled) or the units reconciled (Reconciled).

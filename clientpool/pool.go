@@ -388,12 +388,12 @@ func (t *Ticket) Release() {
 //
 // A call that must wait reads its priority from ctx (ratesem.WithPriority):
 // on each of its limiters a higher class is served first, within the bound
-// ratesem.MaxOvertakes; a call admitted at once reads nothing from ctx but
-// its Err. In Redis mode (redisrate.Shared) priorities, WithMaxQueue and the
+// ratesem.MaxOvertakes; a call admitted at once reads nothing from ctx but its
+// Err. In Redis mode (redisrate.Shared) priorities, WithMaxQueue and the
 // queue-wait budget hold among this process's waiters. In Redis mode
-// (redisrate.Shared) it may also return an error matching ratesem.ErrLimitMismatch,
-// ratesem.ErrUnavailable or ratesem.ErrClosed; the checks above come first, without a
-// round trip.
+// (redisrate.Shared) it may also return an error matching
+// ratesem.ErrLimitMismatch, ratesem.ErrUnavailable or ratesem.ErrClosed; the
+// checks above come first, without a round trip.
 func (p *Pool) Acquire(ctx context.Context, charges ...Charge) (*Ticket, error) {
 	charges, err := p.merge(charges)
 	if err != nil {

@@ -470,9 +470,9 @@ func (t *Transport) succeeded(sent time.Time) {
 }
 
 // CloseIdleConnections calls CloseIdleConnections on the base RoundTripper
-// ([WithBase]; http.DefaultTransport by default) if it has that method, so http.Client.CloseIdleConnections
-// still reaches the connection pool. It does not touch the limiters. It is
-// safe for concurrent use.
+// ([WithBase]; http.DefaultTransport by default) if it has that method, so
+// http.Client.CloseIdleConnections still reaches the connection pool. It does
+// not touch the limiters. It is safe for concurrent use.
 func (t *Transport) CloseIdleConnections() {
 	type closeIdler interface{ CloseIdleConnections() }
 	if ci, ok := t.baseRT().(closeIdler); ok {

@@ -29,17 +29,17 @@
 // which testing/synctest fakes, or a ratesem.Clock given with WithClock (a
 // *clock.Mock of github.com/benbjohnson/clock is one).
 //
-// redisrate.NewSemaphore returns the same RateSemaphore with its state in Redis, shared by
-// every process that opens the same name: replicas behind one API key or
-// one IP share one limit, decided atomically on the server's clock. Waiting
-// stays in each process (FIFO, one head per process talks to Redis, sleeps
-// until the instant Redis gives), Release never waits on Redis, SetLimit
+// redisrate.NewSemaphore returns the same RateSemaphore with its state in
+// Redis, shared by every process that opens the same name: replicas behind one
+// API key or one IP share one limit, decided atomically on the server's clock.
+// Waiting stays in each process (FIFO, one head per process talks to Redis,
+// sleeps until the instant Redis gives), Release never waits on Redis, SetLimit
 // changes the limit for every process, and processes opened with different
-// limits get ratesem.ErrLimitMismatch; redisrate.NewSemaphoreWithPolicy keeps any window of
-// package window in Redis the same way. The options WithLease, WithRedisTimeout,
-// WithJitter, WithFallback, WithRedisPrefix and WithEvictionAllowed tune it
-// and are ignored in process; Close releases its resources (a no-op in
-// process).
+// limits get ratesem.ErrLimitMismatch; redisrate.NewSemaphoreWithPolicy keeps
+// any window of package window in Redis the same way. The options WithLease,
+// WithRedisTimeout, WithJitter, WithFallback, WithRedisPrefix and
+// WithEvictionAllowed tune it and are ignored in process; Close releases its
+// resources (a no-op in process).
 //
 //	sem := semaphore.New(10, 2*time.Second) // 10 calls per 2 s, in any window
 //	g, ctx := errgroup.WithContext(ctx)

@@ -8,14 +8,14 @@ import (
 	"github.com/ratesem/ratesem/internal/obs"
 )
 
-// WithObserver calls fn for every ratesem.Event of the semaphore: each
-// Acquire ends in one Admitted (with its wait), Refused (ErrWeightTooLarge,
+// WithObserver calls fn for every ratesem.Event of the semaphore: each Acquire
+// ends in one Admitted (with its wait), Refused (ErrWeightTooLarge,
 // ErrDeadline, ErrNegativeWeight, ErrUnavailable …; Err says which) or
-// Cancelled event, preceded by Queued when the call had to wait (in
-// process only: over Redis the wait is the round trips' and the queue is
-// not reported); a successful TryAcquire reports Admitted (a failed one
-// reports nothing); Pause and PauseFor that set a pause report Paused
-// (Source ratesem.SourceCaller). For a semaphore built with redisrate.NewSemaphore the
+// Cancelled event, preceded by Queued when the call had to wait (in process
+// only: over Redis the wait is the round trips' and the queue is not reported);
+// a successful TryAcquire reports Admitted (a failed one reports nothing);
+// Pause and PauseFor that set a pause report Paused (Source
+// ratesem.SourceCaller). For a semaphore built with redisrate.NewSemaphore the
 // events' Key is its name; in process it is empty.
 //
 // fn runs synchronously on the goroutine of the call (Acquire, TryAcquire,

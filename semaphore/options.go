@@ -8,9 +8,9 @@ import (
 	"github.com/ratesem/ratesem"
 )
 
-// Option configures a RateSemaphore in New, NewWithPolicy or redisrate.NewSemaphore.
-// Every package of ratesem configures with the same shape: a function
-// applied in order, the last one of a kind winning.
+// Option configures a RateSemaphore in New, NewWithPolicy or
+// redisrate.NewSemaphore. Every package of ratesem configures with the same
+// shape: a function applied in order, the last one of a kind winning.
 type Option func(*config)
 
 type config struct {
@@ -86,8 +86,9 @@ func WithStartWindow(margin time.Duration) Option {
 // built with redisrate.NewSemaphore, unless WithRedisTimeout sets another.
 const DefaultRedisTimeout = time.Second
 
-// The options below configure a RateSemaphore built with redisrate.NewSemaphore; New and
-// NewWithPolicy ignore them. An invalid one makes redisrate.NewSemaphore return an error.
+// The options below configure a RateSemaphore built with
+// redisrate.NewSemaphore; New and NewWithPolicy ignore them. An invalid one
+// makes redisrate.NewSemaphore return an error.
 
 // WithRedisPrefix sets the prefix of the Redis keys (default
 // DefaultRedisPrefix): the limit's keys are the prefix, the name as a hash
@@ -137,11 +138,11 @@ func WithRedisTimeout(d time.Duration) Option {
 	})
 }
 
-// WithJitter sets the most random extra sleep added to each wait that
-// Redis prescribes, so that processes told the same wait do not all come
-// back in the same instant: a uniform draw in [0, min(max, wait/10)]. 0
-// turns jitter off; a negative max makes redisrate.NewSemaphore fail. Default: 5 ms.
-// Ignored in process.
+// WithJitter sets the most random extra sleep added to each wait that Redis
+// prescribes, so that processes told the same wait do not all come back in the
+// same instant: a uniform draw in [0, min(max, wait/10)]. 0 turns jitter off; a
+// negative max makes redisrate.NewSemaphore fail. Default: 5 ms. Ignored in
+// process.
 func WithJitter(max time.Duration) Option {
 	return Option(func(c *config) {
 		switch {
@@ -155,12 +156,12 @@ func WithJitter(max time.Duration) Option {
 	})
 }
 
-// WithFallback keeps a RateSemaphore built with redisrate.NewSemaphore working while
-// Redis is unreachable: the process then admits calls through a local
-// RateSemaphore of floor(share·n) units per interval (at least 1), the
-// same kind of window, on the assumption that it owns share of the limit
-// (set share to 1/P for P processes to stay within n overall). share must
-// be in (0, 1]. Default: no fallback; Acquire returns an error matching
+// WithFallback keeps a RateSemaphore built with redisrate.NewSemaphore working
+// while Redis is unreachable: the process then admits calls through a local
+// RateSemaphore of floor(share·n) units per interval (at least 1), the same
+// kind of window, on the assumption that it owns share of the limit (set share
+// to 1/P for P processes to stay within n overall). share must be in (0, 1].
+// Default: no fallback; Acquire returns an error matching
 // ratesem.ErrUnavailable. Ignored in process.
 func WithFallback(share float64) Option {
 	return Option(func(c *config) {
@@ -172,23 +173,23 @@ func WithFallback(share float64) Option {
 	})
 }
 
-// WithEvictionAllowed lets redisrate.NewSemaphore build a RateSemaphore on a server
-// whose maxmemory-policy is not noeviction (redisrate.NewSemaphore fails otherwise).
-// Under such a policy Redis may delete the limit's keys when memory runs
-// short: the state then forgets the calls it counted. A loss that a
-// process saw the state of is detected and the limit held full for the
-// time the state mattered (Stats.StateLost), but a loss no process can see
-// goes unnoticed. Ignored in process.
+// WithEvictionAllowed lets redisrate.NewSemaphore build a RateSemaphore on a
+// server whose maxmemory-policy is not noeviction (redisrate.NewSemaphore fails
+// otherwise). Under such a policy Redis may delete the limit's keys when memory
+// runs short: the state then forgets the calls it counted. A loss that a
+// process saw the state of is detected and the limit held full for the time the
+// state mattered (Stats.StateLost), but a loss no process can see goes
+// unnoticed. Ignored in process.
 func WithEvictionAllowed() Option {
 	return Option(func(c *config) { c.evictionAllowed = true })
 }
 
-// WithMaxQueue caps the callers waiting in Acquire at n: a call that
-// cannot be admitted at once while n callers already wait fails at once,
-// whatever its priority (ratesem.WithPriority), with an error matching
-// ratesem.ErrQueueFull, leaving the semaphore unchanged (an observer sees
-// it Refused). 0 (the default) means no cap. It panics if n is negative.
-// Built with redisrate.NewSemaphore, it caps the callers of this process queued on the
+// WithMaxQueue caps the callers waiting in Acquire at n: a call that cannot be
+// admitted at once while n callers already wait fails at once, whatever its
+// priority (ratesem.WithPriority), with an error matching ratesem.ErrQueueFull,
+// leaving the semaphore unchanged (an observer sees it Refused). 0 (the
+// default) means no cap. It panics if n is negative. Built with
+// redisrate.NewSemaphore, it caps the callers of this process queued on the
 // limit (those of other processes are not counted).
 func WithMaxQueue(n int) Option {
 	if n < 0 {

@@ -24,8 +24,8 @@ const DefaultRedisPrefix = "ratesem:sem"
 // redisRule names the one rule of a RateSemaphore in Redis.
 const redisRule = "n"
 
-// redisSem is the part of a RateSemaphore built with redisrate.NewSemaphore: its state
-// is in Redis, its waiting in a remote.Engine.
+// redisSem is the part of a RateSemaphore built with redisrate.NewSemaphore:
+// its state is in Redis, its waiting in a remote.Engine.
 type redisSem struct {
 	eng    *remote.Engine
 	name   string

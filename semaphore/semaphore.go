@@ -75,8 +75,8 @@ type RateSemaphore struct {
 
 	obs func(ratesem.Event) // WithObserver, or nil; called without mu
 
-	// remote is set by redisrate.NewSemaphore: the state is in Redis and every method
-	// goes there; nil in process (the fields above are then unused but
+	// remote is set by redisrate.NewSemaphore: the state is in Redis and every
+	// method goes there; nil in process (the fields above are then unused but
 	// for size, interval and capOpt).
 	remote *redisSem
 }
@@ -225,15 +225,15 @@ func (s *RateSemaphore) instant(ns int64) time.Time {
 //     to come after that budget.
 //
 // A call that must wait reads its priority (ratesem.WithPriority) and its
-// queue-wait budget from ctx; a call admitted at once reads neither. Built
-// with redisrate.NewSemaphore, priorities, WithMaxQueue and the queue-wait budget hold
-// among this process's waiters.
+// queue-wait budget from ctx; a call admitted at once reads neither. Built with
+// redisrate.NewSemaphore, priorities, WithMaxQueue and the queue-wait budget
+// hold among this process's waiters.
 //
-// Built with redisrate.NewSemaphore, it may also return an error matching ratesem.ErrUnavailable
-// (Redis unreachable, no fallback), ratesem.ErrLimitMismatch (another process
-// opened the name with another limit) or ratesem.ErrClosed (after Close); a call
-// of 0 units makes no round trip, and ctx's deadline holds whatever the
-// Redis client's options.
+// Built with redisrate.NewSemaphore, it may also return an error matching
+// ratesem.ErrUnavailable (Redis unreachable, no fallback),
+// ratesem.ErrLimitMismatch (another process opened the name with another limit)
+// or ratesem.ErrClosed (after Close); a call of 0 units makes no round trip,
+// and ctx's deadline holds whatever the Redis client's options.
 func (s *RateSemaphore) Acquire(ctx context.Context, n int64) error {
 	if s.remote != nil {
 		return s.remote.acquire(ctx, n)
@@ -396,12 +396,12 @@ func (s *RateSemaphore) undoLocked(w *waiter) {
 }
 
 // TryAcquire acquires n units (n ≥ 0) without blocking. It returns true on
-// success (the caller must Release(n) later); on failure it returns false
-// and leaves the semaphore unchanged. It fails whenever other callers are
-// waiting, so it never overtakes them. A negative n is refused (false).
-// Built with redisrate.NewSemaphore, it makes one admission round trip (bounded by
-// WithRedisTimeout) unless callers wait, a pause is on or the limit is
-// known full, when it fails at once.
+// success (the caller must Release(n) later); on failure it returns false and
+// leaves the semaphore unchanged. It fails whenever other callers are waiting,
+// so it never overtakes them. A negative n is refused (false). Built with
+// redisrate.NewSemaphore, it makes one admission round trip (bounded by
+// WithRedisTimeout) unless callers wait, a pause is on or the limit is known
+// full, when it fails at once.
 func (s *RateSemaphore) TryAcquire(n int64) (ok bool) {
 	if s.remote != nil {
 		return s.remote.tryAcquire(n)
@@ -423,12 +423,13 @@ func (s *RateSemaphore) TryAcquire(n int64) (ok bool) {
 }
 
 // Release releases n units (n ≥ 0) held by a call that has ended; under the
-// completion window the instant of Release is the call's end. It never
-// blocks, over Redis either: the release is sent in the background (see
-// redisrate.NewSemaphore), and Release of n units ends the oldest call of exactly n
-// units of this process, or else n units of the oldest calls (a call
-// partly released stays in flight in Redis until all its units are). It panics if n is negative or more units are released than are
-// held (caller bugs), as x/sync does.
+// completion window the instant of Release is the call's end. It never blocks,
+// over Redis either: the release is sent in the background (see
+// redisrate.NewSemaphore), and Release of n units ends the oldest call of
+// exactly n units of this process, or else n units of the oldest calls (a call
+// partly released stays in flight in Redis until all its units are). It panics
+// if n is negative or more units are released than are held (caller bugs), as
+// x/sync does.
 func (s *RateSemaphore) Release(n int64) {
 	if s.remote != nil {
 		s.remote.release(n)
@@ -529,12 +530,12 @@ func (s *RateSemaphore) PauseFor(d time.Duration) {
 // of arrival. It returns an error, and changes nothing, if n or interval is
 // negative. It never blocks in process.
 //
-// For a RateSemaphore built with redisrate.NewSemaphore, SetLimit stores the new limit in
-// Redis for every process sharing the name (each adopts it at its next
-// admission), in one round trip bounded by WithRedisTimeout; it returns an
+// For a RateSemaphore built with redisrate.NewSemaphore, SetLimit stores the
+// new limit in Redis for every process sharing the name (each adopts it at its
+// next admission), in one round trip bounded by WithRedisTimeout; it returns an
 // error matching ratesem.ErrUnavailable when Redis cannot be reached, and one
-// matching ratesem.ErrInvalidLimit for n = 0, interval 0 or an interval that
-// is not a whole number of microseconds.
+// matching ratesem.ErrInvalidLimit for n = 0, interval 0 or an interval that is
+// not a whole number of microseconds.
 //
 // Calls that ended while interval was 0 read no clock, so a switch from
 // interval 0 to a positive interval starts the window afresh: only units in
@@ -639,11 +640,11 @@ func (s *RateSemaphore) failLocked(w *waiter, err error) {
 	close(w.ready)
 }
 
-// Limit returns the current limit: n units per interval (Per 0: no rate).
-// For a RateSemaphore built with redisrate.NewSemaphore it is the limit this process set
-// (redisrate.NewSemaphore or SetLimit): a SetLimit in another process is adopted in
-// Redis, where every admission is decided, but not shown here, and this
-// process still refuses at once a weight above its own n.
+// Limit returns the current limit: n units per interval (Per 0: no rate). For a
+// RateSemaphore built with redisrate.NewSemaphore it is the limit this process
+// set (redisrate.NewSemaphore or SetLimit): a SetLimit in another process is
+// adopted in Redis, where every admission is decided, but not shown here, and
+// this process still refuses at once a weight above its own n.
 func (s *RateSemaphore) Limit() window.Limit {
 	if s.remote != nil {
 		return s.remote.spec.Load().Limit
@@ -672,8 +673,8 @@ type Stats struct {
 	// latest pause set in this process.
 	PausedUntil time.Time
 
-	// The counters below are of a RateSemaphore built with redisrate.NewSemaphore; they
-	// are zero in process.
+	// The counters below are of a RateSemaphore built with
+	// redisrate.NewSemaphore; they are zero in process.
 
 	// FallbackAdmitted counts the calls of Admitted that the fallback
 	// (WithFallback) admitted while Redis was unreachable.
@@ -731,15 +732,14 @@ func (s *RateSemaphore) Stats() Stats {
 	}
 }
 
-// Close stops a RateSemaphore built with redisrate.NewSemaphore: callers in Acquire
-// return ratesem.ErrClosed, and so do later calls to Acquire (TryAcquire returns
-// false); once Close has returned, no Acquire succeeds. Releases already
-// queued are sent for at most WithRedisTimeout; a Release after Close is
-// not sent (the lease covers it; Stats.ReleasesDropped counts it). Close
-// waits for the round trips still running, at most twice
-// WithRedisTimeout, does not close the Redis client, and returns nil;
-// calling it again only waits again. In process Close does nothing and
-// returns nil.
+// Close stops a RateSemaphore built with redisrate.NewSemaphore: callers in
+// Acquire return ratesem.ErrClosed, and so do later calls to Acquire
+// (TryAcquire returns false); once Close has returned, no Acquire succeeds.
+// Releases already queued are sent for at most WithRedisTimeout; a Release
+// after Close is not sent (the lease covers it; Stats.ReleasesDropped counts
+// it). Close waits for the round trips still running, at most twice
+// WithRedisTimeout, does not close the Redis client, and returns nil; calling
+// it again only waits again. In process Close does nothing and returns nil.
 func (s *RateSemaphore) Close() error {
 	if s.remote != nil {
 		return s.remote.eng.Close()

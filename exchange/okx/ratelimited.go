@@ -25,15 +25,14 @@ const PeekSize = 512
 
 // IsRateLimited reports whether OKX rejected a request for its rate: status
 // 429, or status 200 whose body starts with a JSON object with code
-// CodeRateLimited or CodeSubAccountRateLimited (OKX answers 50011 with
-// either status). h is not used. body is the start of the response body as
-// far as it was seen (nil when only the headers are there); only its first
-// PeekSize bytes are looked at. It reads no response body, never blocks and
-// is safe for concurrent use. It has the signature of
-// httpclient.Transport's ThrottledBody hook, so
-// httpclient.NewPool(pool, httpclient.WithThrottledBody(okx.IsRateLimited)) pauses on both: a 429 as
-// soon as its headers arrive, a 200 with the code as the caller reads its
-// body.
+// CodeRateLimited or CodeSubAccountRateLimited (OKX answers 50011 with either
+// status). h is not used. body is the start of the response body as far as it
+// was seen (nil when only the headers are there); only its first PeekSize bytes
+// are looked at. It reads no response body, never blocks and is safe for
+// concurrent use. It has the signature httpclient.WithThrottledBody takes, so
+// httpclient.NewPool(pool, httpclient.WithThrottledBody(okx.IsRateLimited))
+// pauses on both: a 429 as soon as its headers arrive, a 200 with the code as
+// the caller reads its body.
 func IsRateLimited(status int, _ http.Header, body []byte) bool {
 	return IsRateLimitedBody(status, body)
 }
