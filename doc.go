@@ -47,12 +47,13 @@
 // # Redis: one limit for many processes
 //
 // Many processes share their limits through Redis (github.com/redis/go-redis/v9
-// against a redis-server, a Sentinel group or a Redis Cluster).
-// redisrate.NewSemaphore and redisrate.NewSemaphoreWithPolicy return the same
-// *semaphore.RateSemaphore, with its window kept in Redis;
-// redisrate.Shared keeps a whole Table's rules there, a call under
-// several rules admitted by one Lua script over all of them, on the Redis
-// server's clock. The waiting (FIFO per limiter, pauses, deadlines, the
+// against a redis-server, a Sentinel group or a Redis Cluster), in package
+// redisrate, the one package that imports go-redis: a program that uses
+// only the packages above does not link it. redisrate.NewSemaphore and
+// redisrate.NewSemaphoreWithPolicy return the same *semaphore.RateSemaphore,
+// with its window kept in Redis; redisrate.Shared keeps a whole Table's
+// rules there, a call under several rules admitted by one Lua script over
+// all of them, on the Redis server's clock. The waiting (FIFO per limiter, pauses, deadlines, the
 // fallback when Redis is unreachable) stays in each process. For tests,
 // redistest starts a real redis-server child process on a free
 // loopback port (redistest.Start), or a 3-master cluster, and stops it when
@@ -61,15 +62,15 @@
 //
 // # Conventions shared by every package
 //
-// One clock. Every limiter that waits reads time through a [Clock] given
-// with its WithClock option (semaphore.WithClock, clientpool.WithClock). A
-// nil Clock, or no option, is the real clock (time.Now, time.After), so
-// tests in a testing/synctest bubble need no option; a *clock.Mock of
-// github.com/benbjohnson/clock satisfies Clock as it is. The windows of
-// package window take the instant as an argument and read no clock. Not
-// yet converted: httpclient.Transport and the exchangetest servers take a
-// Now func() time.Time field (a Transport's retry sleep uses the real
-// timer, which synctest also fakes).
+// One clock. Every part that reads time takes a [Clock]: the limiters
+// through their WithClock option (semaphore.WithClock, clientpool.WithClock,
+// httpclient.WithClock), the exchangetest servers through their Config's
+// Clock. A nil Clock, or no option, is the real clock (time.Now,
+// time.After), so tests in a testing/synctest bubble need no option; a
+// *clock.Mock of github.com/benbjohnson/clock satisfies Clock as it is, and
+// no package of the library imports it. The windows of package window take
+// the instant as an argument and read no clock. Over Redis the server's
+// clock decides (redisrate).
 //
 // One error family. Every package returns the sentinels of this package,
 // wrapped with the details of the case, and defines none of its own, so one
@@ -85,9 +86,10 @@
 // One option style. A constructor takes its required arguments, then
 // variadic options of its package's type Option func(*config):
 // semaphore.New(n, interval, opts...), clientpool.New(table, opts...),
-// binance.Spot(opts...), okx.Table(opts...). httpclient is the exception
-// for now: a Transport is configured through its exported fields, set
-// before first use.
+// binance.Spot(opts...), okx.Table(opts...), httpclient.New(limiter,
+// opts...), redisrate.NewSemaphore(client, name, n, interval, opts...) (the
+// semaphore's options). What a constructor returns cannot be reconfigured
+// except through its methods (SetLimit, Pause).
 //
 // Panics versus errors. A limit passed to a constructor as numbers, or
 // another misuse fixed in the caller's source (a nil policy, conflicting

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"sync/atomic"
 	"time"
+
+	"github.com/ratesem/ratesem"
 )
 
 // Names of the rules of [BinanceServer], after the rateLimitType and
@@ -84,12 +86,12 @@ type BinanceConfig struct {
 	// answering, returning early if the request's context ends. It must be
 	// safe for concurrent use; see FixedLatency and UniformLatency.
 	Latency func() time.Duration
-	// Now, if not nil, replaces time.Now as the source of arrival times
-	// (and so of the window boundaries), e.g. clock.NewMock().Now. It is
-	// called under the server's lock, must be safe for concurrent use and
-	// must not go backwards. Inside a testing/synctest bubble the default
-	// time.Now is already virtual.
-	Now func() time.Time
+	// Clock, if not nil, is the source of arrival times (and so of the
+	// window boundaries), e.g. a *clock.Mock; only its Now is read, under
+	// the server's lock: it must be safe for concurrent use and must not go
+	// backwards. nil means the real clock, which is already virtual inside a
+	// testing/synctest bubble. Latency sleeps on the real timer.
+	Clock ratesem.Clock
 	// InMemory serves over in-memory connections (net.Pipe) instead of TCP
 	// loopback, for use inside a testing/synctest bubble; see
 	// OKXConfig.InMemory.
@@ -300,7 +302,7 @@ func NewBinance(cfg BinanceConfig) *BinanceServer {
 		specs[i] = l.spec
 	}
 	s := &BinanceServer{
-		core:    newCore(buildRules(specs, scale, cfg.Limits, "NewBinance"), cfg.Now, cfg.Latency),
+		core:    newCore(buildRules(specs, scale, cfg.Limits, "NewBinance"), nowOf(cfg.Clock), cfg.Latency),
 		scale:   scale,
 		ips:     make(map[string]*binanceIP),
 		hostile: newHostile(cfg.Hostile, "NewBinance", "-1003", "-1015"),

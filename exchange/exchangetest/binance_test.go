@@ -26,7 +26,7 @@ var binanceMinute = time.Date(2024, 5, 1, 12, 0, 0, 0, time.UTC)
 func newBinance(t *testing.T, cfg exchangetest.BinanceConfig, clk *fakeClock) *exchangetest.BinanceServer {
 	t.Helper()
 	if clk != nil {
-		cfg.Now = clk.Now
+		cfg.Clock = clk
 	}
 	s := exchangetest.NewBinance(cfg)
 	t.Cleanup(s.Close)
@@ -678,7 +678,7 @@ func ExampleNewBinance() {
 	// A fixed clock puts every request in the same minute window.
 	at := time.Date(2024, 5, 1, 12, 0, 30, 0, time.UTC)
 	s := exchangetest.NewBinance(exchangetest.BinanceConfig{
-		Now:    func() time.Time { return at },
+		Clock:  newFakeClock(at),
 		Limits: map[string]int64{exchangetest.BinanceRequestWeight: 100}, // instead of 6000
 	})
 	defer s.Close()

@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// fakeClock is a settable clock for Now: tests place arrivals at exact
+// fakeClock is a settable ratesem.Clock for the servers' Clock: tests place arrivals at exact
 // instants and call the handler directly, so decisions do not depend on
 // scheduling.
 type fakeClock struct {
@@ -23,6 +23,9 @@ func (c *fakeClock) Now() time.Time {
 	defer c.mu.Unlock()
 	return c.now
 }
+
+// After is the real timer: the servers read only Now.
+func (c *fakeClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
 
 func (c *fakeClock) Set(t time.Time) {
 	c.mu.Lock()

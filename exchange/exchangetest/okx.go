@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"sync/atomic"
 	"time"
+
+	"github.com/ratesem/ratesem"
 )
 
 // OKX documentation pages the rules of [OKXServer] are read from.
@@ -64,11 +66,12 @@ type OKXConfig struct {
 	// answering, returning early if the request's context ends. It must be
 	// safe for concurrent use; see FixedLatency and UniformLatency.
 	Latency func() time.Duration
-	// Now, if not nil, replaces time.Now as the source of arrival times,
-	// e.g. clock.NewMock().Now. It is called under the server's lock, must
-	// be safe for concurrent use and must not go backwards. Inside a
-	// testing/synctest bubble the default time.Now is already virtual.
-	Now func() time.Time
+	// Clock, if not nil, is the source of arrival times (and so of the
+	// window boundaries), e.g. a *clock.Mock; only its Now is read, under
+	// the server's lock: it must be safe for concurrent use and must not go
+	// backwards. nil means the real clock, which is already virtual inside a
+	// testing/synctest bubble. Latency sleeps on the real timer.
+	Clock ratesem.Clock
 	// InMemory serves over in-memory connections (net.Pipe) instead of TCP
 	// loopback. Use it inside a testing/synctest bubble, where sockets do
 	// not work; the server must then be created inside the bubble and can
@@ -276,7 +279,7 @@ func NewOKX(cfg OKXConfig) *OKXServer {
 		panic(fmt.Sprintf("exchangetest: NewOKX: RateLimitStatus must be 0, 200 or 429, got %d", status))
 	}
 	s := &OKXServer{
-		core:            newCore(buildRules(specs, scale, cfg.Limits, "NewOKX"), cfg.Now, cfg.Latency),
+		core:            newCore(buildRules(specs, scale, cfg.Limits, "NewOKX"), nowOf(cfg.Clock), cfg.Latency),
 		rateLimitStatus: status,
 		code50061:       cfg.SubAccountCode50061,
 		hostile:         newHostile(cfg.Hostile, "NewOKX", "50011", "50061"),

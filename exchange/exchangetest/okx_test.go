@@ -53,7 +53,7 @@ func repeatStr(s string, n int) []string {
 func newOKX(t *testing.T, cfg exchangetest.OKXConfig, clk *fakeClock) *exchangetest.OKXServer {
 	t.Helper()
 	if clk != nil {
-		cfg.Now = clk.Now
+		cfg.Clock = clk
 	}
 	s := exchangetest.NewOKX(cfg)
 	t.Cleanup(s.Close)
@@ -774,7 +774,7 @@ func TestOKXCloseWithCancelledLatency(t *testing.T) {
 func ExampleNewOKX() {
 	// A fixed clock puts every request in the same 2 s window.
 	at := time.Date(2024, 5, 1, 12, 0, 0, 0, time.UTC)
-	s := exchangetest.NewOKX(exchangetest.OKXConfig{Now: func() time.Time { return at }})
+	s := exchangetest.NewOKX(exchangetest.OKXConfig{Clock: newFakeClock(at)})
 	defer s.Close()
 
 	// OKX: 40 order-book requests per 2 s per IP.

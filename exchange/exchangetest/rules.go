@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/ratesem/ratesem"
 )
 
 // Rule is one rate limit a server enforces: at most Limit units per window
@@ -542,4 +544,12 @@ func (rs *ruleState) sweep(now time.Time) {
 			delete(rs.sliding, k)
 		}
 	}
+}
+
+// nowOf returns clk's Now, or nil (time.Now) for a nil clk.
+func nowOf(clk ratesem.Clock) func() time.Time {
+	if clk == nil {
+		return nil
+	}
+	return clk.Now
 }
