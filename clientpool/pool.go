@@ -321,8 +321,9 @@ func (p *Pool) instant(ns int64) time.Time { return p.epoch.Add(time.Duration(ns
 // negative weight.
 func (p *Pool) Classify(req *http.Request) ([]Charge, error) { return p.classify(req) }
 
-// Ticket is an admitted call: it holds its charges until Release. Its
-// methods are safe for concurrent use.
+// Ticket is an admitted call: it holds its charges until Release. Tickets
+// come from Pool.Acquire only (the zero Ticket is not one). Its methods are
+// safe for concurrent use.
 type Ticket struct {
 	pool     *Pool
 	held     []held

@@ -98,8 +98,10 @@ func DefaultThrottledBody(status int, _ http.Header, _ []byte) bool {
 // response itself rather than a PauseFor: a limiter of several rules and keys
 // pauses only those the response is about. Transport then calls Throttled,
 // instead of PauseFor, on every throttled response, with the Retry-After
-// delay capped at the Transport's MaxRetryAfter ([WithMaxRetryAfter]), or 0 when the response has none (the
-// limiter then backs off on its own).
+// delay capped ([WithMaxRetryAfter]), or 0 when the response has none (the
+// limiter then backs off on its own). Calls come from the goroutines of
+// RoundTrip and of the callers' body reads, concurrently: an implementation
+// must be safe for concurrent use.
 //
 // Throttled is called once when the headers show the throttle (body nil).
 // When the Transport looks at bodies (a [WithThrottledBody] hook is set, or the
@@ -118,7 +120,9 @@ type ThrottleHandler interface {
 // ResponseObserver may be implemented by a Limiter that reads every
 // response before the caller does, for usage headers such as Binance's
 // X-MBX-USED-WEIGHT-1M. Transport calls ObserveResponse once per response
-// received, while the request's units are still held.
+// received, while the request's units are still held, on the goroutine of
+// RoundTrip: concurrently for concurrent requests. It must not read
+// resp.Body and must not block.
 type ResponseObserver interface {
 	ObserveResponse(resp *http.Response)
 }

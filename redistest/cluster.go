@@ -12,7 +12,8 @@ import (
 
 // Cluster is a Redis Cluster of three masters (no replicas), each a
 // redis-server child process on a free loopback port, with the 16384
-// slots split between them by redis-cli. Its methods are safe for
+// slots split between them by redis-cli, made by StartCluster or
+// LaunchCluster (the zero Cluster is not usable). Its methods are safe for
 // concurrent use.
 type Cluster struct {
 	nodes [3]*Server

@@ -29,7 +29,8 @@ import (
 const startTimeout = 10 * time.Second
 
 // Server is a redis-server child process that a test can stop and start
-// again on the same port. Its methods are safe for concurrent use.
+// again on the same port, made by Start or Launch (the zero Server is not
+// usable). Its methods are safe for concurrent use.
 type Server struct {
 	t      testing.TB // nil for a launched server
 	bin    string

@@ -231,8 +231,9 @@ type binanceIP struct {
 // BinanceServer is a running in-process server for a set of Binance spot
 // REST endpoints that enforces Binance's rate limits exactly, in fixed
 // windows aligned to the clock, with 429, Retry-After and IP bans (418)
-// (see [NewBinance]). All methods are safe for concurrent use, also while
-// requests are being served.
+// (see [NewBinance], which makes one; the zero BinanceServer is not usable).
+// All methods are safe for concurrent use, also while requests are being
+// served.
 type BinanceServer struct {
 	*core
 	scale   float64

@@ -196,8 +196,9 @@ const okxPlaceOrderRule = http.MethodPost + " /api/v5/trade/order"
 
 // OKXServer is a running in-process server for a set of OKX v5 REST
 // endpoints that enforces OKX's rate limits exactly, as a sliding window
-// on arrival (see [NewOKX]). All methods are safe for concurrent use,
-// also while requests are being served.
+// on arrival (see [NewOKX], which makes one; the zero OKXServer is not
+// usable). All methods are safe for concurrent use, also while requests are
+// being served.
 type OKXServer struct {
 	*core
 	rateLimitStatus int
