@@ -3,6 +3,7 @@ package redisrate_test
 import (
 	"log"
 	"net/http"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/ratesem/ratesem/exchange/binance"
 	"github.com/ratesem/ratesem/httpclient"
 	"github.com/ratesem/ratesem/redisrate"
+	"github.com/ratesem/ratesem/semaphore"
 )
 
 // Every replica of a Binance bot behind one egress IP and one API key
@@ -35,4 +37,27 @@ func ExampleShared() {
 		log.Fatal(err)
 	}
 	resp.Body.Close()
+}
+
+// Three replicas that call OKX's funding-rate history endpoint (10 requests
+// per 2 s per IP and instrument) share the limit through one Redis: each
+// runs this, and together they never exceed it. While Redis is unreachable
+// each admits a third of the limit on its own.
+func ExampleNewSemaphore() {
+	rdb := goredis.NewClient(&goredis.Options{Addr: "localhost:6379"})
+	defer rdb.Close()
+
+	sem, err := redisrate.NewSemaphore(rdb, "okx:funding-rate-history:BTC-USDT", 10, 2*time.Second,
+		semaphore.WithFallback(1.0/3))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer sem.Close()
+
+	client := &http.Client{Transport: httpclient.New(sem)}
+	resp, err := client.Get("https://www.okx.com/api/v5/public/funding-rate-history?instId=BTC-USDT-SWAP")
+	if err != nil {
+		log.Fatal(err)
+	}
+	resp.Body.Close() // releases the permit
 }
