@@ -230,11 +230,14 @@ type waiter struct {
 	elem     *list.Element
 }
 
-// New returns a Pool over the rules and endpoints of t. It returns an error
-// for an endpoint listed twice, for a rule without a name, with a duplicate
-// name, with a limit that is not N > 0 per Per > 0 or a negative
-// concurrency, for an endpoint cost that names an unknown rule, and for a
-// negative cost (matching ratesem.ErrNegativeWeight).
+// New returns a Pool over the rules and endpoints of t, set up by opts. It
+// returns an error for an endpoint listed twice, for a rule without a name
+// or with a duplicate name, for a limit that is not N > 0 per Per > 0 or a
+// negative MaxUnitsInFlight (matching ratesem.ErrInvalidLimit), for an
+// endpoint cost that names an unknown rule, and for a negative cost
+// (matching ratesem.ErrNegativeWeight); with redisrate.Shared, also for a
+// rule whose window has no Redis form and for a bad prefix or scope (see
+// redisrate.Shared). It does not block and makes no round trip to Redis.
 func New(t Table, opts ...Option) (*Pool, error) {
 	cfg := config{idle: DefaultIdleTimeout}
 	for _, o := range opts {
