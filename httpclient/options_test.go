@@ -1,7 +1,10 @@
 package httpclient_test
 
 import (
+	"context"
+	"errors"
 	"io"
+	"math"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -132,6 +135,36 @@ func TestOptions(t *testing.T) {
 			// no usable Retry-After, so the backoff applies.
 			r = run(t, 429, retryAfter(time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC).Format(http.TimeFormat)))
 			between(t, "a past HTTP-date on the default clock", r.pauses[0], 100*time.Millisecond, 300*time.Millisecond)
+		})
+	})
+	t.Run("extremes", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			// A backoff start beyond the cap is the cap (with jitter).
+			r := run(t, 429, nil, httpclient.WithBackoffStart(time.Duration(math.MaxInt64)), httpclient.WithMaxRetryAfter(time.Minute))
+			between(t, "WithBackoffStart(MaxInt64) under a 1 min cap", r.pauses[0], 30*time.Second, time.Minute)
+			// A cap of MaxInt64 lets a day's Retry-After through, no wrap.
+			r = run(t, 429, retryAfter("86400"), httpclient.WithMaxRetryAfter(time.Duration(math.MaxInt64)))
+			between(t, "a day's Retry-After under a MaxInt64 cap", r.pauses[0], 24*time.Hour, 24*time.Hour+24*time.Hour/10+50*time.Millisecond)
+		})
+		synctest.Test(t, func(t *testing.T) {
+			// Endless retries of an endless throttle end with the context.
+			var sends atomic.Int64
+			base := roundTripFunc(func(req *http.Request) (*http.Response, error) {
+				sends.Add(1)
+				return &http.Response{StatusCode: 429, Header: http.Header{"Retry-After": {"1"}}, Body: http.NoBody, Request: req}, nil
+			})
+			tr := httpclient.New(&fakeLimiter{}, httpclient.WithBase(base), httpclient.WithMaxRetries(math.MaxInt))
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://example.test/", nil)
+			resp, err := tr.RoundTrip(req)
+			if err == nil || !errors.Is(err, context.DeadlineExceeded) || resp != nil {
+				t.Fatalf("RoundTrip = (%v, %v), want a nil response and the context's error", resp, err)
+			}
+			// A pause of 1 s to 1.15 s per retry: at most 10 sends in 10 s.
+			if n := sends.Load(); n < 8 || n > 11 {
+				t.Errorf("%d sends in 10 s of 1 s Retry-Afters", n)
+			}
 		})
 	})
 	t.Run("order and nil", func(t *testing.T) {
