@@ -37,9 +37,9 @@ type config struct {
 // WithLease sets how long, in Redis mode (redisrate.Shared), a call admitted
 // counts as in flight without a release: a process that dies mid-call
 // frees its units when the lease runs out (and, for the completion window,
-// a Per later). It must be a whole number of microseconds and cover the
-// longest call. Default: one minute (rspec.DefaultLease). It does nothing
-// in process.
+// a Per later). It must be a whole number of microseconds, at most 2^40 µs
+// (about 12.7 days), and cover the longest call; New returns an error
+// otherwise. 0 means the default: one minute. It does nothing in process.
 func WithLease(d time.Duration) Option { return func(c *config) { c.lease = d } }
 
 // WithClock makes the pool read time and set its timer through clk, for

@@ -33,9 +33,12 @@ const (
 // RateLimitInfo is what a server says about one of its limits. The parsers
 // in this package return Limit ≥ 0, Remaining ≥ 0 and Reset ≥ 0.
 type RateLimitInfo struct {
-	Limit     int64         // units per window (quota)
-	Remaining int64         // units left in the current window
-	Reset     time.Duration // until the window resets; 0 when not given
+	// Limit is the quota: units per window.
+	Limit int64
+	// Remaining is the units left in the current window.
+	Remaining int64
+	// Reset is the time until the window resets; 0 when not given.
+	Reset time.Duration
 }
 
 // Used returns Limit − Remaining, the units the server counts as spent, in
