@@ -9,7 +9,7 @@ import (
 )
 
 // SlidingLog is the start window with a margin: a sliding log of start
-// instants, each recorded as start + Margin (the seed articles call the
+// instants, each recorded as start + Margin (articles on client-side rate limits call the
 // margin buffer time). A call may start at t once the units recorded after
 // t − Per leave room for it, so at every instant t
 //
