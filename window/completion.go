@@ -22,7 +22,7 @@ import (
 // N/(Per + latency) rather than N/Per.
 //
 // Weights are units: a call of weight w takes w slots. Units of calls that
-// ended at the same instant share one log entry, so memory is at most one
+// ended at the same instant share one log entry, so memory is 112 bytes plus at most one
 // 16-byte entry per distinct completion instant within the last Per, never
 // more than N. Past 1024 entries (16 KiB), units of calls that ended within
 // the same 1.024 µs share one entry stamped with the latest of their ends:

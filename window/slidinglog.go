@@ -22,7 +22,7 @@ import (
 // most Margin; with more jitter it may reject. It limits nothing about calls
 // in flight; a RateSemaphore adds its concurrency cap for that.
 //
-// Memory is one 16-byte entry per distinct start instant within the last
+// Memory: 112 bytes plus one 16-byte entry per distinct start instant within the last
 // Per + Margin. The zero SlidingLog is not usable; call NewSlidingLog. A
 // SlidingLog is not safe for concurrent use (see Policy).
 type SlidingLog struct {
