@@ -42,15 +42,15 @@
 //     attacker-chosen keys (WithMaxKeys, ratesem.ErrTooManyKeys);
 //   - reports events to an observer (WithObserver).
 //
-// With redisrate.Shared a Pool keeps every rule's state in Redis instead, so that
-// a fleet of replicas (processes sharing one IP or one API key) shares each
-// rule exactly: a call's charges are admitted together across the fleet by
-// one Lua script in one round trip, on the Redis server's clock; pauses,
-// usage reports and SetLimit reach every replica; two replicas built with
-// different limits for one rule get ratesem.ErrLimitMismatch instead of silently
-// enforcing the larger one. Table.Scope names the hash tag every key of
-// the Pool shares: on a Redis Cluster one scope lives in one slot. Close
-// stops a Redis-mode Pool.
+// With redisrate.Shared a Pool keeps every rule's state in Redis instead, so
+// that a fleet of replicas (processes sharing one IP or one API key) shares
+// each rule exactly: a call's charges are admitted together across the fleet by
+// one Lua script in one round trip, on the Redis server's clock; pauses, usage
+// reports and SetLimit reach every replica; two replicas built with different
+// limits for one rule get ratesem.ErrLimitMismatch instead of silently
+// enforcing the larger one. Table.Scope names the hash tag every key of the
+// Pool shares: on a Redis Cluster one scope lives in one slot. Close stops a
+// Redis-mode Pool.
 //
 // For HTTP, httpclient.NewPool wraps a Pool in an http.RoundTripper. A Pool
 // is safe for concurrent use by multiple goroutines.

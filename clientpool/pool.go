@@ -376,20 +376,21 @@ func (t *Ticket) Release() {
 // same rule and key are added up (saturating). On success the caller must
 // Release the Ticket when the call ends.
 //
-// On failure it holds nothing and returns ctx.Err() when ctx is done (a
-// context done before the call never acquires); an error matching both
-// context.DeadlineExceeded and ratesem.ErrDeadline as soon as the admission is known
-// to come after ctx's deadline; an error matching ratesem.ErrUnknownRule for a charge
-// to a rule the pool does not have; an error matching ratesem.ErrWeightTooLarge at
-// once for a charge heavier than its rule can ever admit; an error matching
-// ratesem.ErrNegativeWeight for a negative weight; or an error matching
-// ratesem.ErrTooManyKeys at once when the call needs a new key and the pool is full
-// (WithMaxKeys); an error matching ratesem.ErrQueueFull at once when it must
-// wait and one of its limiters already has the WithMaxQueue number of
-// waiting calls; an error matching ratesem.ErrQueueTimeout (not
-// context.DeadlineExceeded) when it waited its queue-wait budget
-// (ratesem.WithQueueWait on ctx), or as soon as its admission is known to
-// come after that budget. A call with no charges is admitted at once.
+// On failure it holds nothing and returns ctx.Err() when ctx is done (a context
+// done before the call never acquires); an error matching both
+// context.DeadlineExceeded and ratesem.ErrDeadline as soon as the admission is
+// known to come after ctx's deadline; an error matching ratesem.ErrUnknownRule
+// for a charge to a rule the pool does not have; an error matching
+// ratesem.ErrWeightTooLarge at once for a charge heavier than its rule can ever
+// admit; an error matching ratesem.ErrNegativeWeight for a negative weight; or
+// an error matching ratesem.ErrTooManyKeys at once when the call needs a new
+// key and the pool is full (WithMaxKeys); an error matching
+// ratesem.ErrQueueFull at once when it must wait and one of its limiters
+// already has the WithMaxQueue number of waiting calls; an error matching
+// ratesem.ErrQueueTimeout (not context.DeadlineExceeded) when it waited its
+// queue-wait budget (ratesem.WithQueueWait on ctx), or as soon as its admission
+// is known to come after that budget. A call with no charges is admitted at
+// once.
 //
 // A call that must wait reads its priority from ctx (ratesem.WithPriority):
 // on each of its limiters a higher class is served first, within the bound
@@ -556,8 +557,8 @@ func (p *Pool) merge(charges []Charge) ([]Charge, error) {
 	return out, nil
 }
 
-// tooHeavyLocked returns the ratesem.ErrWeightTooLarge error for the first charge
-// heavier than its rule can ever admit, or nil.
+// tooHeavyLocked returns the ratesem.ErrWeightTooLarge error for the first
+// charge heavier than its rule can ever admit, or nil.
 func (p *Pool) tooHeavyLocked(charges []Charge) error {
 	for _, c := range charges {
 		rs := p.rules[c.Rule]

@@ -31,12 +31,12 @@ var clusterArgs = []string{
 	"--cluster-require-full-coverage", "no",
 }
 
-// StartCluster starts a 3-master Redis Cluster for t, joins it with
-// `redis-cli --cluster create … --cluster-replicas 0 --cluster-yes`, and
-// waits (at most 10 s) until every node reports cluster_state:ok. The nodes are stopped
-// in t.Cleanup. It skips t when redis-server or redis-cli is missing
-// (fails it when CI is set), as Start does. Without persistence, a
-// restarted node comes back with its slots and without its keys.
+// StartCluster starts a 3-master Redis Cluster for t, joins it with `redis-cli
+// --cluster create … --cluster-replicas 0 --cluster-yes`, and waits (at most 10
+// s) until every node reports cluster_state:ok. The nodes are stopped in
+// t.Cleanup. It skips t when redis-server or redis-cli is missing (fails it
+// when CI is set), as Start does. Without persistence, a restarted node comes
+// back with its slots and without its keys.
 func StartCluster(t testing.TB) *Cluster {
 	t.Helper()
 	if _, err := exec.LookPath("redis-cli"); err != nil {

@@ -525,16 +525,16 @@ func (s *RateSemaphore) PauseFor(d time.Duration) {
 	s.Pause(s.now().Add(d))
 }
 
-// SetLimit changes the limit to n units per interval, at run time, keeping
-// the accounting: units in flight and the window's record of calls still
-// inside the old window count against the new limit at once, so lowering it
-// never lets a burst through, and raising it admits waiters at once. A
-// concurrency cap set by WithMaxUnitsInFlight stays in force (never above n).
-// Waiters whose weight no longer fits fail at once with ratesem.ErrWeightTooLarge;
-// with interval 0 they wait aside, as in Acquire, until their context ends or
-// a later SetLimit makes them fit, and then rejoin the queue in their order
-// of arrival. It returns an error matching ratesem.ErrInvalidLimit, and
-// changes nothing, if n or interval is negative. It never blocks in process.
+// SetLimit changes the limit to n units per interval, at run time, keeping the
+// accounting: units in flight and the window's record of calls still inside the
+// old window count against the new limit at once, so lowering it never lets a
+// burst through, and raising it admits waiters at once. A concurrency cap set
+// by WithMaxUnitsInFlight stays in force (never above n). Waiters whose weight
+// no longer fits fail at once with ratesem.ErrWeightTooLarge; with interval 0
+// they wait aside, as in Acquire, until their context ends or a later SetLimit
+// makes them fit, and then rejoin the queue in their order of arrival. It
+// returns an error matching ratesem.ErrInvalidLimit, and changes nothing, if n
+// or interval is negative. It never blocks in process.
 //
 // For a RateSemaphore built with redisrate.NewSemaphore, SetLimit stores the
 // new limit in Redis for every process sharing the name (each adopts it at its

@@ -193,8 +193,9 @@ func (f *fastSlidingCounter) SetLimit(now, n int64, per time.Duration) {
 // block, N at the start of the block Blocks later). More blocks shrink the
 // span over which the 2N can happen, not the 2N. It counts at the client.
 //
-// Memory: 72 bytes plus 8 bytes per block. The zero SubWindowCounter is not usable; call
-// NewSubWindowCounter. It is not safe for concurrent use (see Policy).
+// Memory: 72 bytes plus 8 bytes per block. The zero SubWindowCounter is not
+// usable; call NewSubWindowCounter. It is not safe for concurrent use (see
+// Policy).
 type SubWindowCounter struct {
 	limit  Limit
 	blocks int64

@@ -26,12 +26,11 @@ const (
 	RuleOrders1d      = "ORDERS_1D"      // orders per account in a day
 )
 
-// Limits: LimitX is the N of rule X (weight units for REQUEST_WEIGHT,
-// requests for RAW_REQUESTS, orders for the ORDERS rules) per PerX, a
-// time.Duration, as GET /api/v3/exchangeInfo reports them in "rateLimits"
-// (source: DocsURL + "rest-api/limits", and each rule's Source). Binance may change
-// them, and gives some accounts others; Pool.SetLimit changes them at run
-// time.
+// Limits: LimitX is the N of rule X (weight units for REQUEST_WEIGHT, requests
+// for RAW_REQUESTS, orders for the ORDERS rules) per PerX, a time.Duration, as
+// GET /api/v3/exchangeInfo reports them in "rateLimits" (source: DocsURL +
+// "rest-api/limits", and each rule's Source). Binance may change them, and
+// gives some accounts others; Pool.SetLimit changes them at run time.
 const (
 	LimitRequestWeight = 6000
 	PerRequestWeight   = time.Minute
