@@ -48,17 +48,17 @@
 //
 // Many processes share their limits through Redis (github.com/redis/go-redis/v9
 // against a redis-server, a Sentinel group or a Redis Cluster), in package
-// redisrate, the one package that imports go-redis: a program that uses
-// only the packages above does not link it. redisrate.NewSemaphore and
+// redisrate, the one package that imports go-redis: a program that uses only
+// the packages above does not link it. redisrate.NewSemaphore and
 // redisrate.NewSemaphoreWithPolicy return the same *semaphore.RateSemaphore,
-// with its window kept in Redis; redisrate.Shared keeps a whole Table's
-// rules there, a call under several rules admitted by one Lua script over
-// all of them, on the Redis server's clock. The waiting (FIFO per limiter, pauses, deadlines, the
-// fallback when Redis is unreachable) stays in each process. For tests,
-// redistest starts a real redis-server child process on a free
-// loopback port (redistest.Start), or a 3-master cluster, and stops it when
-// the test ends; without the binary the test is skipped (failed under CI).
-// See the README's Redis section and examples/fleet.
+// with its window kept in Redis; redisrate.Shared keeps a whole Table's rules
+// there, a call under several rules admitted by one Lua script over all of
+// them, on the Redis server's clock. The waiting (FIFO per limiter, pauses,
+// deadlines, the fallback when Redis is unreachable) stays in each process. For
+// tests, redistest starts a real redis-server child process on a free loopback
+// port (redistest.Start), or a 3-master cluster, and stops it when the test
+// ends; without the binary the test is skipped (failed under CI). See the
+// README's Redis section and examples/fleet.
 //
 // # Conventions shared by every package
 //
@@ -91,19 +91,19 @@
 // semaphore's options). What a constructor returns cannot be reconfigured
 // except through its methods (SetLimit, Pause).
 //
-// Panics versus errors. A limit passed to a constructor as numbers, or
-// another misuse fixed in the caller's source (a nil policy, conflicting
-// options, Release of more than is held), panics, as make([]T, -1) does: it
-// is a bug in the calling code, not a condition to handle at run time
-// (semaphore.New(-1, time.Second) and window.NewCompletion with a negative
-// Limit panic). A limit that comes from data — a clientpool.Table,
-// window.ParseLimit, RateSemaphore.SetLimit and Pool.SetLimit at run time —
-// returns an error matching [ErrInvalidLimit] instead (a server's
-// unreadable rate-limit header, one matching [ErrMalformedHeader]), so
-// validate a limit read at run time (a flag, a config file) with
-// window.ParseLimit before passing its numbers to a constructor. Constructors that return an error anyway because they
-// talk to Redis (redisrate.NewSemaphore) return ErrInvalidLimit for a bad limit
-// too, rather than panic.
+// Panics versus errors. A limit passed to a constructor as numbers, or another
+// misuse fixed in the caller's source (a nil policy, conflicting options,
+// Release of more than is held), panics, as make([]T, -1) does: it is a bug in
+// the calling code, not a condition to handle at run time (semaphore.New(-1,
+// time.Second) and window.NewCompletion with a negative Limit panic). A limit
+// that comes from data — a clientpool.Table, window.ParseLimit,
+// RateSemaphore.SetLimit and Pool.SetLimit at run time — returns an error
+// matching [ErrInvalidLimit] instead (a server's unreadable rate-limit header,
+// one matching [ErrMalformedHeader]), so validate a limit read at run time (a
+// flag, a config file) with window.ParseLimit before passing its numbers to a
+// constructor. Constructors that return an error anyway because they talk to
+// Redis (redisrate.NewSemaphore) return ErrInvalidLimit for a bad limit too,
+// rather than panic.
 //
 // # Why
 //

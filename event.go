@@ -107,6 +107,7 @@ func (s PauseSource) String() string {
 // safe for concurrent use and must not block: the call waits for them.
 // With no observer set, a limiter builds no Event at all.
 type Event struct {
+	// Kind says what happened; it decides which other fields apply.
 	Kind EventKind
 	// Rule and Key name the limiter: a clientpool rule and key; for a
 	// RateSemaphore built with redisrate.NewSemaphore, Key is its name; empty

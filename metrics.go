@@ -71,20 +71,26 @@ func (m *Metrics) Observe(e Event) {
 // monotonic sums). A clientpool.Pool reports one event per charge of a
 // call, so the counts it feeds are of charges, not calls.
 type MetricsSnapshot struct {
+	// Admitted, Refused and Cancelled count the events of those kinds:
+	// calls (charges, from a Pool) admitted, refused and cancelled.
 	Admitted, Refused, Cancelled uint64
 	// Throttled counts throttled responses as reported: a clientpool.Pool
 	// reports one per charge of the response, a Transport one per
 	// response.
 	Throttled uint64
 	// Paused counts the pauses set (Paused events).
-	Paused     uint64
-	Retried    uint64
-	Evicted    uint64
+	Paused uint64
+	// Retried counts the retries a Transport made (Retried events).
+	Retried uint64
+	// Evicted counts the idle limiters a Pool dropped (Evicted events).
+	Evicted uint64
+	// Reconciled counts the usage reports that made a window count more
+	// (Reconciled events), not the units.
 	Reconciled uint64
 	// QueueDepth is the number of calls waiting now (Queued events not yet
 	// followed by their end), a gauge.
 	QueueDepth int64
-	// Wait is the distribution of the waits of admitted calls.
+	// Wait is the distribution of the waits (Event.Wait) of admitted calls.
 	Wait WaitHistogram
 }
 
@@ -97,9 +103,9 @@ type WaitHistogram struct {
 	Bounds []time.Duration
 	// Counts are the cumulative counts, one per bound.
 	Counts []uint64
-	// Count is the number of waits observed.
+	// Count is the number of waits observed (the +Inf bucket).
 	Count uint64
-	// Sum is the waits added up.
+	// Sum is the waits added up (Prometheus's _sum, in time.Duration).
 	Sum time.Duration
 }
 

@@ -18,10 +18,13 @@
 //     the same instant, taking nothing while it waits, so no capacity of
 //     one rule is burned waiting on another, a cancelled call leaves no
 //     trace, and calls taking overlapping rules in any order cannot
-//     deadlock; waiters are FIFO per limiter (a call refused by a rule is
-//     served before later calls on that rule and key, which cannot starve
-//     it), and a rule with room is not held up by a call waiting on
-//     another rule;
+//     deadlock; waiters are FIFO per limiter within a priority class
+//     (ratesem.WithPriority: a call refused by a rule is served before
+//     later calls of its class or a lower one on that rule and key, and
+//     at most ratesem.MaxOvertakes later calls of each higher class pass
+//     it, so it cannot starve), and a rule with room is not held up by a
+//     call waiting on another rule; WithMaxQueue and ratesem.WithQueueWait
+//     bound the queue and the time in it;
 //   - pauses by key (Pause, Throttled): a 429 on one instrument pauses that
 //     instrument's rule, not the others; for the server's Retry-After,
 //     spread by jitter, or without one with capped exponential backoff per
@@ -42,15 +45,15 @@
 //     attacker-chosen keys (WithMaxKeys, ratesem.ErrTooManyKeys);
 //   - reports events to an observer (WithObserver).
 //
-// With redisrate.Shared a Pool keeps every rule's state in Redis instead, so that
-// a fleet of replicas (processes sharing one IP or one API key) shares each
-// rule exactly: a call's charges are admitted together across the fleet by
-// one Lua script in one round trip, on the Redis server's clock; pauses,
-// usage reports and SetLimit reach every replica; two replicas built with
-// different limits for one rule get ratesem.ErrLimitMismatch instead of silently
-// enforcing the larger one. Table.Scope names the hash tag every key of
-// the Pool shares: on a Redis Cluster one scope lives in one slot. Close
-// stops a Redis-mode Pool.
+// With redisrate.Shared a Pool keeps every rule's state in Redis instead, so
+// that a fleet of replicas (processes sharing one IP or one API key) shares
+// each rule exactly: a call's charges are admitted together across the fleet by
+// one Lua script in one round trip, on the Redis server's clock; pauses, usage
+// reports and SetLimit reach every replica; two replicas built with different
+// limits for one rule get ratesem.ErrLimitMismatch instead of silently
+// enforcing the larger one. Table.Scope names the hash tag every key of the
+// Pool shares: on a Redis Cluster one scope lives in one slot. Close stops a
+// Redis-mode Pool.
 //
 // For HTTP, httpclient.NewPool wraps a Pool in an http.RoundTripper. A Pool
 // is safe for concurrent use by multiple goroutines.

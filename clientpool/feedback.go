@@ -13,18 +13,19 @@ import (
 	"github.com/ratesem/ratesem/window"
 )
 
-// Reconcile takes in the server's own count for (rule, key): used units in
-// its current window. When the server counts more than the local window
-// does (another process spends from the same limit), the local window counts
-// the difference as spent now, so the local budget shrinks for the rest of
-// that window; a server count at or below the local one changes nothing, so
-// feedback never loosens the local accounting. The difference taken in is
-// at most the rule's limit (N, or the window's capacity when larger): a
-// count beyond it, up to math.MaxInt64, means "full until the window
-// moves", never a wrap. A negative used is ignored. Windows that do not
-// implement window.Reconciler ignore it. It never blocks; it returns an
-// error matching ratesem.ErrUnknownRule for an unknown rule, and one matching
-// ratesem.ErrTooManyKeys when the key is new and the pool is full (WithMaxKeys).
+// Reconcile takes in the server's own count for (rule, key): used units in its
+// current window. When the server counts more than the local window does
+// (another process spends from the same limit), the local window counts the
+// difference as spent now, so the local budget shrinks for the rest of that
+// window; a server count at or below the local one changes nothing, so feedback
+// never loosens the local accounting. The difference taken in is at most the
+// rule's limit (N, or the window's capacity when larger): a count beyond it, up
+// to math.MaxInt64, means "full until the window moves", never a wrap. A
+// negative used is ignored. Windows that do not implement window.Reconciler
+// ignore it. It never blocks; it returns an error matching
+// ratesem.ErrUnknownRule for an unknown rule, and one matching
+// ratesem.ErrTooManyKeys when the key is new and the pool is full
+// (WithMaxKeys).
 func (p *Pool) Reconcile(rule, key string, used int64) error {
 	rs, ok := p.rules[rule]
 	if !ok {

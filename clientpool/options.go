@@ -37,9 +37,9 @@ type config struct {
 // WithLease sets how long, in Redis mode (redisrate.Shared), a call admitted
 // counts as in flight without a release: a process that dies mid-call
 // frees its units when the lease runs out (and, for the completion window,
-// a Per later). It must be a whole number of microseconds and cover the
-// longest call. Default: one minute (rspec.DefaultLease). It does nothing
-// in process.
+// a Per later). It must be a whole number of microseconds, at most 2^40 µs
+// (about 12.7 days), and cover the longest call; New returns an error
+// otherwise. 0 means the default: one minute. It does nothing in process.
 func WithLease(d time.Duration) Option { return func(c *config) { c.lease = d } }
 
 // WithClock makes the pool read time and set its timer through clk, for
@@ -56,14 +56,14 @@ func WithClock(clk ratesem.Clock) Option { return func(c *config) { c.clk = clk 
 // DefaultIdleTimeout.
 func WithIdleTimeout(d time.Duration) Option { return func(c *config) { c.idle = d } }
 
-// WithMaxKeys caps the live (rule, key) limiters at n, against callers
-// that choose keys (a rule keyed by a request header): when a call needs a
-// new limiter and n are live, the least recently used idle limiters whose
-// windows have forgotten every call are evicted first, whatever the idle
-// time; when none can be, the call fails at once with an error matching
-// ratesem.ErrTooManyKeys. A key whose window still counts calls is never dropped
-// and keys are never merged. 0 (the default) means no cap; New returns an
-// error for n < 0.
+// WithMaxKeys caps the live (rule, key) limiters at n, against callers that
+// choose keys (a rule keyed by a request header): when a call needs a new
+// limiter and n are live, the least recently used idle limiters whose windows
+// have forgotten every call are evicted first, whatever the idle time; when
+// none can be, the call fails at once with an error matching
+// ratesem.ErrTooManyKeys. A key whose window still counts calls is never
+// dropped and keys are never merged. 0 (the default) means no cap; New returns
+// an error for n < 0.
 func WithMaxKeys(n int) Option { return func(c *config) { c.maxKeys = n } }
 
 // WithMaxPause caps the pause one throttle causes on a key (Throttled,
@@ -81,13 +81,13 @@ func WithMaxPause(d time.Duration) Option { return func(c *config) { c.maxPause 
 // ratesem.Metrics.Observe keeps Prometheus/OpenTelemetry-style counters.
 func WithObserver(fn func(ratesem.Event)) Option { return func(c *config) { c.observer = fn } }
 
-// WithMaxQueue caps the calls waiting on each (rule, key) limiter at n:
-// a call that must wait (it is not admitted at once) while one of its
-// limiters already has n waiting calls fails at once, whatever its
-// priority, with an error matching ratesem.ErrQueueFull, holding nothing
-// (an observer sees it Refused). The cap is per limiter, not per pool: on
-// a rule keyed by account each account has its own n. 0 (the default)
-// means no cap; New returns an error for n < 0 or n > math.MaxInt32. In
-// Redis mode (redisrate.Shared) it caps the calls of this process queued on each
-// limiter (those of other processes are not counted).
+// WithMaxQueue caps the calls waiting on each (rule, key) limiter at n: a call
+// that must wait (it is not admitted at once) while one of its limiters already
+// has n waiting calls fails at once, whatever its priority, with an error
+// matching ratesem.ErrQueueFull, holding nothing (an observer sees it Refused).
+// The cap is per limiter, not per pool: on a rule keyed by account each account
+// has its own n. 0 (the default) means no cap; New returns an error for n < 0
+// or n > math.MaxInt32. In Redis mode (redisrate.Shared) it caps the calls of
+// this process queued on each limiter (those of other processes are not
+// counted).
 func WithMaxQueue(n int) Option { return func(c *config) { c.maxQueue = n } }

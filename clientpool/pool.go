@@ -321,7 +321,8 @@ func (p *Pool) instant(ns int64) time.Time { return p.epoch.Add(time.Duration(ns
 // Classify returns the charges of a request under the Table's endpoints:
 // one per rule of the matching endpoint (or of the Table's Default) whose
 // Key applies. It returns an error matching ratesem.ErrNegativeWeight for a
-// negative weight.
+// negative weight, or the error of the endpoint's Charges function. It
+// does not block, changes nothing and is safe for concurrent use.
 func (p *Pool) Classify(req *http.Request) ([]Charge, error) { return p.classify(req) }
 
 // Ticket is an admitted call: it holds its charges until Release. Tickets
@@ -375,20 +376,21 @@ func (t *Ticket) Release() {
 // same rule and key are added up (saturating). On success the caller must
 // Release the Ticket when the call ends.
 //
-// On failure it holds nothing and returns ctx.Err() when ctx is done (a
-// context done before the call never acquires); an error matching both
-// context.DeadlineExceeded and ratesem.ErrDeadline as soon as the admission is known
-// to come after ctx's deadline; an error matching ratesem.ErrUnknownRule for a charge
-// to a rule the pool does not have; an error matching ratesem.ErrWeightTooLarge at
-// once for a charge heavier than its rule can ever admit; an error matching
-// ratesem.ErrNegativeWeight for a negative weight; or an error matching
-// ratesem.ErrTooManyKeys at once when the call needs a new key and the pool is full
-// (WithMaxKeys); an error matching ratesem.ErrQueueFull at once when it must
-// wait and one of its limiters already has the WithMaxQueue number of
-// waiting calls; an error matching ratesem.ErrQueueTimeout (not
-// context.DeadlineExceeded) when it waited its queue-wait budget
-// (ratesem.WithQueueWait on ctx), or as soon as its admission is known to
-// come after that budget. A call with no charges is admitted at once.
+// On failure it holds nothing and returns ctx.Err() when ctx is done (a context
+// done before the call never acquires); an error matching both
+// context.DeadlineExceeded and ratesem.ErrDeadline as soon as the admission is
+// known to come after ctx's deadline; an error matching ratesem.ErrUnknownRule
+// for a charge to a rule the pool does not have; an error matching
+// ratesem.ErrWeightTooLarge at once for a charge heavier than its rule can ever
+// admit; an error matching ratesem.ErrNegativeWeight for a negative weight; or
+// an error matching ratesem.ErrTooManyKeys at once when the call needs a new
+// key and the pool is full (WithMaxKeys); an error matching
+// ratesem.ErrQueueFull at once when it must wait and one of its limiters
+// already has the WithMaxQueue number of waiting calls; an error matching
+// ratesem.ErrQueueTimeout (not context.DeadlineExceeded) when it waited its
+// queue-wait budget (ratesem.WithQueueWait on ctx), or as soon as its admission
+// is known to come after that budget. A call with no charges is admitted at
+// once.
 //
 // A call that must wait reads its priority from ctx (ratesem.WithPriority):
 // on each of its limiters a higher class is served first, within the bound
@@ -555,8 +557,8 @@ func (p *Pool) merge(charges []Charge) ([]Charge, error) {
 	return out, nil
 }
 
-// tooHeavyLocked returns the ratesem.ErrWeightTooLarge error for the first charge
-// heavier than its rule can ever admit, or nil.
+// tooHeavyLocked returns the ratesem.ErrWeightTooLarge error for the first
+// charge heavier than its rule can ever admit, or nil.
 func (p *Pool) tooHeavyLocked(charges []Charge) error {
 	for _, c := range charges {
 		rs := p.rules[c.Rule]
@@ -657,12 +659,16 @@ func (p *Pool) admitLocked(hs []held, nodes []qnode, now time.Time) (at time.Tim
 
 // SetLimit changes a rule's limit at run time, for every key, keeping the
 // accounting: what each key's window counted still counts against the new
-// limit. Waiters heavier than the new limit fail with ratesem.ErrWeightTooLarge.
-// It returns an error for an unknown rule or a limit that is not N > 0 per
-// Per > 0. It never blocks; it walks every key of the rule and every
-// waiter. In Redis mode (redisrate.Shared) it changes the limit for every process
-// and blocks for one round trip per key of the rule this process knows;
-// it then also returns the first error of Redis.
+// limit. Waiters heavier than the new limit fail with
+// ratesem.ErrWeightTooLarge. It returns an error matching
+// ratesem.ErrUnknownRule for an unknown rule, and one matching
+// ratesem.ErrInvalidLimit for a limit that is not N > 0 per Per > 0. In
+// process it never blocks; it walks every key of the rule and every waiter
+// under the pool's lock. In Redis mode (redisrate.Shared) it changes the
+// limit for every process and blocks for one round trip per key of the
+// rule this process knows (each bounded by the Redis timeout, one second);
+// it then also returns the first error of Redis (ratesem.ErrUnavailable
+// when Redis cannot be reached).
 func (p *Pool) SetLimit(rule string, l window.Limit) error {
 	rs, ok := p.rules[rule]
 	if !ok {
@@ -700,7 +706,9 @@ func (p *Pool) SetLimit(rule string, l window.Limit) error {
 	return nil
 }
 
-// Limit returns a rule's current limit, and false for an unknown rule.
+// Limit returns a rule's current limit (N units per Per), and false for an
+// unknown rule. It does not block. In Redis mode it is the limit this
+// process set, not one another process stored.
 func (p *Pool) Limit(rule string) (window.Limit, bool) {
 	rs, ok := p.rules[rule]
 	if !ok {
@@ -711,20 +719,24 @@ func (p *Pool) Limit(rule string) (window.Limit, bool) {
 	return rs.limit, true
 }
 
-// KeyState is a snapshot of one limiter.
+// KeyState is a snapshot of one limiter (Pool.Snapshot); a plain value.
 type KeyState struct {
+	// Rule and Key name the limiter: a rule of the Table and a key its
+	// Key function returned.
 	Rule, Key string
 	// InFlight is the units of admitted calls not yet released.
 	InFlight int64
 	// Used is the units the window counts at the snapshot's instant, for
-	// windows that implement window.Reconciler; -1 for the others.
+	// windows that implement window.Reconciler; -1 for the others and in
+	// Redis mode.
 	Used int64
 	// PausedUntil is when the key's pause ends; zero when none was set.
 	PausedUntil time.Time
 }
 
 // Snapshot returns the state of every live limiter, sorted by rule and key.
-// It walks every key.
+// It walks every key under the pool's lock and makes no round trip to
+// Redis: in Redis mode it tells what this process knows.
 func (p *Pool) Snapshot() []KeyState {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -759,7 +771,8 @@ func (p *Pool) Snapshot() []KeyState {
 	return out
 }
 
-// Len returns the number of live limiters (rule, key pairs).
+// Len returns the number of live limiters (rule, key pairs) in this
+// process. It does not block.
 func (p *Pool) Len() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()

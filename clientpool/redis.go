@@ -19,7 +19,7 @@ import (
 )
 
 // MaxRedisCharges is the most distinct (rule, key) charges of one call in
-// Redis mode.
+// Redis mode (64): a call with more fails with ratesem.ErrTooManyCharges.
 const MaxRedisCharges = rspec.MaxCharges
 
 // hashedKey begins the Redis name of a key that is too long for Redis

@@ -68,8 +68,11 @@ type UsageFunc func(h http.Header) (used int64, ok bool)
 // Charge is what one call costs under one rule: Weight units of the limiter
 // of (Rule, Key).
 type Charge struct {
-	Rule   string
-	Key    string
+	// Rule names a rule of the Table.
+	Rule string
+	// Key is the rule's key ("" for a rule without a Key function).
+	Key string
+	// Weight is the units the call costs, in the rule's units (≥ 0).
 	Weight int64
 }
 

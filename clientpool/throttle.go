@@ -12,11 +12,13 @@ import (
 // Pause holds every new start on the limiter of (rule, key) until the
 // instant until: calls that need it wait, calls in flight go on, other keys
 // and rules are not affected. Overlapping pauses do not add up; the later
-// end wins. It is not capped (the cap of WithMaxPause applies to the pauses
-// throttles cause), except in Redis mode, where it pauses every process.
-// It never blocks. It returns an error matching
-// ratesem.ErrUnknownRule for an unknown rule, and one matching ratesem.ErrTooManyKeys when
-// the key is new and the pool is full (WithMaxKeys).
+// end wins. In process it is not capped (the cap of WithMaxPause applies to
+// the pauses throttles cause); in Redis mode (redisrate.Shared), where it
+// pauses every process, it is capped by WithMaxPause too and sent to Redis
+// in the background. It never blocks. It returns an error matching
+// ratesem.ErrUnknownRule for an unknown rule, and one matching
+// ratesem.ErrTooManyKeys when the key is new and the pool is full
+// (WithMaxKeys).
 func (p *Pool) Pause(rule, key string, until time.Time) error {
 	rs, ok := p.rules[rule]
 	if !ok {

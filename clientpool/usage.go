@@ -12,14 +12,13 @@ import (
 	"github.com/ratesem/ratesem"
 )
 
-// MaxFieldBytes is the largest rate-limit field the parsers in this file
-// read: the lengths of all the lines of one field name, plus one separator
-// per extra line, in bytes. A longer field is rejected (ratesem.ErrMalformedHeader,
-// or "not said" for a UsageFunc) before any of it is parsed, so a hostile
-// server cannot make a response cost more than this much parsing. 8 KiB is
-// the default per-line limit of common proxies (nginx's large header
-// buffers, Apache's LimitRequestFieldSize); real rate-limit fields are a few
-// dozen bytes.
+// MaxFieldBytes is the largest rate-limit field the parsers in this file read:
+// the lengths of all the lines of one field name, plus one separator per extra
+// line, in bytes. A longer field is rejected (ratesem.ErrMalformedHeader, or
+// "not said" for a UsageFunc) before any of it is parsed, so a hostile server
+// cannot make a response cost more than this much parsing. 8 KiB is the default
+// per-line limit of common proxies (nginx's large header buffers, Apache's
+// LimitRequestFieldSize); real rate-limit fields are a few dozen bytes.
 const MaxFieldBytes = 8 << 10
 
 // epochSeconds and epochMillis are the magnitudes from which a reset
@@ -33,9 +32,12 @@ const (
 // RateLimitInfo is what a server says about one of its limits. The parsers
 // in this package return Limit ≥ 0, Remaining ≥ 0 and Reset ≥ 0.
 type RateLimitInfo struct {
-	Limit     int64         // units per window (quota)
-	Remaining int64         // units left in the current window
-	Reset     time.Duration // until the window resets; 0 when not given
+	// Limit is the quota: units per window.
+	Limit int64
+	// Remaining is the units left in the current window.
+	Remaining int64
+	// Reset is the time until the window resets; 0 when not given.
+	Reset time.Duration
 }
 
 // Used returns Limit − Remaining, the units the server counts as spent, in
@@ -151,11 +153,11 @@ func ParseRateLimit(h http.Header, prefix, policy string) (RateLimitInfo, error)
 // Reset is the time from now to that point: 0 when it is past, saturated at
 // math.MaxInt64 nanoseconds, never negative.
 //
-// It returns a zero RateLimitInfo and a nil error when the headers are
-// absent, and an error matching ratesem.ErrMalformedHeader when they are present but
-// cannot be read: a negative, signed or non-numeric count, a field longer
-// than MaxFieldBytes, a Structured Field that does not parse, an unknown
-// policy or one without r or q.
+// It returns a zero RateLimitInfo and a nil error when the headers are absent,
+// and an error matching ratesem.ErrMalformedHeader when they are present but
+// cannot be read: a negative, signed or non-numeric count, a field longer than
+// MaxFieldBytes, a Structured Field that does not parse, an unknown policy or
+// one without r or q.
 func ParseRateLimitAt(h http.Header, prefix, policy string, now time.Time) (RateLimitInfo, error) {
 	if prefix == "RateLimit-" {
 		rl, err := fieldValues(h, "RateLimit")
@@ -336,8 +338,8 @@ func intMember(m httpsfv.Member) (int64, error) {
 }
 
 // fieldValues returns the lines of the field name in h, or an error matching
-// ratesem.ErrMalformedHeader when together they are longer than MaxFieldBytes. It
-// does not allocate for a canonical name.
+// ratesem.ErrMalformedHeader when together they are longer than MaxFieldBytes.
+// It does not allocate for a canonical name.
 func fieldValues(h http.Header, name string) ([]string, error) {
 	vs := h.Values(name)
 	size := 0

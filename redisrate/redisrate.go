@@ -40,56 +40,63 @@ import (
 	"github.com/ratesem/ratesem/window"
 )
 
-// NewSemaphore returns a semaphore.RateSemaphore named name whose state is kept in
-// Redis through c, so that every RateSemaphore built with the same name
-// (and the same limit) in any process shares one limit of n units per
-// interval: replicas sharing one API key or one IP. It is the same type as
-// semaphore.New's; Acquire, TryAcquire, Release, Do, DoN, Pause, PauseFor, SetLimit,
-// Limit, Stats and Close all work, and the limit is decided on the Redis
-// server's clock (TIME), so processes with skewed clocks agree.
+// NewSemaphore returns a *semaphore.RateSemaphore named name whose state is
+// kept in Redis through c, so that every RateSemaphore built with the same
+// name (and the same limit) in any process shares one limit of n units per
+// interval (a time.Duration): replicas sharing one API key or one IP. It is
+// the same type as semaphore.New's; Acquire, TryAcquire, Release, Do, DoN,
+// Pause, PauseFor, SetLimit, Limit, Stats and Close all work, and the limit
+// is decided on the Redis server's clock (TIME), so processes with skewed
+// clocks agree.
 //
 // The window is the completion window by default (at every instant, units
 // in flight + units of calls that ended within the last interval ≤ n,
 // across all processes), or the start window with a margin
-// (semaphore.WithStartWindow); semaphore.WithMaxUnitsInFlight caps the units in flight across every
-// process. semaphore.WithClock is ignored: the server's clock is the only one.
+// (semaphore.WithStartWindow); semaphore.WithMaxUnitsInFlight caps the
+// units in flight across every process. semaphore.WithClock is ignored: the
+// server's clock is the only one.
 //
 // # Round trips and waiting
 //
 // A call admitted at once costs two round trips: the admission (one
 // EVALSHA) and the release, which is sent in the background (Release never
 // waits on Redis; a release that cannot be sent is covered by the call's
-// lease, WithLease). Waiters of one process queue FIFO and only the head
-// talks to Redis; a refused head sleeps until the instant Redis gives, plus
-// jitter (semaphore.WithJitter), never polling; when only calls in flight ending can
-// make room it re-asks at most every interval/4, or at once when a release
-// of this process reached Redis. Every round trip is bounded by
-// semaphore.WithRedisTimeout whatever the client's options. Acquire fails at once
-// with ratesem.ErrDeadline when the wait Redis gives ends after ctx's deadline.
+// lease, semaphore.WithLease). Waiters of one process queue FIFO and only
+// the head talks to Redis; a refused head sleeps until the instant Redis
+// gives, plus jitter (semaphore.WithJitter), never polling; when only calls
+// in flight ending can make room it re-asks at most every interval/4, or at
+// once when a release of this process reached Redis. Every round trip is
+// bounded by semaphore.WithRedisTimeout whatever the client's options.
+// Acquire fails at once with ratesem.ErrDeadline when the wait Redis gives
+// ends after ctx's deadline.
 //
 // # Limits agree across processes
 //
 // The limit is stored in Redis with the state. A process built with
-// another limit for the same name gets an error matching ratesem.ErrLimitMismatch
-// from Acquire; SetLimit changes the limit for every process (each adopts
-// it at its next admission).
+// another limit for the same name gets an error matching
+// ratesem.ErrLimitMismatch from Acquire; SetLimit changes the limit for
+// every process (each adopts it at its next admission).
 //
 // # When Redis is unreachable
 //
 // Without semaphore.WithFallback, Acquire fails with an error matching
-// ratesem.ErrUnavailable, at once while the last failure is recent (a probe goes
-// out 100 ms after a failure, then after twice as long each time, up to
-// 1 s). With semaphore.WithFallback(share), admissions go to a local RateSemaphore of
-// floor(share·n) units per interval meanwhile.
+// ratesem.ErrUnavailable, at once while the last failure is recent (a probe
+// goes out 100 ms after a failure, then after twice as long each time, up
+// to 1 s). With semaphore.WithFallback(share), admissions go to a local
+// RateSemaphore of floor(share·n) units per interval meanwhile.
 //
-// NewSemaphore makes one round trip, bounded by semaphore.WithRedisTimeout: it reads the
-// server's maxmemory-policy. A policy other than noeviction lets Redis
-// evict the limit's keys: NewSemaphore then fails with ratesem.ErrEviction unless
-// semaphore.WithEvictionAllowed is given (when the server forbids CONFIG or does not
-// answer in time the check is skipped). It returns an error for a nil
-// client, an empty name or one longer than 512 bytes, n ≤ 0, an
-// interval ≤ 0 or not a whole number of microseconds (matching
-// ratesem.ErrInvalidLimit), and for an invalid option. Close the RateSemaphore when done; it does not close c.
+// NewSemaphore blocks for one round trip, bounded by
+// semaphore.WithRedisTimeout: it reads the server's maxmemory-policy. A
+// policy other than noeviction lets Redis evict the limit's keys:
+// NewSemaphore then fails with ratesem.ErrEviction unless
+// semaphore.WithEvictionAllowed is given (when the server forbids CONFIG or
+// does not answer in time the check is skipped). It returns an error
+// matching ratesem.ErrInvalidLimit for n ≤ 0, an interval ≤ 0 or not a
+// whole number of microseconds, a start-window margin not a whole number
+// of microseconds, or semaphore.WithMaxUnitsInFlight(0); and a plain error
+// for a nil client, an empty name or one longer than 512 bytes, and an
+// invalid option (each Redis option names its valid range). It is safe for
+// concurrent use. Close the RateSemaphore when done; Close does not close c.
 func NewSemaphore(c goredis.UniversalClient, name string, n int64, interval time.Duration, opts ...semaphore.Option) (*semaphore.RateSemaphore, error) {
 	if c == nil {
 		return nil, errors.New("ratesem: redisrate.NewSemaphore: nil client")
@@ -97,19 +104,21 @@ func NewSemaphore(c goredis.UniversalClient, name string, n int64, interval time
 	return semaphoreOf(backend.NewSemaphore(rstore.NewOpener(c), name, n, interval, nil, opts))
 }
 
-// NewSemaphoreWithPolicy is NewSemaphore with any window of package window that
-// has a Redis form (every one: window.NewCompletion, NewFixedCompletion,
-// NewSlidingLog, NewFixedWindow, NewSlidingWindowCounter,
-// NewSubWindowCounter, NewTokenBucket, NewLeakyBucket, NewGCRA, NewPacer):
-// p, a fresh Policy, gives the kind and the limit kept in Redis, with the
-// exact guarantee its doc states, across every process sharing the name.
-// semaphore.WithMaxUnitsInFlight caps the units in flight across every process;
-// semaphore.WithStartWindow is an error (the policy is the window). With
-// semaphore.WithFallback, p itself, set to floor(share·N) units per Per, becomes the
-// local fallback (a bucket keeps its burst). The semaphore owns p. It
-// returns the errors of NewSemaphore, and one for
-// a limit its Redis form cannot keep exactly (a Per not a whole number of
-// microseconds, or too large).
+// NewSemaphoreWithPolicy is NewSemaphore with any window of package window
+// that has a Redis form (every one: window.NewCompletion,
+// NewFixedCompletion, NewSlidingLog, NewFixedWindow,
+// NewSlidingWindowCounter, NewSubWindowCounter, NewTokenBucket,
+// NewLeakyBucket, NewGCRA, NewPacer): p, a fresh Policy, gives the kind and
+// the limit kept in Redis, with the exact guarantee its doc states, across
+// every process sharing the name. semaphore.WithMaxUnitsInFlight caps the
+// units in flight across every process; semaphore.WithStartWindow is an
+// error (the policy is the window). With semaphore.WithFallback, p itself,
+// set to floor(share·N) units per Per, becomes the local fallback (a bucket
+// keeps its burst). The semaphore owns p. It blocks like NewSemaphore and
+// returns its errors (ErrInvalidLimit for N ≤ 0 or Per ≤ 0), an error for a
+// nil p, and one for a limit its Redis form cannot keep exactly (a Per not
+// a whole number of microseconds, or N or Per too large; that error does
+// not match ratesem.ErrInvalidLimit).
 func NewSemaphoreWithPolicy(c goredis.UniversalClient, name string, p window.Policy, opts ...semaphore.Option) (*semaphore.RateSemaphore, error) {
 	if c == nil {
 		return nil, errors.New("ratesem: redisrate.NewSemaphoreWithPolicy: nil client")
@@ -127,17 +136,19 @@ func semaphoreOf(s any, err error) (*semaphore.RateSemaphore, error) {
 	return s.(*semaphore.RateSemaphore), nil
 }
 
-// Shared returns the clientpool.Option that keeps the state of every rule in Redis, shared by every Pool
-// (in this process or another) built over the same Redis with the same
-// prefix and clientpool.Table.Scope: a fleet of replicas behind one IP or account
-// then shares each rule's limit exactly, as one process would.
+// Shared returns the clientpool.Option that keeps the state of every rule
+// in Redis, shared by every Pool (in this process or another) built over
+// the same Redis with the same prefix and clientpool.Table.Scope: a fleet
+// of replicas behind one IP or account then shares each rule's limit
+// exactly, as one process would. Shared itself does not block and makes no
+// round trip; clientpool.New reports its errors.
 //
 // c is a go-redis client of a server, a Sentinel group or a Redis Cluster
 // (any goredis.UniversalClient); the Pool never closes it. prefix begins
 // every key the Pool writes (1 to 512 bytes, no brace). Every key of one
-// scope (clientpool.Table.Scope, or prefix when it is empty) shares one hash tag: on
-// a Redis Cluster one scope lives in one slot, hence on one node (see
-// clientpool.Table.Scope to spread the load).
+// scope (clientpool.Table.Scope, or prefix when it is empty) shares one
+// hash tag: on a Redis Cluster one scope lives in one slot, hence on one
+// node (see clientpool.Table.Scope to spread the load).
 //
 // In Redis mode:
 //
@@ -146,20 +157,22 @@ func semaphoreOf(s any, err error) (*semaphore.RateSemaphore, error) {
 //     clock); a refused call sleeps until the instant Redis names, plus
 //     jitter, queued FIFO per (rule, key) in this process, and only the
 //     head of a queue asks Redis again. A call in flight holds a lease
-//     (one minute): a process that dies mid-call frees its units then.
-//     Errors checked before Redis (unknown rule, negative weight, a weight
-//     too large, ratesem.ErrTooManyKeys) are the same as in process; Redis adds
-//     ratesem.ErrLimitMismatch, ratesem.ErrUnavailable and ratesem.ErrClosed.
-//   - clientpool.Ticket.Release sends the release in the background: it never waits
-//     on Redis; a release lost (a Redis error, Close) is covered by the
-//     lease.
-//   - clientpool.Ticket.ObserveHeaders and Reconcile pass the server's count to Redis
-//     (in the background), so every process sees it: Redis then counts
-//     at least that many units in the window, never fewer than it did.
+//     (one minute, clientpool.WithLease): a process that dies mid-call
+//     frees its units then. Errors checked before Redis (unknown rule,
+//     negative weight, a weight too large, ratesem.ErrTooManyKeys) are the
+//     same as in process; Redis adds ratesem.ErrLimitMismatch,
+//     ratesem.ErrUnavailable and ratesem.ErrClosed.
+//   - clientpool.Ticket.Release sends the release in the background: it
+//     never waits on Redis; a release lost (a Redis error, Close) is
+//     covered by the lease.
+//   - clientpool.Ticket.ObserveHeaders and Reconcile pass the server's
+//     count to Redis (in the background), so every process sees it: Redis
+//     then counts at least that many units in the window, never fewer than
+//     it did.
 //   - Pause, Throttled and ThrottledResponse pause the same keys as in
 //     process, in this process at once and in Redis, so every process
-//     pauses; in Redis mode Pause is capped by clientpool.WithMaxPause as throttles
-//     are, since it holds the whole fleet.
+//     pauses; in Redis mode Pause is capped by clientpool.WithMaxPause as
+//     throttles are, since it holds the whole fleet.
 //   - SetLimit changes the limit in Redis for every key of the rule this
 //     process knows (Snapshot), and for every other key of the rule the
 //     moment this process meets it: every process adopts it there. It
@@ -171,15 +184,16 @@ func semaphoreOf(s any, err error) (*semaphore.RateSemaphore, error) {
 //
 // Redis keeps names of at most 512 bytes: a key longer than that is
 // kept under its SHA-256 (each key still has its own limiter). A call
-// takes at most clientpool.MaxRedisCharges distinct charges (ratesem.ErrTooManyCharges).
+// takes at most clientpool.MaxRedisCharges distinct charges (more fail
+// with ratesem.ErrTooManyCharges).
 //
 // Every rule's window must have a Redis form (every window of package
 // window has one, for N up to 2^40 and a Per of a whole number of
-// microseconds up to about 12.7 days); clientpool.New returns an error otherwise, for
-// a nil c, for an empty prefix, one longer than 512 bytes or with a brace,
-// and for a rule name or clientpool.Table.Scope longer than 512 bytes. clientpool.WithClock does
-// not apply to Redis's decisions, which are made on the Redis server's
-// clock.
+// microseconds up to about 12.7 days); clientpool.New returns an error
+// otherwise, for a nil c, for an empty prefix, one longer than 512 bytes
+// or with a brace, and for a rule name or clientpool.Table.Scope longer
+// than 512 bytes. clientpool.WithClock does not apply to Redis's
+// decisions, which are made on the Redis server's clock.
 func Shared(c goredis.UniversalClient, prefix string) clientpool.Option {
 	var o backend.Opener // a nil c: clientpool.New fails
 	if c != nil {

@@ -31,12 +31,12 @@ var clusterArgs = []string{
 	"--cluster-require-full-coverage", "no",
 }
 
-// StartCluster starts a 3-master Redis Cluster for t, joins it with
-// `redis-cli --cluster create … --cluster-replicas 0 --cluster-yes`, and
-// waits until every node reports cluster_state:ok. The nodes are stopped
-// in t.Cleanup. It skips t when redis-server or redis-cli is missing
-// (fails it when CI is set), as StartServer does. Without persistence, a
-// restarted node comes back with its slots and without its keys.
+// StartCluster starts a 3-master Redis Cluster for t, joins it with `redis-cli
+// --cluster create … --cluster-replicas 0 --cluster-yes`, and waits (at most 10
+// s) until every node reports cluster_state:ok. The nodes are stopped in
+// t.Cleanup. It skips t when redis-server or redis-cli is missing (fails it
+// when CI is set), as Start does. Without persistence, a restarted node comes
+// back with its slots and without its keys.
 func StartCluster(t testing.TB) *Cluster {
 	t.Helper()
 	if _, err := exec.LookPath("redis-cli"); err != nil {
@@ -128,12 +128,14 @@ func (c *Cluster) Addrs() []string {
 	return a
 }
 
-// Node returns node i (0 to 2), to stop and start it by hand.
+// Node returns node i (0 to 2), to stop and start it by hand; another i
+// panics (index out of range).
 func (c *Cluster) Node(i int) *Server { return c.nodes[i] }
 
 // Restart stops node i and starts it again on the same port (with its
 // nodes.conf: the same id and slots, none of its keys), and waits until the
-// cluster is ok again. For a launched cluster it returns an error.
+// cluster is ok again (at most 10 s); it returns an error when it is not,
+// and for a launched cluster. It blocks for the restart.
 func (c *Cluster) Restart(i int) error {
 	n := c.nodes[i]
 	if n.t == nil {
@@ -144,7 +146,8 @@ func (c *Cluster) Restart(i int) error {
 	return c.waitOK()
 }
 
-// Stop stops every node; a launched cluster's directories are removed.
+// Stop stops every node (see Server.Stop: it blocks up to 5 s per node);
+// a launched cluster's directories are removed.
 func (c *Cluster) Stop() {
 	for _, n := range c.nodes {
 		if n != nil {

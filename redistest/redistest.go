@@ -84,7 +84,7 @@ func Start(t testing.TB, args ...string) *Server {
 // program rather than a test (examples/simulate uses it): the same settings
 // as Start (no snapshots, no append-only file, bound to 127.0.0.1; on
 // Linux it dies with its parent). It returns an error when no redis-server
-// binary is found or the server does not answer PING within a few seconds.
+// binary is found or the server does not answer PING within 10 s.
 // The caller must call Stop, which also removes the server's directory.
 // Start and Restart are for test servers only (they report through the
 // test); they panic on a launched one.
@@ -142,9 +142,10 @@ func (s *Server) Stop() {
 }
 
 // Start starts the server again on the same port, empty (no keys, no
-// cached scripts), and waits until it answers PING. It fails the test if the
-// server does not come up within a few seconds. Starting a running server
-// does nothing.
+// cached scripts), and waits until it answers PING (at most 10 s an
+// attempt; it tries again every 100 ms, up to 50 times, while the old
+// socket lingers). It fails the test if the server does not come up.
+// Starting a running server does nothing.
 func (s *Server) Start() {
 	s.t.Helper()
 	var err error

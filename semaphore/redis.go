@@ -396,9 +396,9 @@ func (f fallback) share(n int64) error {
 }
 
 // Acquire implements remote.Fallback: it waits for the charge's weight, in
-// units, on the local semaphore of the fallback's share, until ctx is done;
-// a weight above the share fails at once with ratesem.ErrUnavailable. It returns the
-// release.
+// units, on the local semaphore of the fallback's share, until ctx is done; a
+// weight above the share fails at once with ratesem.ErrUnavailable. It returns
+// the release.
 func (f fallback) Acquire(ctx context.Context, _ string, cs []rspec.Charge) (func(), error) {
 	n := cs[0].Weight
 	if err := f.share(n); err != nil {

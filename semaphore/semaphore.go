@@ -30,8 +30,8 @@ import (
 // within a priority class (ratesem.WithPriority on the context): a caller
 // never overtakes one of its class or a higher one that asked earlier, so
 // large weights do not starve, and at most ratesem.MaxOvertakes later
-// callers of each higher class overtake it. A waiter sleeps on one timer, set for the instant the head of the
-// queue can be admitted; nothing polls.
+// callers of each higher class overtake it. A waiter sleeps on one timer,
+// set for the instant the head of the queue can be admitted; nothing polls.
 //
 // A call's start is the instant Acquire returns and its end the instant
 // Release is called: release as soon as the call's response has been read,
@@ -215,8 +215,8 @@ func (s *RateSemaphore) instant(ns int64) time.Time {
 //     capacity (a bucket's burst, see NewWithPolicy). Without a
 //     rate limit (interval 0) such a call waits for ctx, as x/sync does,
 //     without holding up other callers (or until a SetLimit makes it fit);
-//   - an error matching ratesem.ErrNegativeWeight (ratesem.ErrNegativeWeight) at
-//     once when n is negative;
+//   - an error matching ratesem.ErrNegativeWeight at once when n is
+//     negative;
 //   - an error matching ratesem.ErrQueueFull at once when the call must wait
 //     and WithMaxQueue callers already wait;
 //   - an error matching ratesem.ErrQueueTimeout (not
@@ -489,6 +489,12 @@ func (s *RateSemaphore) DoN(ctx context.Context, n int64, fn func(context.Contex
 // on. Overlapping pauses do not add up; the later end wins. A time in the
 // past changes nothing. It never blocks. Feed it from a 429 or 418 response's
 // Retry-After; PauseFor takes the delay form.
+//
+// Built with redisrate.NewSemaphore, the pause is measured on the real clock,
+// capped at 5 minutes (a hostile Retry-After cannot hold the fleet longer),
+// holds this process at once and is sent to Redis in the background (one
+// round trip bounded by WithRedisTimeout, skipped while Redis is unreachable),
+// so every process sharing the name pauses.
 func (s *RateSemaphore) Pause(until time.Time) {
 	if s.remote != nil {
 		s.remote.pause(until)
@@ -519,16 +525,16 @@ func (s *RateSemaphore) PauseFor(d time.Duration) {
 	s.Pause(s.now().Add(d))
 }
 
-// SetLimit changes the limit to n units per interval, at run time, keeping
-// the accounting: units in flight and the window's record of calls still
-// inside the old window count against the new limit at once, so lowering it
-// never lets a burst through, and raising it admits waiters at once. A
-// concurrency cap set by WithMaxUnitsInFlight stays in force (never above n).
-// Waiters whose weight no longer fits fail at once with ratesem.ErrWeightTooLarge;
-// with interval 0 they wait aside, as in Acquire, until their context ends or
-// a later SetLimit makes them fit, and then rejoin the queue in their order
-// of arrival. It returns an error, and changes nothing, if n or interval is
-// negative. It never blocks in process.
+// SetLimit changes the limit to n units per interval, at run time, keeping the
+// accounting: units in flight and the window's record of calls still inside the
+// old window count against the new limit at once, so lowering it never lets a
+// burst through, and raising it admits waiters at once. A concurrency cap set
+// by WithMaxUnitsInFlight stays in force (never above n). Waiters whose weight
+// no longer fits fail at once with ratesem.ErrWeightTooLarge; with interval 0
+// they wait aside, as in Acquire, until their context ends or a later SetLimit
+// makes them fit, and then rejoin the queue in their order of arrival. It
+// returns an error matching ratesem.ErrInvalidLimit, and changes nothing, if n
+// or interval is negative. It never blocks in process.
 //
 // For a RateSemaphore built with redisrate.NewSemaphore, SetLimit stores the
 // new limit in Redis for every process sharing the name (each adopts it at its
@@ -654,7 +660,8 @@ func (s *RateSemaphore) Limit() window.Limit {
 	return window.Limit{N: s.size, Per: s.interval}
 }
 
-// Stats is a snapshot of a RateSemaphore's counters.
+// Stats is a snapshot of a RateSemaphore's counters (RateSemaphore.Stats).
+// Counts are totals since New; durations are time.Duration. A plain value.
 type Stats struct {
 	// InFlight is the units held by admitted calls not yet released.
 	InFlight int64
@@ -715,7 +722,8 @@ type Stats struct {
 	Unavailable bool
 }
 
-// Stats returns a snapshot of the counters. It never blocks for long.
+// Stats returns a snapshot of the counters. It makes no round trip to Redis
+// and blocks only for the semaphore's lock.
 func (s *RateSemaphore) Stats() Stats {
 	if s.remote != nil {
 		return s.remote.stats()

@@ -22,12 +22,12 @@ import (
 // N/(Per + latency) rather than N/Per.
 //
 // Weights are units: a call of weight w takes w slots. Units of calls that
-// ended at the same instant share one log entry, so memory is at most one
-// 16-byte entry per distinct completion instant within the last Per, never
-// more than N. Past 1024 entries (16 KiB), units of calls that ended within
-// the same 1.024 µs share one entry stamped with the latest of their ends:
-// they count up to 1.024 µs longer than they must (never less), and the log
-// stays within one entry per 1.024 µs of Per. A window of N < 1024 never
+// ended at the same instant share one log entry, so memory is 112 bytes plus at
+// most one 16-byte entry per distinct completion instant within the last Per,
+// never more than N. Past 1024 entries (16 KiB), units of calls that ended
+// within the same 1.024 µs share one entry stamped with the latest of their
+// ends: they count up to 1.024 µs longer than they must (never less), and the
+// log stays within one entry per 1.024 µs of Per. A window of N < 1024 never
 // gets there and is exact to the nanosecond.
 //
 // The zero Completion is not usable; call NewCompletion. A Completion is not

@@ -26,7 +26,7 @@ import (
 // in a window of length Per; it never admits more than N in one aligned
 // window, so never 2N. Like every start counter it counts at the client.
 //
-// Memory: 32 bytes, whatever N. The zero SlidingWindowCounter is not usable;
+// Memory: 48 bytes, whatever N. The zero SlidingWindowCounter is not usable;
 // call NewSlidingWindowCounter. It is not safe for concurrent use (see
 // Policy).
 type SlidingWindowCounter struct {
@@ -182,7 +182,7 @@ func (f *fastSlidingCounter) SetLimit(now, n int64, per time.Duration) {
 }
 
 // SubWindowCounter is the sliding window counter built from sub-window
-// blocks, the variant of the seed articles: Per is cut into Blocks blocks of
+// blocks, the variant most write-ups describe: Per is cut into Blocks blocks of
 // Per/Blocks (rounded up to a whole nanosecond), aligned to the Unix epoch,
 // and a call of n units is admitted when the units started in the current
 // block and the Blocks−1 before it, plus n, are at most N.
@@ -193,8 +193,9 @@ func (f *fastSlidingCounter) SetLimit(now, n int64, per time.Duration) {
 // block, N at the start of the block Blocks later). More blocks shrink the
 // span over which the 2N can happen, not the 2N. It counts at the client.
 //
-// Memory: 8 bytes per block. The zero SubWindowCounter is not usable; call
-// NewSubWindowCounter. It is not safe for concurrent use (see Policy).
+// Memory: 72 bytes plus 8 bytes per block. The zero SubWindowCounter is not
+// usable; call NewSubWindowCounter. It is not safe for concurrent use (see
+// Policy).
 type SubWindowCounter struct {
 	limit  Limit
 	blocks int64

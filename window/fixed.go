@@ -25,7 +25,7 @@ import (
 // NewFixedCompletion makes the variant that holds at the server whatever the
 // latency: a call counts in every aligned window from its start to its end.
 //
-// Memory: 48 bytes, whatever N. The zero FixedWindow is not usable; call
+// Memory: 64 bytes, whatever N. The zero FixedWindow is not usable; call
 // NewFixedWindow or NewFixedCompletion. A FixedWindow is not safe for
 // concurrent use (see Policy).
 type FixedWindow struct {

@@ -29,13 +29,15 @@ type Limiter struct {
 // RateSemaphore.
 func NewLimiter(p Policy) *Limiter { return &Limiter{p: p} }
 
-// Allow is AllowN(time.Now(), 1).
+// Allow is AllowN(time.Now(), 1): one unit, on the real clock. It never
+// blocks beyond the Limiter's mutex.
 func (l *Limiter) Allow() bool { return l.AllowN(time.Now(), 1) }
 
 // AllowN reports whether a call of n units (n ≥ 0) may start at now, and if
 // so records it: the caller must then make the call (and, for the
 // completion windows, call DoneN when it ends). On false nothing changes.
-// A negative n is refused (false): it would credit the window.
+// A negative n is refused (false): it would credit the window. It never
+// blocks beyond the Limiter's mutex.
 func (l *Limiter) AllowN(now time.Time, n int64) bool {
 	if n < 0 {
 		return false
@@ -49,10 +51,11 @@ func (l *Limiter) AllowN(now time.Time, n int64) bool {
 // TryN admits a call of n units (n ≥ 0) at now if the policy allows, and
 // then returns (0, nil) and records it, as AllowN. Otherwise it changes
 // nothing and returns how long after now the call could start if nothing
-// else changed (> 0, nil error); an error matching ratesem.ErrWeightTooLarge when n
-// exceeds the policy's capacity; ratesem.ErrInFlight when only DoneN can make
-// room; or an error matching ratesem.ErrNegativeWeight, changing nothing, when n is
-// negative.
+// else changed (a time.Duration > 0, nil error); an error matching
+// ratesem.ErrWeightTooLarge when n exceeds the policy's capacity;
+// ratesem.ErrInFlight itself when time alone cannot make room (only DoneN,
+// or a larger limit, can); or an error matching ratesem.ErrNegativeWeight
+// when n is negative. It never blocks beyond the Limiter's mutex.
 func (l *Limiter) TryN(now time.Time, n int64) (retryAfter time.Duration, err error) {
 	if n < 0 {
 		return 0, fmt.Errorf("ratesem: Limiter.TryN: %w %d", ratesem.ErrNegativeWeight, n)
@@ -97,7 +100,7 @@ func (l *Limiter) SetLimit(now time.Time, lim Limit) {
 	l.p.SetLimit(now, lim)
 }
 
-// Limit returns the policy's limit.
+// Limit returns the policy's limit: N units per Per.
 func (l *Limiter) Limit() Limit {
 	l.mu.Lock()
 	defer l.mu.Unlock()

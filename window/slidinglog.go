@@ -9,9 +9,9 @@ import (
 )
 
 // SlidingLog is the start window with a margin: a sliding log of start
-// instants, each recorded as start + Margin (the seed articles call the
-// margin buffer time). A call may start at t once the units recorded after
-// t − Per leave room for it, so at every instant t
+// instants, each recorded as start + Margin (articles on client-side rate
+// limits call the margin buffer time). A call may start at t once the units
+// recorded after t − Per leave room for it, so at every instant t
 //
 //	units of calls that started in (t − Per − Margin, t] ≤ N:
 //
@@ -22,9 +22,9 @@ import (
 // most Margin; with more jitter it may reject. It limits nothing about calls
 // in flight; a RateSemaphore adds its concurrency cap for that.
 //
-// Memory is one 16-byte entry per distinct start instant within the last
-// Per + Margin. The zero SlidingLog is not usable; call NewSlidingLog. A
-// SlidingLog is not safe for concurrent use (see Policy).
+// Memory: 112 bytes plus one 16-byte entry per distinct start instant within
+// the last Per + Margin. The zero SlidingLog is not usable; call NewSlidingLog.
+// A SlidingLog is not safe for concurrent use (see Policy).
 type SlidingLog struct {
 	limit  Limit
 	margin int64 // nanoseconds

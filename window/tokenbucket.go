@@ -21,7 +21,7 @@ import (
 // one, N/Per apart. Over a long run the rate is N per Per. It counts at the
 // client.
 //
-// Memory: under 100 bytes, whatever N. The zero TokenBucket is not usable;
+// Memory: 112 bytes, whatever N. The zero TokenBucket is not usable;
 // call NewTokenBucket. A TokenBucket is not safe for concurrent use (see
 // Policy).
 type TokenBucket struct {

@@ -20,16 +20,17 @@ const DocsURL = "https://developers.binance.com/docs/binance-spot-api-docs/"
 // Rule names, as they appear in Charges, Events and Pool.SetLimit: Binance's
 // rateLimitType, with the interval for the two ORDERS limits.
 const (
-	RuleRequestWeight = "REQUEST_WEIGHT" // request weight per IP
-	RuleRawRequests   = "RAW_REQUESTS"   // requests per IP
+	RuleRequestWeight = "REQUEST_WEIGHT" // weight units per IP per minute
+	RuleRawRequests   = "RAW_REQUESTS"   // requests per IP per 5 minutes
 	RuleOrders10s     = "ORDERS_10S"     // orders per account in 10 s
 	RuleOrders1d      = "ORDERS_1D"      // orders per account in a day
 )
 
-// Limits: N units of each rule per its window, as GET /api/v3/exchangeInfo
-// reports them in "rateLimits" (see the rules' Sources). Binance may change
-// them, and gives some accounts others; Pool.SetLimit changes them at run
-// time.
+// Limits: LimitX is the N of rule X (weight units for REQUEST_WEIGHT, requests
+// for RAW_REQUESTS, orders for the ORDERS rules) per PerX, a time.Duration, as
+// GET /api/v3/exchangeInfo reports them in "rateLimits" (source: DocsURL +
+// "rest-api/limits", and each rule's Source). Binance may change them, and
+// gives some accounts others; Pool.SetLimit changes them at run time.
 const (
 	LimitRequestWeight = 6000
 	PerRequestWeight   = time.Minute

@@ -225,7 +225,9 @@ func wholeSeconds(v string) int {
 
 // HeaderSet is a named set of response headers, for Hostile.Header.
 type HeaderSet struct {
-	Name   string
+	// Name describes the set, for a subtest's name.
+	Name string
+	// Header is the set, ready for Hostile.Header; a fresh map per call.
 	Header http.Header
 }
 

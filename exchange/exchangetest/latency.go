@@ -8,9 +8,8 @@ import (
 )
 
 // FixedLatency returns a latency function for [OKXConfig.Latency] or
-// [BinanceConfig.Latency] that always
-// returns d. It is safe for concurrent use. A negative d is treated by the
-// server as zero.
+// [BinanceConfig.Latency] that always returns d. It is safe for concurrent
+// use. A negative d is treated by the server as zero.
 func FixedLatency(d time.Duration) func() time.Duration {
 	return func() time.Duration { return d }
 }
@@ -20,12 +19,12 @@ func FixedLatency(d time.Duration) func() time.Duration {
 const uniformLatencySeed = 0x6f6b78 // "okx"
 
 // UniformLatency returns a latency function for [OKXConfig.Latency] or
-// [BinanceConfig.Latency] whose
-// results are drawn uniformly from the closed interval [min, max] (nanosecond
-// resolution). The generator is seeded with a fixed seed, so the sequence of
-// values is the same in every run; the order in which concurrent requests draw
-// from it is, of course, up to the scheduler. The returned function is safe for
-// concurrent use (it holds its own lock while drawing).
+// [BinanceConfig.Latency] whose results are drawn uniformly from the closed
+// interval [min, max] (nanosecond resolution). The generator is seeded with
+// a fixed seed, so the sequence of values is the same in every run; the
+// order in which concurrent requests draw from it is up to the scheduler.
+// The returned function is safe for concurrent use (it holds its own lock
+// while drawing).
 //
 // UniformLatency panics if min < 0 or max < min.
 func UniformLatency(min, max time.Duration) func() time.Duration {

@@ -562,7 +562,8 @@ func okxBooks(_ *OKXServer, q okxRequest) any {
 }
 
 // okxCandles returns two one-minute candles ending at the arrival, newest
-// first, as arrays of strings: ts, o, h, l, c, vol, volCcy, volCcyQuote, confirm.
+// first, as arrays of strings: ts, o, h, l, c, vol, volCcy, volCcyQuote,
+// confirm.
 func okxCandles(_ *OKXServer, q okxRequest) any {
 	m := q.at.Truncate(time.Minute)
 	return [][]string{

@@ -74,7 +74,10 @@ func (k RuleKey) String() string {
 // Charge is what one request counts under one rule: Units units on the
 // counter Key.
 type Charge struct {
-	Key   RuleKey
+	// Key is the counter charged: a rule and the request's key parts.
+	Key RuleKey
+	// Units is what the request counts under the rule (requests, request
+	// weight or orders, as Rule.Limit counts them).
 	Units int64
 }
 
@@ -285,10 +288,13 @@ func PeakUsage(log []Entry, rules []Rule) map[RuleKey]int64 {
 
 // Violation reports a counter whose peak usage exceeds its rule's limit.
 type Violation struct {
-	Key   RuleKey
-	Rule  Rule
-	Peak  int64 // most units accepted in one window (see PeakUsage)
-	Limit int64 // Rule.Limit
+	// Key is the counter over its limit, and Rule the rule it counts for.
+	Key  RuleKey
+	Rule Rule
+	// Peak is the most units accepted in one window (see PeakUsage).
+	Peak int64
+	// Limit is Rule.Limit, in the same units.
+	Limit int64
 }
 
 // String describes the violation, e.g.

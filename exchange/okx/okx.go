@@ -142,9 +142,12 @@ func WithTimeScale(scale float64) Option {
 // latency. Requests to endpoints not in the table are not limited
 // (Table.Default is nil): OKX limits each endpoint separately.
 //
-// Classify reads the instId of a POST body through req.GetBody, leaving
-// req.Body unread; it returns an error for a POST whose body is not empty but
-// has no GetBody, and for a body that is not the JSON the endpoint takes.
+// Classify (and so Pool.Acquire through an httpclient Transport) reads the
+// instId of a POST body through req.GetBody, leaving req.Body unread; it
+// returns an error, matching no ratesem sentinel, for a POST whose body is
+// not empty but has no GetBody, for a body over 1 MiB, and for a body that
+// is not the JSON the endpoint takes. Table does not block; the Table's
+// functions are safe for concurrent use.
 //
 // Each call returns a new Table, which the caller may change before giving it
 // to clientpool.New.
