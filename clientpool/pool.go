@@ -667,8 +667,13 @@ func (p *Pool) admitLocked(hs []held, nodes []qnode, now time.Time) (at time.Tim
 // under the pool's lock. In Redis mode (redisrate.Shared) it changes the
 // limit for every process and blocks for one round trip per key of the
 // rule this process knows (each bounded by the Redis timeout, one second);
-// it then also returns the first error of Redis (ratesem.ErrUnavailable
-// when Redis cannot be reached).
+// it stops at the first key whose round trip fails and returns that error
+// (ratesem.ErrUnavailable when Redis cannot be reached), so an outage costs
+// one timeout, not one per key. The keys it did not reach still get the new
+// limit in Redis: this process writes it the next time it admits a call on
+// each of them, and every process adopts it from there. In Redis mode a
+// limit Redis cannot keep exactly (a Per not a whole number of µs) also
+// matches ratesem.ErrInvalidLimit.
 func (p *Pool) SetLimit(rule string, l window.Limit) error {
 	rs, ok := p.rules[rule]
 	if !ok {

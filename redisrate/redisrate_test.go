@@ -155,3 +155,34 @@ func TestSharedPools(t *testing.T) {
 		t.Errorf("Acquire after Close: %v, want ErrClosed", err)
 	}
 }
+
+// A limit Redis cannot keep exactly (a Per that is not a whole number of
+// microseconds, an N beyond 2^40) is an invalid limit for the caller:
+// every way of giving one returns an error matching ErrInvalidLimit.
+func TestUnrepresentableLimitsAreInvalid(t *testing.T) {
+	c := client(t)
+	_, err := redisrate.NewSemaphoreWithPolicy(c, "p", window.NewFixedWindow(window.Limit{N: 2, Per: 1500 * time.Nanosecond}))
+	if !errors.Is(err, ratesem.ErrInvalidLimit) {
+		t.Errorf("NewSemaphoreWithPolicy, Per 1.5 µs: %v, want ErrInvalidLimit", err)
+	}
+	_, err = redisrate.NewSemaphoreWithPolicy(c, "p", window.NewFixedWindow(window.Limit{N: 1 << 50, Per: time.Second}))
+	if !errors.Is(err, ratesem.ErrInvalidLimit) {
+		t.Errorf("NewSemaphoreWithPolicy, N 2^50: %v, want ErrInvalidLimit", err)
+	}
+	s, err := redisrate.NewSemaphore(c, "s", 2, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.SetLimit(2, 1500*time.Nanosecond); !errors.Is(err, ratesem.ErrInvalidLimit) {
+		t.Errorf("SetLimit(2, 1.5µs): %v, want ErrInvalidLimit", err)
+	}
+	if l := s.Limit(); l.N != 2 || l.Per != time.Second {
+		t.Errorf("a refused SetLimit changed the limit to %v", l)
+	}
+	_, err = clientpool.New(clientpool.Table{Rules: []clientpool.Rule{{Name: "r", Limit: window.Limit{N: 2, Per: 1500 * time.Nanosecond}}}},
+		redisrate.Shared(c, "x"))
+	if !errors.Is(err, ratesem.ErrInvalidLimit) {
+		t.Errorf("Shared with a Per of 1.5 µs: %v, want ErrInvalidLimit", err)
+	}
+}

@@ -70,8 +70,9 @@ const (
 )
 
 // ErrSpec is matched by the error for a Spec the Store cannot keep (see
-// Spec.Check).
-var ErrSpec = errors.New("ratesem: limit not representable in Redis")
+// Spec.Check). It wraps ratesem.ErrInvalidLimit, so that error matches too:
+// a limit Redis cannot keep exactly is an invalid limit for the caller.
+var ErrSpec = fmt.Errorf("%w: not representable in Redis", ratesem.ErrInvalidLimit)
 
 // WholeMicros reports whether d is a whole number of microseconds.
 func WholeMicros(d time.Duration) bool { return d%time.Microsecond == 0 }
