@@ -9,14 +9,26 @@ import (
 
 // Option configures a Transport in New, NewSelect or NewPool. Options are
 // applied in order; a later one of the same kind wins.
-type Option func(*Transport)
+// A nil Option is ignored.
+type Option func(*config)
+
+// config is what the options set; a Transport keeps it unchanged after New.
+type config struct {
+	base          http.RoundTripper // nil: http.DefaultTransport
+	maxRetryAfter time.Duration     // ≤ 0: DefaultMaxRetryAfter
+	clk           ratesem.Clock     // nil: the real clock
+	throttledBody func(status int, h http.Header, body []byte) bool
+	backoffStart  time.Duration // ≤ 0: 200 ms
+	maxRetries    int           // ≤ 0: never retry
+	observer      func(ratesem.Event)
+}
 
 // build returns a Transport of sel set up by opts.
 func build(sel Selector, opts []Option) *Transport {
 	t := &Transport{sel: sel}
 	for _, o := range opts {
 		if o != nil {
-			o(t)
+			o(&t.config)
 		}
 	}
 	return t
@@ -24,13 +36,13 @@ func build(sel Selector, opts []Option) *Transport {
 
 // WithBase sends the requests through rt. Default (or a nil rt):
 // http.DefaultTransport.
-func WithBase(rt http.RoundTripper) Option { return func(t *Transport) { t.base = rt } }
+func WithBase(rt http.RoundTripper) Option { return func(c *config) { c.base = rt } }
 
 // WithMaxRetryAfter caps the pause one throttled response can cause, its
 // Retry-After or the backoff, and so the sleep before a retry. Zero or
 // negative means DefaultMaxRetryAfter (5 minutes), the default.
 func WithMaxRetryAfter(d time.Duration) Option {
-	return func(t *Transport) { t.maxRetryAfter = d }
+	return func(c *config) { c.maxRetryAfter = d }
 }
 
 // WithThrottledBody sets the hook that reports whether a response says the
@@ -47,7 +59,7 @@ func WithMaxRetryAfter(d time.Duration) Option {
 // its own test here. The hook must be safe for concurrent use and must not
 // keep h or body.
 func WithThrottledBody(f func(status int, h http.Header, body []byte) bool) Option {
-	return func(t *Transport) { t.throttledBody = f }
+	return func(c *config) { c.throttledBody = f }
 }
 
 // WithBackoffStart sets the first pause after a throttle without a usable
@@ -55,7 +67,7 @@ func WithThrottledBody(f func(status int, h http.Header, body []byte) bool) Opti
 // to the cap of WithMaxRetryAfter. Zero or negative means the default,
 // 200 ms.
 func WithBackoffStart(d time.Duration) Option {
-	return func(t *Transport) { t.backoffStart = d }
+	return func(c *config) { c.backoffStart = d }
 }
 
 // WithMaxRetries sets how many times RoundTrip sends a throttled request
@@ -86,7 +98,7 @@ func WithBackoffStart(d time.Duration) Option {
 // GetBody fails, a nil response and that error. Otherwise the caller sees
 // only the last response, which is still the throttled one when the
 // retries run out.
-func WithMaxRetries(n int) Option { return func(t *Transport) { t.maxRetries = n } }
+func WithMaxRetries(n int) Option { return func(c *config) { c.maxRetries = n } }
 
 // WithObserver has the Transport tell obs what happens to each request, as
 // a ratesem.Event (Rule and Key empty): Admitted (Weight, and Wait, the time
@@ -103,10 +115,12 @@ func WithMaxRetries(n int) Option { return func(t *Transport) { t.maxRetries = n
 // observer and costs one nil check per event. A limiter with an observer of
 // its own (semaphore.WithObserver, clientpool.WithObserver) reports its
 // queueing too; ratesem.Metrics.Observe counts either.
-func WithObserver(obs func(ratesem.Event)) Option { return func(t *Transport) { t.observer = obs } }
+func WithObserver(obs func(ratesem.Event)) Option { return func(c *config) { c.observer = obs } }
 
 // WithClock makes the Transport read the wall clock through clk, to turn an
 // HTTP-date Retry-After into a delay, and sleep on clk.After before a retry
 // (WithMaxRetries). Default (or a nil clk): the real clock, which
-// testing/synctest fakes. The limiter keeps its own clock.
-func WithClock(clk ratesem.Clock) Option { return func(t *Transport) { t.clk = clk } }
+// testing/synctest fakes. The limiter keeps its own clock; the order of
+// requests and throttles that sets the backoff streak, and the Wait of an
+// Admitted event, stay on the real monotonic clock.
+func WithClock(clk ratesem.Clock) Option { return func(c *config) { c.clk = clk } }

@@ -108,6 +108,10 @@ func TestOptions(t *testing.T) {
 			between(t, "default first backoff", r.pauses[0], 100*time.Millisecond, 300*time.Millisecond)
 			r = run(t, 429, nil, httpclient.WithBackoffStart(10*time.Second))
 			between(t, "WithBackoffStart(10s)", r.pauses[0], 5*time.Second, 15*time.Second)
+			r = run(t, 429, nil, httpclient.WithBackoffStart(-10*time.Second))
+			between(t, "WithBackoffStart(-10s): the default", r.pauses[0], 100*time.Millisecond, 300*time.Millisecond)
+			r = run(t, 429, nil, httpclient.WithBackoffStart(0))
+			between(t, "WithBackoffStart(0): the default", r.pauses[0], 100*time.Millisecond, 300*time.Millisecond)
 		})
 	})
 	t.Run("WithThrottledBody", func(t *testing.T) {
@@ -135,6 +139,48 @@ func TestOptions(t *testing.T) {
 			// no usable Retry-After, so the backoff applies.
 			r = run(t, 429, retryAfter(time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC).Format(http.TimeFormat)))
 			between(t, "a past HTTP-date on the default clock", r.pauses[0], 100*time.Millisecond, 300*time.Millisecond)
+			// A nil clock is the default.
+			r = run(t, 429, retryAfter(time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC).Format(http.TimeFormat)), httpclient.WithClock(nil))
+			between(t, "a past HTTP-date with WithClock(nil)", r.pauses[0], 100*time.Millisecond, 300*time.Millisecond)
+		})
+		// The sleep before a retry runs on the clock's After: a clock whose
+		// timers fire at once retries a 60 s Retry-After without waiting;
+		// the default clock waits at least the 60 s.
+		synctest.Test(t, func(t *testing.T) {
+			start := time.Now()
+			r := run(t, 429, retryAfter("60"), httpclient.WithMaxRetries(1), httpclient.WithClock(instantClock{}))
+			if r.sends != 2 {
+				t.Errorf("instant clock: %d sends, want 2", r.sends)
+			}
+			if d := time.Since(start); d != 0 {
+				t.Errorf("instant clock: the retry waited %v of real time, want 0", d)
+			}
+			start = time.Now()
+			run(t, 429, retryAfter("60"), httpclient.WithMaxRetries(1))
+			if d := time.Since(start); d < time.Minute {
+				t.Errorf("default clock: the retry waited %v, want at least 1m", d)
+			}
+		})
+	})
+	t.Run("WithObserver", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			var kinds []ratesem.EventKind
+			tr := httpclient.New(&fakeLimiter{}, httpclient.WithBase(roundTripFunc(func(req *http.Request) (*http.Response, error) {
+				return &http.Response{StatusCode: 429, Header: http.Header{}, Body: http.NoBody, Request: req}, nil
+			})), httpclient.WithObserver(func(e ratesem.Event) { kinds = append(kinds, e.Kind) }))
+			roundTrip(t, tr)
+			if len(kinds) != 2 || kinds[0] != ratesem.Admitted || kinds[1] != ratesem.Throttled {
+				t.Errorf("events %v, want Admitted then Throttled", kinds)
+			}
+			// A later nil observer replaces it: no event, no panic.
+			kinds = nil
+			roundTrip(t, httpclient.New(&fakeLimiter{}, httpclient.WithObserver(func(e ratesem.Event) { kinds = append(kinds, e.Kind) }), httpclient.WithObserver(nil),
+				httpclient.WithBase(roundTripFunc(func(req *http.Request) (*http.Response, error) {
+					return &http.Response{StatusCode: 200, Header: http.Header{}, Body: http.NoBody, Request: req}, nil
+				}))))
+			if len(kinds) != 0 {
+				t.Errorf("WithObserver(nil) after an observer: events %v, want none", kinds)
+			}
 		})
 	})
 	t.Run("extremes", func(t *testing.T) {
@@ -175,4 +221,14 @@ func TestOptions(t *testing.T) {
 			}
 		})
 	})
+}
+
+// instantClock is a ratesem.Clock whose timers fire at once.
+type instantClock struct{}
+
+func (instantClock) Now() time.Time { return time.Now() }
+func (instantClock) After(time.Duration) <-chan time.Time {
+	c := make(chan time.Time, 1)
+	c <- time.Now()
+	return c
 }

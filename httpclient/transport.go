@@ -65,14 +65,8 @@ const DefaultMaxRetryAfter = 5 * time.Minute
 // not be copied after first use. The zero Transport has no Selector:
 // RoundTrip returns an error for every request and sends none.
 type Transport struct {
-	base          http.RoundTripper // nil: http.DefaultTransport
-	sel           Selector
-	maxRetryAfter time.Duration // ≤ 0: DefaultMaxRetryAfter
-	clk           ratesem.Clock // nil: the real clock
-	throttledBody func(status int, h http.Header, body []byte) bool
-	backoffStart  time.Duration // ≤ 0: 200 ms
-	maxRetries    int
-	observer      func(ratesem.Event)
+	sel Selector
+	config
 
 	// streak counts throttles in a row without a usable Retry-After; see
 	// backoffFor. Guarded by mu, so a Transport stays safe for concurrent
@@ -149,12 +143,13 @@ var errNilSelect = errors.New("ratesem: Transport has no Selector; build it with
 // RoundTrip implements [http.RoundTripper]. It is safe for concurrent use.
 //
 // It blocks until the selected limiter admits the request's weight or the
-// request's context is done. If the weight is negative, Select is nil, or
-// Acquire fails, RoundTrip closes req.Body, does not send the request and
-// returns a nil response with an error; when the context ended the wait,
-// errors.Is(err, context.Canceled) or errors.Is(err,
-// context.DeadlineExceeded) holds. If the base RoundTripper fails, the weight is
-// released at once and its error is returned as is.
+// request's context is done. If the weight is negative, the Transport has
+// no Selector (the zero Transport), or Acquire fails, RoundTrip closes
+// req.Body, does not send the request and returns a nil response with an
+// error; when the context ended the wait, errors.Is(err, context.Canceled)
+// or errors.Is(err, context.DeadlineExceeded) holds. If the base
+// RoundTripper fails, the weight is released at once and its error is
+// returned as is.
 //
 // Otherwise the response is returned with a nil error whatever its status
 // code, as soon as the base returns it (RoundTrip never reads the body), and the
