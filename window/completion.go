@@ -142,13 +142,27 @@ func (c *Completion) overRelease(n int64, what string) {
 // fastCompletion is the engine's form of a Completion (winfast.Window).
 type fastCompletion Completion
 
-func (f *fastCompletion) c() *Completion                   { return (*Completion)(f) }
-func (f *fastCompletion) Start(e time.Time) time.Time      { return f.log.start(e) }
-func (f *fastCompletion) Capacity() int64                  { return f.limit.N }
-func (f *fastCompletion) AdmitCached(n int64) bool         { return f.c().admitCached(n) }
+func (f *fastCompletion) c() *Completion { return (*Completion)(f) }
+
+// Start implements winfast.Window (the engine's form of the window).
+func (f *fastCompletion) Start(e time.Time) time.Time { return f.log.start(e) }
+
+// Capacity implements winfast.Window (the engine's form of the window).
+func (f *fastCompletion) Capacity() int64 { return f.limit.N }
+
+// AdmitCached implements winfast.Window (the engine's form of the window).
+func (f *fastCompletion) AdmitCached(n int64) bool { return f.c().admitCached(n) }
+
+// Admit implements winfast.Window (the engine's form of the window).
 func (f *fastCompletion) Admit(now, n int64) (int64, bool) { return f.c().admit(now, n) }
-func (f *fastCompletion) Cancel(_, n int64)                { f.c().release(n, "Cancel") }
-func (f *fastCompletion) DoneUsesTime() bool               { return true } // the completion instant is the whole point
+
+// Cancel implements winfast.Window (the engine's form of the window).
+func (f *fastCompletion) Cancel(_, n int64) { f.c().release(n, "Cancel") }
+
+// DoneUsesTime implements winfast.Window (the engine's form of the window).
+func (f *fastCompletion) DoneUsesTime() bool { return true } // the completion instant is the whole point
+
+// SetLimit implements winfast.Window (the engine's form of the window).
 func (f *fastCompletion) SetLimit(now, n int64, per time.Duration) {
 	l := Limit{N: n, Per: per}
 	l.check("Completion.SetLimit")

@@ -166,15 +166,28 @@ type fastSlidingCounter struct {
 	unix int64 // the epoch's Unix time in nanoseconds
 }
 
+// Start implements winfast.Window (the engine's form of the window).
 func (f *fastSlidingCounter) Start(e time.Time) time.Time { f.unix = e.UnixNano(); return e }
-func (f *fastSlidingCounter) AdmitCached(int64) bool      { return false }
+
+// AdmitCached implements winfast.Window (the engine's form of the window).
+func (f *fastSlidingCounter) AdmitCached(int64) bool { return false }
+
+// Admit implements winfast.Window (the engine's form of the window).
 func (f *fastSlidingCounter) Admit(now, n int64) (int64, bool) {
 	wait, ok := f.admit(f.unix+now, n)
 	return waitAt(now, wait), ok
 }
-func (f *fastSlidingCounter) Cancel(t, n int64)  { f.cancel(f.unix+t, n) }
-func (f *fastSlidingCounter) Done(_, _ int64)    {}
+
+// Cancel implements winfast.Window (the engine's form of the window).
+func (f *fastSlidingCounter) Cancel(t, n int64) { f.cancel(f.unix+t, n) }
+
+// Done implements winfast.Window (the engine's form of the window).
+func (f *fastSlidingCounter) Done(_, _ int64) {}
+
+// DoneUsesTime implements winfast.Window (the engine's form of the window).
 func (f *fastSlidingCounter) DoneUsesTime() bool { return false }
+
+// SetLimit implements winfast.Window (the engine's form of the window).
 func (f *fastSlidingCounter) SetLimit(now, n int64, per time.Duration) {
 	l := Limit{N: n, Per: per}
 	l.check("SlidingWindowCounter.SetLimit")
@@ -354,15 +367,28 @@ type fastSubWindow struct {
 	unix int64 // the epoch's Unix time in nanoseconds
 }
 
+// Start implements winfast.Window (the engine's form of the window).
 func (f *fastSubWindow) Start(e time.Time) time.Time { f.unix = e.UnixNano(); return e }
-func (f *fastSubWindow) AdmitCached(int64) bool      { return false }
+
+// AdmitCached implements winfast.Window (the engine's form of the window).
+func (f *fastSubWindow) AdmitCached(int64) bool { return false }
+
+// Admit implements winfast.Window (the engine's form of the window).
 func (f *fastSubWindow) Admit(now, n int64) (int64, bool) {
 	wait, ok := f.admit(f.unix+now, n)
 	return waitAt(now, wait), ok
 }
-func (f *fastSubWindow) Cancel(t, n int64)  { f.cancel(f.unix+t, n) }
-func (f *fastSubWindow) Done(_, _ int64)    {}
+
+// Cancel implements winfast.Window (the engine's form of the window).
+func (f *fastSubWindow) Cancel(t, n int64) { f.cancel(f.unix+t, n) }
+
+// Done implements winfast.Window (the engine's form of the window).
+func (f *fastSubWindow) Done(_, _ int64) {}
+
+// DoneUsesTime implements winfast.Window (the engine's form of the window).
 func (f *fastSubWindow) DoneUsesTime() bool { return false }
+
+// SetLimit implements winfast.Window (the engine's form of the window).
 func (f *fastSubWindow) SetLimit(now, n int64, per time.Duration) {
 	l := Limit{N: n, Per: per}
 	l.check("SubWindowCounter.SetLimit")

@@ -215,15 +215,28 @@ type fastFixed struct {
 	unix int64 // the epoch's Unix time in nanoseconds
 }
 
+// Start implements winfast.Window (the engine's form of the window).
 func (f *fastFixed) Start(e time.Time) time.Time { f.unix = e.UnixNano(); return e }
-func (f *fastFixed) AdmitCached(int64) bool      { return false } // whether a new window has begun depends on the time
+
+// AdmitCached implements winfast.Window (the engine's form of the window).
+func (f *fastFixed) AdmitCached(int64) bool { return false } // whether a new window has begun depends on the time
+
+// Admit implements winfast.Window (the engine's form of the window).
 func (f *fastFixed) Admit(now, n int64) (int64, bool) {
 	wait, ok := f.admit(f.unix+now, n)
 	return waitAt(now, wait), ok
 }
-func (f *fastFixed) Cancel(t, n int64)  { f.cancel(f.unix+t, n) }
-func (f *fastFixed) Done(now, n int64)  { f.done(f.unix+now, n) }
+
+// Cancel implements winfast.Window (the engine's form of the window).
+func (f *fastFixed) Cancel(t, n int64) { f.cancel(f.unix+t, n) }
+
+// Done implements winfast.Window (the engine's form of the window).
+func (f *fastFixed) Done(now, n int64) { f.done(f.unix+now, n) }
+
+// DoneUsesTime implements winfast.Window (the engine's form of the window).
 func (f *fastFixed) DoneUsesTime() bool { return f.carry }
+
+// SetLimit implements winfast.Window (the engine's form of the window).
 func (f *fastFixed) SetLimit(now, n int64, per time.Duration) {
 	l := Limit{N: n, Per: per}
 	l.check("FixedWindow.SetLimit")

@@ -196,14 +196,30 @@ func (g *GCRA) Done(time.Time, int64) {}
 // fastGCRA is the engine's form of a GCRA (winfast.Window).
 type fastGCRA GCRA
 
-func (f *fastGCRA) g() *GCRA                         { return (*GCRA)(f) }
-func (f *fastGCRA) Start(e time.Time) time.Time      { return f.start(e) }
-func (f *fastGCRA) Capacity() int64                  { return f.g().Capacity() }
-func (f *fastGCRA) AdmitCached(int64) bool           { return false }
+func (f *fastGCRA) g() *GCRA { return (*GCRA)(f) }
+
+// Start implements winfast.Window (the engine's form of the window).
+func (f *fastGCRA) Start(e time.Time) time.Time { return f.start(e) }
+
+// Capacity implements winfast.Window (the engine's form of the window).
+func (f *fastGCRA) Capacity() int64 { return f.g().Capacity() }
+
+// AdmitCached implements winfast.Window (the engine's form of the window).
+func (f *fastGCRA) AdmitCached(int64) bool { return false }
+
+// Admit implements winfast.Window (the engine's form of the window).
 func (f *fastGCRA) Admit(now, n int64) (int64, bool) { return f.g().admit(now, n) }
-func (f *fastGCRA) Cancel(at, n int64)               { f.g().cancel(at, n) }
-func (f *fastGCRA) Done(_, _ int64)                  {}
-func (f *fastGCRA) DoneUsesTime() bool               { return false }
+
+// Cancel implements winfast.Window (the engine's form of the window).
+func (f *fastGCRA) Cancel(at, n int64) { f.g().cancel(at, n) }
+
+// Done implements winfast.Window (the engine's form of the window).
+func (f *fastGCRA) Done(_, _ int64) {}
+
+// DoneUsesTime implements winfast.Window (the engine's form of the window).
+func (f *fastGCRA) DoneUsesTime() bool { return false }
+
+// SetLimit implements winfast.Window (the engine's form of the window).
 func (f *fastGCRA) SetLimit(now, n int64, per time.Duration) {
 	l := Limit{N: n, Per: per}
 	l.check("GCRA.SetLimit")

@@ -124,10 +124,17 @@ type foreign struct {
 	epoch time.Time
 }
 
+// Start implements winfast.Window over the foreign Policy.
 func (f *foreign) Start(e time.Time) time.Time { f.epoch = e; return e }
 func (f *foreign) t(ns int64) time.Time        { return f.epoch.Add(time.Duration(ns)) }
-func (f *foreign) Capacity() int64             { return f.p.Capacity() }
-func (f *foreign) AdmitCached(int64) bool      { return false }
+
+// Capacity implements winfast.Window over the foreign Policy.
+func (f *foreign) Capacity() int64 { return f.p.Capacity() }
+
+// AdmitCached implements winfast.Window over the foreign Policy.
+func (f *foreign) AdmitCached(int64) bool { return false }
+
+// Admit implements winfast.Window over the foreign Policy.
 func (f *foreign) Admit(now, n int64) (int64, bool) {
 	at, ok := f.p.Admit(f.t(now), n)
 	if at.IsZero() {
@@ -135,9 +142,17 @@ func (f *foreign) Admit(now, n int64) (int64, bool) {
 	}
 	return int64(at.Sub(f.epoch)), ok
 }
+
+// Cancel implements winfast.Window over the foreign Policy.
 func (f *foreign) Cancel(at, n int64) { f.p.Cancel(f.t(at), n) }
-func (f *foreign) Done(now, n int64)  { f.p.Done(f.t(now), n) }
+
+// Done implements winfast.Window over the foreign Policy.
+func (f *foreign) Done(now, n int64) { f.p.Done(f.t(now), n) }
+
+// DoneUsesTime implements winfast.Window over the foreign Policy.
 func (f *foreign) DoneUsesTime() bool { return true } // unknown: pass the instant
+
+// SetLimit implements winfast.Window over the foreign Policy.
 func (f *foreign) SetLimit(now, n int64, per time.Duration) {
 	f.p.SetLimit(f.t(now), Limit{N: n, Per: per})
 }

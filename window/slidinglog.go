@@ -124,14 +124,30 @@ func (w *SlidingLog) Done(time.Time, int64) {}
 // fastSlidingLog is the engine's form of a SlidingLog (winfast.Window).
 type fastSlidingLog SlidingLog
 
-func (f *fastSlidingLog) w() *SlidingLog                   { return (*SlidingLog)(f) }
-func (f *fastSlidingLog) Start(e time.Time) time.Time      { return f.log.start(e) }
-func (f *fastSlidingLog) Capacity() int64                  { return f.limit.N }
-func (f *fastSlidingLog) AdmitCached(int64) bool           { return false } // a start is stamped with the instant: Admit decides
+func (f *fastSlidingLog) w() *SlidingLog { return (*SlidingLog)(f) }
+
+// Start implements winfast.Window (the engine's form of the window).
+func (f *fastSlidingLog) Start(e time.Time) time.Time { return f.log.start(e) }
+
+// Capacity implements winfast.Window (the engine's form of the window).
+func (f *fastSlidingLog) Capacity() int64 { return f.limit.N }
+
+// AdmitCached implements winfast.Window (the engine's form of the window).
+func (f *fastSlidingLog) AdmitCached(int64) bool { return false } // a start is stamped with the instant: Admit decides
+
+// Admit implements winfast.Window (the engine's form of the window).
 func (f *fastSlidingLog) Admit(now, n int64) (int64, bool) { return f.w().admit(now, n) }
-func (f *fastSlidingLog) Cancel(at, n int64)               { f.w().cancel(at, n) }
-func (f *fastSlidingLog) Done(_, _ int64)                  {}
-func (f *fastSlidingLog) DoneUsesTime() bool               { return false }
+
+// Cancel implements winfast.Window (the engine's form of the window).
+func (f *fastSlidingLog) Cancel(at, n int64) { f.w().cancel(at, n) }
+
+// Done implements winfast.Window (the engine's form of the window).
+func (f *fastSlidingLog) Done(_, _ int64) {}
+
+// DoneUsesTime implements winfast.Window (the engine's form of the window).
+func (f *fastSlidingLog) DoneUsesTime() bool { return false }
+
+// SetLimit implements winfast.Window (the engine's form of the window).
 func (f *fastSlidingLog) SetLimit(now, n int64, per time.Duration) {
 	l := Limit{N: n, Per: per}
 	l.check("SlidingLog.SetLimit")

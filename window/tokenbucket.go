@@ -208,14 +208,30 @@ func (b *TokenBucket) Done(time.Time, int64) {}
 // AdmitCached is always false.
 type fastTokenBucket TokenBucket
 
-func (f *fastTokenBucket) b() *TokenBucket                  { return (*TokenBucket)(f) }
-func (f *fastTokenBucket) Start(e time.Time) time.Time      { return f.start(e) }
-func (f *fastTokenBucket) Capacity() int64                  { return f.burst }
-func (f *fastTokenBucket) AdmitCached(int64) bool           { return false }
+func (f *fastTokenBucket) b() *TokenBucket { return (*TokenBucket)(f) }
+
+// Start implements winfast.Window (the engine's form of the window).
+func (f *fastTokenBucket) Start(e time.Time) time.Time { return f.start(e) }
+
+// Capacity implements winfast.Window (the engine's form of the window).
+func (f *fastTokenBucket) Capacity() int64 { return f.burst }
+
+// AdmitCached implements winfast.Window (the engine's form of the window).
+func (f *fastTokenBucket) AdmitCached(int64) bool { return false }
+
+// Admit implements winfast.Window (the engine's form of the window).
 func (f *fastTokenBucket) Admit(now, n int64) (int64, bool) { return f.b().admit(now, n) }
-func (f *fastTokenBucket) Cancel(at, n int64)               { f.b().cancel(at, n) }
-func (f *fastTokenBucket) Done(_, _ int64)                  {}
-func (f *fastTokenBucket) DoneUsesTime() bool               { return false }
+
+// Cancel implements winfast.Window (the engine's form of the window).
+func (f *fastTokenBucket) Cancel(at, n int64) { f.b().cancel(at, n) }
+
+// Done implements winfast.Window (the engine's form of the window).
+func (f *fastTokenBucket) Done(_, _ int64) {}
+
+// DoneUsesTime implements winfast.Window (the engine's form of the window).
+func (f *fastTokenBucket) DoneUsesTime() bool { return false }
+
+// SetLimit implements winfast.Window (the engine's form of the window).
 func (f *fastTokenBucket) SetLimit(now, n int64, per time.Duration) {
 	l := Limit{N: n, Per: per}
 	l.check("TokenBucket.SetLimit")
