@@ -129,6 +129,14 @@ func (q *stamps) pushReport(at, n, n0, extra int64) {
 	}
 }
 
+// pushSat pushes n units stamped at, fewer only where q.units + extra
+// (extra ≥ 0: units in flight) would pass math.MaxInt64.
+func (q *stamps) pushSat(at, n, extra int64) {
+	if k := min(n, math.MaxInt64-extra-q.units); k > 0 {
+		q.push(at, k)
+	}
+}
+
 func (q *stamps) grow() {
 	size := 2 * len(q.buf)
 	if size == 0 {

@@ -1,0 +1,183 @@
+package window
+
+import (
+	"math"
+	"time"
+
+	"github.com/ratesem/ratesem/internal/sat"
+)
+
+// Settler is implemented by every window of this package: it ends a call
+// whose weight is known only after the call (an LLM API's tokens, read from
+// the response's usage) with the weight it really had.
+//
+// Settle records that the call admitted at the instant at for n units (its
+// estimate) ended at now, instead of Done(now, n), and that it really cost
+// actual units (actual < 0 is taken as 0). Where actual < n the difference is
+// refunded: taken back from the window wherever it still counts the call,
+// exactly where Cancel(at, n−actual) would take it (a fixed window only while
+// at's window is now's; a sliding log from the call's own entry; a bucket
+// gets the tokens back, never beyond full; GCRA moves its theoretical arrival
+// time back, never before now; the completion windows log actual units at
+// the call's end instead of n). Where actual > n the difference is debited:
+// counted at now, even beyond the limit: unlike Reconciler.Consume, which
+// takes in at most one window's worth ("full until the window moves"), the
+// whole debit counts, so that a refund of another call later cannot bring
+// the count below the truth; only where int64 would wrap does it saturate. So the window's record is the record of every call at its
+// settled weight, with a debit counted from the moment it is known: a
+// server that charges the estimate at a call's arrival and corrects it at
+// the call's end (Anthropic's token buckets, OpenAI's tokens per minute) never
+// holds more than the window does.
+//
+// Like Policy it is not safe for concurrent use; the same panics as Done
+// apply to n (the completion window panics on more units than are in
+// flight).
+type Settler interface {
+	Settle(now, at time.Time, n, actual int64)
+}
+
+var (
+	_ Settler = (*Completion)(nil)
+	_ Settler = (*SlidingLog)(nil)
+	_ Settler = (*FixedWindow)(nil)
+	_ Settler = (*SlidingWindowCounter)(nil)
+	_ Settler = (*SubWindowCounter)(nil)
+	_ Settler = (*TokenBucket)(nil)
+	_ Settler = (*LeakyBucket)(nil)
+	_ Settler = (*GCRA)(nil)
+)
+
+// Settle implements Settler: n units leave flight at now and actual units
+// are logged as ended at now (at is not needed: the call counts from its
+// end).
+func (c *Completion) Settle(now, _ time.Time, n, actual int64) {
+	actual = max(actual, 0)
+	c.Done(now, n)
+	switch {
+	case c.limit.Per <= 0:
+	case actual < n:
+		// The units just logged carry the latest stamp: take the refund
+		// from there (entries at the same stamp are alike).
+		c.log.remove(c.log.clamp(now), n-actual)
+	case actual > n:
+		c.log.pushSat(c.log.clamp(now), actual-n, c.inflight)
+	}
+}
+
+// Settle implements Settler: a refund comes out of the call's own entry
+// (if it is still in the window), a debit is logged at now.
+func (w *SlidingLog) Settle(now, at time.Time, n, actual int64) {
+	actual = max(actual, 0)
+	if w.limit.Per == 0 {
+		return
+	}
+	if actual < n {
+		w.Cancel(at, n-actual)
+	} else if actual > n {
+		t := w.log.clamp(now)
+		w.log.expire(t - int64(w.limit.Per))
+		w.log.pushSat(sat.Add(t, w.margin), actual-n, 0)
+	}
+}
+
+// Settle implements Settler. A fixed window refunds only while at's window
+// is now's; a fixed completion window (NewFixedCompletion), which carries a
+// call in flight into every window it touches, refunds from now's window,
+// where the call is still counted. A debit counts in now's window.
+func (w *FixedWindow) Settle(now, at time.Time, n, actual int64) {
+	actual = max(actual, 0)
+	w.Done(now, n)
+	if actual < n && w.limit.Per > 0 {
+		r := n - actual
+		w.roll(now.UnixNano())
+		if w.carry || floorDiv(at.UnixNano(), int64(w.limit.Per)) == w.win {
+			w.used -= min(r, w.used)
+		}
+	}
+	if actual > n && w.limit.Per > 0 {
+		w.roll(now.UnixNano())
+		w.used = sat.Add(w.used, actual-n)
+	}
+}
+
+// Settle implements Settler: a refund comes out of at's window when it is
+// the current or the previous one, a debit counts in now's window.
+func (w *SlidingWindowCounter) Settle(now, at time.Time, n, actual int64) {
+	actual = max(actual, 0)
+	if w.limit.Per == 0 {
+		return
+	}
+	if actual < n {
+		w.cancel(at.UnixNano(), n-actual)
+		return
+	}
+	if d := actual - n; d > 0 {
+		w.roll(floorDiv(now.UnixNano(), int64(w.limit.Per)))
+		w.cur = sat.Add(w.cur, d)
+	}
+}
+
+// Settle implements Settler: a refund comes out of at's block while it is
+// in the window, a debit counts in now's block.
+func (w *SubWindowCounter) Settle(now, at time.Time, n, actual int64) {
+	actual = max(actual, 0)
+	if w.limit.Per == 0 {
+		return
+	}
+	if actual < n {
+		w.cancel(at.UnixNano(), n-actual)
+		return
+	}
+	if d := actual - n; d > 0 {
+		w.roll(floorDiv(now.UnixNano(), w.size))
+		sum := sat.Add(w.sum, d)
+		w.counts[w.slot(w.cur)] += sum - w.sum // ≤ sum: no wrap
+		w.sum = sum
+	}
+}
+
+// Settle implements Settler: a refund puts tokens back, at most up to the
+// burst, even after later admissions (tokens are alike); a debit takes
+// tokens out at now, into debt if need be. Unlike Consume, whose report
+// saturates at one window's worth of debt, a debit goes as deep as the
+// call's true cost (a server that settles owes it too), saturating only
+// where the arithmetic would wrap.
+func (b *TokenBucket) Settle(now, _ time.Time, n, actual int64) {
+	actual = max(actual, 0)
+	if b.limit.Per == 0 {
+		return
+	}
+	if actual < n {
+		b.refill(now)
+		b.tokens += min(n-actual, b.burst-b.tokens) // tokens ≥ −N: no wrap
+		if b.tokens == b.burst {
+			b.frac = 0
+		}
+		return
+	}
+	if d := actual - n; d > 0 {
+		b.refill(now)
+		b.tokens = max(sat.Sub(b.tokens, d), b.burst-math.MaxInt64) // burst−tokens never wraps
+	}
+}
+
+// Settle implements Settler: a refund moves the theoretical arrival time back
+// by the refund's emission intervals, never before now (a full bucket); a
+// debit moves it on by the debit's emission intervals (from now when the
+// bucket is full), saturating.
+func (g *GCRA) Settle(now, _ time.Time, n, actual int64) {
+	actual = max(actual, 0)
+	if g.emit == 0 || !g.started {
+		return
+	}
+	if actual < n {
+		t := g.clamp(now)
+		if g.tat > t {
+			g.tat = max(sat.Sub(g.tat, sat.Mul(n-actual, g.emit)), t)
+		}
+		return
+	}
+	if d := actual - n; d > 0 {
+		g.tat = sat.Add(max(g.tat, g.clamp(now)), sat.Mul(d, g.emit))
+	}
+}
