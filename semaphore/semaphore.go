@@ -56,6 +56,7 @@ type RateSemaphore struct {
 	fit      int64         // the heaviest call that can ever start: min(conc, policy capacity)
 	cur      int64         // units in flight
 	policy   winfast.Window
+	orig     window.Policy // the policy given, for its window.Settler
 	waiters  list.List // of *waiter, by rank: priority class, then arrival
 	parked   list.List // of *waiter heavier than the cap while interval is 0
 	paused   time.Time // no starts before; zero when no pause is pending
@@ -149,7 +150,7 @@ func NewWithPolicy(p window.Policy, opts ...Option) *RateSemaphore {
 
 func newSemaphore(p window.Policy, cfg config) *RateSemaphore {
 	l := p.Limit()
-	s := &RateSemaphore{clock: wake.NewClock(cfg.clk), size: l.N, interval: l.Per, capOpt: cfg.concurrency, policy: winfast.Of(p)}
+	s := &RateSemaphore{clock: wake.NewClock(cfg.clk), size: l.N, interval: l.Per, capOpt: cfg.concurrency, policy: winfast.Of(p), orig: p}
 	s.obs = cfg.observer
 	s.maxQueue = cfg.maxQueue
 	s.epoch = s.policy.Start(s.clock.Now())
@@ -280,12 +281,22 @@ func (s *RateSemaphore) Acquire(ctx context.Context, n int64) error {
 			return nil
 		}
 	}
+	_, err := s.queue(ctx, n, now)
+	return err
+}
+
+// queue is the waiting part of Acquire and Begin, entered with s.mu held
+// (it unlocks): n units could not be admitted at now. It returns the
+// waiter once admitted (its granted field is the admission instant), or the
+// error, with a nil waiter when it failed before waiting.
+func (s *RateSemaphore) queue(ctx context.Context, n int64, now time.Time) (*waiter, error) {
+	done := ctx.Done()
 	// It must wait: only now are the context's settings read.
 	if s.maxQueue > 0 && s.waiters.Len()+s.parked.Len() >= s.maxQueue {
 		err := fmt.Errorf("%w: %d callers wait (WithMaxQueue)", ratesem.ErrQueueFull, s.waiters.Len()+s.parked.Len())
 		s.mu.Unlock()
 		s.observeFailed(n, nil, err)
-		return err
+		return nil, err
 	}
 	w := &waiter{n: n, ready: make(chan struct{}), since: now, rank: s.ranker.Next(ratesem.PriorityOf(ctx))}
 	w.deadline, _ = ctx.Deadline()
@@ -331,7 +342,7 @@ func (s *RateSemaphore) Acquire(ctx context.Context, n int64) error {
 		}
 		s.mu.Unlock()
 		s.observeFailed(n, w, ctx.Err())
-		return ctx.Err()
+		return nil, ctx.Err()
 
 	case <-expired:
 		// The budget ran out: fail w unless it was decided meanwhile
@@ -344,10 +355,10 @@ func (s *RateSemaphore) Acquire(ctx context.Context, n int64) error {
 			s.failLocked(w, queueTimeout(w, time.Time{}, time.Time{}))
 		}
 		s.mu.Unlock()
-		return s.waited(ctx, w)
+		return w, s.waited(ctx, w)
 
 	case <-w.ready:
-		return s.waited(ctx, w)
+		return w, s.waited(ctx, w)
 	}
 }
 
