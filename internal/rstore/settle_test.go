@@ -2,11 +2,17 @@ package rstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
+	"strconv"
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/ratesem/ratesem/redistest"
 	"github.com/ratesem/ratesem/window"
 )
 
@@ -200,4 +206,179 @@ func checkSettled(t *testing.T, sp Spec, per int64, calls []settleCall, ev []set
 			}
 		}
 	}
+}
+
+// TestSettleMaxActual: an actual weight of math.MaxInt64 (counted as MaxN)
+// settled twice, for every kind: no error, no wrap (every field of the
+// hash stays a plain integer, the keys keep a TTL), the limiter full at
+// once, with a wait Admit can return; the windows that move on admit again
+// after two Pers and the margin, the buckets and GCRA stay in debt.
+func TestSettleMaxActual(t *testing.T) {
+	ctx := context.Background()
+	for _, k := range kinds {
+		t.Run(k.name, func(t *testing.T) {
+			clk := newClock()
+			s, rdb := newStore(t, clk, time.Hour)
+			sp := k.spec
+			c := []Charge{{Rule: "r", Key: "k", Spec: &sp, Weight: 1}}
+			for i := range 2 {
+				d, err := s.Admit(ctx, "max", c)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !d.OK {
+					if i == 0 {
+						t.Fatalf("first admission refused: %+v", d)
+					}
+					// full after the first: settle a stale token (its debit counts)
+					d.Token = "0123456789abcdef." + strconv.FormatInt(clk.t.UnixMicro(), 10)
+				}
+				if err := s.Settle(ctx, "max", c, d.Token, []int64{math.MaxInt64}); err != nil && !errors.Is(err, ErrNotInFlight) {
+					t.Fatal(err)
+				}
+				clk.add(time.Millisecond)
+			}
+			h := s.Keys("max", c[0])[0]
+			m, err := rdb.HGetAll(ctx, h).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for f, v := range m {
+				if f == "s" {
+					continue
+				}
+				if _, err := strconv.ParseInt(v, 10, 64); err != nil {
+					t.Errorf("field %s = %q: not a plain integer", f, v)
+				}
+			}
+			// raw PTTL: go-redis's Duration would wrap for a TTL of millennia
+			if ttl, err := rdb.Do(ctx, "PTTL", h).Int64(); err != nil || ttl <= 0 {
+				t.Errorf("hash TTL %d ms, %v", ttl, err)
+			}
+			d, err := s.Admit(ctx, "max", c)
+			if err != nil || d.OK || d.Wait <= 0 || d.Wait > MaxPer {
+				t.Fatalf("after the debits: %+v %v; want a refusal with a wait in (0, MaxPer]", d, err)
+			}
+			clk.add(2*sp.Limit.Per + sp.Margin)
+			d, err = s.Admit(ctx, "max", c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch sp.Kind {
+			case TokenBucket, LeakyBucket, GCRA:
+				if d.OK {
+					t.Fatalf("a bucket in debt of 2^40 units admits after two Pers: %+v", d)
+				}
+			default:
+				if !d.OK {
+					t.Fatalf("the window moved on, still refused: %+v", d)
+				}
+			}
+		})
+	}
+}
+
+// TestSettleNeverCreditsMore: a negative actual weight counts as 0: the
+// refund is the estimate, never more (a token bucket gets 2 tokens back,
+// not 100).
+func TestSettleNeverCreditsMore(t *testing.T) {
+	ctx := context.Background()
+	clk := newClock()
+	s, _ := newStore(t, clk, time.Hour)
+	sp := Spec{Kind: TokenBucket, Limit: window.Limit{N: 5, Per: time.Hour}, Burst: 5}
+	c := func(n int64) []Charge { return []Charge{{Rule: "r", Key: "k", Spec: &sp, Weight: n}} }
+	d1, _ := s.Admit(ctx, "neg", c(2))
+	d2, _ := s.Admit(ctx, "neg", c(3))
+	if !d1.OK || !d2.OK {
+		t.Fatal(d1, d2)
+	}
+	if err := s.Settle(ctx, "neg", c(2), d1.Token, []int64{-100}); err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := s.Admit(ctx, "neg", c(2)); !d.OK {
+		t.Fatalf("2 tokens refunded, 2 refused: %+v", d)
+	}
+	if d, _ := s.Admit(ctx, "neg", c(1)); d.OK {
+		t.Fatalf("more than the estimate refunded: %+v", d)
+	}
+	if err := s.Settle(ctx, "neg", c(2), d1.Token, []int64{1, 2}); err == nil {
+		t.Fatal("two actual weights for one charge: no error")
+	}
+	if err := s.Settle(ctx, "neg", c(2), "junk", []int64{1}); err == nil {
+		t.Fatal("malformed token: no error")
+	}
+}
+
+// TestSettleLeaseGone: a completion window's call whose lease ran out
+// (or that Redis lost with a restart, or whose token it never issued)
+// already ended, with its estimate: Settle reports ErrNotInFlight, refunds
+// nothing and counts the debit.
+func TestSettleLeaseGone(t *testing.T) {
+	ctx := context.Background()
+	sp := Spec{Kind: Completion, Limit: window.Limit{N: 5, Per: time.Second}}
+	c := func(n int64) []Charge { return []Charge{{Rule: "r", Key: "k", Spec: &sp, Weight: n}} }
+	t.Run("lease ran out", func(t *testing.T) {
+		clk := newClock()
+		s, _ := newStore(t, clk, 40*time.Millisecond)
+		d, _ := s.Admit(ctx, "g", c(3))
+		clk.add(50 * time.Millisecond)
+		if err := s.Settle(ctx, "g", c(3), d.Token, []int64{0}); !errors.Is(err, ErrNotInFlight) {
+			t.Fatalf("settle after the lease: %v", err)
+		}
+		if d, _ := s.Admit(ctx, "g", c(3)); d.OK {
+			t.Fatal("refunded a call that ended at its lease's end")
+		}
+		if d, _ := s.Admit(ctx, "g", c(2)); !d.OK {
+			t.Fatalf("the estimate of 3 counts, 2 more fit: %+v", d)
+		}
+	})
+	t.Run("stale token debit", func(t *testing.T) {
+		clk := newClock()
+		s, _ := newStore(t, clk, time.Minute)
+		tok := "0123456789abcdef." + strconv.FormatInt(clk.t.UnixMicro(), 10)
+		if err := s.Settle(ctx, "g", c(2), tok, []int64{5}); !errors.Is(err, ErrNotInFlight) {
+			t.Fatalf("stale token: %v", err)
+		}
+		if d, _ := s.Admit(ctx, "g", c(3)); d.OK {
+			t.Fatal("the debit of 3 of a stale token not counted")
+		}
+		if d, _ := s.Admit(ctx, "g", c(2)); !d.OK {
+			t.Fatalf("%+v", d)
+		}
+	})
+	t.Run("redis restarted", func(t *testing.T) {
+		clk := newClock()
+		srv := redistest.Start(t)
+		rdb := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
+		t.Cleanup(func() { rdb.Close() })
+		s, err := New(rdb, "restart", Options{Now: clk.now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		g := Spec{Kind: GCRA, Limit: window.Limit{N: 5, Per: 100 * time.Millisecond}, Burst: 4} // emission 20 ms
+		gc := func(n int64) []Charge { return []Charge{{Rule: "g", Key: "k", Spec: &g, Weight: n}} }
+		d, _ := s.Admit(ctx, "g", c(3))
+		dg, _ := s.Admit(ctx, "g", gc(1))
+		if !d.OK || !dg.OK {
+			t.Fatal(d, dg)
+		}
+		srv.Restart()
+		if err := s.Settle(ctx, "g", c(3), d.Token, []int64{6}); !errors.Is(err, ErrNotInFlight) {
+			t.Fatalf("settle after a restart: %v", err)
+		}
+		if d, _ := s.Admit(ctx, "g", c(3)); d.OK {
+			t.Fatal("the debit of 3 not counted after a restart")
+		}
+		if d, _ := s.Admit(ctx, "g", c(2)); !d.OK {
+			t.Fatalf("%+v", d)
+		}
+		// GCRA forgot the call: the debit of 3 counts from now (TAT 60 ms
+		// ahead); a weight of 2 tolerates (4−2)·20 ms = 40 ms: wait 20 ms.
+		if err := s.Settle(ctx, "g", gc(1), dg.Token, []int64{4}); err != nil {
+			t.Fatal(err)
+		}
+		if d, _ := s.Admit(ctx, "g", gc(2)); d.OK || d.Wait != 20*time.Millisecond {
+			t.Fatalf("gcra after the restart and a debit of 3: %+v, want a wait of 20ms", d)
+		}
+	})
 }
