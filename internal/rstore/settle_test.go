@@ -382,3 +382,27 @@ func TestSettleLeaseGone(t *testing.T) {
 		}
 	})
 }
+
+// TestSettleAfterLostHashHolds: Settle on a limiter whose hash was lost
+// while its leases remain rebuilds it from them and holds it full, as
+// Release does; it never remakes it bare.
+func TestSettleAfterLostHashHolds(t *testing.T) {
+	clk := newClock()
+	s, rdb := newStore(t, clk, time.Minute)
+	ctx := context.Background()
+	c := []Charge{{Rule: "r", Key: "k", Spec: spec(Completion, 2, time.Second), Weight: 1}}
+	a, _ := s.Admit(ctx, "", c)
+	b, _ := s.Admit(ctx, "", c)
+	if !a.OK || !b.OK {
+		t.Fatal(a, b)
+	}
+	rdb.Del(ctx, s.Keys("", c[0])[0])
+	clk.add(10 * time.Millisecond)
+	if err := s.Settle(ctx, "", c, a.Token, []int64{0}); err != nil {
+		t.Fatal(err)
+	}
+	d, err := s.Admit(ctx, "", c)
+	if err != nil || d.OK || !d.Lost {
+		t.Fatalf("after a lost hash and a settlement: %+v %v; want refused as lost", d, err)
+	}
+}
