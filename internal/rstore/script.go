@@ -830,7 +830,7 @@ for i = 1, NC do
     if r > 0 and (k == 2 or fdiv(at, L.per) == L.w) then set(L, 'u', L.u - math.min(r, L.u)) end
     if dd > 0 then set(L, 'u', math.max(L.u, math.min(L.u + dd, SAT))) end
     if k == 2 and live then set(L, 'd', (L.d or 0) + a) end
-  elseif k == 3 then
+  elseif k == 3 and L.per > 0 then -- a sliding log of Per 0 counts nothing
     if r > 0 then
       local sc = redis.call('ZSCORE', L.Z, m)
       if sc then
