@@ -33,6 +33,9 @@
 // a second. The full path runs for the rest (a refusal, a pause, a spec to
 // adopt, a new or lost limiter, a roll with calls in flight) and decides
 // the same way. AdmitLua and AdmitCall expose the script for benchmarks.
+// Release keeps a fast path for one charge of a completion window; Settle
+// (a call whose weights are known only after it) always runs the full
+// path, about twice a release's cost on the server.
 //
 // # Clock
 //

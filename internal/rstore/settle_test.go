@@ -406,3 +406,41 @@ func TestSettleAfterLostHashHolds(t *testing.T) {
 		t.Fatalf("after a lost hash and a settlement: %+v %v; want refused as lost", d, err)
 	}
 }
+
+// TestSettleConcurrencyCap: a window with a concurrency cap holds a lease
+// per call: Settle frees its units in flight and refunds while the lease
+// is there; once it ran out, only the debit counts.
+func TestSettleConcurrencyCap(t *testing.T) {
+	ctx := context.Background()
+	clk := newClock()
+	s, _ := newStore(t, clk, 40*time.Millisecond)
+	sp := Spec{Kind: TokenBucket, Limit: window.Limit{N: 4, Per: time.Hour}, Burst: 4, Concurrency: 2}
+	c := func(n int64) []Charge { return []Charge{{Rule: "r", Key: "k", Spec: &sp, Weight: n}} }
+	d, _ := s.Admit(ctx, "cc", c(2))
+	if !d.OK || !d.Leased {
+		t.Fatalf("%+v", d)
+	}
+	if d2, _ := s.Admit(ctx, "cc", c(1)); d2.OK || !d2.Release {
+		t.Fatalf("over the cap: %+v", d2)
+	}
+	if err := s.Settle(ctx, "cc", c(2), d.Token, []int64{0}); err != nil {
+		t.Fatal(err)
+	}
+	// 4 tokens again, nothing in flight
+	d3, _ := s.Admit(ctx, "cc", c(2))
+	d4, _ := s.Admit(ctx, "cc", c(2))
+	if !d3.OK || d4.OK {
+		t.Fatalf("after the refund: %+v %+v", d3, d4)
+	}
+	clk.add(50 * time.Millisecond) // d3's lease ran out: 2 tokens left
+	if err := s.Settle(ctx, "cc", c(2), d3.Token, []int64{0}); !errors.Is(err, ErrNotInFlight) {
+		t.Fatalf("settle after the lease: %v", err)
+	}
+	if d5, _ := s.Admit(ctx, "cc", c(2)); !d5.OK {
+		t.Fatalf("%+v", d5)
+	}
+	clk.add(50 * time.Millisecond)
+	if d6, _ := s.Admit(ctx, "cc", c(1)); d6.OK {
+		t.Fatalf("refunded after the lease ran out: %+v", d6)
+	}
+}
