@@ -440,7 +440,7 @@ func (s *Store) Release(ctx context.Context, scope string, cs []Charge, token st
 // Weight. Debits saturate: a bucket's debt stops at 2^52 units, GCRA's TAT
 // at 2^52 µs ahead, a fixed window's or counter's count at 2^52 units (each
 // far beyond any N: full until the window moves), and the keys live until
-// the debt is repaid.
+// the debt is repaid (at most about 139 years for a bucket).
 //
 // A charge whose lease is gone (it ran out: the call counted as ended at
 // its lease's end with its estimate; or Redis lost it) gets its debit but

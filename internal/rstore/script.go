@@ -872,7 +872,8 @@ for i = 1, NC do
     if dd > 0 then set(L, 't', math.max(L.t - dd, -SAT)) end
     if L.t < 0 then
       -- the keys live until the debt is repaid (the bucket full again)
-      L.ttl = math.max(L.ttl, math.min(math.ceil((L.p1 - L.t) * L.per / L.N / 1000) + 1000, SAT))
+      -- (at most 2^42 ms, 139 years: the expiry kept in µs, x, stays exact)
+      L.ttl = math.max(L.ttl, math.min(math.ceil((L.p1 - L.t) * L.per / L.N / 1000) + 1000, 4398046511104))
     end
   elseif k == 9 then
     local em = emit(L)

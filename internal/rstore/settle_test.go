@@ -215,7 +215,19 @@ func checkSettled(t *testing.T, sp Spec, per int64, calls []settleCall, ev []set
 // after two Pers and the margin, the buckets and GCRA stay in debt.
 func TestSettleMaxActual(t *testing.T) {
 	ctx := context.Background()
+	type kind struct {
+		name string
+		spec Spec
+	}
+	var all []kind
 	for _, k := range kinds {
+		all = append(all, kind{k.name, k.spec})
+	}
+	// the slowest refill Check allows: the debt outlives any TTL
+	slow := window.Limit{N: 1, Per: MaxPer}
+	all = append(all, kind{"slow-token-bucket", Spec{Kind: TokenBucket, Limit: slow, Burst: 1}},
+		kind{"slow-gcra", Spec{Kind: GCRA, Limit: slow, Burst: 1}})
+	for _, k := range all {
 		t.Run(k.name, func(t *testing.T) {
 			clk := newClock()
 			s, rdb := newStore(t, clk, time.Hour)
