@@ -442,6 +442,11 @@ func (s *Store) Release(ctx context.Context, scope string, cs []Charge, token st
 // far beyond any N: full until the window moves), and the keys live until
 // the debt is repaid (at most about 139 years for a bucket).
 //
+// Redis keeps no record of a call in a window without leases (no
+// concurrency cap, not a completion window) beyond its token: a token
+// settled twice would be refunded twice there. Settle each call once (the
+// engine's Call panics on a second release).
+//
 // A charge whose lease is gone (it ran out: the call counted as ended at
 // its lease's end with its estimate; or Redis lost it) gets its debit but
 // never a refund, and Settle then returns an error matching ErrNotInFlight,
