@@ -49,6 +49,37 @@ func (t *Ticket) Settle(rule string, units int64) error {
 	return nil
 }
 
+// WantsBody reports whether a rule of the ticket's charges reads the call's
+// true weight from its response (Rule.Settle): a transport should then keep
+// the response body's first MaxSettleBody bytes for SettleResponse. It never
+// blocks.
+func (t *Ticket) WantsBody() bool {
+	for i := range t.held {
+		if t.held[i].lim.rule.Settle != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// SettleResponse settles each of the ticket's charges whose rule has a
+// Settle function with the weight that function reads from the call's
+// response headers and body (nil when there was none); a function that
+// returns false, or a negative weight, leaves the charge as it was. Package
+// httpclient calls it before Release. It never blocks and is safe for
+// concurrent use.
+func (t *Ticket) SettleResponse(h http.Header, body []byte) {
+	for i := range t.held {
+		rs := t.held[i].lim.rule
+		if rs.Settle == nil {
+			continue
+		}
+		if units, ok := rs.Settle(h, body); ok && units >= 0 {
+			t.Settle(rs.Name, units) // the rule is the ticket's: only an error after Release, which then changes nothing
+		}
+	}
+}
+
 // learn takes in what a response's headers say about the limit of one
 // charge's rule (Rule.Learn); see ObserveHeaders. It returns the units the
 // window took in on the server's word.
