@@ -29,7 +29,9 @@ func tokensTable() clientpool.Table {
 			},
 			Settle: func(_ http.Header, body []byte) (int64, bool) {
 				var v struct {
-					Usage *struct{ TotalTokens int64 `json:"total_tokens"` } `json:"usage"`
+					Usage *struct {
+						TotalTokens int64 `json:"total_tokens"`
+					} `json:"usage"`
 				}
 				if json.Unmarshal(body, &v) != nil || v.Usage == nil {
 					return 0, false
