@@ -19,16 +19,16 @@ import (
 
 // Names of the limits, as Entry.Limit and Stats.Rejected report them.
 const (
-	LimitRequests      = "requests"          // OpenAI, Anthropic: requests per minute
-	LimitTokens        = "tokens"            // OpenAI: tokens per minute
-	LimitInputTokens   = "input_tokens"      // Anthropic: input tokens per minute
-	LimitOutputTokens  = "output_tokens"     // Anthropic: output tokens per minute
-	LimitPrimary       = "primary"           // GitHub: requests per window of the token's resource (core or search)
-	LimitConcurrency   = "concurrency"       // GitHub secondary: requests in flight per token
-	LimitPoints        = "points"            // GitHub secondary: points per minute per endpoint
+	LimitRequests      = "requests"           // OpenAI, Anthropic: requests per minute
+	LimitTokens        = "tokens"             // OpenAI: tokens per minute
+	LimitInputTokens   = "input_tokens"       // Anthropic: input tokens per minute
+	LimitOutputTokens  = "output_tokens"      // Anthropic: output tokens per minute
+	LimitPrimary       = "primary"            // GitHub: requests per window of the token's resource (core or search)
+	LimitConcurrency   = "concurrency"        // GitHub secondary: requests in flight per token
+	LimitPoints        = "points"             // GitHub secondary: points per minute per endpoint
 	LimitCreatesMinute = "creates_per_minute" // GitHub secondary: content-creating requests per minute
 	LimitCreatesHour   = "creates_per_hour"   // GitHub secondary: content-creating requests per hour
-	LimitInvalid       = "invalid"           // any server: a request answered 4xx before any limit was charged
+	LimitInvalid       = "invalid"            // any server: a request answered 4xx before any limit was charged
 )
 
 // DefaultMaxBodyBytes is the most of a request body a server reads when

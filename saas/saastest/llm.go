@@ -92,7 +92,6 @@ func replay(log []Entry, events []llmEvent, mk func(key string, at time.Time) [3
 	return bad
 }
 
-
 // lowest returns the lowest level of each bucket slot over every key.
 func lowest(bs map[string][3]*bucket, names ...string) map[string]float64 {
 	out := map[string]float64{}
