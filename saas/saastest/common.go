@@ -69,6 +69,9 @@ type Entry struct {
 	Points int64
 	// Creates reports a GitHub content-creating request (POST or PUT).
 	Creates bool
+	// Reset is the end of GitHub's primary window the request was judged
+	// in (its x-ratelimit-reset before rounding).
+	Reset time.Time
 	// Settled reports that the token charges were replaced by the true
 	// counts below (only for accepted requests, when the reply was
 	// written, and only if settling is on).
