@@ -27,7 +27,9 @@ func TestCrawlAgainstServer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		srv := saastest.NewGitHub(saastest.GitHubConfig{
 			InMemory: true, Limit: 3000, InitialUsed: 2500,
-			Latency: func() time.Duration { return 50*time.Millisecond + time.Duration(rand.Int64N(int64(400*time.Millisecond))) },
+			Latency: func() time.Duration {
+				return 50*time.Millisecond + time.Duration(rand.Int64N(int64(400*time.Millisecond)))
+			},
 		})
 		defer srv.Close()
 		pool, err := clientpool.New(github.Table())
