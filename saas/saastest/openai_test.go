@@ -232,3 +232,24 @@ func TestOpenAIHostileRequestsAre400AndUncounted(t *testing.T) {
 		}
 	})
 }
+
+func TestOpenAIThroughput(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, c, url := newOpenAI(t, saastest.OpenAIConfig{Scale: 60})
+		start := time.Now()
+		var total int64
+		for i := range 6 {
+			r := do(t, c, "POST", url, chat("m", 50, fmt.Sprint("prompt ", i)))
+			total += r.field(t, "usage", "total_tokens")
+			time.Sleep(100 * time.Millisecond)
+		}
+		// 6 requests in 600 ms = 36 scaled seconds: 10 per scaled minute.
+		req, tok := s.Throughput(start, start.Add(600*time.Millisecond))
+		if req != 10 || tok != float64(total)*60/36 {
+			t.Errorf("Throughput = %v, %v, want 10, %v", req, tok, float64(total)*60/36)
+		}
+		if req, tok := s.Throughput(start, start); req != 0 || tok != 0 {
+			t.Errorf("empty span: %v, %v", req, tok)
+		}
+	})
+}
