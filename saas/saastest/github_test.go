@@ -70,7 +70,7 @@ func TestGitHubPrimaryRejectsExactlyAtTheLimitUntilTheReset(t *testing.T) {
 				t.Errorf("Stats = %+v", st)
 			}
 			if v := s.Violations(); len(v) != 0 {
-				t.Errorf("Violations = %v", v)
+				t.Errorf("%d violations, first %+v", len(v), v[0])
 			}
 		})
 	}
@@ -114,7 +114,7 @@ func TestGitHubUnauthenticatedSearchAndInitialUsed(t *testing.T) {
 			t.Fatalf("search later: %d", r.status)
 		}
 		if v := s.Violations(); len(v) != 0 {
-			t.Errorf("Violations = %v", v)
+			t.Errorf("%d violations, first %+v", len(v), v[0])
 		}
 	})
 }
@@ -156,7 +156,7 @@ func TestGitHubPointsPerEndpoint(t *testing.T) {
 			t.Errorf("Stats = %+v", st)
 		}
 		if v := s.Violations(); len(v) != 0 {
-			t.Errorf("Violations = %v", v)
+			t.Errorf("%d violations, first %+v", len(v), v[0])
 		}
 	})
 }
@@ -259,7 +259,7 @@ func TestGitHubContentCreation(t *testing.T) {
 			t.Errorf("PeakCreates = %d, %d, want 80, 100", m, h)
 		}
 		if v := s.Violations(); len(v) != 0 {
-			t.Errorf("Violations = %v", v)
+			t.Errorf("%d violations, first %+v", len(v), v[0])
 		}
 	})
 }

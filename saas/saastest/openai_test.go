@@ -53,7 +53,7 @@ func TestOpenAIRequestsRejectedExactlyAtTheLimit(t *testing.T) {
 			t.Errorf("Stats = %+v, want 4 accepted, 2 rejected by requests", st)
 		}
 		if v := s.Violations(); len(v) != 0 {
-			t.Errorf("Violations = %v", v)
+			t.Errorf("%d violations, first %+v", len(v), v[0])
 		}
 	})
 }
@@ -97,7 +97,7 @@ func TestOpenAITokensChargedAtArrivalAsMaxOfMaxTokensAndEstimate(t *testing.T) {
 			t.Errorf("reset-requests = %q (%v), want 180ms (3 requests at 60 ms)", r.header.Get("x-ratelimit-reset-requests"), err)
 		}
 		if v := s.Violations(); len(v) != 0 {
-			t.Errorf("Violations = %v", v)
+			t.Errorf("%d violations, first %+v", len(v), v[0])
 		}
 	})
 }
