@@ -3,6 +3,7 @@ package saastest
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -104,6 +105,7 @@ func NewAnthropic(cfg AnthropicConfig) *AnthropicServer {
 	for _, l := range cfg.Models {
 		anthropicDefault(l, s.def)
 	}
+	s.cfg.Models = maps.Clone(cfg.Models) // the caller may change theirs
 	if s.cfg.MaxTokens == 0 {
 		s.cfg.MaxTokens = 64000
 	}
@@ -183,8 +185,9 @@ func (s *AnthropicServer) Lowest() map[string]float64 {
 
 // Throughput returns the requests, input tokens and output tokens per
 // minute (a minute divided by Scale) of the accepted requests that arrived
-// in [from, to): the usage where the reply was written, else the arrival
-// charges. It returns zeros if to is not after from.
+// in [from, to), as the buckets counted them: the usage for a settled
+// request, the arrival charges otherwise (not yet answered, or
+// DisableSettle). It returns zeros if to is not after from.
 func (s *AnthropicServer) Throughput(from, to time.Time) (requests, input, output float64) {
 	if !to.After(from) {
 		return 0, 0, 0
@@ -193,7 +196,7 @@ func (s *AnthropicServer) Throughput(from, to time.Time) (requests, input, outpu
 	for _, e := range s.Log() {
 		if e.Accepted() && !e.At.Before(from) && e.At.Before(to) {
 			r++
-			if !e.Done.IsZero() {
+			if e.Settled {
 				in, out = in+e.TrueTokens, out+e.TrueOutputTokens
 			} else {
 				in, out = in+e.Tokens, out+e.OutputTokens

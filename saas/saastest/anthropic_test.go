@@ -61,7 +61,7 @@ func TestAnthropicRequestsRejectedExactlyAtTheLimit(t *testing.T) {
 			t.Errorf("Stats = %+v", st)
 		}
 		if v := s.Violations(); len(v) != 0 {
-			t.Errorf("Violations = %v", v)
+			t.Errorf("%d violations, first %+v", len(v), v[0])
 		}
 	})
 }
@@ -94,7 +94,7 @@ func TestAnthropicOutputChargedAsMaxTokensAndSettled(t *testing.T) {
 					t.Errorf("output reset in %v, want %v", got, want)
 				}
 				if v := s.Violations(); len(v) != 0 {
-					t.Errorf("Violations = %v", v)
+					t.Errorf("%d violations, first %+v", len(v), v[0])
 				}
 				return
 			}

@@ -85,6 +85,7 @@ type ghKey struct {
 	inFlight int64
 	points   map[string][]ghStamp // by endpoint, accepted in the last minute
 	creates  []ghStamp            // accepted in the last hour
+	firstEnd time.Time            // end of the first core window (the one InitialUsed applies to)
 }
 
 type ghWindow struct {
@@ -234,13 +235,11 @@ func (s *GitHubServer) Violations() []Entry {
 	}
 	used := map[win]int64{}
 	first := map[string]time.Time{} // the first core window's end per key
-	for _, e := range log {
-		if e.Accepted() && e.Resource == "core" {
-			if f, ok := first[e.Key]; !ok || e.Reset.Before(f) {
-				first[e.Key] = e.Reset
-			}
-		}
+	s.mu.Lock()
+	for key, k := range s.keys {
+		first[key] = k.firstEnd
 	}
+	s.mu.Unlock()
 	for _, e := range log {
 		if !e.Accepted() {
 			continue
@@ -450,6 +449,7 @@ func (s *GitHubServer) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		nw := &ghWindow{end: now.Add(s.scaled(per))}
 		if win == nil && e.Resource == "core" {
 			nw.used = min(s.cfg.InitialUsed, limit)
+			k.firstEnd = nw.end
 		}
 		win = nw
 		k.windows[e.Resource] = win

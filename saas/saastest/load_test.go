@@ -103,3 +103,42 @@ func TestConfigPanics(t *testing.T) {
 		}()
 	}
 }
+
+// A greedy crawler (no limiter) on 40 goroutines against the GitHub server
+// with latency and small secondary limits, on virtual time: every
+// secondary limit is hit and none is exceeded at the server.
+func TestGitHubUnderGreedyLoad(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := saastest.NewGitHub(saastest.GitHubConfig{Scale: 60, Limit: 1e6, InMemory: true,
+			MaxInFlight: 20, PointsPerMinute: 50, CreatesPerMinute: 10, CreatesPerHour: 30,
+			Latency: func() time.Duration { return 200 * time.Millisecond }})
+		defer s.Close()
+		start := time.Now()
+		var wg sync.WaitGroup
+		for g := range 40 {
+			wg.Go(func() {
+				rng := rand.New(rand.NewPCG(uint64(g), 2))
+				for time.Since(start) < 5*time.Second {
+					m := []string{"GET", "GET", "POST", "PUT", "PATCH", "DELETE"}[rng.IntN(6)]
+					do(t, s.Client(), m, fmt.Sprintf("%s/repos/o/r/issues/%d", s.URL(), rng.IntN(50)), "", tok, "t")
+					time.Sleep(time.Duration(rng.IntN(5)) * time.Millisecond)
+				}
+			})
+		}
+		wg.Wait()
+		if v := s.Violations(); len(v) != 0 {
+			t.Errorf("%d violations, first %+v", len(v), v[0])
+		}
+		st := s.Stats()
+		for _, l := range []string{saastest.LimitConcurrency, saastest.LimitPoints, saastest.LimitCreatesMinute, saastest.LimitCreatesHour} {
+			if st.Rejected[l] == 0 {
+				t.Errorf("limit %s never hit: %+v", l, st)
+			}
+		}
+		cm, ch := s.PeakCreates()
+		if p, f := s.PeakPoints(), s.PeakInFlight(); p > 50 || f > 20 || cm > 10 || ch > 30 {
+			t.Errorf("peaks: points %d, in flight %d, creates %d/min %d/h", p, f, cm, ch)
+		}
+		t.Logf("%+v; peaks: points %d, in flight %d, creates %d/min %d/h", st, s.PeakPoints(), s.PeakInFlight(), cm, ch)
+	})
+}

@@ -3,6 +3,7 @@ package saastest
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -118,6 +119,7 @@ func NewOpenAI(cfg OpenAIConfig) *OpenAIServer {
 			panic(fmt.Sprintf("saastest: NewOpenAI: model %q: negative limit %+v", m, l))
 		}
 	}
+	s.cfg.Models = maps.Clone(cfg.Models) // the caller may change theirs
 	if s.cfg.MaxTokens == 0 {
 		s.cfg.MaxTokens = 128000
 	}
@@ -202,8 +204,9 @@ func (s *OpenAIServer) Lowest() map[string]float64 {
 }
 
 // Throughput returns the requests and tokens per minute (a minute divided
-// by Scale) of the accepted requests that arrived in [from, to): tokens are
-// settled (usage.total_tokens) where known, else the arrival charge. It
+// by Scale) of the accepted requests that arrived in [from, to), as the
+// tokens bucket counted them: usage.total_tokens for a settled request,
+// the arrival charge otherwise (not yet answered, or DisableSettle). It
 // returns zeros if to is not after from.
 func (s *OpenAIServer) Throughput(from, to time.Time) (requests, tokens float64) {
 	if !to.After(from) {
@@ -213,7 +216,7 @@ func (s *OpenAIServer) Throughput(from, to time.Time) (requests, tokens float64)
 	for _, e := range s.Log() {
 		if e.Accepted() && !e.At.Before(from) && e.At.Before(to) {
 			r++
-			if !e.Done.IsZero() {
+			if e.Settled {
 				t += e.TrueTokens
 			} else {
 				t += e.Tokens

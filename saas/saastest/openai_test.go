@@ -53,7 +53,7 @@ func TestOpenAIRequestsRejectedExactlyAtTheLimit(t *testing.T) {
 			t.Errorf("Stats = %+v, want 4 accepted, 2 rejected by requests", st)
 		}
 		if v := s.Violations(); len(v) != 0 {
-			t.Errorf("Violations = %v", v)
+			t.Errorf("%d violations, first %+v", len(v), v[0])
 		}
 	})
 }
@@ -97,7 +97,7 @@ func TestOpenAITokensChargedAtArrivalAsMaxOfMaxTokensAndEstimate(t *testing.T) {
 			t.Errorf("reset-requests = %q (%v), want 180ms (3 requests at 60 ms)", r.header.Get("x-ratelimit-reset-requests"), err)
 		}
 		if v := s.Violations(); len(v) != 0 {
-			t.Errorf("Violations = %v", v)
+			t.Errorf("%d violations, first %+v", len(v), v[0])
 		}
 	})
 }
@@ -229,6 +229,27 @@ func TestOpenAIHostileRequestsAre400AndUncounted(t *testing.T) {
 		r := do(t, c, "POST", url, chat("m", 10, "hi"))
 		if r.status != 200 || r.num(t, "x-ratelimit-remaining-requests") != 499 {
 			t.Errorf("first valid call: %d remaining %s, want 499", r.status, r.header.Get("x-ratelimit-remaining-requests"))
+		}
+	})
+}
+
+func TestOpenAIThroughput(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, c, url := newOpenAI(t, saastest.OpenAIConfig{Scale: 60})
+		start := time.Now()
+		var total int64
+		for i := range 6 {
+			r := do(t, c, "POST", url, chat("m", 50, fmt.Sprint("prompt ", i)))
+			total += r.field(t, "usage", "total_tokens")
+			time.Sleep(100 * time.Millisecond)
+		}
+		// 6 requests in 600 ms = 36 scaled seconds: 10 per scaled minute.
+		req, tok := s.Throughput(start, start.Add(600*time.Millisecond))
+		if req != 10 || tok != float64(total)*60/36 {
+			t.Errorf("Throughput = %v, %v, want 10, %v", req, tok, float64(total)*60/36)
+		}
+		if req, tok := s.Throughput(start, start); req != 0 || tok != 0 {
+			t.Errorf("empty span: %v, %v", req, tok)
 		}
 	})
 }
