@@ -200,6 +200,13 @@ func (p *Pool) startRedis(ctx context.Context, charges []Charge) (hs []held, rcs
 // releaseRedis is Ticket.Release in Redis mode: the local accounting now,
 // Redis in the background.
 func (t *Ticket) releaseRedis() {
+	call := t.releaseLocal()
+	call.Release()
+}
+
+// releaseLocal does the local accounting of a release in Redis mode and
+// returns the call to end in Redis.
+func (t *Ticket) releaseLocal() *remote.Call {
 	p := t.pool
 	p.mu.Lock()
 	call := p.rem.calls[t]
@@ -215,7 +222,27 @@ func (t *Ticket) releaseRedis() {
 		p.unrefLocked(l, now)
 	}
 	p.mu.Unlock()
-	call.Release()
+	return call
+}
+
+// releaseRedisSettled is releaseRedis for a call whose weights are known
+// only after it: actual[i] is the units t.held[i] really cost (−1, or any
+// negative: not settled, its weight counts as today; len(actual) must be
+// len(t.held)). The local accounting is done now; Redis settles the call in
+// the background (remote.Call.ReleaseSettled). It panics when len(actual)
+// differs from len(t.held); never waits on Redis.
+func (t *Ticket) releaseRedisSettled(actual []int64) {
+	if len(actual) != len(t.held) {
+		panic(fmt.Sprintf("clientpool: %d settled weights for %d charges", len(actual), len(t.held)))
+	}
+	as := make([]int64, len(actual))
+	for i, a := range actual {
+		if a < 0 {
+			a = t.held[i].n
+		}
+		as[i] = a
+	}
+	t.releaseLocal().ReleaseSettled(as)
 }
 
 // observeRedis is Ticket.ObserveHeaders in Redis mode: each count the

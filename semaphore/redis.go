@@ -304,6 +304,34 @@ func (r *redisSem) release(n int64) {
 	}
 }
 
+// releaseSettled is release(n) for a call whose weight is known only after
+// it: it ends this process's oldest call of exactly n units (n > 0, its
+// estimate), and Redis settles it to actual units in the background
+// (remote.Call.ReleaseSettled: a refund where the window still counts it,
+// a debit from now on; actual < 0 counts as 0). Without a held call of
+// exactly n units it falls back to release(n): the estimate counts (on the
+// safe side when actual ≤ n). It panics as release does. Safe for
+// concurrent use; it never waits on Redis.
+func (r *redisSem) releaseSettled(n, actual int64) {
+	if n <= 0 || actual == n {
+		r.release(n)
+		return
+	}
+	r.mu.Lock()
+	q := r.held[n]
+	if len(q) == 0 {
+		r.mu.Unlock()
+		r.release(n)
+		return
+	}
+	h := q[0]
+	r.popHeld(n)
+	h.left = 0
+	r.heldUnits -= n
+	r.mu.Unlock()
+	h.call.ReleaseSettled([]int64{max(actual, 0)}) // never waits on Redis
+}
+
 func (r *redisSem) popHeld(left int64) {
 	q := r.held[left]
 	q[0] = nil

@@ -26,6 +26,7 @@ type fakeStore struct {
 	releases int
 	cancels  int
 	pauses   int
+	settles  [][]int64 // the actual weights of every Settle, in order
 
 	// Hooks, read without the lock: set them before the engine runs.
 	admitHook   func(ctx context.Context) error // before an Admit decides; an error fails it
@@ -127,6 +128,27 @@ func (f *fakeStore) Admit(ctx context.Context, scope string, cs []rstore.Charge)
 }
 
 func (f *fakeStore) end(scope string, token string, record bool) error {
+	return f.endAs(scope, token, record, nil)
+}
+
+// Settle ends the call like Release, logging actual[i] units (at least 0)
+// for charge i instead of its weight.
+func (f *fakeStore) Settle(ctx context.Context, scope string, cs []rstore.Charge, token string, actual []int64) error {
+	if f.releaseHook != nil {
+		if err := f.releaseHook(ctx); err != nil {
+			return err
+		}
+	}
+	if len(actual) != len(cs) {
+		return fmt.Errorf("fake: %d actual weights for %d charges", len(actual), len(cs))
+	}
+	f.mu.Lock()
+	f.settles = append(f.settles, append([]int64(nil), actual...))
+	f.mu.Unlock()
+	return f.endAs(scope, token, true, actual)
+}
+
+func (f *fakeStore) endAs(scope string, token string, record bool, actual []int64) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	cs, ok := f.calls[token]
@@ -135,11 +157,15 @@ func (f *fakeStore) end(scope string, token string, record bool) error {
 	}
 	delete(f.calls, token)
 	now := time.Now()
-	for _, c := range cs {
+	for i, c := range cs {
 		l := f.lim(scope, c)
 		l.inflight -= c.Weight
 		if record {
-			l.ended = append(l.ended, fakeEnd{now, c.Weight})
+			w := c.Weight
+			if actual != nil {
+				w = max(actual[i], 0)
+			}
+			l.ended = append(l.ended, fakeEnd{now, w})
 		}
 	}
 	return nil

@@ -363,6 +363,9 @@ type Call struct {
 	at    time.Time // the admission on Redis's clock; zero for the fallback
 	seen  time.Time // this process's clock when the admission came back
 	marks []string  // the admission's rspec.Decision.Marks
+	// actual holds the settled weights of ReleaseSettled (one per charge),
+	// nil for a plain Release; written before the call is queued.
+	actual []int64
 }
 
 // Mark returns the admission's mark for charge i (rspec.Decision.Marks),
@@ -1145,6 +1148,40 @@ func (c *Call) Release() {
 	if !c.done.CompareAndSwap(false, true) {
 		panic("ratesem: Call released twice")
 	}
+	c.release()
+}
+
+// ReleaseSettled is Release for a call whose weights are known only after
+// it: charge i, admitted for its Weight units (the estimate), really cost
+// actual[i] units (one per charge, in charge order; actual[i] == Weight is
+// a plain release of that charge, a negative one counts as 0). Redis
+// settles the call in the background like a Release (rspec.Store.Settle):
+// a refund where the window still counts the call, a debit from the
+// settlement on. When every actual[i] equals its Weight it is Release. A
+// call of the fallback (Local) is released locally with its estimate: on
+// the safe side when actual ≤ Weight, and a debit is then not counted. It
+// never waits on Redis and does not retain actual. It panics on a second
+// release and when len(actual) differs from the number of charges.
+func (c *Call) ReleaseSettled(actual []int64) {
+	if len(actual) != len(c.cs) {
+		panic(fmt.Sprintf("ratesem: ReleaseSettled with %d weights for %d charges", len(actual), len(c.cs)))
+	}
+	if !c.done.CompareAndSwap(false, true) {
+		panic("ratesem: Call released twice")
+	}
+	for i := range actual {
+		if actual[i] != c.cs[i].Weight {
+			if c.token != "" {
+				c.actual = append([]int64(nil), actual...)
+			}
+			break
+		}
+	}
+	c.release()
+}
+
+// release is Release after the check that it is the first.
+func (c *Call) release() {
 	e := c.e
 	e.mu.Lock()
 	e.inflight--
@@ -1182,7 +1219,12 @@ func (e *Engine) releaser() {
 		// Nobody waits for it: a release late by up to lateGrace still
 		// frees the units sooner than the lease (Close cuts it short).
 		ctx, cancel := context.WithTimeout(e.flushCtx, e.cfg.Timeout+lateGrace)
-		err := e.st.Release(ctx, c.scope, c.cs, c.token)
+		var err error
+		if c.actual != nil {
+			err = e.st.Settle(ctx, c.scope, c.cs, c.token, c.actual)
+		} else {
+			err = e.st.Release(ctx, c.scope, c.cs, c.token)
+		}
 		cancel()
 		e.roundTrip(err)
 		e.mu.Lock()

@@ -365,6 +365,13 @@ type Read struct {
 type Store interface {
 	Admit(ctx context.Context, scope string, cs []Charge) (Decision, error)
 	Release(ctx context.Context, scope string, cs []Charge, token string) error
+	// Settle is Release for a call whose weights are known only after it
+	// ended: charge i (admitted for cs[i].Weight units, the estimate)
+	// ends having cost actual[i] units, one per charge in charge order
+	// (len(actual) == len(cs)); actual[i] == cs[i].Weight is a plain
+	// release of that charge, a negative actual[i] counts as 0 and one
+	// above MaxN as MaxN. See internal/rstore's Store.Settle.
+	Settle(ctx context.Context, scope string, cs []Charge, token string, actual []int64) error
 	Cancel(ctx context.Context, scope string, cs []Charge, token string) error
 	Pause(ctx context.Context, scope string, c Charge, d time.Duration) (time.Time, error)
 	ReconcileAt(ctx context.Context, scope string, c Charge, used int64, r Read) (int64, error)

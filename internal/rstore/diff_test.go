@@ -69,7 +69,7 @@ func TestSpecOf(t *testing.T) {
 // end can help".
 func TestDifferential(t *testing.T) {
 	for _, k := range kinds {
-		t.Run(k.name, func(t *testing.T) { runDifferential(t, k.spec, k.make, time.Hour) })
+		t.Run(k.name, func(t *testing.T) { runDifferential(t, k.spec, k.make, time.Hour, false) })
 	}
 }
 
@@ -79,11 +79,14 @@ func TestDifferential(t *testing.T) {
 // after it fails with ErrNotInFlight.
 func TestDifferentialLeases(t *testing.T) {
 	for _, k := range kinds {
-		t.Run(k.name, func(t *testing.T) { runDifferential(t, k.spec, k.make, 40*time.Millisecond) })
+		t.Run(k.name, func(t *testing.T) { runDifferential(t, k.spec, k.make, 40*time.Millisecond, false) })
 	}
 }
 
-func runDifferential(t *testing.T, spec Spec, mk func() window.Policy, lease time.Duration) {
+// runDifferential runs the schedule; with settle, a release is a Settle
+// to a random actual weight (0 to 7) half of the time, and the twin is told
+// window.Settler.Settle.
+func runDifferential(t *testing.T, spec Spec, mk func() window.Policy, lease time.Duration, settle bool) {
 	ctx := context.Background()
 	k := struct {
 		spec Spec
@@ -117,7 +120,28 @@ func runDifferential(t *testing.T, spec Spec, mk func() window.Policy, lease tim
 					slices.SortFunc(gone, func(a, b held) int { return a.at.Compare(b.at) })
 					for len(gone) > 0 && !gone[0].at.Add(lease).After(clk.t) {
 						p.Done(gone[0].at.Add(lease), gone[0].n)
-						if step%7 == 0 { // a late Release finds no lease
+						if settle && step%3 == 0 {
+							// A late Settle: the call ended at its lease's
+							// end with its estimate; only a debit counts
+							// (a window without leases knows no lease:
+							// the whole settlement applies).
+							g := gone[0]
+							a := rng.Int64N(8)
+							c := []Charge{{Rule: "r", Key: key, Spec: &sp, Weight: g.n}}
+							err := s.Settle(ctx, "diff", c, g.tok, []int64{a})
+							leased := sp.Kind == Completion || sp.Kind == FixedCompletion
+							if leased {
+								if g.n > 0 && !errors.Is(err, ErrNotInFlight) {
+									t.Fatalf("seed %d step %d: settle after the lease: %v", seed, step, err)
+								}
+								p.(window.Settler).Settle(clk.t, g.at, 0, max(a-g.n, 0))
+							} else {
+								if err != nil {
+									t.Fatalf("seed %d step %d: settle: %v", seed, step, err)
+								}
+								p.(window.Settler).Settle(clk.t, g.at, g.n, a)
+							}
+						} else if step%7 == 0 { // a late Release finds no lease
 							c := []Charge{{Rule: "r", Key: key, Spec: &sp, Weight: gone[0].n}}
 							if err := s.Release(ctx, "diff", c, gone[0].tok); gone[0].n > 0 && (sp.Kind == Completion || sp.Kind == FixedCompletion) && !errors.Is(err, ErrNotInFlight) {
 								t.Fatalf("seed %d step %d: release after the lease: %v", seed, step, err)
@@ -162,6 +186,14 @@ func runDifferential(t *testing.T, spec Spec, mk func() window.Policy, lease tim
 						h := live[i]
 						live = append(live[:i], live[i+1:]...)
 						c := []Charge{{Rule: "r", Key: key, Spec: &sp, Weight: h.n}}
+						if settle && rng.IntN(2) == 0 {
+							a := rng.Int64N(8)
+							if err := s.Settle(ctx, "diff", c, h.tok, []int64{a}); err != nil {
+								t.Fatalf("seed %d step %d: settle %d as %d: %v", seed, step, h.n, a, err)
+							}
+							p.(window.Settler).Settle(clk.t, h.at, h.n, a)
+							break
+						}
 						if err := s.Release(ctx, "diff", c, h.tok); err != nil {
 							t.Fatalf("seed %d step %d: release: %v", seed, step, err)
 						}

@@ -413,6 +413,81 @@ func (s *Store) Release(ctx context.Context, scope string, cs []Charge, token st
 	return s.leaseOp(ctx, "release", releaseScript, scope, cs, token, "")
 }
 
+// Settle ends the call of token now (server clock), as Release does, for
+// a call whose weights are known only after it: charge i, admitted for
+// cs[i].Weight units (its estimate), really cost actual[i] units. It takes
+// one actual weight per charge, in charge order; actual[i] == cs[i].Weight
+// settles charge i as Release would (when every charge is plain, Settle is
+// Release, on its fast path), a negative actual[i] counts as 0 (never more
+// than the estimate is refunded) and one above MaxN as MaxN.
+//
+// It matches window.Settler kind by kind. A refund r = Weight − actual is
+// taken back where the window still counts the call, as Cancel would take
+// r units: a fixed window only while the admission's window is now's (a
+// fixed completion window, which carries the call in flight into now's
+// window, from now's), the sliding log from the call's own entry, the
+// sliding window counter from the admission's window if it is the current
+// or previous one, the sub-window counter from its block while in range;
+// the buckets get min(r, burst − tokens) tokens back (even after later
+// admissions), GCRA moves its TAT back by r emission intervals, never
+// before now. A debit d = actual − Weight counts at now: in now's window or
+// block, as an entry of d at now (plus the margin) in the sliding log,
+// d tokens taken (into debt) from a bucket, d emission intervals added to
+// GCRA's TAT. The completion windows log actual units at the end instead of
+// Weight. Debits saturate: a bucket's debt stops at 2^52 units, GCRA's TAT
+// at 2^52 µs ahead, a fixed window's or counter's count at 2^52 units (each
+// far beyond any N: full until the window moves), and the keys live until
+// the debt is repaid.
+//
+// A charge whose lease is gone (it ran out: the call counted as ended at
+// its lease's end with its estimate; or Redis lost it) gets its debit but
+// never a refund, and Settle then returns an error matching ErrNotInFlight,
+// as Release does. It returns an error, without a round trip, when
+// len(actual) != len(cs) or for the charges Admit refuses; the go-redis
+// error when the round trip fails. One round trip.
+func (s *Store) Settle(ctx context.Context, scope string, cs []Charge, token string, actual []int64) error {
+	if len(actual) != len(cs) {
+		return fmt.Errorf("ratesem: settle: %d actual weights for %d charges", len(actual), len(cs))
+	}
+	plain := true
+	for i := range cs {
+		if actual[i] != cs[i].Weight {
+			plain = false
+			break
+		}
+	}
+	if plain {
+		return s.Release(ctx, scope, cs, token)
+	}
+	tok, at, err := splitToken(token)
+	if err != nil {
+		return err
+	}
+	keys, args, err := s.call(scope, cs, tok, at)
+	if err != nil {
+		return err
+	}
+	for _, a := range actual {
+		args = append(args, min(max(a, 0), MaxN))
+	}
+	v, err := settleScript.Run(ctx, s.c, keys, args...).Result()
+	if err != nil {
+		return fmt.Errorf("ratesem: redis settle: %w", err)
+	}
+	switch r := v.(type) {
+	case int64:
+		if r > 0 {
+			return fmt.Errorf("ratesem: redis settle: %w (%d of %d charges)", ErrNotInFlight, r, len(cs))
+		}
+		return nil
+	case []any:
+		if len(r) == 3 {
+			return mismatch(cs, r)
+		}
+	}
+	return fmt.Errorf("ratesem: malformed reply from Redis: %v", v)
+}
+
 // Cancel takes back the admission of token, whose call never started: the
 // limiters are as if it had not been admitted (as far as the windows can
 // tell: a fixed window that moved on keeps nothing to take back). Errors as

@@ -775,6 +775,117 @@ end
 return missing
 `)
 
+// settleScript ends token's call now, admitted at ARGV[3] µs, with the
+// actual weights ARGV[4 + 8·NC + i] (clamped to [0, MaxN]) instead of the
+// estimates (the charges' weights): a refund where the window still counts
+// the call (never for a charge whose lease is gone), a debit at now
+// (see Store.Settle). Reply as releaseScript.
+var settleScript = goredis.NewScript(header + prelude + `
+local Ls, err = loadall(true)
+if Ls == nil then return err end
+local at = tonumber(ARGV[3])
+local SAT = 4503599627370496 -- 2^52: where debts and counts saturate
+local missing = 0
+for i = 1, NC do
+  local L = Ls[i]
+  -- Bring the state to now: leases that ran out ended (this call's
+  -- included: then it counted its estimate at its lease's end), windows
+  -- rolled, buckets refilled, lost state found and held full.
+  prepare(L)
+  local n, k, tok = L.n, L.kind, ARGV[2]
+  local a = math.min(math.max(tonumber(ARGV[4 + 8 * NC + i]) or 0, 0), 1099511627776)
+  local m = tok .. ':' .. n
+  local live = true -- the window may still count the call: a refund is due
+  if L.leased then
+    live = false
+    if n > 0 then
+      local d = tonumber(redis.call('ZSCORE', L.F, m))
+      if d ~= nil and d > L.t0 then
+        redis.call('ZREM', L.F, m)
+        set(L, 'f', math.max(L.f - n, 0)); set(L, 'fc', math.max(L.fc - 1, 0))
+        live = true
+      else
+        if d ~= nil then sweep(L) end
+        missing = missing + 1
+      end
+    end
+  end
+  local r, dd = 0, 0 -- refund, debit
+  if live and a < n then r = n - a end
+  if a > n then dd = a - n end
+  if k == 1 then
+    -- the call ends with a units logged at its end; a call whose lease
+    -- ran out was logged with n at its lease's end: only the debit
+    local w, mem = dd, tok .. '+:' .. dd
+    if live then w, mem = a, tok .. ':' .. a end
+    if w > 0 and L.per > 0 then
+      redis.call('ZADD', L.Z, L.t0, mem)
+      if L.z == 0 then L.fresh = true end
+      set(L, 'z', L.z + w); set(L, 'zc', L.zc + 1)
+    end
+  elseif k == 2 or k == 4 then
+    -- a fixed completion window carries the call in flight into now's
+    -- window: the refund comes from there; a fixed window refunds only
+    -- while the admission's window is now's
+    if r > 0 and (k == 2 or fdiv(at, L.per) == L.w) then set(L, 'u', L.u - math.min(r, L.u)) end
+    if dd > 0 then set(L, 'u', math.max(L.u, math.min(L.u + dd, SAT))) end
+    if k == 2 and live then set(L, 'd', (L.d or 0) + a) end
+  elseif k == 3 then
+    if r > 0 then
+      local sc = redis.call('ZSCORE', L.Z, m)
+      if sc then
+        redis.call('ZREM', L.Z, m)
+        set(L, 'z', math.max(L.z - r, 0))
+        if a > 0 then redis.call('ZADD', L.Z, sc, tok .. ':' .. a) else set(L, 'zc', math.max(L.zc - 1, 0)) end
+      end
+    end
+    if dd > 0 then
+      redis.call('ZADD', L.Z, L.t0 + L.p1, tok .. '+:' .. dd)
+      if L.z == 0 then L.fresh = true end
+      set(L, 'z', L.z + dd); set(L, 'zc', L.zc + 1)
+    end
+  elseif k == 5 then
+    if r > 0 then
+      local idx = fdiv(at, L.per)
+      if idx == L.w then set(L, 'c', L.c - math.min(r, L.c))
+      elseif idx == L.w - 1 then set(L, 'v', L.v - math.min(r, L.v)) end
+    end
+    if dd > 0 then set(L, 'c', math.max(L.c, math.min(L.c + dd, SAT))) end
+  elseif k == 6 then
+    if r > 0 then
+      local idx = fdiv(at, math.ceil(L.per / L.p1))
+      if idx <= L.w and idx > L.w - L.p1 then
+        local s = 'b' .. (idx % L.p1)
+        local y = math.min(r, tonumber(redis.call('HGET', L.H, s)) or 0)
+        if y > 0 then redis.call('HINCRBY', L.H, s, -y); set(L, 'c', L.c - y) end
+      end
+    end
+    if dd > 0 then
+      local y = math.max(math.min(L.c + dd, SAT) - L.c, 0)
+      if y > 0 then redis.call('HINCRBY', L.H, 'b' .. (L.w % L.p1), y); set(L, 'c', L.c + y) end
+    end
+  elseif k == 7 or k == 8 then
+    if r > 0 then
+      set(L, 't', L.t + math.max(math.min(r, L.p1 - L.t), 0))
+      if L.t >= L.p1 then set(L, 'r', 0) end
+    end
+    if dd > 0 then set(L, 't', math.max(L.t - dd, -SAT)) end
+    if L.t < 0 then
+      -- the keys live until the debt is repaid (the bucket full again)
+      L.ttl = math.max(L.ttl, math.min(math.ceil((L.p1 - L.t) * L.per / L.N / 1000) + 1000, SAT))
+    end
+  elseif k == 9 then
+    local em = emit(L)
+    if r > 0 and L.t > L.t0 then set(L, 't', math.max(L.t - r * em, L.t0)) end
+    if dd > 0 then set(L, 't', math.min(math.max(L.t, L.t0) + dd * em, L.t0 + SAT)) end
+    if L.t > L.t0 then L.ttl = math.max(L.ttl, math.ceil((L.t - L.t0) / 1000) + 1000) end
+  end
+  if L.usesm then set(L, 'm', L.t0) end
+  save(L)
+end
+return missing
+`)
+
 // extendScript moves token's leases to now + ARGV[3] µs. Reply as
 // releaseScript.
 var extendScript = goredis.NewScript(header + prelude + `
