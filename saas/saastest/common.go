@@ -42,8 +42,9 @@ type Entry struct {
 	// At is the arrival time on the server's clock (Config.Clock), when
 	// the limits were checked and charged.
 	At time.Time
-	// Done is when the reply was written (after the latency); zero while
-	// the request is in flight. Settlement happens at Done.
+	// Done is when the reply of an accepted request was written (after
+	// the latency); zero while it is in flight, and for refused requests.
+	// Settlement, and the end of GitHub's "in flight", happen at Done.
 	Done time.Time
 	// Method and Path of the request (Path without the query).
 	Method, Path string
@@ -102,7 +103,7 @@ type Stats struct {
 	Rejected map[string]int
 }
 
-// Stats of log: accepted requests, and refusals per limit.
+// statsOf counts the accepted requests of log and the refusals per limit.
 func statsOf(log []Entry) Stats {
 	st := Stats{Rejected: make(map[string]int)}
 	for _, e := range log {
