@@ -367,7 +367,7 @@ func (t *Ticket) Release() {
 		panic("ratesem: Ticket released twice")
 	}
 	if t.pool.rem != nil {
-		t.releaseRedis()
+		t.releaseRedisAny()
 		return
 	}
 	p := t.pool
