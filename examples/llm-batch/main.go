@@ -99,7 +99,7 @@ func main() {
 	var summary []string
 	for _, settle := range runs {
 		cfg.settle = settle
-		fmt.Printf("== %d requests, settling %v, server minute %v\n", cfg.n, onOff(settle), time.Duration(float64(time.Minute) / cfg.scale))
+		fmt.Printf("== %d requests, settling %v, server minute %v\n", cfg.n, onOff(settle), time.Duration(float64(time.Minute)/cfg.scale))
 		r, err := run(context.Background(), cfg)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
