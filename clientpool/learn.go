@@ -177,9 +177,14 @@ func (p *Pool) quotaLocked(rs *ruleState, now time.Time) {
 func (p *Pool) budgetLocked(hd *held, remaining, reset int64, now time.Time) {
 	l := hd.lim
 	fb := l.feedback()
-	if reset <= p.mono(now) {
+	nowNs := p.mono(now)
+	if reset <= nowNs {
 		return
 	}
+	// A window lasts Per: one said to end later (a hostile or broken
+	// header) ends Per from now, plus a second for resets rounded up to
+	// whole seconds (GitHub's epoch seconds).
+	reset = min(reset, sat.Add(nowNs, int64(l.rule.limit.Per+time.Second)))
 	left := sat.Sub(sat.Sub(remaining, max(fb.admits-hd.usedAtAdmit, 0)), l.inflight)
 	left = max(left, 0)
 	switch {

@@ -193,3 +193,30 @@ func TestLearnedBucket(t *testing.T) {
 		}
 	})
 }
+
+// A reset announced absurdly far away (a hostile header) holds a spent
+// budget for at most the rule's window, not for years.
+func TestLearnedResetCapped(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newPool(t, []clientpool.Rule{{
+			Name:  "core",
+			Limit: window.Limit{Per: time.Hour},
+			Learn: clientpool.LearnRateLimit("X-RateLimit-", "", true),
+		}})
+		c := clientpool.Charge{Rule: "core", Weight: 1}
+		tk, _ := p.Acquire(context.Background(), c)
+		h := rlHeader(100, 0, time.Time{})
+		h.Set("X-RateLimit-Reset", "999999999") // 31.7 years, as delta-seconds
+		tk.ObserveHeaders(h)
+		tk.Release()
+		start := time.Now()
+		tk, err := p.Acquire(context.Background(), c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tk.Release()
+		if w := time.Since(start); w > time.Hour+time.Second || w < time.Hour {
+			t.Fatalf("waited %v for a reset 31.7 years away with nothing left: want the hour", w)
+		}
+	})
+}
