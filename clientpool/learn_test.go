@@ -220,3 +220,19 @@ func TestLearnedResetCapped(t *testing.T) {
 		}
 	})
 }
+
+// The IETF RateLimit fields teach a limit too (draft 08 and later).
+func TestLearnIETF(t *testing.T) {
+	learn := clientpool.LearnRateLimit("RateLimit-", "burst", false)
+	h := http.Header{}
+	h.Set("RateLimit-Policy", `"burst";q=100;w=60, "daily";q=1000;w=86400`)
+	h.Set("RateLimit", `"burst";r=40;t=30`)
+	in, ok := learn(h, time.Now())
+	if !ok || in.Limit.N != 100 || in.Remaining != 40 || !in.Reset.IsZero() {
+		t.Fatalf("learned %+v, %v", in, ok)
+	}
+	h.Set("RateLimit", `"burst";r=-4;t=30`) // malformed: says nothing
+	if _, ok := learn(h, time.Now()); ok {
+		t.Fatal("a malformed field taught a limit")
+	}
+}
