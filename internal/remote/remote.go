@@ -193,7 +193,9 @@ type Config struct {
 // (Config.Fallback). Its methods are called concurrently.
 type Fallback interface {
 	// Acquire blocks until the charges are admitted locally or ctx is
-	// done; it returns a function that releases them, called once.
+	// done; it returns a function that releases them, called once (also
+	// for a call ended by Call.ReleaseSettled: the fallback counts the
+	// estimate, on the safe side only when the call cost no more).
 	Acquire(ctx context.Context, scope string, cs []rspec.Charge) (release func(), err error)
 	// TryAcquire admits the charges locally if they fit at once.
 	TryAcquire(scope string, cs []rspec.Charge) (release func(), ok bool)

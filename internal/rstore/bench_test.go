@@ -53,6 +53,14 @@ func BenchmarkAdmit(b *testing.B) {
 			}
 			return s.Release(ctx, "b", c, d.Token)
 		}},
+		{"completion+settle", func() error {
+			c := []Charge{{Rule: "cs", Spec: comp, Weight: 2}}
+			d, err := s.Admit(ctx, "b", c)
+			if err != nil {
+				return err
+			}
+			return s.Settle(ctx, "b", c, d.Token, []int64{1})
+		}},
 		{"binance-order", func() error {
 			_, err := s.Admit(ctx, "b", order)
 			return err

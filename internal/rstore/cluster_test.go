@@ -47,8 +47,11 @@ func TestCluster(t *testing.T) {
 		if err != nil || !d.OK {
 			t.Fatalf("scope %q: %+v %v", scope, d, err)
 		}
-		if err := s.Release(ctx, scope, cs, d.Token); err != nil {
-			t.Fatal(err)
+		// a settlement touches the same keys (one slot): refund one charge,
+		// debit another, the third plain
+		actual := []int64{0, cs[1].Weight + 1, cs[2].Weight}
+		if err := s.Settle(ctx, scope, cs, d.Token, actual); err != nil {
+			t.Fatalf("scope %q: settle: %v", scope, err)
 		}
 		k := s.Keys(scope, cs[0])[0]
 		err = rdb.ForEachMaster(ctx, func(ctx context.Context, m *goredis.Client) error {

@@ -228,7 +228,14 @@ func runDifferential(t *testing.T, spec Spec, mk func() window.Policy, lease tim
 // the admitted ones cancelled at the same instant when one refuses: the
 // same decisions, and on a refusal the largest wait of the refusing
 // charges (or "only a release can help").
-func TestDifferentialMulti(t *testing.T) {
+func TestDifferentialMulti(t *testing.T) { runDifferentialMulti(t, false) }
+
+// TestDifferentialMultiSettle: TestDifferentialMulti with half the releases
+// settled, each charge to its own random actual weight (0 to 5) in one
+// Settle, the twins told window.Settler.Settle.
+func TestDifferentialMultiSettle(t *testing.T) { runDifferentialMulti(t, true) }
+
+func runDifferentialMulti(t *testing.T, settle bool) {
 	ctx := context.Background()
 	clk := newClock()
 	s, _ := newStore(t, clk, time.Hour)
@@ -244,6 +251,7 @@ func TestDifferentialMulti(t *testing.T) {
 		type held struct {
 			tok string
 			cs  []Charge
+			at  time.Time
 		}
 		var live []held
 		for step := range 300 {
@@ -276,7 +284,7 @@ func TestDifferentialMulti(t *testing.T) {
 					t.Fatalf("seed %d step %d: %v: redis %+v, in process ok=%v", seed, step, sps, d, ok)
 				}
 				if ok {
-					live = append(live, held{d.Token, cs})
+					live = append(live, held{d.Token, cs, clk.t})
 					break
 				}
 				for _, i := range admitted {
@@ -295,6 +303,19 @@ func TestDifferentialMulti(t *testing.T) {
 				i := rng.IntN(len(live))
 				h := live[i]
 				live = append(live[:i], live[i+1:]...)
+				if settle && rng.IntN(2) == 0 {
+					actual := make([]int64, nc)
+					for j := range nc {
+						actual[j] = rng.Int64N(6)
+					}
+					if err := s.Settle(ctx, "multi", h.cs, h.tok, actual); err != nil {
+						t.Fatalf("seed %d step %d: settle: %v", seed, step, err)
+					}
+					for j := range nc {
+						ps[j].(window.Settler).Settle(clk.t, h.at, h.cs[j].Weight, actual[j])
+					}
+					break
+				}
 				if err := s.Release(ctx, "multi", h.cs, h.tok); err != nil {
 					t.Fatalf("seed %d step %d: release: %v", seed, step, err)
 				}

@@ -33,6 +33,9 @@
 // a second. The full path runs for the rest (a refusal, a pause, a spec to
 // adopt, a new or lost limiter, a roll with calls in flight) and decides
 // the same way. AdmitLua and AdmitCall expose the script for benchmarks.
+// Release keeps a fast path for one charge of a completion window; Settle
+// (a call whose weights are known only after it) always runs the full
+// path, about twice a release's cost on the server.
 //
 // # Clock
 //
@@ -437,7 +440,7 @@ func (s *Store) Release(ctx context.Context, scope string, cs []Charge, token st
 // Weight. Debits saturate: a bucket's debt stops at 2^52 units, GCRA's TAT
 // at 2^52 µs ahead, a fixed window's or counter's count at 2^52 units (each
 // far beyond any N: full until the window moves), and the keys live until
-// the debt is repaid.
+// the debt is repaid (at most about 139 years for a bucket).
 //
 // A charge whose lease is gone (it ran out: the call counted as ended at
 // its lease's end with its estimate; or Redis lost it) gets its debit but

@@ -830,7 +830,7 @@ for i = 1, NC do
     if r > 0 and (k == 2 or fdiv(at, L.per) == L.w) then set(L, 'u', L.u - math.min(r, L.u)) end
     if dd > 0 then set(L, 'u', math.max(L.u, math.min(L.u + dd, SAT))) end
     if k == 2 and live then set(L, 'd', (L.d or 0) + a) end
-  elseif k == 3 then
+  elseif k == 3 and L.per > 0 then -- a sliding log of Per 0 counts nothing
     if r > 0 then
       local sc = redis.call('ZSCORE', L.Z, m)
       if sc then
@@ -872,7 +872,8 @@ for i = 1, NC do
     if dd > 0 then set(L, 't', math.max(L.t - dd, -SAT)) end
     if L.t < 0 then
       -- the keys live until the debt is repaid (the bucket full again)
-      L.ttl = math.max(L.ttl, math.min(math.ceil((L.p1 - L.t) * L.per / L.N / 1000) + 1000, SAT))
+      -- (at most 2^42 ms, 139 years: the expiry kept in µs, x, stays exact)
+      L.ttl = math.max(L.ttl, math.min(math.ceil((L.p1 - L.t) * L.per / L.N / 1000) + 1000, 4398046511104))
     end
   elseif k == 9 then
     local em = emit(L)

@@ -215,7 +215,19 @@ func checkSettled(t *testing.T, sp Spec, per int64, calls []settleCall, ev []set
 // after two Pers and the margin, the buckets and GCRA stay in debt.
 func TestSettleMaxActual(t *testing.T) {
 	ctx := context.Background()
+	type kind struct {
+		name string
+		spec Spec
+	}
+	var all []kind
 	for _, k := range kinds {
+		all = append(all, kind{k.name, k.spec})
+	}
+	// the slowest refill Check allows: the debt outlives any TTL
+	slow := window.Limit{N: 1, Per: MaxPer}
+	all = append(all, kind{"slow-token-bucket", Spec{Kind: TokenBucket, Limit: slow, Burst: 1}},
+		kind{"slow-gcra", Spec{Kind: GCRA, Limit: slow, Burst: 1}})
+	for _, k := range all {
 		t.Run(k.name, func(t *testing.T) {
 			clk := newClock()
 			s, rdb := newStore(t, clk, time.Hour)
@@ -381,4 +393,66 @@ func TestSettleLeaseGone(t *testing.T) {
 			t.Fatalf("gcra after the restart and a debit of 3: %+v, want a wait of 20ms", d)
 		}
 	})
+}
+
+// TestSettleAfterLostHashHolds: Settle on a limiter whose hash was lost
+// while its leases remain rebuilds it from them and holds it full, as
+// Release does; it never remakes it bare.
+func TestSettleAfterLostHashHolds(t *testing.T) {
+	clk := newClock()
+	s, rdb := newStore(t, clk, time.Minute)
+	ctx := context.Background()
+	c := []Charge{{Rule: "r", Key: "k", Spec: spec(Completion, 2, time.Second), Weight: 1}}
+	a, _ := s.Admit(ctx, "", c)
+	b, _ := s.Admit(ctx, "", c)
+	if !a.OK || !b.OK {
+		t.Fatal(a, b)
+	}
+	rdb.Del(ctx, s.Keys("", c[0])[0])
+	clk.add(10 * time.Millisecond)
+	if err := s.Settle(ctx, "", c, a.Token, []int64{0}); err != nil {
+		t.Fatal(err)
+	}
+	d, err := s.Admit(ctx, "", c)
+	if err != nil || d.OK || !d.Lost {
+		t.Fatalf("after a lost hash and a settlement: %+v %v; want refused as lost", d, err)
+	}
+}
+
+// TestSettleConcurrencyCap: a window with a concurrency cap holds a lease
+// per call: Settle frees its units in flight and refunds while the lease
+// is there; once it ran out, only the debit counts.
+func TestSettleConcurrencyCap(t *testing.T) {
+	ctx := context.Background()
+	clk := newClock()
+	s, _ := newStore(t, clk, 40*time.Millisecond)
+	sp := Spec{Kind: TokenBucket, Limit: window.Limit{N: 4, Per: time.Hour}, Burst: 4, Concurrency: 2}
+	c := func(n int64) []Charge { return []Charge{{Rule: "r", Key: "k", Spec: &sp, Weight: n}} }
+	d, _ := s.Admit(ctx, "cc", c(2))
+	if !d.OK || !d.Leased {
+		t.Fatalf("%+v", d)
+	}
+	if d2, _ := s.Admit(ctx, "cc", c(1)); d2.OK || !d2.Release {
+		t.Fatalf("over the cap: %+v", d2)
+	}
+	if err := s.Settle(ctx, "cc", c(2), d.Token, []int64{0}); err != nil {
+		t.Fatal(err)
+	}
+	// 4 tokens again, nothing in flight
+	d3, _ := s.Admit(ctx, "cc", c(2))
+	d4, _ := s.Admit(ctx, "cc", c(2))
+	if !d3.OK || d4.OK {
+		t.Fatalf("after the refund: %+v %+v", d3, d4)
+	}
+	clk.add(50 * time.Millisecond) // d3's lease ran out: 2 tokens left
+	if err := s.Settle(ctx, "cc", c(2), d3.Token, []int64{0}); !errors.Is(err, ErrNotInFlight) {
+		t.Fatalf("settle after the lease: %v", err)
+	}
+	if d5, _ := s.Admit(ctx, "cc", c(2)); !d5.OK {
+		t.Fatalf("%+v", d5)
+	}
+	clk.add(50 * time.Millisecond)
+	if d6, _ := s.Admit(ctx, "cc", c(1)); d6.OK {
+		t.Fatalf("refunded after the lease ran out: %+v", d6)
+	}
 }
