@@ -71,7 +71,7 @@ func TestOnlyRedisrateLinksGoRedis(t *testing.T) {
 		}
 		t.Skip("no go command on PATH")
 	}
-	inProcess := []string{".", "./semaphore", "./clientpool", "./httpclient", "./window", "./exchange/binance", "./exchange/okx"}
+	inProcess := []string{".", "./semaphore", "./clientpool", "./httpclient", "./window", "./exchange/binance", "./exchange/okx", "./saas/openai", "./saas/anthropic", "./saas/github"}
 	out, err := exec.Command(goBin, append([]string{"list", "-deps"}, inProcess...)...).Output()
 	if err != nil {
 		t.Fatalf("go list: %v", err)

@@ -43,6 +43,16 @@
 //     rules exactly (OKX's sliding 2 s windows, Binance's clock-aligned
 //     weights, usage headers, 429 and 418 bans, and a hostile mode), for
 //     tests and examples.
+//   - saas/openai, saas/anthropic, saas/github: presets for LLM and SaaS
+//     APIs, whose calls cost what their reply says (tokens) and whose
+//     limits the client learns from the response headers: each call is
+//     admitted for an estimate and settled to its usage when it ends
+//     (window.Settler, semaphore.RateSemaphore.Begin and Call.End,
+//     clientpool.Ticket.Settle), and a rule with Learn takes N and what
+//     remains from the headers (clientpool.Learned).
+//   - saas/saastest: in-process servers that enforce OpenAI's, Anthropic's
+//     and GitHub's limits with their real headers and statuses and log
+//     every arrival.
 //
 // # Redis: one limit for many processes
 //

@@ -96,7 +96,7 @@ func (p *Pool) limiterLocked(rs *ruleState, key string, now time.Time) (*limiter
 func (p *Pool) newLimiterLocked(rs *ruleState, key string, now time.Time) *limiter {
 	l := &limiter{rule: rs, key: key, last: p.mono(now)}
 	if p.rem == nil {
-		l.policy = rs.newPolicy(rs.limit)
+		l.policy = rs.policyFor()
 	}
 	rs.keys[key] = l
 	rs.idlePush(l)

@@ -112,6 +112,13 @@ func (t *Ticket) ObserveHeaders(h http.Header) {
 	for i := range t.held {
 		hd := &t.held[i]
 		rs := hd.lim.rule
+		if rs.Learn != nil {
+			if in, ok := rs.Learn(h, p.now()); ok {
+				if extra := p.learn(hd, in); extra > 0 {
+					p.emit(ratesem.Event{Kind: ratesem.Reconciled, Rule: rs.Name, Key: hd.lim.key, Weight: extra})
+				}
+			}
+		}
 		if rs.Usage == nil {
 			continue
 		}
@@ -129,11 +136,15 @@ func (t *Ticket) ObserveHeaders(h http.Header) {
 func (p *Pool) observe(hd *held, used int64) int64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	return p.observeLocked(hd, used, p.now())
+}
+
+// observeLocked is observe under the lock.
+func (p *Pool) observeLocked(hd *held, used int64, now time.Time) int64 {
 	r, ok := hd.lim.policy.(window.Reconciler)
 	if !ok {
 		return 0
 	}
-	now := p.now()
 	if hd.marked {
 		// A fixed completion window (see ObserveHeaders): at most used −
 		// ended − n units came from elsewhere, less what the window took

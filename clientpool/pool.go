@@ -116,6 +116,8 @@ type ruleState struct {
 	capacity int64 // the heaviest charge the window can admit
 	cap      int64 // concurrency cap per key; math.MaxInt64 when none
 	quiet    int64 // ns of no activity after which a key's window has forgotten every call
+	learning bool  // Rule.Learn with no limit known yet: one call at a time per key
+	quota    bool  // Rule.Learn reported the server's windows: keys admit against their budgets
 	keys     map[string]*limiter
 	// Redis mode: the rule's window as Redis keeps it (replaced, never
 	// changed, by SetLimit), and whether SetLimit was called here.
@@ -148,9 +150,14 @@ type feedback struct {
 	// reconciled counts the units Reconcile and Ticket.ObserveHeaders made the
 	// window count on the server's word (saturating).
 	reconciled int64
-	paused     int64  // no starts before; 0 when none
-	throttles  uint32 // throttles of this key, ever (wrapping)
-	streak     uint8  // throttles in a row without a usable Retry-After
+	paused     int64 // no starts before; 0 when none
+	// A quota rule's key (Rule.Learn with Learned.Reset): the units left in
+	// the server's window ending at reset (ns since the epoch), once
+	// budgeted; and the units admitted on the key, ever (saturating).
+	budget, reset, admits int64
+	budgeted              bool
+	throttles             uint32 // throttles of this key, ever (wrapping)
+	streak                uint8  // throttles in a row without a usable Retry-After
 }
 
 // feedback returns l's feedback state, creating it.
@@ -198,6 +205,8 @@ type held struct {
 	usedAtAdmit, recAtAdmit int64
 	thrAtAdmit              uint32 // lim.throttles at admission
 	marked                  bool
+	settled                 bool  // Ticket.Settle named this charge's rule
+	actual                  int64 // the settled weight, when settled
 }
 
 // qnode is a waiting call's place on one of its limiters: nodes[i] of a
@@ -265,6 +274,15 @@ func New(t Table, opts ...Option) (*Pool, error) {
 		}
 		rs := &ruleState{Rule: r, keys: make(map[string]*limiter)}
 		rs.setLimit(r.Limit)
+		if r.Limit.N == 0 {
+			if cfg.redisSet {
+				return nil, fmt.Errorf("ratesem: rule %q: a limit learned from headers (Limit.N 0) in Redis mode: %w", r.Name, ratesem.ErrInvalidLimit)
+			}
+			// Unknown until a response says: the window admits anything
+			// (one call at a time, admitLocked) and keeps the record.
+			rs.setLimit(window.Limit{N: MaxLearnedN, Per: r.Limit.Per})
+			rs.learning = true
+		}
 		p.rules[r.Name] = rs
 		p.ruleList = append(p.ruleList, rs)
 	}
@@ -332,6 +350,7 @@ type Ticket struct {
 	pool     *Pool
 	held     []held
 	charges  []Charge
+	at       int64 // the admission instant, ns since the pool's epoch
 	released atomic.Bool
 }
 
@@ -348,7 +367,7 @@ func (t *Ticket) Release() {
 		panic("ratesem: Ticket released twice")
 	}
 	if t.pool.rem != nil {
-		t.releaseRedis()
+		t.releaseRedisAny()
 		return
 	}
 	p := t.pool
@@ -359,7 +378,11 @@ func (t *Ticket) Release() {
 		h := &t.held[i]
 		l := h.lim
 		l.inflight -= h.n
-		l.policy.Done(now, h.n)
+		if st, ok := l.policy.(window.Settler); ok && h.settled {
+			st.Settle(now, p.instant(t.at), h.n, h.actual)
+		} else {
+			l.policy.Done(now, h.n)
+		}
 		if fb := l.fb; fb != nil && fb.streak != 0 && fb.throttles == h.thrAtAdmit {
 			fb.streak = 0 // a call went through without a throttle
 		}
@@ -443,6 +466,7 @@ func (p *Pool) Acquire(ctx context.Context, charges ...Charge) (*Ticket, error) 
 			p.emitFailed(charges, w, w.err)
 			return nil, w.err
 		}
+		t.at = p.mono(w.granted)
 		p.emitAdmitted(charges, max(w.granted.Sub(w.since), 0), true)
 		return t, nil
 	}
@@ -477,6 +501,7 @@ func (p *Pool) start(ctx context.Context, charges []Charge) (*Ticket, *waiter, e
 	}
 	if !queued {
 		if _, _, ok := p.admitLocked(hs, nil, now); ok {
+			t.at = p.mono(now)
 			return t, nil, nil
 		}
 	}
@@ -576,6 +601,9 @@ func (p *Pool) undoLocked(w *waiter) {
 		h := &w.held[i]
 		h.lim.inflight -= h.n
 		h.lim.policy.Cancel(w.granted, h.n)
+		if fb := h.lim.fb; h.lim.rule.quota && fb != nil && fb.budgeted {
+			fb.budget = sat.Add(fb.budget, h.n)
+		}
 		if h.lim.q != nil {
 			p.markPending(h.lim.q)
 		}
@@ -616,12 +644,24 @@ func (p *Pool) admitLocked(hs []held, nodes []qnode, now time.Time) (at time.Tim
 			refuse(i, time.Time{})
 		case nowNs < l.paused():
 			refuse(i, p.instant(l.paused()))
+		case l.rule.learning && l.inflight > 0:
+			refuse(i, time.Time{}) // the limit is not known yet: one call at a time
 		}
 	}
 	if refused {
 		return at, needRelease, false
 	}
 	admitted := 0
+	for i := range hs {
+		if l := hs[i].lim; l.rule.quota {
+			if ok, until := l.budgetAdmits(nowNs, hs[i].n); !ok {
+				refuse(i, p.instant(until))
+			}
+		}
+	}
+	if refused {
+		return at, needRelease, false
+	}
 	for i := range hs {
 		h := &hs[i]
 		when, ok := h.lim.policy.Admit(now, h.n)
@@ -646,12 +686,17 @@ func (p *Pool) admitLocked(hs []held, nodes []qnode, now time.Time) (at time.Tim
 		h := &hs[i]
 		h.lim.inflight += h.n
 		h.thrAtAdmit = h.lim.throttles()
-		if h.lim.rule.Usage != nil {
+		if h.lim.rule.Usage != nil || h.lim.rule.Learn != nil {
 			if win, ended, _, ok := winfast.Mark(h.lim.policy, now); ok {
 				h.usedAtAdmit, h.recAtAdmit, h.marked = ended, win, true
 			} else if r, ok := h.lim.policy.(window.Reconciler); ok {
 				h.usedAtAdmit, h.recAtAdmit = r.Used(now), h.lim.reconciled()
 			}
+		}
+		if fb := h.lim.fb; h.lim.rule.quota && fb != nil && fb.budgeted {
+			fb.budget -= h.n // budgetAdmits checked h.n ≤ budget
+			fb.admits = sat.Add(fb.admits, h.n)
+			h.usedAtAdmit = fb.admits
 		}
 	}
 	return time.Time{}, false, true
@@ -688,9 +733,20 @@ func (p *Pool) SetLimit(rule string, l window.Limit) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := p.now()
+	rs.learning = false
+	p.setLimitLocked(rs, l, now)
+	p.settleLocked(now)
+	return nil
+}
+
+// setLimitLocked is SetLimit under the lock, for a valid limit, without
+// admitting the waiters it makes room for (settleLocked does).
+func (p *Pool) setLimitLocked(rs *ruleState, l window.Limit, now time.Time) {
 	rs.setLimit(l)
 	for _, lim := range rs.keys {
-		lim.policy.SetLimit(now, l)
+		if !rs.quota {
+			lim.policy.SetLimit(now, l)
+		}
 		if lim.q != nil {
 			p.markPending(lim.q)
 		}
@@ -701,14 +757,12 @@ func (p *Pool) SetLimit(rule string, l window.Limit) error {
 		w := e.Value.(*waiter)
 		for _, h := range w.held {
 			if h.lim.rule == rs && h.n > fit {
-				p.finishLocked(w, fmt.Errorf("%w: weight %d under rule %q, now %v", ratesem.ErrWeightTooLarge, h.n, rule, l))
+				p.finishLocked(w, fmt.Errorf("%w: weight %d under rule %q, now %v", ratesem.ErrWeightTooLarge, h.n, rs.Name, l))
 				break
 			}
 		}
 		e = next
 	}
-	p.settleLocked(now)
-	return nil
 }
 
 // Limit returns a rule's current limit (N units per Per), and false for an

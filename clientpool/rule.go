@@ -56,9 +56,51 @@ type Rule struct {
 	// a call is marked, a throttle pauses all of that call's rules.
 	PauseOnThrottle bool
 
+	// Learn reads the rule's limit at the server from a response's headers
+	// (see LearnXRateLimit and LearnIETF, or the presets' own): N, Per when
+	// the headers say, what remains and when the server's window ends. It
+	// returns false when the headers say nothing. nil means the limit is
+	// Limit, fixed. With Learn, Limit.N may be 0: the limit is then unknown
+	// until the first response that says it, and until then each key admits
+	// one call at a time, of any weight; a Limit.N > 0 is a guess the first
+	// response corrects. Limit.Per must be > 0 either way: it is the window
+	// when the headers do not give one. In process only: in Redis mode
+	// (redisrate.Shared) Learn is not read and Limit.N must be > 0.
+	Learn func(h http.Header, now time.Time) (Learned, bool)
+
+	// Settle marks a rule whose weight is known only after the call (an
+	// LLM API's tokens): it reads a call's true weight, in units, from its
+	// response's headers and body (the first MaxSettleBody bytes; nil when
+	// the response had none), and returns false when they do not say.
+	// Package httpclient's NewPool calls it before releasing the call's
+	// charges, which then end with that weight (Ticket.Settle). nil means
+	// the charged weight stands.
+	Settle func(h http.Header, body []byte) (units int64, ok bool)
+
 	// Source is where the rule comes from (the API documentation page).
 	Source string
 }
+
+// Learned is what a response's headers say about one rule's limit at the
+// server (Rule.Learn).
+type Learned struct {
+	// Limit is the server's limit: N units per Per. N 0 means the headers
+	// do not say; Per 0 means the rule's Per holds.
+	Limit window.Limit
+	// Remaining is the units left at the server when it answered, counting
+	// the call it answered; < 0 when the headers do not say.
+	Remaining int64
+	// Reset is when the server's current window ends, for a server that
+	// counts in windows of its own (GitHub's x-ratelimit-reset); zero for a
+	// token bucket, whose reset headers say when it is full again, not when
+	// a window ends. A Reset later than the one learned before announces a
+	// new window: the only feedback that may loosen the local count.
+	Reset time.Time
+}
+
+// MaxLearnedN is the largest N a Learn function's report is taken at: a
+// larger report (a hostile or broken header) counts as this, in units.
+const MaxLearnedN = 1 << 40
 
 // UsageFunc reads from response headers the units the server counts against
 // a rule in its current window: used units, true; or false when the headers
@@ -99,12 +141,22 @@ func (r *Rule) check() error {
 	switch {
 	case r.Name == "":
 		return errors.New("ratesem: a rule has no name")
-	case r.Limit.N <= 0 || r.Limit.Per <= 0:
+	case r.Limit.N < 0 || r.Limit.N == 0 && r.Learn == nil || r.Limit.Per <= 0:
 		return fmt.Errorf("ratesem: rule %q: limit %v: want N > 0 per Per > 0: %w", r.Name, r.Limit, ratesem.ErrInvalidLimit)
 	case r.MaxUnitsInFlight < 0:
 		return fmt.Errorf("ratesem: rule %q: negative MaxUnitsInFlight %d: %w", r.Name, r.MaxUnitsInFlight, ratesem.ErrInvalidLimit)
 	}
 	return nil
+}
+
+// policyFor returns a new window for a key of rs: the rule's, or, for a
+// rule counted against the server's budgets (quota), one that only caps
+// the units in flight.
+func (rs *ruleState) policyFor() window.Policy {
+	if rs.quota {
+		return window.NewCompletion(window.Limit{N: MaxLearnedN})
+	}
+	return rs.newPolicy(rs.limit)
 }
 
 func (r *Rule) newPolicy(l window.Limit) window.Policy {

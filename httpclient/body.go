@@ -2,8 +2,11 @@ package httpclient
 
 import (
 	"io"
+
 	"sync"
 	"sync/atomic"
+
+	"github.com/ratesem/ratesem/clientpool"
 )
 
 // body wraps a response body and releases the request's weight on the
@@ -24,6 +27,12 @@ type body struct {
 	mu     sync.Mutex
 	check  func(prefix []byte) // nil once run (or when not wanted)
 	prefix []byte
+
+	// settle, when set, is shown the body's first keepMax bytes (what the
+	// caller read of them) before the units are released.
+	settle  func(body []byte)
+	keep    []byte
+	keepMax int
 }
 
 // readWriteBody is used when the original body is also an io.Writer, as
@@ -36,8 +45,11 @@ type readWriteBody struct {
 
 // wrapBody returns rc wrapped so that Close or io.EOF releases n on l, after
 // check (if not nil) has seen the body's first bytes.
-func wrapBody(rc io.ReadCloser, l Limiter, n int64, check func([]byte)) io.ReadCloser {
-	b := &body{rc: rc, l: l, n: n, check: check}
+func wrapBody(rc io.ReadCloser, l Limiter, n int64, check, settle func([]byte)) io.ReadCloser {
+	b := &body{rc: rc, l: l, n: n, check: check, settle: settle}
+	if settle != nil {
+		b.keepMax = clientpool.MaxSettleBody
+	}
 	if w, ok := rc.(io.Writer); ok {
 		return readWriteBody{body: b, w: w}
 	}
@@ -63,6 +75,11 @@ func (b *body) Read(p []byte) (int, error) {
 func (b *body) seen(p []byte, final bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.settle != nil && len(p) > 0 {
+		if room := b.keepMax - len(b.keep); room > 0 {
+			b.keep = append(b.keep, p[:min(room, len(p))]...)
+		}
+	}
 	if b.check == nil {
 		return
 	}
@@ -98,7 +115,14 @@ func (b *body) Close() error {
 // limiter panics on over-release.
 func (b *body) release() {
 	if b.released.CompareAndSwap(false, true) {
-		b.l.Release(b.n)
+		defer b.l.Release(b.n) // even if the settlement panics
+		if b.settle != nil {
+			b.mu.Lock()
+			keep := b.keep
+			b.keep = nil
+			b.mu.Unlock()
+			b.settle(keep)
+		}
 	}
 }
 

@@ -84,6 +84,21 @@ func (c *poolCall) ObserveResponse(resp *http.Response) {
 	c.ticket.ObserveHeaders(resp.Header)
 }
 
+// responseSettler is implemented by a Limiter whose calls settle their
+// weight from the response (a poolCall whose rules have Settle): Transport
+// keeps up to clientpool.MaxSettleBody bytes of the body as the caller reads
+// it and shows them to settleResponse before the units are released.
+type responseSettler interface {
+	wantsBody() bool
+	settleResponse(h http.Header, body []byte)
+}
+
+// wantsBody reports whether a rule of the call settles from its response.
+func (c *poolCall) wantsBody() bool { return c.ticket.WantsBody() }
+
+// settleResponse settles the call's charges from its response.
+func (c *poolCall) settleResponse(h http.Header, body []byte) { c.ticket.SettleResponse(h, body) }
+
 // failed is the Limiter of a request that cannot be classified: it never
 // admits, so the request is not sent.
 type failed struct{ err error }

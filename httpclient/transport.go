@@ -327,9 +327,16 @@ func (t *Transport) roundTripHeld(l Limiter, n int64, req *http.Request) (*http.
 	if !headerThrottled && !watch {
 		t.succeeded(sent)
 	}
+	var settle func([]byte)
+	if s, ok := l.(responseSettler); ok && s.wantsBody() {
+		settle = func(body []byte) { s.settleResponse(resp.Header, body) }
+	}
 	if resp.Body == http.NoBody {
 		if watch {
 			t.bodySeen(l, resp, []byte{}, headerThrottled, sent)
+		}
+		if settle != nil {
+			settle(nil)
 		}
 		return resp, wait, nil
 	}
@@ -337,7 +344,7 @@ func (t *Transport) roundTripHeld(l Limiter, n int64, req *http.Request) (*http.
 	if watch {
 		check = func(prefix []byte) { t.bodySeen(l, resp, prefix, headerThrottled, sent) }
 	}
-	resp.Body = wrapBody(resp.Body, l, n, check)
+	resp.Body = wrapBody(resp.Body, l, n, check, settle)
 	handedOff = true
 	return resp, wait, nil
 }

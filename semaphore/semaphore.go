@@ -57,9 +57,9 @@ type RateSemaphore struct {
 	cur      int64         // units in flight
 	policy   winfast.Window
 	orig     window.Policy // the policy given, for its window.Settler
-	waiters  list.List // of *waiter, by rank: priority class, then arrival
-	parked   list.List // of *waiter heavier than the cap while interval is 0
-	paused   time.Time // no starts before; zero when no pause is pending
+	waiters  list.List     // of *waiter, by rank: priority class, then arrival
+	parked   list.List     // of *waiter heavier than the cap while interval is 0
+	paused   time.Time     // no starts before; zero when no pause is pending
 	ranker   sched.Ranker
 	maxQueue int // WithMaxQueue; 0: no cap
 

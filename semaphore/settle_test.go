@@ -205,3 +205,23 @@ func TestSettlingRaisesThroughput(t *testing.T) {
 type testWriter struct{ t *testing.T }
 
 func (w testWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return len(p), nil }
+
+// Begin and End allocate nothing, as Acquire and Release.
+func TestBeginEndAllocatesNothing(t *testing.T) {
+	ctx := context.Background()
+	s := semaphore.New(1<<40, time.Millisecond)
+	for range 100000 {
+		c, _ := s.Begin(ctx, 2)
+		c.End(1)
+	}
+	allocs := testing.AllocsPerRun(1000, func() {
+		c, err := s.Begin(ctx, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.End(1)
+	})
+	if allocs != 0 {
+		t.Fatalf("Begin+End allocates %v times", allocs)
+	}
+}

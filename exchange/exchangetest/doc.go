@@ -37,8 +37,8 @@
 //
 // # Time
 //
-// Every server reads arrival times from one clock, time.Now unless a Now
-// function is configured (e.g. clock.NewMock().Now from
+// Every server reads arrival times from one clock, the real clock unless its
+// Config's Clock is set (a ratesem.Clock, e.g. a *clock.Mock from
 // github.com/benbjohnson/clock, to place arrivals exactly on a window
 // boundary). OKXConfig.Scale and BinanceConfig.Scale divide every window
 // (and Binance's bans), so that Binance's minute lasts 3 s at Scale 20 and an

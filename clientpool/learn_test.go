@@ -1,0 +1,238 @@
+package clientpool_test
+
+import (
+	"context"
+	"errors"
+	"math"
+	"net/http"
+	"strconv"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/ratesem/ratesem"
+	"github.com/ratesem/ratesem/clientpool"
+	"github.com/ratesem/ratesem/window"
+)
+
+// acquireWithin reports whether a call of charges is admitted within d of
+// virtual time (it gives the admission back at once).
+func acquireWithin(t *testing.T, p *clientpool.Pool, d time.Duration, charges ...clientpool.Charge) bool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), max(d, time.Nanosecond))
+	defer cancel()
+	tk, err := p.Acquire(ctx, charges...)
+	if err != nil {
+		return false
+	}
+	tk.Release()
+	return true
+}
+
+// A ticket settled to fewer units gives the rest back at once; to more, it
+// holds the next calls back; misuse is an error.
+func TestTicketSettle(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newPool(t, []clientpool.Rule{
+			{Name: "tokens", Limit: window.Limit{N: 100, Per: time.Second}},
+			{Name: "requests", Limit: window.Limit{N: 10, Per: time.Second}},
+		})
+		ctx := context.Background()
+		tk, err := p.Acquire(ctx, clientpool.Charge{Rule: "tokens", Weight: 100}, clientpool.Charge{Rule: "requests", Weight: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tk.Settle("tokens", -1); !errors.Is(err, ratesem.ErrNegativeWeight) {
+			t.Fatalf("Settle(-1): %v", err)
+		}
+		if err := tk.Settle("nope", 1); !errors.Is(err, ratesem.ErrUnknownRule) {
+			t.Fatalf("Settle of a rule the ticket does not hold: %v", err)
+		}
+		if err := tk.Settle("tokens", 500); err != nil { // the last Settle wins
+			t.Fatal(err)
+		}
+		if err := tk.Settle("tokens", 30); err != nil {
+			t.Fatal(err)
+		}
+		tk.Release()
+		if err := tk.Settle("tokens", 1); err == nil {
+			t.Fatal("Settle after Release: no error")
+		}
+		if !acquireWithin(t, p, 0, clientpool.Charge{Rule: "tokens", Weight: 70}) {
+			t.Fatal("70 units refunded: not admitted at once")
+		}
+		if acquireWithin(t, p, time.Second-time.Nanosecond, clientpool.Charge{Rule: "tokens", Weight: 1}) {
+			t.Fatal("100 units counted: admitted before they leave the window")
+		}
+
+		tk, _ = p.Acquire(ctx, clientpool.Charge{Rule: "tokens", Weight: 10})
+		tk.Settle("tokens", math.MaxInt64) // saturates: full until the window moves
+		tk.Release()
+		if acquireWithin(t, p, time.Second-time.Nanosecond, clientpool.Charge{Rule: "tokens", Weight: 1}) {
+			t.Fatal("admitted under a debit of math.MaxInt64")
+		}
+		if !acquireWithin(t, p, 2*time.Second, clientpool.Charge{Rule: "tokens", Weight: 100}) {
+			t.Fatal("the window never recovered from a huge debit")
+		}
+	})
+}
+
+func rlHeader(limit, remaining int64, reset time.Time) http.Header {
+	h := http.Header{}
+	h.Set("X-RateLimit-Limit", strconv.FormatInt(limit, 10))
+	h.Set("X-RateLimit-Remaining", strconv.FormatInt(remaining, 10))
+	if !reset.IsZero() {
+		// delta-seconds: synctest's clock starts in 2000, before the
+		// epoch values ParseRateLimitAt reads as instants
+		h.Set("X-RateLimit-Reset", strconv.FormatInt(int64(max(time.Until(reset), 0)/time.Second), 10))
+	}
+	return h
+}
+
+// A rule with no limit admits one call at a time until a response says
+// the limit; from then on it admits what the server said remains, learns
+// a new window when the server announces one, and ignores stale and
+// hostile reports.
+func TestLearnedQuota(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newPool(t, []clientpool.Rule{{
+			Name:  "core",
+			Limit: window.Limit{Per: time.Hour},
+			Learn: clientpool.LearnRateLimit("X-RateLimit-", "", true),
+		}})
+		ctx := context.Background()
+		c := clientpool.Charge{Rule: "core", Weight: 1}
+		first, err := p.Acquire(ctx, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if acquireWithin(t, p, time.Minute, c) {
+			t.Fatal("limit unknown: a second call started while the first was in flight")
+		}
+		reset := time.Now().Add(30 * time.Minute).Truncate(time.Second)
+		first.ObserveHeaders(http.Header{"X-RateLimit-Limit": {"-5"}}) // malformed: says nothing
+		if acquireWithin(t, p, 0, c) {
+			t.Fatal("a malformed report taught a limit")
+		}
+		first.ObserveHeaders(rlHeader(5000, 4, reset)) // mid-window: 4 left, this call counted
+		first.Release()                                // ... and counted again while in flight: 3 left
+		if l, _ := p.Limit("core"); l != (window.Limit{N: 5000, Per: time.Hour}) {
+			t.Fatalf("learned limit %v", l)
+		}
+		var held []*clientpool.Ticket
+		for range 3 {
+			tk, err := p.Acquire(ctx, c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			held = append(held, tk)
+		}
+		start := time.Now()
+		// the 4th waits for the server's window to end (30 min), not an hour
+		done := make(chan time.Duration)
+		go func() {
+			tk, err := p.Acquire(ctx, c)
+			if err != nil {
+				t.Error(err)
+			}
+			done <- time.Since(start)
+			tk.Release()
+		}()
+		// A stale report (a window that ended) and a same-window report
+		// claiming more room change nothing.
+		held[0].ObserveHeaders(rlHeader(5000, 4000, time.Now())) // reset 0 s: past
+		held[0].ObserveHeaders(rlHeader(5000, 4000, reset))
+		if w := <-done; w < 29*time.Minute || w > 31*time.Minute {
+			t.Fatalf("4th call waited %v, want the server's window to end (≈30 min)", w)
+		}
+		for _, tk := range held {
+			tk.Release()
+		}
+		// In the next window: a response announces it, with 2 left.
+		tk, _ := p.Acquire(ctx, c)
+		tk.ObserveHeaders(rlHeader(5000, 2, time.Now().Add(time.Hour)))
+		tk.Release()
+		if !acquireWithin(t, p, 0, c) {
+			t.Fatal("the new window's budget admitted nothing")
+		}
+		if acquireWithin(t, p, time.Minute, c) {
+			t.Fatal("admitted beyond the budget the server announced for the new window")
+		}
+		// Hostile numbers: a limit of 2^63-1 is taken at MaxLearnedN.
+		tk, _ = p.Acquire(ctx, c)
+		tk.ObserveHeaders(rlHeader(math.MaxInt64, 0, time.Now().Add(time.Hour)))
+		tk.Release()
+		if l, _ := p.Limit("core"); l.N != clientpool.MaxLearnedN {
+			t.Fatalf("limit after a report of 2^63-1: %v", l)
+		}
+	})
+}
+
+// A rule whose limit is learned from a token bucket's headers (no window
+// of its own) shrinks the local budget to what the server says remains.
+func TestLearnedBucket(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newPool(t, []clientpool.Rule{{
+			Name:   "tokens",
+			Limit:  window.Limit{N: 1000, Per: time.Minute}, // a guess
+			Window: func(l window.Limit) window.Policy { return window.NewTokenBucket(l, 0) },
+			Learn:  clientpool.LearnRateLimit("X-RateLimit-", "", false),
+		}})
+		ctx := context.Background()
+		tk, _ := p.Acquire(ctx, clientpool.Charge{Rule: "tokens", Weight: 10})
+		tk.ObserveHeaders(rlHeader(600, 100, time.Time{})) // another client spent 490
+		tk.Release()
+		if l, _ := p.Limit("tokens"); l != (window.Limit{N: 600, Per: time.Minute}) {
+			t.Fatalf("learned %v", l)
+		}
+		if !acquireWithin(t, p, 0, clientpool.Charge{Rule: "tokens", Weight: 100}) {
+			t.Fatal("the 100 the server said remain were not admitted")
+		}
+		if acquireWithin(t, p, 0, clientpool.Charge{Rule: "tokens", Weight: 10}) {
+			t.Fatal("admitted beyond what the server said remains")
+		}
+	})
+}
+
+// A reset announced absurdly far away (a hostile header) holds a spent
+// budget for at most the rule's window, not for years.
+func TestLearnedResetCapped(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newPool(t, []clientpool.Rule{{
+			Name:  "core",
+			Limit: window.Limit{Per: time.Hour},
+			Learn: clientpool.LearnRateLimit("X-RateLimit-", "", true),
+		}})
+		c := clientpool.Charge{Rule: "core", Weight: 1}
+		tk, _ := p.Acquire(context.Background(), c)
+		h := rlHeader(100, 0, time.Time{})
+		h.Set("X-RateLimit-Reset", "999999999") // 31.7 years, as delta-seconds
+		tk.ObserveHeaders(h)
+		tk.Release()
+		start := time.Now()
+		tk, err := p.Acquire(context.Background(), c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tk.Release()
+		if w := time.Since(start); w > time.Hour+time.Second || w < time.Hour {
+			t.Fatalf("waited %v for a reset 31.7 years away with nothing left: want the hour", w)
+		}
+	})
+}
+
+// The IETF RateLimit fields teach a limit too (draft 08 and later).
+func TestLearnIETF(t *testing.T) {
+	learn := clientpool.LearnRateLimit("RateLimit-", "burst", false)
+	h := http.Header{}
+	h.Set("RateLimit-Policy", `"burst";q=100;w=60, "daily";q=1000;w=86400`)
+	h.Set("RateLimit", `"burst";r=40;t=30`)
+	in, ok := learn(h, time.Now())
+	if !ok || in.Limit.N != 100 || in.Remaining != 40 || !in.Reset.IsZero() {
+		t.Fatalf("learned %+v, %v", in, ok)
+	}
+	h.Set("RateLimit", `"burst";r=-4;t=30`) // malformed: says nothing
+	if _, ok := learn(h, time.Now()); ok {
+		t.Fatal("a malformed field taught a limit")
+	}
+}

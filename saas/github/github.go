@@ -1,0 +1,217 @@
+// Package github is the preset of the GitHub REST API's rate limits
+// ("Rate limits for the REST API",
+// https://docs.github.com/en/rest/using-the-rest-api/rate-limits-for-the-rest-api)
+// for package clientpool: Table returns the primary limits, learned from
+// the responses, and the secondary limits, which GitHub documents but does
+// not report.
+//
+//	pool, err := clientpool.New(github.Table())
+//	client := &http.Client{Transport: httpclient.NewPool(pool, httpclient.WithThrottledBody(github.Throttled))}
+//
+// The rules, per token (the Authorization header; requests without one
+// count per client, key ""):
+//
+//   - RuleCore, the primary limit (5000 requests per hour for a user token,
+//     60 unauthenticated, more for apps): learned from each response's
+//     x-ratelimit-limit, -remaining and -reset (Unix epoch seconds) when
+//     x-ratelimit-resource is "core". Until the first response says it,
+//     one request at a time; then each token spends the budget GitHub
+//     announced for its window, and a new window's budget when GitHub
+//     announces it (clientpool.Learned).
+//   - RuleSearch, the search API's own primary limit (30 per minute), for
+//     paths under /search/, learned the same way (resource "search").
+//   - RulePoints: at most 900 points per minute per endpoint, GET, HEAD and
+//     OPTIONS 1 point, POST, PATCH, PUT and DELETE 5. An endpoint is the
+//     method and the path with its owner, repo, user and numeric segments
+//     replaced (/repos/{owner}/{repo}/issues/{n}): coarser than GitHub's
+//     own notion at worst, never finer.
+//   - RuleConcurrent: at most 100 requests in flight.
+//   - RuleCreatePerMinute and RuleCreatePerHour: at most 80
+//     content-creating requests per minute and 500 per hour. The page does
+//     not list which requests create content; the preset counts every POST
+//     and PUT.
+//
+// The secondary limits count in any window (window.NewCompletion: from a
+// request's start to a minute after its end, which holds at the server
+// whatever the latency). GitHub answers a limit exceeded with 403 or 429
+// and retry-after, or with x-ratelimit-remaining 0 and the reset: pass
+// Throttled to httpclient.WithThrottledBody so that a 403 counts as a
+// throttle, and the pool pauses the token until then.
+package github
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/ratesem/ratesem/clientpool"
+	"github.com/ratesem/ratesem/saas/internal/req"
+	"github.com/ratesem/ratesem/window"
+)
+
+// DocsURL is the GitHub page every rule's Source points to.
+const DocsURL = "https://docs.github.com/en/rest/using-the-rest-api/rate-limits-for-the-rest-api"
+
+// Rule names, as they appear in Charges, Events and Pool.SetLimit.
+const (
+	RuleCore            = "core"
+	RuleSearch          = "search"
+	RulePoints          = "points per endpoint"
+	RuleConcurrent      = "concurrent"
+	RuleCreatePerMinute = "content per minute"
+	RuleCreatePerHour   = "content per hour"
+)
+
+// The documented secondary limits (DocsURL, "About secondary rate limits").
+const (
+	PointsPerMinute     = 900 // points per endpoint per minute
+	MaxConcurrent       = 100 // requests in flight
+	CreatesPerMinute    = 80  // content-creating requests per minute
+	CreatesPerHour      = 500 // content-creating requests per hour
+	PointsRead          = 1   // GET, HEAD, OPTIONS
+	PointsWrite         = 5   // POST, PATCH, PUT, DELETE
+	SearchPerMinute     = 30  // the search resource's primary limit for a user
+	UnauthenticatedCore = 60  // the core limit without a token, per hour
+)
+
+// The response headers of the primary limits.
+const (
+	HeaderLimit     = "x-ratelimit-limit"
+	HeaderRemaining = "x-ratelimit-remaining"
+	HeaderReset     = "x-ratelimit-reset" // Unix epoch seconds
+	HeaderResource  = "x-ratelimit-resource"
+)
+
+// Option configures Table.
+type Option func(*config)
+
+type config struct {
+	core   int64
+	scale  float64
+	expect bool
+}
+
+// WithCoreLimit sets a guess of the primary limit, in requests per hour,
+// which the first response corrects; 0 (the default) admits one request at
+// a time until the first response says the limit.
+func WithCoreLimit(n int64) Option { return func(c *config) { c.core = max(n, 0) } }
+
+// WithScale divides every window (hour, minute) by f, for a test server on
+// a scaled clock (saastest's Scale); f ≤ 0, NaN or infinite keeps 1.
+func WithScale(f float64) Option { return func(c *config) { c.scale = f } }
+
+// Table returns GitHub's rules, set up by opts. Every request is charged
+// under RuleCore or RuleSearch, RulePoints and RuleConcurrent, and a POST or
+// PUT also under the two content-creation rules.
+func Table(opts ...Option) clientpool.Table {
+	var c config
+	for _, o := range opts {
+		o(&c)
+	}
+	hour, minute := req.Scaled(time.Hour, c.scale), req.Scaled(time.Minute, c.scale)
+	search := func(r *http.Request) bool { return strings.HasPrefix(r.URL.Path, "/search/") }
+	creates := func(r *http.Request) bool { return r.Method == http.MethodPost || r.Method == http.MethodPut }
+	rules := []clientpool.Rule{
+		{Name: RuleCore, Limit: window.Limit{N: c.core, Per: hour}, Learn: learn("core"),
+			Key: func(r *http.Request) (string, bool) { return token(r), !search(r) }},
+		{Name: RuleSearch, Limit: window.Limit{N: 0, Per: minute}, Learn: learn("search"),
+			Key: func(r *http.Request) (string, bool) { return token(r), search(r) }},
+		{Name: RulePoints, Limit: window.Limit{N: PointsPerMinute, Per: minute},
+			Key: func(r *http.Request) (string, bool) {
+				return token(r) + " " + r.Method + " " + Endpoint(r.URL.Path), true
+			},
+			Weight: points},
+		{Name: RuleConcurrent, Limit: window.Limit{N: MaxConcurrent, Per: time.Microsecond}, MaxUnitsInFlight: MaxConcurrent,
+			Key: func(r *http.Request) (string, bool) { return token(r), true }},
+		{Name: RuleCreatePerMinute, Limit: window.Limit{N: CreatesPerMinute, Per: minute},
+			Key: func(r *http.Request) (string, bool) { return token(r), creates(r) }},
+		{Name: RuleCreatePerHour, Limit: window.Limit{N: CreatesPerHour, Per: hour},
+			Key: func(r *http.Request) (string, bool) { return token(r), creates(r) }},
+	}
+	var t clientpool.Table
+	for _, r := range rules {
+		r.Source = DocsURL
+		r.PauseOnThrottle = true
+		t.Rules = append(t.Rules, r)
+		t.Default = append(t.Default, clientpool.Cost{Rule: r.Name})
+	}
+	return t
+}
+
+// points is a request's weight under RulePoints.
+func points(r *http.Request) int64 {
+	switch r.Method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions, "":
+		return PointsRead
+	}
+	return PointsWrite
+}
+
+// token returns the key of a request's token: a hash of its Authorization
+// header (the token itself is never kept), "" without one.
+func token(r *http.Request) string {
+	a := r.Header.Get("Authorization")
+	if a == "" {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(a))
+	return hex.EncodeToString(sum[:8])
+}
+
+// Endpoint returns the endpoint a path belongs to for RulePoints: the path
+// with /repos/{owner}/{repo}, /users/{user} and /orgs/{org} named and every
+// numeric segment {n}. It reads nothing but p.
+func Endpoint(p string) string {
+	seg := strings.Split(strings.Trim(p, "/"), "/")
+	named := map[string][]string{"repos": {"{owner}", "{repo}"}, "users": {"{user}"}, "orgs": {"{org}"}}[seg[0]]
+	for i := 1; i < len(seg); i++ {
+		switch {
+		case i <= len(named):
+			seg[i] = named[i-1]
+		case seg[i] != "" && strings.Trim(seg[i], "0123456789") == "":
+			seg[i] = "{n}"
+		}
+	}
+	return "/" + strings.Join(seg, "/")
+}
+
+// learn reads the primary limit of one resource: x-ratelimit-limit,
+// -remaining and -reset (Unix epoch seconds, the window's end), when
+// x-ratelimit-resource names resource (or is absent, for "core").
+func learn(resource string) func(http.Header, time.Time) (clientpool.Learned, bool) {
+	return func(h http.Header, now time.Time) (clientpool.Learned, bool) {
+		res := h.Get(HeaderResource)
+		if res != resource && (res != "" || resource != "core") {
+			return clientpool.Learned{}, false
+		}
+		n, ok := req.Count(h.Get(HeaderLimit))
+		if !ok || n == 0 {
+			return clientpool.Learned{}, false
+		}
+		in := clientpool.Learned{Limit: window.Limit{N: n}, Remaining: -1}
+		if r, ok := req.Count(h.Get(HeaderRemaining)); ok {
+			in.Remaining = r
+		}
+		if s, ok := req.Count(h.Get(HeaderReset)); ok && s < 1<<40 {
+			if at := time.Unix(s, 0); at.After(now) {
+				in.Reset = at
+			}
+		}
+		return in, true
+	}
+}
+
+// Throttled reports whether a response is GitHub's answer to a limit
+// exceeded: a 429, or a 403 with retry-after or with x-ratelimit-remaining
+// 0. Give it to httpclient.WithThrottledBody; it reads no body.
+func Throttled(status int, h http.Header, _ []byte) bool {
+	switch status {
+	case http.StatusTooManyRequests:
+		return true
+	case http.StatusForbidden:
+		return h.Get("Retry-After") != "" || h.Get(HeaderRemaining) == "0"
+	}
+	return false
+}

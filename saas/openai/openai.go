@@ -1,0 +1,202 @@
+// Package openai is the preset of the OpenAI API's rate limits
+// (https://platform.openai.com/docs/guides/rate-limits) for package
+// clientpool: Table returns, for each model, a requests-per-minute and a
+// tokens-per-minute rule, with each request's tokens estimated before it is
+// sent and settled to its reply's usage after.
+//
+//	pool, err := clientpool.New(openai.Table(openai.WithModel("gpt-4o-mini", 500, 200_000)))
+//	client := &http.Client{Transport: httpclient.NewPool(pool)}
+//
+// What the guide says, and how the preset follows it:
+//
+//   - Limits are per model, in requests per minute (RPM) and tokens per
+//     minute (TPM), whichever is hit first. Each is a rule here, a token
+//     bucket of the limit refilled continuously over a minute
+//     (window.NewTokenBucket): the guide's reset headers say when the
+//     bucket is full again, a continuous refill.
+//   - A request counts against TPM at arrival as the maximum of its
+//     max_tokens and an estimate from its characters. The preset charges
+//     the Estimator's figure, by default CharEstimator: the prompt's
+//     characters over 4, rounded up, plus max_tokens — never less than the
+//     server's figure. When the reply comes, the call settles to its
+//     usage.total_tokens (Rule.Settle; WithoutSettling keeps the estimate),
+//     the count the server's headers follow.
+//   - Every reply carries x-ratelimit-{limit,remaining,reset}-{requests,tokens}
+//     (resets as Go durations, "6m0s"): each rule learns its limit and what
+//     remains from them (Rule.Learn), so a model configured with 0 limits
+//     learns them from its first reply, one call at a time until then, and
+//     another client spending the same organisation's limit shrinks this
+//     pool's budget.
+//   - A 429 (with retry-after-ms or retry-after) pauses both rules of the
+//     model.
+//
+// Requests for a model the Table was not given count against two catch-all
+// rules keyed by model, RuleRequestsOther and RuleTokensOther, whose limits
+// are learned from the first reply (shared by every such model: give each
+// model you use WithModel).
+//
+// The Estimator reads the request body through Request.GetBody (set by
+// http.NewRequest for a bytes, strings or bytes.Buffer body); a request
+// without one is charged its max_tokens alone.
+package openai
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/ratesem/ratesem/clientpool"
+	"github.com/ratesem/ratesem/internal/sat"
+	"github.com/ratesem/ratesem/saas/internal/req"
+	"github.com/ratesem/ratesem/window"
+)
+
+// DocsURL is the OpenAI guide every rule's Source points to.
+const DocsURL = "https://platform.openai.com/docs/guides/rate-limits"
+
+// The response headers the rules learn from.
+const (
+	HeaderLimitRequests     = "x-ratelimit-limit-requests"
+	HeaderRemainingRequests = "x-ratelimit-remaining-requests"
+	HeaderResetRequests     = "x-ratelimit-reset-requests"
+	HeaderLimitTokens       = "x-ratelimit-limit-tokens"
+	HeaderRemainingTokens   = "x-ratelimit-remaining-tokens"
+	HeaderResetTokens       = "x-ratelimit-reset-tokens"
+)
+
+// The catch-all rules of models not given with WithModel.
+const (
+	RuleRequestsOther = "requests other"
+	RuleTokensOther   = "tokens other"
+)
+
+// RuleRequests and RuleTokens return the names of a model's two rules, as
+// they appear in Charges, Events and Pool.SetLimit: "requests gpt-4o-mini",
+// "tokens gpt-4o-mini".
+func RuleRequests(model string) string { return "requests " + model }
+
+// RuleTokens returns the name of a model's tokens-per-minute rule.
+func RuleTokens(model string) string { return "tokens " + model }
+
+// Estimator returns the tokens, ≥ 0, a request is charged before it is
+// sent, from the request and its JSON body (nil when the body cannot be
+// read without consuming it). It must be safe for concurrent use.
+type Estimator func(req *http.Request, body []byte) int64
+
+// CharEstimator is the default Estimator: the characters (Unicode code
+// points) of the prompt — every message's content, an embedding's input —
+// over 4, rounded up (the guide's rule of thumb: a token is about 4
+// characters of English), plus max_tokens or max_completion_tokens. A body
+// past 32 MiB is charged math.MaxInt64 (the pool refuses it as too heavy).
+// It overestimates the prompt of code and of most non-English text less
+// well: give an Estimator with a tokenizer for those, or rely on settling.
+func CharEstimator(_ *http.Request, body []byte) int64 {
+	r := req.Parse(body)
+	if r.TooLarge {
+		return 1<<63 - 1
+	}
+	return sat.Add((r.Chars+3)/4, r.MaxTokens) // a hostile max_tokens saturates
+}
+
+// Option configures Table.
+type Option func(*config)
+
+type config struct {
+	models    []model
+	estimate  Estimator
+	noSettle  bool
+	perMinute time.Duration
+}
+
+type model struct {
+	name     string
+	rpm, tpm int64
+}
+
+// WithModel adds a model's limits: rpm requests and tpm tokens per minute
+// (the organisation's limits page); 0 means learned from the first reply.
+// Negative values count as 0.
+func WithModel(name string, rpm, tpm int64) Option {
+	return func(c *config) { c.models = append(c.models, model{name, max(rpm, 0), max(tpm, 0)}) }
+}
+
+// WithEstimator replaces CharEstimator; nil keeps it.
+func WithEstimator(e Estimator) Option {
+	return func(c *config) {
+		if e != nil {
+			c.estimate = e
+		}
+	}
+}
+
+// WithoutSettling keeps each call's estimate instead of settling it to its
+// usage: what a limiter that cannot read replies does (for comparison).
+func WithoutSettling() Option { return func(c *config) { c.noSettle = true } }
+
+// WithScale divides every limit's minute by f, for a test server on a
+// scaled clock (saastest's Scale); f ≤ 0, NaN or infinite keeps 1.
+func WithScale(f float64) Option {
+	return func(c *config) { c.perMinute = req.Scaled(time.Minute, f) }
+}
+
+// Table returns the rules of the models given (WithModel) and the
+// catch-all rules, set up by opts. Every request is charged under its
+// model's two rules: 1 request, and its estimated tokens.
+func Table(opts ...Option) clientpool.Table {
+	c := config{estimate: CharEstimator, perMinute: time.Minute}
+	for _, o := range opts {
+		o(&c)
+	}
+	known := map[string]bool{}
+	for _, m := range c.models {
+		known[m.name] = true
+	}
+	var t clientpool.Table
+	add := func(reqName, tokName string, rpm, tpm int64, key func(*http.Request) (string, bool)) {
+		t.Rules = append(t.Rules,
+			rule(reqName, rpm, c.perMinute, key, func(*http.Request) int64 { return 1 },
+				req.LearnBucket(HeaderLimitRequests, HeaderRemainingRequests), nil),
+			rule(tokName, tpm, c.perMinute, key, func(r *http.Request) int64 {
+				b, _ := req.Body(r)
+				return max(c.estimate(r, b), 0)
+			}, req.LearnBucket(HeaderLimitTokens, HeaderRemainingTokens), c.settle()))
+		t.Default = append(t.Default, clientpool.Cost{Rule: reqName}, clientpool.Cost{Rule: tokName})
+	}
+	for _, m := range c.models {
+		name := m.name
+		add(RuleRequests(name), RuleTokens(name), m.rpm, m.tpm, func(r *http.Request) (string, bool) {
+			return "", modelOf(r) == name
+		})
+	}
+	add(RuleRequestsOther, RuleTokensOther, 0, 0, func(r *http.Request) (string, bool) {
+		m := modelOf(r)
+		return m, !known[m]
+	})
+	return t
+}
+
+func rule(name string, n int64, per time.Duration, key func(*http.Request) (string, bool), weight func(*http.Request) int64,
+	learn func(http.Header, time.Time) (clientpool.Learned, bool), settle func(http.Header, []byte) (int64, bool)) clientpool.Rule {
+	return clientpool.Rule{
+		Name:   name,
+		Limit:  window.Limit{N: n, Per: per},
+		Window: func(l window.Limit) window.Policy { return window.NewTokenBucket(l, 0) },
+		Key:    key, Weight: weight, Learn: learn, Settle: settle,
+		PauseOnThrottle: true,
+		Source:          DocsURL,
+	}
+}
+
+// settle returns the tokens rule's Settle: usage.total_tokens of the reply.
+func (c *config) settle() func(http.Header, []byte) (int64, bool) {
+	if c.noSettle {
+		return nil
+	}
+	return func(_ http.Header, body []byte) (int64, bool) { return req.Usage(body, "total_tokens") }
+}
+
+// modelOf returns the model a request names in its body ("" when it cannot
+// be read).
+func modelOf(r *http.Request) string {
+	b, _ := req.Body(r)
+	return req.Parse(b).Model
+}

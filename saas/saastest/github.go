@@ -1,0 +1,575 @@
+package saastest
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ratesem/ratesem"
+)
+
+// GitHubDocs is the page the GitHub server's model is read from.
+const GitHubDocs = "https://docs.github.com/en/rest/using-the-rest-api/rate-limits-for-the-rest-api"
+
+// GitHubConfig configures NewGitHub. The zero value reproduces GitHub's
+// documented limits at real speed: 5000 requests per hour per token (60
+// per IP without one), search 30 per minute (10 without a token), at most
+// 100 requests in flight, 900 points per minute per endpoint, 80
+// content-creating requests per minute and 500 per hour, rejections 403.
+// A negative number makes NewGitHub panic.
+type GitHubConfig struct {
+	// Limit is the primary limit of an authenticated token per hour
+	// (resource core). 0 means 5000.
+	Limit int64
+	// UnauthenticatedLimit is the primary limit per client IP without an
+	// Authorization header, per hour. 0 means 60.
+	UnauthenticatedLimit int64
+	// SearchLimit and UnauthenticatedSearchLimit are the primary limits of
+	// resource search (paths under /search/) per minute. 0 means 30 and
+	// 10.
+	SearchLimit, UnauthenticatedSearchLimit int64
+	// InitialUsed starts the first core window of every key with this
+	// many requests already used (capped at the limit), so that the first
+	// response shows x-ratelimit-remaining below the limit, as for a token
+	// another program already used.
+	InitialUsed int64
+	// RejectStatus is the status of a rejection, primary or secondary: 0
+	// or 403 answers 403, 429 answers 429 (GitHub documents both). Other
+	// values make NewGitHub panic.
+	RejectStatus int
+	// MaxInFlight is the secondary limit on requests in flight per key
+	// (arrived and not yet answered). 0 means 100.
+	MaxInFlight int64
+	// PointsPerMinute is the secondary limit of points per minute per key
+	// and endpoint. 0 means 900.
+	PointsPerMinute int64
+	// CreatesPerMinute and CreatesPerHour are the secondary limits of
+	// content-creating requests (POST and PUT) per key. 0 means 80 and
+	// 500.
+	CreatesPerMinute, CreatesPerHour int64
+	// Pages is the number of pages of every listing. 0 means 3.
+	Pages int
+	// Scale divides every window (the hour lasts time.Hour/Scale on the
+	// server's clock). 0 means 1; it must be positive and finite.
+	Scale float64
+	// Latency, Clock, InMemory and MaxBodyBytes work as in OpenAIConfig.
+	// With a latency, requests stay in flight long enough to test
+	// MaxInFlight.
+	Latency      func() time.Duration
+	Clock        ratesem.Clock
+	InMemory     bool
+	MaxBodyBytes int64
+}
+
+// GitHubServer is an in-process server of a small fake GitHub REST API
+// that enforces GitHub's primary and secondary rate limits (see
+// NewGitHub). Its methods are safe for concurrent use, also while requests
+// are served.
+type GitHubServer struct {
+	base
+	cfg  GitHubConfig
+	keys map[string]*ghKey
+
+	peakInFlight int64
+}
+
+// ghKey is the state of one token (or client IP).
+type ghKey struct {
+	windows  map[string]*ghWindow // by resource
+	inFlight int64
+	points   map[string][]ghStamp // by endpoint, accepted in the last minute
+	creates  []ghStamp            // accepted in the last hour
+	firstEnd time.Time            // end of the first core window (the one InitialUsed applies to)
+}
+
+type ghWindow struct {
+	end  time.Time
+	used int64
+}
+
+type ghStamp struct {
+	at time.Time
+	n  int64
+}
+
+// NewGitHub starts a server for GET, HEAD, OPTIONS, POST, PATCH, PUT and
+// DELETE under /repos/{owner}/{repo}/..., /users/{user}/... and
+// /search/{kind}; the caller must Close it. It panics on an invalid config.
+//
+// The model (from GitHubDocs). Requests are counted per key: the
+// Authorization header's value, or the client IP without one.
+//
+// Primary limit: per key and resource (core; search for /search/), a
+// window starts at the first request judged after the previous window
+// ended and lasts an hour (search: a minute), divided by Scale; at most
+// Limit (UnauthenticatedLimit, SearchLimit...) accepted requests per
+// window. Every judged response carries x-ratelimit-limit, -remaining,
+// -used, -reset (the window's end in Unix epoch seconds, rounded up) and
+// -resource. Over the limit the answer is RejectStatus with
+// x-ratelimit-remaining 0, and the request is not counted.
+//
+// Secondary limits, per key, checked at arrival in sliding windows (after
+// the primary one): at most MaxInFlight requests accepted and not yet
+// answered (the count drops just before the reply is written); at most
+// PointsPerMinute points in any minute per endpoint, where an endpoint is
+// the method and the path template (/repos/{owner}/{repo}, /users/{user},
+// numeric segments as {n}) and GET, HEAD and OPTIONS cost 1 point, POST,
+// PATCH, PUT and DELETE 5; at most CreatesPerMinute content-creating
+// requests in any minute and CreatesPerHour in any hour. GitHub does not
+// list which requests create content; this server takes POST and PUT (they
+// create issues, comments, files), not PATCH (edits) or DELETE. A
+// violation is answered RejectStatus with retry-after (whole seconds until
+// the window admits the request; 1 for the in-flight cap) and a
+// secondary-limit message, and is not counted anywhere.
+//
+// GET of a listing (a path whose last segment is a name, e.g.
+// /repos/o/r/issues, /users/u/repos, /search/repositories) answers page
+// ?page= of Pages pages of ?per_page= (default 30, at most 100) items,
+// with a Link header (rel="next", rel="last") before the last page; other
+// GETs answer an object. POST answers 201, DELETE 204. A body that is not
+// JSON, or larger than MaxBodyBytes, is answered 400; other paths 404,
+// other methods 405; none is counted.
+func NewGitHub(cfg GitHubConfig) *GitHubServer {
+	def := func(v *int64, d int64, name string) {
+		if *v < 0 {
+			panic(fmt.Sprintf("saastest: NewGitHub: negative %s %d", name, *v))
+		}
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&cfg.Limit, 5000, "Limit")
+	def(&cfg.UnauthenticatedLimit, 60, "UnauthenticatedLimit")
+	def(&cfg.SearchLimit, 30, "SearchLimit")
+	def(&cfg.UnauthenticatedSearchLimit, 10, "UnauthenticatedSearchLimit")
+	def(&cfg.MaxInFlight, 100, "MaxInFlight")
+	def(&cfg.PointsPerMinute, 900, "PointsPerMinute")
+	def(&cfg.CreatesPerMinute, 80, "CreatesPerMinute")
+	def(&cfg.CreatesPerHour, 500, "CreatesPerHour")
+	if cfg.InitialUsed < 0 || cfg.Pages < 0 {
+		panic("saastest: NewGitHub: negative InitialUsed or Pages")
+	}
+	if cfg.Pages == 0 {
+		cfg.Pages = 3
+	}
+	switch cfg.RejectStatus {
+	case 0:
+		cfg.RejectStatus = http.StatusForbidden
+	case http.StatusForbidden, http.StatusTooManyRequests:
+	default:
+		panic(fmt.Sprintf("saastest: NewGitHub: RejectStatus must be 0, 403 or 429, got %d", cfg.RejectStatus))
+	}
+	s := &GitHubServer{
+		base: newBase(cfg.Clock, cfg.Scale, cfg.Latency, cfg.MaxBodyBytes, "NewGitHub"),
+		cfg:  cfg,
+		keys: make(map[string]*ghKey),
+	}
+	s.net = newNetServer("github.saastest.invalid", http.HandlerFunc(s.serveHTTP), cfg.InMemory)
+	return s
+}
+
+// URL returns the server's base URL; append "/repos/owner/repo".
+func (s *GitHubServer) URL() string { return s.net.hs.URL }
+
+// Client returns the HTTP client to reach the server (the only way with
+// InMemory). It is the same client on every call.
+func (s *GitHubServer) Client() *http.Client { return s.net.clientOf() }
+
+// Close shuts the server down, blocking until outstanding requests are
+// answered. The log stays readable.
+func (s *GitHubServer) Close() { s.net.close() }
+
+// Log returns a copy of every request's Entry, in the order of decisions.
+func (s *GitHubServer) Log() []Entry { return s.logCopy() }
+
+// Stats counts the decisions so far.
+func (s *GitHubServer) Stats() Stats { return statsOf(s.Log()) }
+
+// PeakInFlight returns the most requests of one key that were accepted
+// and not yet answered at any instant.
+func (s *GitHubServer) PeakInFlight() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.peakInFlight
+}
+
+// PeakPoints returns the most points one endpoint of one key held in any
+// window (t−minute, t] (minute divided by Scale), from the log.
+func (s *GitHubServer) PeakPoints() int64 {
+	return peakPerWindow(s.Log(), s.scaled(time.Minute),
+		func(e Entry) int64 { return e.Points }, func(e Entry) string { return e.Key + " " + e.Endpoint })
+}
+
+// PeakCreates returns the most content-creating requests of one key in any
+// minute and in any hour (divided by Scale), from the log.
+func (s *GitHubServer) PeakCreates() (perMinute, perHour int64) {
+	log := s.Log()
+	one := func(e Entry) int64 {
+		if e.Creates {
+			return 1
+		}
+		return 0
+	}
+	key := func(e Entry) string { return e.Key }
+	return peakPerWindow(log, s.scaled(time.Minute), one, key), peakPerWindow(log, s.scaled(time.Hour), one, key)
+}
+
+// Violations returns the accepted requests that broke a limit, recomputed
+// from the log: a primary window (key, resource and window end) holding
+// more accepted requests than its limit allows after InitialUsed, or a
+// request that ended a sliding window over the points or content-creation
+// limits. It is empty unless the server's bookkeeping is wrong (the
+// in-flight cap is checked live: see PeakInFlight).
+func (s *GitHubServer) Violations() []Entry {
+	log := s.Log()
+	var bad []Entry
+	type win struct {
+		key, res string
+		end      time.Time
+	}
+	used := map[win]int64{}
+	first := map[string]time.Time{} // the first core window's end per key
+	s.mu.Lock()
+	for key, k := range s.keys {
+		first[key] = k.firstEnd
+	}
+	s.mu.Unlock()
+	for _, e := range log {
+		if !e.Accepted() {
+			continue
+		}
+		w := win{e.Key, e.Resource, e.Reset}
+		used[w]++
+		n := used[w]
+		if e.Resource == "core" && e.Reset.Equal(first[e.Key]) {
+			n += min(s.cfg.InitialUsed, s.primaryLimit(e.Key, e.Resource))
+		}
+		if n > s.primaryLimit(e.Key, e.Resource) {
+			bad = append(bad, e)
+		}
+	}
+	check := func(w time.Duration, limit int64, units func(Entry) int64, key func(Entry) string) {
+		sums := map[string][]ghStamp{}
+		for _, e := range log {
+			u := units(e)
+			if !e.Accepted() || u == 0 {
+				continue
+			}
+			k := key(e)
+			st := append(sums[k], ghStamp{e.At, u})
+			for len(st) > 0 && !st[0].at.After(e.At.Add(-w)) {
+				st = st[1:]
+			}
+			sums[k] = st
+			var sum int64
+			for _, x := range st {
+				sum += x.n
+			}
+			if sum > limit {
+				bad = append(bad, e)
+			}
+		}
+	}
+	points := func(e Entry) int64 { return e.Points }
+	creates := func(e Entry) int64 {
+		if e.Creates {
+			return 1
+		}
+		return 0
+	}
+	check(s.scaled(time.Minute), s.cfg.PointsPerMinute, points, func(e Entry) string { return e.Key + " " + e.Endpoint })
+	check(s.scaled(time.Minute), s.cfg.CreatesPerMinute, creates, func(e Entry) string { return e.Key })
+	check(s.scaled(time.Hour), s.cfg.CreatesPerHour, creates, func(e Entry) string { return e.Key })
+	return bad
+}
+
+func (s *GitHubServer) primaryLimit(key, resource string) int64 {
+	auth := !strings.HasPrefix(key, "ip:")
+	switch {
+	case resource == "search" && auth:
+		return s.cfg.SearchLimit
+	case resource == "search":
+		return s.cfg.UnauthenticatedSearchLimit
+	case auth:
+		return s.cfg.Limit
+	}
+	return s.cfg.UnauthenticatedLimit
+}
+
+// ghTemplate returns the path template of p and whether p is a path this
+// server answers; list reports a listing (last segment a name).
+func ghTemplate(p string) (tmpl string, list, ok bool) {
+	seg := strings.Split(strings.Trim(p, "/"), "/")
+	for _, s := range seg {
+		if s == "" {
+			return "", false, false
+		}
+	}
+	minLen := map[string]int{"repos": 3, "users": 2, "search": 2}[seg[0]]
+	if minLen == 0 || len(seg) < minLen {
+		return "", false, false
+	}
+	out := slices.Clone(seg)
+	named := map[string][]string{"repos": {"{owner}", "{repo}"}, "users": {"{user}"}}[seg[0]]
+	for i := 1; i < len(out); i++ {
+		switch {
+		case i <= len(named):
+			out[i] = named[i-1]
+		case isNumber(out[i]):
+			out[i] = "{n}"
+		}
+	}
+	last := out[len(out)-1]
+	list = len(seg) > len(named)+1 && !strings.HasPrefix(last, "{")
+	return "/" + strings.Join(out, "/"), list, true
+}
+
+func isNumber(s string) bool {
+	_, err := strconv.ParseUint(s, 10, 64)
+	return err == nil
+}
+
+func ghMessage(msg string) map[string]string {
+	return map[string]string{"message": msg, "documentation_url": GitHubDocs}
+}
+
+func (s *GitHubServer) primaryHeaders(limit int64, w *ghWindow, res string) map[string]string {
+	end := w.end.Add(time.Second - time.Nanosecond).Unix() // rounded up to the second
+	return map[string]string{
+		"x-ratelimit-limit":     strconv.FormatInt(limit, 10),
+		"x-ratelimit-remaining": strconv.FormatInt(max(0, limit-w.used), 10),
+		"x-ratelimit-used":      strconv.FormatInt(w.used, 10),
+		"x-ratelimit-reset":     strconv.FormatInt(end, 10),
+		"x-ratelimit-resource":  res,
+	}
+}
+
+// sinceWindow drops the stamps at or before now−w and returns the rest
+// and their sum.
+func sinceWindow(st []ghStamp, now time.Time, w time.Duration) ([]ghStamp, int64) {
+	i := 0
+	for i < len(st) && !st[i].at.After(now.Add(-w)) {
+		i++
+	}
+	st = st[i:]
+	var sum int64
+	for _, x := range st {
+		sum += x.n
+	}
+	return st, sum
+}
+
+// freeIn returns how long until the stamps of a window w, holding sum,
+// have room for n more within limit.
+func freeIn(st []ghStamp, sum, n, limit int64, now time.Time, w time.Duration) time.Duration {
+	for _, x := range st {
+		if sum+n <= limit {
+			break
+		}
+		sum -= x.n
+		if sum+n <= limit {
+			return x.at.Add(w).Sub(now)
+		}
+	}
+	return 0
+}
+
+func (s *GitHubServer) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	e := Entry{At: s.now(), Method: r.Method, Path: r.URL.Path, Limit: LimitInvalid}
+	s.mu.Unlock()
+	invalid := func(status int, msg string) {
+		e.Status = status
+		s.mu.Lock()
+		s.record(e)
+		s.mu.Unlock()
+		writeJSON(w, status, nil, ghMessage(msg))
+	}
+	tmpl, list, ok := ghTemplate(r.URL.Path)
+	if !ok {
+		invalid(http.StatusNotFound, "Not Found")
+		return
+	}
+	switch r.Method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions:
+		e.Points = 1
+	case http.MethodPost, http.MethodPatch, http.MethodPut, http.MethodDelete:
+		e.Points = 5
+		e.Creates = r.Method == http.MethodPost || r.Method == http.MethodPut
+	default:
+		invalid(http.StatusMethodNotAllowed, "Method Not Allowed")
+		return
+	}
+	body, err := s.readBody(w, r)
+	if err != nil {
+		invalid(http.StatusBadRequest, "Problems parsing JSON: "+err.Error())
+		return
+	}
+	if len(body) > 0 && !json.Valid(body) {
+		invalid(http.StatusBadRequest, "Problems parsing JSON")
+		return
+	}
+	e.Endpoint = r.Method + " " + tmpl
+	e.Resource = "core"
+	if strings.HasPrefix(tmpl, "/search/") {
+		e.Resource = "search"
+	}
+	if a := r.Header.Get("Authorization"); a != "" {
+		e.Key = a
+	} else {
+		ip, _, err := net.SplitHostPort(r.RemoteAddr)
+		if err != nil {
+			ip = r.RemoteAddr
+		}
+		e.Key = "ip:" + ip
+	}
+	e.Requests = 1
+
+	s.mu.Lock()
+	now := s.now()
+	e.At = now
+	k := s.keys[e.Key]
+	if k == nil {
+		k = &ghKey{windows: map[string]*ghWindow{}, points: map[string][]ghStamp{}}
+		s.keys[e.Key] = k
+	}
+	limit := s.primaryLimit(e.Key, e.Resource)
+	win := k.windows[e.Resource]
+	if win == nil || !now.Before(win.end) {
+		per := time.Hour
+		if e.Resource == "search" {
+			per = time.Minute
+		}
+		nw := &ghWindow{end: now.Add(s.scaled(per))}
+		if win == nil && e.Resource == "core" {
+			nw.used = min(s.cfg.InitialUsed, limit)
+			k.firstEnd = nw.end
+		}
+		win = nw
+		k.windows[e.Resource] = win
+	}
+	e.Reset = win.end
+	var pts, cm, ch []ghStamp
+	var ptsSum, cmSum, chSum int64
+	pts, ptsSum = sinceWindow(k.points[e.Endpoint], now, s.scaled(time.Minute))
+	k.points[e.Endpoint] = pts
+	ch, chSum = sinceWindow(k.creates, now, s.scaled(time.Hour))
+	k.creates = ch
+	cm, cmSum = sinceWindow(ch, now, s.scaled(time.Minute))
+	var creates int64
+	if e.Creates {
+		creates = 1
+	}
+	var retry time.Duration
+	switch {
+	case win.used+1 > limit:
+		e.Limit = LimitPrimary
+	case k.inFlight+1 > s.cfg.MaxInFlight:
+		e.Limit, retry = LimitConcurrency, time.Second
+	case ptsSum+e.Points > s.cfg.PointsPerMinute:
+		e.Limit = LimitPoints
+		retry = freeIn(pts, ptsSum, e.Points, s.cfg.PointsPerMinute, now, s.scaled(time.Minute))
+	case cmSum+creates > s.cfg.CreatesPerMinute:
+		e.Limit = LimitCreatesMinute
+		retry = freeIn(cm, cmSum, 1, s.cfg.CreatesPerMinute, now, s.scaled(time.Minute))
+	case chSum+creates > s.cfg.CreatesPerHour:
+		e.Limit = LimitCreatesHour
+		retry = freeIn(ch, chSum, 1, s.cfg.CreatesPerHour, now, s.scaled(time.Hour))
+	default:
+		e.Limit = ""
+	}
+	if e.Limit != "" {
+		e.Status = s.cfg.RejectStatus
+		s.record(e)
+		h := s.primaryHeaders(limit, win, e.Resource)
+		s.mu.Unlock()
+		msg := "API rate limit exceeded for " + e.Key + "."
+		if e.Limit == LimitPrimary {
+			h["x-ratelimit-remaining"] = "0"
+		} else {
+			h["retry-after"] = strconv.FormatInt(ceilSeconds(retry), 10)
+			msg = "You have exceeded a secondary rate limit (" + e.Limit + "). Please wait a few minutes before you try again."
+		}
+		s.wait(r.Context())
+		writeJSON(w, e.Status, h, ghMessage(msg))
+		return
+	}
+	win.used++
+	k.inFlight++
+	s.peakInFlight = max(s.peakInFlight, k.inFlight)
+	k.points[e.Endpoint] = append(pts, ghStamp{now, e.Points})
+	if e.Creates {
+		k.creates = append(ch, ghStamp{now, 1})
+	}
+	e.Status = http.StatusOK
+	switch r.Method {
+	case http.MethodPost:
+		e.Status = http.StatusCreated
+	case http.MethodDelete:
+		e.Status = http.StatusNoContent
+	}
+	idx := s.record(e)
+	s.mu.Unlock()
+
+	s.wait(r.Context())
+
+	s.mu.Lock()
+	k.inFlight--
+	s.log[idx].Done = s.now()
+	h := s.primaryHeaders(limit, win, e.Resource)
+	s.mu.Unlock()
+	s.answer(w, r, e.Status, h, list)
+}
+
+// answer writes the fake resource of an accepted request.
+func (s *GitHubServer) answer(w http.ResponseWriter, r *http.Request, status int, h map[string]string, list bool) {
+	if status == http.StatusNoContent || r.Method == http.MethodHead || r.Method == http.MethodOptions {
+		for k, v := range h {
+			w.Header().Set(k, v)
+		}
+		w.WriteHeader(status)
+		return
+	}
+	id := int64(hash64(1, []byte(r.URL.Path)) >> 33)
+	if !list || r.Method != http.MethodGet {
+		writeJSON(w, status, h, map[string]any{"id": id, "url": r.URL.Path})
+		return
+	}
+	q := r.URL.Query()
+	page, _ := strconv.Atoi(q.Get("page"))
+	page = max(page, 1)
+	per, _ := strconv.Atoi(q.Get("per_page"))
+	if per < 1 {
+		per = 30
+	}
+	per = min(per, 100)
+	var items []any
+	if page <= s.cfg.Pages {
+		for i := range per {
+			n := int64((page-1)*per + i + 1)
+			items = append(items, map[string]any{"id": id + n, "number": n, "url": fmt.Sprintf("%s/%d", r.URL.Path, n)})
+		}
+	}
+	if page < s.cfg.Pages {
+		link := func(p int) string {
+			u := url.URL{Scheme: "http", Host: r.Host, Path: r.URL.Path,
+				RawQuery: url.Values{"page": {strconv.Itoa(p)}, "per_page": {strconv.Itoa(per)}}.Encode()}
+			return "<" + u.String() + ">"
+		}
+		h["Link"] = link(page+1) + `; rel="next", ` + link(s.cfg.Pages) + `; rel="last"`
+	}
+	if items == nil {
+		items = []any{}
+	}
+	if strings.HasPrefix(r.URL.Path, "/search/") {
+		writeJSON(w, status, h, map[string]any{"total_count": s.cfg.Pages * per, "incomplete_results": false, "items": items})
+		return
+	}
+	writeJSON(w, status, h, items)
+}
