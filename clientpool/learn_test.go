@@ -109,6 +109,9 @@ func TestLearnedQuota(t *testing.T) {
 		if acquireWithin(t, p, time.Minute, c) {
 			t.Fatal("limit unknown: a second call started while the first was in flight")
 		}
+		if l, _ := p.Limit("core"); l != (window.Limit{Per: time.Hour}) {
+			t.Fatalf("Limit before any response: %v, want N 0 (unknown)", l)
+		}
 		reset := time.Now().Add(30 * time.Minute).Truncate(time.Second)
 		first.ObserveHeaders(http.Header{"X-RateLimit-Limit": {"-5"}}) // malformed: says nothing
 		if acquireWithin(t, p, 0, c) {

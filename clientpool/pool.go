@@ -766,7 +766,8 @@ func (p *Pool) setLimitLocked(rs *ruleState, l window.Limit, now time.Time) {
 }
 
 // Limit returns a rule's current limit (N units per Per), and false for an
-// unknown rule. It does not block. In Redis mode it is the limit this
+// unknown rule; N is 0 while a rule with Learn has not learned its limit
+// yet. It does not block. In Redis mode it is the limit this
 // process set, not one another process stored.
 func (p *Pool) Limit(rule string) (window.Limit, bool) {
 	rs, ok := p.rules[rule]
@@ -775,6 +776,9 @@ func (p *Pool) Limit(rule string) (window.Limit, bool) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if rs.learning {
+		return window.Limit{Per: rs.limit.Per}, true // not known yet (Rule.Learn)
+	}
 	return rs.limit, true
 }
 

@@ -119,3 +119,20 @@ func ExampleNewWithPolicy() {
 	// true false
 	// true
 }
+
+// A call whose weight is known only after it (an LLM request's tokens) is
+// admitted for an estimate and ends with what it really cost: the
+// difference is free again at once.
+func ExampleRateSemaphore_Begin() {
+	s := semaphore.New(1000, time.Minute) // 1000 tokens per minute
+	call, err := s.Begin(context.Background(), 800) // prompt + max_tokens
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("another 800 now:", s.TryAcquire(800))
+	call.End(150) // the reply's usage said 150 tokens
+	fmt.Println("another 800 after settling:", s.TryAcquire(800))
+	// Output:
+	// another 800 now: false
+	// another 800 after settling: true
+}
