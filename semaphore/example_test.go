@@ -124,7 +124,7 @@ func ExampleNewWithPolicy() {
 // admitted for an estimate and ends with what it really cost: the
 // difference is free again at once.
 func ExampleRateSemaphore_Begin() {
-	s := semaphore.New(1000, time.Minute) // 1000 tokens per minute
+	s := semaphore.New(1000, time.Minute)           // 1000 tokens per minute
 	call, err := s.Begin(context.Background(), 800) // prompt + max_tokens
 	if err != nil {
 		panic(err)
