@@ -94,7 +94,7 @@ func (p *Pool) limiterLocked(rs *ruleState, key string, now time.Time) (*limiter
 }
 
 func (p *Pool) newLimiterLocked(rs *ruleState, key string, now time.Time) *limiter {
-	l := &limiter{rule: rs, key: key, last: p.mono(now)}
+	l := &limiter{rule: rs, key: key, last: p.mono(now), unknown: rs.unknown && p.rem == nil}
 	if p.rem == nil {
 		l.policy = rs.policyFor()
 	}

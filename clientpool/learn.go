@@ -11,10 +11,9 @@ import (
 )
 
 // MaxSettleBody is the most bytes of a response body a Rule.Settle
-// function is shown (package httpclient keeps at most this many as the
-// caller reads the body): 1 MiB, far more than the usage object of an LLM
-// API's reply. A longer body settles on what its first MaxSettleBody bytes
-// say, or not at all.
+// function is shown: package httpclient keeps the last MaxSettleBody bytes
+// the caller read (1 MiB, the whole of most LLM replies; of a longer one,
+// its end, where the usage object is).
 const MaxSettleBody = 1 << 20
 
 // Settle sets the true weight, in units, of the ticket's charges under rule
@@ -51,7 +50,7 @@ func (t *Ticket) Settle(rule string, units int64) error {
 
 // WantsBody reports whether a rule of the ticket's charges reads the call's
 // true weight from its response (Rule.Settle): a transport should then keep
-// the response body's first MaxSettleBody bytes for SettleResponse. It never
+// the response body's last MaxSettleBody bytes for SettleResponse. It never
 // blocks.
 func (t *Ticket) WantsBody() bool {
 	for i := range t.held {
@@ -119,13 +118,12 @@ func (p *Pool) learn(hd *held, in Learned) int64 {
 		if lim.Per <= 0 || lim.Per > maxLearnedPer {
 			lim.Per = rs.limit.Per
 		}
-		if rs.learning || lim != rs.limit {
-			first = rs.learning
-			rs.learning = false
-			p.setLimitLocked(rs, lim, now)
+		if l.unknown || lim != l.limit() {
+			first = l.unknown
+			p.setKeyLimitLocked(l, lim, now)
 		}
 	}
-	if rs.learning || in.Remaining < 0 {
+	if l.unknown || in.Remaining < 0 {
 		return 0
 	}
 	if !in.Reset.IsZero() {
@@ -138,7 +136,7 @@ func (p *Pool) learn(hd *held, in Learned) int64 {
 	if rs.quota {
 		return 0 // a report without its window, under a rule counted by windows
 	}
-	used := RateLimitInfo{Limit: rs.limit.N, Remaining: in.Remaining}.Used()
+	used := RateLimitInfo{Limit: l.limit().N, Remaining: in.Remaining}.Used()
 	if first {
 		// The window kept its record under a limit it did not know:
 		// count what the server counts, and this key's calls in flight
@@ -149,6 +147,71 @@ func (p *Pool) learn(hd *held, in Learned) int64 {
 		return 0
 	}
 	return p.observeLocked(hd, used, now)
+}
+
+// limit returns the limit l's key is held to: its window's, or, for a key
+// of a quota rule, the N its budget refills to.
+func (l *limiter) limit() window.Limit {
+	if l.rule.quota {
+		if fb := l.fb; fb != nil && fb.n > 0 {
+			return window.Limit{N: fb.n, Per: l.rule.limit.Per}
+		}
+		return l.rule.limit
+	}
+	return l.policy.Limit()
+}
+
+// keyTooHeavy returns an error matching ratesem.ErrWeightTooLarge when a
+// charge of hs is heavier than the limit its key learned (Rule.Learn): the
+// rule-wide check of tooHeavyLocked leaves learned limits out, since two
+// keys may have learned two limits. A key that has learned nothing yet
+// takes any weight (one call at a time).
+func keyTooHeavy(hs []held) error {
+	for i := range hs {
+		h := &hs[i]
+		l := h.lim
+		if l.rule.Learn == nil || l.unknown {
+			continue
+		}
+		fit := l.limit().N
+		if !l.rule.quota {
+			fit = l.policy.Capacity()
+		}
+		if h.n > fit {
+			return fmt.Errorf("%w: weight %d can never start: rule %q key %q admits at most %d (%v)", ratesem.ErrWeightTooLarge, h.n, l.rule.Name, l.key, fit, l.limit())
+		}
+	}
+	return nil
+}
+
+// setKeyLimitLocked gives l's key the limit its server reported (Rule.Learn
+// learns per key: two tokens, two models, may have two limits). The rule's
+// limit becomes it too: the one Pool.Limit reports and new keys start from
+// (one call at a time still, when the rule's limit was not given).
+func (p *Pool) setKeyLimitLocked(l *limiter, lim window.Limit, now time.Time) {
+	rs := l.rule
+	l.unknown = false
+	if rs.quota {
+		l.feedback().n = lim.N
+	} else {
+		l.policy.SetLimit(now, lim)
+	}
+	if rs.learning || lim != rs.limit {
+		rs.learning = false
+		rs.setLimit(lim)
+	}
+	if l.q != nil {
+		p.markPending(l.q)
+	}
+	// Waiters heavier than the key can now ever admit fail, as SetLimit's.
+	for e := p.waiters.Front(); e != nil; {
+		next := e.Next()
+		w := e.Value.(*waiter)
+		if err := keyTooHeavy(w.held); err != nil {
+			p.finishLocked(w, err)
+		}
+		e = next
+	}
 }
 
 // quotaLocked turns rs into a rule counted in the server's own windows
@@ -208,12 +271,18 @@ func (p *Pool) budgetLocked(hd *held, remaining, reset int64, now time.Time) {
 // allows N, and it ends at most Per from now. When it does not, it returns
 // the instant the window ends.
 func (l *limiter) budgetAdmits(now, n int64) (ok bool, until int64) {
-	fb := l.fb
-	if fb == nil || !fb.budgeted {
-		return true, 0
+	if l.unknown {
+		return true, 0 // one call at a time (admitLocked) until a response says
+	}
+	fb := l.feedback()
+	if !fb.budgeted {
+		// A key of a rule whose limit was given (a guess): a window of N
+		// from now, until a response says what remains.
+		fb.budget, fb.reset, fb.budgeted = l.limit().N, now, true
 	}
 	if now >= fb.reset {
-		fb.budget = l.rule.limit.N
+		// the calls still in flight may arrive in the new window
+		fb.budget = max(l.limit().N-l.inflight, 0)
 		fb.reset = sat.Add(now, int64(l.rule.limit.Per))
 	}
 	if n > fb.budget {

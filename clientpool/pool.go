@@ -116,7 +116,8 @@ type ruleState struct {
 	capacity int64 // the heaviest charge the window can admit
 	cap      int64 // concurrency cap per key; math.MaxInt64 when none
 	quiet    int64 // ns of no activity after which a key's window has forgotten every call
-	learning bool  // Rule.Learn with no limit known yet: one call at a time per key
+	learning bool  // Rule.Learn with no limit known yet for any key (Pool.Limit reports N 0)
+	unknown  bool  // Rule.Learn and no Limit.N given: each new key starts unknown
 	quota    bool  // Rule.Learn reported the server's windows: keys admit against their budgets
 	keys     map[string]*limiter
 	// Redis mode: the rule's window as Redis keeps it (replaced, never
@@ -142,6 +143,7 @@ type limiter struct {
 	prevIdle, nextIdle *limiter
 	refs               int32 // waiters and tickets holding it: never evicted while > 0
 	waiting            int32 // waiting calls charging it (WithMaxQueue)
+	unknown            bool  // Rule.Learn: no limit learned for this key yet; one call at a time
 }
 
 // feedback is the state only keys that were paused, throttled or
@@ -153,11 +155,12 @@ type feedback struct {
 	paused     int64 // no starts before; 0 when none
 	// A quota rule's key (Rule.Learn with Learned.Reset): the units left in
 	// the server's window ending at reset (ns since the epoch), once
-	// budgeted; and the units admitted on the key, ever (saturating).
-	budget, reset, admits int64
-	budgeted              bool
-	throttles             uint32 // throttles of this key, ever (wrapping)
-	streak                uint8  // throttles in a row without a usable Retry-After
+	// budgeted; the units admitted on the key, ever (saturating); the N
+	// its budget refills to (0: the rule's).
+	budget, reset, admits, n int64
+	budgeted                 bool
+	throttles                uint32 // throttles of this key, ever (wrapping)
+	streak                   uint8  // throttles in a row without a usable Retry-After
 }
 
 // feedback returns l's feedback state, creating it.
@@ -281,7 +284,7 @@ func New(t Table, opts ...Option) (*Pool, error) {
 			// Unknown until a response says: the window admits anything
 			// (one call at a time, admitLocked) and keeps the record.
 			rs.setLimit(window.Limit{N: MaxLearnedN, Per: r.Limit.Per})
-			rs.learning = true
+			rs.learning, rs.unknown = true, true
 		}
 		p.rules[r.Name] = rs
 		p.ruleList = append(p.ruleList, rs)
@@ -378,6 +381,11 @@ func (t *Ticket) Release() {
 		h := &t.held[i]
 		l := h.lim
 		l.inflight -= h.n
+		if fb := l.fb; h.settled && l.rule.quota && fb != nil && fb.budgeted && h.actual > h.n {
+			// A debit spends the server's budget too; a refund is not
+			// given back to it (its window may have changed since).
+			fb.budget = sat.Sub(fb.budget, h.actual-h.n)
+		}
 		if st, ok := l.policy.(window.Settler); ok && h.settled {
 			st.Settle(now, p.instant(t.at), h.n, h.actual)
 		} else {
@@ -491,6 +499,12 @@ func (p *Pool) start(ctx context.Context, charges []Charge) (*Ticket, *waiter, e
 	if err := p.refLocked(hs, charges, now); err != nil {
 		return nil, nil, err
 	}
+	if err := keyTooHeavy(hs); err != nil {
+		for i := range hs {
+			p.unrefLocked(hs[i].lim, now)
+		}
+		return nil, nil, err
+	}
 	t := &Ticket{pool: p, held: hs, charges: charges}
 	queued := false
 	for i := range hs {
@@ -587,7 +601,11 @@ func (p *Pool) merge(charges []Charge) ([]Charge, error) {
 func (p *Pool) tooHeavyLocked(charges []Charge) error {
 	for _, c := range charges {
 		rs := p.rules[c.Rule]
-		if fit := min(rs.capacity, rs.cap); c.Weight > fit {
+		fit := rs.cap
+		if rs.Learn == nil || p.rem != nil {
+			fit = min(rs.capacity, fit) // a learned limit is per key: keyTooHeavyLocked
+		}
+		if c.Weight > fit {
 			return fmt.Errorf("%w: %s can never start: rule %q admits at most %d (%v)", ratesem.ErrWeightTooLarge, c, c.Rule, fit, rs.limit)
 		}
 	}
@@ -644,7 +662,7 @@ func (p *Pool) admitLocked(hs []held, nodes []qnode, now time.Time) (at time.Tim
 			refuse(i, time.Time{})
 		case nowNs < l.paused():
 			refuse(i, p.instant(l.paused()))
-		case l.rule.learning && l.inflight > 0:
+		case l.unknown && l.inflight > 0:
 			refuse(i, time.Time{}) // the limit is not known yet: one call at a time
 		}
 	}
@@ -733,7 +751,10 @@ func (p *Pool) SetLimit(rule string, l window.Limit) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := p.now()
-	rs.learning = false
+	rs.learning, rs.unknown = false, false
+	for _, lim := range rs.keys {
+		lim.unknown = false
+	}
 	p.setLimitLocked(rs, l, now)
 	p.settleLocked(now)
 	return nil

@@ -70,8 +70,9 @@ type Rule struct {
 
 	// Settle marks a rule whose weight is known only after the call (an
 	// LLM API's tokens): it reads a call's true weight, in units, from its
-	// response's headers and body (the first MaxSettleBody bytes; nil when
-	// the response had none), and returns false when they do not say.
+	// response's headers and body (its last MaxSettleBody bytes, as the
+	// caller read them; nil when the response had none), and returns false
+	// when they do not say.
 	// Package httpclient's NewPool calls it before releasing the call's
 	// charges, which then end with that weight (Ticket.Settle). nil means
 	// the charged weight stands.
@@ -153,8 +154,13 @@ func (r *Rule) check() error {
 // rule counted against the server's budgets (quota), one that only caps
 // the units in flight.
 func (rs *ruleState) policyFor() window.Policy {
-	if rs.quota {
+	switch {
+	case rs.quota:
 		return window.NewCompletion(window.Limit{N: MaxLearnedN})
+	case rs.unknown:
+		// A new key learns its own limit: until then it admits any weight,
+		// one call at a time, whatever another key learned.
+		return rs.newPolicy(window.Limit{N: MaxLearnedN, Per: rs.limit.Per})
 	}
 	return rs.newPolicy(rs.limit)
 }

@@ -28,8 +28,8 @@ type body struct {
 	check  func(prefix []byte) // nil once run (or when not wanted)
 	prefix []byte
 
-	// settle, when set, is shown the body's first keepMax bytes (what the
-	// caller read of them) before the units are released.
+	// settle, when set, is shown the body's last keepMax bytes (of what the
+	// caller read) before the units are released.
 	settle  func(body []byte)
 	keep    []byte
 	keepMax int
@@ -76,8 +76,17 @@ func (b *body) seen(p []byte, final bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.settle != nil && len(p) > 0 {
-		if room := b.keepMax - len(b.keep); room > 0 {
-			b.keep = append(b.keep, p[:min(room, len(p))]...)
+		// Keep the last keepMax bytes: the usage of an LLM reply comes
+		// last. The buffer grows to twice that, then slides (amortised
+		// copying).
+		if len(p) >= b.keepMax {
+			b.keep = append(b.keep[:0], p[len(p)-b.keepMax:]...)
+		} else {
+			if len(b.keep)+len(p) > 2*b.keepMax {
+				n := copy(b.keep, b.keep[len(b.keep)-(b.keepMax-len(p)):])
+				b.keep = b.keep[:n]
+			}
+			b.keep = append(b.keep, p...)
 		}
 	}
 	if b.check == nil {
@@ -118,7 +127,7 @@ func (b *body) release() {
 		defer b.l.Release(b.n) // even if the settlement panics
 		if b.settle != nil {
 			b.mu.Lock()
-			keep := b.keep
+			keep := b.keep[max(len(b.keep)-b.keepMax, 0):]
 			b.keep = nil
 			b.mu.Unlock()
 			b.settle(keep)

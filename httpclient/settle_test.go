@@ -2,9 +2,9 @@ package httpclient_test
 
 import (
 	"bytes"
-	"encoding/json"
 	"io"
 	"net/http"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,6 +15,8 @@ import (
 	"github.com/ratesem/ratesem/httpclient"
 	"github.com/ratesem/ratesem/window"
 )
+
+var totalTokens = regexp.MustCompile(`"total_tokens":(-?[0-9]+)`)
 
 // tokensTable charges the estimate the request's X-Estimate header names
 // and settles to the usage.total_tokens of the reply's JSON body.
@@ -28,15 +30,13 @@ func tokensTable() clientpool.Table {
 				return n
 			},
 			Settle: func(_ http.Header, body []byte) (int64, bool) {
-				var v struct {
-					Usage *struct {
-						TotalTokens int64 `json:"total_tokens"`
-					} `json:"usage"`
-				}
-				if json.Unmarshal(body, &v) != nil || v.Usage == nil {
+				// the last "total_tokens" of what was kept: the body's end
+				m := totalTokens.FindAllSubmatch(body, -1)
+				if m == nil {
 					return 0, false
 				}
-				return v.Usage.TotalTokens, true
+				n, err := strconv.ParseInt(string(m[len(m)-1][1]), 10, 64)
+				return n, err == nil
 			},
 		}},
 		Default: []clientpool.Cost{{Rule: "tokens"}},
@@ -44,9 +44,11 @@ func tokensTable() clientpool.Table {
 }
 
 // A call charged its estimate ends with the tokens its reply's usage says,
-// as the caller reads the body: the next calls see the refund at once. A
-// body the caller does not read to its usage, a reply without one, a
-// negative usage and a body larger than MaxSettleBody leave the estimate.
+// as the caller reads the body: the next calls see the refund at once, also
+// when the body is longer than MaxSettleBody (its end is kept). A body the
+// caller does not read to its usage, a reply without one, a negative usage
+// and a usage before the body's last MaxSettleBody bytes leave the
+// estimate.
 func TestPoolSettlesFromBody(t *testing.T) {
 	cases := []struct {
 		name   string
@@ -58,7 +60,8 @@ func TestPoolSettlesFromBody(t *testing.T) {
 		{"closed unread", `{"id":"x","usage":{"total_tokens":20}}`, 5, false},
 		{"no usage", `{"id":"x"}`, -1, false},
 		{"negative usage", `{"usage":{"total_tokens":-50}}`, -1, false},
-		{"usage past MaxSettleBody", `{"pad":"` + strings.Repeat("a", clientpool.MaxSettleBody) + `","usage":{"total_tokens":20}}`, -1, false},
+		{"usage at the end of a body past MaxSettleBody", `{"pad":"` + strings.Repeat("a", 2*clientpool.MaxSettleBody) + `","usage":{"total_tokens":20}}`, -1, true},
+		{"usage before the last MaxSettleBody bytes", `{"usage":{"total_tokens":20},"pad":"` + strings.Repeat("a", clientpool.MaxSettleBody) + `"}`, -1, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -32,7 +32,7 @@ func (c Call) Weight() int64 { return c.n }
 // max_tokens): the window then never counts less than the server.
 func (s *RateSemaphore) Begin(ctx context.Context, n int64) (Call, error) {
 	if s.remote != nil {
-		if err := s.remote.acquire(ctx, n); err != nil {
+		if err := s.remote.begin(ctx, n); err != nil {
 			return Call{}, err
 		}
 		return Call{s: s, n: n}, nil

@@ -15,9 +15,12 @@
 //     the limit. Each is a rule here, window.NewTokenBucket over a minute.
 //   - A request is charged 1 request, its estimated input tokens (the
 //     prompt's characters over 4, rounded up: Estimator) and max_tokens of
-//     output; the reply's usage.input_tokens and usage.output_tokens settle
-//     both (Rule.Settle; WithoutSettling keeps the estimates), so a call
-//     that wrote 50 of its 4096 max_tokens gives the rest back at once.
+//     output; the reply's usage settles both (Rule.Settle; WithoutSettling
+//     keeps the estimates): input to usage.input_tokens plus
+//     cache_creation_input_tokens (tokens written to the prompt cache count
+//     against the input limit, those read from it do not), output to
+//     usage.output_tokens, so a call that wrote 50 of its 4096 max_tokens
+//     gives the rest back at once.
 //   - Every reply carries anthropic-ratelimit-{requests,input-tokens,
 //     output-tokens}-{limit,remaining,reset} (resets in RFC 3339, when the
 //     bucket is full again): each rule learns its limit and what remains
@@ -125,10 +128,12 @@ func Table(opts ...Option) clientpool.Table {
 		kinds := [3]string{Requests, InputTokens, OutputTokens}
 		weights := [3]func(*http.Request) int64{
 			func(*http.Request) int64 { return 1 },
-			func(r *http.Request) int64 { b, _ := req.Body(r); return Estimator(b) },
-			func(r *http.Request) int64 { b, _ := req.Body(r); return max(req.Parse(b).MaxTokens, 0) },
+			func(r *http.Request) int64 { b, _, _ := req.Of(r); return Estimator(b) },
+			func(r *http.Request) int64 { _, _, q := req.Of(r); return max(q.MaxTokens, 0) },
 		}
-		usage := [3]string{"", "input_tokens", "output_tokens"}
+		// Tokens written to the prompt cache count against the input
+		// limit too; those read from it do not (DocsURL).
+		usage := [3][]string{nil, {"input_tokens", "cache_creation_input_tokens"}, {"output_tokens"}}
 		for i, kind := range kinds {
 			name := kind + " " + suffix
 			r := clientpool.Rule{
@@ -141,8 +146,8 @@ func Table(opts ...Option) clientpool.Table {
 				PauseOnThrottle: true,
 				Source:          DocsURL,
 			}
-			if u := usage[i]; u != "" && !c.noSettle {
-				r.Settle = func(_ http.Header, body []byte) (int64, bool) { return req.Usage(body, u) }
+			if u := usage[i]; u != nil && !c.noSettle {
+				r.Settle = func(_ http.Header, body []byte) (int64, bool) { return req.Usage(body, u[0], u[1:]...) }
 			}
 			t.Rules = append(t.Rules, r)
 			t.Default = append(t.Default, clientpool.Cost{Rule: name})
@@ -151,14 +156,13 @@ func Table(opts ...Option) clientpool.Table {
 	for _, m := range c.models {
 		name := m.name
 		add(name, [3]int64{m.rpm, m.itpm, m.otpm}, func(r *http.Request) (string, bool) {
-			b, _ := req.Body(r)
-			return "", req.Parse(b).Model == name
+			_, _, q := req.Of(r)
+			return "", q.Model == name
 		})
 	}
 	add("other", [3]int64{}, func(r *http.Request) (string, bool) {
-		b, _ := req.Body(r)
-		m := req.Parse(b).Model
-		return m, !known[m]
+		_, _, q := req.Of(r)
+		return q.Model, !known[q.Model]
 	})
 	return t
 }

@@ -19,12 +19,13 @@
 //     announced for its window, and a new window's budget when GitHub
 //     announces it (clientpool.Learned).
 //   - RuleSearch, the search API's own primary limit (30 per minute), for
-//     paths under /search/, learned the same way (resource "search").
+//     paths under /search/, learned the same way (resource "search"), and
+//     RuleCodeSearch, code search's (GET /search/code, 10 per minute,
+//     resource "code_search").
 //   - RulePoints: at most 900 points per minute per endpoint, GET, HEAD and
 //     OPTIONS 1 point, POST, PATCH, PUT and DELETE 5. An endpoint is the
-//     method and the path with its owner, repo, user and numeric segments
-//     replaced (/repos/{owner}/{repo}/issues/{n}): coarser than GitHub's
-//     own notion at worst, never finer.
+//     method and Endpoint(path) (/repos/{owner}/{repo}/issues/*): coarser
+//     than GitHub's own notion at worst, never finer.
 //   - RuleConcurrent: at most 100 requests in flight.
 //   - RuleCreatePerMinute and RuleCreatePerHour: at most 80
 //     content-creating requests per minute and 500 per hour. The page does
@@ -58,6 +59,7 @@ const DocsURL = "https://docs.github.com/en/rest/using-the-rest-api/rate-limits-
 const (
 	RuleCore            = "core"
 	RuleSearch          = "search"
+	RuleCodeSearch      = "code search"
 	RulePoints          = "points per endpoint"
 	RuleConcurrent      = "concurrent"
 	RuleCreatePerMinute = "content per minute"
@@ -73,6 +75,7 @@ const (
 	PointsRead          = 1   // GET, HEAD, OPTIONS
 	PointsWrite         = 5   // POST, PATCH, PUT, DELETE
 	SearchPerMinute     = 30  // the search resource's primary limit for a user
+	CodeSearchPerMinute = 10  // the code_search resource's (GET /search/code)
 	UnauthenticatedCore = 60  // the core limit without a token, per hour
 )
 
@@ -104,20 +107,26 @@ func WithScale(f float64) Option { return func(c *config) { c.scale = f } }
 
 // Table returns GitHub's rules, set up by opts. Every request is charged
 // under RuleCore or RuleSearch, RulePoints and RuleConcurrent, and a POST or
-// PUT also under the two content-creation rules.
+// PUT also under the two content-creation rules; a search under RuleSearch
+// or RuleCodeSearch instead of RuleCore.
 func Table(opts ...Option) clientpool.Table {
 	var c config
 	for _, o := range opts {
 		o(&c)
 	}
 	hour, minute := req.Scaled(time.Hour, c.scale), req.Scaled(time.Minute, c.scale)
-	search := func(r *http.Request) bool { return strings.HasPrefix(r.URL.Path, "/search/") }
+	code := func(r *http.Request) bool {
+		return r.URL.Path == "/search/code" || strings.HasPrefix(r.URL.Path, "/search/code/")
+	}
+	search := func(r *http.Request) bool { return strings.HasPrefix(r.URL.Path, "/search/") && !code(r) }
 	creates := func(r *http.Request) bool { return r.Method == http.MethodPost || r.Method == http.MethodPut }
 	rules := []clientpool.Rule{
 		{Name: RuleCore, Limit: window.Limit{N: c.core, Per: hour}, Learn: learn("core"),
-			Key: func(r *http.Request) (string, bool) { return token(r), !search(r) }},
+			Key: func(r *http.Request) (string, bool) { return token(r), !search(r) && !code(r) }},
 		{Name: RuleSearch, Limit: window.Limit{N: 0, Per: minute}, Learn: learn("search"),
 			Key: func(r *http.Request) (string, bool) { return token(r), search(r) }},
+		{Name: RuleCodeSearch, Limit: window.Limit{N: 0, Per: minute}, Learn: learn("code_search"),
+			Key: func(r *http.Request) (string, bool) { return token(r), code(r) }},
 		{Name: RulePoints, Limit: window.Limit{N: PointsPerMinute, Per: minute},
 			Key: func(r *http.Request) (string, bool) {
 				return token(r) + " " + r.Method + " " + Endpoint(r.URL.Path), true
@@ -160,21 +169,31 @@ func token(r *http.Request) string {
 	return hex.EncodeToString(sum[:8])
 }
 
-// Endpoint returns the endpoint a path belongs to for RulePoints: the path
-// with /repos/{owner}/{repo}, /users/{user} and /orgs/{org} named and every
-// numeric segment {n}. It reads nothing but p.
+// Endpoint returns the endpoint a path belongs to for RulePoints, never
+// finer than GitHub's own: /repos/{owner}/{repo}, /users/{user} and
+// /orgs/{org} named, then the resource that follows, and everything after
+// it as "*" (/repos/{owner}/{repo}/issues/* for an issue, its comments, its
+// events; /repos/{owner}/{repo}/commits/* for every SHA; /gists/* for every
+// gist). GitHub's routes put ids, SHAs, branch names and file paths after
+// the resource; without its route table, the preset cannot tell which
+// deeper segments are fixed, so it counts them together: at worst fewer
+// points per endpoint than GitHub allows, never more. It reads nothing
+// but p.
 func Endpoint(p string) string {
 	seg := strings.Split(strings.Trim(p, "/"), "/")
 	named := map[string][]string{"repos": {"{owner}", "{repo}"}, "users": {"{user}"}, "orgs": {"{org}"}}[seg[0]]
-	for i := 1; i < len(seg); i++ {
-		switch {
-		case i <= len(named):
-			seg[i] = named[i-1]
-		case seg[i] != "" && strings.Trim(seg[i], "0123456789") == "":
-			seg[i] = "{n}"
-		}
+	keep := min(len(seg), 1+len(named)+1) // the prefix, its names, the resource
+	if len(named) == 0 {
+		keep = min(len(seg), 1)
 	}
-	return "/" + strings.Join(seg, "/")
+	for i := 1; i < keep && i <= len(named); i++ {
+		seg[i] = named[i-1]
+	}
+	e := "/" + strings.Join(seg[:keep], "/")
+	if keep < len(seg) {
+		e += "/*"
+	}
+	return e
 }
 
 // learn reads the primary limit of one resource: x-ratelimit-limit,

@@ -86,12 +86,17 @@ func TestCrawlAgainstServer(t *testing.T) {
 // Endpoint names the parts GitHub's endpoints vary by.
 func TestEndpoint(t *testing.T) {
 	for p, want := range map[string]string{
-		"/repos/octo/hello/issues/42":  "/repos/{owner}/{repo}/issues/{n}",
-		"/users/alice/repos":           "/users/{user}/repos",
-		"/orgs/acme/members":           "/orgs/{org}/members",
-		"/search/code":                 "/search/code",
-		"/":                            "/",
-		"/repos/o/r/commits/abc123def": "/repos/{owner}/{repo}/commits/abc123def",
+		"/repos/octo/hello/issues/42":          "/repos/{owner}/{repo}/issues/*",
+		"/repos/octo/hello/issues/42/comments": "/repos/{owner}/{repo}/issues/*",
+		"/repos/octo/hello/issues":             "/repos/{owner}/{repo}/issues",
+		"/repos/o/r/commits/abc123def":         "/repos/{owner}/{repo}/commits/*",
+		"/repos/o/r":                           "/repos/{owner}/{repo}",
+		"/users/alice/repos":                   "/users/{user}/repos",
+		"/orgs/acme/members":                   "/orgs/{org}/members",
+		"/search/code":                         "/search/*",
+		"/gists/aa11":                          "/gists/*",
+		"/user":                                "/user",
+		"/":                                    "/",
 	} {
 		if got := github.Endpoint(p); got != want {
 			t.Errorf("Endpoint(%q) = %q, want %q", p, got, want)

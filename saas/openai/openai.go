@@ -156,7 +156,7 @@ func Table(opts ...Option) clientpool.Table {
 			rule(reqName, rpm, c.perMinute, key, func(*http.Request) int64 { return 1 },
 				req.LearnBucket(HeaderLimitRequests, HeaderRemainingRequests), nil),
 			rule(tokName, tpm, c.perMinute, key, func(r *http.Request) int64 {
-				b, _ := req.Body(r)
+				b, _, _ := req.Of(r)
 				return max(c.estimate(r, b), 0)
 			}, req.LearnBucket(HeaderLimitTokens, HeaderRemainingTokens), c.settle()))
 		t.Default = append(t.Default, clientpool.Cost{Rule: reqName}, clientpool.Cost{Rule: tokName})
@@ -197,6 +197,6 @@ func (c *config) settle() func(http.Header, []byte) (int64, bool) {
 // modelOf returns the model a request names in its body ("" when it cannot
 // be read).
 func modelOf(r *http.Request) string {
-	b, _ := req.Body(r)
-	return req.Parse(b).Model
+	_, _, q := req.Of(r)
+	return q.Model
 }

@@ -10,9 +10,12 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"runtime"
 	"strconv"
+	"sync"
 	"time"
 	"unicode/utf8"
+	"weak"
 
 	"github.com/ratesem/ratesem/clientpool"
 	"github.com/ratesem/ratesem/window"
@@ -46,6 +49,36 @@ func Body(req *http.Request) ([]byte, bool) {
 	return b, true
 }
 
+// parsed is what Of keeps of one request.
+type parsed struct {
+	body []byte
+	ok   bool
+	req  Request
+}
+
+// cache maps a request (weakly: the entry goes when the request is
+// collected) to its body and parse, so that the several rules classifying
+// one request read and parse its body once.
+var cache sync.Map // weak.Pointer[http.Request] → *parsed
+
+// Of returns req's body (as Body) and its parse (Parse), reading and
+// parsing the body once per request however many rules ask: the result is
+// kept while req lives (a request's body does not change while it is
+// classified). It is safe for concurrent use.
+func Of(r *http.Request) ([]byte, bool, Request) {
+	wp := weak.Make(r)
+	if v, ok := cache.Load(wp); ok {
+		p := v.(*parsed)
+		return p.body, p.ok, p.req
+	}
+	b, ok := Body(r)
+	p := &parsed{body: b, ok: ok, req: Parse(b)}
+	if _, loaded := cache.LoadOrStore(wp, p); !loaded {
+		runtime.AddCleanup(r, func(wp weak.Pointer[http.Request]) { cache.Delete(wp) }, wp)
+	}
+	return p.body, p.ok, p.req
+}
+
 // Request is what an estimate needs of an LLM request body.
 type Request struct {
 	Model string
@@ -60,40 +93,44 @@ type Request struct {
 }
 
 // Parse reads body as an OpenAI or Anthropic request (chat completions,
-// messages, embeddings). It never fails: what it cannot read counts as
-// absent (a malformed body gets Chars of its raw length, on the safe side).
+// messages, embeddings). Keys match exactly, as the APIs read them
+// ("MODEL" is not "model"; encoding/json's struct matching would fold
+// case); of a repeated key the last counts. It never fails: what it cannot
+// read counts as absent (a body that is not a JSON object gets Chars of
+// its raw length, on the safe side).
 func Parse(body []byte) Request {
 	if len(body) > MaxBody {
 		return Request{TooLarge: true}
 	}
-	var in struct {
-		Model               string          `json:"model"`
-		Messages            []message       `json:"messages"`
-		System              json.RawMessage `json:"system"`
-		Input               json.RawMessage `json:"input"`
-		MaxTokens           json.Number     `json:"max_tokens"`
-		MaxCompletionTokens json.Number     `json:"max_completion_tokens"`
-	}
-	d := json.NewDecoder(bytes.NewReader(body))
-	d.UseNumber()
-	if err := d.Decode(&in); err != nil {
+	var in map[string]json.RawMessage
+	if err := json.Unmarshal(body, &in); err != nil {
 		return Request{Chars: int64(utf8.RuneCount(body))}
 	}
-	r := Request{Model: in.Model}
-	for _, m := range in.Messages {
-		r.Chars += text(m.Content)
+	var r Request
+	json.Unmarshal(in["model"], &r.Model)
+	var msgs []map[string]json.RawMessage
+	json.Unmarshal(in["messages"], &msgs)
+	for _, m := range msgs {
+		r.Chars += text(m["content"])
 	}
-	r.Chars += text(in.System) + text(in.Input)
-	for _, n := range []json.Number{in.MaxTokens, in.MaxCompletionTokens} {
-		if v, err := n.Int64(); err == nil && v > r.MaxTokens {
+	r.Chars += text(in["system"]) + text(in["input"]) + text(in["prompt"])
+	for _, k := range []string{"max_tokens", "max_completion_tokens"} {
+		if v, ok := integer(in[k]); ok && v > r.MaxTokens {
 			r.MaxTokens = v
 		}
 	}
 	return r
 }
 
-type message struct {
-	Content json.RawMessage `json:"content"`
+// integer reads a JSON integer; false for anything else (a string, a
+// fraction, an exponent, a number beyond int64).
+func integer(raw json.RawMessage) (int64, bool) {
+	t := bytes.TrimSpace(raw)
+	if len(t) == 0 || t[0] == '"' {
+		return 0, false
+	}
+	n, err := json.Number(t).Int64()
+	return n, err == nil
 }
 
 // text counts the runes of a content value: a string, a list of strings
@@ -112,37 +149,72 @@ func text(raw json.RawMessage) int64 {
 	}
 	var n int64
 	for _, p := range parts {
-		var part struct {
-			Text string `json:"text"`
-		}
+		var part map[string]json.RawMessage
 		if json.Unmarshal(p, &s) == nil {
 			n += int64(utf8.RuneCountInString(s))
-		} else if json.Unmarshal(p, &part) == nil {
-			n += int64(utf8.RuneCountInString(part.Text))
+		} else if json.Unmarshal(p, &part) == nil && json.Unmarshal(part["text"], &s) == nil {
+			n += int64(utf8.RuneCountInString(s))
 		}
 	}
 	return n
 }
 
-// Usage reads the integer fields names of a reply's "usage" object (as
-// "total_tokens", or "input_tokens"), summed; false when the body is not
-// JSON with a usage object holding all of them as non-negative integers.
-func Usage(body []byte, names ...string) (int64, bool) {
-	var v struct {
-		Usage map[string]json.RawMessage `json:"usage"`
-	}
-	if json.Unmarshal(body, &v) != nil || v.Usage == nil {
-		return 0, false
-	}
-	var sum int64
-	for _, name := range names {
-		n, err := json.Number(bytes.TrimSpace(v.Usage[name])).Int64()
-		if err != nil || n < 0 || sum > 1<<62 || n > 1<<62 {
+// Usage reads a reply's "usage" object (keys matched exactly): the integer
+// field first, required, plus the optional fields more (absent counts 0),
+// summed, saturating at 2^62. It returns false when the body has no usage
+// object with first, or a field present is not a non-negative integer.
+// body may be the whole reply or only its end (a reply longer than what
+// the transport keeps): then the last "usage" key of the text is read.
+func Usage(body []byte, first string, more ...string) (int64, bool) {
+	var top map[string]json.RawMessage
+	var obj map[string]json.RawMessage
+	if json.Unmarshal(body, &top) == nil {
+		if json.Unmarshal(top["usage"], &obj) != nil {
 			return 0, false
 		}
-		sum += n
+	} else if obj = lastUsage(body); obj == nil {
+		return 0, false
+	}
+	n, ok := integer(obj[first])
+	if !ok || n < 0 {
+		return 0, false
+	}
+	sum := min(n, 1<<62)
+	for _, k := range more {
+		raw, present := obj[k]
+		if !present {
+			continue
+		}
+		v, ok := integer(raw)
+		if !ok || v < 0 {
+			return 0, false
+		}
+		sum += min(v, 1<<62-sum) // ≤ 2^62: no wrap
 	}
 	return sum, true
+}
+
+// lastUsage decodes the object after the last `"usage":` of a truncated
+// reply (its end): nil when there is none or it does not decode. A quote
+// inside a JSON string is escaped, so `"usage"` followed by a colon is a
+// key.
+func lastUsage(body []byte) map[string]json.RawMessage {
+	for end := len(body); end > 0; {
+		i := bytes.LastIndex(body[:end], []byte(`"usage"`))
+		if i < 0 {
+			return nil
+		}
+		rest := bytes.TrimLeft(body[i+len(`"usage"`):], " \t\r\n")
+		if len(rest) > 0 && rest[0] == ':' {
+			var obj map[string]json.RawMessage
+			if json.NewDecoder(bytes.NewReader(rest[1:])).Decode(&obj) == nil {
+				return obj
+			}
+			return nil
+		}
+		end = i
+	}
+	return nil
 }
 
 // LearnBucket returns a clientpool.Rule.Learn function that reads a token
