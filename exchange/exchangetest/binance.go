@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ratesem/ratesem"
+	"github.com/ratesem/ratesem/internal/memnet"
 )
 
 // Names of the rules of [BinanceServer], after the rateLimitType and
@@ -309,25 +310,25 @@ func NewBinance(cfg BinanceConfig) *BinanceServer {
 		hostile: newHostile(cfg.Hostile, "NewBinance", "-1003", "-1015"),
 	}
 	s.orderID.Store(1000)
-	s.net = newNetServer("binance.exchangetest.invalid", http.HandlerFunc(s.serveHTTP), cfg.InMemory)
+	s.net = memnet.New("binance.exchangetest.invalid", http.HandlerFunc(s.serveHTTP), cfg.InMemory)
 	return s
 }
 
 // URL returns the base URL of the server, e.g. "http://127.0.0.1:40321"
 // (on TCP) or "http://binance.exchangetest.invalid" (InMemory); append a
 // path such as "/api/v3/depth?symbol=BTCUSDT".
-func (s *BinanceServer) URL() string { return s.net.url() }
+func (s *BinanceServer) URL() string { return s.net.URL() }
 
 // Client returns an HTTP client whose connections come from 127.0.0.1. It
 // is the same client on every call; Close closes its idle connections.
-func (s *BinanceServer) Client() *http.Client { return s.net.clientFrom("127.0.0.1") }
+func (s *BinanceServer) Client() *http.Client { return s.net.ClientFrom("127.0.0.1") }
 
 // ClientFrom returns an HTTP client whose requests the server sees as
 // coming from ip, one client per ip, reused across calls. With InMemory any
 // IP works; on TCP the connection is bound to ip as its local address,
 // which needs an address of this machine (on Linux all of 127.0.0.0/8 is).
 // It panics if ip does not parse.
-func (s *BinanceServer) ClientFrom(ip string) *http.Client { return s.net.clientFrom(ip) }
+func (s *BinanceServer) ClientFrom(ip string) *http.Client { return s.net.ClientFrom(ip) }
 
 // Handler returns the server's handler, so a test can call ServeHTTP
 // directly with an httptest.NewRequest of any RemoteAddr; such requests
@@ -337,7 +338,7 @@ func (s *BinanceServer) Handler() http.Handler { return http.HandlerFunc(s.serve
 // Close shuts the server down, blocking until outstanding requests have
 // been answered, and closes the idle connections of the clients it handed
 // out. The log and statistics stay readable.
-func (s *BinanceServer) Close() { s.net.close() }
+func (s *BinanceServer) Close() { s.net.Close() }
 
 // Rules returns a copy of the server's rules (BinanceRequestWeight,
 // BinanceRawRequests, BinanceOrders10s, BinanceOrders1d), with scale and
@@ -485,7 +486,7 @@ func (s *BinanceServer) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	if !sleepLatency(r.Context(), s.latency) {
 		return // the client is gone; nothing to answer
 	}
-	rp.write(r.Context(), w, s.net.stop)
+	rp.write(r.Context(), w, s.net.Stop())
 }
 
 // spuriousThrottle is the hostile mode's 429 to a request every rule

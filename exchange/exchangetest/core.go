@@ -4,12 +4,14 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/ratesem/ratesem/internal/memnet"
 )
 
 // core is the state shared by OKXServer and BinanceServer: the clock, the
 // rules and their counters, and the log, all guarded by mu.
 type core struct {
-	net     *netServer
+	net     *memnet.Server
 	now     func() time.Time
 	latency func() time.Duration
 	rules   []Rule

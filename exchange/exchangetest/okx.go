@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ratesem/ratesem"
+	"github.com/ratesem/ratesem/internal/memnet"
 )
 
 // OKX documentation pages the rules of [OKXServer] are read from.
@@ -286,25 +287,25 @@ func NewOKX(cfg OKXConfig) *OKXServer {
 		hostile:         newHostile(cfg.Hostile, "NewOKX", "50011", "50061"),
 	}
 	s.ordID.Store(700000000000000000)
-	s.net = newNetServer("okx.exchangetest.invalid", http.HandlerFunc(s.serveHTTP), cfg.InMemory)
+	s.net = memnet.New("okx.exchangetest.invalid", http.HandlerFunc(s.serveHTTP), cfg.InMemory)
 	return s
 }
 
 // URL returns the base URL of the server, e.g. "http://127.0.0.1:40321"
 // (on TCP) or "http://okx.exchangetest.invalid" (InMemory); append a path
 // such as "/api/v5/market/books?instId=BTC-USDT".
-func (s *OKXServer) URL() string { return s.net.url() }
+func (s *OKXServer) URL() string { return s.net.URL() }
 
 // Client returns an HTTP client whose connections come from 127.0.0.1. It
 // is the same client on every call; Close closes its idle connections.
-func (s *OKXServer) Client() *http.Client { return s.net.clientFrom("127.0.0.1") }
+func (s *OKXServer) Client() *http.Client { return s.net.ClientFrom("127.0.0.1") }
 
 // ClientFrom returns an HTTP client whose requests the server sees as
 // coming from ip (the IP part of the rule keys), one client per ip, reused
 // across calls. With InMemory any IP works; on TCP the connection is bound
 // to ip as its local address, which needs an address of this machine (on
 // Linux all of 127.0.0.0/8 is). It panics if ip does not parse.
-func (s *OKXServer) ClientFrom(ip string) *http.Client { return s.net.clientFrom(ip) }
+func (s *OKXServer) ClientFrom(ip string) *http.Client { return s.net.ClientFrom(ip) }
 
 // Handler returns the server's handler, so a test can call ServeHTTP
 // directly with an httptest.NewRequest of any RemoteAddr; such requests
@@ -315,7 +316,7 @@ func (s *OKXServer) Handler() http.Handler { return http.HandlerFunc(s.serveHTTP
 // been answered (a configured latency ends early for requests whose client
 // went away), and closes the idle connections of the clients it handed out.
 // The log and statistics stay readable.
-func (s *OKXServer) Close() { s.net.close() }
+func (s *OKXServer) Close() { s.net.Close() }
 
 // Rules returns a copy of the server's rules, in the order of the table in
 // NewOKX, with scale and Limits applied.
@@ -414,7 +415,7 @@ func (s *OKXServer) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	if !sleepLatency(r.Context(), s.latency) {
 		return // the client is gone; nothing to answer
 	}
-	rp.write(r.Context(), w, s.net.stop)
+	rp.write(r.Context(), w, s.net.Stop())
 }
 
 // parse routes and validates a request and returns what it would count;

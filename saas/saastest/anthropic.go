@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ratesem/ratesem"
+	"github.com/ratesem/ratesem/internal/memnet"
 )
 
 // AnthropicDocs is the page the Anthropic server's model is read from.
@@ -112,7 +113,7 @@ func NewAnthropic(cfg AnthropicConfig) *AnthropicServer {
 	if s.cfg.MaxTokens < 0 {
 		panic("saastest: NewAnthropic: negative MaxTokens")
 	}
-	s.net = newNetServer("anthropic.saastest.invalid", http.HandlerFunc(s.serveHTTP), cfg.InMemory)
+	s.net = memnet.New("anthropic.saastest.invalid", http.HandlerFunc(s.serveHTTP), cfg.InMemory)
 	return s
 }
 
@@ -147,15 +148,15 @@ func (s *AnthropicServer) newBuckets(model string, at time.Time) [3]*bucket {
 }
 
 // URL returns the server's base URL; append "/v1/messages".
-func (s *AnthropicServer) URL() string { return s.net.hs.URL }
+func (s *AnthropicServer) URL() string { return s.net.URL() }
 
 // Client returns the HTTP client to reach the server (the only way with
 // InMemory). It is the same client on every call.
-func (s *AnthropicServer) Client() *http.Client { return s.net.clientOf() }
+func (s *AnthropicServer) Client() *http.Client { return s.net.ClientFrom("127.0.0.1") }
 
 // Close shuts the server down, blocking until outstanding requests are
 // answered. The log stays readable.
-func (s *AnthropicServer) Close() { s.net.close() }
+func (s *AnthropicServer) Close() { s.net.Close() }
 
 // Log returns a copy of every request's Entry, in the order of decisions.
 func (s *AnthropicServer) Log() []Entry { return s.logCopy() }

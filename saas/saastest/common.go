@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ratesem/ratesem"
+	"github.com/ratesem/ratesem/internal/memnet"
 )
 
 // Names of the limits, as Entry.Limit and Stats.Rejected report them.
@@ -123,7 +124,7 @@ type base struct {
 	scale   float64
 	latency func() time.Duration
 	maxBody int64
-	net     *netServer
+	net     *memnet.Server
 
 	mu  sync.Mutex
 	log []Entry

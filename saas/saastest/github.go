@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ratesem/ratesem"
+	"github.com/ratesem/ratesem/internal/memnet"
 )
 
 // GitHubDocs is the page the GitHub server's model is read from.
@@ -170,20 +171,20 @@ func NewGitHub(cfg GitHubConfig) *GitHubServer {
 		cfg:  cfg,
 		keys: make(map[string]*ghKey),
 	}
-	s.net = newNetServer("github.saastest.invalid", http.HandlerFunc(s.serveHTTP), cfg.InMemory)
+	s.net = memnet.New("github.saastest.invalid", http.HandlerFunc(s.serveHTTP), cfg.InMemory)
 	return s
 }
 
 // URL returns the server's base URL; append "/repos/owner/repo".
-func (s *GitHubServer) URL() string { return s.net.hs.URL }
+func (s *GitHubServer) URL() string { return s.net.URL() }
 
 // Client returns the HTTP client to reach the server (the only way with
 // InMemory). It is the same client on every call.
-func (s *GitHubServer) Client() *http.Client { return s.net.clientOf() }
+func (s *GitHubServer) Client() *http.Client { return s.net.ClientFrom("127.0.0.1") }
 
 // Close shuts the server down, blocking until outstanding requests are
 // answered. The log stays readable.
-func (s *GitHubServer) Close() { s.net.close() }
+func (s *GitHubServer) Close() { s.net.Close() }
 
 // Log returns a copy of every request's Entry, in the order of decisions.
 func (s *GitHubServer) Log() []Entry { return s.logCopy() }

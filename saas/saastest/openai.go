@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ratesem/ratesem"
+	"github.com/ratesem/ratesem/internal/memnet"
 )
 
 // OpenAIDocs is the page the OpenAI server's model is read from.
@@ -126,7 +127,7 @@ func NewOpenAI(cfg OpenAIConfig) *OpenAIServer {
 	if s.cfg.MaxTokens < 0 {
 		panic("saastest: NewOpenAI: negative MaxTokens")
 	}
-	s.net = newNetServer("openai.saastest.invalid", http.HandlerFunc(s.serveHTTP), cfg.InMemory)
+	s.net = memnet.New("openai.saastest.invalid", http.HandlerFunc(s.serveHTTP), cfg.InMemory)
 	return s
 }
 
@@ -167,15 +168,15 @@ func (s *OpenAIServer) newBuckets(model string, at time.Time) [3]*bucket {
 }
 
 // URL returns the server's base URL; append "/v1/chat/completions".
-func (s *OpenAIServer) URL() string { return s.net.hs.URL }
+func (s *OpenAIServer) URL() string { return s.net.URL() }
 
 // Client returns the HTTP client to reach the server (the only way with
 // InMemory). It is the same client on every call.
-func (s *OpenAIServer) Client() *http.Client { return s.net.clientOf() }
+func (s *OpenAIServer) Client() *http.Client { return s.net.ClientFrom("127.0.0.1") }
 
 // Close shuts the server down, blocking until outstanding requests are
 // answered. The log stays readable.
-func (s *OpenAIServer) Close() { s.net.close() }
+func (s *OpenAIServer) Close() { s.net.Close() }
 
 // Log returns a copy of every request's Entry, in the order of decisions.
 func (s *OpenAIServer) Log() []Entry { return s.logCopy() }
