@@ -147,23 +147,6 @@ func (s *AnthropicServer) newBuckets(model string, at time.Time) [3]*bucket {
 	return [3]*bucket{newBucket(l.RPM, per, at), newBucket(l.ITPM, per, at), newBucket(l.OTPM, per, at)}
 }
 
-// URL returns the server's base URL; append "/v1/messages".
-func (s *AnthropicServer) URL() string { return s.net.URL() }
-
-// Client returns the HTTP client to reach the server (the only way with
-// InMemory). It is the same client on every call.
-func (s *AnthropicServer) Client() *http.Client { return s.net.ClientFrom("127.0.0.1") }
-
-// Close shuts the server down, blocking until outstanding requests are
-// answered. The log stays readable.
-func (s *AnthropicServer) Close() { s.net.Close() }
-
-// Log returns a copy of every request's Entry, in the order of decisions.
-func (s *AnthropicServer) Log() []Entry { return s.logCopy() }
-
-// Stats counts the decisions so far.
-func (s *AnthropicServer) Stats() Stats { return statsOf(s.Log()) }
-
 // Violations replays the log (charges at arrival, settlements at the
 // reply, in the server's order) through fresh buckets and returns the
 // accepted requests that found a bucket without their charge. It is empty

@@ -130,6 +130,24 @@ type base struct {
 	log []Entry
 }
 
+// URL returns the server's base URL; append the API's path
+// ("/v1/chat/completions", "/v1/messages", "/repos/...").
+func (s *base) URL() string { return s.net.URL() }
+
+// Client returns the HTTP client to reach the server (the only way with
+// InMemory). It is the same client on every call.
+func (s *base) Client() *http.Client { return s.net.ClientFrom("127.0.0.1") }
+
+// Close shuts the server down, blocking until outstanding requests are
+// answered. The log stays readable.
+func (s *base) Close() { s.net.Close() }
+
+// Log returns a copy of every request's Entry, in the order of decisions.
+func (s *base) Log() []Entry { return s.logCopy() }
+
+// Stats counts the decisions so far.
+func (s *base) Stats() Stats { return statsOf(s.Log()) }
+
 func newBase(clock ratesem.Clock, scale float64, latency func() time.Duration, maxBody int64, who string) base {
 	if scale == 0 {
 		scale = 1

@@ -175,23 +175,6 @@ func NewGitHub(cfg GitHubConfig) *GitHubServer {
 	return s
 }
 
-// URL returns the server's base URL; append "/repos/owner/repo".
-func (s *GitHubServer) URL() string { return s.net.URL() }
-
-// Client returns the HTTP client to reach the server (the only way with
-// InMemory). It is the same client on every call.
-func (s *GitHubServer) Client() *http.Client { return s.net.ClientFrom("127.0.0.1") }
-
-// Close shuts the server down, blocking until outstanding requests are
-// answered. The log stays readable.
-func (s *GitHubServer) Close() { s.net.Close() }
-
-// Log returns a copy of every request's Entry, in the order of decisions.
-func (s *GitHubServer) Log() []Entry { return s.logCopy() }
-
-// Stats counts the decisions so far.
-func (s *GitHubServer) Stats() Stats { return statsOf(s.Log()) }
-
 // PeakInFlight returns the most requests of one key that were accepted
 // and not yet answered at any instant.
 func (s *GitHubServer) PeakInFlight() int64 {
