@@ -1,10 +1,12 @@
 package github_test
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -129,5 +131,54 @@ func TestThrottled(t *testing.T) {
 		if got := github.Throttled(c.status, c.h, nil); got != c.want {
 			t.Errorf("Throttled(%d, %v) = %v", c.status, c.h, got)
 		}
+	}
+}
+
+// Hostile primary-limit headers teach nothing (a limit of 20 digits, a
+// sign, another resource's report) or are taken at their bounds (a reset
+// in the past or 2^40 seconds away is no window end); a sane report after
+// them is learned.
+func TestLearnHostileHeaders(t *testing.T) {
+	pool, err := clientpool.New(github.Table())
+	if err != nil {
+		t.Fatal(err)
+	}
+	observe := func(kv ...string) window.Limit {
+		req, _ := http.NewRequest("GET", "http://api.test/repos/o/r", nil)
+		req.Header.Set("Authorization", "Bearer t")
+		charges, err := pool.Classify(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tk, err := pool.Acquire(context.Background(), charges...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := http.Header{}
+		for i := 0; i < len(kv); i += 2 {
+			h.Set(kv[i], kv[i+1])
+		}
+		tk.ObserveHeaders(h)
+		tk.Release()
+		l, _ := pool.Limit(github.RuleCore)
+		return l
+	}
+	for _, bad := range [][]string{
+		{github.HeaderLimit, "99999999999999999999", github.HeaderRemaining, "1"},
+		{github.HeaderLimit, "-5000", github.HeaderRemaining, "1"},
+		{github.HeaderLimit, "5000 ", github.HeaderRemaining, "1"},
+		{github.HeaderLimit, "5000", github.HeaderResource, "search"},
+		{github.HeaderLimit, "0"},
+	} {
+		if l := observe(bad...); l.N != 0 {
+			t.Fatalf("%v taught the limit %v", bad, l)
+		}
+	}
+	far := strconv.FormatInt(1<<40, 10)
+	if l := observe(github.HeaderLimit, "5000", github.HeaderRemaining, "4999", github.HeaderReset, far, github.HeaderResource, "core"); l.N != 5000 {
+		t.Fatalf("a sane limit with an absurd reset: learned %v", l)
+	}
+	if l := observe(github.HeaderLimit, "4000", github.HeaderRemaining, "3999", github.HeaderReset, "1", github.HeaderResource, "core"); l.N != 4000 {
+		t.Fatalf("a limit change with a reset in 1970: learned %v", l)
 	}
 }

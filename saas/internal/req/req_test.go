@@ -82,3 +82,32 @@ func TestScaled(t *testing.T) {
 		t.Errorf("Scaled(1m, 1e300) = %v", got)
 	}
 }
+
+// LearnBucket: a limit that is absent, 0 or not a count says nothing; a
+// remaining that is absent or malformed is left out (-1), one above the
+// limit is kept (the pool reads it as nothing used); no reset is read.
+func TestLearnBucket(t *testing.T) {
+	learn := LearnBucket("x-limit", "x-remaining")
+	h := func(limit, remaining string) http.Header {
+		x := http.Header{}
+		if limit != "" {
+			x.Set("x-limit", limit)
+		}
+		if remaining != "" {
+			x.Set("x-remaining", remaining)
+		}
+		x.Set("x-reset", "6m0s")
+		return x
+	}
+	for _, lim := range []string{"", "0", "-1", "1e9", "99999999999999999999", "١٠"} {
+		if in, ok := learn(h(lim, "5"), time.Now()); ok {
+			t.Errorf("limit %q taught %+v", lim, in)
+		}
+	}
+	for rem, want := range map[string]int64{"": -1, "x": -1, "-3": -1, "7": 7, "900": 900} {
+		in, ok := learn(h("100", rem), time.Now())
+		if !ok || in.Limit.N != 100 || in.Remaining != want || !in.Reset.IsZero() {
+			t.Errorf("remaining %q: %+v, %v; want remaining %d", rem, in, ok, want)
+		}
+	}
+}
