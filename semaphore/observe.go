@@ -1,11 +1,11 @@
 package semaphore
 
 import (
-	"context"
 	"time"
 
 	"github.com/ratesem/ratesem"
 	"github.com/ratesem/ratesem/internal/obs"
+	"github.com/ratesem/ratesem/internal/remote"
 )
 
 // WithObserver calls fn for every ratesem.Event of the semaphore: each Acquire
@@ -31,30 +31,76 @@ func WithObserver(fn func(ratesem.Event)) Option {
 // The observe methods are inlined as a nil check; the event is built in
 // emit, out of line, so that the admitted fast path's frame does not grow.
 
-// observeAdmitted reports an admission of n units at once (no queueing).
-func (s *RateSemaphore) observeAdmitted(n int64) {
+// observeAdmitted reports the admission of n units, which the caller now
+// holds: w is its waiter when it had queued, else nil; c is its Call when
+// Begin admitted it, else nil.
+func (s *RateSemaphore) observeAdmitted(n int64, w *waiter, c *Call) {
 	if s.obs != nil {
-		s.emit(ratesem.Admitted, n, nil, 0, nil)
+		s.emitHeld(n, w, c)
 	}
 }
 
-// observeQueued reports that a call of n units joined the queue.
-func (s *RateSemaphore) observeQueued(n int64) {
-	if s.obs != nil {
-		s.emit(ratesem.Queued, n, nil, 0, nil)
+// emitHeld sends the Admitted event of observeAdmitted. When the observer
+// panics (or calls runtime.Goexit), the admission is taken back before the
+// panic goes on to the caller, who never got it: the waiter's exactly
+// (undoLocked, as when its context ends as it is granted), an admission
+// at once as a Release (the window counts a call that ended at once, on
+// the safe side: it cannot always tell the instant it admitted at). The
+// deferred call does not recover, so the panic keeps its stack.
+//
+//go:noinline
+func (s *RateSemaphore) emitHeld(n int64, w *waiter, c *Call) {
+	returned := false
+	defer func() {
+		if !returned {
+			s.takeBack(n, w, c)
+		}
+	}()
+	wait := time.Duration(0)
+	if w != nil {
+		wait = max(w.granted.Sub(w.since), 0)
+	}
+	s.emit(ratesem.Admitted, n, w, wait, nil)
+	returned = true
+}
+
+// takeBack undoes the admission of n units whose observer panicked (see
+// emitHeld).
+func (s *RateSemaphore) takeBack(n int64, w *waiter, c *Call) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c != nil {
+		s.endCallLocked(*c)
+	}
+	if w != nil {
+		s.undoLocked(w)
+		return
+	}
+	s.cur -= n
+	s.admitted--
+	now := s.now()
+	s.policy.Done(s.nanosOf(now), n)
+	if s.waiters.Len() > 0 {
+		s.notifyLocked(now)
 	}
 }
 
-// observeKept reports the end of the wait of w, granted: its admission if
-// kept, else its cancellation (ctx ended as it was granted).
-func (s *RateSemaphore) observeKept(w *waiter, kept bool, ctx context.Context) {
-	switch {
-	case s.obs == nil:
-	case kept:
-		s.emit(ratesem.Admitted, w.n, w, max(w.granted.Sub(w.since), 0), nil)
-	default:
-		s.emit(ratesem.Cancelled, w.n, w, -1, ctx.Err())
+// observeQueued reports that the call of w joined the queue. When the
+// observer panics (or calls runtime.Goexit), w leaves the queue (or its
+// admission, if it came meanwhile, is undone) before the panic goes on to
+// the caller: no admission is ever granted to a caller that is gone.
+func (s *RateSemaphore) observeQueued(w *waiter) {
+	if s.obs == nil {
+		return
 	}
+	returned := false
+	defer func() {
+		if !returned {
+			s.abandon(w)
+		}
+	}()
+	s.emit(ratesem.Queued, w.n, nil, 0, nil)
+	returned = true
 }
 
 // observeFailed reports the failure err of an Acquire of n units; w is its
@@ -81,13 +127,6 @@ func (s *RateSemaphore) emit(kind ratesem.EventKind, n int64, w *waiter, wait ti
 	s.obs(e)
 }
 
-// observeTry reports the admission of a TryAcquire of n units, if ok.
-func (s *RateSemaphore) observeTry(n int64, ok bool) {
-	if ok && s.obs != nil {
-		s.emit(ratesem.Admitted, n, nil, 0, nil)
-	}
-}
-
 // observePaused reports a pause until until, if Pause set one.
 func (s *RateSemaphore) observePaused(set bool, until time.Time) {
 	if set && s.obs != nil {
@@ -95,17 +134,35 @@ func (s *RateSemaphore) observePaused(set bool, until time.Time) {
 	}
 }
 
-// acquireObserved is Acquire over Redis with an observer: the wait is the
-// time Acquire took on the real clock.
-func (r *redisSem) acquireObserved(ctx context.Context, n int64) error {
-	since := time.Now()
-	_, err := r.acquireLocal(ctx, n)
-	e := ratesem.Event{Kind: ratesem.Admitted, Key: r.name, Weight: n, Wait: time.Since(since)}
-	if err != nil {
-		e.Kind, e.Err = obs.FailKind(err), err
+// observeAdmitted reports, over Redis, the admission of n units begun at
+// since, as the call c (nil for 0 units without a round trip). If the
+// observer panics (or calls runtime.Goexit), c is released before the panic
+// goes on to the caller, who never got it; the deferred call does not
+// recover, so the panic keeps its stack.
+func (r *redisSem) observeAdmitted(n int64, since time.Time, c *remote.Call) {
+	if r.obs == nil {
+		return
+	}
+	returned := false
+	defer func() {
+		if !returned && c != nil {
+			c.Release()
+		}
+	}()
+	e := ratesem.Event{Kind: ratesem.Admitted, Key: r.name, Weight: n}
+	if !since.IsZero() {
+		e.Wait = time.Since(since)
 	}
 	r.obs(e)
-	return err
+	returned = true
+}
+
+// observeFailed reports, over Redis, the failure err of an admission of n
+// units begun at since.
+func (r *redisSem) observeFailed(n int64, since time.Time, err error) {
+	if r.obs != nil {
+		r.obs(ratesem.Event{Kind: obs.FailKind(err), Key: r.name, Weight: n, Wait: time.Since(since), Err: err})
+	}
 }
 
 // observe reports e for the semaphore over Redis, if it has an observer.

@@ -207,9 +207,6 @@ func (r *redisSem) tooLarge(n int64) error {
 }
 
 func (r *redisSem) acquire(ctx context.Context, n int64) error {
-	if r.obs != nil {
-		return r.acquireObserved(ctx, n)
-	}
 	_, err := r.acquireLocal(ctx, n)
 	return err
 }
@@ -217,24 +214,47 @@ func (r *redisSem) acquire(ctx context.Context, n int64) error {
 // acquireLocal is Acquire; it reports whether the fallback admitted the
 // call.
 func (r *redisSem) acquireLocal(ctx context.Context, n int64) (bool, error) {
-	if n < 0 {
-		return false, fmt.Errorf("ratesem: Acquire: %w %d", ratesem.ErrNegativeWeight, n)
+	var since time.Time
+	if r.obs != nil {
+		since = time.Now()
 	}
-	if err := ctx.Err(); err != nil {
-		return false, err
-	}
-	if n == 0 {
-		return false, nil
-	}
-	if err := r.tooLarge(n); err != nil {
-		return false, err
-	}
-	c, err := r.eng.Acquire(ctx, r.name, r.charges(n))
+	c, err := r.admit(ctx, n, false)
 	if err != nil {
+		r.observeFailed(n, since, err)
 		return false, err
+	}
+	// Reported before the call is held, so that an observer's panic gives
+	// back this call (observeAdmitted) and no other's.
+	r.observeAdmitted(n, since, c)
+	if c == nil {
+		return false, nil
 	}
 	r.hold(c, n)
 	return c.Local(), nil
+}
+
+// admit is the admission of Acquire (begin false) and of Begin: the
+// checks, then the round trip. It returns a nil call, after no round trip,
+// for an Acquire of 0 units; Begin's makes its round trip too, so that End
+// has a call in Redis to settle a debit on.
+func (r *redisSem) admit(ctx context.Context, n int64, begin bool) (*remote.Call, error) {
+	if n < 0 {
+		op := "Acquire"
+		if begin {
+			op = "Begin"
+		}
+		return nil, fmt.Errorf("ratesem: %s: %w %d", op, ratesem.ErrNegativeWeight, n)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if n == 0 && !begin {
+		return nil, nil
+	}
+	if err := r.tooLarge(n); err != nil {
+		return nil, err
+	}
+	return r.eng.Acquire(ctx, r.name, r.charges(n))
 }
 
 func (r *redisSem) tryAcquire(n int64) bool {
@@ -248,8 +268,8 @@ func (r *redisSem) tryAcquire(n int64) bool {
 	if !ok {
 		return false
 	}
+	r.observeAdmitted(n, time.Time{}, c)
 	r.hold(c, n)
-	r.observe(ratesem.Event{Kind: ratesem.Admitted, Weight: n})
 	return true
 }
 
@@ -261,7 +281,8 @@ func (r *redisSem) hold(c *remote.Call, n int64) {
 	r.mu.Unlock()
 }
 
-// release ends n units of this process's calls: the oldest call of
+// release ends n units of this process's calls from Acquire and TryAcquire
+// (Begin's are not held here: Call.End ends them): the oldest call of
 // exactly n units, or else n units taken from the oldest calls, ending each
 // whose units are all released (a call partly released stays in flight in
 // Redis: it counts longer, never less).

@@ -2,44 +2,39 @@ package semaphore
 
 import (
 	"context"
+	"time"
 
-	"github.com/ratesem/ratesem"
+	"github.com/ratesem/ratesem/internal/remote"
 )
 
-// begin is Begin over Redis. A call of 0 units makes its admission round
-// trip too (Acquire(ctx, 0) makes none), so that End has a call in Redis to
-// settle a debit on.
-func (r *redisSem) begin(ctx context.Context, n int64) error {
-	if n != 0 {
-		return r.acquire(ctx, n)
+// begin is Begin over Redis: the admission of a call of n units that
+// Call.End ends (RateSemaphore.beginRemote keeps it with the Call, not among
+// the calls Release ends). A call of 0 units makes its admission round trip
+// too (Acquire(ctx, 0) makes none), so that End has a call in Redis to
+// settle a debit on. The call is reported (Admitted) before it is returned;
+// if the observer panics, the call is released first.
+func (r *redisSem) begin(ctx context.Context, n int64) (*remote.Call, error) {
+	var since time.Time
+	if r.obs != nil {
+		since = time.Now()
 	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	c, err := r.eng.Acquire(ctx, r.name, r.charges(0))
+	c, err := r.admit(ctx, n, true)
 	if err != nil {
-		return err
+		r.observeFailed(n, since, err)
+		return nil, err
 	}
-	r.hold(c, 0)
-	r.observe(ratesem.Event{Kind: ratesem.Admitted})
-	return nil
+	r.observeAdmitted(n, since, c)
+	return c, nil
 }
 
-// end is Call.End over Redis: it ends the oldest call of this process of
-// exactly n units (as Release(n)), settled to actual units in Redis in the
-// background (redisSem.releaseSettled); a call of 0 units from begin too.
-func (r *redisSem) end(n, actual int64) {
-	if n != 0 {
-		r.releaseSettled(n, actual)
+// endCall is Call.End over Redis for the call c of n units: c leaves
+// flight in Redis in the background, settled to actual units when they
+// differ from n (remote.Call.ReleaseSettled: a refund where the window
+// still counts it, a debit from now on). It never waits on Redis.
+func (r *redisSem) endCall(c *remote.Call, n, actual int64) {
+	if actual == n {
+		c.Release()
 		return
 	}
-	r.mu.Lock()
-	if len(r.held[0]) == 0 {
-		r.mu.Unlock()
-		return
-	}
-	h := r.held[0][0]
-	r.popHeld(0)
-	r.mu.Unlock()
-	h.call.ReleaseSettled([]int64{actual})
+	c.ReleaseSettled([]int64{actual})
 }

@@ -76,6 +76,14 @@ type RateSemaphore struct {
 
 	obs func(ratesem.Event) // WithObserver, or nil; called without mu
 
+	// The calls Begin admitted, so that End can tell a live call from one
+	// already ended (End twice, on any copy) whoever else holds units: a
+	// slot per call in flight, reused through freeCalls (no allocation once
+	// the slab has grown to the most calls ever in flight at once).
+	calls     []callSlot
+	freeCalls []int
+	callUnits int64 // units of the live Calls, a part of cur in process
+
 	// remote is set by redisrate.NewSemaphore: the state is in Redis and every
 	// method goes there; nil in process (the fields above are then unused but
 	// for size, interval and capOpt).
@@ -261,7 +269,7 @@ func (s *RateSemaphore) Acquire(ctx context.Context, n int64) error {
 		s.cur += n
 		s.admitted++
 		s.mu.Unlock()
-		s.observeAdmitted(n)
+		s.observeAdmitted(n, nil, nil)
 		return nil
 	}
 	if n > s.fit && s.interval > 0 {
@@ -277,11 +285,14 @@ func (s *RateSemaphore) Acquire(ctx context.Context, n int64) error {
 		// the clock before allocating a waiter.
 		if _, ok := s.admitLocked(now, n); ok {
 			s.mu.Unlock()
-			s.observeAdmitted(n)
+			s.observeAdmitted(n, nil, nil)
 			return nil
 		}
 	}
-	_, err := s.queue(ctx, n, now)
+	w, err := s.queue(ctx, n, now)
+	if err == nil {
+		s.observeAdmitted(n, w, nil)
+	}
 	return err
 }
 
@@ -321,7 +332,7 @@ func (s *RateSemaphore) queue(ctx context.Context, n int64, now time.Time) (*wai
 		}
 	}
 	s.mu.Unlock()
-	s.observeQueued(n)
+	s.observeQueued(w)
 
 	var expired <-chan time.Time // nil: no queue-wait budget
 	if budget > 0 {
@@ -329,18 +340,7 @@ func (s *RateSemaphore) queue(ctx context.Context, n int64, now time.Time) (*wai
 	}
 	select {
 	case <-done:
-		s.mu.Lock()
-		select {
-		case <-w.ready:
-			if w.err == nil {
-				// Admitted while ctx became done: take it back, as if the
-				// admission never happened.
-				s.undoLocked(w)
-			}
-		default:
-			s.dropLocked(w)
-		}
-		s.mu.Unlock()
+		s.abandon(w)
 		s.observeFailed(n, w, ctx.Err())
 		return nil, ctx.Err()
 
@@ -362,20 +362,37 @@ func (s *RateSemaphore) queue(ctx context.Context, n int64, now time.Time) (*wai
 	}
 }
 
+// abandon takes w back: out of its queue while undecided, or its
+// admission undone (as if it never happened) if it was granted meanwhile.
+// The waiters behind it move on.
+func (s *RateSemaphore) abandon(w *waiter) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	select {
+	case <-w.ready:
+		if w.err == nil {
+			s.undoLocked(w)
+		}
+	default:
+		s.dropLocked(w)
+	}
+}
+
 // waited ends the Acquire of w once w.ready is closed: granted or failed.
+// It reports a failure or a cancellation; the caller reports the
+// admission (observeAdmitted), once it is the caller's.
 func (s *RateSemaphore) waited(ctx context.Context, w *waiter) error {
 	n, done := w.n, ctx.Done()
 	if w.err != nil {
 		s.observeFailed(n, w, w.err)
 		return w.err
 	}
-	kept := false
-	defer func() { s.observeKept(w, kept, ctx) }() // after the unlock below
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	select {
 	case <-done:
 		s.undoLocked(w)
+		s.mu.Unlock()
+		s.observeFailed(n, w, ctx.Err()) // Cancelled
 		return ctx.Err()
 	default:
 	}
@@ -383,7 +400,7 @@ func (s *RateSemaphore) waited(ctx context.Context, w *waiter) error {
 	wait := max(w.granted.Sub(w.since), 0) // Release may pass an earlier now
 	s.totalWait += wait
 	s.maxWait = max(s.maxWait, wait)
-	kept = true
+	s.mu.Unlock()
 	return nil
 }
 
@@ -420,7 +437,11 @@ func (s *RateSemaphore) TryAcquire(n int64) (ok bool) {
 	if n < 0 {
 		return false
 	}
-	defer func() { s.observeTry(n, ok) }() // after the unlock below
+	defer func() {
+		if ok { // after the unlock below
+			s.observeAdmitted(n, nil, nil)
+		}
+	}()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.waiters.Len() != 0 {
@@ -439,8 +460,10 @@ func (s *RateSemaphore) TryAcquire(n int64) (ok bool) {
 // redisrate.NewSemaphore), and Release of n units ends the oldest call of
 // exactly n units of this process, or else n units of the oldest calls (a call
 // partly released stays in flight in Redis until all its units are). It panics
-// if n is negative or more units are released than are held (caller bugs), as
-// x/sync does.
+// if n is negative or more units are released than Acquire and TryAcquire
+// admitted and are not yet released (caller bugs), as x/sync does; the units
+// of a Call from Begin are not Release's to give back (its End does), so a
+// Release that would take them panics too, whoever else holds units.
 func (s *RateSemaphore) Release(n int64) {
 	if s.remote != nil {
 		s.remote.release(n)
@@ -461,9 +484,13 @@ func (s *RateSemaphore) Release(n int64) {
 		}
 	}
 	s.mu.Lock()
-	if n > s.cur {
+	if n > s.cur-s.callUnits {
+		msg := "semaphore: released more than held"
+		if n <= s.cur {
+			msg = "ratesem: Release of units held by a Call from Begin: end it with Call.End"
+		}
 		s.mu.Unlock()
-		panic("semaphore: released more than held")
+		panic(msg)
 	}
 	s.cur -= n
 	if !timed && s.doneUsesTime && s.interval > 0 {
@@ -737,7 +764,11 @@ type Stats struct {
 // and blocks only for the semaphore's lock.
 func (s *RateSemaphore) Stats() Stats {
 	if s.remote != nil {
-		return s.remote.stats()
+		st := s.remote.stats()
+		s.mu.Lock()
+		st.InFlight += s.callUnits // Begin's calls, not held by remote
+		s.mu.Unlock()
+		return st
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -1,0 +1,95 @@
+package semaphore
+
+import (
+	"testing"
+	"time"
+
+	"github.com/ratesem/ratesem"
+	"github.com/ratesem/ratesem/redistest"
+)
+
+// caughtPanic runs f and returns what it panicked with (nil: no panic).
+func caughtPanic(f func()) (r any) {
+	defer func() { r = recover() }()
+	f()
+	return nil
+}
+
+// Over Redis, an observer that panics on Admitted reaches the caller of
+// Acquire, TryAcquire or Begin, who then holds nothing: the call leaves
+// flight in Redis, so that other processes get its units back at once. On
+// 3c9e6ad the call stayed held in this process and in Redis (until its
+// lease ran out) with nobody to release it.
+func TestRedisObserverPanicOnAdmittedReleases(t *testing.T) {
+	addr := redistest.Start(t).Addr()
+	name := uniqueName(t)
+	boom := true
+	s := newRedisSem(t, newClient(t, addr), name, 3, time.Hour, WithObserver(func(e ratesem.Event) {
+		if boom && e.Kind == ratesem.Admitted {
+			panic("admitted")
+		}
+	}))
+	other := newRedisSem(t, newClient(t, addr), name, 3, time.Hour)
+	ctx := ctxT(t, 10*time.Second)
+	for _, f := range []struct {
+		what string
+		call func()
+	}{
+		{"Acquire", func() { _ = s.Acquire(ctx, 1) }},
+		{"TryAcquire", func() { s.TryAcquire(1) }},
+		{"Begin", func() { _, _ = s.Begin(ctx, 1) }},
+	} {
+		if caughtPanic(f.call) == nil {
+			t.Fatalf("%s: the observer's panic did not reach the caller", f.what)
+		}
+		if st := s.Stats(); st.InFlight != 0 {
+			t.Fatalf("%s: %d units in flight after the panic", f.what, st.InFlight)
+		}
+	}
+	// The 3 calls ended at once: the completion window of an hour counts 3
+	// units done, so the limit of 3 is spent, but none is in flight: a
+	// second process's SetLimit to 5 makes room for exactly 2.
+	if err := other.SetLimit(5, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 5*time.Second, "2 units free in Redis", func() bool { return other.TryAcquire(2) })
+	if other.TryAcquire(1) {
+		t.Fatal("a sixth unit admitted under a limit of 5")
+	}
+	boom = false
+}
+
+// Over Redis, Call.End twice panics whatever other calls hold, and ends
+// none of theirs; Release does not end a Call's units. On 3c9e6ad the
+// second End ended another call of the same weight.
+func TestRedisCallEndTwicePanics(t *testing.T) {
+	addr := redistest.Start(t).Addr()
+	name := uniqueName(t)
+	s := newRedisSem(t, newClient(t, addr), name, 4, time.Hour)
+	ctx := ctxT(t, 10*time.Second)
+	a, err := s.Begin(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := s.Begin(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.End(2)
+	if caughtPanic(func() { a.End(2) }) == nil {
+		t.Fatal("End twice did not panic while another call held units")
+	}
+	if caughtPanic(func() { s.Release(2) }) == nil {
+		t.Fatal("Release of a Call's units did not panic")
+	}
+	if st := s.Stats(); st.InFlight != 2 {
+		t.Fatalf("in flight %d, want b's 2", st.InFlight)
+	}
+	if got := s.remote.eng.Stats().InFlight; got != 1 {
+		t.Fatalf("the engine holds %d calls, want b alone", got)
+	}
+	b.End(1)
+	if st := s.Stats(); st.InFlight != 0 {
+		t.Fatalf("in flight %d after every End", st.InFlight)
+	}
+}
