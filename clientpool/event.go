@@ -40,10 +40,62 @@ func (p *Pool) emitCharges(e ratesem.Event, charges []Charge) {
 	}
 }
 
-func (p *Pool) emitAdmitted(charges []Charge, wait time.Duration, queued bool) {
-	if p.observer != nil {
-		p.emitCharges(ratesem.Event{Kind: ratesem.Admitted, Wait: wait, Queued: queued}, charges)
+// emitAdmitted reports the admission of t. If the observer panics (or
+// calls runtime.Goexit), t's admission is taken back first (takeBack): the
+// caller gets the panic, not the ticket, and holds nothing. The deferred
+// call does not recover, so the panic keeps its stack.
+func (p *Pool) emitAdmitted(t *Ticket, charges []Charge, wait time.Duration, queued bool) {
+	if p.observer == nil {
+		return
 	}
+	returned := false
+	defer func() {
+		if !returned {
+			p.takeBack(t)
+		}
+	}()
+	p.emitCharges(ratesem.Event{Kind: ratesem.Admitted, Wait: wait, Queued: queued}, charges)
+	returned = true
+}
+
+// emitQueued reports that the call of w joined the queues. If the observer
+// panics (or calls runtime.Goexit), w gives up first (abandon: it leaves
+// the queues, or its admission, if it came meanwhile, is undone), so that
+// no admission is granted to a caller that is gone.
+func (p *Pool) emitQueued(w *waiter, charges []Charge) {
+	if p.observer == nil {
+		return
+	}
+	returned := false
+	defer func() {
+		if !returned {
+			p.abandon(w)
+		}
+	}()
+	p.emitCharges(ratesem.Event{Kind: ratesem.Queued}, charges)
+	returned = true
+}
+
+// takeBack undoes the admission of t, whose caller never got it (its
+// observer panicked): in process exactly, as if it had never been admitted
+// (undoHeldLocked at its admission instant); in Redis mode t is released
+// (the call ends at once in Redis, on the safe side).
+func (p *Pool) takeBack(t *Ticket) {
+	if p.rem != nil {
+		t.Release()
+		return
+	}
+	if t.released.Swap(true) {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.undoHeldLocked(t.held, p.instant(t.at))
+	now := p.now()
+	for i := range t.held {
+		p.unrefLocked(t.held[i].lim, now)
+	}
+	p.settleLocked(now)
 }
 
 // emitFailed reports the failure err of an Acquire of charges; w is its

@@ -76,9 +76,27 @@ func WithMaxPause(d time.Duration) Option { return func(c *config) { c.maxPause 
 // ratesem.Event for the kinds; the Pool reports one event per charge),
 // synchronously, on the goroutine that caused it (the caller of Acquire,
 // Release, Pause, Throttled …) and never with the pool's lock held, so fn
-// may call the pool. fn must be safe for concurrent use and must not
-// block: the call waits for it. A nil fn means no observer (the default).
-// ratesem.Metrics.Observe keeps Prometheus/OpenTelemetry-style counters.
+// may call the pool. fn must be safe for concurrent use. A nil fn means no
+// observer (the default). ratesem.Metrics.Observe keeps
+// Prometheus/OpenTelemetry-style counters.
+//
+// A fn that panics (or calls runtime.Goexit) cannot corrupt the accounting:
+// the call it reports on is put right first, then the panic goes on to the
+// caller, unrecovered. A panic on Queued takes the waiter out of every
+// queue (or undoes its admission, if it came meanwhile), so no admission is
+// granted to a caller that is gone; a panic on any Admitted event of a call
+// takes its admission back, so the caller, who gets the panic instead of
+// the Ticket, holds nothing: in process the windows keep no trace of it (as
+// when a context ends as the call is granted), in Redis mode the call is
+// released in Redis. Other events hold nothing or come after the change
+// they report (a pause stays set).
+//
+// A fn that blocks stalls its own caller only: other goroutines' Acquire
+// and Release go on meanwhile. The call it reports on keeps its place while
+// fn blocks, though: after Admitted it holds its charges (as a slow call
+// would), and after Queued it stays queued, may be granted and then holds
+// them until fn returns and Acquire sees its context done (the admission
+// is undone) or returns. So fn should not block.
 func WithObserver(fn func(ratesem.Event)) Option { return func(c *config) { c.observer = fn } }
 
 // WithMaxQueue caps the calls waiting on each (rule, key) limiter at n: a call

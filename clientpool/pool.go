@@ -447,10 +447,10 @@ func (p *Pool) Acquire(ctx context.Context, charges ...Charge) (*Ticket, error) 
 		return nil, err
 	}
 	if w == nil {
-		p.emitAdmitted(charges, 0, false)
+		p.emitAdmitted(t, charges, 0, false)
 		return t, nil
 	}
-	p.emitCharges(ratesem.Event{Kind: ratesem.Queued}, charges)
+	p.emitQueued(w, charges)
 	var budget <-chan time.Time // nil: no queue-wait budget
 	if !w.qdead.IsZero() {
 		budget = p.clock.After(w.qdead.Sub(w.since))
@@ -475,7 +475,7 @@ func (p *Pool) Acquire(ctx context.Context, charges ...Charge) (*Ticket, error) 
 			return nil, w.err
 		}
 		t.at = p.mono(w.granted)
-		p.emitAdmitted(charges, max(w.granted.Sub(w.since), 0), true)
+		p.emitAdmitted(t, charges, max(w.granted.Sub(w.since), 0), true)
 		return t, nil
 	}
 }
@@ -614,11 +614,14 @@ func (p *Pool) tooHeavyLocked(charges []Charge) error {
 
 // undoLocked takes back the admission of a waiter whose caller gave up: the
 // units go back without a completion, as if it had never been admitted.
-func (p *Pool) undoLocked(w *waiter) {
-	for i := len(w.held) - 1; i >= 0; i-- {
-		h := &w.held[i]
+func (p *Pool) undoLocked(w *waiter) { p.undoHeldLocked(w.held, w.granted) }
+
+// undoHeldLocked takes back the admission of hs at the instant granted.
+func (p *Pool) undoHeldLocked(hs []held, granted time.Time) {
+	for i := len(hs) - 1; i >= 0; i-- {
+		h := &hs[i]
 		h.lim.inflight -= h.n
-		h.lim.policy.Cancel(w.granted, h.n)
+		h.lim.policy.Cancel(granted, h.n)
 		if fb := h.lim.fb; h.lim.rule.quota && fb != nil && fb.budgeted {
 			fb.budget = sat.Add(fb.budget, h.n)
 		}

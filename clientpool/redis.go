@@ -161,7 +161,7 @@ func (p *Pool) acquireRedis(ctx context.Context, charges []Charge) (*Ticket, err
 	}
 	p.rem.calls[t] = call
 	p.mu.Unlock()
-	p.emitAdmitted(charges, time.Since(since), false)
+	p.emitAdmitted(t, charges, time.Since(since), false)
 	return t, nil
 }
 

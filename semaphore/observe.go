@@ -19,11 +19,32 @@ import (
 // events' Key is its name; in process it is empty.
 //
 // fn runs synchronously on the goroutine of the call (Acquire, TryAcquire,
-// Pause), after the semaphore's lock is released, so it may call the
-// semaphore; it must be safe for concurrent use and must not block. A nil
-// fn means no observer (the default): the semaphore then builds no event
-// and the admitted fast path costs one nil check. ratesem.Metrics.Observe
-// is an observer that keeps Prometheus/OpenTelemetry-style counters.
+// Begin, Pause), outside every critical section (the semaphore's lock is
+// not held), so it may call the semaphore; it must be safe for concurrent
+// use. A nil fn means no observer (the default): the semaphore then builds
+// no event and the admitted fast path costs one nil check.
+// ratesem.Metrics.Observe is an observer that keeps
+// Prometheus/OpenTelemetry-style counters.
+//
+// A fn that panics (or calls runtime.Goexit) cannot corrupt the accounting:
+// the call it reports on is put right first, then the panic goes on to the
+// caller of the method, unrecovered. A panic on Queued takes the waiter out
+// of the queue (or undoes its admission, if it came meanwhile), so no
+// admission is granted to a caller that is gone; a panic on Admitted gives
+// the admission back, so the caller, who gets the panic instead, holds
+// nothing: a call that waited is undone exactly (as when its context ends as
+// it is granted), one admitted at once is released as by Release (the
+// window counts it as a call that ended at once, on the safe side), and over
+// Redis the call leaves flight in Redis. Refused and Cancelled events hold
+// nothing; a pause is set before Paused is reported and stays set.
+//
+// A fn that blocks stalls its own caller only: every other goroutine's
+// Acquire, Release and End go on meanwhile. But the call it reports on keeps
+// its place while fn blocks: after Admitted it holds its units (as a slow
+// call would), and after Queued it waits in the queue, may be granted and
+// then holds its units until fn returns and its Acquire sees that its
+// context is done (the admission is then undone) or returns. So fn should
+// not block.
 func WithObserver(fn func(ratesem.Event)) Option {
 	return func(c *config) { c.observer = fn }
 }
