@@ -2,7 +2,7 @@ package httpclient
 
 import (
 	"io"
-
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -29,9 +29,13 @@ type body struct {
 	prefix []byte
 
 	// settle, when set, is shown the body's last keepMax bytes (of what the
-	// caller read) before the units are released.
+	// caller read) before the units are released. They are kept in keep, a
+	// ring that never holds more than keepMax bytes (cap(keep) ≤ keepMax):
+	// it grows as the body does until it holds keepMax bytes, then each
+	// byte read overwrites the oldest, at keepAt.
 	settle  func(body []byte)
 	keep    []byte
+	keepAt  int // once len(keep) == keepMax: the index of the oldest byte
 	keepMax int
 }
 
@@ -76,18 +80,7 @@ func (b *body) seen(p []byte, final bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.settle != nil && len(p) > 0 {
-		// Keep the last keepMax bytes: the usage of an LLM reply comes
-		// last. The buffer grows to twice that, then slides (amortised
-		// copying).
-		if len(p) >= b.keepMax {
-			b.keep = append(b.keep[:0], p[len(p)-b.keepMax:]...)
-		} else {
-			if len(b.keep)+len(p) > 2*b.keepMax {
-				n := copy(b.keep, b.keep[len(b.keep)-(b.keepMax-len(p)):])
-				b.keep = b.keep[:n]
-			}
-			b.keep = append(b.keep, p...)
-		}
+		b.keepLast(p) // the usage of an LLM reply comes last
 	}
 	if b.check == nil {
 		return
@@ -106,6 +99,57 @@ func (b *body) seen(p []byte, final bool) {
 		check(b.prefix)
 		b.prefix = nil
 	}
+}
+
+// keepLast adds p to the ring of the body's last keepMax bytes. The ring
+// grows (doubling, never past keepMax) while the body is shorter, then
+// wraps: no byte is copied twice once it is full, and it never holds more
+// than keepMax bytes, so a long streamed reply costs keepMax at most.
+// b.mu must be held.
+func (b *body) keepLast(p []byte) {
+	if len(p) >= b.keepMax {
+		p = p[len(p)-b.keepMax:]
+	}
+	if n := len(b.keep) + len(p); n <= b.keepMax {
+		if n > cap(b.keep) {
+			grown := make([]byte, len(b.keep), min(max(n, 2*cap(b.keep), 512), b.keepMax))
+			copy(grown, b.keep)
+			b.keep = grown
+		}
+		b.keep = append(b.keep, p...)
+		return
+	}
+	if len(b.keep) < b.keepMax {
+		// Fill the ring up to keepMax (the oldest byte is still at 0), then
+		// wrap the rest of p around.
+		if cap(b.keep) < b.keepMax {
+			grown := make([]byte, len(b.keep), b.keepMax)
+			copy(grown, b.keep)
+			b.keep = grown
+		}
+		fill := b.keepMax - len(b.keep)
+		b.keep = append(b.keep, p[:fill]...)
+		p = p[fill:]
+		b.keepAt = 0
+	}
+	for len(p) > 0 {
+		c := copy(b.keep[b.keepAt:], p)
+		p = p[c:]
+		b.keepAt = (b.keepAt + c) % b.keepMax
+	}
+}
+
+// kept returns the body's last keepMax bytes in order, turning the ring
+// in place (no second buffer), and gives them up. b.mu must be held.
+func (b *body) kept() []byte {
+	k := b.keep
+	if b.keepAt != 0 {
+		slices.Reverse(k[:b.keepAt])
+		slices.Reverse(k[b.keepAt:])
+		slices.Reverse(k)
+	}
+	b.keep, b.keepAt = nil, 0
+	return k
 }
 
 // Close closes the original body first, so the connection is back in the
@@ -127,8 +171,7 @@ func (b *body) release() {
 		defer b.l.Release(b.n) // even if the settlement panics
 		if b.settle != nil {
 			b.mu.Lock()
-			keep := b.keep[max(len(b.keep)-b.keepMax, 0):]
-			b.keep = nil
+			keep := b.kept()
 			b.mu.Unlock()
 			b.settle(keep)
 		}
