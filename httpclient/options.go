@@ -111,7 +111,14 @@ func WithMaxRetries(n int) Option { return func(c *config) { c.maxRetries = n } 
 // (Attempt from 1, Wait the pause slept, Status of the throttled response).
 // obs runs synchronously on the goroutine of RoundTrip (or of the caller's
 // body reads, for a throttle the body shows), holding no lock; it must be
-// safe for concurrent use and must not block. nil (the default) means no
+// safe for concurrent use and should not block: a blocked obs stalls its
+// own request, which keeps its units meanwhile, and no other. An obs that
+// panics does not leak units: the panic goes on to the caller of RoundTrip
+// (or of Read or Close) once the request's units are released (Admitted:
+// the request is not sent; Retried: the throttled response was closed) or
+// still owned by the response's body, as they are for the other callbacks a
+// request meets (a Selector, a Rule's Key, Weight, Learn, Usage and Settle,
+// a Table's ThrottleTargets, the WithThrottledBody hook). nil (the default) means no
 // observer and costs one nil check per event. A limiter with an observer of
 // its own (semaphore.WithObserver, clientpool.WithObserver) reports its
 // queueing too; ratesem.Metrics.Observe counts either.

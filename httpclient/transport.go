@@ -183,14 +183,15 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if err != nil || wait <= 0 || attempt >= t.maxRetries || !replayable(req) {
 			return resp, err
 		}
+		// Give the throttled response back (its release lets the pause,
+		// already set, hold the retry), before the observer hears of the
+		// retry (it may panic), wait out the pause this response caused,
+		// and send again with a fresh body.
+		_, _ = io.CopyN(io.Discard, resp.Body, 4096)
+		resp.Body.Close()
 		if t.observer != nil {
 			t.observer(ratesem.Event{Kind: ratesem.Retried, Attempt: attempt + 1, Wait: wait, Status: resp.StatusCode})
 		}
-		// Give the throttled response back (its release lets the pause,
-		// already set, hold the retry), wait out the pause this response
-		// caused, and send again with a fresh body.
-		_, _ = io.CopyN(io.Discard, resp.Body, 4096)
-		resp.Body.Close()
 		if err := t.sleep(req.Context(), wait); err != nil {
 			return nil, fmt.Errorf("ratesem: waiting to retry %s: %w", describe(req), err)
 		}
@@ -286,24 +287,25 @@ func (t *Transport) roundTripOnce(req *http.Request) (*http.Response, time.Durat
 		t.observeFailed(n, since, err)
 		return nil, 0, fmt.Errorf("ratesem: waiting for limiter: %w", err)
 	}
-	if t.observer != nil {
-		t.observer(ratesem.Event{Kind: ratesem.Admitted, Weight: n, Wait: time.Since(since)})
-	}
-	return t.roundTripHeld(l, n, req)
+	return t.roundTripHeld(l, n, req, since)
 }
 
-// roundTripHeld sends req while n units of l are held and arranges their
-// release.
-func (t *Transport) roundTripHeld(l Limiter, n int64, req *http.Request) (*http.Response, time.Duration, error) {
+// roundTripHeld sends req while n units of l are held (admitted after
+// waiting since since) and arranges their release.
+func (t *Transport) roundTripHeld(l Limiter, n int64, req *http.Request, since time.Time) (*http.Response, time.Duration, error) {
 	// Until the body wrapper owns the release, every way out (Base error, no
-	// body, or a panic in the base, the clock, a hook or PauseFor) releases here;
-	// otherwise a recovered panic would shrink the limiter for good.
+	// body, or a panic in the base, the clock, a hook, an observer or
+	// PauseFor) releases here; otherwise a recovered panic would shrink the
+	// limiter for good.
 	handedOff := false
 	defer func() {
 		if !handedOff {
 			l.Release(n)
 		}
 	}()
+	if t.observer != nil {
+		t.observer(ratesem.Event{Kind: ratesem.Admitted, Weight: n, Wait: time.Since(since)})
+	}
 
 	sent := time.Now()
 	resp, err := send(t.baseRT(), req)
