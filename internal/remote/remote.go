@@ -165,7 +165,9 @@ type Config struct {
 	MaxPause time.Duration
 	// Observer, when set, is called with every event, outside any lock, on
 	// the goroutine where it happened (a release's on a worker). It must
-	// not block for long, and must not modify Event.Charges.
+	// not block for long, and must not modify Event.Charges. A panic on
+	// Admitted goes on to the caller of Acquire after the call is released
+	// (the caller holds nothing); on a worker it would end the program.
 	Observer func(Event)
 
 	// ErrDeadline is the sentinel matched (with context.DeadlineExceeded)
@@ -539,7 +541,16 @@ func (e *Engine) acquire(ctx context.Context, scope string, cs []rspec.Charge, t
 	defer e.leave(w, try)
 	c, err := e.admit(ctx, w, since, try)
 	if err == nil && e.cfg.Observer != nil {
+		// An observer that panics leaves no call behind: the caller never
+		// gets c, so c is released before the panic goes on (unrecovered).
+		returned := false
+		defer func() {
+			if !returned {
+				c.Release()
+			}
+		}()
 		e.cfg.Observer(Event{Kind: Admitted, Scope: scope, Charges: cs, Wait: time.Since(since)})
+		returned = true
 	}
 	return c, err
 }
