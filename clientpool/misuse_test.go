@@ -2,6 +2,7 @@ package clientpool_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -131,4 +132,34 @@ func TestRedisPoolObserverPanicOnAdmitted(t *testing.T) {
 		t.Fatalf("the other process: %v (the panicked call still in flight in Redis)", err)
 	}
 	tk.Release()
+}
+
+// Misuse of a Ticket panics or errs as documented and touches no other
+// ticket's charges: Release twice panics, Settle after Release and Settle
+// of a negative weight or of a rule the ticket does not hold return errors,
+// while another ticket holds units on the same key.
+func TestTicketMisuseTouchesNoOtherTicket(t *testing.T) {
+	p := newPool(t, []clientpool.Rule{ruleN("ip", 4, time.Minute)})
+	c := clientpool.Charge{Rule: "ip", Key: "a", Weight: 2}
+	a, b := acquire(t, p, c), acquire(t, p, c)
+	a.Release()
+	if caught(a.Release) == nil {
+		t.Fatal("Release twice did not panic while another ticket held units")
+	}
+	if err := a.Settle("ip", 0); err == nil {
+		t.Fatal("Settle after Release: no error")
+	}
+	if err := b.Settle("ip", -1); !errors.Is(err, ratesem.ErrNegativeWeight) {
+		t.Fatalf("Settle(-1): %v", err)
+	}
+	if err := b.Settle("other", 1); !errors.Is(err, ratesem.ErrUnknownRule) {
+		t.Fatalf("Settle of a rule not held: %v", err)
+	}
+	if got := inFlight(p); got != 2 {
+		t.Fatalf("%d units in flight after the misuse, want b's 2", got)
+	}
+	b.Release()
+	if got := inFlight(p); got != 0 {
+		t.Fatalf("%d units in flight after every Release", got)
+	}
 }

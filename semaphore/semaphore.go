@@ -458,8 +458,9 @@ func (s *RateSemaphore) TryAcquire(n int64) (ok bool) {
 // completion window the instant of Release is the call's end. It never blocks,
 // over Redis either: the release is sent in the background (see
 // redisrate.NewSemaphore), and Release of n units ends the oldest call of
-// exactly n units of this process, or else n units of the oldest calls (a call
-// partly released stays in flight in Redis until all its units are). It panics
+// exactly n units that Acquire or TryAcquire admitted in this process, or else
+// n units of the oldest such calls (a call partly released stays in flight in
+// Redis until all its units are). It panics
 // if n is negative or more units are released than Acquire and TryAcquire
 // admitted and are not yet released (caller bugs), as x/sync does; the units
 // of a Call from Begin are not Release's to give back (its End does), so a
