@@ -234,3 +234,40 @@ func TestCallEndAfterReuse(t *testing.T) {
 		t.Fatalf("in flight %d", st.InFlight)
 	}
 }
+
+// The waiters behind one whose Queued observer panicked are not held up:
+// they are admitted at the next Release, with the units it would have
+// taken free.
+func TestObserverPanicOnQueuedDoesNotStallOthers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := semaphore.New(3, 0, semaphore.WithObserver(func(e ratesem.Event) {
+			if e.Kind == ratesem.Queued && e.Weight == 3 {
+				panic("queued")
+			}
+		}))
+		ctx := t.Context()
+		if err := s.Acquire(ctx, 3); err != nil {
+			t.Fatal(err)
+		}
+		if caught(func() { _ = s.Acquire(ctx, 3) }) == nil {
+			t.Fatal("no panic")
+		}
+		admitted := make(chan struct{})
+		go func() {
+			if err := s.Acquire(ctx, 1); err == nil {
+				close(admitted)
+			}
+		}()
+		synctest.Wait()
+		s.Release(3)
+		synctest.Wait()
+		select {
+		case <-admitted:
+		default:
+			t.Fatal("the waiter behind the panicked one was not admitted")
+		}
+		if !s.TryAcquire(2) {
+			t.Fatalf("2 more units refused: %+v", s.Stats())
+		}
+	})
+}

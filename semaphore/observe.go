@@ -100,7 +100,11 @@ func (s *RateSemaphore) takeBack(n int64, w *waiter, c *Call) {
 	s.cur -= n
 	s.admitted--
 	now := s.now()
-	s.policy.Done(s.nanosOf(now), n)
+	var ns int64 // as in Release: 0 when the window does not read it
+	if s.doneUsesTime && s.interval > 0 {
+		ns = s.nanosOf(now)
+	}
+	s.policy.Done(ns, n)
 	if s.waiters.Len() > 0 {
 		s.notifyLocked(now)
 	}

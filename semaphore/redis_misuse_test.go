@@ -93,3 +93,31 @@ func TestRedisCallEndTwicePanics(t *testing.T) {
 		t.Fatalf("in flight %d after every End", st.InFlight)
 	}
 }
+
+// Over Redis, an observer that blocks stalls its own caller only: the
+// other goroutines' calls are admitted and released meanwhile.
+func TestRedisObserverBlockingStallsOnlyItsCaller(t *testing.T) {
+	addr := redistest.Start(t).Addr()
+	block, entered := make(chan struct{}), make(chan struct{})
+	s := newRedisSem(t, newClient(t, addr), uniqueName(t), 3, 50*time.Millisecond, WithObserver(func(e ratesem.Event) {
+		if e.Kind == ratesem.Admitted && e.Weight == 2 {
+			close(entered)
+			<-block
+		}
+	}))
+	ctx := ctxT(t, 10*time.Second)
+	done := make(chan error)
+	go func() { done <- s.Acquire(ctx, 2) }()
+	<-entered
+	for range 5 {
+		if err := s.Acquire(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+		s.Release(1)
+	}
+	close(block)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	s.Release(2)
+}
