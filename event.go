@@ -104,7 +104,11 @@ func (s PauseSource) String() string {
 // Observers run synchronously on the goroutine of the call that caused the
 // event (the caller of Acquire, RoundTrip, Release, Pause …), never with a
 // limiter's lock held, so an observer may call the limiter. They must be
-// safe for concurrent use and must not block: the call waits for them.
+// safe for concurrent use and should not block: the call waits for them
+// (and keeps its place or its units meanwhile; other callers go on). An
+// observer that panics cannot corrupt the accounting: the limiter puts the
+// call right first (a waiter leaves the queue, an admission is given back)
+// and the panic goes on to the caller; each WithObserver says how.
 // With no observer set, a limiter builds no Event at all.
 type Event struct {
 	// Kind says what happened; it decides which other fields apply.
