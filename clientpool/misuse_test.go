@@ -3,6 +3,10 @@ package clientpool_test
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
+	"runtime"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -161,5 +165,53 @@ func TestTicketMisuseTouchesNoOtherTicket(t *testing.T) {
 	b.Release()
 	if got := inFlight(p); got != 0 {
 		t.Fatalf("%d units in flight after every Release", got)
+	}
+}
+
+// A hammer: calls over two rules whose observer panics at random on Queued
+// and Admitted. The units held by callers that got their ticket never
+// exceed a rule's cap, and once all are done nothing is in flight.
+func TestPoolObserverPanicsHammer(t *testing.T) {
+	const workers, rounds = 8, 300
+	var mu sync.Mutex
+	rng := rand.New(rand.NewPCG(1, 2))
+	rules := []clientpool.Rule{
+		{Name: "ip", Limit: ruleN("ip", 1000, time.Millisecond).Limit, MaxUnitsInFlight: 4},
+		{Name: "acct", Limit: ruleN("acct", 1000, time.Millisecond).Limit, MaxUnitsInFlight: 6},
+	}
+	p := newPool(t, rules, clientpool.WithObserver(func(e ratesem.Event) {
+		mu.Lock()
+		boom := (e.Kind == ratesem.Queued || e.Kind == ratesem.Admitted) && rng.IntN(4) == 0
+		mu.Unlock()
+		if boom {
+			panic("random")
+		}
+	}))
+	var ip, acct atomic.Int64
+	var wg sync.WaitGroup
+	for i := range workers {
+		wg.Go(func() {
+			for r := range rounds {
+				w := int64(1 + (i+r)%4)
+				var tk *clientpool.Ticket
+				var err error
+				if caught(func() {
+					tk, err = p.Acquire(context.Background(), clientpool.Charge{Rule: "ip", Weight: w}, clientpool.Charge{Rule: "acct", Weight: w})
+				}) != nil || err != nil {
+					continue
+				}
+				if a, b := ip.Add(w), acct.Add(w); a > 4 || b > 6 {
+					t.Errorf("in flight: ip %d of 4, acct %d of 6", a, b)
+				}
+				runtime.Gosched()
+				ip.Add(-w)
+				acct.Add(-w)
+				tk.Release()
+			}
+		})
+	}
+	wg.Wait()
+	if got := inFlight(p); got != 0 {
+		t.Fatalf("%d units in flight after every call", got)
 	}
 }

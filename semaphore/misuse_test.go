@@ -3,6 +3,10 @@ package semaphore_test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -270,4 +274,59 @@ func TestObserverPanicOnQueuedDoesNotStallOthers(t *testing.T) {
 			t.Fatalf("2 more units refused: %+v", s.Stats())
 		}
 	})
+}
+
+// A hammer: callers of Acquire and Begin whose observer panics at random
+// on Queued and Admitted, others ending their calls meanwhile. The units
+// held by callers that got their call never exceed n, and once all are
+// done nothing is held or waiting.
+func TestObserverPanicsHammer(t *testing.T) {
+	const n, workers, rounds = 4, 8, 300
+	var mu sync.Mutex
+	rng := rand.New(rand.NewPCG(1, 2))
+	s := semaphore.New(n, 0, semaphore.WithObserver(func(e ratesem.Event) {
+		mu.Lock()
+		boom := (e.Kind == ratesem.Queued || e.Kind == ratesem.Admitted) && rng.IntN(3) == 0
+		mu.Unlock()
+		if boom {
+			panic("random")
+		}
+	}))
+	var held atomic.Int64
+	var wg sync.WaitGroup
+	for i := range workers {
+		wg.Go(func() {
+			for r := range rounds {
+				w := int64(1 + (i+r)%n)
+				if (i+r)%2 == 0 {
+					var err error
+					if caught(func() { err = s.Acquire(context.Background(), w) }) != nil || err != nil {
+						continue
+					}
+					if h := held.Add(w); h > n {
+						t.Errorf("%d units held under a limit of %d", h, n)
+					}
+					runtime.Gosched()
+					held.Add(-w)
+					s.Release(w)
+					continue
+				}
+				var c semaphore.Call
+				var err error
+				if caught(func() { c, err = s.Begin(context.Background(), w) }) != nil || err != nil {
+					continue
+				}
+				if h := held.Add(w); h > n {
+					t.Errorf("%d units held under a limit of %d", h, n)
+				}
+				runtime.Gosched()
+				held.Add(-w)
+				c.End(w)
+			}
+		})
+	}
+	wg.Wait()
+	if st := s.Stats(); st.InFlight != 0 || st.Waiting != 0 {
+		t.Fatalf("after every call: %+v", st)
+	}
 }
