@@ -109,13 +109,22 @@ func (t *Ticket) ObserveHeaders(h http.Header) {
 		return
 	}
 	p := t.pool
+	var date time.Time
+	dated := false
 	for i := range t.held {
 		hd := &t.held[i]
 		rs := hd.lim.rule
 		if rs.Learn != nil {
 			if in, ok := rs.Learn(h, p.now()); ok {
-				if extra := p.learn(hd, in); extra > 0 {
+				if !dated {
+					date, dated = serverDate(h), true
+				}
+				extra, distrust := p.learn(hd, in, date)
+				if extra > 0 {
 					p.emit(ratesem.Event{Kind: ratesem.Reconciled, Rule: rs.Name, Key: hd.lim.key, Weight: extra})
+				}
+				if distrust != nil {
+					p.emit(ratesem.Event{Kind: ratesem.Distrusted, Rule: rs.Name, Key: hd.lim.key, Err: distrust})
 				}
 			}
 		}

@@ -113,12 +113,14 @@ type Pool struct {
 type ruleState struct {
 	*Rule
 	limit    window.Limit
-	capacity int64 // the heaviest charge the window can admit
-	cap      int64 // concurrency cap per key; math.MaxInt64 when none
-	quiet    int64 // ns of no activity after which a key's window has forgotten every call
-	learning bool  // Rule.Learn with no limit known yet for any key (Pool.Limit reports N 0)
-	unknown  bool  // Rule.Learn and no Limit.N given: each new key starts unknown
-	quota    bool  // Rule.Learn reported the server's windows: keys admit against their budgets
+	capacity int64         // the heaviest charge the window can admit
+	cap      int64         // concurrency cap per key; math.MaxInt64 when none
+	quiet    int64         // ns of no activity after which a key's window has forgotten every call
+	learning bool          // Rule.Learn with no limit known yet for any key (Pool.Limit reports N 0)
+	unknown  bool          // Rule.Learn and no Limit.N given: each new key starts unknown
+	quota    bool          // Rule.Learn reported the server's windows: keys admit against their budgets
+	skew     time.Duration // the host's clock ahead of the server's, from the Date headers (ResetMargin)
+	skewAt   time.Time     // when skew was measured
 	keys     map[string]*limiter
 	// Redis mode: the rule's window as Redis keeps it (replaced, never
 	// changed, by SetLimit), and whether SetLimit was called here.
@@ -159,6 +161,8 @@ type feedback struct {
 	// its budget refills to (0: the rule's).
 	budget, reset, admits, n int64
 	budgeted                 bool
+	reported                 bool   // a report (Learned.Reset) set the window once
+	distrusted               uint32 // reports not taken at their word (KeyState.Distrusted), wrapping
 	throttles                uint32 // throttles of this key, ever (wrapping)
 	streak                   uint8  // throttles in a row without a usable Retry-After
 }
@@ -816,6 +820,11 @@ type KeyState struct {
 	Used int64
 	// PausedUntil is when the key's pause ends; zero when none was set.
 	PausedUntil time.Time
+	// Distrusted counts the server's reports about the key that were not
+	// taken at their word (ratesem.Distrusted events): calls heavier than
+	// its learned limit sent alone, replies whose window contradicted the
+	// key's (wrapping).
+	Distrusted uint32
 }
 
 // Snapshot returns the state of every live limiter, sorted by rule and key.
@@ -831,6 +840,9 @@ func (p *Pool) Snapshot() []KeyState {
 			ks := KeyState{Rule: rs.Name, Key: l.key, InFlight: l.inflight, Used: -1}
 			if l.paused() != 0 {
 				ks.PausedUntil = p.instant(l.paused())
+			}
+			if l.fb != nil {
+				ks.Distrusted = l.fb.distrusted
 			}
 			if r, ok := l.policy.(window.Reconciler); ok {
 				ks.Used = r.Used(now)
