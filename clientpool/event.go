@@ -1,6 +1,7 @@
 package clientpool
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/ratesem/ratesem"
@@ -43,6 +44,21 @@ func (p *Pool) emitCharges(e ratesem.Event, charges []Charge) {
 func (p *Pool) emitAdmitted(charges []Charge, wait time.Duration, queued bool) {
 	if p.observer != nil {
 		p.emitCharges(ratesem.Event{Kind: ratesem.Admitted, Wait: wait, Queued: queued}, charges)
+	}
+}
+
+// emitOver reports a Distrusted event for each charge of t admitted above
+// the limit its key learned (learnedFit); t.held[i] is t.charges[i]'s.
+func (p *Pool) emitOver(t *Ticket) {
+	if p.observer == nil {
+		return
+	}
+	for i := range t.held {
+		if h := &t.held[i]; h.over {
+			c := t.charges[i]
+			p.observer(ratesem.Event{Kind: ratesem.Distrusted, Rule: c.Rule, Key: c.Key, Weight: c.Weight,
+				Err: fmt.Errorf("%w: %s is heavier than the limit its key learned from the server: sent alone, charged as %d units, until a reply corrects the limit", ratesem.ErrWeightTooLarge, c, h.n)})
+		}
 	}
 }
 

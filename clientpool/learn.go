@@ -2,6 +2,7 @@ package clientpool
 
 import (
 	"fmt"
+	"math"
 	"net/http"
 	"strings"
 	"time"
@@ -202,27 +203,27 @@ func (l *limiter) limit() window.Limit {
 	return l.policy.Limit()
 }
 
-// keyTooHeavy returns an error matching ratesem.ErrWeightTooLarge when a
-// charge of hs is heavier than the limit its key learned (Rule.Learn): the
-// rule-wide check of tooHeavyLocked leaves learned limits out, since two
-// keys may have learned two limits. A key that has learned nothing yet
-// takes any weight (one call at a time).
-func keyTooHeavy(hs []held) error {
-	for i := range hs {
-		h := &hs[i]
-		l := h.lim
-		if l.rule.Learn == nil || l.unknown {
-			continue
-		}
-		fit := l.limit().N
-		if !l.rule.quota {
-			fit = l.policy.Capacity()
-		}
-		if h.n > fit {
-			return fmt.Errorf("%w: weight %d can never start: rule %q key %q admits at most %d (%v)", ratesem.ErrWeightTooLarge, h.n, l.rule.Name, l.key, fit, l.limit())
-		}
+// learnedFit returns the heaviest charge the key of l takes at its weight
+// under the limit it learned (Rule.Learn): N for a key of a quota rule, its
+// window's capacity for the others; math.MaxInt64 for a key that learned
+// nothing (one call at a time then, admitLocked) and for a rule without
+// Learn (the rule-wide check, tooHeavyLocked, holds there).
+//
+// A learned limit never refuses a call for good (a reply announcing a
+// limit of 1 token would brick an LLM key: no later call would reach the
+// server to correct it). A heavier call is admitted alone (nothing else
+// in flight on the key) as a charge of exactly that limit, once the
+// window has room for it: a full window, "full until the window moves",
+// and its reply may correct the limit. The pool reports it
+// (ratesem.Distrusted, KeyState.Distrusted).
+func (l *limiter) learnedFit() int64 {
+	if l.rule.Learn == nil || l.unknown {
+		return math.MaxInt64
 	}
-	return nil
+	if l.rule.quota {
+		return max(l.limit().N, 1)
+	}
+	return max(l.policy.Capacity(), 1)
 }
 
 // setKeyLimitLocked gives l's key the limit its server reported (Rule.Learn
@@ -244,15 +245,8 @@ func (p *Pool) setKeyLimitLocked(l *limiter, lim window.Limit, now time.Time) {
 	if l.q != nil {
 		p.markPending(l.q)
 	}
-	// Waiters heavier than the key can now ever admit fail, as SetLimit's.
-	for e := p.waiters.Front(); e != nil; {
-		next := e.Next()
-		w := e.Value.(*waiter)
-		if err := keyTooHeavy(w.held); err != nil {
-			p.finishLocked(w, err)
-		}
-		e = next
-	}
+	// Waiters heavier than the key's new limit wait to go alone
+	// (learnedFit): none fails.
 }
 
 // quotaLocked turns rs into a rule counted in the server's own windows

@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/http"
 	"strconv"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -218,7 +219,7 @@ func TestLearnedResetCapped(t *testing.T) {
 			t.Fatal(err)
 		}
 		tk.Release()
-		if w := time.Since(start); w > time.Hour+time.Second || w < time.Hour {
+		if w := time.Since(start); w > time.Hour+time.Second+clientpool.ResetMargin || w < time.Hour {
 			t.Fatalf("waited %v for a reset 31.7 years away with nothing left: want the hour", w)
 		}
 	})
@@ -238,4 +239,129 @@ func TestLearnIETF(t *testing.T) {
 	if _, ok := learn(h, time.Now()); ok {
 		t.Fatal("a malformed field taught a limit")
 	}
+}
+
+// tokensRule is an LLM-like rule: a token bucket of 1000 per minute whose
+// limit is learned from x-limit-tokens (as saas/openai's
+// x-ratelimit-limit-tokens).
+func tokensRule() clientpool.Rule {
+	return clientpool.Rule{
+		Name:   "tokens",
+		Limit:  window.Limit{N: 1000, Per: time.Minute},
+		Window: func(l window.Limit) window.Policy { return window.NewTokenBucket(l, 0) },
+		Learn: func(h http.Header, _ time.Time) (clientpool.Learned, bool) {
+			n, err := strconv.ParseInt(h.Get("x-limit-tokens"), 10, 64)
+			if err != nil || n <= 0 {
+				return clientpool.Learned{}, false
+			}
+			return clientpool.Learned{Limit: window.Limit{N: n}, Remaining: -1}, true
+		},
+	}
+}
+
+// Issue 18 (a): a reply whose usage says 2^62−1 tokens must not brick the
+// key. The settled debit saturates at "full until the window moves": the
+// next call is admitted within about one Per (on the base commit it failed
+// with ErrDeadline, "admission in 2562047h"), and the key is back at its
+// full rate a Per later.
+func TestSettleHugeDebitDoesNotBrick(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newPool(t, []clientpool.Rule{tokensRule()})
+		c := clientpool.Charge{Rule: "tokens", Weight: 100}
+		tk := acquire(t, p, c)
+		if err := tk.Settle("tokens", 1<<62-1); err != nil {
+			t.Fatal(err)
+		}
+		tk.Release()
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		tk, err := p.Acquire(ctx, c)
+		if err != nil {
+			t.Fatalf("next call after a debit of 2^62−1: %v", err)
+		}
+		tk.Release()
+		if w := time.Since(start); w > 2*time.Minute+6*time.Second {
+			t.Fatalf("next call admitted after %v, want within two Pers and its own refill", w)
+		}
+		time.Sleep(2 * time.Minute)
+		if !acquireWithin(t, p, 0, clientpool.Charge{Rule: "tokens", Weight: 1000}) {
+			t.Fatal("a full bucket not admitted two Pers later")
+		}
+	})
+}
+
+// Issue 18 (b): a reply announcing a limit of 1 token must not brick the
+// key. A call heavier than the learned limit is not refused: it goes alone
+// (nothing else in flight on the key), charged as the whole window, within
+// a bounded time, and is reported (ratesem.Distrusted, KeyState); a later
+// reply that corrects the limit restores the key's rate. On the base commit
+// every later call failed at once with ErrWeightTooLarge (10 of 10 over 10
+// minutes), and no reply could correct it.
+func TestLearnedLimitBelowWeightDoesNotBrick(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		var distrusted []ratesem.Event
+		p := newPool(t, []clientpool.Rule{tokensRule()}, clientpool.WithObserver(func(e ratesem.Event) {
+			if e.Kind == ratesem.Distrusted {
+				mu.Lock()
+				distrusted = append(distrusted, e)
+				mu.Unlock()
+			}
+		}))
+		c := clientpool.Charge{Rule: "tokens", Weight: 100}
+		hostile := http.Header{"X-Limit-Tokens": {"1"}}
+		tk := acquire(t, p, c)
+		tk.ObserveHeaders(hostile)
+		tk.Release()
+		if l, _ := p.Limit("tokens"); l.N != 1 {
+			t.Fatalf("learned %v, want the server's word (N 1)", l)
+		}
+		// Ten calls over ten minutes, each told the limit is 1 again.
+		sent := 0
+		deadline := time.Now().Add(10 * time.Minute)
+		for time.Now().Before(deadline) {
+			ctx, cancel := context.WithDeadline(context.Background(), deadline)
+			tk, err := p.Acquire(ctx, c)
+			cancel()
+			if errors.Is(err, ratesem.ErrWeightTooLarge) {
+				t.Fatalf("call %d refused for good: %v", sent+1, err)
+			}
+			if err != nil {
+				t.Logf("call %d: %v", sent+1, err)
+				break
+			}
+			sent++
+			// one at a time: a second call waits while this one is in flight
+			if acquireWithin(t, p, 5*time.Second, clientpool.Charge{Rule: "tokens", Weight: 100}) {
+				t.Fatal("a second call heavier than the learned limit started while one was in flight")
+			}
+			time.Sleep(time.Second)
+			tk.ObserveHeaders(hostile)
+			tk.Release()
+		}
+		if sent < 5 {
+			t.Fatalf("%d calls reached the server in ten minutes under a learned limit of 1: want about one per window", sent)
+		}
+		mu.Lock()
+		n := len(distrusted)
+		e := distrusted[0]
+		mu.Unlock()
+		if n != sent || e.Rule != "tokens" || e.Weight != 100 || !errors.Is(e.Err, ratesem.ErrWeightTooLarge) {
+			t.Fatalf("%d Distrusted events for %d calls sent alone; first %+v", n, sent, e)
+		}
+		if ks := p.Snapshot(); len(ks) != 1 || ks[0].Distrusted != uint32(sent) {
+			t.Fatalf("Snapshot %+v, want Distrusted %d", ks, sent)
+		}
+		// A reply that corrects the limit: the key is back at its rate.
+		tk = acquire(t, p, c)
+		tk.ObserveHeaders(http.Header{"X-Limit-Tokens": {"1000"}})
+		tk.Release()
+		time.Sleep(2 * time.Minute)
+		for i := range 9 {
+			if !acquireWithin(t, p, 0, c) {
+				t.Fatalf("call %d of 100 tokens refused after the limit was corrected to 1000", i+1)
+			}
+		}
+	})
 }

@@ -212,6 +212,7 @@ type held struct {
 	usedAtAdmit, recAtAdmit int64
 	thrAtAdmit              uint32 // lim.throttles at admission
 	marked                  bool
+	over                    bool // heavier than the key's learned limit: admitted alone as n = that limit (learnedFit)
 	settled                 bool  // Ticket.Settle named this charge's rule
 	actual                  int64 // the settled weight, when settled
 }
@@ -452,6 +453,7 @@ func (p *Pool) Acquire(ctx context.Context, charges ...Charge) (*Ticket, error) 
 	}
 	if w == nil {
 		p.emitAdmitted(charges, 0, false)
+		p.emitOver(t)
 		return t, nil
 	}
 	p.emitCharges(ratesem.Event{Kind: ratesem.Queued}, charges)
@@ -480,6 +482,7 @@ func (p *Pool) Acquire(ctx context.Context, charges ...Charge) (*Ticket, error) 
 		}
 		t.at = p.mono(w.granted)
 		p.emitAdmitted(charges, max(w.granted.Sub(w.since), 0), true)
+		p.emitOver(t)
 		return t, nil
 	}
 }
@@ -501,12 +504,6 @@ func (p *Pool) start(ctx context.Context, charges []Charge) (*Ticket, *waiter, e
 	}
 	hs := make([]held, len(charges))
 	if err := p.refLocked(hs, charges, now); err != nil {
-		return nil, nil, err
-	}
-	if err := keyTooHeavy(hs); err != nil {
-		for i := range hs {
-			p.unrefLocked(hs[i].lim, now)
-		}
 		return nil, nil, err
 	}
 	t := &Ticket{pool: p, held: hs, charges: charges}
@@ -607,7 +604,7 @@ func (p *Pool) tooHeavyLocked(charges []Charge) error {
 		rs := p.rules[c.Rule]
 		fit := rs.cap
 		if rs.Learn == nil || p.rem != nil {
-			fit = min(rs.capacity, fit) // a learned limit is per key: keyTooHeavyLocked
+			fit = min(rs.capacity, fit) // a learned limit is per key, and never refuses a call (learnedFit)
 		}
 		if c.Weight > fit {
 			return fmt.Errorf("%w: %s can never start: rule %q admits at most %d (%v)", ratesem.ErrWeightTooLarge, c, c.Rule, fit, rs.limit)
@@ -668,6 +665,8 @@ func (p *Pool) admitLocked(hs []held, nodes []qnode, now time.Time) (at time.Tim
 			refuse(i, p.instant(l.paused()))
 		case l.unknown && l.inflight > 0:
 			refuse(i, time.Time{}) // the limit is not known yet: one call at a time
+		case l.inflight > 0 && h.n > l.learnedFit():
+			refuse(i, time.Time{}) // heavier than the learned limit: one call at a time
 		}
 	}
 	if refused {
@@ -676,7 +675,7 @@ func (p *Pool) admitLocked(hs []held, nodes []qnode, now time.Time) (at time.Tim
 	admitted := 0
 	for i := range hs {
 		if l := hs[i].lim; l.rule.quota {
-			if ok, until := l.budgetAdmits(nowNs, hs[i].n); !ok {
+			if ok, until := l.budgetAdmits(nowNs, min(hs[i].n, l.learnedFit())); !ok {
 				refuse(i, p.instant(until))
 			}
 		}
@@ -686,7 +685,7 @@ func (p *Pool) admitLocked(hs []held, nodes []qnode, now time.Time) (at time.Tim
 	}
 	for i := range hs {
 		h := &hs[i]
-		when, ok := h.lim.policy.Admit(now, h.n)
+		when, ok := h.lim.policy.Admit(now, min(h.n, h.lim.learnedFit()))
 		if !ok {
 			refuse(i, when)
 			continue
@@ -694,18 +693,23 @@ func (p *Pool) admitLocked(hs []held, nodes []qnode, now time.Time) (at time.Tim
 		if !refused {
 			admitted = i + 1
 		} else {
-			h.lim.policy.Cancel(now, h.n) // admitted after a refusal: undo at once
+			h.lim.policy.Cancel(now, min(h.n, h.lim.learnedFit())) // admitted after a refusal: undo at once
 		}
 	}
 	if refused {
 		// Undo in reverse order, each the latest admission at now: exact.
 		for i := admitted - 1; i >= 0; i-- {
-			hs[i].lim.policy.Cancel(now, hs[i].n)
+			hs[i].lim.policy.Cancel(now, min(hs[i].n, hs[i].lim.learnedFit()))
 		}
 		return at, needRelease, false
 	}
 	for i := range hs {
 		h := &hs[i]
+		if fit := h.lim.learnedFit(); h.n > fit {
+			// From here on the call holds what its window took.
+			h.n, h.over = fit, true
+			h.lim.feedback().distrusted++
+		}
 		h.lim.inflight += h.n
 		h.thrAtAdmit = h.lim.throttles()
 		if h.lim.rule.Usage != nil || h.lim.rule.Learn != nil {
