@@ -350,7 +350,9 @@ func TestLearnedLimitBelowWeightDoesNotBrick(t *testing.T) {
 		if n != sent || e.Rule != "tokens" || e.Weight != 100 || !errors.Is(e.Err, ratesem.ErrWeightTooLarge) {
 			t.Fatalf("%d Distrusted events for %d calls sent alone; first %+v", n, sent, e)
 		}
-		if ks := p.Snapshot(); len(ks) != 1 || ks[0].Distrusted != uint32(sent) {
+		// (the call that met the loop's deadline may have been admitted,
+		// and counted, at the instant its caller gave up)
+		if ks := p.Snapshot(); len(ks) != 1 || ks[0].Distrusted < uint32(sent) || ks[0].Distrusted > uint32(sent)+1 {
 			t.Fatalf("Snapshot %+v, want Distrusted %d", ks, sent)
 		}
 		// A reply that corrects the limit: the key is back at its rate.

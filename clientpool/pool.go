@@ -212,7 +212,7 @@ type held struct {
 	usedAtAdmit, recAtAdmit int64
 	thrAtAdmit              uint32 // lim.throttles at admission
 	marked                  bool
-	over                    bool // heavier than the key's learned limit: admitted alone as n = that limit (learnedFit)
+	over                    bool  // heavier than the key's learned limit: admitted alone as n = that limit (learnedFit)
 	settled                 bool  // Ticket.Settle named this charge's rule
 	actual                  int64 // the settled weight, when settled
 }
