@@ -13,8 +13,10 @@ import (
 // wait), Refused or Cancelled for each charge, as the call ends its
 // Acquire; Throttled (Status) for each charge of a throttled call and
 // Paused (Pause, Until, Source) for each key a throttle or Pause paused;
-// Reconciled when a usage header tightened a key's window; Evicted when an
-// idle key is dropped. An Acquire that fails before its charges are known
+// Reconciled when a usage header tightened a key's window; Distrusted when
+// a call heavier than its key's learned limit was admitted alone (after
+// its Admitted event) or a reply's window contradicted the key's; Evicted
+// when an idle key is dropped. An Acquire that fails before its charges are known
 // (a negative weight, an unknown rule) reports one Refused event with no
 // Rule. In Redis mode (redisrate.Shared) a call's wait is its round trips' and
 // Queued is not reported.
