@@ -367,3 +367,117 @@ func TestLearnedLimitBelowWeightDoesNotBrick(t *testing.T) {
 		}
 	})
 }
+
+// epochRule is a rule counted in the server's windows of 10 s whose reset
+// is an epoch instant on the server's clock (X-Reset-At, Unix seconds, as
+// GitHub's x-ratelimit-reset), read against the response's Date.
+func epochRule() clientpool.Rule {
+	return clientpool.Rule{
+		Name:  "core",
+		Limit: window.Limit{Per: 10 * time.Second},
+		Learn: func(h http.Header, _ time.Time) (clientpool.Learned, bool) {
+			n, err1 := strconv.ParseInt(h.Get("X-Limit"), 10, 64)
+			r, err2 := strconv.ParseInt(h.Get("X-Remaining"), 10, 64)
+			s, err3 := strconv.ParseInt(h.Get("X-Reset-At"), 10, 64)
+			if err1 != nil || err2 != nil || err3 != nil || n <= 0 {
+				return clientpool.Learned{}, false
+			}
+			return clientpool.Learned{Limit: window.Limit{N: n}, Remaining: r, Reset: time.Unix(s, 0), Epoch: true}, true
+		},
+	}
+}
+
+func epochHeader(limit, remaining int64, reset, date time.Time) http.Header {
+	h := http.Header{}
+	h.Set("X-Limit", strconv.FormatInt(limit, 10))
+	h.Set("X-Remaining", strconv.FormatInt(remaining, 10))
+	h.Set("X-Reset-At", strconv.FormatInt(reset.Unix(), 10))
+	if !date.IsZero() {
+		h.Set("Date", date.UTC().Format(http.TimeFormat))
+	}
+	return h
+}
+
+// An epoch reset is read against the Date header: a server whose clock is
+// 5 s behind the host's announces a window ending 10 s after its Date: the
+// host's 10 s (and ResetMargin), not the host's reading of the epoch
+// value (5 s, when the server's window still runs).
+func TestLearnEpochResetReadAgainstDate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newPool(t, []clientpool.Rule{epochRule()})
+		c := clientpool.Charge{Rule: "core", Weight: 1}
+		t0 := time.Now()
+		server := t0.Add(-5 * time.Second) // the server's clock, 5 s behind
+		tk := acquire(t, p, c)
+		tk.ObserveHeaders(epochHeader(3, 0, server.Add(10*time.Second), server))
+		tk.Release()
+		start := time.Now()
+		tk = acquire(t, p, c)
+		tk.Release()
+		if w := time.Since(start); w != 10*time.Second+clientpool.ResetMargin {
+			t.Fatalf("the next window began %v later, want the server's 10 s and the margin", w)
+		}
+	})
+}
+
+// A reply whose window contradicts the key's (the key rolled to a new
+// window on its own, and the server says the old one still runs) is
+// counted (ratesem.Distrusted, KeyState.Distrusted) and taken in on the
+// safe side: a lower budget with its earlier end is taken; an earlier end
+// with more budget is not.
+func TestLearnContradictingWindow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		var events []ratesem.Event
+		p := newPool(t, []clientpool.Rule{epochRule()}, clientpool.WithObserver(func(e ratesem.Event) {
+			if e.Kind == ratesem.Distrusted {
+				mu.Lock()
+				events = append(events, e)
+				mu.Unlock()
+			}
+		}))
+		c := clientpool.Charge{Rule: "core", Weight: 1}
+		t0 := time.Now()
+		tk := acquire(t, p, c)
+		tk.ObserveHeaders(epochHeader(10, 9, t0.Add(10*time.Second), t0))
+		tk.Release()
+		// The key's window ends at 11 s (the margin); it then rolls on its
+		// own to a fresh 10 until 21 s.
+		time.Sleep(11 * time.Second)
+		tk = acquire(t, p, c)
+		// A reply without a Date (skew 0 kept) from a server whose window
+		// still runs until 13 s, with nothing left: counted, and the key
+		// holds until then.
+		tk.ObserveHeaders(epochHeader(10, 0, t0.Add(13*time.Second), time.Time{}))
+		tk.Release()
+		if ks := p.Snapshot(); len(ks) != 1 || ks[0].Distrusted != 1 {
+			t.Fatalf("Snapshot %+v, want one report distrusted", ks)
+		}
+		mu.Lock()
+		if len(events) != 1 || events[0].Rule != "core" || events[0].Err == nil {
+			t.Fatalf("events %+v, want one Distrusted", events)
+		}
+		mu.Unlock()
+		if acquireWithin(t, p, 3*time.Second-time.Millisecond, c) {
+			t.Fatal("admitted while the server said its window still ran with nothing left")
+		}
+		// At 14 s (13 s and the margin) the key rolls again: until 24 s.
+		tk = acquire(t, p, c)
+		// A reply claiming the window ends at 16 s with 10 left (more than
+		// the key's 9): not trusted, the key's window stands.
+		tk.ObserveHeaders(epochHeader(10, 10, t0.Add(16*time.Second), time.Time{}))
+		tk.Release()
+		if ks := p.Snapshot(); ks[0].Distrusted != 2 {
+			t.Fatalf("Snapshot %+v, want two reports distrusted", ks)
+		}
+		for i := range 9 {
+			if !acquireWithin(t, p, 0, c) {
+				t.Fatalf("call %d of the key's budget refused", i+2)
+			}
+		}
+		time.Sleep(4 * time.Second) // 18 s: past the end the reply claimed
+		if acquireWithin(t, p, 0, c) {
+			t.Fatal("admitted beyond the key's budget at the end the distrusted reply claimed")
+		}
+	})
+}
