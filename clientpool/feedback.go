@@ -81,7 +81,11 @@ func (p *Pool) consumeLocked(l *limiter, r window.Reconciler, extra int64, now t
 // ObserveHeaders reads, for each charge of the ticket whose rule has a Usage
 // function, the server's count from the headers of the call's response, and
 // makes the local window count what it did not know of (units spent by
-// another process on the same IP or account).
+// another process on the same IP or account). For each charge whose rule has
+// a Learn function it takes in the limit, what remains and the window's end
+// (Learned), reading an epoch reset against the response's Date header (see
+// ResetMargin); a report whose window contradicts the key's is counted and
+// reported as a ratesem.Distrusted event, and taken in on the safe side only.
 //
 // For a fixed completion window (the Binance preset's) the comparison is
 // safe: the server had counted this call and, of this pool's calls, surely

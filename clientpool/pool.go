@@ -418,7 +418,8 @@ func (t *Ticket) Release() {
 // known to come after ctx's deadline; an error matching ratesem.ErrUnknownRule
 // for a charge to a rule the pool does not have; an error matching
 // ratesem.ErrWeightTooLarge at once for a charge heavier than its rule can ever
-// admit; an error matching ratesem.ErrNegativeWeight for a negative weight; or
+// admit (a limit a key learned from a server's reply, Rule.Learn, never makes a
+// charge too heavy: the call goes alone, see Distrusted in ratesem.Event); an error matching ratesem.ErrNegativeWeight for a negative weight; or
 // an error matching ratesem.ErrTooManyKeys at once when the call needs a new
 // key and the pool is full (WithMaxKeys); an error matching
 // ratesem.ErrQueueFull at once when it must wait and one of its limiters
