@@ -46,12 +46,20 @@ const (
 	// Reconciled: a server's usage header counted Weight units more than
 	// the local window of (Rule, Key), which now counts them too.
 	Reconciled
+	// Distrusted: a server's report about (Rule, Key) was not taken at its
+	// word, and Err says which: a call of Weight units heavier than the
+	// limit the key learned from the server (Err matches
+	// ErrWeightTooLarge) was admitted alone, charged as a full window, so
+	// that its reply can correct the limit; or a reply's window contradicted
+	// the one the key keeps (a host clock ahead of the server's) and was
+	// taken in on the safe side only.
+	Distrusted
 )
 
 var kindNames = [...]string{
 	Admitted: "admitted", Queued: "queued", Refused: "refused", Cancelled: "cancelled",
 	Throttled: "throttled", Paused: "paused", Retried: "retried", Evicted: "evicted",
-	Reconciled: "reconciled",
+	Reconciled: "reconciled", Distrusted: "distrusted",
 }
 
 // String returns the kind's name in lower case ("admitted", …), suited to a
@@ -137,6 +145,7 @@ type Event struct {
 	// Attempt numbers the retries of one request (Retried): 1, 2, …
 	Attempt int
 	// Err is why the call failed (Refused, Cancelled): it matches a
-	// sentinel of this package or the context's error.
+	// sentinel of this package or the context's error; for Distrusted,
+	// what was not trusted.
 	Err error
 }

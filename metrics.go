@@ -27,6 +27,7 @@ type Metrics struct {
 	admitted, refused, cancelled atomic.Uint64
 	throttled, paused, retried   atomic.Uint64
 	evicted, reconciled          atomic.Uint64
+	distrusted                   atomic.Uint64
 	depth                        atomic.Int64
 	waitSum                      atomic.Int64      // ns
 	waitCounts                   [19]atomic.Uint64 // per bucket, not cumulative; the last is +Inf
@@ -63,6 +64,8 @@ func (m *Metrics) Observe(e Event) {
 		m.evicted.Add(1)
 	case Reconciled:
 		m.reconciled.Add(1)
+	case Distrusted:
+		m.distrusted.Add(1)
 	}
 }
 
@@ -87,6 +90,9 @@ type MetricsSnapshot struct {
 	// Reconciled counts the usage reports that made a window count more
 	// (Reconciled events), not the units.
 	Reconciled uint64
+	// Distrusted counts the server reports not taken at their word
+	// (Distrusted events).
+	Distrusted uint64
 	// QueueDepth is the number of calls waiting now (Queued events not yet
 	// followed by their end), a gauge.
 	QueueDepth int64
@@ -130,7 +136,7 @@ func (m *Metrics) Snapshot() MetricsSnapshot {
 	return MetricsSnapshot{
 		Admitted: m.admitted.Load(), Refused: m.refused.Load(), Cancelled: m.cancelled.Load(),
 		Throttled: m.throttled.Load(), Paused: m.paused.Load(), Retried: m.retried.Load(),
-		Evicted: m.evicted.Load(), Reconciled: m.reconciled.Load(),
+		Evicted: m.evicted.Load(), Reconciled: m.reconciled.Load(), Distrusted: m.distrusted.Load(),
 		QueueDepth: m.depth.Load(), Wait: h,
 	}
 }

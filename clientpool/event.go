@@ -1,6 +1,7 @@
 package clientpool
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/ratesem/ratesem"
@@ -12,8 +13,10 @@ import (
 // wait), Refused or Cancelled for each charge, as the call ends its
 // Acquire; Throttled (Status) for each charge of a throttled call and
 // Paused (Pause, Until, Source) for each key a throttle or Pause paused;
-// Reconciled when a usage header tightened a key's window; Evicted when an
-// idle key is dropped. An Acquire that fails before its charges are known
+// Reconciled when a usage header tightened a key's window; Distrusted when
+// a call heavier than its key's learned limit was admitted alone (after
+// its Admitted event) or a reply's window contradicted the key's; Evicted
+// when an idle key is dropped. An Acquire that fails before its charges are known
 // (a negative weight, an unknown rule) reports one Refused event with no
 // Rule. In Redis mode (redisrate.Shared) a call's wait is its round trips' and
 // Queued is not reported.
@@ -40,7 +43,8 @@ func (p *Pool) emitCharges(e ratesem.Event, charges []Charge) {
 	}
 }
 
-// emitAdmitted reports the admission of t. If the observer panics (or
+// emitAdmitted reports the admission of t, then a Distrusted event for
+// each charge admitted above its key's learned limit. If the observer panics (or
 // calls runtime.Goexit), t's admission is taken back first (takeBack): the
 // caller gets the panic, not the ticket, and holds nothing. The deferred
 // call does not recover, so the panic keeps its stack.
@@ -55,6 +59,7 @@ func (p *Pool) emitAdmitted(t *Ticket, charges []Charge, wait time.Duration, que
 		}
 	}()
 	p.emitCharges(ratesem.Event{Kind: ratesem.Admitted, Wait: wait, Queued: queued}, charges)
+	p.emitOver(t)
 	returned = true
 }
 
@@ -96,6 +101,21 @@ func (p *Pool) takeBack(t *Ticket) {
 		p.unrefLocked(t.held[i].lim, now)
 	}
 	p.settleLocked(now)
+}
+
+// emitOver reports a Distrusted event for each charge of t admitted above
+// the limit its key learned (learnedFit); t.held[i] is t.charges[i]'s.
+func (p *Pool) emitOver(t *Ticket) {
+	if p.observer == nil {
+		return
+	}
+	for i := range t.held {
+		if h := &t.held[i]; h.over {
+			c := t.charges[i]
+			p.observer(ratesem.Event{Kind: ratesem.Distrusted, Rule: c.Rule, Key: c.Key, Weight: c.Weight,
+				Err: fmt.Errorf("%w: %s is heavier than the limit its key learned from the server: sent alone, charged as %d units, until a reply corrects the limit", ratesem.ErrWeightTooLarge, c, h.n)})
+		}
+	}
 }
 
 // emitFailed reports the failure err of an Acquire of charges; w is its

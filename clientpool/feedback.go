@@ -81,7 +81,11 @@ func (p *Pool) consumeLocked(l *limiter, r window.Reconciler, extra int64, now t
 // ObserveHeaders reads, for each charge of the ticket whose rule has a Usage
 // function, the server's count from the headers of the call's response, and
 // makes the local window count what it did not know of (units spent by
-// another process on the same IP or account).
+// another process on the same IP or account). For each charge whose rule has
+// a Learn function it takes in the limit, what remains and the window's end
+// (Learned), reading an epoch reset against the response's Date header (see
+// ResetMargin); a report whose window contradicts the key's is counted and
+// reported as a ratesem.Distrusted event, and taken in on the safe side only.
 //
 // For a fixed completion window (the Binance preset's) the comparison is
 // safe: the server had counted this call and, of this pool's calls, surely
@@ -109,13 +113,22 @@ func (t *Ticket) ObserveHeaders(h http.Header) {
 		return
 	}
 	p := t.pool
+	var date time.Time
+	dated := false
 	for i := range t.held {
 		hd := &t.held[i]
 		rs := hd.lim.rule
 		if rs.Learn != nil {
 			if in, ok := rs.Learn(h, p.now()); ok {
-				if extra := p.learn(hd, in); extra > 0 {
+				if !dated {
+					date, dated = serverDate(h), true
+				}
+				extra, distrust := p.learn(hd, in, date)
+				if extra > 0 {
 					p.emit(ratesem.Event{Kind: ratesem.Reconciled, Rule: rs.Name, Key: hd.lim.key, Weight: extra})
+				}
+				if distrust != nil {
+					p.emit(ratesem.Event{Kind: ratesem.Distrusted, Rule: rs.Name, Key: hd.lim.key, Err: distrust})
 				}
 			}
 		}

@@ -2,7 +2,9 @@ package clientpool
 
 import (
 	"fmt"
+	"math"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/ratesem/ratesem"
@@ -105,9 +107,12 @@ func (t *Ticket) releaseRedisAny() {
 }
 
 // learn takes in what a response's headers say about the limit of one
-// charge's rule (Rule.Learn); see ObserveHeaders. It returns the units the
-// window took in on the server's word.
-func (p *Pool) learn(hd *held, in Learned) int64 {
+// charge's rule (Rule.Learn); see ObserveHeaders. date is the response's
+// Date header (zero when absent or malformed). It returns the units the
+// window took in on the server's word, and a non-nil error when the report
+// contradicted the key's window and was not taken at its word (for a
+// ratesem.Distrusted event).
+func (p *Pool) learn(hd *held, in Learned, date time.Time) (int64, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	rs, l := hd.lim.rule, hd.lim
@@ -124,17 +129,20 @@ func (p *Pool) learn(hd *held, in Learned) int64 {
 		}
 	}
 	if l.unknown || in.Remaining < 0 {
-		return 0
+		return 0, nil
 	}
 	if !in.Reset.IsZero() {
 		if !rs.quota {
 			p.quotaLocked(rs, now)
 		}
-		p.budgetLocked(hd, in.Remaining, p.mono(in.Reset), now)
-		return 0
+		reset := in.Reset
+		if in.Epoch {
+			reset = reset.Add(rs.skewLocked(date, now))
+		}
+		return 0, p.budgetLocked(hd, in.Remaining, p.mono(reset.Add(ResetMargin)), now)
 	}
 	if rs.quota {
-		return 0 // a report without its window, under a rule counted by windows
+		return 0, nil // a report without its window, under a rule counted by windows
 	}
 	used := RateLimitInfo{Limit: l.limit().N, Remaining: in.Remaining}.Used()
 	if first {
@@ -142,11 +150,45 @@ func (p *Pool) learn(hd *held, in Learned) int64 {
 		// count what the server counts, and this key's calls in flight
 		// again (on the safe side), from now on.
 		if r, ok := l.policy.(window.Reconciler); ok {
-			return p.consumeLocked(l, r, sat.Add(used, l.inflight), now)
+			return p.consumeLocked(l, r, sat.Add(used, l.inflight), now), nil
 		}
-		return 0
+		return 0, nil
 	}
-	return p.observeLocked(hd, used, now)
+	return p.observeLocked(hd, used, now), nil
+}
+
+// skewLocked returns how far the host's clock is taken to be ahead of the
+// server's of rs (see ResetMargin): the largest of the measures taken from
+// the Date of the rule's responses within a Per, one of them date (zero:
+// none), the Date of a response that arrived at now; 0 before any.
+func (rs *ruleState) skewLocked(date, now time.Time) time.Duration {
+	if date.IsZero() {
+		return rs.skew
+	}
+	// Bounded so that Reset + skew stays a sane instant; a window never
+	// ends more than Per (and the margins) from now anyway (budgetLocked).
+	m := min(max(now.Sub(date), 0), maxLearnedPer)
+	// A lower measure replaces a higher one only once that one is a Per
+	// old: one reply's Date (a far-future one) cannot undo the others.
+	if m >= rs.skew || now.Sub(rs.skewAt) > rs.limit.Per {
+		rs.skew, rs.skewAt = m, now
+	}
+	return rs.skew
+}
+
+// serverDate returns the instant of a response's Date header (http.ParseTime's
+// three forms), or zero when it is absent or malformed. It reads at most the
+// header's first value, of at most 64 bytes.
+func serverDate(h http.Header) time.Time {
+	v := h["Date"]
+	if len(v) == 0 || len(v[0]) > 64 {
+		return time.Time{}
+	}
+	t, err := http.ParseTime(v[0])
+	if err != nil {
+		return time.Time{}
+	}
+	return t
 }
 
 // limit returns the limit l's key is held to: its window's, or, for a key
@@ -161,27 +203,27 @@ func (l *limiter) limit() window.Limit {
 	return l.policy.Limit()
 }
 
-// keyTooHeavy returns an error matching ratesem.ErrWeightTooLarge when a
-// charge of hs is heavier than the limit its key learned (Rule.Learn): the
-// rule-wide check of tooHeavyLocked leaves learned limits out, since two
-// keys may have learned two limits. A key that has learned nothing yet
-// takes any weight (one call at a time).
-func keyTooHeavy(hs []held) error {
-	for i := range hs {
-		h := &hs[i]
-		l := h.lim
-		if l.rule.Learn == nil || l.unknown {
-			continue
-		}
-		fit := l.limit().N
-		if !l.rule.quota {
-			fit = l.policy.Capacity()
-		}
-		if h.n > fit {
-			return fmt.Errorf("%w: weight %d can never start: rule %q key %q admits at most %d (%v)", ratesem.ErrWeightTooLarge, h.n, l.rule.Name, l.key, fit, l.limit())
-		}
+// learnedFit returns the heaviest charge the key of l takes at its weight
+// under the limit it learned (Rule.Learn): N for a key of a quota rule, its
+// window's capacity for the others; math.MaxInt64 for a key that learned
+// nothing (one call at a time then, admitLocked) and for a rule without
+// Learn (the rule-wide check, tooHeavyLocked, holds there).
+//
+// A learned limit never refuses a call for good (a reply announcing a
+// limit of 1 token would brick an LLM key: no later call would reach the
+// server to correct it). A heavier call is admitted alone (nothing else
+// in flight on the key) as a charge of exactly that limit, once the
+// window has room for it: a full window, "full until the window moves",
+// and its reply may correct the limit. The pool reports it
+// (ratesem.Distrusted, KeyState.Distrusted).
+func (l *limiter) learnedFit() int64 {
+	if l.rule.Learn == nil || l.unknown {
+		return math.MaxInt64
 	}
-	return nil
+	if l.rule.quota {
+		return max(l.limit().N, 1)
+	}
+	return max(l.policy.Capacity(), 1)
 }
 
 // setKeyLimitLocked gives l's key the limit its server reported (Rule.Learn
@@ -203,15 +245,8 @@ func (p *Pool) setKeyLimitLocked(l *limiter, lim window.Limit, now time.Time) {
 	if l.q != nil {
 		p.markPending(l.q)
 	}
-	// Waiters heavier than the key can now ever admit fail, as SetLimit's.
-	for e := p.waiters.Front(); e != nil; {
-		next := e.Next()
-		w := e.Value.(*waiter)
-		if err := keyTooHeavy(w.held); err != nil {
-			p.finishLocked(w, err)
-		}
-		e = next
-	}
+	// Waiters heavier than the key's new limit wait to go alone
+	// (learnedFit): none fails.
 }
 
 // quotaLocked turns rs into a rule counted in the server's own windows
@@ -230,32 +265,52 @@ func (p *Pool) quotaLocked(rs *ruleState, now time.Time) {
 }
 
 // budgetLocked takes in a report of remaining units in the server's window
-// ending at reset (ns since the epoch) for the key of hd. A report of a
-// window that has ended is stale and ignored. A report of a later window
-// than the one known (a new window) sets the budget, even higher than it
-// was; a report of the same window only lowers it. Either way the budget
-// leaves out the key's calls admitted after hd's (the server may not have
-// counted them yet) and those in flight (counting hd's own again: on the
-// safe side).
-func (p *Pool) budgetLocked(hd *held, remaining, reset int64, now time.Time) {
+// ending at reset (ns since the epoch, on the host's clock, margin
+// included) for the key of hd. A report of a window that has ended is
+// stale and ignored. A report of a later window than the one known (a new
+// window) sets the budget, even higher than it was; a report of the same
+// window only lowers it. Either way the budget leaves out the key's calls
+// admitted after hd's (the server may not have counted them yet) and those
+// in flight (counting hd's own again: on the safe side).
+//
+// A report whose window ends well before the one the key keeps (by more
+// than ResetMargin and a second of the Date header's truncation), after
+// the key had taken in a report, contradicts the key's window: the key
+// started a window the server had not (a host clock ahead of the server's
+// without a Date to correct it), or the server's windows moved. It is
+// counted (the returned error, KeyState.Distrusted) and taken in on the
+// safe side only: it lowers the budget, and moves the window's end earlier
+// only with it (the server's own count of the window it says it is in);
+// a report that would move the end earlier and leave more budget is not
+// trusted.
+func (p *Pool) budgetLocked(hd *held, remaining, reset int64, now time.Time) error {
 	l := hd.lim
 	fb := l.feedback()
 	nowNs := p.mono(now)
 	if reset <= nowNs {
-		return
+		return nil
 	}
 	// A window lasts Per: one said to end later (a hostile or broken
 	// header) ends Per from now, plus a second for resets rounded up to
-	// whole seconds (GitHub's epoch seconds).
-	reset = min(reset, sat.Add(nowNs, int64(l.rule.limit.Per+time.Second)))
+	// whole seconds (GitHub's epoch seconds) and ResetMargin.
+	reset = min(reset, sat.Add(nowNs, int64(l.rule.limit.Per+time.Second+ResetMargin)))
 	left := sat.Sub(sat.Sub(remaining, max(fb.admits-hd.usedAtAdmit, 0)), l.inflight)
 	left = max(left, 0)
+	var contra error
+	if fb.reported && fb.budgeted && reset < fb.reset-int64(ResetMargin+time.Second) {
+		fb.distrusted++
+		contra = fmt.Errorf("ratesem: rule %q key %q: the server's window ends %v before the one the key keeps (%d units left there): a host clock ahead of the server's, or the server's windows moved",
+			l.rule.Name, l.key, time.Duration(fb.reset-reset).Round(time.Millisecond), remaining)
+	}
+	fb.reported = true
 	switch {
 	case !fb.budgeted || reset > fb.reset+int64(time.Second):
 		fb.budget, fb.reset, fb.budgeted = left, reset, true // a new window
 	case left < fb.budget:
 		fb.budget = left
 		fb.reset = reset
+	case contra != nil:
+		// an earlier end with more budget: the key's window stands
 	default:
 		fb.reset = reset
 	}
@@ -263,6 +318,7 @@ func (p *Pool) budgetLocked(hd *held, remaining, reset int64, now time.Time) {
 		p.markPending(l.q)
 	}
 	p.settleLocked(now)
+	return contra
 }
 
 // budgetAdmits reports whether the budget of quota key l lets n units start
@@ -300,9 +356,12 @@ const maxLearnedPer = 366 * 24 * time.Hour
 // drafts, or another API's prefix; policy as there): the limit, what
 // remains and the reset. With fixedWindow, the reset is the end of the
 // server's window (Learned.Reset, GitHub's and most X-RateLimit- APIs'); else
-// it is left out (a token bucket's time to full). Headers that are absent
-// or malformed (ratesem.ErrMalformedHeader) say nothing (false). The
-// function is safe for concurrent use.
+// it is left out (a token bucket's time to full). A reset given as an epoch
+// instant (seconds or milliseconds since 1970) is the instant itself
+// (Learned.Epoch: the pool reads it against the response's Date header),
+// one given as a delay is that long after now. Headers that are absent or
+// malformed (ratesem.ErrMalformedHeader) say nothing (false). The function
+// is safe for concurrent use.
 func LearnRateLimit(prefix, policy string, fixedWindow bool) func(h http.Header, now time.Time) (Learned, bool) {
 	return func(h http.Header, now time.Time) (Learned, bool) {
 		i, err := ParseRateLimitAt(h, prefix, policy, now)
@@ -312,7 +371,40 @@ func LearnRateLimit(prefix, policy string, fixedWindow bool) func(h http.Header,
 		in := Learned{Limit: window.Limit{N: i.Limit}, Remaining: i.Remaining}
 		if fixedWindow && i.Reset > 0 {
 			in.Reset = now.Add(i.Reset)
+			if ep, ok := resetEpoch(h, prefix); ok {
+				in.Reset, in.Epoch = ep, true
+			}
 		}
 		return in, true
 	}
+}
+
+// resetEpoch returns the instant of the reset field prefix+"Reset" when it
+// is an epoch value (see resetFrom), and false when it is a delay, absent,
+// malformed, or not the field ParseRateLimitAt read (a structured RateLimit
+// field, whose reset is a delay).
+func resetEpoch(h http.Header, prefix string) (time.Time, bool) {
+	if prefix == "RateLimit-" && len(h.Values("RateLimit")) > 0 {
+		return time.Time{}, false
+	}
+	v, err := fieldValues(h, prefix+"Reset")
+	if err != nil || len(v) == 0 {
+		return time.Time{}, false
+	}
+	first, _, _ := strings.Cut(v[0], ",")
+	n, frac, err := decimal(first)
+	if err != nil || n < epochSeconds {
+		return time.Time{}, false
+	}
+	var nanos int64
+	for i := range 9 {
+		nanos *= 10
+		if i < len(frac) {
+			nanos += int64(frac[i] - '0')
+		}
+	}
+	if n >= epochMillis {
+		return time.UnixMilli(n).Add(time.Duration(nanos / 1000)), true
+	}
+	return time.Unix(n, nanos), true
 }

@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/http"
 	"strconv"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -218,7 +219,7 @@ func TestLearnedResetCapped(t *testing.T) {
 			t.Fatal(err)
 		}
 		tk.Release()
-		if w := time.Since(start); w > time.Hour+time.Second || w < time.Hour {
+		if w := time.Since(start); w > time.Hour+time.Second+clientpool.ResetMargin || w < time.Hour {
 			t.Fatalf("waited %v for a reset 31.7 years away with nothing left: want the hour", w)
 		}
 	})
@@ -238,4 +239,245 @@ func TestLearnIETF(t *testing.T) {
 	if _, ok := learn(h, time.Now()); ok {
 		t.Fatal("a malformed field taught a limit")
 	}
+}
+
+// tokensRule is an LLM-like rule: a token bucket of 1000 per minute whose
+// limit is learned from x-limit-tokens (as saas/openai's
+// x-ratelimit-limit-tokens).
+func tokensRule() clientpool.Rule {
+	return clientpool.Rule{
+		Name:   "tokens",
+		Limit:  window.Limit{N: 1000, Per: time.Minute},
+		Window: func(l window.Limit) window.Policy { return window.NewTokenBucket(l, 0) },
+		Learn: func(h http.Header, _ time.Time) (clientpool.Learned, bool) {
+			n, err := strconv.ParseInt(h.Get("x-limit-tokens"), 10, 64)
+			if err != nil || n <= 0 {
+				return clientpool.Learned{}, false
+			}
+			return clientpool.Learned{Limit: window.Limit{N: n}, Remaining: -1}, true
+		},
+	}
+}
+
+// Issue 18 (a): a reply whose usage says 2^62−1 tokens must not brick the
+// key. The settled debit saturates at "full until the window moves": the
+// next call is admitted within about one Per (on the base commit it failed
+// with ErrDeadline, "admission in 2562047h"), and the key is back at its
+// full rate a Per later.
+func TestSettleHugeDebitDoesNotBrick(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newPool(t, []clientpool.Rule{tokensRule()})
+		c := clientpool.Charge{Rule: "tokens", Weight: 100}
+		tk := acquire(t, p, c)
+		if err := tk.Settle("tokens", 1<<62-1); err != nil {
+			t.Fatal(err)
+		}
+		tk.Release()
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		tk, err := p.Acquire(ctx, c)
+		if err != nil {
+			t.Fatalf("next call after a debit of 2^62−1: %v", err)
+		}
+		tk.Release()
+		if w := time.Since(start); w > 2*time.Minute+6*time.Second {
+			t.Fatalf("next call admitted after %v, want within two Pers and its own refill", w)
+		}
+		time.Sleep(2 * time.Minute)
+		if !acquireWithin(t, p, 0, clientpool.Charge{Rule: "tokens", Weight: 1000}) {
+			t.Fatal("a full bucket not admitted two Pers later")
+		}
+	})
+}
+
+// Issue 18 (b): a reply announcing a limit of 1 token must not brick the
+// key. A call heavier than the learned limit is not refused: it goes alone
+// (nothing else in flight on the key), charged as the whole window, within
+// a bounded time, and is reported (ratesem.Distrusted, KeyState); a later
+// reply that corrects the limit restores the key's rate. On the base commit
+// every later call failed at once with ErrWeightTooLarge (10 of 10 over 10
+// minutes), and no reply could correct it.
+func TestLearnedLimitBelowWeightDoesNotBrick(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		var distrusted []ratesem.Event
+		p := newPool(t, []clientpool.Rule{tokensRule()}, clientpool.WithObserver(func(e ratesem.Event) {
+			if e.Kind == ratesem.Distrusted {
+				mu.Lock()
+				distrusted = append(distrusted, e)
+				mu.Unlock()
+			}
+		}))
+		c := clientpool.Charge{Rule: "tokens", Weight: 100}
+		hostile := http.Header{"X-Limit-Tokens": {"1"}}
+		tk := acquire(t, p, c)
+		tk.ObserveHeaders(hostile)
+		tk.Release()
+		if l, _ := p.Limit("tokens"); l.N != 1 {
+			t.Fatalf("learned %v, want the server's word (N 1)", l)
+		}
+		// Ten calls over ten minutes, each told the limit is 1 again.
+		sent := 0
+		deadline := time.Now().Add(10 * time.Minute)
+		for time.Now().Before(deadline) {
+			ctx, cancel := context.WithDeadline(context.Background(), deadline)
+			tk, err := p.Acquire(ctx, c)
+			cancel()
+			if errors.Is(err, ratesem.ErrWeightTooLarge) {
+				t.Fatalf("call %d refused for good: %v", sent+1, err)
+			}
+			if err != nil {
+				t.Logf("call %d: %v", sent+1, err)
+				break
+			}
+			sent++
+			// one at a time: a second call waits while this one is in flight
+			if acquireWithin(t, p, 5*time.Second, clientpool.Charge{Rule: "tokens", Weight: 100}) {
+				t.Fatal("a second call heavier than the learned limit started while one was in flight")
+			}
+			time.Sleep(time.Second)
+			tk.ObserveHeaders(hostile)
+			tk.Release()
+		}
+		if sent < 5 {
+			t.Fatalf("%d calls reached the server in ten minutes under a learned limit of 1: want about one per window", sent)
+		}
+		mu.Lock()
+		n := len(distrusted)
+		e := distrusted[0]
+		mu.Unlock()
+		if n != sent || e.Rule != "tokens" || e.Weight != 100 || !errors.Is(e.Err, ratesem.ErrWeightTooLarge) {
+			t.Fatalf("%d Distrusted events for %d calls sent alone; first %+v", n, sent, e)
+		}
+		// (the call that met the loop's deadline may have been admitted,
+		// and counted, at the instant its caller gave up)
+		if ks := p.Snapshot(); len(ks) != 1 || ks[0].Distrusted < uint32(sent) || ks[0].Distrusted > uint32(sent)+1 {
+			t.Fatalf("Snapshot %+v, want Distrusted %d", ks, sent)
+		}
+		// A reply that corrects the limit: the key is back at its rate.
+		tk = acquire(t, p, c)
+		tk.ObserveHeaders(http.Header{"X-Limit-Tokens": {"1000"}})
+		tk.Release()
+		time.Sleep(2 * time.Minute)
+		for i := range 9 {
+			if !acquireWithin(t, p, 0, c) {
+				t.Fatalf("call %d of 100 tokens refused after the limit was corrected to 1000", i+1)
+			}
+		}
+	})
+}
+
+// epochRule is a rule counted in the server's windows of 10 s whose reset
+// is an epoch instant on the server's clock (X-Reset-At, Unix seconds, as
+// GitHub's x-ratelimit-reset), read against the response's Date.
+func epochRule() clientpool.Rule {
+	return clientpool.Rule{
+		Name:  "core",
+		Limit: window.Limit{Per: 10 * time.Second},
+		Learn: func(h http.Header, _ time.Time) (clientpool.Learned, bool) {
+			n, err1 := strconv.ParseInt(h.Get("X-Limit"), 10, 64)
+			r, err2 := strconv.ParseInt(h.Get("X-Remaining"), 10, 64)
+			s, err3 := strconv.ParseInt(h.Get("X-Reset-At"), 10, 64)
+			if err1 != nil || err2 != nil || err3 != nil || n <= 0 {
+				return clientpool.Learned{}, false
+			}
+			return clientpool.Learned{Limit: window.Limit{N: n}, Remaining: r, Reset: time.Unix(s, 0), Epoch: true}, true
+		},
+	}
+}
+
+func epochHeader(limit, remaining int64, reset, date time.Time) http.Header {
+	h := http.Header{}
+	h.Set("X-Limit", strconv.FormatInt(limit, 10))
+	h.Set("X-Remaining", strconv.FormatInt(remaining, 10))
+	h.Set("X-Reset-At", strconv.FormatInt(reset.Unix(), 10))
+	if !date.IsZero() {
+		h.Set("Date", date.UTC().Format(http.TimeFormat))
+	}
+	return h
+}
+
+// An epoch reset is read against the Date header: a server whose clock is
+// 5 s behind the host's announces a window ending 10 s after its Date: the
+// host's 10 s (and ResetMargin), not the host's reading of the epoch
+// value (5 s, when the server's window still runs).
+func TestLearnEpochResetReadAgainstDate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newPool(t, []clientpool.Rule{epochRule()})
+		c := clientpool.Charge{Rule: "core", Weight: 1}
+		t0 := time.Now()
+		server := t0.Add(-5 * time.Second) // the server's clock, 5 s behind
+		tk := acquire(t, p, c)
+		tk.ObserveHeaders(epochHeader(3, 0, server.Add(10*time.Second), server))
+		tk.Release()
+		start := time.Now()
+		tk = acquire(t, p, c)
+		tk.Release()
+		if w := time.Since(start); w != 10*time.Second+clientpool.ResetMargin {
+			t.Fatalf("the next window began %v later, want the server's 10 s and the margin", w)
+		}
+	})
+}
+
+// A reply whose window contradicts the key's (the key rolled to a new
+// window on its own, and the server says the old one still runs) is
+// counted (ratesem.Distrusted, KeyState.Distrusted) and taken in on the
+// safe side: a lower budget with its earlier end is taken; an earlier end
+// with more budget is not.
+func TestLearnContradictingWindow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		var events []ratesem.Event
+		p := newPool(t, []clientpool.Rule{epochRule()}, clientpool.WithObserver(func(e ratesem.Event) {
+			if e.Kind == ratesem.Distrusted {
+				mu.Lock()
+				events = append(events, e)
+				mu.Unlock()
+			}
+		}))
+		c := clientpool.Charge{Rule: "core", Weight: 1}
+		t0 := time.Now()
+		tk := acquire(t, p, c)
+		tk.ObserveHeaders(epochHeader(10, 9, t0.Add(10*time.Second), t0))
+		tk.Release()
+		// The key's window ends at 11 s (the margin); it then rolls on its
+		// own to a fresh 10 until 21 s.
+		time.Sleep(11 * time.Second)
+		tk = acquire(t, p, c)
+		// A reply without a Date (skew 0 kept) from a server whose window
+		// still runs until 13 s, with nothing left: counted, and the key
+		// holds until then.
+		tk.ObserveHeaders(epochHeader(10, 0, t0.Add(13*time.Second), time.Time{}))
+		tk.Release()
+		if ks := p.Snapshot(); len(ks) != 1 || ks[0].Distrusted != 1 {
+			t.Fatalf("Snapshot %+v, want one report distrusted", ks)
+		}
+		mu.Lock()
+		if len(events) != 1 || events[0].Rule != "core" || events[0].Err == nil {
+			t.Fatalf("events %+v, want one Distrusted", events)
+		}
+		mu.Unlock()
+		if acquireWithin(t, p, 3*time.Second-time.Millisecond, c) {
+			t.Fatal("admitted while the server said its window still ran with nothing left")
+		}
+		// At 14 s (13 s and the margin) the key rolls again: until 24 s.
+		tk = acquire(t, p, c)
+		// A reply claiming the window ends at 16 s with 10 left (more than
+		// the key's 9): not trusted, the key's window stands.
+		tk.ObserveHeaders(epochHeader(10, 10, t0.Add(16*time.Second), time.Time{}))
+		tk.Release()
+		if ks := p.Snapshot(); ks[0].Distrusted != 2 {
+			t.Fatalf("Snapshot %+v, want two reports distrusted", ks)
+		}
+		for i := range 9 {
+			if !acquireWithin(t, p, 0, c) {
+				t.Fatalf("call %d of the key's budget refused", i+2)
+			}
+		}
+		time.Sleep(4 * time.Second) // 18 s: past the end the reply claimed
+		if acquireWithin(t, p, 0, c) {
+			t.Fatal("admitted beyond the key's budget at the end the distrusted reply claimed")
+		}
+	})
 }

@@ -113,12 +113,14 @@ type Pool struct {
 type ruleState struct {
 	*Rule
 	limit    window.Limit
-	capacity int64 // the heaviest charge the window can admit
-	cap      int64 // concurrency cap per key; math.MaxInt64 when none
-	quiet    int64 // ns of no activity after which a key's window has forgotten every call
-	learning bool  // Rule.Learn with no limit known yet for any key (Pool.Limit reports N 0)
-	unknown  bool  // Rule.Learn and no Limit.N given: each new key starts unknown
-	quota    bool  // Rule.Learn reported the server's windows: keys admit against their budgets
+	capacity int64         // the heaviest charge the window can admit
+	cap      int64         // concurrency cap per key; math.MaxInt64 when none
+	quiet    int64         // ns of no activity after which a key's window has forgotten every call
+	learning bool          // Rule.Learn with no limit known yet for any key (Pool.Limit reports N 0)
+	unknown  bool          // Rule.Learn and no Limit.N given: each new key starts unknown
+	quota    bool          // Rule.Learn reported the server's windows: keys admit against their budgets
+	skew     time.Duration // the host's clock ahead of the server's, from the Date headers (ResetMargin)
+	skewAt   time.Time     // when skew was measured
 	keys     map[string]*limiter
 	// Redis mode: the rule's window as Redis keeps it (replaced, never
 	// changed, by SetLimit), and whether SetLimit was called here.
@@ -159,6 +161,8 @@ type feedback struct {
 	// its budget refills to (0: the rule's).
 	budget, reset, admits, n int64
 	budgeted                 bool
+	reported                 bool   // a report (Learned.Reset) set the window once
+	distrusted               uint32 // reports not taken at their word (KeyState.Distrusted), wrapping
 	throttles                uint32 // throttles of this key, ever (wrapping)
 	streak                   uint8  // throttles in a row without a usable Retry-After
 }
@@ -208,6 +212,7 @@ type held struct {
 	usedAtAdmit, recAtAdmit int64
 	thrAtAdmit              uint32 // lim.throttles at admission
 	marked                  bool
+	over                    bool  // heavier than the key's learned limit: admitted alone as n = that limit (learnedFit)
 	settled                 bool  // Ticket.Settle named this charge's rule
 	actual                  int64 // the settled weight, when settled
 }
@@ -413,7 +418,8 @@ func (t *Ticket) Release() {
 // known to come after ctx's deadline; an error matching ratesem.ErrUnknownRule
 // for a charge to a rule the pool does not have; an error matching
 // ratesem.ErrWeightTooLarge at once for a charge heavier than its rule can ever
-// admit; an error matching ratesem.ErrNegativeWeight for a negative weight; or
+// admit (a limit a key learned from a server's reply, Rule.Learn, never makes a
+// charge too heavy: the call goes alone, see Distrusted in ratesem.Event); an error matching ratesem.ErrNegativeWeight for a negative weight; or
 // an error matching ratesem.ErrTooManyKeys at once when the call needs a new
 // key and the pool is full (WithMaxKeys); an error matching
 // ratesem.ErrQueueFull at once when it must wait and one of its limiters
@@ -497,12 +503,6 @@ func (p *Pool) start(ctx context.Context, charges []Charge) (*Ticket, *waiter, e
 	}
 	hs := make([]held, len(charges))
 	if err := p.refLocked(hs, charges, now); err != nil {
-		return nil, nil, err
-	}
-	if err := keyTooHeavy(hs); err != nil {
-		for i := range hs {
-			p.unrefLocked(hs[i].lim, now)
-		}
 		return nil, nil, err
 	}
 	t := &Ticket{pool: p, held: hs, charges: charges}
@@ -603,7 +603,7 @@ func (p *Pool) tooHeavyLocked(charges []Charge) error {
 		rs := p.rules[c.Rule]
 		fit := rs.cap
 		if rs.Learn == nil || p.rem != nil {
-			fit = min(rs.capacity, fit) // a learned limit is per key: keyTooHeavyLocked
+			fit = min(rs.capacity, fit) // a learned limit is per key, and never refuses a call (learnedFit)
 		}
 		if c.Weight > fit {
 			return fmt.Errorf("%w: %s can never start: rule %q admits at most %d (%v)", ratesem.ErrWeightTooLarge, c, c.Rule, fit, rs.limit)
@@ -667,6 +667,8 @@ func (p *Pool) admitLocked(hs []held, nodes []qnode, now time.Time) (at time.Tim
 			refuse(i, p.instant(l.paused()))
 		case l.unknown && l.inflight > 0:
 			refuse(i, time.Time{}) // the limit is not known yet: one call at a time
+		case l.inflight > 0 && h.n > l.learnedFit():
+			refuse(i, time.Time{}) // heavier than the learned limit: one call at a time
 		}
 	}
 	if refused {
@@ -675,7 +677,7 @@ func (p *Pool) admitLocked(hs []held, nodes []qnode, now time.Time) (at time.Tim
 	admitted := 0
 	for i := range hs {
 		if l := hs[i].lim; l.rule.quota {
-			if ok, until := l.budgetAdmits(nowNs, hs[i].n); !ok {
+			if ok, until := l.budgetAdmits(nowNs, min(hs[i].n, l.learnedFit())); !ok {
 				refuse(i, p.instant(until))
 			}
 		}
@@ -685,7 +687,7 @@ func (p *Pool) admitLocked(hs []held, nodes []qnode, now time.Time) (at time.Tim
 	}
 	for i := range hs {
 		h := &hs[i]
-		when, ok := h.lim.policy.Admit(now, h.n)
+		when, ok := h.lim.policy.Admit(now, min(h.n, h.lim.learnedFit()))
 		if !ok {
 			refuse(i, when)
 			continue
@@ -693,18 +695,23 @@ func (p *Pool) admitLocked(hs []held, nodes []qnode, now time.Time) (at time.Tim
 		if !refused {
 			admitted = i + 1
 		} else {
-			h.lim.policy.Cancel(now, h.n) // admitted after a refusal: undo at once
+			h.lim.policy.Cancel(now, min(h.n, h.lim.learnedFit())) // admitted after a refusal: undo at once
 		}
 	}
 	if refused {
 		// Undo in reverse order, each the latest admission at now: exact.
 		for i := admitted - 1; i >= 0; i-- {
-			hs[i].lim.policy.Cancel(now, hs[i].n)
+			hs[i].lim.policy.Cancel(now, min(hs[i].n, hs[i].lim.learnedFit()))
 		}
 		return at, needRelease, false
 	}
 	for i := range hs {
 		h := &hs[i]
+		if fit := h.lim.learnedFit(); h.n > fit {
+			// From here on the call holds what its window took.
+			h.n, h.over = fit, true
+			h.lim.feedback().distrusted++
+		}
 		h.lim.inflight += h.n
 		h.thrAtAdmit = h.lim.throttles()
 		if h.lim.rule.Usage != nil || h.lim.rule.Learn != nil {
@@ -819,6 +826,11 @@ type KeyState struct {
 	Used int64
 	// PausedUntil is when the key's pause ends; zero when none was set.
 	PausedUntil time.Time
+	// Distrusted counts the server's reports about the key that were not
+	// taken at their word (ratesem.Distrusted events): calls heavier than
+	// its learned limit sent alone, replies whose window contradicted the
+	// key's (wrapping).
+	Distrusted uint32
 }
 
 // Snapshot returns the state of every live limiter, sorted by rule and key.
@@ -834,6 +846,9 @@ func (p *Pool) Snapshot() []KeyState {
 			ks := KeyState{Rule: rs.Name, Key: l.key, InFlight: l.inflight, Used: -1}
 			if l.paused() != 0 {
 				ks.PausedUntil = p.instant(l.paused())
+			}
+			if l.fb != nil {
+				ks.Distrusted = l.fb.distrusted
 			}
 			if r, ok := l.policy.(window.Reconciler); ok {
 				ks.Used = r.Used(now)

@@ -95,9 +95,38 @@ type Learned struct {
 	// counts in windows of its own (GitHub's x-ratelimit-reset); zero for a
 	// token bucket, whose reset headers say when it is full again, not when
 	// a window ends. A Reset later than the one learned before announces a
-	// new window: the only feedback that may loosen the local count.
+	// new window: the only feedback that may loosen the local count. The
+	// pool adds ResetMargin to it.
 	Reset time.Time
+	// Epoch reports that Reset is an instant on the server's clock (an
+	// epoch value such as GitHub's Unix seconds), not a delay from now read
+	// on the host's. The pool then reads it against the response's Date
+	// header: the window ends Reset − Date after the response arrived
+	// (see ResetMargin), so a host clock ahead of the server's never starts
+	// the next window early.
+	Epoch bool
 }
+
+// ResetMargin is added to every window end a response reports
+// (Learned.Reset): 1 s, for a reset rounded down to whole seconds.
+//
+// An epoch reset (Learned.Epoch) is read against the response's Date
+// header: the pool takes the host clock to be ahead of the server's by
+// skew = (the instant the response arrived, on the host's clock) − Date,
+// at least 0, and the window to end at Reset +
+// skew + ResetMargin on the host's clock. Since Date is the server's clock
+// when it answered, truncated to the second, skew overestimates the host's
+// lead by the response's latency and up to a second: never early. The
+// rule keeps the largest skew measured within a Per (a lower one replaces
+// it once it is a Per old), for every reply of the rule: one without a
+// usable Date (absent, malformed) uses it too, 0 before any reply had one.
+// A window
+// never ends more than the rule's Per + 2 s after the response, whatever
+// Reset and Date say (a Date in the far past); a Date in the future makes
+// the skew 0 (the host's reading of the reset).
+// A host clock behind the server's is never corrected for: its windows
+// end late, on the safe side.
+const ResetMargin = time.Second
 
 // MaxLearnedN is the largest N a Learn function's report is taken at: a
 // larger report (a hostile or broken header) counts as this, in units.

@@ -49,11 +49,20 @@ func TestBeginEndSettles(t *testing.T) {
 
 		b := semaphore.NewWithPolicy(window.NewTokenBucket(window.Limit{N: 10, Per: time.Second}, 10))
 		c, _ = b.Begin(ctx, 10)
-		c.End(30) // 20 of debt: 2.1 s to the next token
+		c.End(18) // 8 of debt: 0.9 s to the next token
 		start = time.Now()
 		b.Acquire(ctx, 1)
-		if w := time.Since(start); w != 2100*time.Millisecond {
-			t.Fatalf("token bucket after a debit of 20: waited %v, want 2.1s", w)
+		if w := time.Since(start); w != 900*time.Millisecond {
+			t.Fatalf("token bucket after a debit of 8: waited %v, want 0.9s", w)
+		}
+		b.Release(1)
+		time.Sleep(time.Second)
+		c, _ = b.Begin(ctx, 10)
+		c.End(30) // 20 of debt, saturating at one Per's refill (10): 1.1 s
+		start = time.Now()
+		b.Acquire(ctx, 1)
+		if w := time.Since(start); w != 1100*time.Millisecond {
+			t.Fatalf("token bucket after a debit of 20: waited %v, want 1.1s (the debt saturates at N)", w)
 		}
 	})
 }

@@ -107,7 +107,9 @@ func (g *GCRA) Capacity() int64 {
 func (g *GCRA) EmissionInterval() time.Duration { return time.Duration(g.emit) }
 
 // SetLimit implements Policy: the debt (TAT − now) is kept in units, so the
-// calls already admitted count against the new rate. A burst left at 0 in
+// calls already admitted count against the new rate, but at most (Burst +
+// N)·I of the new rate past now (N·I for a pacer), as the token bucket's
+// SetLimit keeps at most N units of debt below empty. A burst left at 0 in
 // NewGCRA follows the new N. It panics on a negative limit.
 func (g *GCRA) SetLimit(now time.Time, l Limit) {
 	l.check("GCRA.SetLimit")
@@ -120,7 +122,21 @@ func (g *GCRA) setLimitAt(now int64, l Limit) {
 	g.setLimit(l)
 	if g.started && g.tat > t && old > 0 && g.emit > 0 {
 		g.tat = sat.Add(t, mul128(g.tat-t, g.emit).divCeil(old))
+		// As the token bucket's SetLimit: a debt kept in units is at most
+		// one Per at the new rate past a full bucket.
+		g.tat = min(g.tat, max(g.debtCap(t), t))
 	}
+}
+
+// debtCap is the latest TAT a debt may set at t: a full bucket plus one
+// Per's emission (N·I), the token bucket's debt of N units below empty
+// ("full until the window moves"); for a pacer, t + N·I.
+func (g *GCRA) debtCap(t int64) int64 {
+	u := g.limit.N
+	if !g.pacer {
+		u = sat.Add(g.burst, u)
+	}
+	return sat.Add(t, sat.Mul(u, g.emit))
 }
 
 // tolerance is how far ahead of t the TAT may be for n units to start.

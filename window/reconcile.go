@@ -1,7 +1,6 @@
 package window
 
 import (
-	"math"
 	"time"
 
 	"github.com/ratesem/ratesem/internal/sat"
@@ -116,14 +115,7 @@ func (b *TokenBucket) Consume(now time.Time, n int64) {
 		// A report beyond the bucket goes into debt, but at most one Per's
 		// refill deep (N units): "full until the window moves", as the
 		// other windows, and burst − tokens still fits an int64.
-		floor := -min(b.limit.N, math.MaxInt64-b.burst)
-		switch {
-		case b.tokens <= floor:
-		case n >= sat.Add(b.tokens, -floor):
-			b.tokens = floor
-		default:
-			b.tokens -= n
-		}
+		b.debit(n)
 	}
 }
 

@@ -1,7 +1,6 @@
 package window
 
 import (
-	"math"
 	"time"
 
 	"github.com/ratesem/ratesem/internal/sat"
@@ -20,14 +19,31 @@ import (
 // gets the tokens back, never beyond full; GCRA moves its theoretical arrival
 // time back, never before now; the completion windows log actual units at
 // the call's end instead of n). Where actual > n the difference is debited:
-// counted at now, even beyond the limit: unlike Reconciler.Consume, which
-// takes in at most one window's worth ("full until the window moves"), the
-// whole debit counts, so that a refund of another call later cannot bring
-// the count below the truth; only where int64 would wrap does it saturate. So the window's record is the record of every call at its
-// settled weight, with a debit counted from the moment it is known: a
-// server that charges the estimate at a call's arrival and corrects it at
-// the call's end (Anthropic's token buckets, OpenAI's tokens per minute) never
-// holds more than the window does.
+// counted at now, even beyond the limit.
+//
+// A debit saturates at "full until the window moves", so that no reply can
+// hold a window for longer than about one Per, whatever actual it reports
+// (2^62 tokens, a broken or hostile usage object):
+//
+//   - The counting windows (completion, sliding log, fixed, sliding and
+//     sub-window counters) count the whole debit, saturating only where
+//     int64 would wrap: a debit leaves them with the entry or the window it
+//     was counted in, after Per (the sliding window counter weighs its
+//     previous window in, so after at most 2·Per), however large it is. So
+//     a refund of another call later cannot bring the count below the
+//     truth while the debit is in the window.
+//   - The token and leaky buckets go into debt by the debit, but at most
+//     one Per's refill (N units) below empty, as Reconciler.Consume; GCRA
+//     likewise moves its TAT at most (Burst + N)·I past now (N·I for a
+//     pacer). The wait a debit causes is then at most about one Per plus
+//     the call's own refill time (n·Per/N), never the 292 years a debit of
+//     2^62 tokens would take to refill. Below that cap the debt is exact.
+//
+// So the window's record is the record of every call at its settled
+// weight, with a debit counted from the moment it is known, as long as the
+// debit stays below the cap: a server that charges the estimate at a call's
+// arrival and corrects it at the call's end (Anthropic's token buckets,
+// OpenAI's tokens per minute) never holds more than the window does.
 //
 // Like Policy it is not safe for concurrent use; the same panics as Done
 // apply to n (the completion window panics on more units than are in
@@ -138,10 +154,9 @@ func (w *SubWindowCounter) Settle(now, at time.Time, n, actual int64) {
 
 // Settle implements Settler: a refund puts tokens back, at most up to the
 // burst, even after later admissions (tokens are alike); a debit takes
-// tokens out at now, into debt if need be. Unlike Consume, whose report
-// saturates at one window's worth of debt, a debit goes as deep as the
-// call's true cost (a server that settles owes it too), saturating only
-// where the arithmetic would wrap.
+// tokens out at now, into debt if need be, but, as Consume, never more than
+// N units (one Per's refill) below empty: "full until the window moves". A
+// bucket already deeper in debt stays as it is.
 func (b *TokenBucket) Settle(now, _ time.Time, n, actual int64) {
 	actual = max(actual, 0)
 	if b.limit.Per == 0 {
@@ -157,14 +172,16 @@ func (b *TokenBucket) Settle(now, _ time.Time, n, actual int64) {
 	}
 	if d := actual - n; d > 0 {
 		b.refill(now)
-		b.tokens = max(sat.Sub(b.tokens, d), b.burst-math.MaxInt64) // burst−tokens never wraps
+		b.debit(d)
 	}
 }
 
 // Settle implements Settler: a refund moves the theoretical arrival time back
 // by the refund's emission intervals, never before now (a full bucket); a
 // debit moves it on by the debit's emission intervals (from now when the
-// bucket is full), saturating.
+// bucket is full), but never beyond now + (Burst + N)·I (now + N·I for a
+// pacer): the token bucket's debt of at most N units below empty, "full
+// until the window moves". A TAT already beyond stays as it is.
 func (g *GCRA) Settle(now, _ time.Time, n, actual int64) {
 	actual = max(actual, 0)
 	if g.emit == 0 || !g.started {
@@ -178,6 +195,7 @@ func (g *GCRA) Settle(now, _ time.Time, n, actual int64) {
 		return
 	}
 	if d := actual - n; d > 0 {
-		g.tat = sat.Add(max(g.tat, g.clamp(now)), sat.Mul(d, g.emit))
+		t := g.clamp(now)
+		g.tat = max(g.tat, min(sat.Add(max(g.tat, t), sat.Mul(d, g.emit)), g.debtCap(t)))
 	}
 }

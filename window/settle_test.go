@@ -84,22 +84,25 @@ func TestSettleRefundAndDebit(t *testing.T) {
 			settle(0, 0, 1, 0), admit(0, 1, true), admit(0, 1, false),
 		}},
 		{"token bucket debit is debt", window.NewTokenBucket(l, 10), []step{
-			admit(0, 10, true), settle(0, 0, 10, 25), admit(1499*time.Millisecond, 1, false), // 15 of debt: 1.6 s to one token
-			admit(1600*time.Millisecond, 1, true),
+			admit(0, 10, true), settle(0, 0, 10, 18), admit(899*time.Millisecond, 1, false), // 8 of debt: 0.9 s to one token
+			admit(900*time.Millisecond, 1, true),
 		}},
-		{"token bucket debit beyond a window's worth", window.NewTokenBucket(l, 10), []step{
-			admit(0, 10, true), settle(0, 0, 10, 45), admit(3599*time.Millisecond, 1, false), // 35 of debt
-			admit(3600*time.Millisecond, 1, true),
+		{"token bucket debit saturates at one window's worth", window.NewTokenBucket(l, 10), []step{
+			admit(0, 10, true), settle(0, 0, 10, 45), admit(1099*time.Millisecond, 1, false), // 35 of debt, kept at 10
+			admit(1100*time.Millisecond, 1, true),
 		}},
 		{"gcra refund never before now", window.NewGCRA(l, 10), []step{
 			admit(0, 10, true), settle(0, 0, 10, 0), admit(0, 10, true), admit(0, 1, false),
 			settle(0, 0, 1000, 0), admit(0, 10, true), admit(0, 1, false), // a refund of 1000 fills, no more
 		}},
 		{"gcra debit", window.NewGCRA(l, 10), []step{
-			admit(0, 10, true), settle(0, 0, 10, 25), admit(1599*time.Millisecond, 1, false), admit(1600*time.Millisecond, 1, true),
+			admit(0, 10, true), settle(0, 0, 10, 18), admit(899*time.Millisecond, 1, false), admit(900*time.Millisecond, 1, true),
 		}},
-		{"gcra debit beyond a window's worth", window.NewGCRA(l, 10), []step{
-			admit(0, 10, true), settle(0, 0, 10, 45), admit(3599*time.Millisecond, 1, false), admit(3600*time.Millisecond, 1, true),
+		{"gcra debit saturates at one window's worth", window.NewGCRA(l, 10), []step{
+			admit(0, 10, true), settle(0, 0, 10, 45), admit(1099*time.Millisecond, 1, false), admit(1100*time.Millisecond, 1, true),
+		}},
+		{"pacer debit saturates at one window's worth", window.NewPacer(l), []step{
+			admit(0, 1, true), settle(0, 0, 1, 45), admit(999*time.Millisecond, 1, false), admit(time.Second, 1, true),
 		}},
 	}
 	for _, c := range cases {
@@ -347,4 +350,77 @@ func TestSettleHostile(t *testing.T) {
 		})
 	}
 	mustPanic(t, func() { window.NewCompletion(l).Settle(at(0), at(0), 1, 1) })
+}
+
+// Issue 18: one hostile reply must not brick a key. A debit of 2^62−1
+// units (an LLM reply's usage.total_tokens) saturates at "full until the
+// window moves": every window refuses at once, names a retry instant no
+// later than about two Per from the debit, and admits a full window's
+// worth by then; a lowered limit (SetLimit, a learned limit) leaves the
+// buckets at most one Per of debt at the new rate. On the base commit the
+// token bucket, leaky bucket and GCRA were 2^62 units in debt (the next
+// call "in 2562047h").
+func TestSettleHugeDebitWaitIsBounded(t *testing.T) {
+	l := window.Limit{N: 10, Per: time.Second}
+	makers := map[string]func() settler{
+		"completion":       func() settler { return window.NewCompletion(l) },
+		"sliding log":      func() settler { return window.NewSlidingLog(l, 0) },
+		"fixed":            func() settler { return window.NewFixedWindow(l) },
+		"fixed completion": func() settler { return window.NewFixedCompletion(l) },
+		"sliding counter":  func() settler { return window.NewSlidingWindowCounter(l) },
+		"sub-window":       func() settler { return window.NewSubWindowCounter(l, 4) },
+		"token bucket":     func() settler { return window.NewTokenBucket(l, 10) },
+		"leaky bucket":     func() settler { return window.NewLeakyBucket(l, 10) },
+		"gcra":             func() settler { return window.NewGCRA(l, 10) },
+		"pacer":            func() settler { return window.NewPacer(l) },
+	}
+	const bound = 2*time.Second + 100*time.Millisecond // two Per (the sliding counter's previous window) and a unit's refill
+	for name, mk := range makers {
+		t.Run(name, func(t *testing.T) {
+			for _, debit := range []int64{1<<62 - 1, math.MaxInt64, 1000 * l.N} {
+				p := mk()
+				mustAdmit(t, p, 0, 1, true)
+				p.Settle(at(time.Millisecond), at(0), 1, debit)
+				retry, ok := p.Admit(at(time.Millisecond), 1)
+				if ok {
+					t.Fatalf("debit %d: admitted at once", debit)
+				}
+				if retry.IsZero() || retry.Sub(t0) > bound {
+					t.Fatalf("debit %d: next unit at %v, want within %v", debit, retry.Sub(t0), bound)
+				}
+				if _, ok := p.Admit(retry, 1); !ok {
+					t.Fatalf("debit %d: refused at the retry instant %v it named", debit, retry.Sub(t0))
+				}
+				p.Done(retry, 1)
+				mustAdmit(t, p, 3*time.Second+bound, p.Capacity(), true)
+			}
+			// A busy bucket whose limit is lowered a thousandfold (a
+			// learned limit of 1 for a key that used 10 000 per second)
+			// refuses for about one Per of the new rate, not 10 000.
+			big := window.Limit{N: 10000, Per: time.Second}
+			q := map[string]func() settler{
+				"token bucket": func() settler { return window.NewTokenBucket(big, 0) },
+				"leaky bucket": func() settler { return window.NewLeakyBucket(big, 0) },
+				"gcra":         func() settler { return window.NewGCRA(big, 0) },
+				"pacer":        func() settler { return window.NewPacer(big) },
+			}[name]
+			if q == nil {
+				return
+			}
+			p := q()
+			for p.Capacity() > 0 {
+				if _, ok := p.Admit(at(0), p.Capacity()); ok {
+					break
+				}
+			}
+			if _, ok := p.Admit(at(0), 1); ok {
+				t.Fatal("admitted past a full window")
+			}
+			p.SetLimit(at(0), window.Limit{N: 1, Per: time.Second})
+			retry, ok := p.Admit(at(0), 1)
+			if ok || retry.IsZero() || retry.Sub(t0) > 2*time.Second {
+				t.Fatalf("limit lowered to 1 per second: next unit (%v, %v), want within 2s", retry.Sub(t0), ok)
+			}
+		})
+	}
 }

@@ -2,6 +2,7 @@ package window
 
 import (
 	"fmt"
+	"math"
 	"math/bits"
 	"time"
 
@@ -113,7 +114,10 @@ func (b *TokenBucket) fill() { b.tokens, b.frac = b.burst, 0 }
 // then refills at the new one. Its debt (burst − tokens, the units taken and
 // not yet refilled) is kept, so what was admitted still counts: lowering the
 // burst may leave the bucket below empty until the refill pays the debt,
-// and raising it adds the difference at once. A burst left at 0 in
+// and raising it adds the difference at once. Below empty it goes at most
+// one Per's refill at the new rate (N units) deep, as a debit does (see
+// Settle): a limit lowered a thousandfold keeps the bucket refusing until
+// the window moves, not for a thousand windows. A burst left at 0 in
 // NewTokenBucket follows the new N. It panics on a negative limit.
 func (b *TokenBucket) SetLimit(now time.Time, l Limit) {
 	l.check("TokenBucket.SetLimit")
@@ -138,6 +142,31 @@ func (b *TokenBucket) setLimit(now int64, l Limit) {
 	b.tokens = b.burst - debt
 	if b.tokens >= b.burst {
 		b.fill()
+	}
+	// A debt deeper than one Per's refill at the new rate (a limit learned
+	// from a server's headers lowered a busy bucket's N a thousandfold) is
+	// kept at that: "full until the window moves", never a wait of many
+	// windows. burst − tokens still fits an int64.
+	if floor := b.floor(); b.tokens < floor {
+		b.tokens, b.frac = floor, 0
+	}
+}
+
+// floor is the most a debt may take the bucket below empty: one Per's
+// refill, N units ("full until the window moves"), and never so far that
+// burst − tokens would wrap.
+func (b *TokenBucket) floor() int64 { return -min(b.limit.N, math.MaxInt64-b.burst) }
+
+// debit takes n > 0 units out of the bucket, refilled to now, below empty
+// if need be but never below floor; a bucket already below it stays.
+func (b *TokenBucket) debit(n int64) {
+	floor := b.floor()
+	switch {
+	case b.tokens <= floor:
+	case n >= sat.Add(b.tokens, -floor):
+		b.tokens = floor
+	default:
+		b.tokens -= n
 	}
 }
 

@@ -437,10 +437,14 @@ func (s *Store) Release(ctx context.Context, scope string, cs []Charge, token st
 // block, as an entry of d at now (plus the margin) in the sliding log,
 // d tokens taken (into debt) from a bucket, d emission intervals added to
 // GCRA's TAT. The completion windows log actual units at the end instead of
-// Weight. Debits saturate: a bucket's debt stops at 2^52 units, GCRA's TAT
-// at 2^52 µs ahead, a fixed window's or counter's count at 2^52 units (each
-// far beyond any N: full until the window moves), and the keys live until
-// the debt is repaid (at most about 139 years for a bucket).
+// Weight. Debits saturate at "full until the window moves", as in
+// window.Settler: a bucket's debt stops at N units below empty (one Per's
+// refill) and GCRA's TAT at (burst + N) emission intervals past now (N for
+// a pacer), unless SetLimit left them deeper; a fixed window's or
+// counter's count stops at 2^52 units (far beyond any N; the count leaves
+// with its window). So no reply holds a limiter for much more than one Per
+// (two for the sliding window counter), and the keys live until the debt
+// is repaid.
 //
 // Redis keeps no record of a call in a window without leases (no
 // concurrency cap, not a completion window) beyond its token: a token

@@ -869,7 +869,10 @@ for i = 1, NC do
       set(L, 't', L.t + math.max(math.min(r, L.p1 - L.t), 0))
       if L.t >= L.p1 then set(L, 'r', 0) end
     end
-    if dd > 0 then set(L, 't', math.max(L.t - dd, -SAT)) end
+    -- a debit goes at most N units (one Per's refill) below empty, "full
+    -- until the window moves" (window.TokenBucket.Settle); a bucket already
+    -- deeper (SetLimit) stays
+    if dd > 0 then set(L, 't', math.max(L.t - dd, math.min(L.t, -L.N))) end
     if L.t < 0 then
       -- the keys live until the debt is repaid (the bucket full again)
       -- (at most 2^42 ms, 139 years: the expiry kept in µs, x, stays exact)
@@ -878,7 +881,10 @@ for i = 1, NC do
   elseif k == 9 then
     local em = emit(L)
     if r > 0 and L.t > L.t0 then set(L, 't', math.max(L.t - r * em, L.t0)) end
-    if dd > 0 then set(L, 't', math.min(math.max(L.t, L.t0) + dd * em, L.t0 + SAT)) end
+    -- a debit moves the TAT at most (burst + N) emission intervals past
+    -- now (N for a pacer, whose p1 is 0), "full until the window moves"
+    -- (window.GCRA.Settle); a TAT already beyond stays
+    if dd > 0 then set(L, 't', math.max(L.t, math.min(math.max(L.t, L.t0) + dd * em, L.t0 + (L.p1 + L.N) * em))) end
     if L.t > L.t0 then L.ttl = math.max(L.ttl, math.ceil((L.t - L.t0) / 1000) + 1000) end
   end
   if L.usesm then set(L, 'm', L.t0) end

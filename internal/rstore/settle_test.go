@@ -55,7 +55,8 @@ type settleCall struct {
 }
 
 // TestSettleInvariant is the property test: random estimates (0 to 4
-// units) and actual weights (0 to 9) on virtual time, decided by Redis,
+// units) and actual weights (0 to 9; for the buckets and GCRA, of N 20
+// and burst 16, at most the estimate + 2) on virtual time, decided by Redis,
 // then replayed against the server each window promises to be safe for,
 // counting every call at its SETTLED weight: the part up to the estimate at
 // the admission (a refund is as if the call had cost less at its start),
@@ -64,15 +65,16 @@ type settleCall struct {
 //   - sliding log (margin 0): the settled units in (t − Per, t] ≤ N;
 //   - fixed window: the settled units in t's window ≤ N;
 //   - token bucket: a server bucket (same refill, same burst) charged the
-//     settled weights still holds at least the estimate;
-//   - GCRA: a server GCRA charged the settled weights admits the estimate.
+//     estimate at arrival and settled at the end still holds at least the
+//     estimate, while its debt stays within the limiter's cap;
+//   - GCRA: a server GCRA charged likewise admits the estimate, likewise.
 func TestSettleInvariant(t *testing.T) {
 	per := int64(100_000)
 	specs := []Spec{
 		{Kind: SlidingLog, Limit: window.Limit{N: 5, Per: 100 * time.Millisecond}},
 		{Kind: FixedWindow, Limit: window.Limit{N: 5, Per: 100 * time.Millisecond}},
-		{Kind: TokenBucket, Limit: window.Limit{N: 5, Per: 100 * time.Millisecond}, Burst: 4},
-		{Kind: GCRA, Limit: window.Limit{N: 5, Per: 100 * time.Millisecond}, Burst: 4},
+		{Kind: TokenBucket, Limit: window.Limit{N: 20, Per: 100 * time.Millisecond}, Burst: 16},
+		{Kind: GCRA, Limit: window.Limit{N: 20, Per: 100 * time.Millisecond}, Burst: 16},
 	}
 	ctx := context.Background()
 	for _, sp := range specs {
@@ -108,6 +110,11 @@ func TestSettleInvariant(t *testing.T) {
 						i := live[j]
 						live = append(live[:j], live[j+1:]...)
 						a := rng.Int64N(10)
+						if sp.Kind == TokenBucket || sp.Kind == GCRA {
+							// debits of at most 2: the server's debt
+							// mostly stays within the cap (checkSettled)
+							a = min(a, calls[i].n+2)
+						}
 						c := []Charge{{Rule: "r", Key: key, Spec: &sp, Weight: calls[i].n}}
 						if err := s.Settle(ctx, "inv", c, toks[i], []int64{a}); err != nil {
 							t.Fatal(err)
@@ -137,6 +144,17 @@ func checkSettled(t *testing.T, sp Spec, per int64, calls []settleCall, ev []set
 	N, B := sp.Limit.N, sp.Burst
 	start := func(c settleCall) int64 { return min(c.n, c.actual) }
 	debit := func(c settleCall) int64 { return max(c.actual-c.n, 0) }
+	// The buckets and GCRA are replayed against the server their
+	// guarantee is for: one that charges the estimate at a call's arrival
+	// and settles it at its end (a refund never beyond full, a debit into
+	// debt), as OpenAI's and Anthropic's buckets do. Their debits saturate
+	// at one Per of debt, "full until the window moves" (issue 18: no reply
+	// may hold a key for 2^40 Pers): where the server's debt goes deeper,
+	// the limiter may count less than the server until the server's bucket
+	// is full again (from then on the limiter, never fuller, is on the safe
+	// side again). The admissions in between are not checked; the others
+	// must be most of them.
+	checked, skipped := 0, 0
 	switch sp.Kind {
 	case SlidingLog, FixedWindow:
 		for k, e := range ev {
@@ -161,10 +179,11 @@ func checkSettled(t *testing.T, sp Spec, per int64, calls []settleCall, ev []set
 			if sum > N {
 				t.Fatalf("%s: %d settled units in the window of the admission at %d µs, limit %d", sp.Kind, sum, e.at, N)
 			}
+			checked++
 		}
 	case TokenBucket:
 		var tokens, frac, last int64
-		first := true
+		first, beyond := true, false
 		for _, e := range ev {
 			if first {
 				tokens, last, first = B, e.at, false
@@ -174,45 +193,79 @@ func checkSettled(t *testing.T, sp Spec, per int64, calls []settleCall, ev []set
 				x := el*N + frac
 				tokens, frac = tokens+x/per, x%per
 				if tokens >= B {
-					tokens, frac = B, 0
+					tokens, frac, beyond = B, 0, false
 				}
 			}
 			c := calls[e.call]
-			if e.admit {
-				if c.n > 0 && tokens < c.n {
-					t.Fatalf("token bucket: the server holds %d tokens at the admission of %d at %d µs", tokens, c.n, e.at)
+			switch {
+			case e.admit && c.n == 0:
+			case e.admit && beyond:
+				skipped++
+			case e.admit && tokens < c.n:
+				t.Fatalf("token bucket: the server holds %d tokens at the admission of %d at %d µs", tokens, c.n, e.at)
+			case e.admit:
+				checked++
+			}
+			switch {
+			case e.admit:
+				tokens -= c.n
+			case c.actual < c.n:
+				tokens = min(tokens+c.n-c.actual, B)
+				if tokens == B {
+					frac = 0
 				}
-				tokens -= start(c)
-			} else {
+			default:
 				tokens -= debit(c)
+				beyond = beyond || tokens < -N
 			}
 		}
 	case GCRA:
 		em := (per + N - 1) / N
 		var tat int64
-		first := true
+		first, beyond := true, false
 		for _, e := range ev {
 			if first {
 				tat, first = e.at, false
 			}
+			if tat <= e.at {
+				beyond = false
+			}
 			c := calls[e.call]
-			if e.admit {
-				if c.n > 0 && tat-e.at > (B-c.n)*em {
-					t.Fatalf("gcra: the server's TAT is %d µs ahead at the admission of %d at %d µs", tat-e.at, c.n, e.at)
+			switch {
+			case e.admit && c.n == 0:
+			case e.admit && beyond:
+				skipped++
+			case e.admit && tat-e.at > (B-c.n)*em:
+				t.Fatalf("gcra: the server's TAT is %d µs ahead at the admission of %d at %d µs", tat-e.at, c.n, e.at)
+			case e.admit:
+				checked++
+			}
+			switch {
+			case e.admit:
+				tat = max(tat, e.at) + c.n*em
+			case c.actual < c.n:
+				if tat > e.at {
+					tat = max(tat-(c.n-c.actual)*em, e.at)
 				}
-				tat = max(tat, e.at) + start(c)*em
-			} else if d := debit(c); d > 0 {
-				tat = max(tat, e.at) + d*em
+			default:
+				tat = max(tat, e.at) + debit(c)*em
+				beyond = beyond || tat-e.at > (B+N)*em
 			}
 		}
+	}
+	t.Logf("%s: %d admissions checked, %d left out", sp.Kind, checked, skipped)
+	if skipped > checked {
+		t.Fatalf("%s: %d admissions checked, %d left out beyond the debt cap: a weak schedule", sp.Kind, checked, skipped)
 	}
 }
 
 // TestSettleMaxActual: an actual weight of math.MaxInt64 (counted as MaxN)
 // settled twice, for every kind: no error, no wrap (every field of the
 // hash stays a plain integer, the keys keep a TTL), the limiter full at
-// once, with a wait Admit can return; the windows that move on admit again
-// after two Pers and the margin, the buckets and GCRA stay in debt.
+// once, with a wait Admit can return; every kind admits again after two
+// Pers and the margin: the buckets and GCRA saturate at one Per of debt,
+// "full until the window moves" (issue 18: on the base commit they stayed
+// 2^40 units in debt, a wait of 2^40 Pers).
 func TestSettleMaxActual(t *testing.T) {
 	ctx := context.Background()
 	type kind struct {
@@ -271,20 +324,16 @@ func TestSettleMaxActual(t *testing.T) {
 			if err != nil || d.OK || d.Wait <= 0 || d.Wait > MaxPer {
 				t.Fatalf("after the debits: %+v %v; want a refusal with a wait in (0, MaxPer]", d, err)
 			}
+			if max := 2*sp.Limit.Per + sp.Margin; d.Wait > max {
+				t.Fatalf("after the debits: a wait of %v, want at most %v", d.Wait, max)
+			}
 			clk.add(2*sp.Limit.Per + sp.Margin)
 			d, err = s.Admit(ctx, "max", c)
 			if err != nil {
 				t.Fatal(err)
 			}
-			switch sp.Kind {
-			case TokenBucket, LeakyBucket, GCRA:
-				if d.OK {
-					t.Fatalf("a bucket in debt of 2^40 units admits after two Pers: %+v", d)
-				}
-			default:
-				if !d.OK {
-					t.Fatalf("the window moved on, still refused: %+v", d)
-				}
+			if !d.OK {
+				t.Fatalf("two Pers after a debit of 2^40 units, still refused: %+v", d)
 			}
 		})
 	}

@@ -14,7 +14,10 @@
 //   - RuleCore, the primary limit (5000 requests per hour for a user token,
 //     60 unauthenticated, more for apps): learned from each response's
 //     x-ratelimit-limit, -remaining and -reset (Unix epoch seconds) when
-//     x-ratelimit-resource is "core". Until the first response says it,
+//     x-ratelimit-resource is "core". The reset is on GitHub's clock: the
+//     pool reads it against the response's Date header, with
+//     clientpool.ResetMargin, so a host clock ahead of GitHub's never
+//     starts a window early. Until the first response says it,
 //     one request at a time; then each token spends the budget GitHub
 //     announced for its window, and a new window's budget when GitHub
 //     announces it (clientpool.Learned).
@@ -197,10 +200,11 @@ func Endpoint(p string) string {
 }
 
 // learn reads the primary limit of one resource: x-ratelimit-limit,
-// -remaining and -reset (Unix epoch seconds, the window's end), when
-// x-ratelimit-resource names resource (or is absent, for "core").
+// -remaining and -reset (Unix epoch seconds on GitHub's clock, the
+// window's end: Learned.Epoch, read against the response's Date header),
+// when x-ratelimit-resource names resource (or is absent, for "core").
 func learn(resource string) func(http.Header, time.Time) (clientpool.Learned, bool) {
-	return func(h http.Header, now time.Time) (clientpool.Learned, bool) {
+	return func(h http.Header, _ time.Time) (clientpool.Learned, bool) {
 		res := h.Get(HeaderResource)
 		if res != resource && (res != "" || resource != "core") {
 			return clientpool.Learned{}, false
@@ -213,10 +217,11 @@ func learn(resource string) func(http.Header, time.Time) (clientpool.Learned, bo
 		if r, ok := req.Count(h.Get(HeaderRemaining)); ok {
 			in.Remaining = r
 		}
-		if s, ok := req.Count(h.Get(HeaderReset)); ok && s < 1<<40 {
-			if at := time.Unix(s, 0); at.After(now) {
-				in.Reset = at
-			}
+		// The reset is on GitHub's clock: the pool reads it against the
+		// response's Date (Learned.Epoch), so it is not compared with the
+		// host's clock here: a host ahead of GitHub's would drop it.
+		if s, ok := req.Count(h.Get(HeaderReset)); ok && s < 1<<40 && s > 0 {
+			in.Reset, in.Epoch = time.Unix(s, 0), true
 		}
 		return in, true
 	}

@@ -112,8 +112,9 @@ type ghStamp struct {
 // Limit (UnauthenticatedLimit, SearchLimit...) accepted requests per
 // window. Every judged response carries x-ratelimit-limit, -remaining,
 // -used, -reset (the window's end in Unix epoch seconds, rounded up) and
-// -resource. Over the limit the answer is RejectStatus with
-// x-ratelimit-remaining 0, and the request is not counted.
+// -resource, and a Date header read on the server's clock. Over the limit
+// the answer is RejectStatus with x-ratelimit-remaining 0, and the request
+// is not counted.
 //
 // Secondary limits, per key, checked at arrival in sliding windows (after
 // the primary one): at most MaxInFlight requests accepted and not yet
@@ -331,6 +332,8 @@ func (s *GitHubServer) primaryHeaders(limit int64, w *ghWindow, res string) map[
 		"x-ratelimit-used":      strconv.FormatInt(w.used, 10),
 		"x-ratelimit-reset":     strconv.FormatInt(end, 10),
 		"x-ratelimit-resource":  res,
+		// on the server's clock (Clock), which the reset is read against
+		"Date": s.now().UTC().Format(http.TimeFormat),
 	}
 }
 
