@@ -208,6 +208,7 @@ type held struct {
 	usedAtAdmit, recAtAdmit int64
 	thrAtAdmit              uint32 // lim.throttles at admission
 	marked                  bool
+	reported                bool  // marked, and a usage report of this call was taken in
 	settled                 bool  // Ticket.Settle named this charge's rule
 	actual                  int64 // the settled weight, when settled
 }
