@@ -125,7 +125,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&cfg.Duration, "duration", 20*time.Second, "how long the workers run")
 	fs.Float64Var(&cfg.Foreign, "foreign", 0.25, "share of the IP's REQUEST_WEIGHT limit a foreign client spends at the start of every window, outside ratesem (0 to 0.9)")
 	fs.IntVar(&cfg.Klines, "klines", 16, "goroutines of the klines backfill per process")
-	fs.IntVar(&cfg.Depth, "depth", 0, "goroutines of the order book poller per process (GET /api/v3/depth, weights 5, 25, 50 and 250 in turn)")
+	fs.IntVar(&cfg.Depth, "depth", 2, "goroutines of the order book poller per process (GET /api/v3/depth, weights 5, 25, 50 and 250 in turn)")
 	fs.IntVar(&cfg.Orders, "orders", 2, "goroutines of the order stream per process")
 	fs.StringVar(&latency, "latency", "10ms-30ms", "server latency, uniform in min-max")
 	fs.DurationVar(&cfg.Lease, "lease", 0, "how long an admitted call counts in Redis without a release (0: the pool's default)")
