@@ -173,3 +173,26 @@ func expiredSoon(t *testing.T) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
+
+// Units a window took in from a count with no call at hand (Reconcile)
+// are never given back by a report of a lower count, which the server made
+// earlier.
+func TestObserveHeadersNeverGivesBackReconciled(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newPool(t, []clientpool.Rule{fixedUsageRule(100)})
+		a := acquire(t, p, clientpool.Charge{Rule: "ip", Weight: 10})
+		b := acquire(t, p, clientpool.Charge{Rule: "ip", Weight: 10})
+		if err := p.Reconcile("ip", "", 90); err != nil { // 70 from elsewhere, or more
+			t.Fatal(err)
+		}
+		if got := p.Snapshot()[0].Used; got != 90 {
+			t.Fatalf("Used = %d after Reconcile(90), want 90", got)
+		}
+		a.ObserveHeaders(used(30)) // A reached the server before: 20 from elsewhere then
+		if got := p.Snapshot()[0].Used; got != 90 {
+			t.Fatalf("Used = %d after an earlier, lower count, want 90", got)
+		}
+		a.Release()
+		b.Release()
+	})
+}
