@@ -131,10 +131,10 @@ func (p *Pool) consumeLocked(l *limiter, r window.Reconciler, extra int64, now t
 // Feedback never makes the local accounting count less than the server's
 // reports show, and the arithmetic saturates: a count of up to
 // math.MaxInt64 makes the window take in at most the rule's limit ("full
-// until the window moves"); a negative count is ignored. (Comparing with the window's count now instead, as Reconcile
-// does, would take the units of calls still on their way for room; use
-// Reconcile when no Ticket is at hand.) It never blocks and is safe for
-// concurrent use.
+// until the window moves"); a negative count is ignored. (Comparing with
+// the window's count now instead, as Reconcile does, would take the units
+// of calls still on their way for room; use Reconcile when no Ticket is at
+// hand.) It never blocks and is safe for concurrent use.
 func (t *Ticket) ObserveHeaders(h http.Header) {
 	if t.pool.rem != nil {
 		t.observeRedis(h)
