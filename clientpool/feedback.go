@@ -57,11 +57,36 @@ func (p *Pool) reconcile(rs *ruleState, key string, used int64) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
+	if delta, ok := winfast.Report(l.policy, now, 0, used, 0, 0, false); ok {
+		return p.reportedLocked(l, delta, now), nil
+	}
 	r, ok := l.policy.(window.Reconciler)
 	if !ok {
 		return 0, nil
 	}
 	return p.consumeLocked(l, r, used-r.Used(now), now), nil // used ≥ 0, Used ≥ 0: no overflow
+}
+
+// reportedLocked finishes a usage report that changed l's window by delta
+// units (winfast.Report): units taken in are counted as reconciled, and
+// units given back (a report that bounds the units from elsewhere lower
+// than an earlier one did) let l's waiters try again at once. It returns
+// the units taken in (0 when none).
+func (p *Pool) reportedLocked(l *limiter, delta int64, now time.Time) int64 {
+	if delta == 0 {
+		return 0
+	}
+	p.touchLocked(l, now)
+	if delta < 0 {
+		if l.q != nil {
+			p.markPending(l.q)
+			p.settleLocked(now)
+		}
+		return 0
+	}
+	fb := l.feedback()
+	fb.reconciled = sat.Add(fb.reconciled, delta)
+	return delta
 }
 
 // consumeLocked makes l's window count extra more units at now, clamped to
@@ -87,26 +112,33 @@ func (p *Pool) consumeLocked(l *limiter, r window.Reconciler, extra int64, now t
 // ResetMargin); a report whose window contradicts the key's is counted and
 // reported as a ratesem.Distrusted event, and taken in on the safe side only.
 //
-// For a fixed completion window (the Binance preset's) the comparison is
-// safe: the server had counted this call and, of this pool's calls, surely
-// those that had ended before this one was admitted, and perhaps others
-// still on their way (calls can overtake each other on the wire), so at
-// most used − (those ended) − (this call's weight) units came from
-// elsewhere; the window takes in that many, less what it already took in
-// during the window. It may count this pool's calls in flight twice for a
-// while, never fewer units than the server may end up with. A response to
-// a call admitted in an earlier window is ignored: its count may be that
-// window's. For the other windows the count is compared with the window's
-// count when the call was admitted (this call and the ones admitted before
-// it), less what was taken in since.
+// For a fixed completion window (the Binance preset's) each report bounds
+// the units the server counted from elsewhere: its count includes this
+// call, this pool's calls that had ended by this call's admission, and
+// every call of this pool whose report was taken in before at a count no
+// higher (the server's count only grows within a window). Spending from
+// elsewhere only grows within a window too, so the bound read at the
+// highest count seen holds for every earlier count: the window counts its
+// own calls plus that bound, and a later report that tightens it gives back
+// what an earlier, looser one took (waiting calls are then tried again at
+// once). Calls still on their way are never taken for room. The bound: the
+// window counts more than the server's units from elsewhere by at most the
+// units of this pool's calls that the server counted before the highest
+// count but whose own reports were not taken in yet (and had not ended
+// when the reporting call was admitted); it shrinks as their reports come
+// in. A response to a call admitted in an earlier window is ignored: its
+// count may be that window's. A second report of one call is read as
+// Reconcile reads a count. For the other windows the count is compared
+// with the window's count when the call was admitted (this call and the
+// ones admitted before it), less what was taken in since.
 //
-// Feedback never loosens the local accounting, and the arithmetic
-// saturates: a count of up to math.MaxInt64 makes the window take in at
-// most the rule's limit ("full until the window moves"); a negative count
-// is ignored. (Comparing with the window's count now instead, as Reconcile
-// does, would take the units of calls still on their way for room; use
-// Reconcile when no Ticket is at hand.) It never blocks and is safe for
-// concurrent use.
+// Feedback never makes the local accounting count less than the server's
+// reports show, and the arithmetic saturates: a count of up to
+// math.MaxInt64 makes the window take in at most the rule's limit ("full
+// until the window moves"); a negative count is ignored. (Comparing with
+// the window's count now instead, as Reconcile does, would take the units
+// of calls still on their way for room; use Reconcile when no Ticket is at
+// hand.) It never blocks and is safe for concurrent use.
 func (t *Ticket) ObserveHeaders(h http.Header) {
 	if t.pool.rem != nil {
 		t.observeRedis(h)
@@ -159,14 +191,18 @@ func (p *Pool) observeLocked(hd *held, used int64, now time.Time) int64 {
 		return 0
 	}
 	if hd.marked {
-		// A fixed completion window (see ObserveHeaders): at most used −
-		// ended − n units came from elsewhere, less what the window took
-		// in already; a call admitted in an earlier window is ignored.
-		win, _, taken, ok := winfast.Mark(hd.lim.policy, now)
+		// A fixed completion window (see ObserveHeaders); a call admitted
+		// in an earlier window is ignored.
+		win, _, _, ok := winfast.Mark(hd.lim.policy, now)
 		if !ok || win != hd.recAtAdmit {
 			return 0
 		}
-		return p.consumeLocked(hd.lim, r, sat.Sub(sat.Sub(sat.Sub(used, hd.usedAtAdmit), hd.n), taken), now)
+		// The call's units are subtracted from the server's count once:
+		// another report of it is a count with no call at hand.
+		first := !hd.reported
+		hd.reported = true
+		delta, _ := winfast.Report(hd.lim.policy, now, hd.recAtAdmit, used, hd.usedAtAdmit, hd.n, first)
+		return p.reportedLocked(hd.lim, delta, now)
 	}
 	known := hd.lim.reconciled() - hd.recAtAdmit // taken in since this call was admitted; ≥ 0
 	return p.consumeLocked(hd.lim, r, sat.Sub(sat.Sub(used, hd.usedAtAdmit), known), now)

@@ -213,6 +213,7 @@ type held struct {
 	thrAtAdmit              uint32 // lim.throttles at admission
 	marked                  bool
 	over                    bool  // heavier than the key's learned limit: admitted alone as n = that limit (learnedFit)
+	reported                bool  // marked, and a usage report of this call was taken in
 	settled                 bool  // Ticket.Settle named this charge's rule
 	actual                  int64 // the settled weight, when settled
 }

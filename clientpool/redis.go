@@ -262,7 +262,8 @@ func (t *Ticket) observeRedis(h http.Header) {
 	}
 	p.mu.Unlock()
 	for i := range t.held {
-		rs := t.held[i].lim.rule
+		hd := &t.held[i]
+		rs := hd.lim.rule
 		if rs.Usage == nil {
 			continue
 		}
@@ -272,7 +273,13 @@ func (t *Ticket) observeRedis(h http.Header) {
 		}
 		c := t.charges[i]
 		r := rspec.Read{Seen: seen}
-		if call != nil {
+		p.mu.Lock()
+		// A call's units are taken off the server's count once: another
+		// report of it goes without its mark (rspec.Store.ReconcileAt).
+		first := !hd.reported
+		hd.reported = true
+		p.mu.Unlock()
+		if call != nil && first {
 			r.Mark, r.Weight = call.Mark(i), c.Weight
 		}
 		p.reconcileRedis(rs, c.Key, used, r)

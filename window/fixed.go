@@ -25,7 +25,7 @@ import (
 // NewFixedCompletion makes the variant that holds at the server whatever the
 // latency: a call counts in every aligned window from its start to its end.
 //
-// Memory: 64 bytes, whatever N. The zero FixedWindow is not usable; call
+// Memory: 88 bytes, whatever N. The zero FixedWindow is not usable; call
 // NewFixedWindow or NewFixedCompletion. A FixedWindow is not safe for
 // concurrent use (see Policy).
 type FixedWindow struct {
@@ -37,6 +37,11 @@ type FixedWindow struct {
 	// With carry, for usage reports (winfast.Mark): the units of the calls
 	// that ended in window win, and the units Consume added in it.
 	ended, taken int64
+	// With carry, for usage reports (winfast.Report) in window win: the
+	// highest count a server reported, the most units of this window's
+	// calls that report showed the server had counted, and the units of
+	// the calls whose reports were taken in.
+	top, known, reported int64
 }
 
 // NewFixedWindow returns a fixed window counter for l with nothing counted.
@@ -73,6 +78,7 @@ func (w *FixedWindow) Limit() Limit { return w.limit }
 func (w *FixedWindow) roll(t int64) {
 	if idx := floorDiv(t, int64(w.limit.Per)); idx > w.win {
 		w.win, w.used, w.ended, w.taken = idx, 0, 0, 0
+		w.top, w.known, w.reported = 0, 0, 0
 		if w.carry {
 			w.used = w.inflight
 		}
@@ -187,6 +193,63 @@ func (w *FixedWindow) mark(t int64) (win, ended, taken int64, ok bool) {
 	}
 	w.roll(t)
 	return w.win, w.ended, w.taken, true
+}
+
+// report is winfast.Report: it takes in a server's count used of the
+// window current at t, and returns the change in the units the window
+// counts (negative when it gives units back); ok only for a fixed
+// completion window with a rate.
+//
+// With marked, the count is the response to a call of n units admitted in
+// window win when ended units of that window's calls had ended: the server
+// had counted, besides units from elsewhere, that call, those calls, and
+// every call whose own report was taken in before (the count only grows
+// within a window, so a call reported at a count at most the highest one
+// arrived before it). Of the highest count top, at most top − max(known,
+// reported) units came from elsewhere, where known is the most
+// ended + n of the reports at top and reported the units of every
+// reported call: that bound holds for every earlier count too, since
+// spending from elsewhere only grows within a window. The window counts
+// its own calls plus that bound (capped so as not to pass N), giving back
+// what an earlier, looser bound took. A report of an earlier window (win
+// not the current one) is dropped. Each call must be reported marked at
+// most once: a second report of a call would count it twice.
+//
+// Without marked (a count read with no call at hand: Reconcile, or a
+// call's second report), the count is taken as Reconciler.Consume of
+// used − Used would: every call of the window counted by the server; it
+// never gives units back.
+func (w *FixedWindow) report(t, win, used, ended, n int64, marked bool) (delta int64, ok bool) {
+	if !w.carry || w.limit.Per <= 0 {
+		return 0, false
+	}
+	w.roll(t)
+	if used < 0 || marked && (win != w.win || ended < 0 || n < 0) {
+		return 0, true
+	}
+	used = min(used, w.limit.N) // "full until the window moves", no more
+	own := max(w.used-w.taken, 0)
+	k := sat.Add(ended, n)
+	if !marked {
+		k = own // as Reconciler.Consume of used − Used: every call of the window counted
+	}
+	switch {
+	case used > w.top:
+		w.top, w.known = used, k
+	case used == w.top:
+		w.known = max(w.known, k)
+	}
+	if marked {
+		w.reported = sat.Add(w.reported, n)
+	}
+	foreign := max(w.top-max(w.known, w.reported), 0)
+	take := min(foreign, max(w.limit.N-own, 0))
+	if !marked {
+		take = max(take, w.taken) // a count with no call at hand never gives back
+	}
+	delta = take - w.taken
+	w.used, w.taken = own+take, take
+	return delta, true
 }
 
 // after returns the instant wait nanoseconds after now, or the zero

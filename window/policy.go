@@ -86,6 +86,12 @@ func init() {
 		}
 		return 0, 0, 0, false
 	}
+	winfast.Report = func(p any, now time.Time, win, used, ended, n int64, marked bool) (int64, bool) {
+		if w, is := p.(*FixedWindow); is {
+			return w.report(now.UnixNano(), win, used, ended, n, marked)
+		}
+		return 0, false
+	}
 }
 
 // fastOf is winfast.Of. It matches the exact types of this package: a type

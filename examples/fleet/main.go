@@ -21,7 +21,9 @@
 //     divided by -scale, 429 with Retry-After and 418 bans) and logs every
 //     arrival, with a latency uniform in -latency;
 //   - starts K copies of itself with -worker. Each runs a klines backfill
-//     (-klines goroutines of GET /api/v3/klines, weight 2) and an order
+//     (-klines goroutines of GET /api/v3/klines, weight 2), an order book
+//     poller (-depth goroutines of GET /api/v3/depth, whose limits 100,
+//     500, 1000 and 5000 in turn weigh 5, 25, 50 and 250) and an order
 //     stream (-orders goroutines of POST /api/v3/order on one account:
 //     weight 1 and one order in each ORDERS rule) through
 //     httpclient.NewPool, for -duration;
@@ -96,6 +98,7 @@ type config struct {
 	Duration time.Duration
 	Foreign  float64 // share of the REQUEST_WEIGHT limit
 	Klines   int     // per process
+	Depth    int     // per process
 	Orders   int     // per process
 	LatMin   time.Duration
 	LatMax   time.Duration
@@ -122,6 +125,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&cfg.Duration, "duration", 20*time.Second, "how long the workers run")
 	fs.Float64Var(&cfg.Foreign, "foreign", 0.25, "share of the IP's REQUEST_WEIGHT limit a foreign client spends at the start of every window, outside ratesem (0 to 0.9)")
 	fs.IntVar(&cfg.Klines, "klines", 16, "goroutines of the klines backfill per process")
+	fs.IntVar(&cfg.Depth, "depth", 2, "goroutines of the order book poller per process (GET /api/v3/depth, weights 5, 25, 50 and 250 in turn)")
 	fs.IntVar(&cfg.Orders, "orders", 2, "goroutines of the order stream per process")
 	fs.StringVar(&latency, "latency", "10ms-30ms", "server latency, uniform in min-max")
 	fs.DurationVar(&cfg.Lease, "lease", 0, "how long an admitted call counts in Redis without a release (0: the pool's default)")
@@ -148,8 +152,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return cfg, fmt.Errorf("-duration %v: want > 0", cfg.Duration)
 	case !(cfg.Foreign >= 0 && cfg.Foreign <= 0.9):
 		return cfg, fmt.Errorf("-foreign %v: want 0 to 0.9", cfg.Foreign)
-	case cfg.Klines < 0 || cfg.Orders < 0 || cfg.Klines+cfg.Orders == 0 || cfg.Klines+cfg.Orders > 1024:
-		return cfg, fmt.Errorf("-klines %d -orders %d: want ≥ 0 each, 1 to 1024 together", cfg.Klines, cfg.Orders)
+	case cfg.Klines < 0 || cfg.Depth < 0 || cfg.Orders < 0 || cfg.Klines+cfg.Depth+cfg.Orders == 0 || cfg.Klines+cfg.Depth+cfg.Orders > 1024:
+		return cfg, fmt.Errorf("-klines %d -depth %d -orders %d: want ≥ 0 each, 1 to 1024 together", cfg.Klines, cfg.Depth, cfg.Orders)
 	case cfg.Lease < 0:
 		return cfg, fmt.Errorf("-lease %v: want ≥ 0", cfg.Lease)
 	case !(cfg.MinUse >= 0 && cfg.MinUse <= 100):
@@ -365,8 +369,8 @@ func run(ctx context.Context, cfg config, exe string, out io.Writer) (result, er
 	}
 	fmt.Fprintf(out, "Binance test server %s, scale %g: REQUEST_WEIGHT %d per %v, ORDERS_10S %d per %v; latency %v-%v\n",
 		srv.URL(), cfg.Scale, weightRule.Limit, weightRule.Window, ordersRule.Limit, ordersRule.Window, cfg.LatMin, cfg.LatMax)
-	fmt.Fprintf(out, "each process: %d klines goroutines (weight 2), %d order goroutines (weight 1, 1 order) for %v; foreign client: %d weight at the start of every window (%g%%)\n",
-		cfg.Klines, cfg.Orders, cfg.Duration, foreign, 100*cfg.Foreign)
+	fmt.Fprintf(out, "each process: %d klines goroutines (weight 2), %d depth goroutines (weights 5, 25, 50, 250), %d order goroutines (weight 1, 1 order) for %v; foreign client: %d weight at the start of every window (%g%%)\n",
+		cfg.Klines, cfg.Depth, cfg.Orders, cfg.Duration, foreign, 100*cfg.Foreign)
 
 	ctx, cancel := context.WithTimeout(ctx, cfg.Duration+2*time.Minute)
 	defer cancel()
@@ -390,7 +394,7 @@ func run(ctx context.Context, cfg config, exe string, out io.Writer) (result, er
 	for i := range cfg.Procs {
 		wc := workerConfig{
 			ID: i + 1, Redis: redisAddr, Cluster: cfg.Cluster, Prefix: prefix, URL: srv.URL(), Scale: cfg.Scale,
-			Klines: cfg.Klines, Orders: cfg.Orders, Lease: cfg.Lease, Local: cfg.Local, Procs: cfg.Procs, NoUsage: cfg.NoUsage,
+			Klines: cfg.Klines, Depth: cfg.Depth, Orders: cfg.Orders, Lease: cfg.Lease, Local: cfg.Local, Procs: cfg.Procs, NoUsage: cfg.NoUsage,
 		}
 		if cfg.Kill && i == 0 {
 			// All of what the foreign client leaves: while the lease holds,

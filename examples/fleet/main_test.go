@@ -182,7 +182,7 @@ func TestFlags(t *testing.T) {
 		{"-scale", "0"}, {"-scale", "-3"}, {"-scale", "NaN"}, {"-scale", "+Inf"}, {"-scale", "1e9"},
 		{"-duration", "0s"}, {"-duration", "-1s"},
 		{"-foreign", "-0.1"}, {"-foreign", "0.95"}, {"-foreign", "NaN"},
-		{"-klines", "0", "-orders", "0"}, {"-klines", "-1"}, {"-klines", "2000"},
+		{"-klines", "0", "-depth", "0", "-orders", "0"}, {"-klines", "-1"}, {"-klines", "2000"}, {"-depth", "-1"},
 		{"-latency", "30ms-10ms"}, {"-latency", "-1ms"}, {"-latency", "fast"}, {"-latency", "2m"}, {"-latency", ""},
 		{"-lease", "-1s"}, {"-min-use", "101"}, {"-min-use", "-1"},
 		{"-scale", "12"}, {"-scale", "30"},

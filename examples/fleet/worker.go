@@ -40,6 +40,7 @@ type workerConfig struct {
 	URL     string // the Binance test server
 	Scale   float64
 	Klines  int           // goroutines of the klines backfill
+	Depth   int           // goroutines of the order book poller
 	Orders  int           // goroutines of the order stream
 	Lease   time.Duration // how long an admitted call counts without a release (Redis); 0: the default
 	Local   bool          // an in-process pool with 1/Procs of every limit instead of Redis
@@ -58,6 +59,7 @@ func (c workerConfig) args() []string {
 		"-url", c.URL,
 		"-scale", strconv.FormatFloat(c.Scale, 'g', -1, 64),
 		"-klines", strconv.Itoa(c.Klines),
+		"-depth", strconv.Itoa(c.Depth),
 		"-orders", strconv.Itoa(c.Orders),
 		"-lease", c.Lease.String(),
 		"-local=" + strconv.FormatBool(c.Local),
@@ -79,6 +81,7 @@ func parseWorkerArgs(args []string) (workerConfig, error) {
 	fs.StringVar(&c.URL, "url", "", "")
 	fs.Float64Var(&c.Scale, "scale", 0, "")
 	fs.IntVar(&c.Klines, "klines", 0, "")
+	fs.IntVar(&c.Depth, "depth", 0, "")
 	fs.IntVar(&c.Orders, "orders", 0, "")
 	fs.DurationVar(&c.Lease, "lease", 0, "")
 	fs.BoolVar(&c.Local, "local", false, "")
@@ -88,7 +91,7 @@ func parseWorkerArgs(args []string) (workerConfig, error) {
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
-	if c.URL == "" || c.Prefix == "" || !(c.Scale > 0) || c.Klines < 0 || c.Orders < 0 || c.Procs < 1 ||
+	if c.URL == "" || c.Prefix == "" || !(c.Scale > 0) || c.Klines < 0 || c.Depth < 0 || c.Orders < 0 || c.Procs < 1 ||
 		c.Lease < 0 || c.Hold < 0 || (!c.Local && c.Redis == "") {
 		return c, fmt.Errorf("invalid worker arguments %q", args)
 	}
@@ -161,7 +164,7 @@ func work(cfg workerConfig, stdin io.Reader, out *lineWriter) (workerReport, err
 		return rep, err
 	}
 	defer closePool()
-	base := &http.Transport{MaxIdleConnsPerHost: cfg.Klines + cfg.Orders + 1}
+	base := &http.Transport{MaxIdleConnsPerHost: cfg.Klines + cfg.Depth + cfg.Orders + 1}
 	defer base.CloseIdleConnections()
 	client := &http.Client{Transport: httpclient.NewPool(pool, httpclient.WithBase(detached{base}))}
 
@@ -252,6 +255,9 @@ func work(cfg workerConfig, stdin io.Reader, out *lineWriter) (workerReport, err
 	for range cfg.Klines {
 		wg.Go(func() { loop(func(ctx context.Context, i int64) (*http.Request, error) { return klines(ctx, cfg, i) }) })
 	}
+	for range cfg.Depth {
+		wg.Go(func() { loop(func(ctx context.Context, i int64) (*http.Request, error) { return depth(ctx, cfg, i) }) })
+	}
 	for range cfg.Orders {
 		wg.Go(func() { loop(func(ctx context.Context, i int64) (*http.Request, error) { return order(ctx, cfg, i) }) })
 	}
@@ -278,6 +284,17 @@ func klines(ctx context.Context, cfg workerConfig, i int64) (*http.Request, erro
 	q := url.Values{"symbol": {"BTCUSDT"}, "interval": {"1m"}, "limit": {"1000"},
 		"startTime": {strconv.FormatInt(1_500_000_000_000+(int64(cfg.ID)<<40)+i*1000*60_000, 10)}}
 	return http.NewRequestWithContext(ctx, http.MethodGet, cfg.URL+"/api/v3/klines?"+q.Encode(), nil)
+}
+
+// depthLimits are the limits the order book poller asks for in turn: weights
+// 5, 25, 50 and 250 in the preset and at the server.
+var depthLimits = [...]string{"100", "500", "1000", "5000"}
+
+// depth is the i-th request of the order book poller: BTCUSDT's book at one
+// of depthLimits, weight 5 to 250.
+func depth(ctx context.Context, cfg workerConfig, i int64) (*http.Request, error) {
+	q := url.Values{"symbol": {"BTCUSDT"}, "limit": {depthLimits[i%int64(len(depthLimits))]}}
+	return http.NewRequestWithContext(ctx, http.MethodGet, cfg.URL+"/api/v3/depth?"+q.Encode(), nil)
 }
 
 // order is the i-th order of the stream: a limit buy on the shared account,

@@ -3,9 +3,12 @@ package binance
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"net/http"
+	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ratesem/ratesem/clientpool"
@@ -70,16 +73,40 @@ var rules = []ruleRow{
 // endpoints is Binance Spot's endpoint table, one line per endpoint: method,
 // path, REQUEST_WEIGHT (fixed, or computed from the request as described),
 // the units in each ORDERS rule, and the documentation section. Every
-// request also counts 1 in RAW_REQUESTS.
+// request also counts 1 in RAW_REQUESTS. The weights are those of the
+// "Weight" line of each endpoint in DocsURL's REST API pages (read from
+// github.com/binance/binance-spot-api-docs, rest-api.md, July 2026).
 var endpoints = []endpointRow{
-	{"GET", "/api/v3/depth", 0, depthWeight, "limit<=100 (default): 5, <=500: 25, <=1000: 50, else 250", 0, "rest-api/market-data-endpoints#order-book"},
-	{"GET", "/api/v3/klines", 2, nil, "", 0, "rest-api/market-data-endpoints#klinecandlestick-data"},
+	{"GET", "/api/v3/ping", 1, nil, "", 0, "rest-api/general-endpoints#test-connectivity"},
+	{"GET", "/api/v3/time", 1, nil, "", 0, "rest-api/general-endpoints#check-server-time"},
 	{"GET", "/api/v3/exchangeInfo", 20, nil, "", 0, "rest-api/general-endpoints#exchange-information"},
+	{"GET", "/api/v3/depth", 0, depthWeight, "limit<=100 (default): 5, <=500: 25, <=1000: 50, else 250", 0, "rest-api/market-data-endpoints#order-book"},
+	{"GET", "/api/v3/trades", 25, nil, "", 0, "rest-api/market-data-endpoints#recent-trades-list"},
+	{"GET", "/api/v3/historicalTrades", 25, nil, "", 0, "rest-api/market-data-endpoints#old-trade-lookup"},
+	{"GET", "/api/v3/aggTrades", 4, nil, "", 0, "rest-api/market-data-endpoints#compressedaggregate-trades-list"},
+	{"GET", "/api/v3/klines", 2, nil, "", 0, "rest-api/market-data-endpoints#klinecandlestick-data"},
+	{"GET", "/api/v3/uiKlines", 2, nil, "", 0, "rest-api/market-data-endpoints#uiklines"},
+	{"GET", "/api/v3/avgPrice", 2, nil, "", 0, "rest-api/market-data-endpoints#current-average-price"},
+	{"GET", "/api/v3/ticker/24hr", 0, tickerWeight, "symbol: 2; symbols<=20: 2, <=100: 40; else 80", 0, "rest-api/market-data-endpoints#24hr-ticker-price-change-statistics"},
+	{"GET", "/api/v3/ticker/tradingDay", 0, perSymbolWeight, "4 per symbol, at most 200; else 200", 0, "rest-api/market-data-endpoints#trading-day-ticker"},
+	{"GET", "/api/v3/ticker/price", 0, priceTickerWeight, "symbol: 2; else 4", 0, "rest-api/market-data-endpoints#symbol-price-ticker"},
+	{"GET", "/api/v3/ticker/bookTicker", 0, priceTickerWeight, "symbol: 2; else 4", 0, "rest-api/market-data-endpoints#symbol-order-book-ticker"},
+	{"GET", "/api/v3/ticker", 0, perSymbolWeight, "4 per symbol, at most 200; else 200", 0, "rest-api/market-data-endpoints#rolling-window-price-change-statistics"},
+	{"POST", "/api/v3/order", 1, nil, "", 1, "rest-api/trading-endpoints#new-order-trade"},
+	{"POST", "/api/v3/order/test", 0, orderTestWeight, "computeCommissionRates=true: 20; else 1", 0, "rest-api/trading-endpoints#test-new-order-trade"},
+	{"DELETE", "/api/v3/order", 1, nil, "", 0, "rest-api/trading-endpoints#cancel-order-trade"},
+	{"DELETE", "/api/v3/openOrders", 1, nil, "", 0, "rest-api/trading-endpoints#cancel-all-open-orders-on-a-symbol-trade"},
+	{"POST", "/api/v3/order/cancelReplace", 1, nil, "", 1, "rest-api/trading-endpoints#cancel-an-existing-order-and-send-a-new-order-trade"},
 	{"GET", "/api/v3/account", 20, nil, "", 0, "rest-api/account-endpoints#account-information-user_data"},
 	{"GET", "/api/v3/order", 4, nil, "", 0, "rest-api/account-endpoints#query-order-user_data"},
-	{"GET", "/api/v3/ticker/24hr", 0, tickerWeight, "symbol: 2; symbols<=20: 2, <=100: 40; else 80", 0, "rest-api/market-data-endpoints#24hr-ticker-price-change-statistics"},
 	{"GET", "/api/v3/openOrders", 0, openOrdersWeight, "symbol: 6; else 80", 0, "rest-api/account-endpoints#current-open-orders-user_data"},
-	{"POST", "/api/v3/order", 1, nil, "", 1, "rest-api/trading-endpoints#new-order-trade"},
+	{"GET", "/api/v3/allOrders", 20, nil, "", 0, "rest-api/account-endpoints#all-orders-user_data"},
+	{"GET", "/api/v3/orderList", 4, nil, "", 0, "rest-api/account-endpoints#query-order-list-user_data"},
+	{"GET", "/api/v3/allOrderList", 20, nil, "", 0, "rest-api/account-endpoints#query-all-order-lists-user_data"},
+	{"GET", "/api/v3/openOrderList", 6, nil, "", 0, "rest-api/account-endpoints#query-open-order-lists-user_data"},
+	{"GET", "/api/v3/myTrades", 0, myTradesWeight, "orderId: 5; else 20", 0, "rest-api/account-endpoints#account-trade-list-user_data"},
+	{"GET", "/api/v3/rateLimit/order", 40, nil, "", 0, "rest-api/account-endpoints#query-unfilled-order-count-user_data"},
+	{"GET", "/api/v3/account/commission", 20, nil, "", 0, "rest-api/account-endpoints#query-commission-rates-user_data"},
 }
 
 // Option configures Spot.
@@ -246,6 +273,97 @@ func tickerWeight(req *http.Request) int64 {
 		}
 	}
 	return 80
+}
+
+// priceTickerWeight is the REQUEST_WEIGHT of GET /api/v3/ticker/price and
+// GET /api/v3/ticker/bookTicker: 2 for one symbol, 4 for a symbols list or
+// all symbols.
+func priceTickerWeight(req *http.Request) int64 {
+	if req.URL.Query().Get("symbol") != "" {
+		return 2
+	}
+	return 4
+}
+
+// maxPerSymbol is the most GET /api/v3/ticker and
+// GET /api/v3/ticker/tradingDay cost: 4 per symbol, capped at 200 beyond 50
+// symbols.
+const maxPerSymbol = 200
+
+// perSymbolWeight is the REQUEST_WEIGHT of GET /api/v3/ticker (rolling
+// window statistics) and GET /api/v3/ticker/tradingDay: 4 for each symbol
+// requested, at most 200 (beyond 50 symbols). The endpoints need symbol or
+// symbols; a request with neither, or with a symbols value that is not a
+// non-empty JSON array of strings, costs 200, the most they can cost, as
+// Binance does not document it.
+func perSymbolWeight(req *http.Request) int64 {
+	q := req.URL.Query()
+	if q.Get("symbol") != "" {
+		return 4
+	}
+	var symbols []string
+	if err := json.Unmarshal([]byte(q.Get("symbols")), &symbols); err != nil || len(symbols) == 0 {
+		return maxPerSymbol
+	}
+	return min(4*int64(len(symbols)), maxPerSymbol)
+}
+
+// myTradesWeight is the REQUEST_WEIGHT of GET /api/v3/myTrades: 5 with
+// orderId, 20 without.
+func myTradesWeight(req *http.Request) int64 {
+	if req.URL.Query().Get("orderId") != "" {
+		return 5
+	}
+	return 20
+}
+
+// maxFormBody is the most of a request body orderTestWeight reads for its
+// parameters.
+const maxFormBody = 64 << 10
+
+// orderTestWeight is the REQUEST_WEIGHT of POST /api/v3/order/test: 20 with
+// computeCommissionRates=true, 1 without. Binance takes the parameters from
+// the query string and the form body alike: the body is read through
+// req.GetBody (req.Body is left unread), and a body that cannot be read so
+// (no GetBody, an error, more than 64 KiB, not a form) costs 20, the most
+// the endpoint can cost.
+func orderTestWeight(req *http.Request) int64 {
+	const with, without = 20, 1
+	if commissionRates(req.URL.Query()) {
+		return with
+	}
+	if req.Body == nil || req.Body == http.NoBody {
+		return without
+	}
+	if req.GetBody == nil {
+		return with
+	}
+	body, err := req.GetBody()
+	if err != nil {
+		return with
+	}
+	defer body.Close()
+	b, err := io.ReadAll(io.LimitReader(body, maxFormBody+1))
+	if err != nil || len(b) > maxFormBody {
+		return with
+	}
+	form, err := url.ParseQuery(string(b))
+	if err != nil || commissionRates(form) {
+		return with
+	}
+	return without
+}
+
+// commissionRates reports whether q asks POST /api/v3/order/test for
+// commission rates. Binance reads booleans case-insensitively; anything but
+// "false" (or absent) is taken as true, the costlier reading.
+func commissionRates(q url.Values) bool {
+	for _, v := range q["computeCommissionRates"] {
+		if !strings.EqualFold(v, "false") {
+			return true
+		}
+	}
+	return false
 }
 
 // openOrdersWeight is the REQUEST_WEIGHT of GET /api/v3/openOrders: 6 for one

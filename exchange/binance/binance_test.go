@@ -2,6 +2,7 @@ package binance_test
 
 import (
 	"bytes"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -62,6 +63,13 @@ func TestClassify(t *testing.T) {
 	require.NoError(t, err)
 	order.Header.Set(binance.HeaderAPIKey, key)
 	noKey := httptest.NewRequest(http.MethodPost, base+"/api/v3/order?symbol=LTCBTC", nil)
+	cancelReplace := httptest.NewRequest(http.MethodPost, base+"/api/v3/order/cancelReplace?symbol=LTCBTC", nil)
+	cancelReplace.Header.Set(binance.HeaderAPIKey, key)
+	post := func(path, body string) *http.Request {
+		req, err := http.NewRequest(http.MethodPost, base+path, strings.NewReader(body))
+		require.NoError(t, err)
+		return req
+	}
 
 	cases := []struct {
 		name string
@@ -98,8 +106,51 @@ func TestClassify(t *testing.T) {
 			c(binance.RuleOrders10s, key, 1), c(binance.RuleOrders1d, key, 1)}},
 		{"new order without API key", noKey, []ch{c(binance.RuleRequestWeight, "", 1), c(binance.RuleRawRequests, "", 1),
 			c(binance.RuleOrders10s, "", 1), c(binance.RuleOrders1d, "", 1)}},
-		{"unknown endpoint: the default", get("/api/v3/time"), ip(1)},
-		{"cancel order: the default", httptest.NewRequest(http.MethodDelete, base+"/api/v3/order?symbol=LTCBTC&orderId=1", nil), ip(1)},
+		{"unknown endpoint: the default", get("/api/v3/notAnEndpoint"), ip(1)},
+		{"ping", get("/api/v3/ping"), ip(1)},
+		{"time", get("/api/v3/time"), ip(1)},
+		{"trades", get("/api/v3/trades?symbol=BTCUSDT"), ip(25)},
+		{"historical trades", get("/api/v3/historicalTrades?symbol=BTCUSDT"), ip(25)},
+		{"agg trades", get("/api/v3/aggTrades?symbol=BTCUSDT"), ip(4)},
+		{"ui klines", get("/api/v3/uiKlines?symbol=BTCUSDT&interval=1m"), ip(2)},
+		{"avg price", get("/api/v3/avgPrice?symbol=BTCUSDT"), ip(2)},
+		{"price ticker with symbol", get("/api/v3/ticker/price?symbol=BTCUSDT"), ip(2)},
+		{"price ticker without symbol", get("/api/v3/ticker/price"), ip(4)},
+		{"price ticker with symbols", get("/api/v3/ticker/price?symbols=" + symbols(500)), ip(4)},
+		{"book ticker with symbol", get("/api/v3/ticker/bookTicker?symbol=BTCUSDT"), ip(2)},
+		{"book ticker without symbol", get("/api/v3/ticker/bookTicker"), ip(4)},
+		{"rolling ticker with symbol", get("/api/v3/ticker?symbol=BTCUSDT&windowSize=1h"), ip(4)},
+		{"rolling ticker 1 of symbols", get("/api/v3/ticker?symbols=" + symbols(1)), ip(4)},
+		{"rolling ticker 10 symbols", get("/api/v3/ticker?symbols=" + symbols(10)), ip(40)},
+		{"rolling ticker 50 symbols", get("/api/v3/ticker?symbols=" + symbols(50)), ip(200)},
+		{"rolling ticker 51 symbols", get("/api/v3/ticker?symbols=" + symbols(51)), ip(200)},
+		{"rolling ticker 10000 symbols", get("/api/v3/ticker?symbols=" + symbols(10000)), ip(200)},
+		{"rolling ticker no symbol", get("/api/v3/ticker"), ip(200)},
+		{"rolling ticker empty symbols", get("/api/v3/ticker?symbols=[]"), ip(200)},
+		{"rolling ticker symbols not JSON", get("/api/v3/ticker?symbols=BTCUSDT,BNBBTC"), ip(200)},
+		{"trading day ticker 3 symbols", get("/api/v3/ticker/tradingDay?symbols=" + symbols(3)), ip(12)},
+		{"trading day ticker with symbol", get("/api/v3/ticker/tradingDay?symbol=BTCUSDT"), ip(4)},
+		{"test order", httptest.NewRequest(http.MethodPost, base+"/api/v3/order/test?symbol=LTCBTC", nil), ip(1)},
+		{"test order with commission rates", httptest.NewRequest(http.MethodPost, base+"/api/v3/order/test?computeCommissionRates=true", nil), ip(20)},
+		{"test order with commission rates TRUE", httptest.NewRequest(http.MethodPost, base+"/api/v3/order/test?computeCommissionRates=TRUE", nil), ip(20)},
+		{"test order without commission rates", httptest.NewRequest(http.MethodPost, base+"/api/v3/order/test?computeCommissionRates=false", nil), ip(1)},
+		{"test order, form body", post("/api/v3/order/test", "symbol=LTCBTC&side=BUY"), ip(1)},
+		{"test order, form body with commission rates", post("/api/v3/order/test", "symbol=LTCBTC&computeCommissionRates=true"), ip(20)},
+		{"test order, body too large", post("/api/v3/order/test", strings.Repeat("a", 64<<10+1)), ip(20)},
+		{"test order, body not a form", post("/api/v3/order/test", "%zz"), ip(20)},
+		{"test order, body without GetBody", httptest.NewRequest(http.MethodPost, base+"/api/v3/order/test", io.MultiReader(strings.NewReader("symbol=LTCBTC"))), ip(20)},
+		{"cancel order", httptest.NewRequest(http.MethodDelete, base+"/api/v3/order?symbol=LTCBTC&orderId=1", nil), ip(1)},
+		{"cancel open orders", httptest.NewRequest(http.MethodDelete, base+"/api/v3/openOrders?symbol=LTCBTC", nil), ip(1)},
+		{"cancel and replace", cancelReplace, []ch{c(binance.RuleRequestWeight, "", 1), c(binance.RuleRawRequests, "", 1),
+			c(binance.RuleOrders10s, key, 1), c(binance.RuleOrders1d, key, 1)}},
+		{"all orders", get("/api/v3/allOrders?symbol=LTCBTC"), ip(20)},
+		{"order list", get("/api/v3/orderList?orderListId=1"), ip(4)},
+		{"all order lists", get("/api/v3/allOrderList"), ip(20)},
+		{"open order lists", get("/api/v3/openOrderList"), ip(6)},
+		{"my trades", get("/api/v3/myTrades?symbol=LTCBTC"), ip(20)},
+		{"my trades of an order", get("/api/v3/myTrades?symbol=LTCBTC&orderId=1"), ip(5)},
+		{"unfilled order count", get("/api/v3/rateLimit/order"), ip(40)},
+		{"commission rates", get("/api/v3/account/commission?symbol=LTCBTC"), ip(20)},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -117,6 +168,14 @@ func TestEveryEndpointClassified(t *testing.T) {
 		"GET /api/v3/depth": true, "GET /api/v3/klines": true, "GET /api/v3/exchangeInfo": true,
 		"GET /api/v3/account": true, "GET /api/v3/order": true, "GET /api/v3/ticker/24hr": true,
 		"GET /api/v3/openOrders": true, "POST /api/v3/order": true,
+		"GET /api/v3/ping": true, "GET /api/v3/time": true, "GET /api/v3/trades": true,
+		"GET /api/v3/historicalTrades": true, "GET /api/v3/aggTrades": true, "GET /api/v3/uiKlines": true,
+		"GET /api/v3/avgPrice": true, "GET /api/v3/ticker/tradingDay": true, "GET /api/v3/ticker/price": true,
+		"GET /api/v3/ticker/bookTicker": true, "GET /api/v3/ticker": true, "POST /api/v3/order/test": true,
+		"DELETE /api/v3/order": true, "DELETE /api/v3/openOrders": true, "POST /api/v3/order/cancelReplace": true,
+		"GET /api/v3/allOrders": true, "GET /api/v3/orderList": true, "GET /api/v3/allOrderList": true,
+		"GET /api/v3/openOrderList": true, "GET /api/v3/myTrades": true, "GET /api/v3/rateLimit/order": true,
+		"GET /api/v3/account/commission": true,
 	}
 	seen := map[string]bool{}
 	for _, e := range binance.Spot().Endpoints {

@@ -17,8 +17,10 @@
 // window when requests cross boundaries. The usage headers Binance returns
 // (X-MBX-USED-WEIGHT-1M, X-MBX-ORDER-COUNT-10S and -1D) are read after every
 // response (Rule.Usage): when the server counts more than the pool, for
-// another process on the same IP or account, the pool counts it too; it
-// never counts less because of them.
+// another process on the same IP or account, the pool counts it too, never
+// less than the server's count shows; each count is read against the pool's
+// own calls the server had surely counted, so that heavy calls in flight are
+// not mistaken for another client's (clientpool's Ticket.ObserveHeaders).
 //
 // The keys:
 //
@@ -59,16 +61,38 @@
 // request also costs 1 RAW_REQUESTS. Section is the endpoint's part of
 // https://developers.binance.com/docs/binance-spot-api-docs/ (Endpoint.Source).
 //
-//	Method  Path                  REQUEST_WEIGHT                                            ORDERS  Section
-//	GET     /api/v3/depth         limit<=100 (default): 5, <=500: 25, <=1000: 50, else 250  -       rest-api/market-data-endpoints#order-book
-//	GET     /api/v3/klines        2                                                         -       rest-api/market-data-endpoints#klinecandlestick-data
-//	GET     /api/v3/exchangeInfo  20                                                        -       rest-api/general-endpoints#exchange-information
-//	GET     /api/v3/account       20                                                        -       rest-api/account-endpoints#account-information-user_data
-//	GET     /api/v3/order         4                                                         -       rest-api/account-endpoints#query-order-user_data
-//	GET     /api/v3/ticker/24hr   symbol: 2; symbols<=20: 2, <=100: 40; else 80             -       rest-api/market-data-endpoints#24hr-ticker-price-change-statistics
-//	GET     /api/v3/openOrders    symbol: 6; else 80                                        -       rest-api/account-endpoints#current-open-orders-user_data
-//	POST    /api/v3/order         1                                                         1       rest-api/trading-endpoints#new-order-trade
-//	any     other                 1                                                         -       (Table.Default)
+//	Method  Path                         REQUEST_WEIGHT                                            ORDERS  Section
+//	GET     /api/v3/ping                 1                                                         -       rest-api/general-endpoints#test-connectivity
+//	GET     /api/v3/time                 1                                                         -       rest-api/general-endpoints#check-server-time
+//	GET     /api/v3/exchangeInfo         20                                                        -       rest-api/general-endpoints#exchange-information
+//	GET     /api/v3/depth                limit<=100 (default): 5, <=500: 25, <=1000: 50, else 250  -       rest-api/market-data-endpoints#order-book
+//	GET     /api/v3/trades               25                                                        -       rest-api/market-data-endpoints#recent-trades-list
+//	GET     /api/v3/historicalTrades     25                                                        -       rest-api/market-data-endpoints#old-trade-lookup
+//	GET     /api/v3/aggTrades            4                                                         -       rest-api/market-data-endpoints#compressedaggregate-trades-list
+//	GET     /api/v3/klines               2                                                         -       rest-api/market-data-endpoints#klinecandlestick-data
+//	GET     /api/v3/uiKlines             2                                                         -       rest-api/market-data-endpoints#uiklines
+//	GET     /api/v3/avgPrice             2                                                         -       rest-api/market-data-endpoints#current-average-price
+//	GET     /api/v3/ticker/24hr          symbol: 2; symbols<=20: 2, <=100: 40; else 80             -       rest-api/market-data-endpoints#24hr-ticker-price-change-statistics
+//	GET     /api/v3/ticker/tradingDay    4 per symbol, at most 200; else 200                       -       rest-api/market-data-endpoints#trading-day-ticker
+//	GET     /api/v3/ticker/price         symbol: 2; else 4                                         -       rest-api/market-data-endpoints#symbol-price-ticker
+//	GET     /api/v3/ticker/bookTicker    symbol: 2; else 4                                         -       rest-api/market-data-endpoints#symbol-order-book-ticker
+//	GET     /api/v3/ticker               4 per symbol, at most 200; else 200                       -       rest-api/market-data-endpoints#rolling-window-price-change-statistics
+//	POST    /api/v3/order                1                                                         1       rest-api/trading-endpoints#new-order-trade
+//	POST    /api/v3/order/test           computeCommissionRates=true: 20; else 1                   -       rest-api/trading-endpoints#test-new-order-trade
+//	DELETE  /api/v3/order                1                                                         -       rest-api/trading-endpoints#cancel-order-trade
+//	DELETE  /api/v3/openOrders           1                                                         -       rest-api/trading-endpoints#cancel-all-open-orders-on-a-symbol-trade
+//	POST    /api/v3/order/cancelReplace  1                                                         1       rest-api/trading-endpoints#cancel-an-existing-order-and-send-a-new-order-trade
+//	GET     /api/v3/account              20                                                        -       rest-api/account-endpoints#account-information-user_data
+//	GET     /api/v3/order                4                                                         -       rest-api/account-endpoints#query-order-user_data
+//	GET     /api/v3/openOrders           symbol: 6; else 80                                        -       rest-api/account-endpoints#current-open-orders-user_data
+//	GET     /api/v3/allOrders            20                                                        -       rest-api/account-endpoints#all-orders-user_data
+//	GET     /api/v3/orderList            4                                                         -       rest-api/account-endpoints#query-order-list-user_data
+//	GET     /api/v3/allOrderList         20                                                        -       rest-api/account-endpoints#query-all-order-lists-user_data
+//	GET     /api/v3/openOrderList        6                                                         -       rest-api/account-endpoints#query-open-order-lists-user_data
+//	GET     /api/v3/myTrades             orderId: 5; else 20                                       -       rest-api/account-endpoints#account-trade-list-user_data
+//	GET     /api/v3/rateLimit/order      40                                                        -       rest-api/account-endpoints#query-unfilled-order-count-user_data
+//	GET     /api/v3/account/commission   20                                                        -       rest-api/account-endpoints#query-commission-rates-user_data
+//	any     other                        1                                                         -       (Table.Default)
 //
 // # Updating
 //

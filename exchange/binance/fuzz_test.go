@@ -2,6 +2,7 @@ package binance_test
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/ratesem/ratesem/clientpool"
@@ -34,6 +35,43 @@ func FuzzThrottleTargets(f *testing.F) {
 		}
 		if len(got) == 1 && (got[0].Rule != binance.RuleOrders10s || got[0].Key != "k") {
 			t.Fatalf("targets %v, want only ORDERS_10S[k]", got)
+		}
+	})
+}
+
+// FuzzEndpointWeights: whatever the query string and form body (any bytes,
+// any size), every endpoint of the Spot table classifies without a panic
+// and costs between 1 and 250 REQUEST_WEIGHT (Binance's dearest request,
+// GET /api/v3/depth with a limit over 1000), never 0: a request the
+// preset cannot read is charged the most its endpoint can cost.
+func FuzzEndpointWeights(f *testing.F) {
+	for _, s := range []string{
+		"", "symbol=BTCUSDT", `symbols=["A","B"]`, "symbols=[]", "symbols=%5B%5D", "symbols=[1,2]",
+		"limit=5000", "limit=-1", "computeCommissionRates=TRUE", "orderId=1", "%zz", "symbols=" + symbols(60),
+	} {
+		f.Add(s, s)
+	}
+	table := binance.Spot()
+	pool, err := clientpool.New(table)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, query, body string) {
+		for _, e := range table.Endpoints {
+			req, err := http.NewRequest(e.Method, base+e.Path, strings.NewReader(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.URL.RawQuery = query
+			cs, err := pool.Classify(req)
+			if err != nil {
+				t.Fatalf("%s %s?%q: %v", e.Method, e.Path, query, err)
+			}
+			for _, c := range cs {
+				if c.Rule == binance.RuleRequestWeight && (c.Weight < 1 || c.Weight > 250) {
+					t.Fatalf("%s %s?%q: REQUEST_WEIGHT %d, want 1 to 250", e.Method, e.Path, query, c.Weight)
+				}
+			}
 		}
 	})
 }

@@ -32,6 +32,7 @@ type fakeStore struct {
 	admitHook   func(ctx context.Context) error // before an Admit decides; an error fails it
 	decide      func() *rstore.Decision         // when it returns a decision, Admit returns it
 	releaseHook func(ctx context.Context) error // before a Release; an error fails it
+	reconcile   func(used int64) int64          // the reply of ReconcileAt (0 when nil)
 }
 
 type fakeLim struct {
@@ -203,6 +204,9 @@ func (f *fakeStore) Pause(ctx context.Context, scope string, c rstore.Charge, d 
 }
 
 func (f *fakeStore) ReconcileAt(ctx context.Context, scope string, c rstore.Charge, used int64, _ rstore.Read) (int64, error) {
+	if f.reconcile != nil {
+		return f.reconcile(used), nil
+	}
 	return 0, nil
 }
 

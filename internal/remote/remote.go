@@ -282,6 +282,7 @@ type waiter struct {
 	rank   sched.Rank    // its place in every queue (joinLocked)
 	turn   chan struct{} // closed when ahead drops to 0 after queueing; replaced (under e.mu) when displaced
 	wake   chan struct{} // capacity 1: a release of this process on one of its limiters reached Redis
+	room   chan struct{} // capacity 1: a usage report of this process gave units back on one of its limiters
 }
 
 // Engine waits for admissions decided in Redis. It is safe for concurrent
@@ -589,6 +590,7 @@ func (e *Engine) joinLocked(w *waiter, p ratesem.Priority) {
 	w.rank = e.ranker.Next(p)
 	w.turn = make(chan struct{})
 	w.wake = make(chan struct{}, 1)
+	w.room = make(chan struct{}, 1)
 	w.elems = make([]*list.Element, len(w.lims))
 	for i, l := range w.lims {
 		at := l.q.Back()
@@ -1039,8 +1041,9 @@ func (e *Engine) hold(c *Call, since time.Time) error {
 }
 
 // sleep sleeps d, or less when ctx ends (its error), Close is called
-// (ErrClosed) or, if onRelease, a release of this process on one of w's
-// limiters reaches Redis (nil).
+// (ErrClosed), a usage report of this process gave units back on one of
+// w's limiters (nil), or, if onRelease, a release of this process on one
+// of them reaches Redis (nil).
 func (e *Engine) sleep(ctx context.Context, w *waiter, d time.Duration, onRelease bool) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -1052,6 +1055,8 @@ func (e *Engine) sleep(ctx context.Context, w *waiter, d time.Duration, onReleas
 	case <-t.C:
 		return nil
 	case <-woken:
+		return nil
+	case <-w.room:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
@@ -1319,7 +1324,10 @@ func (e *Engine) Reconcile(scope string, c rspec.Charge, used int64) {
 // ReconcileAt is Reconcile for a count read at at on Redis's clock (zero
 // when not known): a window aligned to the clock drops a count read in an
 // earlier window than the one current when it reaches Redis (see
-// rspec.Store.ReconcileAt).
+// rspec.Store.ReconcileAt). When the count gave units back (a fixed
+// completion window whose bound on the units from elsewhere tightened),
+// this process forgets what it learned of the limiter's next admission and
+// wakes the limiter's first waiter, which asks Redis again.
 func (e *Engine) ReconcileAt(scope string, c rspec.Charge, used int64, r rspec.Read) {
 	if used < 0 {
 		return
@@ -1332,9 +1340,22 @@ func (e *Engine) ReconcileAt(scope string, c rspec.Charge, used int64, r rspec.R
 	}
 	e.spawn(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), e.cfg.Timeout)
-		_, err := e.st.ReconcileAt(ctx, scope, c, used, r)
+		delta, err := e.st.ReconcileAt(ctx, scope, c, used, r)
 		cancel()
 		e.roundTrip(err)
+		if err == nil && delta < 0 {
+			e.mu.Lock()
+			if l := e.lims[limKey{scope, c.Rule, c.Key}]; l != nil {
+				l.notBefore, l.notBeforeN = time.Time{}, 0
+				if l.q.Len() > 0 {
+					select {
+					case l.q.Front().Value.(*waiter).room <- struct{}{}:
+					default:
+					}
+				}
+			}
+			e.mu.Unlock()
+		}
 	})
 }
 

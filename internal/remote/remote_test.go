@@ -895,3 +895,48 @@ func TestMaxQueue(t *testing.T) {
 		}
 	})
 }
+
+// TestReconcileGiveBackWakes: the head sleeps until the next fixed window
+// (the window is full as far as Redis counts), then a usage report of this
+// process gives units back (ReconcileAt's reply is negative: a tighter
+// bound on the units from elsewhere): the head asks again at once and is
+// admitted in the same window, not when the window moves.
+func TestReconcileGiveBackWakes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFake()
+		var full atomic.Bool
+		full.Store(true)
+		f.decide = func() *rstore.Decision {
+			if full.Load() {
+				return &rstore.Decision{Now: time.Now(), Wait: 50 * time.Second}
+			}
+			return nil
+		}
+		f.reconcile = func(used int64) int64 {
+			full.Store(false)
+			return -20
+		}
+		e := newEngine(t, f, Config{MaxPause: time.Minute})
+		s := &rstore.Spec{Kind: rstore.FixedCompletion, Limit: window.Limit{N: 100, Per: time.Minute}}
+		cs := []rstore.Charge{charge("w", s, 20)}
+		start := time.Now()
+		got := make(chan time.Time, 1)
+		go func() {
+			c, err := e.Acquire(context.Background(), "s", cs)
+			if err != nil {
+				t.Error(err)
+				got <- time.Time{}
+				return
+			}
+			got <- time.Now()
+			c.Release()
+		}()
+		time.Sleep(time.Second) // the head sleeps on its 50 s
+		synctest.Wait()
+		e.ReconcileAt("s", charge("w", s, 0), 50, rstore.Read{})
+		at := <-got
+		if d := at.Sub(start); d > 1100*time.Millisecond {
+			t.Fatalf("admitted %v after the start, want at the report (1 s): the give-back did not wake the head", d)
+		}
+	})
+}

@@ -671,3 +671,64 @@ func TestReleaseAfterLostHashHolds(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestReconcileMarkLatestBound: two heavy calls of the fleet in flight
+// together, A (30) and B (30), reach the server in that order after 20
+// units from elsewhere; B's answer (80) lands first. Alone it bounds the
+// units from elsewhere by 80 − 30 = 50 (A, counted before B, taken for
+// foreign): the window counts 60 + 40 (full). A's answer (50) shows A was
+// counted before 80, so the bound at 80 is 80 − 60 = 20: the window gives
+// 20 back (the reply is −20) and admits 20 more in the same window, not
+// one more. Keeping the highest bound of every report (50) held those 20
+// units for the rest of the window.
+func TestReconcileMarkLatestBound(t *testing.T) {
+	clk := newClock()
+	clk.t = time.Unix(1_700_000_040, 0).Add(time.Second) // just after a whole minute
+	s, _ := newStore(t, clk, time.Minute)
+	ctx := context.Background()
+	sp := spec(FixedCompletion, 100, time.Minute)
+	admit := func(n int64) (Charge, Decision, bool) {
+		t.Helper()
+		c := Charge{Rule: "REQUEST_WEIGHT", Key: "ip", Spec: sp, Weight: n}
+		d, err := s.Admit(ctx, "", []Charge{c})
+		if err != nil {
+			t.Fatalf("admit %d: %v", n, err)
+		}
+		return c, d, d.OK
+	}
+	a, da, ok1 := admit(30)
+	b, db, ok2 := admit(30)
+	if !ok1 || !ok2 {
+		t.Fatal("A and B not admitted")
+	}
+	clk.add(20 * time.Millisecond)
+	rb := Read{Seen: clk.t, Mark: db.Marks[0], Weight: b.Weight}
+	if extra, err := s.ReconcileAt(ctx, "", b, 80, rb); err != nil || extra != 40 {
+		t.Fatalf("B's report added %d units, want 40 (at most 50 from elsewhere, capped at N) (%v)", extra, err)
+	}
+	ra := Read{Seen: clk.t, Mark: da.Marks[0], Weight: a.Weight}
+	if extra, err := s.ReconcileAt(ctx, "", a, 50, ra); err != nil || extra != -20 {
+		t.Fatalf("A's report changed the count by %d units, want −20 (20 from elsewhere) (%v)", extra, err)
+	}
+	if _, _, ok := admit(20); !ok {
+		t.Fatal("20 units refused with 60 own and 20 from elsewhere of 100")
+	}
+	if _, _, ok := admit(1); ok {
+		t.Fatal("admitted beyond what the server left")
+	}
+	// A report of A or B again without its mark (the pool sends a second
+	// report so) never gives back; one with its mark would count the call
+	// twice, which is why the pool sends a mark once.
+	if extra, err := s.ReconcileAt(ctx, "", a, 80, Read{Seen: clk.t}); err != nil || extra != 0 {
+		t.Fatalf("a report without a mark changed the count by %d (%v)", extra, err)
+	}
+	// Elsewhere spends 10 more: the next call's count shows it.
+	clk.add(time.Minute)
+	c, dc, ok := admit(5)
+	if !ok {
+		t.Fatal("the next window refused 5")
+	}
+	if extra, err := s.ReconcileAt(ctx, "", c, 15, Read{Seen: clk.t, Mark: dc.Marks[0], Weight: 5}); err != nil || extra != 10 {
+		t.Fatalf("the next window's first report added %d, want 10 (the earlier window's reports forgotten) (%v)", extra, err)
+	}
+}

@@ -549,7 +549,8 @@ func (s *Store) Pause(ctx context.Context, scope string, c Charge, d time.Durati
 // Reconcile tightens c's limiter with the server's own count: used units
 // counted in the server's current window (clamped to [0, N]). The limiter
 // then counts at least used units, and never fewer than it did. It returns
-// the units it added. c.Weight is not used.
+// the units it added (see ReconcileAt for the negative count a fixed
+// completion window may return). c.Weight is not used.
 func (s *Store) Reconcile(ctx context.Context, scope string, c Charge, used int64) (int64, error) {
 	return s.ReconcileAt(ctx, scope, c, used, Read{})
 }
@@ -565,15 +566,25 @@ func (s *Store) Reconcile(ctx context.Context, scope string, c Charge, used int6
 // admitted in the window before: the server may have counted its arrival in
 // the current window, and dropping it could miss another client's spend.
 //
-// A fixed completion window compares, for a call with a mark (r.Mark), the
-// count with the fleet's calls that had ended by the call's admission:
-// the server cannot have counted more than used − (those) − r.Weight units
-// from elsewhere, and the limiter takes in that many, less what it took in
-// before in the window. Counting instead against the window's count now
-// (as without a mark) would take the units of the fleet's calls still on
-// their way to the server for room, and let the fleet exceed the limit by
-// them. A call with a mark admitted in an earlier window than the current
-// one may have been counted in that one: its count is dropped.
+// A fixed completion window reads a call's count (r.Mark set) as a bound
+// on the units from elsewhere: the server had counted, besides them, the
+// call (r.Weight), the fleet's calls that had ended by its admission, and
+// every call of the fleet reported before at a count no higher (the
+// server's count only grows within a window). Spending from elsewhere only
+// grows within a window, so the bound read at the highest count reported
+// holds for every earlier count: the limiter counts the fleet's calls plus
+// that bound (at most N in all), and a report that tightens it gives back
+// what an earlier, looser one took (the units returned are then negative).
+// It over-counts the units from elsewhere by at most the fleet's calls that
+// the server counted before the highest count but whose reports have not
+// reached Redis (and that had not ended by that call's admission). Each
+// call must be reported with its mark at most once: a second report would
+// take its units off twice. A call with a mark admitted in an earlier
+// window than the current one may have been counted in that one: its count
+// is dropped. A count without a mark takes every call of the window as
+// counted (the window then counts at least used) and never gives back:
+// that takes the fleet's calls still on their way to the server for room,
+// which a mark avoids.
 func (s *Store) ReconcileAt(ctx context.Context, scope string, c Charge, used int64, r Read) (int64, error) {
 	c.Weight = 0
 	used = min(max(used, 0), MaxN)

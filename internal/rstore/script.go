@@ -21,7 +21,9 @@ import goredis "github.com/redis/go-redis/v9"
 // windows), v and c the previous and current windows' units (sliding window
 // counter; c is the sum for the sub-window counter, b<slot> its blocks), t
 // TAT (GCRA) or tokens (buckets), r refill fraction in units·µs, l latest
-// refill instant, a latest admission instant, q reconciliation counter.
+// refill instant, a latest admission instant, q reconciliation counter,
+// T the usage reports of a fixed completion window ("w:top:known:rep", see
+// reconcileScript).
 //
 // A lease is the member token:weight of F, scored by its deadline. A log
 // entry is the member token:weight of Z (or r<q>:weight for units taken on
@@ -944,7 +946,7 @@ return L.p
 // ARGV[3] units in its current window. ARGV[2]: empty, "seen" (when the count
 // was read, µs) or "seen:w:d:n" (a fixed completion window's call: its
 // admission's mark w:d, see admitScript, and its weight n). Reply: the
-// units added.
+// units added, negative when a fixed completion window gave units back.
 var reconcileScript = goredis.NewScript(header + prelude + `
 local Ls, err = loadall(true)
 if Ls == nil then return err end
@@ -964,20 +966,36 @@ if seen ~= '' and (k == 2 or k == 4 or k == 5 or k == 6) and L.w ~= nil then
   stale = fdiv(tonumber(seen), size) ~= L.w
 end
 if stale then
-elseif k == 2 and mw ~= nil then
-  -- A fixed completion window's call admitted in this window: the server
-  -- had counted, besides units from elsewhere, this call and at most the
-  -- calls of the fleet that had not ended by its admission (any other may
-  -- have reached it later), so more than used - d - n units from elsewhere
-  -- is impossible, and taking in that many (less what was already) never
-  -- leaves the window counting less than the server. A call admitted in an
-  -- earlier window may have been counted in that one (its count says
-  -- nothing of this window): dropped.
-  if mw == L.w then
-    local e = L.e or 0
-    extra = math.max(used - md - mn - e, 0)
-    if extra > 0 then set(L, 'u', L.u + extra); set(L, 'e', e + extra) end
+elseif k == 2 and (mw == nil or mw == L.w) then
+  -- A fixed completion window (a call admitted in an earlier window may
+  -- have been counted in that one: dropped). T keeps, for window w, the
+  -- highest count reported (top), the most units of the fleet's calls a
+  -- report at top showed counted (known) and the units of the calls
+  -- reported (rep). A call's count includes, besides units from
+  -- elsewhere, the call (n), the fleet's calls that had ended by its
+  -- admission (d), and every call reported at a count no higher (counts
+  -- only grow within a window); spending from elsewhere only grows too,
+  -- so top - max(known, rep) bounds the units from elsewhere at every
+  -- count up to top. The window counts its own calls plus that bound,
+  -- giving back what a looser earlier bound took (the reply is then
+  -- negative). A count with no call (mw nil) takes every call of the
+  -- window as counted, as before, and never gives back.
+  local top, known, rep = 0, 0, 0
+  local st = redis.call('HGET', L.H, 'T')
+  if st then
+    local sw, a, b, c = string.match(st, '^(%d+):(%d+):(%d+):(%d+)$')
+    if sw and tonumber(sw) == L.w then top, known, rep = tonumber(a), tonumber(b), tonumber(c) end
   end
+  local e = L.e or 0
+  local own = math.max(L.u - e, 0)
+  local kn = own
+  if mw ~= nil then kn = md + mn; rep = math.min(rep + mn, N) end
+  if used > top then top, known = used, kn elseif used == top then known = math.max(known, kn) end
+  local take = math.min(math.max(top - math.max(known, rep), 0), math.max(N - own, 0))
+  if mw == nil then take = math.max(take, e) end
+  extra = take - e
+  if extra ~= 0 then set(L, 'u', own + take); set(L, 'e', take) end
+  set(L, 'T', string.format('%d:%d:%d:%d', L.w, top, math.min(known, N), rep))
 elseif k == 1 or k == 3 then
   extra = math.max(used - L.f - L.z, 0)
   if extra > 0 then
@@ -987,9 +1005,6 @@ elseif k == 1 or k == 3 then
     set(L, 'z', L.z + extra)
     set(L, 'zc', L.zc + 1)
   end
-elseif k == 2 then
-  extra = math.max(used - L.u, 0)
-  if extra > 0 then set(L, 'u', L.u + extra); set(L, 'e', (L.e or 0) + extra) end
 elseif k == 4 then
   extra = math.max(used - L.u, 0); set(L, 'u', L.u + extra)
 elseif k == 5 then

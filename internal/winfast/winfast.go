@@ -80,3 +80,14 @@ var Of func(p any) Window
 // admission, bounds the units the server counted from elsewhere (see
 // clientpool's Ticket.ObserveHeaders). Package window sets it.
 var Mark func(p any, now time.Time) (win, ended, taken int64, ok bool)
+
+// Report takes in, for a fixed completion window of package window (p, a
+// window.Policy; ok false for any other), a server's count used read at
+// now: with marked, from the response to a call of n units admitted in
+// window win when ended units of it had ended (Mark at the admission);
+// without, from no call in particular (win, ended and n unused). It
+// returns the change in the units the window counts: the window counts
+// its own calls plus the bound on the units from elsewhere that its
+// reports give, which can be lower than an earlier one (see
+// clientpool's Ticket.ObserveHeaders). Package window sets it.
+var Report func(p any, now time.Time, win, used, ended, n int64, marked bool) (delta int64, ok bool)
