@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ratesem/ratesem"
@@ -48,6 +50,14 @@ func init() {
 type redisMode struct {
 	eng   *remote.Engine
 	scope string
+	// late, with WithDeferredRedisChecks, is the eviction check deferred
+	// to the first Acquire that finds Redis answering (nil when there is
+	// none); lateDone is set once it passed or failed, lateErr then holds
+	// its failure, returned by every Acquire from then on.
+	late     func() error
+	lateMu   sync.Mutex
+	lateDone atomic.Bool
+	lateErr  atomic.Pointer[error]
 	// calls holds the Redis call of every Ticket not yet released (under
 	// Pool.mu): kept here rather than in the Ticket, so that a Ticket of
 	// the in-process Pool stays as small as it was.
@@ -81,6 +91,25 @@ func (p *Pool) initRedis(cfg *config) error {
 		rs.spec = spec
 		rs.quiet = 0 // the window lives in Redis: nothing to forget here
 	}
+	var late func() error
+	if cfg.deferChecks {
+		if !cfg.evictionAllowed {
+			late = func() error { return cfg.opener.Check(remote.DefaultTimeout, cfg.prefix, scope, nil, true) }
+		}
+	} else {
+		// The limiters of the rules' key "" (a rule without keys) must
+		// store no other limit; other keys are met later.
+		cs := make([]rspec.Charge, 0, len(p.ruleList))
+		for _, rs := range p.ruleList {
+			cs = append(cs, rspec.Charge{Rule: rs.Name, Key: redisKey(""), Spec: rs.spec})
+		}
+		if len(cs) > rspec.MaxCharges {
+			cs = cs[:rspec.MaxCharges]
+		}
+		if err := cfg.opener.Check(remote.DefaultTimeout, cfg.prefix, scope, cs, !cfg.evictionAllowed); err != nil {
+			return poolCheckError(err)
+		}
+	}
 	eng, err := remote.New(remote.Config{
 		Store:       st,
 		MaxPause:    backoff.Cap(p.maxPause),
@@ -90,7 +119,50 @@ func (p *Pool) initRedis(cfg *config) error {
 	if err != nil {
 		return fmt.Errorf("ratesem: redisrate.Shared: %w", err)
 	}
-	p.rem = &redisMode{eng: eng, scope: scope, calls: make(map[*Ticket]*remote.Call)}
+	p.rem = &redisMode{eng: eng, scope: scope, calls: make(map[*Ticket]*remote.Call), late: late}
+	return nil
+}
+
+// poolCheckError says what the check of New found and what to do.
+func poolCheckError(err error) error {
+	switch {
+	case errors.Is(err, ratesem.ErrEviction):
+		return fmt.Errorf("%w (clientpool.WithEvictionAllowed to use it anyway)", err)
+	case errors.Is(err, ratesem.ErrUnavailable):
+		return fmt.Errorf("%w (clientpool.New asks Redis once; clientpool.WithDeferredRedisChecks builds the pool before Redis is up)", err)
+	}
+	return err
+}
+
+// lateCheck runs, with WithDeferredRedisChecks, the eviction check
+// deferred: at the first Acquire that finds Redis answering (one round
+// trip, bounded by a second), while the others go on without waiting for
+// it; its ratesem.ErrEviction is then returned by every Acquire. A Redis
+// that does not answer leaves it for a later call.
+func (m *redisMode) lateCheck() error {
+	if m.late == nil || m.lateDone.Load() {
+		if e := m.lateErr.Load(); e != nil {
+			return *e
+		}
+		return nil
+	}
+	if m.eng.Stats().Unavailable || !m.lateMu.TryLock() {
+		return nil
+	}
+	defer m.lateMu.Unlock()
+	if m.lateDone.Load() {
+		return m.lateCheck()
+	}
+	err := m.late()
+	switch {
+	case err == nil:
+		m.lateDone.Store(true)
+	case errors.Is(err, ratesem.ErrEviction):
+		err = poolCheckError(err)
+		m.lateErr.Store(&err)
+		m.lateDone.Store(true)
+		return err
+	}
 	return nil
 }
 
@@ -124,6 +196,10 @@ func (p *Pool) Close() error {
 // acquireRedis is Acquire in Redis mode, for charges already merged.
 func (p *Pool) acquireRedis(ctx context.Context, charges []Charge) (*Ticket, error) {
 	since := time.Now()
+	if err := p.rem.lateCheck(); err != nil {
+		p.emitFailed(charges, nil, err)
+		return nil, err
+	}
 	hs, rcs, setHere, err := p.startRedis(ctx, charges)
 	p.flushEvicted()
 	if err != nil {

@@ -29,6 +29,7 @@ type config struct {
 	fallback        bool
 	share           float64
 	evictionAllowed bool
+	deferChecks     bool
 	errs            []error
 	testAfterAdmit  func() // tests: after Redis admitted, before ctx is checked
 }
@@ -182,6 +183,22 @@ func WithFallback(share float64) Option {
 // unnoticed. Ignored in process.
 func WithEvictionAllowed() Option {
 	return Option(func(c *config) { c.evictionAllowed = true })
+}
+
+// WithDeferredRedisChecks makes redisrate.NewSemaphore and
+// NewSemaphoreWithPolicy build the RateSemaphore without asking Redis, for
+// a program that starts before Redis does. Without it they make one round
+// trip, bounded by WithRedisTimeout, and fail with an error that says
+// which check failed: ratesem.ErrUnavailable (Redis does not answer),
+// ratesem.ErrLimitMismatch (another process stored another limit under the
+// name) or ratesem.ErrEviction (the server may evict keys; see
+// WithEvictionAllowed). With it the first two show at the first Acquire
+// (which, with WithFallback, admits calls locally while Redis does not
+// answer), and the eviction check runs at the first call that finds Redis
+// answering: an evicting server then fails that call and every later one
+// with ratesem.ErrEviction. Ignored in process.
+func WithDeferredRedisChecks() Option {
+	return Option(func(c *config) { c.deferChecks = true })
 }
 
 // WithMaxQueue caps the callers waiting in Acquire at n: a call that cannot be

@@ -36,6 +36,15 @@ type redisSem struct {
 
 	obs func(ratesem.Event) // WithObserver, or nil
 
+	// late, with WithDeferredRedisChecks, is the eviction check deferred
+	// to the first call that finds Redis answering (nil when there is
+	// none); lateDone is set once it passed or failed, lateErr then holds
+	// its failure, returned by every call from then on.
+	late     func() error
+	lateMu   sync.Mutex // held by the one call running late
+	lateDone atomic.Bool
+	lateErr  atomic.Pointer[error]
+
 	mu        sync.Mutex
 	held      map[int64][]*heldCall // calls in flight, by units left, oldest first
 	heldUnits int64
@@ -145,12 +154,14 @@ func newRedis(o backend.Opener, name string, sp *rspec.Spec, cfg config, newLoca
 	if err != nil {
 		return nil, fmt.Errorf("ratesem: redisrate.NewSemaphore: %w", err)
 	}
-	if !cfg.evictionAllowed {
-		if err := o.CheckEviction(cfg.timeout); err != nil {
-			return nil, err
-		}
-	}
 	r := &redisSem{name: name, held: map[int64][]*heldCall{}, capOpt: cfg.concurrency}
+	if cfg.deferChecks {
+		if !cfg.evictionAllowed {
+			r.late = func() error { return o.Check(cfg.timeout, cfg.prefix, name, nil, true) }
+		}
+	} else if err := o.Check(cfg.timeout, cfg.prefix, name, []rspec.Charge{{Rule: redisRule, Spec: sp}}, !cfg.evictionAllowed); err != nil {
+		return nil, r.checkError(err)
+	}
 	r.obs = cfg.observer
 	r.spec.Store(sp)
 	ecfg := remote.Config{Store: st, Timeout: cfg.timeout, Jitter: cfg.jitter, ErrDeadline: ratesem.ErrDeadline, TestAfterAdmit: cfg.testAfterAdmit, MaxQueue: cfg.maxQueue}
@@ -188,6 +199,62 @@ func redisSpec(n int64, interval time.Duration, cfg config) (*rspec.Spec, error)
 		}
 	}
 	return sp, nil
+}
+
+// checkError says what the check at construction found and what to do.
+func (r *redisSem) checkError(err error) error {
+	switch {
+	case errors.Is(err, ratesem.ErrLimitMismatch):
+		return r.named(err)
+	case errors.Is(err, ratesem.ErrEviction):
+		return fmt.Errorf("%w (semaphore.WithEvictionAllowed to use it anyway)", err)
+	case errors.Is(err, ratesem.ErrUnavailable):
+		return fmt.Errorf("%w (redisrate.NewSemaphore asks Redis once; semaphore.WithDeferredRedisChecks builds the semaphore before Redis is up)", err)
+	}
+	return err
+}
+
+// named rewrites a limit mismatch to name the semaphore, not its rule in
+// Redis; other errors are returned as they are.
+func (r *redisSem) named(err error) error {
+	var me *rspec.MismatchError
+	if !errors.As(err, &me) {
+		return err
+	}
+	return fmt.Errorf("%w: semaphore %q: this process has %s, Redis has %s (every process sharing the name must build it with the same limit; SetLimit changes it for all)",
+		ratesem.ErrLimitMismatch, r.name, me.Have, me.Stored)
+}
+
+// lateCheck runs, with WithDeferredRedisChecks, the eviction check
+// deferred: at the first call that finds Redis answering (one round trip,
+// bounded by WithRedisTimeout), while the others go on without waiting for
+// it; its ratesem.ErrEviction is then returned by every call. A Redis that
+// does not answer leaves it for a later call.
+func (r *redisSem) lateCheck() error {
+	if r.late == nil || r.lateDone.Load() {
+		if e := r.lateErr.Load(); e != nil {
+			return *e
+		}
+		return nil
+	}
+	if r.eng.Stats().Unavailable || !r.lateMu.TryLock() {
+		return nil
+	}
+	defer r.lateMu.Unlock()
+	if r.lateDone.Load() {
+		return r.lateCheck()
+	}
+	err := r.late()
+	switch {
+	case err == nil:
+		r.lateDone.Store(true)
+	case errors.Is(err, ratesem.ErrEviction):
+		err = r.checkError(err)
+		r.lateErr.Store(&err)
+		r.lateDone.Store(true)
+		return err
+	}
+	return nil
 }
 
 // charges returns the one charge of a call of n units.
@@ -229,9 +296,12 @@ func (r *redisSem) acquireLocal(ctx context.Context, n int64) (bool, error) {
 	if err := r.tooLarge(n); err != nil {
 		return false, err
 	}
+	if err := r.lateCheck(); err != nil {
+		return false, err
+	}
 	c, err := r.eng.Acquire(ctx, r.name, r.charges(n))
 	if err != nil {
-		return false, err
+		return false, r.named(err)
 	}
 	r.hold(c, n)
 	return c.Local(), nil
@@ -243,6 +313,9 @@ func (r *redisSem) tryAcquire(n int64) bool {
 	}
 	if n == 0 {
 		return true
+	}
+	if r.lateCheck() != nil {
+		return false
 	}
 	c, ok, _ := r.eng.TryAcquire(r.name, r.charges(n))
 	if !ok {

@@ -79,6 +79,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -1425,13 +1426,24 @@ func (e *Engine) ping(w *waiter) error {
 }
 
 // causeOf turns the engine's own round-trip bound into an error that does
-// not match context.DeadlineExceeded: it is not the caller's deadline.
+// not match context.DeadlineExceeded (it is not the caller's deadline, and
+// its message does not name one), and drops the "ratesem: " prefixes of
+// the cause's message (the error keeps one, ErrUnavailable's).
 func (e *Engine) causeOf(cause error) error {
 	if errors.Is(cause, context.DeadlineExceeded) || errors.Is(cause, context.Canceled) {
-		return fmt.Errorf("no answer within %v (%s)", e.cfg.Timeout, cause.Error())
+		return fmt.Errorf("no answer from Redis within %v", e.cfg.Timeout)
 	}
-	return cause
+	return &causeError{msg: strings.ReplaceAll(cause.Error(), "ratesem: ", ""), err: cause}
 }
+
+// causeError is an error of Redis under a message of its own.
+type causeError struct {
+	msg string
+	err error
+}
+
+func (c *causeError) Error() string { return c.msg }
+func (c *causeError) Unwrap() error { return c.err }
 
 func (e *Engine) unavailable(cause error) error {
 	return fmt.Errorf("%w: %w", ErrUnavailable, e.causeOf(cause))
