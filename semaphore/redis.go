@@ -471,6 +471,7 @@ func (r *redisSem) stats() Stats {
 		MaxWait:          es.MaxWait,
 		PausedUntil:      es.PausedUntil,
 		FallbackAdmitted: es.FallbackAdmitted,
+		FallbackCarried:  es.Carried,
 		RedisAdmits:      es.RedisAdmits,
 		RedisErrors:      es.RedisErrors,
 		Cancelled:        es.Cancelled,

@@ -60,7 +60,7 @@ func handoverRun(t *testing.T, srv *redistest.Server, sems []*RateSemaphore, g i
 
 // TestRedisFallbackHandover: 3 processes × 4 goroutines share 10 units per
 // 600 ms (WithFallback(1/3): 3 each while Redis is down); redis-server is
-// stopped for 1.5 s and started again. From one interval after the stop
+// stopped for 2 s and started again. From one interval after the stop
 // on (the hand-over into the fallback aside), every start sees at most 10
 // units in flight or ended within the interval, counting the calls of the
 // fallback and of Redis together: when Redis answers again, the
@@ -78,9 +78,9 @@ func TestRedisFallbackHandover(t *testing.T) {
 	)
 	sems := make([]*RateSemaphore, P)
 	for i := range sems {
-		sems[i] = newRedisSem(t, newClient(t, srv.Addr()), name, N, per, WithFallback(1.0/3), WithLease(5*time.Second))
+		sems[i] = newRedisSem(t, newClient(t, srv.Addr()), name, N, per, WithFallback(1.0/3), WithLease(5*time.Second), WithRedisTimeout(250*time.Millisecond))
 	}
-	r := handoverRun(t, srv, sems, G, 800*time.Millisecond, 1500*time.Millisecond, 2500*time.Millisecond)
+	r := handoverRun(t, srv, sems, G, 800*time.Millisecond, 2*time.Second, 2500*time.Millisecond)
 	from := r.stopAt.Add(per + 100*time.Millisecond)
 	var local, back int
 	for _, c := range r.calls {
@@ -111,9 +111,12 @@ func TestRedisFallbackHandover(t *testing.T) {
 		}
 	}
 	t.Logf("%d calls, %d of the fallback, %d of Redis after the restart; peak %d of %d", len(r.calls), local, back, peak, N)
-	for p := range sems {
+	for p, s := range sems {
 		if len(filter(r.calls, func(c call) bool { return c.proc == p && !c.local && c.start.After(r.started) })) == 0 {
 			t.Errorf("process %d: no call admitted by Redis after the restart", p)
+		}
+		if st := s.Stats(); st.FallbackCarried == 0 || st.Unavailable || st.InFlight != 0 {
+			t.Errorf("process %d: %+v; want the fallback's calls carried, Redis answering, nothing in flight", p, st)
 		}
 	}
 }

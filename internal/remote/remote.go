@@ -70,6 +70,21 @@
 // answer: the head's next admission attempt 100 ms after the failure, then
 // after twice as long each time it fails again, up to one second; a probe
 // is bounded by 250 ms (or Timeout if shorter).
+//
+// # The fallback and Redis
+//
+// The calls the fallback admits are remembered until they stop counting
+// (keepFor: Per after their end, for most windows). While there are any, a
+// prober probes Redis every 100 to 200 ms even when no caller asks, and the
+// first round trip that reaches Redis carries them there (rspec.Store.Carry:
+// recorded whatever the windows hold, those in flight as calls in flight
+// whose release then goes to Redis, the others as ended at the carry), before
+// any admission of this process. Callers waiting on the fallback go to Redis
+// as soon as it answers. Until the fallback's window has drained (its calls
+// ended and stopped counting), a call needs room in the fallback too (the
+// gate): processes reach Redis again each at its own probe, so until every
+// one has carried its calls, Redis does not know them all, and each process
+// keeping to its share covers that time.
 package remote
 
 import (
