@@ -71,7 +71,7 @@ func (p *Pool) initRedis(cfg *config) error {
 	}
 	st, err := cfg.opener.Open(cfg.prefix, cfg.lease)
 	if err != nil {
-		return fmt.Errorf("ratesem: redisrate.Shared: %w", err)
+		return fmt.Errorf("%w (redisrate.Shared)", err)
 	}
 	scope := p.table.Scope
 	if scope == "" {
@@ -117,7 +117,7 @@ func (p *Pool) initRedis(cfg *config) error {
 		MaxQueue:    int(p.maxQueue),
 	})
 	if err != nil {
-		return fmt.Errorf("ratesem: redisrate.Shared: %w", err)
+		return fmt.Errorf("%w (redisrate.Shared)", err)
 	}
 	p.rem = &redisMode{eng: eng, scope: scope, calls: make(map[*Ticket]*remote.Call), late: late}
 	return nil
@@ -170,11 +170,11 @@ func (m *redisMode) lateCheck() error {
 func specOf(r *Rule, l window.Limit) (*rspec.Spec, error) {
 	spec, err := rspec.SpecOf(r.newPolicy(l))
 	if err != nil {
-		return nil, fmt.Errorf("ratesem: rule %q: its window has no Redis form: %w", r.Name, err)
+		return nil, fmt.Errorf("%w (rule %q: its window has no Redis form)", err, r.Name)
 	}
 	spec.Concurrency = r.MaxUnitsInFlight
 	if err := spec.Check(); err != nil {
-		return nil, fmt.Errorf("ratesem: rule %q: its window cannot be kept in Redis: %w", r.Name, err)
+		return nil, fmt.Errorf("%w (rule %q: its window cannot be kept in Redis)", err, r.Name)
 	}
 	return &spec, nil
 }
@@ -400,7 +400,7 @@ func (p *Pool) setLimitRedis(rs *ruleState, l window.Limit) error {
 	p.mu.Unlock()
 	for _, k := range keys {
 		if err := p.rem.eng.SetLimit(context.Background(), p.rem.scope, rspec.Charge{Rule: rs.Name, Key: redisKey(k), Spec: spec}); err != nil {
-			return fmt.Errorf("ratesem: SetLimit(%q, %v): key %q: %w", rs.Name, l, k, err)
+			return fmt.Errorf("%w (SetLimit(%q, %v): key %q)", err, rs.Name, l, k)
 		}
 	}
 	return nil

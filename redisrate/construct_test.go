@@ -245,3 +245,36 @@ func TestCallErrorMessages(t *testing.T) {
 		t.Log(err)
 	}
 }
+
+// TestConstructorErrorsOnePrefix: the constructors' own errors (checked
+// before Redis) begin with one "ratesem: " and still match their sentinel.
+func TestConstructorErrorsOnePrefix(t *testing.T) {
+	c := newClient(t, "127.0.0.1:1") // never dialled: these come first
+	type tc struct {
+		what string
+		err  error
+		want error
+	}
+	_, e1 := redisrate.NewSemaphore(c, "x", 0, time.Second)
+	_, e2 := redisrate.NewSemaphore(c, "x", 5, time.Second+time.Nanosecond)
+	_, e3 := redisrate.NewSemaphore(c, "x", 5, time.Second, semaphore.WithMaxUnitsInFlight(0))
+	_, e4 := redisrate.NewSemaphoreWithPolicy(c, "x", window.NewCompletion(window.Limit{N: 5, Per: time.Second + time.Nanosecond}))
+	table := clientpool.Table{Rules: []clientpool.Rule{{Name: "r", Limit: window.Limit{N: 5, Per: time.Minute}}}}
+	_, e5 := clientpool.New(table, redisrate.Shared(c, ""))
+	odd := clientpool.Table{Rules: []clientpool.Rule{{Name: "r", Limit: window.Limit{N: 5, Per: time.Second + time.Nanosecond}}}}
+	_, e6 := clientpool.New(odd, redisrate.Shared(c, "p"))
+	for _, x := range []tc{
+		{"n = 0", e1, ratesem.ErrInvalidLimit},
+		{"a Per not whole µs", e2, ratesem.ErrInvalidLimit},
+		{"WithMaxUnitsInFlight(0)", e3, ratesem.ErrInvalidLimit},
+		{"a policy's Per not whole µs", e4, ratesem.ErrInvalidLimit},
+		{"an empty prefix", e5, nil},
+		{"a rule's Per not whole µs", e6, ratesem.ErrInvalidLimit},
+	} {
+		if x.err == nil || (x.want != nil && !errors.Is(x.err, x.want)) {
+			t.Errorf("%s: %v; want %v", x.what, x.err, x.want)
+			continue
+		}
+		checkMessage(t, x.what, x.err.Error())
+	}
+}
