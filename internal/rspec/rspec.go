@@ -311,6 +311,7 @@ type MismatchError struct {
 	Stored    string // the limit stored in Redis (Spec.String, or as stored when unreadable)
 }
 
+// Error names the rule, the key and both limits.
 func (e *MismatchError) Error() string {
 	return fmt.Sprintf("%v: rule %q key %q: this process has %s, Redis has %s (every process must build it with the same limit; SetLimit changes it for all)",
 		ErrLimitMismatch, clipName(e.Rule), clipName(e.Key), e.Have, e.Stored)
