@@ -32,7 +32,29 @@ type config struct {
 	prefix   string
 	redisSet bool // redisrate.Shared was given
 	lease    time.Duration
+
+	evictionAllowed bool // WithEvictionAllowed
+	deferChecks     bool // WithDeferredRedisChecks
 }
+
+// WithEvictionAllowed lets New build a Pool in Redis mode (redisrate.Shared)
+// over a server whose maxmemory-policy is not noeviction (New fails with
+// ratesem.ErrEviction otherwise). Under such a policy Redis may delete the
+// rules' keys when memory runs short: their state then forgets the calls it
+// counted, and the fleet may exceed a limit. It does nothing in process.
+func WithEvictionAllowed() Option { return func(c *config) { c.evictionAllowed = true } }
+
+// WithDeferredRedisChecks makes New build a Pool in Redis mode
+// (redisrate.Shared) without asking Redis, for a program that starts before
+// Redis does. Without it New makes one round trip, bounded by a second, and
+// fails with an error that says which check failed: ratesem.ErrUnavailable
+// (Redis does not answer), ratesem.ErrLimitMismatch (another process stored
+// another limit for a rule's key "") or ratesem.ErrEviction (see
+// WithEvictionAllowed). With it the first two show at the first Acquire,
+// and the eviction check runs at the first Acquire that finds Redis
+// answering: an evicting server then fails that call and every later one
+// with ratesem.ErrEviction. It does nothing in process.
+func WithDeferredRedisChecks() Option { return func(c *config) { c.deferChecks = true } }
 
 // WithLease sets how long, in Redis mode (redisrate.Shared), a call admitted
 // counts as in flight without a release: a process that dies mid-call

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ratesem/ratesem"
@@ -48,6 +50,14 @@ func init() {
 type redisMode struct {
 	eng   *remote.Engine
 	scope string
+	// late, with WithDeferredRedisChecks, is the eviction check deferred
+	// to the first Acquire that finds Redis answering (nil when there is
+	// none); lateDone is set once it passed or failed, lateErr then holds
+	// its failure, returned by every Acquire from then on.
+	late     func() error
+	lateMu   sync.Mutex
+	lateDone atomic.Bool
+	lateErr  atomic.Pointer[error]
 	// calls holds the Redis call of every Ticket not yet released (under
 	// Pool.mu): kept here rather than in the Ticket, so that a Ticket of
 	// the in-process Pool stays as small as it was.
@@ -61,7 +71,7 @@ func (p *Pool) initRedis(cfg *config) error {
 	}
 	st, err := cfg.opener.Open(cfg.prefix, cfg.lease)
 	if err != nil {
-		return fmt.Errorf("ratesem: redisrate.Shared: %w", err)
+		return fmt.Errorf("%w (redisrate.Shared)", err)
 	}
 	scope := p.table.Scope
 	if scope == "" {
@@ -81,6 +91,25 @@ func (p *Pool) initRedis(cfg *config) error {
 		rs.spec = spec
 		rs.quiet = 0 // the window lives in Redis: nothing to forget here
 	}
+	var late func() error
+	if cfg.deferChecks {
+		if !cfg.evictionAllowed {
+			late = func() error { return cfg.opener.Check(remote.DefaultTimeout, cfg.prefix, scope, nil, true) }
+		}
+	} else {
+		// The limiters of the rules' key "" (a rule without keys) must
+		// store no other limit; other keys are met later.
+		cs := make([]rspec.Charge, 0, len(p.ruleList))
+		for _, rs := range p.ruleList {
+			cs = append(cs, rspec.Charge{Rule: rs.Name, Key: redisKey(""), Spec: rs.spec})
+		}
+		if len(cs) > rspec.MaxCharges {
+			cs = cs[:rspec.MaxCharges]
+		}
+		if err := cfg.opener.Check(remote.DefaultTimeout, cfg.prefix, scope, cs, !cfg.evictionAllowed); err != nil {
+			return poolCheckError(err)
+		}
+	}
 	eng, err := remote.New(remote.Config{
 		Store:       st,
 		MaxPause:    backoff.Cap(p.maxPause),
@@ -88,9 +117,52 @@ func (p *Pool) initRedis(cfg *config) error {
 		MaxQueue:    int(p.maxQueue),
 	})
 	if err != nil {
-		return fmt.Errorf("ratesem: redisrate.Shared: %w", err)
+		return fmt.Errorf("%w (redisrate.Shared)", err)
 	}
-	p.rem = &redisMode{eng: eng, scope: scope, calls: make(map[*Ticket]*remote.Call)}
+	p.rem = &redisMode{eng: eng, scope: scope, calls: make(map[*Ticket]*remote.Call), late: late}
+	return nil
+}
+
+// poolCheckError says what the check of New found and what to do.
+func poolCheckError(err error) error {
+	switch {
+	case errors.Is(err, ratesem.ErrEviction):
+		return fmt.Errorf("%w (clientpool.WithEvictionAllowed to use it anyway)", err)
+	case errors.Is(err, ratesem.ErrUnavailable):
+		return fmt.Errorf("%w (clientpool.New asks Redis once; clientpool.WithDeferredRedisChecks builds the pool before Redis is up)", err)
+	}
+	return err
+}
+
+// lateCheck runs, with WithDeferredRedisChecks, the eviction check
+// deferred: at the first Acquire that finds Redis answering (one round
+// trip, bounded by a second), while the others go on without waiting for
+// it; its ratesem.ErrEviction is then returned by every Acquire. A Redis
+// that does not answer leaves it for a later call.
+func (m *redisMode) lateCheck() error {
+	if m.late == nil || m.lateDone.Load() {
+		if e := m.lateErr.Load(); e != nil {
+			return *e
+		}
+		return nil
+	}
+	if m.eng.Stats().Unavailable || !m.lateMu.TryLock() {
+		return nil
+	}
+	defer m.lateMu.Unlock()
+	if m.lateDone.Load() {
+		return m.lateCheck()
+	}
+	err := m.late()
+	switch {
+	case err == nil:
+		m.lateDone.Store(true)
+	case errors.Is(err, ratesem.ErrEviction):
+		err = poolCheckError(err)
+		m.lateErr.Store(&err)
+		m.lateDone.Store(true)
+		return err
+	}
 	return nil
 }
 
@@ -98,11 +170,11 @@ func (p *Pool) initRedis(cfg *config) error {
 func specOf(r *Rule, l window.Limit) (*rspec.Spec, error) {
 	spec, err := rspec.SpecOf(r.newPolicy(l))
 	if err != nil {
-		return nil, fmt.Errorf("ratesem: rule %q: its window has no Redis form: %w", r.Name, err)
+		return nil, fmt.Errorf("%w (rule %q: its window has no Redis form)", err, r.Name)
 	}
 	spec.Concurrency = r.MaxUnitsInFlight
 	if err := spec.Check(); err != nil {
-		return nil, fmt.Errorf("ratesem: rule %q: its window cannot be kept in Redis: %w", r.Name, err)
+		return nil, fmt.Errorf("%w (rule %q: its window cannot be kept in Redis)", err, r.Name)
 	}
 	return &spec, nil
 }
@@ -124,6 +196,10 @@ func (p *Pool) Close() error {
 // acquireRedis is Acquire in Redis mode, for charges already merged.
 func (p *Pool) acquireRedis(ctx context.Context, charges []Charge) (*Ticket, error) {
 	since := time.Now()
+	if err := p.rem.lateCheck(); err != nil {
+		p.emitFailed(charges, nil, err)
+		return nil, err
+	}
 	hs, rcs, setHere, err := p.startRedis(ctx, charges)
 	p.flushEvicted()
 	if err != nil {
@@ -331,7 +407,7 @@ func (p *Pool) setLimitRedis(rs *ruleState, l window.Limit) error {
 	p.mu.Unlock()
 	for _, k := range keys {
 		if err := p.rem.eng.SetLimit(context.Background(), p.rem.scope, rspec.Charge{Rule: rs.Name, Key: redisKey(k), Spec: spec}); err != nil {
-			return fmt.Errorf("ratesem: SetLimit(%q, %v): key %q: %w", rs.Name, l, k, err)
+			return fmt.Errorf("%w (SetLimit(%q, %v): key %q)", err, rs.Name, l, k)
 		}
 	}
 	return nil

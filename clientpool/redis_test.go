@@ -619,7 +619,7 @@ func TestRedisNewErrors(t *testing.T) {
 	} {
 		table := twoRules(4, 4, time.Second)
 		table.Rules[0].Window = mk
-		if _, err := newRedisPoolErr(t, table, c, "x"); err != nil {
+		if _, err := newRedisPoolErr(t, table, c, "x", clientpool.WithDeferredRedisChecks()); err != nil {
 			t.Errorf("%s: %v", name, err)
 		}
 	}

@@ -11,8 +11,9 @@
 // head per process talks to Redis, and sleeps until the instant Redis
 // gives). The semaphore's options for this mode are semaphore.WithLease,
 // WithRedisTimeout, WithJitter, WithFallback, WithRedisPrefix,
-// WithEvictionAllowed and WithMaxQueue; the pool's are clientpool.WithLease
-// and WithMaxQueue. A Redis server, a Sentinel group or a Redis Cluster
+// WithEvictionAllowed, WithDeferredRedisChecks and WithMaxQueue; the pool's
+// are clientpool.WithLease, WithMaxQueue, WithEvictionAllowed and
+// WithDeferredRedisChecks. A Redis server, a Sentinel group or a Redis Cluster
 // (any goredis.UniversalClient) will do; on a cluster one limit (one
 // semaphore name, one pool scope) lives on one node.
 //
@@ -74,8 +75,9 @@ import (
 //
 // The limit is stored in Redis with the state. A process built with
 // another limit for the same name gets an error matching
-// ratesem.ErrLimitMismatch from Acquire; SetLimit changes the limit for
-// every process (each adopts it at its next admission).
+// ratesem.ErrLimitMismatch from NewSemaphore (or, when the other stores it
+// later, from Acquire); SetLimit changes the limit for every process (each
+// adopts it at its next admission).
 //
 // # When Redis is unreachable
 //
@@ -83,14 +85,19 @@ import (
 // ratesem.ErrUnavailable, at once while the last failure is recent (a probe
 // goes out 100 ms after a failure, then after twice as long each time, up
 // to 1 s). With semaphore.WithFallback(share), admissions go to a local
-// RateSemaphore of floor(share·n) units per interval meanwhile.
+// RateSemaphore of floor(share·n) units per interval meanwhile, and its
+// calls are carried into Redis when it answers again (see WithFallback).
 //
 // NewSemaphore blocks for one round trip, bounded by
-// semaphore.WithRedisTimeout: it reads the server's maxmemory-policy. A
-// policy other than noeviction lets Redis evict the limit's keys:
-// NewSemaphore then fails with ratesem.ErrEviction unless
-// semaphore.WithEvictionAllowed is given (when the server forbids CONFIG or
-// does not answer in time the check is skipped). It returns an error
+// semaphore.WithRedisTimeout, and fails with an error that says which
+// check failed: ratesem.ErrUnavailable when Redis does not answer in time
+// or refuses the connection, ratesem.ErrLimitMismatch when another process
+// stored another limit under the name, and ratesem.ErrEviction when the
+// server's maxmemory-policy is not noeviction (Redis may then evict the
+// limit's keys) unless semaphore.WithEvictionAllowed is given (a server
+// that forbids CONFIG is not checked). semaphore.WithDeferredRedisChecks
+// skips the round trip, for a program that starts before Redis: the checks
+// then show at the first call. It returns an error
 // matching ratesem.ErrInvalidLimit for n ≤ 0, an interval ≤ 0 or not a
 // whole number of microseconds, a start-window margin not a whole number
 // of microseconds, or semaphore.WithMaxUnitsInFlight(0); and a plain error
@@ -141,7 +148,13 @@ func semaphoreOf(s any, err error) (*semaphore.RateSemaphore, error) {
 // the same Redis with the same prefix and clientpool.Table.Scope: a fleet
 // of replicas behind one IP or account then shares each rule's limit
 // exactly, as one process would. Shared itself does not block and makes no
-// round trip; clientpool.New reports its errors.
+// round trip; clientpool.New reports its errors, and makes one round trip,
+// bounded by a second, that fails it with ratesem.ErrUnavailable when Redis
+// does not answer, ratesem.ErrLimitMismatch when another process stored
+// another limit for a rule's key "", and ratesem.ErrEviction when the
+// server's maxmemory-policy lets it evict the rules' keys (unless
+// clientpool.WithEvictionAllowed); clientpool.WithDeferredRedisChecks
+// defers them to the first Acquire.
 //
 // c is a go-redis client of a server, a Sentinel group or a Redis Cluster
 // (any goredis.UniversalClient); the Pool never closes it. prefix begins

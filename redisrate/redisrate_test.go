@@ -81,8 +81,12 @@ func TestNewSemaphoreShares(t *testing.T) {
 	if st := a.Stats(); st.RedisAdmits != 1 {
 		t.Errorf("a.Stats().RedisAdmits = %d, want 1", st.RedisAdmits)
 	}
-	// A different limit under the same name is refused, not silently used.
-	d, err := redisrate.NewSemaphore(c2, "shared", 4, time.Minute)
+	// A different limit under the same name is refused, not silently used:
+	// at construction, or at the first call when the checks are deferred.
+	if _, err := redisrate.NewSemaphore(c2, "shared", 4, time.Minute); !errors.Is(err, ratesem.ErrLimitMismatch) {
+		t.Errorf("another limit for the same name: %v, want ErrLimitMismatch", err)
+	}
+	d, err := redisrate.NewSemaphore(c2, "shared", 4, time.Minute, semaphore.WithDeferredRedisChecks())
 	if err != nil {
 		t.Fatal(err)
 	}

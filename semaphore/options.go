@@ -29,6 +29,7 @@ type config struct {
 	fallback        bool
 	share           float64
 	evictionAllowed bool
+	deferChecks     bool
 	errs            []error
 	testAfterAdmit  func() // tests: after Redis admitted, before ctx is checked
 }
@@ -163,6 +164,22 @@ func WithJitter(max time.Duration) Option {
 // to 1/P for P processes to stay within n overall). share must be in (0, 1].
 // Default: no fallback; Acquire returns an error matching
 // ratesem.ErrUnavailable. Ignored in process.
+//
+// When Redis answers again (a probe every 100 to 200 ms while the fallback
+// has calls that still count, made even when no caller asks), the calls the
+// fallback admitted are carried into Redis before any other call of the
+// process: those in flight as calls in flight there (their Release goes to
+// Redis), those that ended within the interval as ended then (counted from
+// then on: longer than they need, never less). Until the fallback's window
+// has drained (the interval after its last call ended) a call must fit both
+// Redis and the local share, so processes that reach Redis again at
+// different moments still stay within n together; callers waiting on the
+// local share go to Redis as soon as it answers. What this cannot cover: a
+// process that made no call during the outage and calls before the others
+// have carried theirs (at most their next probe) is admitted by Redis without
+// them; a network split, where some processes still reach Redis while others
+// fall back, lets the fleet exceed n; and Redis's calls of the moments before
+// the outage are not known to the local share.
 func WithFallback(share float64) Option {
 	return Option(func(c *config) {
 		if !(share > 0 && share <= 1) || math.IsNaN(share) {
@@ -182,6 +199,22 @@ func WithFallback(share float64) Option {
 // unnoticed. Ignored in process.
 func WithEvictionAllowed() Option {
 	return Option(func(c *config) { c.evictionAllowed = true })
+}
+
+// WithDeferredRedisChecks makes redisrate.NewSemaphore and
+// NewSemaphoreWithPolicy build the RateSemaphore without asking Redis, for
+// a program that starts before Redis does. Without it they make one round
+// trip, bounded by WithRedisTimeout, and fail with an error that says
+// which check failed: ratesem.ErrUnavailable (Redis does not answer),
+// ratesem.ErrLimitMismatch (another process stored another limit under the
+// name) or ratesem.ErrEviction (the server may evict keys; see
+// WithEvictionAllowed). With it the first two show at the first Acquire
+// (which, with WithFallback, admits calls locally while Redis does not
+// answer), and the eviction check runs at the first call that finds Redis
+// answering: an evicting server then fails that call and every later one
+// with ratesem.ErrEviction. Ignored in process.
+func WithDeferredRedisChecks() Option {
+	return Option(func(c *config) { c.deferChecks = true })
 }
 
 // WithMaxQueue caps the callers waiting in Acquire at n: a call that cannot be

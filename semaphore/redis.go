@@ -36,6 +36,15 @@ type redisSem struct {
 
 	obs func(ratesem.Event) // WithObserver, or nil
 
+	// late, with WithDeferredRedisChecks, is the eviction check deferred
+	// to the first call that finds Redis answering (nil when there is
+	// none); lateDone is set once it passed or failed, lateErr then holds
+	// its failure, returned by every call from then on.
+	late     func() error
+	lateMu   sync.Mutex // held by the one call running late
+	lateDone atomic.Bool
+	lateErr  atomic.Pointer[error]
+
 	mu        sync.Mutex
 	held      map[int64][]*heldCall // calls in flight, by units left, oldest first
 	heldUnits int64
@@ -106,20 +115,20 @@ func newRedisPolicy(o backend.Opener, name string, p window.Policy, opts []Optio
 	}
 	sp, err := rspec.SpecOf(p)
 	if err != nil {
-		return nil, fmt.Errorf("ratesem: redisrate.NewSemaphoreWithPolicy: %w", err)
+		return nil, fmt.Errorf("%w (redisrate.NewSemaphoreWithPolicy)", err)
 	}
 	if sp.Limit.N <= 0 || sp.Limit.Per <= 0 {
-		return nil, fmt.Errorf("ratesem: redisrate.NewSemaphoreWithPolicy: %d per %v: want n > 0 and a positive interval: %w",
-			sp.Limit.N, sp.Limit.Per, ratesem.ErrInvalidLimit)
+		return nil, fmt.Errorf("%w: redisrate.NewSemaphoreWithPolicy: %d per %v: want n > 0 and a positive interval",
+			ratesem.ErrInvalidLimit, sp.Limit.N, sp.Limit.Per)
 	}
 	if cfg.concurrency == 0 {
-		return nil, fmt.Errorf("ratesem: redisrate.NewSemaphoreWithPolicy: WithMaxUnitsInFlight(0) admits nothing: %w", ratesem.ErrInvalidLimit)
+		return nil, fmt.Errorf("%w: redisrate.NewSemaphoreWithPolicy: WithMaxUnitsInFlight(0) admits nothing", ratesem.ErrInvalidLimit)
 	}
 	if cfg.concurrency > 0 && cfg.concurrency < sp.Limit.N {
 		sp.Concurrency = cfg.concurrency
 	}
 	if err := sp.Check(); err != nil {
-		return nil, fmt.Errorf("ratesem: redisrate.NewSemaphoreWithPolicy: %w", err)
+		return nil, fmt.Errorf("%w (redisrate.NewSemaphoreWithPolicy)", err)
 	}
 	newLocal := func(localN int64) *RateSemaphore {
 		p.SetLimit(time.Now(), window.Limit{N: localN, Per: sp.Limit.Per})
@@ -143,14 +152,16 @@ func newRedis(o backend.Opener, name string, sp *rspec.Spec, cfg config, newLoca
 	}
 	st, err := o.Open(cfg.prefix, cfg.lease)
 	if err != nil {
-		return nil, fmt.Errorf("ratesem: redisrate.NewSemaphore: %w", err)
-	}
-	if !cfg.evictionAllowed {
-		if err := o.CheckEviction(cfg.timeout); err != nil {
-			return nil, err
-		}
+		return nil, fmt.Errorf("%w (redisrate.NewSemaphore)", err)
 	}
 	r := &redisSem{name: name, held: map[int64][]*heldCall{}, capOpt: cfg.concurrency}
+	if cfg.deferChecks {
+		if !cfg.evictionAllowed {
+			r.late = func() error { return o.Check(cfg.timeout, cfg.prefix, name, nil, true) }
+		}
+	} else if err := o.Check(cfg.timeout, cfg.prefix, name, []rspec.Charge{{Rule: redisRule, Spec: sp}}, !cfg.evictionAllowed); err != nil {
+		return nil, r.checkError(err)
+	}
 	r.obs = cfg.observer
 	r.spec.Store(sp)
 	ecfg := remote.Config{Store: st, Timeout: cfg.timeout, Jitter: cfg.jitter, ErrDeadline: ratesem.ErrDeadline, TestAfterAdmit: cfg.testAfterAdmit, MaxQueue: cfg.maxQueue}
@@ -161,7 +172,7 @@ func newRedis(o backend.Opener, name string, sp *rspec.Spec, cfg config, newLoca
 	}
 	r.eng, err = remote.New(ecfg)
 	if err != nil {
-		return nil, fmt.Errorf("ratesem: redisrate.NewSemaphore: %w", err)
+		return nil, fmt.Errorf("%w (redisrate.NewSemaphore)", err)
 	}
 	s := &RateSemaphore{clock: wake.NewClock(nil), size: sp.Limit.N, interval: sp.Limit.Per, capOpt: cfg.concurrency, remote: r}
 	return s, nil
@@ -171,23 +182,79 @@ func newRedis(o backend.Opener, name string, sp *rspec.Spec, cfg config, newLoca
 // window, or an error matching ratesem.ErrInvalidLimit.
 func redisSpec(n int64, interval time.Duration, cfg config) (*rspec.Spec, error) {
 	if n <= 0 || interval <= 0 || interval%time.Microsecond != 0 {
-		return nil, fmt.Errorf("ratesem: redisrate.NewSemaphore: %d per %v: want n > 0 and an interval of a positive whole number of microseconds: %w",
-			n, interval, ratesem.ErrInvalidLimit)
+		return nil, fmt.Errorf("%w: redisrate.NewSemaphore: %d per %v: want n > 0 and an interval of a positive whole number of microseconds",
+			ratesem.ErrInvalidLimit, n, interval)
 	}
 	sp := &rspec.Spec{Kind: rspec.Completion, Limit: window.Limit{N: n, Per: interval}}
 	if cfg.start {
 		if cfg.margin%time.Microsecond != 0 {
-			return nil, fmt.Errorf("ratesem: redisrate.NewSemaphore: margin %v: want a whole number of microseconds: %w", cfg.margin, ratesem.ErrInvalidLimit)
+			return nil, fmt.Errorf("%w: redisrate.NewSemaphore: margin %v: want a whole number of microseconds", ratesem.ErrInvalidLimit, cfg.margin)
 		}
 		sp.Kind, sp.Margin = rspec.SlidingLog, cfg.margin
 	}
 	if cfg.concurrency >= 0 && cfg.concurrency < n {
 		sp.Concurrency = cfg.concurrency
 		if cfg.concurrency == 0 {
-			return nil, fmt.Errorf("ratesem: redisrate.NewSemaphore: WithMaxUnitsInFlight(0) admits nothing: %w", ratesem.ErrInvalidLimit)
+			return nil, fmt.Errorf("%w: redisrate.NewSemaphore: WithMaxUnitsInFlight(0) admits nothing", ratesem.ErrInvalidLimit)
 		}
 	}
 	return sp, nil
+}
+
+// checkError says what the check at construction found and what to do.
+func (r *redisSem) checkError(err error) error {
+	switch {
+	case errors.Is(err, ratesem.ErrLimitMismatch):
+		return r.named(err)
+	case errors.Is(err, ratesem.ErrEviction):
+		return fmt.Errorf("%w (semaphore.WithEvictionAllowed to use it anyway)", err)
+	case errors.Is(err, ratesem.ErrUnavailable):
+		return fmt.Errorf("%w (redisrate.NewSemaphore asks Redis once; semaphore.WithDeferredRedisChecks builds the semaphore before Redis is up)", err)
+	}
+	return err
+}
+
+// named rewrites a limit mismatch to name the semaphore, not its rule in
+// Redis; other errors are returned as they are.
+func (r *redisSem) named(err error) error {
+	var me *rspec.MismatchError
+	if !errors.As(err, &me) {
+		return err
+	}
+	return fmt.Errorf("%w: semaphore %q: this process has %s, Redis has %s (every process sharing the name must build it with the same limit; SetLimit changes it for all)",
+		ratesem.ErrLimitMismatch, r.name, me.Have, me.Stored)
+}
+
+// lateCheck runs, with WithDeferredRedisChecks, the eviction check
+// deferred: at the first call that finds Redis answering (one round trip,
+// bounded by WithRedisTimeout), while the others go on without waiting for
+// it; its ratesem.ErrEviction is then returned by every call. A Redis that
+// does not answer leaves it for a later call.
+func (r *redisSem) lateCheck() error {
+	if r.late == nil || r.lateDone.Load() {
+		if e := r.lateErr.Load(); e != nil {
+			return *e
+		}
+		return nil
+	}
+	if r.eng.Stats().Unavailable || !r.lateMu.TryLock() {
+		return nil
+	}
+	defer r.lateMu.Unlock()
+	if r.lateDone.Load() {
+		return r.lateCheck()
+	}
+	err := r.late()
+	switch {
+	case err == nil:
+		r.lateDone.Store(true)
+	case errors.Is(err, ratesem.ErrEviction):
+		err = r.checkError(err)
+		r.lateErr.Store(&err)
+		r.lateDone.Store(true)
+		return err
+	}
+	return nil
 }
 
 // charges returns the one charge of a call of n units.
@@ -243,7 +310,7 @@ func (r *redisSem) admit(ctx context.Context, n int64, begin bool) (*remote.Call
 		if begin {
 			op = "Begin"
 		}
-		return nil, fmt.Errorf("ratesem: %s: %w %d", op, ratesem.ErrNegativeWeight, n)
+		return nil, fmt.Errorf("%w: %s(%d)", ratesem.ErrNegativeWeight, op, n)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -254,7 +321,14 @@ func (r *redisSem) admit(ctx context.Context, n int64, begin bool) (*remote.Call
 	if err := r.tooLarge(n); err != nil {
 		return nil, err
 	}
-	return r.eng.Acquire(ctx, r.name, r.charges(n))
+	if err := r.lateCheck(); err != nil {
+		return nil, err
+	}
+	c, err := r.eng.Acquire(ctx, r.name, r.charges(n))
+	if err != nil {
+		return nil, r.named(err)
+	}
+	return c, nil
 }
 
 func (r *redisSem) tryAcquire(n int64) bool {
@@ -263,6 +337,9 @@ func (r *redisSem) tryAcquire(n int64) bool {
 	}
 	if n == 0 {
 		return true
+	}
+	if r.lateCheck() != nil {
+		return false
 	}
 	c, ok, _ := r.eng.TryAcquire(r.name, r.charges(n))
 	if !ok {
@@ -385,7 +462,7 @@ func (r *redisSem) pause(until time.Time) {
 
 func (r *redisSem) setLimit(n int64, interval time.Duration) error {
 	if n <= 0 || interval <= 0 {
-		return fmt.Errorf("ratesem: SetLimit(%d, %v): want n > 0 and a positive interval over Redis: %w", n, interval, ratesem.ErrInvalidLimit)
+		return fmt.Errorf("%w: SetLimit(%d, %v): want n > 0 and a positive interval over Redis", ratesem.ErrInvalidLimit, n, interval)
 	}
 	sp := new(rspec.Spec)
 	*sp = *r.spec.Load()
@@ -395,12 +472,12 @@ func (r *redisSem) setLimit(n int64, interval time.Duration) error {
 		sp.Concurrency = r.capOpt
 	}
 	if err := sp.Check(); err != nil {
-		return fmt.Errorf("ratesem: SetLimit: %w", err)
+		return fmt.Errorf("%w (SetLimit)", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), remote.DefaultTimeout+time.Second)
 	defer cancel()
 	if err := r.eng.SetLimit(ctx, r.name, rspec.Charge{Rule: redisRule, Spec: sp}); err != nil {
-		return fmt.Errorf("ratesem: SetLimit: %w", err)
+		return fmt.Errorf("%w (SetLimit)", err)
 	}
 	r.spec.Store(sp)
 	return nil
@@ -419,6 +496,7 @@ func (r *redisSem) stats() Stats {
 		MaxWait:          es.MaxWait,
 		PausedUntil:      es.PausedUntil,
 		FallbackAdmitted: es.FallbackAdmitted,
+		FallbackCarried:  es.Carried,
 		RedisAdmits:      es.RedisAdmits,
 		RedisErrors:      es.RedisErrors,
 		Cancelled:        es.Cancelled,

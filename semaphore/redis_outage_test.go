@@ -212,7 +212,7 @@ func TestRedisFallbackEdges(t *testing.T) {
 	srv := redistest.Start(t)
 	srv.Stop()
 	s := newRedisSem(t, newClient(t, srv.Addr()), uniqueName(t), 4, 300*time.Millisecond,
-		WithFallback(0.5), WithRedisTimeout(200*time.Millisecond), WithEvictionAllowed())
+		WithFallback(0.5), WithRedisTimeout(200*time.Millisecond), WithDeferredRedisChecks())
 	ctx := ctxT(t, 5*time.Second)
 	if err := s.Acquire(ctx, 1); err != nil {
 		t.Fatal(err)
@@ -233,7 +233,7 @@ func TestRedisFallbackEdges(t *testing.T) {
 		t.Fatalf("%+v", st)
 	}
 	nf := newRedisSem(t, newClient(t, srv.Addr()), uniqueName(t), 4, 300*time.Millisecond,
-		WithRedisTimeout(200*time.Millisecond), WithEvictionAllowed())
+		WithRedisTimeout(200*time.Millisecond), WithDeferredRedisChecks())
 	if err := nf.Acquire(ctx, 1); !errors.Is(err, ratesem.ErrUnavailable) {
 		t.Fatalf("no fallback: %v", err)
 	}

@@ -424,7 +424,7 @@ func TestRedisNewRefusesEviction(t *testing.T) {
 // TestRedisNegativeWeight: a negative or too large weight is an error at
 // once, with no round trip and nothing held.
 func TestRedisNegativeWeight(t *testing.T) {
-	s := newRedisSem(t, newClient(t, "127.0.0.1:1"), uniqueName(t), 5, time.Second, WithEvictionAllowed())
+	s := newRedisSem(t, newClient(t, "127.0.0.1:1"), uniqueName(t), 5, time.Second, WithDeferredRedisChecks())
 	for _, n := range []int64{-1, -1 << 62, -9223372036854775808} {
 		if err := s.Acquire(context.Background(), n); !errors.Is(err, ratesem.ErrNegativeWeight) {
 			t.Fatalf("Acquire(%d): %v; want ratesem.ErrNegativeWeight", n, err)
@@ -548,7 +548,10 @@ func TestRedisWithPolicy(t *testing.T) {
 	}
 	a.Release(1)
 	b.Release(2)
-	other, err := redisNewPolicy(newClient(t, addr), name, window.NewTokenBucket(window.Limit{N: 10, Per: time.Second}, 2))
+	if _, err := redisNewPolicy(newClient(t, addr), name, window.NewTokenBucket(window.Limit{N: 10, Per: time.Second}, 2)); !errors.Is(err, ratesem.ErrLimitMismatch) {
+		t.Fatalf("another kind under the same name: %v; want ratesem.ErrLimitMismatch at construction", err)
+	}
+	other, err := redisNewPolicy(newClient(t, addr), name, window.NewTokenBucket(window.Limit{N: 10, Per: time.Second}, 2), WithDeferredRedisChecks())
 	if err != nil {
 		t.Fatal(err)
 	}

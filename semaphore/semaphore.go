@@ -725,6 +725,9 @@ type Stats struct {
 	// FallbackAdmitted counts the calls of Admitted that the fallback
 	// (WithFallback) admitted while Redis was unreachable.
 	FallbackAdmitted uint64
+	// FallbackCarried counts the calls of the fallback carried into Redis
+	// when it answered again (see WithFallback).
+	FallbackCarried uint64
 	// RedisAdmits counts the admission round trips (refused, admitted or
 	// failed).
 	RedisAdmits uint64

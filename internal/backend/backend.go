@@ -18,11 +18,15 @@ type Opener struct {
 	// flight hold leases of lease (0: rspec.DefaultLease). It does not
 	// talk to Redis.
 	Open func(prefix string, lease time.Duration) (rspec.Store, error)
-	// CheckEviction returns an error matching ratesem.ErrEviction when the
-	// server's maxmemory-policy lets it evict keys; nil when it does not,
-	// forbids CONFIG or gives no answer within timeout (it waits no
-	// longer).
-	CheckEviction func(timeout time.Duration) error
+	// Check makes one round trip, waiting at most timeout: it returns an
+	// error matching ratesem.ErrUnavailable when Redis does not answer,
+	// ratesem.ErrLimitMismatch when a limiter of cs (in scope, under
+	// prefix) stores a limit other than its charge's Spec (one SetLimit
+	// wrote is adopted: no error), and, when eviction is set,
+	// ratesem.ErrEviction when the server's maxmemory-policy lets it evict
+	// keys (not checked when the server forbids CONFIG); nil otherwise. The
+	// caller adds what to do to the message.
+	Check func(timeout time.Duration, prefix, scope string, cs []rspec.Charge, eviction bool) error
 }
 
 // NewSemaphore builds a *semaphore.RateSemaphore over o named name: of n

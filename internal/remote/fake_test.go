@@ -26,6 +26,7 @@ type fakeStore struct {
 	releases int
 	cancels  int
 	pauses   int
+	carries  int
 	settles  [][]int64 // the actual weights of every Settle, in order
 
 	// Hooks, read without the lock: set them before the engine runs.
@@ -211,6 +212,35 @@ func (f *fakeStore) ReconcileAt(ctx context.Context, scope string, c rstore.Char
 }
 
 func (f *fakeStore) SetLimit(ctx context.Context, scope string, c rstore.Charge) error { return nil }
+
+// Carry records the call whatever the windows hold: in flight under a new
+// token, or ended now.
+func (f *fakeStore) Carry(ctx context.Context, scope string, cs []rstore.Charge, ended bool) (rstore.Decision, error) {
+	if f.admitHook != nil {
+		if err := f.admitHook(ctx); err != nil {
+			return rstore.Decision{}, err
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.carries++
+	now := time.Now()
+	if ended {
+		for _, c := range cs {
+			l := f.lim(scope, c)
+			l.ended = append(l.ended, fakeEnd{now, c.Weight})
+		}
+		return rstore.Decision{OK: true, Token: "carried", Now: now}, nil
+	}
+	f.seq++
+	tok := strconv.Itoa(f.seq)
+	for _, c := range cs {
+		f.lim(scope, c).inflight += c.Weight
+	}
+	f.calls[tok] = cs
+	f.scopes[tok] = scope
+	return rstore.Decision{OK: true, Token: tok, Now: now, Leased: true}, nil
+}
 
 // inFlight returns the calls the fake holds in flight.
 func (f *fakeStore) inFlight() int {

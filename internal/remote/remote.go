@@ -70,6 +70,21 @@
 // answer: the head's next admission attempt 100 ms after the failure, then
 // after twice as long each time it fails again, up to one second; a probe
 // is bounded by 250 ms (or Timeout if shorter).
+//
+// # The fallback and Redis
+//
+// The calls the fallback admits are remembered until they stop counting
+// (keepFor: Per after their end, for most windows). While there are any, a
+// prober probes Redis every 100 to 200 ms even when no caller asks, and the
+// first round trip that reaches Redis carries them there (rspec.Store.Carry:
+// recorded whatever the windows hold, those in flight as calls in flight
+// whose release then goes to Redis, the others as ended at the carry), before
+// any admission of this process. Callers waiting on the fallback go to Redis
+// as soon as it answers. Until the fallback's window has drained (its calls
+// ended and stopped counting), a call needs room in the fallback too (the
+// gate): processes reach Redis again each at its own probe, so until every
+// one has carried its calls, Redis does not know them all, and each process
+// keeping to its share covers that time.
 package remote
 
 import (
@@ -79,6 +94,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -107,7 +123,10 @@ const (
 	probeMin     = 100 * time.Millisecond // first probe after a failure
 	probeMax     = time.Second            // the longest time between probes
 	probeTimeout = 250 * time.Millisecond // bound of a probe's round trip
-	zeroPerCap   = 10 * time.Millisecond  // the release-wait cap of a rule without Per
+	// carryProbeMax is the longest time between probes while the fallback
+	// has calls to carry into Redis.
+	carryProbeMax = 200 * time.Millisecond
+	zeroPerCap    = 10 * time.Millisecond // the release-wait cap of a rule without Per
 
 	// MinRetry is the least a head sleeps before asking Redis again after
 	// a refusal, whatever the wait Redis gave: a uniform draw in
@@ -149,6 +168,16 @@ var errBusy = errors.New("too many round trips to Redis without an answer")
 
 // errTry is the internal refusal of TryAcquire.
 var errTry = errors.New("ratesem: not admitted at once")
+
+// Internal outcomes of the fallback's paths: Redis answered while a waiter
+// waited on the fallback (errBackUp); a waiter slept until the fallback's
+// window drains (errGateWait); a carry under way did not end in time
+// (errCarryBusy, taken as Redis not answering).
+var (
+	errBackUp    = errors.New("ratesem: redis answers again")
+	errGateWait  = errors.New("ratesem: waiting for the fallback's window to drain")
+	errCarryBusy = errors.New("carrying the fallback's calls into Redis took too long")
+)
 
 // Config configures an Engine. Zero fields take their defaults.
 type Config struct {
@@ -248,6 +277,7 @@ type Stats struct {
 	CancelsFailed    uint64 // cancellations that could not reach Redis (the lease covers them)
 	ReleasesDropped  uint64 // releases never sent: the queue was full, or Close came (the lease covers them)
 	Recoveries       uint64 // times Redis answered again after being taken as unreachable
+	Carried          uint64 // calls of the fallback written into Redis when it answered again
 }
 
 // limKey names a limiter.
@@ -283,6 +313,7 @@ type waiter struct {
 	turn   chan struct{} // closed when ahead drops to 0 after queueing; replaced (under e.mu) when displaced
 	wake   chan struct{} // capacity 1: a release of this process on one of its limiters reached Redis
 	room   chan struct{} // capacity 1: a usage report of this process gave units back on one of its limiters
+	local  func()        // the fallback's units held by the gate (Engine.gatedLocked), or nil
 }
 
 // Engine waits for admissions decided in Redis. It is safe for concurrent
@@ -310,6 +341,16 @@ type Engine struct {
 	inflight    int64
 	waiting     int
 	ranker      sched.Ranker // the ranks of queued waiters
+
+	// The fallback's calls (Config.Fallback) and their hand-over to Redis.
+	recs     []*carryRec     // the fallback's calls not yet carried into Redis: in flight, or ended within their keep
+	carrying chan struct{}   // non-nil while a carry runs; closed when it ends
+	fbLive   int             // the fallback's calls in flight
+	fbDrain  time.Time       // the latest end + keep of the fallback's calls
+	upCtx    context.Context // done when Redis answers again after being taken as unreachable; nil before the first failure
+	upCancel context.CancelFunc
+	probing  bool    // the prober runs
+	fbProbe  *waiter // a waiter blocked on the fallback: the prober's charges when no call is to be carried
 
 	// Goroutines of round trips still running (pending) and Acquire calls
 	// in progress (active); Close waits until both are 0 (drained is
@@ -362,8 +403,10 @@ type Call struct {
 	e     *Engine
 	scope string
 	cs    []rspec.Charge
-	token string // Redis's; "" for a call of no charges or of the fallback
-	local func() // the fallback's release, or nil
+	token string    // Redis's; "" for a call of no charges or of the fallback
+	local func()    // the fallback's release, or nil
+	fb    bool      // the fallback admitted it (Redis was unreachable)
+	rec   *carryRec // while the fallback's call is in flight and not yet carried into Redis
 	done  atomic.Bool
 	at    time.Time // the admission on Redis's clock; zero for the fallback
 	seen  time.Time // this process's clock when the admission came back
@@ -390,7 +433,7 @@ func (c *Call) Admitted() (at, seen time.Time) { return c.at, c.seen }
 
 // Local reports whether the fallback admitted the call (Redis was
 // unreachable).
-func (c *Call) Local() bool { return c.local != nil }
+func (c *Call) Local() bool { return c.fb }
 
 // Acquire blocks until every charge is admitted at once in Redis (in FIFO
 // order per limiter within this process), ctx is done, or the admission
@@ -461,7 +504,7 @@ var capacity = rspec.Spec.Capacity
 func checkCharges(cs []rspec.Charge) error {
 	for i, c := range cs {
 		if c.Weight < 0 {
-			return fmt.Errorf("ratesem: charge %d (%s): weight %d: %w", i, c.Rule, c.Weight, ratesem.ErrNegativeWeight)
+			return fmt.Errorf("%w: charge %d (%s): weight %d", ratesem.ErrNegativeWeight, i, c.Rule, c.Weight)
 		}
 		if c.Spec == nil {
 			return fmt.Errorf("ratesem: charge %d (%s): nil Spec", i, c.Rule)
@@ -691,6 +734,12 @@ func (e *Engine) waitTurn(ctx context.Context, w *waiter) error {
 // fallback), and sleep for the wait it prescribes, until admitted or
 // failed.
 func (e *Engine) admit(ctx context.Context, w *waiter, since time.Time, try bool) (*Call, error) {
+	defer func() {
+		if w.local != nil { // the gate's units, not passed on to a Call
+			w.local()
+			w.local = nil
+		}
+	}()
 	for {
 		if w.queued {
 			if err := e.waitTurn(ctx, w); err != nil {
@@ -705,6 +754,8 @@ func (e *Engine) admit(ctx context.Context, w *waiter, since time.Time, try bool
 		e.mu.Lock()
 		closed := e.closed
 		down, probe, downErr := e.down, !now.Before(e.nextProbe), e.downErr
+		gated := w.local == nil && e.gatedLocked(now)
+		drain := e.fbDrain
 		var until time.Time // the latest instant w is known not to be admitted before
 		for i, l := range w.lims {
 			if now.Before(l.paused) && l.paused.After(until) {
@@ -746,11 +797,40 @@ func (e *Engine) admit(ctx context.Context, w *waiter, since time.Time, try bool
 			continue
 		}
 		if down && !probe {
-			return e.fallback(ctx, w, since, try, downErr)
+			c, err := e.fallback(ctx, w, since, try, downErr)
+			if err == errBackUp {
+				continue // Redis answered meanwhile: ask it
+			}
+			return c, err
+		}
+		if gated {
+			if err := e.gate(ctx, w, try, drain); err != nil {
+				if err == errGateWait {
+					continue
+				}
+				return nil, err
+			}
 		}
 		timeout := e.cfg.Timeout
 		if down {
 			timeout = min(timeout, probeTimeout)
+		}
+		// The fallback's calls go to Redis before any call of this
+		// process does (the first round trip after an outage carries them).
+		if err := e.carry(ctx, timeout); err != nil {
+			switch {
+			case err == ErrClosed:
+				return nil, ErrClosed
+			case ctx.Err() != nil:
+				return nil, ctx.Err()
+			}
+			e.markDown(err, true)
+			e.event(Event{Kind: RoundTripFailed, Scope: w.scope, Charges: w.cs, Err: err})
+			c, err := e.fallback(ctx, w, since, try, err)
+			if err == errBackUp {
+				continue
+			}
+			return c, err
 		}
 		d, err, left := e.redisAdmit(ctx, w, timeout)
 		e.mu.Lock()
@@ -779,7 +859,11 @@ func (e *Engine) admit(ctx context.Context, w *waiter, since time.Time, try bool
 			}
 			e.markDown(err, true)
 			e.event(Event{Kind: RoundTripFailed, Scope: w.scope, Charges: w.cs, Err: err})
-			return e.fallback(ctx, w, since, try, err)
+			c, err := e.fallback(ctx, w, since, try, err)
+			if err == errBackUp {
+				continue
+			}
+			return c, err
 		}
 		e.markUp()
 		if d.OK {
@@ -790,8 +874,12 @@ func (e *Engine) admit(ctx context.Context, w *waiter, since time.Time, try bool
 				e.cancelToken(w.scope, w.cs, d.Token)
 				return nil, ctx.Err()
 			}
-			c := &Call{e: e, scope: w.scope, cs: w.cs, token: d.Token, at: d.Now, seen: time.Now(), marks: d.Marks}
+			c := &Call{e: e, scope: w.scope, cs: w.cs, token: d.Token, at: d.Now, seen: time.Now(), marks: d.Marks, local: w.local}
+			w.local = nil // the Call releases them
 			if err := e.hold(c, since); err != nil {
+				if c.local != nil {
+					c.local()
+				}
 				e.cancelToken(w.scope, w.cs, d.Token)
 				return nil, err
 			}
@@ -967,40 +1055,26 @@ func (e *Engine) bounded(ctx context.Context, d time.Duration, op func(context.C
 }
 
 // fallback admits the call locally when there is a fallback, or fails it
-// with ErrUnavailable wrapping cause.
+// with ErrUnavailable wrapping cause. A waiter blocked on the fallback
+// returns errBackUp as soon as Redis answers again (the caller asks Redis
+// then). Units the gate already holds for w are the admission.
 func (e *Engine) fallback(ctx context.Context, w *waiter, since time.Time, try bool, cause error) (*Call, error) {
-	fb := e.cfg.Fallback
-	if fb == nil {
+	if e.cfg.Fallback == nil {
 		if try {
 			return nil, errTry
 		}
 		return nil, e.unavailable(cause)
 	}
-	var rel func()
-	if try {
-		r, ok := fb.TryAcquire(w.scope, w.cs)
-		if !ok {
-			return nil, errTry
-		}
-		rel = r
-	} else {
-		lctx, cancel := context.WithCancel(ctx)
-		stop := context.AfterFunc(e.closeCtx, cancel)
-		r, err := fb.Acquire(lctx, w.scope, w.cs)
-		stop()
-		cancel()
+	rel := w.local
+	w.local = nil
+	if rel == nil {
+		r, err := e.fbAcquire(ctx, w, try, true)
 		if err != nil {
-			if ctx.Err() == nil && e.closeCtx.Err() != nil {
-				return nil, ErrClosed
-			}
 			return nil, err
 		}
 		rel = r
 	}
-	if rel == nil {
-		rel = func() {}
-	}
-	c := &Call{e: e, scope: w.scope, cs: w.cs, local: rel}
+	c := &Call{e: e, scope: w.scope, cs: w.cs, local: rel, fb: true}
 	if err := e.hold(c, since); err != nil {
 		rel()
 		return nil, err
@@ -1008,14 +1082,396 @@ func (e *Engine) fallback(ctx context.Context, w *waiter, since time.Time, try b
 	return c, nil
 }
 
+// fbAcquire admits w's charges in the fallback: at once (try) or waiting
+// until they fit, ctx is done (its error), Close is called (ErrClosed) or,
+// if untilUp, Redis answers again (errBackUp). It returns the release.
+func (e *Engine) fbAcquire(ctx context.Context, w *waiter, try, untilUp bool) (func(), error) {
+	fb := e.cfg.Fallback
+	if try {
+		r, ok := fb.TryAcquire(w.scope, w.cs)
+		if !ok {
+			return nil, errTry
+		}
+		if r == nil {
+			r = func() {}
+		}
+		return r, nil
+	}
+	lctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(e.closeCtx, cancel)()
+	var up context.Context
+	if untilUp {
+		e.mu.Lock()
+		if !e.down || e.upCtx == nil {
+			e.mu.Unlock()
+			return nil, errBackUp
+		}
+		up = e.upCtx
+		e.fbProbe = w
+		e.startProberLocked()
+		e.mu.Unlock()
+		defer context.AfterFunc(up, cancel)()
+		defer func() {
+			e.mu.Lock()
+			if e.fbProbe == w {
+				e.fbProbe = nil
+			}
+			e.mu.Unlock()
+		}()
+	}
+	r, err := fb.Acquire(lctx, w.scope, w.cs)
+	if err != nil {
+		if ctx.Err() == nil {
+			if e.closeCtx.Err() != nil {
+				return nil, ErrClosed
+			}
+			if up != nil && up.Err() != nil {
+				return nil, errBackUp
+			}
+		}
+		return nil, err
+	}
+	if r == nil {
+		r = func() {}
+	}
+	return r, nil
+}
+
+// gate takes, for w, the fallback's units as well as Redis's while the
+// fallback's own calls still count (gatedLocked): after an outage, the
+// processes that fell back carry their calls into Redis each at its first
+// round trip, not all at once, so until the fallback's window has drained
+// a call of this process needs room in both. drain is Engine.fbDrain when
+// the gate was found shut. A call heavier than the fallback's share waits
+// until the window drains (errGateWait: the caller loops).
+func (e *Engine) gate(ctx context.Context, w *waiter, try bool, drain time.Time) error {
+	rel, err := e.fbAcquire(ctx, w, try, false)
+	switch {
+	case err == nil:
+		w.local = rel
+		return nil
+	case try || err == errTry:
+		return errTry
+	case err == ErrClosed || ctx.Err() != nil:
+		return err
+	case errors.Is(err, ratesem.ErrUnavailable): // heavier than the share
+		d := time.Until(drain)
+		if d <= 0 {
+			d = releaseCap(w.cs[0].Spec) // the fallback's calls in flight must end first
+		}
+		if err := e.sleep(ctx, w, d, false); err != nil {
+			return err
+		}
+		return errGateWait
+	}
+	return err
+}
+
+// gatedLocked reports whether calls must also be admitted by the fallback:
+// a call of the fallback is in flight, or one ended within the time it
+// counts (keepFor). e.mu must be held.
+func (e *Engine) gatedLocked(now time.Time) bool {
+	return e.cfg.Fallback != nil && (e.fbLive > 0 || now.Before(e.fbDrain))
+}
+
+// keepFor is how long after its end a call of charges cs may still count
+// in one of their windows: Per (plus the margin of a sliding log; twice Per
+// for a sliding window counter, which weighs the previous window; the
+// time a bucket takes to refill its burst when it exceeds N).
+func keepFor(cs []rspec.Charge) time.Duration {
+	var k time.Duration
+	for _, c := range cs {
+		sp := c.Spec
+		if sp == nil {
+			continue
+		}
+		d := sp.Limit.Per
+		switch sp.Kind {
+		case rspec.SlidingLog:
+			d += sp.Margin
+		case rspec.SlidingWindowCounter:
+			d *= 2
+		case rspec.TokenBucket, rspec.LeakyBucket, rspec.GCRA:
+			if sp.Burst > sp.Limit.N && sp.Limit.N > 0 {
+				d = time.Duration(min(float64(d)*float64(sp.Burst)/float64(sp.Limit.N), float64(2*rspec.MaxPer)))
+			}
+		}
+		k = max(k, d)
+	}
+	return k
+}
+
+// carryRec is a call the fallback admitted, until it is carried into
+// Redis or has stopped counting.
+type carryRec struct {
+	scope string
+	cs    []rspec.Charge
+	call  *Call     // while in flight; nil once ended
+	end   time.Time // when it ended
+	done  bool      // carried (or dropped: Redis refused its spec)
+}
+
+// pruneRecsLocked forgets the fallback's calls carried or no longer
+// counting. e.mu must be held.
+func (e *Engine) pruneRecsLocked(now time.Time) {
+	keep := e.recs[:0]
+	for _, r := range e.recs {
+		if r.done || (r.call == nil && !now.Before(r.end.Add(keepFor(r.cs)))) {
+			continue
+		}
+		keep = append(keep, r)
+	}
+	clear(e.recs[len(keep):])
+	e.recs = keep
+}
+
+// carry writes the fallback's calls into Redis (rspec.Store.Carry) before
+// this process's next admission there: those in flight as calls in flight,
+// whose release then goes to Redis, those that ended within their keep as
+// ended now. One carry runs at a time, each round trip bounded by timeout;
+// a caller finding one under way waits for it (at most timeout: then
+// errCarryBusy). It returns nil when nothing is left to carry.
+func (e *Engine) carry(ctx context.Context, timeout time.Duration) error {
+	_, err := e.carrySent(ctx, timeout)
+	return err
+}
+
+// carrySent is carry; sent reports that a carry reached Redis.
+func (e *Engine) carrySent(ctx context.Context, timeout time.Duration) (sent bool, err error) {
+	if e.cfg.Fallback == nil {
+		return false, nil
+	}
+	for range 3 {
+		e.mu.Lock()
+		if len(e.recs) == 0 {
+			e.mu.Unlock()
+			return sent, nil
+		}
+		e.pruneRecsLocked(time.Now())
+		if len(e.recs) == 0 {
+			e.mu.Unlock()
+			return sent, nil
+		}
+		if ch := e.carrying; ch != nil {
+			e.mu.Unlock()
+			t := time.NewTimer(timeout)
+			select {
+			case <-ch:
+				t.Stop()
+				sent = true // another's carry reached Redis, or failed: then ours would too
+				continue
+			case <-t.C:
+				return sent, errCarryBusy
+			case <-ctx.Done():
+				t.Stop()
+				return sent, ctx.Err()
+			case <-e.closeCtx.Done():
+				t.Stop()
+				return sent, ErrClosed
+			}
+		}
+		ch := make(chan struct{})
+		e.carrying = ch
+		batch := slices.Clone(e.recs)
+		e.mu.Unlock()
+		finish := func() {
+			e.mu.Lock()
+			e.carrying = nil
+			close(ch)
+			e.mu.Unlock()
+		}
+		err := e.bounded(ctx, timeout, func(octx context.Context) error {
+			defer finish()
+			return e.carryBatch(octx, batch)
+		})
+		if err == errBusy {
+			finish() // it never started
+		}
+		if err != nil {
+			return sent, err
+		}
+		sent = true
+	}
+	return sent, nil
+}
+
+// carryBatch carries batch into Redis: each call in flight by a round trip
+// of its own (its Call then ends in Redis too), the calls that ended by one
+// round trip per limiter (their units summed, in chunks of at most the
+// limiter's capacity). A call whose spec Redis refuses is dropped (the
+// gate still holds the fallback's window for it).
+func (e *Engine) carryBatch(ctx context.Context, batch []*carryRec) error {
+	type agg struct {
+		scope string
+		c     rspec.Charge
+	}
+	var (
+		sums  []*agg
+		index = map[limKey]*agg{}
+		ended []*carryRec
+	)
+	for _, r := range batch {
+		e.mu.Lock()
+		c, done := r.call, r.done
+		e.mu.Unlock()
+		if done {
+			continue
+		}
+		if c == nil {
+			ended = append(ended, r)
+			for _, ch := range r.cs {
+				k := limKey{r.scope, ch.Rule, ch.Key}
+				a := index[k]
+				if a == nil {
+					a = &agg{scope: r.scope, c: ch}
+					a.c.Weight = 0
+					index[k] = a
+					sums = append(sums, a)
+				}
+				a.c.Spec = ch.Spec
+				a.c.Weight += ch.Weight
+			}
+			continue
+		}
+		d, err := e.st.Carry(ctx, r.scope, r.cs, false)
+		if err != nil && !callerError(err) {
+			return err
+		}
+		e.mu.Lock()
+		r.done = true
+		switch {
+		case err != nil:
+			e.stats.LimitMismatches++
+		case r.call != nil: // still in flight: its release goes to Redis
+			r.call.token = d.Token
+			r.call.rec = nil
+			r.call = nil
+			e.stats.Carried++
+		default: // it ended during the round trip: end it in Redis too
+			e.enqueueLocked(&Call{e: e, scope: r.scope, cs: r.cs, token: d.Token})
+			e.stats.Carried++
+		}
+		e.mu.Unlock()
+	}
+	for _, a := range sums {
+		for w := a.c.Weight; w > 0; {
+			c := a.c
+			c.Weight = min(w, capacity(*c.Spec))
+			if c.Weight <= 0 {
+				break
+			}
+			if _, err := e.st.Carry(ctx, a.scope, []rspec.Charge{c}, true); err != nil {
+				if callerError(err) {
+					break
+				}
+				return err
+			}
+			w -= c.Weight
+		}
+	}
+	e.mu.Lock()
+	for _, r := range ended {
+		r.done = true
+	}
+	e.stats.Carried += uint64(len(ended))
+	e.mu.Unlock()
+	return nil
+}
+
+// startProberLocked starts the prober, unless it runs: while Redis is
+// taken as unreachable and the fallback has calls to carry or waiters, it
+// probes Redis on the probe schedule (carrying the fallback's calls, which
+// is the probe), so that they reach Redis, and the waiters leave the
+// fallback, as soon as it answers, even if no caller asks it. e.mu must be
+// held.
+func (e *Engine) startProberLocked() {
+	if e.probing || e.closed || !e.down || e.cfg.Fallback == nil {
+		return
+	}
+	e.probing = true
+	e.pending++
+	go e.prober()
+}
+
+func (e *Engine) prober() {
+	for {
+		e.mu.Lock()
+		now := time.Now()
+		e.pruneRecsLocked(now)
+		w := e.fbProbe
+		if !e.down || e.closed || (len(e.recs) == 0 && w == nil) {
+			e.probing = false
+			e.pending--
+			e.checkDrainedLocked()
+			e.mu.Unlock()
+			return
+		}
+		wait := e.nextProbe.Sub(now)
+		e.mu.Unlock()
+		if wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-e.closeCtx.Done():
+				t.Stop()
+			}
+			continue // another caller may have probed meanwhile
+		}
+		sent, err := e.carrySent(e.closeCtx, probeTimeout)
+		if err == nil && !sent {
+			if w == nil || len(w.cs) == 0 {
+				continue // nothing left to carry, nobody waiting: done
+			}
+			err = e.ping(w)
+		}
+		switch {
+		case e.closeCtx.Err() != nil:
+		case err == nil:
+			e.markUp()
+		case err == errCarryBusy:
+		default:
+			e.markDown(err, true)
+		}
+	}
+}
+
+// ping asks Redis to admit w's charges with no weight (Store.Carry, which
+// changes nothing then), bounded by probeTimeout: nil when Redis answered.
+func (e *Engine) ping(w *waiter) error {
+	cs := slices.Clone(w.cs)
+	for i := range cs {
+		cs[i].Weight = 0
+	}
+	err := e.bounded(e.closeCtx, probeTimeout, func(ctx context.Context) error {
+		_, err := e.st.Carry(ctx, w.scope, cs, true)
+		return err
+	})
+	if err != nil && callerError(err) {
+		return nil // an answer
+	}
+	return err
+}
+
 // causeOf turns the engine's own round-trip bound into an error that does
-// not match context.DeadlineExceeded: it is not the caller's deadline.
+// not match context.DeadlineExceeded (it is not the caller's deadline, and
+// its message does not name one), and drops the "ratesem: " prefixes of
+// the cause's message (the error keeps one, ErrUnavailable's).
 func (e *Engine) causeOf(cause error) error {
 	if errors.Is(cause, context.DeadlineExceeded) || errors.Is(cause, context.Canceled) {
-		return fmt.Errorf("no answer within %v (%s)", e.cfg.Timeout, cause.Error())
+		return fmt.Errorf("no answer from Redis within %v", e.cfg.Timeout)
 	}
-	return cause
+	return &causeError{msg: strings.ReplaceAll(cause.Error(), "ratesem: ", ""), err: cause}
 }
+
+// causeError is an error of Redis under a message of its own.
+type causeError struct {
+	msg string
+	err error
+}
+
+func (c *causeError) Error() string { return c.msg }
+func (c *causeError) Unwrap() error { return c.err }
 
 func (e *Engine) unavailable(cause error) error {
 	return fmt.Errorf("%w: %w", ErrUnavailable, e.causeOf(cause))
@@ -1032,8 +1488,12 @@ func (e *Engine) hold(c *Call, since time.Time) error {
 	}
 	e.inflight++
 	e.stats.Admitted++
-	if c.local != nil {
+	if c.fb {
 		e.stats.FallbackAdmitted++
+		e.fbLive++
+		c.rec = &carryRec{scope: c.scope, cs: c.cs, call: c}
+		e.recs = append(e.recs, c.rec)
+		e.startProberLocked()
 	}
 	e.stats.TotalWait += wait
 	e.stats.MaxWait = max(e.stats.MaxWait, wait)
@@ -1088,8 +1548,15 @@ func (e *Engine) markDown(err error, probe bool) {
 	case !e.down:
 		e.down, e.backoff = true, probeMin
 		e.nextProbe = now.Add(e.backoff)
+		e.upCtx, e.upCancel = context.WithCancel(context.Background())
 	case probe:
-		e.backoff = min(2*e.backoff, probeMax)
+		// While the fallback has calls to carry, the probes stay close:
+		// until a process carries them, the others may be told of none.
+		top := probeMax
+		if len(e.recs) > 0 {
+			top = carryProbeMax
+		}
+		e.backoff = min(2*e.backoff, top)
 		e.nextProbe = now.Add(e.backoff)
 	}
 }
@@ -1101,6 +1568,9 @@ func (e *Engine) markUp() {
 	if e.down {
 		e.down, e.downErr, e.backoff = false, nil, 0
 		e.stats.Recoveries++
+		if e.upCancel != nil {
+			e.upCancel() // the waiters on the fallback ask Redis now
+		}
 	}
 }
 
@@ -1189,39 +1659,53 @@ func (c *Call) ReleaseSettled(actual []int64) {
 	}
 	for i := range actual {
 		if actual[i] != c.cs[i].Weight {
-			if c.token != "" {
-				c.actual = append([]int64(nil), actual...)
-			}
+			// Kept whether or not the call is in Redis: a call of the
+			// fallback may be carried there until its release.
+			c.actual = append([]int64(nil), actual...)
 			break
 		}
 	}
 	c.release()
 }
 
-// release is Release after the check that it is the first.
+// release is Release after the check that it is the first: the
+// fallback's units (of a call it admitted, or the gate's) come back at
+// once, Redis's in the background.
 func (c *Call) release() {
 	e := c.e
 	e.mu.Lock()
 	e.inflight--
-	if c.token == "" {
-		e.mu.Unlock()
-		if c.local != nil {
-			c.local()
+	if c.fb {
+		now := time.Now()
+		e.fbLive--
+		if d := now.Add(keepFor(c.cs)); d.After(e.fbDrain) {
+			e.fbDrain = d
 		}
-		return
+		if r := c.rec; r != nil { // not carried yet: carried as ended
+			r.call, r.end = nil, now
+			c.rec = nil
+		}
 	}
-	sent := false
+	if c.token != "" {
+		e.enqueueLocked(c)
+	}
+	e.mu.Unlock()
+	if c.local != nil {
+		c.local()
+	}
+}
+
+// enqueueLocked queues c's release (or settlement) for the workers, or
+// counts it dropped (the queue full, or Close called). e.mu must be held.
+func (e *Engine) enqueueLocked(c *Call) {
 	if !e.closed {
 		select {
 		case e.rel <- c:
-			sent = true
+			return
 		default:
 		}
 	}
-	if !sent {
-		e.stats.ReleasesDropped++
-	}
-	e.mu.Unlock()
+	e.stats.ReleasesDropped++
 }
 
 // releaser sends the releases of the queue until Close closes it.

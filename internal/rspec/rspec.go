@@ -301,6 +301,33 @@ type Charge struct {
 // process (not by SetLimit).
 var ErrLimitMismatch = ratesem.ErrLimitMismatch
 
+// MismatchError is the error of a charge whose Spec differs from the one
+// another process stored with the limiter's state: it matches
+// ErrLimitMismatch. Its message names the rule and key (a front with one
+// limiter, such as a semaphore, names it its own way from the fields).
+type MismatchError struct {
+	Rule, Key string
+	Have      string // this process's limit (Spec.String)
+	Stored    string // the limit stored in Redis (Spec.String, or as stored when unreadable)
+}
+
+// Error names the rule, the key and both limits.
+func (e *MismatchError) Error() string {
+	return fmt.Sprintf("%v: rule %q key %q: this process has %s, Redis has %s (every process must build it with the same limit; SetLimit changes it for all)",
+		ErrLimitMismatch, clipName(e.Rule), clipName(e.Key), e.Have, e.Stored)
+}
+
+// Unwrap returns ErrLimitMismatch.
+func (e *MismatchError) Unwrap() error { return ErrLimitMismatch }
+
+// clipName shortens a caller's string for an error message.
+func clipName(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "…"
+	}
+	return s
+}
+
 // ErrNotInFlight is matched by Release, Extend and Cancel for a token the
 // server does not know (lost with a restart, or its lease ran out).
 var ErrNotInFlight = errors.New("ratesem: call not in flight in Redis")
@@ -376,4 +403,11 @@ type Store interface {
 	Pause(ctx context.Context, scope string, c Charge, d time.Duration) (time.Time, error)
 	ReconcileAt(ctx context.Context, scope string, c Charge, used int64, r Read) (int64, error)
 	SetLimit(ctx context.Context, scope string, c Charge) error
+	// Carry records a call a process's local fallback admitted while the
+	// store was unreachable, now, whatever the windows hold (it refuses
+	// nothing): a call in flight (ended false) as admitted now, under the
+	// Decision's Token, which Release, Settle and Cancel take; one that
+	// has ended as admitted and ended now. Charges of weight 0 change
+	// nothing. See internal/rstore's Store.Carry.
+	Carry(ctx context.Context, scope string, cs []Charge, ended bool) (Decision, error)
 }

@@ -251,12 +251,16 @@ func mismatch(cs []Charge, r []any) error {
 	if i < 1 || int(i) > len(cs) {
 		return fmt.Errorf("ratesem: malformed reply from Redis: %v", r)
 	}
-	c := cs[i-1]
+	return mismatchOf(cs[i-1], stored)
+}
+
+// mismatchOf is the error of charge c whose limiter stores the spec stored.
+func mismatchOf(c Charge, stored string) error {
+	me := &rspec.MismatchError{Rule: c.Rule, Key: c.Key, Have: c.Spec.String(), Stored: strconv.Quote(clip(stored))}
 	if sp, ok := parseWire(stored); ok {
-		return fmt.Errorf("%w: %s[%s]: this process has %s, Redis has %s (set SetLimit to change it for every process)",
-			ErrLimitMismatch, clip(c.Rule), clip(c.Key), c.Spec, sp)
+		me.Stored = sp.String()
 	}
-	return fmt.Errorf("%w: %s[%s]: this process has %s, Redis has %q", ErrLimitMismatch, clip(c.Rule), clip(c.Key), c.Spec, clip(stored))
+	return me
 }
 
 func newToken() string {
@@ -667,34 +671,8 @@ func NewOpener(c goredis.UniversalClient) backend.Opener {
 		Open: func(prefix string, lease time.Duration) (rspec.Store, error) {
 			return New(c, prefix, Options{Lease: lease})
 		},
-		CheckEviction: func(timeout time.Duration) error { return checkEviction(c, timeout) },
+		Check: func(timeout time.Duration, prefix, scope string, cs []rspec.Charge, eviction bool) error {
+			return check(c, timeout, prefix, scope, cs, eviction)
+		},
 	}
-}
-
-// checkEviction reads the server's maxmemory-policy on a goroutine of its
-// own, waiting at most timeout; it returns only an error matching
-// ratesem.ErrEviction, and nil when the server does not answer in time or
-// forbids CONFIG.
-func checkEviction(c goredis.UniversalClient, timeout time.Duration) error {
-	ch := make(chan string, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), timeout)
-		defer cancel()
-		m, err := c.ConfigGet(ctx, "maxmemory-policy").Result()
-		if err != nil {
-			ch <- ""
-			return
-		}
-		ch <- m["maxmemory-policy"]
-	}()
-	t := time.NewTimer(timeout)
-	defer t.Stop()
-	select {
-	case p := <-ch:
-		if p != "" && !strings.EqualFold(p, "noeviction") {
-			return fmt.Errorf("%w: %s (WithEvictionAllowed to go on anyway)", ratesem.ErrEviction, p)
-		}
-	case <-t.C:
-	}
-	return nil
 }
