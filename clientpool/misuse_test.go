@@ -128,14 +128,23 @@ func TestRedisPoolObserverPanicOnAdmitted(t *testing.T) {
 		t.Fatalf("%d units in flight here after the panic", got)
 	}
 	// At most 1 unit in flight: the second process is admitted only once
-	// Redis has the first call released.
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	tk, err := q.Acquire(ctx, c)
-	if err != nil {
-		t.Fatalf("the other process: %v (the panicked call still in flight in Redis)", err)
+	// Redis has the first call released. The release goes out in the
+	// background, and a waiter of another process refused by a call in
+	// flight sleeps up to a quarter of Per before asking again, so ask
+	// afresh (each Acquire a round trip) until Redis has it, for 5 s.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		tk, err := q.Acquire(ctx, c)
+		cancel()
+		if err == nil {
+			tk.Release()
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the other process: %v after 5 s (the panicked call still in flight in Redis)", err)
+		}
 	}
-	tk.Release()
 }
 
 // Misuse of a Ticket panics or errs as documented and touches no other
