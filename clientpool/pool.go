@@ -84,7 +84,7 @@ type Pool struct {
 	table    Table
 	rules    map[string]*ruleState
 	ruleList []*ruleState // the rules in Table order, for eviction
-	routes   map[route]routeEntry
+	routes   router
 	clock    wake.Clock
 	epoch    time.Time // the clock's reading at New: limiter instants are offsets from it
 	idle     time.Duration
@@ -243,7 +243,10 @@ type waiter struct {
 }
 
 // New returns a Pool over the rules and endpoints of t, set up by opts. It
-// returns an error for an endpoint listed twice, for a rule without a name
+// returns an error for an endpoint listed twice, for an endpoint whose Path
+// is not a net/http.ServeMux path pattern, for two endpoints that match a
+// request in common with neither more specific (see Endpoint.Path), for a
+// rule without a name
 // or with a duplicate name, for a limit that is not N > 0 per Per > 0 or a
 // negative MaxUnitsInFlight (matching ratesem.ErrInvalidLimit), for an
 // endpoint cost that names an unknown rule, and for a negative cost
@@ -262,7 +265,7 @@ func New(t Table, opts ...Option) (*Pool, error) {
 		return nil, fmt.Errorf("ratesem: WithMaxKeys(%d): want ≥ 0", cfg.maxKeys)
 	}
 	p := &Pool{
-		table: t, rules: make(map[string]*ruleState), routes: make(map[route]routeEntry),
+		table: t, rules: make(map[string]*ruleState),
 		clock: wake.NewClock(cfg.clk), idle: cfg.idle, observer: cfg.observer,
 		maxKeys: cfg.maxKeys, maxPause: cfg.maxPause, maxQueue: int32(cfg.maxQueue),
 	}
@@ -304,10 +307,10 @@ func New(t Table, opts ...Option) (*Pool, error) {
 		if err := checkCosts(e.Method+" "+e.Path, e.Costs); err != nil {
 			return nil, err
 		}
-		if _, dup := p.routes[route{e.Method, e.Path}]; dup {
-			return nil, fmt.Errorf("ratesem: endpoint %s %s listed twice", e.Method, e.Path)
-		}
-		p.routes[route{e.Method, e.Path}] = routeEntry{costs: e.Costs, charges: e.Charges}
+	}
+	var err error
+	if p.routes, err = newRouter(t.Endpoints); err != nil {
+		return nil, err
 	}
 	if err := checkCosts("the default costs", t.Default); err != nil {
 		return nil, err
@@ -341,7 +344,10 @@ func (p *Pool) instant(ns int64) time.Time { return p.epoch.Add(time.Duration(ns
 
 // Classify returns the charges of a request under the Table's endpoints:
 // one per rule of the matching endpoint (or of the Table's Default) whose
-// Key applies. It returns an error matching ratesem.ErrNegativeWeight for a
+// Key applies; none for a request that matches no endpoint when the Table
+// has no Default and sets UnmatchedUnlimited. It returns an error matching
+// ratesem.ErrNoEndpoint for a request that matches no endpoint when the
+// Table has neither, an error matching ratesem.ErrNegativeWeight for a
 // negative weight, or the error of the endpoint's Charges function. It
 // does not block, changes nothing and is safe for concurrent use.
 func (p *Pool) Classify(req *http.Request) ([]Charge, error) { return p.classify(req) }
