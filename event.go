@@ -46,12 +46,19 @@ const (
 	// Reconciled: a server's usage header counted Weight units more than
 	// the local window of (Rule, Key), which now counts them too.
 	Reconciled
+	// Unsettled: a call under a rule that settles its weight from the
+	// reply's body (clientpool.Rule.Settle) ended with the body closed
+	// before it was read to its end, and what was read did not settle it:
+	// it keeps the Weight it was admitted for (its estimate) under (Rule,
+	// Key), however little the server charged. Read the body to io.EOF
+	// before closing it to settle.
+	Unsettled
 )
 
 var kindNames = [...]string{
 	Admitted: "admitted", Queued: "queued", Refused: "refused", Cancelled: "cancelled",
 	Throttled: "throttled", Paused: "paused", Retried: "retried", Evicted: "evicted",
-	Reconciled: "reconciled",
+	Reconciled: "reconciled", Unsettled: "unsettled",
 }
 
 // String returns the kind's name in lower case ("admitted", …), suited to a

@@ -27,6 +27,7 @@ type Metrics struct {
 	admitted, refused, cancelled atomic.Uint64
 	throttled, paused, retried   atomic.Uint64
 	evicted, reconciled          atomic.Uint64
+	unsettled                    atomic.Uint64
 	depth                        atomic.Int64
 	waitSum                      atomic.Int64      // ns
 	waitCounts                   [19]atomic.Uint64 // per bucket, not cumulative; the last is +Inf
@@ -63,6 +64,8 @@ func (m *Metrics) Observe(e Event) {
 		m.evicted.Add(1)
 	case Reconciled:
 		m.reconciled.Add(1)
+	case Unsettled:
+		m.unsettled.Add(1)
 	}
 }
 
@@ -87,6 +90,10 @@ type MetricsSnapshot struct {
 	// Reconciled counts the usage reports that made a window count more
 	// (Reconciled events), not the units.
 	Reconciled uint64
+	// Unsettled counts the calls that kept their estimate because their
+	// reply's body was closed unread (Unsettled events): a clientpool.Pool
+	// reports one per charge, a Transport one per response.
+	Unsettled uint64
 	// QueueDepth is the number of calls waiting now (Queued events not yet
 	// followed by their end), a gauge.
 	QueueDepth int64
@@ -130,7 +137,7 @@ func (m *Metrics) Snapshot() MetricsSnapshot {
 	return MetricsSnapshot{
 		Admitted: m.admitted.Load(), Refused: m.refused.Load(), Cancelled: m.cancelled.Load(),
 		Throttled: m.throttled.Load(), Paused: m.paused.Load(), Retried: m.retried.Load(),
-		Evicted: m.evicted.Load(), Reconciled: m.reconciled.Load(),
+		Evicted: m.evicted.Load(), Reconciled: m.reconciled.Load(), Unsettled: m.unsettled.Load(),
 		QueueDepth: m.depth.Load(), Wait: h,
 	}
 }

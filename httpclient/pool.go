@@ -87,17 +87,24 @@ func (c *poolCall) ObserveResponse(resp *http.Response) {
 // responseSettler is implemented by a Limiter whose calls settle their
 // weight from the response (a poolCall whose rules have Settle): Transport
 // keeps up to clientpool.MaxSettleBody bytes of the body as the caller reads
-// it and shows them to settleResponse before the units are released.
+// it and shows them to settleResponse before the units are released,
+// telling whether the body was read to its end (complete); settleResponse
+// returns true when a body closed before its end left a charge unsettled.
 type responseSettler interface {
 	wantsBody() bool
-	settleResponse(h http.Header, body []byte)
+	settleResponse(h http.Header, body []byte, complete bool) (unsettled bool)
 }
 
 // wantsBody reports whether a rule of the call settles from its response.
 func (c *poolCall) wantsBody() bool { return c.ticket.WantsBody() }
 
-// settleResponse settles the call's charges from its response.
-func (c *poolCall) settleResponse(h http.Header, body []byte) { c.ticket.SettleResponse(h, body) }
+// settleResponse settles the call's charges from its response; for a body
+// closed before its end, the charges that stay unsettled are reported
+// (clientpool.Ticket.BodyUnread).
+func (c *poolCall) settleResponse(h http.Header, body []byte, complete bool) bool {
+	c.ticket.SettleResponse(h, body)
+	return !complete && c.ticket.BodyUnread() > 0
+}
 
 // failed is the Limiter of a request that cannot be classified: it never
 // admits, so the request is not sent.

@@ -1,0 +1,179 @@
+package clientpool_test
+
+import (
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ratesem/ratesem"
+	"github.com/ratesem/ratesem/clientpool"
+	"github.com/ratesem/ratesem/window"
+)
+
+// endpointTable has one rule per endpoint, named after the endpoint, so
+// that the charges of a request name the endpoint it matched.
+func endpointTable(eps ...clientpool.Endpoint) clientpool.Table {
+	var t clientpool.Table
+	seen := map[string]bool{}
+	for i := range eps {
+		name := eps[i].Method + " " + eps[i].Path
+		if !seen[name] {
+			seen[name] = true
+			t.Rules = append(t.Rules, clientpool.Rule{Name: name, Limit: window.Limit{N: 1, Per: time.Minute}})
+		}
+		eps[i].Costs = []clientpool.Cost{{Rule: name, Units: 1}}
+	}
+	t.Endpoints = eps
+	return t
+}
+
+// matched returns the rule (so the endpoint) req matched, "" when none.
+func matched(t *testing.T, p *clientpool.Pool, method, url string) string {
+	t.Helper()
+	req, err := http.NewRequest(method, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := p.Classify(req)
+	if errors.Is(err, ratesem.ErrNoEndpoint) {
+		return ""
+	}
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	if len(cs) != 1 {
+		t.Fatalf("%s %s: charges %v, want one", method, url, cs)
+	}
+	return cs[0].Rule
+}
+
+// Endpoint paths are net/http.ServeMux patterns: a {name} segment matches
+// one segment, {name...} the rest, a trailing slash a subtree, {$} the
+// slash alone; the most specific pattern wins, a method beats none, GET
+// also matches HEAD, and the request's path is cleaned first. On
+// 3c9e6ad every path matched exactly, so /v1/items/{id} matched nothing.
+func TestEndpointPatterns(t *testing.T) {
+	p, err := clientpool.New(endpointTable(
+		clientpool.Endpoint{Method: "GET", Path: "/v1/items/{id}"},
+		clientpool.Endpoint{Method: "GET", Path: "/v1/items/special"},
+		clientpool.Endpoint{Path: "/v1/items/{id}"},
+		clientpool.Endpoint{Method: "GET", Path: "/v1/items/{id}/tags"},
+		clientpool.Endpoint{Path: "/v1/files/{path...}"},
+		clientpool.Endpoint{Path: "/v1/tree/"},
+		clientpool.Endpoint{Path: "/v1/tree/{$}"},
+		clientpool.Endpoint{Method: "POST", Path: "/api/v5/trade/order"},
+	))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ method, url, want string }{
+		{"GET", "http://h/v1/items/42", "GET /v1/items/{id}"},
+		{"", "http://h/v1/items/42", "GET /v1/items/{id}"}, // a client's "" is GET
+		{"HEAD", "http://h/v1/items/42", "GET /v1/items/{id}"},
+		{"GET", "http://h/v1/items/special", "GET /v1/items/special"},
+		{"DELETE", "http://h/v1/items/42", " /v1/items/{id}"},
+		{"DELETE", "http://h/v1/items/special", " /v1/items/{id}"},
+		{"GET", "http://h/v1/items/42/tags", "GET /v1/items/{id}/tags"},
+		{"POST", "http://h/v1/items/42/tags", ""},
+		{"GET", "http://h/v1/items/", ""}, // {id} is one non-empty segment
+		{"GET", "http://h/v1/items/42/other", ""},
+		{"GET", "http://h/v1/files/", " /v1/files/{path...}"},
+		{"GET", "http://h/v1/files/a/b/c.txt", " /v1/files/{path...}"},
+		{"GET", "http://h/v1/tree/", " /v1/tree/{$}"},
+		{"GET", "http://h/v1/tree/x/y", " /v1/tree/"},
+		{"GET", "http://h/v1/tree", ""}, // ServeMux would redirect it to /v1/tree/
+		{"GET", "http://h/v1//items/./42", "GET /v1/items/{id}"},
+		{"GET", "http://h/v1/x/../items/42", "GET /v1/items/{id}"},
+		{"GET", "http://h/v1/items/a%2Fb", "GET /v1/items/{id}"}, // an escaped slash stays in its segment
+		{"POST", "http://h/api/v5/trade/order?x=1", "POST /api/v5/trade/order"},
+		{"GET", "http://h/api/v5/trade/order", ""},
+		{"POST", "http://h/api/v5/trade/order/", ""},
+		{"GET", "http://h/", ""},
+		{"GET", "http://h", ""},
+	} {
+		if got := matched(t, p, tc.method, tc.url); got != tc.want {
+			t.Errorf("%s %s matched %q, want %q", tc.method, tc.url, got, tc.want)
+		}
+	}
+}
+
+// New refuses patterns ServeMux refuses, naming the endpoint and what to do.
+func TestEndpointPatternErrors(t *testing.T) {
+	for _, tc := range []struct {
+		eps  []clientpool.Endpoint
+		want string
+	}{
+		{[]clientpool.Endpoint{{Path: "/v1/{a}/x"}, {Path: "/v1/x/{b}"}}, `endpoints "/v1/{a}/x" and "/v1/x/{b}" match some request in common and neither is more specific`},
+		{[]clientpool.Endpoint{{Path: "/a"}, {Method: "GET", Path: "/b/{x}"}, {Method: "GET", Path: "/b/{y}"}}, `endpoints "GET /b/{x}" and "GET /b/{y}"`},
+		{[]clientpool.Endpoint{{Path: "/v1/{id"}}, `endpoint "/v1/{id" is not a net/http.ServeMux pattern`},
+		{[]clientpool.Endpoint{{Path: "/v1/{a...}/x"}}, `endpoint "/v1/{a...}/x" is not a net/http.ServeMux pattern`},
+		{[]clientpool.Endpoint{{Path: "/v1/{id}/{id}"}}, `not a net/http.ServeMux pattern`},
+		{[]clientpool.Endpoint{{Path: "v1/items"}}, `endpoint "v1/items": Path must start with "/"`},
+		{[]clientpool.Endpoint{{Path: ""}}, `Path must start with "/"`},
+		{[]clientpool.Endpoint{{Method: "GET /x", Path: "/y"}}, `is not an HTTP method`},
+		{[]clientpool.Endpoint{{Method: "GET", Path: "/x"}, {Method: "GET", Path: "/x"}}, `endpoint "GET /x" listed twice`},
+	} {
+		_, err := clientpool.New(endpointTable(tc.eps...))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: err %v, want it to say %q", tc.eps, err, tc.want)
+			continue
+		}
+		if strings.Count(err.Error(), "ratesem:") != 1 || !strings.HasPrefix(err.Error(), "ratesem: ") {
+			t.Errorf("%q: want one ratesem: prefix", err)
+		}
+	}
+}
+
+// A request that matches no endpoint of a table without Default is an
+// error matching ratesem.ErrNoEndpoint that says what to do, unless the
+// table sets UnmatchedUnlimited; a Default charges it. On 3c9e6ad it was
+// silently unlimited.
+func TestUnmatchedRequest(t *testing.T) {
+	rules := []clientpool.Rule{{Name: "r", Limit: window.Limit{N: 1, Per: time.Minute}}}
+	eps := []clientpool.Endpoint{{Method: "GET", Path: "/v1/items/{id}", Costs: []clientpool.Cost{{Rule: "r"}}}}
+	req, _ := http.NewRequest("GET", "http://h/v1/other", nil)
+
+	p, err := clientpool.New(clientpool.Table{Rules: rules, Endpoints: eps})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := p.Classify(req)
+	if !errors.Is(err, ratesem.ErrNoEndpoint) || cs != nil {
+		t.Fatalf("charges %v, err %v; want ErrNoEndpoint", cs, err)
+	}
+	for _, want := range []string{"GET /v1/other", "add an Endpoint", "UnmatchedUnlimited"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("%q does not say %q", err, want)
+		}
+	}
+	if strings.Count(err.Error(), "ratesem:") != 1 {
+		t.Errorf("%q: want one ratesem: prefix", err)
+	}
+
+	p, err = clientpool.New(clientpool.Table{Rules: rules, Endpoints: eps, UnmatchedUnlimited: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cs, err := p.Classify(req); err != nil || len(cs) != 0 {
+		t.Fatalf("UnmatchedUnlimited: charges %v, err %v; want none", cs, err)
+	}
+
+	p, err = clientpool.New(clientpool.Table{Rules: rules, Endpoints: eps, Default: []clientpool.Cost{{Rule: "r", Units: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cs, err := p.Classify(req); err != nil || len(cs) != 1 || cs[0].Rule != "r" {
+		t.Fatalf("Default: charges %v, err %v; want r", cs, err)
+	}
+
+	// A table with no endpoints at all.
+	p, err = clientpool.New(clientpool.Table{Rules: rules})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Classify(req); !errors.Is(err, ratesem.ErrNoEndpoint) {
+		t.Fatalf("no endpoints: err %v; want ErrNoEndpoint", err)
+	}
+}
