@@ -13,7 +13,8 @@ import (
 // Acquire; Throttled (Status) for each charge of a throttled call and
 // Paused (Pause, Until, Source) for each key a throttle or Pause paused;
 // Reconciled when a usage header tightened a key's window; Evicted when an
-// idle key is dropped. An Acquire that fails before its charges are known
+// idle key is dropped; Unsettled for each charge a reply closed unread left
+// at its estimate (Ticket.BodyUnread). An Acquire that fails before its charges are known
 // (a negative weight, an unknown rule) reports one Refused event with no
 // Rule. In Redis mode (redisrate.Shared) a call's wait is its round trips' and
 // Queued is not reported.

@@ -25,7 +25,15 @@ import (
 // released, so that the table's ThrottleTargets can pause the keys the body
 // names; a throttle only the body shows (OKX's 50011 with HTTP 200) pauses
 // then. RoundTrip never reads the body. A request whose classification
-// fails is not sent: RoundTrip closes its body and returns the error.
+// fails (one that matches no endpoint of a Table without Default is
+// ratesem.ErrNoEndpoint) is not sent: RoundTrip closes its body and
+// returns the error.
+//
+// A rule that settles its weight from the reply (clientpool.Rule.Settle,
+// the LLM presets' token rules) reads the body as the caller reads it:
+// read it to its end (io.EOF) before closing it. A body closed before its
+// end whose read part did not settle the call leaves the call charged its
+// estimate and is reported to the observers as a ratesem.Unsettled event.
 //
 // By default each request is sent once; WithMaxRetries sends a request
 // again after a throttle its headers show: the retry is classified and

@@ -98,10 +98,14 @@ type waiter struct {
 // New returns a RateSemaphore that admits at most n units in flight and at
 // most n units per interval (a time.Duration) under the completion window.
 //
-// interval 0 means no rate limit: the semaphore then behaves exactly like
+// interval 0 means no rate limit: the semaphore then behaves like
 // golang.org/x/sync/semaphore.NewWeighted(n), edge cases included (n = 0
 // admits only zero weights; a weight larger than n waits for its context
-// without blocking other callers). New panics if n or interval is negative.
+// without blocking other callers), with one intended difference: a
+// negative weight, on which x/sync panics, is refused instead (Acquire
+// returns an error matching ratesem.ErrNegativeWeight, TryAcquire false;
+// Release of a negative n panics, as in x/sync). New panics if n or
+// interval is negative.
 func New(n int64, interval time.Duration, opts ...Option) *RateSemaphore {
 	if n < 0 || interval < 0 {
 		panic(fmt.Sprintf("ratesem: New(%d, %v): negative limit", n, interval))
