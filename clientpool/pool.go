@@ -282,7 +282,7 @@ func New(t Table, opts ...Option) (*Pool, error) {
 		rs.setLimit(r.Limit)
 		if r.Limit.N == 0 {
 			if cfg.redisSet {
-				return nil, fmt.Errorf("ratesem: rule %q: a limit learned from headers (Limit.N 0) in Redis mode: %w", r.Name, ratesem.ErrInvalidLimit)
+				return nil, fmt.Errorf("%w: rule %q: Limit.N 0 (a limit learned from headers) cannot be shared in Redis mode: give the rule its limit", ratesem.ErrInvalidLimit, r.Name)
 			}
 			// Unknown until a response says: the window admits anything
 			// (one call at a time, admitLocked) and keeps the record.
@@ -298,7 +298,7 @@ func New(t Table, opts ...Option) (*Pool, error) {
 				return fmt.Errorf("%w %q in %s", ratesem.ErrUnknownRule, c.Rule, where)
 			}
 			if c.Units < 0 {
-				return fmt.Errorf("ratesem: %s: %w %d", where, ratesem.ErrNegativeWeight, c.Units)
+				return fmt.Errorf("%w %d in %s", ratesem.ErrNegativeWeight, c.Units, where)
 			}
 		}
 		return nil
@@ -591,7 +591,7 @@ func (p *Pool) merge(charges []Charge) ([]Charge, error) {
 			return nil, fmt.Errorf("%w %q", ratesem.ErrUnknownRule, c.Rule)
 		}
 		if c.Weight < 0 {
-			return nil, fmt.Errorf("ratesem: %w %d for %s", ratesem.ErrNegativeWeight, c.Weight, c)
+			return nil, fmt.Errorf("%w %d for %s", ratesem.ErrNegativeWeight, c.Weight, c)
 		}
 		if i := slices.IndexFunc(out, func(o Charge) bool { return o.Rule == c.Rule && o.Key == c.Key }); i >= 0 {
 			out[i].Weight = sat.Add(out[i].Weight, c.Weight)
@@ -749,7 +749,7 @@ func (p *Pool) SetLimit(rule string, l window.Limit) error {
 		return fmt.Errorf("%w %q", ratesem.ErrUnknownRule, rule)
 	}
 	if l.N <= 0 || l.Per <= 0 {
-		return fmt.Errorf("ratesem: SetLimit(%q, %v): want N > 0 per Per > 0: %w", rule, l, ratesem.ErrInvalidLimit)
+		return fmt.Errorf("%w: SetLimit(%q, %v): want N > 0 per Per > 0", ratesem.ErrInvalidLimit, rule, l)
 	}
 	if p.rem != nil {
 		return p.setLimitRedis(rs, l)

@@ -150,9 +150,9 @@ func (r *Rule) check() error {
 	case r.Name == "":
 		return errors.New("ratesem: a rule has no name")
 	case r.Limit.N < 0 || r.Limit.N == 0 && r.Learn == nil || r.Limit.Per <= 0:
-		return fmt.Errorf("ratesem: rule %q: limit %v: want N > 0 per Per > 0: %w", r.Name, r.Limit, ratesem.ErrInvalidLimit)
+		return fmt.Errorf("%w: rule %q: limit %v: want N > 0 per Per > 0", ratesem.ErrInvalidLimit, r.Name, r.Limit)
 	case r.MaxUnitsInFlight < 0:
-		return fmt.Errorf("ratesem: rule %q: negative MaxUnitsInFlight %d: %w", r.Name, r.MaxUnitsInFlight, ratesem.ErrInvalidLimit)
+		return fmt.Errorf("%w: rule %q: negative MaxUnitsInFlight %d", ratesem.ErrInvalidLimit, r.Name, r.MaxUnitsInFlight)
 	}
 	return nil
 }

@@ -306,7 +306,7 @@ func (p *Pool) classify(req *http.Request) ([]Charge, error) {
 			w = 1
 		}
 		if w < 0 {
-			return nil, fmt.Errorf("ratesem: %s %s: %w %d under rule %q", req.Method, req.URL.Path, ratesem.ErrNegativeWeight, w, c.Rule)
+			return nil, fmt.Errorf("%w %d under rule %q for %s %s", ratesem.ErrNegativeWeight, w, c.Rule, method(req), req.URL.Path)
 		}
 		charges = append(charges, Charge{Rule: c.Rule, Key: key, Weight: w})
 	}

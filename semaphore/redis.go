@@ -109,11 +109,11 @@ func newRedisPolicy(o backend.Opener, name string, p window.Policy, opts []Optio
 		return nil, fmt.Errorf("ratesem: redisrate.NewSemaphoreWithPolicy: %w", err)
 	}
 	if sp.Limit.N <= 0 || sp.Limit.Per <= 0 {
-		return nil, fmt.Errorf("ratesem: redisrate.NewSemaphoreWithPolicy: %d per %v: want n > 0 and a positive interval: %w",
-			sp.Limit.N, sp.Limit.Per, ratesem.ErrInvalidLimit)
+		return nil, fmt.Errorf("%w: redisrate.NewSemaphoreWithPolicy: %d per %v: want n > 0 and a positive interval",
+			ratesem.ErrInvalidLimit, sp.Limit.N, sp.Limit.Per)
 	}
 	if cfg.concurrency == 0 {
-		return nil, fmt.Errorf("ratesem: redisrate.NewSemaphoreWithPolicy: WithMaxUnitsInFlight(0) admits nothing: %w", ratesem.ErrInvalidLimit)
+		return nil, fmt.Errorf("%w: redisrate.NewSemaphoreWithPolicy: WithMaxUnitsInFlight(0) admits nothing", ratesem.ErrInvalidLimit)
 	}
 	if cfg.concurrency > 0 && cfg.concurrency < sp.Limit.N {
 		sp.Concurrency = cfg.concurrency
@@ -171,20 +171,20 @@ func newRedis(o backend.Opener, name string, sp *rspec.Spec, cfg config, newLoca
 // window, or an error matching ratesem.ErrInvalidLimit.
 func redisSpec(n int64, interval time.Duration, cfg config) (*rspec.Spec, error) {
 	if n <= 0 || interval <= 0 || interval%time.Microsecond != 0 {
-		return nil, fmt.Errorf("ratesem: redisrate.NewSemaphore: %d per %v: want n > 0 and an interval of a positive whole number of microseconds: %w",
-			n, interval, ratesem.ErrInvalidLimit)
+		return nil, fmt.Errorf("%w: redisrate.NewSemaphore: %d per %v: want n > 0 and an interval of a positive whole number of microseconds",
+			ratesem.ErrInvalidLimit, n, interval)
 	}
 	sp := &rspec.Spec{Kind: rspec.Completion, Limit: window.Limit{N: n, Per: interval}}
 	if cfg.start {
 		if cfg.margin%time.Microsecond != 0 {
-			return nil, fmt.Errorf("ratesem: redisrate.NewSemaphore: margin %v: want a whole number of microseconds: %w", cfg.margin, ratesem.ErrInvalidLimit)
+			return nil, fmt.Errorf("%w: redisrate.NewSemaphore: margin %v: want a whole number of microseconds", ratesem.ErrInvalidLimit, cfg.margin)
 		}
 		sp.Kind, sp.Margin = rspec.SlidingLog, cfg.margin
 	}
 	if cfg.concurrency >= 0 && cfg.concurrency < n {
 		sp.Concurrency = cfg.concurrency
 		if cfg.concurrency == 0 {
-			return nil, fmt.Errorf("ratesem: redisrate.NewSemaphore: WithMaxUnitsInFlight(0) admits nothing: %w", ratesem.ErrInvalidLimit)
+			return nil, fmt.Errorf("%w: redisrate.NewSemaphore: WithMaxUnitsInFlight(0) admits nothing", ratesem.ErrInvalidLimit)
 		}
 	}
 	return sp, nil
@@ -218,7 +218,7 @@ func (r *redisSem) acquire(ctx context.Context, n int64) error {
 // call.
 func (r *redisSem) acquireLocal(ctx context.Context, n int64) (bool, error) {
 	if n < 0 {
-		return false, fmt.Errorf("ratesem: Acquire: %w %d", ratesem.ErrNegativeWeight, n)
+		return false, fmt.Errorf("%w %d: Acquire", ratesem.ErrNegativeWeight, n)
 	}
 	if err := ctx.Err(); err != nil {
 		return false, err
@@ -364,7 +364,7 @@ func (r *redisSem) pause(until time.Time) {
 
 func (r *redisSem) setLimit(n int64, interval time.Duration) error {
 	if n <= 0 || interval <= 0 {
-		return fmt.Errorf("ratesem: SetLimit(%d, %v): want n > 0 and a positive interval over Redis: %w", n, interval, ratesem.ErrInvalidLimit)
+		return fmt.Errorf("%w: SetLimit(%d, %v): want n > 0 and a positive interval over Redis", ratesem.ErrInvalidLimit, n, interval)
 	}
 	sp := new(rspec.Spec)
 	*sp = *r.spec.Load()

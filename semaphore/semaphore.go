@@ -245,7 +245,7 @@ func (s *RateSemaphore) Acquire(ctx context.Context, n int64) error {
 	}
 	if n < 0 {
 		s.observeFailed(n, nil, ratesem.ErrNegativeWeight)
-		return fmt.Errorf("ratesem: Acquire: %w %d", ratesem.ErrNegativeWeight, n)
+		return fmt.Errorf("%w %d: Acquire", ratesem.ErrNegativeWeight, n)
 	}
 	done := ctx.Done()
 
@@ -563,7 +563,7 @@ func (s *RateSemaphore) PauseFor(d time.Duration) {
 // flight count.
 func (s *RateSemaphore) SetLimit(n int64, interval time.Duration) error {
 	if n < 0 || interval < 0 {
-		return fmt.Errorf("ratesem: SetLimit(%d, %v): negative limit: %w", n, interval, ratesem.ErrInvalidLimit)
+		return fmt.Errorf("%w: SetLimit(%d, %v): negative", ratesem.ErrInvalidLimit, n, interval)
 	}
 	if s.remote != nil {
 		return s.remote.setLimit(n, interval)

@@ -458,7 +458,7 @@ var capacity = rspec.Spec.Capacity
 func checkCharges(cs []rspec.Charge) error {
 	for i, c := range cs {
 		if c.Weight < 0 {
-			return fmt.Errorf("ratesem: charge %d (%s): weight %d: %w", i, c.Rule, c.Weight, ratesem.ErrNegativeWeight)
+			return fmt.Errorf("%w %d: charge %d (rule %q)", ratesem.ErrNegativeWeight, c.Weight, i, c.Rule)
 		}
 		if c.Spec == nil {
 			return fmt.Errorf("ratesem: charge %d (%s): nil Spec", i, c.Rule)
