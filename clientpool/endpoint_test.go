@@ -3,6 +3,7 @@ package clientpool_test
 import (
 	"errors"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -175,5 +176,51 @@ func TestUnmatchedRequest(t *testing.T) {
 	}
 	if _, err := p.Classify(req); !errors.Is(err, ratesem.ErrNoEndpoint) {
 		t.Fatalf("no endpoints: err %v; want ErrNoEndpoint", err)
+	}
+}
+
+// A hostile or broken request path never panics the router nor costs more
+// than its length: empty, relative, escaping above the root, invalid
+// escapes, NUL bytes, 200 000 segments. What it matches is what ServeMux
+// would match for its cleaned path.
+func FuzzEndpointMatch(f *testing.F) {
+	for _, s := range []string{"", "x", "/", "/v1/items/42", "/v1/items/../../../etc", "%zz", "/v1/items/%zz",
+		"/v1/items/a\x00b", "//v1//items//42//", "/v1/files/" + strings.Repeat("a/", 1000), "/v1/items/%2F"} {
+		f.Add("GET", s, "")
+		f.Add("", s, s)
+	}
+	p, err := clientpool.New(endpointTable(
+		clientpool.Endpoint{Method: "GET", Path: "/v1/items/{id}"},
+		clientpool.Endpoint{Path: "/v1/files/{path...}"},
+		clientpool.Endpoint{Path: "/v1/tree/"},
+	))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, method, path, raw string) {
+		req := &http.Request{Method: method, URL: &url.URL{Path: path, RawPath: raw}}
+		cs, err := p.Classify(req)
+		if err != nil && !errors.Is(err, ratesem.ErrNoEndpoint) {
+			t.Fatalf("%q %q %q: %v", method, path, raw, err)
+		}
+		if err == nil && len(cs) != 1 {
+			t.Fatalf("%q %q %q: charges %v", method, path, raw, cs)
+		}
+	})
+}
+
+func TestEndpointMatchHugePath(t *testing.T) {
+	p, err := clientpool.New(endpointTable(clientpool.Endpoint{Path: "/v1/files/{path...}"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	huge := "/v1/files" + strings.Repeat("/a", 200_000)
+	start := time.Now()
+	cs, err := p.Classify(&http.Request{Method: "GET", URL: &url.URL{Path: huge}})
+	if err != nil || len(cs) != 1 {
+		t.Fatalf("charges %v, err %v", cs, err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("a 400 kB path took %v", d)
 	}
 }

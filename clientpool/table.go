@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"path"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/ratesem/ratesem"
@@ -181,6 +182,9 @@ func newRouter(eps []Endpoint) (router, error) {
 	if len(eps) == 0 {
 		return router{}, nil
 	}
+	if !muxPatterns() {
+		return router{}, errors.New("ratesem: endpoints need net/http.ServeMux's patterns, which GODEBUG=httpmuxgo121=1 turns off: unset it")
+	}
 	mux := http.NewServeMux()
 	seen := make(map[[2]string]bool, len(eps))
 	for i := range eps {
@@ -214,6 +218,18 @@ func newRouter(eps []Endpoint) (router, error) {
 	}
 	return router{mux: mux}, nil
 }
+
+// muxPatterns reports whether ServeMux matches patterns with methods and
+// wildcards (Go 1.22's), as it does unless GODEBUG has httpmuxgo121=1.
+var muxPatterns = sync.OnceValue(func() bool {
+	mux := http.NewServeMux()
+	h := &routeEntry{}
+	if register(mux, "GET /a/{b}", h) != nil {
+		return false
+	}
+	got, _ := mux.Handler(&http.Request{Method: http.MethodGet, URL: &url.URL{Path: "/a/c"}})
+	return got == h
+})
 
 // unwrapAll returns the innermost error of a chain of single wraps
 // (ServeMux's "parsing %q: %w" is then only the reason).
