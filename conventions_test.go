@@ -223,4 +223,13 @@ func TestErrorMessagesOnePrefix(t *testing.T) {
 			t.Errorf("%s: %q: want one \"ratesem: \" prefix", name, msg)
 		}
 	}
+	// Plain words, not the pool's notation ("ip[]×3" on 3c9e6ad).
+	for _, err := range []error{errHeavy, errNeg} {
+		if msg := err.Error(); strings.Contains(msg, "[]") || strings.Contains(msg, "×") || !strings.Contains(msg, `rule "ip"`) {
+			t.Errorf("%q: want the rule named in words", msg)
+		}
+	}
+	if msg := errHeavy.Error(); !strings.Contains(msg, "lower the weight or raise the rule's limit") {
+		t.Errorf("%q: want what to do", msg)
+	}
 }

@@ -591,7 +591,7 @@ func (p *Pool) merge(charges []Charge) ([]Charge, error) {
 			return nil, fmt.Errorf("%w %q", ratesem.ErrUnknownRule, c.Rule)
 		}
 		if c.Weight < 0 {
-			return nil, fmt.Errorf("%w %d for %s", ratesem.ErrNegativeWeight, c.Weight, c)
+			return nil, fmt.Errorf("%w %d under rule %q%s", ratesem.ErrNegativeWeight, c.Weight, c.Rule, keyText(c.Key))
 		}
 		if i := slices.IndexFunc(out, func(o Charge) bool { return o.Rule == c.Rule && o.Key == c.Key }); i >= 0 {
 			out[i].Weight = sat.Add(out[i].Weight, c.Weight)
@@ -612,10 +612,19 @@ func (p *Pool) tooHeavyLocked(charges []Charge) error {
 			fit = min(rs.capacity, fit) // a learned limit is per key: keyTooHeavyLocked
 		}
 		if c.Weight > fit {
-			return fmt.Errorf("%w: %s can never start: rule %q admits at most %d (%v)", ratesem.ErrWeightTooLarge, c, c.Rule, fit, rs.limit)
+			return fmt.Errorf("%w: weight %d under rule %q%s can never start: the rule admits at most %d (%v) at once; lower the weight or raise the rule's limit",
+				ratesem.ErrWeightTooLarge, c.Weight, c.Rule, keyText(c.Key), fit, rs.limit)
 		}
 	}
 	return nil
+}
+
+// keyText names a key in an error message: "" for the rule's only key.
+func keyText(key string) string {
+	if key == "" {
+		return ""
+	}
+	return fmt.Sprintf(" key %q", key)
 }
 
 // undoLocked takes back the admission of a waiter whose caller gave up: the
