@@ -2,6 +2,7 @@ package clientpool_test
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
@@ -223,4 +224,30 @@ func TestEndpointMatchHugePath(t *testing.T) {
 	if d := time.Since(start); d > 2*time.Second {
 		t.Fatalf("a 400 kB path took %v", d)
 	}
+}
+
+// Endpoints are net/http.ServeMux patterns; the most specific one wins. A
+// request that matches none, in a Table without Default, is an error.
+func ExampleEndpoint() {
+	items := []clientpool.Cost{{Rule: "requests", Units: 1}}
+	search := []clientpool.Cost{{Rule: "requests", Units: 10}}
+	pool, err := clientpool.New(clientpool.Table{
+		Rules: []clientpool.Rule{{Name: "requests", Limit: window.Limit{N: 600, Per: time.Minute}}},
+		Endpoints: []clientpool.Endpoint{
+			{Method: "GET", Path: "/v1/items/{id}", Costs: items},
+			{Method: "GET", Path: "/v1/items/search", Costs: search}, // more specific than {id}
+		},
+	})
+	if err != nil {
+		panic(err)
+	}
+	for _, url := range []string{"https://api.example.com/v1/items/42", "https://api.example.com/v1/items/search", "https://api.example.com/v2/other"} {
+		req, _ := http.NewRequest("GET", url, nil)
+		charges, err := pool.Classify(req)
+		fmt.Println(charges, errors.Is(err, ratesem.ErrNoEndpoint))
+	}
+	// Output:
+	// [requests[]×1] false
+	// [requests[]×10] false
+	// [] true
 }
