@@ -154,6 +154,12 @@ func TestUnmatchedRequest(t *testing.T) {
 		t.Errorf("%q: want one ratesem: prefix", err)
 	}
 
+	// A request without a URL (a Transport called directly) is refused,
+	// not a panic.
+	if _, err := p.Classify(&http.Request{Method: "GET"}); !errors.Is(err, ratesem.ErrNoEndpoint) {
+		t.Fatalf("nil URL: err %v; want ErrNoEndpoint", err)
+	}
+
 	p, err = clientpool.New(clientpool.Table{Rules: rules, Endpoints: eps, UnmatchedUnlimited: true})
 	if err != nil {
 		t.Fatal(err)

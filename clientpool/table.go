@@ -297,7 +297,11 @@ func (p *Pool) classify(req *http.Request) ([]Charge, error) {
 		}
 		costs = e.costs
 	} else if costs = p.table.Default; len(costs) == 0 && !p.table.UnmatchedUnlimited {
-		return nil, fmt.Errorf("%w: %s %s: add an Endpoint for it (or a Default) to the Table, or set Table.UnmatchedUnlimited to send such requests without a limit", ratesem.ErrNoEndpoint, method(req), req.URL.Path)
+		path := ""
+		if req.URL != nil {
+			path = req.URL.Path
+		}
+		return nil, fmt.Errorf("%w: %s %s: add an Endpoint for it (or a Default) to the Table, or set Table.UnmatchedUnlimited to send such requests without a limit", ratesem.ErrNoEndpoint, method(req), path)
 	}
 	charges := make([]Charge, 0, len(costs))
 	for _, c := range costs {
