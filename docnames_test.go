@@ -47,7 +47,8 @@ func TestDocsNameOnlyWhatExists(t *testing.T) {
 	}
 	idx := newDocIndex()
 	fset := token.NewFileSet()
-	imports := map[string]bool{"golang.org/x/sync/semaphore": true, "golang.org/x/sync/errgroup": true}
+	// The packages imported, by the directory of the module importing them.
+	imports := map[string]map[string]bool{".": {"golang.org/x/sync/semaphore": true, "golang.org/x/sync/errgroup": true}}
 	var docs []docText
 	err = filepath.WalkDir(".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -70,18 +71,22 @@ func TestDocsNameOnlyWhatExists(t *testing.T) {
 		if d := filepath.ToSlash(filepath.Dir(p)); d != "." {
 			dir += "/" + d
 		}
-		if nested(p) || strings.HasSuffix(p, "_test.go") {
-			idx.addNames(f) // a name a doc may cite (a test, a benchmark), not a package's API
-			return nil
-		}
+		mod := nested(p)
 		for _, im := range f.Imports {
 			ip, _ := strconv.Unquote(im.Path.Value)
 			if !strings.HasPrefix(ip, "github.com/ratesem/ratesem") {
-				imports[ip] = true
+				if imports[mod] == nil {
+					imports[mod] = map[string]bool{}
+				}
+				imports[mod][ip] = true
 			}
 			if im.Name != nil && im.Name.Name != "_" && im.Name.Name != "." {
 				idx.alias(im.Name.Name, ip)
 			}
+		}
+		if mod != "." || strings.HasSuffix(p, "_test.go") {
+			idx.addNames(dir, f) // a name a doc may cite (a test, a benchmark), not a package's API
+			return nil
 		}
 		if !strings.Contains(dir, "/internal/") {
 			idx.alias(f.Name.Name, dir)
@@ -96,15 +101,22 @@ func TestDocsNameOnlyWhatExists(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// The imported packages' declarations, from their sources.
-	var paths []string
-	for p := range imports {
-		paths = append(paths, p)
-	}
-	sort.Strings(paths)
-	out, err := exec.Command(goBin, append([]string{"list", "-e", "-f", "{{.ImportPath}}\t{{.Dir}}"}, paths...)...).Output()
-	if err != nil {
-		t.Fatalf("go list: %v", err)
+	// The imported packages' declarations, from their sources, each module's
+	// imports listed in that module.
+	var out []byte
+	for mod, ips := range imports {
+		var paths []string
+		for p := range ips {
+			paths = append(paths, p)
+		}
+		sort.Strings(paths)
+		cmd := exec.Command(goBin, append([]string{"list", "-e", "-f", "{{.ImportPath}}\t{{.Dir}}"}, paths...)...)
+		cmd.Dir = mod
+		o, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("go list in %s: %v", mod, err)
+		}
+		out = append(out, o...)
 	}
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	for sc.Scan() {
@@ -127,31 +139,34 @@ func TestDocsNameOnlyWhatExists(t *testing.T) {
 		}
 	}
 
-	readme, err := os.ReadFile("README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
 	var bad []string
 	for _, d := range docs {
 		bad = append(bad, idx.check(d, false)...)
 	}
-	for _, line := range readmeSpans(string(readme)) {
-		bad = append(bad, idx.check(line, true)...)
+	for _, name := range []string{"README.md", "benchmarks/README.md"} {
+		readme, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range readmeSpans(name, string(readme)) {
+			bad = append(bad, idx.check(line, true)...)
+		}
 	}
 	for _, b := range bad {
 		t.Error(b)
 	}
 }
 
-// nested reports whether the file at p belongs to a nested module
-// (benchmarks, examples/otel), whose docs another test would check.
-func nested(p string) bool {
+// nested returns the directory of the module the file at p belongs to:
+// "." for this one, else a nested module's (benchmarks, examples/otel),
+// whose names a doc may cite but whose own docs are not checked here.
+func nested(p string) string {
 	for d := filepath.Dir(p); d != "." && d != string(filepath.Separator); d = filepath.Dir(d) {
 		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
-			return true
+			return d
 		}
 	}
-	return false
+	return "."
 }
 
 // docText is one doc comment (or README span) and where it is.
@@ -191,13 +206,13 @@ func docComments(f *ast.File) []*ast.CommentGroup {
 
 // readmeSpans returns the README's inline code spans (one docText per
 // line's spans) and its fenced code blocks.
-func readmeSpans(s string) []docText {
+func readmeSpans(name, s string) []docText {
 	var out []docText
 	inline := regexp.MustCompile("`([^`\n]+)`")
 	fence := false
 	var block []string
 	for i, line := range strings.Split(s, "\n") {
-		where := "README.md:" + strconv.Itoa(i+1)
+		where := name + ":" + strconv.Itoa(i+1)
 		if strings.HasPrefix(line, "```") {
 			if fence {
 				out = append(out, docText{where: where, text: strings.Join(block, "\n"), code: true})
@@ -258,13 +273,23 @@ func (x *docIndex) typ(ip, name string) *members {
 	return m
 }
 
-// addNames records the names f declares at the top level, and its
-// methods, as names a doc may cite bare.
-func (x *docIndex) addNames(f *ast.File) {
+// addNames records the names f, a file in the package directory ip,
+// declares at the top level, and its methods, as names a doc may cite bare;
+// its tests, benchmarks, examples and fuzz targets also as ip's, so a doc
+// may cite semaphore.TestX.
+func (x *docIndex) addNames(ip string, f *ast.File) {
 	for _, decl := range f.Decls {
 		switch d := decl.(type) {
 		case *ast.FuncDecl:
 			x.all[d.Name.Name] = true
+			for _, pre := range []string{"Test", "Benchmark", "Example", "Fuzz"} {
+				if d.Recv == nil && strings.HasPrefix(d.Name.Name, pre) {
+					if x.top[ip] == nil {
+						x.top[ip] = map[string]bool{}
+					}
+					x.top[ip][d.Name.Name] = true
+				}
+			}
 		case *ast.GenDecl:
 			for _, spec := range d.Specs {
 				switch s := spec.(type) {
@@ -411,6 +436,7 @@ var proseWords = map[string]bool{
 	"KiB": true, "MiB": true, // units
 	"LimitRequestFieldSize": true,               // Apache's directive
 	"LimitX":                true, "PerX": true, // binance's "LimitX is the N of rule X"
+	"WriteArgs": true, // go-redis's internal protocol writer, in a profile
 }
 
 // check returns a line per name d names that does not resolve.
