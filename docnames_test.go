@@ -19,10 +19,9 @@ import (
 )
 
 // TestDocsNameOnlyWhatExists resolves every identifier that the doc
-// comments of the module's non-test Go files, README.md and benchmarks/README.md
-// name, so that
-// no doc sends a reader to a function, type, method, field or constant
-// that does not exist (on 3c9e6ad, Rule.Learn's doc named LearnXRateLimit
+// comments of the module's non-test Go files, README.md and
+// benchmarks/README.md name, so that no doc sends a reader to a function,
+// type, method, field or constant that does not exist (on 3c9e6ad, Rule.Learn's doc named LearnXRateLimit
 // and LearnIETF). It checks:
 //
 //   - pkg.Name, pkg.Type.Member and *pkg.Type, where pkg is the name of a
