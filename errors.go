@@ -62,6 +62,11 @@ var (
 	// ErrUnknownRule: a charge names a rule the Table does not have.
 	ErrUnknownRule = errors.New("ratesem: unknown rule")
 
+	// ErrNoEndpoint: a request matches no endpoint of a clientpool.Table
+	// that has no Default and does not set UnmatchedUnlimited; the request
+	// is not sent. Add the endpoint (or a Default) to the Table.
+	ErrNoEndpoint = errors.New("ratesem: request matches no endpoint")
+
 	// ErrTooManyKeys: a pool already holds its maximum number of live keys.
 	ErrTooManyKeys = errors.New("ratesem: too many live keys")
 

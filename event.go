@@ -54,12 +54,19 @@ const (
 	// the one the key keeps (a host clock ahead of the server's) and was
 	// taken in on the safe side only.
 	Distrusted
+	// Unsettled: a call under a rule that settles its weight from the
+	// reply's body (clientpool.Rule.Settle) ended with the body closed
+	// before it was read to its end, and what was read did not settle it:
+	// it keeps the Weight it was admitted for (its estimate) under (Rule,
+	// Key), however little the server charged. Read the body to io.EOF
+	// before closing it to settle.
+	Unsettled
 )
 
 var kindNames = [...]string{
 	Admitted: "admitted", Queued: "queued", Refused: "refused", Cancelled: "cancelled",
 	Throttled: "throttled", Paused: "paused", Retried: "retried", Evicted: "evicted",
-	Reconciled: "reconciled", Distrusted: "distrusted",
+	Reconciled: "reconciled", Distrusted: "distrusted", Unsettled: "unsettled",
 }
 
 // String returns the kind's name in lower case ("admitted", …), suited to a

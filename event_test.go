@@ -14,7 +14,7 @@ func TestEventKindString(t *testing.T) {
 		ratesem.Admitted: "admitted", ratesem.Queued: "queued", ratesem.Refused: "refused",
 		ratesem.Cancelled: "cancelled", ratesem.Throttled: "throttled", ratesem.Paused: "paused",
 		ratesem.Retried: "retried", ratesem.Evicted: "evicted", ratesem.Reconciled: "reconciled",
-		ratesem.Distrusted: "distrusted", 0: "EventKind(0)", 200: "EventKind(200)",
+		ratesem.Distrusted: "distrusted", ratesem.Unsettled: "unsettled", 0: "EventKind(0)", 200: "EventKind(200)",
 	}
 	for k, s := range want {
 		if got := k.String(); got != s {
@@ -76,13 +76,14 @@ func TestMetricsTotalsAndDepth(t *testing.T) {
 		{Kind: ratesem.Refused, Err: ratesem.ErrWeightTooLarge},
 		{Kind: ratesem.Cancelled},
 		{Kind: ratesem.Throttled, Status: 429}, {Kind: ratesem.Paused}, {Kind: ratesem.Retried, Attempt: 1},
-		{Kind: ratesem.Evicted}, {Kind: ratesem.Reconciled, Weight: 5}, {Kind: ratesem.Distrusted}, {Kind: 0}, {Kind: 200},
+		{Kind: ratesem.Evicted}, {Kind: ratesem.Reconciled, Weight: 5}, {Kind: ratesem.Distrusted}, {Kind: ratesem.Unsettled, Weight: 60},
+		{Kind: 0}, {Kind: 200},
 	} {
 		m.Observe(e)
 	}
 	s := m.Snapshot()
-	got := [...]uint64{s.Admitted, s.Refused, s.Cancelled, s.Throttled, s.Paused, s.Retried, s.Evicted, s.Reconciled, s.Distrusted}
-	if want := [...]uint64{1, 2, 1, 1, 1, 1, 1, 1, 1}; got != want {
+	got := [...]uint64{s.Admitted, s.Refused, s.Cancelled, s.Throttled, s.Paused, s.Retried, s.Evicted, s.Reconciled, s.Distrusted, s.Unsettled}
+	if want := [...]uint64{1, 2, 1, 1, 1, 1, 1, 1, 1, 1}; got != want {
 		t.Errorf("totals %v, want %v", got, want)
 	}
 	if s.QueueDepth != 1 {

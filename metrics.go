@@ -27,7 +27,7 @@ type Metrics struct {
 	admitted, refused, cancelled atomic.Uint64
 	throttled, paused, retried   atomic.Uint64
 	evicted, reconciled          atomic.Uint64
-	distrusted                   atomic.Uint64
+	distrusted, unsettled        atomic.Uint64
 	depth                        atomic.Int64
 	waitSum                      atomic.Int64      // ns
 	waitCounts                   [19]atomic.Uint64 // per bucket, not cumulative; the last is +Inf
@@ -66,6 +66,8 @@ func (m *Metrics) Observe(e Event) {
 		m.reconciled.Add(1)
 	case Distrusted:
 		m.distrusted.Add(1)
+	case Unsettled:
+		m.unsettled.Add(1)
 	}
 }
 
@@ -93,6 +95,10 @@ type MetricsSnapshot struct {
 	// Distrusted counts the server reports not taken at their word
 	// (Distrusted events).
 	Distrusted uint64
+	// Unsettled counts the calls that kept their estimate because their
+	// reply's body was closed unread (Unsettled events): a clientpool.Pool
+	// reports one per charge, a Transport one per response.
+	Unsettled uint64
 	// QueueDepth is the number of calls waiting now (Queued events not yet
 	// followed by their end), a gauge.
 	QueueDepth int64
@@ -137,6 +143,7 @@ func (m *Metrics) Snapshot() MetricsSnapshot {
 		Admitted: m.admitted.Load(), Refused: m.refused.Load(), Cancelled: m.cancelled.Load(),
 		Throttled: m.throttled.Load(), Paused: m.paused.Load(), Retried: m.retried.Load(),
 		Evicted: m.evicted.Load(), Reconciled: m.reconciled.Load(), Distrusted: m.distrusted.Load(),
+		Unsettled:  m.unsettled.Load(),
 		QueueDepth: m.depth.Load(), Wait: h,
 	}
 }

@@ -8,9 +8,12 @@
 // policy from package window, an optional concurrency cap, a Key function
 // saying which IP, account or instrument a request counts against, a
 // Weight function, a Usage function reading the server's own count from
-// response headers) and Endpoints (method + path → the rules a request
-// falls under, with weights). The presets in
-// github.com/ratesem/ratesem/exchange are Tables.
+// response headers), Endpoints (method + path pattern, in
+// net/http.ServeMux's syntax such as "GET /v1/items/{id}" → the rules a
+// request falls under, with weights) and the Default costs of a request
+// that matches no endpoint (without Default such a request is an error,
+// ratesem.ErrNoEndpoint, unless the Table sets UnmatchedUnlimited). The
+// presets in github.com/ratesem/ratesem/exchange are Tables.
 //
 // A Pool creates each key's limiter lazily on first use and:
 //

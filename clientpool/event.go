@@ -16,7 +16,9 @@ import (
 // Reconciled when a usage header tightened a key's window; Distrusted when
 // a call heavier than its key's learned limit was admitted alone (after
 // its Admitted event) or a reply's window contradicted the key's; Evicted
-// when an idle key is dropped. An Acquire that fails before its charges are known
+// when an idle key is dropped; Unsettled for each charge a reply closed
+// unread left at its estimate (Ticket.BodyUnread). An Acquire that fails
+// before its charges are known
 // (a negative weight, an unknown rule) reports one Refused event with no
 // Rule. In Redis mode (redisrate.Shared) a call's wait is its round trips' and
 // Queued is not reported.

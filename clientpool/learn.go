@@ -30,7 +30,7 @@ const MaxSettleBody = 1 << 20
 // use.
 func (t *Ticket) Settle(rule string, units int64) error {
 	if units < 0 {
-		return fmt.Errorf("ratesem: Settle(%q): %w %d", rule, ratesem.ErrNegativeWeight, units)
+		return fmt.Errorf("%w %d: Settle(%q)", ratesem.ErrNegativeWeight, units, rule)
 	}
 	p := t.pool
 	p.mu.Lock()

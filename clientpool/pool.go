@@ -84,7 +84,7 @@ type Pool struct {
 	table    Table
 	rules    map[string]*ruleState
 	ruleList []*ruleState // the rules in Table order, for eviction
-	routes   map[route]routeEntry
+	routes   router
 	clock    wake.Clock
 	epoch    time.Time // the clock's reading at New: limiter instants are offsets from it
 	idle     time.Duration
@@ -249,7 +249,10 @@ type waiter struct {
 }
 
 // New returns a Pool over the rules and endpoints of t, set up by opts. It
-// returns an error for an endpoint listed twice, for a rule without a name
+// returns an error for an endpoint listed twice, for an endpoint whose Path
+// is not a net/http.ServeMux path pattern, for two endpoints that match a
+// request in common with neither more specific (see Endpoint.Path), for a
+// rule without a name
 // or with a duplicate name, for a limit that is not N > 0 per Per > 0 or a
 // negative MaxUnitsInFlight (matching ratesem.ErrInvalidLimit), for an
 // endpoint cost that names an unknown rule, and for a negative cost
@@ -268,7 +271,7 @@ func New(t Table, opts ...Option) (*Pool, error) {
 		return nil, fmt.Errorf("ratesem: WithMaxKeys(%d): want ≥ 0", cfg.maxKeys)
 	}
 	p := &Pool{
-		table: t, rules: make(map[string]*ruleState), routes: make(map[route]routeEntry),
+		table: t, rules: make(map[string]*ruleState),
 		clock: wake.NewClock(cfg.clk), idle: cfg.idle, observer: cfg.observer,
 		maxKeys: cfg.maxKeys, maxPause: cfg.maxPause, maxQueue: int32(cfg.maxQueue),
 	}
@@ -285,7 +288,7 @@ func New(t Table, opts ...Option) (*Pool, error) {
 		rs.setLimit(r.Limit)
 		if r.Limit.N == 0 {
 			if cfg.redisSet {
-				return nil, fmt.Errorf("ratesem: rule %q: a limit learned from headers (Limit.N 0) in Redis mode: %w", r.Name, ratesem.ErrInvalidLimit)
+				return nil, fmt.Errorf("%w: rule %q: Limit.N 0 (a limit learned from headers) cannot be shared in Redis mode: give the rule its limit", ratesem.ErrInvalidLimit, r.Name)
 			}
 			// Unknown until a response says: the window admits anything
 			// (one call at a time, admitLocked) and keeps the record.
@@ -301,7 +304,7 @@ func New(t Table, opts ...Option) (*Pool, error) {
 				return fmt.Errorf("%w %q in %s", ratesem.ErrUnknownRule, c.Rule, where)
 			}
 			if c.Units < 0 {
-				return fmt.Errorf("ratesem: %s: %w %d", where, ratesem.ErrNegativeWeight, c.Units)
+				return fmt.Errorf("%w %d in %s", ratesem.ErrNegativeWeight, c.Units, where)
 			}
 		}
 		return nil
@@ -310,10 +313,10 @@ func New(t Table, opts ...Option) (*Pool, error) {
 		if err := checkCosts(e.Method+" "+e.Path, e.Costs); err != nil {
 			return nil, err
 		}
-		if _, dup := p.routes[route{e.Method, e.Path}]; dup {
-			return nil, fmt.Errorf("ratesem: endpoint %s %s listed twice", e.Method, e.Path)
-		}
-		p.routes[route{e.Method, e.Path}] = routeEntry{costs: e.Costs, charges: e.Charges}
+	}
+	var err error
+	if p.routes, err = newRouter(t.Endpoints); err != nil {
+		return nil, err
 	}
 	if err := checkCosts("the default costs", t.Default); err != nil {
 		return nil, err
@@ -347,7 +350,10 @@ func (p *Pool) instant(ns int64) time.Time { return p.epoch.Add(time.Duration(ns
 
 // Classify returns the charges of a request under the Table's endpoints:
 // one per rule of the matching endpoint (or of the Table's Default) whose
-// Key applies. It returns an error matching ratesem.ErrNegativeWeight for a
+// Key applies; none for a request that matches no endpoint when the Table
+// has no Default and sets UnmatchedUnlimited. It returns an error matching
+// ratesem.ErrNoEndpoint for a request that matches no endpoint when the
+// Table has neither, an error matching ratesem.ErrNegativeWeight for a
 // negative weight, or the error of the endpoint's Charges function. It
 // does not block, changes nothing and is safe for concurrent use.
 func (p *Pool) Classify(req *http.Request) ([]Charge, error) { return p.classify(req) }
@@ -586,7 +592,7 @@ func (p *Pool) merge(charges []Charge) ([]Charge, error) {
 			return nil, fmt.Errorf("%w %q", ratesem.ErrUnknownRule, c.Rule)
 		}
 		if c.Weight < 0 {
-			return nil, fmt.Errorf("ratesem: %w %d for %s", ratesem.ErrNegativeWeight, c.Weight, c)
+			return nil, fmt.Errorf("%w %d under rule %q%s", ratesem.ErrNegativeWeight, c.Weight, c.Rule, keyText(c.Key))
 		}
 		if i := slices.IndexFunc(out, func(o Charge) bool { return o.Rule == c.Rule && o.Key == c.Key }); i >= 0 {
 			out[i].Weight = sat.Add(out[i].Weight, c.Weight)
@@ -607,10 +613,19 @@ func (p *Pool) tooHeavyLocked(charges []Charge) error {
 			fit = min(rs.capacity, fit) // a learned limit is per key, and never refuses a call (learnedFit)
 		}
 		if c.Weight > fit {
-			return fmt.Errorf("%w: %s can never start: rule %q admits at most %d (%v)", ratesem.ErrWeightTooLarge, c, c.Rule, fit, rs.limit)
+			return fmt.Errorf("%w: weight %d under rule %q%s can never start: the rule admits at most %d (%v) at once; lower the weight or raise the rule's limit",
+				ratesem.ErrWeightTooLarge, c.Weight, c.Rule, keyText(c.Key), fit, rs.limit)
 		}
 	}
 	return nil
+}
+
+// keyText names a key in an error message: "" for the rule's only key.
+func keyText(key string) string {
+	if key == "" {
+		return ""
+	}
+	return fmt.Sprintf(" key %q", key)
 }
 
 // undoLocked takes back the admission of a waiter whose caller gave up: the
@@ -754,7 +769,7 @@ func (p *Pool) SetLimit(rule string, l window.Limit) error {
 		return fmt.Errorf("%w %q", ratesem.ErrUnknownRule, rule)
 	}
 	if l.N <= 0 || l.Per <= 0 {
-		return fmt.Errorf("ratesem: SetLimit(%q, %v): want N > 0 per Per > 0: %w", rule, l, ratesem.ErrInvalidLimit)
+		return fmt.Errorf("%w: SetLimit(%q, %v): want N > 0 per Per > 0", ratesem.ErrInvalidLimit, rule, l)
 	}
 	if p.rem != nil {
 		return p.setLimitRedis(rs, l)

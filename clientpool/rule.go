@@ -57,7 +57,8 @@ type Rule struct {
 	PauseOnThrottle bool
 
 	// Learn reads the rule's limit at the server from a response's headers
-	// (see LearnXRateLimit and LearnIETF, or the presets' own): N, Per when
+	// (see LearnRateLimit, for X-RateLimit- and the IETF RateLimit fields,
+	// or the presets' own): N, Per when
 	// the headers say, what remains and when the server's window ends. It
 	// returns false when the headers say nothing. nil means the limit is
 	// Limit, fixed. With Learn, Limit.N may be 0: the limit is then unknown
@@ -76,6 +77,12 @@ type Rule struct {
 	// Package httpclient's NewPool calls it before releasing the call's
 	// charges, which then end with that weight (Ticket.Settle). nil means
 	// the charged weight stands.
+	//
+	// It sees only what the caller read: read the reply's body to its end
+	// (io.EOF) before closing it, or at least past the usage it reports. A
+	// body closed unread leaves the call charged its estimate, however
+	// little the server charged, and is reported as a ratesem.Unsettled
+	// event (Ticket.BodyUnread).
 	Settle func(h http.Header, body []byte) (units int64, ok bool)
 
 	// Source is where the rule comes from (the API documentation page).
@@ -172,9 +179,9 @@ func (r *Rule) check() error {
 	case r.Name == "":
 		return errors.New("ratesem: a rule has no name")
 	case r.Limit.N < 0 || r.Limit.N == 0 && r.Learn == nil || r.Limit.Per <= 0:
-		return fmt.Errorf("ratesem: rule %q: limit %v: want N > 0 per Per > 0: %w", r.Name, r.Limit, ratesem.ErrInvalidLimit)
+		return fmt.Errorf("%w: rule %q: limit %v: want N > 0 per Per > 0", ratesem.ErrInvalidLimit, r.Name, r.Limit)
 	case r.MaxUnitsInFlight < 0:
-		return fmt.Errorf("ratesem: rule %q: negative MaxUnitsInFlight %d: %w", r.Name, r.MaxUnitsInFlight, ratesem.ErrInvalidLimit)
+		return fmt.Errorf("%w: rule %q: negative MaxUnitsInFlight %d", ratesem.ErrInvalidLimit, r.Name, r.MaxUnitsInFlight)
 	}
 	return nil
 }

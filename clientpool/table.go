@@ -1,8 +1,13 @@
 package clientpool
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
+	"path"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/ratesem/ratesem"
@@ -16,13 +21,27 @@ type Table struct {
 	// Rules are the limits, each applied per key.
 	Rules []Rule
 
-	// Endpoints map method + path to the rules a request falls under.
+	// Endpoints map method + path pattern to the rules a request falls
+	// under (see Endpoint for the pattern syntax and which endpoint wins
+	// when several match).
 	Endpoints []Endpoint
 
 	// Default are the costs of a request that matches no endpoint (for
-	// example the IP weight every request pays); nil means such requests
-	// are not limited.
+	// example the IP weight every request pays). When Default is empty, a
+	// request that matches no endpoint is an error (matching
+	// ratesem.ErrNoEndpoint) at Pool.Classify, and so at the RoundTrip of
+	// an httpclient.NewPool Transport, which then does not send it; unless
+	// UnmatchedUnlimited is set.
 	Default []Cost
+
+	// UnmatchedUnlimited, when set and Default is empty, sends a request
+	// that matches no endpoint without any limit (Classify returns no
+	// charges), for an API that limits only the endpoints it lists (OKX
+	// limits each endpoint separately). false (the zero value) makes such a
+	// request an error instead, so that a path missing from the table, or
+	// misspelt, is found at its first request rather than by the server's
+	// 429s. Ignored when Default is not empty.
+	UnmatchedUnlimited bool
 
 	// ThrottleTargets, when set, picks from a throttled response which of
 	// the call's charges it is about (Binance's body code -1015 means the
@@ -67,9 +86,31 @@ type Throttle struct {
 
 // Endpoint is one API endpoint and what a request to it costs.
 type Endpoint struct {
-	// Method is the HTTP method ("GET", "POST"); "" matches any.
+	// Method is the HTTP method ("GET", "POST"); "" matches any. As in
+	// net/http.ServeMux, "GET" also matches HEAD requests.
 	Method string
-	// Path is the URL path, matched exactly ("/api/v5/trade/order").
+	// Path is a URL path pattern in net/http.ServeMux's syntax, starting
+	// with "/" (no host):
+	//
+	//   - "/api/v5/trade/order" matches that path alone;
+	//   - a segment "{name}" matches any one non-empty segment:
+	//     "/v1/items/{id}" matches /v1/items/42 but not /v1/items/42/tags;
+	//   - a last segment "{name...}" matches the rest of the path, possibly
+	//     empty: "/v1/files/{path...}" matches /v1/files/ and /v1/files/a/b;
+	//   - a trailing "/" matches every path below: "/v1/" matches /v1/ and
+	//     /v1/anything/else (but not /v1, which ServeMux would redirect);
+	//   - a trailing "{$}" matches the path with its trailing slash only:
+	//     "/v1/{$}" matches /v1/ alone.
+	//
+	// When several endpoints match a request, the most specific wins, as in
+	// ServeMux: the one whose pattern matches a strict subset of the other's
+	// requests (a literal segment beats a wildcard there, "{name}" beats
+	// "{name...}", a Method beats ""). New returns an error for two
+	// endpoints that match some request in common with neither more
+	// specific ("/v1/{a}/x" and "/v1/x/{b}"), for a malformed pattern, and
+	// for the same Method and Path listed twice. A request's path is
+	// cleaned first ("/v1//items/./42" is matched as /v1/items/42) and its
+	// host is ignored.
 	Path string
 	// Costs are the rules the endpoint falls under, each with a weight.
 	Costs []Cost
@@ -95,26 +136,173 @@ type Cost struct {
 	Weight func(req *http.Request) int64
 }
 
-type route struct{ method, path string }
-
+// routeEntry is one endpoint as the router keeps it: an http.Handler only
+// so that a ServeMux can hold it and hand it back; it never serves.
 type routeEntry struct {
 	costs   []Cost
 	charges func(*http.Request) ([]Charge, error)
 }
 
-// classify returns the charges of req under t, merging charges to the same
-// limiter. It returns an error for a negative weight.
-func (p *Pool) classify(req *http.Request) ([]Charge, error) {
-	e, ok := p.routes[route{req.Method, req.URL.Path}]
-	if !ok {
-		if e, ok = p.routes[route{"", req.URL.Path}]; !ok {
-			e = routeEntry{costs: p.table.Default}
+// ServeHTTP is never called: the router's ServeMux only finds entries.
+func (*routeEntry) ServeHTTP(http.ResponseWriter, *http.Request) {}
+
+// router finds the endpoint of a request with a net/http.ServeMux, so that
+// patterns, precedence and conflicts are exactly ServeMux's.
+type router struct {
+	mux *http.ServeMux // nil when the table has no endpoints
+}
+
+// pattern returns the ServeMux pattern of e.
+func (e *Endpoint) pattern() string {
+	if e.Method == "" {
+		return e.Path
+	}
+	return e.Method + " " + e.Path
+}
+
+// register returns an error, instead of ServeMux's panic, when pattern
+// cannot be registered on mux with h.
+func register(mux *http.ServeMux, pattern string, h http.Handler) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			if e, ok := r.(error); ok {
+				err = e
+			} else {
+				err = fmt.Errorf("%v", r)
+			}
+		}
+	}()
+	mux.Handle(pattern, h)
+	return nil
+}
+
+// newRouter returns the router of eps, or an error naming the endpoint
+// (and, for a conflict, the other one) that ServeMux refuses.
+func newRouter(eps []Endpoint) (router, error) {
+	if len(eps) == 0 {
+		return router{}, nil
+	}
+	if !muxPatterns() {
+		return router{}, errors.New("ratesem: endpoints need net/http.ServeMux's patterns, which GODEBUG=httpmuxgo121=1 turns off: unset it")
+	}
+	mux := http.NewServeMux()
+	seen := make(map[[2]string]bool, len(eps))
+	for i := range eps {
+		e := &eps[i]
+		if seen[[2]string{e.Method, e.Path}] {
+			return router{}, fmt.Errorf("ratesem: endpoint %q listed twice: remove one", e.pattern())
+		}
+		seen[[2]string{e.Method, e.Path}] = true
+		if !strings.HasPrefix(e.Path, "/") {
+			return router{}, fmt.Errorf("ratesem: endpoint %q: Path must start with \"/\" (a path pattern, no host)", e.pattern())
+		}
+		if strings.ContainsAny(e.Method, " \t/") {
+			return router{}, fmt.Errorf("ratesem: endpoint %q: Method %q is not an HTTP method", e.pattern(), e.Method)
+		}
+		h := &routeEntry{costs: e.Costs, charges: e.Charges}
+		// A pattern alone first: its error is about its syntax.
+		if err := register(http.NewServeMux(), e.pattern(), h); err != nil {
+			return router{}, fmt.Errorf("ratesem: endpoint %q is not a net/http.ServeMux pattern: %v", e.pattern(), unwrapAll(err))
+		}
+		if err := register(mux, e.pattern(), h); err != nil {
+			// Then a conflict: find the endpoint it conflicts with.
+			for j := range i {
+				m := http.NewServeMux()
+				register(m, eps[j].pattern(), h)
+				if register(m, e.pattern(), h) != nil {
+					return router{}, fmt.Errorf("ratesem: endpoints %q and %q match some request in common and neither is more specific: make one match fewer requests (a literal segment or a method) or drop one", eps[j].pattern(), e.pattern())
+				}
+			}
+			return router{}, fmt.Errorf("ratesem: endpoint %q: %v", e.pattern(), err)
 		}
 	}
-	if e.charges != nil {
-		return e.charges(req)
+	return router{mux: mux}, nil
+}
+
+// muxPatterns reports whether ServeMux matches patterns with methods and
+// wildcards (Go 1.22's), as it does unless GODEBUG has httpmuxgo121=1.
+var muxPatterns = sync.OnceValue(func() bool {
+	mux := http.NewServeMux()
+	h := &routeEntry{}
+	if register(mux, "GET /a/{b}", h) != nil {
+		return false
 	}
-	costs := e.costs
+	got, _ := mux.Handler(&http.Request{Method: http.MethodGet, URL: &url.URL{Path: "/a/c"}})
+	return got == h
+})
+
+// unwrapAll returns the innermost error of a chain of single wraps
+// (ServeMux's "parsing %q: %w" is then only the reason).
+func unwrapAll(err error) error {
+	for {
+		u := errors.Unwrap(err)
+		if u == nil {
+			return err
+		}
+		err = u
+	}
+}
+
+// match returns the endpoint of req, or nil when none matches.
+func (r router) match(req *http.Request) *routeEntry {
+	if r.mux == nil || req.URL == nil {
+		return nil
+	}
+	probe := req
+	esc := req.URL.EscapedPath()
+	clean := cleanPath(esc)
+	if req.Method == "" || clean != esc {
+		// ServeMux would redirect an unclean path, and takes the method
+		// literally where a client sends "" as GET: match a copy.
+		m := req.Method
+		if m == "" {
+			m = http.MethodGet
+		}
+		u := &url.URL{Path: clean, RawPath: clean}
+		if p, err := url.PathUnescape(clean); err == nil {
+			u.Path = p
+		}
+		probe = &http.Request{Method: m, Host: req.Host, URL: u}
+	}
+	h, _ := r.mux.Handler(probe)
+	e, _ := h.(*routeEntry) // not ours: not found, method not allowed, or a redirect of /tree to /tree/
+	return e
+}
+
+// cleanPath returns p as ServeMux matches it: rooted, with "." and ".."
+// elements and repeated slashes removed, keeping a trailing slash.
+func cleanPath(p string) string {
+	if p == "" {
+		return "/"
+	}
+	if p[0] != '/' {
+		p = "/" + p
+	}
+	c := path.Clean(p)
+	if strings.HasSuffix(p, "/") && c != "/" {
+		c += "/"
+	}
+	return c
+}
+
+// classify returns the charges of req under t, merging charges to the same
+// limiter. It returns an error for a negative weight and for a request that
+// matches no endpoint when the table has neither Default nor
+// UnmatchedUnlimited.
+func (p *Pool) classify(req *http.Request) ([]Charge, error) {
+	var costs []Cost
+	if e := p.routes.match(req); e != nil {
+		if e.charges != nil {
+			return e.charges(req)
+		}
+		costs = e.costs
+	} else if costs = p.table.Default; len(costs) == 0 && !p.table.UnmatchedUnlimited {
+		path := ""
+		if req.URL != nil {
+			path = req.URL.Path
+		}
+		return nil, fmt.Errorf("%w: %s %s: add an Endpoint for it (or a Default) to the Table, or set Table.UnmatchedUnlimited to send such requests without a limit", ratesem.ErrNoEndpoint, method(req), path)
+	}
 	charges := make([]Charge, 0, len(costs))
 	for _, c := range costs {
 		r := p.rules[c.Rule]
@@ -138,9 +326,17 @@ func (p *Pool) classify(req *http.Request) ([]Charge, error) {
 			w = 1
 		}
 		if w < 0 {
-			return nil, fmt.Errorf("ratesem: %s %s: %w %d under rule %q", req.Method, req.URL.Path, ratesem.ErrNegativeWeight, w, c.Rule)
+			return nil, fmt.Errorf("%w %d under rule %q for %s %s", ratesem.ErrNegativeWeight, w, c.Rule, method(req), req.URL.Path)
 		}
 		charges = append(charges, Charge{Rule: c.Rule, Key: key, Weight: w})
 	}
 	return charges, nil
+}
+
+// method returns req's method as a client sends it ("" is GET).
+func method(req *http.Request) string {
+	if req.Method == "" {
+		return http.MethodGet
+	}
+	return req.Method
 }

@@ -108,7 +108,9 @@ func WithMaxRetries(n int) Option { return func(c *config) { c.maxRetries = n } 
 // the pause a retry waits, the limiter reporting its own; Source:
 // ratesem.SourceRetryAfter, ratesem.SourceBackoff, or ratesem.SourceBody
 // when only the body showed the throttle); Retried before each retry
-// (Attempt from 1, Wait the pause slept, Status of the throttled response).
+// (Attempt from 1, Wait the pause slept, Status of the throttled response);
+// Unsettled (Weight) for a response whose call settles from its body (see
+// NewPool) closed before the body's end without being settled.
 // obs runs synchronously on the goroutine of RoundTrip (or of the caller's
 // body reads, for a throttle the body shows), holding no lock; it must be
 // safe for concurrent use and should not block: a blocked obs stalls its

@@ -25,7 +25,15 @@ import (
 // released, so that the table's ThrottleTargets can pause the keys the body
 // names; a throttle only the body shows (OKX's 50011 with HTTP 200) pauses
 // then. RoundTrip never reads the body. A request whose classification
-// fails is not sent: RoundTrip closes its body and returns the error.
+// fails (one that matches no endpoint of a Table without Default is
+// ratesem.ErrNoEndpoint) is not sent: RoundTrip closes its body and
+// returns the error.
+//
+// A rule that settles its weight from the reply (clientpool.Rule.Settle,
+// the LLM presets' token rules) reads the body as the caller reads it:
+// read it to its end (io.EOF) before closing it. A body closed before its
+// end whose read part did not settle the call leaves the call charged its
+// estimate and is reported to the observers as a ratesem.Unsettled event.
 //
 // By default each request is sent once; WithMaxRetries sends a request
 // again after a throttle its headers show: the retry is classified and
@@ -87,17 +95,24 @@ func (c *poolCall) ObserveResponse(resp *http.Response) {
 // responseSettler is implemented by a Limiter whose calls settle their
 // weight from the response (a poolCall whose rules have Settle): Transport
 // keeps up to clientpool.MaxSettleBody bytes of the body as the caller reads
-// it and shows them to settleResponse before the units are released.
+// it and shows them to settleResponse before the units are released,
+// telling whether the body was read to its end (complete); settleResponse
+// returns true when a body closed before its end left a charge unsettled.
 type responseSettler interface {
 	wantsBody() bool
-	settleResponse(h http.Header, body []byte)
+	settleResponse(h http.Header, body []byte, complete bool) (unsettled bool)
 }
 
 // wantsBody reports whether a rule of the call settles from its response.
 func (c *poolCall) wantsBody() bool { return c.ticket.WantsBody() }
 
-// settleResponse settles the call's charges from its response.
-func (c *poolCall) settleResponse(h http.Header, body []byte) { c.ticket.SettleResponse(h, body) }
+// settleResponse settles the call's charges from its response; for a body
+// closed before its end, the charges that stay unsettled are reported
+// (clientpool.Ticket.BodyUnread).
+func (c *poolCall) settleResponse(h http.Header, body []byte, complete bool) bool {
+	c.ticket.SettleResponse(h, body)
+	return !complete && c.ticket.BodyUnread() > 0
+}
 
 // failed is the Limiter of a request that cannot be classified: it never
 // admits, so the request is not sent.

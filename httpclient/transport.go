@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ratesem/ratesem"
@@ -258,7 +260,7 @@ func (t *Transport) roundTripOnce(req *http.Request) (*http.Response, time.Durat
 	l, n := t.sel(req)
 	if n < 0 {
 		closeRequestBody(req)
-		err := fmt.Errorf("ratesem: Selector returned %w %d for %s", ratesem.ErrNegativeWeight, n, describe(req))
+		err := fmt.Errorf("%w %d from the Selector for %s", ratesem.ErrNegativeWeight, n, describe(req))
 		t.observeFailed(n, time.Time{}, err)
 		return nil, 0, err
 	}
@@ -285,7 +287,7 @@ func (t *Transport) roundTripOnce(req *http.Request) (*http.Response, time.Durat
 		// the body to us.
 		closeRequestBody(req)
 		t.observeFailed(n, since, err)
-		return nil, 0, fmt.Errorf("ratesem: waiting for limiter: %w", err)
+		return nil, 0, notSent(req, err)
 	}
 	return t.roundTripHeld(l, n, req, since)
 }
@@ -331,14 +333,29 @@ func (t *Transport) roundTripHeld(l Limiter, n int64, req *http.Request, since t
 	}
 	var settle func([]byte)
 	if s, ok := l.(responseSettler); ok && s.wantsBody() {
-		settle = func(body []byte) { s.settleResponse(resp.Header, body) }
+		if resp.Body == http.NoBody {
+			s.settleResponse(resp.Header, nil, true)
+		} else {
+			// Settling needs the body read to its end (the usage of an
+			// LLM reply comes last): a body closed before io.EOF is
+			// reported as Unsettled when what was read did not settle it.
+			rc := resp.Body
+			var eof *eofReader
+			if _, rw := rc.(io.Writer); !rw { // a 101's body keeps its Write
+				eof = &eofReader{ReadCloser: rc}
+				resp.Body = eof
+			}
+			settle = func(body []byte) {
+				complete := eof == nil || eof.eof.Load()
+				if s.settleResponse(resp.Header, body, complete) && t.observer != nil {
+					t.observer(ratesem.Event{Kind: ratesem.Unsettled, Weight: n})
+				}
+			}
+		}
 	}
 	if resp.Body == http.NoBody {
 		if watch {
 			t.bodySeen(l, resp, []byte{}, headerThrottled, sent)
-		}
-		if settle != nil {
-			settle(nil)
 		}
 		return resp, wait, nil
 	}
@@ -527,6 +544,38 @@ func describe(req *http.Request) string {
 		return req.Method + " request"
 	}
 	return req.Method + " " + req.URL.Redacted()
+}
+
+// eofReader notes whether a body was read to io.EOF.
+type eofReader struct {
+	io.ReadCloser
+	eof atomic.Bool
+}
+
+// Read reads from the body and notes its io.EOF.
+func (r *eofReader) Read(p []byte) (int, error) {
+	n, err := r.ReadCloser.Read(p)
+	if err == io.EOF {
+		r.eof.Store(true)
+	}
+	return n, err
+}
+
+// notSentError is the error of a request the limiter did not admit: the
+// limiter's error, told which request was not sent, with one "ratesem: "
+// prefix whether or not the limiter's message has its own.
+type notSentError struct {
+	msg string
+	err error
+}
+
+func (e *notSentError) Error() string { return e.msg }
+func (e *notSentError) Unwrap() error { return e.err }
+
+// notSent returns the error of req, not sent because its limiter returned
+// err; it matches err (errors.Is, errors.As).
+func notSent(req *http.Request, err error) error {
+	return &notSentError{"ratesem: " + describe(req) + " not sent: " + strings.TrimPrefix(err.Error(), "ratesem: "), err}
 }
 
 var _ http.RoundTripper = (*Transport)(nil)

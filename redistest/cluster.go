@@ -34,8 +34,8 @@ var clusterArgs = []string{
 // StartCluster starts a 3-master Redis Cluster for t, joins it with `redis-cli
 // --cluster create … --cluster-replicas 0 --cluster-yes`, and waits (at most 10
 // s) until every node reports cluster_state:ok. The nodes are stopped in
-// t.Cleanup. It skips t when redis-server or redis-cli is missing (fails it
-// when CI is set), as Start does. Without persistence, a restarted node comes
+// t.Cleanup. It skips t under -short, and when redis-server or redis-cli
+// is missing (fails it then when CI is set), as Start does. Without persistence, a restarted node comes
 // back with its slots and without its keys.
 func StartCluster(t testing.TB) *Cluster {
 	t.Helper()
@@ -46,6 +46,7 @@ func StartCluster(t testing.TB) *Cluster {
 		}
 		t.Skip(msg)
 	}
+	skipShort(t)
 	c := &Cluster{}
 	for i := range c.nodes {
 		c.nodes[i] = Start(t, clusterArgs...)

@@ -6,7 +6,8 @@
 // Without a redis-server binary on PATH the tests that need one are skipped
 // with a message saying how to install it (apt-get install redis-server),
 // except under CI (the environment variable CI set), where they fail: a CI
-// run must not pass by skipping them.
+// run must not pass by skipping them. Under go test -short they are
+// skipped too, installed or not: -short runs the in-process tests alone.
 package redistest
 
 import (
@@ -47,7 +48,8 @@ type Server struct {
 // Start starts a redis-server child process for t on a free loopback port,
 // with no RDB snapshots, no append-only file and bound to 127.0.0.1, and
 // waits until it answers PING. The process is stopped in t.Cleanup. It
-// skips t when no redis-server binary is found (fails it when CI is set).
+// skips t under -short (testing.Short), and when no redis-server binary is
+// found (fails it then when CI is set).
 //
 // The server accepts DEBUG from loopback clients (enable-debug-command
 // local), so tests can make it stall with DEBUG SLEEP. args are more
@@ -64,6 +66,7 @@ func Start(t testing.TB, args ...string) *Server {
 		}
 		t.Skip(msg)
 	}
+	skipShort(t)
 	s := &Server{t: t, bin: bin, dir: t.TempDir(), extra: args}
 	var last error
 	for range 5 { // a free port may be taken between probing and binding
@@ -78,6 +81,15 @@ func Start(t testing.TB, args ...string) *Server {
 	}
 	t.Fatalf("redistest: starting redis-server: %v", last)
 	return nil
+}
+
+// skipShort skips t under go test -short: a test that starts Redis is not
+// one of the fast ones.
+func skipShort(t testing.TB) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("redistest: needs a redis-server, not started under -short (run go test without -short)")
+	}
 }
 
 // Launch starts a redis-server child process on a free loopback port for a

@@ -9,7 +9,9 @@
 // response has been read. WithStartWindow(margin) switches to the start
 // window (window.SlidingLog): faster, and safe while latency jitter ≤ margin.
 // WithMaxUnitsInFlight(c) caps units in flight below n. With interval 0 a
-// RateSemaphore is exactly golang.org/x/sync/semaphore.NewWeighted(n).
+// RateSemaphore is golang.org/x/sync/semaphore.NewWeighted(n), except that
+// a negative weight is an error (ratesem.ErrNegativeWeight) where x/sync
+// panics (see New).
 // NewWithPolicy(p) takes any other window of package window as the rate
 // policy (fixed window, sliding window counter, token bucket, leaky bucket,
 // GCRA, pacer), each with the exact guarantee its doc states, so the

@@ -310,7 +310,7 @@ func (r *redisSem) admit(ctx context.Context, n int64, begin bool) (*remote.Call
 		if begin {
 			op = "Begin"
 		}
-		return nil, fmt.Errorf("%w: %s(%d)", ratesem.ErrNegativeWeight, op, n)
+		return nil, fmt.Errorf("%w %d: %s", ratesem.ErrNegativeWeight, n, op)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err

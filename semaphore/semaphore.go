@@ -106,10 +106,14 @@ type waiter struct {
 // New returns a RateSemaphore that admits at most n units in flight and at
 // most n units per interval (a time.Duration) under the completion window.
 //
-// interval 0 means no rate limit: the semaphore then behaves exactly like
+// interval 0 means no rate limit: the semaphore then behaves like
 // golang.org/x/sync/semaphore.NewWeighted(n), edge cases included (n = 0
 // admits only zero weights; a weight larger than n waits for its context
-// without blocking other callers). New panics if n or interval is negative.
+// without blocking other callers), with one intended difference: a
+// negative weight, on which x/sync panics, is refused instead (Acquire
+// returns an error matching ratesem.ErrNegativeWeight, TryAcquire false;
+// Release of a negative n panics, as in x/sync). New panics if n or
+// interval is negative.
 func New(n int64, interval time.Duration, opts ...Option) *RateSemaphore {
 	if n < 0 || interval < 0 {
 		panic(fmt.Sprintf("ratesem: New(%d, %v): negative limit", n, interval))
@@ -249,7 +253,7 @@ func (s *RateSemaphore) Acquire(ctx context.Context, n int64) error {
 	}
 	if n < 0 {
 		s.observeFailed(n, nil, ratesem.ErrNegativeWeight)
-		return fmt.Errorf("ratesem: Acquire: %w %d", ratesem.ErrNegativeWeight, n)
+		return fmt.Errorf("%w %d: Acquire", ratesem.ErrNegativeWeight, n)
 	}
 	done := ctx.Done()
 
@@ -587,7 +591,7 @@ func (s *RateSemaphore) PauseFor(d time.Duration) {
 // flight count.
 func (s *RateSemaphore) SetLimit(n int64, interval time.Duration) error {
 	if n < 0 || interval < 0 {
-		return fmt.Errorf("ratesem: SetLimit(%d, %v): negative limit: %w", n, interval, ratesem.ErrInvalidLimit)
+		return fmt.Errorf("%w: SetLimit(%d, %v): negative", ratesem.ErrInvalidLimit, n, interval)
 	}
 	if s.remote != nil {
 		return s.remote.setLimit(n, interval)

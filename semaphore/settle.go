@@ -82,7 +82,7 @@ func (s *RateSemaphore) Begin(ctx context.Context, n int64) (Call, error) {
 	}
 	if n < 0 {
 		s.observeFailed(n, nil, ratesem.ErrNegativeWeight)
-		return Call{}, fmt.Errorf("ratesem: Begin: %w %d", ratesem.ErrNegativeWeight, n)
+		return Call{}, fmt.Errorf("%w %d: Begin", ratesem.ErrNegativeWeight, n)
 	}
 	s.mu.Lock()
 	if err := ctx.Err(); err != nil {

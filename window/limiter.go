@@ -58,7 +58,7 @@ func (l *Limiter) AllowN(now time.Time, n int64) bool {
 // when n is negative. It never blocks beyond the Limiter's mutex.
 func (l *Limiter) TryN(now time.Time, n int64) (retryAfter time.Duration, err error) {
 	if n < 0 {
-		return 0, fmt.Errorf("ratesem: Limiter.TryN: %w %d", ratesem.ErrNegativeWeight, n)
+		return 0, fmt.Errorf("%w %d: Limiter.TryN", ratesem.ErrNegativeWeight, n)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()

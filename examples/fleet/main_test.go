@@ -25,7 +25,8 @@ func TestMain(m *testing.M) {
 }
 
 // needRedis skips t when redis-server (and, for a cluster, redis-cli) is
-// not installed, unless CI is set: a CI run must not pass by skipping.
+// not installed, unless CI is set: a CI run must not pass by skipping; and
+// under -short (the fleet's runs take seconds each).
 func needRedis(t *testing.T, cluster bool) {
 	t.Helper()
 	bins := []string{"redis-server"}
@@ -39,6 +40,16 @@ func needRedis(t *testing.T, cluster bool) {
 			}
 			t.Skipf("%s not found: install it (apt-get install redis-server) to run this test", b)
 		}
+	}
+	skipShort(t)
+}
+
+// skipShort skips t under go test -short: a run of the fleet takes
+// seconds.
+func skipShort(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("runs the fleet for seconds; not under -short")
 	}
 }
 
@@ -156,6 +167,7 @@ func TestFleetWorkerKilledMidCall(t *testing.T) {
 // Without Redis, one process with all of every limit: the harness itself
 // (processes, server, foreign client, report) meets the targets.
 func TestFleetLocalOneProcess(t *testing.T) {
+	skipShort(t)
 	code, out := runFleet(t, "-local", "-procs", "1", "-klines", "48", "-scale", "10", "-duration", "13s", "-min-use", "0")
 	checkClean(t, code, out)
 }
@@ -167,6 +179,7 @@ func TestFleetLocalOneProcess(t *testing.T) {
 // leaves, even on a loaded machine (with 16 a run under the race detector
 // once stayed below it and saw no 429).
 func TestFleetRejectionFails(t *testing.T) {
+	skipShort(t)
 	code, out := runFleet(t, "-local", "-procs", "1", "-klines", "48", "-scale", "20", "-duration", "5s", "-foreign", "0.5", "-no-usage")
 	s := parseSummary(t, out)
 	if code != 1 || s.ok || s.rejections == 0 {

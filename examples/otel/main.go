@@ -68,14 +68,14 @@ func Instrument(meter metric.Meter, m *ratesem.Metrics) (func(ratesem.Event), er
 		return nil, err
 	}
 	kinds := []ratesem.EventKind{ratesem.Admitted, ratesem.Refused, ratesem.Cancelled,
-		ratesem.Throttled, ratesem.Paused, ratesem.Retried, ratesem.Evicted, ratesem.Reconciled, ratesem.Distrusted}
+		ratesem.Throttled, ratesem.Paused, ratesem.Retried, ratesem.Evicted, ratesem.Reconciled, ratesem.Distrusted, ratesem.Unsettled}
 	attrs := make([]metric.ObserveOption, len(kinds))
 	for i, k := range kinds {
 		attrs[i] = metric.WithAttributes(attribute.String("kind", k.String()))
 	}
 	_, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		s := m.Snapshot()
-		totals := []uint64{s.Admitted, s.Refused, s.Cancelled, s.Throttled, s.Paused, s.Retried, s.Evicted, s.Reconciled, s.Distrusted}
+		totals := []uint64{s.Admitted, s.Refused, s.Cancelled, s.Throttled, s.Paused, s.Retried, s.Evicted, s.Reconciled, s.Distrusted, s.Unsettled}
 		for i, v := range totals {
 			o.ObserveInt64(events, int64(v), attrs[i])
 		}

@@ -73,10 +73,11 @@ func eventAttrs(e ratesem.Event) []slog.Attr {
 	return a
 }
 
-// level puts what a user should look at (throttles, refusals) at Warn.
+// level puts what a user should look at (throttles, refusals, calls left
+// at their estimate by a reply closed unread) at Warn.
 func level(k ratesem.EventKind) slog.Level {
 	switch k {
-	case ratesem.Throttled, ratesem.Refused:
+	case ratesem.Throttled, ratesem.Refused, ratesem.Unsettled:
 		return slog.LevelWarn
 	case ratesem.Queued:
 		return slog.LevelDebug

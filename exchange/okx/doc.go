@@ -30,9 +30,10 @@
 // UID-wide and sub-account rules are not (an endpoint under only such a rule
 // is paused under it, as clientpool does when none is marked).
 //
-// Endpoints not in the table are not limited. Place, amend and cancel are
-// separate limits (OKX: "Rate limits for placing orders, amending orders, and
-// cancelling orders are independent from each other"); the sub-account limit
+// Endpoints not in the table are not limited (Table.UnmatchedUnlimited).
+// Place, amend and cancel are separate limits (OKX: "Rate limits for placing
+// orders, amending orders, and cancelling orders are independent from each
+// other"); the sub-account limit
 // of 1000 new and amended orders per 2 s counts alongside the per-instrument
 // ones, every order of a batch included, cancels not
 // (https://www.okx.com/docs-v5/en/#overview-rate-limits-sub-account-rate-limit).

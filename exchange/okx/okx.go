@@ -140,7 +140,8 @@ func WithTimeScale(scale float64) Option {
 // documentation for the rules, keys and endpoints). Every rule uses the
 // completion window (Rule.Window nil), which holds at the server whatever the
 // latency. Requests to endpoints not in the table are not limited
-// (Table.Default is nil): OKX limits each endpoint separately.
+// (Table.Default is nil and Table.UnmatchedUnlimited is set): OKX limits
+// each endpoint separately.
 //
 // Classify (and so Pool.Acquire through an httpclient Transport) reads the
 // instId of a POST body through req.GetBody, leaving req.Body unread; it
@@ -157,7 +158,7 @@ func Table(opts ...Option) clientpool.Table {
 		o(&cfg)
 	}
 	per := scaled(Per, cfg.scale)
-	t := clientpool.Table{}
+	t := clientpool.Table{UnmatchedUnlimited: true}
 	for _, r := range rules {
 		rule := clientpool.Rule{
 			Name:            r.name,

@@ -504,7 +504,7 @@ var capacity = rspec.Spec.Capacity
 func checkCharges(cs []rspec.Charge) error {
 	for i, c := range cs {
 		if c.Weight < 0 {
-			return fmt.Errorf("%w: charge %d (%s): weight %d", ratesem.ErrNegativeWeight, i, c.Rule, c.Weight)
+			return fmt.Errorf("%w %d: charge %d (rule %q)", ratesem.ErrNegativeWeight, c.Weight, i, c.Rule)
 		}
 		if c.Spec == nil {
 			return fmt.Errorf("ratesem: charge %d (%s): nil Spec", i, c.Rule)

@@ -228,13 +228,13 @@ func (s *Store) call(scope string, cs []Charge, token, arg string) ([]string, []
 			return nil, nil, fmt.Errorf("ratesem: rule %q, key %q: want at most %d bytes each", clip(c.Rule), clip(c.Key), MaxNameLen)
 		}
 		if c.Weight < 0 {
-			return nil, nil, fmt.Errorf("ratesem: %s[%s]: %w %d", clip(c.Rule), clip(c.Key), ratesem.ErrNegativeWeight, c.Weight)
+			return nil, nil, fmt.Errorf("%w %d: %s[%s]", ratesem.ErrNegativeWeight, c.Weight, clip(c.Rule), clip(c.Key))
 		}
 		if err := c.Spec.Check(); err != nil {
 			return nil, nil, err
 		}
 		if c.Weight > c.Spec.Capacity() {
-			return nil, nil, fmt.Errorf("ratesem: %s[%s]: weight %d: %w (%s)", clip(c.Rule), clip(c.Key), c.Weight, ratesem.ErrWeightTooLarge, c.Spec)
+			return nil, nil, fmt.Errorf("%w: %s[%s]: weight %d (%s)", ratesem.ErrWeightTooLarge, clip(c.Rule), clip(c.Key), c.Weight, c.Spec)
 		}
 		k := s.Keys(scope, *c)
 		keys = append(keys, k[0], k[1], k[2])

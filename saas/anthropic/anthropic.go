@@ -7,6 +7,10 @@
 //	pool, err := clientpool.New(anthropic.Table(anthropic.WithModel("claude-sonnet-4-5", 50, 30_000, 8_000)))
 //	client := &http.Client{Transport: httpclient.NewPool(pool)}
 //
+// Settling reads the reply's usage from its body as the caller reads it:
+// read (or decode) each reply's body before closing it. A reply closed
+// unread keeps its estimate and is reported as a ratesem.Unsettled event.
+//
 // What the page says, and how the preset follows it:
 //
 //   - Each model class has requests per minute (RPM), input tokens per

@@ -7,6 +7,10 @@
 //	pool, err := clientpool.New(openai.Table(openai.WithModel("gpt-4o-mini", 500, 200_000)))
 //	client := &http.Client{Transport: httpclient.NewPool(pool)}
 //
+// Settling reads the reply's usage from its body as the caller reads it:
+// read (or decode) each reply's body before closing it. A reply closed
+// unread keeps its estimate and is reported as a ratesem.Unsettled event.
+//
 // What the guide says, and how the preset follows it:
 //
 //   - Limits are per model, in requests per minute (RPM) and tokens per

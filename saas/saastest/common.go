@@ -40,7 +40,7 @@ const DefaultMaxBodyBytes = 1 << 20
 // Entry is the record of one request a server received, in the order of the
 // servers' decisions. Fields that do not apply to a server are zero.
 type Entry struct {
-	// At is the arrival time on the server's clock (Config.Clock), when
+	// At is the arrival time on the server's clock (its config's Clock), when
 	// the limits were checked and charged.
 	At time.Time
 	// Done is when the reply of an accepted request was written (after
