@@ -58,6 +58,7 @@ func run(r io.Reader, w io.Writer, module string) int {
 	builds := map[string]*strings.Builder{}
 	skips := map[string]int{}
 	var okPkgs, failPkgs, total int
+	var nPass, nFail, nSkip int // top-level tests
 	failed := false
 	short := func(p string) string {
 		if p == module {
@@ -118,6 +119,7 @@ func run(r io.Reader, w io.Writer, module string) int {
 			}
 			if top {
 				ps.passed++
+				nPass++
 				if d := time.Duration(e.Elapsed * float64(time.Second)); d >= slow {
 					fmt.Fprintf(w, "      %s %s passed (%s)\n", short(e.Package), e.Test, secs(e.Elapsed))
 				}
@@ -132,6 +134,7 @@ func run(r io.Reader, w io.Writer, module string) int {
 			}
 			if top {
 				ps.skipped++
+				nSkip++
 				skips[skipReason(ps.out[e.Test])]++
 			}
 			delete(ps.out, e.Test)
@@ -149,6 +152,7 @@ func run(r io.Reader, w io.Writer, module string) int {
 			}
 			if top {
 				ps.failed++
+				nFail++
 			}
 			fmt.Fprintf(w, "--- FAIL %s %s (%s)\n", short(e.Package), e.Test, secs(e.Elapsed))
 			if b := ps.out[e.Test]; b != nil {
@@ -176,6 +180,10 @@ func run(r io.Reader, w io.Writer, module string) int {
 		for _, r := range reasons {
 			fmt.Fprintf(w, "  %4d  %s\n", skips[r], r)
 		}
+	}
+	if total > 0 {
+		// The plain closing line a CI reads: top-level tests only.
+		fmt.Fprintf(w, "tests: %d passed, %d failed, %d skipped\n", nPass, nFail, nSkip)
 	}
 	switch {
 	case total == 0:
