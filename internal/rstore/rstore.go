@@ -25,14 +25,15 @@
 //
 // The admission script decides most calls without defining a helper
 // function (closures cost a few µs per run): one charge of a GCRA or a
-// completion window in one HMGET and one HSET (and the lease's ZADD), any
-// call whose every charge fits on the counts kept in the hashes (upper
-// bounds: leases that ran out are swept, and logs pruned, lazily, at least
-// once a second per busy limiter and before any refusal) in one HMGET, one
+// completion window in one HMGET, one GET (the scope's epoch key, see
+// # Losses) and one HSET (and the lease's ZADD), any call whose every
+// charge fits on the counts kept in the hashes (upper bounds: leases that
+// ran out are swept, and logs pruned, lazily, at least once a second per
+// busy limiter and before any refusal) in one GET, then one HMGET, one
 // HSET and the leases' and logs' ZADDs per charge. TTLs are refreshed once
 // a second. The full path runs for the rest (a refusal, a pause, a spec to
-// adopt, a new or lost limiter, a roll with calls in flight) and decides
-// the same way. AdmitLua and AdmitCall expose the script for benchmarks.
+// adopt, a new or lost limiter, a scope's epoch this process has not seen,
+// a roll with calls in flight) and decides the same way. AdmitLua and AdmitCall expose the script for benchmarks.
 // Release keeps a fast path for one charge of a completion window; Settle
 // (a call whose weights are known only after it) always runs the full
 // path, about twice a release's cost on the server.
@@ -839,29 +840,35 @@ func (s *Store) SetLimit(ctx context.Context, scope string, c Charge) error {
 // AdmitLua returns the Lua source of the admission script Admit runs with
 // EVALSHA (for benchmarks that measure the raw script, e.g. against
 // go-redis/redis_rate). Its KEYS and ARGV for a call are those AdmitCall
-// returns; its reply is {1, now µs, 0, 0, flags, adopted} when every
-// charge was admitted, {0, now µs, wait µs, refusing charge (from 1),
-// flags, adopted} when none was, or {-1, charge, stored spec} for a limit
-// mismatch; flags: 1 only a release can help, 2 paused, 4 lost state, 8 a
-// lease was taken; adopted: the charges (from 1) whose stored spec was
-// adopted, comma-separated.
+// returns; its reply is {1, now µs, 0, 0, flags, adopted, marks, epoch}
+// when every charge was admitted (the fast paths leave out the epoch, and
+// some the marks), {0, now µs, wait µs, refusing charge (from 1), flags,
+// adopted, "", epoch} when none was, {0, now µs, 0, 1, 16, ""} when the
+// deadline had passed, or {-1, charge, stored spec} for a limit mismatch;
+// flags: 1 only a release can help, 2 paused, 4 lost state, 8 a lease was
+// taken, 16 too late; adopted: the charges (from 1) whose stored spec was
+// adopted, comma-separated; epoch: the scope's epoch (see # Losses).
 func AdmitLua() string { return admitSource }
 
 // AdmitCall returns the KEYS and ARGV with which Admit would run the
 // admission script (AdmitLua) for the call cs in scope, token being the
-// call's 16 hex digits. KEYS holds three keys per charge, in order: the
-// limiter's hash, its sorted set of leases, its sorted set log (Keys).
-// ARGV holds:
+// call's 16 hex digits, without a deadline. KEYS holds three keys per
+// charge, in order: the limiter's hash, its sorted set of leases, its
+// sorted set log (Keys); then the scope's epoch key (EpochKey). ARGV
+// holds:
 //
 //	ARGV[1]  the instant in µs since the Unix epoch (Options.Now), or "" for the server's TIME
 //	ARGV[2]  the token
 //	ARGV[3]  the lease in µs
 //	ARGV[4]  the number of charges
 //
-// and then 8 values per charge: the spec as stored ("kind/N/Per µs/p1/
+// then 8 values per charge: the spec as stored ("kind/N/Per µs/p1/
 // concurrency"), kind, N, Per in µs, p1 (burst, margin in µs or blocks),
-// the concurrency cap, the weight, the TTL of its keys in ms. It returns
-// the errors Admit returns before a round trip. It does not talk to Redis.
+// the concurrency cap, the weight, the TTL of its keys in ms; then the
+// scope's epoch this Store saw ("" for none), the instant in µs until
+// which it knows the epoch key exists ("" when it does not), and the
+// deadline in µs ("": none). It returns the errors Admit returns before a
+// round trip. It does not talk to Redis.
 func (s *Store) AdmitCall(scope string, cs []Charge, token string) (keys []string, args []any, err error) {
 	keys, args, err = s.call(scope, cs, token, s.leaseS)
 	if err != nil {

@@ -670,8 +670,8 @@ end
 // knows E exists and the deadline (see the top of this file). Reply {1,
 // now, 0, 0, flags, adopted, marks, epoch} (the fast paths leave the
 // epoch out, the single-charge fast path for the completion window and
-// GCRA the marks too) or {0, now, wait µs, refuser, flags, adopted, '',
-// epoch}, or {0, now, 0, 1, 16, ''} when the deadline had passed, or {-1,
+// GCRA the marks too) or {0, now, wait µs, refuser, flags, adopted, "",
+// epoch}, or {0, now, 0, 1, 16, ""} when the deadline had passed, or {-1,
 // charge, stored spec} for a spec mismatch. flags: 1 only a release can
 // help, 2 paused, 4 state lost, 8 a lease was taken, 16 too late. adopted:
 // the indices of adopted specs, comma-separated. marks: "i:w:d," for each
