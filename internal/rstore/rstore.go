@@ -18,8 +18,12 @@
 // the script in KEYS (none is built inside Lua). The consequence, which
 // callers document: one scope lives on one cluster node.
 //
+// A scope has one more key, its epoch (EpochKey, same hash tag; see
+// # Losses), which every script gets in KEYS after the limiters' keys.
+//
 // Every key has a TTL just over the time its state matters, refreshed by
-// the scripts that write it: an idle limiter leaves nothing behind.
+// the scripts that write it: an idle limiter leaves nothing behind (nor an
+// idle scope: its epoch key lives as long as its longest-lived key).
 //
 // # Cost
 //
