@@ -224,6 +224,19 @@ func TestLateAdmission(t *testing.T) {
 					t.Fatalf("%v late: %+v %v; want refused, Late", late, d, err)
 				}
 			}
+			// The zero instant (long past): late; one centuries away: no
+			// deadline at all (beyond a lease it bounds nothing).
+			if d, err := s.Admit(rspec.WithAnswerBy(ctx, time.Time{}), "sc", cs); err != nil || d.OK || !d.Late {
+				t.Fatalf("answer by the zero time: %+v %v; want Late", d, err)
+			}
+			far := time.Unix(1<<62, 0)
+			d, err := s.Admit(rspec.WithAnswerBy(ctx, far), "sc", cs)
+			if err != nil || !d.OK {
+				t.Fatalf("answer by %v: %+v %v; want admitted", far, d, err)
+			}
+			if err := s.Cancel(ctx, "sc", cs, d.Token); err != nil {
+				t.Fatal(err)
+			}
 			leases := rdb.ZCard(ctx, s.Keys("sc", cs[0])[1]).Val()
 			if leases != 1 {
 				t.Fatalf("%d leases; want 1 (the late admissions left none)", leases)
@@ -269,5 +282,28 @@ func TestLateAdmissionFrozenServer(t *testing.T) {
 	}
 	if n := rdb.ZCard(ctx, s.Keys("sc", cs[0])[1]).Val(); n != 1 {
 		t.Fatalf("%d leases after the freeze; want 1", n)
+	}
+}
+
+// TestLateAdmissionClockOff: a reading of Redis's clock an hour off (the
+// server's clock stepped forward since) makes an admission in time look
+// late: it is refused, Late, and the reply's reading corrects the next
+// one, which is admitted.
+func TestLateAdmissionClockOff(t *testing.T) {
+	s, _ := newStore(t, nil, time.Minute)
+	ctx := context.Background()
+	cs := []Charge{{Rule: "r", Key: "k", Spec: spec(Completion, 3, time.Second), Weight: 1}}
+	by := func() context.Context { return rspec.WithAnswerBy(ctx, time.Now().Add(time.Second)) }
+	if d, err := s.Admit(by(), "sc", cs); err != nil || !d.OK {
+		t.Fatal(d, err)
+	}
+	s.mu.Lock()
+	s.scopes["sc"].clock.srv -= time.Hour.Microseconds()
+	s.mu.Unlock()
+	if d, err := s.Admit(by(), "sc", cs); err != nil || d.OK || !d.Late {
+		t.Fatalf("with the clock an hour off: %+v %v; want Late", d, err)
+	}
+	if d, err := s.Admit(by(), "sc", cs); err != nil || !d.OK {
+		t.Fatalf("after the reading was corrected: %+v %v", d, err)
 	}
 }

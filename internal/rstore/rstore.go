@@ -442,13 +442,16 @@ func (s *Store) Admit(ctx context.Context, scope string, cs []Charge) (Decision,
 var timeScript = goredis.NewScript(`return redis.call('TIME')`)
 
 // deadline returns the ARGV of an admission's deadline: "" when ctx has no
-// rspec.AnswerBy instant, or that instant on the clock of the scope's Redis
+// rspec.AnswerBy instant or one more than a lease away, or that instant on the clock of the scope's Redis
 // (ek: the scope's epoch key) plus the margin of the reading (see # Late
 // admissions), reading the clock first when this Store has no reading
 // younger than maxClockAge.
 func (s *Store) deadline(ctx context.Context, scope, ek string) (string, error) {
 	by, ok := rspec.AnswerBy(ctx)
-	if !ok {
+	if !ok || time.Until(by) > s.opts.Lease {
+		// An admission nobody waits for holds its units at most a lease:
+		// a deadline further away bounds nothing (and its arithmetic
+		// could overflow).
 		return "", nil
 	}
 	if s.opts.Now != nil { // the clock is this process's own
