@@ -2,6 +2,7 @@ package rstore
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -305,5 +306,69 @@ func TestLateAdmissionClockOff(t *testing.T) {
 	}
 	if d, err := s.Admit(by(), "sc", cs); err != nil || !d.OK {
 		t.Fatalf("after the reading was corrected: %+v %v", d, err)
+	}
+}
+
+// TestWholeLossCallsInFlight: calls in flight when Redis loses everything
+// end after it; their releases find no lease, though it cannot have run
+// out, and count their ends from then (ErrNotInFlight all the same), so the
+// window held full for a Per after the loss does not then forget them: a
+// completion window refuses until a Per after those ends, a fixed
+// completion window counts them in the window they end in. Before: the
+// limiter admitted N at once after the loss, and again a Per later while
+// the calls then in flight had just ended.
+func TestWholeLossCallsInFlight(t *testing.T) {
+	for _, k := range []Kind{Completion, FixedCompletion} {
+		t.Run(k.String(), func(t *testing.T) {
+			clk := newClock()
+			clk.t = time.Unix(1_700_000_000, 0) // on a Per boundary
+			s, rdb := newStore(t, clk, time.Minute)
+			ctx := context.Background()
+			cs := []Charge{{Rule: "r", Key: "k", Spec: spec(k, 2, time.Second), Weight: 1}}
+			var toks []string
+			for range 2 {
+				d, err := s.Admit(ctx, "sc", cs)
+				if err != nil || !d.OK {
+					t.Fatal(d, err)
+				}
+				toks = append(toks, d.Token)
+			}
+			rdb.FlushAll(ctx)
+			if d, _ := s.Admit(ctx, "sc", cs); d.OK || !d.Lost {
+				t.Fatalf("after FLUSHALL: %+v; want refused, lost", d)
+			}
+			clk.add(1500 * time.Millisecond) // the calls end after the hold (fixed: in the next window)
+			for _, tok := range toks {
+				if err := s.Release(ctx, "sc", cs, tok); !errors.Is(err, ErrNotInFlight) {
+					t.Fatalf("release of a call in flight at the loss: %v; want ErrNotInFlight", err)
+				}
+			}
+			if d, _ := s.Admit(ctx, "sc", cs); d.OK {
+				t.Fatalf("right after the calls in flight at the loss ended: %+v; want refused", d)
+			}
+			if k == Completion {
+				clk.add(time.Second)
+			} else {
+				clk.add(500 * time.Millisecond) // the next window
+			}
+			if d, _ := s.Admit(ctx, "sc", cs); !d.OK {
+				t.Fatalf("a Per after their ends: %+v", d)
+			} else if err := s.Cancel(ctx, "sc", cs, d.Token); err != nil {
+				t.Fatal(err)
+			}
+			// A release repeated (a client's retry) logs nothing more.
+			clk.add(time.Minute)
+			d, _ := s.Admit(ctx, "sc", cs)
+			for range 2 {
+				if err := s.Release(ctx, "sc", cs, d.Token); err != nil && !errors.Is(err, ErrNotInFlight) {
+					t.Fatal(err)
+				}
+			}
+			if k == Completion {
+				if d, _ := s.Admit(ctx, "sc", cs); !d.OK || d.Lost {
+					t.Fatalf("after a release repeated: %+v; want admitted (1 of 2 counted)", d)
+				}
+			}
+		})
 	}
 }

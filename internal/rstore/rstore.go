@@ -70,9 +70,11 @@
 // whole burst after l for GCRA, so that no window sees more than N across
 // the loss from the calls the lost state counted as ended. A Store that
 // never saw the scope (a process started after the loss), or saw it
-// longer ago than its keys' TTL, cannot tell a loss from a new scope. The
-// units of calls still in flight at the loss are not counted again once
-// the hold ends.
+// longer ago than its keys' TTL, cannot tell a loss from a new scope. A
+// call in flight at the loss counts again from its release (Release finds
+// no lease though it cannot have run out, and the completion windows log
+// its end), but not while it is still in flight after the hold: calls
+// longer than a Per may then exceed the limit by their units.
 //
 // # Late admissions
 //
@@ -639,10 +641,17 @@ func (s *Store) leaseOp(ctx context.Context, op string, script *goredis.Script, 
 // Release ends the call of token now (server clock): its units leave flight
 // and, for the completion window, are logged as ended. cs must be the
 // charges Admit admitted. It returns an error matching ErrNotInFlight when
-// a lease is no longer there (it ran out, or Redis lost it: the call counted
-// as ended at its lease's end), or the go-redis error. One round trip.
+// a lease is no longer there: it ran out (the call counted as ended at its
+// lease's end), or Redis lost it (the completion windows then count the
+// call's end from now all the same, as a lease that had not run out: the
+// hold after a loss must not forget the calls in flight then), or the
+// go-redis error. One round trip.
 func (s *Store) Release(ctx context.Context, scope string, cs []Charge, token string) error {
-	return s.leaseOp(ctx, "release", releaseScript, scope, cs, token, "")
+	_, at, err := splitToken(token)
+	if err != nil {
+		return err
+	}
+	return s.leaseOp(ctx, "release", releaseScript, scope, cs, token, at+":"+s.leaseS)
 }
 
 // Settle ends the call of token now (server clock), as Release does, for

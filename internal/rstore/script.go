@@ -790,8 +790,9 @@ if NC == 1 and ARGV[10] == '0' and ARGV[11] ~= '0' and (ARGV[6] == '1' or ARGV[6
 end
 `
 
-// releaseScript ends token's call now. Reply: the number of charges whose
-// lease was no longer there.
+// releaseScript ends token's call now; ARGV[3] is "at:lease": its
+// admission instant and the lease, in µs. Reply: the number of charges
+// whose lease was no longer there.
 var releaseScript = goredis.NewScript(header + singleRelease + prelude + `
 local Ls, err = loadall(true)
 if Ls == nil then return err end
@@ -825,6 +826,29 @@ for i = 1, NC do
       save(L)
     else
       missing = missing + 1
+      -- No lease, though it cannot have run out (admitted at 'at', its
+      -- lease ends after now): the state that counted the call was lost
+      -- (a whole or a half loss). Its end counts from now, as the
+      -- completion windows count ends: a window held full for a Per
+      -- after the loss must not forget the calls then in flight.
+      local at, ls = string.match(ARGV[3], '^(%d+):(%d+)$')
+      if at ~= nil and tonumber(at) + tonumber(ls) > L.t0 then
+        if L.kind == 1 and L.per > 0 and redis.call('ZSCORE', L.Z, m) == false then
+          redis.call('ZADD', L.Z, L.t0, m)
+          if L.z == 0 then L.fresh = true end
+          set(L, 'z', L.z + L.n)
+          set(L, 'zc', L.zc + 1)
+          set(L, 'm', L.t0)
+          save(L)
+        elseif L.kind == 2 then
+          if L.w == nil or fdiv(L.t0, L.per) > L.w then sweep(L) end
+          roll(L, L.t0)
+          set(L, 'u', L.u + L.n)
+          set(L, 'd', (L.d or 0) + L.n)
+          set(L, 'm', L.t0)
+          save(L)
+        end
+      end
     end
   end
 end
