@@ -254,3 +254,56 @@ func TestRedisSIGSTOPAdmissionsNobodyWaitsFor(t *testing.T) {
 		waitUntil(t, 5*time.Second, "Redis answers again", func() bool { return admin.Ping(context.Background()).Err() == nil })
 	})
 }
+
+// TestRedisFlushAllWithCallsInFlight: FLUSHALL while 30 calls (of 500 ms)
+// are in flight; 30 more follow at once. The hold after the loss (a Per)
+// ends before a Per after those calls' ends: their releases, which find
+// no lease, count their ends, so the completion guarantee still holds
+// over all 60.
+func TestRedisFlushAllWithCallsInFlight(t *testing.T) {
+	srv := redistest.Start(t)
+	admin := newClient(t, srv.Addr())
+	name := uniqueName(t)
+	const (
+		N   = 30
+		per = 2 * time.Second
+	)
+	sems := make([]*RateSemaphore, 3)
+	for i := range sems {
+		sems[i] = newRedisSem(t, newClient(t, srv.Addr()), name, N, per)
+	}
+	ctx := ctxT(t, 20*time.Second)
+	var rec recorder
+	var wg sync.WaitGroup
+	admitted := make(chan struct{}, N)
+	for i := range N {
+		p := i % len(sems)
+		wg.Go(func() {
+			if err := sems[p].Acquire(ctx, 1); err != nil {
+				t.Error(err)
+				return
+			}
+			admitted <- struct{}{}
+			start := time.Now()
+			time.Sleep(500 * time.Millisecond)
+			end := time.Now()
+			sems[p].Release(1)
+			rec.add(call{start: start, end: end, n: 1, proc: p})
+		})
+	}
+	for range N {
+		<-admitted
+	}
+	if err := admin.FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	lostAt := time.Now()
+	lossBurst(t, ctx, sems, N, &rec)
+	wg.Wait()
+	calls := sortByStart(rec.all())
+	peak, err := checkCompletion(calls, N, per)
+	t.Logf("%d calls; the last started %v after the loss; peak %d", len(calls), calls[len(calls)-1].start.Sub(lostAt).Round(time.Millisecond), peak)
+	if err != nil {
+		t.Fatal(err)
+	}
+}
