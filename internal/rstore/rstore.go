@@ -85,7 +85,7 @@
 // meanwhile, whose callers left long before; admitted, their leases would
 // hold the limit for a whole lease. Redis's clock is read from the replies
 // of the scope's admissions (the middle of the round trip, within half of
-// it); a Store with no reading, or one older than 30 s, reads it with one
+// it); a Store with no reading, or one older than a minute, reads it with one
 // round trip first (TIME, on the scope's node). The margin is the reading's
 // round trip, 2 ms, and a thousandth of the reading's age.
 //
@@ -211,7 +211,7 @@ const (
 	maxScopes = 4096
 	// maxClockAge is the age of a clock reading beyond which an admission
 	// with a deadline reads the clock again first.
-	maxClockAge = 30 * time.Second
+	maxClockAge = time.Minute
 	// minSlack is the least margin added to an admission's deadline.
 	minSlack = 2 * time.Millisecond
 )
@@ -364,7 +364,7 @@ func newToken() string {
 // clock, in one EVALSHA: either every charge is admitted or none changes.
 // A ctx made by rspec.WithAnswerBy sets the instant after which the
 // admission is refused (Decision.Late); when this Store has no reading of
-// the scope's Redis clock younger than 30 s, it reads it first (one more
+// the scope's Redis clock younger than a minute, it reads it first (one more
 // round trip, bounded by ctx). The scope's whole loss is found and held on
 // the safe side (Decision.Lost; see # Losses).
 //
