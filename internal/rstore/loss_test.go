@@ -372,3 +372,38 @@ func TestWholeLossCallsInFlight(t *testing.T) {
 		})
 	}
 }
+
+// TestEpochKeyTampered: whatever string another client writes into the
+// scope's epoch key, admissions go on without a script error; the process
+// that saw the scope takes a value it never saw, while its key must exist,
+// as a loss (held full), and the next Per admits again.
+func TestEpochKeyTampered(t *testing.T) {
+	for _, v := range []string{"", ":", "x", "x:", ":5", "0:0", "abc:-1", "abc:1e9", string(make([]byte, 4096))} {
+		clk := newClock()
+		s, rdb := newStore(t, clk, time.Minute)
+		ctx := context.Background()
+		cs := []Charge{{Rule: "r", Key: "k", Spec: spec(Completion, 2, time.Second), Weight: 1}}
+		admit := func(s *Store) error {
+			d, err := s.Admit(ctx, "sc", cs)
+			if err == nil && d.OK {
+				err = s.Release(ctx, "sc", cs, d.Token)
+			}
+			return err
+		}
+		if err := admit(s); err != nil {
+			t.Fatal(err)
+		}
+		rdb.Set(ctx, s.EpochKey("sc"), v, time.Minute)
+		if err := admit(s); err != nil {
+			t.Fatalf("epoch key %q: %v", v, err)
+		}
+		other, _ := New(rdb, s.prefix, Options{Now: clk.now})
+		if err := admit(other); err != nil {
+			t.Fatalf("epoch key %q, another process: %v", v, err)
+		}
+		clk.add(2 * time.Second)
+		if d, err := s.Admit(ctx, "sc", cs); err != nil || !d.OK {
+			t.Fatalf("epoch key %q, 2 s later: %+v %v", v, d, err)
+		}
+	}
+}
