@@ -450,9 +450,9 @@ end
 // a GCRA or a completion window, of a positive weight, without a
 // concurrency cap, that fits (ARGV[5] to ARGV[12] are its spec, kind, N,
 // Per µs, p1, concurrency, weight, TTL), on a state of the epoch this
-// process saw (EV: the hash's E and the epoch key both EV). It decides as fastAdmit
-// would, with fewer fields read and no tables but the replies; anything
-// else falls through to fastAdmit, changing nothing.
+// process saw (EV: the hash's E and the epoch key both EV). It decides as
+// fastAdmit would, with fewer fields read and no tables but the replies;
+// anything else falls through to fastAdmit, changing nothing.
 const singleAdmit = `
 if NC == 1 and ARGV[10] == '0' and ARGV[11] ~= '0' then
   local k, H = ARGV[6], KEYS[1]
@@ -667,7 +667,7 @@ end
 
 // admitScript: ARGV[2] the token, ARGV[3] the lease in µs, and after the
 // charges' values the epoch this process saw, the instant until which it
-// knows E exists and the deadline (see the top of this file). Reply {1,
+// knows the epoch key exists and the deadline (see the top of this file). Reply {1,
 // now, 0, 0, flags, adopted, marks, epoch} (the fast paths leave the
 // epoch out, the single-charge fast path for the completion window and
 // GCRA the marks too) or {0, now, wait µs, refuser, flags, adopted, "",
@@ -677,7 +677,7 @@ end
 // the indices of adopted specs, comma-separated. marks: "i:w:d," for each
 // fixed completion charge i of weight > 0: its window w and the units d of
 // the calls of w that ended before this admission (see reconcileScript).
-// epoch: E's value.
+// epoch: the epoch key's value.
 var admitScript = goredis.NewScript(admitSource)
 
 // late refuses, changing nothing, an admission that reaches Redis after
