@@ -37,7 +37,8 @@
 // HSET and the leases' and logs' ZADDs per charge. TTLs are refreshed once
 // a second. The full path runs for the rest (a refusal, a pause, a spec to
 // adopt, a new or lost limiter, a scope's epoch this process has not seen,
-// a roll with calls in flight) and decides the same way. AdmitLua and AdmitCall expose the script for benchmarks.
+// a roll with calls in flight) and decides the same way. AdmitLua and
+// AdmitCall expose the script for benchmarks.
 // Release keeps a fast path for one charge of a completion window; Settle
 // (a call whose weights are known only after it) always runs the full
 // path, about twice a release's cost on the server.
@@ -85,9 +86,9 @@
 // meanwhile, whose callers left long before; admitted, their leases would
 // hold the limit for a whole lease. Redis's clock is read from the replies
 // of the scope's admissions (the middle of the round trip, within half of
-// it); a Store with no reading, or one older than a minute, reads it with one
-// round trip first (TIME, on the scope's node). The margin is the reading's
-// round trip, 2 ms, and a thousandth of the reading's age.
+// it); a Store with no reading, or one older than a minute, reads it with
+// one round trip first (TIME, on the scope's node). The margin is the
+// reading's round trip, 2 ms, and a thousandth of the reading's age.
 //
 // # Limits
 //
@@ -364,8 +365,8 @@ func newToken() string {
 // clock, in one EVALSHA: either every charge is admitted or none changes.
 // A ctx made by rspec.WithAnswerBy sets the instant after which the
 // admission is refused (Decision.Late); when this Store has no reading of
-// the scope's Redis clock younger than a minute, it reads it first (one more
-// round trip, bounded by ctx). The scope's whole loss is found and held on
+// the scope's Redis clock younger than a minute, it reads it first (one
+// more round trip, bounded by ctx). The scope's whole loss is found and held on
 // the safe side (Decision.Lost; see # Losses).
 //
 // It returns an error, without a round trip, for a charge without Spec, a
@@ -444,10 +445,10 @@ func (s *Store) Admit(ctx context.Context, scope string, cs []Charge) (Decision,
 var timeScript = goredis.NewScript(`return redis.call('TIME')`)
 
 // deadline returns the ARGV of an admission's deadline: "" when ctx has no
-// rspec.AnswerBy instant or one more than a lease away, or that instant on the clock of the scope's Redis
-// (ek: the scope's epoch key) plus the margin of the reading (see # Late
-// admissions), reading the clock first when this Store has no reading
-// younger than maxClockAge.
+// rspec.AnswerBy instant or one more than a lease away, or that instant on
+// the clock of the scope's Redis (ek: the scope's epoch key) plus the
+// margin of the reading (see # Late admissions), reading the clock first
+// when this Store has no reading younger than maxClockAge.
 func (s *Store) deadline(ctx context.Context, scope, ek string) (string, error) {
 	by, ok := rspec.AnswerBy(ctx)
 	if !ok || time.Until(by) > s.opts.Lease {
