@@ -53,8 +53,12 @@
 // it at most Config.Timeout (and until ctx is done), whatever the options
 // of the go-redis client: one built without ContextTimeoutEnabled ignores
 // contexts' deadlines while it waits for a reply. An admission whose caller
-// left is cancelled in Redis when its answer comes. A call admitted at once
-// costs two round trips: the admission and the release.
+// left is cancelled in Redis when its answer comes; one that reaches Redis
+// after its caller stopped waiting (the end of Timeout, or ctx's deadline
+// if sooner) is refused there (rspec.WithAnswerBy): a Redis that wakes
+// from a freeze runs what was sent to it meanwhile, and nobody would read
+// the answers to cancel them. A call admitted at once costs two round
+// trips: the admission and the release.
 //
 // A Release never makes its caller wait on Redis: it goes to a bounded
 // queue (Config.ReleaseQueue) that a few background workers send. A release
@@ -888,6 +892,15 @@ func (e *Engine) admit(ctx context.Context, w *waiter, since time.Time, try bool
 		if try {
 			return nil, errTry
 		}
+		if d.Late {
+			// Redis ran it after by, though this caller still waits: this
+			// process's reading of Redis's clock was off (the store took a
+			// new one from this reply). Ask again, not at once.
+			if err := e.sleep(ctx, w, MinRetry+rand.N(MinRetry), false); err != nil {
+				return nil, err
+			}
+			continue
+		}
 		e.event(Event{Kind: Refused, Scope: w.scope, Charges: w.cs, Wait: d.Wait})
 		wait := max(d.Wait, 0)
 		ri := d.Refused
@@ -971,9 +984,16 @@ type admitResult struct {
 func (e *Engine) redisAdmit(ctx context.Context, w *waiter, timeout time.Duration) (d rspec.Decision, err, left error) {
 	ch := make(chan admitResult, 1)
 	claimed := new(atomic.Bool)
+	// Nobody waits for the answer after by: Redis refuses the admission
+	// if it runs later (a Redis frozen meanwhile runs it when it wakes,
+	// and nobody would read its answer to cancel it).
+	by := time.Now().Add(timeout)
+	if dl, ok := ctx.Deadline(); ok && dl.Before(by) {
+		by = dl
+	}
 	if !e.spawn(func() {
 		octx, cancel := context.WithTimeout(context.Background(), timeout+lateGrace)
-		d, err := e.st.Admit(octx, w.scope, w.cs)
+		d, err := e.st.Admit(rspec.WithAnswerBy(octx, by), w.scope, w.cs)
 		cancel()
 		if claimed.CompareAndSwap(false, true) {
 			ch <- admitResult{d, err}

@@ -363,8 +363,17 @@ type Decision struct {
 	// A lost hash is found at once; a lost set of leases or log while the
 	// hash remains, at the next full sweep (at most a second later, or at
 	// the first refusal): until then the counts the hash keeps, which
-	// bound the state from above, decide.
+	// bound the state from above, decide. A whole loss of a scope's state
+	// (FLUSHALL, a restart without persistence, a failover to an empty
+	// replica) is found by a process that saw the scope's state within
+	// the TTL of its keys: every limiter of the scope then counts as full
+	// at the instant it was found, for one Per (see internal/rstore).
 	Lost bool
+	// Late reports that the admission reached Redis after the instant its
+	// caller set with WithAnswerBy (as this process reads Redis's clock):
+	// nothing was admitted, and Wait is 0. A caller still waiting (its
+	// reading of the clock was off) may ask again at once.
+	Late bool
 	// Adopted lists the indices of charges whose stored Spec (written by
 	// SetLimit) replaced the caller's.
 	Adopted []int
@@ -372,6 +381,28 @@ type Decision struct {
 	// (by index; "" for the others) its admission's mark, which
 	// ReconcileAt takes with the count read from the call's response.
 	Marks []string
+}
+
+// answerByKey is the context key of WithAnswerBy.
+type answerByKey struct{}
+
+// WithAnswerBy returns a copy of ctx that tells Store.Admit the instant t,
+// on this process's clock, after which nobody waits for its answer: an
+// admission that reaches Redis later (a Redis frozen by DEBUG SLEEP or
+// SIGSTOP runs the scripts sent to it when it wakes, long after their
+// callers left) is refused there (Decision.Late) rather than hold units
+// until its lease runs out. t is read against Redis's clock as this
+// process last measured it, with a margin for that reading's error (see
+// internal/rstore). ctx's own deadline is not used for this: it bounds the
+// round trip, which may need longer (a NOSCRIPT answered by an EVAL).
+func WithAnswerBy(ctx context.Context, t time.Time) context.Context {
+	return context.WithValue(ctx, answerByKey{}, t)
+}
+
+// AnswerBy returns the instant WithAnswerBy put in ctx, if any.
+func AnswerBy(ctx context.Context) (time.Time, bool) {
+	t, ok := ctx.Value(answerByKey{}).(time.Time)
+	return t, ok
 }
 
 // Read says where a server's count comes from: the response of a call.

@@ -26,13 +26,15 @@ func hashTag(key string) string {
 
 // FuzzKeys: the keys of any (scope, rule, key) share one non-empty hash
 // tag that depends on the scope alone, and two different (rule, key) pairs
-// of a scope, or two scopes, never share a key.
+// of a scope, or two scopes, never share a key; the scope's epoch key has
+// the scope's tag and is no limiter's key.
 func FuzzKeys(f *testing.F) {
 	f.Add("", "r", "k", "", "r", "k2")
 	f.Add("a}b{c", "a:b", "c", "a}b{c", "a", "b:c")
 	f.Add("%", "r", "k", "", "r", "k")
 	f.Add("%7B", "x", "", "{", "x", "")
 	f.Add("s", "r:f", "", "s", "r", "f")
+	f.Add("s", "~e", "", "s", "", "~e")
 	s, err := New(goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:1"}), "p", Options{})
 	if err != nil {
 		f.Fatal(err)
@@ -53,6 +55,18 @@ func FuzzKeys(f *testing.F) {
 		}
 		if (hashTag(a[0]) == hashTag(b[0])) != (s1 == s2) {
 			t.Fatalf("scopes %q and %q: tags %q and %q", s1, s2, hashTag(a[0]), hashTag(b[0]))
+		}
+		// The scope's epoch key: the scope's tag, and no limiter's key.
+		for _, sc := range []string{s1, s2} {
+			ek := s.EpochKey(sc)
+			if hashTag(ek) != hashTag(s.Keys(sc, Charge{})[0]) {
+				t.Fatalf("scope %q: epoch key %q not on its tag", sc, ek)
+			}
+			for _, x := range append(a[:], b[:]...) {
+				if x == ek {
+					t.Fatalf("epoch key %q of scope %q is a limiter's key", ek, sc)
+				}
+			}
 		}
 		same := s1 == s2 && r1 == r2 && k1 == k2
 		for _, x := range a {

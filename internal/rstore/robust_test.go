@@ -230,8 +230,8 @@ func TestLostState(t *testing.T) {
 }
 
 // TestRestartAndScriptFlush: after SCRIPT FLUSH the next call works (EVAL
-// fallback); after a restart without persistence the limiter starts empty
-// and a token from before is not in flight.
+// fallback); after a restart without persistence a token from before is
+// not in flight, and the limiter is held full (a whole loss).
 func TestRestartAndScriptFlush(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := goredis.NewClient(&goredis.Options{Addr: srv.Addr(), MaxRetries: -1})
@@ -264,8 +264,14 @@ func TestRestartAndScriptFlush(t *testing.T) {
 	if !errors.Is(err2, ErrNotInFlight) {
 		t.Fatalf("release of a call from before the restart: %v", err2)
 	}
-	if d, err := s.Admit(ctx, "acct", c); err != nil || !d.OK {
-		t.Fatalf("after restart: %+v %v", d, err)
+	// The restart lost the scope's state: this Store, which saw it, holds
+	// it full (TestWholeLoss); one that never saw it starts empty.
+	if d, err := s.Admit(ctx, "acct", c); err != nil || d.OK || !d.Lost {
+		t.Fatalf("after restart: %+v %v; want refused, lost", d, err)
+	}
+	fresh, _ := New(rdb, "restart", Options{})
+	if d, err := fresh.Admit(ctx, "other", c); err != nil || !d.OK {
+		t.Fatalf("a new scope after restart: %+v %v", d, err)
 	}
 }
 

@@ -18,21 +18,27 @@
 // the script in KEYS (none is built inside Lua). The consequence, which
 // callers document: one scope lives on one cluster node.
 //
+// A scope has one more key, its epoch (EpochKey, same hash tag; see
+// # Losses), which every script gets in KEYS after the limiters' keys.
+//
 // Every key has a TTL just over the time its state matters, refreshed by
-// the scripts that write it: an idle limiter leaves nothing behind.
+// the scripts that write it: an idle limiter leaves nothing behind (nor an
+// idle scope: its epoch key lives as long as its longest-lived key).
 //
 // # Cost
 //
 // The admission script decides most calls without defining a helper
 // function (closures cost a few µs per run): one charge of a GCRA or a
-// completion window in one HMGET and one HSET (and the lease's ZADD), any
-// call whose every charge fits on the counts kept in the hashes (upper
-// bounds: leases that ran out are swept, and logs pruned, lazily, at least
-// once a second per busy limiter and before any refusal) in one HMGET, one
+// completion window in one HMGET, one GET (the scope's epoch key, see
+// # Losses) and one HSET (and the lease's ZADD), any call whose every
+// charge fits on the counts kept in the hashes (upper bounds: leases that
+// ran out are swept, and logs pruned, lazily, at least once a second per
+// busy limiter and before any refusal) in one GET, then one HMGET, one
 // HSET and the leases' and logs' ZADDs per charge. TTLs are refreshed once
 // a second. The full path runs for the rest (a refusal, a pause, a spec to
-// adopt, a new or lost limiter, a roll with calls in flight) and decides
-// the same way. AdmitLua and AdmitCall expose the script for benchmarks.
+// adopt, a new or lost limiter, a scope's epoch this process has not seen,
+// a roll with calls in flight) and decides the same way. AdmitLua and
+// AdmitCall expose the script for benchmarks.
 // Release keeps a fast path for one charge of a completion window; Settle
 // (a call whose weights are known only after it) always runs the full
 // path, about twice a release's cost on the server.
@@ -43,6 +49,46 @@
 // Unix epoch, is the only clock (Options.Now overrides it, for tests only).
 // A limit's Per, a margin and a lease must be whole microseconds. Time never
 // goes back for one limiter: an earlier instant is taken as the latest seen.
+//
+// # Losses
+//
+// Part of a limiter's keys gone (evicted, deleted) is found by the counts
+// its hash keeps (Decision.Lost): the limiter is rebuilt from what is left
+// and held full for a Per. A whole loss of a scope's state (FLUSHALL, a
+// restart without persistence, a failover to an empty replica) leaves no
+// count to compare; it is found through the scope's epoch key, which holds
+// an id made with the scope's state, lives as long as any key of the scope
+// and is extended with them: a Store remembers, per scope, the epoch it
+// last saw and until when that key must exist (the latest admission's
+// instant plus its keys' TTL, less a second). An admission that finds the
+// key gone (or made again, with another id, by a process that did not
+// know the old one) before then notes the loss in the key at that instant
+// l; from then on every limiter of the scope whose state predates the loss
+// is made as full as a limiter full at l (and a limiter made new, as well:
+// nobody can tell it from a lost one): held full until l + Per (+ margin)
+// for the completion window and the sliding log, full in l's window or
+// block for the fixed windows and counters, empty at l for the buckets, a
+// whole burst after l for GCRA, so that no window sees more than N across
+// the loss from the calls the lost state counted as ended. A Store that
+// never saw the scope (a process started after the loss), or saw it
+// longer ago than its keys' TTL, cannot tell a loss from a new scope. A
+// call in flight at the loss counts again from its release (Release finds
+// no lease though it cannot have run out, and the completion windows log
+// its end), but not while it is still in flight after the hold: calls
+// longer than a Per may then exceed the limit by their units.
+//
+// # Late admissions
+//
+// An admission carries the instant after which its caller no longer waits
+// (rspec.WithAnswerBy), read on Redis's clock: the script refuses it,
+// changing nothing, when it runs later (Decision.Late). A Redis that wakes
+// from a freeze (DEBUG SLEEP, SIGSTOP) runs the admissions sent to it
+// meanwhile, whose callers left long before; admitted, their leases would
+// hold the limit for a whole lease. Redis's clock is read from the replies
+// of the scope's admissions (the middle of the round trip, within half of
+// it); a Store with no reading, or one older than a minute, reads it with
+// one round trip first (TIME, on the scope's node). The margin is the
+// reading's round trip, 2 ms, and a thousandth of the reading's age.
 //
 // # Limits
 //
@@ -61,6 +107,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -138,7 +185,37 @@ type Store struct {
 	prefix string
 	opts   Options
 	leaseS string // the lease in µs, formatted
+
+	mu     sync.Mutex
+	scopes map[string]*scopeMem // at most maxScopes
 }
+
+// scopeMem is what a Store remembers of a scope: the epoch it last saw
+// (see # Losses), and its latest reading of the clock of the scope's
+// Redis.
+type scopeMem struct {
+	epoch string
+	until int64 // µs, Redis's clock: the epoch key exists until then at least; 0: unknown
+	clock clockReading
+}
+
+// clockReading is one reading of Redis's clock.
+type clockReading struct {
+	srv int64         // Redis's clock, µs since the Unix epoch
+	at  time.Time     // this process's clock (monotonic) at the middle of the round trip
+	rtt time.Duration // the round trip: the reading is within half of it
+}
+
+const (
+	// maxScopes bounds the scopes a Store remembers; beyond it, the
+	// scopes whose epoch key is no longer known to exist are forgotten.
+	maxScopes = 4096
+	// maxClockAge is the age of a clock reading beyond which an admission
+	// with a deadline reads the clock again first.
+	maxClockAge = time.Minute
+	// minSlack is the least margin added to an admission's deadline.
+	minSlack = 2 * time.Millisecond
+)
 
 // New returns a Store over c whose keys begin with prefix: 1 to MaxNameLen
 // bytes without '{' or '}' (the hash tag is the scope's). It does not talk
@@ -188,15 +265,7 @@ func escape(b *strings.Builder, s string) {
 func (s *Store) Keys(scope string, c Charge) [3]string {
 	var b strings.Builder
 	b.Grow(len(s.prefix) + len(scope) + len(c.Rule) + len(c.Key) + 16)
-	b.WriteString(s.prefix)
-	b.WriteString(":{")
-	if scope == "" {
-		// "{}" is no hash tag to Redis Cluster (the whole key would be
-		// hashed): the empty scope's tag is "%", which no escaped scope is.
-		b.WriteByte('%')
-	}
-	escape(&b, scope)
-	b.WriteString("}:")
+	s.scopePart(&b, scope)
 	escape(&b, c.Rule)
 	b.WriteByte(':')
 	escape(&b, c.Key)
@@ -204,7 +273,33 @@ func (s *Store) Keys(scope string, c Charge) [3]string {
 	return [3]string{h, h + ":f", h + ":z"}
 }
 
-// call is a script's KEYS and ARGV for charges cs.
+// EpochKey returns the key of scope's epoch (see # Losses): prefix, the
+// scope's hash tag and "~e", which no limiter's key is (theirs have a
+// rule and a key after the tag, separated by ':').
+func (s *Store) EpochKey(scope string) string {
+	var b strings.Builder
+	b.Grow(len(s.prefix) + len(scope) + 8)
+	s.scopePart(&b, scope)
+	b.WriteString("~e")
+	return b.String()
+}
+
+// scopePart writes the prefix and scope's hash tag: prefix + ":{" + tag +
+// "}:".
+func (s *Store) scopePart(b *strings.Builder, scope string) {
+	b.WriteString(s.prefix)
+	b.WriteString(":{")
+	if scope == "" {
+		// "{}" is no hash tag to Redis Cluster (the whole key would be
+		// hashed): the empty scope's tag is "%", which no escaped scope is.
+		b.WriteByte('%')
+	}
+	escape(b, scope)
+	b.WriteString("}:")
+}
+
+// call is a script's KEYS (the charges' and the scope's epoch key) and
+// ARGV for charges cs.
 func (s *Store) call(scope string, cs []Charge, token, arg string) ([]string, []any, error) {
 	if len(cs) == 0 || len(cs) > MaxCharges {
 		return nil, nil, fmt.Errorf("ratesem: %d charges in one call: want 1 to %d", len(cs), MaxCharges)
@@ -212,7 +307,7 @@ func (s *Store) call(scope string, cs []Charge, token, arg string) ([]string, []
 	if len(scope) > MaxNameLen {
 		return nil, nil, fmt.Errorf("ratesem: scope of %d bytes: want at most %d", len(scope), MaxNameLen)
 	}
-	keys := make([]string, 0, 3*len(cs))
+	keys := make([]string, 0, 3*len(cs)+1)
 	args := make([]any, 4, 4+perArg*len(cs))
 	now := ""
 	if s.opts.Now != nil {
@@ -241,6 +336,7 @@ func (s *Store) call(scope string, cs []Charge, token, arg string) ([]string, []
 		args = append(args, c.Spec.Wire(), int(c.Spec.Kind), c.Spec.Limit.N, c.Spec.Limit.Per.Microseconds(),
 			c.Spec.P1(), c.Spec.Concurrency, c.Weight, c.Spec.TTL(s.opts.Lease))
 	}
+	keys = append(keys, s.EpochKey(scope))
 	return keys, args, nil
 }
 
@@ -271,29 +367,44 @@ func newToken() string {
 
 // Admit decides a call under all of its charges at once, on the server's
 // clock, in one EVALSHA: either every charge is admitted or none changes.
+// A ctx made by rspec.WithAnswerBy sets the instant after which the
+// admission is refused (Decision.Late); when this Store has no reading of
+// the scope's Redis clock younger than a minute, it reads it first (one
+// more round trip, bounded by ctx). The scope's whole loss is found and held on
+// the safe side (Decision.Lost; see # Losses).
+//
 // It returns an error, without a round trip, for a charge without Spec, a
 // Spec that fails Check, a negative weight (ratesem.ErrNegativeWeight), a
 // weight above the Spec's Capacity (ratesem.ErrWeightTooLarge), 0 or more
 // than MaxCharges charges, or a name longer than MaxNameLen; an error
 // matching ErrLimitMismatch when a limiter's stored Spec differs; the
-// go-redis error when the round trip fails. It blocks for one round trip.
+// go-redis error when the round trip fails. It blocks for one round trip
+// (two when it reads the clock first).
 func (s *Store) Admit(ctx context.Context, scope string, cs []Charge) (Decision, error) {
 	tok := newToken()
 	keys, args, err := s.call(scope, cs, tok, s.leaseS)
 	if err != nil {
 		return Decision{}, err
 	}
+	dl, err := s.deadline(ctx, scope, keys[len(keys)-1])
+	if err != nil {
+		return Decision{}, fmt.Errorf("ratesem: redis admit: reading the server's clock: %w", err)
+	}
+	ev, until := s.recall(scope)
+	args = append(args, ev, until, dl)
+	sent := time.Now()
 	v, err := admitScript.Run(ctx, s.c, keys, args...).Slice()
 	if err != nil {
 		return Decision{}, fmt.Errorf("ratesem: redis admit: %w", err)
 	}
+	got := time.Now()
 	if len(v) < 3 {
 		return Decision{}, fmt.Errorf("ratesem: malformed reply from Redis: %v", v)
 	}
 	if code, _ := v[0].(int64); code == -1 {
 		return Decision{}, mismatch(cs, v)
 	}
-	if len(v) != 6 && len(v) != 7 {
+	if len(v) < 6 || len(v) > 8 {
 		return Decision{}, fmt.Errorf("ratesem: malformed reply from Redis: %v", v)
 	}
 	ok, _ := v[0].(int64)
@@ -301,9 +412,18 @@ func (s *Store) Admit(ctx context.Context, scope string, cs []Charge) (Decision,
 	wait, _ := v[2].(int64)
 	ref, _ := v[3].(int64)
 	flags, _ := v[4].(int64)
+	epoch := ""
+	if len(v) == 8 {
+		epoch, _ = v[7].(string)
+	}
+	s.learn(scope, cs, now, sent, got, ok == 1 && flags&16 == 0, epoch)
 	d := Decision{
 		OK: ok == 1, Now: time.UnixMicro(now), Leased: flags&8 != 0,
 		Release: flags&1 != 0, Paused: flags&2 != 0, Lost: flags&4 != 0,
+	}
+	if flags&16 != 0 {
+		d.OK, d.Late = false, true
+		return d, nil
 	}
 	if ad, _ := v[5].(string); ad != "" {
 		for _, f := range strings.Split(strings.TrimSuffix(ad, ","), ",") {
@@ -314,7 +434,7 @@ func (s *Store) Admit(ctx context.Context, scope string, cs []Charge) (Decision,
 	}
 	if d.OK {
 		d.Token = tok + "." + strconv.FormatInt(now, 10)
-		if len(v) == 7 {
+		if len(v) >= 7 {
 			d.Marks = parseMarks(v[6], len(cs))
 		}
 		return d, nil
@@ -322,6 +442,118 @@ func (s *Store) Admit(ctx context.Context, scope string, cs []Charge) (Decision,
 	d.Wait = time.Duration(min(max(wait, 1), int64(MaxPer/time.Microsecond))) * time.Microsecond
 	d.Refused = int(min(max(ref-1, 0), int64(len(cs)-1)))
 	return d, nil
+}
+
+// timeScript reads the clock of the node of KEYS[1] (a Redis Cluster
+// routes it there: TIME itself names no key).
+var timeScript = goredis.NewScript(`return redis.call('TIME')`)
+
+// deadline returns the ARGV of an admission's deadline: "" when ctx has no
+// rspec.AnswerBy instant or one more than a lease away, or that instant on
+// the clock of the scope's Redis (ek: the scope's epoch key) plus the
+// margin of the reading (see # Late admissions), reading the clock first
+// when this Store has no reading younger than maxClockAge.
+func (s *Store) deadline(ctx context.Context, scope, ek string) (string, error) {
+	by, ok := rspec.AnswerBy(ctx)
+	if !ok || time.Until(by) > s.opts.Lease {
+		// An admission nobody waits for holds its units at most a lease:
+		// a deadline further away bounds nothing (and its arithmetic
+		// could overflow).
+		return "", nil
+	}
+	if s.opts.Now != nil { // the clock is this process's own
+		return strconv.FormatInt(s.opts.Now().Add(time.Until(by)+minSlack).UnixMicro(), 10), nil
+	}
+	s.mu.Lock()
+	var r clockReading
+	if m := s.scopes[scope]; m != nil {
+		r = m.clock
+	}
+	s.mu.Unlock()
+	if r.at.IsZero() || time.Since(r.at) > maxClockAge {
+		sent := time.Now()
+		v, err := timeScript.Run(ctx, s.c, []string{ek}).Int64Slice()
+		if err != nil {
+			return "", err
+		}
+		if len(v) != 2 {
+			return "", fmt.Errorf("malformed reply to TIME: %v", v)
+		}
+		got := time.Now()
+		r = clockReading{srv: v[0]*1_000_000 + v[1], at: sent.Add(got.Sub(sent) / 2), rtt: got.Sub(sent)}
+		s.mu.Lock()
+		s.memLocked(scope).clock = r
+		s.mu.Unlock()
+	}
+	age := by.Sub(r.at)
+	slack := r.rtt + minSlack + max(age, 0)/1000
+	return strconv.FormatInt(r.srv+(age+slack).Microseconds(), 10), nil
+}
+
+// recall returns the ARGV of what this Store saw of scope's epoch: the
+// epoch ("" for none), and the instant until which its key must exist (""
+// when not known).
+func (s *Store) recall(scope string) (string, string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := s.scopes[scope]
+	if m == nil || m.epoch == "" {
+		return "", ""
+	}
+	if m.until == 0 {
+		return m.epoch, ""
+	}
+	return m.epoch, strconv.FormatInt(m.until, 10)
+}
+
+// learn records what an admission's reply tells of scope: Redis's clock
+// (now, in µs, read between sent and got), the scope's epoch ("" when the
+// reply does not say: it is the one this Store sent), and, for an
+// admission (ok), that the epoch key exists until the keys' TTL less a
+// second from now (every script that sets a key's TTL extends the epoch
+// key's to at least as far).
+func (s *Store) learn(scope string, cs []Charge, now int64, sent, got time.Time, ok bool, epoch string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := s.memLocked(scope)
+	if s.opts.Now == nil {
+		m.clock = clockReading{srv: now, at: sent.Add(got.Sub(sent) / 2), rtt: got.Sub(sent)}
+	}
+	if epoch != "" && epoch != m.epoch {
+		m.epoch, m.until = epoch, 0
+	}
+	if ok && m.epoch != "" {
+		var ttl int64 // ms
+		for i := range cs {
+			ttl = max(ttl, cs[i].Spec.TTL(s.opts.Lease))
+		}
+		m.until = max(m.until, now+(ttl-1000)*1000)
+	}
+}
+
+// memLocked returns scope's memory, made if needed; when maxScopes are
+// remembered, those whose epoch key is no longer known to exist are
+// forgotten first (and, if none is, all of them). s.mu must be held.
+func (s *Store) memLocked(scope string) *scopeMem {
+	if m := s.scopes[scope]; m != nil {
+		return m
+	}
+	if s.scopes == nil {
+		s.scopes = map[string]*scopeMem{}
+	}
+	if len(s.scopes) >= maxScopes {
+		for k, m := range s.scopes {
+			if m.clock.at.IsZero() || m.clock.srv+time.Since(m.clock.at).Microseconds() > m.until {
+				delete(s.scopes, k)
+			}
+		}
+		if len(s.scopes) >= maxScopes {
+			clear(s.scopes)
+		}
+	}
+	m := &scopeMem{}
+	s.scopes[scope] = m
+	return m
 }
 
 // parseMarks reads the marks of an admission's reply ("i:w:d," per charge,
@@ -414,10 +646,17 @@ func (s *Store) leaseOp(ctx context.Context, op string, script *goredis.Script, 
 // Release ends the call of token now (server clock): its units leave flight
 // and, for the completion window, are logged as ended. cs must be the
 // charges Admit admitted. It returns an error matching ErrNotInFlight when
-// a lease is no longer there (it ran out, or Redis lost it: the call counted
-// as ended at its lease's end), or the go-redis error. One round trip.
+// a lease is no longer there: it ran out (the call counted as ended at its
+// lease's end), or Redis lost it (the completion windows then count the
+// call's end from now all the same, as a lease that had not run out: the
+// hold after a loss must not forget the calls in flight then), or the
+// go-redis error. One round trip.
 func (s *Store) Release(ctx context.Context, scope string, cs []Charge, token string) error {
-	return s.leaseOp(ctx, "release", releaseScript, scope, cs, token, "")
+	_, at, err := splitToken(token)
+	if err != nil {
+		return err
+	}
+	return s.leaseOp(ctx, "release", releaseScript, scope, cs, token, at+":"+s.leaseS)
 }
 
 // Settle ends the call of token now (server clock), as Release does, for
@@ -637,31 +876,42 @@ func (s *Store) SetLimit(ctx context.Context, scope string, c Charge) error {
 // AdmitLua returns the Lua source of the admission script Admit runs with
 // EVALSHA (for benchmarks that measure the raw script, e.g. against
 // go-redis/redis_rate). Its KEYS and ARGV for a call are those AdmitCall
-// returns; its reply is {1, now µs, 0, 0, flags, adopted} when every
-// charge was admitted, {0, now µs, wait µs, refusing charge (from 1),
-// flags, adopted} when none was, or {-1, charge, stored spec} for a limit
-// mismatch; flags: 1 only a release can help, 2 paused, 4 lost state, 8 a
-// lease was taken; adopted: the charges (from 1) whose stored spec was
-// adopted, comma-separated.
+// returns; its reply is {1, now µs, 0, 0, flags, adopted, marks, epoch}
+// when every charge was admitted (the fast paths leave out the epoch, and
+// some the marks), {0, now µs, wait µs, refusing charge (from 1), flags,
+// adopted, "", epoch} when none was, {0, now µs, 0, 1, 16, ""} when the
+// deadline had passed, or {-1, charge, stored spec} for a limit mismatch;
+// flags: 1 only a release can help, 2 paused, 4 lost state, 8 a lease was
+// taken, 16 too late; adopted: the charges (from 1) whose stored spec was
+// adopted, comma-separated; epoch: the scope's epoch (see # Losses).
 func AdmitLua() string { return admitSource }
 
 // AdmitCall returns the KEYS and ARGV with which Admit would run the
 // admission script (AdmitLua) for the call cs in scope, token being the
-// call's 16 hex digits. KEYS holds three keys per charge, in order: the
-// limiter's hash, its sorted set of leases, its sorted set log (Keys).
-// ARGV holds:
+// call's 16 hex digits, without a deadline. KEYS holds three keys per
+// charge, in order: the limiter's hash, its sorted set of leases, its
+// sorted set log (Keys); then the scope's epoch key (EpochKey). ARGV
+// holds:
 //
 //	ARGV[1]  the instant in µs since the Unix epoch (Options.Now), or "" for the server's TIME
 //	ARGV[2]  the token
 //	ARGV[3]  the lease in µs
 //	ARGV[4]  the number of charges
 //
-// and then 8 values per charge: the spec as stored ("kind/N/Per µs/p1/
+// then 8 values per charge: the spec as stored ("kind/N/Per µs/p1/
 // concurrency"), kind, N, Per in µs, p1 (burst, margin in µs or blocks),
-// the concurrency cap, the weight, the TTL of its keys in ms. It returns
-// the errors Admit returns before a round trip. It does not talk to Redis.
+// the concurrency cap, the weight, the TTL of its keys in ms; then the
+// scope's epoch this Store saw ("" for none), the instant in µs until
+// which it knows the epoch key exists ("" when it does not), and the
+// deadline in µs ("": none). It returns the errors Admit returns before a
+// round trip. It does not talk to Redis.
 func (s *Store) AdmitCall(scope string, cs []Charge, token string) (keys []string, args []any, err error) {
-	return s.call(scope, cs, token, s.leaseS)
+	keys, args, err = s.call(scope, cs, token, s.leaseS)
+	if err != nil {
+		return nil, nil, err
+	}
+	ev, until := s.recall(scope)
+	return keys, append(args, ev, until, ""), nil
 }
 
 // NewOpener returns the backend.Opener of c: stores built with New over c,

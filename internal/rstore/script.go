@@ -3,8 +3,8 @@ package rstore
 import goredis "github.com/redis/go-redis/v9"
 
 // The Lua side. Every script takes KEYS in groups of three per charge (the
-// limiter's hash H, its sorted set of leases F, its sorted set log Z) and
-// ARGV as:
+// limiter's hash H, its sorted set of leases F, its sorted set log Z), then
+// the scope's epoch key E (KEYS[3·NC+1]), and ARGV as:
 //
 //	ARGV[1]  the instant in µs since the Unix epoch, or "" for the server's TIME
 //	ARGV[2]  the call's token (16 hex digits) or "" when the script takes none
@@ -13,10 +13,20 @@ import goredis "github.com/redis/go-redis/v9"
 //	then per charge perArg values: spec, kind, N, Per µs, p1, conc, weight, ttl ms
 //
 // p1 is the burst of the buckets and GCRA (0 for a pacer), the margin in µs
-// of the sliding log, the block count of the sub-window counter.
+// of the sliding log, the block count of the sub-window counter. The
+// admission script takes three more: the scope's epoch as this process
+// last saw it ("" when it saw none), the instant in µs until which this
+// process knows E exists ("" when it knows nothing), and the instant in µs
+// after which the admission is refused, its caller gone ("" for none).
+//
+// E holds "id:l": id names the scope's state since E was made (it is the
+// token of the admission that made it), l is 0, or the instant in µs a
+// whole loss of the scope's state was found. E lives as long as any key of
+// the scope: every script that sets a hash's TTL extends E's (PEXPIRE GT).
 //
 // H fields: s spec, S "1" when SetLimit wrote s, p pause end µs, h held-full
-// end µs (lost state), m latest instant seen µs, f units in flight (leased),
+// end µs (lost state), E the epoch (the epoch key's value) the state was
+// last brought to, m latest instant seen µs, f units in flight (leased),
 // z units in the log Z, w window or block index, u units counted (fixed
 // windows), v and c the previous and current windows' units (sliding window
 // counter; c is the sum for the sub-window counter, b<slot> its blocks), t
@@ -34,6 +44,7 @@ const perArg = 8
 // header reads the charge count and the instant.
 const header = `
 local NC = tonumber(ARGV[4])
+local EK = KEYS[3 * NC + 1]
 local now
 if ARGV[1] ~= '' then now = tonumber(ARGV[1]) else
   local t = redis.call('TIME'); now = t[1] * 1000000 + t[2] end
@@ -60,7 +71,7 @@ local function lim(i, adopt)
     n = tonumber(ARGV[b+7]), ttl = tonumber(ARGV[b+8]), dirty = {}}
   local fs = KF[L.kind]
   if fs == nil then return nil, '' end
-  local v = redis.call('HMGET', L.H, 's', 'S', 'p', 'h', 'x', 'g', 'fc', 'zc', unpack(fs))
+  local v = redis.call('HMGET', L.H, 's', 'S', 'p', 'h', 'x', 'g', 'fc', 'zc', 'E', unpack(fs))
   L.new = (v[1] == false)
   if not L.new and v[1] ~= L.spec then
     if v[2] == '1' and adopt then
@@ -71,7 +82,7 @@ local function lim(i, adopt)
       L.adopted = true
       if KF[L.kind] ~= fs then
         fs = KF[L.kind]
-        v = redis.call('HMGET', L.H, 's', 'S', 'p', 'h', 'x', 'g', 'fc', 'zc', unpack(fs))
+        v = redis.call('HMGET', L.H, 's', 'S', 'p', 'h', 'x', 'g', 'fc', 'zc', 'E', unpack(fs))
       end
     else
       return nil, v[1]
@@ -79,7 +90,8 @@ local function lim(i, adopt)
   end
   L.p, L.h, L.x, L.g = tonumber(v[3]), tonumber(v[4]), tonumber(v[5]), tonumber(v[6])
   L.fc, L.zc = tonumber(v[7]) or 0, tonumber(v[8]) or 0
-  for j = 1, #fs do L[fs[j]] = tonumber(v[8 + j]) end
+  if v[9] then L.E = v[9] end
+  for j = 1, #fs do L[fs[j]] = tonumber(v[9 + j]) end
   L.f = L.f or 0
   L.z = L.z or 0
   L.t0 = math.max(now, L.m or 0) -- time never goes back for one limiter
@@ -347,6 +359,7 @@ local function save(L)
   if #args > 0 then redis.call('HSET', L.H, unpack(args)) end
   if refresh then
     redis.call('PEXPIRE', L.H, ttl)
+    redis.call('PEXPIRE', EK, ttl, 'GT')
     if L.leased and L.f > 0 then redis.call('PEXPIRE', L.F, ttl) end
     if L.logged and L.z > 0 then redis.call('PEXPIRE', L.Z, ttl) end
   end
@@ -361,20 +374,94 @@ local function loadall(adopt)
   end
   return Ls
 end
+
+-- epoch reads the scope's epoch E, given what this process saw of it (ev,
+-- "" for nothing; E known to exist until the instant A, or nil). E gone
+-- while it should exist, or made again by a process that never saw the
+-- old one while it should exist, is a whole loss of the scope's state
+-- (FLUSHALL, a restart without persistence, a failover to an empty
+-- replica): found now, noted in E. It returns E's value and the instant
+-- of the loss it notes (0 for none), and extends E's TTL to Ls's.
+local function epoch(Ls, ev, A)
+  local ttl = 0
+  for i = 1, NC do ttl = math.max(ttl, Ls[i].ttl) end
+  local valid = ev ~= '' and A ~= nil and now <= A
+  local cur = redis.call('GET', EK)
+  if cur == false then
+    local l = 0
+    if valid then l = now end
+    cur = ARGV[2] .. ':' .. string.format('%.0f', l)
+    redis.call('SET', EK, cur, 'PX', ttl)
+    return cur, l
+  end
+  redis.call('PEXPIRE', EK, ttl, 'GT')
+  local id, l = string.match(cur, '^(.*):(%d+)$')
+  if id == nil then id, l = cur, 0 else l = tonumber(l) end
+  if valid and cur ~= ev and l == 0 and id ~= string.match(ev, '^(.*):%d+$') then
+    l = now
+    cur = id .. ':' .. string.format('%.0f', l)
+    redis.call('SET', EK, cur, 'KEEPTTL')
+  end
+  return cur, l
+end
+
+-- fill makes L's state (brought to L.t0) count at least what a limiter
+-- full at instant l would count now: the state a whole loss at l may have
+-- forgotten. The completion window and the sliding log are held full
+-- until l + Per (+ margin; at least a second); a fixed window (and a fixed
+-- completion window) full in l's window; the sliding window counter N in
+-- l's window; the sub-window counter N in l's block; a bucket empty at l,
+-- refilled since; GCRA's TAT a whole burst (N for a pacer) after l. It
+-- only ever tightens, does nothing for an l long past, and reports
+-- whether it changed anything.
+local function fill(L, l)
+  local k, t = L.kind, L.t0
+  if k == 1 or k == 3 then
+    local h = l + math.max(L.per + (k == 3 and L.p1 or 0), 1000000)
+    if h > t and (L.h == nil or h > L.h) then set(L, 'h', h); return true end
+  elseif k == 2 or k == 4 then
+    if L.w == fdiv(l, L.per) and (L.u or 0) < L.N then set(L, 'u', L.N); return true end
+  elseif k == 5 then
+    local idx = fdiv(l, L.per)
+    if idx == L.w and (L.c or 0) < L.N then set(L, 'c', L.N); return true end
+    if idx == L.w - 1 and (L.v or 0) < L.N then set(L, 'v', L.N); return true end
+  elseif k == 6 then
+    local idx = fdiv(l, math.ceil(L.per / L.p1))
+    if idx <= L.w and idx > L.w - L.p1 and L.c < L.N then
+      redis.call('HINCRBY', L.H, 'b' .. (idx % L.p1), L.N - L.c)
+      set(L, 'c', L.N)
+      return true
+    end
+  elseif k == 7 or k == 8 then
+    local e = math.max(t - l, 0)
+    local a = fdiv(e, L.per)
+    local x = (e - a * L.per) * L.N
+    local q = a * L.N + fdiv(x, L.per)
+    if q < L.p1 and L.t > q then set(L, 't', q); set(L, 'r', x % L.per); return true end
+  elseif k == 9 then
+    local b = L.p1
+    if b == 0 then b = L.N end
+    local tat = l + b * emit(L)
+    if tat > t and tat > L.t then set(L, 't', tat); return true end
+  end
+  return false
+end
 `
 
 // singleAdmit is the cheapest path, for the commonest calls: one charge of
 // a GCRA or a completion window, of a positive weight, without a
 // concurrency cap, that fits (ARGV[5] to ARGV[12] are its spec, kind, N,
-// Per µs, p1, concurrency, weight, TTL). It decides as fastAdmit would,
-// with fewer fields read and no tables but the replies; anything else falls
-// through to fastAdmit, changing nothing.
+// Per µs, p1, concurrency, weight, TTL), on a state of the epoch this
+// process saw (EV: the hash's E and the epoch key both EV). It decides as
+// fastAdmit would, with fewer fields read and no tables but the replies;
+// anything else falls through to fastAdmit, changing nothing.
 const singleAdmit = `
 if NC == 1 and ARGV[10] == '0' and ARGV[11] ~= '0' then
   local k, H = ARGV[6], KEYS[1]
   if k == '9' then
-    local v = redis.call('HMGET', H, 's', 'p', 'h', 'x', 't', 'a')
-    if v[1] == ARGV[5] and v[5] and (not v[2] or tonumber(v[2]) <= now) and (not v[3] or tonumber(v[3]) <= now) then
+    local v = redis.call('HMGET', H, 's', 'p', 'h', 'x', 't', 'a', 'E')
+    if v[1] == ARGV[5] and v[5] and (not v[2] or tonumber(v[2]) <= now) and (not v[3] or tonumber(v[3]) <= now) and
+        v[7] == EV and redis.call('GET', EK) == EV then
       local n, N, per, p1 = tonumber(ARGV[11]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
       local t = tonumber(v[5])
       local em = math.ceil(per / N)
@@ -386,6 +473,7 @@ if NC == 1 and ARGV[10] == '0' and ARGV[11] ~= '0' then
         if x == nil or x - now < (ttl - 1000) * 1000 then
           redis.call('HSET', H, 't', math.max(t, now) + n * em, 'a', math.max(a, now), 'x', now + ttl * 1000)
           redis.call('PEXPIRE', H, ttl)
+          redis.call('PEXPIRE', EK, ttl, 'GT')
         else
           redis.call('HSET', H, 't', math.max(t, now) + n * em, 'a', math.max(a, now))
         end
@@ -393,8 +481,8 @@ if NC == 1 and ARGV[10] == '0' and ARGV[11] ~= '0' then
       end
     end
   elseif k == '1' then
-    local v = redis.call('HMGET', H, 's', 'p', 'h', 'x', 'g', 'f', 'fc', 'm', 'z')
-    if v[1] == ARGV[5] then
+    local v = redis.call('HMGET', H, 's', 'p', 'h', 'x', 'g', 'f', 'fc', 'm', 'z', 'E')
+    if v[1] == ARGV[5] and v[10] == EV and redis.call('GET', EK) == EV then
       local t0 = math.max(now, tonumber(v[8]) or 0)
       local g = tonumber(v[5])
       if g and g > t0 and (not v[2] or tonumber(v[2]) <= t0) and (not v[3] or tonumber(v[3]) <= t0) then
@@ -406,6 +494,7 @@ if NC == 1 and ARGV[10] == '0' and ARGV[11] ~= '0' then
           if x == nil or x - t0 < (ttl - 1000) * 1000 then
             redis.call('HSET', H, 'f', f + n, 'fc', fc + 1, 'm', t0, 'x', t0 + ttl * 1000)
             redis.call('PEXPIRE', H, ttl)
+            redis.call('PEXPIRE', EK, ttl, 'GT')
             redis.call('PEXPIRE', KEYS[2], ttl)
             if v[9] and v[9] ~= '0' then redis.call('PEXPIRE', KEYS[3], ttl) end
           else
@@ -422,7 +511,8 @@ end
 `
 
 // fastAdmit decides, with no helper functions, a call whose every charge
-// fits on the state as stored: no pause, no lost state, no spec to adopt,
+// fits on the state as stored: the epoch this process saw (EV, the hashes'
+// E and the epoch key alike), no pause, no lost state, no spec to adopt,
 // a stored spec, a full sweep done within GAP for the limiters with sorted
 // sets, no sub-window block and no fixed completion window with calls in
 // flight to roll. The counts of leases and logs it reads may still hold
@@ -431,22 +521,23 @@ end
 // path would. Otherwise it changes nothing and the full path runs.
 const fastAdmit = `
 local FA = {}
-local fast = true
+local fast = redis.call('GET', EK) == EV
 for i = 1, NC do
+  if not fast then break end
   local b = 4 + (i - 1) * 8
   local H = KEYS[3*i-2]
   local k, n, conc = tonumber(ARGV[b+2]), tonumber(ARGV[b+7]), tonumber(ARGV[b+6])
   -- the fields of kind k, after s p h x g f fc (v[1] to v[7])
   local v
-  if k == 9 then v = redis.call('HMGET', H, 's', 'p', 'h', 'x', 'g', 'f', 'fc', 't', 'a')
-  elseif k == 1 then v = redis.call('HMGET', H, 's', 'p', 'h', 'x', 'g', 'f', 'fc', 'm', 'z')
-  elseif k == 2 then v = redis.call('HMGET', H, 's', 'p', 'h', 'x', 'g', 'f', 'fc', 'm', 'w', 'u', 'd')
-  elseif k == 3 then v = redis.call('HMGET', H, 's', 'p', 'h', 'x', 'g', 'f', 'fc', 'm', 'z', 'zc')
-  elseif k == 4 then v = redis.call('HMGET', H, 's', 'p', 'h', 'x', 'g', 'f', 'fc', 'w', 'u')
-  elseif k == 5 then v = redis.call('HMGET', H, 's', 'p', 'h', 'x', 'g', 'f', 'fc', 'm', 'w', 'c', 'v')
-  elseif k == 6 then v = redis.call('HMGET', H, 's', 'p', 'h', 'x', 'g', 'f', 'fc', 'w', 'c')
-  else v = redis.call('HMGET', H, 's', 'p', 'h', 'x', 'g', 'f', 'fc', 't', 'r', 'l', 'a') end
-  if v[1] ~= ARGV[b+1] then fast = false; break end
+  if k == 9 then v = redis.call('HMGET', H, 's', 'p', 'h', 'x', 'g', 'f', 'fc', 't', 'a', 'E')
+  elseif k == 1 then v = redis.call('HMGET', H, 's', 'p', 'h', 'x', 'g', 'f', 'fc', 'm', 'z', 'E')
+  elseif k == 2 then v = redis.call('HMGET', H, 's', 'p', 'h', 'x', 'g', 'f', 'fc', 'm', 'w', 'u', 'd', 'E')
+  elseif k == 3 then v = redis.call('HMGET', H, 's', 'p', 'h', 'x', 'g', 'f', 'fc', 'm', 'z', 'zc', 'E')
+  elseif k == 4 then v = redis.call('HMGET', H, 's', 'p', 'h', 'x', 'g', 'f', 'fc', 'w', 'u', 'E')
+  elseif k == 5 then v = redis.call('HMGET', H, 's', 'p', 'h', 'x', 'g', 'f', 'fc', 'm', 'w', 'c', 'v', 'E')
+  elseif k == 6 then v = redis.call('HMGET', H, 's', 'p', 'h', 'x', 'g', 'f', 'fc', 'w', 'c', 'E')
+  else v = redis.call('HMGET', H, 's', 'p', 'h', 'x', 'g', 'f', 'fc', 't', 'r', 'l', 'a', 'E') end
+  if v[1] ~= ARGV[b+1] or v[#v] ~= EV then fast = false; break end
   local leased = k == 1 or k == 2 or conc > 0
   local logged = k == 1 or k == 3
   local t0 = now
@@ -567,6 +658,7 @@ if fast then
     if #hs > 0 then redis.call('HSET', H, unpack(hs)) end
     if refresh then
       redis.call('PEXPIRE', H, ttl)
+      redis.call('PEXPIRE', EK, ttl, 'GT')
       if c.leased and (c.f > 0 or n > 0) then redis.call('PEXPIRE', KEYS[3*i-1], ttl) end
       if c.logged and ((c.z or 0) > 0 or n > 0) then redis.call('PEXPIRE', KEYS[3*i], ttl) end
     end
@@ -575,25 +667,47 @@ if fast then
 end
 `
 
-// admitScript: ARGV[2] the token, ARGV[3] the lease in µs. Reply {1, now,
-// 0, 0, flags, adopted, marks} (the single-charge fast path for the
-// completion window and GCRA leaves marks out) or {0, now, wait µs,
-// refuser, flags, adopted}, or {-1, charge, stored spec} for a spec
-// mismatch. flags: 1 only a release can help, 2 paused, 4 state lost, 8 a
-// lease was taken. adopted: the indices of adopted specs, comma-separated.
-// marks: "i:w:d," for each fixed completion charge i of weight > 0: its
-// window w and the units d of the calls of w that ended before this
-// admission (see reconcileScript).
+// admitScript: ARGV[2] the token, ARGV[3] the lease in µs, and after the
+// charges' values the epoch this process saw, the instant until which it
+// knows the epoch key exists and the deadline (see the top of this file). Reply {1,
+// now, 0, 0, flags, adopted, marks, epoch} (the fast paths leave the
+// epoch out, the single-charge fast path for the completion window and
+// GCRA the marks too) or {0, now, wait µs, refuser, flags, adopted, "",
+// epoch}, or {0, now, 0, 1, 16, ""} when the deadline had passed, or {-1,
+// charge, stored spec} for a spec mismatch. flags: 1 only a release can
+// help, 2 paused, 4 state lost, 8 a lease was taken, 16 too late. adopted:
+// the indices of adopted specs, comma-separated. marks: "i:w:d," for each
+// fixed completion charge i of weight > 0: its window w and the units d of
+// the calls of w that ended before this admission (see reconcileScript).
+// epoch: the epoch key's value.
 var admitScript = goredis.NewScript(admitSource)
 
+// late refuses, changing nothing, an admission that reaches Redis after
+// the deadline its caller sent (the caller gave up on it: admitted, it
+// would hold its units until its lease ran out), and reads the epoch this
+// process saw (EV).
+const late = `
+local TA = 4 + 8 * NC
+local DL = ARGV[TA + 3]
+if DL ~= nil and DL ~= '' and now > tonumber(DL) then return {0, now, 0, 1, 16, ''} end
+local EV = ARGV[TA + 1] or ''
+`
+
 // admitSource is the admission script's text.
-const admitSource = header + singleAdmit + fastAdmit + prelude + `
+const admitSource = header + late + singleAdmit + fastAdmit + prelude + `
 local Ls, err = loadall(true)
 if Ls == nil then return err end
+-- The scope's epoch: a state brought to an older one (or to none: new) is
+-- made as full as a whole loss noted in E may have left it.
+local ev, el = epoch(Ls, EV, tonumber(ARGV[TA + 2] or ''))
 local ok, wait, refuser, flags, adopted = true, -1, 0, 0, ''
 for i = 1, NC do
   local L = Ls[i]
   prepare(L)
+  if L.E ~= ev then
+    if el > 0 and fill(L, el) then L.wl = true end
+    set(L, 'E', ev)
+  end
   if L.adopted then adopted = adopted .. i .. ',' end
   local yes, w, rel = check(L)
   if not yes then
@@ -602,7 +716,7 @@ for i = 1, NC do
     if L.paused then flags = bit.bor(flags, 2) end
     if w > wait then wait, refuser = w, i end
   end
-  if L.lost then flags = bit.bor(flags, 4) end
+  if L.lost or L.wl then flags = bit.bor(flags, 4) end
 end
 if ok then
   local lease, marks = tonumber(ARGV[3]), ''
@@ -615,14 +729,14 @@ if ok then
     if L.leased and L.n > 0 then flags = bit.bor(flags, 8) end
     save(L)
   end
-  return {1, now, 0, 0, flags, adopted, marks}
+  return {1, now, 0, 0, flags, adopted, marks, ev}
 end
 for i = 1, NC do
   local L = Ls[i]
   L.dirty.m = nil
   if next(L.dirty) ~= nil then save(L) end
 end
-return {0, now, math.max(wait, 1), refuser, flags, adopted}
+return {0, now, math.max(wait, 1), refuser, flags, adopted, '', ev}
 `
 
 // singleRelease ends, with no helper functions, the call of one charge of
@@ -668,6 +782,7 @@ if NC == 1 and ARGV[10] == '0' and ARGV[11] ~= '0' and (ARGV[6] == '1' or ARGV[6
       end
       if refresh then
         redis.call('PEXPIRE', H, ttl)
+        redis.call('PEXPIRE', EK, ttl, 'GT')
         if f > 0 then redis.call('PEXPIRE', F, ttl) end
         if z > 0 then redis.call('PEXPIRE', Z, ttl) end
       end
@@ -677,8 +792,9 @@ if NC == 1 and ARGV[10] == '0' and ARGV[11] ~= '0' and (ARGV[6] == '1' or ARGV[6
 end
 `
 
-// releaseScript ends token's call now. Reply: the number of charges whose
-// lease was no longer there.
+// releaseScript ends token's call now; ARGV[3] is "at:lease": its
+// admission instant and the lease, in µs. Reply: the number of charges
+// whose lease was no longer there.
 var releaseScript = goredis.NewScript(header + singleRelease + prelude + `
 local Ls, err = loadall(true)
 if Ls == nil then return err end
@@ -712,6 +828,29 @@ for i = 1, NC do
       save(L)
     else
       missing = missing + 1
+      -- No lease, though it cannot have run out (admitted at 'at', its
+      -- lease ends after now): the state that counted the call was lost
+      -- (a whole or a half loss). Its end counts from now, as the
+      -- completion windows count ends: a window held full for a Per
+      -- after the loss must not forget the calls then in flight.
+      local at, ls = string.match(ARGV[3], '^(%d+):(%d+)$')
+      if at ~= nil and tonumber(at) + tonumber(ls) > L.t0 then
+        if L.kind == 1 and L.per > 0 and redis.call('ZSCORE', L.Z, m) == false then
+          redis.call('ZADD', L.Z, L.t0, m)
+          if L.z == 0 then L.fresh = true end
+          set(L, 'z', L.z + L.n)
+          set(L, 'zc', L.zc + 1)
+          set(L, 'm', L.t0)
+          save(L)
+        elseif L.kind == 2 then
+          if L.w == nil or fdiv(L.t0, L.per) > L.w then sweep(L) end
+          roll(L, L.t0)
+          set(L, 'u', L.u + L.n)
+          set(L, 'd', (L.d or 0) + L.n)
+          set(L, 'm', L.t0)
+          save(L)
+        end
+      end
     end
   end
 end
@@ -917,6 +1056,7 @@ for i = 1, NC do
       local ttl = math.max(L.ttl, math.ceil(tonumber(ARGV[3]) / 1000) + 1000)
       if redis.call('PTTL', L.F) < ttl then redis.call('PEXPIRE', L.F, ttl) end
       if redis.call('PTTL', L.H) < ttl then redis.call('PEXPIRE', L.H, ttl) end
+      redis.call('PEXPIRE', EK, ttl, 'GT')
       if L.logged and redis.call('PTTL', L.Z) < ttl then redis.call('PEXPIRE', L.Z, ttl) end
       if (L.x or 0) < L.t0 + ttl * 1000 then redis.call('HSET', L.H, 'x', L.t0 + ttl * 1000) end
     else
@@ -1030,5 +1170,6 @@ return extra
 var setLimitScript = goredis.NewScript(`
 redis.call('HSET', KEYS[1], 's', ARGV[5], 'S', '1')
 if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[12]) then redis.call('PEXPIRE', KEYS[1], ARGV[12]) end
+redis.call('PEXPIRE', KEYS[4], ARGV[12], 'GT')
 return 1
 `)
