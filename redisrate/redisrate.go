@@ -174,7 +174,17 @@ func semaphoreOf(s any, err error) (*semaphore.RateSemaphore, error) {
 //     frees its units then. Errors checked before Redis (unknown rule,
 //     negative weight, a weight too large, ratesem.ErrTooManyKeys) are the
 //     same as in process; Redis adds ratesem.ErrLimitMismatch,
-//     ratesem.ErrUnavailable and ratesem.ErrClosed.
+//     ratesem.ErrUnavailable and ratesem.ErrClosed. Each admission
+//     carries the instant its caller stops waiting, on Redis's clock (the
+//     skew read from earlier replies; a scope unread for a minute costs one
+//     TIME round trip first): a script run after it (a Redis that woke
+//     from a freeze) admits nothing, so no lease outlives its caller.
+//   - A whole loss of Redis's state (FLUSHALL, a restart without
+//     persistence, a failover to an empty replica) is detected by the
+//     scope's epoch key, which every process remembers while its keys
+//     cannot have expired: every rule of the scope is then held full for
+//     one Per from the loss (a daily rule until its day ends), as a half
+//     loss (one key evicted or deleted) is.
 //   - clientpool.Ticket.Release sends the release in the background: it
 //     never waits on Redis; a release lost (a Redis error, Close) is
 //     covered by the lease.
