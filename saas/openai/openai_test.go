@@ -99,11 +99,11 @@ func TestBatchAgainstServer(t *testing.T) {
 			t.Logf("%s: %.1f%% of TPM over %v", c.name, 100**c.use, span)
 		})
 	}
-	if settled < 0.9 {
-		t.Errorf("settled batch used %.1f%% of TPM, want ≥ 90%%", 100*settled)
-	}
-	if !(estimate < settled) {
-		t.Errorf("settling did not help: %.1f%% vs %.1f%%", 100*settled, 100*estimate)
+	// The arrival charge is the server's own (the larger of max_tokens and
+	// the prompt, not their sum), so the estimate alone, corrected by the
+	// replies' remaining-tokens headers, keeps up too.
+	if settled < 0.9 || estimate < 0.9 {
+		t.Errorf("batch used %.1f%% of TPM settled, %.1f%% on the estimate alone, want ≥ 90%%", 100*settled, 100*estimate)
 	}
 }
 
@@ -131,18 +131,23 @@ func TestLimitLearnedFromFirstReply(t *testing.T) {
 	})
 }
 
-// The estimator never charges less than the server does at arrival, and a
-// hostile body does not wrap it.
+// The estimator charges what the server does at arrival, the larger of
+// max_tokens and the prompt's estimate with its framing (4 per message, 1
+// per name, 3 for the reply), and a hostile body does not wrap it.
 func TestCharEstimator(t *testing.T) {
 	for _, c := range []struct {
 		body string
 		want int64
 	}{
-		{`{"model":"m","max_tokens":100,"messages":[{"role":"user","content":"12345678"}]}`, 102},
-		{`{"model":"m","max_completion_tokens":7,"messages":[{"content":[{"type":"text","text":"abcde"}]}]}`, 9},
+		{`{"model":"m","max_tokens":100,"messages":[{"role":"user","content":"12345678"}]}`, 100},                // max(100, 2+4+3)
+		{`{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"12345678"}]}`, 9},                    // max(5, 2+4+3)
+		{`{"model":"m","max_completion_tokens":7,"messages":[{"content":[{"type":"text","text":"abcde"}]}]}`, 9}, // max(7, 2+4+3)
+		{`{"model":"m","max_tokens":1,"messages":[{"role":"user","name":"bob","content":"abcd"}]}`, 10},          // 7 chars: 2+4+1+3
+		{`{"model":"m","max_tokens":1,"messages":[{"content":"a"},{"content":"b"},{"content":"c"}]}`, 16},        // 1+3·4+3
 		{`{"model":"m","input":["abcd","efgh"]}`, 2},
+		{`{"model":"m","max_tokens":16000,"messages":[{"content":"` + strings.Repeat("a", 60000) + `"}]}`, 16000}, // not 31007
 		{`{"model":"m","max_tokens":9223372036854775807,"messages":[{"content":"abcd"}]}`, 1<<63 - 1},
-		{`{"model":"m","max_tokens":-5,"messages":[{"content":"abcd"}]}`, 1},
+		{`{"model":"m","max_tokens":-5,"messages":[{"content":"abcd"}]}`, 8},
 		{`not json`, 2},
 		{``, 0},
 	} {
