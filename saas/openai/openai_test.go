@@ -27,6 +27,15 @@ const model = "gpt-test"
 // through the preset against the test server, on virtual time; it returns
 // the server and the first and last arrival.
 func batch(t *testing.T, calls int, seed uint64, limits saastest.OpenAILimit, opts ...openai.Option) (*saastest.OpenAIServer, time.Time, time.Time) {
+	return batchOf(t, calls, seed, limits, nil, opts...)
+}
+
+// batchOf is batch with each request's body made by body from the JSON
+// value (nil: a bytes.Reader, which http.NewRequest gives a GetBody).
+func batchOf(t *testing.T, calls int, seed uint64, limits saastest.OpenAILimit, body func(v any) io.Reader, opts ...openai.Option) (*saastest.OpenAIServer, time.Time, time.Time) {
+	if body == nil {
+		body = func(v any) io.Reader { b, _ := json.Marshal(v); return bytes.NewReader(b) }
+	}
 	srv := saastest.NewOpenAI(saastest.OpenAIConfig{
 		Models: map[string]saastest.OpenAILimit{model: limits}, InMemory: true, Seed: seed,
 		Latency: func() time.Duration { return 300*time.Millisecond + time.Duration(rand.Int64N(int64(2*time.Second))) },
@@ -52,9 +61,9 @@ func batch(t *testing.T, calls int, seed uint64, limits saastest.OpenAILimit, op
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			body, _ := json.Marshal(map[string]any{"model": model, "max_tokens": j.max,
-				"messages": []map[string]string{{"role": "user", "content": j.prompt}}})
-			req, _ := http.NewRequestWithContext(context.Background(), "POST", srv.URL()+"/v1/chat/completions", bytes.NewReader(body))
+			v := map[string]any{"model": model, "max_tokens": j.max,
+				"messages": []map[string]string{{"role": "user", "content": j.prompt}}}
+			req, _ := http.NewRequestWithContext(context.Background(), "POST", srv.URL()+"/v1/chat/completions", body(v))
 			resp, err := client.Do(req)
 			if err != nil {
 				t.Error(err)
