@@ -22,8 +22,9 @@
 //     plus each message's framing tokens — what the server charges, not
 //     their sum, so a call the API accepts is never refused as too heavy.
 //     When the reply comes, the call settles to its usage.total_tokens
-//     (Rule.Settle; WithoutSettling keeps the estimate), the count the
-//     server's headers follow.
+//     (Rule.Settle), the count the server's headers follow; WithoutSettling
+//     charges instead what the call can cost in all, the prompt's estimate
+//     plus max_tokens, and keeps it.
 //   - Every reply carries x-ratelimit-{limit,remaining,reset}-{requests,tokens}
 //     (resets as Go durations, "6m0s"): each rule learns its limit and what
 //     remains from them (Rule.Learn), so a model configured with 0 limits
@@ -57,6 +58,7 @@ import (
 	"time"
 
 	"github.com/ratesem/ratesem/clientpool"
+	"github.com/ratesem/ratesem/internal/sat"
 	"github.com/ratesem/ratesem/saas/internal/req"
 	"github.com/ratesem/ratesem/window"
 )
@@ -131,11 +133,27 @@ func CharEstimator(_ *http.Request, body []byte) int64 {
 	if r.Unbounded() {
 		return 1<<63 - 1
 	}
-	prompt := (r.Chars+3)/4 + r.Messages*TokensPerMessage + r.Names*TokensPerName // ≤ 2^27 each: no wrap
+	return max(prompt(r), r.MaxTokens)
+}
+
+// prompt is CharEstimator's estimate of r's prompt, in tokens.
+func prompt(r req.Request) int64 {
+	p := (r.Chars+3)/4 + r.Messages*TokensPerMessage + r.Names*TokensPerName // ≤ 2^27 each: no wrap
 	if r.Messages > 0 {
-		prompt += TokensPerReply
+		p += TokensPerReply
 	}
-	return max(prompt, r.MaxTokens)
+	return p
+}
+
+// wholeCall is the estimate WithoutSettling charges with CharEstimator:
+// what the call can cost in all, the prompt's estimate plus max_tokens
+// (saturating), since no reply corrects it.
+func wholeCall(_ *http.Request, body []byte) int64 {
+	r := req.Parse(body)
+	if r.Unbounded() {
+		return 1<<63 - 1
+	}
+	return sat.Add(prompt(r), r.MaxTokens) // a hostile max_tokens saturates
 }
 
 // Option configures Table.
@@ -144,6 +162,7 @@ type Option func(*config)
 type config struct {
 	models    []model
 	estimate  Estimator
+	custom    bool // estimate was given (WithEstimator)
 	noSettle  bool
 	perMinute time.Duration
 }
@@ -164,13 +183,19 @@ func WithModel(name string, rpm, tpm int64) Option {
 func WithEstimator(e Estimator) Option {
 	return func(c *config) {
 		if e != nil {
-			c.estimate = e
+			c.estimate, c.custom = e, true
 		}
 	}
 }
 
 // WithoutSettling keeps each call's estimate instead of settling it to its
 // usage: what a limiter that cannot read replies does (for comparison).
+// Since no reply corrects it, the default estimate is then what the call
+// can cost in all, the prompt's estimate plus max_tokens, not the arrival
+// charge CharEstimator gives (an Estimator given with WithEstimator is
+// kept as it is). So a call whose sum is above the tokens limit is refused
+// as too heavy even if the API would take it; with settling (the default)
+// no call the API takes is.
 func WithoutSettling() Option { return func(c *config) { c.noSettle = true } }
 
 // WithScale divides every limit's minute by f, for a test server on a
@@ -186,6 +211,9 @@ func Table(opts ...Option) clientpool.Table {
 	c := config{estimate: CharEstimator, perMinute: time.Minute}
 	for _, o := range opts {
 		o(&c)
+	}
+	if c.noSettle && !c.custom {
+		c.estimate = wholeCall
 	}
 	known := map[string]bool{}
 	for _, m := range c.models {

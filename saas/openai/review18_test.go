@@ -277,3 +277,32 @@ func TestReview18UnreadBodyRefusedByThePool(t *testing.T) {
 		t.Fatalf("Acquire = %v, want ErrWeightTooLarge", err)
 	}
 }
+
+// WithoutSettling keeps the estimate, so it charges what the call can
+// cost in all (prompt + max_tokens); settling charges the arrival figure
+// (the larger) and corrects it with the reply.
+func TestReview18WithoutSettlingChargesTheWholeCall(t *testing.T) {
+	body := `{"model":"` + model + `","max_tokens":1000,"messages":[{"role":"user","content":"` + strings.Repeat("a", 4000) + `"}]}`
+	for _, c := range []struct {
+		opts []openai.Option
+		want int64
+	}{
+		{[]openai.Option{openai.WithModel(model, 100, 30000)}, 1007},                           // max(1000, 1000+4+3)
+		{[]openai.Option{openai.WithModel(model, 100, 30000), openai.WithoutSettling()}, 2007}, // 1000+4+3 + 1000
+	} {
+		pool, err := clientpool.New(openai.Table(c.opts...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req, _ := http.NewRequest("POST", "http://api.test/v1/chat/completions", strings.NewReader(body))
+		charges, err := pool.Classify(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ch := range charges {
+			if ch.Rule == openai.RuleTokens(model) && ch.Weight != c.want {
+				t.Errorf("%d options: charged %v, want %d", len(c.opts), ch, c.want)
+			}
+		}
+	}
+}
