@@ -16,10 +16,11 @@ import (
 // before the request is sent: 32 MiB.
 const MaxReplayBody = 32 << 20
 
-// The errors GetBody returns for a body it cannot give whole.
+// The errors GetBody returns for a body it cannot give whole (without the
+// "ratesem: " prefix: whoever calls GetBody wraps them).
 var (
-	errReplayTooLarge = fmt.Errorf("ratesem: the request body is longer than MaxReplayBody (%d bytes) and has no GetBody: it cannot be read before it is sent", MaxReplayBody)
-	errReplayStreamed = errors.New("ratesem: the request body has no GetBody and was already sent: it cannot be read again")
+	errReplayTooLarge = fmt.Errorf("request body without GetBody longer than httpclient.MaxReplayBody (%d bytes): not read before it is sent", MaxReplayBody)
+	errReplayStreamed = errors.New("request body without GetBody already sent: it cannot be read again")
 )
 
 // The states of a replayBody.
@@ -80,7 +81,7 @@ func (b *replayBody) getBody() (io.ReadCloser, error) {
 		select {
 		case <-done:
 		case <-b.ctx.Done():
-			return nil, fmt.Errorf("ratesem: reading the request body: %w", b.ctx.Err())
+			return nil, fmt.Errorf("reading the request body: %w", b.ctx.Err())
 		}
 	}
 	b.mu.Lock()
@@ -91,7 +92,7 @@ func (b *replayBody) getBody() (io.ReadCloser, error) {
 	case replayOver:
 		return nil, errReplayTooLarge
 	case replayFailed:
-		return nil, fmt.Errorf("ratesem: reading the request body: %w", b.err)
+		return nil, fmt.Errorf("reading the request body: %w", b.err)
 	}
 	return nil, errReplayStreamed
 }

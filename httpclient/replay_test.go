@@ -123,7 +123,7 @@ func TestReplayBodyBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	if serr == nil || !strings.Contains(serr.Error(), "MaxReplayBody") || seen != nil {
+	if serr == nil || !strings.Contains(serr.Error(), "httpclient.MaxReplayBody") || seen != nil {
 		t.Errorf("GetBody of an endless body: %d bytes, %v; want an error naming MaxReplayBody", len(seen), serr)
 	}
 	if sent != httpclient.MaxReplayBody+100 || body.read.Load() != httpclient.MaxReplayBody+100 {

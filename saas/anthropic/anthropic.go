@@ -86,7 +86,7 @@ const (
 // read, or is past 32 MiB (see the package doc): such a request is charged
 // math.MaxInt64 under it, against a limit of 1 per minute, and under no
 // other rule it could fit.
-const RuleUnreadBody = "unread body"
+const RuleUnreadBody = "unreadable body (no GetBody, a failed read, or over 32 MiB)"
 
 // Rule returns the name of one of a model's rules: kind is Requests,
 // InputTokens or OutputTokens ("output-tokens claude-sonnet-4-5").
