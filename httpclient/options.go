@@ -77,7 +77,8 @@ func WithBackoffStart(d time.Duration) Option {
 //
 // A response is retried only when its headers show the throttle (the
 // WithThrottledBody hook with body nil: by default 429 or 418) and the
-// request can be replayed: no body (nil or http.NoBody), or GetBody set. A
+// request can be replayed: no body (nil or http.NoBody), GetBody set, or a
+// body without GetBody that the Selector read whole (see Transport). A
 // throttle only the body shows (OKX's 50011 in a 200) is never retried: the
 // caller has the response by then. Neither is a failed Acquire, a base
 // error or any other status. Before a retry RoundTrip reads at most 4 KiB

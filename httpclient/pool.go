@@ -10,7 +10,8 @@ import (
 
 // NewPool returns a Transport, set up by opts, that routes each request
 // through the rules of a clientpool.Pool: the request is classified
-// (Pool.Classify: the endpoint table's rules, keys and weights), all of its
+// (Pool.Classify: the endpoint table's rules, keys and weights; a rule reads
+// a body without GetBody through the clone's GetBody, see Transport), all of its
 // charges are acquired as one, the request is sent through the base
 // RoundTripper (WithBase), and the charges are released together when the
 // response body is closed or read to io.EOF. Every response's usage headers

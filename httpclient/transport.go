@@ -60,6 +60,17 @@ const DefaultMaxRetryAfter = 5 * time.Minute
 // [WithMaxRetries] asks (never by default); it never follows redirects and
 // never modifies the caller's request.
 //
+// A Selector reads a request body through Request.GetBody, never Body. For
+// a request with a body but no GetBody (an io.MultiReader, a pipe, an
+// io.NopCloser), Transport classifies and sends a clone whose GetBody reads
+// the caller's body on its first call, once, into memory, up to
+// [MaxReplayBody] bytes (waiting at most until the request's context is
+// done): the Selector sees the whole body and the base transport still
+// gets the caller's bytes unchanged (the buffered ones, then the rest of
+// the caller's body). GetBody fails for a longer body, a body whose read
+// failed, or one already sent; a body never asked for is streamed as it
+// is, never buffered.
+//
 // Build one with [New], [NewSelect] or [NewPool]; its configuration cannot
 // change afterwards. A Transport is safe for concurrent use by multiple
 // goroutines: the one state it keeps, the streak of throttles that sets the
@@ -180,8 +191,13 @@ var errNilSelect = errors.New("ratesem: Transport has no Selector; build it with
 // [WithMaxRetries] is above 0, its headers showed the throttle and its body
 // can be replayed; see WithMaxRetries.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	orig := req
+	req = withReplayBody(req) // a body without GetBody: readable by the Selector
 	for attempt := 0; ; attempt++ {
 		resp, wait, err := t.roundTripOnce(req)
+		if resp != nil && req != orig && resp.Request == req && attempt == 0 {
+			resp.Request = orig // the clone withReplayBody made is ours
+		}
 		if err != nil || wait <= 0 || attempt >= t.maxRetries || !replayable(req) {
 			return resp, err
 		}
@@ -230,8 +246,12 @@ func (t *Transport) throttledBy() func(int, http.Header, []byte) bool {
 	return DefaultThrottledBody
 }
 
-// replayable reports whether req can be sent again: no body, or GetBody.
+// replayable reports whether req can be sent again: no body, or GetBody
+// (for a body without one, read whole by the Selector: withReplayBody).
 func replayable(req *http.Request) bool {
+	if b, ok := req.Body.(*replayBody); ok {
+		return b.whole()
+	}
 	return req.Body == nil || req.Body == http.NoBody || req.GetBody != nil
 }
 

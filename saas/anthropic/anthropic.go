@@ -19,7 +19,10 @@
 //     the limit. Each is a rule here, window.NewTokenBucket over a minute.
 //   - A request is charged 1 request, its estimated input tokens (the
 //     prompt's characters over 4, rounded up: Estimator) and max_tokens of
-//     output; the reply's usage settles both (Rule.Settle; WithoutSettling
+//     output (the page: "OTPM rate limits are estimated based on max_tokens
+//     at the beginning of each request and adjusted at the end of the
+//     request to reflect the actual number of output tokens used"); the
+//     reply's usage settles both (Rule.Settle; WithoutSettling
 //     keeps the estimates): input to usage.input_tokens plus
 //     cache_creation_input_tokens (tokens written to the prompt cache count
 //     against the input limit, those read from it do not), output to
@@ -35,6 +38,22 @@
 // Requests for a model the Table was not given count against three
 // catch-all rules keyed by model (RuleRequestsOther, ...), whose limits are
 // learned from the first reply.
+//
+// The estimates and the rules' keys read the request body through
+// Request.GetBody. http.NewRequest sets it for a bytes, strings or
+// bytes.Buffer body, and httpclient.NewPool sets it, on the clone it sends,
+// for any other body (an io.MultiReader, a pipe from a json.Encoder, an
+// io.NopCloser): the body is read once, up to httpclient.MaxReplayBody (32
+// MiB), and the same bytes are sent. A request whose body cannot be read
+// (classified by Pool.Classify or Pool.Acquire directly without GetBody,
+// or GetBody or the read failed), or is past 32 MiB (more than the API
+// takes: it answers a Messages request over 32 MB 413 request_too_large,
+// https://docs.anthropic.com/en/api/errors), bounds no charge: it is
+// charged math.MaxInt64 under
+// RuleUnreadBody, so the pool refuses it at once
+// (ratesem.ErrWeightTooLarge, naming that rule) instead of sending it under
+// a charge below the server's. Nothing is read past 32 MiB: a body that
+// never ends is refused after that much.
 package anthropic
 
 import (
@@ -67,6 +86,12 @@ const (
 	RuleOutputOther   = OutputTokens + " other"
 )
 
+// RuleUnreadBody is the rule that refuses a request whose body cannot be
+// read, or is past 32 MiB (see the package doc): such a request is charged
+// math.MaxInt64 under it, against a limit of 1 per minute, and under no
+// other rule it could fit.
+const RuleUnreadBody = "unreadable body (no GetBody, a failed read, or over 32 MiB)"
+
 // Rule returns the name of one of a model's rules: kind is Requests,
 // InputTokens or OutputTokens ("output-tokens claude-sonnet-4-5").
 func Rule(kind, model string) string { return kind + " " + model }
@@ -77,7 +102,7 @@ func Rule(kind, model string) string { return kind + " " + model }
 // 32 MiB is charged math.MaxInt64 (the pool refuses it as too heavy).
 func Estimator(body []byte) int64 {
 	r := req.Parse(body)
-	if r.TooLarge {
+	if r.Unbounded() {
 		return 1<<63 - 1
 	}
 	return (r.Chars + 3) / 4
@@ -128,12 +153,14 @@ func Table(opts ...Option) clientpool.Table {
 		known[m.name] = true
 	}
 	var t clientpool.Table
+	t.Rules = append(t.Rules, req.UnboundedRule(RuleUnreadBody, DocsURL))
+	t.Default = append(t.Default, clientpool.Cost{Rule: RuleUnreadBody})
 	add := func(suffix string, lim [3]int64, key func(*http.Request) (string, bool)) {
 		kinds := [3]string{Requests, InputTokens, OutputTokens}
 		weights := [3]func(*http.Request) int64{
 			func(*http.Request) int64 { return 1 },
-			func(r *http.Request) int64 { b, _, _ := req.Of(r); return Estimator(b) },
-			func(r *http.Request) int64 { _, _, q := req.Of(r); return max(q.MaxTokens, 0) },
+			func(r *http.Request) int64 { b, _, q := req.Of(r); return unbounded(q, Estimator(b)) },
+			func(r *http.Request) int64 { _, _, q := req.Of(r); return unbounded(q, max(q.MaxTokens, 0)) },
 		}
 		// Tokens written to the prompt cache count against the input
 		// limit too; those read from it do not (DocsURL).
@@ -169,4 +196,13 @@ func Table(opts ...Option) clientpool.Table {
 		return q.Model, !known[q.Model]
 	})
 	return t
+}
+
+// unbounded returns n, or math.MaxInt64 for a request whose body bounds no
+// charge (RuleUnreadBody refuses it).
+func unbounded(q req.Request, n int64) int64 {
+	if q.Unbounded() {
+		return 1<<63 - 1
+	}
+	return n
 }

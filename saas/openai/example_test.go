@@ -3,17 +3,24 @@ package openai_test
 import (
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/ratesem/ratesem/clientpool"
 	"github.com/ratesem/ratesem/httpclient"
 	"github.com/ratesem/ratesem/saas/openai"
 )
 
-// The default estimate: the prompt's characters over 4, plus max_tokens.
+// The default estimate is OpenAI's charge at arrival: the larger of
+// max_tokens and the prompt's estimate (its characters over 4, rounded up,
+// plus the framing tokens: 4 for the one message, 3 for the reply).
 func ExampleCharEstimator() {
-	body := `{"model":"gpt-4o-mini","max_tokens":256,"messages":[{"role":"user","content":"Summarise the plot of Hamlet."}]}`
-	fmt.Println(openai.CharEstimator(nil, []byte(body)))
-	// Output: 264
+	short := `{"model":"gpt-4o-mini","max_tokens":256,"messages":[{"role":"user","content":"Summarise the plot of Hamlet."}]}`
+	fmt.Println(openai.CharEstimator(nil, []byte(short))) // max(256, 8+4+3)
+	long := `{"model":"gpt-4o-mini","max_tokens":256,"messages":[{"role":"user","content":"` + strings.Repeat("word ", 400) + `"}]}`
+	fmt.Println(openai.CharEstimator(nil, []byte(long))) // max(256, 500+4+3)
+	// Output:
+	// 256
+	// 507
 }
 
 // A model's limits, learned from its first reply: no limit is given up

@@ -18,13 +18,17 @@
 //     bucket of the limit refilled continuously over a minute
 //     (window.NewTokenBucket): the guide's reset headers say when the
 //     bucket is full again, a continuous refill.
-//   - A request counts against TPM at arrival as the maximum of its
-//     max_tokens and an estimate from its characters. The preset charges
-//     the Estimator's figure, by default CharEstimator: the prompt's
-//     characters over 4, rounded up, plus max_tokens — never less than the
-//     server's figure. When the reply comes, the call settles to its
-//     usage.total_tokens (Rule.Settle; WithoutSettling keeps the estimate),
-//     the count the server's headers follow.
+//   - A request counts against TPM at arrival as "the maximum of
+//     max_tokens and the estimated number of tokens based on the character
+//     count of your request" (the guide's error-mitigation section). The
+//     preset charges the Estimator's figure, by default CharEstimator: the
+//     larger of max_tokens and the prompt's characters over 4, rounded up,
+//     plus each message's framing tokens — what the server charges, not
+//     their sum, so a call the API accepts is never refused as too heavy.
+//     When the reply comes, the call settles to its usage.total_tokens
+//     (Rule.Settle), the count the server's headers follow; WithoutSettling
+//     charges instead what the call can cost in all, the prompt's estimate
+//     plus max_tokens, and keeps it.
 //   - Every reply carries x-ratelimit-{limit,remaining,reset}-{requests,tokens}
 //     (resets as Go durations, "6m0s"): each rule learns its limit and what
 //     remains from them (Rule.Learn), so a model configured with 0 limits
@@ -39,9 +43,18 @@
 // are learned from the first reply (shared by every such model: give each
 // model you use WithModel).
 //
-// The Estimator reads the request body through Request.GetBody (set by
-// http.NewRequest for a bytes, strings or bytes.Buffer body); a request
-// without one is charged its max_tokens alone.
+// The Estimator and the rules' keys read the request body through
+// Request.GetBody. http.NewRequest sets it for a bytes, strings or
+// bytes.Buffer body, and httpclient.NewPool sets it, on the clone it sends,
+// for any other body (an io.MultiReader, a pipe from a json.Encoder, an
+// io.NopCloser): the body is read once, up to httpclient.MaxReplayBody (32
+// MiB), and the same bytes are sent. A request whose body cannot be read
+// (classified by Pool.Classify or Pool.Acquire directly without GetBody,
+// or GetBody or the read failed), or is past 32 MiB, bounds no charge: it
+// is charged math.MaxInt64 under RuleUnreadBody, so the pool refuses it at
+// once (ratesem.ErrWeightTooLarge, naming that rule) instead of sending it
+// under a charge below the server's. Nothing is read past 32 MiB: a body
+// that never ends is refused after that much.
 package openai
 
 import (
@@ -73,6 +86,12 @@ const (
 	RuleTokensOther   = "tokens other"
 )
 
+// RuleUnreadBody is the rule that refuses a request whose body cannot be
+// read, or is past 32 MiB (see the package doc): such a request is charged
+// math.MaxInt64 under it, against a limit of 1 per minute, and under no
+// other rule it could fit.
+const RuleUnreadBody = "unreadable body (no GetBody, a failed read, or over 32 MiB)"
+
 // RuleRequests and RuleTokens return the names of a model's two rules, as
 // they appear in Charges, Events and Pool.SetLimit: "requests gpt-4o-mini",
 // "tokens gpt-4o-mini".
@@ -82,23 +101,63 @@ func RuleRequests(model string) string { return "requests " + model }
 func RuleTokens(model string) string { return "tokens " + model }
 
 // Estimator returns the tokens, ≥ 0, a request is charged before it is
-// sent, from the request and its JSON body (nil when the body cannot be
-// read without consuming it). It must be safe for concurrent use.
+// sent, from the request and its JSON body (nil for a request without a
+// body). It is not called for a body that cannot be read or is past 32
+// MiB: RuleUnreadBody refuses that request. It must be safe for concurrent
+// use.
 type Estimator func(req *http.Request, body []byte) int64
 
-// CharEstimator is the default Estimator: the characters (Unicode code
-// points) of the prompt — every message's content, an embedding's input —
-// over 4, rounded up (the guide's rule of thumb: a token is about 4
-// characters of English), plus max_tokens or max_completion_tokens. A body
-// past 32 MiB is charged math.MaxInt64 (the pool refuses it as too heavy).
-// It overestimates the prompt of code and of most non-English text less
-// well: give an Estimator with a tokenizer for those, or rely on settling.
+// The framing tokens of a chat request on top of its text, as OpenAI's
+// cookbook counts them (CookbookURL): each message costs 3 tokens of
+// framing plus its role (1 token: TokensPerMessage is both), a message
+// with a name 1 more (TokensPerName), and the reply is primed with 3
+// (TokensPerReply).
+const (
+	TokensPerMessage = 4
+	TokensPerName    = 1
+	TokensPerReply   = 3
+)
+
+// CookbookURL is the OpenAI cookbook page the framing tokens come from.
+const CookbookURL = "https://cookbook.openai.com/examples/how_to_count_tokens_with_tiktoken"
+
+// CharEstimator is the default Estimator, OpenAI's charge at arrival: the
+// larger of max_tokens (or max_completion_tokens) and the prompt's
+// estimate. The estimate is the characters (Unicode code points) of the
+// prompt — every message's content and name, an embedding's input — over
+// 4, rounded up (the guide's rule of thumb: a token is about 4 characters
+// of English), plus the framing tokens of a chat request
+// (TokensPerMessage for each message, TokensPerName for each name,
+// TokensPerReply once). A body past 32 MiB is charged math.MaxInt64 (the
+// pool refuses it as too heavy). It underestimates the prompt of code and
+// of most non-English text: give an Estimator with a tokenizer for those,
+// or rely on settling.
 func CharEstimator(_ *http.Request, body []byte) int64 {
 	r := req.Parse(body)
-	if r.TooLarge {
+	if r.Unbounded() {
 		return 1<<63 - 1
 	}
-	return sat.Add((r.Chars+3)/4, r.MaxTokens) // a hostile max_tokens saturates
+	return max(prompt(r), r.MaxTokens)
+}
+
+// prompt is CharEstimator's estimate of r's prompt, in tokens.
+func prompt(r req.Request) int64 {
+	p := (r.Chars+3)/4 + r.Messages*TokensPerMessage + r.Names*TokensPerName // ≤ 2^27 each: no wrap
+	if r.Messages > 0 {
+		p += TokensPerReply
+	}
+	return p
+}
+
+// wholeCall is the estimate WithoutSettling charges with CharEstimator:
+// what the call can cost in all, the prompt's estimate plus max_tokens
+// (saturating), since no reply corrects it.
+func wholeCall(_ *http.Request, body []byte) int64 {
+	r := req.Parse(body)
+	if r.Unbounded() {
+		return 1<<63 - 1
+	}
+	return sat.Add(prompt(r), r.MaxTokens) // a hostile max_tokens saturates
 }
 
 // Option configures Table.
@@ -107,6 +166,7 @@ type Option func(*config)
 type config struct {
 	models    []model
 	estimate  Estimator
+	custom    bool // estimate was given (WithEstimator)
 	noSettle  bool
 	perMinute time.Duration
 }
@@ -127,13 +187,19 @@ func WithModel(name string, rpm, tpm int64) Option {
 func WithEstimator(e Estimator) Option {
 	return func(c *config) {
 		if e != nil {
-			c.estimate = e
+			c.estimate, c.custom = e, true
 		}
 	}
 }
 
 // WithoutSettling keeps each call's estimate instead of settling it to its
 // usage: what a limiter that cannot read replies does (for comparison).
+// Since no reply corrects it, the default estimate is then what the call
+// can cost in all, the prompt's estimate plus max_tokens, not the arrival
+// charge CharEstimator gives (an Estimator given with WithEstimator is
+// kept as it is). So a call whose sum is above the tokens limit is refused
+// as too heavy even if the API would take it; with settling (the default)
+// no call the API takes is.
 func WithoutSettling() Option { return func(c *config) { c.noSettle = true } }
 
 // WithScale divides every limit's minute by f, for a test server on a
@@ -142,25 +208,33 @@ func WithScale(f float64) Option {
 	return func(c *config) { c.perMinute = req.Scaled(time.Minute, f) }
 }
 
-// Table returns the rules of the models given (WithModel) and the
-// catch-all rules, set up by opts. Every request is charged under its
-// model's two rules: 1 request, and its estimated tokens.
+// Table returns the rules of the models given (WithModel), the catch-all
+// rules and RuleUnreadBody, set up by opts. Every request is charged under
+// its model's two rules: 1 request, and its estimated tokens.
 func Table(opts ...Option) clientpool.Table {
 	c := config{estimate: CharEstimator, perMinute: time.Minute}
 	for _, o := range opts {
 		o(&c)
+	}
+	if c.noSettle && !c.custom {
+		c.estimate = wholeCall
 	}
 	known := map[string]bool{}
 	for _, m := range c.models {
 		known[m.name] = true
 	}
 	var t clientpool.Table
+	t.Rules = append(t.Rules, req.UnboundedRule(RuleUnreadBody, DocsURL))
+	t.Default = append(t.Default, clientpool.Cost{Rule: RuleUnreadBody})
 	add := func(reqName, tokName string, rpm, tpm int64, key func(*http.Request) (string, bool)) {
 		t.Rules = append(t.Rules,
 			rule(reqName, rpm, c.perMinute, key, func(*http.Request) int64 { return 1 },
 				req.LearnBucket(HeaderLimitRequests, HeaderRemainingRequests), nil),
 			rule(tokName, tpm, c.perMinute, key, func(r *http.Request) int64 {
-				b, _, _ := req.Of(r)
+				b, _, q := req.Of(r)
+				if q.Unbounded() {
+					return 1<<63 - 1 // RuleUnreadBody refuses it
+				}
 				return max(c.estimate(r, b), 0)
 			}, req.LearnBucket(HeaderLimitTokens, HeaderRemainingTokens), c.settle()))
 		t.Default = append(t.Default, clientpool.Cost{Rule: reqName}, clientpool.Cost{Rule: tokName})

@@ -27,6 +27,15 @@ const model = "gpt-test"
 // through the preset against the test server, on virtual time; it returns
 // the server and the first and last arrival.
 func batch(t *testing.T, calls int, seed uint64, limits saastest.OpenAILimit, opts ...openai.Option) (*saastest.OpenAIServer, time.Time, time.Time) {
+	return batchOf(t, calls, seed, limits, nil, opts...)
+}
+
+// batchOf is batch with each request's body made by body from the JSON
+// value (nil: a bytes.Reader, which http.NewRequest gives a GetBody).
+func batchOf(t *testing.T, calls int, seed uint64, limits saastest.OpenAILimit, body func(v any) io.Reader, opts ...openai.Option) (*saastest.OpenAIServer, time.Time, time.Time) {
+	if body == nil {
+		body = func(v any) io.Reader { b, _ := json.Marshal(v); return bytes.NewReader(b) }
+	}
 	srv := saastest.NewOpenAI(saastest.OpenAIConfig{
 		Models: map[string]saastest.OpenAILimit{model: limits}, InMemory: true, Seed: seed,
 		Latency: func() time.Duration { return 300*time.Millisecond + time.Duration(rand.Int64N(int64(2*time.Second))) },
@@ -52,9 +61,9 @@ func batch(t *testing.T, calls int, seed uint64, limits saastest.OpenAILimit, op
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			body, _ := json.Marshal(map[string]any{"model": model, "max_tokens": j.max,
-				"messages": []map[string]string{{"role": "user", "content": j.prompt}}})
-			req, _ := http.NewRequestWithContext(context.Background(), "POST", srv.URL()+"/v1/chat/completions", bytes.NewReader(body))
+			v := map[string]any{"model": model, "max_tokens": j.max,
+				"messages": []map[string]string{{"role": "user", "content": j.prompt}}}
+			req, _ := http.NewRequestWithContext(context.Background(), "POST", srv.URL()+"/v1/chat/completions", body(v))
 			resp, err := client.Do(req)
 			if err != nil {
 				t.Error(err)
@@ -131,18 +140,23 @@ func TestLimitLearnedFromFirstReply(t *testing.T) {
 	})
 }
 
-// The estimator never charges less than the server does at arrival, and a
-// hostile body does not wrap it.
+// The estimator charges what the server does at arrival, the larger of
+// max_tokens and the prompt's estimate with its framing (4 per message, 1
+// per name, 3 for the reply), and a hostile body does not wrap it.
 func TestCharEstimator(t *testing.T) {
 	for _, c := range []struct {
 		body string
 		want int64
 	}{
-		{`{"model":"m","max_tokens":100,"messages":[{"role":"user","content":"12345678"}]}`, 102},
-		{`{"model":"m","max_completion_tokens":7,"messages":[{"content":[{"type":"text","text":"abcde"}]}]}`, 9},
+		{`{"model":"m","max_tokens":100,"messages":[{"role":"user","content":"12345678"}]}`, 100},                // max(100, 2+4+3)
+		{`{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"12345678"}]}`, 9},                    // max(5, 2+4+3)
+		{`{"model":"m","max_completion_tokens":7,"messages":[{"content":[{"type":"text","text":"abcde"}]}]}`, 9}, // max(7, 2+4+3)
+		{`{"model":"m","max_tokens":1,"messages":[{"role":"user","name":"bob","content":"abcd"}]}`, 10},          // 7 chars: 2+4+1+3
+		{`{"model":"m","max_tokens":1,"messages":[{"content":"a"},{"content":"b"},{"content":"c"}]}`, 16},        // 1+3·4+3
 		{`{"model":"m","input":["abcd","efgh"]}`, 2},
+		{`{"model":"m","max_tokens":16000,"messages":[{"content":"` + strings.Repeat("a", 60000) + `"}]}`, 16000}, // not 31007
 		{`{"model":"m","max_tokens":9223372036854775807,"messages":[{"content":"abcd"}]}`, 1<<63 - 1},
-		{`{"model":"m","max_tokens":-5,"messages":[{"content":"abcd"}]}`, 1},
+		{`{"model":"m","max_tokens":-5,"messages":[{"content":"abcd"}]}`, 8},
 		{`not json`, 2},
 		{``, 0},
 	} {

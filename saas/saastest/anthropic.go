@@ -75,7 +75,10 @@ type AnthropicServer struct {
 // their limit per minute (divided by Scale). A request is charged at
 // arrival 1 request, ceil(chars/4) input tokens (chars = the characters of
 // system and of every message content; text blocks count their text) and
-// max_tokens output tokens, and accepted iff every bucket holds its charge
+// max_tokens output tokens (the page: "OTPM rate limits are estimated
+// based on max_tokens at the beginning of each request and adjusted at the
+// end of the request to reflect the actual number of output tokens used"),
+// and accepted iff every bucket holds its charge
 // (checked in that order); otherwise it is answered 429 with
 // {"type":"error","error":{"type":"rate_limit_error",...}} and retry-after
 // (whole seconds until the refusing bucket holds the charge, at least 1),

@@ -61,8 +61,8 @@ type Entry struct {
 	// Requests is the requests charged (1 if the request was judged).
 	Requests int64
 	// Tokens is the token charge at arrival: OpenAI's max(max_tokens,
-	// ceil(chars/4)) (embeddings: ceil(chars/4)); Anthropic's input
-	// estimate ceil(chars/4).
+	// ceil(chars/4) + framing) (embeddings: ceil(chars/4); see NewOpenAI);
+	// Anthropic's input estimate ceil(chars/4).
 	Tokens int64
 	// OutputTokens is Anthropic's output charge at arrival: max_tokens.
 	OutputTokens int64

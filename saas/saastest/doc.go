@@ -11,10 +11,11 @@
 //     https://platform.openai.com/docs/guides/rate-limits): POST
 //     /v1/chat/completions and /v1/embeddings; per model a requests bucket
 //     (RPM) and a tokens bucket (TPM), refilled continuously. A request is
-//     charged 1 request and max(max_tokens, ceil(chars/4)) tokens at
-//     arrival (embeddings: ceil(chars/4)), answered 429 with retry-after-ms
-//     and retry-after if a bucket lacks its charge, and settled to its
-//     usage.total_tokens when the reply is written. Headers
+//     charged 1 request and max(max_tokens, ceil(chars/4) + its messages'
+//     framing tokens) tokens at arrival (embeddings: ceil(chars/4)),
+//     answered 429 with retry-after-ms and retry-after if a bucket lacks
+//     its charge, and settled to its usage.total_tokens when the reply is
+//     written. Headers
 //     x-ratelimit-{limit,remaining,reset}-{requests,tokens}, resets as Go
 //     durations ("6m0s").
 //   - [NewAnthropic] (model read from
@@ -41,7 +42,8 @@
 // # Token counts
 //
 // The LLM servers count no real tokens (no tokenizer): the estimate at
-// arrival is ceil(chars/4), chars counted in Unicode code points; the
+// arrival is ceil(chars/4), chars counted in Unicode code points (for an
+// OpenAI chat request, plus the framing tokens of its messages); the
 // "true" count the reply reports is that estimate plus a jitter of at most
 // ±10% drawn from the text, and the output is drawn in [1, max_tokens] from
 // the config's Seed and the request body. Both are deterministic: the same

@@ -16,6 +16,10 @@ import (
 // OpenAIDocs is the page the OpenAI server's model is read from.
 const OpenAIDocs = "https://platform.openai.com/docs/guides/rate-limits"
 
+// OpenAICookbook is the page the OpenAI server's framing tokens of a chat
+// request are read from ("How to count tokens with tiktoken").
+const OpenAICookbook = "https://cookbook.openai.com/examples/how_to_count_tokens_with_tiktoken"
+
 // OpenAILimit is the rate limit of one OpenAI model: requests per minute
 // and tokens per minute. A zero field takes the default (500 RPM, 200000
 // TPM); a negative one makes NewOpenAI panic.
@@ -81,10 +85,17 @@ type OpenAIServer struct {
 // (capacity RPM) and tokens (capacity TPM), full at the model's first
 // request and refilled continuously at their limit per minute (divided by
 // Scale). A request arriving at t is charged 1 request and, in tokens,
-// max(max_tokens, ceil(chars/4)) for a chat completion ("the maximum of
-// max_tokens and the estimated number of tokens based on the character
-// count", chars = the characters of every message content) or ceil(chars/4)
-// of its input for embeddings. It is accepted iff both buckets hold their
+// max(max_tokens, estimate) for a chat completion (the guide: "Your rate
+// limit is calculated as the maximum of max_tokens and the estimated
+// number of tokens based on the character count of your request"), or
+// the estimate of its input for embeddings. The estimate is ceil(chars/4),
+// chars = the characters of every message content and name (of every
+// input for embeddings), plus, for a chat completion, the framing tokens
+// OpenAI's cookbook counts (OpenAICookbook): 4 per message (3 of framing
+// and its role), 1 more per message with a name, and 3 priming the reply.
+// Where the guide leaves open what "the character count of your request"
+// covers, the server takes this, the stricter reading: a prompt of many
+// short messages costs its framing too. It is accepted iff both buckets hold their
 // charge; otherwise it is answered 429 with OpenAI's error body (type
 // "requests" or "tokens", requests checked first), retry-after-ms (time
 // until the bucket holds the charge, rounded up to the millisecond) and
@@ -92,8 +103,8 @@ type OpenAIServer struct {
 // A charge above the capacity is always refused (OpenAI's "request too
 // large").
 //
-// The reply reports usage: prompt_tokens is the server's true count,
-// ceil(chars/4) plus a jitter of at most ±10% drawn from the content
+// The reply reports usage: prompt_tokens is the server's true count, the
+// estimate plus a jitter of at most ±10% drawn from the content
 // (the same text always counts the same); completion_tokens is drawn in
 // [1, max_tokens] from Seed and the request body (embeddings: 0). When the
 // reply is written (after Latency) the tokens bucket is settled: the
@@ -235,6 +246,7 @@ type openaiReq struct {
 	model     string
 	text      []byte // all content, for the true count
 	chars     int64
+	framing   int64 // the framing tokens of a chat request (OpenAICookbook)
 	maxTokens int64
 	inputs    int
 }
@@ -247,6 +259,7 @@ func (s *OpenAIServer) parse(path string, body []byte) (openaiReq, string) {
 			Messages []struct {
 				Role    string          `json:"role"`
 				Content json.RawMessage `json:"content"`
+				Name    *string         `json:"name"`
 			} `json:"messages"`
 			MaxTokens           *int64 `json:"max_tokens"`
 			MaxCompletionTokens *int64 `json:"max_completion_tokens"`
@@ -264,7 +277,14 @@ func (s *OpenAIServer) parse(path string, body []byte) (openaiReq, string) {
 			}
 			q.text = append(q.text, t...)
 			q.chars += runes(t)
+			q.framing += 4 // 3 of framing, 1 for the role
+			if m.Name != nil {
+				q.text = append(q.text, *m.Name...)
+				q.chars += runes(*m.Name)
+				q.framing++
+			}
 		}
+		q.framing += 3 // the reply's priming
 		mt := in.MaxCompletionTokens
 		if mt == nil {
 			mt = in.MaxTokens
@@ -349,7 +369,7 @@ func (s *OpenAIServer) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		invalid(http.StatusBadRequest, msg)
 		return
 	}
-	est := estimate(q.chars)
+	est := estimate(q.chars) + q.framing
 	charge := est
 	if q.chat {
 		charge = max(q.maxTokens, est)

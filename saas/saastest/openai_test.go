@@ -62,7 +62,8 @@ func TestOpenAITokensChargedAtArrivalAsMaxOfMaxTokensAndEstimate(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		// Settling off: every call keeps its arrival charge.
 		s, c, url := newOpenAI(t, saastest.OpenAIConfig{Default: saastest.OpenAILimit{RPM: 1000, TPM: 1000}, DisableSettle: true})
-		// 40 chars → estimate 10 < max_tokens 400: charge 400.
+		// 40 chars, one message → estimate 10 + 7 framing < max_tokens 400:
+		// charge 400.
 		for i := range 2 {
 			r := do(t, c, "POST", url, chat("m", 400, strings.Repeat("a", 40)))
 			if r.status != 200 {
@@ -72,8 +73,9 @@ func TestOpenAITokensChargedAtArrivalAsMaxOfMaxTokensAndEstimate(t *testing.T) {
 				t.Errorf("call %d: remaining-tokens = %d, want %d", i, got, want)
 			}
 		}
-		// 200 tokens left: 801 chars → estimate 201 > max_tokens 1: refused by tokens.
-		r := do(t, c, "POST", url, chat("m", 1, strings.Repeat("a", 801)))
+		// 200 tokens left: 773 chars → estimate 194 + 7 framing (4 for the
+		// message, 3 for the reply) = 201 > max_tokens 1: refused by tokens.
+		r := do(t, c, "POST", url, chat("m", 1, strings.Repeat("a", 773)))
 		if r.status != 429 || r.str("error", "type") != "tokens" {
 			t.Fatalf("over the tokens: %d %s", r.status, r.raw)
 		}
@@ -84,8 +86,8 @@ func TestOpenAITokensChargedAtArrivalAsMaxOfMaxTokensAndEstimate(t *testing.T) {
 		if got := r.num(t, "retry-after"); got != 1 {
 			t.Errorf("retry-after = %d, want 1 (whole seconds, rounded up)", got)
 		}
-		// 800 chars → estimate exactly 200: fits (rejection cost nothing).
-		if r := do(t, c, "POST", url, chat("m", 1, strings.Repeat("a", 800))); r.status != 200 {
+		// 772 chars → estimate 193 + 7 = exactly 200: fits (rejection cost nothing).
+		if r := do(t, c, "POST", url, chat("m", 1, strings.Repeat("a", 772))); r.status != 200 {
 			t.Fatalf("exactly the rest: %d %s", r.status, r.raw)
 		}
 		// Reset: 1000 tokens used, refilling at 1000/min: full in 1m0s.
@@ -109,9 +111,10 @@ func TestOpenAISettlementRefundsAndDebits(t *testing.T) {
 		used := int64(0)
 		var refund, debit bool
 		for i := 0; i < 200 && !(refund && debit); i++ {
-			// 160 chars → estimate 40 = charge with max_tokens 1; the true
-			// prompt is in [36, 44] and completion 1: total in [37, 45].
-			content := fmt.Sprintf("%0160d", i)
+			// 132 chars → estimate 33 + 7 framing = 40 = charge with
+			// max_tokens 1; the true prompt is in [36, 44] and completion
+			// 1: total in [37, 45].
+			content := fmt.Sprintf("%0132d", i)
 			r := do(t, c, "POST", url, chat("m", 1, content))
 			if r.status != 200 {
 				t.Fatalf("%d %s", r.status, r.raw)
@@ -143,7 +146,7 @@ func TestOpenAIDebtDrivesTheBucketNegative(t *testing.T) {
 		s, c, url := newOpenAI(t, saastest.OpenAIConfig{Default: saastest.OpenAILimit{RPM: 1000, TPM: 40}})
 		for i := 0; ; i++ {
 			// Charge 40 = all; settle beyond 40 → debt.
-			r := do(t, c, "POST", url, chat("m", 1, fmt.Sprintf("%0160d", i)))
+			r := do(t, c, "POST", url, chat("m", 1, fmt.Sprintf("%0132d", i)))
 			if r.status != 200 {
 				t.Fatalf("%d %s", r.status, r.raw)
 			}

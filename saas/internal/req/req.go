@@ -18,18 +18,22 @@ import (
 	"weak"
 
 	"github.com/ratesem/ratesem/clientpool"
+	"github.com/ratesem/ratesem/httpclient"
 	"github.com/ratesem/ratesem/window"
 )
 
 // MaxBody is the most bytes of a request body read to estimate it: 32 MiB,
-// beyond the largest prompt an LLM API takes. A longer body is estimated as
-// unbounded (Request.TooLarge).
-const MaxBody = 32 << 20
+// beyond the largest prompt an LLM API takes, and as much as
+// httpclient.Transport buffers of a body without GetBody. A longer body is
+// estimated as unbounded (Request.TooLarge).
+const MaxBody = httpclient.MaxReplayBody
 
 // Body returns a copy of req's body read through req.GetBody, so that
 // req.Body is left for the transport; nil and false when req has a body but
-// no GetBody (a body that can only be read once), or reading fails. A body
-// of more than MaxBody bytes returns its first MaxBody+1 bytes.
+// no GetBody (a body that can only be read once: httpclient.Transport gives
+// every request it classifies a GetBody, see httpclient.MaxReplayBody), or
+// GetBody or reading fails. A body of more than MaxBody bytes returns its
+// first MaxBody+1 bytes.
 func Body(req *http.Request) ([]byte, bool) {
 	if req.Body == nil || req.Body == http.NoBody {
 		return nil, true
@@ -61,10 +65,11 @@ type parsed struct {
 // one request read and parse its body once.
 var cache sync.Map // weak.Pointer[http.Request] → *parsed
 
-// Of returns req's body (as Body) and its parse (Parse), reading and
-// parsing the body once per request however many rules ask: the result is
-// kept while req lives (a request's body does not change while it is
-// classified). It is safe for concurrent use.
+// Of returns req's body (as Body) and its parse (Parse; Request{Unread:
+// true} when Body returns false), reading and parsing the body once per
+// request however many rules ask: the result is kept while req lives (a
+// request's body does not change while it is classified). It is safe for
+// concurrent use.
 func Of(r *http.Request) ([]byte, bool, Request) {
 	wp := weak.Make(r)
 	if v, ok := cache.Load(wp); ok {
@@ -72,25 +77,60 @@ func Of(r *http.Request) ([]byte, bool, Request) {
 		return p.body, p.ok, p.req
 	}
 	b, ok := Body(r)
-	p := &parsed{body: b, ok: ok, req: Parse(b)}
+	p := &parsed{body: b, ok: ok, req: Request{Unread: true}}
+	if ok {
+		p.req = Parse(b)
+	}
 	if _, loaded := cache.LoadOrStore(wp, p); !loaded {
 		runtime.AddCleanup(r, func(wp weak.Pointer[http.Request]) { cache.Delete(wp) }, wp)
 	}
 	return p.body, p.ok, p.req
 }
 
+// UnboundedRule returns the rule a preset charges only a request whose
+// body bounds no charge (Request.Unbounded), math.MaxInt64 units against a
+// fixed limit of 1 per minute: the pool refuses such a request at once
+// with an error matching ratesem.ErrWeightTooLarge that names the rule,
+// whatever its other rules have learned, rather than send it under a
+// charge below the server's. Other requests do not fall under it (its Key
+// says false).
+func UnboundedRule(name, source string) clientpool.Rule {
+	return clientpool.Rule{
+		Name:  name,
+		Limit: window.Limit{N: 1, Per: time.Minute},
+		Key: func(r *http.Request) (string, bool) {
+			_, _, q := Of(r)
+			return "", q.Unbounded()
+		},
+		Weight: func(*http.Request) int64 { return math.MaxInt64 },
+		Source: source,
+	}
+}
+
 // Request is what an estimate needs of an LLM request body.
 type Request struct {
 	Model string
 	// Chars is the number of characters (runes) of the prompt: every
-	// message's text, the system prompt, an embedding's input.
+	// message's text and name, the system prompt, an embedding's input.
 	Chars int64
+	// Messages is the number of entries of "messages", Names the number
+	// of them with a "name" (each costs tokens of framing: the presets
+	// add them).
+	Messages, Names int64
 	// MaxTokens is max_tokens, or max_completion_tokens; 0 when absent,
 	// negative, or not a number.
 	MaxTokens int64
 	// TooLarge reports a body past MaxBody: its estimate is unbounded.
 	TooLarge bool
+	// Unread reports a body that could not be read (no GetBody, or
+	// GetBody or its read failed): its estimate is unbounded. Every
+	// other field is zero.
+	Unread bool
 }
+
+// Unbounded reports whether r's body says nothing a charge can be bounded
+// by (TooLarge or Unread): an estimate charges it math.MaxInt64.
+func (r Request) Unbounded() bool { return r.TooLarge || r.Unread }
 
 // Parse reads body as an OpenAI or Anthropic request (chat completions,
 // messages, embeddings). Keys match exactly, as the APIs read them
@@ -112,7 +152,12 @@ func Parse(body []byte) Request {
 	json.Unmarshal(in["messages"], &msgs)
 	for _, m := range msgs {
 		r.Chars += text(m["content"])
+		if name, ok := m["name"]; ok {
+			r.Chars += text(name)
+			r.Names++
+		}
 	}
+	r.Messages = int64(len(msgs))
 	r.Chars += text(in["system"]) + text(in["input"]) + text(in["prompt"])
 	for _, k := range []string{"max_tokens", "max_completion_tokens"} {
 		if v, ok := integer(in[k]); ok && v > r.MaxTokens {
