@@ -285,18 +285,21 @@ func (r *redisSem) hold(c *remote.Call, n int64) {
 // (Begin's are not held here: Call.End ends them): the oldest call of
 // exactly n units, or else n units taken from the oldest calls, ending each
 // whose units are all released (a call partly released stays in flight in
-// Redis: it counts longer, never less).
-func (r *redisSem) release(n int64) {
+// Redis: it counts longer, never less). It returns false, changing
+// nothing, when n is more than Acquire and TryAcquire hold (the caller
+// panics), with the units they hold.
+func (r *redisSem) release(n int64) (held int64, ok bool) {
 	if n < 0 {
 		panic("ratesem: Release with negative weight")
 	}
 	if n == 0 {
-		return
+		return 0, true
 	}
 	r.mu.Lock()
 	if n > r.heldUnits {
+		held := r.heldUnits
 		r.mu.Unlock()
-		panic("semaphore: released more than held")
+		return held, false
 	}
 	r.heldUnits -= n
 	var done []*heldCall
@@ -323,6 +326,7 @@ func (r *redisSem) release(n int64) {
 	for _, h := range done {
 		h.call.Release() // never waits on Redis
 	}
+	return 0, true
 }
 
 // releaseSettled is release(n) for a call whose weight is known only after
@@ -335,14 +339,18 @@ func (r *redisSem) release(n int64) {
 // concurrent use; it never waits on Redis.
 func (r *redisSem) releaseSettled(n, actual int64) {
 	if n <= 0 || actual == n {
-		r.release(n)
+		if held, ok := r.release(n); !ok {
+			panic(overReleased(n, held, 0))
+		}
 		return
 	}
 	r.mu.Lock()
 	q := r.held[n]
 	if len(q) == 0 {
 		r.mu.Unlock()
-		r.release(n)
+		if held, ok := r.release(n); !ok {
+			panic(overReleased(n, held, 0))
+		}
 		return
 	}
 	h := q[0]

@@ -121,3 +121,37 @@ func TestRedisObserverBlockingStallsOnlyItsCaller(t *testing.T) {
 	}
 	s.Release(2)
 }
+
+// A Release that would take a Call's units panics with the same message
+// over Redis as in process (one product), and so does a Release of more
+// than anything holds. On the base commit Redis gave the generic
+// over-release message for both.
+func TestRedisReleaseOfCallUnitsPanicsAsInProcess(t *testing.T) {
+	addr := redistest.Start(t).Addr()
+	ctx := ctxT(t, 10*time.Second)
+	local := New(4, time.Hour)
+	shared := newRedisSem(t, newClient(t, addr), uniqueName(t), 4, time.Hour)
+	for _, s := range []*RateSemaphore{local, shared} {
+		if err := s.Acquire(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+		c, err := s.Begin(ctx, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.End(2)
+		defer s.Release(1)
+	}
+	for _, n := range []int64{2, 3, 4} {
+		want, got := caughtPanic(func() { local.Release(n) }), caughtPanic(func() { shared.Release(n) })
+		if want == nil || got != want {
+			t.Errorf("Release(%d) with 1 unit acquired and a Call of 2: in process %v, over Redis %v", n, want, got)
+		}
+	}
+	if want := "ratesem: Release of units held by a Call from Begin: end it with Call.End"; caughtPanic(func() { shared.Release(3) }) != want {
+		t.Errorf("over Redis, Release(3) does not say %q", want)
+	}
+	if st := shared.Stats(); st.InFlight != 3 {
+		t.Fatalf("in flight %d after the panics, want 3", st.InFlight)
+	}
+}

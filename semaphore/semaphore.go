@@ -467,7 +467,12 @@ func (s *RateSemaphore) TryAcquire(n int64) (ok bool) {
 // Release that would take them panics too, whoever else holds units.
 func (s *RateSemaphore) Release(n int64) {
 	if s.remote != nil {
-		s.remote.release(n)
+		if held, ok := s.remote.release(n); !ok {
+			s.mu.Lock()
+			calls := s.callUnits
+			s.mu.Unlock()
+			panic(overReleased(n, held, calls))
+		}
 		return
 	}
 	if n < 0 {
@@ -486,12 +491,9 @@ func (s *RateSemaphore) Release(n int64) {
 	}
 	s.mu.Lock()
 	if n > s.cur-s.callUnits {
-		msg := "semaphore: released more than held"
-		if n <= s.cur {
-			msg = "ratesem: Release of units held by a Call from Begin: end it with Call.End"
-		}
+		held, calls := s.cur-s.callUnits, s.callUnits
 		s.mu.Unlock()
-		panic(msg)
+		panic(overReleased(n, held, calls))
 	}
 	s.cur -= n
 	if !timed && s.doneUsesTime && s.interval > 0 {
@@ -504,6 +506,17 @@ func (s *RateSemaphore) Release(n int64) {
 		s.notifyLocked(s.now())
 	}
 	s.mu.Unlock()
+}
+
+// overReleased is the panic of a Release of n units that Acquire and
+// TryAcquire do not hold (held units), in process and over Redis alike:
+// x/sync's message, or, when the units are those of Begin's Calls (calls
+// units), what to do instead.
+func overReleased(n, held, calls int64) string {
+	if n <= held+calls {
+		return "ratesem: Release of units held by a Call from Begin: end it with Call.End"
+	}
+	return "semaphore: released more than held"
 }
 
 // Do acquires one unit, runs fn, and releases the unit when fn returns or
