@@ -49,19 +49,22 @@ type RateSemaphore struct {
 	timedDone atomic.Bool // doneUsesTime && interval > 0, kept by SetLimit; read by Release without mu
 
 	mu       sync.Mutex
-	size     int64         // n: the most units per interval, and in flight
-	interval time.Duration // 0: no rate limit, exactly like x/sync's Weighted
-	capOpt   int64         // WithMaxUnitsInFlight, or -1
-	conc     int64         // the concurrency cap in force: min(size, capOpt)
-	fit      int64         // the heaviest call that can ever start: min(conc, policy capacity)
-	cur      int64         // units in flight
-	policy   winfast.Window
-	orig     window.Policy // the policy given, for its window.Settler
-	waiters  list.List     // of *waiter, by rank: priority class, then arrival
-	parked   list.List     // of *waiter heavier than the cap while interval is 0
-	paused   time.Time     // no starts before; zero when no pause is pending
-	ranker   sched.Ranker
-	maxQueue int // WithMaxQueue; 0: no cap
+	size     int64          // n: the most units per interval, and in flight
+	interval time.Duration  // 0: no rate limit, exactly like x/sync's Weighted
+	capOpt   int64          // WithMaxUnitsInFlight, or -1
+	conc     int64          // the concurrency cap in force: min(size, capOpt)
+	fit      int64          // the heaviest call that can ever start: min(conc, policy capacity)
+	cur      int64          // units in flight
+	policy   winfast.Window // guarded when it runs a caller's code (guard)
+	orig     window.Policy  // the policy given, for its window.Settler
+	// deferredUnlock: the frame holding mu unlocks it in a deferred call
+	// (lockDeferred), so a Policy's panic must not (guarded)
+	deferredUnlock bool
+	waiters        list.List // of *waiter, by rank: priority class, then arrival
+	parked         list.List // of *waiter heavier than the cap while interval is 0
+	paused         time.Time // no starts before; zero when no pause is pending
+	ranker         sched.Ranker
+	maxQueue       int // WithMaxQueue; 0: no cap
 
 	timer wake.Timer // set for the instant the head waiter can be admitted
 
@@ -158,7 +161,8 @@ func NewWithPolicy(p window.Policy, opts ...Option) *RateSemaphore {
 
 func newSemaphore(p window.Policy, cfg config) *RateSemaphore {
 	l := p.Limit()
-	s := &RateSemaphore{clock: wake.NewClock(cfg.clk), size: l.N, interval: l.Per, capOpt: cfg.concurrency, policy: winfast.Of(p), orig: p}
+	s := &RateSemaphore{clock: wake.NewClock(cfg.clk), size: l.N, interval: l.Per, capOpt: cfg.concurrency, orig: p}
+	s.policy = guard(winfast.Of(p), s)
 	s.obs = cfg.observer
 	s.maxQueue = cfg.maxQueue
 	s.epoch = s.policy.Start(s.clock.Now())
@@ -366,8 +370,8 @@ func (s *RateSemaphore) queue(ctx context.Context, n int64, now time.Time) (*wai
 // admission undone (as if it never happened) if it was granted meanwhile.
 // The waiters behind it move on.
 func (s *RateSemaphore) abandon(w *waiter) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.lockDeferred()
+	defer s.unlockDeferred()
 	select {
 	case <-w.ready:
 		if w.err == nil {
@@ -442,8 +446,8 @@ func (s *RateSemaphore) TryAcquire(n int64) (ok bool) {
 			s.observeAdmitted(n, nil, nil)
 		}
 	}()
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.lockDeferred()
+	defer s.unlockDeferred()
 	if s.waiters.Len() != 0 {
 		return false
 	}
@@ -554,8 +558,8 @@ func (s *RateSemaphore) Pause(until time.Time) {
 	}
 	set := false
 	defer func() { s.observePaused(set, until) }() // after the unlock below
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.lockDeferred()
+	defer s.unlockDeferred()
 	if !until.After(s.paused) {
 		return
 	}
@@ -605,8 +609,8 @@ func (s *RateSemaphore) SetLimit(n int64, interval time.Duration) error {
 	if s.remote != nil {
 		return s.remote.setLimit(n, interval)
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.lockDeferred()
+	defer s.unlockDeferred()
 	now := s.now()
 	s.size, s.interval = n, interval
 	s.policy.SetLimit(s.nanosOf(now), n, interval)
@@ -707,8 +711,8 @@ func (s *RateSemaphore) Limit() window.Limit {
 	if s.remote != nil {
 		return s.remote.spec.Load().Limit
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.lockDeferred()
+	defer s.unlockDeferred()
 	return window.Limit{N: s.size, Per: s.interval}
 }
 
@@ -784,8 +788,8 @@ func (s *RateSemaphore) Stats() Stats {
 		s.mu.Unlock()
 		return st
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.lockDeferred()
+	defer s.unlockDeferred()
 	return Stats{
 		InFlight:    s.cur,
 		Waiting:     s.waiters.Len() + s.parked.Len(),

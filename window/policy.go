@@ -75,7 +75,7 @@ var (
 	_ winfast.Window = (*fastSubWindow)(nil)
 	_ winfast.Window = (*fastTokenBucket)(nil)
 	_ winfast.Window = (*fastGCRA)(nil)
-	_ winfast.Window = (*foreign)(nil)
+	_ winfast.Foreign = (*foreign)(nil)
 )
 
 func init() {
@@ -123,6 +123,9 @@ type foreign struct {
 	p     Policy
 	epoch time.Time
 }
+
+// ForeignPolicy implements winfast.Foreign: the methods run a caller's code.
+func (f *foreign) ForeignPolicy() {}
 
 // Start implements winfast.Window over the foreign Policy.
 func (f *foreign) Start(e time.Time) time.Time { f.epoch = e; return e }

@@ -64,6 +64,16 @@ type Window interface {
 	DoneUsesTime() bool
 }
 
+// Foreign is implemented by the Window that Of returns for a Policy of
+// another package: its methods run the caller's code, which may panic, so
+// the engine guards them (the windows of package window do not implement
+// it, and cost the engine nothing more).
+type Foreign interface {
+	Window
+	// ForeignPolicy marks the adapter; it does nothing.
+	ForeignPolicy()
+}
+
 // Of returns the engine's form of p, a window.Policy: for the windows of
 // package window, a Window that works on their state directly; for a Policy
 // of another package, an adapter that converts instants to time.Time and
