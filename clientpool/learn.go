@@ -271,7 +271,8 @@ func (p *Pool) quotaLocked(rs *ruleState, now time.Time) {
 // window) sets the budget, even higher than it was; a report of the same
 // window only lowers it. Either way the budget leaves out the key's calls
 // admitted after hd's (the server may not have counted them yet) and those
-// in flight (counting hd's own again: on the safe side).
+// admitted before it that are still in flight (they may reach the server
+// after hd: at most the units in flight at hd's admission), each once.
 //
 // A report whose window ends well before the one the key keeps (by more
 // than ResetMargin and a second of the Date header's truncation), after
@@ -294,7 +295,12 @@ func (p *Pool) budgetLocked(hd *held, remaining, reset int64, now time.Time) err
 	// header) ends Per from now, plus a second for resets rounded up to
 	// whole seconds (GitHub's epoch seconds) and ResetMargin.
 	reset = min(reset, sat.Add(nowNs, int64(l.rule.limit.Per+time.Second+ResetMargin)))
-	left := sat.Sub(sat.Sub(remaining, max(fb.admits-hd.usedAtAdmit, 0)), l.inflight)
+	// The server's remaining counts every call that reached it before
+	// hd's: left out are the calls admitted after hd (they may not have
+	// reached it yet) and those admitted before hd still in flight (they
+	// may reach it after hd), each once: at most the units in flight when
+	// hd was admitted, and at most those in flight now.
+	left := sat.Sub(sat.Sub(remaining, max(fb.admits-hd.usedAtAdmit, 0)), min(hd.flyAtAdmit, l.inflight))
 	left = max(left, 0)
 	var contra error
 	if fb.reported && fb.budgeted && reset < fb.reset-int64(ResetMargin+time.Second) {

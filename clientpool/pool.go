@@ -199,7 +199,7 @@ func (l *limiter) reconciled() int64 {
 	return l.fb.reconciled
 }
 
-// held is one charge of a call on its limiter (40 bytes: a call admitted
+// held is one charge of a call on its limiter (56 bytes: a call admitted
 // at once allocates one per charge; what only waiters need is in qnode).
 type held struct {
 	lim *limiter
@@ -210,11 +210,14 @@ type held struct {
 	// instead: the units of the window's calls that had ended by this
 	// admission, and the window's index.
 	usedAtAdmit, recAtAdmit int64
-	thrAtAdmit              uint32 // lim.throttles at admission
-	marked                  bool
-	over                    bool  // heavier than the key's learned limit: admitted alone as n = that limit (learnedFit)
-	settled                 bool  // Ticket.Settle named this charge's rule
-	actual                  int64 // the settled weight, when settled
+	// For a quota rule's key: the units in flight on it just before this
+	// call was admitted (see budgetLocked).
+	flyAtAdmit int64
+	thrAtAdmit uint32 // lim.throttles at admission
+	marked     bool
+	over       bool  // heavier than the key's learned limit: admitted alone as n = that limit (learnedFit)
+	settled    bool  // Ticket.Settle named this charge's rule
+	actual     int64 // the settled weight, when settled
 }
 
 // qnode is a waiting call's place on one of its limiters: nodes[i] of a
@@ -712,6 +715,7 @@ func (p *Pool) admitLocked(hs []held, nodes []qnode, now time.Time) (at time.Tim
 			h.n, h.over = fit, true
 			h.lim.feedback().distrusted++
 		}
+		h.flyAtAdmit = h.lim.inflight
 		h.lim.inflight += h.n
 		h.thrAtAdmit = h.lim.throttles()
 		if h.lim.rule.Usage != nil || h.lim.rule.Learn != nil {
