@@ -688,6 +688,17 @@ func (p *Pool) admitLocked(hs []held, nodes []qnode, now time.Time) (at time.Tim
 	if refused {
 		return at, needRelease, false
 	}
+	// A Rule.Window of the caller's may panic (or exit its goroutine) in
+	// Admit or Capacity: the charges its limiters admitted before it are
+	// taken back first, so that no window counts a call nobody holds.
+	decided := false
+	defer func() {
+		if !decided {
+			for i := admitted - 1; i >= 0; i-- {
+				hs[i].lim.policy.Cancel(now, min(hs[i].n, hs[i].lim.learnedFit()))
+			}
+		}
+	}()
 	for i := range hs {
 		h := &hs[i]
 		when, ok := h.lim.policy.Admit(now, min(h.n, h.lim.learnedFit()))
@@ -706,8 +717,10 @@ func (p *Pool) admitLocked(hs []held, nodes []qnode, now time.Time) (at time.Tim
 		for i := admitted - 1; i >= 0; i-- {
 			hs[i].lim.policy.Cancel(now, min(hs[i].n, hs[i].lim.learnedFit()))
 		}
+		decided = true
 		return at, needRelease, false
 	}
+	decided = true
 	for i := range hs {
 		h := &hs[i]
 		if fit := h.lim.learnedFit(); h.n > fit {
