@@ -95,3 +95,59 @@ func TestRuleWindowPanicLeavesNoCharge(t *testing.T) {
 		c.Release()
 	})
 }
+
+// doneBomb is a Rule.Window of the caller's (a completion window under it)
+// whose Done panics while armed.
+type doneBomb struct {
+	*window.Completion
+	armed *atomic.Bool
+}
+
+func (d doneBomb) Done(now time.Time, n int64) {
+	if d.armed.Load() {
+		panic("doneBomb: Done")
+	}
+	d.Completion.Done(now, n)
+}
+
+// A Rule.Window whose Done panics as a ticket is released leaves the
+// ticket's other charges released all the same: the panic reaches the
+// caller of Release, and no other rule keeps units in flight for it. On
+// the base commit the charges after the panicking one stayed in flight for
+// good.
+func TestRuleWindowDonePanicReleasesTheOthers(t *testing.T) {
+	for _, order := range [][]string{{"a", "b", "c"}, {"b", "a", "c"}, {"c", "b", "a"}} {
+		t.Run(order[0]+order[1]+order[2], func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var armed atomic.Bool
+				p := newPool(t, []clientpool.Rule{
+					ruleN("a", 2, time.Second),
+					{Name: "b", Limit: window.Limit{N: 5, Per: time.Second}, Window: func(l window.Limit) window.Policy {
+						return doneBomb{window.NewCompletion(l), &armed}
+					}},
+					ruleN("c", 2, time.Second),
+				})
+				var cs []clientpool.Charge
+				for _, r := range order {
+					cs = append(cs, clientpool.Charge{Rule: r, Weight: 1})
+				}
+				tk := acquire(t, p, cs...)
+				armed.Store(true)
+				if r := func() (r any) { defer func() { r = recover() }(); tk.Release(); return nil }(); r == nil {
+					t.Fatal("the window's panic did not reach the caller of Release")
+				}
+				for _, ks := range p.Snapshot() {
+					if ks.InFlight != 0 {
+						t.Fatalf("after the panic: %+v, want nothing in flight", ks)
+					}
+				}
+				armed.Store(false)
+				time.Sleep(2 * time.Second)
+				for _, r := range []string{"a", "c"} {
+					tk := acquire(t, p, clientpool.Charge{Rule: r, Weight: 2})
+					tk.Release()
+				}
+			})
+		})
+	}
+}

@@ -385,7 +385,28 @@ func (t *Ticket) Release() {
 	p.mu.Lock()
 	defer p.mu.Unlock() // a window that panics must not leave the pool locked
 	now := p.now()
-	for i := range t.held {
+	p.releaseLocked(t, 0, now)
+	p.settleLocked(now)
+}
+
+// releaseLocked ends t's charges from the index from on. When a
+// Rule.Window of the caller's panics in Done or Settle (or exits its
+// goroutine), its charge is out of flight and unreferenced all the same,
+// and the charges after it are ended first, then the panic goes on: no
+// limiter keeps units in flight for a call that has ended.
+func (p *Pool) releaseLocked(t *Ticket, from int, now time.Time) {
+	i := from
+	defer func() {
+		if i < len(t.held) {
+			l := t.held[i].lim
+			p.unrefLocked(l, now)
+			if l.q != nil {
+				p.markPending(l.q)
+			}
+			p.releaseLocked(t, i+1, now)
+		}
+	}()
+	for ; i < len(t.held); i++ {
 		h := &t.held[i]
 		l := h.lim
 		l.inflight -= h.n
@@ -407,7 +428,6 @@ func (t *Ticket) Release() {
 			p.markPending(l.q)
 		}
 	}
-	p.settleLocked(now)
 }
 
 // Acquire admits a call that costs every charge at once, blocking until all
