@@ -14,6 +14,7 @@ import (
 	"github.com/ratesem/ratesem/internal/remote"
 	"github.com/ratesem/ratesem/internal/rspec"
 	"github.com/ratesem/ratesem/internal/wake"
+	"github.com/ratesem/ratesem/internal/winfast"
 	"github.com/ratesem/ratesem/window"
 )
 
@@ -33,6 +34,10 @@ type redisSem struct {
 	local  *RateSemaphore             // the fallback, or nil
 	localN int64
 	capOpt int64 // WithMaxUnitsInFlight, or -1
+	// burstN: the window's burst follows N (a bucket or GCRA made with a
+	// burst of 0): SetLimit sets the spec's burst to the new N, as the
+	// window's own SetLimit does in process
+	burstN bool
 
 	obs func(ratesem.Event) // WithObserver, or nil
 
@@ -121,6 +126,7 @@ func newRedisPolicy(o backend.Opener, name string, p window.Policy, opts []Optio
 	if err := sp.Check(); err != nil {
 		return nil, fmt.Errorf("ratesem: redisrate.NewSemaphoreWithPolicy: %w", err)
 	}
+	burstN := winfast.BurstFollowsN(p) // before newLocal changes p's limit
 	newLocal := func(localN int64) *RateSemaphore {
 		p.SetLimit(time.Now(), window.Limit{N: localN, Per: sp.Limit.Per})
 		var lo []Option
@@ -129,7 +135,11 @@ func newRedisPolicy(o backend.Opener, name string, p window.Policy, opts []Optio
 		}
 		return NewWithPolicy(p, lo...)
 	}
-	return newRedis(o, name, &sp, cfg, newLocal)
+	s, err := newRedis(o, name, &sp, cfg, newLocal)
+	if err == nil {
+		s.remote.burstN = burstN
+	}
+	return s, err
 }
 
 // newRedis is the common part of newRedisN and newRedisPolicy; newLocal
@@ -398,6 +408,9 @@ func (r *redisSem) setLimit(n int64, interval time.Duration) error {
 	sp := new(rspec.Spec)
 	*sp = *r.spec.Load()
 	sp.Limit = window.Limit{N: n, Per: interval}
+	if r.burstN {
+		sp.Burst = n
+	}
 	sp.Concurrency = 0 // a cap of n or more is no cap
 	if r.capOpt > 0 && r.capOpt < n {
 		sp.Concurrency = r.capOpt

@@ -1,11 +1,13 @@
 package semaphore
 
 import (
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/ratesem/ratesem"
 	"github.com/ratesem/ratesem/redistest"
+	"github.com/ratesem/ratesem/window"
 )
 
 // caughtPanic runs f and returns what it panicked with (nil: no panic).
@@ -153,5 +155,44 @@ func TestRedisReleaseOfCallUnitsPanicsAsInProcess(t *testing.T) {
 	}
 	if st := shared.Stats(); st.InFlight != 3 {
 		t.Fatalf("in flight %d after the panics, want 3", st.InFlight)
+	}
+}
+
+// Over Redis, SetLimit of a bucket or GCRA whose burst was left to follow
+// N (NewTokenBucket(l, 0), NewGCRA(l, 0)) moves the burst with N, as in
+// process: a call of the new N is admitted, not refused as heavier than
+// the old burst. A burst given stays. On the base commit Redis kept the
+// first N as the burst: Acquire(8) after SetLimit(8) of a bucket of 4
+// failed with ErrWeightTooLarge where in process it was admitted.
+func TestRedisSetLimitBurstFollowsN(t *testing.T) {
+	addr := redistest.Start(t).Addr()
+	ctx := ctxT(t, 10*time.Second)
+	l := window.Limit{N: 4, Per: time.Second}
+	for name, mk := range map[string]func() window.Policy{
+		"token bucket":       func() window.Policy { return window.NewTokenBucket(l, 0) },
+		"leaky bucket":       func() window.Policy { return window.NewLeakyBucket(l, 0) },
+		"gcra":               func() window.Policy { return window.NewGCRA(l, 0) },
+		"pacer":              func() window.Policy { return window.NewPacer(l) },
+		"token bucket burst": func() window.Policy { return window.NewTokenBucket(l, 4) },
+		"gcra burst":         func() window.Policy { return window.NewGCRA(l, 4) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			local := NewWithPolicy(mk())
+			shared, err := redisNewPolicy(newClient(t, addr), uniqueName(t), mk())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer shared.Close()
+			var got [2]error
+			for i, s := range []*RateSemaphore{local, shared} {
+				if err := s.SetLimit(8, time.Second); err != nil {
+					t.Fatal(err)
+				}
+				got[i] = s.Acquire(ctx, 8)
+			}
+			if (got[0] == nil) != (got[1] == nil) || got[0] != nil && !errors.Is(got[1], ratesem.ErrWeightTooLarge) {
+				t.Fatalf("Acquire(8) after SetLimit(8): in process %v, over Redis %v", got[0], got[1])
+			}
+		})
 	}
 }

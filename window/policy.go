@@ -80,6 +80,17 @@ var (
 
 func init() {
 	winfast.Of = fastOf
+	winfast.BurstFollowsN = func(p any) bool {
+		switch w := p.(type) {
+		case *TokenBucket:
+			return !w.burstSet
+		case *LeakyBucket:
+			return !w.burstSet
+		case *GCRA:
+			return !w.burstSet && !w.pacer
+		}
+		return false
+	}
 	winfast.Mark = func(p any, now time.Time) (win, ended, taken int64, ok bool) {
 		if w, is := p.(*FixedWindow); is {
 			return w.mark(now.UnixNano())

@@ -82,6 +82,12 @@ type Foreign interface {
 // initialised, so it is set in every program that has a window.Policy.
 var Of func(p any) Window
 
+// BurstFollowsN reports whether p, a window.Policy, is a token or leaky
+// bucket or a GCRA of package window whose burst was left at 0 when it was
+// made, so that its SetLimit sets the burst to the new N; false for any
+// other. Package window sets it.
+var BurstFollowsN func(p any) bool
+
 // Mark reports, for a fixed completion window of package window (p, a
 // window.Policy; ok false for any other), at the instant now: the index of
 // the window current at now, the units of the calls that ended in it, and
