@@ -144,7 +144,12 @@ func New(n int64, interval time.Duration, opts ...Option) *RateSemaphore {
 //
 // A window of another package works too (it implements window.Policy); the
 // windows of package window take a faster path, with no time.Time built for
-// an admitted call.
+// an admitted call. Its methods run under the semaphore's lock: one that
+// blocks stalls every caller meanwhile; one that panics (or calls
+// runtime.Goexit) leaves the semaphore unlocked and usable, and the panic
+// goes on, unrecovered, to the caller of the method that ran it (Acquire,
+// Release, End, SetLimit …; when the semaphore's timer admits a waiter, its
+// goroutine, which ends the program).
 //
 // The semaphore owns p: do not use p elsewhere. NewWithPolicy panics if p is
 // nil or if WithStartWindow is given too (the policy already is the window).
