@@ -160,11 +160,17 @@ type feedback struct {
 	// budgeted; the units admitted on the key, ever (saturating); the N
 	// its budget refills to (0: the rule's).
 	budget, reset, admits, n int64
-	budgeted                 bool
-	reported                 bool   // a report (Learned.Reset) set the window once
-	distrusted               uint32 // reports not taken at their word (KeyState.Distrusted), wrapping
-	throttles                uint32 // throttles of this key, ever (wrapping)
-	streak                   uint8  // throttles in a row without a usable Retry-After
+	// unreported is the units of the key's calls in flight whose
+	// response has not reported yet (held.unrep); low is the lowest
+	// remaining reported in the window ending at reset (math.MaxInt64
+	// before any report in it): the latest report in the server's order;
+	// lowAdmits is admits when low was set.
+	unreported, low, lowAdmits int64
+	budgeted                   bool
+	reported                   bool   // a report (Learned.Reset) set the window once
+	distrusted                 uint32 // reports not taken at their word (KeyState.Distrusted), wrapping
+	throttles                  uint32 // throttles of this key, ever (wrapping)
+	streak                     uint8  // throttles in a row without a usable Retry-After
 }
 
 // feedback returns l's feedback state, creating it.
@@ -199,7 +205,7 @@ func (l *limiter) reconciled() int64 {
 	return l.fb.reconciled
 }
 
-// held is one charge of a call on its limiter (56 bytes: a call admitted
+// held is one charge of a call on its limiter (48 bytes: a call admitted
 // at once allocates one per charge; what only waiters need is in qnode).
 type held struct {
 	lim *limiter
@@ -210,14 +216,12 @@ type held struct {
 	// instead: the units of the window's calls that had ended by this
 	// admission, and the window's index.
 	usedAtAdmit, recAtAdmit int64
-	// For a quota rule's key: the units in flight on it just before this
-	// call was admitted (see budgetLocked).
-	flyAtAdmit int64
-	thrAtAdmit uint32 // lim.throttles at admission
-	marked     bool
-	over       bool  // heavier than the key's learned limit: admitted alone as n = that limit (learnedFit)
-	settled    bool  // Ticket.Settle named this charge's rule
-	actual     int64 // the settled weight, when settled
+	thrAtAdmit              uint32 // lim.throttles at admission
+	marked                  bool
+	over                    bool  // heavier than the key's learned limit: admitted alone as n = that limit (learnedFit)
+	settled                 bool  // Ticket.Settle named this charge's rule
+	unrep                   bool  // counted in its quota key's feedback.unreported (see budgetLocked)
+	actual                  int64 // the settled weight, when settled
 }
 
 // qnode is a waiting call's place on one of its limiters: nodes[i] of a
@@ -410,6 +414,7 @@ func (p *Pool) releaseLocked(t *Ticket, from int, now time.Time) {
 		h := &t.held[i]
 		l := h.lim
 		l.inflight -= h.n
+		l.reported(h) // ended: the server has seen it (without a report: as the old model, counted)
 		if fb := l.fb; h.settled && l.rule.quota && fb != nil && fb.budgeted && h.actual > h.n {
 			// A debit spends the server's budget too; a refund is not
 			// given back to it (its window may have changed since).
@@ -648,6 +653,7 @@ func (p *Pool) undoHeldLocked(hs []held, granted time.Time) {
 		if fb := h.lim.fb; h.lim.rule.quota && fb != nil && fb.budgeted {
 			fb.budget = sat.Add(fb.budget, h.n)
 		}
+		h.lim.reported(h)
 		if h.lim.q != nil {
 			p.markPending(h.lim.q)
 		}
@@ -748,7 +754,6 @@ func (p *Pool) admitLocked(hs []held, nodes []qnode, now time.Time) (at time.Tim
 			h.n, h.over = fit, true
 			h.lim.feedback().distrusted++
 		}
-		h.flyAtAdmit = h.lim.inflight
 		h.lim.inflight += h.n
 		h.thrAtAdmit = h.lim.throttles()
 		if h.lim.rule.Usage != nil || h.lim.rule.Learn != nil {
@@ -762,6 +767,8 @@ func (p *Pool) admitLocked(hs []held, nodes []qnode, now time.Time) (at time.Tim
 			fb.budget -= h.n // budgetAdmits checked h.n ≤ budget
 			fb.admits = sat.Add(fb.admits, h.n)
 			h.usedAtAdmit = fb.admits
+			fb.unreported = sat.Add(fb.unreported, h.n)
+			h.unrep = true
 		}
 	}
 	return time.Time{}, false, true
