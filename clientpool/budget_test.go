@@ -70,3 +70,34 @@ func tryAcquire(p *clientpool.Pool, c clientpool.Charge, held *[]*clientpool.Tic
 	*held = append(*held, tk)
 	return true
 }
+
+// A quota rule whose N was guessed (Limit.N > 0 with Learn): the calls in
+// flight when the first report comes may reach the server after it, so
+// they come out of the budget it sets. Five calls in flight, one reports
+// 9 left: at most 5 more start (9 less the 4 others).
+func TestBudgetGuessedLimitCountsCallsInFlight(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newPool(t, []clientpool.Rule{{
+			Name:  "core",
+			Limit: window.Limit{N: 10, Per: time.Hour},
+			Learn: clientpool.LearnRateLimit("X-RateLimit-", "", true),
+		}})
+		c := clientpool.Charge{Rule: "core", Weight: 1}
+		reset := time.Now().Add(30 * time.Minute).Truncate(time.Second)
+		var held []*clientpool.Ticket
+		for range 5 {
+			held = append(held, acquire(t, p, c))
+		}
+		held[0].ObserveHeaders(rlHeader(10, 9, reset))
+		more := 0
+		for tryAcquire(p, c, &held) {
+			more++
+		}
+		if more > 5 {
+			t.Fatalf("%d more started: beyond 9 left less the 4 other calls in flight", more)
+		}
+		for _, tk := range held {
+			tk.Release()
+		}
+	})
+}

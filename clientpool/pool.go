@@ -220,7 +220,7 @@ type held struct {
 	marked                  bool
 	over                    bool  // heavier than the key's learned limit: admitted alone as n = that limit (learnedFit)
 	settled                 bool  // Ticket.Settle named this charge's rule
-	unrep                   bool  // counted in its quota key's feedback.unreported (see budgetLocked)
+	unrep                   bool  // counted in its key's feedback.unreported (Rule.Learn; see budgetLocked)
 	actual                  int64 // the settled weight, when settled
 }
 
@@ -767,6 +767,12 @@ func (p *Pool) admitLocked(hs []held, nodes []qnode, now time.Time) (at time.Tim
 			fb.budget -= h.n // budgetAdmits checked h.n ≤ budget
 			fb.admits = sat.Add(fb.admits, h.n)
 			h.usedAtAdmit = fb.admits
+		}
+		if h.lim.rule.Learn != nil && h.n > 0 {
+			// Until its response reports, the call may reach the server
+			// after any report (budgetLocked); counted from the first
+			// admission on, before the rule is known to count in windows.
+			fb := h.lim.feedback()
 			fb.unreported = sat.Add(fb.unreported, h.n)
 			h.unrep = true
 		}
