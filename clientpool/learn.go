@@ -268,10 +268,18 @@ func (p *Pool) quotaLocked(rs *ruleState, now time.Time) {
 // ending at reset (ns since the epoch, on the host's clock, margin
 // included) for the key of hd. A report of a window that has ended is
 // stale and ignored. A report of a later window than the one known (a new
-// window) sets the budget, even higher than it was; a report of the same
-// window only lowers it. Either way the budget leaves out the key's calls
-// admitted after hd's (the server may not have counted them yet) and those
-// in flight (counting hd's own again: on the safe side).
+// window) sets the budget, even higher than it was.
+//
+// Within a window the server's remaining only falls as requests arrive, so
+// the report with the lowest remaining is the latest in the server's
+// order: it counts every call of the key whose response reported a higher
+// remaining, and may miss only the calls that have not reported yet
+// (feedback.unreported: in flight, the server may count them after it). The
+// budget is that remaining less those, at most: a report lower than every
+// other sets it so (and may raise it: the calls counted since the last one
+// have reported); a higher one gives back its own call's units, now known
+// counted. (A call that ended without a report leaves unreported as it
+// ends: taken as counted, as a call that ended always was.)
 //
 // A report whose window ends well before the one the key keeps (by more
 // than ResetMargin and a second of the Date header's truncation), after
@@ -287,6 +295,8 @@ func (p *Pool) budgetLocked(hd *held, remaining, reset int64, now time.Time) err
 	l := hd.lim
 	fb := l.feedback()
 	nowNs := p.mono(now)
+	fresh := hd.unrep // hd's units count in fb.unreported until now
+	l.reported(hd)
 	if reset <= nowNs {
 		return nil
 	}
@@ -294,8 +304,7 @@ func (p *Pool) budgetLocked(hd *held, remaining, reset int64, now time.Time) err
 	// header) ends Per from now, plus a second for resets rounded up to
 	// whole seconds (GitHub's epoch seconds) and ResetMargin.
 	reset = min(reset, sat.Add(nowNs, int64(l.rule.limit.Per+time.Second+ResetMargin)))
-	left := sat.Sub(sat.Sub(remaining, max(fb.admits-hd.usedAtAdmit, 0)), l.inflight)
-	left = max(left, 0)
+	remaining = max(remaining, 0)
 	var contra error
 	if fb.reported && fb.budgeted && reset < fb.reset-int64(ResetMargin+time.Second) {
 		fb.distrusted++
@@ -303,15 +312,32 @@ func (p *Pool) budgetLocked(hd *held, remaining, reset int64, now time.Time) err
 			l.rule.Name, l.key, time.Duration(fb.reset-reset).Round(time.Millisecond), remaining)
 	}
 	fb.reported = true
+	credit := int64(0)
+	if fresh {
+		credit = hd.n
+	}
 	switch {
 	case !fb.budgeted || reset > fb.reset+int64(time.Second):
-		fb.budget, fb.reset, fb.budgeted = left, reset, true // a new window
-	case left < fb.budget:
-		fb.budget = left
-		fb.reset = reset
+		// a new window
+		fb.budget, fb.low, fb.reset, fb.budgeted = max(sat.Sub(remaining, fb.unreported), 0), remaining, reset, true
+		fb.lowAdmits = fb.admits
+	case remaining < fb.low:
+		// the latest report in the server's order
+		b := max(min(sat.Add(fb.budget, credit), sat.Sub(remaining, fb.unreported)), 0)
+		if contra != nil && b >= fb.budget {
+			break // an earlier end with more budget: the key's window stands
+		}
+		fb.budget, fb.low, fb.reset, fb.lowAdmits = b, remaining, reset, fb.admits
 	case contra != nil:
-		// an earlier end with more budget: the key's window stands
+		// an earlier end, and not the latest report: the key's window stands
 	default:
+		// an earlier report in the server's order: its call is counted,
+		// if it could have reached the server before the lowest report's
+		// (admitted before that report was taken in; one admitted after
+		// and reporting more is a server contradicting itself: no credit)
+		if hd.usedAtAdmit <= fb.lowAdmits {
+			fb.budget = max(min(sat.Add(fb.budget, credit), sat.Sub(fb.low, fb.unreported)), fb.budget)
+		}
 		fb.reset = reset
 	}
 	if l.q != nil {
@@ -319,6 +345,18 @@ func (p *Pool) budgetLocked(hd *held, remaining, reset int64, now time.Time) err
 	}
 	p.settleLocked(now)
 	return contra
+}
+
+// reported takes h out of its quota key's unreported units, once: its
+// response reported, or it ended (or was taken back) without a report.
+func (l *limiter) reported(h *held) {
+	if !h.unrep {
+		return
+	}
+	h.unrep = false
+	if fb := l.fb; fb != nil {
+		fb.unreported = max(fb.unreported-h.n, 0)
+	}
 }
 
 // budgetAdmits reports whether the budget of quota key l lets n units start
@@ -340,6 +378,7 @@ func (l *limiter) budgetAdmits(now, n int64) (ok bool, until int64) {
 		// the calls still in flight may arrive in the new window
 		fb.budget = max(l.limit().N-l.inflight, 0)
 		fb.reset = sat.Add(now, int64(l.rule.limit.Per))
+		fb.low = math.MaxInt64 // no report in it yet
 	}
 	if n > fb.budget {
 		return false, fb.reset

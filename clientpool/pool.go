@@ -160,11 +160,17 @@ type feedback struct {
 	// budgeted; the units admitted on the key, ever (saturating); the N
 	// its budget refills to (0: the rule's).
 	budget, reset, admits, n int64
-	budgeted                 bool
-	reported                 bool   // a report (Learned.Reset) set the window once
-	distrusted               uint32 // reports not taken at their word (KeyState.Distrusted), wrapping
-	throttles                uint32 // throttles of this key, ever (wrapping)
-	streak                   uint8  // throttles in a row without a usable Retry-After
+	// unreported is the units of the key's calls in flight whose
+	// response has not reported yet (held.unrep); low is the lowest
+	// remaining reported in the window ending at reset (math.MaxInt64
+	// before any report in it): the latest report in the server's order;
+	// lowAdmits is admits when low was set.
+	unreported, low, lowAdmits int64
+	budgeted                   bool
+	reported                   bool   // a report (Learned.Reset) set the window once
+	distrusted                 uint32 // reports not taken at their word (KeyState.Distrusted), wrapping
+	throttles                  uint32 // throttles of this key, ever (wrapping)
+	streak                     uint8  // throttles in a row without a usable Retry-After
 }
 
 // feedback returns l's feedback state, creating it.
@@ -199,7 +205,7 @@ func (l *limiter) reconciled() int64 {
 	return l.fb.reconciled
 }
 
-// held is one charge of a call on its limiter (40 bytes: a call admitted
+// held is one charge of a call on its limiter (48 bytes: a call admitted
 // at once allocates one per charge; what only waiters need is in qnode).
 type held struct {
 	lim *limiter
@@ -215,6 +221,7 @@ type held struct {
 	over                    bool  // heavier than the key's learned limit: admitted alone as n = that limit (learnedFit)
 	reported                bool  // marked, and a usage report of this call was taken in
 	settled                 bool  // Ticket.Settle named this charge's rule
+	unrep                   bool  // counted in its key's feedback.unreported (Rule.Learn; see budgetLocked)
 	actual                  int64 // the settled weight, when settled
 }
 
@@ -389,10 +396,32 @@ func (t *Ticket) Release() {
 	p.mu.Lock()
 	defer p.mu.Unlock() // a window that panics must not leave the pool locked
 	now := p.now()
-	for i := range t.held {
+	p.releaseLocked(t, 0, now)
+	p.settleLocked(now)
+}
+
+// releaseLocked ends t's charges from the index from on. When a
+// Rule.Window of the caller's panics in Done or Settle (or exits its
+// goroutine), its charge is out of flight and unreferenced all the same,
+// and the charges after it are ended first, then the panic goes on: no
+// limiter keeps units in flight for a call that has ended.
+func (p *Pool) releaseLocked(t *Ticket, from int, now time.Time) {
+	i := from
+	defer func() {
+		if i < len(t.held) {
+			l := t.held[i].lim
+			p.unrefLocked(l, now)
+			if l.q != nil {
+				p.markPending(l.q)
+			}
+			p.releaseLocked(t, i+1, now)
+		}
+	}()
+	for ; i < len(t.held); i++ {
 		h := &t.held[i]
 		l := h.lim
 		l.inflight -= h.n
+		l.reported(h) // ended: the server has seen it (without a report: as the old model, counted)
 		if fb := l.fb; h.settled && l.rule.quota && fb != nil && fb.budgeted && h.actual > h.n {
 			// A debit spends the server's budget too; a refund is not
 			// given back to it (its window may have changed since).
@@ -411,7 +440,6 @@ func (t *Ticket) Release() {
 			p.markPending(l.q)
 		}
 	}
-	p.settleLocked(now)
 }
 
 // Acquire admits a call that costs every charge at once, blocking until all
@@ -641,6 +669,7 @@ func (p *Pool) undoHeldLocked(hs []held, granted time.Time) {
 		if fb := h.lim.fb; h.lim.rule.quota && fb != nil && fb.budgeted {
 			fb.budget = sat.Add(fb.budget, h.n)
 		}
+		h.lim.reported(h)
 		if h.lim.q != nil {
 			p.markPending(h.lim.q)
 		}
@@ -701,6 +730,17 @@ func (p *Pool) admitLocked(hs []held, nodes []qnode, now time.Time) (at time.Tim
 	if refused {
 		return at, needRelease, false
 	}
+	// A Rule.Window of the caller's may panic (or exit its goroutine) in
+	// Admit or Capacity: the charges its limiters admitted before it are
+	// taken back first, so that no window counts a call nobody holds.
+	decided := false
+	defer func() {
+		if !decided {
+			for i := admitted - 1; i >= 0; i-- {
+				hs[i].lim.policy.Cancel(now, min(hs[i].n, hs[i].lim.learnedFit()))
+			}
+		}
+	}()
 	for i := range hs {
 		h := &hs[i]
 		when, ok := h.lim.policy.Admit(now, min(h.n, h.lim.learnedFit()))
@@ -719,8 +759,10 @@ func (p *Pool) admitLocked(hs []held, nodes []qnode, now time.Time) (at time.Tim
 		for i := admitted - 1; i >= 0; i-- {
 			hs[i].lim.policy.Cancel(now, min(hs[i].n, hs[i].lim.learnedFit()))
 		}
+		decided = true
 		return at, needRelease, false
 	}
+	decided = true
 	for i := range hs {
 		h := &hs[i]
 		if fit := h.lim.learnedFit(); h.n > fit {
@@ -741,6 +783,14 @@ func (p *Pool) admitLocked(hs []held, nodes []qnode, now time.Time) (at time.Tim
 			fb.budget -= h.n // budgetAdmits checked h.n ≤ budget
 			fb.admits = sat.Add(fb.admits, h.n)
 			h.usedAtAdmit = fb.admits
+		}
+		if h.lim.rule.Learn != nil && h.n > 0 {
+			// Until its response reports, the call may reach the server
+			// after any report (budgetLocked); counted from the first
+			// admission on, before the rule is known to count in windows.
+			fb := h.lim.feedback()
+			fb.unreported = sat.Add(fb.unreported, h.n)
+			h.unrep = true
 		}
 	}
 	return time.Time{}, false, true

@@ -96,14 +96,19 @@ type Learned struct {
 	// do not say; Per 0 means the rule's Per holds.
 	Limit window.Limit
 	// Remaining is the units left at the server when it answered, counting
-	// the call it answered; < 0 when the headers do not say.
+	// the call it answered; < 0 when the headers do not say. Within one of
+	// the server's windows (Reset), the report with the lowest Remaining
+	// is the latest the server counted: the key's budget is that, less the
+	// key's calls whose responses have not reported yet; a report with
+	// more gives its own call's units back (it was counted), unless its
+	// call started after the lowest report came in.
 	Remaining int64
 	// Reset is when the server's current window ends, for a server that
 	// counts in windows of its own (GitHub's x-ratelimit-reset); zero for a
 	// token bucket, whose reset headers say when it is full again, not when
 	// a window ends. A Reset later than the one learned before announces a
-	// new window: the only feedback that may loosen the local count. The
-	// pool adds ResetMargin to it.
+	// new window, whose budget may be higher than the old one's. The pool
+	// adds ResetMargin to it.
 	Reset time.Time
 	// Epoch reports that Reset is an instant on the server's clock (an
 	// epoch value such as GitHub's Unix seconds), not a delay from now read

@@ -88,8 +88,8 @@ func (s *RateSemaphore) emitHeld(n int64, w *waiter, c *Call) {
 // takeBack undoes the admission of n units whose observer panicked (see
 // emitHeld).
 func (s *RateSemaphore) takeBack(n int64, w *waiter, c *Call) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.lockDeferred()
+	defer s.unlockDeferred()
 	if c != nil {
 		s.endCallLocked(*c)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/ratesem/ratesem/internal/remote"
 	"github.com/ratesem/ratesem/internal/rspec"
 	"github.com/ratesem/ratesem/internal/wake"
+	"github.com/ratesem/ratesem/internal/winfast"
 	"github.com/ratesem/ratesem/window"
 )
 
@@ -33,6 +34,10 @@ type redisSem struct {
 	local  *RateSemaphore             // the fallback, or nil
 	localN int64
 	capOpt int64 // WithMaxUnitsInFlight, or -1
+	// burstN: the window's burst follows N (a bucket or GCRA made with a
+	// burst of 0): SetLimit sets the spec's burst to the new N, as the
+	// window's own SetLimit does in process
+	burstN bool
 
 	obs func(ratesem.Event) // WithObserver, or nil
 
@@ -130,6 +135,7 @@ func newRedisPolicy(o backend.Opener, name string, p window.Policy, opts []Optio
 	if err := sp.Check(); err != nil {
 		return nil, fmt.Errorf("%w (redisrate.NewSemaphoreWithPolicy)", err)
 	}
+	burstN := winfast.BurstFollowsN(p) // before newLocal changes p's limit
 	newLocal := func(localN int64) *RateSemaphore {
 		p.SetLimit(time.Now(), window.Limit{N: localN, Per: sp.Limit.Per})
 		var lo []Option
@@ -138,7 +144,11 @@ func newRedisPolicy(o backend.Opener, name string, p window.Policy, opts []Optio
 		}
 		return NewWithPolicy(p, lo...)
 	}
-	return newRedis(o, name, &sp, cfg, newLocal)
+	s, err := newRedis(o, name, &sp, cfg, newLocal)
+	if err == nil {
+		s.remote.burstN = burstN
+	}
+	return s, err
 }
 
 // newRedis is the common part of newRedisN and newRedisPolicy; newLocal
@@ -362,18 +372,21 @@ func (r *redisSem) hold(c *remote.Call, n int64) {
 // (Begin's are not held here: Call.End ends them): the oldest call of
 // exactly n units, or else n units taken from the oldest calls, ending each
 // whose units are all released (a call partly released stays in flight in
-// Redis: it counts longer, never less).
-func (r *redisSem) release(n int64) {
+// Redis: it counts longer, never less). It returns false, changing
+// nothing, when n is more than Acquire and TryAcquire hold (the caller
+// panics), with the units they hold.
+func (r *redisSem) release(n int64) (held int64, ok bool) {
 	if n < 0 {
 		panic("ratesem: Release with negative weight")
 	}
 	if n == 0 {
-		return
+		return 0, true
 	}
 	r.mu.Lock()
 	if n > r.heldUnits {
+		held := r.heldUnits
 		r.mu.Unlock()
-		panic("semaphore: released more than held")
+		return held, false
 	}
 	r.heldUnits -= n
 	var done []*heldCall
@@ -400,6 +413,7 @@ func (r *redisSem) release(n int64) {
 	for _, h := range done {
 		h.call.Release() // never waits on Redis
 	}
+	return 0, true
 }
 
 // releaseSettled is release(n) for a call whose weight is known only after
@@ -412,14 +426,18 @@ func (r *redisSem) release(n int64) {
 // concurrent use; it never waits on Redis.
 func (r *redisSem) releaseSettled(n, actual int64) {
 	if n <= 0 || actual == n {
-		r.release(n)
+		if held, ok := r.release(n); !ok {
+			panic(overReleased(n, held, 0))
+		}
 		return
 	}
 	r.mu.Lock()
 	q := r.held[n]
 	if len(q) == 0 {
 		r.mu.Unlock()
-		r.release(n)
+		if held, ok := r.release(n); !ok {
+			panic(overReleased(n, held, 0))
+		}
 		return
 	}
 	h := q[0]
@@ -467,6 +485,9 @@ func (r *redisSem) setLimit(n int64, interval time.Duration) error {
 	sp := new(rspec.Spec)
 	*sp = *r.spec.Load()
 	sp.Limit = window.Limit{N: n, Per: interval}
+	if r.burstN {
+		sp.Burst = n
+	}
 	sp.Concurrency = 0 // a cap of n or more is no cap
 	if r.capOpt > 0 && r.capOpt < n {
 		sp.Concurrency = r.capOpt

@@ -1,11 +1,13 @@
 package semaphore
 
 import (
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/ratesem/ratesem"
 	"github.com/ratesem/ratesem/redistest"
+	"github.com/ratesem/ratesem/window"
 )
 
 // caughtPanic runs f and returns what it panicked with (nil: no panic).
@@ -120,4 +122,77 @@ func TestRedisObserverBlockingStallsOnlyItsCaller(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Release(2)
+}
+
+// A Release that would take a Call's units panics with the same message
+// over Redis as in process (one product), and so does a Release of more
+// than anything holds. On the base commit Redis gave the generic
+// over-release message for both.
+func TestRedisReleaseOfCallUnitsPanicsAsInProcess(t *testing.T) {
+	addr := redistest.Start(t).Addr()
+	ctx := ctxT(t, 10*time.Second)
+	local := New(4, time.Hour)
+	shared := newRedisSem(t, newClient(t, addr), uniqueName(t), 4, time.Hour)
+	for _, s := range []*RateSemaphore{local, shared} {
+		if err := s.Acquire(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+		c, err := s.Begin(ctx, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.End(2)
+		defer s.Release(1)
+	}
+	for _, n := range []int64{2, 3, 4} {
+		want, got := caughtPanic(func() { local.Release(n) }), caughtPanic(func() { shared.Release(n) })
+		if want == nil || got != want {
+			t.Errorf("Release(%d) with 1 unit acquired and a Call of 2: in process %v, over Redis %v", n, want, got)
+		}
+	}
+	if want := "ratesem: Release of units held by a Call from Begin: end it with Call.End"; caughtPanic(func() { shared.Release(3) }) != want {
+		t.Errorf("over Redis, Release(3) does not say %q", want)
+	}
+	if st := shared.Stats(); st.InFlight != 3 {
+		t.Fatalf("in flight %d after the panics, want 3", st.InFlight)
+	}
+}
+
+// Over Redis, SetLimit of a bucket or GCRA whose burst was left to follow
+// N (NewTokenBucket(l, 0), NewGCRA(l, 0)) moves the burst with N, as in
+// process: a call of the new N is admitted, not refused as heavier than
+// the old burst. A burst given stays. On the base commit Redis kept the
+// first N as the burst: Acquire(8) after SetLimit(8) of a bucket of 4
+// failed with ErrWeightTooLarge where in process it was admitted.
+func TestRedisSetLimitBurstFollowsN(t *testing.T) {
+	addr := redistest.Start(t).Addr()
+	ctx := ctxT(t, 10*time.Second)
+	l := window.Limit{N: 4, Per: time.Second}
+	for name, mk := range map[string]func() window.Policy{
+		"token bucket":       func() window.Policy { return window.NewTokenBucket(l, 0) },
+		"leaky bucket":       func() window.Policy { return window.NewLeakyBucket(l, 0) },
+		"gcra":               func() window.Policy { return window.NewGCRA(l, 0) },
+		"pacer":              func() window.Policy { return window.NewPacer(l) },
+		"token bucket burst": func() window.Policy { return window.NewTokenBucket(l, 4) },
+		"gcra burst":         func() window.Policy { return window.NewGCRA(l, 4) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			local := NewWithPolicy(mk())
+			shared, err := redisNewPolicy(newClient(t, addr), uniqueName(t), mk())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer shared.Close()
+			var got [2]error
+			for i, s := range []*RateSemaphore{local, shared} {
+				if err := s.SetLimit(8, time.Second); err != nil {
+					t.Fatal(err)
+				}
+				got[i] = s.Acquire(ctx, 8)
+			}
+			if (got[0] == nil) != (got[1] == nil) || got[0] != nil && !errors.Is(got[1], ratesem.ErrWeightTooLarge) {
+				t.Fatalf("Acquire(8) after SetLimit(8): in process %v, over Redis %v", got[0], got[1])
+			}
+		})
+	}
 }

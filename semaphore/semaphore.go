@@ -49,19 +49,22 @@ type RateSemaphore struct {
 	timedDone atomic.Bool // doneUsesTime && interval > 0, kept by SetLimit; read by Release without mu
 
 	mu       sync.Mutex
-	size     int64         // n: the most units per interval, and in flight
-	interval time.Duration // 0: no rate limit, exactly like x/sync's Weighted
-	capOpt   int64         // WithMaxUnitsInFlight, or -1
-	conc     int64         // the concurrency cap in force: min(size, capOpt)
-	fit      int64         // the heaviest call that can ever start: min(conc, policy capacity)
-	cur      int64         // units in flight
-	policy   winfast.Window
-	orig     window.Policy // the policy given, for its window.Settler
-	waiters  list.List     // of *waiter, by rank: priority class, then arrival
-	parked   list.List     // of *waiter heavier than the cap while interval is 0
-	paused   time.Time     // no starts before; zero when no pause is pending
-	ranker   sched.Ranker
-	maxQueue int // WithMaxQueue; 0: no cap
+	size     int64          // n: the most units per interval, and in flight
+	interval time.Duration  // 0: no rate limit, exactly like x/sync's Weighted
+	capOpt   int64          // WithMaxUnitsInFlight, or -1
+	conc     int64          // the concurrency cap in force: min(size, capOpt)
+	fit      int64          // the heaviest call that can ever start: min(conc, policy capacity)
+	cur      int64          // units in flight
+	policy   winfast.Window // guarded when it runs a caller's code (guard)
+	orig     window.Policy  // the policy given, for its window.Settler
+	// deferredUnlock: the frame holding mu unlocks it in a deferred call
+	// (lockDeferred), so a Policy's panic must not (guarded)
+	deferredUnlock bool
+	waiters        list.List // of *waiter, by rank: priority class, then arrival
+	parked         list.List // of *waiter heavier than the cap while interval is 0
+	paused         time.Time // no starts before; zero when no pause is pending
+	ranker         sched.Ranker
+	maxQueue       int // WithMaxQueue; 0: no cap
 
 	timer wake.Timer // set for the instant the head waiter can be admitted
 
@@ -145,7 +148,12 @@ func New(n int64, interval time.Duration, opts ...Option) *RateSemaphore {
 //
 // A window of another package works too (it implements window.Policy); the
 // windows of package window take a faster path, with no time.Time built for
-// an admitted call.
+// an admitted call. Its methods run under the semaphore's lock: one that
+// blocks stalls every caller meanwhile; one that panics (or calls
+// runtime.Goexit) leaves the semaphore unlocked and usable, and the panic
+// goes on, unrecovered, to the caller of the method that ran it (Acquire,
+// Release, End, SetLimit …; when the semaphore's timer admits a waiter, its
+// goroutine, which ends the program).
 //
 // The semaphore owns p: do not use p elsewhere. NewWithPolicy panics if p is
 // nil or if WithStartWindow is given too (the policy already is the window).
@@ -162,7 +170,8 @@ func NewWithPolicy(p window.Policy, opts ...Option) *RateSemaphore {
 
 func newSemaphore(p window.Policy, cfg config) *RateSemaphore {
 	l := p.Limit()
-	s := &RateSemaphore{clock: wake.NewClock(cfg.clk), size: l.N, interval: l.Per, capOpt: cfg.concurrency, policy: winfast.Of(p), orig: p}
+	s := &RateSemaphore{clock: wake.NewClock(cfg.clk), size: l.N, interval: l.Per, capOpt: cfg.concurrency, orig: p}
+	s.policy = guard(winfast.Of(p), s)
 	s.obs = cfg.observer
 	s.maxQueue = cfg.maxQueue
 	s.epoch = s.policy.Start(s.clock.Now())
@@ -370,8 +379,8 @@ func (s *RateSemaphore) queue(ctx context.Context, n int64, now time.Time) (*wai
 // admission undone (as if it never happened) if it was granted meanwhile.
 // The waiters behind it move on.
 func (s *RateSemaphore) abandon(w *waiter) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.lockDeferred()
+	defer s.unlockDeferred()
 	select {
 	case <-w.ready:
 		if w.err == nil {
@@ -446,8 +455,8 @@ func (s *RateSemaphore) TryAcquire(n int64) (ok bool) {
 			s.observeAdmitted(n, nil, nil)
 		}
 	}()
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.lockDeferred()
+	defer s.unlockDeferred()
 	if s.waiters.Len() != 0 {
 		return false
 	}
@@ -471,7 +480,12 @@ func (s *RateSemaphore) TryAcquire(n int64) (ok bool) {
 // Release that would take them panics too, whoever else holds units.
 func (s *RateSemaphore) Release(n int64) {
 	if s.remote != nil {
-		s.remote.release(n)
+		if held, ok := s.remote.release(n); !ok {
+			s.mu.Lock()
+			calls := s.callUnits
+			s.mu.Unlock()
+			panic(overReleased(n, held, calls))
+		}
 		return
 	}
 	if n < 0 {
@@ -490,12 +504,9 @@ func (s *RateSemaphore) Release(n int64) {
 	}
 	s.mu.Lock()
 	if n > s.cur-s.callUnits {
-		msg := "semaphore: released more than held"
-		if n <= s.cur {
-			msg = "ratesem: Release of units held by a Call from Begin: end it with Call.End"
-		}
+		held, calls := s.cur-s.callUnits, s.callUnits
 		s.mu.Unlock()
-		panic(msg)
+		panic(overReleased(n, held, calls))
 	}
 	s.cur -= n
 	if !timed && s.doneUsesTime && s.interval > 0 {
@@ -508,6 +519,17 @@ func (s *RateSemaphore) Release(n int64) {
 		s.notifyLocked(s.now())
 	}
 	s.mu.Unlock()
+}
+
+// overReleased is the panic of a Release of n units that Acquire and
+// TryAcquire do not hold (held units), in process and over Redis alike:
+// x/sync's message, or, when the units are those of Begin's Calls (calls
+// units), what to do instead.
+func overReleased(n, held, calls int64) string {
+	if n <= held+calls {
+		return "ratesem: Release of units held by a Call from Begin: end it with Call.End"
+	}
+	return "semaphore: released more than held"
 }
 
 // Do acquires one unit, runs fn, and releases the unit when fn returns or
@@ -545,8 +567,8 @@ func (s *RateSemaphore) Pause(until time.Time) {
 	}
 	set := false
 	defer func() { s.observePaused(set, until) }() // after the unlock below
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.lockDeferred()
+	defer s.unlockDeferred()
 	if !until.After(s.paused) {
 		return
 	}
@@ -596,8 +618,8 @@ func (s *RateSemaphore) SetLimit(n int64, interval time.Duration) error {
 	if s.remote != nil {
 		return s.remote.setLimit(n, interval)
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.lockDeferred()
+	defer s.unlockDeferred()
 	now := s.now()
 	s.size, s.interval = n, interval
 	s.policy.SetLimit(s.nanosOf(now), n, interval)
@@ -698,8 +720,8 @@ func (s *RateSemaphore) Limit() window.Limit {
 	if s.remote != nil {
 		return s.remote.spec.Load().Limit
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.lockDeferred()
+	defer s.unlockDeferred()
 	return window.Limit{N: s.size, Per: s.interval}
 }
 
@@ -778,8 +800,8 @@ func (s *RateSemaphore) Stats() Stats {
 		s.mu.Unlock()
 		return st
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.lockDeferred()
+	defer s.unlockDeferred()
 	return Stats{
 		InFlight:    s.cur,
 		Waiting:     s.waiters.Len() + s.parked.Len(),

@@ -161,7 +161,8 @@ func (c Call) End(actual int64) {
 		s.remote.endCall(rc, c.n, actual)
 		return
 	}
-	defer s.mu.Unlock()
+	s.deferredUnlock = true // a Policy that panics leaves the unlock to us (guarded)
+	defer s.unlockDeferred()
 	s.cur -= c.n
 	now := s.now()
 	if st, ok := s.settler(); ok && s.interval > 0 {

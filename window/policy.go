@@ -68,18 +68,29 @@ var (
 	_ Policy = (*LeakyBucket)(nil)
 	_ Policy = (*GCRA)(nil)
 
-	_ winfast.Window = (*fastCompletion)(nil)
-	_ winfast.Window = (*fastSlidingLog)(nil)
-	_ winfast.Window = (*fastFixed)(nil)
-	_ winfast.Window = (*fastSlidingCounter)(nil)
-	_ winfast.Window = (*fastSubWindow)(nil)
-	_ winfast.Window = (*fastTokenBucket)(nil)
-	_ winfast.Window = (*fastGCRA)(nil)
-	_ winfast.Window = (*foreign)(nil)
+	_ winfast.Window  = (*fastCompletion)(nil)
+	_ winfast.Window  = (*fastSlidingLog)(nil)
+	_ winfast.Window  = (*fastFixed)(nil)
+	_ winfast.Window  = (*fastSlidingCounter)(nil)
+	_ winfast.Window  = (*fastSubWindow)(nil)
+	_ winfast.Window  = (*fastTokenBucket)(nil)
+	_ winfast.Window  = (*fastGCRA)(nil)
+	_ winfast.Foreign = (*foreign)(nil)
 )
 
 func init() {
 	winfast.Of = fastOf
+	winfast.BurstFollowsN = func(p any) bool {
+		switch w := p.(type) {
+		case *TokenBucket:
+			return !w.burstSet
+		case *LeakyBucket:
+			return !w.burstSet
+		case *GCRA:
+			return !w.burstSet && !w.pacer
+		}
+		return false
+	}
 	winfast.Mark = func(p any, now time.Time) (win, ended, taken int64, ok bool) {
 		if w, is := p.(*FixedWindow); is {
 			return w.mark(now.UnixNano())
@@ -129,6 +140,9 @@ type foreign struct {
 	p     Policy
 	epoch time.Time
 }
+
+// ForeignPolicy implements winfast.Foreign: the methods run a caller's code.
+func (f *foreign) ForeignPolicy() {}
 
 // Start implements winfast.Window over the foreign Policy.
 func (f *foreign) Start(e time.Time) time.Time { f.epoch = e; return e }

@@ -154,8 +154,15 @@ func (b *TokenBucket) setLimit(now int64, l Limit) {
 
 // floor is the most a debt may take the bucket below empty: one Per's
 // refill, N units ("full until the window moves"), and never so far that
-// burst − tokens would wrap.
-func (b *TokenBucket) floor() int64 { return -min(b.limit.N, math.MaxInt64-b.burst) }
+// burst − tokens would wrap. A limit of 0 refills nothing and refuses
+// every call: its debt is kept whole, so that a limit set to 0 and back
+// still counts the calls of before.
+func (b *TokenBucket) floor() int64 {
+	if b.limit.N == 0 {
+		return b.burst - math.MaxInt64
+	}
+	return -min(b.limit.N, math.MaxInt64-b.burst)
+}
 
 // debit takes n > 0 units out of the bucket, refilled to now, below empty
 // if need be but never below floor; a bucket already below it stays.

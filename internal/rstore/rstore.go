@@ -683,7 +683,7 @@ func (s *Store) Release(ctx context.Context, scope string, cs []Charge, token st
 // Weight. Debits saturate at "full until the window moves", as in
 // window.Settler: a bucket's debt stops at N units below empty (one Per's
 // refill) and GCRA's TAT at (burst + N) emission intervals past now (N for
-// a pacer), unless SetLimit left them deeper; a fixed window's or
+// a pacer), a state already beyond stays as it is; a fixed window's or
 // counter's count stops at 2^52 units (far beyond any N; the count leaves
 // with its window). So no reply holds a limiter for much more than one Per
 // (two for the sliding window counter), and the keys live until the debt
@@ -859,8 +859,11 @@ func (s *Store) ReconcileAt(ctx context.Context, scope string, c Charge, used in
 
 // SetLimit stores c.Spec as the limiter's limit for every process: their
 // admissions adopt it (Decision.Adopted) until the state expires when idle.
-// The state is kept as it is, read under the new limit. c.Weight is not
-// used.
+// The state is carried over as in process: a bucket's debt and GCRA's
+// (TAT − now) are kept in units, refilled to now at the old rate, at most
+// one Per of the new rate below empty (window.TokenBucket.SetLimit,
+// window.GCRA.SetLimit; GCRA's debt rounded up to a µs); the other windows'
+// state is kept as it is, read under the new limit. c.Weight is not used.
 func (s *Store) SetLimit(ctx context.Context, scope string, c Charge) error {
 	c.Weight = 0
 	keys, args, err := s.call(scope, []Charge{c}, "", "")

@@ -64,6 +64,16 @@ type Window interface {
 	DoneUsesTime() bool
 }
 
+// Foreign is implemented by the Window that Of returns for a Policy of
+// another package: its methods run the caller's code, which may panic, so
+// the engine guards them (the windows of package window do not implement
+// it, and cost the engine nothing more).
+type Foreign interface {
+	Window
+	// ForeignPolicy marks the adapter; it does nothing.
+	ForeignPolicy()
+}
+
 // Of returns the engine's form of p, a window.Policy: for the windows of
 // package window, a Window that works on their state directly; for a Policy
 // of another package, an adapter that converts instants to time.Time and
@@ -71,6 +81,12 @@ type Window interface {
 // It returns nil if p is nil. Package window sets it when it is
 // initialised, so it is set in every program that has a window.Policy.
 var Of func(p any) Window
+
+// BurstFollowsN reports whether p, a window.Policy, is a token or leaky
+// bucket or a GCRA of package window whose burst was left at 0 when it was
+// made, so that its SetLimit sets the burst to the new N; false for any
+// other. Package window sets it.
+var BurstFollowsN func(p any) bool
 
 // Mark reports, for a fixed completion window of package window (p, a
 // window.Policy; ok false for any other), at the instant now: the index of

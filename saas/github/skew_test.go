@@ -30,6 +30,13 @@ func (c skewClock) After(d time.Duration) <-chan time.Time { return time.After(d
 // requests per (scaled) hour, and returns the server's stats.
 func crawlSkewed(t *testing.T, skew time.Duration, mutate func(h http.Header)) saastest.Stats {
 	t.Helper()
+	st, _ := crawlSkewedLog(t, skew, mutate)
+	return st
+}
+
+// crawlSkewedLog is crawlSkewed, with the server's log.
+func crawlSkewedLog(t *testing.T, skew time.Duration, mutate func(h http.Header)) (saastest.Stats, []saastest.Entry) {
+	t.Helper()
 	const scale = 360 // an hour of 10 s
 	srv := saastest.NewGitHub(saastest.GitHubConfig{
 		InMemory: true, Limit: 300, Scale: scale,
@@ -75,7 +82,7 @@ func crawlSkewed(t *testing.T, skew time.Duration, mutate func(h http.Header)) s
 	log := srv.Log()
 	st := srv.Stats()
 	t.Logf("skew %v: %d accepted, rejected %v, in %v", skew, st.Accepted, st.Rejected, log[len(log)-1].At.Sub(log[0].At))
-	return st
+	return st, log
 }
 
 // Issue 18: a host clock ahead of the server's must not start the next
