@@ -21,7 +21,9 @@ func TestWholeLossSettledCallsInFlight(t *testing.T) {
 			clk.t = time.Unix(1_700_000_000, 0) // on a Per boundary
 			s, rdb := newStore(t, clk, time.Minute)
 			ctx := context.Background()
-			cs := func(n int64) []Charge { return []Charge{{Rule: "r", Key: "k", Spec: spec(k, 4, time.Second), Weight: n}} }
+			cs := func(n int64) []Charge {
+				return []Charge{{Rule: "r", Key: "k", Spec: spec(k, 4, time.Second), Weight: n}}
+			}
 			var toks []string
 			for range 2 {
 				d, err := s.Admit(ctx, "sc", cs(2))
