@@ -16,9 +16,12 @@ import (
 // that has ended is carried with a lease of 1 µs, so that it counts as
 // ended now. It refuses nothing (a pause or a hold does not apply: the
 // call already happened) and may leave a window counting more than N,
-// which then admits nothing until enough has left it. Reply {now µs}, or
-// {-1, charge, stored spec} for a spec mismatch.
-var carryScript = goredis.NewScript(header + prelude + `
+// which then admits nothing until enough has left it. It takes the
+// admission's three trailing ARGV (only the deadline is read): a carry
+// that reaches Redis after its deadline changes nothing (late). Reply
+// {now µs}, {0, now, 0, 1, 16, ""} when late, or {-1, charge, stored
+// spec} for a spec mismatch.
+var carryScript = goredis.NewScript(header + late + prelude + `
 local Ls, err = loadall(true)
 if Ls == nil then return err end
 for i = 1, NC do
@@ -39,9 +42,15 @@ return {now}
 // has ended is recorded as admitted and ended now: the token returned is
 // of no use then. Counting a call from now rather than from when it really
 // happened counts it longer, never less. Charges of weight 0 change
-// nothing but prove that Redis answers. It returns the errors of Admit
-// (an error matching ErrLimitMismatch included) and blocks for one round
-// trip.
+// nothing but prove that Redis answers.
+//
+// A ctx made by rspec.WithAnswerBy sets the instant after which the carry
+// is refused, changing nothing, as a late admission is (Decision.Late, OK
+// false; see # Late admissions): a carry that a frozen Redis runs after
+// its caller gave up on it would leave a lease nobody releases (the caller
+// carries the call again later). It returns the errors of Admit (an error
+// matching ErrLimitMismatch included) and blocks for one round trip (two
+// when it reads the clock first, as Admit).
 func (s *Store) Carry(ctx context.Context, scope string, cs []Charge, ended bool) (Decision, error) {
 	tok := newToken()
 	lease := s.leaseS
@@ -52,13 +61,27 @@ func (s *Store) Carry(ctx context.Context, scope string, cs []Charge, ended bool
 	if err != nil {
 		return Decision{}, err
 	}
+	dl, err := s.deadline(ctx, scope, keys[len(keys)-1])
+	if err != nil {
+		return Decision{}, fmt.Errorf("ratesem: redis carry: reading the server's clock: %w", err)
+	}
+	args = append(args, "", "", dl)
+	sent := time.Now()
 	v, err := carryScript.Run(ctx, s.c, keys, args...).Slice()
 	if err != nil {
 		return Decision{}, fmt.Errorf("ratesem: redis carry: %w", err)
 	}
+	got := time.Now()
 	if len(v) == 3 {
 		if code, _ := v[0].(int64); code == -1 {
 			return Decision{}, mismatch(cs, v)
+		}
+	}
+	if len(v) == 6 {
+		now, _ := v[1].(int64)
+		if flags, _ := v[4].(int64); flags&16 != 0 {
+			s.learn(scope, cs, now, sent, got, false, "")
+			return Decision{Late: true, Now: time.UnixMicro(now)}, nil
 		}
 	}
 	if len(v) != 1 {
@@ -68,5 +91,6 @@ func (s *Store) Carry(ctx context.Context, scope string, cs []Charge, ended bool
 	if !ok {
 		return Decision{}, fmt.Errorf("ratesem: malformed reply from Redis: %v", v)
 	}
+	s.learn(scope, cs, now, sent, got, false, "")
 	return Decision{OK: true, Token: tok + "." + strconv.FormatInt(now, 10), Now: time.UnixMicro(now), Leased: !ended}, nil
 }

@@ -5,6 +5,10 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/ratesem/ratesem/internal/rspec"
 )
 
 // TestWholeLossSettledCallsInFlight: calls in flight when Redis loses
@@ -49,5 +53,48 @@ func TestWholeLossSettledCallsInFlight(t *testing.T) {
 				t.Fatalf("2 of 4 units counted: %+v; want a weight of 2 admitted", d)
 			}
 		})
+	}
+}
+
+// TestCarryLateFrozenServer: carries of calls in flight sent to a Redis
+// frozen by DEBUG SLEEP, with their answer-by instant long gone when it
+// wakes, are refused there (Decision.Late), as late admissions are: no
+// lease is left that nobody would release (the process gave up on the
+// carry and carries the call again later). Before: each left a lease
+// holding its units for the whole lease.
+func TestCarryLateFrozenServer(t *testing.T) {
+	s, rdb := newStore(t, nil, time.Minute)
+	ctx := context.Background()
+	cs := []Charge{{Rule: "r", Key: "k", Spec: spec(Completion, 10, time.Second), Weight: 1}}
+	by := func(d time.Duration) context.Context { return rspec.WithAnswerBy(ctx, time.Now().Add(d)) }
+	if d, err := s.Carry(by(time.Second), "sc", cs, false); err != nil || !d.OK || d.Late {
+		t.Fatal(d, err)
+	}
+	sleeper := goredis.NewClient(&goredis.Options{Addr: rdb.Options().Addr, ReadTimeout: 10 * time.Second})
+	defer sleeper.Close()
+	slept := make(chan error, 1)
+	go func() { slept <- sleeper.Do(ctx, "DEBUG", "SLEEP", "1").Err() }()
+	time.Sleep(100 * time.Millisecond)
+	results := make(chan rspec.Decision, 4)
+	for i := range 4 {
+		go func() {
+			d, _ := s.Carry(by(200*time.Millisecond), "sc", cs, i%2 == 0)
+			results <- d
+		}()
+	}
+	if err := <-slept; err != nil {
+		t.Fatal(err)
+	}
+	for range 4 {
+		if d := <-results; d.OK || !d.Late {
+			t.Errorf("a carry run after the freeze: %+v; want Late", d)
+		}
+	}
+	k := s.Keys("sc", cs[0])
+	if n := rdb.ZCard(ctx, k[1]).Val(); n != 1 {
+		t.Errorf("%d leases after the freeze; want 1", n)
+	}
+	if n := rdb.ZCard(ctx, k[2]).Val(); n != 0 {
+		t.Errorf("%d ends logged after the freeze; want 0", n)
 	}
 }
