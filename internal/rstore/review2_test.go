@@ -98,3 +98,36 @@ func TestCarryLateFrozenServer(t *testing.T) {
 		t.Errorf("%d ends logged after the freeze; want 0", n)
 	}
 }
+
+// TestCarryFindsWholeLoss: a whole loss (FLUSHALL) whose first round trip
+// after it is a carry (a process that fell back meanwhile): the carry
+// finds the loss, by the scope's epoch key, as an admission would, and the
+// hold runs from the carry, a Per (the carried call, ended at the carry,
+// counts as long). Before: the carry made the limiter's state without
+// looking at the epoch key; the loss was found by the next admission, 600
+// ms later, and held a Per from then.
+func TestCarryFindsWholeLoss(t *testing.T) {
+	clk := newClock()
+	s, rdb := newStore(t, clk, time.Minute)
+	ctx := context.Background()
+	cs := []Charge{{Rule: "r", Key: "k", Spec: spec(Completion, 4, time.Second), Weight: 1}}
+	if d, err := s.Admit(ctx, "sc", cs); err != nil || !d.OK {
+		t.Fatal(d, err)
+	} else if err := s.Release(ctx, "sc", cs, d.Token); err != nil {
+		t.Fatal(err)
+	}
+	clk.add(10 * time.Millisecond)
+	rdb.FlushAll(ctx)
+	clk.add(100 * time.Millisecond)
+	if d, err := s.Carry(ctx, "sc", cs, true); err != nil || !d.OK {
+		t.Fatal(d, err)
+	}
+	clk.add(500 * time.Millisecond)
+	if d, _ := s.Admit(ctx, "sc", cs); d.OK || !d.Lost {
+		t.Fatalf("after the loss and the carry: %+v; want refused, lost", d)
+	}
+	clk.add(510 * time.Millisecond) // a Per and 10 ms after the carry
+	if d, _ := s.Admit(ctx, "sc", cs); !d.OK {
+		t.Fatalf("a Per after the carry: %+v; want admitted (the hold ran from the carry)", d)
+	}
+}

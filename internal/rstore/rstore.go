@@ -62,7 +62,8 @@
 // last saw and until when that key must exist (the latest admission's
 // instant plus its keys' TTL, less a second). An admission that finds the
 // key gone (or made again, with another id, by a process that did not
-// know the old one) before then notes the loss in the key at that instant
+// know the old one) before then (or a Carry, which reads the key as an
+// admission does) notes the loss in the key at that instant
 // l; from then on every limiter of the scope whose state predates the loss
 // is made as full as a limiter full at l (and a limiter made new, as well:
 // nobody can tell it from a lost one): held full until l + Per (+ margin)
