@@ -3,6 +3,7 @@ package rstore
 import (
 	"context"
 	"errors"
+	"strconv"
 	"testing"
 	"time"
 
@@ -129,5 +130,50 @@ func TestCarryFindsWholeLoss(t *testing.T) {
 	clk.add(510 * time.Millisecond) // a Per and 10 ms after the carry
 	if d, _ := s.Admit(ctx, "sc", cs); !d.OK {
 		t.Fatalf("a Per after the carry: %+v; want admitted (the hold ran from the carry)", d)
+	}
+}
+
+// TestReconcileAfterWholeLossKeepsTheHold: a fixed completion window whose
+// state Redis lost: a server's report taken in after the loss (5 units
+// from elsewhere), then the admission that finds the loss (the window held
+// full in the loss's window), then a report with a call's mark that
+// bounds the units from elsewhere lower (4): the reconcile gives back
+// what its own looser bound took, never the hold's units: the window
+// admits nothing until the next. Before: the hold made the window count N
+// with the 5 units of the first report still counted apart (field e), so
+// the give-back of 1 came out of the hold and a call was admitted.
+func TestReconcileAfterWholeLossKeepsTheHold(t *testing.T) {
+	clk := newClock()
+	clk.t = time.Unix(1_700_000_000, 0) // on a Per boundary
+	s, rdb := newStore(t, clk, time.Minute)
+	ctx := context.Background()
+	c := Charge{Rule: "r", Key: "k", Spec: spec(FixedCompletion, 10, time.Second), Weight: 1}
+	cs := []Charge{c}
+	if d, err := s.Admit(ctx, "sc", cs); err != nil || !d.OK {
+		t.Fatal(d, err)
+	} else if err := s.Release(ctx, "sc", cs, d.Token); err != nil {
+		t.Fatal(err)
+	}
+	clk.add(10 * time.Millisecond)
+	rdb.FlushAll(ctx)
+	clk.add(10 * time.Millisecond)
+	if x, err := s.ReconcileAt(ctx, "sc", c, 5, Read{Seen: clk.now()}); err != nil || x != 5 {
+		t.Fatalf("a report of 5 after the loss: %d %v; want 5 taken", x, err)
+	}
+	clk.add(10 * time.Millisecond)
+	if d, _ := s.Admit(ctx, "sc", cs); d.OK || !d.Lost {
+		t.Fatalf("after the loss: %+v; want refused, lost", d)
+	}
+	w := clk.now().UnixMicro() / time.Second.Microseconds()
+	mark := strconv.FormatInt(w, 10) + ":0"
+	if _, err := s.ReconcileAt(ctx, "sc", c, 5, Read{Seen: clk.now(), Mark: mark, Weight: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := s.Admit(ctx, "sc", cs); d.OK {
+		t.Fatalf("in the window held full after the loss: %+v; want refused", d)
+	}
+	clk.add(time.Second)
+	if d, _ := s.Admit(ctx, "sc", cs); !d.OK {
+		t.Fatalf("in the next window: %+v; want admitted", d)
 	}
 }

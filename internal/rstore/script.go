@@ -420,7 +420,15 @@ local function fill(L, l)
     local h = l + math.max(L.per + (k == 3 and L.p1 or 0), 1000000)
     if h > t and (L.h == nil or h > L.h) then set(L, 'h', h); return true end
   elseif k == 2 or k == 4 then
-    if L.w == fdiv(l, L.per) and (L.u or 0) < L.N then set(L, 'u', L.N); return true end
+    if L.w == fdiv(l, L.per) then
+      -- a fixed completion window counts the units a server's report
+      -- took (e) as its own from then: a later report's give-back
+      -- (reconcileScript) must not come out of the hold
+      local ch = false
+      if k == 2 and (L.e or 0) > 0 then set(L, 'e', 0); ch = true end
+      if (L.u or 0) < L.N then set(L, 'u', L.N); ch = true end
+      if ch then return true end
+    end
   elseif k == 5 then
     local idx = fdiv(l, L.per)
     if idx == L.w and (L.c or 0) < L.N then set(L, 'c', L.N); return true end
