@@ -170,7 +170,10 @@ func WithJitter(max time.Duration) Option {
 // fallback admitted are carried into Redis before any other call of the
 // process: those in flight as calls in flight there (their Release goes to
 // Redis), those that ended within the interval as ended then (counted from
-// then on: longer than they need, never less). Until the fallback's window
+// then on: longer than they need, never less); a carry that a frozen Redis
+// runs after the process gave up on it is refused there, as a late
+// admission is, and a carry that finds Redis's state lost holds the limit
+// from then, as an admission would. Until the fallback's window
 // has drained (the interval after its last call ended) a call must fit both
 // Redis and the local share, so processes that reach Redis again at
 // different moments still stay within n together; callers waiting on the

@@ -176,11 +176,13 @@ var errTry = errors.New("ratesem: not admitted at once")
 // Internal outcomes of the fallback's paths: Redis answered while a waiter
 // waited on the fallback (errBackUp); a waiter slept until the fallback's
 // window drains (errGateWait); a carry under way did not end in time
-// (errCarryBusy, taken as Redis not answering).
+// (errCarryBusy, taken as Redis not answering); Redis ran a carry after its
+// deadline, changing nothing (errCarryLate, taken as Redis not answering).
 var (
 	errBackUp    = errors.New("ratesem: redis answers again")
 	errGateWait  = errors.New("ratesem: waiting for the fallback's window to drain")
 	errCarryBusy = errors.New("carrying the fallback's calls into Redis took too long")
+	errCarryLate = errors.New("the carry of the fallback's calls reached Redis after its deadline")
 )
 
 // Config configures an Engine. Zero fields take their defaults.
@@ -1295,6 +1297,10 @@ func (e *Engine) carrySent(ctx context.Context, timeout time.Duration) (sent boo
 		e.carrying = ch
 		batch := slices.Clone(e.recs)
 		e.mu.Unlock()
+		// Nobody waits for the carry after by: Redis refuses it if it runs
+		// later (a Redis frozen meanwhile would run it when it wakes, and
+		// leave leases nobody releases; the calls are carried again).
+		by := time.Now().Add(timeout)
 		finish := func() {
 			e.mu.Lock()
 			e.carrying = nil
@@ -1303,7 +1309,7 @@ func (e *Engine) carrySent(ctx context.Context, timeout time.Duration) (sent boo
 		}
 		err := e.bounded(ctx, timeout, func(octx context.Context) error {
 			defer finish()
-			return e.carryBatch(octx, batch)
+			return e.carryBatch(rspec.WithAnswerBy(octx, by), batch)
 		})
 		if err == errBusy {
 			finish() // it never started
@@ -1358,6 +1364,9 @@ func (e *Engine) carryBatch(ctx context.Context, batch []*carryRec) error {
 		if err != nil && !callerError(err) {
 			return err
 		}
+		if err == nil && d.Late {
+			return errCarryLate
+		}
 		e.mu.Lock()
 		r.done = true
 		switch {
@@ -1381,11 +1390,17 @@ func (e *Engine) carryBatch(ctx context.Context, batch []*carryRec) error {
 			if c.Weight <= 0 {
 				break
 			}
-			if _, err := e.st.Carry(ctx, a.scope, []rspec.Charge{c}, true); err != nil {
+			d, err := e.st.Carry(ctx, a.scope, []rspec.Charge{c}, true)
+			if err != nil {
 				if callerError(err) {
 					break
 				}
 				return err
+			}
+			if d.Late {
+				// The chunks carried so far count again at the next carry:
+				// longer, never less.
+				return errCarryLate
 			}
 			w -= c.Weight
 		}
@@ -1463,8 +1478,12 @@ func (e *Engine) ping(w *waiter) error {
 	for i := range cs {
 		cs[i].Weight = 0
 	}
+	by := time.Now().Add(probeTimeout)
 	err := e.bounded(e.closeCtx, probeTimeout, func(ctx context.Context) error {
-		_, err := e.st.Carry(ctx, w.scope, cs, true)
+		d, err := e.st.Carry(rspec.WithAnswerBy(ctx, by), w.scope, cs, true)
+		if err == nil && d.Late {
+			return errCarryLate
+		}
 		return err
 	})
 	if err != nil && callerError(err) {

@@ -436,9 +436,11 @@ type Store interface {
 	SetLimit(ctx context.Context, scope string, c Charge) error
 	// Carry records a call a process's local fallback admitted while the
 	// store was unreachable, now, whatever the windows hold (it refuses
-	// nothing): a call in flight (ended false) as admitted now, under the
+	// nothing but a late carry): a call in flight (ended false) as admitted now, under the
 	// Decision's Token, which Release, Settle and Cancel take; one that
 	// has ended as admitted and ended now. Charges of weight 0 change
-	// nothing. See internal/rstore's Store.Carry.
+	// nothing. A carry that reaches the store after the instant of
+	// WithAnswerBy in ctx changes nothing (Decision.Late). See
+	// internal/rstore's Store.Carry.
 	Carry(ctx context.Context, scope string, cs []Charge, ended bool) (Decision, error)
 }

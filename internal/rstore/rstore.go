@@ -62,7 +62,8 @@
 // last saw and until when that key must exist (the latest admission's
 // instant plus its keys' TTL, less a second). An admission that finds the
 // key gone (or made again, with another id, by a process that did not
-// know the old one) before then notes the loss in the key at that instant
+// know the old one) before then (or a Carry, which reads the key as an
+// admission does) notes the loss in the key at that instant
 // l; from then on every limiter of the scope whose state predates the loss
 // is made as full as a limiter full at l (and a limiter made new, as well:
 // nobody can tell it from a lost one): held full until l + Per (+ margin)
@@ -694,10 +695,14 @@ func (s *Store) Release(ctx context.Context, scope string, cs []Charge, token st
 // settled twice would be refunded twice there. Settle each call once (the
 // engine's Call panics on a second release).
 //
-// A charge whose lease is gone (it ran out: the call counted as ended at
-// its lease's end with its estimate; or Redis lost it) gets its debit but
-// never a refund, and Settle then returns an error matching ErrNotInFlight,
-// as Release does. It returns an error, without a round trip, when
+// A charge whose lease is gone gets no refund, and Settle then returns an
+// error matching ErrNotInFlight, as Release does: when the lease ran out
+// (the call counted as ended at its lease's end with its estimate) it gets
+// its debit; when Redis lost it while it cannot have run out (a whole or a
+// half loss), the completion windows count the call's end from now with
+// its actual weight, as Release counts its estimate then (the hold after
+// a loss must not forget the calls in flight then), and the other windows
+// its debit. It returns an error, without a round trip, when
 // len(actual) != len(cs) or for the charges Admit refuses; the go-redis
 // error when the round trip fails. One round trip.
 func (s *Store) Settle(ctx context.Context, scope string, cs []Charge, token string, actual []int64) error {
@@ -718,7 +723,7 @@ func (s *Store) Settle(ctx context.Context, scope string, cs []Charge, token str
 	if err != nil {
 		return err
 	}
-	keys, args, err := s.call(scope, cs, tok, at)
+	keys, args, err := s.call(scope, cs, tok, at+":"+s.leaseS)
 	if err != nil {
 		return err
 	}

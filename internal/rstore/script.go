@@ -420,7 +420,15 @@ local function fill(L, l)
     local h = l + math.max(L.per + (k == 3 and L.p1 or 0), 1000000)
     if h > t and (L.h == nil or h > L.h) then set(L, 'h', h); return true end
   elseif k == 2 or k == 4 then
-    if L.w == fdiv(l, L.per) and (L.u or 0) < L.N then set(L, 'u', L.N); return true end
+    if L.w == fdiv(l, L.per) then
+      -- a fixed completion window counts the units a server's report
+      -- took (e) as its own from then: a later report's give-back
+      -- (reconcileScript) must not come out of the hold
+      local ch = false
+      if k == 2 and (L.e or 0) > 0 then set(L, 'e', 0); ch = true end
+      if (L.u or 0) < L.N then set(L, 'u', L.N); ch = true end
+      if ch then return true end
+    end
   elseif k == 5 then
     local idx = fdiv(l, L.per)
     if idx == L.w and (L.c or 0) < L.N then set(L, 'c', L.N); return true end
@@ -916,7 +924,8 @@ end
 return missing
 `)
 
-// settleScript ends token's call now, admitted at ARGV[3] µs, with the
+// settleScript ends token's call now, admitted at ARGV[3] ("at:lease" in
+// µs, as releaseScript's; a bare "at" is taken too), with the
 // actual weights ARGV[4 + 8·NC + i] (clamped to [0, MaxN]) instead of the
 // estimates (the charges' weights): a refund where the window still counts
 // the call (never for a charge whose lease is gone), a debit at now
@@ -924,7 +933,9 @@ return missing
 var settleScript = goredis.NewScript(header + prelude + `
 local Ls, err = loadall(true)
 if Ls == nil then return err end
-local at = tonumber(ARGV[3])
+local at, ls = string.match(ARGV[3], '^(%d+):(%d+)$')
+if at == nil then at = ARGV[3] end
+at = tonumber(at)
 local SAT = 4503599627370496 -- 2^52: where debts and counts saturate
 local missing = 0
 for i = 1, NC do
@@ -937,6 +948,7 @@ for i = 1, NC do
   local a = math.min(math.max(tonumber(ARGV[4 + 8 * NC + i]) or 0, 0), 1099511627776)
   local m = tok .. ':' .. n
   local live = true -- the window may still count the call: a refund is due
+  local forgot = false -- Redis lost the call while it was in flight
   if L.leased then
     live = false
     if n > 0 then
@@ -948,6 +960,10 @@ for i = 1, NC do
       else
         if d ~= nil then sweep(L) end
         missing = missing + 1
+        -- No lease, though it cannot have run out: the state that counted
+        -- the call was lost (see releaseScript). The completion windows
+        -- count its end from now, with its actual weight.
+        forgot = d == nil and ls ~= nil and at + tonumber(ls) > L.t0
       end
     end
   end
@@ -959,6 +975,10 @@ for i = 1, NC do
     -- ran out was logged with n at its lease's end: only the debit
     local w, mem = dd, tok .. '+:' .. dd
     if live then w, mem = a, tok .. ':' .. a end
+    if forgot then
+      w, mem = a, tok .. ':' .. a
+      if redis.call('ZSCORE', L.Z, mem) then w = 0 end -- a settle repeated logs nothing more
+    end
     if w > 0 and L.per > 0 then
       redis.call('ZADD', L.Z, L.t0, mem)
       if L.z == 0 then L.fresh = true end
@@ -969,7 +989,10 @@ for i = 1, NC do
     -- window: the refund comes from there; a fixed window refunds only
     -- while the admission's window is now's
     if r > 0 and (k == 2 or fdiv(at, L.per) == L.w) then set(L, 'u', L.u - math.min(r, L.u)) end
-    if dd > 0 then set(L, 'u', math.max(L.u, math.min(L.u + dd, SAT))) end
+    if k == 2 and forgot then
+      -- lost in flight: the call counts a units in the window it ends in
+      set(L, 'u', math.max(L.u, math.min(L.u + a, SAT))); set(L, 'd', (L.d or 0) + a)
+    elseif dd > 0 then set(L, 'u', math.max(L.u, math.min(L.u + dd, SAT))) end
     if k == 2 and live then set(L, 'd', (L.d or 0) + a) end
   elseif k == 3 and L.per > 0 then -- a sliding log of Per 0 counts nothing
     if r > 0 then

@@ -371,9 +371,11 @@ func TestSettleNeverCreditsMore(t *testing.T) {
 }
 
 // TestSettleLeaseGone: a completion window's call whose lease ran out
-// (or that Redis lost with a restart, or whose token it never issued)
 // already ended, with its estimate: Settle reports ErrNotInFlight, refunds
-// nothing and counts the debit.
+// nothing and counts the debit. One whose lease cannot have run out (Redis
+// lost it with a restart, or never issued its token) ends now with its
+// actual weight, as Release counts its estimate then: ErrNotInFlight, and
+// the window logs the actual weight.
 func TestSettleLeaseGone(t *testing.T) {
 	ctx := context.Background()
 	sp := Spec{Kind: Completion, Limit: window.Limit{N: 5, Per: time.Second}}
@@ -397,13 +399,13 @@ func TestSettleLeaseGone(t *testing.T) {
 		clk := newClock()
 		s, _ := newStore(t, clk, time.Minute)
 		tok := "0123456789abcdef." + strconv.FormatInt(clk.t.UnixMicro(), 10)
-		if err := s.Settle(ctx, "g", c(2), tok, []int64{5}); !errors.Is(err, ErrNotInFlight) {
+		if err := s.Settle(ctx, "g", c(2), tok, []int64{4}); !errors.Is(err, ErrNotInFlight) {
 			t.Fatalf("stale token: %v", err)
 		}
-		if d, _ := s.Admit(ctx, "g", c(3)); d.OK {
-			t.Fatal("the debit of 3 of a stale token not counted")
+		if d, _ := s.Admit(ctx, "g", c(2)); d.OK {
+			t.Fatal("the actual 4 of a stale token not counted")
 		}
-		if d, _ := s.Admit(ctx, "g", c(2)); !d.OK {
+		if d, _ := s.Admit(ctx, "g", c(1)); !d.OK {
 			t.Fatalf("%+v", d)
 		}
 	})
@@ -427,13 +429,13 @@ func TestSettleLeaseGone(t *testing.T) {
 		// A process that never saw the scope: the restart is no loss to
 		// it (one that saw it holds the limiters full: TestWholeLoss).
 		s, _ = New(rdb, "restart", Options{Now: clk.now})
-		if err := s.Settle(ctx, "g", c(3), d.Token, []int64{6}); !errors.Is(err, ErrNotInFlight) {
+		if err := s.Settle(ctx, "g", c(3), d.Token, []int64{4}); !errors.Is(err, ErrNotInFlight) {
 			t.Fatalf("settle after a restart: %v", err)
 		}
-		if d, _ := s.Admit(ctx, "g", c(3)); d.OK {
-			t.Fatal("the debit of 3 not counted after a restart")
+		if d, _ := s.Admit(ctx, "g", c(2)); d.OK {
+			t.Fatal("the actual 4 not counted after a restart")
 		}
-		if d, _ := s.Admit(ctx, "g", c(2)); !d.OK {
+		if d, _ := s.Admit(ctx, "g", c(1)); !d.OK {
 			t.Fatalf("%+v", d)
 		}
 		// GCRA forgot the call: the debit of 3 counts from now (TAT 60 ms
