@@ -31,6 +31,7 @@ const (
 	replayOver            // buf is the first MaxReplayBody+1 bytes; the rest is in rc
 	replayFailed          // reading stopped at err after buf
 	replayStreamed        // Read went past buf to rc (or never buffered)
+	replayPanicked        // reading panicked with panicked after buf
 )
 
 // replayBody is the body of the clone a Transport sends in place of a
@@ -45,10 +46,15 @@ type replayBody struct {
 
 	mu    sync.Mutex
 	state int
-	buf   []byte        // written once by fill, read-only after done is closed
-	err   error         // the read error of replayFailed
-	off   int           // how much of buf Read has given
-	done  chan struct{} // closed when fill ends
+	buf   []byte // written once by fill, read-only after done is closed
+	err   error  // the read error of replayFailed
+	// panicked is what the caller's body panicked with (replayPanicked):
+	// GetBody and Read panic with it again on their caller's goroutine,
+	// where it can be recovered, as a direct read's panic could.
+	panicked any
+	size     int64         // the request's ContentLength: fill's first allocation
+	off      int           // how much of buf Read has given
+	done     chan struct{} // closed when fill ends
 }
 
 // withReplayBody returns req itself when its body can be replayed (none, or
@@ -58,7 +64,7 @@ func withReplayBody(req *http.Request) *http.Request {
 	if req.Body == nil || req.Body == http.NoBody || req.GetBody != nil {
 		return req
 	}
-	b := &replayBody{rc: req.Body, ctx: req.Context()}
+	b := &replayBody{rc: req.Body, ctx: req.Context(), size: req.ContentLength}
 	r := req.Clone(req.Context())
 	r.Body, r.GetBody = b, b.getBody
 	return r
@@ -93,25 +99,73 @@ func (b *replayBody) getBody() (io.ReadCloser, error) {
 		return nil, errReplayTooLarge
 	case replayFailed:
 		return nil, fmt.Errorf("reading the request body: %w", b.err)
+	case replayPanicked:
+		panic(b.panicked)
 	}
 	return nil, errReplayStreamed
 }
 
-// fill reads the body into buf, at most MaxReplayBody+1 bytes.
+// fill reads the body into buf, at most MaxReplayBody+1 bytes. A panic of
+// the caller's body is kept for GetBody and Read to raise again: on fill's
+// own goroutine nobody could recover it.
 func (b *replayBody) fill() {
-	buf, err := io.ReadAll(io.LimitReader(b.rc, MaxReplayBody+1))
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.buf = buf
-	switch {
-	case err != nil:
-		b.state, b.err = replayFailed, err
-	case len(buf) > MaxReplayBody:
-		b.state = replayOver
-	default:
-		b.state = replayWhole
+	var buf []byte
+	var err error
+	ok := false
+	defer func() {
+		var p any
+		if !ok {
+			p = recover()
+			if p == nil { // runtime.Goexit; not expected of a Read
+				p = errors.New("request body's Read exited its goroutine")
+			}
+		}
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		b.buf = buf
+		switch {
+		case !ok:
+			b.state, b.panicked = replayPanicked, p
+		case err != nil:
+			b.state, b.err = replayFailed, err
+		case len(buf) > MaxReplayBody:
+			b.state = replayOver
+		default:
+			b.state = replayWhole
+		}
+		close(b.done)
+	}()
+	buf, err = readUpTo(b.rc, MaxReplayBody+1, b.size)
+	ok = true
+}
+
+// readUpTo reads r to io.EOF or limit bytes, whichever comes first, like
+// io.ReadAll of an io.LimitReader; when size (a ContentLength) is within
+// limit it is the first allocation, so that a body of the size announced
+// is read into one buffer of that size (io.ReadAll's growing buffers
+// allocated 72 MiB for a 30 MiB body, and held up to twice it at once).
+func readUpTo(r io.Reader, limit, size int64) ([]byte, error) {
+	lr := io.LimitReader(r, limit)
+	if size <= 0 || size >= limit {
+		return io.ReadAll(lr)
 	}
-	close(b.done)
+	buf := make([]byte, 0, size+1) // +1: room to read io.EOF without growing
+	for {
+		n, err := lr.Read(buf[len(buf):cap(buf)])
+		if n < 0 || n > cap(buf)-len(buf) {
+			return buf, errors.New("request body's Read returned an invalid count")
+		}
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return buf, err
+		}
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)] // longer than announced
+		}
+	}
 }
 
 // whole reports whether GetBody gives the whole body (it was read whole).
@@ -145,6 +199,10 @@ func (b *replayBody) Read(p []byte) (int, error) {
 		err := b.err
 		b.mu.Unlock()
 		return 0, err
+	case replayPanicked:
+		p := b.panicked
+		b.mu.Unlock()
+		panic(p)
 	}
 	b.state = replayStreamed
 	b.mu.Unlock()

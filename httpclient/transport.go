@@ -195,8 +195,11 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	req = withReplayBody(req) // a body without GetBody: readable by the Selector
 	for attempt := 0; ; attempt++ {
 		resp, wait, err := t.roundTripOnce(req)
-		if resp != nil && req != orig && resp.Request == req && attempt == 0 {
-			resp.Request = orig // the clone withReplayBody made is ours
+		if resp != nil && req != orig && resp.Request == req {
+			// The clone withReplayBody or rewind made is ours: the caller
+			// sees its own request (and the clone, with a replayed body's
+			// buffer, is not kept alive by the response).
+			resp.Request = orig
 		}
 		if err != nil || wait <= 0 || attempt >= t.maxRetries || !replayable(req) {
 			return resp, err
@@ -277,7 +280,7 @@ func (t *Transport) roundTripOnce(req *http.Request) (*http.Response, time.Durat
 		closeRequestBody(req)
 		return nil, 0, errNilSelect
 	}
-	l, n := t.sel(req)
+	l, n := t.selectFor(req)
 	if n < 0 {
 		closeRequestBody(req)
 		err := fmt.Errorf("%w %d from the Selector for %s", ratesem.ErrNegativeWeight, n, describe(req))
@@ -310,6 +313,22 @@ func (t *Transport) roundTripOnce(req *http.Request) (*http.Response, time.Durat
 		return nil, 0, notSent(req, err)
 	}
 	return t.roundTripHeld(l, n, req, since)
+}
+
+// selectFor asks the Selector for req's limiter and weight. If the
+// Selector panics, req.Body is closed before the panic goes on: the
+// RoundTripper contract has RoundTrip close it on every way out, and a
+// replayed body's read in flight (withReplayBody) ends only with Close.
+func (t *Transport) selectFor(req *http.Request) (l Limiter, n int64) {
+	done := false
+	defer func() {
+		if !done {
+			closeRequestBody(req)
+		}
+	}()
+	l, n = t.sel(req)
+	done = true
+	return l, n
 }
 
 // roundTripHeld sends req while n units of l are held (admitted after

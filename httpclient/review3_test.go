@@ -1,0 +1,359 @@
+package httpclient_test
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ratesem/ratesem/clientpool"
+	"github.com/ratesem/ratesem/httpclient"
+	"github.com/ratesem/ratesem/window"
+)
+
+// A retried request's response names the caller's request, as on the
+// first attempt: not the clone the retry sent (which would also keep a
+// replayed body's buffer alive as long as the response).
+func TestReview3RetriedResponseNamesCallersRequest(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		body func() io.Reader
+	}{
+		{"no body", func() io.Reader { return nil }},
+		{"GetBody", func() io.Reader { return strings.NewReader(`{"n":1}`) }},
+		{"replayed", func() io.Reader { return io.NopCloser(strings.NewReader(`{"n":1}`)) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			calls := 0
+			base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+				if r.Body != nil {
+					io.ReadAll(r.Body)
+					r.Body.Close()
+				}
+				calls++
+				status := http.StatusOK
+				if calls == 1 {
+					status = http.StatusTooManyRequests
+				}
+				return &http.Response{StatusCode: status, Header: http.Header{"Retry-After": {"1"}}, Body: http.NoBody, Request: r}, nil
+			})
+			var seen []byte
+			var serr error
+			tr := httpclient.NewSelect(readBody(&fakeLimiter{}, &seen, &serr), httpclient.WithBase(base),
+				httpclient.WithMaxRetries(1), httpclient.WithMaxRetryAfter(time.Millisecond))
+			req := newRequest(t, "POST", "http://api.test/x", tc.body())
+			resp, err := tr.RoundTrip(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if calls != 2 {
+				t.Fatalf("base called %d times, want 2", calls)
+			}
+			if resp.Request != req {
+				t.Errorf("the retried response's Request is %p, want the caller's %p", resp.Request, req)
+			}
+		})
+	}
+}
+
+// panicBody panics on Read and counts its Closes.
+type panicBody struct {
+	mu     sync.Mutex
+	closed int
+}
+
+func (*panicBody) Read([]byte) (int, error) { panic("panicBody.Read") }
+func (b *panicBody) Close() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.closed++
+	return nil
+}
+func (b *panicBody) closes() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.closed
+}
+
+// A caller's body without GetBody whose Read panics, read by the Selector
+// through GetBody: the panic reaches the caller of RoundTrip (it is
+// recoverable there, as a panic of the body in a direct read would be),
+// not a goroutine of the Transport's where it would kill the process; the
+// body is closed once and nothing stays held.
+func TestReview3ReplayBodyPanicReachesCaller(t *testing.T) {
+	body := &panicBody{}
+	lim := &fakeLimiter{}
+	var seen []byte
+	var serr error
+	tr := httpclient.NewSelect(readBody(lim, &seen, &serr), httpclient.WithBase(roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		t.Error("sent")
+		return nil, errors.New("sent")
+	})))
+	req := newRequest(t, "POST", "http://api.test/x", body)
+	got := caught(func() { tr.RoundTrip(req) })
+	if got == nil {
+		t.Fatal("RoundTrip did not panic")
+	}
+	if !strings.Contains(strings.ReplaceAll(toString(got), "\n", " "), "panicBody.Read") {
+		t.Errorf("panic value %v does not carry the body's", got)
+	}
+	if n := body.closes(); n != 1 {
+		t.Errorf("the caller's body was closed %d times, want 1", n)
+	}
+	if held, _, _, _ := lim.state(); held != 0 {
+		t.Errorf("%d units held after the panic", held)
+	}
+}
+
+func toString(v any) string {
+	if e, ok := v.(error); ok {
+		return e.Error()
+	}
+	if s, ok := v.(string); ok {
+		return s
+	}
+	return ""
+}
+
+// A Selector that panics (here a pool rule's Key, after it read the body)
+// leaves the caller's body closed exactly once: the RoundTripper contract
+// has RoundTrip close the body on every way out, and a body without
+// GetBody has a read of it in flight that only Close ends.
+func TestReview3SelectorPanicClosesBody(t *testing.T) {
+	for _, replay := range []bool{false, true} {
+		body := newRecordingBody(`{"n":1}`)
+		var rbody io.Reader = body
+		if !replay {
+			rbody = strings.NewReader(`{"n":1}`)
+		}
+		table := clientpool.Table{
+			Rules: []clientpool.Rule{{
+				Name:  "r",
+				Limit: window.Limit{N: 10, Per: time.Minute},
+				Key: func(r *http.Request) (string, bool) {
+					if rc, err := r.GetBody(); err == nil {
+						io.ReadAll(rc)
+					}
+					panic("Key")
+				},
+			}},
+			Default: []clientpool.Cost{{Rule: "r"}},
+		}
+		p, err := clientpool.New(table)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr := httpclient.NewPool(p, httpclient.WithBase(respond(200, nil, http.NoBody)))
+		req := newRequest(t, "POST", "http://api.test/x", rbody)
+		if replay {
+			req.Body = body // no GetBody
+			req.GetBody = nil
+		} else {
+			req.Body = body
+		}
+		if caught(func() { tr.RoundTrip(req) }) == nil {
+			t.Fatal("no panic")
+		}
+		if n := body.closes(); n != 1 {
+			t.Errorf("replay %v: the caller's body was closed %d times, want 1", replay, n)
+		}
+	}
+}
+
+// On every way out of RoundTrip the caller's body is closed exactly once:
+// a Selector that reads the body and a limiter that refuses; a negative
+// weight; a base that closes it; a 429 retried with the replayed body.
+func TestReview3CallersBodyClosedOnce(t *testing.T) {
+	closing := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		io.ReadAll(r.Body)
+		r.Body.Close()
+		return &http.Response{StatusCode: 200, Header: http.Header{}, Body: http.NoBody, Request: r}, nil
+	})
+	n := 0
+	throttledOnce := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		io.ReadAll(r.Body)
+		r.Body.Close()
+		n++
+		status := 200
+		if n == 1 {
+			status = 429
+		}
+		return &http.Response{StatusCode: status, Header: http.Header{"Retry-After": {"1"}}, Body: http.NoBody, Request: r}, nil
+	})
+	refuse := &fakeLimiter{acquireErr: errors.New("no")}
+	for _, tc := range []struct {
+		name string
+		lim  httpclient.Limiter
+		w    int64
+		base http.RoundTripper
+	}{
+		{"refused", refuse, 1, closing},
+		{"negative weight", &fakeLimiter{}, -1, closing},
+		{"sent", &fakeLimiter{}, 1, closing},
+		{"retried", &fakeLimiter{}, 1, throttledOnce},
+	} {
+		body := newRecordingBody(strings.Repeat("x", 1000))
+		sel := func(r *http.Request) (httpclient.Limiter, int64) {
+			rc, err := r.GetBody()
+			if err != nil {
+				t.Fatalf("%s: GetBody: %v", tc.name, err)
+			}
+			io.ReadAll(rc)
+			rc.Close()
+			return tc.lim, tc.w
+		}
+		tr := httpclient.NewSelect(sel, httpclient.WithBase(tc.base), httpclient.WithMaxRetries(1), httpclient.WithMaxRetryAfter(time.Millisecond))
+		resp, err := tr.RoundTrip(newRequest(t, "POST", "http://api.test/x", body))
+		if err == nil {
+			resp.Body.Close()
+		}
+		if c := body.closes(); c != 1 {
+			t.Errorf("%s: the caller's body closed %d times, want 1", tc.name, c)
+		}
+	}
+}
+
+// Many goroutines of a Selector calling GetBody at once all get the
+// whole body; the base gets it once.
+func TestReview3ReplayConcurrentGetBody(t *testing.T) {
+	payload := strings.Repeat("0123456789", 50000)
+	var sent string
+	base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		b, _ := io.ReadAll(r.Body)
+		sent = string(b)
+		return &http.Response{StatusCode: 200, Header: http.Header{}, Body: http.NoBody, Request: r}, nil
+	})
+	sel := func(r *http.Request) (httpclient.Limiter, int64) {
+		var wg sync.WaitGroup
+		for range 16 {
+			wg.Go(func() {
+				rc, err := r.GetBody()
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				b, _ := io.ReadAll(rc)
+				if string(b) != payload {
+					t.Errorf("GetBody gave %d bytes, want %d", len(b), len(payload))
+				}
+			})
+		}
+		wg.Wait()
+		return &fakeLimiter{}, 1
+	}
+	tr := httpclient.NewSelect(sel, httpclient.WithBase(base))
+	resp, err := tr.RoundTrip(newRequest(t, "POST", "http://api.test/x", io.NopCloser(strings.NewReader(payload))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if sent != payload {
+		t.Errorf("base got %d bytes, want %d", len(sent), len(payload))
+	}
+}
+
+// A body whose last Read returns data with io.EOF, or data with an error.
+func TestReview3ReplayDataWithError(t *testing.T) {
+	boom := errors.New("boom")
+	for _, last := range []error{io.EOF, boom} {
+		body := io.NopCloser(&dataErr{data: []byte("abc"), err: last})
+		var seen []byte
+		var serr error
+		var sent []byte
+		var baseErr error
+		base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			sent, baseErr = io.ReadAll(r.Body)
+			if baseErr != nil {
+				return nil, baseErr
+			}
+			return &http.Response{StatusCode: 200, Header: http.Header{}, Body: http.NoBody, Request: r}, nil
+		})
+		tr := httpclient.NewSelect(readBody(&fakeLimiter{}, &seen, &serr), httpclient.WithBase(base))
+		resp, err := tr.RoundTrip(newRequest(t, "POST", "http://api.test/x", body))
+		if err == nil {
+			resp.Body.Close()
+		}
+		if string(sent) != "abc" {
+			t.Errorf("last %v: base got %q, want abc", last, sent)
+		}
+		if last == io.EOF && (serr != nil || string(seen) != "abc" || err != nil) {
+			t.Errorf("data with EOF: GetBody %q %v, RoundTrip %v", seen, serr, err)
+		}
+		if last == boom && (!errors.Is(serr, boom) || !errors.Is(err, boom)) {
+			t.Errorf("data with an error: GetBody %v, RoundTrip %v", serr, err)
+		}
+	}
+}
+
+type dataErr struct {
+	data []byte
+	err  error
+	done bool
+}
+
+func (d *dataErr) Read(p []byte) (int, error) {
+	if d.done {
+		return 0, d.err
+	}
+	d.done = true
+	return copy(p, d.data), d.err
+}
+
+// A body without GetBody of a known ContentLength is read for GetBody into
+// one buffer of that size: a 30 MiB body allocates 30 MiB, not the 72 MiB of
+// a buffer grown as it reads (which also holds twice the body at once
+// while it grows).
+func TestReview3ReplayAllocatesContentLengthOnce(t *testing.T) {
+	const size = 30 << 20
+	payload := make([]byte, size)
+	base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		io.Copy(io.Discard, r.Body)
+		r.Body.Close()
+		return &http.Response{StatusCode: 200, Header: http.Header{}, Body: http.NoBody, Request: r}, nil
+	})
+	sel := func(r *http.Request) (httpclient.Limiter, int64) {
+		rc, err := r.GetBody()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n, _ := io.Copy(io.Discard, rc); n != size {
+			t.Fatalf("GetBody gave %d bytes, want %d", n, size)
+		}
+		return &fakeLimiter{}, 1
+	}
+	tr := httpclient.NewSelect(sel, httpclient.WithBase(base))
+	req := newRequest(t, "POST", "http://api.test/x", io.NopCloser(bytesReader(payload)))
+	req.ContentLength = size
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	runtime.ReadMemStats(&after)
+	if got := after.TotalAlloc - before.TotalAlloc; got > size+size/8 {
+		t.Errorf("a %d MiB body allocated %.1f MiB to be replayed, want about %d", size>>20, float64(got)/(1<<20), size>>20)
+	}
+}
+
+type byteReader struct {
+	b []byte
+}
+
+func bytesReader(b []byte) *byteReader { return &byteReader{b} }
+
+func (r *byteReader) Read(p []byte) (int, error) {
+	if len(r.b) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, r.b)
+	r.b = r.b[n:]
+	return n, nil
+}
