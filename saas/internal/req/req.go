@@ -46,7 +46,18 @@ func Body(req *http.Request) ([]byte, bool) {
 		return nil, false
 	}
 	defer rc.Close()
-	b, err := io.ReadAll(io.LimitReader(rc, MaxBody+1))
+	lr := io.LimitReader(rc, MaxBody+1)
+	var b []byte
+	if n := req.ContentLength; n > 0 && n <= MaxBody {
+		// One buffer of the size announced (and room to read io.EOF), not
+		// io.ReadAll's growing ones: 30 MiB for a 30 MiB body, not 72.
+		var buf bytes.Buffer
+		buf.Grow(int(n) + bytes.MinRead) // ReadFrom wants MinRead free
+		_, err = buf.ReadFrom(lr)
+		b = buf.Bytes()
+	} else {
+		b, err = io.ReadAll(lr)
+	}
 	if err != nil {
 		return nil, false
 	}
