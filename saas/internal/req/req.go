@@ -49,12 +49,26 @@ func Body(req *http.Request) ([]byte, bool) {
 	lr := io.LimitReader(rc, MaxBody+1)
 	var b []byte
 	if n := req.ContentLength; n > 0 && n <= MaxBody {
-		// One buffer of the size announced (and room to read io.EOF), not
+		// One buffer of the size announced (+1 to read io.EOF into), not
 		// io.ReadAll's growing ones: 30 MiB for a 30 MiB body, not 72.
-		var buf bytes.Buffer
-		buf.Grow(int(n) + bytes.MinRead) // ReadFrom wants MinRead free
-		_, err = buf.ReadFrom(lr)
-		b = buf.Bytes()
+		b = make([]byte, 0, n+1)
+		for {
+			var m int
+			m, err = lr.Read(b[len(b):cap(b)])
+			if m < 0 || m > cap(b)-len(b) {
+				return nil, false // a broken reader
+			}
+			b = b[:len(b)+m]
+			if err != nil {
+				break
+			}
+			if len(b) == cap(b) {
+				b = append(b, 0)[:len(b)] // longer than announced
+			}
+		}
+		if err == io.EOF {
+			err = nil
+		}
 	} else {
 		b, err = io.ReadAll(lr)
 	}
