@@ -257,3 +257,20 @@ func ExampleEndpoint() {
 	// [requests[]×10] false
 	// [] true
 }
+
+// A Method spelt in lower case ("get") is refused at New: HTTP methods are
+// case-sensitive, so it would match no request a client sends as GET, and
+// those would fall silently to Default (or ErrNoEndpoint). Before the fix
+// New accepted it and GET /v1/x was charged the Default's "/".
+func TestReview3EndpointLowerCaseMethod(t *testing.T) {
+	for _, m := range []string{"get", "Post", "dELETE", "head"} {
+		_, err := clientpool.New(endpointTable(clientpool.Endpoint{Method: m, Path: "/v1/x"}, clientpool.Endpoint{Path: "/"}))
+		if err == nil || !strings.Contains(err.Error(), strings.ToUpper(m)) || strings.Count(err.Error(), "ratesem:") != 1 {
+			t.Errorf("Method %q: err %v; want it refused, naming %q", m, err, strings.ToUpper(m))
+		}
+	}
+	// A method of the API's own, whatever its case, is the API's business.
+	if _, err := clientpool.New(endpointTable(clientpool.Endpoint{Method: "PROPFIND", Path: "/v1/x"}, clientpool.Endpoint{Method: "purge", Path: "/v1/x"})); err != nil {
+		t.Errorf("methods of the API's own: %v", err)
+	}
+}

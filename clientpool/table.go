@@ -87,7 +87,9 @@ type Throttle struct {
 // Endpoint is one API endpoint and what a request to it costs.
 type Endpoint struct {
 	// Method is the HTTP method ("GET", "POST"); "" matches any. As in
-	// net/http.ServeMux, "GET" also matches HEAD requests.
+	// net/http.ServeMux, "GET" also matches HEAD requests. Methods are
+	// case-sensitive: New refuses a standard method not in upper case
+	// ("get"), which would match no request a client sends.
 	Method string
 	// Path is a URL path pattern in net/http.ServeMux's syntax, starting
 	// with "/" (no host):
@@ -199,6 +201,9 @@ func newRouter(eps []Endpoint) (router, error) {
 		if strings.ContainsAny(e.Method, " \t/") {
 			return router{}, fmt.Errorf("ratesem: endpoint %q: Method %q is not an HTTP method", e.pattern(), e.Method)
 		}
+		if up := strings.ToUpper(e.Method); up != e.Method && standardMethod(up) {
+			return router{}, fmt.Errorf("ratesem: endpoint %q: methods are case-sensitive and clients send %q: write Method %q", e.pattern(), up, up)
+		}
 		h := &routeEntry{costs: e.Costs, charges: e.Charges}
 		// A pattern alone first: its error is about its syntax.
 		if err := register(http.NewServeMux(), e.pattern(), h); err != nil {
@@ -217,6 +222,17 @@ func newRouter(eps []Endpoint) (router, error) {
 		}
 	}
 	return router{mux: mux}, nil
+}
+
+// standardMethod reports whether m is one of the methods of RFC 9110 and
+// RFC 5789 (PATCH), in upper case as clients send them.
+func standardMethod(m string) bool {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodConnect, http.MethodOptions, http.MethodTrace:
+		return true
+	}
+	return false
 }
 
 // muxPatterns reports whether ServeMux matches patterns with methods and
