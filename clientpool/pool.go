@@ -221,6 +221,7 @@ type held struct {
 	over                    bool  // heavier than the key's learned limit: admitted alone as n = that limit (learnedFit)
 	reported                bool  // marked, and a usage report of this call was taken in
 	settled                 bool  // Ticket.Settle named this charge's rule
+	unreadSaid              bool  // Ticket.BodyUnread reported it (an Unsettled event, once)
 	unrep                   bool  // counted in its key's feedback.unreported (Rule.Learn; see budgetLocked)
 	actual                  int64 // the settled weight, when settled
 }

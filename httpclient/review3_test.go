@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratesem/ratesem"
 	"github.com/ratesem/ratesem/clientpool"
 	"github.com/ratesem/ratesem/httpclient"
 	"github.com/ratesem/ratesem/window"
@@ -356,4 +357,178 @@ func (r *byteReader) Read(p []byte) (int, error) {
 	n := copy(p, r.b)
 	r.b = r.b[n:]
 	return n, nil
+}
+
+// oneShot returns body in one Read together with io.EOF.
+type oneShot struct {
+	body string
+	done bool
+}
+
+func (o *oneShot) Read(p []byte) (int, error) {
+	if o.done {
+		return 0, io.EOF
+	}
+	o.done = true
+	return copy(p, o.body), io.EOF
+}
+
+// Unsettled events count exactly the calls whose body was closed before
+// its end and left unsettled: a body read to EOF and closed twice, read
+// past EOF, or whose last data came with io.EOF, reports none; one closed
+// unread reports one, however often it is closed; 40 concurrent calls, 20
+// of them closed unread, report 20. Afterwards nothing is held.
+func TestReview3UnsettledCountsExactly(t *testing.T) {
+	const usage = `{"id":"x","usage":{"total_tokens":20}}`
+	for _, tc := range []struct {
+		name   string
+		body   func() io.Reader
+		finish func(io.ReadCloser)
+		want   uint64
+	}{
+		{"EOF, closed twice", func() io.Reader { return strings.NewReader(usage) },
+			func(b io.ReadCloser) { io.ReadAll(b); b.Close(); b.Close() }, 0},
+		{"read past EOF", func() io.Reader { return strings.NewReader(usage) },
+			func(b io.ReadCloser) { io.ReadAll(b); b.Read(make([]byte, 8)); b.Read(make([]byte, 8)); b.Close() }, 0},
+		{"data with EOF", func() io.Reader { return &oneShot{body: usage} },
+			func(b io.ReadCloser) { b.Read(make([]byte, 4096)); b.Close() }, 0},
+		{"unread, closed twice", func() io.Reader { return strings.NewReader(usage) },
+			func(b io.ReadCloser) { b.Close(); b.Close() }, 1},
+		{"half read, closed thrice", func() io.Reader { return strings.NewReader(usage) },
+			func(b io.ReadCloser) { b.Read(make([]byte, 5)); b.Close(); b.Close(); b.Close() }, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var poolM, trM ratesemMetrics
+			pool, err := clientpool.New(tokensTable(), clientpool.WithObserver(poolM.observe))
+			if err != nil {
+				t.Fatal(err)
+			}
+			base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+				return &http.Response{StatusCode: 200, Header: http.Header{}, Body: io.NopCloser(tc.body()), Request: r}, nil
+			})
+			tr := httpclient.NewPool(pool, httpclient.WithBase(base), httpclient.WithObserver(trM.observe))
+			req := newRequest(t, "POST", "http://api.test/v1/chat", nil)
+			req.Header.Set("X-Estimate", "60")
+			resp, err := tr.RoundTrip(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.finish(resp.Body)
+			if got := trM.count(); got != tc.want {
+				t.Errorf("Transport: %d Unsettled events, want %d", got, tc.want)
+			}
+			if got := poolM.count(); got != tc.want {
+				t.Errorf("Pool: %d Unsettled events, want %d", got, tc.want)
+			}
+			for _, k := range pool.Snapshot() {
+				if k.InFlight != 0 {
+					t.Errorf("%d in flight after the body was closed", k.InFlight)
+				}
+			}
+		})
+	}
+	t.Run("40 concurrent", func(t *testing.T) {
+		var poolM, trM ratesemMetrics
+		table := tokensTable()
+		table.Rules[0].Limit.N = 1 << 40
+		pool, err := clientpool.New(table, clientpool.WithObserver(poolM.observe))
+		if err != nil {
+			t.Fatal(err)
+		}
+		base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			return &http.Response{StatusCode: 200, Header: http.Header{}, Body: io.NopCloser(strings.NewReader(usage)), Request: r}, nil
+		})
+		tr := httpclient.NewPool(pool, httpclient.WithBase(base), httpclient.WithObserver(trM.observe))
+		var wg sync.WaitGroup
+		for i := range 40 {
+			wg.Go(func() {
+				req := newRequest(t, "POST", "http://api.test/v1/chat", nil)
+				req.Header.Set("X-Estimate", "60")
+				resp, err := tr.RoundTrip(req)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if i%2 == 0 {
+					io.ReadAll(resp.Body)
+				}
+				var cw sync.WaitGroup
+				for range 3 {
+					cw.Go(func() { resp.Body.Close() })
+				}
+				cw.Wait()
+			})
+		}
+		wg.Wait()
+		if trM.count() != 20 || poolM.count() != 20 {
+			t.Errorf("Unsettled events: Transport %d, Pool %d; want 20 each", trM.count(), poolM.count())
+		}
+	})
+}
+
+// ratesemMetrics counts Unsettled events.
+type ratesemMetrics struct {
+	mu sync.Mutex
+	n  uint64
+}
+
+func (m *ratesemMetrics) observe(e ratesem.Event) {
+	if e.Kind == ratesem.Unsettled {
+		m.mu.Lock()
+		m.n++
+		m.mu.Unlock()
+	}
+}
+
+func (m *ratesemMetrics) count() uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.n
+}
+
+// An observer (the Transport's or the Pool's) that panics on an Unsettled
+// event: the panic reaches the caller of Close, and the call's units are
+// released all the same.
+func TestReview3UnsettledObserverPanicLeaksNothing(t *testing.T) {
+	for _, who := range []string{"Transport", "Pool"} {
+		t.Run(who, func(t *testing.T) {
+			boom := func(e ratesem.Event) {
+				if e.Kind == ratesem.Unsettled {
+					panic("observer")
+				}
+			}
+			var popts []clientpool.Option
+			var topts []httpclient.Option
+			if who == "Pool" {
+				popts = append(popts, clientpool.WithObserver(boom))
+			} else {
+				topts = append(topts, httpclient.WithObserver(boom))
+			}
+			table := tokensTable()
+			table.Rules[0].MaxUnitsInFlight = 60
+			pool, err := clientpool.New(table, popts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+				return &http.Response{StatusCode: 200, Header: http.Header{}, Body: io.NopCloser(strings.NewReader(`{"usage":{"total_tokens":20}}`)), Request: r}, nil
+			})
+			tr := httpclient.NewPool(pool, append(topts, httpclient.WithBase(base))...)
+			req := newRequest(t, "POST", "http://api.test/v1/chat", nil)
+			req.Header.Set("X-Estimate", "60")
+			resp, err := tr.RoundTrip(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if caught(func() { resp.Body.Close() }) == nil {
+				t.Fatal("no panic")
+			}
+			resp.Body.Close()
+			for _, k := range pool.Snapshot() {
+				if k.InFlight != 0 {
+					t.Fatalf("%d in flight after the observer's panic", k.InFlight)
+				}
+			}
+		})
+	}
 }
