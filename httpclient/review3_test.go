@@ -1,7 +1,9 @@
 package httpclient_test
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"runtime"
@@ -13,6 +15,7 @@ import (
 	"github.com/ratesem/ratesem"
 	"github.com/ratesem/ratesem/clientpool"
 	"github.com/ratesem/ratesem/httpclient"
+	"github.com/ratesem/ratesem/semaphore"
 	"github.com/ratesem/ratesem/window"
 )
 
@@ -530,5 +533,94 @@ func TestReview3UnsettledObserverPanicLeaksNothing(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Every error a caller of RoundTrip can meet has one "ratesem: " prefix,
+// at the start, whatever it wraps: the zero Transport, a negative weight,
+// the semaphore's refusals and deadline, the pool's ErrNoEndpoint,
+// negative weight, too-heavy and unknown-rule errors, an Endpoint.Charges
+// error that has its own prefix, a cancelled wait before a retry, a
+// replay that fails, a base returning nil and nil.
+func TestReview3RoundTripErrorsOnePrefix(t *testing.T) {
+	ok := respond(200, nil, http.NoBody)
+	throttled := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		if r.Body != nil {
+			io.ReadAll(r.Body)
+			r.Body.Close()
+		}
+		return &http.Response{StatusCode: 429, Header: http.Header{"Retry-After": {"60"}}, Body: http.NoBody, Request: r}, nil
+	})
+	pool := func(table clientpool.Table) *clientpool.Pool { return mustPool(t, table) }
+	rule := clientpool.Rule{Name: "r", Limit: window.Limit{N: 2, Per: time.Minute}}
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	short, cancelShort := context.WithTimeout(context.Background(), time.Millisecond)
+	defer cancelShort()
+	retryCtx, cancelRetry := context.WithCancel(context.Background())
+	defer cancelRetry()
+	sem := semaphore.New(1, time.Hour)
+	if err := sem.Acquire(context.Background(), 1); err != nil { // full for an hour
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		tr   http.RoundTripper
+		req  func() *http.Request
+	}{
+		{"zero Transport", &httpclient.Transport{}, func() *http.Request { return newRequest(t, "GET", "http://api.test/x", nil) }},
+		{"negative weight", httpclient.NewSelect(func(*http.Request) (httpclient.Limiter, int64) { return &fakeLimiter{}, -2 }, httpclient.WithBase(ok)),
+			func() *http.Request { return newRequest(t, "GET", "http://api.test/x", nil) }},
+		{"semaphore too heavy", httpclient.NewSelect(func(*http.Request) (httpclient.Limiter, int64) { return sem, 5 }, httpclient.WithBase(ok)),
+			func() *http.Request { return newRequest(t, "GET", "http://api.test/x", nil) }},
+		{"semaphore deadline", httpclient.New(sem, httpclient.WithBase(ok)),
+			func() *http.Request { return newRequest(t, "GET", "http://api.test/x", nil).WithContext(short) }},
+		{"semaphore cancelled", httpclient.New(sem, httpclient.WithBase(ok)),
+			func() *http.Request { return newRequest(t, "GET", "http://api.test/x", nil).WithContext(cancelled) }},
+		{"no endpoint", httpclient.NewPool(pool(clientpool.Table{Rules: []clientpool.Rule{rule},
+			Endpoints: []clientpool.Endpoint{{Path: "/y", Costs: []clientpool.Cost{{Rule: "r"}}}}}), httpclient.WithBase(ok)),
+			func() *http.Request { return newRequest(t, "GET", "http://api.test/x", nil) }},
+		{"pool negative weight", httpclient.NewPool(pool(clientpool.Table{Rules: []clientpool.Rule{rule},
+			Default: []clientpool.Cost{{Rule: "r", Weight: func(*http.Request) int64 { return -1 }}}}), httpclient.WithBase(ok)),
+			func() *http.Request { return newRequest(t, "GET", "http://api.test/x", nil) }},
+		{"pool too heavy", httpclient.NewPool(pool(clientpool.Table{Rules: []clientpool.Rule{rule},
+			Default: []clientpool.Cost{{Rule: "r", Units: 3}}}), httpclient.WithBase(ok)),
+			func() *http.Request { return newRequest(t, "GET", "http://api.test/x", nil) }},
+		{"Charges error with its own prefix", httpclient.NewPool(pool(clientpool.Table{Rules: []clientpool.Rule{rule},
+			Endpoints: []clientpool.Endpoint{{Path: "/x", Charges: func(*http.Request) ([]clientpool.Charge, error) {
+				return nil, fmt.Errorf("%w: the batch has 0 orders", ratesem.ErrInvalidLimit)
+			}}}}), httpclient.WithBase(ok)),
+			func() *http.Request { return newRequest(t, "GET", "http://api.test/x", nil) }},
+		{"Charges unknown rule", httpclient.NewPool(pool(clientpool.Table{Rules: []clientpool.Rule{rule},
+			Endpoints: []clientpool.Endpoint{{Path: "/x", Charges: func(*http.Request) ([]clientpool.Charge, error) {
+				return []clientpool.Charge{{Rule: "nope", Weight: 1}}, nil
+			}}}}), httpclient.WithBase(ok)),
+			func() *http.Request { return newRequest(t, "GET", "http://api.test/x", nil) }},
+		{"retry wait cancelled", httpclient.New(&fakeLimiter{}, httpclient.WithBase(roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			cancelRetry() // the wait for the retry ends at once
+			return throttled(r)
+		})), httpclient.WithMaxRetries(1)),
+			func() *http.Request { return newRequest(t, "GET", "http://api.test/x", nil).WithContext(retryCtx) }},
+		{"replay fails", httpclient.New(&fakeLimiter{}, httpclient.WithBase(throttled), httpclient.WithMaxRetries(1), httpclient.WithMaxRetryAfter(time.Millisecond)),
+			func() *http.Request {
+				r := newRequest(t, "POST", "http://api.test/x", strings.NewReader("x"))
+				r.GetBody = func() (io.ReadCloser, error) { return nil, fmt.Errorf("%w: gone", ratesem.ErrClosed) }
+				return r
+			}},
+		{"base nil, nil", httpclient.New(&fakeLimiter{}, httpclient.WithBase(roundTripFunc(func(*http.Request) (*http.Response, error) { return nil, nil }))),
+			func() *http.Request { return newRequest(t, "GET", "http://api.test/x", nil) }},
+	} {
+		resp, err := tc.tr.RoundTrip(tc.req())
+		if err == nil {
+			resp.Body.Close()
+			t.Errorf("%s: no error", tc.name)
+			continue
+		}
+		if msg := err.Error(); !strings.HasPrefix(msg, "ratesem: ") || strings.Count(msg, "ratesem:") != 1 {
+			t.Errorf("%s: %q: want one \"ratesem: \" prefix", tc.name, msg)
+		}
+		if tc.name == "retry wait cancelled" && !strings.Contains(err.Error(), "waiting to retry") {
+			t.Errorf("%s: %q: not the wait before the retry", tc.name, err)
+		}
 	}
 }

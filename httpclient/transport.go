@@ -214,7 +214,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			t.observer(ratesem.Event{Kind: ratesem.Retried, Attempt: attempt + 1, Wait: wait, Status: resp.StatusCode})
 		}
 		if err := t.sleep(req.Context(), wait); err != nil {
-			return nil, fmt.Errorf("ratesem: waiting to retry %s: %w", describe(req), err)
+			return nil, prefixed("waiting to retry "+describe(req), err)
 		}
 		if req, err = rewind(req); err != nil {
 			return nil, err
@@ -266,7 +266,7 @@ func rewind(req *http.Request) (*http.Request, error) {
 	}
 	body, err := req.GetBody()
 	if err != nil {
-		return nil, fmt.Errorf("ratesem: replaying the body of %s: %w", describe(req), err)
+		return nil, prefixed("replaying the body of "+describe(req), err)
 	}
 	r := req.Clone(req.Context())
 	r.Body = body
@@ -600,9 +600,10 @@ func (r *eofReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// notSentError is the error of a request the limiter did not admit: the
-// limiter's error, told which request was not sent, with one "ratesem: "
-// prefix whether or not the limiter's message has its own.
+// notSentError is an error of RoundTrip that wraps another (the limiter's
+// that did not admit a request, a GetBody's, a context's), told what
+// failed, with one "ratesem: " prefix whether or not the wrapped message
+// has its own.
 type notSentError struct {
 	msg string
 	err error
@@ -614,7 +615,14 @@ func (e *notSentError) Unwrap() error { return e.err }
 // notSent returns the error of req, not sent because its limiter returned
 // err; it matches err (errors.Is, errors.As).
 func notSent(req *http.Request, err error) error {
-	return &notSentError{"ratesem: " + describe(req) + " not sent: " + strings.TrimPrefix(err.Error(), "ratesem: "), err}
+	return prefixed(describe(req)+" not sent", err)
+}
+
+// prefixed returns "ratesem: what: " and err's message, with err's own
+// "ratesem: " dropped (a user's GetBody or limiter may return one of this
+// module's errors); it matches err (errors.Is, errors.As).
+func prefixed(what string, err error) error {
+	return &notSentError{"ratesem: " + what + ": " + strings.TrimPrefix(err.Error(), "ratesem: "), err}
 }
 
 var _ http.RoundTripper = (*Transport)(nil)
