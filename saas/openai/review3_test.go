@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -137,4 +139,35 @@ func sharable(t clientpool.Table) clientpool.Table {
 		}
 	}
 	return out
+}
+
+// A body that stalls (a pipe nobody writes) under a request deadline: the
+// read for the estimate waits until the deadline, and RoundTrip then
+// returns the context's error (errors.Is DeadlineExceeded, as the
+// Transport's doc promises for a wait the context ended), not the refusal
+// of RuleUnreadBody as if the body were unreadable; the pipe is closed.
+func TestReview3StalledBodyEndsWithDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		pool, err := clientpool.New(openai.Table(openai.WithModel("gpt-4o-mini", 100, 100000)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer pool.Close()
+		tr := httpclient.NewPool(pool, httpclient.WithBase(roundTripFunc(func(*http.Request) (*http.Response, error) {
+			t.Error("sent")
+			return nil, errors.New("sent")
+		})))
+		pr, pw := io.Pipe()
+		defer pw.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		req, _ := http.NewRequestWithContext(ctx, "POST", "http://api.test/v1/chat/completions", pr)
+		_, err = tr.RoundTrip(req)
+		if !errors.Is(err, context.DeadlineExceeded) || strings.Count(err.Error(), "ratesem:") != 1 {
+			t.Errorf("RoundTrip = %v; want the deadline, one ratesem: prefix", err)
+		}
+		if _, err := pw.Write([]byte("x")); !errors.Is(err, io.ErrClosedPipe) {
+			t.Errorf("the caller's pipe is still open: %v", err)
+		}
+	})
 }
