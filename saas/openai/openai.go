@@ -41,7 +41,8 @@
 // Requests for a model the Table was not given count against two catch-all
 // rules keyed by model, RuleRequestsOther and RuleTokensOther, whose limits
 // are learned from the first reply (shared by every such model: give each
-// model you use WithModel).
+// model you use WithModel), or given with WithOtherModels, as they must be
+// in Redis mode.
 //
 // The Estimator and the rules' keys read the request body through
 // Request.GetBody. http.NewRequest sets it for a bytes, strings or
@@ -165,6 +166,7 @@ type Option func(*config)
 
 type config struct {
 	models    []model
+	other     model // the catch-all rules' limits (WithOtherModels)
 	estimate  Estimator
 	custom    bool // estimate was given (WithEstimator)
 	noSettle  bool
@@ -181,6 +183,17 @@ type model struct {
 // Negative values count as 0.
 func WithModel(name string, rpm, tpm int64) Option {
 	return func(c *config) { c.models = append(c.models, model{name, max(rpm, 0), max(tpm, 0)}) }
+}
+
+// WithOtherModels gives the catch-all rules (RuleRequestsOther,
+// RuleTokensOther) their limits, for each model the Table was not given:
+// rpm requests and tpm tokens per minute; 0 (the default) means learned
+// from the first reply. Negative values count as 0. In Redis mode
+// (redisrate.Shared) no limit can be learned: give every model's limits
+// with WithModel and these with WithOtherModels, all above 0, or
+// clientpool.New refuses the Table (ratesem.ErrInvalidLimit).
+func WithOtherModels(rpm, tpm int64) Option {
+	return func(c *config) { c.other = model{"", max(rpm, 0), max(tpm, 0)} }
 }
 
 // WithEstimator replaces CharEstimator; nil keeps it.
@@ -245,7 +258,7 @@ func Table(opts ...Option) clientpool.Table {
 			return "", modelOf(r) == name
 		})
 	}
-	add(RuleRequestsOther, RuleTokensOther, 0, 0, func(r *http.Request) (string, bool) {
+	add(RuleRequestsOther, RuleTokensOther, c.other.rpm, c.other.tpm, func(r *http.Request) (string, bool) {
 		m := modelOf(r)
 		return m, !known[m]
 	})

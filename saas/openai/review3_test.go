@@ -46,7 +46,7 @@ func TestReview3UnreadBodyRefusedAlike(t *testing.T) {
 					t.Cleanup(func() { c.Close() })
 					opts = append(opts, redisrate.Shared(c, "r3"))
 				}
-				pool, err := clientpool.New(sharable(openai.Table(openai.WithModel("gpt-4o-mini", 100, 100000))), opts...)
+				pool, err := clientpool.New(openai.Table(openai.WithModel("gpt-4o-mini", 100, 100000), openai.WithOtherModels(50, 10000)), opts...)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -120,26 +120,6 @@ type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
-// sharable drops the catch-all rules of models not given (their limit is
-// learned, which Redis mode refuses) from t, and their costs.
-func sharable(t clientpool.Table) clientpool.Table {
-	drop := map[string]bool{openai.RuleRequestsOther: true, openai.RuleTokensOther: true}
-	var out clientpool.Table
-	out = t
-	out.Rules = nil
-	for _, r := range t.Rules {
-		if !drop[r.Name] {
-			out.Rules = append(out.Rules, r)
-		}
-	}
-	out.Default = nil
-	for _, c := range t.Default {
-		if !drop[c.Rule] {
-			out.Default = append(out.Default, c)
-		}
-	}
-	return out
-}
 
 // A body that stalls (a pipe nobody writes) under a request deadline: the
 // read for the estimate waits until the deadline, and RoundTrip then
@@ -170,4 +150,41 @@ func TestReview3StalledBodyEndsWithDeadline(t *testing.T) {
 			t.Errorf("the caller's pipe is still open: %v", err)
 		}
 	})
+}
+
+// The preset can be shared over Redis once every limit is given: the
+// catch-all rules' with WithOtherModels (on 3c9e6ad's successors they were
+// always learned, so clientpool.New refused every openai.Table in Redis
+// mode, with nothing the preset let the caller change). Without them New
+// still refuses, naming the rule. A request for a model not given is
+// charged under the catch-all rules, keyed by its model.
+func TestReview3SharedOverRedis(t *testing.T) {
+	c := goredis.NewClient(&goredis.Options{Addr: redistest.Start(t).Addr()})
+	t.Cleanup(func() { c.Close() })
+	if _, err := clientpool.New(openai.Table(openai.WithModel("gpt-4o-mini", 100, 100000)), redisrate.Shared(c, "a")); !errors.Is(err, ratesem.ErrInvalidLimit) || !strings.Contains(err.Error(), openai.RuleRequestsOther) {
+		t.Errorf("without WithOtherModels: %v; want ErrInvalidLimit naming %q", err, openai.RuleRequestsOther)
+	}
+	pool, err := clientpool.New(openai.Table(openai.WithModel("gpt-4o-mini", 100, 100000), openai.WithOtherModels(50, 10000)), redisrate.Shared(c, "b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	req, _ := http.NewRequest("POST", "http://api.test/v1/chat/completions",
+		strings.NewReader(`{"model":"gpt-4.1","max_tokens":100,"messages":[{"role":"user","content":"hi"}]}`))
+	cs, err := pool.Classify(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]clientpool.Charge{}
+	for _, ch := range cs {
+		got[ch.Rule] = ch
+	}
+	if r, tok := got[openai.RuleRequestsOther], got[openai.RuleTokensOther]; len(cs) != 2 || r.Key != "gpt-4.1" || r.Weight != 1 || tok.Key != "gpt-4.1" || tok.Weight != 100 {
+		t.Fatalf("charges %v; want 1 request and 100 tokens under the other-model rules, keyed gpt-4.1", cs)
+	}
+	tk, err := pool.Acquire(context.Background(), cs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk.Release()
 }
