@@ -120,7 +120,6 @@ type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
-
 // A body that stalls (a pipe nobody writes) under a request deadline: the
 // read for the estimate waits until the deadline, and RoundTrip then
 // returns the context's error (errors.Is DeadlineExceeded, as the
