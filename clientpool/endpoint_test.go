@@ -274,3 +274,27 @@ func TestReview3EndpointLowerCaseMethod(t *testing.T) {
 		t.Errorf("methods of the API's own: %v", err)
 	}
 }
+
+// A Path that could never match is refused at New, not left dead: one
+// with empty, "." or ".." segments ("//host/x" reads like a host part; a
+// request's path is cleaned before it is matched, so no request reaches
+// it), and one with a space or tab (ServeMux reads what comes before it as
+// a method: "/a b" was refused as `invalid method "/a"` without a Method
+// and accepted with one). Before the fix New accepted "//host/x",
+// "/a/../b", "/a/./b" and "GET /a b".
+func TestReview3EndpointPathNeverMatching(t *testing.T) {
+	for _, e := range []clientpool.Endpoint{
+		{Path: "//host/x"}, {Path: "/a/../b"}, {Path: "/a/./b"}, {Path: "/a//b/"}, {Method: "CONNECT", Path: "//x"},
+		{Method: "GET", Path: "/a b"}, {Path: "/a b"}, {Method: "GET", Path: "/a\tb"},
+	} {
+		_, err := clientpool.New(endpointTable(e))
+		if err == nil || strings.Count(err.Error(), "ratesem:") != 1 || !strings.Contains(err.Error(), "Path") {
+			t.Errorf("%q %q: err %v; want it refused, naming the Path", e.Method, e.Path, err)
+		}
+	}
+	for _, e := range []clientpool.Endpoint{{Path: "/"}, {Path: "/a/"}, {Path: "/a/{x}/"}, {Path: "/a/{$}"}, {Path: "/a/{rest...}"}, {Path: "/a.b/c..d/.e"}} {
+		if _, err := clientpool.New(endpointTable(e)); err != nil {
+			t.Errorf("%q: %v", e.Path, err)
+		}
+	}
+}

@@ -104,6 +104,10 @@ type Endpoint struct {
 	//   - a trailing "{$}" matches the path with its trailing slash only:
 	//     "/v1/{$}" matches /v1/ alone.
 	//
+	// The Path must be clean (no empty, "." or ".." segment, no space or
+	// tab), since requests are matched by their cleaned path: New refuses
+	// one that no request could reach.
+	//
 	// When several endpoints match a request, the most specific wins, as in
 	// ServeMux: the one whose pattern matches a strict subset of the other's
 	// requests (a literal segment beats a wildcard there, "{name}" beats
@@ -197,6 +201,14 @@ func newRouter(eps []Endpoint) (router, error) {
 		seen[[2]string{e.Method, e.Path}] = true
 		if !strings.HasPrefix(e.Path, "/") {
 			return router{}, fmt.Errorf("ratesem: endpoint %q: Path must start with \"/\" (a path pattern, no host)", e.pattern())
+		}
+		if strings.ContainsAny(e.Path, " \t") {
+			return router{}, fmt.Errorf("ratesem: endpoint %q: Path has a space or tab: a ServeMux pattern cannot match one", e.pattern())
+		}
+		if c := cleanPath(e.Path); c != e.Path {
+			// Requests are matched by their cleaned path (match): this
+			// pattern could never match one.
+			return router{}, fmt.Errorf("ratesem: endpoint %q: Path has empty, \".\" or \"..\" segments (no host part either), so no request, matched by its cleaned path, reaches it: write %q", e.pattern(), c)
 		}
 		if strings.ContainsAny(e.Method, " \t/") {
 			return router{}, fmt.Errorf("ratesem: endpoint %q: Method %q is not an HTTP method", e.pattern(), e.Method)
