@@ -298,3 +298,31 @@ func TestReview3EndpointPathNeverMatching(t *testing.T) {
 		}
 	}
 }
+
+// A dot segment written percent-encoded ("%2e%2e", RFC 3986 6.2.2.2: the
+// same as "..") is removed as one: /v1/%2e%2e/admin is /admin, as a
+// server normalising the path reads it. Before the fix it matched
+// /v1/{a}/admin.
+func TestReview3EndpointEncodedDotSegments(t *testing.T) {
+	p, err := clientpool.New(endpointTable(clientpool.Endpoint{Path: "/v1/{a}/admin"}, clientpool.Endpoint{Path: "/admin"}, clientpool.Endpoint{Path: "/v1/{a}"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ raw, want string }{
+		{"/v1/%2e%2e/admin", " /admin"},
+		{"/v1/%2E%2e/admin", " /admin"},
+		{"/v1/.%2e/admin", " /admin"},
+		{"/v1/%2e/admin", " /v1/{a}"},
+		{"/v1/%2e%2e%2e/admin", " /v1/{a}/admin"}, // "..." is a name
+		{"/v1/a%2eb/admin", " /v1/{a}/admin"},
+	} {
+		u, err := url.Parse("http://h" + tc.raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cs, err := p.Classify(&http.Request{Method: "GET", URL: u})
+		if err != nil || len(cs) != 1 || cs[0].Rule != tc.want {
+			t.Errorf("%s: charges %v, %v; want %q", tc.raw, cs, err, tc.want)
+		}
+	}
+}

@@ -278,7 +278,7 @@ func (r router) match(req *http.Request) *routeEntry {
 	}
 	probe := req
 	esc := req.URL.EscapedPath()
-	clean := cleanPath(esc)
+	clean := cleanPath(decodeDots(esc))
 	if req.Method == "" || clean != esc {
 		// ServeMux would redirect an unclean path, and takes the method
 		// literally where a client sends "" as GET: match a copy.
@@ -295,6 +295,17 @@ func (r router) match(req *http.Request) *routeEntry {
 	h, _ := r.mux.Handler(probe)
 	e, _ := h.(*routeEntry) // not ours: not found, method not allowed, or a redirect of /tree to /tree/
 	return e
+}
+
+// decodeDots returns the escaped path p with every "%2e" (either case)
+// written as ".": a percent-encoded unreserved character is the character
+// itself (RFC 3986 6.2.2.2), so that "%2e%2e" is a dot segment that
+// cleanPath removes, as a server normalising the path does.
+func decodeDots(p string) string {
+	if !strings.Contains(p, "%2") {
+		return p
+	}
+	return strings.NewReplacer("%2e", ".", "%2E", ".").Replace(p)
 }
 
 // cleanPath returns p as ServeMux matches it: rooted, with "." and ".."
