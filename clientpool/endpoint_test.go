@@ -326,3 +326,37 @@ func TestReview3EndpointEncodedDotSegments(t *testing.T) {
 		}
 	}
 }
+
+// Classify from many goroutines at once, on clean and unclean paths, gives
+// each request its own endpoint (run with -race).
+func TestReview3ClassifyConcurrent(t *testing.T) {
+	p, err := clientpool.New(endpointTable(clientpool.Endpoint{Method: "GET", Path: "/v1/items/{id}"},
+		clientpool.Endpoint{Path: "/v1/files/{rest...}"}, clientpool.Endpoint{Method: "POST", Path: "/v1/items/special"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct{ method, url, want string }{
+		{"GET", "http://h/v1/items/1", "GET /v1/items/{id}"},
+		{"HEAD", "http://h/v1//items/./2", "GET /v1/items/{id}"},
+		{"POST", "http://h/v1/items/special", "POST /v1/items/special"},
+		{"PUT", "http://h/v1/files/a/../b/c", " /v1/files/{rest...}"},
+	}
+	done := make(chan struct{})
+	for g := range 8 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for i := range 500 {
+				tc := cases[(g+i)%len(cases)]
+				req, _ := http.NewRequest(tc.method, tc.url, nil)
+				cs, err := p.Classify(req)
+				if err != nil || len(cs) != 1 || cs[0].Rule != tc.want {
+					t.Errorf("%s %s: %v %v; want %q", tc.method, tc.url, cs, err, tc.want)
+					return
+				}
+			}
+		}()
+	}
+	for range 8 {
+		<-done
+	}
+}
