@@ -624,3 +624,54 @@ func TestReview3RoundTripErrorsOnePrefix(t *testing.T) {
 		}
 	}
 }
+
+// trailerBody sets the request's trailer when it reaches io.EOF, as a
+// checksumming upload does.
+type trailerBody struct {
+	r   io.Reader
+	req *http.Request
+}
+
+func (b *trailerBody) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if err == io.EOF {
+		b.req.Trailer.Set("X-Sum", "42")
+	}
+	return n, err
+}
+
+func (*trailerBody) Close() error { return nil }
+
+// A body without GetBody that fills the request's Trailer as it is read
+// (net/http sends the values the map holds once the body is read): the
+// base sees the values, whether the Selector read the body first or not.
+// Before the fix the clone sent in its place had a copy of the map, made
+// before the body was read, so the trailer went out empty.
+func TestReview3ReplayBodyTrailer(t *testing.T) {
+	for _, read := range []bool{false, true} {
+		var got string
+		base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			io.ReadAll(r.Body)
+			got = r.Trailer.Get("X-Sum")
+			return &http.Response{StatusCode: 200, Header: http.Header{}, Body: http.NoBody, Request: r}, nil
+		})
+		sel := func(*http.Request) (httpclient.Limiter, int64) { return &fakeLimiter{}, 1 }
+		if read {
+			var seen []byte
+			var serr error
+			sel = readBody(&fakeLimiter{}, &seen, &serr)
+		}
+		tr := httpclient.NewSelect(sel, httpclient.WithBase(base))
+		req := newRequest(t, "POST", "http://api.test/x", nil)
+		req.Body = &trailerBody{r: strings.NewReader("payload"), req: req}
+		req.Trailer = http.Header{"X-Sum": nil}
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if got != "42" {
+			t.Errorf("read by the Selector %v: the base saw trailer X-Sum %q, want 42", read, got)
+		}
+	}
+}

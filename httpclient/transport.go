@@ -270,6 +270,7 @@ func rewind(req *http.Request) (*http.Request, error) {
 	}
 	r := req.Clone(req.Context())
 	r.Body = body
+	r.Trailer = req.Trailer // the caller's map (withReplayBody)
 	return r, nil
 }
 
