@@ -48,7 +48,11 @@ func Body(req *http.Request) ([]byte, bool) {
 	defer rc.Close()
 	lr := io.LimitReader(rc, MaxBody+1)
 	var b []byte
-	if n := req.ContentLength; n > 0 && n <= MaxBody {
+	n := req.ContentLength
+	if l, ok := rc.(interface{ Len() int }); ok && n <= 0 {
+		n = int64(l.Len()) // httpclient's replayed body of unknown length
+	}
+	if n > 0 && n <= MaxBody {
 		// One buffer of the size announced (+1 to read io.EOF into), not
 		// io.ReadAll's growing ones: 30 MiB for a 30 MiB body, not 72.
 		b = make([]byte, 0, n+1)
