@@ -101,8 +101,10 @@ func Rule(kind, model string) string { return kind + " " + model }
 // sent: the characters (Unicode code points) of its system prompt and
 // messages over 4, rounded up. Its output is charged max_tokens. A body past
 // 32 MiB is charged math.MaxInt64 (the pool refuses it as too heavy).
-func Estimator(body []byte) int64 {
-	r := req.Parse(body)
+func Estimator(body []byte) int64 { return parsedEstimate(req.Parse(body)) }
+
+// parsedEstimate is Estimator of a parsed body.
+func parsedEstimate(r req.Request) int64 {
 	if r.Unbounded() {
 		return 1<<63 - 1
 	}
@@ -173,7 +175,7 @@ func Table(opts ...Option) clientpool.Table {
 		kinds := [3]string{Requests, InputTokens, OutputTokens}
 		weights := [3]func(*http.Request) int64{
 			func(*http.Request) int64 { return 1 },
-			func(r *http.Request) int64 { b, _, q := req.Of(r); return unbounded(q, Estimator(b)) },
+			func(r *http.Request) int64 { _, _, q := req.Of(r); return unbounded(q, parsedEstimate(q)) },
 			func(r *http.Request) int64 { _, _, q := req.Of(r); return unbounded(q, max(q.MaxTokens, 0)) },
 		}
 		// Tokens written to the prompt cache count against the input
