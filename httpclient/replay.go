@@ -56,7 +56,7 @@ type replayBody struct {
 	// GetBody and Read panic with it again on their caller's goroutine,
 	// where it can be recovered, as a direct read's panic could.
 	panicked any
-	size     int64         // the request's ContentLength: fill's first allocation
+	size     int64         // the request's ContentLength: readChunks' first chunk
 	ci, coff int           // Read's place: chunks[ci][coff:] is next
 	done     chan struct{} // closed when fill ends
 }
@@ -157,16 +157,18 @@ const (
 
 // readChunks reads r to io.EOF or limit bytes, whichever comes first, into
 // chunks of growing size (firstChunk, doubled up to maxChunk; or, when
-// size, a ContentLength, is within limit, size+1 first, to see io.EOF in
-// one), each full but the last; n is their total. A body is held in about
+// size, a ContentLength, is known, size+1 first, to see io.EOF in one, up
+// to maxChunk), each full but the last; n is their total. A body is held in about
 // its own size (a 30 MiB body of unknown length in 33 MiB), where
 // io.ReadAll's growing buffer allocated 72 MiB and held up to twice the
 // body while it grew. err is the read's error (not io.EOF), after the
 // bytes before it.
 func readChunks(r io.Reader, limit, size int64) (chunks [][]byte, n int64, err error) {
 	next := int64(firstChunk)
-	if size > 0 && size < limit {
-		next = size + 1
+	if size > 0 {
+		// Trusted up to maxChunk: a ContentLength that says more than the
+		// body holds costs no more than that.
+		next = min(size+1, maxChunk)
 	}
 	for n < limit {
 		c := make([]byte, min(next, limit-n))
