@@ -68,8 +68,9 @@ const DefaultMaxRetryAfter = 5 * time.Minute
 // done): the Selector sees the whole body and the base transport still
 // gets the caller's bytes unchanged (the buffered ones, then the rest of
 // the caller's body). GetBody fails for a longer body, a body whose read
-// failed, or one already sent; a body never asked for is streamed as it
-// is, never buffered.
+// failed, or one already sent; a body whose Read panicked panics again in
+// GetBody and Read, on their caller's goroutine; a body never asked for is
+// streamed as it is, never buffered.
 //
 // Build one with [New], [NewSelect] or [NewPool]; its configuration cannot
 // change afterwards. A Transport is safe for concurrent use by multiple
@@ -159,7 +160,7 @@ var errNilSelect = errors.New("ratesem: Transport has no Selector; build it with
 // request's context is done. If the weight is negative, the Transport has
 // no Selector (the zero Transport), or Acquire fails, RoundTrip closes
 // req.Body, does not send the request and returns a nil response with an
-// error; when the context ended the wait, errors.Is(err, context.Canceled)
+// error (if the Selector panics, req.Body is closed and the panic goes on); when the context ended the wait, errors.Is(err, context.Canceled)
 // or errors.Is(err, context.DeadlineExceeded) holds. If the base
 // RoundTripper fails, the weight is released at once and its error is
 // returned as is.
