@@ -257,3 +257,106 @@ func ExampleEndpoint() {
 	// [requests[]×10] false
 	// [] true
 }
+
+// A Method spelt in lower case ("get") is refused at New: HTTP methods are
+// case-sensitive, so it would match no request a client sends as GET, and
+// those would fall silently to Default (or ErrNoEndpoint). Before the fix
+// New accepted it and GET /v1/x was charged the Default's "/".
+func TestReview3EndpointLowerCaseMethod(t *testing.T) {
+	for _, m := range []string{"get", "Post", "dELETE", "head"} {
+		_, err := clientpool.New(endpointTable(clientpool.Endpoint{Method: m, Path: "/v1/x"}, clientpool.Endpoint{Path: "/"}))
+		if err == nil || !strings.Contains(err.Error(), strings.ToUpper(m)) || strings.Count(err.Error(), "ratesem:") != 1 {
+			t.Errorf("Method %q: err %v; want it refused, naming %q", m, err, strings.ToUpper(m))
+		}
+	}
+	// A method of the API's own, whatever its case, is the API's business.
+	if _, err := clientpool.New(endpointTable(clientpool.Endpoint{Method: "PROPFIND", Path: "/v1/x"}, clientpool.Endpoint{Method: "purge", Path: "/v1/x"})); err != nil {
+		t.Errorf("methods of the API's own: %v", err)
+	}
+}
+
+// A Path that could never match is refused at New, not left dead: one
+// with empty, "." or ".." segments ("//host/x" reads like a host part; a
+// request's path is cleaned before it is matched, so no request reaches
+// it), and one with a space or tab (ServeMux reads what comes before it as
+// a method: "/a b" was refused as `invalid method "/a"` without a Method
+// and accepted with one). Before the fix New accepted "//host/x",
+// "/a/../b", "/a/./b" and "GET /a b".
+func TestReview3EndpointPathNeverMatching(t *testing.T) {
+	for _, e := range []clientpool.Endpoint{
+		{Path: "//host/x"}, {Path: "/a/../b"}, {Path: "/a/./b"}, {Path: "/a//b/"}, {Method: "CONNECT", Path: "//x"},
+		{Method: "GET", Path: "/a b"}, {Path: "/a b"}, {Method: "GET", Path: "/a\tb"},
+	} {
+		_, err := clientpool.New(endpointTable(e))
+		if err == nil || strings.Count(err.Error(), "ratesem:") != 1 || !strings.Contains(err.Error(), "Path") {
+			t.Errorf("%q %q: err %v; want it refused, naming the Path", e.Method, e.Path, err)
+		}
+	}
+	for _, e := range []clientpool.Endpoint{{Path: "/"}, {Path: "/a/"}, {Path: "/a/{x}/"}, {Path: "/a/{$}"}, {Path: "/a/{rest...}"}, {Path: "/a.b/c..d/.e"}} {
+		if _, err := clientpool.New(endpointTable(e)); err != nil {
+			t.Errorf("%q: %v", e.Path, err)
+		}
+	}
+}
+
+// A dot segment written percent-encoded ("%2e%2e", RFC 3986 6.2.2.2: the
+// same as "..") is removed as one: /v1/%2e%2e/admin is /admin, as a
+// server normalising the path reads it. Before the fix it matched
+// /v1/{a}/admin.
+func TestReview3EndpointEncodedDotSegments(t *testing.T) {
+	p, err := clientpool.New(endpointTable(clientpool.Endpoint{Path: "/v1/{a}/admin"}, clientpool.Endpoint{Path: "/admin"}, clientpool.Endpoint{Path: "/v1/{a}"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ raw, want string }{
+		{"/v1/%2e%2e/admin", " /admin"},
+		{"/v1/%2E%2e/admin", " /admin"},
+		{"/v1/.%2e/admin", " /admin"},
+		{"/v1/%2e/admin", " /v1/{a}"},
+		{"/v1/%2e%2e%2e/admin", " /v1/{a}/admin"}, // "..." is a name
+		{"/v1/a%2eb/admin", " /v1/{a}/admin"},
+	} {
+		u, err := url.Parse("http://h" + tc.raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cs, err := p.Classify(&http.Request{Method: "GET", URL: u})
+		if err != nil || len(cs) != 1 || cs[0].Rule != tc.want {
+			t.Errorf("%s: charges %v, %v; want %q", tc.raw, cs, err, tc.want)
+		}
+	}
+}
+
+// Classify from many goroutines at once, on clean and unclean paths, gives
+// each request its own endpoint (run with -race).
+func TestReview3ClassifyConcurrent(t *testing.T) {
+	p, err := clientpool.New(endpointTable(clientpool.Endpoint{Method: "GET", Path: "/v1/items/{id}"},
+		clientpool.Endpoint{Path: "/v1/files/{rest...}"}, clientpool.Endpoint{Method: "POST", Path: "/v1/items/special"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct{ method, url, want string }{
+		{"GET", "http://h/v1/items/1", "GET /v1/items/{id}"},
+		{"HEAD", "http://h/v1//items/./2", "GET /v1/items/{id}"},
+		{"POST", "http://h/v1/items/special", "POST /v1/items/special"},
+		{"PUT", "http://h/v1/files/a/../b/c", " /v1/files/{rest...}"},
+	}
+	done := make(chan struct{})
+	for g := range 8 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for i := range 500 {
+				tc := cases[(g+i)%len(cases)]
+				req, _ := http.NewRequest(tc.method, tc.url, nil)
+				cs, err := p.Classify(req)
+				if err != nil || len(cs) != 1 || cs[0].Rule != tc.want {
+					t.Errorf("%s %s: %v %v; want %q", tc.method, tc.url, cs, err, tc.want)
+					return
+				}
+			}
+		}()
+	}
+	for range 8 {
+		<-done
+	}
+}

@@ -221,6 +221,7 @@ type held struct {
 	over                    bool  // heavier than the key's learned limit: admitted alone as n = that limit (learnedFit)
 	reported                bool  // marked, and a usage report of this call was taken in
 	settled                 bool  // Ticket.Settle named this charge's rule
+	unreadSaid              bool  // Ticket.BodyUnread reported it (an Unsettled event, once)
 	unrep                   bool  // counted in its key's feedback.unreported (Rule.Learn; see budgetLocked)
 	actual                  int64 // the settled weight, when settled
 }
@@ -639,6 +640,12 @@ func (p *Pool) tooHeavyLocked(charges []Charge) error {
 		fit := rs.cap
 		if rs.Learn == nil || p.rem != nil {
 			fit = min(rs.capacity, fit) // a learned limit is per key, and never refuses a call (learnedFit)
+		}
+		if c.Weight == math.MaxInt64 {
+			// No limit admits it: the rule's way to refuse a request (the
+			// presets' body that bounds no charge), said as such.
+			return fmt.Errorf("%w: rule %q%s refuses the request: it charges math.MaxInt64",
+				ratesem.ErrWeightTooLarge, c.Rule, keyText(c.Key))
 		}
 		if c.Weight > fit {
 			return fmt.Errorf("%w: weight %d under rule %q%s can never start: the rule admits at most %d (%v) at once; lower the weight or raise the rule's limit",

@@ -41,7 +41,9 @@ type Rule struct {
 	Key func(req *http.Request) (key string, ok bool)
 
 	// Weight returns the units a request costs under this rule when the
-	// endpoint table does not say; nil means 1.
+	// endpoint table does not say; nil means 1. math.MaxInt64 refuses the
+	// request: no limit admits it, and the error (ratesem.ErrWeightTooLarge)
+	// says the rule refuses it.
 	Weight func(req *http.Request) int64
 
 	// Usage reads the server's own count for this rule and key from a

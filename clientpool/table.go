@@ -87,7 +87,9 @@ type Throttle struct {
 // Endpoint is one API endpoint and what a request to it costs.
 type Endpoint struct {
 	// Method is the HTTP method ("GET", "POST"); "" matches any. As in
-	// net/http.ServeMux, "GET" also matches HEAD requests.
+	// net/http.ServeMux, "GET" also matches HEAD requests. Methods are
+	// case-sensitive: New refuses a standard method not in upper case
+	// ("get"), which would match no request a client sends.
 	Method string
 	// Path is a URL path pattern in net/http.ServeMux's syntax, starting
 	// with "/" (no host):
@@ -101,6 +103,10 @@ type Endpoint struct {
 	//     /v1/anything/else (but not /v1, which ServeMux would redirect);
 	//   - a trailing "{$}" matches the path with its trailing slash only:
 	//     "/v1/{$}" matches /v1/ alone.
+	//
+	// The Path must be clean (no empty, "." or ".." segment, no space or
+	// tab), since requests are matched by their cleaned path: New refuses
+	// one that no request could reach.
 	//
 	// When several endpoints match a request, the most specific wins, as in
 	// ServeMux: the one whose pattern matches a strict subset of the other's
@@ -196,8 +202,19 @@ func newRouter(eps []Endpoint) (router, error) {
 		if !strings.HasPrefix(e.Path, "/") {
 			return router{}, fmt.Errorf("ratesem: endpoint %q: Path must start with \"/\" (a path pattern, no host)", e.pattern())
 		}
+		if strings.ContainsAny(e.Path, " \t") {
+			return router{}, fmt.Errorf("ratesem: endpoint %q: Path has a space or tab: a ServeMux pattern cannot match one", e.pattern())
+		}
+		if c := cleanPath(e.Path); c != e.Path {
+			// Requests are matched by their cleaned path (match): this
+			// pattern could never match one.
+			return router{}, fmt.Errorf("ratesem: endpoint %q: Path has empty, \".\" or \"..\" segments (no host part either), so no request, matched by its cleaned path, reaches it: write %q", e.pattern(), c)
+		}
 		if strings.ContainsAny(e.Method, " \t/") {
 			return router{}, fmt.Errorf("ratesem: endpoint %q: Method %q is not an HTTP method", e.pattern(), e.Method)
+		}
+		if up := strings.ToUpper(e.Method); up != e.Method && standardMethod(up) {
+			return router{}, fmt.Errorf("ratesem: endpoint %q: methods are case-sensitive and clients send %q: write Method %q", e.pattern(), up, up)
 		}
 		h := &routeEntry{costs: e.Costs, charges: e.Charges}
 		// A pattern alone first: its error is about its syntax.
@@ -217,6 +234,17 @@ func newRouter(eps []Endpoint) (router, error) {
 		}
 	}
 	return router{mux: mux}, nil
+}
+
+// standardMethod reports whether m is one of the methods of RFC 9110 and
+// RFC 5789 (PATCH), in upper case as clients send them.
+func standardMethod(m string) bool {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodConnect, http.MethodOptions, http.MethodTrace:
+		return true
+	}
+	return false
 }
 
 // muxPatterns reports whether ServeMux matches patterns with methods and
@@ -250,7 +278,7 @@ func (r router) match(req *http.Request) *routeEntry {
 	}
 	probe := req
 	esc := req.URL.EscapedPath()
-	clean := cleanPath(esc)
+	clean := cleanPath(decodeDots(esc))
 	if req.Method == "" || clean != esc {
 		// ServeMux would redirect an unclean path, and takes the method
 		// literally where a client sends "" as GET: match a copy.
@@ -267,6 +295,17 @@ func (r router) match(req *http.Request) *routeEntry {
 	h, _ := r.mux.Handler(probe)
 	e, _ := h.(*routeEntry) // not ours: not found, method not allowed, or a redirect of /tree to /tree/
 	return e
+}
+
+// decodeDots returns the escaped path p with every "%2e" (either case)
+// written as ".": a percent-encoded unreserved character is the character
+// itself (RFC 3986 6.2.2.2), so that "%2e%2e" is a dot segment that
+// cleanPath removes, as a server normalising the path does.
+func decodeDots(p string) string {
+	if !strings.Contains(p, "%2") {
+		return p
+	}
+	return strings.NewReplacer("%2e", ".", "%2E", ".").Replace(p)
 }
 
 // cleanPath returns p as ServeMux matches it: rooted, with "." and ".."

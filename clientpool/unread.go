@@ -8,7 +8,8 @@ import "github.com/ratesem/ratesem"
 // the number of the ticket's charges under such a rule that no Settle has
 // settled: they keep the weight they were admitted for (their estimate)
 // when the ticket is released. Each is reported to the pool's observer as
-// a ratesem.Unsettled event (Rule, Key, Weight). Package httpclient calls
+// a ratesem.Unsettled event (Rule, Key, Weight), once: a later call returns
+// the same count and emits no event again. Package httpclient calls
 // it, after SettleResponse and before Release, for a body closed unread.
 // It never blocks and is safe for concurrent use; after Release it reports
 // nothing and returns 0.
@@ -24,7 +25,8 @@ func (t *Ticket) BodyUnread() int {
 				continue
 			}
 			n++
-			if p.observer != nil {
+			if p.observer != nil && !h.unreadSaid {
+				h.unreadSaid = true
 				unsettled = append(unsettled, Charge{Rule: h.lim.rule.Name, Key: h.lim.key, Weight: h.n})
 			}
 		}

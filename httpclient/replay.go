@@ -1,12 +1,12 @@
 package httpclient
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"sync"
 )
 
@@ -27,28 +27,38 @@ var (
 const (
 	replayFresh    = iota // nothing read
 	replayFilling         // GetBody is reading the body into buf
-	replayWhole           // buf is the whole body
-	replayOver            // buf is the first MaxReplayBody+1 bytes; the rest is in rc
-	replayFailed          // reading stopped at err after buf
-	replayStreamed        // Read went past buf to rc (or never buffered)
+	replayWhole           // chunks are the whole body
+	replayOver            // chunks are the first MaxReplayBody+1 bytes; the rest is in rc
+	replayFailed          // reading stopped at err after chunks
+	replayStreamed        // Read went past chunks to rc (or never buffered)
+	replayPanicked        // reading panicked with panicked after chunks
 )
 
 // replayBody is the body of the clone a Transport sends in place of a
 // request whose body has no GetBody (withReplayBody). The body is read only
 // when GetBody is called (by the Selector, or by a retry): then up to
-// MaxReplayBody+1 bytes of it, once, into buf. Read gives buf, then the
-// rest of the caller's body, so the base transport sends the caller's bytes
-// unchanged; GetBody gives buf again while it holds the whole body.
+// MaxReplayBody+1 bytes of it, once, into chunks. Read gives chunks, then
+// the rest of the caller's body, so the base transport sends the caller's
+// bytes unchanged; GetBody gives chunks again while they hold the whole
+// body.
 type replayBody struct {
 	rc  io.ReadCloser   // the caller's body
 	ctx context.Context // the request's: GetBody stops waiting when it is done
 
 	mu    sync.Mutex
 	state int
-	buf   []byte        // written once by fill, read-only after done is closed
-	err   error         // the read error of replayFailed
-	off   int           // how much of buf Read has given
-	done  chan struct{} // closed when fill ends
+	// chunks hold the bytes read (see readChunks); written once by fill,
+	// read-only after done is closed.
+	chunks [][]byte
+	n      int64 // the bytes in chunks
+	err    error // the read error of replayFailed
+	// panicked is what the caller's body panicked with (replayPanicked):
+	// GetBody and Read panic with it again on their caller's goroutine,
+	// where it can be recovered, as a direct read's panic could.
+	panicked any
+	size     int64         // the request's ContentLength: readChunks' first chunk
+	ci, coff int           // Read's place: chunks[ci][coff:] is next
+	done     chan struct{} // closed when fill ends
 }
 
 // withReplayBody returns req itself when its body can be replayed (none, or
@@ -58,9 +68,13 @@ func withReplayBody(req *http.Request) *http.Request {
 	if req.Body == nil || req.Body == http.NoBody || req.GetBody != nil {
 		return req
 	}
-	b := &replayBody{rc: req.Body, ctx: req.Context()}
+	b := &replayBody{rc: req.Body, ctx: req.Context(), size: req.ContentLength}
 	r := req.Clone(req.Context())
 	r.Body, r.GetBody = b, b.getBody
+	// The caller's body may fill the Trailer's values as it is read (net/http
+	// sends what the map holds then): share the map, as the body is shared,
+	// not Clone's copy of it made before.
+	r.Trailer = req.Trailer
 	return r
 }
 
@@ -88,31 +102,145 @@ func (b *replayBody) getBody() (io.ReadCloser, error) {
 	defer b.mu.Unlock()
 	switch b.state {
 	case replayWhole:
-		return io.NopCloser(bytes.NewReader(b.buf)), nil
+		return &chunkReader{chunks: slices.Clone(b.chunks), n: b.n}, nil
 	case replayOver:
 		return nil, errReplayTooLarge
 	case replayFailed:
 		return nil, fmt.Errorf("reading the request body: %w", b.err)
+	case replayPanicked:
+		panic(b.panicked)
 	}
 	return nil, errReplayStreamed
 }
 
-// fill reads the body into buf, at most MaxReplayBody+1 bytes.
+// fill reads the body into chunks, at most MaxReplayBody+1 bytes. A panic of
+// the caller's body is kept for GetBody and Read to raise again: on fill's
+// own goroutine nobody could recover it.
 func (b *replayBody) fill() {
-	buf, err := io.ReadAll(io.LimitReader(b.rc, MaxReplayBody+1))
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.buf = buf
-	switch {
-	case err != nil:
-		b.state, b.err = replayFailed, err
-	case len(buf) > MaxReplayBody:
-		b.state = replayOver
-	default:
-		b.state = replayWhole
-	}
-	close(b.done)
+	var chunks [][]byte
+	var n int64
+	var err error
+	ok := false
+	defer func() {
+		var p any
+		if !ok {
+			p = recover()
+			if p == nil { // runtime.Goexit; not expected of a Read
+				p = errors.New("request body's Read exited its goroutine")
+			}
+		}
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		b.chunks, b.n = chunks, n
+		switch {
+		case !ok:
+			b.state, b.panicked = replayPanicked, p
+		case err != nil:
+			b.state, b.err = replayFailed, err
+		case n > MaxReplayBody:
+			b.state = replayOver
+		default:
+			b.state = replayWhole
+		}
+		close(b.done)
+	}()
+	chunks, n, err = readChunks(b.rc, MaxReplayBody+1, b.size)
+	ok = true
 }
+
+// The sizes of the chunks readChunks reads into: the first, then doubled
+// up to the largest.
+const (
+	firstChunk = 32 << 10
+	maxChunk   = 4 << 20
+)
+
+// readChunks reads r to io.EOF or limit bytes, whichever comes first, into
+// chunks of growing size (firstChunk, doubled up to maxChunk; or, when
+// size, a ContentLength, is known, size+1 first, to see io.EOF in one, up
+// to maxChunk), each full but the last; n is their total. A body is held in about
+// its own size (a 30 MiB body of unknown length in 33 MiB), where
+// io.ReadAll's growing buffer allocated 72 MiB and held up to twice the
+// body while it grew. err is the read's error (not io.EOF), after the
+// bytes before it.
+func readChunks(r io.Reader, limit, size int64) (chunks [][]byte, n int64, err error) {
+	next := int64(firstChunk)
+	if size > 0 {
+		// Trusted up to maxChunk: a ContentLength that says more than the
+		// body holds costs no more than that.
+		next = min(size+1, maxChunk)
+	}
+	for n < limit {
+		c := make([]byte, min(next, limit-n))
+		m := 0
+		for m < len(c) && err == nil {
+			var k int
+			k, err = r.Read(c[m:])
+			if k < 0 || k > len(c)-m {
+				k, err = 0, errors.New("request body's Read returned an invalid count")
+			}
+			m += k
+		}
+		if m > 0 {
+			chunks = append(chunks, c[:m:m])
+			n += int64(m)
+		}
+		if err == io.EOF {
+			return chunks, n, nil
+		}
+		if err != nil {
+			return chunks, n, err
+		}
+		next = min(2*next, maxChunk)
+	}
+	return chunks, n, nil
+}
+
+// chunkReader reads chunks in order: the body GetBody gives.
+type chunkReader struct {
+	chunks [][]byte // what is left: its own slice (the chunks are shared, read-only)
+	n      int64    // the bytes left
+}
+
+// Read reads the next bytes of the chunks; io.EOF after the last.
+func (r *chunkReader) Read(p []byte) (int, error) {
+	for len(r.chunks) > 0 && len(r.chunks[0]) == 0 {
+		r.chunks = r.chunks[1:]
+	}
+	if len(r.chunks) == 0 {
+		return 0, io.EOF
+	}
+	k := copy(p, r.chunks[0])
+	r.chunks[0] = r.chunks[0][k:]
+	r.n -= int64(k)
+	return k, nil
+}
+
+// WriteTo writes what is left of the chunks to w (io.Copy uses it).
+func (r *chunkReader) WriteTo(w io.Writer) (int64, error) {
+	var total int64
+	for len(r.chunks) > 0 {
+		k, err := w.Write(r.chunks[0])
+		total += int64(k)
+		r.n -= int64(k)
+		r.chunks[0] = r.chunks[0][k:]
+		if err != nil {
+			return total, err
+		}
+		if len(r.chunks[0]) > 0 {
+			return total, io.ErrShortWrite
+		}
+		r.chunks = r.chunks[1:]
+	}
+	return total, nil
+}
+
+// Len returns the bytes left, so that a reader of the whole body (the
+// saas presets') can allocate them at once.
+func (r *chunkReader) Len() int { return int(r.n) }
+
+// Close does nothing: the chunks belong to the replayBody.
+func (*chunkReader) Close() error { return nil }
 
 // whole reports whether GetBody gives the whole body (it was read whole).
 func (b *replayBody) whole() bool {
@@ -131,11 +259,13 @@ func (b *replayBody) Read(p []byte) (int, error) {
 		<-done // as a direct read of the caller's body would wait
 		b.mu.Lock()
 	}
-	if b.off < len(b.buf) {
-		n := copy(p, b.buf[b.off:])
-		b.off += n
-		b.mu.Unlock()
-		return n, nil
+	for ; b.ci < len(b.chunks); b.ci, b.coff = b.ci+1, 0 {
+		if c := b.chunks[b.ci][b.coff:]; len(c) > 0 {
+			n := copy(p, c)
+			b.coff += n
+			b.mu.Unlock()
+			return n, nil
+		}
 	}
 	switch b.state {
 	case replayWhole:
@@ -145,6 +275,10 @@ func (b *replayBody) Read(p []byte) (int, error) {
 		err := b.err
 		b.mu.Unlock()
 		return 0, err
+	case replayPanicked:
+		p := b.panicked
+		b.mu.Unlock()
+		panic(p)
 	}
 	b.state = replayStreamed
 	b.mu.Unlock()

@@ -68,8 +68,9 @@ const DefaultMaxRetryAfter = 5 * time.Minute
 // done): the Selector sees the whole body and the base transport still
 // gets the caller's bytes unchanged (the buffered ones, then the rest of
 // the caller's body). GetBody fails for a longer body, a body whose read
-// failed, or one already sent; a body never asked for is streamed as it
-// is, never buffered.
+// failed, or one already sent; a body whose Read panicked panics again in
+// GetBody and Read, on their caller's goroutine; a body never asked for is
+// streamed as it is, never buffered.
 //
 // Build one with [New], [NewSelect] or [NewPool]; its configuration cannot
 // change afterwards. A Transport is safe for concurrent use by multiple
@@ -159,7 +160,7 @@ var errNilSelect = errors.New("ratesem: Transport has no Selector; build it with
 // request's context is done. If the weight is negative, the Transport has
 // no Selector (the zero Transport), or Acquire fails, RoundTrip closes
 // req.Body, does not send the request and returns a nil response with an
-// error; when the context ended the wait, errors.Is(err, context.Canceled)
+// error (if the Selector panics, req.Body is closed and the panic goes on); when the context ended the wait, errors.Is(err, context.Canceled)
 // or errors.Is(err, context.DeadlineExceeded) holds. If the base
 // RoundTripper fails, the weight is released at once and its error is
 // returned as is.
@@ -195,8 +196,11 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	req = withReplayBody(req) // a body without GetBody: readable by the Selector
 	for attempt := 0; ; attempt++ {
 		resp, wait, err := t.roundTripOnce(req)
-		if resp != nil && req != orig && resp.Request == req && attempt == 0 {
-			resp.Request = orig // the clone withReplayBody made is ours
+		if resp != nil && req != orig && resp.Request == req {
+			// The clone withReplayBody or rewind made is ours: the caller
+			// sees its own request (and the clone, with a replayed body's
+			// buffer, is not kept alive by the response).
+			resp.Request = orig
 		}
 		if err != nil || wait <= 0 || attempt >= t.maxRetries || !replayable(req) {
 			return resp, err
@@ -211,7 +215,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			t.observer(ratesem.Event{Kind: ratesem.Retried, Attempt: attempt + 1, Wait: wait, Status: resp.StatusCode})
 		}
 		if err := t.sleep(req.Context(), wait); err != nil {
-			return nil, fmt.Errorf("ratesem: waiting to retry %s: %w", describe(req), err)
+			return nil, prefixed("waiting to retry "+describe(req), err)
 		}
 		if req, err = rewind(req); err != nil {
 			return nil, err
@@ -263,10 +267,11 @@ func rewind(req *http.Request) (*http.Request, error) {
 	}
 	body, err := req.GetBody()
 	if err != nil {
-		return nil, fmt.Errorf("ratesem: replaying the body of %s: %w", describe(req), err)
+		return nil, prefixed("replaying the body of "+describe(req), err)
 	}
 	r := req.Clone(req.Context())
 	r.Body = body
+	r.Trailer = req.Trailer // the caller's map (withReplayBody)
 	return r, nil
 }
 
@@ -277,7 +282,7 @@ func (t *Transport) roundTripOnce(req *http.Request) (*http.Response, time.Durat
 		closeRequestBody(req)
 		return nil, 0, errNilSelect
 	}
-	l, n := t.sel(req)
+	l, n := t.selectFor(req)
 	if n < 0 {
 		closeRequestBody(req)
 		err := fmt.Errorf("%w %d from the Selector for %s", ratesem.ErrNegativeWeight, n, describe(req))
@@ -310,6 +315,22 @@ func (t *Transport) roundTripOnce(req *http.Request) (*http.Response, time.Durat
 		return nil, 0, notSent(req, err)
 	}
 	return t.roundTripHeld(l, n, req, since)
+}
+
+// selectFor asks the Selector for req's limiter and weight. If the
+// Selector panics, req.Body is closed before the panic goes on: the
+// RoundTripper contract has RoundTrip close it on every way out, and a
+// replayed body's read in flight (withReplayBody) ends only with Close.
+func (t *Transport) selectFor(req *http.Request) (l Limiter, n int64) {
+	done := false
+	defer func() {
+		if !done {
+			closeRequestBody(req)
+		}
+	}()
+	l, n = t.sel(req)
+	done = true
+	return l, n
 }
 
 // roundTripHeld sends req while n units of l are held (admitted after
@@ -581,9 +602,10 @@ func (r *eofReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// notSentError is the error of a request the limiter did not admit: the
-// limiter's error, told which request was not sent, with one "ratesem: "
-// prefix whether or not the limiter's message has its own.
+// notSentError is an error of RoundTrip that wraps another (the limiter's
+// that did not admit a request, a GetBody's, a context's), told what
+// failed, with one "ratesem: " prefix whether or not the wrapped message
+// has its own.
 type notSentError struct {
 	msg string
 	err error
@@ -595,7 +617,14 @@ func (e *notSentError) Unwrap() error { return e.err }
 // notSent returns the error of req, not sent because its limiter returned
 // err; it matches err (errors.Is, errors.As).
 func notSent(req *http.Request, err error) error {
-	return &notSentError{"ratesem: " + describe(req) + " not sent: " + strings.TrimPrefix(err.Error(), "ratesem: "), err}
+	return prefixed(describe(req)+" not sent", err)
+}
+
+// prefixed returns "ratesem: what: " and err's message, with err's own
+// "ratesem: " dropped (a user's GetBody or limiter may return one of this
+// module's errors); it matches err (errors.Is, errors.As).
+func prefixed(what string, err error) error {
+	return &notSentError{"ratesem: " + what + ": " + strings.TrimPrefix(err.Error(), "ratesem: "), err}
 }
 
 var _ http.RoundTripper = (*Transport)(nil)

@@ -37,7 +37,8 @@
 //
 // Requests for a model the Table was not given count against three
 // catch-all rules keyed by model (RuleRequestsOther, ...), whose limits are
-// learned from the first reply.
+// learned from the first reply, or given with WithOtherModels, as they
+// must be in Redis mode.
 //
 // The estimates and the rules' keys read the request body through
 // Request.GetBody. http.NewRequest sets it for a bytes, strings or
@@ -100,8 +101,10 @@ func Rule(kind, model string) string { return kind + " " + model }
 // sent: the characters (Unicode code points) of its system prompt and
 // messages over 4, rounded up. Its output is charged max_tokens. A body past
 // 32 MiB is charged math.MaxInt64 (the pool refuses it as too heavy).
-func Estimator(body []byte) int64 {
-	r := req.Parse(body)
+func Estimator(body []byte) int64 { return parsedEstimate(req.Parse(body)) }
+
+// parsedEstimate is Estimator of a parsed body.
+func parsedEstimate(r req.Request) int64 {
 	if r.Unbounded() {
 		return 1<<63 - 1
 	}
@@ -113,6 +116,7 @@ type Option func(*config)
 
 type config struct {
 	models    []model
+	other     model // the catch-all rules' limits (WithOtherModels)
 	noSettle  bool
 	perMinute time.Duration
 }
@@ -129,6 +133,18 @@ func WithModel(name string, rpm, itpm, otpm int64) Option {
 	return func(c *config) {
 		c.models = append(c.models, model{name, max(rpm, 0), max(itpm, 0), max(otpm, 0)})
 	}
+}
+
+// WithOtherModels gives the catch-all rules (RuleRequestsOther,
+// RuleInputOther, RuleOutputOther) their limits per minute, for each model
+// the Table was not given: rpm requests, itpm input tokens, otpm output
+// tokens; 0 (the default) means learned from the first reply. Negative
+// values count as 0. In Redis mode (redisrate.Shared) no limit can be
+// learned: give every model's limits with WithModel and these with
+// WithOtherModels, all above 0, or clientpool.New refuses the Table
+// (ratesem.ErrInvalidLimit).
+func WithOtherModels(rpm, itpm, otpm int64) Option {
+	return func(c *config) { c.other = model{"", max(rpm, 0), max(itpm, 0), max(otpm, 0)} }
 }
 
 // WithoutSettling keeps each call's estimates instead of settling them to
@@ -159,7 +175,7 @@ func Table(opts ...Option) clientpool.Table {
 		kinds := [3]string{Requests, InputTokens, OutputTokens}
 		weights := [3]func(*http.Request) int64{
 			func(*http.Request) int64 { return 1 },
-			func(r *http.Request) int64 { b, _, q := req.Of(r); return unbounded(q, Estimator(b)) },
+			func(r *http.Request) int64 { _, _, q := req.Of(r); return unbounded(q, parsedEstimate(q)) },
 			func(r *http.Request) int64 { _, _, q := req.Of(r); return unbounded(q, max(q.MaxTokens, 0)) },
 		}
 		// Tokens written to the prompt cache count against the input
@@ -191,7 +207,7 @@ func Table(opts ...Option) clientpool.Table {
 			return "", q.Model == name
 		})
 	}
-	add("other", [3]int64{}, func(r *http.Request) (string, bool) {
+	add("other", [3]int64{c.other.rpm, c.other.itpm, c.other.otpm}, func(r *http.Request) (string, bool) {
 		_, _, q := req.Of(r)
 		return q.Model, !known[q.Model]
 	})

@@ -41,7 +41,8 @@
 // Requests for a model the Table was not given count against two catch-all
 // rules keyed by model, RuleRequestsOther and RuleTokensOther, whose limits
 // are learned from the first reply (shared by every such model: give each
-// model you use WithModel).
+// model you use WithModel), or given with WithOtherModels, as they must be
+// in Redis mode.
 //
 // The Estimator and the rules' keys read the request body through
 // Request.GetBody. http.NewRequest sets it for a bytes, strings or
@@ -132,8 +133,10 @@ const CookbookURL = "https://cookbook.openai.com/examples/how_to_count_tokens_wi
 // pool refuses it as too heavy). It underestimates the prompt of code and
 // of most non-English text: give an Estimator with a tokenizer for those,
 // or rely on settling.
-func CharEstimator(_ *http.Request, body []byte) int64 {
-	r := req.Parse(body)
+func CharEstimator(_ *http.Request, body []byte) int64 { return charParsed(req.Parse(body)) }
+
+// charParsed is CharEstimator of a parsed body.
+func charParsed(r req.Request) int64 {
 	if r.Unbounded() {
 		return 1<<63 - 1
 	}
@@ -152,8 +155,10 @@ func prompt(r req.Request) int64 {
 // wholeCall is the estimate WithoutSettling charges with CharEstimator:
 // what the call can cost in all, the prompt's estimate plus max_tokens
 // (saturating), since no reply corrects it.
-func wholeCall(_ *http.Request, body []byte) int64 {
-	r := req.Parse(body)
+func wholeCall(_ *http.Request, body []byte) int64 { return wholeParsed(req.Parse(body)) }
+
+// wholeParsed is wholeCall of a parsed body.
+func wholeParsed(r req.Request) int64 {
 	if r.Unbounded() {
 		return 1<<63 - 1
 	}
@@ -164,9 +169,13 @@ func wholeCall(_ *http.Request, body []byte) int64 {
 type Option func(*config)
 
 type config struct {
-	models    []model
-	estimate  Estimator
-	custom    bool // estimate was given (WithEstimator)
+	models   []model
+	other    model // the catch-all rules' limits (WithOtherModels)
+	estimate Estimator
+	custom   bool // estimate was given (WithEstimator)
+	// parsed, when set, is estimate of the parse req.Of keeps (the
+	// default estimators): the body is parsed once per request.
+	parsed    func(req.Request) int64
 	noSettle  bool
 	perMinute time.Duration
 }
@@ -183,11 +192,22 @@ func WithModel(name string, rpm, tpm int64) Option {
 	return func(c *config) { c.models = append(c.models, model{name, max(rpm, 0), max(tpm, 0)}) }
 }
 
+// WithOtherModels gives the catch-all rules (RuleRequestsOther,
+// RuleTokensOther) their limits, for each model the Table was not given:
+// rpm requests and tpm tokens per minute; 0 (the default) means learned
+// from the first reply. Negative values count as 0. In Redis mode
+// (redisrate.Shared) no limit can be learned: give every model's limits
+// with WithModel and these with WithOtherModels, all above 0, or
+// clientpool.New refuses the Table (ratesem.ErrInvalidLimit).
+func WithOtherModels(rpm, tpm int64) Option {
+	return func(c *config) { c.other = model{"", max(rpm, 0), max(tpm, 0)} }
+}
+
 // WithEstimator replaces CharEstimator; nil keeps it.
 func WithEstimator(e Estimator) Option {
 	return func(c *config) {
 		if e != nil {
-			c.estimate, c.custom = e, true
+			c.estimate, c.custom, c.parsed = e, true, nil
 		}
 	}
 }
@@ -212,12 +232,12 @@ func WithScale(f float64) Option {
 // rules and RuleUnreadBody, set up by opts. Every request is charged under
 // its model's two rules: 1 request, and its estimated tokens.
 func Table(opts ...Option) clientpool.Table {
-	c := config{estimate: CharEstimator, perMinute: time.Minute}
+	c := config{estimate: CharEstimator, parsed: charParsed, perMinute: time.Minute}
 	for _, o := range opts {
 		o(&c)
 	}
 	if c.noSettle && !c.custom {
-		c.estimate = wholeCall
+		c.estimate, c.parsed = wholeCall, wholeParsed
 	}
 	known := map[string]bool{}
 	for _, m := range c.models {
@@ -235,6 +255,9 @@ func Table(opts ...Option) clientpool.Table {
 				if q.Unbounded() {
 					return 1<<63 - 1 // RuleUnreadBody refuses it
 				}
+				if c.parsed != nil {
+					return max(c.parsed(q), 0)
+				}
 				return max(c.estimate(r, b), 0)
 			}, req.LearnBucket(HeaderLimitTokens, HeaderRemainingTokens), c.settle()))
 		t.Default = append(t.Default, clientpool.Cost{Rule: reqName}, clientpool.Cost{Rule: tokName})
@@ -245,7 +268,7 @@ func Table(opts ...Option) clientpool.Table {
 			return "", modelOf(r) == name
 		})
 	}
-	add(RuleRequestsOther, RuleTokensOther, 0, 0, func(r *http.Request) (string, bool) {
+	add(RuleRequestsOther, RuleTokensOther, c.other.rpm, c.other.tpm, func(r *http.Request) (string, bool) {
 		m := modelOf(r)
 		return m, !known[m]
 	})

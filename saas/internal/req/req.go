@@ -46,7 +46,36 @@ func Body(req *http.Request) ([]byte, bool) {
 		return nil, false
 	}
 	defer rc.Close()
-	b, err := io.ReadAll(io.LimitReader(rc, MaxBody+1))
+	lr := io.LimitReader(rc, MaxBody+1)
+	var b []byte
+	n := req.ContentLength
+	if l, ok := rc.(interface{ Len() int }); ok && n <= 0 {
+		n = int64(l.Len()) // httpclient's replayed body of unknown length
+	}
+	if n > 0 && n <= MaxBody {
+		// One buffer of the size announced (+1 to read io.EOF into), not
+		// io.ReadAll's growing ones: 30 MiB for a 30 MiB body, not 72.
+		b = make([]byte, 0, n+1)
+		for {
+			var m int
+			m, err = lr.Read(b[len(b):cap(b)])
+			if m < 0 || m > cap(b)-len(b) {
+				return nil, false // a broken reader
+			}
+			b = b[:len(b)+m]
+			if err != nil {
+				break
+			}
+			if len(b) == cap(b) {
+				b = append(b, 0)[:len(b)] // longer than announced
+			}
+		}
+		if err == io.EOF {
+			err = nil
+		}
+	} else {
+		b, err = io.ReadAll(lr)
+	}
 	if err != nil {
 		return nil, false
 	}
