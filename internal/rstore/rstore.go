@@ -351,6 +351,24 @@ func mismatch(cs []Charge, r []any) error {
 	return mismatchOf(cs[i-1], stored)
 }
 
+// tooHeavyAdopted is the error of the admit reply r = {-2, i, stored}:
+// charge i is heavier than the Capacity of the spec stored by SetLimit
+// (another process lowered the limit) that its limiter adopted.
+func tooHeavyAdopted(cs []Charge, r []any) error {
+	i, _ := r[1].(int64)
+	stored, _ := r[2].(string)
+	if i < 1 || int(i) > len(cs) {
+		return fmt.Errorf("ratesem: malformed reply from Redis: %v", r)
+	}
+	c := cs[i-1]
+	sp, ok := parseWire(stored)
+	if !ok {
+		return fmt.Errorf("ratesem: malformed reply from Redis: %v", r)
+	}
+	return fmt.Errorf("%w: weight %d under rule %q key %q can never start: its limit was set to %s in Redis (SetLimit), which admits at most %d at once",
+		ratesem.ErrWeightTooLarge, c.Weight, c.Rule, c.Key, sp.String(), sp.Capacity())
+}
+
 // mismatchOf is the error of charge c whose limiter stores the spec stored.
 func mismatchOf(c Charge, stored string) error {
 	me := &rspec.MismatchError{Rule: c.Rule, Key: c.Key, Have: c.Spec.String(), Stored: strconv.Quote(clip(stored))}
@@ -402,8 +420,11 @@ func (s *Store) Admit(ctx context.Context, scope string, cs []Charge) (Decision,
 	if len(v) < 3 {
 		return Decision{}, fmt.Errorf("ratesem: malformed reply from Redis: %v", v)
 	}
-	if code, _ := v[0].(int64); code == -1 {
+	switch code, _ := v[0].(int64); code {
+	case -1:
 		return Decision{}, mismatch(cs, v)
+	case -2:
+		return Decision{}, tooHeavyAdopted(cs, v)
 	}
 	if len(v) < 6 || len(v) > 8 {
 		return Decision{}, fmt.Errorf("ratesem: malformed reply from Redis: %v", v)

@@ -716,7 +716,16 @@ for i = 1, NC do
     if el > 0 and fill(L, el) then L.wl = true end
     set(L, 'E', ev)
   end
-  if L.adopted then adopted = adopted .. i .. ',' end
+  if L.adopted then
+    adopted = adopted .. i .. ','
+    -- rspec.Spec.Capacity of the adopted spec: a charge heavier than it
+    -- can never be admitted, so say so (ratesem.ErrWeightTooLarge) rather
+    -- than a wait its caller would sleep out to its deadline.
+    local cap = L.N
+    if L.kind == 7 or L.kind == 8 or (L.kind == 9 and L.p1 > 0) then cap = L.p1 end
+    if L.conc > 0 then cap = math.min(cap, L.conc) end
+    if L.n > cap then return {-2, i, L.spec} end
+  end
   local yes, w, rel = check(L)
   if not yes then
     ok = false
