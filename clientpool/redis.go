@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/ratesem/ratesem"
@@ -52,12 +50,8 @@ type redisMode struct {
 	scope string
 	// late, with WithDeferredRedisChecks, is the eviction check deferred
 	// to the first Acquire that finds Redis answering (nil when there is
-	// none); lateDone is set once it passed or failed, lateErr then holds
-	// its failure, returned by every Acquire from then on.
-	late     func() error
-	lateMu   sync.Mutex
-	lateDone atomic.Bool
-	lateErr  atomic.Pointer[error]
+	// none).
+	late *remote.DeferredCheck
 	// calls holds the Redis call of every Ticket not yet released (under
 	// Pool.mu): kept here rather than in the Ticket, so that a Ticket of
 	// the in-process Pool stays as small as it was.
@@ -91,10 +85,10 @@ func (p *Pool) initRedis(cfg *config) error {
 		rs.spec = spec
 		rs.quiet = 0 // the window lives in Redis: nothing to forget here
 	}
-	var late func() error
+	var late *remote.DeferredCheck
 	if cfg.deferChecks {
 		if !cfg.evictionAllowed {
-			late = func() error { return cfg.opener.Check(remote.DefaultTimeout, cfg.prefix, scope, nil, true) }
+			late = remote.NewDeferredCheck(func() error { return cfg.opener.Check(remote.DefaultTimeout, cfg.prefix, scope, nil, true) }, poolCheckError)
 		}
 	} else {
 		// The limiters of the rules' key "" (a rule without keys) must
@@ -135,36 +129,8 @@ func poolCheckError(err error) error {
 }
 
 // lateCheck runs, with WithDeferredRedisChecks, the eviction check
-// deferred: at the first Acquire that finds Redis answering (one round
-// trip, bounded by a second), while the others go on without waiting for
-// it; its ratesem.ErrEviction is then returned by every Acquire. A Redis
-// that does not answer leaves it for a later call.
-func (m *redisMode) lateCheck() error {
-	if m.late == nil || m.lateDone.Load() {
-		if e := m.lateErr.Load(); e != nil {
-			return *e
-		}
-		return nil
-	}
-	if m.eng.Stats().Unavailable || !m.lateMu.TryLock() {
-		return nil
-	}
-	defer m.lateMu.Unlock()
-	if m.lateDone.Load() {
-		return m.lateCheck()
-	}
-	err := m.late()
-	switch {
-	case err == nil:
-		m.lateDone.Store(true)
-	case errors.Is(err, ratesem.ErrEviction):
-		err = poolCheckError(err)
-		m.lateErr.Store(&err)
-		m.lateDone.Store(true)
-		return err
-	}
-	return nil
-}
+// deferred (remote.DeferredCheck; bounded by a second).
+func (m *redisMode) lateCheck() error { return m.late.Err(m.eng) }
 
 // specOf returns the Redis form of r's window under l.
 func specOf(r *Rule, l window.Limit) (*rspec.Spec, error) {

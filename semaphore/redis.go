@@ -43,12 +43,8 @@ type redisSem struct {
 
 	// late, with WithDeferredRedisChecks, is the eviction check deferred
 	// to the first call that finds Redis answering (nil when there is
-	// none); lateDone is set once it passed or failed, lateErr then holds
-	// its failure, returned by every call from then on.
-	late     func() error
-	lateMu   sync.Mutex // held by the one call running late
-	lateDone atomic.Bool
-	lateErr  atomic.Pointer[error]
+	// none).
+	late *remote.DeferredCheck
 
 	mu        sync.Mutex
 	held      map[int64][]*heldCall // calls in flight, by units left, oldest first
@@ -167,7 +163,7 @@ func newRedis(o backend.Opener, name string, sp *rspec.Spec, cfg config, newLoca
 	r := &redisSem{name: name, held: map[int64][]*heldCall{}, capOpt: cfg.concurrency}
 	if cfg.deferChecks {
 		if !cfg.evictionAllowed {
-			r.late = func() error { return o.Check(cfg.timeout, cfg.prefix, name, nil, true) }
+			r.late = remote.NewDeferredCheck(func() error { return o.Check(cfg.timeout, cfg.prefix, name, nil, true) }, r.checkError)
 		}
 	} else if err := o.Check(cfg.timeout, cfg.prefix, name, []rspec.Charge{{Rule: redisRule, Spec: sp}}, !cfg.evictionAllowed); err != nil {
 		return nil, r.checkError(err)
@@ -236,36 +232,8 @@ func (r *redisSem) named(err error) error {
 }
 
 // lateCheck runs, with WithDeferredRedisChecks, the eviction check
-// deferred: at the first call that finds Redis answering (one round trip,
-// bounded by WithRedisTimeout), while the others go on without waiting for
-// it; its ratesem.ErrEviction is then returned by every call. A Redis that
-// does not answer leaves it for a later call.
-func (r *redisSem) lateCheck() error {
-	if r.late == nil || r.lateDone.Load() {
-		if e := r.lateErr.Load(); e != nil {
-			return *e
-		}
-		return nil
-	}
-	if r.eng.Stats().Unavailable || !r.lateMu.TryLock() {
-		return nil
-	}
-	defer r.lateMu.Unlock()
-	if r.lateDone.Load() {
-		return r.lateCheck()
-	}
-	err := r.late()
-	switch {
-	case err == nil:
-		r.lateDone.Store(true)
-	case errors.Is(err, ratesem.ErrEviction):
-		err = r.checkError(err)
-		r.lateErr.Store(&err)
-		r.lateDone.Store(true)
-		return err
-	}
-	return nil
-}
+// deferred (remote.DeferredCheck; bounded by WithRedisTimeout).
+func (r *redisSem) lateCheck() error { return r.late.Err(r.eng) }
 
 // charges returns the one charge of a call of n units.
 func (r *redisSem) charges(n int64) []rspec.Charge {

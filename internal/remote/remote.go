@@ -1869,13 +1869,7 @@ func (e *Engine) ReconcileAt(scope string, c rspec.Charge, used int64, r rspec.R
 		if err == nil && delta < 0 {
 			e.mu.Lock()
 			if l := e.lims[limKey{scope, c.Rule, c.Key}]; l != nil {
-				l.notBefore, l.notBeforeN = time.Time{}, 0
-				if l.q.Len() > 0 {
-					select {
-					case l.q.Front().Value.(*waiter).room <- struct{}{}:
-					default:
-					}
-				}
+				l.askAgainLocked(func(w *waiter) chan struct{} { return w.room })
 			}
 			e.mu.Unlock()
 		}
@@ -1908,16 +1902,24 @@ func (e *Engine) SetLimit(ctx context.Context, scope string, c rspec.Charge) err
 	// What this process learned under the old limit no longer holds.
 	e.mu.Lock()
 	if l := e.lims[limKey{scope, c.Rule, c.Key}]; l != nil {
-		l.notBefore, l.notBeforeN = time.Time{}, 0
-		if l.q.Len() > 0 {
-			select {
-			case l.q.Front().Value.(*waiter).wake <- struct{}{}:
-			default:
-			}
-		}
+		l.askAgainLocked(func(w *waiter) chan struct{} { return w.wake })
 	}
 	e.mu.Unlock()
 	return nil
+}
+
+// askAgainLocked forgets the wait l's last refusal taught this process
+// and signals the head of l's queue, if any, on the channel ch picks, so
+// that it asks Redis again now. e.mu must be held.
+func (l *limiter) askAgainLocked(ch func(*waiter) chan struct{}) {
+	l.notBefore, l.notBeforeN = time.Time{}, 0
+	if l.q.Len() == 0 {
+		return
+	}
+	select {
+	case ch(l.q.Front().Value.(*waiter)) <- struct{}{}:
+	default:
+	}
 }
 
 // Closed reports whether Close was called.
