@@ -22,7 +22,7 @@ import (
 // measure it too (burst and rate 10^6 per second, cost 1).
 func TestExpScripts(t *testing.T) {
 	if os.Getenv("EXP") == "" {
-		t.Skip()
+		t.Skip("a measurement, not a test: run it with EXP=1")
 	}
 	rdb := goredis.NewClient(&goredis.Options{Addr: redistest.Start(t).Addr()})
 	ctx := context.Background()
