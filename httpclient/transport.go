@@ -611,7 +611,10 @@ type notSentError struct {
 	err error
 }
 
+// Error returns the message: what was not sent, and why.
 func (e *notSentError) Error() string { return e.msg }
+
+// Unwrap returns the cause, for errors.Is and errors.As.
 func (e *notSentError) Unwrap() error { return e.err }
 
 // notSent returns the error of req, not sent because its limiter returned

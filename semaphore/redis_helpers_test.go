@@ -151,8 +151,17 @@ const clockTolerance = time.Millisecond
 // s_j. So at a_m Redis counted all of C, and admitted m only if their units
 // were at most n. It returns the peak count and the first violation.
 func checkCompletion(calls []call, n int64, per time.Duration) (int64, error) {
+	return checkCompletionFrom(calls, n, per, time.Time{})
+}
+
+// checkCompletionFrom is checkCompletion at the starts from from on (the
+// calls before it still count at those starts).
+func checkCompletionFrom(calls []call, n int64, per time.Duration, from time.Time) (int64, error) {
 	var peak int64
 	for _, c := range calls {
+		if c.start.Before(from) {
+			continue
+		}
 		var units int64
 		for _, d := range calls {
 			if !d.start.After(c.start) && d.end.After(c.start.Add(-per+clockTolerance)) {

@@ -51,22 +51,9 @@ func TestRedisFallbackRestartBackWithinAPer(t *testing.T) {
 			first = c.start
 		}
 	}
-	var peak int64
-	for _, c := range r.calls {
-		if c.start.Before(from) {
-			continue
-		}
-		var units int64
-		for _, d := range r.calls {
-			if !d.start.After(c.start) && d.end.After(c.start.Add(-per+clockTolerance)) {
-				units += d.n
-			}
-		}
-		peak = max(peak, units)
-		if units > N {
-			t.Fatalf("at a start %v after the restart: %d units in flight or ended within %v (fallback and Redis together), limit %d",
-				c.start.Sub(r.started).Round(time.Millisecond), units, per, N)
-		}
+	peak, err := checkCompletionFrom(r.calls, N, per, from)
+	if err != nil {
+		t.Fatalf("fallback and Redis together, from %v after the restart on: %v", from.Sub(r.started).Round(time.Millisecond), err)
 	}
 	if local == 0 || first.IsZero() {
 		t.Fatalf("%d calls of the fallback, first of Redis after the restart %v: the run did not cover the hand-over", local, first)

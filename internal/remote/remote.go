@@ -1509,7 +1509,10 @@ type causeError struct {
 	err error
 }
 
+// Error returns the message.
 func (c *causeError) Error() string { return c.msg }
+
+// Unwrap returns the cause, for errors.Is and errors.As.
 func (c *causeError) Unwrap() error { return c.err }
 
 func (e *Engine) unavailable(cause error) error {
