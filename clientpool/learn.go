@@ -268,7 +268,8 @@ func (p *Pool) quotaLocked(rs *ruleState, now time.Time) {
 // ending at reset (ns since the epoch, on the host's clock, margin
 // included) for the key of hd. A report of a window that has ended is
 // stale and ignored. A report of a later window than the one known (a new
-// window) sets the budget, even higher than it was.
+// window: one ending more than newWindowGap after it) sets the budget,
+// even higher than it was.
 //
 // Within a window the server's remaining only falls as requests arrive, so
 // the report with the lowest remaining is the latest in the server's
@@ -317,7 +318,7 @@ func (p *Pool) budgetLocked(hd *held, remaining, reset int64, now time.Time) err
 		credit = hd.n
 	}
 	switch {
-	case !fb.budgeted || reset > fb.reset+int64(time.Second):
+	case !fb.budgeted || reset > sat.Add(fb.reset, newWindowGap(l.rule.limit.Per)):
 		// a new window
 		fb.budget, fb.low, fb.reset, fb.budgeted = max(sat.Sub(remaining, fb.unreported), 0), remaining, reset, true
 		fb.lowAdmits = fb.admits
@@ -345,6 +346,18 @@ func (p *Pool) budgetLocked(hd *held, remaining, reset int64, now time.Time) err
 	}
 	p.settleLocked(now)
 	return contra
+}
+
+// newWindowGap returns how much later than the window a quota key keeps a
+// reply's window must end to be a new one, for a rule of Per per: a
+// second (resets rounded to whole seconds), and half of Per. One window's
+// end, read on the host's clock, moves with each reply's latency (a delay
+// reset is read on arrival; an epoch reset with the skew the Date shows,
+// which grows with the latency) and with the Date's truncation, so a slow
+// reply of the window already known reads it ending later; the next
+// window of a server that counts in windows of Per ends a Per after it.
+func newWindowGap(per time.Duration) int64 {
+	return int64(max(time.Second, per/2))
 }
 
 // reported takes h out of its quota key's unreported units, once: its
