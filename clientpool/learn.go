@@ -290,8 +290,9 @@ func (p *Pool) quotaLocked(rs *ruleState, now time.Time) {
 // counted (the returned error, KeyState.Distrusted) and taken in on the
 // safe side only: it lowers the budget, and moves the window's end earlier
 // only with it (the server's own count of the window it says it is in);
-// a report that would move the end earlier and leave more budget is not
-// trusted.
+// a report that would move the end earlier and leave no less budget is
+// not trusted, though a remaining lower than the key's lowest is kept as
+// the lowest (later reports with more give back only as earlier ones).
 func (p *Pool) budgetLocked(hd *held, remaining, reset int64, now time.Time) error {
 	l := hd.lim
 	fb := l.feedback()
@@ -326,7 +327,12 @@ func (p *Pool) budgetLocked(hd *held, remaining, reset int64, now time.Time) err
 		// the latest report in the server's order
 		b := max(min(sat.Add(fb.budget, credit), sat.Sub(remaining, fb.unreported)), 0)
 		if contra != nil && b >= fb.budget {
-			break // an earlier end with more budget: the key's window stands
+			// an earlier end with no less budget: the key's window and
+			// budget stand, but this is still the lowest remaining the
+			// server counted, which a later report with more must not
+			// read as the latest and give back from
+			fb.low, fb.lowAdmits = remaining, fb.admits
+			break
 		}
 		fb.budget, fb.low, fb.reset, fb.lowAdmits = b, remaining, reset, fb.admits
 	case contra != nil:

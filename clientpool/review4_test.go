@@ -1,6 +1,11 @@
 package clientpool_test
 
 import (
+	"context"
+	"math/rand/v2"
+	"net/http"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -44,6 +49,137 @@ func TestReview4SlowReplyIsNotANewWindow(t *testing.T) {
 		}
 		for _, tk := range held {
 			tk.Release()
+		}
+	})
+}
+
+// quotaServer is an honest server counting in windows of per aligned to
+// its clock, which is the host's plus offset: it rejects a call that
+// arrives with nothing left, and answers with X-Limit, X-Remaining, the
+// window's end as epoch seconds (X-Reset-At) and a Date truncated to the
+// second.
+type quotaServer struct {
+	mu       sync.Mutex
+	n        int64
+	per      time.Duration
+	offset   time.Duration
+	win      int64
+	count    int64
+	rejected int
+	served   int
+}
+
+func (s *quotaServer) serve() http.Header {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	at := time.Now().Add(s.offset)
+	idx := at.UnixNano() / int64(s.per)
+	if idx != s.win {
+		s.win, s.count = idx, 0
+	}
+	if s.count >= s.n {
+		s.rejected++
+	} else {
+		s.count++
+		s.served++
+	}
+	end := time.Unix(0, (idx+1)*int64(s.per))
+	return epochHeader(s.n, s.n-s.count, end, at)
+}
+
+// An honest server model, many seeds: windows of 10 s, 3 to 30 calls per
+// window, host clocks from 2 s behind to 2 s ahead of the server's, 1 to
+// 8 workers, latencies up to 2 s each way drawn per call (replies come
+// back in any order): the server never rejects a call.
+func TestReview4QuotaHonestServerModel(t *testing.T) {
+	seeds := 120
+	if testing.Short() {
+		seeds = 20
+	}
+	total := 0
+	for seed := range seeds {
+		r := rand.New(rand.NewPCG(uint64(seed), 4))
+		s := &quotaServer{
+			n:      3 + r.Int64N(28),
+			per:    10 * time.Second,
+			offset: time.Duration(r.Int64N(int64(4*time.Second))) - 2*time.Second,
+		}
+		workers := 1 + r.IntN(8)
+		maxLat := time.Duration(r.Int64N(int64(2 * time.Second)))
+		lats := make([]time.Duration, 4096)
+		for i := range lats {
+			lats[i] = time.Duration(r.Int64N(int64(maxLat) + 1))
+		}
+		synctest.Test(t, func(t *testing.T) {
+			p := newPool(t, []clientpool.Rule{epochRule()})
+			c := clientpool.Charge{Rule: "core", Weight: 1}
+			var wg sync.WaitGroup
+			var next atomic.Int64
+			stop := time.Now().Add(2 * time.Minute)
+			for range workers {
+				wg.Go(func() {
+					for time.Now().Before(stop) {
+						tk, err := p.Acquire(context.Background(), c)
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						i := next.Add(2)
+						time.Sleep(lats[i%int64(len(lats))])
+						h := s.serve()
+						time.Sleep(lats[(i+1)%int64(len(lats))])
+						tk.ObserveHeaders(h)
+						tk.Release()
+					}
+				})
+			}
+			wg.Wait()
+		})
+		if s.rejected > 0 {
+			t.Fatalf("seed %d: N=%d offset %v workers %d latency ≤ %v: the server rejected %d of %d", seed, s.n, s.offset, workers, maxLat, s.rejected, s.rejected+s.served)
+		}
+		total += s.served
+	}
+	t.Logf("%d calls served, none rejected", total)
+}
+
+// A report that contradicts the key's window (it ends more than the
+// margins earlier) and leaves the budget where it is still says the
+// lowest remaining the server counted: a later reply with more left (an
+// earlier one in the server's order) must not read as the latest and give
+// budget back. Here the skew a slow reply measured (3.5 s) is replaced, a
+// Per later, by a fast reply's (0.7 s): C's reply of 0 left reads the
+// window ending 2.8 s earlier than the key keeps (contradicting), then B's
+// slow reply of 1 left (counted before C) arrives. The server has nothing
+// left until its window ends at 20 s; on the base commit B's reply gave
+// its unit back: one more call started and was rejected.
+func TestReview4ContradictingReportKeepsItsLow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newPool(t, []clientpool.Rule{epochRule()})
+		c := clientpool.Charge{Rule: "core", Weight: 1}
+		t0 := time.Now() // the server's clock too; its windows end at 10 s, 20 s
+		at := func(d time.Duration) { time.Sleep(time.Until(t0.Add(d))) }
+		sec := func(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+		at(sec(6))
+		w := acquire(t, p, c)
+		at(sec(9.5)) // served at 6 s, back at 9.5 s: skew 3.5 s
+		w.ObserveHeaders(epochHeader(3, 2, t0.Add(sec(10)), t0.Add(sec(6))))
+		w.Release()
+		at(sec(14.5)) // the key's window (10 s + 3.5 s + the margin) has ended
+		a := acquire(t, p, c)
+		at(sec(15.2))
+		a.ObserveHeaders(epochHeader(3, 2, t0.Add(sec(20)), t0.Add(sec(15))))
+		a.Release()
+		b, cc := acquire(t, p, c), acquire(t, p, c) // B served at 15.3 s (1 left), C at 19.6 s (0)
+		at(sec(19.7))
+		cc.ObserveHeaders(epochHeader(3, 0, t0.Add(sec(20)), t0.Add(sec(19))))
+		cc.Release()
+		at(sec(19.8))
+		b.ObserveHeaders(epochHeader(3, 1, t0.Add(sec(20)), t0.Add(sec(15))))
+		b.Release()
+		var held []*clientpool.Ticket
+		if tryAcquire(p, c, &held) {
+			t.Fatal("a call started at 19.8 s with nothing left at the server until 20 s")
 		}
 	})
 }
