@@ -67,6 +67,7 @@ type quotaServer struct {
 	count    int64
 	rejected int
 	served   int
+	raise    func() bool // the limit grows by 1 before this reply (a quota raised mid-window)
 }
 
 func (s *quotaServer) serve() http.Header {
@@ -76,6 +77,9 @@ func (s *quotaServer) serve() http.Header {
 	idx := at.UnixNano() / int64(s.per)
 	if idx != s.win {
 		s.win, s.count = idx, 0
+	}
+	if s.raise != nil && s.raise() {
+		s.n++
 	}
 	if s.count >= s.n {
 		s.rejected++
@@ -90,7 +94,8 @@ func (s *quotaServer) serve() http.Header {
 // An honest server model, many seeds: windows of 10 s, 3 to 30 calls per
 // window, host clocks from 2 s behind to 2 s ahead of the server's, 1 to
 // 8 workers, latencies up to 2 s each way drawn per call (replies come
-// back in any order): the server never rejects a call.
+// back in any order), a limit raised now and then mid-window (remaining
+// then grows) on every other seed: the server never rejects a call.
 func TestReview4QuotaHonestServerModel(t *testing.T) {
 	seeds := 120
 	if testing.Short() {
@@ -103,6 +108,9 @@ func TestReview4QuotaHonestServerModel(t *testing.T) {
 			n:      3 + r.Int64N(28),
 			per:    10 * time.Second,
 			offset: time.Duration(r.Int64N(int64(4*time.Second))) - 2*time.Second,
+		}
+		if seed%2 == 1 {
+			s.raise = func() bool { return r.IntN(20) == 0 }
 		}
 		workers := 1 + r.IntN(8)
 		maxLat := time.Duration(r.Int64N(int64(2 * time.Second)))
