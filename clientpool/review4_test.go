@@ -4,6 +4,7 @@ import (
 	"context"
 	"math/rand/v2"
 	"net/http"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -190,4 +191,83 @@ func TestReview4ContradictingReportKeepsItsLow(t *testing.T) {
 			t.Fatal("a call started at 19.8 s with nothing left at the server until 20 s")
 		}
 	})
+}
+
+// Hostile replies, many seeds: limits changing every reply (0, 1,
+// math.MaxInt64), remaining growing within a window, resets jumping back
+// and forth (past, now, far future, epoch and delay forms), Dates far in
+// the future and the past, malformed or absent. Every wait a reply causes
+// is capped: a call alone on the key starts within the rule's Per, a
+// second and ResetMargin of the last reply.
+func TestReview4HostileQuotaRepliesCapWaits(t *testing.T) {
+	seeds := 300
+	if testing.Short() {
+		seeds = 30
+	}
+	const per = 10 * time.Second
+	limit := per + time.Second + clientpool.ResetMargin
+	for seed := range seeds {
+		r := rand.New(rand.NewPCG(uint64(seed), 44))
+		synctest.Test(t, func(t *testing.T) {
+			rule := epochRule()
+			if seed%3 == 0 {
+				rule.Learn = clientpool.LearnRateLimit("X-RateLimit-", "", true)
+			}
+			p := newPool(t, []clientpool.Rule{rule})
+			c := clientpool.Charge{Rule: "core", Weight: 1}
+			nums := []string{"0", "1", "2", "9", "10", "1000", "9223372036854775807", "99999999999999999999", "-1", "x", ""}
+			pick := func() string {
+				if r.IntN(2) == 0 {
+					return strconv.FormatInt(r.Int64N(20), 10)
+				}
+				return nums[r.IntN(len(nums))]
+			}
+			for i := range 60 {
+				start := time.Now()
+				tk, err := p.Acquire(context.Background(), c)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if w := time.Since(start); w > limit {
+					t.Fatalf("seed %d call %d waited %v, more than %v", seed, i, w, limit)
+				}
+				time.Sleep(time.Duration(r.Int64N(int64(3 * time.Second))))
+				now := time.Now()
+				h := http.Header{}
+				for _, k := range []string{"X-Limit", "X-RateLimit-Limit"} {
+					h.Set(k, pick())
+				}
+				for _, k := range []string{"X-Remaining", "X-RateLimit-Remaining"} {
+					h.Set(k, pick())
+				}
+				var reset string
+				switch r.IntN(6) {
+				case 0:
+					reset = strconv.FormatInt(now.Add(time.Duration(r.Int64N(int64(time.Hour)))-30*time.Minute).Unix(), 10)
+				case 1:
+					reset = strconv.FormatInt(now.Add(time.Duration(r.Int64N(int64(per)))).Unix(), 10)
+				case 2:
+					reset = pick()
+				case 3:
+					reset = strconv.FormatInt(r.Int64N(1<<40), 10)
+				default:
+					reset = strconv.FormatInt(r.Int64N(30), 10)
+				}
+				h.Set("X-Reset-At", reset)
+				h.Set("X-RateLimit-Reset", reset)
+				switch r.IntN(5) {
+				case 0:
+					h.Set("Date", now.Add(time.Duration(r.Int64N(1<<62))).UTC().Format(http.TimeFormat))
+				case 1:
+					h.Set("Date", now.Add(-time.Duration(r.Int64N(1<<62))).UTC().Format(http.TimeFormat))
+				case 2:
+					h.Set("Date", "garbage")
+				case 3:
+					h.Set("Date", now.Add(time.Duration(r.Int64N(int64(20*time.Second)))-10*time.Second).UTC().Format(http.TimeFormat))
+				}
+				tk.ObserveHeaders(h)
+				tk.Release()
+			}
+		})
+	}
 }
