@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ratesem/ratesem"
+	"github.com/ratesem/ratesem/internal/remote"
 	"github.com/ratesem/ratesem/internal/rspec"
 	"github.com/ratesem/ratesem/internal/sat"
 	"github.com/ratesem/ratesem/internal/sched"
@@ -375,6 +376,9 @@ type Ticket struct {
 	charges  []Charge
 	at       int64 // the admission instant, ns since the pool's epoch
 	released atomic.Bool
+	// rcall is, in Redis mode, the call Redis admitted, kept after
+	// Release: a usage report read then still carries its mark (observeRedis).
+	rcall *remote.Call
 }
 
 // Charges returns the charges the ticket holds, merged per (rule, key).

@@ -271,3 +271,19 @@ func TestReview4HostileQuotaRepliesCapWaits(t *testing.T) {
 		})
 	}
 }
+
+// The in-process form of TestReview4RedisReportAfterRelease: a report read
+// after Release is its call's; 20 own and 50 from elsewhere of 100.
+func TestReview4ReportAfterRelease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newPool(t, []clientpool.Rule{fixedUsageRule(100)})
+		a := acquire(t, p, clientpool.Charge{Rule: "ip", Weight: 10})
+		b := acquire(t, p, clientpool.Charge{Rule: "ip", Weight: 10})
+		a.Release()
+		a.ObserveHeaders(used(60))
+		if got := p.Snapshot()[0].Used; got != 70 {
+			t.Fatalf("Used = %d, want 70 (20 own, 50 from elsewhere)", got)
+		}
+		b.Release()
+	})
+}
