@@ -97,6 +97,9 @@ func (w *FixedWindow) SetLimit(now time.Time, l Limit) {
 }
 
 func (w *FixedWindow) setLimit(t int64, l Limit) {
+	if w.limit.Per > 0 {
+		w.roll(t) // the count of the window current at now, not an earlier one's
+	}
 	w.limit = l
 	if l.Per > 0 {
 		w.win = floorDiv(t, int64(l.Per))

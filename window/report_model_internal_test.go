@@ -216,3 +216,40 @@ func TestFixedCompletionReportHostile(t *testing.T) {
 		}
 	}
 }
+
+// SetLimit in a window the counter has not rolled to yet (no call since
+// the boundary) counts in the new window what the window current at now
+// holds — for a fixed completion window the calls still in flight, for a
+// fixed window nothing — not the earlier window's count and reports (the
+// Redis script rolls first: the two differed). On the base commit the
+// earlier window's 5 ended units stayed counted and a call of 8 of 10 was
+// refused until the window after.
+func TestFixedSetLimitInAWindowNotRolledTo(t *testing.T) {
+	for _, carry := range []bool{false, true} {
+		l := Limit{N: 10, Per: time.Second}
+		w := NewFixedWindow(l)
+		if carry {
+			w = NewFixedCompletion(l)
+		}
+		t0 := time.Unix(1_700_000_000, 0)
+		if _, ok := w.Admit(t0, 5); !ok {
+			t.Fatal("refused 5")
+		}
+		w.Done(t0, 5)
+		if _, ok := w.Admit(t0, 2); !ok { // in flight across the boundary
+			t.Fatal("refused 2")
+		}
+		now := t0.Add(1500 * time.Millisecond)
+		w.SetLimit(now, Limit{N: 10, Per: time.Second})
+		want := int64(0)
+		if carry {
+			want = 2
+		}
+		if got := w.Used(now); got != want {
+			t.Fatalf("carry %v: Used = %d after SetLimit in the next window, want %d", carry, got, want)
+		}
+		if _, ok := w.Admit(now, 10-want); !ok {
+			t.Fatalf("carry %v: refused %d of 10 with %d counted", carry, 10-want, want)
+		}
+	}
+}
