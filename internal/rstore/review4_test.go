@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"math/rand/v2"
+	"strconv"
 	"testing"
 	"time"
 
@@ -136,4 +137,124 @@ func TestReview4DifferentialHostileReports(t *testing.T) {
 		t.Fatalf("%d reports took units in, %d gave some back, %d were of an earlier window: the test tries too little", took, gave, stale)
 	}
 	t.Logf("%d reports took units in, %d gave back, %d marked reports of an earlier window, %d cancels, %d SetLimits", took, gave, stale, cancels, setLimits)
+}
+
+// TestReview4HonestServerModelRedis is window's
+// TestFixedCompletionReportHonestModel over Redis: a fixed completion
+// window in Redis against an honest server counting arrivals in the same
+// aligned windows, with traffic from elsewhere, random latencies and
+// replies taken in late and in any order. For every window the server's
+// count is at most N plus the units from elsewhere the fleet could not
+// know of at its last admission in that window.
+func TestReview4HonestServerModelRedis(t *testing.T) {
+	seeds := 12
+	if testing.Short() {
+		seeds = 3
+	}
+	clk := newClock()
+	s, _ := newStore(t, clk, time.Minute)
+	ctx := context.Background()
+	for seed := range seeds {
+		r := rand.New(rand.NewPCG(uint64(seed), 7))
+		const per = 100 * time.Millisecond
+		n := int64(5 + r.IntN(30))
+		sp := &Spec{Kind: FixedCompletion, Limit: window.Limit{N: n, Per: per}}
+		key := "m" + strconv.Itoa(seed)
+		// Start at a window's start.
+		clk.t = time.Unix(0, (clk.t.UnixNano()/int64(per)+10)*int64(per))
+		lat := time.Duration(1+r.IntN(60)) * time.Millisecond
+		foreignRate := r.Float64() * 0.3
+		admitRate := 0.2 + r.Float64()*0.8
+		type mcall struct {
+			c                    Charge
+			token, mark          string
+			win                  int64
+			arrive, done, reply  time.Time
+			count                int64
+			arrived, ended, seen bool
+			foreign              int64
+		}
+		server, foreign, lastKnown := map[int64]int64{}, map[int64]int64{}, map[int64]int64{}
+		topCount, topForeign := map[int64]int64{}, map[int64]int64{}
+		var calls []*mcall
+		winOf := func(t time.Time) int64 { return t.UnixNano() / int64(per) }
+		const steps = 1500
+		for range steps {
+			clk.add(time.Millisecond)
+			now := clk.t
+			win := winOf(now)
+			if r.Float64() < foreignRate {
+				k := int64(1 + r.IntN(3))
+				server[win] += k
+				foreign[win] += k
+			}
+			var due []*mcall
+			for _, c := range calls {
+				if !c.arrived && !c.arrive.After(now) {
+					c.arrived = true
+					server[win] += c.c.Weight
+					c.count, c.foreign = server[win], foreign[win]
+					if win != c.win {
+						c.count = -1 // counted in a later window than its admission's: its report is dropped
+					}
+				}
+			}
+			for _, c := range calls {
+				if c.arrived && !c.ended && !c.done.After(now) {
+					due = append(due, c)
+				}
+				if c.arrived && !c.seen && !c.reply.After(now) {
+					due = append(due, c)
+				}
+			}
+			r.Shuffle(len(due), func(i, j int) { due[i], due[j] = due[j], due[i] })
+			for _, c := range due {
+				if c.arrived && !c.ended && !c.done.After(now) {
+					c.ended = true
+					if err := s.Release(ctx, "", []Charge{c.c}, c.token); err != nil {
+						t.Fatal(err)
+					}
+					continue
+				}
+				if !c.seen {
+					c.seen = true
+					if c.count < 0 {
+						continue
+					}
+					if _, err := s.ReconcileAt(ctx, "", c.c, c.count, Read{Seen: now, Mark: c.mark, Weight: c.c.Weight}); err != nil {
+						t.Fatal(err)
+					}
+					if win == c.win && c.count > topCount[c.win] {
+						topCount[c.win], topForeign[c.win] = c.count, c.foreign
+					}
+				}
+			}
+			if r.Float64() < admitRate {
+				k := int64(1 + r.IntN(int(min(n, 6))))
+				c := Charge{Rule: "w", Key: key, Spec: sp, Weight: k}
+				d, err := s.Admit(ctx, "", []Charge{c})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d.OK {
+					mc := &mcall{c: c, token: d.Token, mark: d.Marks[0], win: win}
+					mc.arrive = now.Add(time.Millisecond + time.Duration(r.Int64N(int64(lat)+1)))
+					mc.done = mc.arrive.Add(time.Millisecond + time.Duration(r.Int64N(int64(lat)+1)))
+					mc.reply = mc.arrive.Add(time.Duration(r.Int64N(3*int64(lat) + 1)))
+					calls = append(calls, mc)
+					lastKnown[win] = topForeign[win]
+				}
+			}
+		}
+		last := winOf(clk.t)
+		for win, cnt := range server {
+			if win >= last {
+				continue
+			}
+			if bound := n + foreign[win] - lastKnown[win]; cnt > bound {
+				t.Fatalf("seed %d: N=%d: the server counted %d in a window, more than N + %d from elsewhere − %d known at the last admission",
+					seed, n, cnt, foreign[win], lastKnown[win])
+			}
+		}
+	}
 }
