@@ -135,11 +135,12 @@ func (p *Pool) learn(hd *held, in Learned, date time.Time) (int64, error) {
 		if !rs.quota {
 			p.quotaLocked(rs, now)
 		}
-		reset := in.Reset
+		reset, epoch := in.Reset, int64(0)
 		if in.Epoch {
 			reset = reset.Add(rs.skewLocked(date, now))
+			epoch = max(in.Reset.UnixNano(), 1)
 		}
-		return 0, p.budgetLocked(hd, in.Remaining, p.mono(reset.Add(ResetMargin)), now)
+		return 0, p.budgetLocked(hd, in.Remaining, p.mono(reset.Add(ResetMargin)), epoch, now)
 	}
 	if rs.quota {
 		return 0, nil // a report without its window, under a rule counted by windows
@@ -266,10 +267,13 @@ func (p *Pool) quotaLocked(rs *ruleState, now time.Time) {
 
 // budgetLocked takes in a report of remaining units in the server's window
 // ending at reset (ns since the epoch, on the host's clock, margin
-// included) for the key of hd. A report of a window that has ended is
+// included) for the key of hd; epoch is that end as the server named it
+// (Learned.Epoch; 0 for a delay). A report of a window that has ended is
 // stale and ignored. A report of a later window than the one known (a new
-// window: one ending more than newWindowGap after it) sets the budget,
-// even higher than it was.
+// window: one ending more than newWindowGap after it, and, when both the
+// report and the report that set the key's window named their ends as
+// epoch instants, a later instant) sets the budget, even higher than it
+// was.
 //
 // Within a window the server's remaining only falls as requests arrive, so
 // the report with the lowest remaining is the latest in the server's
@@ -293,7 +297,7 @@ func (p *Pool) quotaLocked(rs *ruleState, now time.Time) {
 // a report that would move the end earlier and leave no less budget is
 // not trusted, though a remaining lower than the key's lowest is kept as
 // the lowest (later reports with more give back only as earlier ones).
-func (p *Pool) budgetLocked(hd *held, remaining, reset int64, now time.Time) error {
+func (p *Pool) budgetLocked(hd *held, remaining, reset, epoch int64, now time.Time) error {
 	l := hd.lim
 	fb := l.feedback()
 	nowNs := p.mono(now)
@@ -318,11 +322,15 @@ func (p *Pool) budgetLocked(hd *held, remaining, reset int64, now time.Time) err
 	if fresh {
 		credit = hd.n
 	}
+	// An epoch reset the key's window was set with names that window
+	// itself: a reply with one no later is of it (or earlier), however
+	// late it came back.
+	sameEpoch := epoch != 0 && fb.epoch != 0 && epoch <= fb.epoch
 	switch {
-	case !fb.budgeted || reset > sat.Add(fb.reset, newWindowGap(l.rule.limit.Per)):
+	case !fb.budgeted || !sameEpoch && reset > sat.Add(fb.reset, newWindowGap(l.rule.limit.Per)):
 		// a new window
 		fb.budget, fb.low, fb.reset, fb.budgeted = max(sat.Sub(remaining, fb.unreported), 0), remaining, reset, true
-		fb.lowAdmits = fb.admits
+		fb.lowAdmits, fb.epoch = fb.admits, epoch
 	case remaining < fb.low:
 		// the latest report in the server's order
 		b := max(min(sat.Add(fb.budget, credit), sat.Sub(remaining, fb.unreported)), 0)
@@ -398,6 +406,7 @@ func (l *limiter) budgetAdmits(now, n int64) (ok bool, until int64) {
 		fb.budget = max(l.limit().N-l.inflight, 0)
 		fb.reset = sat.Add(now, int64(l.rule.limit.Per))
 		fb.low = math.MaxInt64 // no report in it yet
+		fb.epoch = 0           // a window the server did not name
 	}
 	if n > fb.budget {
 		return false, fb.reset

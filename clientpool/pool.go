@@ -167,11 +167,15 @@ type feedback struct {
 	// before any report in it): the latest report in the server's order;
 	// lowAdmits is admits when low was set.
 	unreported, low, lowAdmits int64
-	budgeted                   bool
-	reported                   bool   // a report (Learned.Reset) set the window once
-	distrusted                 uint32 // reports not taken at their word (KeyState.Distrusted), wrapping
-	throttles                  uint32 // throttles of this key, ever (wrapping)
-	streak                     uint8  // throttles in a row without a usable Retry-After
+	// epoch is the window's end as the server named it (Learned.Epoch,
+	// ns since the Unix epoch on its clock) when a report set the window
+	// with one; 0 otherwise.
+	epoch      int64
+	budgeted   bool
+	reported   bool   // a report (Learned.Reset) set the window once
+	distrusted uint32 // reports not taken at their word (KeyState.Distrusted), wrapping
+	throttles  uint32 // throttles of this key, ever (wrapping)
+	streak     uint8  // throttles in a row without a usable Retry-After
 }
 
 // feedback returns l's feedback state, creating it.

@@ -69,6 +69,10 @@ type quotaServer struct {
 	rejected int
 	served   int
 	raise    func() bool // the limit grows by 1 before this reply (a quota raised mid-window)
+	// rolling: a window starts at the first call after the last one ended
+	// (GitHub's), instead of being aligned to the clock; end is its end
+	rolling bool
+	end     time.Time
 }
 
 func (s *quotaServer) serve() http.Header {
@@ -76,7 +80,13 @@ func (s *quotaServer) serve() http.Header {
 	defer s.mu.Unlock()
 	at := time.Now().Add(s.offset)
 	idx := at.UnixNano() / int64(s.per)
-	if idx != s.win {
+	end := time.Unix(0, (idx+1)*int64(s.per))
+	if s.rolling {
+		if !at.Before(s.end) {
+			s.end, s.count = at.Add(s.per), 0
+		}
+		end = s.end.Truncate(time.Second) // epoch seconds, rounded down: ResetMargin's case
+	} else if idx != s.win {
 		s.win, s.count = idx, 0
 	}
 	if s.raise != nil && s.raise() {
@@ -88,7 +98,6 @@ func (s *quotaServer) serve() http.Header {
 		s.count++
 		s.served++
 	}
-	end := time.Unix(0, (idx+1)*int64(s.per))
 	return epochHeader(s.n, s.n-s.count, end, at)
 }
 
@@ -96,7 +105,10 @@ func (s *quotaServer) serve() http.Header {
 // window, host clocks from 2 s behind to 2 s ahead of the server's, 1 to
 // 8 workers, latencies up to 2 s each way drawn per call (replies come
 // back in any order), a limit raised now and then mid-window (remaining
-// then grows) on every other seed: the server never rejects a call.
+// then grows) on every other seed, windows aligned to the clock or
+// starting at the first call after the last one ended (GitHub's, its end
+// rounded down to the second) on every other pair: the server never
+// rejects a call.
 func TestReview4QuotaHonestServerModel(t *testing.T) {
 	seeds := 120
 	if testing.Short() {
@@ -113,6 +125,7 @@ func TestReview4QuotaHonestServerModel(t *testing.T) {
 		if seed%2 == 1 {
 			s.raise = func() bool { return r.IntN(20) == 0 }
 		}
+		s.rolling = seed%4 >= 2
 		workers := 1 + r.IntN(8)
 		maxLat := time.Duration(r.Int64N(int64(2 * time.Second)))
 		lats := make([]time.Duration, 4096)
@@ -285,5 +298,45 @@ func TestReview4ReportAfterRelease(t *testing.T) {
 			t.Fatalf("Used = %d, want 70 (20 own, 50 from elsewhere)", got)
 		}
 		b.Release()
+	})
+}
+
+// An epoch reset names the server's window itself: a reply with the same
+// reset as the key's window is of that window however late it comes back
+// (here 6 s, more than half the rule's 10 s Per, so that the skew it
+// measures moves the window's end on the host's clock past
+// newWindowGap). N = 5: X (4 left), then A (3) and B (2) counted in that
+// order; B's reply comes back at once, A's 6 s after it was served. The
+// server has 2 left, and B's and A's units are counted: 2 more start,
+// not 3 (on the base commit, and with newWindowGap alone, A's reply read
+// as a new window of 3 less nothing unreported).
+func TestReview4SlowReplySameEpochReset(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newPool(t, []clientpool.Rule{epochRule()})
+		c := clientpool.Charge{Rule: "core", Weight: 1}
+		t0 := time.Now()
+		end := t0.Add(9 * time.Second)
+		x := acquire(t, p, c)
+		x.ObserveHeaders(epochHeader(5, 4, end, t0))
+		x.Release()
+		a, b := acquire(t, p, c), acquire(t, p, c) // served at 0 s (A) and 0.1 s (B)
+		time.Sleep(100 * time.Millisecond)
+		b.ObserveHeaders(epochHeader(5, 2, end, t0))
+		b.Release()
+		time.Sleep(5900 * time.Millisecond)
+		a.ObserveHeaders(epochHeader(5, 3, end, t0))
+		a.Release()
+		var held []*clientpool.Ticket
+		for tryAcquire(p, c, &held) {
+			if len(held) > 5 {
+				break
+			}
+		}
+		if len(held) != 2 {
+			t.Fatalf("%d calls started with 2 left at the server", len(held))
+		}
+		for _, tk := range held {
+			tk.Release()
+		}
 	})
 }
