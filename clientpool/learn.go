@@ -343,6 +343,9 @@ func (p *Pool) budgetLocked(hd *held, remaining, reset, epoch int64, now time.Ti
 			break
 		}
 		fb.budget, fb.low, fb.reset, fb.lowAdmits = b, remaining, reset, fb.admits
+		if fb.epoch == 0 {
+			fb.epoch = epoch // the window the key rolled to on its own, named
+		}
 	case contra != nil:
 		// an earlier end, and not the latest report: the key's window stands
 	default:
@@ -354,6 +357,9 @@ func (p *Pool) budgetLocked(hd *held, remaining, reset, epoch int64, now time.Ti
 			fb.budget = max(min(sat.Add(fb.budget, credit), sat.Sub(fb.low, fb.unreported)), fb.budget)
 		}
 		fb.reset = reset
+		if fb.epoch == 0 {
+			fb.epoch = epoch
+		}
 	}
 	if l.q != nil {
 		p.markPending(l.q)

@@ -168,8 +168,9 @@ type feedback struct {
 	// lowAdmits is admits when low was set.
 	unreported, low, lowAdmits int64
 	// epoch is the window's end as the server named it (Learned.Epoch,
-	// ns since the Unix epoch on its clock) when a report set the window
-	// with one; 0 otherwise.
+	// ns since the Unix epoch on its clock) when a report of the window
+	// named it so; 0 otherwise (a window the key rolled to on its own,
+	// before a report).
 	epoch      int64
 	budgeted   bool
 	reported   bool   // a report (Learned.Reset) set the window once

@@ -340,3 +340,43 @@ func TestReview4SlowReplySameEpochReset(t *testing.T) {
 		}
 	})
 }
+
+// The same after the key rolled to a window of its own: the first reply
+// of the server's new window names it, and a slow reply of that window
+// is of it too. N = 5, windows [0, 5 s) and [5 s, 15 s) at the server;
+// the key rolls at 6.5 s and starts A and B; B's reply (3 left) comes
+// back at once, A's (4 left) 6.5 s after it was served. The server has 3
+// left: 3 start, not 4 (with the epoch kept only from a report of a new
+// window, A's reply read as a new window).
+func TestReview4SlowReplyAfterTheKeyRolled(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newPool(t, []clientpool.Rule{epochRule()})
+		c := clientpool.Charge{Rule: "core", Weight: 1}
+		t0 := time.Now()
+		at := func(d time.Duration) { time.Sleep(time.Until(t0.Add(d))) }
+		x := acquire(t, p, c)
+		x.ObserveHeaders(epochHeader(5, 4, t0.Add(5*time.Second), t0))
+		x.Release()
+		at(6500 * time.Millisecond)
+		a, b := acquire(t, p, c), acquire(t, p, c)
+		end := t0.Add(15 * time.Second)
+		at(6700 * time.Millisecond)
+		b.ObserveHeaders(epochHeader(5, 3, end, t0.Add(6*time.Second)))
+		b.Release()
+		at(13 * time.Second)
+		a.ObserveHeaders(epochHeader(5, 4, end, t0.Add(6*time.Second)))
+		a.Release()
+		var held []*clientpool.Ticket
+		for tryAcquire(p, c, &held) {
+			if len(held) > 5 {
+				break
+			}
+		}
+		if len(held) != 3 {
+			t.Fatalf("%d calls started with 3 left at the server", len(held))
+		}
+		for _, tk := range held {
+			tk.Release()
+		}
+	})
+}
