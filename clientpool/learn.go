@@ -431,18 +431,22 @@ const maxLearnedPer = 366 * 24 * time.Hour
 // server's window (Learned.Reset, GitHub's and most X-RateLimit- APIs'); else
 // it is left out (a token bucket's time to full). A reset given as an epoch
 // instant (seconds or milliseconds since 1970) is the instant itself
-// (Learned.Epoch: the pool reads it against the response's Date header),
-// one given as a delay is that long after now. Headers that are absent or
+// (Learned.Epoch: the pool reads it against the response's Date header,
+// even when it is past on the host's clock), one given as a delay is that
+// long after now (0: the window ends now). Headers that are absent or
 // malformed (ratesem.ErrMalformedHeader) say nothing (false). The function
 // is safe for concurrent use.
 func LearnRateLimit(prefix, policy string, fixedWindow bool) func(h http.Header, now time.Time) (Learned, bool) {
 	return func(h http.Header, now time.Time) (Learned, bool) {
-		i, err := ParseRateLimitAt(h, prefix, policy, now)
+		i, given, err := parseRateLimitAt(h, prefix, policy, now)
 		if err != nil || i.Limit <= 0 {
 			return Learned{}, false
 		}
 		in := Learned{Limit: window.Limit{N: i.Limit}, Remaining: i.Remaining}
-		if fixedWindow && i.Reset > 0 {
+		if fixedWindow && given {
+			// A reset of 0 (0 seconds to wait: the window ends within
+			// the second) is a report of the window too, ending now
+			// (and ResetMargin); an epoch instant past is stale.
 			in.Reset = now.Add(i.Reset)
 			if ep, ok := resetEpoch(h, prefix); ok {
 				in.Reset, in.Epoch = ep, true

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ratesem/ratesem/clientpool"
+	"github.com/ratesem/ratesem/window"
 )
 
 // The skew an epoch reset is read with grows with a reply's latency (and
@@ -73,6 +74,9 @@ type quotaServer struct {
 	// (GitHub's), instead of being aligned to the clock; end is its end
 	rolling bool
 	end     time.Time
+	// delay: the reset is sent as whole seconds to wait, rounded down
+	// (X-RateLimit-Reset read by LearnRateLimit), not an epoch instant
+	delay bool
 }
 
 func (s *quotaServer) serve() http.Header {
@@ -85,7 +89,7 @@ func (s *quotaServer) serve() http.Header {
 		if !at.Before(s.end) {
 			s.end, s.count = at.Add(s.per), 0
 		}
-		end = s.end.Truncate(time.Second) // epoch seconds, rounded down: ResetMargin's case
+		end = s.end
 	} else if idx != s.win {
 		s.win, s.count = idx, 0
 	}
@@ -98,6 +102,12 @@ func (s *quotaServer) serve() http.Header {
 		s.count++
 		s.served++
 	}
+	if s.delay {
+		h := rlHeader(s.n, s.n-s.count, time.Time{})
+		h.Set("X-RateLimit-Reset", strconv.FormatInt(int64(max(end.Sub(at), 0)/time.Second), 10))
+		return h
+	}
+	// epoch seconds, rounded down (epochHeader): ResetMargin's case
 	return epochHeader(s.n, s.n-s.count, end, at)
 }
 
@@ -107,8 +117,9 @@ func (s *quotaServer) serve() http.Header {
 // back in any order), a limit raised now and then mid-window (remaining
 // then grows) on every other seed, windows aligned to the clock or
 // starting at the first call after the last one ended (GitHub's, its end
-// rounded down to the second) on every other pair: the server never
-// rejects a call.
+// rounded down to the second) on every other pair, resets sent as epoch
+// instants or as seconds to wait (rounded down) on every other four: the
+// server never rejects a call.
 func TestReview4QuotaHonestServerModel(t *testing.T) {
 	seeds := 120
 	if testing.Short() {
@@ -126,6 +137,11 @@ func TestReview4QuotaHonestServerModel(t *testing.T) {
 			s.raise = func() bool { return r.IntN(20) == 0 }
 		}
 		s.rolling = seed%4 >= 2
+		s.delay = seed%8 >= 4
+		rule := epochRule()
+		if s.delay {
+			rule.Learn = clientpool.LearnRateLimit("X-RateLimit-", "", true)
+		}
 		workers := 1 + r.IntN(8)
 		maxLat := time.Duration(r.Int64N(int64(2 * time.Second)))
 		lats := make([]time.Duration, 4096)
@@ -133,7 +149,7 @@ func TestReview4QuotaHonestServerModel(t *testing.T) {
 			lats[i] = time.Duration(r.Int64N(int64(maxLat) + 1))
 		}
 		synctest.Test(t, func(t *testing.T) {
-			p := newPool(t, []clientpool.Rule{epochRule()})
+			p := newPool(t, []clientpool.Rule{rule})
 			c := clientpool.Charge{Rule: "core", Weight: 1}
 			var wg sync.WaitGroup
 			var next atomic.Int64
@@ -374,6 +390,52 @@ func TestReview4SlowReplyAfterTheKeyRolled(t *testing.T) {
 		}
 		if len(held) != 3 {
 			t.Fatalf("%d calls started with 3 left at the server", len(held))
+		}
+		for _, tk := range held {
+			tk.Release()
+		}
+	})
+}
+
+// A reset of 0 seconds to wait (the window ends within the second, the
+// delay rounded down) is a report of the window, not "no reset": its
+// remaining counts. N = 10 per 10 s: X (9 left, 5 s to wait), then at
+// 4.5 s A and B; B's reply says 7 left and 0 s, A's (served before B)
+// 8 left and 1 s. The server has 7 left: 7 start, not 8 (on the base
+// commit B's report was dropped as one without its window, and A's read
+// as the latest).
+func TestReview4ZeroDelayResetCounts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newPool(t, []clientpool.Rule{{
+			Name:  "core",
+			Limit: window.Limit{Per: 10 * time.Second},
+			Learn: clientpool.LearnRateLimit("X-RateLimit-", "", true),
+		}})
+		c := clientpool.Charge{Rule: "core", Weight: 1}
+		delayHeader := func(limit, remaining, seconds int64) http.Header {
+			h := rlHeader(limit, remaining, time.Time{})
+			h.Set("X-RateLimit-Reset", strconv.FormatInt(seconds, 10))
+			return h
+		}
+		x := acquire(t, p, c)
+		x.ObserveHeaders(delayHeader(10, 9, 5))
+		x.Release()
+		time.Sleep(4500 * time.Millisecond)
+		a, b := acquire(t, p, c), acquire(t, p, c)
+		time.Sleep(100 * time.Millisecond)
+		b.ObserveHeaders(delayHeader(10, 7, 0))
+		b.Release()
+		time.Sleep(100 * time.Millisecond)
+		a.ObserveHeaders(delayHeader(10, 8, 1))
+		a.Release()
+		var held []*clientpool.Ticket
+		for tryAcquire(p, c, &held) {
+			if len(held) > 10 {
+				break
+			}
+		}
+		if len(held) != 7 {
+			t.Fatalf("%d calls started with 7 left at the server", len(held))
 		}
 		for _, tk := range held {
 			tk.Release()
