@@ -442,3 +442,30 @@ func TestReview4ZeroDelayResetCounts(t *testing.T) {
 		}
 	})
 }
+
+// A second report of one call (read as Reconcile reads a count: every
+// call of the window counted, those still on their way too) must not
+// loosen the bound the first reports set for the give-backs that follow.
+// N = 100, 40 from elsewhere: B (10) counted at 50, A (10) at 60; A's
+// report first (50 from elsewhere at most), C (10) starts, A's report
+// again, then B's: the server counted A and B, so 40 from elsewhere, and
+// the window counts 30 own + 40. On the base commit the repeated report
+// took C as counted, and B's report gave back down to 30 from elsewhere:
+// a call of 31 started where the server would see 101.
+func TestReview4RepeatedReportKeepsTheBound(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newPool(t, []clientpool.Rule{fixedUsageRule(100)})
+		a := acquire(t, p, clientpool.Charge{Rule: "ip", Weight: 10})
+		b := acquire(t, p, clientpool.Charge{Rule: "ip", Weight: 10})
+		a.ObserveHeaders(used(60))
+		c := acquire(t, p, clientpool.Charge{Rule: "ip", Weight: 10})
+		a.ObserveHeaders(used(60))
+		b.ObserveHeaders(used(50))
+		if got := p.Snapshot()[0].Used; got < 70 {
+			t.Fatalf("Used = %d, want at least 70 (30 own, 40 from elsewhere)", got)
+		}
+		a.Release()
+		b.Release()
+		c.Release()
+	})
+}

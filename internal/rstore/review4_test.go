@@ -258,3 +258,47 @@ func TestReview4HonestServerModelRedis(t *testing.T) {
 		}
 	}
 }
+
+// A count without a mark (a call's second report, Reconcile) leaves the
+// bound the marked reports set as it was: N = 100, 40 from elsewhere; B
+// (10) counted at 50, A (10) at 60; A's report (marked), C (10) admitted,
+// A's count again without a mark, B's report (marked): 40 from elsewhere,
+// 30 own, a call of 31 refused. On the base commit the count without a
+// mark took C as counted and B's report gave back down to 30: the 31 was
+// admitted.
+func TestReview4UnmarkedCountKeepsTheBound(t *testing.T) {
+	clk := newClock()
+	clk.t = time.Unix(1_700_000_040, 0) // a minute's start
+	s, _ := newStore(t, clk, time.Minute)
+	ctx := context.Background()
+	sp := &Spec{Kind: FixedCompletion, Limit: window.Limit{N: 100, Per: time.Minute}}
+	admit := func(n int64) (Charge, Decision) {
+		c := Charge{Rule: "ip", Key: "k", Spec: sp, Weight: n}
+		d, err := s.Admit(ctx, "", []Charge{c})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c, d
+	}
+	report := func(c Charge, used int64, d *Decision) {
+		r := Read{Seen: clk.t}
+		if d != nil {
+			r.Mark, r.Weight = d.Marks[0], c.Weight
+		}
+		if _, err := s.ReconcileAt(ctx, "", c, used, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, da := admit(10)
+	b, db := admit(10)
+	report(a, 60, &da)
+	_, dc := admit(10)
+	report(a, 60, nil)
+	report(b, 50, &db)
+	if !da.OK || !db.OK || !dc.OK {
+		t.Fatal("refused a call of 10")
+	}
+	if _, d := admit(31); d.OK {
+		t.Fatal("admitted 31 with 30 own and 40 from elsewhere of 100")
+	}
+}
