@@ -11,7 +11,8 @@ import (
 // against a model of an honest server that counts arrivals in the same
 // aligned windows, with traffic from elsewhere, random latencies, replies
 // taken in late and in any order (some after the call's end, some in a
-// later window, where they are dropped). For every window W it checks the
+// later window, where they are dropped), some read again without their
+// mark, and counts with no call at hand (Reconcile). For every window W it checks the
 // guarantee the give-back must keep: the server's count of W is at most N
 // plus the units from elsewhere the pool could not know of when it last
 // admitted a call in W (those that reached the server after the call of
@@ -52,7 +53,7 @@ func honestModelRun(t *testing.T, seed uint64) {
 	// highest count it took in.
 	topCount := map[int64]int64{}
 	topForeign := map[int64]int64{}
-	var calls []*modelCall
+	var calls, dups []*modelCall
 	const steps = 3000
 	step := int64(time.Millisecond)
 	for i := range int64(steps) {
@@ -104,7 +105,21 @@ func honestModelRun(t *testing.T, seed uint64) {
 				if c.srvWin == c.win && c.count > topCount[c.win] {
 					topCount[c.win], topForeign[c.win] = c.count, c.foreign
 				}
+				if r.IntN(4) == 0 {
+					dups = append(dups, c)
+				}
 			}
+		}
+		// A call's report again (read without its mark), or the server's
+		// count now with no call at hand (Reconcile).
+		if len(dups) > 0 && r.IntN(20) == 0 {
+			c := dups[r.IntN(len(dups))]
+			if w.roll(now); w.win == c.win {
+				w.report(now, c.win, c.count, 0, 0, false)
+			}
+		}
+		if r.IntN(50) == 0 {
+			w.report(now, win, server[win], 0, 0, false)
 		}
 		if r.Float64() < admitRate {
 			k := int64(1 + r.IntN(int(min(n, 6))))
