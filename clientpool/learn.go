@@ -135,11 +135,12 @@ func (p *Pool) learn(hd *held, in Learned, date time.Time) (int64, error) {
 		if !rs.quota {
 			p.quotaLocked(rs, now)
 		}
-		reset := in.Reset
+		reset, epoch := in.Reset, int64(0)
 		if in.Epoch {
 			reset = reset.Add(rs.skewLocked(date, now))
+			epoch = max(in.Reset.UnixNano(), 1)
 		}
-		return 0, p.budgetLocked(hd, in.Remaining, p.mono(reset.Add(ResetMargin)), now)
+		return 0, p.budgetLocked(hd, in.Remaining, p.mono(reset.Add(ResetMargin)), epoch, now)
 	}
 	if rs.quota {
 		return 0, nil // a report without its window, under a rule counted by windows
@@ -266,9 +267,13 @@ func (p *Pool) quotaLocked(rs *ruleState, now time.Time) {
 
 // budgetLocked takes in a report of remaining units in the server's window
 // ending at reset (ns since the epoch, on the host's clock, margin
-// included) for the key of hd. A report of a window that has ended is
+// included) for the key of hd; epoch is that end as the server named it
+// (Learned.Epoch; 0 for a delay). A report of a window that has ended is
 // stale and ignored. A report of a later window than the one known (a new
-// window) sets the budget, even higher than it was.
+// window: one ending more than newWindowGap after it, and, when both the
+// report and the report that set the key's window named their ends as
+// epoch instants, a later instant) sets the budget, even higher than it
+// was.
 //
 // Within a window the server's remaining only falls as requests arrive, so
 // the report with the lowest remaining is the latest in the server's
@@ -289,9 +294,10 @@ func (p *Pool) quotaLocked(rs *ruleState, now time.Time) {
 // counted (the returned error, KeyState.Distrusted) and taken in on the
 // safe side only: it lowers the budget, and moves the window's end earlier
 // only with it (the server's own count of the window it says it is in);
-// a report that would move the end earlier and leave more budget is not
-// trusted.
-func (p *Pool) budgetLocked(hd *held, remaining, reset int64, now time.Time) error {
+// a report that would move the end earlier and leave no less budget is
+// not trusted, though a remaining lower than the key's lowest is kept as
+// the lowest (later reports with more give back only as earlier ones).
+func (p *Pool) budgetLocked(hd *held, remaining, reset, epoch int64, now time.Time) error {
 	l := hd.lim
 	fb := l.feedback()
 	nowNs := p.mono(now)
@@ -316,18 +322,30 @@ func (p *Pool) budgetLocked(hd *held, remaining, reset int64, now time.Time) err
 	if fresh {
 		credit = hd.n
 	}
+	// An epoch reset the key's window was set with names that window
+	// itself: a reply with one no later is of it (or earlier), however
+	// late it came back.
+	sameEpoch := epoch != 0 && fb.epoch != 0 && epoch <= fb.epoch
 	switch {
-	case !fb.budgeted || reset > fb.reset+int64(time.Second):
+	case !fb.budgeted || !sameEpoch && reset > sat.Add(fb.reset, newWindowGap(l.rule.limit.Per)):
 		// a new window
 		fb.budget, fb.low, fb.reset, fb.budgeted = max(sat.Sub(remaining, fb.unreported), 0), remaining, reset, true
-		fb.lowAdmits = fb.admits
+		fb.lowAdmits, fb.epoch = fb.admits, epoch
 	case remaining < fb.low:
 		// the latest report in the server's order
 		b := max(min(sat.Add(fb.budget, credit), sat.Sub(remaining, fb.unreported)), 0)
 		if contra != nil && b >= fb.budget {
-			break // an earlier end with more budget: the key's window stands
+			// an earlier end with no less budget: the key's window and
+			// budget stand, but this is still the lowest remaining the
+			// server counted, which a later report with more must not
+			// read as the latest and give back from
+			fb.low, fb.lowAdmits = remaining, fb.admits
+			break
 		}
 		fb.budget, fb.low, fb.reset, fb.lowAdmits = b, remaining, reset, fb.admits
+		if fb.epoch == 0 {
+			fb.epoch = epoch // the window the key rolled to on its own, named
+		}
 	case contra != nil:
 		// an earlier end, and not the latest report: the key's window stands
 	default:
@@ -339,12 +357,27 @@ func (p *Pool) budgetLocked(hd *held, remaining, reset int64, now time.Time) err
 			fb.budget = max(min(sat.Add(fb.budget, credit), sat.Sub(fb.low, fb.unreported)), fb.budget)
 		}
 		fb.reset = reset
+		if fb.epoch == 0 {
+			fb.epoch = epoch
+		}
 	}
 	if l.q != nil {
 		p.markPending(l.q)
 	}
 	p.settleLocked(now)
 	return contra
+}
+
+// newWindowGap returns how much later than the window a quota key keeps a
+// reply's window must end to be a new one, for a rule of Per per: a
+// second (resets rounded to whole seconds), and half of Per. One window's
+// end, read on the host's clock, moves with each reply's latency (a delay
+// reset is read on arrival; an epoch reset with the skew the Date shows,
+// which grows with the latency) and with the Date's truncation, so a slow
+// reply of the window already known reads it ending later; the next
+// window of a server that counts in windows of Per ends a Per after it.
+func newWindowGap(per time.Duration) int64 {
+	return int64(max(time.Second, per/2))
 }
 
 // reported takes h out of its quota key's unreported units, once: its
@@ -379,6 +412,7 @@ func (l *limiter) budgetAdmits(now, n int64) (ok bool, until int64) {
 		fb.budget = max(l.limit().N-l.inflight, 0)
 		fb.reset = sat.Add(now, int64(l.rule.limit.Per))
 		fb.low = math.MaxInt64 // no report in it yet
+		fb.epoch = 0           // a window the server did not name
 	}
 	if n > fb.budget {
 		return false, fb.reset
@@ -397,18 +431,22 @@ const maxLearnedPer = 366 * 24 * time.Hour
 // server's window (Learned.Reset, GitHub's and most X-RateLimit- APIs'); else
 // it is left out (a token bucket's time to full). A reset given as an epoch
 // instant (seconds or milliseconds since 1970) is the instant itself
-// (Learned.Epoch: the pool reads it against the response's Date header),
-// one given as a delay is that long after now. Headers that are absent or
+// (Learned.Epoch: the pool reads it against the response's Date header,
+// even when it is past on the host's clock), one given as a delay is that
+// long after now (0: the window ends now). Headers that are absent or
 // malformed (ratesem.ErrMalformedHeader) say nothing (false). The function
 // is safe for concurrent use.
 func LearnRateLimit(prefix, policy string, fixedWindow bool) func(h http.Header, now time.Time) (Learned, bool) {
 	return func(h http.Header, now time.Time) (Learned, bool) {
-		i, err := ParseRateLimitAt(h, prefix, policy, now)
+		i, given, err := parseRateLimitAt(h, prefix, policy, now)
 		if err != nil || i.Limit <= 0 {
 			return Learned{}, false
 		}
 		in := Learned{Limit: window.Limit{N: i.Limit}, Remaining: i.Remaining}
-		if fixedWindow && i.Reset > 0 {
+		if fixedWindow && given {
+			// A reset of 0 (0 seconds to wait: the window ends within
+			// the second) is a report of the window too, ending now
+			// (and ResetMargin); an epoch instant past is stale.
 			in.Reset = now.Add(i.Reset)
 			if ep, ok := resetEpoch(h, prefix); ok {
 				in.Reset, in.Epoch = ep, true

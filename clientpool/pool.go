@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ratesem/ratesem"
+	"github.com/ratesem/ratesem/internal/remote"
 	"github.com/ratesem/ratesem/internal/rspec"
 	"github.com/ratesem/ratesem/internal/sat"
 	"github.com/ratesem/ratesem/internal/sched"
@@ -166,11 +167,16 @@ type feedback struct {
 	// before any report in it): the latest report in the server's order;
 	// lowAdmits is admits when low was set.
 	unreported, low, lowAdmits int64
-	budgeted                   bool
-	reported                   bool   // a report (Learned.Reset) set the window once
-	distrusted                 uint32 // reports not taken at their word (KeyState.Distrusted), wrapping
-	throttles                  uint32 // throttles of this key, ever (wrapping)
-	streak                     uint8  // throttles in a row without a usable Retry-After
+	// epoch is the window's end as the server named it (Learned.Epoch,
+	// ns since the Unix epoch on its clock) when a report of the window
+	// named it so; 0 otherwise (a window the key rolled to on its own,
+	// before a report).
+	epoch      int64
+	budgeted   bool
+	reported   bool   // a report (Learned.Reset) set the window once
+	distrusted uint32 // reports not taken at their word (KeyState.Distrusted), wrapping
+	throttles  uint32 // throttles of this key, ever (wrapping)
+	streak     uint8  // throttles in a row without a usable Retry-After
 }
 
 // feedback returns l's feedback state, creating it.
@@ -375,6 +381,9 @@ type Ticket struct {
 	charges  []Charge
 	at       int64 // the admission instant, ns since the pool's epoch
 	released atomic.Bool
+	// rcall is, in Redis mode, the call Redis admitted, kept after
+	// Release: a usage report read then still carries its mark (observeRedis).
+	rcall *remote.Call
 }
 
 // Charges returns the charges the ticket holds, merged per (rule, key).

@@ -194,7 +194,7 @@ func (p *Pool) acquireRedis(ctx context.Context, charges []Charge) (*Ticket, err
 		p.emitFailed(charges, nil, err)
 		return nil, err
 	}
-	t := &Ticket{pool: p, held: hs, charges: charges}
+	t := &Ticket{pool: p, held: hs, charges: charges, rcall: call}
 	p.mu.Lock()
 	for i := range hs {
 		h := &hs[i]
@@ -296,7 +296,7 @@ func (t *Ticket) observeRedis(h http.Header) {
 	// seen: when this response was read, on Redis's clock (estimated from
 	// the admission's instant there and this process's clock since).
 	var seen time.Time
-	call := p.rem.calls[t]
+	call := t.rcall // after Release too: the report is still this call's
 	if call != nil {
 		if at, back := call.Admitted(); !at.IsZero() {
 			seen = at.Add(time.Since(back))

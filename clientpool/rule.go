@@ -108,9 +108,11 @@ type Learned struct {
 	// Reset is when the server's current window ends, for a server that
 	// counts in windows of its own (GitHub's x-ratelimit-reset); zero for a
 	// token bucket, whose reset headers say when it is full again, not when
-	// a window ends. A Reset later than the one learned before announces a
-	// new window, whose budget may be higher than the old one's. The pool
-	// adds ResetMargin to it.
+	// a window ends. A Reset later than the one learned before (by more
+	// than a second and half the rule's Per: one window's end read from
+	// replies of different latencies moves) announces a new window, whose
+	// budget may be higher than the old one's. The pool adds ResetMargin
+	// to it.
 	Reset time.Time
 	// Epoch reports that Reset is an instant on the server's clock (an
 	// epoch value such as GitHub's Unix seconds), not a delay from now read

@@ -159,10 +159,18 @@ func ParseRateLimit(h http.Header, prefix, policy string) (RateLimitInfo, error)
 // MaxFieldBytes, a Structured Field that does not parse, an unknown policy or
 // one without r or q.
 func ParseRateLimitAt(h http.Header, prefix, policy string, now time.Time) (RateLimitInfo, error) {
+	i, _, err := parseRateLimitAt(h, prefix, policy, now)
+	return i, err
+}
+
+// parseRateLimitAt is ParseRateLimitAt, and reports whether the headers gave
+// a reset (Reset is 0 both when they did not and when they said 0 seconds
+// or an instant now past).
+func parseRateLimitAt(h http.Header, prefix, policy string, now time.Time) (RateLimitInfo, bool, error) {
 	if prefix == "RateLimit-" {
 		rl, err := fieldValues(h, "RateLimit")
 		if err != nil {
-			return RateLimitInfo{}, err
+			return RateLimitInfo{}, false, err
 		}
 		if len(rl) > 0 {
 			return parseStructured(h, rl, policy, now)
@@ -170,33 +178,33 @@ func ParseRateLimitAt(h http.Header, prefix, policy string, now time.Time) (Rate
 	}
 	limit, err := fieldValues(h, prefix+"Limit")
 	if err != nil {
-		return RateLimitInfo{}, err
+		return RateLimitInfo{}, false, err
 	}
 	remaining, err := fieldValues(h, prefix+"Remaining")
 	if err != nil {
-		return RateLimitInfo{}, err
+		return RateLimitInfo{}, false, err
 	}
 	reset, err := fieldValues(h, prefix+"Reset")
 	if err != nil {
-		return RateLimitInfo{}, err
+		return RateLimitInfo{}, false, err
 	}
 	if len(limit) == 0 && len(remaining) == 0 {
-		return RateLimitInfo{}, nil
+		return RateLimitInfo{}, false, nil
 	}
 	var i RateLimitInfo
 	// "100, 100;w=60": the first list member is the quota in force.
 	if i.Limit, err = firstCount(limit); err != nil {
-		return RateLimitInfo{}, malformed(prefix+"Limit", limit, err)
+		return RateLimitInfo{}, false, malformed(prefix+"Limit", limit, err)
 	}
 	i.Remaining = math.MaxInt64
 	if len(remaining) == 0 {
-		return RateLimitInfo{}, malformed(prefix+"Remaining", nil, errors.New("missing"))
+		return RateLimitInfo{}, false, malformed(prefix+"Remaining", nil, errors.New("missing"))
 	}
 	for _, line := range remaining {
 		for m := range strings.SplitSeq(line, ",") {
 			n, err := count(m)
 			if err != nil {
-				return RateLimitInfo{}, malformed(prefix+"Remaining", remaining, err)
+				return RateLimitInfo{}, false, malformed(prefix+"Remaining", remaining, err)
 			}
 			i.Remaining = min(i.Remaining, n)
 		}
@@ -204,60 +212,61 @@ func ParseRateLimitAt(h http.Header, prefix, policy string, now time.Time) (Rate
 	if len(reset) > 0 {
 		first, _, _ := strings.Cut(reset[0], ",")
 		if i.Reset, err = resetAt(first, now); err != nil {
-			return RateLimitInfo{}, malformed(prefix+"Reset", reset, err)
+			return RateLimitInfo{}, false, malformed(prefix+"Reset", reset, err)
 		}
 	}
-	return i, nil
+	return i, len(reset) > 0, nil
 }
 
 // parseStructured reads the RateLimit field rl (and RateLimit-Policy) of the
 // drafts 07 and later with a Structured Field parser.
-func parseStructured(h http.Header, rl []string, policy string, now time.Time) (RateLimitInfo, error) {
+func parseStructured(h http.Header, rl []string, policy string, now time.Time) (RateLimitInfo, bool, error) {
 	list, err := httpsfv.UnmarshalList(rl)
 	if err != nil {
 		// Draft 07: RateLimit: limit=100, remaining=50, reset=5.
 		dict, derr := httpsfv.UnmarshalDictionary(rl)
 		if derr != nil {
-			return RateLimitInfo{}, malformed("RateLimit", rl, fmt.Errorf("neither a List (%v) nor a Dictionary (%v)", err, derr))
+			return RateLimitInfo{}, false, malformed("RateLimit", rl, fmt.Errorf("neither a List (%v) nor a Dictionary (%v)", err, derr))
 		}
 		return parseDraft07(dict, rl, now)
 	}
 	it, err := findItem(list, policy)
 	if err != nil {
-		return RateLimitInfo{}, malformed("RateLimit", rl, err)
+		return RateLimitInfo{}, false, malformed("RateLimit", rl, err)
 	}
 	name, _ := itemName(it)
 	pv, err := fieldValues(h, "RateLimit-Policy")
 	if err != nil {
-		return RateLimitInfo{}, err
+		return RateLimitInfo{}, false, err
 	}
 	plist, err := httpsfv.UnmarshalList(pv)
 	if err != nil {
-		return RateLimitInfo{}, malformed("RateLimit-Policy", pv, err)
+		return RateLimitInfo{}, false, malformed("RateLimit-Policy", pv, err)
 	}
 	pol, err := findItem(plist, name)
 	if err != nil {
-		return RateLimitInfo{}, malformed("RateLimit-Policy", pv, err)
+		return RateLimitInfo{}, false, malformed("RateLimit-Policy", pv, err)
 	}
 	var i RateLimitInfo
 	if i.Remaining, err = intParam(it.Params, "r"); err != nil {
-		return RateLimitInfo{}, malformed("RateLimit", rl, err)
+		return RateLimitInfo{}, false, malformed("RateLimit", rl, err)
 	}
 	if i.Limit, err = intParam(pol.Params, "q"); err != nil {
-		return RateLimitInfo{}, malformed("RateLimit-Policy", pv, err)
+		return RateLimitInfo{}, false, malformed("RateLimit-Policy", pv, err)
 	}
-	if _, ok := it.Params.Get("t"); ok {
+	_, given := it.Params.Get("t")
+	if given {
 		t, err := intParam(it.Params, "t")
 		if err != nil {
-			return RateLimitInfo{}, malformed("RateLimit", rl, err)
+			return RateLimitInfo{}, false, malformed("RateLimit", rl, err)
 		}
 		i.Reset = resetFrom(t, 0, now)
 	}
-	return i, nil
+	return i, given, nil
 }
 
 // parseDraft07 reads draft 07's `RateLimit: limit=100, remaining=50, reset=5`.
-func parseDraft07(d *httpsfv.Dictionary, rl []string, now time.Time) (RateLimitInfo, error) {
+func parseDraft07(d *httpsfv.Dictionary, rl []string, now time.Time) (RateLimitInfo, bool, error) {
 	var i RateLimitInfo
 	var err error
 	for _, k := range []struct {
@@ -266,20 +275,21 @@ func parseDraft07(d *httpsfv.Dictionary, rl []string, now time.Time) (RateLimitI
 	}{{"limit", &i.Limit}, {"remaining", &i.Remaining}} {
 		m, ok := d.Get(k.key)
 		if !ok {
-			return RateLimitInfo{}, malformed("RateLimit", rl, fmt.Errorf("no %s", k.key))
+			return RateLimitInfo{}, false, malformed("RateLimit", rl, fmt.Errorf("no %s", k.key))
 		}
 		if *k.v, err = intMember(m); err != nil {
-			return RateLimitInfo{}, malformed("RateLimit", rl, fmt.Errorf("%s: %w", k.key, err))
+			return RateLimitInfo{}, false, malformed("RateLimit", rl, fmt.Errorf("%s: %w", k.key, err))
 		}
 	}
-	if m, ok := d.Get("reset"); ok {
+	m, given := d.Get("reset")
+	if given {
 		t, err := intMember(m)
 		if err != nil {
-			return RateLimitInfo{}, malformed("RateLimit", rl, fmt.Errorf("reset: %w", err))
+			return RateLimitInfo{}, false, malformed("RateLimit", rl, fmt.Errorf("reset: %w", err))
 		}
 		i.Reset = resetFrom(t, 0, now)
 	}
-	return i, nil
+	return i, given, nil
 }
 
 // findItem returns the Item of list named name (a String or a Token), or

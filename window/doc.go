@@ -25,8 +25,8 @@
 //	window                         most units in any window of Per           at the server               burst from idle   memory per key
 //	Completion (default)           N: in flight + ended in (t−Per, t]        yes, whatever the latency   N                 112 B + 16 B per distinct end in the last Per
 //	SlidingLog, margin m           N over any Per+m (start stamped +m)       while jitter ≤ m            N                 112 B + 16 B per distinct start in the last Per+m
-//	FixedWindow (aligned, UTC)     2N across a boundary; N per aligned one   no                          N                 88 B
-//	NewFixedCompletion             N arrivals per aligned window (server)    yes, for fixed windows      N                 88 B
+//	FixedWindow (aligned, UTC)     2N across a boundary; N per aligned one   no                          N                 96 B
+//	NewFixedCompletion             N arrivals per aligned window (server)    yes, for fixed windows      N                 96 B
 //	SlidingWindowCounter           2N−1; N per aligned window                no                          N                 48 B
 //	SubWindowCounter, B blocks     2N; N over any Per−Per/B                  no                          N                 72 B + 8 B per block
 //	TokenBucket, burst b           b+N−1 (2N−1 for b = N)                    no                          b                 112 B

@@ -25,7 +25,7 @@ import (
 // NewFixedCompletion makes the variant that holds at the server whatever the
 // latency: a call counts in every aligned window from its start to its end.
 //
-// Memory: 88 bytes, whatever N. The zero FixedWindow is not usable; call
+// Memory: 96 bytes, whatever N. The zero FixedWindow is not usable; call
 // NewFixedWindow or NewFixedCompletion. A FixedWindow is not safe for
 // concurrent use (see Policy).
 type FixedWindow struct {
@@ -38,10 +38,12 @@ type FixedWindow struct {
 	// that ended in window win, and the units Consume added in it.
 	ended, taken int64
 	// With carry, for usage reports (winfast.Report) in window win: the
-	// highest count a server reported, the most units of this window's
-	// calls that report showed the server had counted, and the units of
-	// the calls whose reports were taken in.
-	top, known, reported int64
+	// highest count a server reported for a call (marked), the most units
+	// of this window's calls that report showed the server had counted,
+	// and the units of the calls whose reports were taken in; floor, the
+	// units from elsewhere a count with no call at hand (or Consume)
+	// showed, which a give-back never goes below.
+	top, known, reported, floor int64
 }
 
 // NewFixedWindow returns a fixed window counter for l with nothing counted.
@@ -78,7 +80,7 @@ func (w *FixedWindow) Limit() Limit { return w.limit }
 func (w *FixedWindow) roll(t int64) {
 	if idx := floorDiv(t, int64(w.limit.Per)); idx > w.win {
 		w.win, w.used, w.ended, w.taken = idx, 0, 0, 0
-		w.top, w.known, w.reported = 0, 0, 0
+		w.top, w.known, w.reported, w.floor = 0, 0, 0, 0
 		if w.carry {
 			w.used = w.inflight
 		}
@@ -97,6 +99,9 @@ func (w *FixedWindow) SetLimit(now time.Time, l Limit) {
 }
 
 func (w *FixedWindow) setLimit(t int64, l Limit) {
+	if w.limit.Per > 0 {
+		w.roll(t) // the count of the window current at now, not an earlier one's
+	}
 	w.limit = l
 	if l.Per > 0 {
 		w.win = floorDiv(t, int64(l.Per))
@@ -218,7 +223,10 @@ func (w *FixedWindow) mark(t int64) (win, ended, taken int64, ok bool) {
 // Without marked (a count read with no call at hand: Reconcile, or a
 // call's second report), the count is taken as Reconciler.Consume of
 // used − Used would: every call of the window counted by the server; it
-// never gives units back.
+// never gives units back, and what it shows from elsewhere stays a floor
+// that later give-backs never go below; but it leaves the bound of the
+// calls' own reports as it was (its calls still on their way are not
+// taken as counted there).
 func (w *FixedWindow) report(t, win, used, ended, n int64, marked bool) (delta int64, ok bool) {
 	if !w.carry || w.limit.Per <= 0 {
 		return 0, false
@@ -229,24 +237,28 @@ func (w *FixedWindow) report(t, win, used, ended, n int64, marked bool) (delta i
 	}
 	used = min(used, w.limit.N) // "full until the window moves", no more
 	own := max(w.used-w.taken, 0)
-	k := sat.Add(ended, n)
+	room := max(w.limit.N-own, 0)
 	if !marked {
-		k = own // as Reconciler.Consume of used − Used: every call of the window counted
+		// As Reconciler.Consume of used − Used: every call of the window
+		// counted, those still on their way too. That bound stands as a
+		// floor; it never loosens the one the calls' own reports set
+		// (top, known), which a later report could give back from.
+		w.floor = max(w.floor, min(max(used-own, 0), room))
+		take := max(w.floor, w.taken) // a count with no call at hand never gives back
+		delta = take - w.taken
+		w.used, w.taken = own+take, take
+		return delta, true
 	}
+	k := sat.Add(ended, n)
 	switch {
 	case used > w.top:
 		w.top, w.known = used, k
 	case used == w.top:
 		w.known = max(w.known, k)
 	}
-	if marked {
-		w.reported = sat.Add(w.reported, n)
-	}
-	foreign := max(w.top-max(w.known, w.reported), 0)
-	take := min(foreign, max(w.limit.N-own, 0))
-	if !marked {
-		take = max(take, w.taken) // a count with no call at hand never gives back
-	}
+	w.reported = sat.Add(w.reported, n)
+	foreign := max(w.top-max(w.known, w.reported), w.floor, 0)
+	take := min(foreign, room)
 	delta = take - w.taken
 	w.used, w.taken = own+take, take
 	return delta, true

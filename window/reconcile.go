@@ -94,12 +94,7 @@ func (w *FixedWindow) Consume(now time.Time, n int64) {
 			// For the usage reports that follow (report): a count of the
 			// whole window, every call of it counted, so that a report of
 			// a lower count, earlier at the server, never gives these back.
-			own := max(w.used-w.taken, 0)
-			if w.used > w.top {
-				w.top, w.known = w.used, own
-			} else if w.used == w.top {
-				w.known = max(w.known, own)
-			}
+			w.floor = max(w.floor, w.taken)
 		}
 	}
 }

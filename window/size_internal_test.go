@@ -16,7 +16,7 @@ func TestStateSizes(t *testing.T) {
 	}{
 		{"Completion", unsafe.Sizeof(Completion{}), 112},
 		{"SlidingLog", unsafe.Sizeof(SlidingLog{}), 112},
-		{"FixedWindow", unsafe.Sizeof(FixedWindow{}), 88},
+		{"FixedWindow", unsafe.Sizeof(FixedWindow{}), 96},
 		{"SlidingWindowCounter", unsafe.Sizeof(SlidingWindowCounter{}), 48},
 		{"SubWindowCounter", unsafe.Sizeof(SubWindowCounter{}), 72},
 		{"TokenBucket", unsafe.Sizeof(TokenBucket{}), 112},

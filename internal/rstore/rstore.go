@@ -853,7 +853,9 @@ func (s *Store) Reconcile(ctx context.Context, scope string, c Charge, used int6
 // is dropped. A count without a mark takes every call of the window as
 // counted (the window then counts at least used) and never gives back:
 // that takes the fleet's calls still on their way to the server for room,
-// which a mark avoids.
+// which a mark avoids. What it shows from elsewhere stays a floor for the
+// window's later give-backs; the bound of the marked reports is left as it
+// was.
 func (s *Store) ReconcileAt(ctx context.Context, scope string, c Charge, used int64, r Read) (int64, error) {
 	c.Weight = 0
 	used = min(max(used, 0), MaxN)

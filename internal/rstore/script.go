@@ -32,8 +32,8 @@ import goredis "github.com/redis/go-redis/v9"
 // counter; c is the sum for the sub-window counter, b<slot> its blocks), t
 // TAT (GCRA) or tokens (buckets), r refill fraction in units·µs, l latest
 // refill instant, a latest admission instant, q reconciliation counter,
-// T the usage reports of a fixed completion window ("w:top:known:rep", see
-// reconcileScript).
+// T the usage reports of a fixed completion window
+// ("w:top:known:rep:floor", see reconcileScript).
 //
 // A lease is the member token:weight of F, scored by its deadline. A log
 // entry is the member token:weight of Z (or r<q>:weight for units taken on
@@ -1152,22 +1152,36 @@ elseif k == 2 and (mw == nil or mw == L.w) then
   -- giving back what a looser earlier bound took (the reply is then
   -- negative). A count with no call (mw nil) takes every call of the
   -- window as counted, as before, and never gives back.
-  local top, known, rep = 0, 0, 0
+  -- fl: the units from elsewhere a count with no call showed (every call
+  -- of the window taken as counted, those on their way too): a floor no
+  -- give-back goes below, kept apart from top and known, which it never
+  -- loosens. A T of four fields (an older process's) keeps e as the floor.
+  local e = L.e or 0
+  local top, known, rep, fl = 0, 0, 0, 0
   local st = redis.call('HGET', L.H, 'T')
   if st then
-    local sw, a, b, c = string.match(st, '^(%d+):(%d+):(%d+):(%d+)$')
-    if sw and tonumber(sw) == L.w then top, known, rep = tonumber(a), tonumber(b), tonumber(c) end
+    local sw, a, b, c, f = string.match(st, '^(%d+):(%d+):(%d+):(%d+):(%d+)$')
+    if sw == nil then
+      sw, a, b, c = string.match(st, '^(%d+):(%d+):(%d+):(%d+)$')
+      f = e
+    end
+    if sw and tonumber(sw) == L.w then top, known, rep, fl = tonumber(a), tonumber(b), tonumber(c), tonumber(f) end
   end
-  local e = L.e or 0
   local own = math.max(L.u - e, 0)
-  local kn = own
-  if mw ~= nil then kn = md + mn; rep = math.min(rep + mn, N) end
-  if used > top then top, known = used, kn elseif used == top then known = math.max(known, kn) end
-  local take = math.min(math.max(top - math.max(known, rep), 0), math.max(N - own, 0))
-  if mw == nil then take = math.max(take, e) end
+  local room = math.max(N - own, 0)
+  local take
+  if mw == nil then
+    fl = math.max(fl, math.min(math.max(used - own, 0), room))
+    take = math.max(fl, e)
+  else
+    local kn = md + mn
+    rep = math.min(rep + mn, N)
+    if used > top then top, known = used, kn elseif used == top then known = math.max(known, kn) end
+    take = math.min(math.max(top - math.max(known, rep), fl, 0), room)
+  end
   extra = take - e
   if extra ~= 0 then set(L, 'u', own + take); set(L, 'e', take) end
-  set(L, 'T', string.format('%d:%d:%d:%d', L.w, top, math.min(known, N), rep))
+  set(L, 'T', string.format('%d:%d:%d:%d:%d', L.w, top, math.min(known, N), rep, fl))
 elseif k == 1 or k == 3 then
   extra = math.max(used - L.f - L.z, 0)
   if extra > 0 then
