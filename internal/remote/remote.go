@@ -830,13 +830,10 @@ func (e *Engine) admit(ctx context.Context, w *waiter, since time.Time, try bool
 			case ctx.Err() != nil:
 				return nil, ctx.Err()
 			}
-			e.markDown(err, true)
-			e.event(Event{Kind: RoundTripFailed, Scope: w.scope, Charges: w.cs, Err: err})
-			c, err := e.fallback(ctx, w, since, try, err)
-			if err == errBackUp {
-				continue
+			if c, err, again := e.roundTripFailed(ctx, w, since, try, err); !again {
+				return c, err
 			}
-			return c, err
+			continue
 		}
 		d, err, left := e.redisAdmit(ctx, w, timeout)
 		e.mu.Lock()
@@ -863,13 +860,10 @@ func (e *Engine) admit(ctx context.Context, w *waiter, since time.Time, try bool
 				e.markUp()
 				return nil, err
 			}
-			e.markDown(err, true)
-			e.event(Event{Kind: RoundTripFailed, Scope: w.scope, Charges: w.cs, Err: err})
-			c, err := e.fallback(ctx, w, since, try, err)
-			if err == errBackUp {
-				continue
+			if c, err, again := e.roundTripFailed(ctx, w, since, try, err); !again {
+				return c, err
 			}
-			return c, err
+			continue
 		}
 		e.markUp()
 		if d.OK {
@@ -952,6 +946,20 @@ func (e *Engine) admit(ctx context.Context, w *waiter, since time.Time, try bool
 			return nil, err
 		}
 	}
+}
+
+// roundTripFailed handles a round trip of w's admission that failed with
+// cause (Redis did not answer): Redis is marked down, the event reported,
+// and the call goes to the fallback. again reports that Redis answered
+// meanwhile (errBackUp): the caller asks Redis again.
+func (e *Engine) roundTripFailed(ctx context.Context, w *waiter, since time.Time, try bool, cause error) (c *Call, err error, again bool) {
+	e.markDown(cause, true)
+	e.event(Event{Kind: RoundTripFailed, Scope: w.scope, Charges: w.cs, Err: cause})
+	c, err = e.fallback(ctx, w, since, try, cause)
+	if err == errBackUp {
+		return nil, nil, true
+	}
+	return c, err, false
 }
 
 // releaseCap is the longest a head refused because calls in flight fill

@@ -68,22 +68,10 @@ func (s *Store) Carry(ctx context.Context, scope string, cs []Charge, ended bool
 	if ended {
 		lease = "1"
 	}
-	keys, args, err := s.call(scope, cs, tok, lease)
+	v, sent, got, err := s.runTimed(ctx, carryScript, "carry", scope, cs, tok, lease)
 	if err != nil {
 		return Decision{}, err
 	}
-	dl, err := s.deadline(ctx, scope, keys[len(keys)-1])
-	if err != nil {
-		return Decision{}, fmt.Errorf("ratesem: redis carry: reading the server's clock: %w", err)
-	}
-	ev, until := s.recall(scope)
-	args = append(args, ev, until, dl)
-	sent := time.Now()
-	v, err := carryScript.Run(ctx, s.c, keys, args...).Slice()
-	if err != nil {
-		return Decision{}, fmt.Errorf("ratesem: redis carry: %w", err)
-	}
-	got := time.Now()
 	if len(v) == 3 {
 		if code, _ := v[0].(int64); code == -1 {
 			return Decision{}, mismatch(cs, v)
