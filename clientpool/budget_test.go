@@ -60,6 +60,22 @@ func TestBudgetFollowsTheServersOrder(t *testing.T) {
 }
 
 // tryAcquire acquires c if it starts at once, keeping the ticket in held.
+// startsAtOnce starts calls c on p, each admitted at once, until one is
+// not (or more than limit started), checks that want started (the server
+// has want left), and releases them.
+func startsAtOnce(t *testing.T, p *clientpool.Pool, c clientpool.Charge, want, limit int) {
+	t.Helper()
+	var held []*clientpool.Ticket
+	for len(held) <= limit && tryAcquire(p, c, &held) {
+	}
+	if len(held) != want {
+		t.Fatalf("%d calls started with %d left at the server", len(held), want)
+	}
+	for _, tk := range held {
+		tk.Release()
+	}
+}
+
 func tryAcquire(p *clientpool.Pool, c clientpool.Charge, held *[]*clientpool.Ticket) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Nanosecond)
 	defer cancel()

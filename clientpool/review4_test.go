@@ -40,18 +40,7 @@ func TestReview4SlowReplyIsNotANewWindow(t *testing.T) {
 		time.Sleep(1200 * time.Millisecond)
 		a.ObserveHeaders(epochHeader(10, 8, end, t0))
 		a.Release()
-		var held []*clientpool.Ticket
-		for tryAcquire(p, c, &held) {
-			if len(held) > 10 {
-				break
-			}
-		}
-		if len(held) != 7 {
-			t.Fatalf("%d calls started with 7 left at the server", len(held))
-		}
-		for _, tk := range held {
-			tk.Release()
-		}
+		startsAtOnce(t, p, c, 7, 10)
 	})
 }
 
@@ -342,18 +331,7 @@ func TestReview4SlowReplySameEpochReset(t *testing.T) {
 		time.Sleep(5900 * time.Millisecond)
 		a.ObserveHeaders(epochHeader(5, 3, end, t0))
 		a.Release()
-		var held []*clientpool.Ticket
-		for tryAcquire(p, c, &held) {
-			if len(held) > 5 {
-				break
-			}
-		}
-		if len(held) != 2 {
-			t.Fatalf("%d calls started with 2 left at the server", len(held))
-		}
-		for _, tk := range held {
-			tk.Release()
-		}
+		startsAtOnce(t, p, c, 2, 5)
 	})
 }
 
@@ -382,18 +360,7 @@ func TestReview4SlowReplyAfterTheKeyRolled(t *testing.T) {
 		at(13 * time.Second)
 		a.ObserveHeaders(epochHeader(5, 4, end, t0.Add(6*time.Second)))
 		a.Release()
-		var held []*clientpool.Ticket
-		for tryAcquire(p, c, &held) {
-			if len(held) > 5 {
-				break
-			}
-		}
-		if len(held) != 3 {
-			t.Fatalf("%d calls started with 3 left at the server", len(held))
-		}
-		for _, tk := range held {
-			tk.Release()
-		}
+		startsAtOnce(t, p, c, 3, 5)
 	})
 }
 
@@ -428,18 +395,7 @@ func TestReview4ZeroDelayResetCounts(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 		a.ObserveHeaders(delayHeader(10, 8, 1))
 		a.Release()
-		var held []*clientpool.Ticket
-		for tryAcquire(p, c, &held) {
-			if len(held) > 10 {
-				break
-			}
-		}
-		if len(held) != 7 {
-			t.Fatalf("%d calls started with 7 left at the server", len(held))
-		}
-		for _, tk := range held {
-			tk.Release()
-		}
+		startsAtOnce(t, p, c, 7, 10)
 	})
 }
 
