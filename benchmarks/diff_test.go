@@ -17,6 +17,7 @@ import (
 	"go.uber.org/ratelimit"
 	"golang.org/x/time/rate"
 
+	"github.com/ratesem/ratesem/internal/win"
 	"github.com/ratesem/ratesem/window"
 )
 
@@ -183,7 +184,7 @@ func TestPacerMatchesUber(t *testing.T) {
 
 		clk := &fakeClock{}
 		uber := ratelimit.New(int(n), ratelimit.Per(l.Per), ratelimit.WithoutSlack, ratelimit.WithClock(clk))
-		pacer := window.NewPacer(l)
+		pacer := win.NewPacer(l)
 		if pacer.EmissionInterval() != interval {
 			t.Fatalf("seed %d: %v: emission interval %v, want %v", seed, l, pacer.EmissionInterval(), interval)
 		}
@@ -224,7 +225,7 @@ func TestPacerMatchesUber(t *testing.T) {
 // admitAt admits one unit on the pacer at q or, if refused, at the instant it
 // returns, checking that the retry instant is exact: refused 1 ns before,
 // admitted at it.
-func admitAt(p *window.GCRA, q time.Time) (time.Time, error) {
+func admitAt(p *win.GCRA, q time.Time) (time.Time, error) {
 	retry, ok := p.Admit(q, 1)
 	if ok {
 		return q, nil

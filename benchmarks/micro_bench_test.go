@@ -506,9 +506,9 @@ func BenchmarkPacer(b *testing.B) {
 				return c.slept.Load() == before
 			}
 		}},
-		{"ratesem-Allow", func() func() bool {
+		{"ratesem-Allow", func() func() bool { // AllowN on the real clock
 			l := window.NewLimiter(window.NewPacer(fast))
-			return l.Allow
+			return func() bool { return l.AllowN(time.Now(), 1) }
 		}},
 		{"uber-Take-steppingclock", func() func() bool {
 			c := &steppingClock{}

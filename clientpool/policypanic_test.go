@@ -8,13 +8,14 @@ import (
 	"time"
 
 	"github.com/ratesem/ratesem/clientpool"
+	"github.com/ratesem/ratesem/internal/win"
 	"github.com/ratesem/ratesem/window"
 )
 
 // admitBomb is a Rule.Window of the caller's (a completion window under it)
 // whose Admit panics while armed.
 type admitBomb struct {
-	*window.Completion
+	*win.Completion
 	armed *atomic.Bool
 }
 
@@ -36,7 +37,7 @@ func TestRuleWindowPanicLeavesNoCharge(t *testing.T) {
 		p := newPool(t, []clientpool.Rule{
 			ruleN("a", 2, time.Second),
 			{Name: "b", Limit: window.Limit{N: 5, Per: time.Second}, Window: func(l window.Limit) window.Policy {
-				return admitBomb{window.NewCompletion(l), &armed}
+				return admitBomb{win.NewCompletion(l), &armed}
 			}},
 		})
 		used := func() int64 {
@@ -99,7 +100,7 @@ func TestRuleWindowPanicLeavesNoCharge(t *testing.T) {
 // doneBomb is a Rule.Window of the caller's (a completion window under it)
 // whose Done panics while armed.
 type doneBomb struct {
-	*window.Completion
+	*win.Completion
 	armed *atomic.Bool
 }
 
@@ -123,7 +124,7 @@ func TestRuleWindowDonePanicReleasesTheOthers(t *testing.T) {
 				p := newPool(t, []clientpool.Rule{
 					ruleN("a", 2, time.Second),
 					{Name: "b", Limit: window.Limit{N: 5, Per: time.Second}, Window: func(l window.Limit) window.Policy {
-						return doneBomb{window.NewCompletion(l), &armed}
+						return doneBomb{win.NewCompletion(l), &armed}
 					}},
 					ruleN("c", 2, time.Second),
 				})

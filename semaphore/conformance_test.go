@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ratesem/ratesem"
+	"github.com/ratesem/ratesem/internal/win"
 	"github.com/ratesem/ratesem/semaphore"
 	"github.com/ratesem/ratesem/window"
 )
@@ -261,7 +262,7 @@ func conformSetLimit(t *testing.T, pc policyCase, l window.Limit) {
 		select {
 		case d := <-done:
 			// The pacer has no burst: its debt is repaid at the new rate.
-			if _, pacer := pc.make(l).(*window.GCRA); d > time.Millisecond && !(pacer && d < l.Per) {
+			if _, pacer := pc.make(l).(*win.GCRA); d > time.Millisecond && !(pacer && d < l.Per) {
 				t.Fatalf("waiter admitted %v after the limit was raised", d-time.Millisecond)
 			}
 		case <-time.After(l.Per):

@@ -2,12 +2,12 @@
 // limits the rate, for clients of rate-limited APIs.
 //
 // semaphore.New(n, interval) admits at most n units in flight and, under the
-// completion window (the default, window.Completion), at most n units per
+// completion window (the default, window.NewCompletion), at most n units per
 // interval as a server counts arrivals: at every instant, units in flight +
 // units of calls that ended within the last interval ≤ n. A call starts when
 // Acquire returns and ends when Release is called, so release as soon as the
 // response has been read. WithStartWindow(margin) switches to the start
-// window (window.SlidingLog): faster, and safe while latency jitter ≤ margin.
+// window (window.NewSlidingLog): faster, and safe while latency jitter ≤ margin.
 // WithMaxUnitsInFlight(c) caps units in flight below n. With interval 0 a
 // RateSemaphore is golang.org/x/sync/semaphore.NewWeighted(n), except that
 // a negative weight is an error (ratesem.ErrNegativeWeight) where x/sync

@@ -71,7 +71,7 @@ func WithClock(clk ratesem.Clock) Option {
 }
 
 // WithStartWindow replaces the completion window by the start window with a
-// margin (window.SlidingLog): at most n units may start in any interval, each
+// margin (window.NewSlidingLog): at most n units may start in any interval, each
 // start recorded margin late, whatever the calls' durations. It is faster
 // (n per interval rather than n per interval + latency) and safe at the
 // server while the spread of one-way latency is at most margin. It panics if

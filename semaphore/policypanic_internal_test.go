@@ -8,13 +8,14 @@ import (
 	"time"
 
 	"github.com/ratesem/ratesem"
+	"github.com/ratesem/ratesem/internal/win"
 	"github.com/ratesem/ratesem/window"
 )
 
 // bomb is a window.Policy of another package (a completion window under
 // it) whose methods panic while armed.
 type bomb struct {
-	*window.Completion
+	*win.Completion
 	admit, done, cancel, capacity, setLimit bool
 }
 
@@ -79,7 +80,7 @@ func unlocked(t *testing.T, s *RateSemaphore, after string) {
 func TestForeignPolicyPanicLeavesUnlocked(t *testing.T) {
 	ctx := context.Background()
 	mk := func() (*RateSemaphore, *bomb) {
-		b := &bomb{Completion: window.NewCompletion(window.Limit{N: 2, Per: time.Hour})}
+		b := &bomb{Completion: win.NewCompletion(window.Limit{N: 2, Per: time.Hour})}
 		return NewWithPolicy(b), b
 	}
 	mustPanic := func(what string, f func()) {
@@ -148,7 +149,7 @@ func TestForeignPolicyPanicLeavesUnlocked(t *testing.T) {
 	// twice (a fatal error).
 	synctest.Test(t, func(t *testing.T) {
 		var arm atomic.Bool
-		b := &bomb{Completion: window.NewCompletion(window.Limit{N: 2, Per: time.Hour})}
+		b := &bomb{Completion: win.NewCompletion(window.Limit{N: 2, Per: time.Hour})}
 		s := NewWithPolicy(b, WithObserver(func(e ratesem.Event) {
 			if e.Kind == ratesem.Admitted && arm.Load() {
 				panic("observer: Admitted")

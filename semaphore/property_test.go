@@ -12,6 +12,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/ratesem/ratesem/internal/win"
 	"github.com/ratesem/ratesem/semaphore"
 	"github.com/ratesem/ratesem/window"
 )
@@ -37,7 +38,7 @@ type propertyCase struct {
 	margin   time.Duration // with start
 	start    bool
 	// policy, when set, is the window (NewWithPolicy); checkProperty then
-	// checks the completion invariant only for a *window.Completion.
+	// checks the completion invariant only for a *win.Completion.
 	policy func(window.Limit) window.Policy
 }
 
@@ -151,7 +152,7 @@ func checkProperty(t *testing.T, pc propertyCase, recs []record, stats semaphore
 
 	completion := !pc.start
 	if pc.policy != nil {
-		_, completion = pc.policy(window.Limit{N: 1, Per: time.Second}).(*window.Completion)
+		_, completion = pc.policy(window.Limit{N: 1, Per: time.Second}).(*win.Completion)
 	}
 	for _, ri := range okRecs {
 		t0 := ri.start

@@ -78,7 +78,7 @@ func TestRedisReleaseSettled(t *testing.T) {
 }
 
 // TestRedisReleaseSettledGCRA: over a policy of package window, Redis's
-// GCRA moves its TAT exactly as window.GCRA.Settle would: back by the
+// GCRA moves its TAT exactly as win.GCRA.Settle would: back by the
 // refund's emission intervals, on by the debit's.
 func TestRedisReleaseSettledGCRA(t *testing.T) {
 	addr := redistest.Start(t).Addr()

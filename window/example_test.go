@@ -24,7 +24,7 @@ func ExampleParseLimit() {
 
 // The completion window on explicit instants: 2 calls per second, counted
 // from the end of each call.
-func ExampleCompletion() {
+func ExampleNewCompletion() {
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	w := window.NewCompletion(window.Limit{N: 2, Per: time.Second})
 	show := func(d time.Duration) {
@@ -53,7 +53,7 @@ func ExampleCompletion() {
 
 // The start window with a margin: call k+N starts Per + margin after call k,
 // however long the calls take.
-func ExampleSlidingLog() {
+func ExampleNewSlidingLog() {
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	w := window.NewSlidingLog(window.Limit{N: 1, Per: time.Second}, 50*time.Millisecond)
 	_, ok := w.Admit(start, 1)

@@ -15,8 +15,9 @@ import (
 // RateSemaphore (package github.com/ratesem/ratesem/semaphore) over the
 // same policy.
 //
-// Methods ending in N take the instant explicitly, like x/time/rate's
-// AllowN; the instants must come from one clock and not go backwards. The
+// Every method takes the instant explicitly, like x/time/rate's AllowN
+// (pass time.Now() for the real clock); the instants must come from one
+// clock and not go backwards. The
 // zero Limiter is not usable; call NewLimiter. A Limiter is safe for
 // concurrent use by multiple goroutines.
 type Limiter struct {
@@ -28,10 +29,6 @@ type Limiter struct {
 // not call p's methods directly, nor share it with another Limiter or
 // RateSemaphore.
 func NewLimiter(p Policy) *Limiter { return &Limiter{p: p} }
-
-// Allow is AllowN(time.Now(), 1): one unit, on the real clock. It never
-// blocks beyond the Limiter's mutex.
-func (l *Limiter) Allow() bool { return l.AllowN(time.Now(), 1) }
 
 // AllowN reports whether a call of n units (n ≥ 0) may start at now, and if
 // so records it: the caller must then make the call (and, for the
@@ -93,16 +90,11 @@ func (l *Limiter) DoneN(now time.Time, n int64) {
 }
 
 // SetLimit changes the policy's limit at now, keeping its accounting (see
-// Policy.SetLimit). It panics on a negative limit.
+// Policy.SetLimit). It panics on a negative limit. There is no getter: the
+// limit is the one given to the policy's constructor or to the latest
+// SetLimit.
 func (l *Limiter) SetLimit(now time.Time, lim Limit) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.p.SetLimit(now, lim)
-}
-
-// Limit returns the policy's limit: N units per Per.
-func (l *Limiter) Limit() Limit {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.p.Limit()
 }

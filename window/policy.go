@@ -3,13 +3,42 @@ package window
 import (
 	"time"
 
-	"github.com/ratesem/ratesem/internal/winfast"
+	"github.com/ratesem/ratesem/internal/win"
 )
+
+// Limit is a rate limit of N units per Per: N calls per interval when every
+// call has weight 1, or N weight units when calls carry weights (a Binance
+// request of weight 20 spends 20 of its IP's 6000 units per minute).
+//
+//	type Limit struct {
+//		N   int64         // units admitted per Per, ≥ 0
+//		Per time.Duration // the length of the window, ≥ 0
+//	}
+//
+// The zero Limit admits nothing but zero-weight calls. A Limit with N > 0
+// and Per == 0 limits only how many units may be in flight at once (no rate).
+// Negative fields are invalid; ParseLimit never returns them and the
+// constructors in this package panic on them. Its String method formats it
+// as ParseLimit reads it ("10/2s", "6000/1m").
+type Limit = win.Limit
+
+// ParseLimit parses a limit in the form people write in configuration files:
+// a positive decimal count of units, a slash, and a positive Go duration,
+// as in "10/2s", "6000/1m", "100/10s", "1/500ms" or "200000/24h". The
+// duration may be a bare unit, so "10/s" means 10 per second. Surrounding
+// white space is ignored.
+//
+// It returns an error that quotes the input and matches ratesem.ErrInvalidLimit
+// (errors.Is) when the count is zero, negative, signed or not a number,
+// when it overflows int64, when the duration is missing, not positive,
+// lacks a unit or overflows time.Duration, or when the text is not of that
+// form. ParseLimit(l.String()) == l for every Limit it returns.
+func ParseLimit(s string) (Limit, error) { return win.ParseLimit(s) }
 
 // Policy is the bookkeeping of one rate window: what a RateSemaphore
 // (package github.com/ratesem/ratesem/semaphore, NewWithPolicy), a Limiter
-// or a clientpool.Rule asks of it. Every window of this package implements
-// it; implement it to bring a window of your own. It is pure state that
+// or a clientpool.Rule asks of it. Every constructor of this package returns
+// one; implement it to bring a window of your own. It is pure state that
 // takes the current instant as an argument and owns no goroutines or timers.
 //
 // The instants passed to one Policy come from one clock and do not go
@@ -58,121 +87,68 @@ type Policy interface {
 	Done(now time.Time, n int64)
 }
 
+// Settler is implemented by every Policy of this package: it ends a call
+// whose weight is known only after the call (an LLM API's tokens, read from
+// the response's usage) with the weight it really had. A RateSemaphore
+// (Begin, Call.End) and a clientpool.Pool settle through it; a Policy of
+// your own that does not implement it cannot settle.
+//
+// Settle records that the call admitted at the instant at for n units (its
+// estimate) ended at now, instead of Done(now, n), and that it really cost
+// actual units (actual < 0 is taken as 0). Where actual < n the difference is
+// refunded: taken back from the window wherever it still counts the call,
+// exactly where Cancel(at, n−actual) would take it (a fixed window only while
+// at's window is now's; a sliding log from the call's own entry; a bucket
+// gets the tokens back, never beyond full; GCRA moves its theoretical arrival
+// time back, never before now; the completion windows log actual units at
+// the call's end instead of n). Where actual > n the difference is debited:
+// counted at now, even beyond the limit.
+//
+// A debit saturates at "full until the window moves", so that no reply can
+// hold a window for longer than about one Per, whatever actual it reports
+// (2^62 tokens, a broken or hostile usage object): the counting windows
+// count the whole debit (saturating only where int64 would wrap) and drop it
+// when it leaves the window, after Per (2·Per for the sliding window
+// counter); the buckets and GCRA go into debt by at most one Per's refill (N
+// units) below empty. Below that cap the debt is exact, so a server that
+// charges the estimate at a call's arrival and corrects it at the call's end
+// (Anthropic's token buckets, OpenAI's tokens per minute) never holds more
+// than the window does.
+//
+// Like Policy it is not safe for concurrent use; the same panics as Done
+// apply to n (the completion window panics on more units than are in
+// flight).
+type Settler interface {
+	Settle(now, at time.Time, n, actual int64)
+}
+
+// Reconciler is implemented by the windows that can take in what a server
+// reports about its own count (a usage header such as Binance's
+// X-MBX-USED-WEIGHT-1M or X-RateLimit-Remaining): package clientpool uses it
+// to shrink the local budget when another client spends from the same limit.
+// The completion, sliding log, fixed window, token bucket, leaky bucket and
+// GCRA policies of this package implement it; the sliding window and
+// sub-window counters do not. Like Policy, it is not safe for concurrent use.
+type Reconciler interface {
+	// Used returns the units the window counts against its limit at now.
+	Used(now time.Time) int64
+	// Consume counts n more units at now, as if a call of n units had
+	// started (and, for the completion window, ended) at now, even beyond
+	// the limit: the window then stays full until they leave it. A report
+	// beyond the limit means "full until the window moves", never more: the
+	// count saturates instead of wrapping, and the window recovers as it
+	// would after a full window's worth of calls. n ≤ 0 changes nothing. It
+	// never panics.
+	Consume(now time.Time, n int64)
+}
+
+// The windows of internal/win are this package's policies; the two Policy
+// interfaces are one method set.
 var (
-	_ Policy = (*Completion)(nil)
-	_ Policy = (*SlidingLog)(nil)
-	_ Policy = (*FixedWindow)(nil)
-	_ Policy = (*SlidingWindowCounter)(nil)
-	_ Policy = (*SubWindowCounter)(nil)
-	_ Policy = (*TokenBucket)(nil)
-	_ Policy = (*LeakyBucket)(nil)
-	_ Policy = (*GCRA)(nil)
-
-	_ winfast.Window  = (*fastCompletion)(nil)
-	_ winfast.Window  = (*fastSlidingLog)(nil)
-	_ winfast.Window  = (*fastFixed)(nil)
-	_ winfast.Window  = (*fastSlidingCounter)(nil)
-	_ winfast.Window  = (*fastSubWindow)(nil)
-	_ winfast.Window  = (*fastTokenBucket)(nil)
-	_ winfast.Window  = (*fastGCRA)(nil)
-	_ winfast.Foreign = (*foreign)(nil)
+	_ Policy         = win.Policy(nil)
+	_ win.Policy     = Policy(nil)
+	_ Settler        = win.Settler(nil)
+	_ win.Settler    = Settler(nil)
+	_ Reconciler     = win.Reconciler(nil)
+	_ win.Reconciler = Reconciler(nil)
 )
-
-func init() {
-	winfast.Of = fastOf
-	winfast.BurstFollowsN = func(p any) bool {
-		switch w := p.(type) {
-		case *TokenBucket:
-			return !w.burstSet
-		case *LeakyBucket:
-			return !w.burstSet
-		case *GCRA:
-			return !w.burstSet && !w.pacer
-		}
-		return false
-	}
-	winfast.Mark = func(p any, now time.Time) (win, ended, taken int64, ok bool) {
-		if w, is := p.(*FixedWindow); is {
-			return w.mark(now.UnixNano())
-		}
-		return 0, 0, 0, false
-	}
-	winfast.Report = func(p any, now time.Time, win, used, ended, n int64, marked bool) (int64, bool) {
-		if w, is := p.(*FixedWindow); is {
-			return w.report(now.UnixNano(), win, used, ended, n, marked)
-		}
-		return 0, false
-	}
-}
-
-// fastOf is winfast.Of. It matches the exact types of this package: a type
-// of another package that embeds one of them may override its methods, so
-// it gets the adapter, which calls them.
-func fastOf(p any) winfast.Window {
-	switch w := p.(type) {
-	case nil:
-		return nil
-	case *Completion:
-		return (*fastCompletion)(w)
-	case *SlidingLog:
-		return (*fastSlidingLog)(w)
-	case *FixedWindow:
-		return &fastFixed{FixedWindow: w}
-	case *SlidingWindowCounter:
-		return &fastSlidingCounter{SlidingWindowCounter: w}
-	case *SubWindowCounter:
-		return &fastSubWindow{SubWindowCounter: w}
-	case *TokenBucket:
-		return (*fastTokenBucket)(w)
-	case *LeakyBucket:
-		return (*fastTokenBucket)(&w.TokenBucket)
-	case *GCRA:
-		return (*fastGCRA)(w)
-	case Policy:
-		return &foreign{p: w}
-	}
-	return nil
-}
-
-// foreign adapts a Policy of another package to winfast.Window: instants
-// become time.Time again, on the epoch given to Start.
-type foreign struct {
-	p     Policy
-	epoch time.Time
-}
-
-// ForeignPolicy implements winfast.Foreign: the methods run a caller's code.
-func (f *foreign) ForeignPolicy() {}
-
-// Start implements winfast.Window over the foreign Policy.
-func (f *foreign) Start(e time.Time) time.Time { f.epoch = e; return e }
-func (f *foreign) t(ns int64) time.Time        { return f.epoch.Add(time.Duration(ns)) }
-
-// Capacity implements winfast.Window over the foreign Policy.
-func (f *foreign) Capacity() int64 { return f.p.Capacity() }
-
-// AdmitCached implements winfast.Window over the foreign Policy.
-func (f *foreign) AdmitCached(int64) bool { return false }
-
-// Admit implements winfast.Window over the foreign Policy.
-func (f *foreign) Admit(now, n int64) (int64, bool) {
-	at, ok := f.p.Admit(f.t(now), n)
-	if at.IsZero() {
-		return winfast.None, ok
-	}
-	return int64(at.Sub(f.epoch)), ok
-}
-
-// Cancel implements winfast.Window over the foreign Policy.
-func (f *foreign) Cancel(at, n int64) { f.p.Cancel(f.t(at), n) }
-
-// Done implements winfast.Window over the foreign Policy.
-func (f *foreign) Done(now, n int64) { f.p.Done(f.t(now), n) }
-
-// DoneUsesTime implements winfast.Window over the foreign Policy.
-func (f *foreign) DoneUsesTime() bool { return true } // unknown: pass the instant
-
-// SetLimit implements winfast.Window over the foreign Policy.
-func (f *foreign) SetLimit(now, n int64, per time.Duration) {
-	f.p.SetLimit(f.t(now), Limit{N: n, Per: per})
-}

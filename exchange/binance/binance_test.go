@@ -16,6 +16,7 @@ import (
 
 	"github.com/ratesem/ratesem/clientpool"
 	"github.com/ratesem/ratesem/exchange/binance"
+	"github.com/ratesem/ratesem/internal/win"
 	"github.com/ratesem/ratesem/window"
 )
 
@@ -202,7 +203,7 @@ func TestTable(t *testing.T) {
 	for _, r := range tb.Rules {
 		assert.Equal(t, want[r.Name], r.Limit, r.Name)
 		require.NotNil(t, r.Window, r.Name)
-		assert.IsType(t, &window.FixedWindow{}, r.Window(r.Limit), r.Name)
+		assert.IsType(t, &win.FixedWindow{}, r.Window(r.Limit), r.Name)
 		assert.True(t, strings.HasPrefix(r.Source, binance.DocsURL) && len(r.Source) > len(binance.DocsURL), "%s: Source %q", r.Name, r.Source)
 		assert.Equal(t, r.Name == binance.RuleRequestWeight, r.PauseOnThrottle, r.Name)
 		assert.Equal(t, r.Name != binance.RuleRawRequests, r.Usage != nil, "%s: usage header", r.Name)

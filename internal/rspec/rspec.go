@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/ratesem/ratesem"
+	"github.com/ratesem/ratesem/internal/win"
 	"github.com/ratesem/ratesem/internal/winfast"
 	"github.com/ratesem/ratesem/window"
 )
@@ -239,24 +240,24 @@ func (s *Spec) TTL(lease time.Duration) int64 {
 func SpecOf(p window.Policy) (Spec, error) {
 	s := Spec{Limit: p.Limit()}
 	switch w := p.(type) {
-	case *window.Completion:
+	case *win.Completion:
 		s.Kind = Completion
-	case *window.FixedWindow:
+	case *win.FixedWindow:
 		s.Kind = FixedWindow
 		if winfast.Of(w).DoneUsesTime() { // only NewFixedCompletion reads Done's instant
 			s.Kind = FixedCompletion
 		}
-	case *window.SlidingLog:
+	case *win.SlidingLog:
 		s.Kind, s.Margin = SlidingLog, w.Margin()
-	case *window.SlidingWindowCounter:
+	case *win.SlidingWindowCounter:
 		s.Kind = SlidingWindowCounter
-	case *window.SubWindowCounter:
+	case *win.SubWindowCounter:
 		s.Kind, s.Blocks = SubWindowCounter, w.Blocks()
-	case *window.TokenBucket:
+	case *win.TokenBucket:
 		s.Kind, s.Burst = TokenBucket, w.Burst()
-	case *window.LeakyBucket:
+	case *win.LeakyBucket:
 		s.Kind, s.Burst = LeakyBucket, w.Burst()
-	case *window.GCRA:
+	case *win.GCRA:
 		s.Kind, s.Burst = GCRA, w.Burst()
 		if w.Capacity() != w.Burst() { // a pacer: tolerance 0, capacity N
 			s.Burst = 0

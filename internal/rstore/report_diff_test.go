@@ -11,7 +11,7 @@ import (
 )
 
 // TestDifferentialUsageReports: the usage reconcile of a fixed completion
-// window is the same bound in process (window.FixedWindow through
+// window is the same bound in process (win.FixedWindow through
 // winfast.Report, as clientpool uses it) and in Redis (ReconcileAt): random
 // admissions, ends, marked reports (once per call, of calls in flight or
 // ended, counts from 0 to beyond N), reports without a mark and window

@@ -902,8 +902,8 @@ func (s *Store) ReconcileAt(ctx context.Context, scope string, c Charge, used in
 // admissions adopt it (Decision.Adopted) until the state expires when idle.
 // The state is carried over as in process: a bucket's debt and GCRA's
 // (TAT − now) are kept in units, refilled to now at the old rate, at most
-// one Per of the new rate below empty (window.TokenBucket.SetLimit,
-// window.GCRA.SetLimit; GCRA's debt rounded up to a µs); the other windows'
+// one Per of the new rate below empty (win.TokenBucket.SetLimit,
+// win.GCRA.SetLimit; GCRA's debt rounded up to a µs); the other windows'
 // state is kept as it is, read under the new limit. c.Weight is not used.
 func (s *Store) SetLimit(ctx context.Context, scope string, c Charge) error {
 	c.Weight = 0

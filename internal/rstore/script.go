@@ -1214,7 +1214,7 @@ return extra
 
 // setLimitScript stores charge 1's spec as the limiter's, for every process.
 // A bucket's or GCRA's state, kept under another limit of the same kind,
-// is carried over as window.TokenBucket.SetLimit and window.GCRA.SetLimit
+// is carried over as win.TokenBucket.SetLimit and win.GCRA.SetLimit
 // do in process: the bucket refilled to now at the old rate, its debt
 // (burst − tokens) kept in units under the new burst, the refill fraction
 // scaled to the new Per, at most N units below empty; GCRA's TAT − now

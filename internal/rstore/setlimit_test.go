@@ -16,7 +16,7 @@ import (
 // Per 50, 100 or 200 ms, the burst fixed or following N) decides the
 // same everywhere: admitted or not, and the wait to the µs. In process the
 // debt is kept in units, at most one Per of the new rate below empty
-// (window.TokenBucket.SetLimit, window.GCRA.SetLimit); on the base commit
+// (win.TokenBucket.SetLimit, win.GCRA.SetLimit); on the base commit
 // Redis kept the bucket's tokens and GCRA's TAT as they were, so a limit
 // lowered a hundredfold left a debt of a hundred Pers, and a burst lowered
 // forgot the debt.

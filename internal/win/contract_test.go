@@ -1,17 +1,17 @@
-package window_test
+package win_test
 
 import (
 	"math/rand/v2"
 	"testing"
 	"time"
 
-	"github.com/ratesem/ratesem/window"
+	"github.com/ratesem/ratesem/internal/win"
 )
 
 // TestPoliciesTreatEarlierInstantAsLatest checks a sentence of the Policy
 // contract on every policy: "an instant earlier than one already seen is
-// treated as that later one". Such instants are common: Limiter.Allow reads
-// time.Now before taking its mutex, so concurrent callers reach the policy
+// treated as that later one". Such instants are common: a caller of Limiter.AllowN reads
+// time.Now before the Limiter takes its mutex, so concurrent callers reach the policy
 // slightly out of order. Each policy is driven twice with the same random
 // schedule, once with instants that sometimes go back a little and once with
 // every instant raised to the latest seen; the decisions and the retry
@@ -20,23 +20,23 @@ import (
 func TestPoliciesTreatEarlierInstantAsLatest(t *testing.T) {
 	policies := []struct {
 		name string
-		mk   func(l window.Limit) window.Policy
+		mk   func(l win.Limit) win.Policy
 	}{
-		{"FixedWindow", func(l window.Limit) window.Policy { return window.NewFixedWindow(l) }},
-		{"SlidingWindowCounter", func(l window.Limit) window.Policy { return window.NewSlidingWindowCounter(l) }},
-		{"SubWindowCounter", func(l window.Limit) window.Policy { return window.NewSubWindowCounter(l, 4) }},
-		{"SlidingLog", func(l window.Limit) window.Policy { return window.NewSlidingLog(l, 0) }},
-		{"Completion", func(l window.Limit) window.Policy { return window.NewCompletion(l) }},
-		{"TokenBucket", func(l window.Limit) window.Policy { return window.NewTokenBucket(l, 0) }},
-		{"LeakyBucket", func(l window.Limit) window.Policy { return window.NewLeakyBucket(l, 0) }},
-		{"GCRA", func(l window.Limit) window.Policy { return window.NewGCRA(l, 0) }},
-		{"Pacer", func(l window.Limit) window.Policy { return window.NewPacer(l) }},
+		{"FixedWindow", func(l win.Limit) win.Policy { return win.NewFixedWindow(l) }},
+		{"SlidingWindowCounter", func(l win.Limit) win.Policy { return win.NewSlidingWindowCounter(l) }},
+		{"SubWindowCounter", func(l win.Limit) win.Policy { return win.NewSubWindowCounter(l, 4) }},
+		{"SlidingLog", func(l win.Limit) win.Policy { return win.NewSlidingLog(l, 0) }},
+		{"Completion", func(l win.Limit) win.Policy { return win.NewCompletion(l) }},
+		{"TokenBucket", func(l win.Limit) win.Policy { return win.NewTokenBucket(l, 0) }},
+		{"LeakyBucket", func(l win.Limit) win.Policy { return win.NewLeakyBucket(l, 0) }},
+		{"GCRA", func(l win.Limit) win.Policy { return win.NewGCRA(l, 0) }},
+		{"Pacer", func(l win.Limit) win.Policy { return win.NewPacer(l) }},
 	}
 	for _, p := range policies {
 		t.Run(p.name, func(t *testing.T) {
 			for seed := range uint64(200) {
 				r := rand.New(rand.NewPCG(seed, 0xc0de))
-				l := window.Limit{N: 1 + r.Int64N(8), Per: time.Duration(1+r.Int64N(1000)) * time.Millisecond}
+				l := win.Limit{N: 1 + r.Int64N(8), Per: time.Duration(1+r.Int64N(1000)) * time.Millisecond}
 				back, clamped := p.mk(l), p.mk(l)
 				latest := t0
 				for step := range 300 {

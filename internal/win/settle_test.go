@@ -1,4 +1,4 @@
-package window_test
+package win_test
 
 import (
 	"fmt"
@@ -8,19 +8,19 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratesem/ratesem/window"
+	"github.com/ratesem/ratesem/internal/win"
 )
 
 // settler is what the settle tests drive: a window that settles.
 type settler interface {
-	window.Policy
-	window.Settler
+	win.Policy
+	win.Settler
 }
 
 // Each window, by hand: a refund makes room at once where the window still
 // counts the call, a debit takes room from now on.
 func TestSettleRefundAndDebit(t *testing.T) {
-	l := window.Limit{N: 10, Per: time.Second}
+	l := win.Limit{N: 10, Per: time.Second}
 	type step struct {
 		now    time.Duration
 		admit  int64 // units to try (0: settle instead)
@@ -35,73 +35,73 @@ func TestSettleRefundAndDebit(t *testing.T) {
 		p     settler
 		steps []step
 	}{
-		{"completion refund", window.NewCompletion(l), []step{
+		{"completion refund", win.NewCompletion(l), []step{
 			admit(0, 10, true), settle(0, 0, 10, 4), admit(0, 6, true), admit(0, 1, false),
 			admit(time.Second, 5, false), admit(time.Second, 4, true), // the 4 units logged at 0 leave at 1s; 6 still in flight
 		}},
-		{"completion debit", window.NewCompletion(l), []step{
+		{"completion debit", win.NewCompletion(l), []step{
 			admit(0, 5, true), settle(0, 0, 5, 12), admit(0, 1, false),
 			admit(time.Second-1, 1, false), admit(time.Second, 10, true),
 		}},
-		{"sliding log refund", window.NewSlidingLog(l, 0), []step{
+		{"sliding log refund", win.NewSlidingLog(l, 0), []step{
 			admit(0, 10, true), settle(500*time.Millisecond, 0, 10, 3), admit(500*time.Millisecond, 7, true),
 			admit(500*time.Millisecond, 1, false), admit(time.Second, 3, true), admit(time.Second, 1, false),
 		}},
-		{"sliding log debit", window.NewSlidingLog(l, 0), []step{
+		{"sliding log debit", win.NewSlidingLog(l, 0), []step{
 			admit(0, 4, true), settle(300*time.Millisecond, 0, 4, 9), admit(300*time.Millisecond, 1, true),
 			admit(300*time.Millisecond, 1, false), admit(time.Second, 5, false), // the 5 debited at 300 ms stay
 			admit(1300*time.Millisecond, 10, true),
 		}},
-		{"fixed refund same window", window.NewFixedWindow(l), []step{
+		{"fixed refund same window", win.NewFixedWindow(l), []step{
 			admit(0, 10, true), settle(900*time.Millisecond, 0, 10, 2), admit(900*time.Millisecond, 8, true),
 			admit(900*time.Millisecond, 1, false),
 		}},
-		{"fixed refund next window is no refund", window.NewFixedWindow(l), []step{
+		{"fixed refund next window is no refund", win.NewFixedWindow(l), []step{
 			admit(900*time.Millisecond, 10, true), admit(time.Second, 10, true),
 			settle(time.Second, 900*time.Millisecond, 10, 0), admit(time.Second, 1, false),
 		}},
-		{"fixed debit", window.NewFixedWindow(l), []step{
+		{"fixed debit", win.NewFixedWindow(l), []step{
 			admit(0, 2, true), settle(100*time.Millisecond, 0, 2, 30), admit(100*time.Millisecond, 1, false),
 			admit(time.Second, 10, true),
 		}},
-		{"fixed completion refund across boundary", window.NewFixedCompletion(l), []step{
+		{"fixed completion refund across boundary", win.NewFixedCompletion(l), []step{
 			admit(900*time.Millisecond, 10, true), settle(1100*time.Millisecond, 900*time.Millisecond, 10, 4),
 			admit(1100*time.Millisecond, 7, false), admit(1100*time.Millisecond, 6, true), // carried in as 10, it counts 4 here
 		}},
-		{"sliding counter refund", window.NewSlidingWindowCounter(l), []step{
+		{"sliding counter refund", win.NewSlidingWindowCounter(l), []step{
 			admit(0, 10, true), settle(0, 0, 10, 1), admit(0, 9, true), admit(0, 1, false),
 		}},
-		{"sliding counter debit", window.NewSlidingWindowCounter(l), []step{
+		{"sliding counter debit", win.NewSlidingWindowCounter(l), []step{
 			admit(0, 1, true), settle(0, 0, 1, math.MaxInt64), admit(0, 1, false), admit(1999*time.Millisecond, 1, false),
 			admit(3*time.Second, 10, true), // the debit saturates: gone after two windows
 		}},
-		{"sub-window refund and debit", window.NewSubWindowCounter(l, 10), []step{
+		{"sub-window refund and debit", win.NewSubWindowCounter(l, 10), []step{
 			admit(0, 10, true), settle(50*time.Millisecond, 0, 10, 5), admit(50*time.Millisecond, 5, true),
 			settle(60*time.Millisecond, 50*time.Millisecond, 5, 7), admit(60*time.Millisecond, 1, false),
 		}},
-		{"token bucket refund never beyond full", window.NewTokenBucket(l, 10), []step{
+		{"token bucket refund never beyond full", win.NewTokenBucket(l, 10), []step{
 			admit(0, 3, true), settle(0, 0, 3, 0), admit(0, 10, true), admit(0, 1, false),
 			settle(0, 0, 1, 0), admit(0, 1, true), admit(0, 1, false),
 		}},
-		{"token bucket debit is debt", window.NewTokenBucket(l, 10), []step{
+		{"token bucket debit is debt", win.NewTokenBucket(l, 10), []step{
 			admit(0, 10, true), settle(0, 0, 10, 18), admit(899*time.Millisecond, 1, false), // 8 of debt: 0.9 s to one token
 			admit(900*time.Millisecond, 1, true),
 		}},
-		{"token bucket debit saturates at one window's worth", window.NewTokenBucket(l, 10), []step{
+		{"token bucket debit saturates at one window's worth", win.NewTokenBucket(l, 10), []step{
 			admit(0, 10, true), settle(0, 0, 10, 45), admit(1099*time.Millisecond, 1, false), // 35 of debt, kept at 10
 			admit(1100*time.Millisecond, 1, true),
 		}},
-		{"gcra refund never before now", window.NewGCRA(l, 10), []step{
+		{"gcra refund never before now", win.NewGCRA(l, 10), []step{
 			admit(0, 10, true), settle(0, 0, 10, 0), admit(0, 10, true), admit(0, 1, false),
 			settle(0, 0, 1000, 0), admit(0, 10, true), admit(0, 1, false), // a refund of 1000 fills, no more
 		}},
-		{"gcra debit", window.NewGCRA(l, 10), []step{
+		{"gcra debit", win.NewGCRA(l, 10), []step{
 			admit(0, 10, true), settle(0, 0, 10, 18), admit(899*time.Millisecond, 1, false), admit(900*time.Millisecond, 1, true),
 		}},
-		{"gcra debit saturates at one window's worth", window.NewGCRA(l, 10), []step{
+		{"gcra debit saturates at one window's worth", win.NewGCRA(l, 10), []step{
 			admit(0, 10, true), settle(0, 0, 10, 45), admit(1099*time.Millisecond, 1, false), admit(1100*time.Millisecond, 1, true),
 		}},
-		{"pacer debit saturates at one window's worth", window.NewPacer(l), []step{
+		{"pacer debit saturates at one window's worth", win.NewPacer(l), []step{
 			admit(0, 1, true), settle(0, 0, 1, 45), admit(999*time.Millisecond, 1, false), admit(time.Second, 1, true),
 		}},
 	}
@@ -139,7 +139,7 @@ type settledCall struct {
 // random estimates start whenever p admits them, end after a random latency
 // and settle at a random actual weight (a refund, a debit, or exact). It
 // returns the calls and the events in the order p saw them.
-func runSettled(p settler, l window.Limit, rng *rand.Rand, steps int) ([]settledCall, []settleEvent) {
+func runSettled(p settler, l win.Limit, rng *rand.Rand, steps int) ([]settledCall, []settleEvent) {
 	var calls []settledCall
 	var evs []settleEvent
 	var inflight []int
@@ -194,20 +194,20 @@ func runSettled(p settler, l window.Limit, rng *rand.Rand, steps int) ([]settled
 // debt) the difference when the call is settled, always has the tokens an
 // arrival needs. Checked on every admission of random schedules.
 func TestSettledWeightsHoldAtServer(t *testing.T) {
-	l := window.Limit{N: 100, Per: time.Second}
+	l := win.Limit{N: 100, Per: time.Second}
 	windows := []struct {
 		name   string
 		make   func() settler
 		fixed  bool // the server counts in windows aligned to the clock
 		bucket int64
 	}{
-		{"completion", func() settler { return window.NewCompletion(l) }, false, 0},
-		{"sliding log", func() settler { return window.NewSlidingLog(l, 0) }, false, 0},
-		{"fixed window", func() settler { return window.NewFixedWindow(l) }, true, 0},
-		{"fixed completion", func() settler { return window.NewFixedCompletion(l) }, true, 0},
-		{"token bucket", func() settler { return window.NewTokenBucket(l, 60) }, false, 60},
-		{"leaky bucket", func() settler { return window.NewLeakyBucket(l, 60) }, false, 60},
-		{"gcra", func() settler { return window.NewGCRA(l, 60) }, false, 60},
+		{"completion", func() settler { return win.NewCompletion(l) }, false, 0},
+		{"sliding log", func() settler { return win.NewSlidingLog(l, 0) }, false, 0},
+		{"fixed window", func() settler { return win.NewFixedWindow(l) }, true, 0},
+		{"fixed completion", func() settler { return win.NewFixedCompletion(l) }, true, 0},
+		{"token bucket", func() settler { return win.NewTokenBucket(l, 60) }, false, 60},
+		{"leaky bucket", func() settler { return win.NewLeakyBucket(l, 60) }, false, 60},
+		{"gcra", func() settler { return win.NewGCRA(l, 60) }, false, 60},
 	}
 	for _, w := range windows {
 		t.Run(w.name, func(t *testing.T) {
@@ -243,7 +243,7 @@ func TestSettledWeightsHoldAtServer(t *testing.T) {
 // checkWindows replays the counting server: at each admission j, the calls
 // that arrived in j's window count their actual weight if settled by then,
 // else their estimate.
-func checkWindows(calls []settledCall, evs []settleEvent, l window.Limit, fixed bool) error {
+func checkWindows(calls []settledCall, evs []settleEvent, l win.Limit, fixed bool) error {
 	per := int64(l.Per)
 	settledBy := make([]bool, len(calls))
 	t0 := at(0).UnixNano()
@@ -277,7 +277,7 @@ func checkWindows(calls []settledCall, evs []settleEvent, l window.Limit, fixed 
 }
 
 // checkBucket replays a token bucket server in exact rational arithmetic.
-func checkBucket(calls []settledCall, evs []settleEvent, l window.Limit, burst int64) error {
+func checkBucket(calls []settledCall, evs []settleEvent, l win.Limit, burst int64) error {
 	tokens := big.NewRat(burst, 1)
 	full := big.NewRat(burst, 1)
 	var last int64
@@ -318,17 +318,17 @@ func floor(a, b int64) int64 {
 // completion window panics on more units than are in flight (a caller's
 // bug, as in Done).
 func TestSettleHostile(t *testing.T) {
-	l := window.Limit{N: 10, Per: time.Second}
+	l := win.Limit{N: 10, Per: time.Second}
 	makers := map[string]func() settler{
-		"completion":       func() settler { return window.NewCompletion(l) },
-		"sliding log":      func() settler { return window.NewSlidingLog(l, 0) },
-		"fixed":            func() settler { return window.NewFixedWindow(l) },
-		"fixed completion": func() settler { return window.NewFixedCompletion(l) },
-		"sliding counter":  func() settler { return window.NewSlidingWindowCounter(l) },
-		"sub-window":       func() settler { return window.NewSubWindowCounter(l, 4) },
-		"token bucket":     func() settler { return window.NewTokenBucket(l, 10) },
-		"leaky bucket":     func() settler { return window.NewLeakyBucket(l, 10) },
-		"gcra":             func() settler { return window.NewGCRA(l, 10) },
+		"completion":       func() settler { return win.NewCompletion(l) },
+		"sliding log":      func() settler { return win.NewSlidingLog(l, 0) },
+		"fixed":            func() settler { return win.NewFixedWindow(l) },
+		"fixed completion": func() settler { return win.NewFixedCompletion(l) },
+		"sliding counter":  func() settler { return win.NewSlidingWindowCounter(l) },
+		"sub-window":       func() settler { return win.NewSubWindowCounter(l, 4) },
+		"token bucket":     func() settler { return win.NewTokenBucket(l, 10) },
+		"leaky bucket":     func() settler { return win.NewLeakyBucket(l, 10) },
+		"gcra":             func() settler { return win.NewGCRA(l, 10) },
 	}
 	for name, mk := range makers {
 		t.Run(name, func(t *testing.T) {
@@ -349,7 +349,7 @@ func TestSettleHostile(t *testing.T) {
 			mustAdmit(t, q, 0, 1, false)
 		})
 	}
-	mustPanic(t, func() { window.NewCompletion(l).Settle(at(0), at(0), 1, 1) })
+	mustPanic(t, func() { win.NewCompletion(l).Settle(at(0), at(0), 1, 1) })
 }
 
 // Issue 18: one hostile reply must not brick a key. A debit of 2^62−1
@@ -361,18 +361,18 @@ func TestSettleHostile(t *testing.T) {
 // token bucket, leaky bucket and GCRA were 2^62 units in debt (the next
 // call "in 2562047h").
 func TestSettleHugeDebitWaitIsBounded(t *testing.T) {
-	l := window.Limit{N: 10, Per: time.Second}
+	l := win.Limit{N: 10, Per: time.Second}
 	makers := map[string]func() settler{
-		"completion":       func() settler { return window.NewCompletion(l) },
-		"sliding log":      func() settler { return window.NewSlidingLog(l, 0) },
-		"fixed":            func() settler { return window.NewFixedWindow(l) },
-		"fixed completion": func() settler { return window.NewFixedCompletion(l) },
-		"sliding counter":  func() settler { return window.NewSlidingWindowCounter(l) },
-		"sub-window":       func() settler { return window.NewSubWindowCounter(l, 4) },
-		"token bucket":     func() settler { return window.NewTokenBucket(l, 10) },
-		"leaky bucket":     func() settler { return window.NewLeakyBucket(l, 10) },
-		"gcra":             func() settler { return window.NewGCRA(l, 10) },
-		"pacer":            func() settler { return window.NewPacer(l) },
+		"completion":       func() settler { return win.NewCompletion(l) },
+		"sliding log":      func() settler { return win.NewSlidingLog(l, 0) },
+		"fixed":            func() settler { return win.NewFixedWindow(l) },
+		"fixed completion": func() settler { return win.NewFixedCompletion(l) },
+		"sliding counter":  func() settler { return win.NewSlidingWindowCounter(l) },
+		"sub-window":       func() settler { return win.NewSubWindowCounter(l, 4) },
+		"token bucket":     func() settler { return win.NewTokenBucket(l, 10) },
+		"leaky bucket":     func() settler { return win.NewLeakyBucket(l, 10) },
+		"gcra":             func() settler { return win.NewGCRA(l, 10) },
+		"pacer":            func() settler { return win.NewPacer(l) },
 	}
 	const bound = 2*time.Second + 100*time.Millisecond // two Per (the sliding counter's previous window) and a unit's refill
 	for name, mk := range makers {
@@ -397,12 +397,12 @@ func TestSettleHugeDebitWaitIsBounded(t *testing.T) {
 			// A busy bucket whose limit is lowered a thousandfold (a
 			// learned limit of 1 for a key that used 10 000 per second)
 			// refuses for about one Per of the new rate, not 10 000.
-			big := window.Limit{N: 10000, Per: time.Second}
+			big := win.Limit{N: 10000, Per: time.Second}
 			q := map[string]func() settler{
-				"token bucket": func() settler { return window.NewTokenBucket(big, 0) },
-				"leaky bucket": func() settler { return window.NewLeakyBucket(big, 0) },
-				"gcra":         func() settler { return window.NewGCRA(big, 0) },
-				"pacer":        func() settler { return window.NewPacer(big) },
+				"token bucket": func() settler { return win.NewTokenBucket(big, 0) },
+				"leaky bucket": func() settler { return win.NewLeakyBucket(big, 0) },
+				"gcra":         func() settler { return win.NewGCRA(big, 0) },
+				"pacer":        func() settler { return win.NewPacer(big) },
 			}[name]
 			if q == nil {
 				return
@@ -416,7 +416,7 @@ func TestSettleHugeDebitWaitIsBounded(t *testing.T) {
 			if _, ok := p.Admit(at(0), 1); ok {
 				t.Fatal("admitted past a full window")
 			}
-			p.SetLimit(at(0), window.Limit{N: 1, Per: time.Second})
+			p.SetLimit(at(0), win.Limit{N: 1, Per: time.Second})
 			retry, ok := p.Admit(at(0), 1)
 			if ok || retry.IsZero() || retry.Sub(t0) > 2*time.Second {
 				t.Fatalf("limit lowered to 1 per second: next unit (%v, %v), want within 2s", retry.Sub(t0), ok)

@@ -1,4 +1,4 @@
-package window_test
+package win_test
 
 import (
 	"fmt"
@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratesem/ratesem/window"
+	"github.com/ratesem/ratesem/internal/win"
 )
 
 // The guarantee table of the package doc, row by row: each row builds its
@@ -43,7 +43,7 @@ func maxIn(starts []start, w time.Duration) int64 {
 // recorder admits calls on a policy and records the starts.
 type recorder struct {
 	t      *testing.T
-	p      window.Policy
+	p      win.Policy
 	starts []start
 }
 
@@ -65,121 +65,121 @@ func (r *recorder) greedy(from, to time.Time, step time.Duration, n int64) {
 
 type row struct {
 	name string
-	make func(l window.Limit) window.Policy
+	make func(l win.Limit) win.Policy
 	// span is the window length over which bound holds; worst builds the
 	// schedule that reaches it.
-	span  func(l window.Limit) time.Duration
-	bound func(l window.Limit, maxW int64) int64
-	worst func(r *recorder, l window.Limit)
+	span  func(l win.Limit) time.Duration
+	bound func(l win.Limit, maxW int64) int64
+	worst func(r *recorder, l win.Limit)
 }
 
 const blocks = 4
 
-func perSpan(l window.Limit) time.Duration { return l.Per }
+func perSpan(l win.Limit) time.Duration { return l.Per }
 
 var rows = []row{
 	{
 		name:  "completion (calls of no latency)",
-		make:  func(l window.Limit) window.Policy { return window.NewCompletion(l) },
+		make:  func(l win.Limit) win.Policy { return win.NewCompletion(l) },
 		span:  perSpan,
-		bound: func(l window.Limit, _ int64) int64 { return l.N },
-		worst: func(r *recorder, l window.Limit) { r.greedy(at(0), at(3*l.Per), l.Per/100, 1) },
+		bound: func(l win.Limit, _ int64) int64 { return l.N },
+		worst: func(r *recorder, l win.Limit) { r.greedy(at(0), at(3*l.Per), l.Per/100, 1) },
 	},
 	{
 		name:  "sliding log, margin Per/10",
-		make:  func(l window.Limit) window.Policy { return window.NewSlidingLog(l, l.Per/10) },
-		span:  func(l window.Limit) time.Duration { return l.Per + l.Per/10 },
-		bound: func(l window.Limit, _ int64) int64 { return l.N },
-		worst: func(r *recorder, l window.Limit) { r.greedy(at(0), at(3*l.Per), l.Per/100, 1) },
+		make:  func(l win.Limit) win.Policy { return win.NewSlidingLog(l, l.Per/10) },
+		span:  func(l win.Limit) time.Duration { return l.Per + l.Per/10 },
+		bound: func(l win.Limit, _ int64) int64 { return l.N },
+		worst: func(r *recorder, l win.Limit) { r.greedy(at(0), at(3*l.Per), l.Per/100, 1) },
 	},
 	{
 		name:  "fixed window: 2N across a boundary",
-		make:  func(l window.Limit) window.Policy { return window.NewFixedWindow(l) },
+		make:  func(l win.Limit) win.Policy { return win.NewFixedWindow(l) },
 		span:  perSpan,
-		bound: func(l window.Limit, _ int64) int64 { return 2 * l.N },
-		worst: func(r *recorder, l window.Limit) {
+		bound: func(l win.Limit, _ int64) int64 { return 2 * l.N },
+		worst: func(r *recorder, l win.Limit) {
 			r.greedy(at(l.Per-ms), at(l.Per-ms), 1, l.N)   // N at the end of window 0
 			r.greedy(at(l.Per), at(2*l.Per), l.Per/100, 1) // N more from the start of window 1
 		},
 	},
 	{
 		name:  "fixed completion, calls of no latency: 2N across a boundary",
-		make:  func(l window.Limit) window.Policy { return window.NewFixedCompletion(l) },
+		make:  func(l win.Limit) win.Policy { return win.NewFixedCompletion(l) },
 		span:  perSpan,
-		bound: func(l window.Limit, _ int64) int64 { return 2 * l.N },
-		worst: func(r *recorder, l window.Limit) {
+		bound: func(l win.Limit, _ int64) int64 { return 2 * l.N },
+		worst: func(r *recorder, l win.Limit) {
 			r.greedy(at(l.Per-ms), at(l.Per-ms), 1, l.N)
 			r.greedy(at(l.Per), at(2*l.Per), l.Per/100, 1)
 		},
 	},
 	{
 		name:  "sliding window counter: 2N−1",
-		make:  func(l window.Limit) window.Policy { return window.NewSlidingWindowCounter(l) },
+		make:  func(l win.Limit) win.Policy { return win.NewSlidingWindowCounter(l) },
 		span:  perSpan,
-		bound: func(l window.Limit, _ int64) int64 { return 2*l.N - 1 },
-		worst: func(r *recorder, l window.Limit) {
+		bound: func(l win.Limit, _ int64) int64 { return 2*l.N - 1 },
+		worst: func(r *recorder, l win.Limit) {
 			r.greedy(at(l.Per-ms), at(l.Per-ms), 1, l.N) // N at the very end of window 0
 			r.greedy(at(l.Per), at(2*l.Per-2*ms), l.Per/1000, 1)
 		},
 	},
 	{
 		name:  fmt.Sprintf("sub-window counter, %d blocks: 2N over Per", blocks),
-		make:  func(l window.Limit) window.Policy { return window.NewSubWindowCounter(l, blocks) },
+		make:  func(l win.Limit) win.Policy { return win.NewSubWindowCounter(l, blocks) },
 		span:  perSpan,
-		bound: func(l window.Limit, _ int64) int64 { return 2 * l.N },
-		worst: func(r *recorder, l window.Limit) {
+		bound: func(l win.Limit, _ int64) int64 { return 2 * l.N },
+		worst: func(r *recorder, l win.Limit) {
 			r.greedy(at(l.Per/blocks-ms), at(l.Per/blocks-ms), 1, l.N) // end of block 0
 			r.greedy(at(l.Per), at(l.Per), 1, l.N)                     // start of block 4
 		},
 	},
 	{
 		name: fmt.Sprintf("sub-window counter, %d blocks: N over Per−Per/%d", blocks, blocks),
-		make: func(l window.Limit) window.Policy { return window.NewSubWindowCounter(l, blocks) },
-		span: func(l window.Limit) time.Duration { return l.Per - l.Per/blocks },
-		bound: func(l window.Limit, _ int64) int64 {
+		make: func(l win.Limit) win.Policy { return win.NewSubWindowCounter(l, blocks) },
+		span: func(l win.Limit) time.Duration { return l.Per - l.Per/blocks },
+		bound: func(l win.Limit, _ int64) int64 {
 			return l.N
 		},
-		worst: func(r *recorder, l window.Limit) { r.greedy(at(0), at(3*l.Per), l.Per/100, 1) },
+		worst: func(r *recorder, l win.Limit) { r.greedy(at(0), at(3*l.Per), l.Per/100, 1) },
 	},
 	{
 		name:  "token bucket, burst N: 2N−1",
-		make:  func(l window.Limit) window.Policy { return window.NewTokenBucket(l, 0) },
+		make:  func(l win.Limit) win.Policy { return win.NewTokenBucket(l, 0) },
 		span:  perSpan,
-		bound: func(l window.Limit, _ int64) int64 { return 2*l.N - 1 },
-		worst: func(r *recorder, l window.Limit) { r.greedy(at(0), at(3*l.Per), l.Per/100, 1) },
+		bound: func(l win.Limit, _ int64) int64 { return 2*l.N - 1 },
+		worst: func(r *recorder, l win.Limit) { r.greedy(at(0), at(3*l.Per), l.Per/100, 1) },
 	},
 	{
 		name:  "token bucket, burst 3: burst+N−1",
-		make:  func(l window.Limit) window.Policy { return window.NewTokenBucket(l, 3) },
+		make:  func(l win.Limit) win.Policy { return win.NewTokenBucket(l, 3) },
 		span:  perSpan,
-		bound: func(l window.Limit, _ int64) int64 { return 3 + l.N - 1 },
-		worst: func(r *recorder, l window.Limit) { r.greedy(at(0), at(3*l.Per), l.Per/100, 1) },
+		bound: func(l win.Limit, _ int64) int64 { return 3 + l.N - 1 },
+		worst: func(r *recorder, l win.Limit) { r.greedy(at(0), at(3*l.Per), l.Per/100, 1) },
 	},
 	{
 		name:  "leaky bucket meter, capacity N: 2N−1",
-		make:  func(l window.Limit) window.Policy { return window.NewLeakyBucket(l, 0) },
+		make:  func(l win.Limit) win.Policy { return win.NewLeakyBucket(l, 0) },
 		span:  perSpan,
-		bound: func(l window.Limit, _ int64) int64 { return 2*l.N - 1 },
-		worst: func(r *recorder, l window.Limit) { r.greedy(at(0), at(3*l.Per), l.Per/100, 1) },
+		bound: func(l win.Limit, _ int64) int64 { return 2*l.N - 1 },
+		worst: func(r *recorder, l win.Limit) { r.greedy(at(0), at(3*l.Per), l.Per/100, 1) },
 	},
 	{
 		name:  "GCRA, burst N: 2N−1",
-		make:  func(l window.Limit) window.Policy { return window.NewGCRA(l, 0) },
+		make:  func(l win.Limit) win.Policy { return win.NewGCRA(l, 0) },
 		span:  perSpan,
-		bound: func(l window.Limit, _ int64) int64 { return 2*l.N - 1 },
-		worst: func(r *recorder, l window.Limit) { r.greedy(at(0), at(3*l.Per), l.Per/100, 1) },
+		bound: func(l win.Limit, _ int64) int64 { return 2*l.N - 1 },
+		worst: func(r *recorder, l win.Limit) { r.greedy(at(0), at(3*l.Per), l.Per/100, 1) },
 	},
 	{
 		name:  "pacer: N (unit weights), N−1+w",
-		make:  func(l window.Limit) window.Policy { return window.NewPacer(l) },
+		make:  func(l win.Limit) win.Policy { return win.NewPacer(l) },
 		span:  perSpan,
-		bound: func(l window.Limit, maxW int64) int64 { return l.N - 1 + maxW },
-		worst: func(r *recorder, l window.Limit) { r.greedy(at(0), at(3*l.Per), l.Per/100, 1) },
+		bound: func(l win.Limit, maxW int64) int64 { return l.N - 1 + maxW },
+		worst: func(r *recorder, l win.Limit) { r.greedy(at(0), at(3*l.Per), l.Per/100, 1) },
 	},
 }
 
 func TestGuaranteeWorstCase(t *testing.T) {
-	l := window.Limit{N: 10, Per: time.Second}
+	l := win.Limit{N: 10, Per: time.Second}
 	for _, row := range rows {
 		t.Run(row.name, func(t *testing.T) {
 			r := &recorder{t: t, p: row.make(l)}
@@ -193,7 +193,7 @@ func TestGuaranteeWorstCase(t *testing.T) {
 }
 
 func TestGuaranteeRandom(t *testing.T) {
-	limits := []window.Limit{
+	limits := []win.Limit{
 		{N: 10, Per: time.Second},
 		{N: 7, Per: 3 * time.Second}, // I = 3s/7 is not whole: rounding must err slow
 		{N: 1, Per: 100 * ms},
@@ -220,7 +220,7 @@ func TestGuaranteeRandom(t *testing.T) {
 // randomSchedule makes 400 attempts: bursts at one instant, short and long
 // gaps, weights up to maxW, an occasional cancellation of the latest
 // admission, and a retry at the instant a refusal names.
-func randomSchedule(t *testing.T, rng *rand.Rand, r *recorder, l window.Limit, maxW int64) {
+func randomSchedule(t *testing.T, rng *rand.Rand, r *recorder, l win.Limit, maxW int64) {
 	t.Helper()
 	now := at(time.Duration(rng.Int64N(int64(l.Per))))
 	for i := range 400 {
@@ -236,7 +236,7 @@ func randomSchedule(t *testing.T, rng *rand.Rand, r *recorder, l window.Limit, m
 		n := 1 + rng.Int64N(maxW)
 		at, ok := r.try(now, n)
 		if ok {
-			if _, done := r.p.(*window.Completion); !done && rng.IntN(10) == 0 {
+			if _, done := r.p.(*win.Completion); !done && rng.IntN(10) == 0 {
 				// The caller gave up before starting: undo it.
 				r.p.Cancel(now, n)
 				r.starts = r.starts[:len(r.starts)-1]
@@ -262,7 +262,7 @@ func randomSchedule(t *testing.T, rng *rand.Rand, r *recorder, l window.Limit, m
 // An Admit cancelled at once leaves no trace: a twin that never saw it makes
 // the same decisions on the same schedule.
 func TestCancelLeavesNoTrace(t *testing.T) {
-	l := window.Limit{N: 10, Per: time.Second}
+	l := win.Limit{N: 10, Per: time.Second}
 	for _, row := range rows {
 		t.Run(row.name, func(t *testing.T) {
 			for seed := range uint64(20) {
@@ -300,11 +300,11 @@ func TestCancelLeavesNoTrace(t *testing.T) {
 // again by 0.5s, 5 taken then; cancelling the first must leave 5, not 10.
 // And a cancellation never fills the bucket beyond its burst.
 func TestBucketCancelStale(t *testing.T) {
-	l := window.Limit{N: 10, Per: time.Second}
-	for name, mk := range map[string]func() window.Policy{
-		"token bucket": func() window.Policy { return window.NewTokenBucket(l, 0) },
-		"leaky bucket": func() window.Policy { return window.NewLeakyBucket(l, 0) },
-		"GCRA":         func() window.Policy { return window.NewGCRA(l, 0) },
+	l := win.Limit{N: 10, Per: time.Second}
+	for name, mk := range map[string]func() win.Policy{
+		"token bucket": func() win.Policy { return win.NewTokenBucket(l, 0) },
+		"leaky bucket": func() win.Policy { return win.NewLeakyBucket(l, 0) },
+		"GCRA":         func() win.Policy { return win.NewGCRA(l, 0) },
 	} {
 		t.Run(name, func(t *testing.T) {
 			p := mk()
@@ -323,7 +323,7 @@ func TestBucketCancelStale(t *testing.T) {
 	}
 }
 
-func mustAdmit(t *testing.T, p window.Policy, now time.Duration, n int64, want bool) {
+func mustAdmit(t *testing.T, p win.Policy, now time.Duration, n int64, want bool) {
 	t.Helper()
 	if _, ok := p.Admit(at(now), n); ok != want {
 		t.Fatalf("Admit(t0+%v, %d) = %v, want %v", now, n, ok, want)
@@ -333,10 +333,10 @@ func mustAdmit(t *testing.T, p window.Policy, now time.Duration, n int64, want b
 // A cancellation that arrives after a window boundary still comes off the
 // count of the call's own window.
 func TestCounterCancelAcrossBoundary(t *testing.T) {
-	l := window.Limit{N: 10, Per: time.Second}
-	for name, p := range map[string]window.Policy{
-		"sliding window counter": window.NewSlidingWindowCounter(l),
-		"sub-window counter":     window.NewSubWindowCounter(l, blocks),
+	l := win.Limit{N: 10, Per: time.Second}
+	for name, p := range map[string]win.Policy{
+		"sliding window counter": win.NewSlidingWindowCounter(l),
+		"sub-window counter":     win.NewSubWindowCounter(l, blocks),
 	} {
 		t.Run(name, func(t *testing.T) {
 			mustAdmit(t, p, 900*ms, 10, true)
@@ -350,7 +350,7 @@ func TestCounterCancelAcrossBoundary(t *testing.T) {
 // serverPeak runs calls through p with random latencies and returns the most
 // arrivals a server saw in one aligned window of Per, each call arriving at
 // a random instant between its start and its end.
-func serverPeak(t *testing.T, p window.Policy, l window.Limit, seed uint64) int64 {
+func serverPeak(t *testing.T, p win.Policy, l win.Limit, seed uint64) int64 {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(seed, 17))
 	type flight struct {
@@ -391,13 +391,13 @@ func serverPeak(t *testing.T, p window.Policy, l window.Limit, seed uint64) int6
 // NewFixedCompletion holds at a server that counts aligned fixed windows on
 // arrival, whatever the latency; the plain fixed window does not.
 func TestFixedCompletionHoldsAtServer(t *testing.T) {
-	l := window.Limit{N: 10, Per: time.Second}
+	l := win.Limit{N: 10, Per: time.Second}
 	broken := 0
 	for seed := range uint64(20) {
-		if got := serverPeak(t, window.NewFixedCompletion(l), l, seed); got > l.N {
+		if got := serverPeak(t, win.NewFixedCompletion(l), l, seed); got > l.N {
 			t.Fatalf("seed %d: the server saw %d arrivals in one window of %v > %d", seed, got, l.Per, l.N)
 		}
-		if serverPeak(t, window.NewFixedWindow(l), l, seed) > l.N {
+		if serverPeak(t, win.NewFixedWindow(l), l, seed) > l.N {
 			broken++
 		}
 	}

@@ -1,4 +1,4 @@
-package window_test
+package win_test
 
 import (
 	"encoding/binary"
@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ratesem/ratesem"
+	"github.com/ratesem/ratesem/internal/win"
 	"github.com/ratesem/ratesem/internal/winfast"
 	"github.com/ratesem/ratesem/window"
 )
@@ -18,15 +19,15 @@ import (
 // the window, never wraps, never panics ("stampOf beyond the queue" in the
 // old code), and the window recovers once it has moved on.
 func TestConsumeHugeFillsWindowAndRecovers(t *testing.T) {
-	l := window.Limit{N: 10, Per: time.Second}
+	l := win.Limit{N: 10, Per: time.Second}
 	for _, row := range rows {
-		if _, ok := row.make(l).(window.Reconciler); !ok {
+		if _, ok := row.make(l).(win.Reconciler); !ok {
 			continue
 		}
 		for _, n := range []int64{1, l.N, l.N + 1, math.MaxInt64 - 1, math.MaxInt64} {
 			for _, before := range []int64{0, 3} { // an empty window, or one with calls in it
 				p := row.make(l)
-				r := p.(window.Reconciler)
+				r := p.(win.Reconciler)
 				now := at(100 * ms)
 				for range before {
 					if _, ok := p.Admit(now, 1); ok {
@@ -43,7 +44,7 @@ func TestConsumeHugeFillsWindowAndRecovers(t *testing.T) {
 					// buckets refill one unit every Per/N).
 					hold := l.Per / 4
 					switch p.(type) {
-					case *window.TokenBucket, *window.LeakyBucket, *window.GCRA:
+					case *win.TokenBucket, *win.LeakyBucket, *win.GCRA:
 						hold = l.Per / time.Duration(l.N)
 					}
 					for d := time.Duration(0); d < hold; d += ms {
@@ -71,14 +72,14 @@ func TestConsumeHugeFillsWindowAndRecovers(t *testing.T) {
 // Consume on windows of huge limits (N or Per near math.MaxInt64) never
 // wraps or panics, and 0 or negative n changes nothing.
 func TestConsumeHugeLimits(t *testing.T) {
-	for _, l := range []window.Limit{
+	for _, l := range []win.Limit{
 		{N: math.MaxInt64, Per: time.Second},
 		{N: 10, Per: math.MaxInt64},
 		{N: math.MaxInt64, Per: math.MaxInt64},
 	} {
 		for _, row := range rows {
 			p := row.make(l)
-			r, ok := p.(window.Reconciler)
+			r, ok := p.(win.Reconciler)
 			if !ok {
 				continue
 			}
@@ -105,7 +106,7 @@ func TestConsumeHugeLimits(t *testing.T) {
 // The fixed window's used + n ≤ N wrapped negative for a huge n on the old
 // code, admitting everything after one hostile header.
 func TestFixedWindowConsumeHugeDoesNotWrap(t *testing.T) {
-	w := window.NewFixedWindow(window.Limit{N: 3000, Per: time.Minute})
+	w := win.NewFixedWindow(win.Limit{N: 3000, Per: time.Minute})
 	now := at(time.Second)
 	w.Consume(now, math.MaxInt64)
 	admitted := 0
@@ -122,7 +123,7 @@ func TestFixedWindowConsumeHugeDoesNotWrap(t *testing.T) {
 // Policies refuse a negative weight and change nothing; Done and Cancel of
 // n ≤ 0 change nothing (except the completion window's documented panic).
 func TestNegativeWeightRefused(t *testing.T) {
-	l := window.Limit{N: 10, Per: time.Hour}
+	l := win.Limit{N: 10, Per: time.Hour}
 	for _, row := range rows {
 		p := row.make(l)
 		now := at(0)
@@ -133,7 +134,7 @@ func TestNegativeWeightRefused(t *testing.T) {
 			if winfast.Of(p).AdmitCached(n) {
 				t.Fatalf("%s: the engine's AdmitCached(%d) admitted", row.name, n)
 			}
-			if _, isCompletion := p.(*window.Completion); !isCompletion {
+			if _, isCompletion := p.(*win.Completion); !isCompletion {
 				p.Cancel(now, n)
 				p.Done(now, n)
 			}
@@ -154,7 +155,7 @@ func TestNegativeWeightRefused(t *testing.T) {
 // window.Limiter.AllowN(-1000) returned true and credited the window on the
 // old code (1010 admissions under 10 per hour followed).
 func TestLimiterNegativeWeight(t *testing.T) {
-	lim := window.NewLimiter(window.NewFixedWindow(window.Limit{N: 10, Per: time.Hour}))
+	lim := window.NewLimiter(win.NewFixedWindow(win.Limit{N: 10, Per: time.Hour}))
 	now := at(0)
 	if lim.AllowN(now, -1000) {
 		t.Fatal("AllowN(-1000) = true")
@@ -178,7 +179,7 @@ func TestLimiterNegativeWeight(t *testing.T) {
 // call refused) and (Per+blocks−1)/blocks for the sub-window counter's
 // block size (negative blocks); the retry instants of the counters wrapped.
 func TestHugeLimitsDoNotWrap(t *testing.T) {
-	for _, l := range []window.Limit{
+	for _, l := range []win.Limit{
 		{N: math.MaxInt64, Per: math.MaxInt64},
 		{N: 1, Per: math.MaxInt64},
 		{N: math.MaxInt64, Per: 1},
@@ -240,9 +241,9 @@ func FuzzPolicy(f *testing.F) {
 			}
 			return v
 		}
-		l := window.Limit{N: nonNeg(n), Per: time.Duration(nonNeg(per))}
+		l := win.Limit{N: nonNeg(n), Per: time.Duration(nonNeg(per))}
 		p := row.make(l)
-		r, _ := p.(window.Reconciler)
+		r, _ := p.(win.Reconciler)
 		keepPer := strings.Contains(row.name, "sliding log") // its margin was cut from the first Per
 
 		type call struct {
@@ -317,7 +318,7 @@ func FuzzPolicy(f *testing.F) {
 				}
 			case 4: // SetLimit: check the stretch so far, start a new one
 				check()
-				nl := window.Limit{N: nonNeg(v) % (1 << 20), Per: l.Per}
+				nl := win.Limit{N: nonNeg(v) % (1 << 20), Per: l.Per}
 				if v&1 == 1 && !keepPer {
 					nl.Per = time.Duration(nonNeg(v>>1) % int64(24*time.Hour))
 				}
@@ -356,7 +357,7 @@ func TestGCRACancelHeavierThanAdmitted(t *testing.T) {
 		if !strings.Contains(row.name, "GCRA") && !strings.Contains(row.name, "pacer") {
 			continue
 		}
-		p := row.make(window.Limit{N: 3, Per: time.Second})
+		p := row.make(win.Limit{N: 3, Per: time.Second})
 		now := at(0)
 		if _, ok := p.Admit(now, 1); !ok {
 			t.Fatalf("%s: first unit refused", row.name)
@@ -375,7 +376,7 @@ func TestGCRACancelHeavierThanAdmitted(t *testing.T) {
 // rather than wrap into the past.
 func TestRetryInstantNeverInThePast(t *testing.T) {
 	for _, row := range rows {
-		for _, l := range []window.Limit{{N: 3, Per: math.MaxInt64}, {N: 3, Per: math.MaxInt64 - 1}, {N: 3, Per: math.MaxInt64 / 2}} {
+		for _, l := range []win.Limit{{N: 3, Per: math.MaxInt64}, {N: 3, Per: math.MaxInt64 - 1}, {N: 3, Per: math.MaxInt64 / 2}} {
 			p := row.make(l)
 			now := at(0)
 			for i := range 10 {

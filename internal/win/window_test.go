@@ -1,4 +1,4 @@
-package window_test
+package win_test
 
 import (
 	"math/rand/v2"
@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratesem/ratesem/window"
+	"github.com/ratesem/ratesem/internal/win"
 )
 
 var t0 = time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)
@@ -26,7 +26,7 @@ type step struct {
 	retry time.Duration
 }
 
-func run(t *testing.T, p window.Policy, steps []step) {
+func run(t *testing.T, p win.Policy, steps []step) {
 	t.Helper()
 	for i, s := range steps {
 		if s.done {
@@ -47,7 +47,7 @@ func run(t *testing.T, p window.Policy, steps []step) {
 
 func TestCompletion(t *testing.T) {
 	// 3 per second. Units count from admission until 1s after their end.
-	c := window.NewCompletion(window.Limit{N: 3, Per: time.Second})
+	c := win.NewCompletion(win.Limit{N: 3, Per: time.Second})
 	run(t, c, []step{
 		{now: 0, n: 2, ok: true},
 		{now: 0, n: 1, ok: true},
@@ -70,34 +70,34 @@ func TestCompletion(t *testing.T) {
 }
 
 func TestCompletionSetLimitKeepsAccounting(t *testing.T) {
-	c := window.NewCompletion(window.Limit{N: 4, Per: time.Second})
+	c := win.NewCompletion(win.Limit{N: 4, Per: time.Second})
 	run(t, c, []step{
 		{now: 0, n: 4, ok: true},
 		{now: 10 * ms, n: 4, done: true},
 	})
-	c.SetLimit(at(20*ms), window.Limit{N: 2, Per: time.Second})
+	c.SetLimit(at(20*ms), win.Limit{N: 2, Per: time.Second})
 	// 4 units ended at 10ms count against the new N = 2 until 1.01s.
 	run(t, c, []step{{now: 500 * ms, n: 1, ok: false, retry: 1010 * ms}})
-	c.SetLimit(at(100*ms), window.Limit{N: 6, Per: time.Second})
+	c.SetLimit(at(100*ms), win.Limit{N: 6, Per: time.Second})
 	run(t, c, []step{
 		{now: 500 * ms, n: 2, ok: true},
 		{now: 500 * ms, n: 1, ok: false, retry: 1010 * ms},
 	})
-	c.SetLimit(at(600*ms), window.Limit{N: 6, Per: 2 * time.Second}) // a longer Per applies to logged ends
+	c.SetLimit(at(600*ms), win.Limit{N: 6, Per: 2 * time.Second}) // a longer Per applies to logged ends
 	run(t, c, []step{{now: 1500 * ms, n: 1, ok: false, retry: 2010 * ms}})
 
 	// Ends that left the old window stay gone when Per grows.
-	c = window.NewCompletion(window.Limit{N: 1, Per: time.Second})
+	c = win.NewCompletion(win.Limit{N: 1, Per: time.Second})
 	run(t, c, []step{{now: 0, n: 1, ok: true}, {now: 10 * ms, n: 1, done: true}})
-	c.SetLimit(at(1500*ms), window.Limit{N: 1, Per: 3 * time.Second})
+	c.SetLimit(at(1500*ms), win.Limit{N: 1, Per: 3 * time.Second})
 	run(t, c, []step{{now: 1500 * ms, n: 1, ok: true}})
 }
 
 func TestHugePerDoesNotWrap(t *testing.T) {
 	forever := time.Duration(1<<63 - 1)
-	for name, p := range map[string]window.Policy{
-		"completion": window.NewCompletion(window.Limit{N: 1, Per: forever}),
-		"start":      window.NewSlidingLog(window.Limit{N: 1, Per: forever}, forever),
+	for name, p := range map[string]win.Policy{
+		"completion": win.NewCompletion(win.Limit{N: 1, Per: forever}),
+		"start":      win.NewSlidingLog(win.Limit{N: 1, Per: forever}, forever),
 	} {
 		if _, ok := p.Admit(at(0), 1); !ok {
 			t.Fatalf("%s: first Admit refused", name)
@@ -113,21 +113,21 @@ func TestHugePerDoesNotWrap(t *testing.T) {
 func TestSlidingLogCancelAfterRaisedStart(t *testing.T) {
 	// An Admit at an instant earlier than one already seen is recorded at
 	// the later one; cancelling it must still give its unit back.
-	w := window.NewSlidingLog(window.Limit{N: 2, Per: time.Second}, 0)
+	w := win.NewSlidingLog(win.Limit{N: 2, Per: time.Second}, 0)
 	run(t, w, []step{{now: 10 * ms, n: 1, ok: true}, {now: 0, n: 1, ok: true}})
 	w.Cancel(at(0), 1)
 	run(t, w, []step{{now: 10 * ms, n: 1, ok: true}})
 }
 
 func TestCompletionCancelLeavesNoStamp(t *testing.T) {
-	c := window.NewCompletion(window.Limit{N: 1, Per: time.Second})
+	c := win.NewCompletion(win.Limit{N: 1, Per: time.Second})
 	run(t, c, []step{{now: 0, n: 1, ok: true}})
 	c.Cancel(at(0), 1)
 	run(t, c, []step{{now: 0, n: 1, ok: true}})
 }
 
 func TestCompletionPanicsOnOverDone(t *testing.T) {
-	c := window.NewCompletion(window.Limit{N: 2, Per: time.Second})
+	c := win.NewCompletion(win.Limit{N: 2, Per: time.Second})
 	c.Admit(at(0), 1)
 	defer func() {
 		if recover() == nil {
@@ -139,7 +139,7 @@ func TestCompletionPanicsOnOverDone(t *testing.T) {
 
 func TestSlidingLog(t *testing.T) {
 	// 2 per second, starts recorded 50ms late.
-	w := window.NewSlidingLog(window.Limit{N: 2, Per: time.Second}, 50*ms)
+	w := win.NewSlidingLog(win.Limit{N: 2, Per: time.Second}, 50*ms)
 	run(t, w, []step{
 		{now: 0, n: 1, ok: true},
 		{now: 200 * ms, n: 1, ok: true},
@@ -156,14 +156,14 @@ func TestSlidingLog(t *testing.T) {
 }
 
 func TestSlidingLogCancelErasesTheStart(t *testing.T) {
-	w := window.NewSlidingLog(window.Limit{N: 1, Per: time.Second}, 10*ms)
+	w := win.NewSlidingLog(win.Limit{N: 1, Per: time.Second}, 10*ms)
 	run(t, w, []step{{now: 0, n: 1, ok: true}})
 	w.Cancel(at(0), 1)
 	run(t, w, []step{{now: 5 * ms, n: 1, ok: true}, {now: 5 * ms, n: 1, ok: false, retry: 1015 * ms}})
 }
 
 func TestSlidingLogZeroPerIsNoRate(t *testing.T) {
-	w := window.NewSlidingLog(window.Limit{N: 2, Per: 0}, 10*ms)
+	w := win.NewSlidingLog(win.Limit{N: 2, Per: 0}, 10*ms)
 	run(t, w, []step{
 		{now: 0, n: 2, ok: true}, {now: 0, n: 2, ok: true}, {now: 0, n: 3, ok: false, retry: -1},
 	})
@@ -171,11 +171,11 @@ func TestSlidingLogZeroPerIsNoRate(t *testing.T) {
 
 func TestConstructorsPanicOnNegative(t *testing.T) {
 	for name, f := range map[string]func(){
-		"NewCompletion(-1)":      func() { window.NewCompletion(window.Limit{N: -1, Per: time.Second}) },
-		"NewCompletion(per -1)":  func() { window.NewCompletion(window.Limit{N: 1, Per: -1}) },
-		"NewSlidingLog(-1)":      func() { window.NewSlidingLog(window.Limit{N: -1, Per: time.Second}, 0) },
-		"NewSlidingLog(margin)":  func() { window.NewSlidingLog(window.Limit{N: 1, Per: time.Second}, -1) },
-		"Completion.SetLimit(-)": func() { window.NewCompletion(window.Limit{N: 1}).SetLimit(t0, window.Limit{N: -1}) },
+		"NewCompletion(-1)":      func() { win.NewCompletion(win.Limit{N: -1, Per: time.Second}) },
+		"NewCompletion(per -1)":  func() { win.NewCompletion(win.Limit{N: 1, Per: -1}) },
+		"NewSlidingLog(-1)":      func() { win.NewSlidingLog(win.Limit{N: -1, Per: time.Second}, 0) },
+		"NewSlidingLog(margin)":  func() { win.NewSlidingLog(win.Limit{N: 1, Per: time.Second}, -1) },
+		"Completion.SetLimit(-)": func() { win.NewCompletion(win.Limit{N: 1}).SetLimit(t0, win.Limit{N: -1}) },
 	} {
 		func() {
 			defer func() {
@@ -191,7 +191,7 @@ func TestConstructorsPanicOnNegative(t *testing.T) {
 // model is a brute-force reference: it keeps every stamped unit and counts
 // them from scratch at each decision.
 type model struct {
-	limit    window.Limit
+	limit    win.Limit
 	margin   time.Duration
 	start    bool // sliding log: stamps at admission; else completion stamps at Done
 	inflight int64
@@ -259,11 +259,11 @@ func TestWindowsMatchModel(t *testing.T) {
 	for _, start := range []bool{false, true} {
 		for seed := uint64(1); seed <= 40; seed++ {
 			rng := rand.New(rand.NewPCG(seed, 7))
-			l := window.Limit{N: 1 + rng.Int64N(8), Per: time.Duration(1+rng.IntN(20)) * 10 * ms}
+			l := win.Limit{N: 1 + rng.Int64N(8), Per: time.Duration(1+rng.IntN(20)) * 10 * ms}
 			margin := time.Duration(rng.IntN(4)) * 5 * ms
-			var p window.Policy = window.NewCompletion(l)
+			var p win.Policy = win.NewCompletion(l)
 			if start {
-				p = window.NewSlidingLog(l, margin)
+				p = win.NewSlidingLog(l, margin)
 			}
 			m := &model{limit: l, margin: margin, start: start}
 			var now time.Duration
@@ -298,7 +298,7 @@ func TestWindowsMatchModel(t *testing.T) {
 }
 
 func BenchmarkCompletionAdmitDone(b *testing.B) {
-	c := window.NewCompletion(window.Limit{N: 1 << 40, Per: time.Millisecond})
+	c := win.NewCompletion(win.Limit{N: 1 << 40, Per: time.Millisecond})
 	now := t0
 	b.ReportAllocs()
 	for b.Loop() {
@@ -332,7 +332,7 @@ func TestCompletionCoalescesWithinASlot(t *testing.T) {
 		if seed%2 == 1 {
 			n = 1500 + r.Int64N(3000) // long logs: coalesced
 		}
-		c := window.NewCompletion(window.Limit{N: n, Per: per})
+		c := win.NewCompletion(win.Limit{N: n, Per: per})
 		var inflight int64
 		var ends []end // in order; the exact model
 		now := time.Duration(0)
@@ -409,7 +409,7 @@ func TestCompletionCoalescesWithinASlot(t *testing.T) {
 	// at its own end + Per.
 	for _, long := range []bool{false, true} {
 		const per = 10 * time.Millisecond
-		c := window.NewCompletion(window.Limit{N: 3000, Per: per})
+		c := win.NewCompletion(win.Limit{N: 3000, Per: per})
 		start := time.Duration(0)
 		if long { // 1100 completions 2 µs apart: 1100 entries, all within Per
 			if _, ok := c.Admit(at(0), 1100); !ok {

@@ -1,10 +1,10 @@
-package window_test
+package win_test
 
 import (
 	"testing"
 	"time"
 
-	"github.com/ratesem/ratesem/window"
+	"github.com/ratesem/ratesem/internal/win"
 )
 
 // A limit set to 0 (no refill) and back keeps what was admitted: the
@@ -13,13 +13,13 @@ import (
 // the token bucket forgot its debt: SetLimit(0) then SetLimit(10) gave a
 // full bucket at once, 10 more calls in the same instant.
 func TestSetLimitZeroKeepsTheDebt(t *testing.T) {
-	l := window.Limit{N: 10, Per: time.Second}
-	for name, mk := range map[string]func() window.Policy{
-		"token bucket":       func() window.Policy { return window.NewTokenBucket(l, 0) },
-		"token bucket burst": func() window.Policy { return window.NewTokenBucket(l, 10) },
-		"leaky bucket":       func() window.Policy { return window.NewLeakyBucket(l, 0) },
-		"gcra":               func() window.Policy { return window.NewGCRA(l, 0) },
-		"pacer":              func() window.Policy { return window.NewPacer(l) },
+	l := win.Limit{N: 10, Per: time.Second}
+	for name, mk := range map[string]func() win.Policy{
+		"token bucket":       func() win.Policy { return win.NewTokenBucket(l, 0) },
+		"token bucket burst": func() win.Policy { return win.NewTokenBucket(l, 10) },
+		"leaky bucket":       func() win.Policy { return win.NewLeakyBucket(l, 0) },
+		"gcra":               func() win.Policy { return win.NewGCRA(l, 0) },
+		"pacer":              func() win.Policy { return win.NewPacer(l) },
 	} {
 		t.Run(name, func(t *testing.T) {
 			p := mk()
@@ -28,7 +28,7 @@ func TestSetLimitZeroKeepsTheDebt(t *testing.T) {
 					break
 				}
 			}
-			p.SetLimit(at(0), window.Limit{N: 0, Per: time.Second})
+			p.SetLimit(at(0), win.Limit{N: 0, Per: time.Second})
 			p.SetLimit(at(0), l)
 			if _, ok := p.Admit(at(0), 1); ok {
 				t.Fatal("a limit of 0 and back forgot the calls admitted: admitted at once")

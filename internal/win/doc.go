@@ -1,0 +1,9 @@
+// Package win holds the windows of package window as concrete types: the
+// completion window, the sliding log, the fixed window and its completion
+// variant, the two sliding window counters, the token and leaky buckets,
+// GCRA and the pacer. Package window's constructors return them as a
+// window.Policy; the engine's fast form (internal/winfast), the Redis spec
+// (internal/rspec) and the tests reach their types and accessors here.
+// Policy, Settler and Reconciler here have the same method sets as
+// window's, which document them.
+package win
