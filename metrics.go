@@ -102,23 +102,21 @@ type MetricsSnapshot struct {
 	// QueueDepth is the number of calls waiting now (Queued events not yet
 	// followed by their end), a gauge.
 	QueueDepth int64
-	// Wait is the distribution of the waits (Event.Wait) of admitted calls.
-	Wait WaitHistogram
-}
-
-// WaitHistogram is a distribution of waits in fixed exponential buckets, in
-// the cumulative form Prometheus uses: Counts[i] is the number of waits ≤
-// Bounds[i], and Count (the +Inf bucket) the number of all of them.
-type WaitHistogram struct {
-	// Bounds are the buckets' upper bounds: 1 ms, 2 ms, 4 ms, … 131.072 s,
-	// the same in every snapshot.
-	Bounds []time.Duration
-	// Counts are the cumulative counts, one per bound.
-	Counts []uint64
-	// Count is the number of waits observed (the +Inf bucket).
-	Count uint64
-	// Sum is the waits added up (Prometheus's _sum, in time.Duration).
-	Sum time.Duration
+	// Wait is the distribution of the waits (Event.Wait) of admitted calls
+	// in fixed exponential buckets, in the cumulative form Prometheus uses:
+	// Counts[i] is the number of waits ≤ Bounds[i], and Count (the +Inf
+	// bucket) the number of all of them.
+	Wait struct {
+		// Bounds are the buckets' upper bounds: 1 ms, 2 ms, 4 ms, …
+		// 131.072 s, the same in every snapshot.
+		Bounds []time.Duration
+		// Counts are the cumulative counts, one per bound.
+		Counts []uint64
+		// Count is the number of waits observed (the +Inf bucket).
+		Count uint64
+		// Sum is the waits added up (Prometheus's _sum, in time.Duration).
+		Sum time.Duration
+	}
 }
 
 // Snapshot returns the current counts. Each number is read atomically but
@@ -126,11 +124,17 @@ type WaitHistogram struct {
 // count an event in one field and not yet in another. Counts and Count
 // always agree with each other. It allocates the two slices.
 func (m *Metrics) Snapshot() MetricsSnapshot {
-	h := WaitHistogram{
-		Bounds: append([]time.Duration(nil), waitBounds...),
-		Counts: make([]uint64, len(waitBounds)),
-		Sum:    time.Duration(m.waitSum.Load()),
+	s := MetricsSnapshot{
+		Admitted: m.admitted.Load(), Refused: m.refused.Load(), Cancelled: m.cancelled.Load(),
+		Throttled: m.throttled.Load(), Paused: m.paused.Load(), Retried: m.retried.Load(),
+		Evicted: m.evicted.Load(), Reconciled: m.reconciled.Load(), Distrusted: m.distrusted.Load(),
+		Unsettled:  m.unsettled.Load(),
+		QueueDepth: m.depth.Load(),
 	}
+	h := &s.Wait
+	h.Bounds = append([]time.Duration(nil), waitBounds...)
+	h.Counts = make([]uint64, len(waitBounds))
+	h.Sum = time.Duration(m.waitSum.Load())
 	var c uint64
 	for i := range m.waitCounts {
 		c += m.waitCounts[i].Load()
@@ -139,11 +143,5 @@ func (m *Metrics) Snapshot() MetricsSnapshot {
 		}
 	}
 	h.Count = c
-	return MetricsSnapshot{
-		Admitted: m.admitted.Load(), Refused: m.refused.Load(), Cancelled: m.cancelled.Load(),
-		Throttled: m.throttled.Load(), Paused: m.paused.Load(), Retried: m.retried.Load(),
-		Evicted: m.evicted.Load(), Reconciled: m.reconciled.Load(), Distrusted: m.distrusted.Load(),
-		Unsettled:  m.unsettled.Load(),
-		QueueDepth: m.depth.Load(), Wait: h,
-	}
+	return s
 }

@@ -3,11 +3,13 @@ package ratesem
 import (
 	"context"
 	"time"
+
+	"github.com/ratesem/ratesem/internal/callctx"
 )
 
 // Priority is the scheduling class of a call that must wait: among the
-// calls queued on one limiter, a higher class is served first, within the
-// starvation bound MaxOvertakes. There are three classes: PriorityLow,
+// calls queued on one limiter, a higher class is served first, within a
+// starvation bound. There are three classes: PriorityLow,
 // PriorityNormal (the zero value: a context without WithPriority) and
 // PriorityHigh; a value above PriorityHigh counts as PriorityHigh and one
 // below PriorityLow as PriorityLow.
@@ -15,6 +17,14 @@ import (
 // A priority changes only the order of waiters: a call admitted at once is
 // admitted whatever its class, and within a class waiters are served in
 // arrival order.
+//
+// The starvation bound, per limiter: a waiting call is overtaken by at most
+// 16 calls of each higher class that arrived after it (so a PriorityLow call
+// by at most 32 in all, a PriorityNormal one by at most 16, a PriorityHigh
+// one by none); after that, later calls of a higher class queue behind it.
+// A call never waits behind a call of a lower class that arrived after it.
+// "Arrived" counts calls that had to wait: a call admitted at once
+// overtakes nobody.
 type Priority int8
 
 // The priority classes.
@@ -29,20 +39,10 @@ const (
 	PriorityHigh Priority = 1
 )
 
-// MaxOvertakes is the starvation bound of the priority classes, per
-// limiter: a waiting call is overtaken by at most MaxOvertakes calls of
-// each higher class that arrived after it (so a PriorityLow call by at
-// most 2×MaxOvertakes in all, a PriorityNormal one by at most MaxOvertakes,
-// a PriorityHigh one by none); after that, later calls of a higher class
-// queue behind it. A call never waits behind a call of a lower class that
-// arrived after it. "Arrived" counts calls that had to wait: a call
-// admitted at once overtakes nobody.
-const MaxOvertakes = 16
-
 // String returns "low", "normal" or "high", for a log attribute or a
 // metric label.
 func (p Priority) String() string {
-	switch p.Class() {
+	switch p.class() {
 	case PriorityLow:
 		return "low"
 	case PriorityHigh:
@@ -51,13 +51,9 @@ func (p Priority) String() string {
 	return "normal"
 }
 
-// Class returns p clamped to the classes: PriorityLow, PriorityNormal or
+// class returns p clamped to the classes: PriorityLow, PriorityNormal or
 // PriorityHigh.
-func (p Priority) Class() Priority { return min(max(p, PriorityLow), PriorityHigh) }
-
-type priorityKey struct{}
-
-type queueWaitKey struct{}
+func (p Priority) class() Priority { return min(max(p, PriorityLow), PriorityHigh) }
 
 // WithPriority returns a copy of ctx that gives the calls made with it the
 // priority p (see Priority) in every limiter of this module that queues:
@@ -65,14 +61,7 @@ type queueWaitKey struct{}
 // (through the request's context). It does not block; it is safe for
 // concurrent use, like every context.
 func WithPriority(ctx context.Context, p Priority) context.Context {
-	return context.WithValue(ctx, priorityKey{}, p.Class())
-}
-
-// PriorityOf returns the priority WithPriority gave ctx, or PriorityNormal
-// when none was given. Limiters read it only when a call must wait.
-func PriorityOf(ctx context.Context) Priority {
-	p, _ := ctx.Value(priorityKey{}).(Priority)
-	return p
+	return callctx.WithPriority(ctx, int8(p.class()))
 }
 
 // WithQueueWait returns a copy of ctx whose calls may wait at most d in a
@@ -85,13 +74,5 @@ func PriorityOf(ctx context.Context) Priority {
 // default); a call admitted at once never reads it. It does not block; it
 // is safe for concurrent use.
 func WithQueueWait(ctx context.Context, d time.Duration) context.Context {
-	return context.WithValue(ctx, queueWaitKey{}, max(d, 0))
-}
-
-// QueueWaitOf returns the queue-wait budget WithQueueWait gave ctx, or 0
-// (no budget) when none was given. Limiters read it only when a call must
-// wait.
-func QueueWaitOf(ctx context.Context) time.Duration {
-	d, _ := ctx.Value(queueWaitKey{}).(time.Duration)
-	return d
+	return callctx.WithQueueWait(ctx, max(d, 0))
 }

@@ -7,11 +7,12 @@ import (
 	"time"
 
 	"github.com/ratesem/ratesem"
+	"github.com/ratesem/ratesem/internal/sched"
 )
 
 func TestPriorityContext(t *testing.T) {
 	ctx := context.Background()
-	if got := ratesem.PriorityOf(ctx); got != ratesem.PriorityNormal {
+	if got := sched.PriorityOf(ctx); got != ratesem.PriorityNormal {
 		t.Errorf("PriorityOf(Background) = %v, want normal", got)
 	}
 	for _, tc := range []struct {
@@ -27,7 +28,7 @@ func TestPriorityContext(t *testing.T) {
 		{2, ratesem.PriorityHigh, "high"},
 		{-2, ratesem.PriorityLow, "low"},
 	} {
-		got := ratesem.PriorityOf(ratesem.WithPriority(ctx, tc.in))
+		got := sched.PriorityOf(ratesem.WithPriority(ctx, tc.in))
 		if got != tc.want {
 			t.Errorf("PriorityOf(WithPriority(%d)) = %d, want %d", tc.in, got, tc.want)
 		}
@@ -38,14 +39,14 @@ func TestPriorityContext(t *testing.T) {
 	// The innermost setting wins, and a budget leaves the priority alone.
 	c := ratesem.WithPriority(ratesem.WithPriority(ctx, ratesem.PriorityLow), ratesem.PriorityHigh)
 	c = ratesem.WithQueueWait(c, time.Second)
-	if got := ratesem.PriorityOf(c); got != ratesem.PriorityHigh {
+	if got := sched.PriorityOf(c); got != ratesem.PriorityHigh {
 		t.Errorf("PriorityOf = %v, want high", got)
 	}
 }
 
 func TestQueueWaitContext(t *testing.T) {
 	ctx := context.Background()
-	if got := ratesem.QueueWaitOf(ctx); got != 0 {
+	if got := sched.QueueWaitOf(ctx); got != 0 {
 		t.Errorf("QueueWaitOf(Background) = %v, want 0", got)
 	}
 	for _, tc := range []struct{ in, want time.Duration }{
@@ -56,7 +57,7 @@ func TestQueueWaitContext(t *testing.T) {
 		{math.MinInt64, 0},
 		{math.MaxInt64, math.MaxInt64},
 	} {
-		if got := ratesem.QueueWaitOf(ratesem.WithQueueWait(ctx, tc.in)); got != tc.want {
+		if got := sched.QueueWaitOf(ratesem.WithQueueWait(ctx, tc.in)); got != tc.want {
 			t.Errorf("QueueWaitOf(WithQueueWait(%v)) = %v, want %v", tc.in, got, tc.want)
 		}
 	}

@@ -24,7 +24,7 @@
 //     deadlock; waiters are FIFO per limiter within a priority class
 //     (ratesem.WithPriority: a call refused by a rule is served before
 //     later calls of its class or a lower one on that rule and key, and
-//     at most ratesem.MaxOvertakes later calls of each higher class pass
+//     at most 16 (see ratesem.Priority) later calls of each higher class pass
 //     it, so it cannot starve), and a rule with room is not held up by a
 //     call waiting on another rule; WithMaxQueue and ratesem.WithQueueWait
 //     bound the queue and the time in it;

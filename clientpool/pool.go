@@ -32,7 +32,7 @@ import (
 // order per limiter, by priority class (ratesem.WithPriority) and within a
 // class by arrival: once a limiter has refused a waiting call, later calls
 // of its class or a lower one on that rule and key queue behind it, and
-// at most ratesem.MaxOvertakes later calls of each higher class pass it,
+// at most 16 (see ratesem.Priority) later calls of each higher class pass it,
 // so it cannot starve; the order is one total order fixed at arrival, the
 // same on every limiter;
 // calls on other keys are not held up by it, and a limiter with room is
@@ -476,7 +476,7 @@ func (p *Pool) releaseLocked(t *Ticket, from int, now time.Time) {
 //
 // A call that must wait reads its priority from ctx (ratesem.WithPriority):
 // on each of its limiters a higher class is served first, within the bound
-// ratesem.MaxOvertakes; a call admitted at once reads nothing from ctx but its
+// ratesem.Priority documents; a call admitted at once reads nothing from ctx but its
 // Err. In Redis mode (redisrate.Shared) priorities, WithMaxQueue and the
 // queue-wait budget hold among this process's waiters. In Redis mode
 // (redisrate.Shared) it may also return an error matching
@@ -575,9 +575,9 @@ func (p *Pool) start(ctx context.Context, charges []Charge) (*Ticket, *waiter, e
 			}
 		}
 	}
-	w := &waiter{held: hs, rank: p.ranker.Next(ratesem.PriorityOf(ctx)), ready: make(chan struct{}), since: now}
+	w := &waiter{held: hs, rank: p.ranker.Next(sched.PriorityOf(ctx)), ready: make(chan struct{}), since: now}
 	w.deadline, _ = ctx.Deadline()
-	if d := ratesem.QueueWaitOf(ctx); d > 0 {
+	if d := sched.QueueWaitOf(ctx); d > 0 {
 		w.qdead = now.Add(d)
 	}
 	w.nodes = make([]qnode, len(hs))

@@ -23,7 +23,7 @@
 // after a 429; SetLimit changes the limit at run time; Stats reports counters.
 //
 // Waiters are served FIFO within a priority class (ratesem.WithPriority on
-// the context; a waiter is passed by at most ratesem.MaxOvertakes later
+// the context; a waiter is passed by at most 16 (see ratesem.Priority) later
 // waiters of each higher class), sleep on one timer set for the instant the
 // head can be admitted (no polling), and leave no trace when their context
 // ends; WithMaxQueue and ratesem.WithQueueWait bound the queue and the time

@@ -29,7 +29,7 @@ import (
 // way Python's `async with sem:` does. Waiters are served in FIFO order
 // within a priority class (ratesem.WithPriority on the context): a caller
 // never overtakes one of its class or a higher one that asked earlier, so
-// large weights do not starve, and at most ratesem.MaxOvertakes later
+// large weights do not starve, and at most 16 (see ratesem.Priority) later
 // callers of each higher class overtake it. A waiter sleeps on one timer,
 // set for the instant the head of the queue can be admitted; nothing polls.
 //
@@ -322,12 +322,12 @@ func (s *RateSemaphore) queue(ctx context.Context, n int64, now time.Time) (*wai
 		s.observeFailed(n, nil, err)
 		return nil, err
 	}
-	w := &waiter{n: n, ready: make(chan struct{}), since: now, rank: s.ranker.Next(ratesem.PriorityOf(ctx))}
+	w := &waiter{n: n, ready: make(chan struct{}), since: now, rank: s.ranker.Next(sched.PriorityOf(ctx))}
 	w.deadline, _ = ctx.Deadline()
 	if s.onWaiter != nil {
 		s.onWaiter(w, false)
 	}
-	budget := ratesem.QueueWaitOf(ctx)
+	budget := sched.QueueWaitOf(ctx)
 	if budget > 0 {
 		w.qdead = now.Add(budget)
 	}

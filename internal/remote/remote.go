@@ -7,7 +7,7 @@
 // # Queues
 //
 // Within one process waiters queue per limiter (scope, rule, key), by
-// priority class (ratesem.WithPriority, within ratesem.MaxOvertakes) and
+// priority class (ratesem.WithPriority, within its starvation bound) and
 // FIFO within a class:
 // once a limiter has refused a waiter (or is paused, or was told a wait),
 // later calls on it queue behind it, and only the head of a limiter's queue
@@ -460,11 +460,11 @@ func (c *Call) Local() bool { return c.fb }
 // it runs out first, or the admission is known to come after it, Acquire
 // fails with an error matching ratesem.ErrQueueTimeout (and not
 // context.DeadlineExceeded). Waiters that must queue are ordered by the
-// priority of ctx (ratesem.WithPriority), within ratesem.MaxOvertakes, and
+// priority of ctx (ratesem.WithPriority), within its starvation bound, and
 // otherwise FIFO; a waiter displaced from the front of a queue may still
 // be admitted by the one round trip it had under way.
 func (e *Engine) Acquire(ctx context.Context, scope string, cs []rspec.Charge) (*Call, error) {
-	budget := ratesem.QueueWaitOf(ctx)
+	budget := sched.QueueWaitOf(ctx)
 	if budget <= 0 || len(cs) == 0 {
 		return e.acquire(ctx, scope, cs, false)
 	}
@@ -585,7 +585,7 @@ func (e *Engine) acquire(ctx context.Context, scope string, cs []rspec.Charge, t
 			l.asking++
 		}
 	} else {
-		e.joinLocked(w, ratesem.PriorityOf(ctx))
+		e.joinLocked(w, sched.PriorityOf(ctx))
 	}
 	e.mu.Unlock()
 	defer e.leave(w, try)
@@ -774,7 +774,7 @@ func (e *Engine) admit(ctx context.Context, w *waiter, since time.Time, try bool
 		var qfull error
 		if !until.IsZero() && !w.queued && !try {
 			if qfull = e.fullLocked(w); qfull == nil {
-				e.joinLocked(w, ratesem.PriorityOf(ctx)) // known full: queue rather than overtake
+				e.joinLocked(w, sched.PriorityOf(ctx)) // known full: queue rather than overtake
 			}
 		}
 		behind := w.queued && w.ahead > 0
@@ -928,7 +928,7 @@ func (e *Engine) admit(ctx context.Context, w *waiter, since time.Time, try bool
 				e.mu.Unlock()
 				return nil, qfull
 			}
-			e.joinLocked(w, ratesem.PriorityOf(ctx))
+			e.joinLocked(w, sched.PriorityOf(ctx))
 		}
 		behind = w.ahead > 0
 		e.mu.Unlock()

@@ -1,10 +1,40 @@
 // Package sched orders the waiters of a limiter by priority class, within
-// the starvation bound ratesem.MaxOvertakes, as one total order fixed when
+// the starvation bound MaxOvertakes, as one total order fixed when
 // each waiter arrives: limiters that share waiters (a call under several
 // rules) then agree on who goes first, so they cannot deadlock.
 package sched
 
-import "github.com/ratesem/ratesem"
+import (
+	"context"
+	"time"
+
+	"github.com/ratesem/ratesem"
+	"github.com/ratesem/ratesem/internal/callctx"
+)
+
+// MaxOvertakes is the starvation bound of the priority classes, per
+// limiter: a waiting call is overtaken by at most MaxOvertakes calls of
+// each higher class that arrived after it. ratesem.Priority's doc states
+// its value for users; change both together.
+const MaxOvertakes = 16
+
+// PriorityOf returns the priority ratesem.WithPriority gave ctx, or
+// ratesem.PriorityNormal when none was given. Limiters read it only when a
+// call must wait.
+func PriorityOf(ctx context.Context) ratesem.Priority {
+	return ratesem.Priority(callctx.Priority(ctx))
+}
+
+// QueueWaitOf returns the queue-wait budget ratesem.WithQueueWait gave ctx,
+// or 0 (no budget) when none was given. Limiters read it only when a call
+// must wait.
+func QueueWaitOf(ctx context.Context) time.Duration { return callctx.QueueWait(ctx) }
+
+// Class returns p clamped to the classes: ratesem.PriorityLow,
+// PriorityNormal or PriorityHigh.
+func Class(p ratesem.Priority) ratesem.Priority {
+	return min(max(p, ratesem.PriorityLow), ratesem.PriorityHigh)
+}
 
 // Rank is a waiter's place in the order; compare with Before.
 //
@@ -41,9 +71,9 @@ type Ranker struct{ highs, normals, seq uint64 }
 
 // Next returns the rank of a waiter of priority p arriving now.
 func (r *Ranker) Next(p ratesem.Priority) Rank {
-	const k = ratesem.MaxOvertakes
+	const k = MaxOvertakes
 	r.seq++
-	switch p.Class() {
+	switch Class(p) {
 	case ratesem.PriorityHigh:
 		r.highs++
 		return Rank{k1: 2 * r.highs, seq: r.seq}

@@ -62,7 +62,7 @@ func TestRankOrder(t *testing.T) {
 				passed[b.p]++
 			}
 			for p, n := range passed {
-				if n > ratesem.MaxOvertakes {
+				if n > MaxOvertakes {
 					t.Fatalf("seed %d: %v waiter %d passed by %d later %v waiters", seed, a.p, a.i, n, p)
 				}
 			}
@@ -74,8 +74,8 @@ func TestRankOrder(t *testing.T) {
 func TestRankClamps(t *testing.T) {
 	var a, b Ranker
 	for _, p := range []ratesem.Priority{127, -128, 2, -2, 0} {
-		if x, y := a.Next(p), b.Next(p.Class()); x != y {
-			t.Errorf("Next(%d) = %+v, Next(%d) = %+v", p, x, p.Class(), y)
+		if x, y := a.Next(p), b.Next(Class(p)); x != y {
+			t.Errorf("Next(%d) = %+v, Next(%d) = %+v", p, x, Class(p), y)
 		}
 	}
 }

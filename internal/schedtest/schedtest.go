@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ratesem/ratesem"
+	"github.com/ratesem/ratesem/internal/sched"
 	"github.com/ratesem/ratesem/window"
 )
 
@@ -162,8 +163,8 @@ func CheckOrder(t *testing.T, seed uint64, calls []*Call) (overtakes int) {
 			overtakes++
 		}
 		for cl, n := range perClass {
-			if n > ratesem.MaxOvertakes {
-				t.Errorf("seed %d: a %v call overtaken by %d later %v calls, bound %d", seed, a.Prio, n, cl, ratesem.MaxOvertakes)
+			if n > sched.MaxOvertakes {
+				t.Errorf("seed %d: a %v call overtaken by %d later %v calls, bound %d", seed, a.Prio, n, cl, sched.MaxOvertakes)
 			}
 		}
 	}
