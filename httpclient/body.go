@@ -12,8 +12,8 @@ import (
 // body wraps a response body and releases the request's weight on the
 // limiter exactly once: on the first io.EOF from Read or the first Close,
 // whichever comes first. When check is set, it also keeps the first
-// PeekSize bytes that the caller's reads go through and calls check with
-// them exactly once, at the first of: PeekSize bytes seen, io.EOF, Close;
+// peekSize bytes that the caller's reads go through and calls check with
+// them exactly once, at the first of: peekSize bytes seen, io.EOF, Close;
 // always before the release. It never reads ahead of the caller, so a
 // stalled body holds only the caller's own Read.
 type body struct {
@@ -74,8 +74,8 @@ func (b *body) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// seen keeps the first PeekSize bytes of p not kept yet and runs the check
-// once PeekSize bytes were seen or when final is set.
+// seen keeps the first peekSize bytes of p not kept yet and runs the check
+// once peekSize bytes were seen or when final is set.
 func (b *body) seen(p []byte, final bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -85,10 +85,10 @@ func (b *body) seen(p []byte, final bool) {
 	if b.check == nil {
 		return
 	}
-	if room := PeekSize - len(b.prefix); room > 0 && len(p) > 0 {
+	if room := peekSize - len(b.prefix); room > 0 && len(p) > 0 {
 		b.prefix = append(b.prefix, p[:min(room, len(p))]...)
 	}
-	if final || len(b.prefix) >= PeekSize {
+	if final || len(b.prefix) >= peekSize {
 		check := b.check
 		b.check = nil
 		if b.prefix == nil {

@@ -20,7 +20,7 @@
 // throttles go on and starts again after a success, never above the cap. An
 // API that signals a throttle in the body (OKX's code 50011 with HTTP 200)
 // plugs in a [WithThrottledBody] hook; the transport never reads a
-// body itself: the hook sees the first [PeekSize] bytes as the caller reads
+// body itself: the hook sees the first 512 bytes as the caller reads
 // them, so RoundTrip returns as soon as the headers arrive, even from a
 // server that then stalls. The response itself is returned unchanged:
 // status codes are not errors.

@@ -15,7 +15,7 @@ type Option func(*config)
 // config is what the options set; a Transport keeps it unchanged after New.
 type config struct {
 	base          http.RoundTripper // nil: http.DefaultTransport
-	maxRetryAfter time.Duration     // ≤ 0: DefaultMaxRetryAfter
+	maxRetryAfter time.Duration     // ≤ 0: defaultMaxRetryAfter
 	clk           ratesem.Clock     // nil: the real clock
 	throttledBody func(status int, h http.Header, body []byte) bool
 	backoffStart  time.Duration // ≤ 0: 200 ms
@@ -40,18 +40,18 @@ func WithBase(rt http.RoundTripper) Option { return func(c *config) { c.base = r
 
 // WithMaxRetryAfter caps the pause one throttled response can cause, its
 // Retry-After or the backoff, and so the sleep before a retry. Zero or
-// negative means DefaultMaxRetryAfter (5 minutes), the default.
+// negative means the default, 5 minutes.
 func WithMaxRetryAfter(d time.Duration) Option {
 	return func(c *config) { c.maxRetryAfter = d }
 }
 
 // WithThrottledBody sets the hook that reports whether a response says the
 // client called too fast, from its status code, its header and the first
-// bytes of its body. nil (the default) means DefaultThrottledBody: status
+// bytes of its body. nil (the default) means status
 // 429 or 418. Transport calls it at most twice per response and never lets
 // it read the body: once when the headers arrive, with body nil (a true
 // answer pauses at once, before RoundTrip returns), and, when the hook is
-// set, once more as the caller reads, with the first PeekSize bytes the
+// set, once more as the caller reads, with the first 512 bytes the
 // caller's reads went through (fewer when the body ended or was closed
 // sooner; never nil, empty when the caller read nothing); a true answer
 // then pauses too, before the request's units are released. An API that
@@ -87,7 +87,7 @@ func WithBackoffStart(d time.Duration) Option {
 // units; sleeps, on the Transport's clock (WithClock), for the pause the
 // Transport computed for that response (its capped, jittered Retry-After,
 // or the backoff of the current streak: never zero, never above the cap;
-// for a ThrottleHandler limiter, which sets pauses of its own, this
+// for NewPool's limiter, which sets pauses of its own, this
 // computation still sets the sleep); then sends a clone of the request with
 // a fresh body from GetBody (the caller's request is not modified) through
 // the Selector and Acquire again. So each attempt is a new request for the
@@ -105,7 +105,7 @@ func WithMaxRetries(n int) Option { return func(c *config) { c.maxRetries = n } 
 // a ratesem.Event (Rule and Key empty): Admitted (Weight, and Wait, the time
 // Acquire took), Refused or Cancelled when Acquire fails (Err), for every
 // request with a limiter; Throttled for every throttled response (Status;
-// Pause, the pause set, or for a ThrottleHandler limiter such as NewPool's
+// Pause, the pause set, or for NewPool's limiter
 // the pause a retry waits, the limiter reporting its own; Source:
 // ratesem.SourceRetryAfter, ratesem.SourceBackoff, or ratesem.SourceBody
 // when only the body showed the throttle); Retried before each retry

@@ -16,11 +16,11 @@ import (
 // RoundTripper (WithBase), and the charges are released together when the
 // response body is closed or read to io.EOF. Every response's usage headers
 // are reconciled with the rules that read them (Rule.Usage). A throttled
-// response (the WithThrottledBody hook; by default DefaultThrottledBody: 429
+// response (the WithThrottledBody hook; by default 429
 // or 418) pauses the keys of the rules it is about (Pool.ThrottledResponse):
 // until its Retry-After, capped (WithMaxRetryAfter), or, when it has none,
 // for a backoff the pool picks per key. A throttle the headers show pauses
-// before RoundTrip returns (with Throttle.Body nil); the first PeekSize
+// before RoundTrip returns (with Throttle.Body nil); the first 512
 // bytes of its body, as the caller reads them, then go to
 // Pool.ThrottledResponse again (Throttle.Body set) before the charges are
 // released, so that the table's ThrottleTargets can pause the keys the body
@@ -79,7 +79,7 @@ func (c *poolCall) PauseFor(d time.Duration) {
 	c.pool.Throttled(c.charges, http.StatusTooManyRequests, d)
 }
 
-// Throttled implements ThrottleHandler: the keys of the rules the throttle is
+// Throttled implements throttleHandler: the keys of the rules the throttle is
 // about pause until the Retry-After, or for a backoff of the pool's. It
 // reads no body: body is what the caller's reads went through (nil when
 // the headers are all there is yet).
@@ -88,7 +88,7 @@ func (c *poolCall) Throttled(resp *http.Response, body []byte, retryAfter time.D
 	c.pool.ThrottledResponse(th, c.ticket.Charges())
 }
 
-// ObserveResponse implements ResponseObserver: usage headers are reconciled.
+// ObserveResponse implements responseObserver: usage headers are reconciled.
 func (c *poolCall) ObserveResponse(resp *http.Response) {
 	c.ticket.ObserveHeaders(resp.Header)
 }

@@ -8,18 +8,20 @@ import (
 	"net/http"
 	"slices"
 	"sync"
+
+	"github.com/ratesem/ratesem/internal/peek"
 )
 
-// MaxReplayBody is the most bytes of a request body without GetBody that a
+// maxReplayBody is the most bytes of a request body without GetBody that a
 // Transport keeps in memory, so that its Selector (a clientpool Rule's Key
 // or Weight, an Endpoint's Charges) can read the body through GetBody
 // before the request is sent: 32 MiB.
-const MaxReplayBody = 32 << 20
+const maxReplayBody = peek.MaxReplay // 32 MiB
 
 // The errors GetBody returns for a body it cannot give whole (without the
 // "ratesem: " prefix: whoever calls GetBody wraps them).
 var (
-	errReplayTooLarge = fmt.Errorf("request body without GetBody longer than httpclient.MaxReplayBody (%d bytes): not read before it is sent", MaxReplayBody)
+	errReplayTooLarge = fmt.Errorf("request body without GetBody longer than %d bytes: not read before it is sent", maxReplayBody)
 	errReplayStreamed = errors.New("request body without GetBody already sent: it cannot be read again")
 )
 
@@ -28,7 +30,7 @@ const (
 	replayFresh    = iota // nothing read
 	replayFilling         // GetBody is reading the body into buf
 	replayWhole           // chunks are the whole body
-	replayOver            // chunks are the first MaxReplayBody+1 bytes; the rest is in rc
+	replayOver            // chunks are the first maxReplayBody+1 bytes; the rest is in rc
 	replayFailed          // reading stopped at err after chunks
 	replayStreamed        // Read went past chunks to rc (or never buffered)
 	replayPanicked        // reading panicked with panicked after chunks
@@ -37,7 +39,7 @@ const (
 // replayBody is the body of the clone a Transport sends in place of a
 // request whose body has no GetBody (withReplayBody). The body is read only
 // when GetBody is called (by the Selector, or by a retry): then up to
-// MaxReplayBody+1 bytes of it, once, into chunks. Read gives chunks, then
+// maxReplayBody+1 bytes of it, once, into chunks. Read gives chunks, then
 // the rest of the caller's body, so the base transport sends the caller's
 // bytes unchanged; GetBody gives chunks again while they hold the whole
 // body.
@@ -79,7 +81,7 @@ func withReplayBody(req *http.Request) *http.Request {
 }
 
 // getBody is the clone's GetBody: a reader of the whole body, read into
-// memory on the first call (up to MaxReplayBody+1 bytes, never more), or
+// memory on the first call (up to maxReplayBody+1 bytes, never more), or
 // an error when the body is longer, failed to read, was already sent
 // unbuffered, or the request's context ended while it was read.
 func (b *replayBody) getBody() (io.ReadCloser, error) {
@@ -113,7 +115,7 @@ func (b *replayBody) getBody() (io.ReadCloser, error) {
 	return nil, errReplayStreamed
 }
 
-// fill reads the body into chunks, at most MaxReplayBody+1 bytes. A panic of
+// fill reads the body into chunks, at most maxReplayBody+1 bytes. A panic of
 // the caller's body is kept for GetBody and Read to raise again: on fill's
 // own goroutine nobody could recover it.
 func (b *replayBody) fill() {
@@ -137,14 +139,14 @@ func (b *replayBody) fill() {
 			b.state, b.panicked = replayPanicked, p
 		case err != nil:
 			b.state, b.err = replayFailed, err
-		case n > MaxReplayBody:
+		case n > maxReplayBody:
 			b.state = replayOver
 		default:
 			b.state = replayWhole
 		}
 		close(b.done)
 	}()
-	chunks, n, err = readChunks(b.rc, MaxReplayBody+1, b.size)
+	chunks, n, err = readChunks(b.rc, maxReplayBody+1, b.size)
 	ok = true
 }
 

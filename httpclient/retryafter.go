@@ -29,7 +29,7 @@ const maxDelaySeconds = int64(math.MaxInt64 / int64(time.Second))
 //   - delay-seconds: one or more ASCII digits, e.g. "120" (two minutes).
 //     Values too large for a time.Duration saturate at the largest Duration
 //     rather than overflow; callers should cap the result (Transport caps it
-//     at DefaultMaxRetryAfter unless WithMaxRetryAfter says).
+//     at defaultMaxRetryAfter unless WithMaxRetryAfter says).
 //   - an HTTP-date in any of the three forms [http.ParseTime] accepts
 //     (IMF-fixdate "Sun, 06 Nov 1994 08:49:37 GMT", RFC 850
 //     "Sunday, 06-Nov-94 08:49:37 GMT", ANSI C "Sun Nov  6 08:49:37 1994"),

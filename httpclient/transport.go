@@ -14,12 +14,19 @@ import (
 	"github.com/ratesem/ratesem"
 	"github.com/ratesem/ratesem/internal/backoff"
 	"github.com/ratesem/ratesem/internal/obs"
+	"github.com/ratesem/ratesem/internal/peek"
 )
 
 // Limiter is what [Transport] needs from a limiter. Weights n are in the
 // limiter's units (usually requests, or an API's request weight).
 // *semaphore.RateSemaphore from github.com/ratesem/ratesem/semaphore
 // satisfies it. Implementations must be safe for concurrent use.
+//
+// The limiters NewPool builds also take the throttled response itself
+// (to pause only the keys it is about) and read every response's usage
+// headers, through two optional methods, Throttled and ObserveResponse,
+// that Transport looks for on any Limiter; their contract is in this
+// package's source (throttleHandler, responseObserver).
 type Limiter interface {
 	// Acquire blocks until n units are admitted or ctx is done. On failure
 	// it returns an error (ctx.Err() when ctx is done, possibly wrapped) and
@@ -40,10 +47,10 @@ type Limiter interface {
 // request as read-only and must be safe for concurrent use.
 type Selector func(req *http.Request) (Limiter, int64)
 
-// DefaultMaxRetryAfter is the longest pause a Retry-After header can cause
-// when [WithMaxRetryAfter] is not given, so that a hostile or broken
-// server cannot park the client for hours.
-const DefaultMaxRetryAfter = 5 * time.Minute
+// defaultMaxRetryAfter is the longest pause a Retry-After header can cause
+// when [WithMaxRetryAfter] is not given (5 minutes), so that a hostile or
+// broken server cannot park the client for hours.
+const defaultMaxRetryAfter = backoff.DefaultMaxPause
 
 // Transport is an [http.RoundTripper] that rate-limits requests through a
 // [Limiter] chosen per request by a [Selector].
@@ -64,7 +71,7 @@ const DefaultMaxRetryAfter = 5 * time.Minute
 // a request with a body but no GetBody (an io.MultiReader, a pipe, an
 // io.NopCloser), Transport classifies and sends a clone whose GetBody reads
 // the caller's body on its first call, once, into memory, up to
-// [MaxReplayBody] bytes (waiting at most until the request's context is
+// 32 MiB (waiting at most until the request's context is
 // done): the Selector sees the whole body and the base transport still
 // gets the caller's bytes unchanged (the buffered ones, then the rest of
 // the caller's body). GetBody fails for a longer body, a body whose read
@@ -90,19 +97,19 @@ type Transport struct {
 	lastPause time.Time // when the streak last grew (monotonic clock)
 }
 
-// PeekSize is the most bytes of a response body that Transport keeps for
-// the [WithThrottledBody] hook and a [ThrottleHandler]: the bytes the caller's
+// peekSize is the most bytes of a response body that Transport keeps for
+// the [WithThrottledBody] hook and a throttleHandler: the bytes the caller's
 // own reads went through, never read ahead of the caller.
-const PeekSize = 512
+const peekSize = peek.Max // 512
 
-// DefaultThrottledBody reports whether status is 429 Too Many Requests or
+// defaultThrottledBody reports whether status is 429 Too Many Requests or
 // 418 I'm a Teapot (Binance's IP ban); it ignores h and body. It is the
 // hook of a Transport built without [WithThrottledBody].
-func DefaultThrottledBody(status int, _ http.Header, _ []byte) bool {
+func defaultThrottledBody(status int, _ http.Header, _ []byte) bool {
 	return status == http.StatusTooManyRequests || status == http.StatusTeapot
 }
 
-// ThrottleHandler may be implemented by a Limiter that wants the throttled
+// throttleHandler may be implemented by a Limiter that wants the throttled
 // response itself rather than a PauseFor: a limiter of several rules and keys
 // pauses only those the response is about. Transport then calls Throttled,
 // instead of PauseFor, on every throttled response, with the Retry-After
@@ -114,24 +121,24 @@ func DefaultThrottledBody(status int, _ http.Header, _ []byte) bool {
 // Throttled is called once when the headers show the throttle (body nil).
 // When the Transport looks at bodies (a [WithThrottledBody] hook is set, or the
 // headers showed a throttle) it is called again, once the caller's reads
-// went through the first PeekSize bytes, io.EOF or Close, with those bytes,
+// went through the first peekSize bytes, io.EOF or Close, with those bytes,
 // if they show a throttle: for a throttle the headers showed, only when
 // the bytes are not empty, so that the limiter can pause more of its keys
 // (such a second call must never shorten a pause the first one set); for a
 // throttle only the body shows, that is the one call. Every call comes
 // before the request's units are released. Throttled must not read
 // resp.Body, must not block, and must not keep body.
-type ThrottleHandler interface {
+type throttleHandler interface {
 	Throttled(resp *http.Response, body []byte, retryAfter time.Duration)
 }
 
-// ResponseObserver may be implemented by a Limiter that reads every
+// responseObserver may be implemented by a Limiter that reads every
 // response before the caller does, for usage headers such as Binance's
 // X-MBX-USED-WEIGHT-1M. Transport calls ObserveResponse once per response
 // received, while the request's units are still held, on the goroutine of
 // RoundTrip: concurrently for concurrent requests. It must not read
 // resp.Body and must not block.
-type ResponseObserver interface {
+type responseObserver interface {
 	ObserveResponse(resp *http.Response)
 }
 
@@ -175,7 +182,7 @@ var errNilSelect = errors.New("ratesem: Transport has no Selector; build it with
 // A throttled response ([WithThrottledBody]; by default status 429 Too Many
 // Requests or 418 I'm a Teapot) pauses the request's limiter before any of
 // its units are released: when the headers show it, before RoundTrip
-// returns; when only the body does, as the caller's reads reach PeekSize
+// returns; when only the body does, as the caller's reads reach 512
 // bytes, io.EOF or Close. The pause is, when the first Retry-After value
 // parses with [ParseRetryAfter] to a positive delay d, backoff.Spread(d,
 // the cap of [WithMaxRetryAfter]): at least d (up to the cap) plus a little jitter so that
@@ -185,10 +192,10 @@ var errNilSelect = errors.New("ratesem: Transport has no Selector; build it with
 // never above the cap. The streak is per Transport: a throttle of a
 // request sent before the streak last grew (the same wave of calls) does
 // not grow it again, and a response not throttled, of a request sent after
-// that, resets it. A [ThrottleHandler] limiter gets the response instead
-// of PauseFor, with the Retry-After capped or 0. Other
-// statuses, including 503, cause no pause. A [ResponseObserver] limiter sees
-// every response first. The request is sent again only when
+// that, resets it. NewPool's limiter gets the response instead of PauseFor,
+// with the Retry-After capped or 0, and pauses the keys the response is
+// about; it also reads every response's usage headers first. Other
+// statuses, including 503, cause no pause. The request is sent again only when
 // [WithMaxRetries] is above 0, its headers showed the throttle and its body
 // can be replayed; see WithMaxRetries.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -247,7 +254,7 @@ func (t *Transport) throttledBy() func(int, http.Header, []byte) bool {
 	if t.throttledBody != nil {
 		return t.throttledBody
 	}
-	return DefaultThrottledBody
+	return defaultThrottledBody
 }
 
 // replayable reports whether req can be sent again: no body, or GetBody
@@ -355,7 +362,7 @@ func (t *Transport) roundTripHeld(l Limiter, n int64, req *http.Request, since t
 	if err != nil {
 		return nil, 0, err
 	}
-	if o, ok := l.(ResponseObserver); ok {
+	if o, ok := l.(responseObserver); ok {
 		o.ObserveResponse(resp)
 	}
 	// Pause before anything is released: the slot we hold keeps the next
@@ -365,7 +372,7 @@ func (t *Transport) roundTripHeld(l Limiter, n int64, req *http.Request, since t
 	if headerThrottled {
 		wait = t.pause(l, resp, nil, sent)
 	}
-	_, handler := l.(ThrottleHandler)
+	_, handler := l.(throttleHandler)
 	// The body is looked at only when it can change something: a hook that
 	// reads it, or a handler that refines which keys a throttle is about.
 	watch := t.throttledBody != nil || (headerThrottled && handler)
@@ -410,8 +417,8 @@ func (t *Transport) roundTripHeld(l Limiter, n int64, req *http.Request, since t
 }
 
 // bodySeen runs the body check of a response once its first bytes (up to
-// PeekSize) went through the caller's reads, before the units are released:
-// a throttle the body shows pauses l (a ThrottleHandler is told again even
+// peekSize) went through the caller's reads, before the units are released:
+// a throttle the body shows pauses l (a throttleHandler is told again even
 // when the headers already showed it, so that it can pause more keys).
 func (t *Transport) bodySeen(l Limiter, resp *http.Response, prefix []byte, headerThrottled bool, sent time.Time) {
 	if !t.throttledBy()(resp.StatusCode, resp.Header, prefix) {
@@ -425,7 +432,7 @@ func (t *Transport) bodySeen(l Limiter, resp *http.Response, prefix []byte, head
 		// (which of its keys the throttle is about). The streak moved at
 		// the headers already. An empty prefix (the body closed unread, or
 		// empty) says nothing new, so the handler is not told twice.
-		if h, ok := l.(ThrottleHandler); ok && len(prefix) > 0 {
+		if h, ok := l.(throttleHandler); ok && len(prefix) > 0 {
 			h.Throttled(resp, prefix, t.retryAfter(resp))
 		}
 		return
@@ -434,12 +441,12 @@ func (t *Transport) bodySeen(l Limiter, resp *http.Response, prefix []byte, head
 }
 
 // pause pauses l after a throttled response and returns the pause it set
-// (for a ThrottleHandler: the pause a retry should wait).
+// (for a throttleHandler: the pause a retry should wait).
 // 503 also may carry Retry-After, but it signals an overloaded or down
 // server rather than a client over its quota, so it does not pause the limit.
 func (t *Transport) pause(l Limiter, resp *http.Response, body []byte, sent time.Time) time.Duration {
 	ra, d := t.delays(resp, sent)
-	if h, ok := l.(ThrottleHandler); ok {
+	if h, ok := l.(throttleHandler); ok {
 		h.Throttled(resp, body, ra)
 	} else {
 		l.PauseFor(d)

@@ -12,7 +12,7 @@ import (
 )
 
 // DefaultMaxPause is the longest pause any one throttle can cause when the
-// user sets no cap (httpclient.DefaultMaxRetryAfter, clientpool's default):
+// user sets no cap (httpclient's and clientpool's default):
 // a hostile or broken server cannot park a client for longer.
 const DefaultMaxPause = 5 * time.Minute
 

@@ -16,6 +16,7 @@ import (
 	"github.com/ratesem/ratesem/exchange/exchangetest"
 	"github.com/ratesem/ratesem/exchange/okx"
 	"github.com/ratesem/ratesem/httpclient"
+	"github.com/ratesem/ratesem/internal/backoff"
 	"github.com/ratesem/ratesem/semaphore"
 )
 
@@ -41,7 +42,7 @@ func plainTransport(sem *semaphore.RateSemaphore, base http.RoundTripper, opts .
 const (
 	// defaultCap is the longest pause one throttle may cause when the
 	// user sets no cap.
-	defaultCap = httpclient.DefaultMaxRetryAfter
+	defaultCap = backoff.DefaultMaxPause
 	// promptRoundTrip is how long after the headers arrive RoundTrip may
 	// return (virtual time): nothing in it may wait on a body, so on
 	// virtual time it is 0; a little slack for a bounded peek.

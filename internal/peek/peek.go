@@ -11,8 +11,15 @@ import (
 
 // Max is the most bytes of a body that Code looks at: the exchanges put
 // the code first, and a bound keeps the cost of a huge or deeply nested
-// body constant. It equals httpclient.PeekSize.
+// body constant. It is also the prefix of a response body that an
+// httpclient.Transport hands its WithThrottledBody hook.
 const Max = 512
+
+// MaxReplay is the most bytes of a request body without GetBody that an
+// httpclient.Transport keeps in memory so that its Selector can read the
+// body before the request is sent (32 MiB); saas presets size their own
+// reads by it.
+const MaxReplay = 32 << 20
 
 // Code returns the top-level "code" field of a JSON object as text (a JSON
 // string as is, a number in its decimal form), or "" when body is not such

@@ -48,7 +48,7 @@
 // Request.GetBody. http.NewRequest sets it for a bytes, strings or
 // bytes.Buffer body, and httpclient.NewPool sets it, on the clone it sends,
 // for any other body (an io.MultiReader, a pipe from a json.Encoder, an
-// io.NopCloser): the body is read once, up to httpclient.MaxReplayBody (32
+// io.NopCloser): the body is read once, up to the Transport's bound (32
 // MiB), and the same bytes are sent. A request whose body cannot be read
 // (classified by Pool.Classify or Pool.Acquire directly without GetBody,
 // or GetBody or the read failed), or is past 32 MiB, bounds no charge: it

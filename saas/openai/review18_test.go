@@ -18,6 +18,7 @@ import (
 	"github.com/ratesem/ratesem"
 	"github.com/ratesem/ratesem/clientpool"
 	"github.com/ratesem/ratesem/httpclient"
+	"github.com/ratesem/ratesem/internal/peek"
 	"github.com/ratesem/ratesem/saas/openai"
 	"github.com/ratesem/ratesem/saas/saastest"
 )
@@ -216,7 +217,7 @@ func TestReview18HostileBodies(t *testing.T) {
 		}
 	}
 
-	huge := &failing{prefix: io.MultiReader(strings.NewReader(head), strings.NewReader(strings.Repeat("a", httpclient.MaxReplayBody)), strings.NewReader(`"}]}`)), err: io.EOF}
+	huge := &failing{prefix: io.MultiReader(strings.NewReader(head), strings.NewReader(strings.Repeat("a", peek.MaxReplay)), strings.NewReader(`"}]}`)), err: io.EOF}
 	refused("past 32 MiB", huge)
 	if !huge.closed.Load() {
 		t.Error("past 32 MiB: body not closed")
@@ -224,8 +225,8 @@ func TestReview18HostileBodies(t *testing.T) {
 
 	var never endless
 	refused("never-ending", &never)
-	if n := never.read.Load(); n > httpclient.MaxReplayBody+1 || !never.closed.Load() {
-		t.Errorf("never-ending: %d bytes read (bound %d), closed %v", n, httpclient.MaxReplayBody+1, never.closed.Load())
+	if n := never.read.Load(); n > peek.MaxReplay+1 || !never.closed.Load() {
+		t.Errorf("never-ending: %d bytes read (bound %d), closed %v", n, peek.MaxReplay+1, never.closed.Load())
 	}
 
 	broken := &failing{prefix: strings.NewReader(head + "abc"), err: errors.New("disk gone")}

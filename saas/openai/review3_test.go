@@ -17,6 +17,7 @@ import (
 	"github.com/ratesem/ratesem"
 	"github.com/ratesem/ratesem/clientpool"
 	"github.com/ratesem/ratesem/httpclient"
+	"github.com/ratesem/ratesem/internal/peek"
 	"github.com/ratesem/ratesem/redisrate"
 	"github.com/ratesem/ratesem/redistest"
 	"github.com/ratesem/ratesem/saas/openai"
@@ -34,7 +35,7 @@ func TestReview3UnreadBodyRefusedAlike(t *testing.T) {
 		},
 		"past 32 MiB": func() io.Reader {
 			return io.MultiReader(strings.NewReader(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"`),
-				io.LimitReader(zeros{}, httpclient.MaxReplayBody), strings.NewReader(`"}]}`))
+				io.LimitReader(zeros{}, peek.MaxReplay), strings.NewReader(`"}]}`))
 		},
 	}
 	for _, mode := range []string{"in process", "redis"} {

@@ -18,7 +18,7 @@ import (
 	"weak"
 
 	"github.com/ratesem/ratesem/clientpool"
-	"github.com/ratesem/ratesem/httpclient"
+	"github.com/ratesem/ratesem/internal/peek"
 	"github.com/ratesem/ratesem/window"
 )
 
@@ -26,12 +26,12 @@ import (
 // beyond the largest prompt an LLM API takes, and as much as
 // httpclient.Transport buffers of a body without GetBody. A longer body is
 // estimated as unbounded (Request.TooLarge).
-const MaxBody = httpclient.MaxReplayBody
+const MaxBody = peek.MaxReplay
 
 // Body returns a copy of req's body read through req.GetBody, so that
 // req.Body is left for the transport; nil and false when req has a body but
 // no GetBody (a body that can only be read once: httpclient.Transport gives
-// every request it classifies a GetBody, see httpclient.MaxReplayBody), or
+// every request it classifies a GetBody, see peek.MaxReplay), or
 // GetBody or reading fails. A body of more than MaxBody bytes returns its
 // first MaxBody+1 bytes.
 func Body(req *http.Request) ([]byte, bool) {
