@@ -125,7 +125,7 @@ func defaults() config {
 // summary is what a run measured.
 type summary struct {
 	Requests, Orders int
-	Rejected         int // answers the client saw as throttled (okx.IsRateLimitedBody)
+	Rejected         int // answers the client saw as throttled (okx.IsRateLimited)
 	Failed           int // transport errors, and answers neither accepted nor throttled
 	Pauses           int // Paused events of the pool: limiters a throttled answer paused
 	Elapsed          time.Duration
@@ -424,7 +424,7 @@ func run(ctx context.Context, cfg config) (summary, error) {
 				return nil // a failed request is counted, not fatal to the burst
 			}
 			switch {
-			case okx.IsRateLimitedBody(status, body):
+			case okx.IsRateLimited(status, nil, body):
 				s.Rejected++
 			case status != http.StatusOK || !bytes.Contains(body, []byte(`"code":"0"`)):
 				s.Failed++

@@ -78,11 +78,11 @@ func TestBurst(t *testing.T) {
 	// round-robin reach its own limit, 60, in the first window.
 	sub, ok := srv.Use(okx.RuleSubAccountOrders)
 	if !ok || sub.Units != 3830 || 10*sub.Peak < 9*sub.Limit {
-		t.Errorf("sub-account: %+v; want 3830 units, peak ≥ 90%% of %d", sub, okx.LimitSubAccountOrders)
+		t.Errorf("sub-account: %+v; want 3830 units, peak ≥ 90%% of %d", sub, sub.Limit)
 	}
 	place, ok := srv.Use(okx.RulePlaceOrder)
 	if !ok || place.Key.InstID != "BTC-USDT" || place.Units != 180 || 10*place.Peak < 9*place.Limit {
-		t.Errorf("place-order: %+v; want BTC-USDT, 180 units, peak ≥ 90%% of %d", place, okx.LimitPlaceOrder)
+		t.Errorf("place-order: %+v; want BTC-USDT, 180 units, peak ≥ 90%% of %d", place, place.Limit)
 	}
 	var perWindow int64
 	for _, n := range srv.PerWindow {

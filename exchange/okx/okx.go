@@ -12,9 +12,9 @@ import (
 	"github.com/ratesem/ratesem/window"
 )
 
-// DocsURL is the OKX API v5 documentation every Source in this package points
-// into; a Source is DocsURL followed by the #section of the endpoint.
-const DocsURL = "https://www.okx.com/docs-v5/en/"
+// docsURL is the OKX API v5 documentation every Source in this package points
+// into; a Source is docsURL followed by the #section of the endpoint.
+const docsURL = "https://www.okx.com/docs-v5/en/"
 
 // Per is the window of every OKX REST limit: "N requests per 2 seconds".
 const Per = 2 * time.Second
@@ -41,26 +41,28 @@ const (
 	RuleSubAccountOrders   = "sub-account-orders"   // new and amended orders of a sub-account; UID
 )
 
-// Limits: the N of each rule, in requests (orders for RuleBatchOrders and
-// RuleSubAccountOrders) per Per, as documented by OKX (see the rule's Source).
+// The N of each rule, in requests (orders for RuleBatchOrders and
+// RuleSubAccountOrders) per Per, as documented by OKX (see the rule's
+// Source). Users read them from Table's rules (Rule.Limit) or the package
+// documentation's table.
 const (
-	LimitInstruments        = 20
-	LimitTickers            = 20
-	LimitBooks              = 40
-	LimitCandles            = 40
-	LimitHistoryCandles     = 20
-	LimitFundingRate        = 10
-	LimitFundingRateHistory = 10
-	LimitMarkPrice          = 10
-	LimitPlaceOrder         = 60
-	LimitCancelOrder        = 60
-	LimitAmendOrder         = 60
-	LimitBatchOrders        = 300
-	LimitOrderDetails       = 60
-	LimitOrdersPending      = 60
-	LimitBalance            = 10
-	LimitPositions          = 10
-	LimitSubAccountOrders   = 1000
+	limitInstruments        = 20
+	limitTickers            = 20
+	limitBooks              = 40
+	limitCandles            = 40
+	limitHistoryCandles     = 20
+	limitFundingRate        = 10
+	limitFundingRateHistory = 10
+	limitMarkPrice          = 10
+	limitPlaceOrder         = 60
+	limitCancelOrder        = 60
+	limitAmendOrder         = 60
+	limitBatchOrders        = 300
+	limitOrderDetails       = 60
+	limitOrdersPending      = 60
+	limitBalance            = 10
+	limitPositions          = 10
+	limitSubAccountOrders   = 1000
 )
 
 // Request parts the keys are read from.
@@ -73,27 +75,27 @@ const (
 
 // rules is OKX's rule table, one line per rule: name, N per Per, what the key
 // is, whether a throttle pauses it, and the documentation section it is read
-// from. Edit the values here (and the Limit constants) when OKX changes them,
+// from. Edit the values here (and the limit constants) when OKX changes them,
 // then run `go test ./exchange/okx -run TestDocTable -update` to refresh the
 // package documentation.
 var rules = []ruleRow{
-	{RuleInstruments, LimitInstruments, byIPInstType, true, "public-data-rest-api-get-instruments"},
-	{RuleTickers, LimitTickers, byIP, false, "order-book-trading-market-data-get-tickers"},
-	{RuleBooks, LimitBooks, byIP, false, "order-book-trading-market-data-get-order-book"},
-	{RuleCandles, LimitCandles, byIP, false, "order-book-trading-market-data-get-candlesticks"},
-	{RuleHistoryCandles, LimitHistoryCandles, byIP, false, "order-book-trading-market-data-get-candlesticks-history"},
-	{RuleFundingRate, LimitFundingRate, byIPInstID, true, "public-data-rest-api-get-funding-rate"},
-	{RuleFundingRateHistory, LimitFundingRateHistory, byIPInstID, true, "public-data-rest-api-get-funding-rate-history"},
-	{RuleMarkPrice, LimitMarkPrice, byIPInstID, true, "public-data-rest-api-get-mark-price"},
-	{RulePlaceOrder, LimitPlaceOrder, byUIDInstID, true, "order-book-trading-trade-post-place-order"},
-	{RuleCancelOrder, LimitCancelOrder, byUIDInstID, true, "order-book-trading-trade-post-cancel-order"},
-	{RuleAmendOrder, LimitAmendOrder, byUIDInstID, true, "order-book-trading-trade-post-amend-order"},
-	{RuleBatchOrders, LimitBatchOrders, byUIDInstID, true, "order-book-trading-trade-post-place-multiple-orders"},
-	{RuleOrderDetails, LimitOrderDetails, byUIDInstID, true, "order-book-trading-trade-get-order-details"},
-	{RuleOrdersPending, LimitOrdersPending, byUID, false, "order-book-trading-trade-get-order-list"},
-	{RuleBalance, LimitBalance, byUID, false, "trading-account-rest-api-get-balance"},
-	{RulePositions, LimitPositions, byUID, false, "trading-account-rest-api-get-positions"},
-	{RuleSubAccountOrders, LimitSubAccountOrders, byUID, false, "overview-rate-limits-sub-account-rate-limit"},
+	{RuleInstruments, limitInstruments, byIPInstType, true, "public-data-rest-api-get-instruments"},
+	{RuleTickers, limitTickers, byIP, false, "order-book-trading-market-data-get-tickers"},
+	{RuleBooks, limitBooks, byIP, false, "order-book-trading-market-data-get-order-book"},
+	{RuleCandles, limitCandles, byIP, false, "order-book-trading-market-data-get-candlesticks"},
+	{RuleHistoryCandles, limitHistoryCandles, byIP, false, "order-book-trading-market-data-get-candlesticks-history"},
+	{RuleFundingRate, limitFundingRate, byIPInstID, true, "public-data-rest-api-get-funding-rate"},
+	{RuleFundingRateHistory, limitFundingRateHistory, byIPInstID, true, "public-data-rest-api-get-funding-rate-history"},
+	{RuleMarkPrice, limitMarkPrice, byIPInstID, true, "public-data-rest-api-get-mark-price"},
+	{RulePlaceOrder, limitPlaceOrder, byUIDInstID, true, "order-book-trading-trade-post-place-order"},
+	{RuleCancelOrder, limitCancelOrder, byUIDInstID, true, "order-book-trading-trade-post-cancel-order"},
+	{RuleAmendOrder, limitAmendOrder, byUIDInstID, true, "order-book-trading-trade-post-amend-order"},
+	{RuleBatchOrders, limitBatchOrders, byUIDInstID, true, "order-book-trading-trade-post-place-multiple-orders"},
+	{RuleOrderDetails, limitOrderDetails, byUIDInstID, true, "order-book-trading-trade-get-order-details"},
+	{RuleOrdersPending, limitOrdersPending, byUID, false, "order-book-trading-trade-get-order-list"},
+	{RuleBalance, limitBalance, byUID, false, "trading-account-rest-api-get-balance"},
+	{RulePositions, limitPositions, byUID, false, "trading-account-rest-api-get-positions"},
+	{RuleSubAccountOrders, limitSubAccountOrders, byUID, false, "overview-rate-limits-sub-account-rate-limit"},
 }
 
 // endpoints is OKX's endpoint table, one line per endpoint: method, path, the
@@ -164,7 +166,7 @@ func Table(opts ...Option) clientpool.Table {
 			Name:            r.name,
 			Limit:           window.Limit{N: r.n, Per: per},
 			PauseOnThrottle: r.pause,
-			Source:          DocsURL + "#" + r.section,
+			Source:          docsURL + "#" + r.section,
 		}
 		if r.scope != byIP {
 			rule.Key = r.scope.key
@@ -172,7 +174,7 @@ func Table(opts ...Option) clientpool.Table {
 		t.Rules = append(t.Rules, rule)
 	}
 	for _, e := range endpoints {
-		ep := clientpool.Endpoint{Method: e.method, Path: e.path, Source: DocsURL + "#" + e.section}
+		ep := clientpool.Endpoint{Method: e.method, Path: e.path, Source: docsURL + "#" + e.section}
 		switch e.how {
 		case fromQuery:
 			for _, name := range e.rules {
@@ -194,7 +196,7 @@ func Table(opts ...Option) clientpool.Table {
 // any other throttle falls back to the rules marked to pause (the
 // per-instrument ones).
 func throttleTargets(th clientpool.Throttle, charges []clientpool.Charge) []clientpool.Charge {
-	if peek.Code(th.Body) != CodeSubAccountRateLimited {
+	if peek.Code(th.Body) != codeSubAccountRateLimited {
 		return nil
 	}
 	return pick(charges, RuleSubAccountOrders)

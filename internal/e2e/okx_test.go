@@ -61,7 +61,13 @@ func runOKX(t *testing.T, c okxCase) {
 		log := srv.Log()
 
 		perInst := (c.requests + len(okxInstruments) - 1) / len(okxInstruments)
-		need := (perInst + okx.LimitPlaceOrder - 1) / okx.LimitPlaceOrder
+		var place int
+		for _, r := range okx.Table().Rules {
+			if r.Name == okx.RulePlaceOrder {
+				place = int(r.Limit.N)
+			}
+		}
+		need := (perInst + place - 1) / place
 		bound := time.Duration(need+c.windows+2)*okx.Per + time.Duration(hostileThrottles(log))*defaultCap
 		if c.hostile.Stall > 0 {
 			bound += time.Duration(exchangetest.Summarize(log).Hostile) * c.hostile.Stall
