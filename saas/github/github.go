@@ -55,8 +55,8 @@ import (
 	"github.com/ratesem/ratesem/window"
 )
 
-// DocsURL is the GitHub page every rule's Source points to.
-const DocsURL = "https://docs.github.com/en/rest/using-the-rest-api/rate-limits-for-the-rest-api"
+// docsURL is the GitHub page every rule's Source points to.
+const docsURL = "https://docs.github.com/en/rest/using-the-rest-api/rate-limits-for-the-rest-api"
 
 // Rule names, as they appear in Charges, Events and Pool.SetLimit.
 const (
@@ -69,7 +69,8 @@ const (
 	RuleCreatePerHour   = "content per hour"
 )
 
-// The documented secondary limits (DocsURL, "About secondary rate limits").
+// The documented secondary limits (see the rules' Source, "About secondary
+// rate limits").
 const (
 	PointsPerMinute     = 900 // points per endpoint per minute
 	MaxConcurrent       = 100 // requests in flight
@@ -82,12 +83,14 @@ const (
 	UnauthenticatedCore = 60  // the core limit without a token, per hour
 )
 
-// The response headers of the primary limits.
+// The response headers of the primary limits, which Table's rules read
+// (Rule.Usage): x-ratelimit-limit, -remaining, -reset (Unix epoch seconds)
+// and -resource.
 const (
-	HeaderLimit     = "x-ratelimit-limit"
-	HeaderRemaining = "x-ratelimit-remaining"
-	HeaderReset     = "x-ratelimit-reset" // Unix epoch seconds
-	HeaderResource  = "x-ratelimit-resource"
+	headerLimit     = "x-ratelimit-limit"
+	headerRemaining = "x-ratelimit-remaining"
+	headerReset     = "x-ratelimit-reset" // Unix epoch seconds
+	headerResource  = "x-ratelimit-resource"
 )
 
 // Option configures Table.
@@ -144,7 +147,7 @@ func Table(opts ...Option) clientpool.Table {
 	}
 	var t clientpool.Table
 	for _, r := range rules {
-		r.Source = DocsURL
+		r.Source = docsURL
 		r.PauseOnThrottle = true
 		t.Rules = append(t.Rules, r)
 		t.Default = append(t.Default, clientpool.Cost{Rule: r.Name})
@@ -205,22 +208,22 @@ func Endpoint(p string) string {
 // when x-ratelimit-resource names resource (or is absent, for "core").
 func learn(resource string) func(http.Header, time.Time) (clientpool.Learned, bool) {
 	return func(h http.Header, _ time.Time) (clientpool.Learned, bool) {
-		res := h.Get(HeaderResource)
+		res := h.Get(headerResource)
 		if res != resource && (res != "" || resource != "core") {
 			return clientpool.Learned{}, false
 		}
-		n, ok := req.Count(h.Get(HeaderLimit))
+		n, ok := req.Count(h.Get(headerLimit))
 		if !ok || n == 0 {
 			return clientpool.Learned{}, false
 		}
 		in := clientpool.Learned{Limit: window.Limit{N: n}, Remaining: -1}
-		if r, ok := req.Count(h.Get(HeaderRemaining)); ok {
+		if r, ok := req.Count(h.Get(headerRemaining)); ok {
 			in.Remaining = r
 		}
 		// The reset is on GitHub's clock: the pool reads it against the
 		// response's Date (Learned.Epoch), so it is not compared with the
 		// host's clock here: a host ahead of GitHub's would drop it.
-		if s, ok := req.Count(h.Get(HeaderReset)); ok && s < 1<<40 && s > 0 {
+		if s, ok := req.Count(h.Get(headerReset)); ok && s < 1<<40 && s > 0 {
 			in.Reset, in.Epoch = time.Unix(s, 0), true
 		}
 		return in, true
@@ -235,7 +238,7 @@ func Throttled(status int, h http.Header, _ []byte) bool {
 	case http.StatusTooManyRequests:
 		return true
 	case http.StatusForbidden:
-		return h.Get("Retry-After") != "" || h.Get(HeaderRemaining) == "0"
+		return h.Get("Retry-After") != "" || h.Get(headerRemaining) == "0"
 	}
 	return false
 }

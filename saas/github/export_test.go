@@ -1,0 +1,11 @@
+package github
+
+// The unexported constants, under the names the tests of package
+// github_test use.
+const (
+	DocsURL         = docsURL
+	HeaderLimit     = headerLimit
+	HeaderRemaining = headerRemaining
+	HeaderReset     = headerReset
+	HeaderResource  = headerResource
+)
