@@ -53,5 +53,8 @@
 // their instants must carry the wall clock (time.Now and clock.Mock do).
 //
 // Instants must not go backwards for one window (an earlier one is treated
-// as the latest seen); a window is not safe for concurrent use.
+// as the latest seen); a window is not safe for concurrent use: give it to
+// one Limiter, RateSemaphore or clientpool.Rule, which serialises its calls.
+// Every constructor panics if l.N, l.Per or its size argument (burst,
+// capacity, margin, blocks) is negative, a caller's bug.
 package window

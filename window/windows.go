@@ -6,13 +6,6 @@ import (
 	"github.com/ratesem/ratesem/internal/win"
 )
 
-// The constructors below return the windows of the field as a Policy (as
-// sha256.New returns a hash.Hash). Every one of them also implements
-// Settler, and those the Reconciler doc lists implement Reconciler. None is
-// safe for concurrent use: give it to one Limiter, RateSemaphore or
-// clientpool.Rule, which serialises its calls. Each panics if l.N, l.Per or
-// its size argument is negative.
-
 // NewCompletion returns the completion window, the OKEx scheme and the
 // default of a RateSemaphore: a call's units count against l from the moment
 // it is admitted until l.Per after it ended, so at every instant t
