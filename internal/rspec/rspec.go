@@ -286,6 +286,34 @@ func (s Spec) Capacity() int64 {
 	return c
 }
 
+// NativeInFlightCap reports whether the window k bounds the units in
+// flight by itself, at N: the completion windows (a call counts from its
+// start until after its end). The others count starts only, so calls in
+// flight are bounded only by a concurrency cap (Spec.Concurrency).
+func (k Kind) NativeInFlightCap() bool { return k == Completion || k == FixedCompletion }
+
+// SetSemaphoreCap sets s.Concurrency to the cap on units in flight that an
+// in-process semaphore of s's limit keeps (semaphore.RateSemaphore: at
+// most N units in flight, or capOpt when 0 ≤ capOpt < N; capOpt < 0: no
+// option given), so that the same limit over Redis caps the fleet's units
+// in flight as one process caps its own: capOpt when 0 ≤ capOpt < N;
+// otherwise N for a window that does not bound units in flight itself
+// (every kind but the completion windows: a GCRA of N 2 and burst 5 admits
+// 2 calls at once, not 5), and 0 (no cap beyond the window) for the
+// completion windows. Call it after setting s.Kind and s.Limit, and again
+// after a change of s.Limit.N. A pool's rule, whose in-process cap is its
+// MaxUnitsInFlight only, sets Concurrency directly.
+func (s *Spec) SetSemaphoreCap(capOpt int64) {
+	switch {
+	case capOpt >= 0 && capOpt < s.Limit.N:
+		s.Concurrency = capOpt
+	case s.Kind.NativeInFlightCap():
+		s.Concurrency = 0
+	default:
+		s.Concurrency = s.Limit.N
+	}
+}
+
 // Charge is what one call costs under one rule: Weight units of the limiter
 // (Rule, Key). Spec is the rule's window; charges of one call name distinct
 // (Rule, Key) pairs.
