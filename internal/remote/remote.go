@@ -221,6 +221,17 @@ type Config struct {
 	// once with an error matching ratesem.ErrQueueFull. 0: no cap.
 	MaxQueue int
 
+	// OnRoom, when set, is called when something this process did may
+	// have made room in Redis on the limiters of cs: a release or
+	// settlement of a call reached Redis (cs: the call's charges; also
+	// when Redis no longer knew the call), a usage report gave units
+	// back (ReconcileAt; cs: that charge), SetLimit stored a new limit
+	// (cs: that charge). It is how a caller queueing its own waiters
+	// over Decide learns when to ask again (Acquire's heads are woken
+	// then). It is called outside any lock, on a goroutine of the engine
+	// (a release worker, a round trip's), and must not block.
+	OnRoom func(scope string, cs []rspec.Charge)
+
 	// TestAfterAdmit, when set, runs after Redis admitted a call and
 	// before the caller's context is checked (tests only).
 	TestAfterAdmit func()
@@ -1803,6 +1814,9 @@ func (e *Engine) releaser() {
 			e.event(Event{Kind: RoundTripFailed, Scope: c.scope, Charges: c.cs, Err: err})
 		}
 		e.event(Event{Kind: Released, Scope: c.scope, Charges: c.cs, Err: err})
+		if e.cfg.OnRoom != nil && (err == nil || errors.Is(err, rspec.ErrNotInFlight)) {
+			e.cfg.OnRoom(c.scope, c.cs)
+		}
 	}
 }
 
@@ -1863,6 +1877,21 @@ func (e *Engine) Reconcile(scope string, c rspec.Charge, used int64) {
 // this process forgets what it learned of the limiter's next admission and
 // wakes the limiter's first waiter, which asks Redis again.
 func (e *Engine) ReconcileAt(scope string, c rspec.Charge, used int64, r rspec.Read) {
+	e.ReconcileAtThen(scope, c, used, r, nil)
+}
+
+// ReconcileAtThen is ReconcileAt that tells then what the count did, once
+// Redis answered: added is the units the limiter took in (what it counted
+// beyond what it already did, as the in-process window's Consume or
+// Report: 0 when the count told it nothing new, or was dropped as read in
+// an earlier aligned window), negative when a fixed completion window gave
+// units back (its bound on the units from elsewhere tightened); err is the
+// round trip's error (added is then 0). An event "reconciled" carries
+// max(added, 0) units in both modes, and fires only when added > 0. then is
+// called on a goroutine of the engine, outside any lock; it is not called
+// when the count changes nothing without a round trip (used < 0, Redis
+// taken as unreachable, Close, too many round trips under way).
+func (e *Engine) ReconcileAtThen(scope string, c rspec.Charge, used int64, r rspec.Read, then func(added int64, err error)) {
 	if used < 0 {
 		return
 	}
@@ -1883,6 +1912,15 @@ func (e *Engine) ReconcileAt(scope string, c rspec.Charge, used int64, r rspec.R
 				l.askAgainLocked(func(w *waiter) chan struct{} { return w.room })
 			}
 			e.mu.Unlock()
+			if e.cfg.OnRoom != nil {
+				e.cfg.OnRoom(scope, []rspec.Charge{c})
+			}
+		}
+		if then != nil {
+			if err != nil {
+				delta = 0
+			}
+			then(delta, err)
 		}
 	})
 }
@@ -1916,6 +1954,9 @@ func (e *Engine) SetLimit(ctx context.Context, scope string, c rspec.Charge) err
 		l.askAgainLocked(func(w *waiter) chan struct{} { return w.wake })
 	}
 	e.mu.Unlock()
+	if e.cfg.OnRoom != nil {
+		e.cfg.OnRoom(scope, []rspec.Charge{c})
+	}
 	return nil
 }
 

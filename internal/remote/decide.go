@@ -1,0 +1,435 @@
+package remote
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/ratesem/ratesem"
+	"github.com/ratesem/ratesem/internal/rspec"
+)
+
+// Outcome is the answer of Decide: one admission decision for a call's
+// charges, which never waited for room.
+type Outcome struct {
+	// Call is the admitted call (Release it exactly once); nil when the
+	// call was refused.
+	Call *Call
+	// At, when refused, is the earliest instant, on this process's clock,
+	// at which the call could be admitted if nothing else changes (a
+	// window moving on, a pause ending), never before the decision plus
+	// MinRetry when Redis decided it: ask again then. With Release it is
+	// the bound the leases give (capped by Config.MaxPause): a release
+	// may bring it much sooner.
+	At time.Time
+	// Release, when refused, reports that time alone cannot make room:
+	// only calls in flight ending can (a release of this process, which
+	// Config.OnRoom reports, or elsewhere, which nobody reports: ask again
+	// within a quarter of the rule's Per, ReleaseRetry). It is the
+	// ratesem.ErrInFlight of window.Limiter.TryN.
+	Release bool
+	// Paused, when refused, reports that the refusal is a pause (Pause, a
+	// pause stored in Redis): At is its end.
+	Paused bool
+	// Refused is the index of a charge that refused, when refused (0 when
+	// the fallback refused: it does not say which).
+	Refused int
+	// Local reports that the fallback decided (Redis was taken as
+	// unreachable, or did not answer this round trip): a Call it admitted
+	// reports Local too. A refusal of the fallback knows no instant: At is
+	// the next probe of Redis or ReleaseRetry from now, whichever is
+	// sooner.
+	Local bool
+}
+
+// Wait returns how long from now until o.At (at least 1 ns when refused;
+// 0 when admitted).
+func (o Outcome) Wait(now time.Time) time.Duration {
+	if o.Call != nil {
+		return 0
+	}
+	return max(o.At.Sub(now), 1)
+}
+
+// ReleaseRetry is the longest a caller refused because calls in flight
+// fill a limit (Outcome.Release) should wait before asking Redis again
+// when no release of this process comes first: a quarter of the Per of
+// the refusing charge's rule (10 ms for a rule without Per). See the
+// package doc (# Sleeping).
+func ReleaseRetry(c rspec.Charge) time.Duration { return releaseCap(c.Spec) }
+
+// Request is one call to decide: its scope and charges (as Decide takes
+// them).
+type Request struct {
+	Scope   string
+	Charges []rspec.Charge
+}
+
+// Result is the decision of one Request of DecideAll: its Outcome, or the
+// error Decide would have returned.
+type Result struct {
+	Outcome
+	Err error
+}
+
+// DecideAll decides reqs in order, each as Decide does, and returns one
+// Result per request. It is the shape of the batched decision (one round
+// trip deciding several queued waiters and carrying pending releases):
+// today each request costs its own round trip; a later store decides them
+// in one script, in this order, each seeing the admissions before it.
+// ctx bounds them all. A caller that keeps FIFO order should stop reading
+// the Results of a limiter after its first refusal, as one round trip will
+// decide them.
+func (e *Engine) DecideAll(ctx context.Context, reqs []Request) []Result {
+	rs := make([]Result, len(reqs))
+	for i, r := range reqs {
+		rs[i].Outcome, rs[i].Err = e.Decide(ctx, r.Scope, r.Charges)
+	}
+	return rs
+}
+
+// Decide makes ONE admission decision for the call's charges and never
+// waits for room: one round trip to Redis (bounded by Config.Timeout and
+// ctx), or none when this process already knows the answer (a pause, or a
+// refusal whose instant has not come: Outcome.At says it), or the
+// fallback's TryAcquire while Redis is taken as unreachable. It ignores
+// the queues of Acquire (the caller's own queue orders its calls) but
+// follows the engine's other rules: the fallback's calls are carried into
+// Redis before any admission there; while the fallback's window drains
+// the call needs room in the fallback too (the gate); a round trip that
+// fails marks Redis unreachable (then Decide asks the fallback, and asks
+// Redis again at the probe schedule: 100 ms after the failure, doubling up
+// to a second); the first answer after marks it reachable. An admission
+// Redis grants after ctx is done, or after Timeout, is cancelled there.
+//
+// It returns the admitted call in Outcome.Call, or a refusal (Outcome.At,
+// Release, Paused); an error for what is not a refusal: those of Acquire's
+// checks (ratesem.ErrNegativeWeight, ErrWeightTooLarge, a nil Spec) at
+// once, an error matching rspec.ErrLimitMismatch, one matching
+// ErrUnavailable when Redis cannot be reached and there is no Fallback,
+// ctx.Err() when ctx ends first, ErrClosed after Close. A call of no
+// charges is admitted without a round trip. It reports Refused and
+// RoundTripFailed events to the Observer, but not Admitted (the caller's
+// wait is the caller's to report). It is safe for concurrent use.
+func (e *Engine) Decide(ctx context.Context, scope string, cs []rspec.Charge) (Outcome, error) {
+	if err := checkCharges(cs); err != nil {
+		return Outcome{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return Outcome{}, err
+	}
+	since := time.Now()
+	if len(cs) == 0 {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		if e.closed {
+			return Outcome{}, ErrClosed
+		}
+		e.inflight++
+		e.stats.Admitted++
+		return Outcome{Call: &Call{e: e, scope: scope}}, nil
+	}
+	w := e.newWaiter(scope, slices.Clone(cs))
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return Outcome{}, ErrClosed
+	}
+	e.registerLocked(w)
+	e.active++
+	e.mu.Unlock()
+	defer e.leave(w, true)
+	return e.decide(ctx, w, since)
+}
+
+// newWaiter returns the waiter of a call of charges cs in scope, not yet
+// registered with its limiters.
+func (e *Engine) newWaiter(scope string, cs []rspec.Charge) *waiter {
+	w := &waiter{scope: scope, cs: cs, keys: make([]limKey, len(cs)), lims: make([]*limiter, len(cs))}
+	for i, c := range cs {
+		w.keys[i] = limKey{scope, c.Rule, c.Key}
+	}
+	return w
+}
+
+// registerLocked makes w a user of its limiters, made if needed (leave, or
+// dropLocked, ends it). e.mu must be held.
+func (e *Engine) registerLocked(w *waiter) {
+	for i, k := range w.keys {
+		l := e.lims[k]
+		if l == nil {
+			l = &limiter{}
+			e.lims[k] = l
+		}
+		l.users++
+		w.lims[i] = l
+	}
+}
+
+// knownLocked returns the latest instant after now before which w is known
+// not to be admitted (a pause, a refusal's instant), whether it is a pause,
+// and the index of that charge; zero when none. e.mu must be held.
+func (w *waiter) knownLocked(now time.Time) (until time.Time, paused bool, ri int) {
+	for i, l := range w.lims {
+		if now.Before(l.paused) && l.paused.After(until) {
+			until, paused, ri = l.paused, true, i
+		}
+		if w.cs[i].Weight >= l.notBeforeN && now.Before(l.notBefore) && l.notBefore.After(until) {
+			until, paused, ri = l.notBefore, false, i
+		}
+	}
+	return until, paused, ri
+}
+
+// decide is Decide for w, registered with its limiters.
+func (e *Engine) decide(ctx context.Context, w *waiter, since time.Time) (Outcome, error) {
+	defer func() {
+		if w.local != nil { // the gate's units, not passed on to a Call
+			w.local()
+			w.local = nil
+		}
+	}()
+	now := time.Now()
+	e.mu.Lock()
+	down, probe, downErr := e.down, !now.Before(e.nextProbe), e.downErr
+	gated := e.gatedLocked(now)
+	until, paused, ri := w.knownLocked(now)
+	e.mu.Unlock()
+	if !until.IsZero() {
+		return Outcome{At: until, Paused: paused, Refused: ri}, nil
+	}
+	if down && !probe {
+		return e.decideLocal(w, since, downErr)
+	}
+	if gated {
+		rel, ok := e.cfg.Fallback.TryAcquire(w.scope, w.cs)
+		if !ok {
+			return e.localRefusal(w), nil
+		}
+		if rel == nil {
+			rel = func() {}
+		}
+		w.local = rel
+	}
+	timeout := e.cfg.Timeout
+	if down {
+		timeout = min(timeout, probeTimeout)
+	}
+	if err := e.carry(ctx, timeout); err != nil {
+		switch {
+		case err == ErrClosed:
+			return Outcome{}, ErrClosed
+		case ctx.Err() != nil:
+			return Outcome{}, ctx.Err()
+		}
+		return e.decideFailed(w, since, err)
+	}
+	d, err, left := e.redisAdmit(ctx, w, timeout)
+	e.mu.Lock()
+	e.stats.RedisAdmits++
+	if d.Lost {
+		e.stats.StateLost++
+	}
+	mismatch := errors.Is(err, rspec.ErrLimitMismatch)
+	if mismatch {
+		e.stats.LimitMismatches++
+	}
+	e.mu.Unlock()
+	switch {
+	case left == ErrClosed:
+		return Outcome{}, ErrClosed
+	case left != nil && ctx.Err() != nil:
+		return Outcome{}, ctx.Err()
+	case left != nil:
+		err = left // no answer within the timeout
+	}
+	if err != nil {
+		if mismatch || callerError(err) {
+			e.markUp()
+			return Outcome{}, err
+		}
+		return e.decideFailed(w, since, err)
+	}
+	e.markUp()
+	if d.OK {
+		if e.cfg.TestAfterAdmit != nil {
+			e.cfg.TestAfterAdmit()
+		}
+		if ctx.Err() != nil {
+			e.cancelToken(w.scope, w.cs, d.Token)
+			return Outcome{}, ctx.Err()
+		}
+		c := &Call{e: e, scope: w.scope, cs: w.cs, token: d.Token, at: d.Now, seen: time.Now(), marks: d.Marks, local: w.local}
+		w.local = nil // the Call releases them
+		if err := e.hold(c, since); err != nil {
+			if c.local != nil {
+				c.local()
+			}
+			e.cancelToken(w.scope, w.cs, d.Token)
+			return Outcome{}, err
+		}
+		return Outcome{Call: c}, nil
+	}
+	now = time.Now()
+	if d.Late {
+		// Redis ran it after its deadline though its caller still waited:
+		// this process's reading of Redis's clock was off (the store took
+		// a new one from this reply). Ask again soon, not at once.
+		return Outcome{At: now.Add(MinRetry + rand.N(MinRetry))}, nil
+	}
+	e.event(Event{Kind: Refused, Scope: w.scope, Charges: w.cs, Wait: d.Wait})
+	return e.refused(w, d, now), nil
+}
+
+// refused records what Redis's refusal d of w at now teaches (the
+// limiter's pause, or the instant before which no call of that weight or
+// more is admitted; capped by MaxPause) and returns its Outcome.
+func (e *Engine) refused(w *waiter, d rspec.Decision, now time.Time) Outcome {
+	ri := d.Refused
+	if ri < 0 || ri >= len(w.cs) {
+		ri = 0
+	}
+	// What this process remembers is capped by MaxPause: a hostile or
+	// broken server cannot park a limiter for longer.
+	at := now.Add(max(min(d.Wait, e.cfg.MaxPause), MinRetry))
+	o := Outcome{At: at, Release: d.Release, Paused: d.Paused, Refused: ri}
+	if d.Release {
+		return o
+	}
+	e.mu.Lock()
+	l := w.lims[ri]
+	if d.Paused {
+		if at.After(l.paused) {
+			l.paused = at
+		}
+	} else {
+		l.notBefore, l.notBeforeN = at, w.cs[ri].Weight
+	}
+	e.mu.Unlock()
+	return o
+}
+
+// decideFailed handles a round trip of Decide that failed with cause:
+// Redis is marked down, the event reported, and the fallback decides.
+func (e *Engine) decideFailed(w *waiter, since time.Time, cause error) (Outcome, error) {
+	e.markDown(cause, true)
+	e.event(Event{Kind: RoundTripFailed, Scope: w.scope, Charges: w.cs, Err: cause})
+	return e.decideLocal(w, since, cause)
+}
+
+// decideLocal decides w in the fallback, without waiting, or fails with
+// ErrUnavailable wrapping cause when there is none. Units the gate already
+// holds for w are the admission.
+func (e *Engine) decideLocal(w *waiter, since time.Time, cause error) (Outcome, error) {
+	fb := e.cfg.Fallback
+	if fb == nil {
+		return Outcome{}, e.unavailable(cause)
+	}
+	rel := w.local
+	w.local = nil
+	if rel == nil {
+		r, ok := fb.TryAcquire(w.scope, w.cs)
+		if !ok {
+			// The caller asks again by the next probe: then Decide asks
+			// Redis itself.
+			return e.localRefusal(w), nil
+		}
+		if rel = r; rel == nil {
+			rel = func() {}
+		}
+	}
+	c := &Call{e: e, scope: w.scope, cs: w.cs, local: rel, fb: true}
+	if err := e.hold(c, since); err != nil {
+		rel()
+		return Outcome{}, err
+	}
+	return Outcome{Call: c, Local: true}, nil
+}
+
+// localRefusal is the Outcome of a refusal of the fallback: it knows no
+// instant; ask again at the next probe of Redis or after ReleaseRetry,
+// whichever is sooner.
+func (e *Engine) localRefusal(w *waiter) Outcome {
+	now := time.Now()
+	at := now.Add(releaseCap(w.cs[0].Spec))
+	e.mu.Lock()
+	if e.down && e.nextProbe.After(now) && e.nextProbe.Before(at) {
+		at = e.nextProbe
+	}
+	e.mu.Unlock()
+	return Outcome{At: at, Local: true}
+}
+
+// TryAcquireWait is TryAcquire that says, on refusal, how long until the
+// call could be admitted, as window.Limiter.TryN does: it returns the call
+// admitted, with wait 0; or no call and wait > 0, the time until the
+// instant Redis (or a pause, or a refusal this process remembers) names,
+// when time alone can make room; or no call, wait 0 and an error matching
+// ratesem.ErrInFlight when only calls in flight ending can (Redis's answer;
+// or waiters of this process queue on one of the limiters and no instant
+// is known: only their admission, which calls ending bring, lets this call
+// go first). Like TryAcquire it never overtakes a waiter of this process
+// (it then fails at once without a round trip) and makes at most one
+// round trip, bounded by Config.Timeout. A refusal of the fallback (Redis
+// unreachable) gives the wait of Outcome.Local. Its other errors are
+// Decide's.
+func (e *Engine) TryAcquireWait(scope string, cs []rspec.Charge) (*Call, time.Duration, error) {
+	if err := checkCharges(cs); err != nil {
+		return nil, 0, err
+	}
+	var o Outcome
+	var err error
+	if len(cs) == 0 {
+		o, err = e.Decide(context.Background(), scope, nil)
+	} else {
+		o, err = e.tryDecide(scope, slices.Clone(cs))
+	}
+	switch {
+	case err != nil:
+		return nil, 0, err
+	case o.Call != nil:
+		return o.Call, 0, nil
+	case o.Release:
+		return nil, 0, fmt.Errorf("%w: rule %q key %q (Redis: the calls in flight fill the limit)", ratesem.ErrInFlight, cs[o.Refused].Rule, cs[o.Refused].Key)
+	case o.At.IsZero():
+		return nil, 0, fmt.Errorf("%w: calls of this process wait on rule %q key %q", ratesem.ErrInFlight, cs[o.Refused].Rule, cs[o.Refused].Key)
+	}
+	return nil, o.Wait(time.Now()), nil
+}
+
+// tryDecide is Decide for TryAcquireWait: refused at once, without a round
+// trip, when a waiter of this process queues on one of the limiters (At
+// then the instant known, zero when none) or too many callers ask Redis for
+// one of them without queueing.
+func (e *Engine) tryDecide(scope string, cs []rspec.Charge) (Outcome, error) {
+	since := time.Now()
+	w := e.newWaiter(scope, cs)
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return Outcome{}, ErrClosed
+	}
+	e.registerLocked(w)
+	for i, l := range w.lims {
+		if l.q.Len() > 0 || l.asking >= maxFreeAsks {
+			until, paused, ri := w.knownLocked(since)
+			if until.IsZero() {
+				ri = i
+			}
+			e.dropLocked(w)
+			e.mu.Unlock()
+			return Outcome{At: until, Paused: paused, Refused: ri}, nil
+		}
+	}
+	w.asking = true
+	for _, l := range w.lims {
+		l.asking++
+	}
+	e.active++
+	e.mu.Unlock()
+	defer e.leave(w, true)
+	return e.decide(context.Background(), w, since)
+}
