@@ -1925,6 +1925,55 @@ func (e *Engine) ReconcileAtThen(scope string, c rspec.Charge, used int64, r rsp
 	})
 }
 
+// BudgetThen passes a server's report of a Quota limiter's budget
+// (remaining units in the server's window, which ends resetIn from now;
+// own: the reporting call's units when still in flight and leased, see
+// rspec.Store.Budget) to Redis, asynchronously: one round trip on a
+// goroutine of its own, bounded by Timeout; it never blocks. then, when
+// not nil, is told the units the budget dropped by (negative when a new
+// window raised it: then, as for a give-back of ReconcileAt, this process
+// forgets what it learned of the limiter's next admission, wakes its first
+// waiter and calls Config.OnRoom) and the round trip's error, on a
+// goroutine of the engine. Nothing is sent (and then is not called) while
+// Redis is taken as unreachable, after Close, or for a negative remaining.
+func (e *Engine) BudgetThen(scope string, c rspec.Charge, remaining int64, resetIn time.Duration, own int64, then func(taken int64, err error)) {
+	if remaining < 0 {
+		return
+	}
+	e.mu.Lock()
+	down, closed := e.down, e.closed
+	e.mu.Unlock()
+	if down || closed {
+		return
+	}
+	e.spawn(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), e.cfg.Timeout)
+		taken, err := e.st.Budget(ctx, scope, c, remaining, resetIn, own)
+		cancel()
+		if err != nil && callerError(err) {
+			e.markUp()
+		} else {
+			e.roundTrip(err)
+		}
+		if err == nil && taken < 0 {
+			e.mu.Lock()
+			if l := e.lims[limKey{scope, c.Rule, c.Key}]; l != nil {
+				l.askAgainLocked(func(w *waiter) chan struct{} { return w.room })
+			}
+			e.mu.Unlock()
+			if e.cfg.OnRoom != nil {
+				e.cfg.OnRoom(scope, []rspec.Charge{c})
+			}
+		}
+		if then != nil {
+			if err != nil {
+				taken = 0
+			}
+			then(taken, err)
+		}
+	})
+}
+
 // SetLimit changes a limiter's limit for every process: c.Spec is stored
 // in Redis, and every process adopts it at its next admission. It blocks
 // for one round trip, at most Timeout or until ctx is done; it returns an

@@ -138,6 +138,7 @@ const (
 	TokenBucket          = rspec.TokenBucket
 	LeakyBucket          = rspec.LeakyBucket
 	GCRA                 = rspec.GCRA
+	Quota                = rspec.Quota
 )
 
 // Bounds of what a Store accepts (rspec's).
@@ -461,9 +462,13 @@ func (s *Store) Admit(ctx context.Context, scope string, cs []Charge) (Decision,
 		return d, nil
 	}
 	if ad, _ := v[5].(string); ad != "" {
+		// "i=spec," per charge that adopted a stored spec
 		for _, f := range strings.Split(strings.TrimSuffix(ad, ","), ",") {
-			if i, err := strconv.Atoi(f); err == nil && i >= 1 && i <= len(cs) {
+			is, wire, _ := strings.Cut(f, "=")
+			if i, err := strconv.Atoi(is); err == nil && i >= 1 && i <= len(cs) {
+				sp, _ := parseWire(wire)
 				d.Adopted = append(d.Adopted, i-1)
+				d.AdoptedSpecs = append(d.AdoptedSpecs, sp)
 			}
 		}
 	}
@@ -917,6 +922,61 @@ func (s *Store) SetLimit(ctx context.Context, scope string, c Charge) error {
 	return nil
 }
 
+// Budget takes in a server's report of the budget of c's limiter, a Quota
+// (learned limits: a quota shared by the fleet): remaining units in the
+// server's window, which ends resetIn from now (clamped to [0, Per + 1 s]:
+// a window lasts Per; a second more for resets rounded to whole seconds);
+// own is the units of the reporting call when it is still in flight and
+// leased here (a concurrency cap), else 0. The budget is remaining (at
+// most N) less the fleet's units in flight the server may not have
+// counted yet (those leased, but the reporting call's). A report of a
+// window ending more than max(1 s, Per/2) after the one the limiter keeps
+// is a new window: it sets the budget and the window's end, even higher
+// than it was. Any other report only lowers the budget (the server's
+// remaining only falls within a window; a report can only tighten), and
+// never moves the window's end. A report whose window has ended (resetIn
+// ≤ 0) changes nothing. Admissions take their units from the budget and,
+// when it is short, wait until the window ends (Decision.Wait), across
+// every process; a window that ends without a report rolls to one of Per
+// allowing N.
+//
+// It returns the units the budget dropped by (negative when a new window
+// raised it: room was made), an error matching ErrSpec for a limiter
+// whose stored spec is not a Quota, ErrLimitMismatch, or the go-redis
+// error. c.Weight is not
+// used. One round trip.
+func (s *Store) Budget(ctx context.Context, scope string, c Charge, remaining int64, resetIn time.Duration, own int64) (int64, error) {
+	c.Weight = 0
+	remaining = min(max(remaining, 0), MaxN)
+	own = min(max(own, 0), MaxN)
+	rin := min(max(resetIn, 0), MaxPer+time.Second)
+	us := rin / time.Microsecond
+	if rin%time.Microsecond != 0 {
+		us++
+	}
+	arg := strconv.FormatInt(remaining, 10) + ":" + strconv.FormatInt(int64(us), 10) + ":" + strconv.FormatInt(own, 10)
+	keys, args, err := s.call(scope, []Charge{c}, "", arg)
+	if err != nil {
+		return 0, err
+	}
+	v, err := budgetScript.Run(ctx, s.c, keys, args...).Result()
+	if err != nil {
+		if strings.Contains(err.Error(), "ratesem: not a quota limiter") {
+			return 0, fmt.Errorf("%w: rule %q key %q: its limit in Redis is not a quota (budget report dropped)", ErrSpec, clip(c.Rule), clip(c.Key))
+		}
+		return 0, fmt.Errorf("ratesem: redis budget: %w", err)
+	}
+	switch r := v.(type) {
+	case int64:
+		return r, nil
+	case []any:
+		if len(r) == 3 {
+			return 0, mismatch([]Charge{c}, r)
+		}
+	}
+	return 0, fmt.Errorf("ratesem: malformed reply from Redis: %v", v)
+}
+
 // AdmitLua returns the Lua source of the admission script Admit runs with
 // EVALSHA (for benchmarks that measure the raw script, e.g. against
 // go-redis/redis_rate). Its KEYS and ARGV for a call are those AdmitCall
@@ -927,7 +987,8 @@ func (s *Store) SetLimit(ctx context.Context, scope string, c Charge) error {
 // deadline had passed, or {-1, charge, stored spec} for a limit mismatch;
 // flags: 1 only a release can help, 2 paused, 4 lost state, 8 a lease was
 // taken, 16 too late; adopted: the charges (from 1) whose stored spec was
-// adopted, comma-separated; epoch: the scope's epoch (see # Losses).
+// adopted, each as "i=stored spec", comma-separated; epoch: the scope's
+// epoch (see # Losses).
 func AdmitLua() string { return admitSource }
 
 // AdmitCall returns the KEYS and ARGV with which Admit would run the
