@@ -43,6 +43,18 @@ type Outcome struct {
 	// the next probe of Redis or ReleaseRetry from now, whichever is
 	// sooner.
 	Local bool
+	// Adopted and AdoptedSpecs are Redis's rspec.Decision.Adopted and
+	// AdoptedSpecs: the charges decided under a limit stored in Redis
+	// (SetLimit, a learned limit replacing rspec.Unknown) rather than
+	// the caller's, and those limits. A caller that learns limits
+	// charges the real weight under them from then.
+	Adopted      []int
+	AdoptedSpecs []rspec.Spec
+
+	known bool          // At is what this process knew, without asking
+	late  bool          // Redis ran the admission after its deadline
+	full  time.Time     // Redis's instant, not capped by MaxPause (deadlines)
+	nap   time.Duration // how long a head sleeps before asking again
 }
 
 // Wait returns how long from now until o.At (at least 1 ns when refused;
@@ -123,14 +135,8 @@ func (e *Engine) Decide(ctx context.Context, scope string, cs []rspec.Charge) (O
 	}
 	since := time.Now()
 	if len(cs) == 0 {
-		e.mu.Lock()
-		defer e.mu.Unlock()
-		if e.closed {
-			return Outcome{}, ErrClosed
-		}
-		e.inflight++
-		e.stats.Admitted++
-		return Outcome{Call: &Call{e: e, scope: scope}}, nil
+		c, err := e.admitEmpty(scope)
+		return Outcome{Call: c}, err
 	}
 	w := e.newWaiter(scope, slices.Clone(cs))
 	e.mu.Lock()
@@ -142,7 +148,8 @@ func (e *Engine) Decide(ctx context.Context, scope string, cs []rspec.Charge) (O
 	e.active++
 	e.mu.Unlock()
 	defer e.leave(w, true)
-	return e.decide(ctx, w, since)
+	defer w.dropLocal()
+	return e.decide(ctx, w, since, false)
 }
 
 // newWaiter returns the waiter of a call of charges cs in scope, not yet
@@ -184,40 +191,59 @@ func (w *waiter) knownLocked(now time.Time) (until time.Time, paused bool, ri in
 	return until, paused, ri
 }
 
-// decide is Decide for w, registered with its limiters.
-func (e *Engine) decide(ctx context.Context, w *waiter, since time.Time) (Outcome, error) {
-	defer func() {
-		if w.local != nil { // the gate's units, not passed on to a Call
-			w.local()
-			w.local = nil
-		}
-	}()
+// dropLocal gives back the fallback's units the gate holds for w, if any
+// (not passed on to a Call).
+func (w *waiter) dropLocal() {
+	if w.local != nil {
+		w.local()
+		w.local = nil
+	}
+}
+
+// decide takes one decision for w, registered with its limiters: what
+// this process knows (a pause, a refusal's instant: Outcome.known), or
+// the fallback while Redis is taken as unreachable, or one round trip to
+// Redis (after the gate and the carry of the fallback's calls). When
+// block, the fallback and the gate wait for room (Acquire), and decide
+// returns errBackUp when Redis answers again meanwhile and errGateWait
+// after a gate's sleep (ask again); otherwise they only try (Decide). The
+// gate's units (w.local) pass to the Call admitted; the caller gives them
+// back otherwise (dropLocal).
+func (e *Engine) decide(ctx context.Context, w *waiter, since time.Time, block bool) (Outcome, error) {
 	now := time.Now()
 	e.mu.Lock()
+	closed := e.closed
 	down, probe, downErr := e.down, !now.Before(e.nextProbe), e.downErr
-	gated := e.gatedLocked(now)
+	gated := w.local == nil && e.gatedLocked(now)
+	drain := e.fbDrain
 	until, paused, ri := w.knownLocked(now)
 	e.mu.Unlock()
+	switch {
+	case closed:
+		return Outcome{}, ErrClosed
+	case ctx.Err() != nil:
+		return Outcome{}, ctx.Err()
+	}
 	if !until.IsZero() {
-		return Outcome{At: until, Paused: paused, Refused: ri}, nil
+		return Outcome{At: until, Paused: paused, Refused: ri, known: true, full: until}, nil
 	}
 	if down && !probe {
-		return e.decideLocal(w, since, downErr)
+		return e.local(ctx, w, since, block, downErr)
 	}
 	if gated {
-		rel, ok := e.cfg.Fallback.TryAcquire(w.scope, w.cs)
-		if !ok {
-			return e.localRefusal(w), nil
+		if err := e.gate(ctx, w, !block, drain); err != nil {
+			if err == errTry {
+				return e.localRefusal(w), nil
+			}
+			return Outcome{}, err
 		}
-		if rel == nil {
-			rel = func() {}
-		}
-		w.local = rel
 	}
 	timeout := e.cfg.Timeout
 	if down {
 		timeout = min(timeout, probeTimeout)
 	}
+	// The fallback's calls go to Redis before any call of this process
+	// does (the first round trip after an outage carries them).
 	if err := e.carry(ctx, timeout); err != nil {
 		switch {
 		case err == ErrClosed:
@@ -225,10 +251,11 @@ func (e *Engine) decide(ctx context.Context, w *waiter, since time.Time) (Outcom
 		case ctx.Err() != nil:
 			return Outcome{}, ctx.Err()
 		}
-		return e.decideFailed(w, since, err)
+		return e.failed(ctx, w, since, block, err)
 	}
 	d, err, left := e.redisAdmit(ctx, w, timeout)
 	e.mu.Lock()
+	e.stopAskingLocked(w)
 	e.stats.RedisAdmits++
 	if d.Lost {
 		e.stats.StateLost++
@@ -251,7 +278,7 @@ func (e *Engine) decide(ctx context.Context, w *waiter, since time.Time) (Outcom
 			e.markUp()
 			return Outcome{}, err
 		}
-		return e.decideFailed(w, since, err)
+		return e.failed(ctx, w, since, block, err)
 	}
 	e.markUp()
 	if d.OK {
@@ -271,79 +298,77 @@ func (e *Engine) decide(ctx context.Context, w *waiter, since time.Time) (Outcom
 			e.cancelToken(w.scope, w.cs, d.Token)
 			return Outcome{}, err
 		}
-		return Outcome{Call: c}, nil
+		return Outcome{Call: c, Adopted: d.Adopted, AdoptedSpecs: d.AdoptedSpecs}, nil
 	}
 	now = time.Now()
 	if d.Late {
 		// Redis ran it after its deadline though its caller still waited:
 		// this process's reading of Redis's clock was off (the store took
 		// a new one from this reply). Ask again soon, not at once.
-		return Outcome{At: now.Add(MinRetry + rand.N(MinRetry))}, nil
+		return Outcome{At: now.Add(MinRetry + rand.N(MinRetry)), late: true}, nil
 	}
 	e.event(Event{Kind: Refused, Scope: w.scope, Charges: w.cs, Wait: d.Wait})
-	return e.refused(w, d, now), nil
+	o := e.refused(w, d, now)
+	o.Adopted, o.AdoptedSpecs = d.Adopted, d.AdoptedSpecs
+	return o, nil
 }
 
 // refused records what Redis's refusal d of w at now teaches (the
 // limiter's pause, or the instant before which no call of that weight or
-// more is admitted; capped by MaxPause) and returns its Outcome.
+// more is admitted), capped by MaxPause: a hostile or broken server cannot
+// park a limiter for longer, and asking again then costs one round trip.
+// It returns its Outcome.
 func (e *Engine) refused(w *waiter, d rspec.Decision, now time.Time) Outcome {
 	ri := d.Refused
 	if ri < 0 || ri >= len(w.cs) {
 		ri = 0
 	}
-	// What this process remembers is capped by MaxPause: a hostile or
-	// broken server cannot park a limiter for longer.
-	at := now.Add(max(min(d.Wait, e.cfg.MaxPause), MinRetry))
-	o := Outcome{At: at, Release: d.Release, Paused: d.Paused, Refused: ri}
+	wait := max(d.Wait, 0)
+	o := Outcome{Release: d.Release, Paused: d.Paused, Refused: ri, full: now.Add(wait)}
+	wait = min(wait, e.cfg.MaxPause)
+	o.At, o.nap = now.Add(max(wait, MinRetry)), wait
 	if d.Release {
+		o.nap = min(wait, releaseCap(w.cs[ri].Spec))
 		return o
 	}
+	rec := now.Add(wait)
 	e.mu.Lock()
 	l := w.lims[ri]
 	if d.Paused {
-		if at.After(l.paused) {
-			l.paused = at
+		if rec.After(l.paused) {
+			l.paused = rec
 		}
 	} else {
-		l.notBefore, l.notBeforeN = at, w.cs[ri].Weight
+		l.notBefore, l.notBeforeN = rec, w.cs[ri].Weight
 	}
 	e.mu.Unlock()
 	return o
 }
 
-// decideFailed handles a round trip of Decide that failed with cause:
-// Redis is marked down, the event reported, and the fallback decides.
-func (e *Engine) decideFailed(w *waiter, since time.Time, cause error) (Outcome, error) {
+// failed handles a round trip of w's decision that failed with cause
+// (Redis did not answer): Redis is marked down, the event reported, and
+// the fallback decides.
+func (e *Engine) failed(ctx context.Context, w *waiter, since time.Time, block bool, cause error) (Outcome, error) {
 	e.markDown(cause, true)
 	e.event(Event{Kind: RoundTripFailed, Scope: w.scope, Charges: w.cs, Err: cause})
-	return e.decideLocal(w, since, cause)
+	return e.local(ctx, w, since, block, cause)
 }
 
-// decideLocal decides w in the fallback, without waiting, or fails with
-// ErrUnavailable wrapping cause when there is none. Units the gate already
-// holds for w are the admission.
-func (e *Engine) decideLocal(w *waiter, since time.Time, cause error) (Outcome, error) {
-	fb := e.cfg.Fallback
-	if fb == nil {
+// local decides w in the fallback (waiting for room when block, until
+// Redis answers again: errBackUp), or fails with ErrUnavailable wrapping
+// cause when there is none. Units the gate already holds for w are the
+// admission.
+func (e *Engine) local(ctx context.Context, w *waiter, since time.Time, block bool, cause error) (Outcome, error) {
+	if e.cfg.Fallback == nil {
 		return Outcome{}, e.unavailable(cause)
 	}
-	rel := w.local
-	w.local = nil
-	if rel == nil {
-		r, ok := fb.TryAcquire(w.scope, w.cs)
-		if !ok {
-			// The caller asks again by the next probe: then Decide asks
-			// Redis itself.
-			return e.localRefusal(w), nil
-		}
-		if rel = r; rel == nil {
-			rel = func() {}
-		}
-	}
-	c := &Call{e: e, scope: w.scope, cs: w.cs, local: rel, fb: true}
-	if err := e.hold(c, since); err != nil {
-		rel()
+	c, err := e.fallback(ctx, w, since, !block, cause)
+	switch {
+	case err == errTry:
+		// The caller asks again by the next probe: then Decide asks Redis
+		// itself.
+		return e.localRefusal(w), nil
+	case err != nil:
 		return Outcome{}, err
 	}
 	return Outcome{Call: c, Local: true}, nil
@@ -431,5 +456,6 @@ func (e *Engine) tryDecide(scope string, cs []rspec.Charge) (Outcome, error) {
 	e.active++
 	e.mu.Unlock()
 	defer e.leave(w, true)
-	return e.decide(context.Background(), w, since)
+	defer w.dropLocal()
+	return e.decide(context.Background(), w, since, false)
 }

@@ -10,6 +10,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/ratesem/ratesem"
+	"github.com/ratesem/ratesem/internal/rspec"
 	"github.com/ratesem/ratesem/internal/rstore"
 	"github.com/ratesem/ratesem/redistest"
 	"github.com/ratesem/ratesem/window"
@@ -215,5 +216,64 @@ func TestReconcileAtThenReal(t *testing.T) {
 		if a := report(tc.used); a != tc.want {
 			t.Fatalf("a count of %d: took in %d, want %d", tc.used, a, tc.want)
 		}
+	}
+}
+
+// Learned limits through the engine: a key of unknown limit admits one
+// call at a time across two engines (processes); the limit one learns and
+// sends is adopted by the other at its next decision (Outcome.Adopted,
+// AdoptedSpecs); a Quota's budget report (BudgetThen) is shared and says
+// the units taken in.
+func TestLearnedThroughEngineReal(t *testing.T) {
+	e1, srv := realEngine(t, nil, Config{})
+	c2 := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { c2.Close() })
+	st2, err := rstore.New(c2, "rtest", rstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e2, err := New(Config{Store: st2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e2.Close() })
+	ctx := context.Background()
+	unk := []rstore.Charge{{Rule: "r", Key: "k", Spec: rspec.Unknown(), Weight: 1}}
+	o1, err := e1.Decide(ctx, "s", unk)
+	if err != nil || o1.Call == nil {
+		t.Fatalf("%+v %v", o1, err)
+	}
+	if o2, err := e2.Decide(ctx, "s", unk); err != nil || o2.Call != nil || !o2.Release {
+		t.Fatalf("a second call of an unknown key elsewhere: %+v %v; want one at a time", o2, err)
+	}
+	learned := &rstore.Spec{Kind: rstore.Quota, Limit: window.Limit{N: 5, Per: time.Minute}}
+	o3, err := e1.Decide(ctx, "s", []rstore.Charge{{Rule: "r", Key: "k", Spec: learned, Weight: 2}})
+	if err != nil || o3.Call == nil {
+		t.Fatalf("the learned limit: %+v %v", o3, err)
+	}
+	o4, err := e2.Decide(ctx, "s", unk)
+	if err != nil || o4.Call == nil || len(o4.AdoptedSpecs) != 1 || o4.AdoptedSpecs[0] != *learned {
+		t.Fatalf("the other process: %+v %v; want the learned limit adopted", o4, err)
+	}
+	got := make(chan int64, 1)
+	e2.BudgetThen("s", rstore.Charge{Rule: "r", Key: "k", Spec: learned}, 1, 30*time.Second, 0, func(taken int64, err error) {
+		if err != nil {
+			t.Error(err)
+		}
+		got <- taken
+	})
+	select {
+	case taken := <-got:
+		if taken != 1 { // 5 - 2 - 1 = 2 left; the server says 1
+			t.Fatalf("BudgetThen took in %d, want 1", taken)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("then not called")
+	}
+	if _, wait, err := e1.TryAcquireWait("s", []rstore.Charge{{Rule: "r", Key: "k", Spec: learned, Weight: 2}}); err != nil || wait < 50*time.Second {
+		t.Fatalf("over the shared budget: wait %v %v; want the window's end", wait, err)
+	}
+	for _, o := range []Outcome{o1, o3, o4} {
+		o.Call.Release()
 	}
 }
