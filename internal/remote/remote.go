@@ -41,6 +41,20 @@
 // per engine, and messages are lost across reconnections, so a cap would be
 // needed anyway.
 //
+// # One decision
+//
+// Decide is the step every wait is made of: one admission decision for a
+// call's charges (what this process knows, the fallback while Redis is
+// taken as unreachable, or one round trip), which never waits for room and
+// answers with the admitted Call, the instant the call could be admitted,
+// or "only a release can help" (Outcome). Acquire is a loop over it (wait
+// for the turn, decide, queue, sleep) and TryAcquire and TryAcquireWait
+// are one decision each; a caller with queues of its own (the one waiting
+// engine) calls Decide from them and learns from Config.OnRoom when a
+// release of this process reached Redis. DecideAll is the shape of the
+// batched decision (several queued calls, and pending releases, in one
+// round trip): today one round trip per call.
+//
 // # Deadlines
 //
 // When the wait Redis gives ends after ctx's deadline (and no release can

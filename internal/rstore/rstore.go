@@ -96,8 +96,19 @@
 // The limit (kind, N, Per, burst, margin, blocks) is stored with the state.
 // An Admit whose Spec differs from the stored one fails with an error
 // matching ErrLimitMismatch naming both, unless the stored one was written
-// by SetLimit: then it is adopted (Decision.Adopted) so that SetLimit in
-// one process changes the limit for every process.
+// by SetLimit: then it is adopted (Decision.Adopted, AdoptedSpecs) so that
+// SetLimit in one process changes the limit for every process.
+//
+// # Learned limits
+//
+// A key whose limit nobody has learned yet is charged under rspec.Unknown
+// (one call at a time across the fleet); it adopts any limit stored for
+// the key, and a charge under another Spec replaces a stored Unknown for
+// every process (as SetLimit would): the fleet learns a key's limit from
+// the first response that names it. A server that announces a budget
+// (remaining units until a reset) is kept as a Quota (rspec.Quota): its
+// budget, fed by Budget from any process's responses, is shared by every
+// admission of the fleet.
 package rstore
 
 import (
