@@ -40,8 +40,10 @@ const (
 	// the server's reports (Store.Budget), shared by the fleet. A
 	// window that ends with no report rolls to one of Per from then,
 	// allowing N less the units in flight (counted only under a
-	// concurrency cap). It has no window of package window: a front
-	// builds its Spec directly.
+	// concurrency cap). Cancel and Settle give nothing back to it (the
+	// server may have counted the call); a Settle's debit comes out of
+	// it; a usage count (ReconcileAt) lowers it to N − used. It has no
+	// window of package window: a front builds its Spec directly.
 	Quota
 )
 
