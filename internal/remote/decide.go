@@ -92,9 +92,9 @@ type Result struct {
 // trip deciding several queued waiters and carrying pending releases):
 // today each request costs its own round trip; a later store decides them
 // in one script, in this order, each seeing the admissions before it.
-// ctx bounds them all. A caller that keeps FIFO order should stop reading
-// the Results of a limiter after its first refusal, as one round trip will
-// decide them.
+// ctx bounds them all. It does not stop at a refusal: a caller that keeps
+// FIFO order per limiter sends no request behind one it expects refused
+// on the same limiter.
 func (e *Engine) DecideAll(ctx context.Context, reqs []Request) []Result {
 	rs := make([]Result, len(reqs))
 	for i, r := range reqs {
