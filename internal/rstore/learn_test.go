@@ -151,3 +151,72 @@ func TestQuotaBudgetFleet(t *testing.T) {
 		t.Fatalf("Budget on a GCRA: %v", err)
 	}
 }
+
+// AdmitAll decides several calls in one round trip, in order, each seeing
+// the ones before it, as Admit would one by one; a caller's mistake fails
+// its call alone; a Redis that lost its scripts costs a second round trip.
+func TestAdmitAllOneRoundTrip(t *testing.T) {
+	clk := newClock()
+	s, c := newStore(t, clk, time.Minute)
+	ctx := context.Background()
+	var trips int
+	c.AddHook(countHook{&trips})
+	comp := &Spec{Kind: Completion, Limit: window.Limit{N: 2, Per: time.Second}}
+	g := &Spec{Kind: GCRA, Limit: window.Limit{N: 1, Per: time.Second}, Burst: 1}
+	one := func(sp *Spec, key string) []Charge { return []Charge{{Rule: "r", Key: key, Spec: sp, Weight: 1}} }
+	calls := [][]Charge{one(comp, "a"), one(comp, "a"), one(comp, "a"), one(g, "b"),
+		{{Rule: "r", Key: "b", Spec: g, Weight: 5}}, // too heavy: fails alone, before the round trip
+		append(one(comp, "c"), one(g, "b")[0])}
+	// warm up: a connection dialled, the script loaded
+	if _, err := s.Admit(ctx, "sc", one(comp, "warm")); err != nil {
+		t.Fatal(err)
+	}
+	trips = 0
+	ds, errs, err := s.AdmitAll(ctx, "sc", calls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if trips != 1 {
+		t.Fatalf("%d round trips, want 1", trips)
+	}
+	want := []bool{true, true, false, true, false, false}
+	for i, d := range ds {
+		if i == 4 {
+			if errs[i] == nil {
+				t.Errorf("call 4: too heavy, admitted")
+			}
+			continue
+		}
+		if errs[i] != nil || d.OK != want[i] {
+			t.Errorf("call %d: %+v %v; want OK %v", i, d, errs[i], want[i])
+		}
+	}
+	if !ds[2].Release || ds[5].Refused != 1 || ds[5].Wait != time.Second {
+		t.Errorf("refusals: %+v, %+v", ds[2], ds[5])
+	}
+	// The admitted calls are Admit's: Release takes their tokens.
+	if err := s.Release(ctx, "sc", calls[0], ds[0].Token); err != nil {
+		t.Fatal(err)
+	}
+	// Scripts flushed: the calls that found them gone are sent again.
+	if err := c.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	clk.add(2 * time.Second)
+	trips = 0
+	ds, errs, err = s.AdmitAll(ctx, "sc", [][]Charge{one(g, "b"), one(g, "b")})
+	if err != nil || errs[0] != nil || errs[1] != nil || !ds[0].OK || ds[1].OK || trips != 2 {
+		t.Fatalf("after SCRIPT FLUSH: %+v %v %v, %d round trips; want 2", ds, errs, err, trips)
+	}
+}
+
+// countHook counts the round trips of a client (a pipeline counts one).
+type countHook struct{ n *int }
+
+func (h countHook) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+func (h countHook) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error { *h.n++; return next(ctx, cmd) }
+}
+func (h countHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []goredis.Cmder) error { *h.n++; return next(ctx, cmds) }
+}

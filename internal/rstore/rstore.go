@@ -442,6 +442,12 @@ func (s *Store) Admit(ctx context.Context, scope string, cs []Charge) (Decision,
 	if err != nil {
 		return Decision{}, err
 	}
+	return s.admitted(scope, cs, tok, v, sent, got)
+}
+
+// admitted reads the admission script's reply v for the call cs under
+// token tok (sent and got: the local instants around the round trip).
+func (s *Store) admitted(scope string, cs []Charge, tok string, v []any, sent, got time.Time) (Decision, error) {
 	if len(v) < 3 {
 		return Decision{}, fmt.Errorf("ratesem: malformed reply from Redis: %v", v)
 	}
@@ -493,6 +499,100 @@ func (s *Store) Admit(ctx context.Context, scope string, cs []Charge) (Decision,
 	d.Wait = time.Duration(min(max(wait, 1), int64(MaxPer/time.Microsecond))) * time.Microsecond
 	d.Refused = int(min(max(ref-1, 0), int64(len(cs)-1)))
 	return d, nil
+}
+
+// AdmitAll decides the calls of scope, in order, in one round trip: a
+// pipeline of admissions that Redis runs one after the other, each atomic
+// and decided as Admit decides it, each seeing the admissions before it
+// (on a Redis Cluster, every call of one scope goes to the scope's node).
+// It returns one Decision and one error per call (the error Admit would
+// return: a caller's mistake, found before the round trip, fails that call
+// alone), and err when the round trip itself failed (then every call
+// failed, and none may have been decided: a call admitted before the
+// failure holds its units until its lease runs out). A Redis that lost
+// its script cache costs a second round trip (EVAL) for the calls that
+// found it gone. ctx, and an rspec.WithAnswerBy instant in it, bound every
+// call as they bound Admit's. It is the step towards one script deciding
+// several queued calls (and carrying pending releases): the waiting
+// engine's DecideAll.
+func (s *Store) AdmitAll(ctx context.Context, scope string, calls [][]Charge) (ds []Decision, errs []error, err error) {
+	ds, errs = make([]Decision, len(calls)), make([]error, len(calls))
+	if len(calls) == 0 {
+		return ds, errs, nil
+	}
+	dl, err := s.deadline(ctx, scope, s.EpochKey(scope))
+	if err != nil {
+		return nil, nil, fmt.Errorf("ratesem: redis admit: reading the server's clock: %w", err)
+	}
+	ev, until := s.recall(scope)
+	type req struct {
+		keys []string
+		args []any
+		tok  string
+		cmd  *goredis.Cmd
+	}
+	rs := make([]req, len(calls))
+	run := func(eval bool, which func(i int) bool) error {
+		pipe := s.c.Pipeline()
+		for i := range rs {
+			if !which(i) {
+				continue
+			}
+			if eval {
+				rs[i].cmd = admitScript.Eval(ctx, pipe, rs[i].keys, rs[i].args...)
+			} else {
+				rs[i].cmd = admitScript.EvalSha(ctx, pipe, rs[i].keys, rs[i].args...)
+			}
+		}
+		if pipe.Len() == 0 {
+			return nil
+		}
+		_, err := pipe.Exec(ctx)
+		if err != nil && !isReplyError(err) {
+			return err
+		}
+		return nil
+	}
+	sent := time.Now()
+	for i, cs := range calls {
+		rs[i].tok = newToken()
+		keys, args, cerr := s.call(scope, cs, rs[i].tok, s.leaseS)
+		if cerr != nil {
+			errs[i] = cerr
+			continue
+		}
+		rs[i].keys, rs[i].args = keys, append(args, ev, until, dl)
+	}
+	if err := run(false, func(i int) bool { return errs[i] == nil }); err != nil {
+		return nil, nil, fmt.Errorf("ratesem: redis admit: %w", err)
+	}
+	noscript := func(i int) bool {
+		return errs[i] == nil && rs[i].cmd != nil && goredis.HasErrorPrefix(rs[i].cmd.Err(), "NOSCRIPT")
+	}
+	if err := run(true, noscript); err != nil {
+		return nil, nil, fmt.Errorf("ratesem: redis admit: %w", err)
+	}
+	got := time.Now()
+	for i := range rs {
+		if errs[i] != nil {
+			continue
+		}
+		v, rerr := rs[i].cmd.Slice()
+		if rerr != nil {
+			errs[i] = fmt.Errorf("ratesem: redis admit: %w", rerr)
+			continue
+		}
+		ds[i], errs[i] = s.admitted(scope, calls[i], rs[i].tok, v, sent, got)
+	}
+	return ds, errs, nil
+}
+
+// isReplyError reports whether err is an error reply of Redis to one
+// command (a pipeline's Exec returns the first of them), not a failure of
+// the round trip.
+func isReplyError(err error) bool {
+	var re goredis.Error
+	return errors.As(err, &re)
 }
 
 // timeScript reads the clock of the node of KEYS[1] (a Redis Cluster
