@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/ratesem/ratesem"
@@ -88,19 +89,187 @@ type Result struct {
 }
 
 // DecideAll decides reqs in order, each as Decide does, and returns one
-// Result per request. It is the shape of the batched decision (one round
-// trip deciding several queued waiters and carrying pending releases):
-// today each request costs its own round trip; a later store decides them
-// in one script, in this order, each seeing the admissions before it.
-// ctx bounds them all. It does not stop at a refusal: a caller that keeps
-// FIFO order per limiter sends no request behind one it expects refused
-// on the same limiter.
+// Result per request: the batched decision. Over internal/rstore's Store
+// the requests of one scope that need Redis share one round trip (a
+// pipeline of admissions, rstore.Store.AdmitAll: Redis decides them in
+// this order, each seeing the admissions before it; one script for them
+// all, carrying pending releases too, is the next step); a request this
+// process can decide alone (a pause, a known refusal) costs none. While
+// Redis is taken as unreachable, the fallback's window drains or its
+// calls wait to be carried into Redis, each request is decided by Decide.
+// A round trip that fails marks Redis unreachable once: the requests it
+// carried go to the fallback. ctx bounds them all. It does not stop at a
+// refusal: a caller that keeps FIFO order per limiter sends no request
+// behind one it expects refused on the same limiter.
 func (e *Engine) DecideAll(ctx context.Context, reqs []Request) []Result {
 	rs := make([]Result, len(reqs))
+	b, ok := e.st.(batcher)
+	if !ok {
+		for i, r := range reqs {
+			rs[i].Outcome, rs[i].Err = e.Decide(ctx, r.Scope, r.Charges)
+		}
+		return rs
+	}
+	var scopes []string
+	groups := map[string][]int{}
 	for i, r := range reqs {
-		rs[i].Outcome, rs[i].Err = e.Decide(ctx, r.Scope, r.Charges)
+		if _, seen := groups[r.Scope]; !seen {
+			scopes = append(scopes, r.Scope)
+		}
+		groups[r.Scope] = append(groups[r.Scope], i)
+	}
+	for _, sc := range scopes {
+		e.decideBatch(ctx, b, sc, groups[sc], reqs, rs)
 	}
 	return rs
+}
+
+// batcher is a Store that decides several calls of one scope in one round
+// trip (internal/rstore's Store.AdmitAll).
+type batcher interface {
+	AdmitAll(ctx context.Context, scope string, calls [][]rspec.Charge) ([]rspec.Decision, []error, error)
+}
+
+// decideBatch is DecideAll for the requests idx of reqs, all of scope:
+// those this process can decide without Redis are decided so, the others
+// by one round trip (b.AdmitAll). While Redis is taken as unreachable,
+// the fallback's window drains or its calls wait to be carried, each
+// request is decided by Decide.
+func (e *Engine) decideBatch(ctx context.Context, b batcher, scope string, idx []int, reqs []Request, rs []Result) {
+	since := time.Now()
+	e.mu.Lock()
+	one := e.closed || e.down || e.gatedLocked(since) || len(e.recs) > 0 || len(idx) == 1
+	e.mu.Unlock()
+	if one {
+		for _, i := range idx {
+			rs[i].Outcome, rs[i].Err = e.Decide(ctx, scope, reqs[i].Charges)
+		}
+		return
+	}
+	var (
+		send []int
+		ws   []*waiter
+	)
+	for _, i := range idx {
+		cs := reqs[i].Charges
+		if err := checkCharges(cs); err != nil {
+			rs[i].Err = err
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			rs[i].Err = err
+			continue
+		}
+		if len(cs) == 0 {
+			c, err := e.admitEmpty(scope)
+			rs[i].Outcome, rs[i].Err = Outcome{Call: c}, err
+			continue
+		}
+		w := e.newWaiter(scope, slices.Clone(cs))
+		e.mu.Lock()
+		if e.closed {
+			e.mu.Unlock()
+			rs[i].Err = ErrClosed
+			continue
+		}
+		e.registerLocked(w)
+		e.active++
+		until, paused, ri := w.knownLocked(since)
+		e.mu.Unlock()
+		defer e.leave(w, true)
+		if !until.IsZero() {
+			rs[i].Outcome = Outcome{At: until, Paused: paused, Refused: ri, known: true, full: until}
+			continue
+		}
+		send, ws = append(send, i), append(ws, w)
+	}
+	if len(send) == 0 {
+		return
+	}
+	ds, errs, err, left := e.redisAdmitAll(ctx, b, scope, ws, e.cfg.Timeout)
+	failed := false
+	for k, i := range send {
+		w := ws[k]
+		switch {
+		case failed:
+			// Redis was marked unreachable once: the others go to the
+			// fallback (one failure, one step of the probe schedule).
+			rs[i].Outcome, rs[i].Err = e.local(ctx, w, since, false, e.downCause())
+			continue
+		case err != nil || left != nil:
+			rs[i].Outcome, rs[i].Err = e.decided(ctx, w, since, false, rspec.Decision{}, err, left)
+			failed = left == nil || (left != ErrClosed && ctx.Err() == nil)
+			continue
+		}
+		rs[i].Outcome, rs[i].Err = e.decided(ctx, w, since, false, ds[k], errs[k], nil)
+	}
+}
+
+// downCause returns the error that made Redis taken as unreachable.
+func (e *Engine) downCause() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.downErr == nil {
+		return errors.New("redis unreachable")
+	}
+	return e.downErr
+}
+
+// redisAdmitAll is redisAdmit for the waiters ws of scope, in one round
+// trip (b.AdmitAll): one Decision and error per waiter, or the round
+// trip's err, or left (the caller left before the answer: the admissions
+// that come after are cancelled in Redis).
+func (e *Engine) redisAdmitAll(ctx context.Context, b batcher, scope string, ws []*waiter, timeout time.Duration) (ds []rspec.Decision, errs []error, err, left error) {
+	type result struct {
+		ds   []rspec.Decision
+		errs []error
+		err  error
+	}
+	calls := make([][]rspec.Charge, len(ws))
+	for i, w := range ws {
+		calls[i] = w.cs
+	}
+	ch := make(chan result, 1)
+	claimed := new(atomic.Bool)
+	by := time.Now().Add(timeout)
+	if dl, ok := ctx.Deadline(); ok && dl.Before(by) {
+		by = dl
+	}
+	if !e.spawn(func() {
+		octx, cancel := context.WithTimeout(context.Background(), timeout+lateGrace)
+		ds, errs, err := b.AdmitAll(rspec.WithAnswerBy(octx, by), scope, calls)
+		cancel()
+		if claimed.CompareAndSwap(false, true) {
+			ch <- result{ds, errs, err}
+			return
+		}
+		if err == nil { // the caller left: nobody will use these admissions
+			for i, d := range ds {
+				if errs[i] == nil && d.OK {
+					e.cancelNow(scope, calls[i], d.Token)
+				}
+			}
+		}
+	}) {
+		return nil, nil, errBusy, nil
+	}
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case r := <-ch:
+		return r.ds, r.errs, r.err, nil
+	case <-t.C:
+		left = context.DeadlineExceeded
+	case <-ctx.Done():
+		left = ctx.Err()
+	case <-e.closeCtx.Done():
+		left = ErrClosed
+	}
+	if !claimed.CompareAndSwap(false, true) {
+		r := <-ch // the answer is in: the caller deals with it
+		return r.ds, r.errs, r.err, nil
+	}
+	return nil, nil, nil, left
 }
 
 // Decide makes ONE admission decision for the call's charges and never
@@ -254,6 +423,14 @@ func (e *Engine) decide(ctx context.Context, w *waiter, since time.Time, block b
 		return e.failed(ctx, w, since, block, err)
 	}
 	d, err, left := e.redisAdmit(ctx, w, timeout)
+	return e.decided(ctx, w, since, block, d, err, left)
+}
+
+// decided takes Redis's answer to w's admission (d, or the round trip's
+// err, or left: the caller left before the answer, see redisAdmit): the
+// Call admitted, the refusal recorded, the round trip's failure handed to
+// the fallback.
+func (e *Engine) decided(ctx context.Context, w *waiter, since time.Time, block bool, d rspec.Decision, err, left error) (Outcome, error) {
 	e.mu.Lock()
 	e.stopAskingLocked(w)
 	e.stats.RedisAdmits++
@@ -300,7 +477,7 @@ func (e *Engine) decide(ctx context.Context, w *waiter, since time.Time, block b
 		}
 		return Outcome{Call: c, Adopted: d.Adopted, AdoptedSpecs: d.AdoptedSpecs}, nil
 	}
-	now = time.Now()
+	now := time.Now()
 	if d.Late {
 		// Redis ran it after its deadline though its caller still waited:
 		// this process's reading of Redis's clock was off (the store took

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -275,5 +276,92 @@ func TestLearnedThroughEngineReal(t *testing.T) {
 	}
 	for _, o := range []Outcome{o1, o3, o4} {
 		o.Call.Release()
+	}
+}
+
+// DecideAll decides the requests of one scope in one round trip, in
+// order, each seeing the ones before it; one this process can decide
+// alone (a refusal it remembers) costs none.
+func TestDecideAllOneRoundTripReal(t *testing.T) {
+	srv := redistest.Start(t)
+	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { c.Close() })
+	var trips atomic.Int64
+	c.AddHook(tripHook{&trips})
+	st, err := rstore.New(c, "rtest", rstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := New(Config{Store: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close() })
+	ctx := context.Background()
+	comp := &rstore.Spec{Kind: rstore.Completion, Limit: window.Limit{N: 2, Per: time.Minute}}
+	g := &rstore.Spec{Kind: rstore.GCRA, Limit: window.Limit{N: 1, Per: time.Minute}, Burst: 1}
+	one := func(sp *rstore.Spec, key string) []rstore.Charge {
+		return []rstore.Charge{{Rule: "r", Key: key, Spec: sp, Weight: 1}}
+	}
+	// warm up: a connection, the script loaded; g's key refused once
+	if o, err := e.Decide(ctx, "s", one(g, "g")); err != nil || o.Call == nil {
+		t.Fatal(o, err)
+	}
+	if o, err := e.Decide(ctx, "s", one(g, "g")); err != nil || o.Call != nil {
+		t.Fatal(o, err)
+	}
+	trips.Store(0)
+	rs := e.DecideAll(ctx, []Request{{"s", one(comp, "a")}, {"s", one(comp, "a")}, {"s", one(comp, "a")},
+		{"s", one(g, "g")}, {"s", one(comp, "b")}})
+	if n := trips.Load(); n != 1 {
+		t.Fatalf("%d round trips, want 1", n)
+	}
+	for i, want := range []bool{true, true, false, false, true} {
+		if rs[i].Err != nil || (rs[i].Call != nil) != want {
+			t.Errorf("request %d: %+v; want admitted %v", i, rs[i], want)
+		}
+		if rs[i].Call != nil {
+			rs[i].Call.Release()
+		}
+	}
+	if !rs[2].Release || !rs[3].known {
+		t.Errorf("refusals: %+v (want Release), %+v (want known here)", rs[2].Outcome, rs[3].Outcome)
+	}
+}
+
+// tripHook counts a client's round trips (a pipeline counts one).
+type tripHook struct{ n *atomic.Int64 }
+
+func (h tripHook) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+func (h tripHook) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error { h.n.Add(1); return next(ctx, cmd) }
+}
+func (h tripHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []goredis.Cmder) error { h.n.Add(1); return next(ctx, cmds) }
+}
+
+// A batch whose round trip fails marks Redis unreachable once; its
+// requests go to the fallback.
+func TestDecideAllRedisDownReal(t *testing.T) {
+	room := make(chan struct{}, 1)
+	e, srv := realEngine(t, nil, Config{Fallback: &localFallback{}, Timeout: 300 * time.Millisecond,
+		OnRoom: func(string, []rstore.Charge) { room <- struct{}{} }})
+	sp := &rstore.Spec{Kind: rstore.Completion, Limit: window.Limit{N: 5, Per: time.Second}}
+	if o, err := e.Decide(context.Background(), "s", []rstore.Charge{{Rule: "r", Key: "w", Spec: sp, Weight: 1}}); err != nil || o.Call == nil {
+		t.Fatal(o, err) // Redis up: the engine is not down yet
+	} else {
+		o.Call.Release()
+	}
+	<-room // the release reached Redis
+	srv.Stop()
+	rs := e.DecideAll(context.Background(), []Request{
+		{"s", []rstore.Charge{{Rule: "r", Key: "a", Spec: sp, Weight: 1}}},
+		{"s", []rstore.Charge{{Rule: "r", Key: "b", Spec: sp, Weight: 1}}}})
+	if rs[0].Err != nil || rs[0].Call == nil || !rs[0].Local || rs[1].Err != nil || rs[1].Call != nil || !rs[1].Local {
+		t.Fatalf("%+v; want the fallback's one call, then its refusal", rs)
+	}
+	rs[0].Call.Release()
+	if st := e.Stats(); !st.Unavailable || st.RedisErrors != 1 {
+		t.Fatalf("%+v; want one failure, Redis taken as unreachable", st)
 	}
 }
