@@ -125,9 +125,7 @@ func newRedisPolicy(o backend.Opener, name string, p window.Policy, opts []Optio
 	if cfg.concurrency == 0 {
 		return nil, fmt.Errorf("%w: redisrate.NewSemaphoreWithPolicy: WithMaxUnitsInFlight(0) admits nothing", ratesem.ErrInvalidLimit)
 	}
-	if cfg.concurrency > 0 && cfg.concurrency < sp.Limit.N {
-		sp.Concurrency = cfg.concurrency
-	}
+	sp.SetSemaphoreCap(cfg.concurrency) // N in flight, as in process, for a window that does not cap them
 	if err := sp.Check(); err != nil {
 		return nil, fmt.Errorf("%w (redisrate.NewSemaphoreWithPolicy)", err)
 	}
@@ -198,12 +196,10 @@ func redisSpec(n int64, interval time.Duration, cfg config) (*rspec.Spec, error)
 		}
 		sp.Kind, sp.Margin = rspec.SlidingLog, cfg.margin
 	}
-	if cfg.concurrency >= 0 && cfg.concurrency < n {
-		sp.Concurrency = cfg.concurrency
-		if cfg.concurrency == 0 {
-			return nil, fmt.Errorf("%w: redisrate.NewSemaphore: WithMaxUnitsInFlight(0) admits nothing", ratesem.ErrInvalidLimit)
-		}
+	if cfg.concurrency == 0 {
+		return nil, fmt.Errorf("%w: redisrate.NewSemaphore: WithMaxUnitsInFlight(0) admits nothing", ratesem.ErrInvalidLimit)
 	}
+	sp.SetSemaphoreCap(cfg.concurrency) // N in flight, as in process, for the sliding log
 	return sp, nil
 }
 
@@ -456,10 +452,7 @@ func (r *redisSem) setLimit(n int64, interval time.Duration) error {
 	if r.burstN {
 		sp.Burst = n
 	}
-	sp.Concurrency = 0 // a cap of n or more is no cap
-	if r.capOpt > 0 && r.capOpt < n {
-		sp.Concurrency = r.capOpt
-	}
+	sp.SetSemaphoreCap(r.capOpt)
 	if err := sp.Check(); err != nil {
 		return fmt.Errorf("%w (SetLimit)", err)
 	}

@@ -213,6 +213,10 @@ func (f *fakeStore) ReconcileAt(ctx context.Context, scope string, c rstore.Char
 
 func (f *fakeStore) SetLimit(ctx context.Context, scope string, c rstore.Charge) error { return nil }
 
+func (f *fakeStore) Budget(context.Context, string, rstore.Charge, int64, time.Duration, int64) (int64, error) {
+	return 0, nil
+}
+
 // Carry records the call whatever the windows hold: in flight under a new
 // token, or ended now.
 func (f *fakeStore) Carry(ctx context.Context, scope string, cs []rstore.Charge, ended bool) (rstore.Decision, error) {

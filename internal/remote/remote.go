@@ -41,6 +41,20 @@
 // per engine, and messages are lost across reconnections, so a cap would be
 // needed anyway.
 //
+// # One decision
+//
+// Decide is the step every wait is made of: one admission decision for a
+// call's charges (what this process knows, the fallback while Redis is
+// taken as unreachable, or one round trip), which never waits for room and
+// answers with the admitted Call, the instant the call could be admitted,
+// or "only a release can help" (Outcome). Acquire is a loop over it (wait
+// for the turn, decide, queue, sleep) and TryAcquire and TryAcquireWait
+// are one decision each; a caller with queues of its own (the one waiting
+// engine) calls Decide from them and learns from Config.OnRoom when a
+// release of this process reached Redis. DecideAll is the shape of the
+// batched decision (several queued calls, and pending releases, in one
+// round trip): today one round trip per call.
+//
 // # Deadlines
 //
 // When the wait Redis gives ends after ctx's deadline (and no release can
@@ -220,6 +234,17 @@ type Config struct {
 	// call that must queue on a limiter holding MaxQueue of them fails at
 	// once with an error matching ratesem.ErrQueueFull. 0: no cap.
 	MaxQueue int
+
+	// OnRoom, when set, is called when something this process did may
+	// have made room in Redis on the limiters of cs: a release or
+	// settlement of a call reached Redis (cs: the call's charges; also
+	// when Redis no longer knew the call), a usage report gave units
+	// back (ReconcileAt; cs: that charge), SetLimit stored a new limit
+	// (cs: that charge). It is how a caller queueing its own waiters
+	// over Decide learns when to ask again (Acquire's heads are woken
+	// then). It is called outside any lock, on a goroutine of the engine
+	// (a release worker, a round trip's), and must not block.
+	OnRoom func(scope string, cs []rspec.Charge)
 
 	// TestAfterAdmit, when set, runs after Redis admitted a call and
 	// before the caller's context is checked (tests only).
@@ -466,12 +491,12 @@ func (c *Call) Local() bool { return c.fb }
 func (e *Engine) Acquire(ctx context.Context, scope string, cs []rspec.Charge) (*Call, error) {
 	budget := sched.QueueWaitOf(ctx)
 	if budget <= 0 || len(cs) == 0 {
-		return e.acquire(ctx, scope, cs, false)
+		return e.acquire(ctx, scope, cs)
 	}
 	qdead := time.Now().Add(budget)
 	qctx, cancel := context.WithDeadline(ctx, qdead)
 	defer cancel()
-	c, err := e.acquire(qctx, scope, cs, false)
+	c, err := e.acquire(qctx, scope, cs)
 	if err == nil || ctx.Err() != nil {
 		return c, err
 	}
@@ -492,13 +517,13 @@ func (e *Engine) Acquire(ctx context.Context, scope string, cs []rspec.Charge) (
 // queues on one of their limiters (nor is one of them paused or known
 // full): then it fails at once without a round trip. ok is false when the
 // call was not admitted; err is set for a failure that is not a refusal
-// (the errors of Acquire).
+// (the errors of Decide). It is TryAcquireWait without the wait.
 func (e *Engine) TryAcquire(scope string, cs []rspec.Charge) (*Call, bool, error) {
-	c, err := e.acquire(context.Background(), scope, cs, true)
+	c, _, err := e.TryAcquireWait(scope, cs)
 	switch {
-	case err == nil:
+	case c != nil:
 		return c, true, nil
-	case err == errTry:
+	case err == nil || errors.Is(err, ratesem.ErrInFlight):
 		return nil, false, nil
 	}
 	return nil, false, err
@@ -522,7 +547,7 @@ func checkCharges(cs []rspec.Charge) error {
 	return nil
 }
 
-func (e *Engine) acquire(ctx context.Context, scope string, cs []rspec.Charge, try bool) (*Call, error) {
+func (e *Engine) acquire(ctx context.Context, scope string, cs []rspec.Charge) (*Call, error) {
 	if err := checkCharges(cs); err != nil {
 		return nil, err
 	}
@@ -531,42 +556,20 @@ func (e *Engine) acquire(ctx context.Context, scope string, cs []rspec.Charge, t
 	}
 	since := time.Now()
 	if len(cs) == 0 {
-		e.mu.Lock()
-		defer e.mu.Unlock()
-		if e.closed {
-			return nil, ErrClosed
-		}
-		e.inflight++
-		e.stats.Admitted++
-		return &Call{e: e, scope: scope}, nil
+		return e.admitEmpty(scope)
 	}
-	cs = slices.Clone(cs)
-	w := &waiter{scope: scope, cs: cs, keys: make([]limKey, len(cs)), lims: make([]*limiter, len(cs))}
-	for i, c := range cs {
-		w.keys[i] = limKey{scope, c.Rule, c.Key}
-	}
+	w := e.newWaiter(scope, slices.Clone(cs))
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
 		return nil, ErrClosed
 	}
+	e.registerLocked(w)
 	free := true
-	for i, k := range w.keys {
-		l := e.lims[k]
-		if l == nil {
-			l = &limiter{}
-			e.lims[k] = l
-		}
-		l.users++
-		w.lims[i] = l
-		if l.q.Len() > 0 || l.asking >= maxFreeAsks || l.blocks(since, cs[i].Weight) {
+	for i, l := range w.lims {
+		if l.q.Len() > 0 || l.asking >= maxFreeAsks || l.blocks(since, w.cs[i].Weight) {
 			free = false
 		}
-	}
-	if try && !free {
-		e.dropLocked(w)
-		e.mu.Unlock()
-		return nil, errTry
 	}
 	if !free {
 		if err := e.fullLocked(w); err != nil {
@@ -576,9 +579,7 @@ func (e *Engine) acquire(ctx context.Context, scope string, cs []rspec.Charge, t
 		}
 	}
 	e.active++
-	if !try {
-		e.waiting++
-	}
+	e.waiting++
 	if free {
 		w.asking = true
 		for _, l := range w.lims {
@@ -588,8 +589,8 @@ func (e *Engine) acquire(ctx context.Context, scope string, cs []rspec.Charge, t
 		e.joinLocked(w, sched.PriorityOf(ctx))
 	}
 	e.mu.Unlock()
-	defer e.leave(w, try)
-	c, err := e.admit(ctx, w, since, try)
+	defer e.leave(w, false)
+	c, err := e.admit(ctx, w, since)
 	if err == nil && e.cfg.Observer != nil {
 		// An observer that panics leaves no call behind: the caller never
 		// gets c, so c is released before the panic goes on (unrecovered).
@@ -736,16 +737,25 @@ func (e *Engine) waitTurn(ctx context.Context, w *waiter) error {
 	}
 }
 
-// admit is the loop of a caller: wait for its turn, ask Redis (or the
-// fallback), and sleep for the wait it prescribes, until admitted or
+// admitEmpty admits a call of no charges (no round trip), or returns
+// ErrClosed.
+func (e *Engine) admitEmpty(scope string) (*Call, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return nil, ErrClosed
+	}
+	e.inflight++
+	e.stats.Admitted++
+	return &Call{e: e, scope: scope}, nil
+}
+
+// admit is the loop of a caller: wait for its turn, take one decision
+// (decide: Redis, or the fallback, waiting on the fallback when it is
+// full), and sleep for the wait it prescribes, queued, until admitted or
 // failed.
-func (e *Engine) admit(ctx context.Context, w *waiter, since time.Time, try bool) (*Call, error) {
-	defer func() {
-		if w.local != nil { // the gate's units, not passed on to a Call
-			w.local()
-			w.local = nil
-		}
-	}()
+func (e *Engine) admit(ctx context.Context, w *waiter, since time.Time) (*Call, error) {
+	defer w.dropLocal()
 	for {
 		if w.queued {
 			if err := e.waitTurn(ctx, w); err != nil {
@@ -756,139 +766,16 @@ func (e *Engine) admit(ctx context.Context, w *waiter, since time.Time, try bool
 			default:
 			}
 		}
-		now := time.Now()
-		e.mu.Lock()
-		closed := e.closed
-		down, probe, downErr := e.down, !now.Before(e.nextProbe), e.downErr
-		gated := w.local == nil && e.gatedLocked(now)
-		drain := e.fbDrain
-		var until time.Time // the latest instant w is known not to be admitted before
-		for i, l := range w.lims {
-			if now.Before(l.paused) && l.paused.After(until) {
-				until = l.paused
-			}
-			if w.cs[i].Weight >= l.notBeforeN && now.Before(l.notBefore) && l.notBefore.After(until) {
-				until = l.notBefore
-			}
-		}
-		var qfull error
-		if !until.IsZero() && !w.queued && !try {
-			if qfull = e.fullLocked(w); qfull == nil {
-				e.joinLocked(w, sched.PriorityOf(ctx)) // known full: queue rather than overtake
-			}
-		}
-		behind := w.queued && w.ahead > 0
-		e.mu.Unlock()
+		o, err := e.decide(ctx, w, since, true)
 		switch {
-		case closed:
-			return nil, ErrClosed
-		case ctx.Err() != nil:
-			return nil, ctx.Err()
-		case qfull != nil:
-			return nil, qfull
+		case err == errBackUp || err == errGateWait:
+			continue // Redis answered meanwhile, or the gate slept: ask again
+		case err != nil:
+			return nil, err
+		case o.Call != nil:
+			return o.Call, nil
 		}
-		if !until.IsZero() {
-			if try {
-				return nil, errTry
-			}
-			if dl, ok := ctx.Deadline(); ok && until.After(dl) {
-				return nil, &wake.DeadlineError{Sentinel: e.cfg.ErrDeadline, Wait: until.Sub(now)}
-			}
-			if behind {
-				continue // joined behind others: wait for the turn first
-			}
-			if err := e.sleep(ctx, w, until.Sub(now), false); err != nil {
-				return nil, err
-			}
-			continue
-		}
-		if down && !probe {
-			c, err := e.fallback(ctx, w, since, try, downErr)
-			if err == errBackUp {
-				continue // Redis answered meanwhile: ask it
-			}
-			return c, err
-		}
-		if gated {
-			if err := e.gate(ctx, w, try, drain); err != nil {
-				if err == errGateWait {
-					continue
-				}
-				return nil, err
-			}
-		}
-		timeout := e.cfg.Timeout
-		if down {
-			timeout = min(timeout, probeTimeout)
-		}
-		// The fallback's calls go to Redis before any call of this
-		// process does (the first round trip after an outage carries them).
-		if err := e.carry(ctx, timeout); err != nil {
-			switch {
-			case err == ErrClosed:
-				return nil, ErrClosed
-			case ctx.Err() != nil:
-				return nil, ctx.Err()
-			}
-			if c, err, again := e.roundTripFailed(ctx, w, since, try, err); !again {
-				return c, err
-			}
-			continue
-		}
-		d, err, left := e.redisAdmit(ctx, w, timeout)
-		e.mu.Lock()
-		e.stopAskingLocked(w)
-		e.stats.RedisAdmits++
-		if d.Lost {
-			e.stats.StateLost++
-		}
-		mismatch := errors.Is(err, rspec.ErrLimitMismatch)
-		if mismatch {
-			e.stats.LimitMismatches++
-		}
-		e.mu.Unlock()
-		switch {
-		case left == ErrClosed:
-			return nil, ErrClosed
-		case left != nil && ctx.Err() != nil:
-			return nil, ctx.Err()
-		case left != nil:
-			err = left // no answer within the timeout
-		}
-		if err != nil {
-			if mismatch || callerError(err) {
-				e.markUp()
-				return nil, err
-			}
-			if c, err, again := e.roundTripFailed(ctx, w, since, try, err); !again {
-				return c, err
-			}
-			continue
-		}
-		e.markUp()
-		if d.OK {
-			if e.cfg.TestAfterAdmit != nil {
-				e.cfg.TestAfterAdmit()
-			}
-			if ctx.Err() != nil {
-				e.cancelToken(w.scope, w.cs, d.Token)
-				return nil, ctx.Err()
-			}
-			c := &Call{e: e, scope: w.scope, cs: w.cs, token: d.Token, at: d.Now, seen: time.Now(), marks: d.Marks, local: w.local}
-			w.local = nil // the Call releases them
-			if err := e.hold(c, since); err != nil {
-				if c.local != nil {
-					c.local()
-				}
-				e.cancelToken(w.scope, w.cs, d.Token)
-				return nil, err
-			}
-			return c, nil
-		}
-		if try {
-			return nil, errTry
-		}
-		if d.Late {
+		if o.late {
 			// Redis ran it after by, though this caller still waits: this
 			// process's reading of Redis's clock was off (the store took a
 			// new one from this reply). Ask again, not at once.
@@ -897,69 +784,35 @@ func (e *Engine) admit(ctx context.Context, w *waiter, since time.Time, try bool
 			}
 			continue
 		}
-		e.event(Event{Kind: Refused, Scope: w.scope, Charges: w.cs, Wait: d.Wait})
-		wait := max(d.Wait, 0)
-		ri := d.Refused
-		if ri < 0 || ri >= len(w.cs) {
-			ri = 0
-		}
-		now = time.Now()
-		full, at := wait, now.Add(wait)
-		// What this process remembers, and how long the head sleeps, is
-		// capped by MaxPause: a hostile or broken server cannot park a
-		// limiter for longer, and asking again then costs one round trip.
-		wait = min(wait, e.cfg.MaxPause)
-		rec := now.Add(wait)
 		e.mu.Lock()
-		if d.Release {
-			wait = min(wait, releaseCap(w.cs[ri].Spec))
-		} else {
-			l := w.lims[ri]
-			if d.Paused {
-				if rec.After(l.paused) {
-					l.paused = rec
-				}
-			} else {
-				l.notBefore, l.notBeforeN = rec, w.cs[ri].Weight
-			}
-		}
 		if !w.queued {
+			// known full, or refused: queue rather than overtake
 			if qfull := e.fullLocked(w); qfull != nil {
 				e.mu.Unlock()
 				return nil, qfull
 			}
 			e.joinLocked(w, sched.PriorityOf(ctx))
 		}
-		behind = w.ahead > 0
+		behind := w.ahead > 0
 		e.mu.Unlock()
-		if !d.Release {
-			if dl, ok := ctx.Deadline(); ok && at.After(dl) {
-				return nil, &wake.DeadlineError{Sentinel: e.cfg.ErrDeadline, Wait: full}
+		now := time.Now()
+		if !o.Release {
+			if dl, ok := ctx.Deadline(); ok && o.full.After(dl) {
+				return nil, &wake.DeadlineError{Sentinel: e.cfg.ErrDeadline, Wait: o.full.Sub(now)}
 			}
 		}
 		if behind {
-			continue // was a free pass; others queued first: wait for the turn
+			continue // others queued first: wait for the turn
 		}
-		// Never ask again at once, whatever Redis said.
-		wait = max(wait, MinRetry+rand.N(MinRetry)) + e.jitter(wait)
-		if err := e.sleep(ctx, w, wait, d.Release); err != nil {
+		d := o.At.Sub(now) // a wait this process knew: exact
+		if !o.known {
+			// Never ask again at once, whatever Redis said.
+			d = max(o.nap, MinRetry+rand.N(MinRetry)) + e.jitter(o.nap)
+		}
+		if err := e.sleep(ctx, w, d, o.Release); err != nil {
 			return nil, err
 		}
 	}
-}
-
-// roundTripFailed handles a round trip of w's admission that failed with
-// cause (Redis did not answer): Redis is marked down, the event reported,
-// and the call goes to the fallback. again reports that Redis answered
-// meanwhile (errBackUp): the caller asks Redis again.
-func (e *Engine) roundTripFailed(ctx context.Context, w *waiter, since time.Time, try bool, cause error) (c *Call, err error, again bool) {
-	e.markDown(cause, true)
-	e.event(Event{Kind: RoundTripFailed, Scope: w.scope, Charges: w.cs, Err: cause})
-	c, err = e.fallback(ctx, w, since, try, cause)
-	if err == errBackUp {
-		return nil, nil, true
-	}
-	return c, err, false
 }
 
 // releaseCap is the longest a head refused because calls in flight fill
@@ -1803,6 +1656,9 @@ func (e *Engine) releaser() {
 			e.event(Event{Kind: RoundTripFailed, Scope: c.scope, Charges: c.cs, Err: err})
 		}
 		e.event(Event{Kind: Released, Scope: c.scope, Charges: c.cs, Err: err})
+		if e.cfg.OnRoom != nil && (err == nil || errors.Is(err, rspec.ErrNotInFlight)) {
+			e.cfg.OnRoom(c.scope, c.cs)
+		}
 	}
 }
 
@@ -1863,6 +1719,21 @@ func (e *Engine) Reconcile(scope string, c rspec.Charge, used int64) {
 // this process forgets what it learned of the limiter's next admission and
 // wakes the limiter's first waiter, which asks Redis again.
 func (e *Engine) ReconcileAt(scope string, c rspec.Charge, used int64, r rspec.Read) {
+	e.ReconcileAtThen(scope, c, used, r, nil)
+}
+
+// ReconcileAtThen is ReconcileAt that tells then what the count did, once
+// Redis answered: added is the units the limiter took in (what it counted
+// beyond what it already did, as the in-process window's Consume or
+// Report: 0 when the count told it nothing new, or was dropped as read in
+// an earlier aligned window), negative when a fixed completion window gave
+// units back (its bound on the units from elsewhere tightened); err is the
+// round trip's error (added is then 0). An event "reconciled" carries
+// max(added, 0) units in both modes, and fires only when added > 0. then is
+// called on a goroutine of the engine, outside any lock; it is not called
+// when the count changes nothing without a round trip (used < 0, Redis
+// taken as unreachable, Close, too many round trips under way).
+func (e *Engine) ReconcileAtThen(scope string, c rspec.Charge, used int64, r rspec.Read, then func(added int64, err error)) {
 	if used < 0 {
 		return
 	}
@@ -1883,6 +1754,64 @@ func (e *Engine) ReconcileAt(scope string, c rspec.Charge, used int64, r rspec.R
 				l.askAgainLocked(func(w *waiter) chan struct{} { return w.room })
 			}
 			e.mu.Unlock()
+			if e.cfg.OnRoom != nil {
+				e.cfg.OnRoom(scope, []rspec.Charge{c})
+			}
+		}
+		if then != nil {
+			if err != nil {
+				delta = 0
+			}
+			then(delta, err)
+		}
+	})
+}
+
+// BudgetThen passes a server's report of a Quota limiter's budget
+// (remaining units in the server's window, which ends resetIn from now;
+// own: the reporting call's units when still in flight and leased, see
+// rspec.Store.Budget) to Redis, asynchronously: one round trip on a
+// goroutine of its own, bounded by Timeout; it never blocks. then, when
+// not nil, is told the units the budget dropped by (negative when a new
+// window raised it: then, as for a give-back of ReconcileAt, this process
+// forgets what it learned of the limiter's next admission, wakes its first
+// waiter and calls Config.OnRoom) and the round trip's error, on a
+// goroutine of the engine. Nothing is sent (and then is not called) while
+// Redis is taken as unreachable, after Close, or for a negative remaining.
+func (e *Engine) BudgetThen(scope string, c rspec.Charge, remaining int64, resetIn time.Duration, own int64, then func(taken int64, err error)) {
+	if remaining < 0 {
+		return
+	}
+	e.mu.Lock()
+	down, closed := e.down, e.closed
+	e.mu.Unlock()
+	if down || closed {
+		return
+	}
+	e.spawn(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), e.cfg.Timeout)
+		taken, err := e.st.Budget(ctx, scope, c, remaining, resetIn, own)
+		cancel()
+		if err != nil && callerError(err) {
+			e.markUp()
+		} else {
+			e.roundTrip(err)
+		}
+		if err == nil && taken < 0 {
+			e.mu.Lock()
+			if l := e.lims[limKey{scope, c.Rule, c.Key}]; l != nil {
+				l.askAgainLocked(func(w *waiter) chan struct{} { return w.room })
+			}
+			e.mu.Unlock()
+			if e.cfg.OnRoom != nil {
+				e.cfg.OnRoom(scope, []rspec.Charge{c})
+			}
+		}
+		if then != nil {
+			if err != nil {
+				taken = 0
+			}
+			then(taken, err)
 		}
 	})
 }
@@ -1916,6 +1845,9 @@ func (e *Engine) SetLimit(ctx context.Context, scope string, c rspec.Charge) err
 		l.askAgainLocked(func(w *waiter) chan struct{} { return w.wake })
 	}
 	e.mu.Unlock()
+	if e.cfg.OnRoom != nil {
+		e.cfg.OnRoom(scope, []rspec.Charge{c})
+	}
 	return nil
 }
 

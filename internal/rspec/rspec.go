@@ -35,6 +35,17 @@ const (
 	TokenBucket                          // window.NewTokenBucket (Burst)
 	LeakyBucket                          // window.NewLeakyBucket (Burst: the size)
 	GCRA                                 // window.NewGCRA / NewPacer (Burst)
+	// Quota is a budget the server announces (learned limits: a
+	// clientpool Rule.Learn whose reports name the window's end): N
+	// units per window of Per, the window and what remains in it set by
+	// the server's reports (Store.Budget), shared by the fleet. A
+	// window that ends with no report rolls to one of Per from then,
+	// allowing N less the units in flight (counted only under a
+	// concurrency cap). Cancel and Settle give nothing back to it (the
+	// server may have counted the call); a Settle's debit comes out of
+	// it; a usage count (ReconcileAt) lowers it to N − used. It has no
+	// window of package window: a front builds its Spec directly.
+	Quota
 )
 
 // Spec is one rule's window as Redis keeps it.
@@ -87,7 +98,7 @@ func (s Spec) Check() error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s: "+format, append([]any{ErrSpec, s}, args...)...)
 	}
-	if s.Kind < Completion || s.Kind > GCRA {
+	if s.Kind < Completion || s.Kind > Quota {
 		return bad("unknown kind %d", s.Kind)
 	}
 	if s.Limit.N < 0 || s.Limit.N > MaxN {
@@ -129,6 +140,10 @@ func (s Spec) Check() error {
 		if float64(per)*float64(s.Limit.N+1) >= 1<<53 {
 			return bad("N·Per too large")
 		}
+	case Quota:
+		if s.Limit.N == 0 {
+			return bad("N 0: a quota needs a budget")
+		}
 	}
 	return nil
 }
@@ -153,7 +168,7 @@ func (s Spec) String() string {
 }
 
 var kindNames = [...]string{"unknown", "completion", "fixed-completion", "sliding-log", "fixed-window",
-	"sliding-window-counter", "sub-window-counter", "token-bucket", "leaky-bucket", "gcra"}
+	"sliding-window-counter", "sub-window-counter", "token-bucket", "leaky-bucket", "gcra", "quota"}
 
 // String returns the kind's name, as "completion".
 func (k Kind) String() string {
@@ -227,6 +242,8 @@ func (s *Spec) TTL(lease time.Duration) int64 {
 		n := max(s.Limit.N, 1)
 		k := (max(s.Burst, s.Limit.N)+n-1)/n + 1
 		d = time.Duration(min(k, 1<<20)) * per
+	case Quota:
+		d = per + time.Second // a reported window ends at most Per and a second from the report
 	}
 	if s.Concurrency > 0 && s.Kind != Completion && s.Kind != FixedCompletion {
 		d = max(d, lease)
@@ -286,6 +303,53 @@ func (s Spec) Capacity() int64 {
 	}
 	return c
 }
+
+// NativeInFlightCap reports whether the window k bounds the units in
+// flight by itself, at N: the completion windows (a call counts from its
+// start until after its end). The others count starts only, so calls in
+// flight are bounded only by a concurrency cap (Spec.Concurrency).
+func (k Kind) NativeInFlightCap() bool { return k == Completion || k == FixedCompletion }
+
+// SetSemaphoreCap sets s.Concurrency to the cap on units in flight that an
+// in-process semaphore of s's limit keeps (semaphore.RateSemaphore: at
+// most N units in flight, or capOpt when 0 ≤ capOpt < N; capOpt < 0: no
+// option given), so that the same limit over Redis caps the fleet's units
+// in flight as one process caps its own: capOpt when 0 ≤ capOpt < N;
+// otherwise N for a window that does not bound units in flight itself
+// (every kind but the completion windows: a GCRA of N 2 and burst 5 admits
+// 2 calls at once, not 5), and 0 (no cap beyond the window) for the
+// completion windows. Call it after setting s.Kind and s.Limit, and again
+// after a change of s.Limit.N. A pool's rule, whose in-process cap is its
+// MaxUnitsInFlight only, sets Concurrency directly.
+func (s *Spec) SetSemaphoreCap(capOpt int64) {
+	switch {
+	case capOpt >= 0 && capOpt < s.Limit.N:
+		s.Concurrency = capOpt
+	case s.Kind.NativeInFlightCap():
+		s.Concurrency = 0
+	default:
+		s.Concurrency = s.Limit.N
+	}
+}
+
+// Unknown returns the Spec of a key whose limit nobody has learned yet
+// (a clientpool Rule.Learn with no limit given): one call at a time
+// across the fleet (a completion window of N 1, no rate, a concurrency
+// cap of 1: its wire form, "1/1/0/0/1", marks it). A front charges such a
+// key Weight 1 whatever the call's weight (one call) and ends the call
+// with Call.ReleaseSettled giving its real weight, so that a limit learned
+// meanwhile counts it whole (a debit at the release).
+//
+// The store treats it apart from other Specs: an Unknown charge adopts
+// whatever limit is stored for the key (learned by any process; no
+// ErrLimitMismatch), and a charge of another Spec on a key whose stored
+// limit is Unknown replaces it, for every process, as SetLimit would. So
+// a process that learns a key's limit from a response sends it with its
+// next call (or stores it with SetLimit), and every process adopts it at
+// its next decision (Decision.Adopted, AdoptedSpecs: it may then charge
+// the real weight under the adopted Spec); when the key's state expires,
+// idle, the fleet starts again from one call at a time.
+func Unknown() *Spec { return &Spec{Kind: Completion, Limit: window.Limit{N: 1}, Concurrency: 1} }
 
 // Charge is what one call costs under one rule: Weight units of the limiter
 // (Rule, Key). Spec is the rule's window; charges of one call name distinct
@@ -378,6 +442,11 @@ type Decision struct {
 	// Adopted lists the indices of charges whose stored Spec (written by
 	// SetLimit) replaced the caller's.
 	Adopted []int
+	// AdoptedSpecs holds, for each index of Adopted (same order), the
+	// stored Spec the charge was decided under: a process learns there a
+	// limit another process wrote (a learned limit, SetLimit). Its
+	// entries are the zero Spec when the stored one is unreadable.
+	AdoptedSpecs []Spec
 	// Marks, when OK, holds for each charge of a fixed completion window
 	// (by index; "" for the others) its admission's mark, which
 	// ReconcileAt takes with the count read from the call's response.
@@ -435,6 +504,13 @@ type Store interface {
 	Pause(ctx context.Context, scope string, c Charge, d time.Duration) (time.Time, error)
 	ReconcileAt(ctx context.Context, scope string, c Charge, used int64, r Read) (int64, error)
 	SetLimit(ctx context.Context, scope string, c Charge) error
+	// Budget takes in a server's report of a Quota limiter's budget:
+	// remaining units in the server's window, which ends resetIn from
+	// now; own is the units of the reporting call when it is still in
+	// flight and leased (0 otherwise). It returns the units taken in
+	// (negative when a new window raised the budget). See
+	// internal/rstore's Store.Budget.
+	Budget(ctx context.Context, scope string, c Charge, remaining int64, resetIn time.Duration, own int64) (int64, error)
 	// Carry records a call a process's local fallback admitted while the
 	// store was unreachable, now, whatever the windows hold (it refuses
 	// nothing but a late carry): a call in flight (ended false) as admitted now, under the

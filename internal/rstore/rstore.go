@@ -96,8 +96,19 @@
 // The limit (kind, N, Per, burst, margin, blocks) is stored with the state.
 // An Admit whose Spec differs from the stored one fails with an error
 // matching ErrLimitMismatch naming both, unless the stored one was written
-// by SetLimit: then it is adopted (Decision.Adopted) so that SetLimit in
-// one process changes the limit for every process.
+// by SetLimit: then it is adopted (Decision.Adopted, AdoptedSpecs) so that
+// SetLimit in one process changes the limit for every process.
+//
+// # Learned limits
+//
+// A key whose limit nobody has learned yet is charged under rspec.Unknown
+// (one call at a time across the fleet); it adopts any limit stored for
+// the key, and a charge under another Spec replaces a stored Unknown for
+// every process (as SetLimit would): the fleet learns a key's limit from
+// the first response that names it. A server that announces a budget
+// (remaining units until a reset) is kept as a Quota (rspec.Quota): its
+// budget, fed by Budget from any process's responses, is shared by every
+// admission of the fleet.
 package rstore
 
 import (
@@ -138,6 +149,7 @@ const (
 	TokenBucket          = rspec.TokenBucket
 	LeakyBucket          = rspec.LeakyBucket
 	GCRA                 = rspec.GCRA
+	Quota                = rspec.Quota
 )
 
 // Bounds of what a Store accepts (rspec's).
@@ -430,6 +442,12 @@ func (s *Store) Admit(ctx context.Context, scope string, cs []Charge) (Decision,
 	if err != nil {
 		return Decision{}, err
 	}
+	return s.admitted(scope, cs, tok, v, sent, got)
+}
+
+// admitted reads the admission script's reply v for the call cs under
+// token tok (sent and got: the local instants around the round trip).
+func (s *Store) admitted(scope string, cs []Charge, tok string, v []any, sent, got time.Time) (Decision, error) {
 	if len(v) < 3 {
 		return Decision{}, fmt.Errorf("ratesem: malformed reply from Redis: %v", v)
 	}
@@ -461,9 +479,13 @@ func (s *Store) Admit(ctx context.Context, scope string, cs []Charge) (Decision,
 		return d, nil
 	}
 	if ad, _ := v[5].(string); ad != "" {
+		// "i=spec," per charge that adopted a stored spec
 		for _, f := range strings.Split(strings.TrimSuffix(ad, ","), ",") {
-			if i, err := strconv.Atoi(f); err == nil && i >= 1 && i <= len(cs) {
+			is, wire, _ := strings.Cut(f, "=")
+			if i, err := strconv.Atoi(is); err == nil && i >= 1 && i <= len(cs) {
+				sp, _ := parseWire(wire)
 				d.Adopted = append(d.Adopted, i-1)
+				d.AdoptedSpecs = append(d.AdoptedSpecs, sp)
 			}
 		}
 	}
@@ -477,6 +499,100 @@ func (s *Store) Admit(ctx context.Context, scope string, cs []Charge) (Decision,
 	d.Wait = time.Duration(min(max(wait, 1), int64(MaxPer/time.Microsecond))) * time.Microsecond
 	d.Refused = int(min(max(ref-1, 0), int64(len(cs)-1)))
 	return d, nil
+}
+
+// AdmitAll decides the calls of scope, in order, in one round trip: a
+// pipeline of admissions that Redis runs one after the other, each atomic
+// and decided as Admit decides it, each seeing the admissions before it
+// (on a Redis Cluster, every call of one scope goes to the scope's node).
+// It returns one Decision and one error per call (the error Admit would
+// return: a caller's mistake, found before the round trip, fails that call
+// alone), and err when the round trip itself failed (then every call
+// failed, and none may have been decided: a call admitted before the
+// failure holds its units until its lease runs out). A Redis that lost
+// its script cache costs a second round trip (EVAL) for the calls that
+// found it gone. ctx, and an rspec.WithAnswerBy instant in it, bound every
+// call as they bound Admit's. It is the step towards one script deciding
+// several queued calls (and carrying pending releases): the waiting
+// engine's DecideAll.
+func (s *Store) AdmitAll(ctx context.Context, scope string, calls [][]Charge) (ds []Decision, errs []error, err error) {
+	ds, errs = make([]Decision, len(calls)), make([]error, len(calls))
+	if len(calls) == 0 {
+		return ds, errs, nil
+	}
+	dl, err := s.deadline(ctx, scope, s.EpochKey(scope))
+	if err != nil {
+		return nil, nil, fmt.Errorf("ratesem: redis admit: reading the server's clock: %w", err)
+	}
+	ev, until := s.recall(scope)
+	type req struct {
+		keys []string
+		args []any
+		tok  string
+		cmd  *goredis.Cmd
+	}
+	rs := make([]req, len(calls))
+	run := func(eval bool, which func(i int) bool) error {
+		pipe := s.c.Pipeline()
+		for i := range rs {
+			if !which(i) {
+				continue
+			}
+			if eval {
+				rs[i].cmd = admitScript.Eval(ctx, pipe, rs[i].keys, rs[i].args...)
+			} else {
+				rs[i].cmd = admitScript.EvalSha(ctx, pipe, rs[i].keys, rs[i].args...)
+			}
+		}
+		if pipe.Len() == 0 {
+			return nil
+		}
+		_, err := pipe.Exec(ctx)
+		if err != nil && !isReplyError(err) {
+			return err
+		}
+		return nil
+	}
+	sent := time.Now()
+	for i, cs := range calls {
+		rs[i].tok = newToken()
+		keys, args, cerr := s.call(scope, cs, rs[i].tok, s.leaseS)
+		if cerr != nil {
+			errs[i] = cerr
+			continue
+		}
+		rs[i].keys, rs[i].args = keys, append(args, ev, until, dl)
+	}
+	if err := run(false, func(i int) bool { return errs[i] == nil }); err != nil {
+		return nil, nil, fmt.Errorf("ratesem: redis admit: %w", err)
+	}
+	noscript := func(i int) bool {
+		return errs[i] == nil && rs[i].cmd != nil && goredis.HasErrorPrefix(rs[i].cmd.Err(), "NOSCRIPT")
+	}
+	if err := run(true, noscript); err != nil {
+		return nil, nil, fmt.Errorf("ratesem: redis admit: %w", err)
+	}
+	got := time.Now()
+	for i := range rs {
+		if errs[i] != nil {
+			continue
+		}
+		v, rerr := rs[i].cmd.Slice()
+		if rerr != nil {
+			errs[i] = fmt.Errorf("ratesem: redis admit: %w", rerr)
+			continue
+		}
+		ds[i], errs[i] = s.admitted(scope, calls[i], rs[i].tok, v, sent, got)
+	}
+	return ds, errs, nil
+}
+
+// isReplyError reports whether err is an error reply of Redis to one
+// command (a pipeline's Exec returns the first of them), not a failure of
+// the round trip.
+func isReplyError(err error) bool {
+	var re goredis.Error
+	return errors.As(err, &re)
 }
 
 // timeScript reads the clock of the node of KEYS[1] (a Redis Cluster
@@ -917,6 +1033,61 @@ func (s *Store) SetLimit(ctx context.Context, scope string, c Charge) error {
 	return nil
 }
 
+// Budget takes in a server's report of the budget of c's limiter, a Quota
+// (learned limits: a quota shared by the fleet): remaining units in the
+// server's window, which ends resetIn from now (clamped to [0, Per + 1 s]:
+// a window lasts Per; a second more for resets rounded to whole seconds);
+// own is the units of the reporting call when it is still in flight and
+// leased here (a concurrency cap), else 0. The budget is remaining (at
+// most N) less the fleet's units in flight the server may not have
+// counted yet (those leased, but the reporting call's). A report of a
+// window ending more than max(1 s, Per/2) after the one the limiter keeps
+// is a new window: it sets the budget and the window's end, even higher
+// than it was. Any other report only lowers the budget (the server's
+// remaining only falls within a window; a report can only tighten), and
+// never moves the window's end. A report whose window has ended (resetIn
+// ≤ 0) changes nothing. Admissions take their units from the budget and,
+// when it is short, wait until the window ends (Decision.Wait), across
+// every process; a window that ends without a report rolls to one of Per
+// allowing N.
+//
+// It returns the units the budget dropped by (negative when a new window
+// raised it: room was made), an error matching ErrSpec for a limiter
+// whose stored spec is not a Quota, ErrLimitMismatch, or the go-redis
+// error. c.Weight is not
+// used. One round trip.
+func (s *Store) Budget(ctx context.Context, scope string, c Charge, remaining int64, resetIn time.Duration, own int64) (int64, error) {
+	c.Weight = 0
+	remaining = min(max(remaining, 0), MaxN)
+	own = min(max(own, 0), MaxN)
+	rin := min(max(resetIn, 0), MaxPer+time.Second)
+	us := rin / time.Microsecond
+	if rin%time.Microsecond != 0 {
+		us++
+	}
+	arg := strconv.FormatInt(remaining, 10) + ":" + strconv.FormatInt(int64(us), 10) + ":" + strconv.FormatInt(own, 10)
+	keys, args, err := s.call(scope, []Charge{c}, "", arg)
+	if err != nil {
+		return 0, err
+	}
+	v, err := budgetScript.Run(ctx, s.c, keys, args...).Result()
+	if err != nil {
+		if strings.Contains(err.Error(), "ratesem: not a quota limiter") {
+			return 0, fmt.Errorf("%w: rule %q key %q: its limit in Redis is not a quota (budget report dropped)", ErrSpec, clip(c.Rule), clip(c.Key))
+		}
+		return 0, fmt.Errorf("ratesem: redis budget: %w", err)
+	}
+	switch r := v.(type) {
+	case int64:
+		return r, nil
+	case []any:
+		if len(r) == 3 {
+			return 0, mismatch([]Charge{c}, r)
+		}
+	}
+	return 0, fmt.Errorf("ratesem: malformed reply from Redis: %v", v)
+}
+
 // AdmitLua returns the Lua source of the admission script Admit runs with
 // EVALSHA (for benchmarks that measure the raw script, e.g. against
 // go-redis/redis_rate). Its KEYS and ARGV for a call are those AdmitCall
@@ -927,7 +1098,8 @@ func (s *Store) SetLimit(ctx context.Context, scope string, c Charge) error {
 // deadline had passed, or {-1, charge, stored spec} for a limit mismatch;
 // flags: 1 only a release can help, 2 paused, 4 lost state, 8 a lease was
 // taken, 16 too late; adopted: the charges (from 1) whose stored spec was
-// adopted, comma-separated; epoch: the scope's epoch (see # Losses).
+// adopted, each as "i=stored spec", comma-separated; epoch: the scope's
+// epoch (see # Losses).
 func AdmitLua() string { return admitSource }
 
 // AdmitCall returns the KEYS and ARGV with which Admit would run the

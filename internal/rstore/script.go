@@ -62,7 +62,8 @@ local function wt(m) return tonumber(string.match(m, ':(%d+)$')) end
 -- one) and its hash; nil, err for a spec that disagrees with the stored one.
 local KF = {
   {'m','f','z'}, {'m','f','w','u','d','e'}, {'m','f','z'}, {'f','w','u'}, {'m','f','w','v','c'},
-  {'f','w','c'}, {'f','t','r','l','a'}, {'f','t','r','l','a'}, {'f','t','a'}}
+  {'f','w','c'}, {'f','t','r','l','a'}, {'f','t','r','l','a'}, {'f','t','a'}, {'f','R','B'}}
+local UNK = '1/1/0/0/1' -- rspec.Unknown's spec: defers to any stored one
 local function lim(i, adopt)
   local b = 4 + (i - 1) * 8
   local L = {i = i, H = KEYS[3*i-2], F = KEYS[3*i-1], Z = KEYS[3*i],
@@ -74,7 +75,11 @@ local function lim(i, adopt)
   local v = redis.call('HMGET', L.H, 's', 'S', 'p', 'h', 'x', 'g', 'fc', 'zc', 'E', unpack(fs))
   L.new = (v[1] == false)
   if not L.new and v[1] ~= L.spec then
-    if v[2] == '1' and adopt then
+    if v[1] == UNK and adopt and L.spec ~= UNK then
+      -- a key nobody had learned the limit of (rspec.Unknown): the
+      -- caller's limit, learned, is stored for every process (S)
+      L.replace = true
+    elseif (v[2] == '1' or L.spec == UNK) and adopt then
       local k, N, per, p1, conc = string.match(v[1], '^(%d+)/(%d+)/(%d+)/(%d+)/(%d+)$')
       if k == nil or KF[tonumber(k)] == nil then return nil, v[1] end
       L.spec, L.kind, L.N, L.per, L.p1, L.conc = v[1], tonumber(k), tonumber(N), tonumber(per), tonumber(p1), tonumber(conc)
@@ -215,7 +220,12 @@ local function prepare(L)
   local k = L.kind
   if k == 2 or k == 4 or k == 5 or k == 6 then roll(L, L.t0)
   elseif k == 7 or k == 8 then refill(L, L.t0)
-  elseif k == 9 and L.t == nil then set(L, 't', L.t0); set(L, 'a', L.t0) end
+  elseif k == 9 and L.t == nil then set(L, 't', L.t0); set(L, 'a', L.t0)
+  elseif k == 10 and (L.R == nil or L.t0 >= L.R) then
+    -- a quota's window ended: the next one allows N, less the calls in
+    -- flight (leased: a concurrency cap), which may arrive in it
+    set(L, 'R', L.t0 + L.per); set(L, 'B', math.max(L.N - L.f, 0))
+  end
   if L.lost then
     -- Rebuild from what is left and hold the limiter full for the time it
     -- forgets: calls the state forgot may have ended within the last Per.
@@ -312,6 +322,9 @@ local function check(L)
     if L.p1 > 0 then tol = (L.p1 - n) * em end
     if L.t - t <= tol then return true end
     return false, L.t - tol - t, false
+  elseif k == 10 then
+    if n <= L.B then return true end
+    return false, math.max(L.R - t, 1), false
   end
   return false, 0, false
 end
@@ -336,7 +349,8 @@ local function commit(L, tok, lease)
   elseif k == 5 then set(L, 'c', L.c + n)
   elseif k == 6 then redis.call('HINCRBY', L.H, 'b' .. (L.w % L.p1), n); set(L, 'c', L.c + n)
   elseif k == 7 or k == 8 then set(L, 't', L.t - n); set(L, 'a', t)
-  elseif k == 9 then set(L, 't', math.max(L.t, t) + n * emit(L)); set(L, 'a', math.max(L.a or t, t)) end
+  elseif k == 9 then set(L, 't', math.max(L.t, t) + n * emit(L)); set(L, 'a', math.max(L.a or t, t))
+  elseif k == 10 then set(L, 'B', L.B - n) end
 end
 
 -- save writes L's changed fields and refreshes the TTLs of all three keys
@@ -355,7 +369,8 @@ local function save(L)
   -- Numbers go as they are: Redis formats them exactly (%.17g), plain
   -- digits below 2^53.
   for k, _ in pairs(L.dirty) do args[#args+1] = k; args[#args+1] = L[k] end
-  if L.new then args[#args+1] = 's'; args[#args+1] = L.spec end
+  if L.new or L.replace then args[#args+1] = 's'; args[#args+1] = L.spec end
+  if L.replace then args[#args+1] = 'S'; args[#args+1] = '1' end
   if #args > 0 then redis.call('HSET', L.H, unpack(args)) end
   if refresh then
     redis.call('PEXPIRE', L.H, ttl)
@@ -451,6 +466,10 @@ local function fill(L, l)
     if b == 0 then b = L.N end
     local tat = l + b * emit(L)
     if tat > t and tat > L.t then set(L, 't', tat); return true end
+  elseif k == 10 then
+    -- a quota held spent until its window ends (at least a Per after l)
+    if l + L.per > L.R then set(L, 'R', l + L.per) end
+    if L.B > 0 then set(L, 'B', 0); return true end
   end
   return false
 end
@@ -684,7 +703,7 @@ end
 // epoch}, or {0, now, 0, 1, 16, ""} when the deadline had passed, or {-1,
 // charge, stored spec} for a spec mismatch. flags: 1 only a release can
 // help, 2 paused, 4 state lost, 8 a lease was taken, 16 too late. adopted:
-// the indices of adopted specs, comma-separated. marks: "i:w:d," for each
+// "i=spec," for each charge i whose stored spec was adopted. marks: "i:w:d," for each
 // fixed completion charge i of weight > 0: its window w and the units d of
 // the calls of w that ended before this admission (see reconcileScript).
 // epoch: the epoch key's value.
@@ -717,7 +736,7 @@ for i = 1, NC do
     set(L, 'E', ev)
   end
   if L.adopted then
-    adopted = adopted .. i .. ','
+    adopted = adopted .. i .. '=' .. L.spec .. ','
     -- rspec.Spec.Capacity of the adopted spec: a charge heavier than it
     -- can never be admitted, so say so (ratesem.ErrWeightTooLarge) rather
     -- than a wait its caller would sleep out to its deadline.
@@ -1059,6 +1078,10 @@ for i = 1, NC do
     -- (window.GCRA.Settle); a TAT already beyond stays
     if dd > 0 then set(L, 't', math.max(L.t, math.min(math.max(L.t, L.t0) + dd * em, L.t0 + (L.p1 + L.N) * em))) end
     if L.t > L.t0 then L.ttl = math.max(L.ttl, math.ceil((L.t - L.t0) / 1000) + 1000) end
+  elseif k == 10 then
+    -- a quota refunds nothing (the server counted the call's arrival); a
+    -- debit comes out of the budget
+    if dd > 0 then set(L, 'B', math.max(L.B - dd, 0)) end
   end
   if L.usesm then set(L, 'm', L.t0) end
   save(L)
@@ -1206,10 +1229,48 @@ elseif k == 9 then
   if b == 0 then b = 1 end
   local tat = L.t0 + math.min(tonumber(ARGV[3]), b) * emit(L)
   if tat > L.t then extra = math.ceil((tat - L.t) / emit(L)); set(L, 't', tat) end
+elseif k == 10 then
+  local b = math.max(math.min(L.B, N - used), 0)
+  extra = L.B - b; set(L, 'B', b)
 end
 if L.usesm then set(L, 'm', L.t0) end
 save(L)
 return extra
+`)
+
+// budgetScript takes in a server's report of a quota limiter's budget
+// (charge 1, kind 10): ARGV[3] is "remaining:reset:own", the units the
+// server says remain in its window, the µs from now until that window
+// ends (at most Per and a second), and the units of the reporting call if
+// it is still in flight here (leased: the server counted them, and so do
+// the calls in flight). The budget is what remains less the fleet's calls
+// in flight the server may not have counted yet: a report of a window
+// ending more than max(1 s, Per/2) after the one kept starts a new window
+// with it; another only lowers the budget. Reply: the units taken in (the
+// budget's drop; negative when a new window raised it), or {-1, charge,
+// stored} for a spec mismatch, or an error reply for a limiter that is
+// not a quota (its stored spec another kind).
+var budgetScript = goredis.NewScript(header + prelude + `
+local Ls, err = loadall(true)
+if Ls == nil then return err end
+local L = Ls[1]
+if L.kind ~= 10 then return redis.error_reply('ERR ratesem: not a quota limiter') end
+prepare(L)
+local r, rin, own = string.match(ARGV[3], '^(%d+):(%d+):(%d+)$')
+r, rin, own = tonumber(r), tonumber(rin), tonumber(own)
+local old = L.B
+if r ~= nil and rin > 0 then
+  local R = L.t0 + math.min(rin, L.per + 1000000)
+  local b = math.max(math.min(r, L.N) - math.max(L.f - own, 0), 0)
+  if R > L.R + math.max(1000000, fdiv(L.per, 2)) then
+    set(L, 'R', R); set(L, 'B', b)
+  elseif b < L.B then
+    set(L, 'B', b)
+  end
+end
+L.ttl = math.max(L.ttl, math.ceil((L.R - L.t0) / 1000) + 1000)
+save(L)
+return old - L.B
 `)
 
 // setLimitScript stores charge 1's spec as the limiter's, for every process.

@@ -1,0 +1,638 @@
+package remote
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/ratesem/ratesem"
+	"github.com/ratesem/ratesem/internal/rspec"
+)
+
+// Outcome is the answer of Decide: one admission decision for a call's
+// charges, which never waited for room.
+type Outcome struct {
+	// Call is the admitted call (Release it exactly once); nil when the
+	// call was refused.
+	Call *Call
+	// At, when refused, is the earliest instant, on this process's clock,
+	// at which the call could be admitted if nothing else changes (a
+	// window moving on, a pause ending), never before the decision plus
+	// MinRetry when Redis decided it: ask again then. With Release it is
+	// the bound the leases give (capped by Config.MaxPause): a release
+	// may bring it much sooner.
+	At time.Time
+	// Release, when refused, reports that time alone cannot make room:
+	// only calls in flight ending can (a release of this process, which
+	// Config.OnRoom reports, or elsewhere, which nobody reports: ask again
+	// within a quarter of the rule's Per, ReleaseRetry). It is the
+	// ratesem.ErrInFlight of window.Limiter.TryN.
+	Release bool
+	// Paused, when refused, reports that the refusal is a pause (Pause, a
+	// pause stored in Redis): At is its end.
+	Paused bool
+	// Refused is the index of a charge that refused, when refused (0 when
+	// the fallback refused: it does not say which).
+	Refused int
+	// Local reports that the fallback decided (Redis was taken as
+	// unreachable, or did not answer this round trip): a Call it admitted
+	// reports Local too. A refusal of the fallback knows no instant: At is
+	// the next probe of Redis or ReleaseRetry from now, whichever is
+	// sooner.
+	Local bool
+	// Adopted and AdoptedSpecs are Redis's rspec.Decision.Adopted and
+	// AdoptedSpecs: the charges decided under a limit stored in Redis
+	// (SetLimit, a learned limit replacing rspec.Unknown) rather than
+	// the caller's, and those limits. A caller that learns limits
+	// charges the real weight under them from then.
+	Adopted      []int
+	AdoptedSpecs []rspec.Spec
+
+	known bool          // At is what this process knew, without asking
+	late  bool          // Redis ran the admission after its deadline
+	full  time.Time     // Redis's instant, not capped by MaxPause (deadlines)
+	nap   time.Duration // how long a head sleeps before asking again
+}
+
+// Wait returns how long from now until o.At (at least 1 ns when refused;
+// 0 when admitted).
+func (o Outcome) Wait(now time.Time) time.Duration {
+	if o.Call != nil {
+		return 0
+	}
+	return max(o.At.Sub(now), 1)
+}
+
+// ReleaseRetry is the longest a caller refused because calls in flight
+// fill a limit (Outcome.Release) should wait before asking Redis again
+// when no release of this process comes first: a quarter of the Per of
+// the refusing charge's rule (10 ms for a rule without Per). See the
+// package doc (# Sleeping).
+func ReleaseRetry(c rspec.Charge) time.Duration { return releaseCap(c.Spec) }
+
+// Request is one call to decide: its scope and charges (as Decide takes
+// them).
+type Request struct {
+	Scope   string
+	Charges []rspec.Charge
+}
+
+// Result is the decision of one Request of DecideAll: its Outcome, or the
+// error Decide would have returned.
+type Result struct {
+	Outcome
+	Err error
+}
+
+// DecideAll decides reqs in order, each as Decide does, and returns one
+// Result per request: the batched decision. Over internal/rstore's Store
+// the requests of one scope that need Redis share one round trip (a
+// pipeline of admissions, rstore.Store.AdmitAll: Redis decides them in
+// this order, each seeing the admissions before it; one script for them
+// all, carrying pending releases too, is the next step); a request this
+// process can decide alone (a pause, a known refusal) costs none. While
+// Redis is taken as unreachable, the fallback's window drains or its
+// calls wait to be carried into Redis, each request is decided by Decide.
+// A round trip that fails marks Redis unreachable once: the requests it
+// carried go to the fallback. ctx bounds them all. It does not stop at a
+// refusal: a caller that keeps FIFO order per limiter sends no request
+// behind one it expects refused on the same limiter.
+func (e *Engine) DecideAll(ctx context.Context, reqs []Request) []Result {
+	rs := make([]Result, len(reqs))
+	b, ok := e.st.(batcher)
+	if !ok {
+		for i, r := range reqs {
+			rs[i].Outcome, rs[i].Err = e.Decide(ctx, r.Scope, r.Charges)
+		}
+		return rs
+	}
+	var scopes []string
+	groups := map[string][]int{}
+	for i, r := range reqs {
+		if _, seen := groups[r.Scope]; !seen {
+			scopes = append(scopes, r.Scope)
+		}
+		groups[r.Scope] = append(groups[r.Scope], i)
+	}
+	for _, sc := range scopes {
+		e.decideBatch(ctx, b, sc, groups[sc], reqs, rs)
+	}
+	return rs
+}
+
+// batcher is a Store that decides several calls of one scope in one round
+// trip (internal/rstore's Store.AdmitAll).
+type batcher interface {
+	AdmitAll(ctx context.Context, scope string, calls [][]rspec.Charge) ([]rspec.Decision, []error, error)
+}
+
+// decideBatch is DecideAll for the requests idx of reqs, all of scope:
+// those this process can decide without Redis are decided so, the others
+// by one round trip (b.AdmitAll). While Redis is taken as unreachable,
+// the fallback's window drains or its calls wait to be carried, each
+// request is decided by Decide.
+func (e *Engine) decideBatch(ctx context.Context, b batcher, scope string, idx []int, reqs []Request, rs []Result) {
+	since := time.Now()
+	e.mu.Lock()
+	one := e.closed || e.down || e.gatedLocked(since) || len(e.recs) > 0 || len(idx) == 1
+	e.mu.Unlock()
+	if one {
+		for _, i := range idx {
+			rs[i].Outcome, rs[i].Err = e.Decide(ctx, scope, reqs[i].Charges)
+		}
+		return
+	}
+	var (
+		send []int
+		ws   []*waiter
+	)
+	for _, i := range idx {
+		cs := reqs[i].Charges
+		if err := checkCharges(cs); err != nil {
+			rs[i].Err = err
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			rs[i].Err = err
+			continue
+		}
+		if len(cs) == 0 {
+			c, err := e.admitEmpty(scope)
+			rs[i].Outcome, rs[i].Err = Outcome{Call: c}, err
+			continue
+		}
+		w := e.newWaiter(scope, slices.Clone(cs))
+		e.mu.Lock()
+		if e.closed {
+			e.mu.Unlock()
+			rs[i].Err = ErrClosed
+			continue
+		}
+		e.registerLocked(w)
+		e.active++
+		until, paused, ri := w.knownLocked(since)
+		e.mu.Unlock()
+		defer e.leave(w, true)
+		if !until.IsZero() {
+			rs[i].Outcome = Outcome{At: until, Paused: paused, Refused: ri, known: true, full: until}
+			continue
+		}
+		send, ws = append(send, i), append(ws, w)
+	}
+	if len(send) == 0 {
+		return
+	}
+	ds, errs, err, left := e.redisAdmitAll(ctx, b, scope, ws, e.cfg.Timeout)
+	failed := false
+	for k, i := range send {
+		w := ws[k]
+		switch {
+		case failed:
+			// Redis was marked unreachable once: the others go to the
+			// fallback (one failure, one step of the probe schedule).
+			rs[i].Outcome, rs[i].Err = e.local(ctx, w, since, false, e.downCause())
+			continue
+		case err != nil || left != nil:
+			rs[i].Outcome, rs[i].Err = e.decided(ctx, w, since, false, rspec.Decision{}, err, left)
+			failed = left == nil || (left != ErrClosed && ctx.Err() == nil)
+			continue
+		}
+		rs[i].Outcome, rs[i].Err = e.decided(ctx, w, since, false, ds[k], errs[k], nil)
+	}
+}
+
+// downCause returns the error that made Redis taken as unreachable.
+func (e *Engine) downCause() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.downErr == nil {
+		return errors.New("redis unreachable")
+	}
+	return e.downErr
+}
+
+// redisAdmitAll is redisAdmit for the waiters ws of scope, in one round
+// trip (b.AdmitAll): one Decision and error per waiter, or the round
+// trip's err, or left (the caller left before the answer: the admissions
+// that come after are cancelled in Redis).
+func (e *Engine) redisAdmitAll(ctx context.Context, b batcher, scope string, ws []*waiter, timeout time.Duration) (ds []rspec.Decision, errs []error, err, left error) {
+	type result struct {
+		ds   []rspec.Decision
+		errs []error
+		err  error
+	}
+	calls := make([][]rspec.Charge, len(ws))
+	for i, w := range ws {
+		calls[i] = w.cs
+	}
+	ch := make(chan result, 1)
+	claimed := new(atomic.Bool)
+	by := time.Now().Add(timeout)
+	if dl, ok := ctx.Deadline(); ok && dl.Before(by) {
+		by = dl
+	}
+	if !e.spawn(func() {
+		octx, cancel := context.WithTimeout(context.Background(), timeout+lateGrace)
+		ds, errs, err := b.AdmitAll(rspec.WithAnswerBy(octx, by), scope, calls)
+		cancel()
+		if claimed.CompareAndSwap(false, true) {
+			ch <- result{ds, errs, err}
+			return
+		}
+		if err == nil { // the caller left: nobody will use these admissions
+			for i, d := range ds {
+				if errs[i] == nil && d.OK {
+					e.cancelNow(scope, calls[i], d.Token)
+				}
+			}
+		}
+	}) {
+		return nil, nil, errBusy, nil
+	}
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case r := <-ch:
+		return r.ds, r.errs, r.err, nil
+	case <-t.C:
+		left = context.DeadlineExceeded
+	case <-ctx.Done():
+		left = ctx.Err()
+	case <-e.closeCtx.Done():
+		left = ErrClosed
+	}
+	if !claimed.CompareAndSwap(false, true) {
+		r := <-ch // the answer is in: the caller deals with it
+		return r.ds, r.errs, r.err, nil
+	}
+	return nil, nil, nil, left
+}
+
+// Decide makes ONE admission decision for the call's charges and never
+// waits for room: one round trip to Redis (bounded by Config.Timeout and
+// ctx), or none when this process already knows the answer (a pause, or a
+// refusal whose instant has not come: Outcome.At says it), or the
+// fallback's TryAcquire while Redis is taken as unreachable. It ignores
+// the queues of Acquire (the caller's own queue orders its calls) but
+// follows the engine's other rules: the fallback's calls are carried into
+// Redis before any admission there; while the fallback's window drains
+// the call needs room in the fallback too (the gate); a round trip that
+// fails marks Redis unreachable (then Decide asks the fallback, and asks
+// Redis again at the probe schedule: 100 ms after the failure, doubling up
+// to a second); the first answer after marks it reachable. An admission
+// Redis grants after ctx is done, or after Timeout, is cancelled there.
+//
+// It returns the admitted call in Outcome.Call, or a refusal (Outcome.At,
+// Release, Paused); an error for what is not a refusal: those of Acquire's
+// checks (ratesem.ErrNegativeWeight, ErrWeightTooLarge, a nil Spec) at
+// once, an error matching rspec.ErrLimitMismatch, one matching
+// ErrUnavailable when Redis cannot be reached and there is no Fallback,
+// ctx.Err() when ctx ends first, ErrClosed after Close. A call of no
+// charges is admitted without a round trip. It reports Refused and
+// RoundTripFailed events to the Observer, but not Admitted (the caller's
+// wait is the caller's to report). It is safe for concurrent use.
+func (e *Engine) Decide(ctx context.Context, scope string, cs []rspec.Charge) (Outcome, error) {
+	if err := checkCharges(cs); err != nil {
+		return Outcome{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return Outcome{}, err
+	}
+	since := time.Now()
+	if len(cs) == 0 {
+		c, err := e.admitEmpty(scope)
+		return Outcome{Call: c}, err
+	}
+	w := e.newWaiter(scope, slices.Clone(cs))
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return Outcome{}, ErrClosed
+	}
+	e.registerLocked(w)
+	e.active++
+	e.mu.Unlock()
+	defer e.leave(w, true)
+	defer w.dropLocal()
+	return e.decide(ctx, w, since, false)
+}
+
+// newWaiter returns the waiter of a call of charges cs in scope, not yet
+// registered with its limiters.
+func (e *Engine) newWaiter(scope string, cs []rspec.Charge) *waiter {
+	w := &waiter{scope: scope, cs: cs, keys: make([]limKey, len(cs)), lims: make([]*limiter, len(cs))}
+	for i, c := range cs {
+		w.keys[i] = limKey{scope, c.Rule, c.Key}
+	}
+	return w
+}
+
+// registerLocked makes w a user of its limiters, made if needed (leave, or
+// dropLocked, ends it). e.mu must be held.
+func (e *Engine) registerLocked(w *waiter) {
+	for i, k := range w.keys {
+		l := e.lims[k]
+		if l == nil {
+			l = &limiter{}
+			e.lims[k] = l
+		}
+		l.users++
+		w.lims[i] = l
+	}
+}
+
+// knownLocked returns the latest instant after now before which w is known
+// not to be admitted (a pause, a refusal's instant), whether it is a pause,
+// and the index of that charge; zero when none. e.mu must be held.
+func (w *waiter) knownLocked(now time.Time) (until time.Time, paused bool, ri int) {
+	for i, l := range w.lims {
+		if now.Before(l.paused) && l.paused.After(until) {
+			until, paused, ri = l.paused, true, i
+		}
+		if w.cs[i].Weight >= l.notBeforeN && now.Before(l.notBefore) && l.notBefore.After(until) {
+			until, paused, ri = l.notBefore, false, i
+		}
+	}
+	return until, paused, ri
+}
+
+// dropLocal gives back the fallback's units the gate holds for w, if any
+// (not passed on to a Call).
+func (w *waiter) dropLocal() {
+	if w.local != nil {
+		w.local()
+		w.local = nil
+	}
+}
+
+// decide takes one decision for w, registered with its limiters: what
+// this process knows (a pause, a refusal's instant: Outcome.known), or
+// the fallback while Redis is taken as unreachable, or one round trip to
+// Redis (after the gate and the carry of the fallback's calls). When
+// block, the fallback and the gate wait for room (Acquire), and decide
+// returns errBackUp when Redis answers again meanwhile and errGateWait
+// after a gate's sleep (ask again); otherwise they only try (Decide). The
+// gate's units (w.local) pass to the Call admitted; the caller gives them
+// back otherwise (dropLocal).
+func (e *Engine) decide(ctx context.Context, w *waiter, since time.Time, block bool) (Outcome, error) {
+	now := time.Now()
+	e.mu.Lock()
+	closed := e.closed
+	down, probe, downErr := e.down, !now.Before(e.nextProbe), e.downErr
+	gated := w.local == nil && e.gatedLocked(now)
+	drain := e.fbDrain
+	until, paused, ri := w.knownLocked(now)
+	e.mu.Unlock()
+	switch {
+	case closed:
+		return Outcome{}, ErrClosed
+	case ctx.Err() != nil:
+		return Outcome{}, ctx.Err()
+	}
+	if !until.IsZero() {
+		return Outcome{At: until, Paused: paused, Refused: ri, known: true, full: until}, nil
+	}
+	if down && !probe {
+		return e.local(ctx, w, since, block, downErr)
+	}
+	if gated {
+		if err := e.gate(ctx, w, !block, drain); err != nil {
+			if err == errTry {
+				return e.localRefusal(w), nil
+			}
+			return Outcome{}, err
+		}
+	}
+	timeout := e.cfg.Timeout
+	if down {
+		timeout = min(timeout, probeTimeout)
+	}
+	// The fallback's calls go to Redis before any call of this process
+	// does (the first round trip after an outage carries them).
+	if err := e.carry(ctx, timeout); err != nil {
+		switch {
+		case err == ErrClosed:
+			return Outcome{}, ErrClosed
+		case ctx.Err() != nil:
+			return Outcome{}, ctx.Err()
+		}
+		return e.failed(ctx, w, since, block, err)
+	}
+	d, err, left := e.redisAdmit(ctx, w, timeout)
+	return e.decided(ctx, w, since, block, d, err, left)
+}
+
+// decided takes Redis's answer to w's admission (d, or the round trip's
+// err, or left: the caller left before the answer, see redisAdmit): the
+// Call admitted, the refusal recorded, the round trip's failure handed to
+// the fallback.
+func (e *Engine) decided(ctx context.Context, w *waiter, since time.Time, block bool, d rspec.Decision, err, left error) (Outcome, error) {
+	e.mu.Lock()
+	e.stopAskingLocked(w)
+	e.stats.RedisAdmits++
+	if d.Lost {
+		e.stats.StateLost++
+	}
+	mismatch := errors.Is(err, rspec.ErrLimitMismatch)
+	if mismatch {
+		e.stats.LimitMismatches++
+	}
+	e.mu.Unlock()
+	switch {
+	case left == ErrClosed:
+		return Outcome{}, ErrClosed
+	case left != nil && ctx.Err() != nil:
+		return Outcome{}, ctx.Err()
+	case left != nil:
+		err = left // no answer within the timeout
+	}
+	if err != nil {
+		if mismatch || callerError(err) {
+			e.markUp()
+			return Outcome{}, err
+		}
+		return e.failed(ctx, w, since, block, err)
+	}
+	e.markUp()
+	if d.OK {
+		if e.cfg.TestAfterAdmit != nil {
+			e.cfg.TestAfterAdmit()
+		}
+		if ctx.Err() != nil {
+			e.cancelToken(w.scope, w.cs, d.Token)
+			return Outcome{}, ctx.Err()
+		}
+		c := &Call{e: e, scope: w.scope, cs: w.cs, token: d.Token, at: d.Now, seen: time.Now(), marks: d.Marks, local: w.local}
+		w.local = nil // the Call releases them
+		if err := e.hold(c, since); err != nil {
+			if c.local != nil {
+				c.local()
+			}
+			e.cancelToken(w.scope, w.cs, d.Token)
+			return Outcome{}, err
+		}
+		return Outcome{Call: c, Adopted: d.Adopted, AdoptedSpecs: d.AdoptedSpecs}, nil
+	}
+	now := time.Now()
+	if d.Late {
+		// Redis ran it after its deadline though its caller still waited:
+		// this process's reading of Redis's clock was off (the store took
+		// a new one from this reply). Ask again soon, not at once.
+		return Outcome{At: now.Add(MinRetry + rand.N(MinRetry)), late: true}, nil
+	}
+	e.event(Event{Kind: Refused, Scope: w.scope, Charges: w.cs, Wait: d.Wait})
+	o := e.refused(w, d, now)
+	o.Adopted, o.AdoptedSpecs = d.Adopted, d.AdoptedSpecs
+	return o, nil
+}
+
+// refused records what Redis's refusal d of w at now teaches (the
+// limiter's pause, or the instant before which no call of that weight or
+// more is admitted), capped by MaxPause: a hostile or broken server cannot
+// park a limiter for longer, and asking again then costs one round trip.
+// It returns its Outcome.
+func (e *Engine) refused(w *waiter, d rspec.Decision, now time.Time) Outcome {
+	ri := d.Refused
+	if ri < 0 || ri >= len(w.cs) {
+		ri = 0
+	}
+	wait := max(d.Wait, 0)
+	o := Outcome{Release: d.Release, Paused: d.Paused, Refused: ri, full: now.Add(wait)}
+	wait = min(wait, e.cfg.MaxPause)
+	o.At, o.nap = now.Add(max(wait, MinRetry)), wait
+	if d.Release {
+		o.nap = min(wait, releaseCap(w.cs[ri].Spec))
+		return o
+	}
+	rec := now.Add(wait)
+	e.mu.Lock()
+	l := w.lims[ri]
+	if d.Paused {
+		if rec.After(l.paused) {
+			l.paused = rec
+		}
+	} else {
+		l.notBefore, l.notBeforeN = rec, w.cs[ri].Weight
+	}
+	e.mu.Unlock()
+	return o
+}
+
+// failed handles a round trip of w's decision that failed with cause
+// (Redis did not answer): Redis is marked down, the event reported, and
+// the fallback decides.
+func (e *Engine) failed(ctx context.Context, w *waiter, since time.Time, block bool, cause error) (Outcome, error) {
+	e.markDown(cause, true)
+	e.event(Event{Kind: RoundTripFailed, Scope: w.scope, Charges: w.cs, Err: cause})
+	return e.local(ctx, w, since, block, cause)
+}
+
+// local decides w in the fallback (waiting for room when block, until
+// Redis answers again: errBackUp), or fails with ErrUnavailable wrapping
+// cause when there is none. Units the gate already holds for w are the
+// admission.
+func (e *Engine) local(ctx context.Context, w *waiter, since time.Time, block bool, cause error) (Outcome, error) {
+	if e.cfg.Fallback == nil {
+		return Outcome{}, e.unavailable(cause)
+	}
+	c, err := e.fallback(ctx, w, since, !block, cause)
+	switch {
+	case err == errTry:
+		// The caller asks again by the next probe: then Decide asks Redis
+		// itself.
+		return e.localRefusal(w), nil
+	case err != nil:
+		return Outcome{}, err
+	}
+	return Outcome{Call: c, Local: true}, nil
+}
+
+// localRefusal is the Outcome of a refusal of the fallback: it knows no
+// instant; ask again at the next probe of Redis or after ReleaseRetry,
+// whichever is sooner.
+func (e *Engine) localRefusal(w *waiter) Outcome {
+	now := time.Now()
+	at := now.Add(releaseCap(w.cs[0].Spec))
+	e.mu.Lock()
+	if e.down && e.nextProbe.After(now) && e.nextProbe.Before(at) {
+		at = e.nextProbe
+	}
+	e.mu.Unlock()
+	return Outcome{At: at, Local: true}
+}
+
+// TryAcquireWait is TryAcquire that says, on refusal, how long until the
+// call could be admitted, as window.Limiter.TryN does: it returns the call
+// admitted, with wait 0; or no call and wait > 0, the time until the
+// instant Redis (or a pause, or a refusal this process remembers) names,
+// when time alone can make room; or no call, wait 0 and an error matching
+// ratesem.ErrInFlight when only calls in flight ending can (Redis's answer;
+// or waiters of this process queue on one of the limiters and no instant
+// is known: only their admission, which calls ending bring, lets this call
+// go first). Like TryAcquire it never overtakes a waiter of this process
+// (it then fails at once without a round trip) and makes at most one
+// round trip, bounded by Config.Timeout. A refusal of the fallback (Redis
+// unreachable) gives the wait of Outcome.Local. Its other errors are
+// Decide's.
+func (e *Engine) TryAcquireWait(scope string, cs []rspec.Charge) (*Call, time.Duration, error) {
+	if err := checkCharges(cs); err != nil {
+		return nil, 0, err
+	}
+	var o Outcome
+	var err error
+	if len(cs) == 0 {
+		o, err = e.Decide(context.Background(), scope, nil)
+	} else {
+		o, err = e.tryDecide(scope, slices.Clone(cs))
+	}
+	switch {
+	case err != nil:
+		return nil, 0, err
+	case o.Call != nil:
+		return o.Call, 0, nil
+	case o.Release:
+		return nil, 0, fmt.Errorf("%w: rule %q key %q (Redis: the calls in flight fill the limit)", ratesem.ErrInFlight, cs[o.Refused].Rule, cs[o.Refused].Key)
+	case o.At.IsZero():
+		return nil, 0, fmt.Errorf("%w: calls of this process wait on rule %q key %q", ratesem.ErrInFlight, cs[o.Refused].Rule, cs[o.Refused].Key)
+	}
+	return nil, o.Wait(time.Now()), nil
+}
+
+// tryDecide is Decide for TryAcquireWait: refused at once, without a round
+// trip, when a waiter of this process queues on one of the limiters (At
+// then the instant known, zero when none) or too many callers ask Redis for
+// one of them without queueing.
+func (e *Engine) tryDecide(scope string, cs []rspec.Charge) (Outcome, error) {
+	since := time.Now()
+	w := e.newWaiter(scope, cs)
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return Outcome{}, ErrClosed
+	}
+	e.registerLocked(w)
+	for i, l := range w.lims {
+		if l.q.Len() > 0 || l.asking >= maxFreeAsks {
+			until, paused, ri := w.knownLocked(since)
+			if until.IsZero() {
+				ri = i
+			}
+			e.dropLocked(w)
+			e.mu.Unlock()
+			return Outcome{At: until, Paused: paused, Refused: ri}, nil
+		}
+	}
+	w.asking = true
+	for _, l := range w.lims {
+		l.asking++
+	}
+	e.active++
+	e.mu.Unlock()
+	defer e.leave(w, true)
+	defer w.dropLocal()
+	return e.decide(context.Background(), w, since, false)
+}
