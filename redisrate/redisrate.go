@@ -9,10 +9,10 @@
 // Every decision is made atomically by one Lua script on the Redis
 // server's clock; waiting stays in each process (FIFO per limiter, one
 // head per process talks to Redis, and sleeps until the instant Redis
-// gives). The semaphore's options for this mode are semaphore.WithLease,
+// gives). The semaphore's options for this mode are redisrate.WithLease,
 // WithRedisTimeout, WithJitter, WithFallback, WithRedisPrefix,
 // WithEvictionAllowed, WithDeferredRedisChecks and WithMaxQueue; the pool's
-// are clientpool.WithLease, WithMaxQueue, WithEvictionAllowed and
+// are redisrate.WithLease, WithMaxQueue, WithEvictionAllowed and
 // WithDeferredRedisChecks. A Redis server, a Sentinel group or a Redis Cluster
 // (any goredis.UniversalClient) will do; on a cluster one limit (one
 // semaphore name, one pool scope) lives on one node.
@@ -36,6 +36,7 @@ import (
 
 	"github.com/ratesem/ratesem/clientpool"
 	"github.com/ratesem/ratesem/internal/backend"
+	"github.com/ratesem/ratesem/internal/engine"
 	"github.com/ratesem/ratesem/internal/rstore"
 	"github.com/ratesem/ratesem/semaphore"
 	"github.com/ratesem/ratesem/window"
@@ -62,12 +63,12 @@ import (
 // A call admitted at once costs two round trips: the admission (one
 // EVALSHA) and the release, which is sent in the background (Release never
 // waits on Redis; a release that cannot be sent is covered by the call's
-// lease, semaphore.WithLease). Waiters of one process queue FIFO and only
+// lease, redisrate.WithLease). Waiters of one process queue FIFO and only
 // the head talks to Redis; a refused head sleeps until the instant Redis
-// gives, plus jitter (semaphore.WithJitter), never polling; when only calls
+// gives, plus jitter (redisrate.WithJitter), never polling; when only calls
 // in flight ending can make room it re-asks at most every interval/4, or at
 // once when a release of this process reached Redis. Every round trip is
-// bounded by semaphore.WithRedisTimeout whatever the client's options.
+// bounded by redisrate.WithTimeout whatever the client's options.
 // Acquire fails at once with ratesem.ErrDeadline when the wait Redis gives
 // ends after ctx's deadline.
 //
@@ -81,21 +82,21 @@ import (
 //
 // # When Redis is unreachable
 //
-// Without semaphore.WithFallback, Acquire fails with an error matching
+// Without redisrate.WithFallback, Acquire fails with an error matching
 // ratesem.ErrUnavailable, at once while the last failure is recent (a probe
 // goes out 100 ms after a failure, then after twice as long each time, up
-// to 1 s). With semaphore.WithFallback(share), admissions go to a local
+// to 1 s). With redisrate.WithFallback(share), admissions go to a local
 // RateSemaphore of floor(share·n) units per interval meanwhile, and its
 // calls are carried into Redis when it answers again (see WithFallback).
 //
 // NewSemaphore blocks for one round trip, bounded by
-// semaphore.WithRedisTimeout, and fails with an error that says which
+// redisrate.WithTimeout, and fails with an error that says which
 // check failed: ratesem.ErrUnavailable when Redis does not answer in time
 // or refuses the connection, ratesem.ErrLimitMismatch when another process
 // stored another limit under the name, and ratesem.ErrEviction when the
 // server's maxmemory-policy is not noeviction (Redis may then evict the
-// limit's keys) unless semaphore.WithEvictionAllowed is given (a server
-// that forbids CONFIG is not checked). semaphore.WithDeferredRedisChecks
+// limit's keys) unless redisrate.WithEvictionAllowed is given (a server
+// that forbids CONFIG is not checked). redisrate.WithDeferredChecks
 // skips the round trip, for a program that starts before Redis: the checks
 // then show at the first call. It returns an error
 // matching ratesem.ErrInvalidLimit for n ≤ 0, an interval ≤ 0 or not a
@@ -119,7 +120,7 @@ func NewSemaphore(c goredis.UniversalClient, name string, n int64, interval time
 // the limit kept in Redis, with the exact guarantee its doc states, across
 // every process sharing the name. semaphore.WithMaxUnitsInFlight caps the
 // units in flight across every process; semaphore.WithStartWindow is an
-// error (the policy is the window). With semaphore.WithFallback, p itself,
+// error (the policy is the window). With redisrate.WithFallback, p itself,
 // set to floor(share·N) units per Per, becomes the local fallback (a bucket
 // keeps its burst). The semaphore owns p. It blocks like NewSemaphore and
 // returns its errors (ErrInvalidLimit for N ≤ 0 or Per ≤ 0), an error for a
@@ -153,7 +154,7 @@ func semaphoreOf(s any, err error) (*semaphore.RateSemaphore, error) {
 // does not answer, ratesem.ErrLimitMismatch when another process stored
 // another limit for a rule's key "", and ratesem.ErrEviction when the
 // server's maxmemory-policy lets it evict the rules' keys (unless
-// clientpool.WithEvictionAllowed); clientpool.WithDeferredRedisChecks
+// redisrate.WithEvictionAllowed); redisrate.WithDeferredChecks
 // defers them to the first Acquire.
 //
 // c is a go-redis client of a server, a Sentinel group or a Redis Cluster
@@ -170,7 +171,7 @@ func semaphoreOf(s any, err error) (*semaphore.RateSemaphore, error) {
 //     clock); a refused call sleeps until the instant Redis names, plus
 //     jitter, queued FIFO per (rule, key) in this process, and only the
 //     head of a queue asks Redis again. A call in flight holds a lease
-//     (one minute, clientpool.WithLease): a process that dies mid-call
+//     (one minute, redisrate.WithLease): a process that dies mid-call
 //     frees its units then. Errors checked before Redis (unknown rule,
 //     negative weight, a weight too large, ratesem.ErrTooManyKeys) are the
 //     same as in process; Redis adds ratesem.ErrLimitMismatch,
@@ -207,7 +208,7 @@ func semaphoreOf(s any, err error) (*semaphore.RateSemaphore, error) {
 //
 // Redis keeps names of at most 512 bytes: a key longer than that is
 // kept under its SHA-256 (each key still has its own limiter). A call
-// takes at most clientpool.MaxRedisCharges distinct charges (more fail
+// takes at most redisrate.MaxCharges distinct charges (more fail
 // with ratesem.ErrTooManyCharges).
 //
 // Every rule's window must have a Redis form (every window of package
@@ -218,9 +219,14 @@ func semaphoreOf(s any, err error) (*semaphore.RateSemaphore, error) {
 // than 512 bytes. clientpool.WithClock does not apply to Redis's
 // decisions, which are made on the Redis server's clock.
 func Shared(c goredis.UniversalClient, prefix string) clientpool.Option {
-	var o backend.Opener // a nil c: clientpool.New fails
-	if c != nil {
-		o = rstore.NewOpener(c)
+	sh := &engine.Shared{Prefix: prefix}
+	if c != nil { // a nil c: clientpool.New fails
+		sh.Opener = rstore.NewOpener(c)
 	}
-	return backend.PoolOption(o, prefix).(clientpool.Option)
+	return func(cfg *engine.Config) { cfg.Shared = sh }
 }
+
+// MaxCharges is the most distinct (rule, key) charges of one call of a
+// clientpool.Pool in Redis mode (64): a call with more fails with
+// ratesem.ErrTooManyCharges.
+const MaxCharges = engine.MaxRedisCharges

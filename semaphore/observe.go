@@ -46,7 +46,7 @@ import (
 // context is done (the admission is then undone) or returns. So fn should
 // not block.
 func WithObserver(fn func(ratesem.Event)) Option {
-	return func(c *config) { c.observer = fn }
+	return func(c *config) { c.Observer = fn }
 }
 
 // The observe methods are inlined as a nil check; the event is built in

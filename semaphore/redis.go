@@ -77,8 +77,8 @@ func newShared(o backend.Opener, name string, n int64, per time.Duration, p wind
 // newRedisN is redisrate.NewSemaphore.
 func newRedisN(o backend.Opener, name string, n int64, interval time.Duration, opts []Option) (*RateSemaphore, error) {
 	cfg := buildConfig(opts)
-	if len(cfg.errs) > 0 {
-		return nil, errors.Join(cfg.errs...)
+	if cfg.Err() != nil {
+		return nil, cfg.Err()
 	}
 	if name == "" {
 		return nil, errors.New("ratesem: redisrate.NewSemaphore: empty name")
@@ -89,11 +89,11 @@ func newRedisN(o backend.Opener, name string, n int64, interval time.Duration, o
 	}
 	newLocal := func(localN int64) *RateSemaphore {
 		var lo []Option
-		if cfg.start {
-			lo = append(lo, WithStartWindow(cfg.margin))
+		if cfg.Start {
+			lo = append(lo, WithStartWindow(cfg.Margin))
 		}
-		if cfg.concurrency >= 0 {
-			lo = append(lo, WithMaxUnitsInFlight(min(cfg.concurrency, localN)))
+		if cfg.Concurrency >= 0 {
+			lo = append(lo, WithMaxUnitsInFlight(min(cfg.Concurrency, localN)))
 		}
 		return New(localN, interval, lo...)
 	}
@@ -103,13 +103,13 @@ func newRedisN(o backend.Opener, name string, n int64, interval time.Duration, o
 // newRedisPolicy is redisrate.NewSemaphoreWithPolicy.
 func newRedisPolicy(o backend.Opener, name string, p window.Policy, opts []Option) (*RateSemaphore, error) {
 	cfg := buildConfig(opts)
-	if len(cfg.errs) > 0 {
-		return nil, errors.Join(cfg.errs...)
+	if cfg.Err() != nil {
+		return nil, cfg.Err()
 	}
 	switch {
 	case p == nil:
 		return nil, errors.New("ratesem: redisrate.NewSemaphoreWithPolicy: nil policy")
-	case cfg.start:
+	case cfg.Start:
 		return nil, errors.New("ratesem: redisrate.NewSemaphoreWithPolicy: WithStartWindow conflicts with the policy given")
 	case name == "":
 		return nil, errors.New("ratesem: redisrate.NewSemaphoreWithPolicy: empty name")
@@ -122,11 +122,11 @@ func newRedisPolicy(o backend.Opener, name string, p window.Policy, opts []Optio
 		return nil, fmt.Errorf("%w: redisrate.NewSemaphoreWithPolicy: %d per %v: want n > 0 and a positive interval",
 			ratesem.ErrInvalidLimit, sp.Limit.N, sp.Limit.Per)
 	}
-	if cfg.concurrency == 0 {
+	if cfg.Concurrency == 0 {
 		return nil, fmt.Errorf("%w: redisrate.NewSemaphoreWithPolicy: WithMaxUnitsInFlight(0) admits nothing", ratesem.ErrInvalidLimit)
 	}
-	if cfg.concurrency > 0 && cfg.concurrency < sp.Limit.N {
-		sp.Concurrency = cfg.concurrency
+	if cfg.Concurrency > 0 && cfg.Concurrency < sp.Limit.N {
+		sp.Concurrency = cfg.Concurrency
 	}
 	if err := sp.Check(); err != nil {
 		return nil, fmt.Errorf("%w (redisrate.NewSemaphoreWithPolicy)", err)
@@ -135,8 +135,8 @@ func newRedisPolicy(o backend.Opener, name string, p window.Policy, opts []Optio
 	newLocal := func(localN int64) *RateSemaphore {
 		p.SetLimit(time.Now(), window.Limit{N: localN, Per: sp.Limit.Per})
 		var lo []Option
-		if cfg.concurrency >= 0 {
-			lo = append(lo, WithMaxUnitsInFlight(min(cfg.concurrency, localN)))
+		if cfg.Concurrency >= 0 {
+			lo = append(lo, WithMaxUnitsInFlight(min(cfg.Concurrency, localN)))
 		}
 		return NewWithPolicy(p, lo...)
 	}
@@ -156,23 +156,23 @@ func newRedis(o backend.Opener, name string, sp *rspec.Spec, cfg config, newLoca
 		// forever) and the limit would silently not be shared.
 		return nil, fmt.Errorf("ratesem: redisrate.NewSemaphore: a name of %d bytes: want at most %d", len(name), rspec.MaxNameLen)
 	}
-	st, err := o.Open(cfg.prefix, cfg.lease)
+	st, err := o.Open(cfg.Redis.Prefix, cfg.Redis.Lease)
 	if err != nil {
 		return nil, fmt.Errorf("%w (redisrate.NewSemaphore)", err)
 	}
-	r := &redisSem{name: name, held: map[int64][]*heldCall{}, capOpt: cfg.concurrency}
-	if cfg.deferChecks {
-		if !cfg.evictionAllowed {
-			r.late = remote.NewDeferredCheck(func() error { return o.Check(cfg.timeout, cfg.prefix, name, nil, true) }, r.checkError)
+	r := &redisSem{name: name, held: map[int64][]*heldCall{}, capOpt: cfg.Concurrency}
+	if cfg.Redis.DeferChecks {
+		if !cfg.Redis.EvictionAllowed {
+			r.late = remote.NewDeferredCheck(func() error { return o.Check(cfg.Redis.Timeout, cfg.Redis.Prefix, name, nil, true) }, r.checkError)
 		}
-	} else if err := o.Check(cfg.timeout, cfg.prefix, name, []rspec.Charge{{Rule: redisRule, Spec: sp}}, !cfg.evictionAllowed); err != nil {
+	} else if err := o.Check(cfg.Redis.Timeout, cfg.Redis.Prefix, name, []rspec.Charge{{Rule: redisRule, Spec: sp}}, !cfg.Redis.EvictionAllowed); err != nil {
 		return nil, r.checkError(err)
 	}
-	r.obs = cfg.observer
+	r.obs = cfg.Observer
 	r.spec.Store(sp)
-	ecfg := remote.Config{Store: st, Timeout: cfg.timeout, Jitter: cfg.jitter, ErrDeadline: ratesem.ErrDeadline, TestAfterAdmit: cfg.testAfterAdmit, MaxQueue: cfg.maxQueue}
-	if cfg.fallback {
-		r.localN = max(1, int64(math.Floor(cfg.share*float64(sp.Limit.N))))
+	ecfg := remote.Config{Store: st, Timeout: cfg.Redis.Timeout, Jitter: cfg.Redis.Jitter, ErrDeadline: ratesem.ErrDeadline, TestAfterAdmit: cfg.Redis.TestAfterAdmit, MaxQueue: cfg.MaxQueue}
+	if cfg.Redis.Fallback {
+		r.localN = max(1, int64(math.Floor(cfg.Redis.Share*float64(sp.Limit.N))))
 		r.local = newLocal(r.localN)
 		ecfg.Fallback = fallback{r}
 	}
@@ -180,7 +180,7 @@ func newRedis(o backend.Opener, name string, sp *rspec.Spec, cfg config, newLoca
 	if err != nil {
 		return nil, fmt.Errorf("%w (redisrate.NewSemaphore)", err)
 	}
-	s := &RateSemaphore{clock: wake.NewClock(nil), size: sp.Limit.N, interval: sp.Limit.Per, capOpt: cfg.concurrency, remote: r}
+	s := &RateSemaphore{clock: wake.NewClock(nil), size: sp.Limit.N, interval: sp.Limit.Per, capOpt: cfg.Concurrency, remote: r}
 	return s, nil
 }
 
@@ -192,15 +192,15 @@ func redisSpec(n int64, interval time.Duration, cfg config) (*rspec.Spec, error)
 			ratesem.ErrInvalidLimit, n, interval)
 	}
 	sp := &rspec.Spec{Kind: rspec.Completion, Limit: window.Limit{N: n, Per: interval}}
-	if cfg.start {
-		if cfg.margin%time.Microsecond != 0 {
-			return nil, fmt.Errorf("%w: redisrate.NewSemaphore: margin %v: want a whole number of microseconds", ratesem.ErrInvalidLimit, cfg.margin)
+	if cfg.Start {
+		if cfg.Margin%time.Microsecond != 0 {
+			return nil, fmt.Errorf("%w: redisrate.NewSemaphore: margin %v: want a whole number of microseconds", ratesem.ErrInvalidLimit, cfg.Margin)
 		}
-		sp.Kind, sp.Margin = rspec.SlidingLog, cfg.margin
+		sp.Kind, sp.Margin = rspec.SlidingLog, cfg.Margin
 	}
-	if cfg.concurrency >= 0 && cfg.concurrency < n {
-		sp.Concurrency = cfg.concurrency
-		if cfg.concurrency == 0 {
+	if cfg.Concurrency >= 0 && cfg.Concurrency < n {
+		sp.Concurrency = cfg.Concurrency
+		if cfg.Concurrency == 0 {
 			return nil, fmt.Errorf("%w: redisrate.NewSemaphore: WithMaxUnitsInFlight(0) admits nothing", ratesem.ErrInvalidLimit)
 		}
 	}
@@ -213,9 +213,9 @@ func (r *redisSem) checkError(err error) error {
 	case errors.Is(err, ratesem.ErrLimitMismatch):
 		return r.named(err)
 	case errors.Is(err, ratesem.ErrEviction):
-		return fmt.Errorf("%w (semaphore.WithEvictionAllowed to use it anyway)", err)
+		return fmt.Errorf("%w (redisrate.WithEvictionAllowed to use it anyway)", err)
 	case errors.Is(err, ratesem.ErrUnavailable):
-		return fmt.Errorf("%w (redisrate.NewSemaphore asks Redis once; semaphore.WithDeferredRedisChecks builds the semaphore before Redis is up)", err)
+		return fmt.Errorf("%w (redisrate.NewSemaphore asks Redis once; redisrate.WithDeferredChecks builds the semaphore before Redis is up)", err)
 	}
 	return err
 }

@@ -122,9 +122,10 @@ func New(n int64, interval time.Duration, opts ...Option) *RateSemaphore {
 		panic(fmt.Sprintf("ratesem: New(%d, %v): negative limit", n, interval))
 	}
 	cfg := buildConfig(opts)
+	inProcess(&cfg)
 	l := window.Limit{N: n, Per: interval}
-	if cfg.start {
-		return newSemaphore(window.NewSlidingLog(l, cfg.margin), cfg)
+	if cfg.Start {
+		return newSemaphore(window.NewSlidingLog(l, cfg.Margin), cfg)
 	}
 	return newSemaphore(window.NewCompletion(l), cfg)
 }
@@ -162,7 +163,8 @@ func NewWithPolicy(p window.Policy, opts ...Option) *RateSemaphore {
 		panic("ratesem: NewWithPolicy: nil policy")
 	}
 	cfg := buildConfig(opts)
-	if cfg.start {
+	inProcess(&cfg)
+	if cfg.Start {
 		panic("ratesem: NewWithPolicy: WithStartWindow conflicts with the policy given")
 	}
 	return newSemaphore(p, cfg)
@@ -170,12 +172,12 @@ func NewWithPolicy(p window.Policy, opts ...Option) *RateSemaphore {
 
 func newSemaphore(p window.Policy, cfg config) *RateSemaphore {
 	l := p.Limit()
-	s := &RateSemaphore{clock: wake.NewClock(cfg.clk), size: l.N, interval: l.Per, capOpt: cfg.concurrency, orig: p}
+	s := &RateSemaphore{clock: wake.NewClock(cfg.Clock), size: l.N, interval: l.Per, capOpt: cfg.Concurrency, orig: p}
 	s.policy = guard(winfast.Of(p), s)
-	s.obs = cfg.observer
-	s.maxQueue = cfg.maxQueue
+	s.obs = cfg.Observer
+	s.maxQueue = cfg.MaxQueue
 	s.epoch = s.policy.Start(s.clock.Now())
-	s.realClock = cfg.clk == nil
+	s.realClock = cfg.Clock == nil
 	s.doneUsesTime = s.policy.DoneUsesTime()
 	s.timedDone.Store(s.doneUsesTime && l.Per > 0)
 	s.setCapLocked()
