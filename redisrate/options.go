@@ -1,7 +1,6 @@
 package redisrate
 
 import (
-	"math"
 	"time"
 
 	"github.com/ratesem/ratesem/internal/engine"
@@ -21,22 +20,14 @@ const DefaultTimeout = engine.DefaultRedisTimeout
 
 // DefaultPrefix is the prefix of the keys of a RateSemaphore built with
 // NewSemaphore, unless WithPrefix sets another.
-const DefaultPrefix = "ratesem:sem"
+const DefaultPrefix = engine.DefaultPrefix
 
 // WithPrefix sets the prefix of a RateSemaphore's Redis keys (default
 // DefaultPrefix): the limit's keys are the prefix, the name as a hash tag,
 // and a suffix. Every process sharing the limit must use the same prefix.
 // It must not be empty. A Pool's prefix is Shared's: WithPrefix is refused
 // there.
-func WithPrefix(prefix string) semaphore.Option {
-	return engine.RedisOption("redisrate.WithPrefix", func(c *engine.Config) {
-		if prefix == "" {
-			c.Fail("redisrate.WithPrefix: empty prefix")
-			return
-		}
-		c.Redis.Prefix = prefix
-	})
-}
+func WithPrefix(prefix string) semaphore.Option { return engine.WithPrefix(prefix) }
 
 // WithLease sets how long a call admitted by Redis counts as in flight
 // without a release reaching Redis (default one minute; it must be
@@ -46,15 +37,7 @@ func WithPrefix(prefix string) semaphore.Option {
 // the completion window, count an interval more). Pick a lease longer than
 // the calls take: a call still running when its lease runs out is taken as
 // ended then.
-func WithLease(d time.Duration) semaphore.Option {
-	return engine.RedisOption("redisrate.WithLease", func(c *engine.Config) {
-		if d <= 0 || d%time.Microsecond != 0 {
-			c.Fail("redisrate.WithLease(%v): want a positive whole number of microseconds", d)
-			return
-		}
-		c.Redis.Lease = d
-	})
-}
+func WithLease(d time.Duration) semaphore.Option { return engine.WithLease(d) }
 
 // WithTimeout bounds each round trip to Redis (default DefaultTimeout; it
 // must be positive), whatever the go-redis client's own options: an
@@ -63,32 +46,13 @@ func WithLease(d time.Duration) semaphore.Option {
 // goroutine of its own, so a client built without ContextTimeoutEnabled
 // cannot hold a caller longer. It also bounds the checks NewSemaphore and
 // clientpool.New make.
-func WithTimeout(d time.Duration) semaphore.Option {
-	return engine.RedisOption("redisrate.WithTimeout", func(c *engine.Config) {
-		if d <= 0 {
-			c.Fail("redisrate.WithTimeout(%v): want a positive timeout", d)
-			return
-		}
-		c.Redis.Timeout = d
-	})
-}
+func WithTimeout(d time.Duration) semaphore.Option { return engine.WithTimeout(d) }
 
 // WithJitter sets the most random extra sleep added to each wait that Redis
 // prescribes, so that processes told the same wait do not all come back in
 // the same instant: a uniform draw in [0, min(max, wait/10)]. 0 turns
 // jitter off; a negative max is an error. Default: 5 ms.
-func WithJitter(max time.Duration) semaphore.Option {
-	return engine.RedisOption("redisrate.WithJitter", func(c *engine.Config) {
-		switch {
-		case max < 0:
-			c.Fail("redisrate.WithJitter(%v): negative jitter", max)
-		case max == 0:
-			c.Redis.Jitter = -1
-		default:
-			c.Redis.Jitter = max
-		}
-	})
-}
+func WithJitter(max time.Duration) semaphore.Option { return engine.WithJitter(max) }
 
 // WithFallback keeps a RateSemaphore built with NewSemaphore working while
 // Redis is unreachable: the process then admits calls through a local
@@ -116,15 +80,7 @@ func WithJitter(max time.Duration) semaphore.Option {
 // them; a network split, where some processes still reach Redis while others
 // fall back, lets the fleet exceed n; and Redis's calls of the moments before
 // the outage are not known to the local share.
-func WithFallback(share float64) semaphore.Option {
-	return engine.RedisOption("redisrate.WithFallback", func(c *engine.Config) {
-		if !(share > 0 && share <= 1) || math.IsNaN(share) {
-			c.Fail("redisrate.WithFallback(%v): want a share in (0, 1]", share)
-			return
-		}
-		c.Redis.Fallback, c.Redis.Share = true, share
-	})
-}
+func WithFallback(share float64) semaphore.Option { return engine.WithFallback(share) }
 
 // WithEvictionAllowed lets NewSemaphore, NewSemaphoreWithPolicy and
 // clientpool.New with Shared use a server whose maxmemory-policy is not
@@ -134,9 +90,7 @@ func WithFallback(share float64) semaphore.Option {
 // state of is detected and the limit held full for the time the state
 // mattered (semaphore.Stats.StateLost), but a loss no process can see goes
 // unnoticed, and the fleet may exceed a limit.
-func WithEvictionAllowed() semaphore.Option {
-	return engine.RedisOption("redisrate.WithEvictionAllowed", func(c *engine.Config) { c.Redis.EvictionAllowed = true })
-}
+func WithEvictionAllowed() semaphore.Option { return engine.WithEvictionAllowed() }
 
 // WithDeferredChecks makes NewSemaphore, NewSemaphoreWithPolicy and
 // clientpool.New with Shared build without asking Redis, for a program that
@@ -149,6 +103,4 @@ func WithEvictionAllowed() semaphore.Option {
 // calls locally while Redis does not answer), and the eviction check runs
 // at the first call that finds Redis answering: an evicting server then
 // fails that call and every later one with ratesem.ErrEviction.
-func WithDeferredChecks() semaphore.Option {
-	return engine.RedisOption("redisrate.WithDeferredChecks", func(c *engine.Config) { c.Redis.DeferChecks = true })
-}
+func WithDeferredChecks() semaphore.Option { return engine.WithDeferredChecks() }

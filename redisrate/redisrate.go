@@ -35,7 +35,6 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/ratesem/ratesem/clientpool"
-	"github.com/ratesem/ratesem/internal/backend"
 	"github.com/ratesem/ratesem/internal/engine"
 	"github.com/ratesem/ratesem/internal/rstore"
 	"github.com/ratesem/ratesem/semaphore"
@@ -109,7 +108,7 @@ func NewSemaphore(c goredis.UniversalClient, name string, n int64, interval time
 	if c == nil {
 		return nil, errors.New("ratesem: redisrate.NewSemaphore: nil client")
 	}
-	return semaphoreOf(backend.NewSemaphore(rstore.NewOpener(c), name, n, interval, nil, opts))
+	return newSemaphore(c, name, n, interval, nil, opts)
 }
 
 // NewSemaphoreWithPolicy is NewSemaphore with any window of package window
@@ -134,14 +133,19 @@ func NewSemaphoreWithPolicy(c goredis.UniversalClient, name string, p window.Pol
 	if p == nil {
 		return nil, errors.New("ratesem: redisrate.NewSemaphoreWithPolicy: nil policy")
 	}
-	return semaphoreOf(backend.NewSemaphore(rstore.NewOpener(c), name, 0, 0, p, opts))
+	return newSemaphore(c, name, 0, 0, p, opts)
 }
 
-func semaphoreOf(s any, err error) (*semaphore.RateSemaphore, error) {
+// newSemaphore builds the engine of NewSemaphore (p nil) and
+// NewSemaphoreWithPolicy, and the front over it.
+func newSemaphore(c goredis.UniversalClient, name string, n int64, per time.Duration, p window.Policy, opts []semaphore.Option) (*semaphore.RateSemaphore, error) {
+	cfg := engine.Config{Concurrency: -1}
+	cfg.Build(opts)
+	one, err := engine.NewShared(rstore.NewOpener(c), name, n, per, p, cfg)
 	if err != nil {
 		return nil, err
 	}
-	return s.(*semaphore.RateSemaphore), nil
+	return semaphore.New(0, 0, engine.Built(one)), nil
 }
 
 // Shared returns the clientpool.Option that keeps the state of every rule

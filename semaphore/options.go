@@ -22,21 +22,15 @@ type config = engine.Config
 func buildConfig(opts []Option) config {
 	cfg := config{Concurrency: -1}
 	cfg.Build(opts)
-	if cfg.Redis.Prefix == "" {
-		cfg.Redis.Prefix = redisrateDefaultPrefix
-	}
-	if cfg.Redis.Timeout == 0 {
-		cfg.Redis.Timeout = engine.DefaultRedisTimeout
-	}
 	return cfg
 }
-
-// redisrateDefaultPrefix is redisrate.DefaultPrefix.
-const redisrateDefaultPrefix = "ratesem:sem"
 
 // inProcess panics, for New and NewWithPolicy, on an option the in-process
 // semaphore cannot honour (see Option).
 func inProcess(cfg *config) {
+	if err := cfg.Err(); err != nil {
+		panic(err.Error())
+	}
 	if err := cfg.CheckMode(); err != nil {
 		panic(err.Error())
 	}

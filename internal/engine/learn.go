@@ -417,7 +417,6 @@ func (l *limiter) budgetAdmits(now, n int64) (ok bool, until int64) {
 // one (a hostile header) leaves the rule's Per.
 const maxLearnedPer = 366 * 24 * time.Hour
 
-
 // usedOf is limit − remaining, in [0, limit] (clientpool.RateLimitInfo.Used).
 func usedOf(limit, remaining int64) int64 {
 	switch {

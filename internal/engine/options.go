@@ -45,6 +45,10 @@ type Config struct {
 	// not; a front in process refuses them.
 	Redis Redis
 
+	// One is the engine redisrate.NewSemaphore built: semaphore.New then
+	// returns the front over it (Built).
+	One *One
+
 	// SemOnly and PoolOnly name the options given that only the
 	// semaphore, or only the Pool, honours: the other front refuses them.
 	SemOnly, PoolOnly []string
@@ -71,6 +75,10 @@ type Redis struct {
 	DeferChecks     bool
 	TestAfterAdmit  func() // tests: after Redis admitted, before ctx is checked
 }
+
+// Built returns the option that makes semaphore.New return the front over
+// o, built by redisrate.NewSemaphore.
+func Built(o *One) Option { return func(c *Config) { c.One = o } }
 
 // Fail records the error of an invalid option: New returns it.
 func (c *Config) Fail(format string, args ...any) {

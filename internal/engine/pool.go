@@ -58,6 +58,9 @@ type Engine struct {
 	// hook, set only by tests, is called under the lock when a waiter is
 	// made (done false) and when its wait ends (done true).
 	hook func(w *waiter, done bool)
+	// onWake, set only by tests, is called under the lock on every timer
+	// wake-up.
+	onWake func()
 }
 
 type ruleState struct {
@@ -72,6 +75,7 @@ type ruleState struct {
 	skew     time.Duration // the host's clock ahead of the server's, from the Date headers (ResetMargin)
 	skewAt   time.Time     // when skew was measured
 	keys     map[string]*limiter
+	one      bool // the rule of a One (the semaphore front)
 	// Redis mode: the rule's window as Redis keeps it (replaced, never
 	// changed, by SetLimit), and whether SetLimit was called here.
 	spec    *rspec.Spec
@@ -209,6 +213,7 @@ type waiter struct {
 	qdead    time.Time // since + the queue-wait budget; zero when none
 	granted  time.Time
 	elem     *list.Element
+	parked   bool // One without a rate: heavier than the cap, waiting aside (in no queue)
 }
 
 // New returns an Engine over rules, set up by opts; scope names the group
@@ -429,6 +434,19 @@ func (p *Engine) Acquire(ctx context.Context, t *Ticket, charges []Charge) error
 		return nil
 	}
 	p.emitQueued(w, charges)
+	if err := p.await(ctx, w); err != nil {
+		p.emitFailed(charges, w, err)
+		return err
+	}
+	t.at = p.mono(w.granted)
+	p.emitAdmitted(t, charges, max(w.granted.Sub(w.since), 0), true)
+	return nil
+}
+
+// await waits until w is granted or fails, or ctx is done. It returns nil
+// when w was granted (w keeps its references on its limiters), or the error,
+// w having let go of everything.
+func (p *Engine) await(ctx context.Context, w *waiter) error {
 	var budget <-chan time.Time // nil: no queue-wait budget
 	if !w.qdead.IsZero() {
 		budget = p.clock.After(w.qdead.Sub(w.since))
@@ -444,16 +462,12 @@ func (p *Engine) Acquire(ctx context.Context, t *Ticket, charges []Charge) error
 	select {
 	case <-ctx.Done():
 		p.abandon(w)
-		p.emitFailed(charges, w, ctx.Err())
 		return ctx.Err()
 	case <-w.ready:
 		if w.err != nil {
 			p.unrefAll(w.held)
-			p.emitFailed(charges, w, w.err)
 			return w.err
 		}
-		t.at = p.mono(w.granted)
-		p.emitAdmitted(t, charges, max(w.granted.Sub(w.since), 0), true)
 		return nil
 	}
 }

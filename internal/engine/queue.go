@@ -261,6 +261,9 @@ func (p *Engine) onTimer() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.timer.Fired()
+	if p.onWake != nil {
+		p.onWake()
+	}
 	now := p.now()
 	for len(p.wakes) > 0 && !p.wakes[0].wake.After(now) {
 		p.markPending(heap.Pop(&p.wakes).(*lqueue))

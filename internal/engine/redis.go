@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/ratesem/ratesem"
-		"github.com/ratesem/ratesem/internal/backoff"
+	"github.com/ratesem/ratesem/internal/backoff"
 	"github.com/ratesem/ratesem/internal/remote"
 	"github.com/ratesem/ratesem/internal/rspec"
 	"github.com/ratesem/ratesem/window"

@@ -1,4 +1,4 @@
-package semaphore
+package engine
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/ratesem/ratesem"
 	"github.com/ratesem/ratesem/internal/backend"
+	"github.com/ratesem/ratesem/internal/obs"
 	"github.com/ratesem/ratesem/internal/remote"
 	"github.com/ratesem/ratesem/internal/rspec"
 	"github.com/ratesem/ratesem/internal/wake"
@@ -18,20 +19,17 @@ import (
 	"github.com/ratesem/ratesem/window"
 )
 
-// DefaultRedisPrefix is the prefix of the keys of a RateSemaphore built
-// with redisrate.NewSemaphore, unless WithRedisPrefix sets another.
-const DefaultRedisPrefix = "ratesem:sem"
-
 // redisRule names the one rule of a RateSemaphore in Redis.
 const redisRule = "n"
 
-// redisSem is the part of a RateSemaphore built with redisrate.NewSemaphore:
+// oneRemote is the part of a RateSemaphore built with redisrate.NewSemaphore:
 // its state is in Redis, its waiting in a remote.Engine.
-type redisSem struct {
+type oneRemote struct {
+	one    *One // the front's engine: the calls of Begin
 	eng    *remote.Engine
 	name   string
 	spec   atomic.Pointer[rspec.Spec] // replaced whole by SetLimit
-	local  *RateSemaphore             // the fallback, or nil
+	local  *One                       // the fallback, or nil
 	localN int64
 	capOpt int64 // WithMaxUnitsInFlight, or -1
 	// burstN: the window's burst follows N (a bucket or GCRA made with a
@@ -60,26 +58,38 @@ type heldCall struct {
 	seq  uint64
 }
 
-func init() { backend.NewSemaphore = newShared }
-
-// newShared builds a RateSemaphore whose state is in the stores o opens:
-// redisrate.NewSemaphore (p nil: n units per per under the options'
-// window) and redisrate.NewSemaphoreWithPolicy (the window p). opts is a
-// []Option.
-func newShared(o backend.Opener, name string, n int64, per time.Duration, p window.Policy, opts any) (any, error) {
-	list, _ := opts.([]Option)
-	if p != nil {
-		return newRedisPolicy(o, name, p, list)
+// NewShared returns the One of a semaphore whose state is kept in Redis
+// through o under name: redisrate.NewSemaphore (p nil: n units per per
+// under cfg's window) and redisrate.NewSemaphoreWithPolicy (the window p).
+// cfg comes from the options; its Redis options apply.
+func NewShared(o backend.Opener, name string, n int64, per time.Duration, p window.Policy, cfg Config) (*One, error) {
+	if err := cfg.err(); err != nil {
+		return nil, err
 	}
-	return newRedisN(o, name, n, per, list)
+	if cfg.Clock != nil {
+		return nil, errors.New("ratesem: WithClock cannot apply in Redis mode: Redis decides on the server's clock")
+	}
+	if err := cfg.CheckFront(true); err != nil {
+		return nil, err
+	}
+	if cfg.Redis.Prefix == "" {
+		cfg.Redis.Prefix = DefaultPrefix
+	}
+	if cfg.Redis.Timeout == 0 {
+		cfg.Redis.Timeout = DefaultRedisTimeout
+	}
+	if p != nil {
+		return newRedisPolicy(o, name, p, cfg)
+	}
+	return newRedisN(o, name, n, per, cfg)
 }
 
+// DefaultPrefix is the prefix of a semaphore's keys in Redis
+// (redisrate.DefaultPrefix).
+const DefaultPrefix = "ratesem:sem"
+
 // newRedisN is redisrate.NewSemaphore.
-func newRedisN(o backend.Opener, name string, n int64, interval time.Duration, opts []Option) (*RateSemaphore, error) {
-	cfg := buildConfig(opts)
-	if cfg.Err() != nil {
-		return nil, cfg.Err()
-	}
+func newRedisN(o backend.Opener, name string, n int64, interval time.Duration, cfg Config) (*One, error) {
 	if name == "" {
 		return nil, errors.New("ratesem: redisrate.NewSemaphore: empty name")
 	}
@@ -87,25 +97,22 @@ func newRedisN(o backend.Opener, name string, n int64, interval time.Duration, o
 	if err != nil {
 		return nil, err
 	}
-	newLocal := func(localN int64) *RateSemaphore {
-		var lo []Option
-		if cfg.Start {
-			lo = append(lo, WithStartWindow(cfg.Margin))
-		}
+	newLocal := func(localN int64) *One {
+		lc := Config{Concurrency: -1}
 		if cfg.Concurrency >= 0 {
-			lo = append(lo, WithMaxUnitsInFlight(min(cfg.Concurrency, localN)))
+			lc.Concurrency = min(cfg.Concurrency, localN)
 		}
-		return New(localN, interval, lo...)
+		l := window.Limit{N: localN, Per: interval}
+		if cfg.Start {
+			return NewOne(window.NewSlidingLog(l, cfg.Margin), lc)
+		}
+		return NewOne(window.NewCompletion(l), lc)
 	}
 	return newRedis(o, name, sp, cfg, newLocal)
 }
 
 // newRedisPolicy is redisrate.NewSemaphoreWithPolicy.
-func newRedisPolicy(o backend.Opener, name string, p window.Policy, opts []Option) (*RateSemaphore, error) {
-	cfg := buildConfig(opts)
-	if cfg.Err() != nil {
-		return nil, cfg.Err()
-	}
+func newRedisPolicy(o backend.Opener, name string, p window.Policy, cfg Config) (*One, error) {
 	switch {
 	case p == nil:
 		return nil, errors.New("ratesem: redisrate.NewSemaphoreWithPolicy: nil policy")
@@ -132,24 +139,24 @@ func newRedisPolicy(o backend.Opener, name string, p window.Policy, opts []Optio
 		return nil, fmt.Errorf("%w (redisrate.NewSemaphoreWithPolicy)", err)
 	}
 	burstN := winfast.BurstFollowsN(p) // before newLocal changes p's limit
-	newLocal := func(localN int64) *RateSemaphore {
+	newLocal := func(localN int64) *One {
 		p.SetLimit(time.Now(), window.Limit{N: localN, Per: sp.Limit.Per})
-		var lo []Option
+		lc := Config{Concurrency: -1}
 		if cfg.Concurrency >= 0 {
-			lo = append(lo, WithMaxUnitsInFlight(min(cfg.Concurrency, localN)))
+			lc.Concurrency = min(cfg.Concurrency, localN)
 		}
-		return NewWithPolicy(p, lo...)
+		return NewOne(p, lc)
 	}
 	s, err := newRedis(o, name, &sp, cfg, newLocal)
 	if err == nil {
-		s.remote.burstN = burstN
+		s.rem.burstN = burstN
 	}
 	return s, err
 }
 
 // newRedis is the common part of newRedisN and newRedisPolicy; newLocal
 // builds the fallback of localN units.
-func newRedis(o backend.Opener, name string, sp *rspec.Spec, cfg config, newLocal func(localN int64) *RateSemaphore) (*RateSemaphore, error) {
+func newRedis(o backend.Opener, name string, sp *rspec.Spec, cfg Config, newLocal func(localN int64) *One) (*One, error) {
 	if len(name) > rspec.MaxNameLen {
 		// Checked here, not at the first Acquire: there the store's refusal
 		// would pass for a Redis outage (ratesem.ErrUnavailable, or the fallback
@@ -160,7 +167,7 @@ func newRedis(o backend.Opener, name string, sp *rspec.Spec, cfg config, newLoca
 	if err != nil {
 		return nil, fmt.Errorf("%w (redisrate.NewSemaphore)", err)
 	}
-	r := &redisSem{name: name, held: map[int64][]*heldCall{}, capOpt: cfg.Concurrency}
+	r := &oneRemote{name: name, held: map[int64][]*heldCall{}, capOpt: cfg.Concurrency}
 	if cfg.Redis.DeferChecks {
 		if !cfg.Redis.EvictionAllowed {
 			r.late = remote.NewDeferredCheck(func() error { return o.Check(cfg.Redis.Timeout, cfg.Redis.Prefix, name, nil, true) }, r.checkError)
@@ -180,13 +187,14 @@ func newRedis(o backend.Opener, name string, sp *rspec.Spec, cfg config, newLoca
 	if err != nil {
 		return nil, fmt.Errorf("%w (redisrate.NewSemaphore)", err)
 	}
-	s := &RateSemaphore{clock: wake.NewClock(nil), size: sp.Limit.N, interval: sp.Limit.Per, capOpt: cfg.Concurrency, remote: r}
-	return s, nil
+	one := &One{e: &Engine{clock: wake.NewClock(nil)}, rem: r}
+	r.one = one
+	return one, nil
 }
 
 // redisSpec returns the Spec of a limit of n per interval under cfg's
 // window, or an error matching ratesem.ErrInvalidLimit.
-func redisSpec(n int64, interval time.Duration, cfg config) (*rspec.Spec, error) {
+func redisSpec(n int64, interval time.Duration, cfg Config) (*rspec.Spec, error) {
 	if n <= 0 || interval <= 0 || interval%time.Microsecond != 0 {
 		return nil, fmt.Errorf("%w: redisrate.NewSemaphore: %d per %v: want n > 0 and an interval of a positive whole number of microseconds",
 			ratesem.ErrInvalidLimit, n, interval)
@@ -208,7 +216,7 @@ func redisSpec(n int64, interval time.Duration, cfg config) (*rspec.Spec, error)
 }
 
 // checkError says what the check at construction found and what to do.
-func (r *redisSem) checkError(err error) error {
+func (r *oneRemote) checkError(err error) error {
 	switch {
 	case errors.Is(err, ratesem.ErrLimitMismatch):
 		return r.named(err)
@@ -222,7 +230,7 @@ func (r *redisSem) checkError(err error) error {
 
 // named rewrites a limit mismatch to name the semaphore, not its rule in
 // Redis; other errors are returned as they are.
-func (r *redisSem) named(err error) error {
+func (r *oneRemote) named(err error) error {
 	var me *rspec.MismatchError
 	if !errors.As(err, &me) {
 		return err
@@ -233,14 +241,14 @@ func (r *redisSem) named(err error) error {
 
 // lateCheck runs, with WithDeferredRedisChecks, the eviction check
 // deferred (remote.DeferredCheck; bounded by WithRedisTimeout).
-func (r *redisSem) lateCheck() error { return r.late.Err(r.eng) }
+func (r *oneRemote) lateCheck() error { return r.late.Err(r.eng) }
 
 // charges returns the one charge of a call of n units.
-func (r *redisSem) charges(n int64) []rspec.Charge {
+func (r *oneRemote) charges(n int64) []rspec.Charge {
 	return []rspec.Charge{{Rule: redisRule, Spec: r.spec.Load(), Weight: n}}
 }
 
-func (r *redisSem) tooLarge(n int64) error {
+func (r *oneRemote) tooLarge(n int64) error {
 	sp := r.spec.Load()
 	if n > sp.Limit.N {
 		return fmt.Errorf("%w: weight %d, limit %d per %v", ratesem.ErrWeightTooLarge, n, sp.Limit.N, sp.Limit.Per)
@@ -251,14 +259,14 @@ func (r *redisSem) tooLarge(n int64) error {
 	return nil
 }
 
-func (r *redisSem) acquire(ctx context.Context, n int64) error {
+func (r *oneRemote) acquire(ctx context.Context, n int64) error {
 	_, err := r.acquireLocal(ctx, n)
 	return err
 }
 
 // acquireLocal is Acquire; it reports whether the fallback admitted the
 // call.
-func (r *redisSem) acquireLocal(ctx context.Context, n int64) (bool, error) {
+func (r *oneRemote) acquireLocal(ctx context.Context, n int64) (bool, error) {
 	var since time.Time
 	if r.obs != nil {
 		since = time.Now()
@@ -282,7 +290,7 @@ func (r *redisSem) acquireLocal(ctx context.Context, n int64) (bool, error) {
 // checks, then the round trip. It returns a nil call, after no round trip,
 // for an Acquire of 0 units; Begin's makes its round trip too, so that End
 // has a call in Redis to settle a debit on.
-func (r *redisSem) admit(ctx context.Context, n int64, begin bool) (*remote.Call, error) {
+func (r *oneRemote) admit(ctx context.Context, n int64, begin bool) (*remote.Call, error) {
 	if n < 0 {
 		op := "Acquire"
 		if begin {
@@ -309,7 +317,7 @@ func (r *redisSem) admit(ctx context.Context, n int64, begin bool) (*remote.Call
 	return c, nil
 }
 
-func (r *redisSem) tryAcquire(n int64) bool {
+func (r *oneRemote) tryAcquire(n int64) bool {
 	if n < 0 || r.tooLarge(n) != nil {
 		return false
 	}
@@ -328,7 +336,7 @@ func (r *redisSem) tryAcquire(n int64) bool {
 	return true
 }
 
-func (r *redisSem) hold(c *remote.Call, n int64) {
+func (r *oneRemote) hold(c *remote.Call, n int64) {
 	r.mu.Lock()
 	r.seq++
 	r.held[n] = append(r.held[n], &heldCall{call: c, n: n, left: n, seq: r.seq})
@@ -343,7 +351,7 @@ func (r *redisSem) hold(c *remote.Call, n int64) {
 // Redis: it counts longer, never less). It returns false, changing
 // nothing, when n is more than Acquire and TryAcquire hold (the caller
 // panics), with the units they hold.
-func (r *redisSem) release(n int64) (held int64, ok bool) {
+func (r *oneRemote) release(n int64) (held int64, ok bool) {
 	if n < 0 {
 		panic("ratesem: Release with negative weight")
 	}
@@ -392,10 +400,10 @@ func (r *redisSem) release(n int64) (held int64, ok bool) {
 // exactly n units it falls back to release(n): the estimate counts (on the
 // safe side when actual ≤ n). It panics as release does. Safe for
 // concurrent use; it never waits on Redis.
-func (r *redisSem) releaseSettled(n, actual int64) {
+func (r *oneRemote) releaseSettled(n, actual int64) {
 	if n <= 0 || actual == n {
 		if held, ok := r.release(n); !ok {
-			panic(overReleased(n, held, 0))
+			panic(OverReleased(n, held, 0))
 		}
 		return
 	}
@@ -404,7 +412,7 @@ func (r *redisSem) releaseSettled(n, actual int64) {
 	if len(q) == 0 {
 		r.mu.Unlock()
 		if held, ok := r.release(n); !ok {
-			panic(overReleased(n, held, 0))
+			panic(OverReleased(n, held, 0))
 		}
 		return
 	}
@@ -416,7 +424,7 @@ func (r *redisSem) releaseSettled(n, actual int64) {
 	h.call.ReleaseSettled([]int64{max(actual, 0)}) // never waits on Redis
 }
 
-func (r *redisSem) popHeld(left int64) {
+func (r *oneRemote) popHeld(left int64) {
 	q := r.held[left]
 	q[0] = nil
 	if len(q) == 1 {
@@ -427,7 +435,7 @@ func (r *redisSem) popHeld(left int64) {
 }
 
 // oldestHeld returns the oldest call in flight (heldUnits > 0).
-func (r *redisSem) oldestHeld() *heldCall {
+func (r *oneRemote) oldestHeld() *heldCall {
 	var o *heldCall
 	for _, q := range r.held {
 		if o == nil || q[0].seq < o.seq {
@@ -437,7 +445,7 @@ func (r *redisSem) oldestHeld() *heldCall {
 	return o
 }
 
-func (r *redisSem) pause(until time.Time) {
+func (r *oneRemote) pause(until time.Time) {
 	d := time.Until(until)
 	if d <= 0 {
 		return
@@ -446,7 +454,7 @@ func (r *redisSem) pause(until time.Time) {
 	r.observe(ratesem.Event{Kind: ratesem.Paused, Until: until, Pause: d, Source: ratesem.SourceCaller})
 }
 
-func (r *redisSem) setLimit(n int64, interval time.Duration) error {
+func (r *oneRemote) setLimit(n int64, interval time.Duration) error {
 	if n <= 0 || interval <= 0 {
 		return fmt.Errorf("%w: SetLimit(%d, %v): want n > 0 and a positive interval over Redis", ratesem.ErrInvalidLimit, n, interval)
 	}
@@ -472,7 +480,7 @@ func (r *redisSem) setLimit(n int64, interval time.Duration) error {
 	return nil
 }
 
-func (r *redisSem) stats() Stats {
+func (r *oneRemote) stats() Stats {
 	es := r.eng.Stats()
 	r.mu.Lock()
 	units := r.heldUnits
@@ -502,7 +510,7 @@ func (r *redisSem) stats() Stats {
 
 // fallback admits calls through the local RateSemaphore while Redis is
 // unreachable.
-type fallback struct{ r *redisSem }
+type fallback struct{ r *oneRemote }
 
 func (f fallback) share(n int64) error {
 	if n > f.r.localN {
@@ -542,3 +550,144 @@ func (f fallback) Pause(_ string, _ rspec.Charge, until time.Time) {
 	// The local semaphore reads the real clock too: the instants agree.
 	f.r.local.Pause(until)
 }
+
+// begin is Begin over Redis: the admission of a call of n units that
+// Call.End ends (One.Begin keeps it with the Call, not among
+// the calls Release ends). A call of 0 units makes its admission round trip
+// too (Acquire(ctx, 0) makes none), so that End has a call in Redis to
+// settle a debit on. The call is reported (Admitted) before it is returned;
+// if the observer panics, the call is released first.
+func (r *oneRemote) begin(ctx context.Context, n int64) (*remote.Call, error) {
+	var since time.Time
+	if r.obs != nil {
+		since = time.Now()
+	}
+	c, err := r.admit(ctx, n, true)
+	if err != nil {
+		r.observeFailed(n, since, err)
+		return nil, err
+	}
+	r.observeAdmitted(n, since, c)
+	return c, nil
+}
+
+// endCall is Call.End over Redis for the call c of n units: c leaves
+// flight in Redis in the background, settled to actual units when they
+// differ from n (remote.Call.ReleaseSettled: a refund where the window
+// still counts it, a debit from now on). It never waits on Redis.
+func (r *oneRemote) endCall(c *remote.Call, n, actual int64) {
+	if actual == n {
+		c.Release()
+		return
+	}
+	c.ReleaseSettled([]int64{actual})
+}
+
+// observeAdmitted reports, over Redis, the admission of n units begun at
+// since, as the call c (nil for 0 units without a round trip). If the
+// observer panics (or calls runtime.Goexit), c is released before the panic
+// goes on to the caller, who never got it; the deferred call does not
+// recover, so the panic keeps its stack.
+func (r *oneRemote) observeAdmitted(n int64, since time.Time, c *remote.Call) {
+	if r.obs == nil {
+		return
+	}
+	returned := false
+	defer func() {
+		if !returned && c != nil {
+			c.Release()
+		}
+	}()
+	e := ratesem.Event{Kind: ratesem.Admitted, Key: r.name, Weight: n}
+	if !since.IsZero() {
+		e.Wait = time.Since(since)
+	}
+	r.obs(e)
+	returned = true
+}
+
+// observeFailed reports, over Redis, the failure err of an admission of n
+// units begun at since.
+func (r *oneRemote) observeFailed(n int64, since time.Time, err error) {
+	if r.obs != nil {
+		r.obs(ratesem.Event{Kind: obs.FailKind(err), Key: r.name, Weight: n, Wait: time.Since(since), Err: err})
+	}
+}
+
+// observe reports e for the semaphore over Redis, if it has an observer.
+func (r *oneRemote) observe(e ratesem.Event) {
+	if r.obs != nil {
+		e.Key = r.name
+		r.obs(e)
+	}
+}
+
+// beginCall is One.Begin over Redis: the call is kept with its slot, not
+// among the calls Release ends.
+func (r *oneRemote) beginCall(ctx context.Context, n int64) (Call, error) {
+	rc, err := r.begin(ctx, n)
+	if err != nil {
+		return Call{}, err
+	}
+	o := r.one
+	o.e.mu.Lock()
+	c := o.newCallLocked(n, 0)
+	o.calls[c.slot].rc = rc
+	o.e.mu.Unlock()
+	return c, nil
+}
+
+// tryAcquireWait is One.TryAcquireWait over Redis. internal/remote's
+// TryAcquire does not say how long Redis would make the call wait: a
+// refusal is reported as ratesem.ErrInFlight (no wait known).
+func (r *oneRemote) tryAcquireWait(n int64) (time.Duration, error) {
+	if n < 0 {
+		return 0, fmt.Errorf("%w %d: TryAcquireWait", ratesem.ErrNegativeWeight, n)
+	}
+	if err := r.tooLarge(n); err != nil {
+		return 0, err
+	}
+	if n == 0 {
+		return 0, nil
+	}
+	if err := r.lateCheck(); err != nil {
+		return 0, err
+	}
+	c, ok, err := r.eng.TryAcquire(r.name, r.charges(n))
+	if err != nil {
+		return 0, r.named(err)
+	}
+	if !ok {
+		return 0, fmt.Errorf("%w: refused by Redis (the wait is not known)", ratesem.ErrInFlight)
+	}
+	r.observeAdmitted(n, time.Time{}, c)
+	r.hold(c, n)
+	return 0, nil
+}
+
+// releaseOne is One.Release over Redis: it panics as in process.
+func (r *oneRemote) releaseOne(n int64) {
+	if held, ok := r.release(n); !ok {
+		o := r.one
+		o.e.mu.Lock()
+		calls := o.callUnits
+		o.e.mu.Unlock()
+		panic(OverReleased(n, held, calls))
+	}
+}
+
+// AcquireLocal is Acquire over Redis that reports whether the fallback
+// admitted the call (tests).
+func (o *One) AcquireLocal(ctx context.Context, n int64) (bool, error) {
+	return o.rem.acquireLocal(ctx, n)
+}
+
+// ReleaseSettled is the release over Redis of a call of n units settled
+// to actual (tests).
+func (o *One) ReleaseSettled(n, actual int64) { o.rem.releaseSettled(n, actual) }
+
+// RemoteStats returns the Redis engine's own stats (tests).
+func (o *One) RemoteStats() remote.Stats { return o.rem.eng.Stats() }
+
+// RemoteClosed reports whether the Redis engine is closed (tests).
+func (o *One) RemoteClosed() bool { return o.rem.eng.Closed() }
