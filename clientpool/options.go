@@ -37,7 +37,9 @@ func WithClock(clk ratesem.Clock) Option { return func(c *engine.Config) { c.Clo
 // call, oldest first; 0 or less turns eviction by age off (WithMaxKeys
 // still evicts forgotten keys when the pool is full). Default:
 // DefaultIdleTimeout.
-func WithIdleTimeout(d time.Duration) Option { return func(c *engine.Config) { c.Idle, c.PoolOnly = d, append(c.PoolOnly, "clientpool.WithIdleTimeout") } }
+func WithIdleTimeout(d time.Duration) Option {
+	return func(c *engine.Config) { c.Idle, c.PoolOnly = d, append(c.PoolOnly, "clientpool.WithIdleTimeout") }
+}
 
 // WithMaxKeys caps the live (rule, key) limiters at n, against callers that
 // choose keys (a rule keyed by a request header): when a call needs a new
@@ -47,13 +49,17 @@ func WithIdleTimeout(d time.Duration) Option { return func(c *engine.Config) { c
 // ratesem.ErrTooManyKeys. A key whose window still counts calls is never
 // dropped and keys are never merged. 0 (the default) means no cap; New returns
 // an error for n < 0.
-func WithMaxKeys(n int) Option { return func(c *engine.Config) { c.MaxKeys, c.PoolOnly = n, append(c.PoolOnly, "clientpool.WithMaxKeys") } }
+func WithMaxKeys(n int) Option {
+	return func(c *engine.Config) { c.MaxKeys, c.PoolOnly = n, append(c.PoolOnly, "clientpool.WithMaxKeys") }
+}
 
 // WithMaxPause caps the pause one throttle causes on a key (Throttled,
 // ThrottledResponse): the server's Retry-After beyond it and the
 // exponential backoff without one stop there. d ≤ 0 means
 // DefaultMaxPause. Pause itself is not capped.
-func WithMaxPause(d time.Duration) Option { return func(c *engine.Config) { c.MaxPause, c.PoolOnly = d, append(c.PoolOnly, "clientpool.WithMaxPause") } }
+func WithMaxPause(d time.Duration) Option {
+	return func(c *engine.Config) { c.MaxPause, c.PoolOnly = d, append(c.PoolOnly, "clientpool.WithMaxPause") }
+}
 
 // WithObserver calls fn for every ratesem.Event of the pool (see
 // ratesem.Event for the kinds; the Pool reports one event per charge),

@@ -45,4 +45,3 @@ import (
 func WithObserver(fn func(ratesem.Event)) Option {
 	return func(c *engine.Config) { c.Observer = fn }
 }
-

@@ -49,7 +49,9 @@ func WithMaxUnitsInFlight(c int64) Option {
 	if c < 0 {
 		panic(fmt.Sprintf("ratesem: WithMaxUnitsInFlight(%d): negative cap", c))
 	}
-	return func(cfg *config) { cfg.Concurrency, cfg.SemOnly = c, append(cfg.SemOnly, "semaphore.WithMaxUnitsInFlight") }
+	return func(cfg *config) {
+		cfg.Concurrency, cfg.SemOnly = c, append(cfg.SemOnly, "semaphore.WithMaxUnitsInFlight")
+	}
 }
 
 // WithClock makes the semaphore read time and set its timer through clk, for
@@ -71,7 +73,9 @@ func WithStartWindow(margin time.Duration) Option {
 	if margin < 0 {
 		panic(fmt.Sprintf("ratesem: WithStartWindow(%v): negative margin", margin))
 	}
-	return func(cfg *config) { cfg.Start, cfg.Margin, cfg.SemOnly = true, margin, append(cfg.SemOnly, "semaphore.WithStartWindow") }
+	return func(cfg *config) {
+		cfg.Start, cfg.Margin, cfg.SemOnly = true, margin, append(cfg.SemOnly, "semaphore.WithStartWindow")
+	}
 }
 
 // WithMaxQueue caps the callers waiting in Acquire at n: a call that cannot be

@@ -14,7 +14,6 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
-
 )
 
 // newClient returns a go-redis client of its own (its own connection pool:

@@ -27,6 +27,12 @@ import (
 // In Redis mode (NewShared) every method goes to the Redis engine
 // (oneRemote): the one seam of the fronts' Redis mode.
 type One struct {
+	// The engine and its one limiter, held by value: the fast paths
+	// reach them without a pointer to follow. e and l point at them.
+	Engine
+	lim  limiter
+	slow bool // Redis mode or a foreign policy: the fast paths step aside
+
 	e            *Engine
 	l            *limiter
 	rs           *ruleState
@@ -69,17 +75,21 @@ func NewOne(p window.Policy, cfg Config) *One {
 	l := p.Limit()
 	clk := wake.NewClock(cfg.Clock)
 	fast := winfast.Of(p)
-	e := &Engine{rules: make(map[string]*ruleState), clock: clk, observer: cfg.Observer, maxQueue: int32(min(cfg.MaxQueue, math.MaxInt32))}
+	_, foreign := fast.(winfast.Foreign)
+	o := &One{fast: fast, orig: p, obs: cfg.Observer, foreign: foreign, slow: foreign,
+		real: cfg.Clock == nil, doneUsesTime: fast.DoneUsesTime(), size: l.N, per: l.Per, capOpt: cfg.Concurrency}
+	e := &o.Engine
+	o.e = e
+	e.rules, e.clock, e.observer, e.maxQueue = make(map[string]*ruleState), clk, cfg.Observer, int32(min(cfg.MaxQueue, math.MaxInt32))
 	e.epoch = fast.Start(clk.Now())
 	rs := &ruleState{Rule: &Rule{Limit: l}, keys: make(map[string]*limiter, 1), one: true}
-	lim := &limiter{rule: rs, policy: p, refs: 1} // pinned: never idle, never evicted
+	lim := &o.lim
+	lim.rule, lim.policy, lim.refs = rs, p, 1 // pinned: never idle, never evicted
+	o.l, o.rs = lim, rs
 	rs.keys[""] = lim
 	e.rules[""] = rs
 	e.ruleList = []*ruleState{rs}
 	e.live = 1
-	_, foreign := fast.(winfast.Foreign)
-	o := &One{e: e, l: lim, rs: rs, fast: fast, orig: p, obs: cfg.Observer, foreign: foreign,
-		real: cfg.Clock == nil, doneUsesTime: fast.DoneUsesTime(), size: l.N, per: l.Per, capOpt: cfg.Concurrency}
 	o.setCapLocked()
 	o.timedDone.Store(o.doneUsesTime && l.Per > 0)
 	return o
@@ -167,6 +177,37 @@ func (o *One) tooLargeLocked(n int64) error {
 
 // Acquire is semaphore.RateSemaphore.Acquire.
 func (o *One) Acquire(ctx context.Context, n int64) error {
+	if n < 0 || o.slow {
+		return o.acquireOther(ctx, n)
+	}
+	done := ctx.Done()
+	o.mu.Lock()
+	select {
+	case <-done:
+		// ctx being done happened before we hold the lock; fail even
+		// though the units might be free, as x/sync does.
+		o.mu.Unlock()
+		o.observeFailed(n, nil, ctx.Err())
+		return ctx.Err()
+	default:
+	}
+	// admitCachedLocked written out: the call was a part of the cost.
+	if o.lim.q == nil && n <= o.conc-o.lim.inflight && (o.lim.fb == nil || o.lim.fb.paused == 0) && o.fast.AdmitCached(n) {
+		o.lim.inflight += n
+		o.admitted++
+		o.mu.Unlock()
+		if o.obs != nil {
+			o.emitHeld(n, nil, nil)
+		}
+		return nil
+	}
+	_, err := o.acquireLocked(ctx, n, nil)
+	return err
+}
+
+// acquireOther is Acquire in Redis mode, for a negative n, and for a
+// foreign policy.
+func (o *One) acquireOther(ctx context.Context, n int64) error {
 	if o.rem != nil {
 		return o.rem.acquire(ctx, n)
 	}
@@ -174,27 +215,7 @@ func (o *One) Acquire(ctx context.Context, n int64) error {
 		o.observeFailed(n, nil, ratesem.ErrNegativeWeight)
 		return fmt.Errorf("%w %d: Acquire", ratesem.ErrNegativeWeight, n)
 	}
-	if o.foreign {
-		return o.acquireForeign(ctx, n)
-	}
-	done := ctx.Done()
-	o.e.mu.Lock()
-	select {
-	case <-done:
-		// ctx being done happened before we hold the lock; fail even
-		// though the units might be free, as x/sync does.
-		o.e.mu.Unlock()
-		o.observeFailed(n, nil, ctx.Err())
-		return ctx.Err()
-	default:
-	}
-	if o.admitCachedLocked(n) {
-		o.e.mu.Unlock()
-		o.observeAdmitted(n, nil, nil)
-		return nil
-	}
-	_, err := o.acquireLocked(ctx, n, nil)
-	return err
+	return o.acquireForeign(ctx, n)
 }
 
 // acquireForeign is Acquire for a policy that runs a caller's code: the
@@ -373,9 +394,50 @@ func (o *One) tryLocked(n int64) (ok bool, d time.Duration, err error) {
 	return false, max(at.Sub(now), time.Nanosecond), nil
 }
 
-// Release is semaphore.RateSemaphore.Release. overReleased gives the
+// Release is semaphore.RateSemaphore.Release. OverReleased gives the
 // panic's message.
 func (o *One) Release(n int64) {
+	if n < 0 || o.slow {
+		o.releaseOther(n)
+		return
+	}
+	var now int64 // 0 when the window does not read it
+	timed := o.timedDone.Load()
+	if timed {
+		// Outside the lock: the clock read is the dearest step.
+		if o.real {
+			now = int64(time.Since(o.epoch))
+		} else {
+			now = o.mono(o.now())
+		}
+	}
+	o.mu.Lock()
+	if n > o.lim.inflight-o.callUnits {
+		o.overReleaseLocked(n)
+	}
+	o.lim.inflight -= n
+	if !timed && o.doneUsesTime && o.per > 0 {
+		now = o.nanos() // SetLimit raced with the read of timedDone
+	}
+	o.fast.Done(now, n)
+	if o.lim.q != nil {
+		o.markPending(o.lim.q)
+		o.settleLocked(o.now())
+	}
+	o.mu.Unlock()
+}
+
+// overReleaseLocked unlocks and panics for a Release of n units that
+// Acquire and TryAcquire do not hold.
+func (o *One) overReleaseLocked(n int64) {
+	held, calls := o.lim.inflight-o.callUnits, o.callUnits
+	o.mu.Unlock()
+	panic(OverReleased(n, held, calls))
+}
+
+// releaseOther is Release in Redis mode, for a negative n, and for a
+// foreign policy (the lock released in a defer: the policy may panic).
+func (o *One) releaseOther(n int64) {
 	if o.rem != nil {
 		o.rem.releaseOne(n)
 		return
@@ -383,37 +445,24 @@ func (o *One) Release(n int64) {
 	if n < 0 {
 		panic("ratesem: Release with negative weight")
 	}
-	var now int64 // 0 when the window does not read it
-	timed := o.timedDone.Load()
-	if timed {
-		// Outside the lock: the clock read is the dearest step.
-		if o.real {
-			now = int64(time.Since(o.e.epoch))
-		} else {
-			now = o.e.mono(o.e.now())
+	now := o.nanos()
+	o.mu.Lock()
+	unlocked := false
+	defer func() {
+		if !unlocked {
+			o.mu.Unlock()
 		}
+	}()
+	if n > o.lim.inflight-o.callUnits {
+		unlocked = true
+		o.overReleaseLocked(n)
 	}
-	e := o.e
-	e.mu.Lock()
-	if o.foreign {
-		defer e.mu.Unlock()
-	}
-	l := o.l
-	if n > l.inflight-o.callUnits {
-		held, calls := l.inflight-o.callUnits, o.callUnits
-		o.unlock()
-		panic(OverReleased(n, held, calls))
-	}
-	l.inflight -= n
-	if !timed && o.doneUsesTime && o.per > 0 {
-		now = o.nanos() // SetLimit raced with the read of timedDone
-	}
+	o.lim.inflight -= n
 	o.fast.Done(now, n)
-	if l.q != nil {
-		e.markPending(l.q)
-		e.settleLocked(e.now())
+	if o.lim.q != nil {
+		o.markPending(o.lim.q)
+		o.settleLocked(o.now())
 	}
-	o.unlock()
 }
 
 // OverReleased is the panic of a Release of n units that Acquire and

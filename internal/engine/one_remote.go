@@ -187,7 +187,9 @@ func newRedis(o backend.Opener, name string, sp *rspec.Spec, cfg Config, newLoca
 	if err != nil {
 		return nil, fmt.Errorf("%w (redisrate.NewSemaphore)", err)
 	}
-	one := &One{e: &Engine{clock: wake.NewClock(nil)}, rem: r}
+	one := &One{rem: r, slow: true}
+	one.e = &one.Engine
+	one.clock = wake.NewClock(nil)
 	r.one = one
 	return one, nil
 }
