@@ -382,3 +382,27 @@ func (p *Pool) Reconcile(rule, key string, used int64) error { return p.e.Reconc
 // running, at most two seconds, and never closes the Redis client. Tickets
 // may still be released after Close. Calling it again only waits again.
 func (p *Pool) Close() error { return p.e.Close() }
+
+// TryAcquire is Acquire without waiting, with window.Limiter.TryN's
+// contract: when every rule admits the charges now and no earlier caller
+// waits on one of their limiters, it returns the Ticket (release it when
+// the call ends), 0 and nil. Refused by time alone, it changes nothing and
+// returns a nil Ticket and how long from now the call could start if
+// nothing else changed (> 0; with callers waiting, the latest wait of the
+// first of them on each limiter, behind whom it would queue); an error
+// matching ratesem.ErrInFlight when only calls in flight ending (or a
+// larger limit) can make room, or callers wait whose admission time is not
+// known. It returns Acquire's errors for the charges themselves (an
+// unknown rule, a negative or too large weight, ratesem.ErrTooManyKeys)
+// and reads nothing from a context. It never blocks in process. In Redis
+// mode (redisrate.Shared) it makes one round trip, and a refusal by Redis
+// is reported as ratesem.ErrInFlight: the wait Redis names is not known to
+// this process yet.
+func (p *Pool) TryAcquire(charges ...Charge) (*Ticket, time.Duration, error) {
+	t := new(Ticket)
+	d, err := p.e.TryAcquire(&t.t, charges)
+	if err != nil || d > 0 {
+		return nil, d, err
+	}
+	return t, 0, nil
+}

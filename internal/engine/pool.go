@@ -3,6 +3,7 @@ package engine
 import (
 	"container/list"
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -243,6 +244,12 @@ func New(rules []Rule, scope string, opts ...Option) (*Engine, error) {
 	}
 	if err := cfg.CheckFront(false); err != nil {
 		return nil, err
+	}
+	switch {
+	case cfg.Redis.Fallback:
+		return nil, errors.New("ratesem: redisrate.WithFallback applies to a semaphore only: a Pool has no local fallback")
+	case cfg.Redis.Prefix != "":
+		return nil, errors.New("ratesem: redisrate.WithPrefix applies to a semaphore only: a Pool's prefix is redisrate.Shared's")
 	}
 	p := &Engine{
 		scope: scope, rules: make(map[string]*ruleState),
@@ -882,4 +889,81 @@ func (p *Engine) Len() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.live
+}
+
+// TryAcquire admits charges at once if every rule admits them now and no
+// earlier caller waits on one of their limiters, filling t (see
+// clientpool.Pool.TryAcquire): then it returns (0, nil). Refused by time
+// alone, it changes nothing and returns how long from now the call could
+// start if nothing else changed (> 0); ratesem.ErrInFlight when only calls
+// in flight ending can make room (or callers wait whose admission time is
+// not known). It never blocks in process; in Redis mode it makes one round
+// trip, and a refusal by Redis is reported as ratesem.ErrInFlight (the
+// wait Redis names is not known to this process).
+func (p *Engine) TryAcquire(t *Ticket, charges []Charge) (time.Duration, error) {
+	charges, err := p.merge(charges)
+	if err != nil {
+		p.emitFailed(nil, nil, err)
+		return 0, err
+	}
+	if p.rem != nil {
+		return p.tryRedis(t, charges)
+	}
+	d, err := p.try(t, charges)
+	p.flushEvicted()
+	switch {
+	case err != nil:
+		p.emitFailed(charges, nil, err)
+	case d == 0:
+		p.emitAdmitted(t, charges, 0, false)
+	}
+	return d, err
+}
+
+// try is TryAcquire under the lock.
+func (p *Engine) try(t *Ticket, charges []Charge) (d time.Duration, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock() // a window that panics must not leave the pool locked
+	if err := p.tooHeavyLocked(charges); err != nil {
+		return 0, err
+	}
+	now := p.now()
+	if p.idle > 0 {
+		p.evictLocked(now, evictBudget, false)
+	}
+	hs := make([]held, len(charges))
+	if err := p.refLocked(hs, charges, now); err != nil {
+		return 0, err
+	}
+	defer func() {
+		if d != 0 || err != nil {
+			for i := range hs {
+				p.unrefLocked(hs[i].lim, now)
+			}
+		}
+	}()
+	// Callers wait on a limiter: it never overtakes them. The latest wake
+	// of their heads is the least this call would wait.
+	var at time.Time
+	for i := range hs {
+		if q := hs[i].lim.q; q != nil && q.head != nil {
+			if h := q.head; !h.refused || h.when == 0 {
+				return 0, ratesem.ErrInFlight
+			} else if w := p.instant(h.when); w.After(at) {
+				at = w
+			}
+		}
+	}
+	if !at.IsZero() {
+		return max(at.Sub(now), time.Nanosecond), nil
+	}
+	at, needRelease, ok := p.admitLocked(hs, nil, now)
+	switch {
+	case ok:
+		t.pool, t.held, t.charges, t.at = p, hs, charges, p.mono(now)
+		return 0, nil
+	case needRelease:
+		return 0, ratesem.ErrInFlight
+	}
+	return max(at.Sub(now), time.Nanosecond), nil
 }

@@ -382,3 +382,39 @@ func capRedisPause(until, now time.Time, maxPause time.Duration) time.Time {
 	}
 	return until
 }
+
+// tryRedis is TryAcquire in Redis mode, for charges already merged:
+// internal/remote's TryAcquire does not say how long Redis would make the
+// call wait, so a refusal is ratesem.ErrInFlight.
+func (p *Engine) tryRedis(t *Ticket, charges []Charge) (time.Duration, error) {
+	if err := p.rem.lateCheck(); err != nil {
+		p.emitFailed(charges, nil, err)
+		return 0, err
+	}
+	hs, rcs, _, err := p.startRedis(context.Background(), charges)
+	p.flushEvicted()
+	if err != nil {
+		p.emitFailed(charges, nil, err)
+		return 0, err
+	}
+	call, ok, err := p.rem.eng.TryAcquire(p.rem.scope, rcs)
+	if err != nil || !ok {
+		p.unrefAll(hs)
+		if err == nil {
+			return 0, fmt.Errorf("%w: refused by Redis (the wait is not known)", ratesem.ErrInFlight)
+		}
+		p.emitFailed(charges, nil, err)
+		return 0, err
+	}
+	t.pool, t.held, t.charges, t.rcall = p, hs, charges, call
+	p.mu.Lock()
+	for i := range hs {
+		h := &hs[i]
+		h.lim.inflight += h.n
+		h.thrAtAdmit = h.lim.throttles()
+	}
+	p.rem.calls[t] = call
+	p.mu.Unlock()
+	p.emitAdmitted(t, charges, 0, false)
+	return 0, nil
+}
