@@ -1,8 +1,11 @@
 package clientpool
 
 import (
+	"net/http"
+
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/ratesem/ratesem/internal/backoff"
 	"github.com/ratesem/ratesem/internal/engine"
 	"github.com/ratesem/ratesem/internal/rstore"
 )
@@ -17,3 +20,20 @@ func sharedOpt(c goredis.UniversalClient, prefix string) Option {
 		cfg.Shared = &engine.Shared{Opener: rstore.NewOpener(c), Prefix: prefix}
 	}
 }
+
+// Names the tests use that the package does not export.
+const (
+	DefaultMaxPause    = backoff.DefaultMaxPause
+	DefaultIdleTimeout = engine.DefaultIdleTimeout
+	MaxFieldBytes      = maxFieldBytes
+	MaxLearnedN        = engine.MaxLearnedN
+)
+
+// UsageFunc is the type of Rule.Usage.
+type UsageFunc = func(h http.Header) (used int64, ok bool)
+
+// ParseRateLimit is ParseRateLimitAt(h, prefix, policy, time.Now()).
+var ParseRateLimit = parseRateLimit
+
+// Used returns Limit − Remaining in [0, Limit].
+func (i RateLimitInfo) Used() int64 { return i.used() }

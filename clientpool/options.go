@@ -6,17 +6,7 @@ import (
 	"github.com/ratesem/ratesem"
 	"github.com/ratesem/ratesem/internal/engine"
 
-	"github.com/ratesem/ratesem/internal/backoff"
 )
-
-// DefaultIdleTimeout is how long a key must see no call, by default, before
-// its limiter is evicted (and never before its window has forgotten every
-// call).
-const DefaultIdleTimeout = engine.DefaultIdleTimeout
-
-// DefaultMaxPause is the longest pause a throttle causes on a key when
-// WithMaxPause is not given: 5 minutes.
-const DefaultMaxPause = backoff.DefaultMaxPause
 
 // Option configures a Pool in New. It is the type of semaphore.Option
 // too, so that the options of Redis mode, in package redisrate, apply to
@@ -36,7 +26,7 @@ func WithClock(clk ratesem.Clock) Option { return func(c *engine.Config) { c.Clo
 // limit. Evictions happen during later Acquire calls, a few limiters per
 // call, oldest first; 0 or less turns eviction by age off (WithMaxKeys
 // still evicts forgotten keys when the pool is full). Default:
-// DefaultIdleTimeout.
+// 10 minutes.
 func WithIdleTimeout(d time.Duration) Option {
 	return func(c *engine.Config) { c.Idle, c.PoolOnly = d, append(c.PoolOnly, "clientpool.WithIdleTimeout") }
 }
@@ -56,7 +46,7 @@ func WithMaxKeys(n int) Option {
 // WithMaxPause caps the pause one throttle causes on a key (Throttled,
 // ThrottledResponse): the server's Retry-After beyond it and the
 // exponential backoff without one stop there. d ≤ 0 means
-// DefaultMaxPause. Pause itself is not capped.
+// 5 minutes. Pause itself is not capped.
 func WithMaxPause(d time.Duration) Option {
 	return func(c *engine.Config) { c.MaxPause, c.PoolOnly = d, append(c.PoolOnly, "clientpool.WithMaxPause") }
 }

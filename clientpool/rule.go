@@ -48,7 +48,7 @@ type Rule struct {
 	// response's headers (see BinanceUsage, XRateLimitUsage and
 	// IETFRateLimitUsage), so the pool can shrink the local budget when
 	// another client spends from the same limit. nil means no feedback.
-	Usage UsageFunc
+	Usage func(h http.Header) (used int64, ok bool)
 
 	// PauseOnThrottle marks the rules a 429 (or 418) response pauses, by
 	// key: the rules that the server's throttle is about. A throttled
@@ -141,15 +141,6 @@ type Learned struct {
 // A host clock behind the server's is never corrected for: its windows
 // end late, on the safe side.
 const ResetMargin = engine.ResetMargin
-
-// MaxLearnedN is the largest N a Learn function's report is taken at: a
-// larger report (a hostile or broken header) counts as this, in units.
-const MaxLearnedN = engine.MaxLearnedN
-
-// UsageFunc reads from response headers the units the server counts against
-// a rule in its current window: used units, true; or false when the headers
-// do not say.
-type UsageFunc func(h http.Header) (used int64, ok bool)
 
 // Charge is what one call costs under one rule: Weight units of the limiter
 // of (Rule, Key). Rule names a rule of the Table; Key is the rule's key (""

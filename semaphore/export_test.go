@@ -62,3 +62,6 @@ func withAfterAdmit(f func()) Option {
 func (s *RateSemaphore) acquireLocal(ctx context.Context, n int64) (bool, error) {
 	return s.o.AcquireLocal(ctx, n)
 }
+
+// Weight returns the units the call holds: the estimate it was admitted for.
+func (c Call) Weight() int64 { return c.c.Weight() }

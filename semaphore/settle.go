@@ -18,9 +18,6 @@ import (
 // take them (it panics rather than do so).
 type Call struct{ c engine.Call }
 
-// Weight returns the units the call holds: the estimate it was admitted for.
-func (c Call) Weight() int64 { return c.c.Weight() }
-
 // Begin is Acquire for a call whose weight is known only after it (an LLM
 // API's tokens): it admits n units (n ≥ 0, the estimate), blocking like
 // Acquire, with the same errors and events, and returns the Call, whose End
@@ -32,8 +29,8 @@ func (s *RateSemaphore) Begin(ctx context.Context, n int64) (Call, error) {
 	return Call{c}, err
 }
 
-// End ends the call now: its Weight units are released, as Release(Weight)
-// would, and the rate window counts the call as actual units (actual ≥ 0)
+// End ends the call now: its units (the estimate Begin admitted) are
+// released, as Release would, and the rate window counts the call as actual units (actual ≥ 0)
 // instead of its estimate — a refund of the difference where the window
 // still counts the call, a debit from now on (window.Settler). Built with
 // NewWithPolicy on a window that does not implement window.Settler, or with
