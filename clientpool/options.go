@@ -5,7 +5,6 @@ import (
 
 	"github.com/ratesem/ratesem"
 	"github.com/ratesem/ratesem/internal/engine"
-
 )
 
 // Option configures a Pool in New. It is the type of semaphore.Option
