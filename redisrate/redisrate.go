@@ -9,13 +9,14 @@
 // Every decision is made atomically by one Lua script on the Redis
 // server's clock; waiting stays in each process (FIFO per limiter, one
 // head per process talks to Redis, and sleeps until the instant Redis
-// gives). The semaphore's options for this mode are redisrate.WithLease,
-// WithRedisTimeout, WithJitter, WithFallback, WithRedisPrefix,
-// WithEvictionAllowed, WithDeferredRedisChecks and WithMaxQueue; the pool's
-// are redisrate.WithLease, WithMaxQueue, WithEvictionAllowed and
-// WithDeferredRedisChecks. A Redis server, a Sentinel group or a Redis Cluster
-// (any goredis.UniversalClient) will do; on a cluster one limit (one
-// semaphore name, one pool scope) lives on one node.
+// gives). The options of this mode are in this package: WithLease,
+// WithTimeout, WithJitter, WithEvictionAllowed and WithDeferredChecks for
+// both fronts, WithFallback and WithPrefix for a semaphore. Each is a
+// semaphore.Option, the same type as clientpool.Option; an option a mode
+// cannot honour is refused with an error (a virtual clock over Redis, a
+// Redis option in process), never ignored. A Redis server, a Sentinel
+// group or a Redis Cluster (any goredis.UniversalClient) will do; on a
+// cluster one limit (one semaphore name, one pool scope) lives on one node.
 //
 //	rdb := goredis.NewClient(&goredis.Options{Addr: "localhost:6379"})
 //	sem, err := redisrate.NewSemaphore(rdb, "binance-ip", 1200, time.Minute)
@@ -54,20 +55,20 @@ import (
 // in flight + units of calls that ended within the last interval ≤ n,
 // across all processes), or the start window with a margin
 // (semaphore.WithStartWindow); semaphore.WithMaxUnitsInFlight caps the
-// units in flight across every process. semaphore.WithClock is ignored: the
-// server's clock is the only one.
+// units in flight across every process. semaphore.WithClock is an error:
+// the server's clock is the only one.
 //
 // # Round trips and waiting
 //
 // A call admitted at once costs two round trips: the admission (one
 // EVALSHA) and the release, which is sent in the background (Release never
 // waits on Redis; a release that cannot be sent is covered by the call's
-// lease, redisrate.WithLease). Waiters of one process queue FIFO and only
+// lease, WithLease). Waiters of one process queue FIFO and only
 // the head talks to Redis; a refused head sleeps until the instant Redis
-// gives, plus jitter (redisrate.WithJitter), never polling; when only calls
+// gives, plus jitter (WithJitter), never polling; when only calls
 // in flight ending can make room it re-asks at most every interval/4, or at
 // once when a release of this process reached Redis. Every round trip is
-// bounded by redisrate.WithTimeout whatever the client's options.
+// bounded by WithTimeout whatever the client's options.
 // Acquire fails at once with ratesem.ErrDeadline when the wait Redis gives
 // ends after ctx's deadline.
 //
@@ -81,21 +82,21 @@ import (
 //
 // # When Redis is unreachable
 //
-// Without redisrate.WithFallback, Acquire fails with an error matching
+// Without WithFallback, Acquire fails with an error matching
 // ratesem.ErrUnavailable, at once while the last failure is recent (a probe
 // goes out 100 ms after a failure, then after twice as long each time, up
-// to 1 s). With redisrate.WithFallback(share), admissions go to a local
+// to 1 s). With WithFallback(share), admissions go to a local
 // RateSemaphore of floor(share·n) units per interval meanwhile, and its
 // calls are carried into Redis when it answers again (see WithFallback).
 //
 // NewSemaphore blocks for one round trip, bounded by
-// redisrate.WithTimeout, and fails with an error that says which
+// WithTimeout, and fails with an error that says which
 // check failed: ratesem.ErrUnavailable when Redis does not answer in time
 // or refuses the connection, ratesem.ErrLimitMismatch when another process
 // stored another limit under the name, and ratesem.ErrEviction when the
 // server's maxmemory-policy is not noeviction (Redis may then evict the
-// limit's keys) unless redisrate.WithEvictionAllowed is given (a server
-// that forbids CONFIG is not checked). redisrate.WithDeferredChecks
+// limit's keys) unless WithEvictionAllowed is given (a server
+// that forbids CONFIG is not checked). WithDeferredChecks
 // skips the round trip, for a program that starts before Redis: the checks
 // then show at the first call. It returns an error
 // matching ratesem.ErrInvalidLimit for n ≤ 0, an interval ≤ 0 or not a
@@ -119,7 +120,7 @@ func NewSemaphore(c goredis.UniversalClient, name string, n int64, interval time
 // the limit kept in Redis, with the exact guarantee its doc states, across
 // every process sharing the name. semaphore.WithMaxUnitsInFlight caps the
 // units in flight across every process; semaphore.WithStartWindow is an
-// error (the policy is the window). With redisrate.WithFallback, p itself,
+// error (the policy is the window). With WithFallback, p itself,
 // set to floor(share·N) units per Per, becomes the local fallback (a bucket
 // keeps its burst). The semaphore owns p. It blocks like NewSemaphore and
 // returns its errors (ErrInvalidLimit for N ≤ 0 or Per ≤ 0), an error for a
@@ -158,7 +159,7 @@ func newSemaphore(c goredis.UniversalClient, name string, n int64, per time.Dura
 // does not answer, ratesem.ErrLimitMismatch when another process stored
 // another limit for a rule's key "", and ratesem.ErrEviction when the
 // server's maxmemory-policy lets it evict the rules' keys (unless
-// redisrate.WithEvictionAllowed); redisrate.WithDeferredChecks
+// WithEvictionAllowed); WithDeferredChecks
 // defers them to the first Acquire.
 //
 // c is a go-redis client of a server, a Sentinel group or a Redis Cluster
@@ -175,7 +176,7 @@ func newSemaphore(c goredis.UniversalClient, name string, n int64, per time.Dura
 //     clock); a refused call sleeps until the instant Redis names, plus
 //     jitter, queued FIFO per (rule, key) in this process, and only the
 //     head of a queue asks Redis again. A call in flight holds a lease
-//     (one minute, redisrate.WithLease): a process that dies mid-call
+//     (one minute, WithLease): a process that dies mid-call
 //     frees its units then. Errors checked before Redis (unknown rule,
 //     negative weight, a weight too large, ratesem.ErrTooManyKeys) are the
 //     same as in process; Redis adds ratesem.ErrLimitMismatch,
@@ -220,8 +221,8 @@ func newSemaphore(c goredis.UniversalClient, name string, n int64, per time.Dura
 // microseconds up to about 12.7 days); clientpool.New returns an error
 // otherwise, for a nil c, for an empty prefix, one longer than 512 bytes
 // or with a brace, and for a rule name or clientpool.Table.Scope longer
-// than 512 bytes. clientpool.WithClock does not apply to Redis's
-// decisions, which are made on the Redis server's clock.
+// than 512 bytes, and for clientpool.WithClock (Redis decides on its
+// server's clock) or WithFallback and WithPrefix (a semaphore's).
 func Shared(c goredis.UniversalClient, prefix string) clientpool.Option {
 	sh := &engine.Shared{Prefix: prefix}
 	if c != nil { // a nil c: clientpool.New fails
