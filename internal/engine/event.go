@@ -25,8 +25,17 @@ import (
 
 func (p *Engine) emit(e ratesem.Event) {
 	if p.observer != nil {
-		p.observer(e)
+		p.observer(p.named(e))
 	}
+}
+
+// named returns e as the front reports it: a semaphore over Redis names
+// itself in Key, with no Rule.
+func (p *Engine) named(e ratesem.Event) ratesem.Event {
+	if p.one != nil {
+		e.Rule, e.Key = "", p.one.name
+	}
+	return e
 }
 
 // emitCharges reports one event per charge, e with the charge's rule, key
@@ -36,12 +45,12 @@ func (p *Engine) emitCharges(e ratesem.Event, charges []Charge) {
 		return
 	}
 	if len(charges) == 0 && e.Kind != ratesem.Admitted {
-		p.observer(e)
+		p.observer(p.named(e))
 		return
 	}
 	for _, c := range charges {
 		e.Rule, e.Key, e.Weight = c.Rule, c.Key, c.Weight
-		p.observer(e)
+		p.observer(p.named(e))
 	}
 }
 

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/ratesem/ratesem"
-	"github.com/ratesem/ratesem/internal/remote"
 	"github.com/ratesem/ratesem/internal/wake"
 	"github.com/ratesem/ratesem/internal/winfast"
 	"github.com/ratesem/ratesem/window"
@@ -64,8 +63,8 @@ type One struct {
 }
 
 type callSlot struct {
-	gen uint64       // odd while a call is live in the slot
-	rc  *remote.Call // Redis mode: the call in Redis
+	gen uint64  // odd while a call is live in the slot
+	t   *Ticket // Redis mode: the call in Redis
 }
 
 // NewOne returns the in-process engine of one rule whose window is p
@@ -548,7 +547,7 @@ func (o *One) SetLimit(n int64, per time.Duration) error {
 // Limit is semaphore.RateSemaphore.Limit.
 func (o *One) Limit() window.Limit {
 	if o.rem != nil {
-		return o.rem.spec.Load().Limit
+		return o.rem.spec().Limit
 	}
 	o.e.mu.Lock()
 	defer o.e.mu.Unlock()
@@ -600,7 +599,7 @@ func (o *One) Stats() Stats {
 // Close is semaphore.RateSemaphore.Close.
 func (o *One) Close() error {
 	if o.rem != nil {
-		return o.rem.eng.Close()
+		return o.e.Close()
 	}
 	return nil
 }

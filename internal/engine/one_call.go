@@ -7,7 +7,6 @@ import (
 
 	"github.com/ratesem/ratesem"
 	"github.com/ratesem/ratesem/internal/obs"
-	"github.com/ratesem/ratesem/internal/remote"
 	"github.com/ratesem/ratesem/window"
 )
 
@@ -42,14 +41,14 @@ func (o *One) newCallLocked(n, at int64) Call {
 
 // endCallLocked ends the live call c: its slot is free again. It returns
 // its call in Redis, and false (changing nothing) when c is not live.
-func (o *One) endCallLocked(c Call) (*remote.Call, bool) {
+func (o *One) endCallLocked(c Call) (*Ticket, bool) {
 	if c.slot < 0 || c.slot >= len(o.calls) || c.gen&1 == 0 || o.calls[c.slot].gen != c.gen {
 		return nil, false
 	}
 	sl := &o.calls[c.slot]
-	rc := sl.rc
+	rc := sl.t
 	sl.gen++
-	sl.rc = nil
+	sl.t = nil
 	o.freeCalls = append(o.freeCalls, c.slot)
 	o.callUnits -= c.n
 	return rc, true

@@ -6,12 +6,10 @@ import (
 	"fmt"
 	"math"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/ratesem/ratesem"
 	"github.com/ratesem/ratesem/internal/backend"
-	"github.com/ratesem/ratesem/internal/obs"
 	"github.com/ratesem/ratesem/internal/remote"
 	"github.com/ratesem/ratesem/internal/rspec"
 	"github.com/ratesem/ratesem/internal/wake"
@@ -22,27 +20,20 @@ import (
 // redisRule names the one rule of a RateSemaphore in Redis.
 const redisRule = "n"
 
-// oneRemote is the part of a RateSemaphore built with redisrate.NewSemaphore:
-// its state is in Redis, its waiting in a remote.Engine.
+// oneRemote is the part of a One over Redis (redisrate.NewSemaphore) that
+// the Engine's Redis mode does not have: its name, its limit's Redis form,
+// the fallback, and the calls of Acquire and TryAcquire by units, which a
+// Release(n) without a ticket ends.
 type oneRemote struct {
-	one    *One // the front's engine: the calls of Begin
-	eng    *remote.Engine
+	one    *One
 	name   string
-	spec   atomic.Pointer[rspec.Spec] // replaced whole by SetLimit
-	local  *One                       // the fallback, or nil
+	local  *One // the fallback, or nil
 	localN int64
 	capOpt int64 // WithMaxUnitsInFlight, or -1
 	// burstN: the window's burst follows N (a bucket or GCRA made with a
 	// burst of 0): SetLimit sets the spec's burst to the new N, as the
 	// window's own SetLimit does in process
 	burstN bool
-
-	obs func(ratesem.Event) // WithObserver, or nil
-
-	// late, with WithDeferredRedisChecks, is the eviction check deferred
-	// to the first call that finds Redis answering (nil when there is
-	// none).
-	late *remote.DeferredCheck
 
 	mu        sync.Mutex
 	held      map[int64][]*heldCall // calls in flight, by units left, oldest first
@@ -52,7 +43,7 @@ type oneRemote struct {
 
 // heldCall is a call in flight admitted by this process.
 type heldCall struct {
-	call *remote.Call
+	t    *Ticket
 	n    int64 // units admitted
 	left int64 // units not released yet
 	seq  uint64
@@ -155,7 +146,9 @@ func newRedisPolicy(o backend.Opener, name string, p window.Policy, cfg Config) 
 }
 
 // newRedis is the common part of newRedisN and newRedisPolicy; newLocal
-// builds the fallback of localN units.
+// builds the fallback of localN units. The One's Engine is in Redis mode,
+// with one rule, redisRule, whose key "" is the semaphore's limit in the
+// scope name.
 func newRedis(o backend.Opener, name string, sp *rspec.Spec, cfg Config, newLocal func(localN int64) *One) (*One, error) {
 	if len(name) > rspec.MaxNameLen {
 		// Checked here, not at the first Acquire: there the store's refusal
@@ -163,35 +156,38 @@ func newRedis(o backend.Opener, name string, sp *rspec.Spec, cfg Config, newLoca
 		// forever) and the limit would silently not be shared.
 		return nil, fmt.Errorf("ratesem: redisrate.NewSemaphore: a name of %d bytes: want at most %d", len(name), rspec.MaxNameLen)
 	}
-	st, err := o.Open(cfg.Redis.Prefix, cfg.Redis.Lease)
-	if err != nil {
-		return nil, fmt.Errorf("%w (redisrate.NewSemaphore)", err)
-	}
 	r := &oneRemote{name: name, held: map[int64][]*heldCall{}, capOpt: cfg.Concurrency}
-	if cfg.Redis.DeferChecks {
-		if !cfg.Redis.EvictionAllowed {
-			r.late = remote.NewDeferredCheck(func() error { return o.Check(cfg.Redis.Timeout, cfg.Redis.Prefix, name, nil, true) }, r.checkError)
-		}
-	} else if err := o.Check(cfg.Redis.Timeout, cfg.Redis.Prefix, name, []rspec.Charge{{Rule: redisRule, Spec: sp}}, !cfg.Redis.EvictionAllowed); err != nil {
-		return nil, r.checkError(err)
-	}
-	r.obs = cfg.Observer
-	r.spec.Store(sp)
-	ecfg := remote.Config{Store: st, Timeout: cfg.Redis.Timeout, Jitter: cfg.Redis.Jitter, ErrDeadline: ratesem.ErrDeadline, TestAfterAdmit: cfg.Redis.TestAfterAdmit, MaxQueue: cfg.MaxQueue}
 	if cfg.Redis.Fallback {
 		r.localN = max(1, int64(math.Floor(cfg.Redis.Share*float64(sp.Limit.N))))
 		r.local = newLocal(r.localN)
-		ecfg.Fallback = fallback{r}
 	}
-	r.eng, err = remote.New(ecfg)
-	if err != nil {
-		return nil, fmt.Errorf("%w (redisrate.NewSemaphore)", err)
-	}
-	one := &One{rem: r, slow: true}
-	one.e = &one.Engine
-	one.clock = wake.NewClock(nil)
+	one := &One{rem: r, slow: true, obs: cfg.Observer}
 	r.one = one
+	e := &one.Engine
+	one.e = e
+	e.rules, e.clock, e.observer, e.maxQueue, e.scope, e.one = make(map[string]*ruleState), wake.NewClock(nil), cfg.Observer, int32(min(cfg.MaxQueue, math.MaxInt32)), name, r
+	e.epoch = e.clock.Now()
+	rs := &ruleState{Rule: &Rule{Name: redisRule, Limit: sp.Limit}, keys: make(map[string]*limiter, 1), one: true}
+	rs.setSpec(sp)
+	lim := &one.lim
+	lim.rule, lim.refs = rs, 1 // pinned: never idle, never evicted
+	one.l, one.rs = lim, rs
+	rs.keys[""] = lim
+	e.rules[redisRule] = rs
+	e.ruleList = []*ruleState{rs}
+	e.live = 1
+	cfg.Shared = &Shared{Opener: o, Prefix: cfg.Redis.Prefix}
+	if err := e.initRedis(&cfg); err != nil {
+		return nil, err
+	}
 	return one, nil
+}
+
+// setSpec makes sp the Redis form of rs, a One's rule: its limit, and the
+// heaviest charge, which the spec decides (the concurrency cap included).
+func (rs *ruleState) setSpec(sp *rspec.Spec) {
+	rs.spec, rs.limit = sp, sp.Limit
+	rs.capacity, rs.cap = sp.Capacity(), math.MaxInt64
 }
 
 // redisSpec returns the Spec of a limit of n per interval under cfg's
@@ -241,17 +237,19 @@ func (r *oneRemote) named(err error) error {
 		ratesem.ErrLimitMismatch, r.name, me.Have, me.Stored)
 }
 
-// lateCheck runs, with WithDeferredRedisChecks, the eviction check
-// deferred (remote.DeferredCheck; bounded by WithRedisTimeout).
-func (r *oneRemote) lateCheck() error { return r.late.Err(r.eng) }
-
 // charges returns the one charge of a call of n units.
-func (r *oneRemote) charges(n int64) []rspec.Charge {
-	return []rspec.Charge{{Rule: redisRule, Spec: r.spec.Load(), Weight: n}}
+func charges(n int64) []Charge { return []Charge{{Rule: redisRule, Weight: n}} }
+
+// spec returns the Redis form of the limit in force.
+func (r *oneRemote) spec() *rspec.Spec {
+	e := r.one.e
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return r.one.rs.spec
 }
 
 func (r *oneRemote) tooLarge(n int64) error {
-	sp := r.spec.Load()
+	sp := r.spec()
 	if n > sp.Limit.N {
 		return fmt.Errorf("%w: weight %d, limit %d per %v", ratesem.ErrWeightTooLarge, n, sp.Limit.N, sp.Limit.Per)
 	}
@@ -267,81 +265,58 @@ func (r *oneRemote) acquire(ctx context.Context, n int64) error {
 }
 
 // acquireLocal is Acquire; it reports whether the fallback admitted the
-// call.
+// call. An Acquire of 0 units makes no round trip.
 func (r *oneRemote) acquireLocal(ctx context.Context, n int64) (bool, error) {
-	var since time.Time
-	if r.obs != nil {
-		since = time.Now()
-	}
-	c, err := r.admit(ctx, n, false)
-	if err != nil {
-		r.observeFailed(n, since, err)
-		return false, err
-	}
-	// Reported before the call is held, so that an observer's panic gives
-	// back this call (observeAdmitted) and no other's.
-	r.observeAdmitted(n, since, c)
-	if c == nil {
+	if n == 0 {
+		if err := ctx.Err(); err != nil {
+			r.one.e.emitFailed(charges(0), nil, err)
+			return false, err
+		}
+		r.one.e.emitCharges(ratesem.Event{Kind: ratesem.Admitted}, charges(0))
 		return false, nil
 	}
-	r.hold(c, n)
-	return c.Local(), nil
+	t, err := r.admit(ctx, n, "Acquire")
+	if err != nil {
+		return false, err
+	}
+	r.hold(t, n)
+	return t.rcall.Local(), nil
 }
 
-// admit is the admission of Acquire (begin false) and of Begin: the
-// checks, then the round trip. It returns a nil call, after no round trip,
-// for an Acquire of 0 units; Begin's makes its round trip too, so that End
-// has a call in Redis to settle a debit on.
-func (r *oneRemote) admit(ctx context.Context, n int64, begin bool) (*remote.Call, error) {
-	if n < 0 {
-		op := "Acquire"
-		if begin {
-			op = "Begin"
+// admit is the admission of Acquire and Begin: the checks, then the
+// Engine's Redis admission (reported to the observer there; if the
+// observer panics, the call is released first).
+func (r *oneRemote) admit(ctx context.Context, n int64, op string) (*Ticket, error) {
+	e := r.one.e
+	err := func() error {
+		if n < 0 {
+			return fmt.Errorf("%w %d: %s", ratesem.ErrNegativeWeight, n, op)
 		}
-		return nil, fmt.Errorf("%w %d: %s", ratesem.ErrNegativeWeight, n, op)
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	if n == 0 && !begin {
-		return nil, nil
-	}
-	if err := r.tooLarge(n); err != nil {
-		return nil, err
-	}
-	if err := r.lateCheck(); err != nil {
-		return nil, err
-	}
-	c, err := r.eng.Acquire(ctx, r.name, r.charges(n))
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		return r.tooLarge(n)
+	}()
 	if err != nil {
+		e.emitFailed(charges(n), nil, err)
+		return nil, err
+	}
+	t := new(Ticket)
+	if err := e.Acquire(ctx, t, charges(n)); err != nil {
 		return nil, r.named(err)
 	}
-	return c, nil
+	return t, nil
 }
 
 func (r *oneRemote) tryAcquire(n int64) bool {
-	if n < 0 || r.tooLarge(n) != nil {
-		return false
-	}
-	if n == 0 {
-		return true
-	}
-	if r.lateCheck() != nil {
-		return false
-	}
-	c, ok, _ := r.eng.TryAcquire(r.name, r.charges(n))
-	if !ok {
-		return false
-	}
-	r.observeAdmitted(n, time.Time{}, c)
-	r.hold(c, n)
-	return true
+	d, err := r.tryAcquireWait(n)
+	return d == 0 && err == nil
 }
 
-func (r *oneRemote) hold(c *remote.Call, n int64) {
+func (r *oneRemote) hold(t *Ticket, n int64) {
 	r.mu.Lock()
 	r.seq++
-	r.held[n] = append(r.held[n], &heldCall{call: c, n: n, left: n, seq: r.seq})
+	r.held[n] = append(r.held[n], &heldCall{t: t, n: n, left: n, seq: r.seq})
 	r.heldUnits += n
 	r.mu.Unlock()
 }
@@ -389,7 +364,7 @@ func (r *oneRemote) release(n int64) (held int64, ok bool) {
 	}
 	r.mu.Unlock()
 	for _, h := range done {
-		h.call.Release() // never waits on Redis
+		h.t.Release() // never waits on Redis
 	}
 	return 0, true
 }
@@ -423,7 +398,8 @@ func (r *oneRemote) releaseSettled(n, actual int64) {
 	h.left = 0
 	r.heldUnits -= n
 	r.mu.Unlock()
-	h.call.ReleaseSettled([]int64{max(actual, 0)}) // never waits on Redis
+	_ = h.t.Settle(redisRule, max(actual, 0))
+	h.t.Release() // never waits on Redis
 }
 
 func (r *oneRemote) popHeld(left int64) {
@@ -448,12 +424,10 @@ func (r *oneRemote) oldestHeld() *heldCall {
 }
 
 func (r *oneRemote) pause(until time.Time) {
-	d := time.Until(until)
-	if d <= 0 {
+	if time.Until(until) <= 0 {
 		return
 	}
-	r.eng.Pause(r.name, r.charges(0)[0], d)
-	r.observe(ratesem.Event{Kind: ratesem.Paused, Until: until, Pause: d, Source: ratesem.SourceCaller})
+	_ = r.one.e.Pause(redisRule, "", until) // capped at WithMaxPause's default, 5 minutes
 }
 
 func (r *oneRemote) setLimit(n int64, interval time.Duration) error {
@@ -461,7 +435,7 @@ func (r *oneRemote) setLimit(n int64, interval time.Duration) error {
 		return fmt.Errorf("%w: SetLimit(%d, %v): want n > 0 and a positive interval over Redis", ratesem.ErrInvalidLimit, n, interval)
 	}
 	sp := new(rspec.Spec)
-	*sp = *r.spec.Load()
+	*sp = *r.spec()
 	sp.Limit = window.Limit{N: n, Per: interval}
 	if r.burstN {
 		sp.Burst = n
@@ -475,15 +449,18 @@ func (r *oneRemote) setLimit(n int64, interval time.Duration) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), remote.DefaultTimeout+time.Second)
 	defer cancel()
-	if err := r.eng.SetLimit(ctx, r.name, rspec.Charge{Rule: redisRule, Spec: sp}); err != nil {
+	e := r.one.e
+	if err := e.rem.eng.SetLimit(ctx, r.name, rspec.Charge{Rule: redisRule, Spec: sp}); err != nil {
 		return fmt.Errorf("%w (SetLimit)", err)
 	}
-	r.spec.Store(sp)
+	e.mu.Lock()
+	r.one.rs.setSpec(sp)
+	e.mu.Unlock()
 	return nil
 }
 
 func (r *oneRemote) stats() Stats {
-	es := r.eng.Stats()
+	es := r.one.e.rem.eng.Stats()
 	r.mu.Lock()
 	units := r.heldUnits
 	r.mu.Unlock()
@@ -553,95 +530,36 @@ func (f fallback) Pause(_ string, _ rspec.Charge, until time.Time) {
 	f.r.local.Pause(until)
 }
 
-// begin is Begin over Redis: the admission of a call of n units that
-// Call.End ends (One.Begin keeps it with the Call, not among
-// the calls Release ends). A call of 0 units makes its admission round trip
-// too (Acquire(ctx, 0) makes none), so that End has a call in Redis to
-// settle a debit on. The call is reported (Admitted) before it is returned;
-// if the observer panics, the call is released first.
-func (r *oneRemote) begin(ctx context.Context, n int64) (*remote.Call, error) {
-	var since time.Time
-	if r.obs != nil {
-		since = time.Now()
-	}
-	c, err := r.admit(ctx, n, true)
-	if err != nil {
-		r.observeFailed(n, since, err)
-		return nil, err
-	}
-	r.observeAdmitted(n, since, c)
-	return c, nil
-}
-
-// endCall is Call.End over Redis for the call c of n units: c leaves
-// flight in Redis in the background, settled to actual units when they
-// differ from n (remote.Call.ReleaseSettled: a refund where the window
-// still counts it, a debit from now on). It never waits on Redis.
-func (r *oneRemote) endCall(c *remote.Call, n, actual int64) {
-	if actual == n {
-		c.Release()
-		return
-	}
-	c.ReleaseSettled([]int64{actual})
-}
-
-// observeAdmitted reports, over Redis, the admission of n units begun at
-// since, as the call c (nil for 0 units without a round trip). If the
-// observer panics (or calls runtime.Goexit), c is released before the panic
-// goes on to the caller, who never got it; the deferred call does not
-// recover, so the panic keeps its stack.
-func (r *oneRemote) observeAdmitted(n int64, since time.Time, c *remote.Call) {
-	if r.obs == nil {
-		return
-	}
-	returned := false
-	defer func() {
-		if !returned && c != nil {
-			c.Release()
-		}
-	}()
-	e := ratesem.Event{Kind: ratesem.Admitted, Key: r.name, Weight: n}
-	if !since.IsZero() {
-		e.Wait = time.Since(since)
-	}
-	r.obs(e)
-	returned = true
-}
-
-// observeFailed reports, over Redis, the failure err of an admission of n
-// units begun at since.
-func (r *oneRemote) observeFailed(n int64, since time.Time, err error) {
-	if r.obs != nil {
-		r.obs(ratesem.Event{Kind: obs.FailKind(err), Key: r.name, Weight: n, Wait: time.Since(since), Err: err})
-	}
-}
-
-// observe reports e for the semaphore over Redis, if it has an observer.
-func (r *oneRemote) observe(e ratesem.Event) {
-	if r.obs != nil {
-		e.Key = r.name
-		r.obs(e)
-	}
-}
-
 // beginCall is One.Begin over Redis: the call is kept with its slot, not
-// among the calls Release ends.
+// among the calls Release ends. A call of 0 units makes its round trip too
+// (Acquire(ctx, 0) makes none), so that End has a call in Redis to settle
+// a debit on.
 func (r *oneRemote) beginCall(ctx context.Context, n int64) (Call, error) {
-	rc, err := r.begin(ctx, n)
+	t, err := r.admit(ctx, n, "Begin")
 	if err != nil {
 		return Call{}, err
 	}
 	o := r.one
 	o.e.mu.Lock()
 	c := o.newCallLocked(n, 0)
-	o.calls[c.slot].rc = rc
+	o.calls[c.slot].t = t
 	o.e.mu.Unlock()
 	return c, nil
 }
 
-// tryAcquireWait is One.TryAcquireWait over Redis. internal/remote's
-// TryAcquire does not say how long Redis would make the call wait: a
-// refusal is reported as ratesem.ErrInFlight (no wait known).
+// endCall is Call.End over Redis for the call t of n units: it leaves
+// flight in Redis in the background, settled to actual units when they
+// differ from n (a refund where the window still counts it, a debit from
+// now on). It never waits on Redis.
+func (r *oneRemote) endCall(t *Ticket, n, actual int64) {
+	if actual != n {
+		_ = t.Settle(redisRule, actual)
+	}
+	t.Release()
+}
+
+// tryAcquireWait is One.TryAcquireWait over Redis (Engine.TryAcquire: a
+// refusal by Redis is ratesem.ErrInFlight, its wait not known).
 func (r *oneRemote) tryAcquireWait(n int64) (time.Duration, error) {
 	if n < 0 {
 		return 0, fmt.Errorf("%w %d: TryAcquireWait", ratesem.ErrNegativeWeight, n)
@@ -652,18 +570,12 @@ func (r *oneRemote) tryAcquireWait(n int64) (time.Duration, error) {
 	if n == 0 {
 		return 0, nil
 	}
-	if err := r.lateCheck(); err != nil {
-		return 0, err
+	t := new(Ticket)
+	d, err := r.one.e.TryAcquire(t, charges(n))
+	if err != nil || d > 0 {
+		return d, r.named(err)
 	}
-	c, ok, err := r.eng.TryAcquire(r.name, r.charges(n))
-	if err != nil {
-		return 0, r.named(err)
-	}
-	if !ok {
-		return 0, fmt.Errorf("%w: refused by Redis (the wait is not known)", ratesem.ErrInFlight)
-	}
-	r.observeAdmitted(n, time.Time{}, c)
-	r.hold(c, n)
+	r.hold(t, n)
 	return 0, nil
 }
 
@@ -689,7 +601,7 @@ func (o *One) AcquireLocal(ctx context.Context, n int64) (bool, error) {
 func (o *One) ReleaseSettled(n, actual int64) { o.rem.releaseSettled(n, actual) }
 
 // RemoteStats returns the Redis engine's own stats (tests).
-func (o *One) RemoteStats() remote.Stats { return o.rem.eng.Stats() }
+func (o *One) RemoteStats() remote.Stats { return o.e.rem.eng.Stats() }
 
 // RemoteClosed reports whether the Redis engine is closed (tests).
-func (o *One) RemoteClosed() bool { return o.rem.eng.Closed() }
+func (o *One) RemoteClosed() bool { return o.e.rem.eng.Closed() }

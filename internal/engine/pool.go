@@ -59,6 +59,9 @@ type Engine struct {
 	// hook, set only by tests, is called under the lock when a waiter is
 	// made (done false) and when its wait ends (done true).
 	hook func(w *waiter, done bool)
+	// one is the Redis part of a One in Redis mode (the semaphore front
+	// over redisrate.NewSemaphore): its events name it, its errors too.
+	one *oneRemote
 	// onWake, set only by tests, is called under the lock on every timer
 	// wake-up.
 	onWake func()

@@ -72,17 +72,23 @@ func (p *Engine) initRedis(cfg *config) error {
 		if len(rs.Name) > rspec.MaxNameLen {
 			return fmt.Errorf("ratesem: redisrate.Shared: rule name %.64q…: want at most %d bytes", rs.Name, rspec.MaxNameLen)
 		}
-		spec, err := specOf(rs.Rule, rs.limit)
-		if err != nil {
-			return err
+		if rs.spec == nil { // a One's is set already
+			spec, err := specOf(rs.Rule, rs.limit)
+			if err != nil {
+				return err
+			}
+			rs.spec = spec
 		}
-		rs.spec = spec
 		rs.quiet = 0 // the window lives in Redis: nothing to forget here
+	}
+	checkError := poolCheckError
+	if p.one != nil {
+		checkError = p.one.checkError
 	}
 	var late *remote.DeferredCheck
 	if cfg.Redis.DeferChecks {
 		if !cfg.Redis.EvictionAllowed {
-			late = remote.NewDeferredCheck(func() error { return sh.Opener.Check(cfg.Redis.timeout(), sh.Prefix, scope, nil, true) }, poolCheckError)
+			late = remote.NewDeferredCheck(func() error { return sh.Opener.Check(cfg.Redis.timeout(), sh.Prefix, scope, nil, true) }, checkError)
 		}
 	} else {
 		// The limiters of the rules' key "" (a rule without keys) must
@@ -95,17 +101,22 @@ func (p *Engine) initRedis(cfg *config) error {
 			cs = cs[:rspec.MaxCharges]
 		}
 		if err := sh.Opener.Check(cfg.Redis.timeout(), sh.Prefix, scope, cs, !cfg.Redis.EvictionAllowed); err != nil {
-			return poolCheckError(err)
+			return checkError(err)
 		}
 	}
-	eng, err := remote.New(remote.Config{
-		Store:       st,
-		MaxPause:    backoff.Cap(p.maxPause),
-		ErrDeadline: ratesem.ErrDeadline,
-		MaxQueue:    int(p.maxQueue),
-		Timeout:     cfg.Redis.Timeout,
-		Jitter:      cfg.Redis.Jitter,
-	})
+	rc := remote.Config{
+		Store:          st,
+		MaxPause:       backoff.Cap(p.maxPause),
+		ErrDeadline:    ratesem.ErrDeadline,
+		MaxQueue:       int(p.maxQueue),
+		Timeout:        cfg.Redis.Timeout,
+		Jitter:         cfg.Redis.Jitter,
+		TestAfterAdmit: cfg.Redis.TestAfterAdmit,
+	}
+	if p.one != nil && p.one.local != nil {
+		rc.Fallback = fallback{p.one}
+	}
+	eng, err := remote.New(rc)
 	if err != nil {
 		return fmt.Errorf("%w (redisrate.Shared)", err)
 	}
