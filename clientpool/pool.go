@@ -306,12 +306,36 @@ func (p *Pool) SetLimit(rule string, l window.Limit) error { return p.e.SetLimit
 func (p *Pool) Limit(rule string) (window.Limit, bool) { return p.e.Limit(rule) }
 
 // KeyState is a snapshot of one limiter (Pool.Snapshot); a plain value.
-type KeyState = engine.KeyState
+type KeyState struct {
+	// Rule and Key name the limiter: a rule of the Table and a key its
+	// Key function returned.
+	Rule, Key string
+	// InFlight is the units of admitted calls not yet released.
+	InFlight int64
+	// Used is the units the window counts at the snapshot's instant, for
+	// windows that implement window.Reconciler; -1 for the others and in
+	// Redis mode.
+	Used int64
+	// PausedUntil is when the key's pause ends; zero when none was set.
+	PausedUntil time.Time
+	// Distrusted counts the server's reports about the key that were not
+	// taken at their word (ratesem.Distrusted events): calls heavier than
+	// its learned limit sent alone, replies whose window contradicted the
+	// key's (wrapping).
+	Distrusted uint32
+}
 
 // Snapshot returns the state of every live limiter, sorted by rule and key.
 // It walks every key under the pool's lock and makes no round trip to
 // Redis: in Redis mode it tells what this process knows.
-func (p *Pool) Snapshot() []KeyState { return p.e.Snapshot() }
+func (p *Pool) Snapshot() []KeyState {
+	ks := p.e.Snapshot()
+	out := make([]KeyState, len(ks))
+	for i, k := range ks {
+		out[i] = KeyState(k)
+	}
+	return out
+}
 
 // Len returns the number of live limiters (rule, key pairs) in this
 // process. It does not block.
