@@ -326,7 +326,7 @@ func (o *One) acquireLocked(ctx context.Context, n int64, c *Call) (time.Time, e
 		*c = o.newCallLocked(n, e.mono(w.granted))
 	}
 	e.mu.Unlock()
-	o.observeAdmittedAfter(n, w, c)
+	o.observeAdmitted(n, w, c)
 	return w.granted, nil
 }
 

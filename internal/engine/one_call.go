@@ -125,14 +125,6 @@ func (o *One) observeAdmitted(n int64, w *waiter, c *Call) {
 	}
 }
 
-// observeAdmittedAfter is observeAdmitted for a call that waited (w):
-// given back exactly (undone) when the observer panics.
-func (o *One) observeAdmittedAfter(n int64, w *waiter, c *Call) {
-	if o.obs != nil {
-		o.emitHeld(n, w, c)
-	}
-}
-
 //go:noinline
 func (o *One) emitHeld(n int64, w *waiter, c *Call) {
 	returned := false
