@@ -85,7 +85,7 @@ func BinanceUsage(name string) func(h http.Header) (used int64, ok bool) {
 
 // XRateLimitUsage reads the common X-RateLimit-Limit and X-RateLimit-Remaining
 // headers (GitHub, Twitter and many others): used = limit − remaining,
-// saturated to [0, limit] (see RateLimitInfo.Used). It returns false when
+// saturated to [0, limit] (see RateLimitInfo). It returns false when
 // either is missing or malformed (see ParseRateLimitAt).
 func XRateLimitUsage(h http.Header) (int64, bool) {
 	// The zero now: Reset is computed but not used.

@@ -27,7 +27,7 @@
 //     redisMode (internal/remote, one Lua script over every charge) in Redis;
 //   - take back an admission whose caller left (cancel): undoHeldLocked;
 //     remote.Engine does it for Redis;
-//   - release and settle: releaseLocked (window.Settler); Call.Release and
+//   - release and settle: releaseLocked (window.Settler); remote.Call.Release and
 //     ReleaseSettled in Redis, in the background;
 //   - pause: pauseLocked; remote.Engine.Pause;
 //   - reconcile a server's count: consumeLocked, reportedLocked;

@@ -417,7 +417,7 @@ func (l *limiter) budgetAdmits(now, n int64) (ok bool, until int64) {
 // one (a hostile header) leaves the rule's Per.
 const maxLearnedPer = 366 * 24 * time.Hour
 
-// usedOf is limit − remaining, in [0, limit] (clientpool.RateLimitInfo.Used).
+// usedOf is limit − remaining, in [0, limit] (as clientpool reads RateLimitInfo).
 func usedOf(limit, remaining int64) int64 {
 	switch {
 	case limit <= 0 || remaining >= limit:

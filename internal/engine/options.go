@@ -11,7 +11,7 @@ import (
 )
 
 // DefaultIdleTimeout is how long a key must see no call, by default, before
-// its limiter is evicted (clientpool.DefaultIdleTimeout).
+// its limiter is evicted (clientpool.WithIdleTimeout).
 const DefaultIdleTimeout = 10 * time.Minute
 
 // DefaultRedisTimeout bounds each round trip to Redis unless
@@ -24,7 +24,7 @@ const DefaultRedisTimeout = time.Second
 type Option func(*Config)
 
 // Config is what the options set. Fields a front does not read are
-// refused by it (Config.ForFront), never ignored.
+// refused by it (Config.CheckFront), never ignored.
 type Config struct {
 	Clock    ratesem.Clock
 	Idle     time.Duration

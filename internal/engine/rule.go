@@ -73,7 +73,7 @@ type KeyState struct {
 const ResetMargin = time.Second
 
 // MaxLearnedN is the largest N a Learn report is taken at
-// (clientpool.MaxLearnedN).
+// (a larger report counts as this).
 const MaxLearnedN = 1 << 40
 
 // quiet is how long a key of r must see no activity before its limiter is
