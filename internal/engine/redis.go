@@ -394,9 +394,7 @@ func capRedisPause(until, now time.Time, maxPause time.Duration) time.Time {
 	return until
 }
 
-// tryRedis is TryAcquire in Redis mode, for charges already merged:
-// internal/remote's TryAcquire does not say how long Redis would make the
-// call wait, so a refusal is ratesem.ErrInFlight.
+// tryRedis is TryAcquire in Redis mode, for charges already merged.
 func (p *Engine) tryRedis(t *Ticket, charges []Charge) (time.Duration, error) {
 	if err := p.rem.lateCheck(); err != nil {
 		p.emitFailed(charges, nil, err)
@@ -408,14 +406,13 @@ func (p *Engine) tryRedis(t *Ticket, charges []Charge) (time.Duration, error) {
 		p.emitFailed(charges, nil, err)
 		return 0, err
 	}
-	call, ok, err := p.rem.eng.TryAcquire(p.rem.scope, rcs)
-	if err != nil || !ok {
+	call, d, err := tryWait(p.rem.eng, p.rem.scope, rcs)
+	if call == nil {
 		p.unrefAll(hs)
-		if err == nil {
-			return 0, fmt.Errorf("%w: refused by Redis (the wait is not known)", ratesem.ErrInFlight)
+		if err != nil && !errors.Is(err, ratesem.ErrInFlight) {
+			p.emitFailed(charges, nil, err)
 		}
-		p.emitFailed(charges, nil, err)
-		return 0, err
+		return d, err
 	}
 	t.pool, t.held, t.charges, t.rcall = p, hs, charges, call
 	p.mu.Lock()
@@ -428,4 +425,16 @@ func (p *Engine) tryRedis(t *Ticket, charges []Charge) (time.Duration, error) {
 	p.mu.Unlock()
 	p.emitAdmitted(t, charges, 0, false)
 	return 0, nil
+}
+
+// tryWait is remote.Engine.TryAcquireWait (the call admitted; or the wait
+// until it could be, > 0; or ratesem.ErrInFlight), which internal/remote
+// does not have yet: its TryAcquire does not say the wait, so a refusal is
+// ratesem.ErrInFlight. When remote has it, this function is that call.
+func tryWait(eng *remote.Engine, scope string, cs []rspec.Charge) (*remote.Call, time.Duration, error) {
+	call, ok, err := eng.TryAcquire(scope, cs)
+	if err == nil && !ok {
+		err = fmt.Errorf("%w: refused by Redis (the wait is not known)", ratesem.ErrInFlight)
+	}
+	return call, 0, err
 }
