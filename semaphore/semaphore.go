@@ -96,7 +96,8 @@ func New(n int64, interval time.Duration, opts ...Option) *RateSemaphore {
 // goroutine, which ends the program).
 //
 // The semaphore owns p: do not use p elsewhere. NewWithPolicy panics if p is
-// nil or if WithStartWindow is given too (the policy already is the window).
+// nil, if WithStartWindow is given too (the policy already is the window),
+// and on an option it cannot honour, as New does.
 func NewWithPolicy(p window.Policy, opts ...Option) *RateSemaphore {
 	if p == nil {
 		panic("ratesem: NewWithPolicy: nil policy")
