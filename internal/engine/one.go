@@ -75,7 +75,7 @@ func NewOne(p window.Policy, cfg Config) *One {
 	clk := wake.NewClock(cfg.Clock)
 	fast := winfast.Of(p)
 	_, foreign := fast.(winfast.Foreign)
-	o := &One{fast: fast, orig: p, obs: cfg.Observer, foreign: foreign, slow: foreign,
+	o := &One{fast: fast, orig: p, obs: cfg.Observer, slow: foreign,
 		real: cfg.Clock == nil, doneUsesTime: fast.DoneUsesTime(), size: l.N, per: l.Per, capOpt: cfg.Concurrency}
 	e := &o.Engine
 	o.e = e
@@ -113,22 +113,6 @@ func (o *One) nanos() int64 {
 		return int64(time.Since(o.e.epoch))
 	}
 	return o.e.mono(o.e.now())
-}
-
-// unlock unlocks e.mu unless the frame defers it (a foreign policy).
-func (o *One) unlock() {
-	if !o.foreign {
-		o.e.mu.Unlock()
-	}
-}
-
-// lock locks e.mu; with a foreign policy the caller must defer o.unlockDeferred.
-func (o *One) lock() { o.e.mu.Lock() }
-
-func (o *One) unlockDeferred() {
-	if o.foreign {
-		o.e.mu.Unlock()
-	}
 }
 
 // admitCachedLocked is the clock-free fast path: nobody waiting, no pause,
@@ -217,23 +201,16 @@ func (o *One) acquireOther(ctx context.Context, n int64) error {
 	return o.acquireForeign(ctx, n)
 }
 
-// acquireForeign is Acquire for a policy that runs a caller's code: the
-// lock is released in a defer, so that a panic leaves it unlocked.
+// acquireForeign is Acquire for a policy that runs a caller's code:
+// acquireLocked releases the lock in a defer, so that a panic leaves it
+// unlocked; the cached decision is not tried (it is never taken).
 func (o *One) acquireForeign(ctx context.Context, n int64) error {
-	unlocked := false
-	o.e.mu.Lock()
-	defer func() {
-		if !unlocked {
-			o.e.mu.Unlock()
-		}
-	}()
+	o.mu.Lock()
 	if err := ctx.Err(); err != nil {
-		unlocked = true
-		o.e.mu.Unlock()
+		o.mu.Unlock()
 		o.observeFailed(n, nil, err)
 		return err
 	}
-	unlocked = true // acquireLocked unlocks, in a defer of its own
 	_, err := o.acquireLocked(ctx, n, nil)
 	return err
 }

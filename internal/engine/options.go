@@ -7,7 +7,6 @@ import (
 
 	"github.com/ratesem/ratesem"
 	"github.com/ratesem/ratesem/internal/backend"
-	"github.com/ratesem/ratesem/internal/backoff"
 )
 
 // DefaultIdleTimeout is how long a key must see no call, by default, before
@@ -150,4 +149,3 @@ func (r *Redis) timeout() time.Duration {
 	return DefaultRedisTimeout
 }
 
-var _ = backoff.Cap
