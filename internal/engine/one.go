@@ -38,7 +38,6 @@ type One struct {
 	fast         winfast.Window // l.policy's fast form, on the epoch e.epoch
 	orig         window.Policy
 	obs          func(ratesem.Event)
-	foreign      bool // the policy runs a caller's code: every path unlocks in a defer
 	real         bool // the real clock: nanos is time.Since(e.epoch)
 	doneUsesTime bool
 
