@@ -26,37 +26,38 @@ import (
 // In Redis mode (NewShared) every method goes to the Redis engine
 // (oneRemote): the one seam of the fronts' Redis mode.
 type One struct {
-	// The engine and its one limiter, held by value: the fast paths
-	// reach them without a pointer to follow. e and l point at them.
-	Engine
-	lim  limiter
-	slow bool // Redis mode or a foreign policy: the fast paths step aside
-
-	e            *Engine
-	l            *limiter
-	rs           *ruleState
-	fast         winfast.Window // l.policy's fast form, on the epoch e.epoch
-	orig         window.Policy
-	obs          func(ratesem.Event)
+	// The fields of the fast paths first, together.
+	slow         bool // Redis mode or a foreign policy: the fast paths step aside
 	real         bool // the real clock: nanos is time.Since(e.epoch)
 	doneUsesTime bool
+	timedDone    atomic.Bool    // doneUsesTime && per > 0, kept by SetLimit; read by Release without the lock
+	conc         int64          // the concurrency cap in force: min(size, capOpt) (under e.mu)
+	callUnits    int64          // units of the live Calls (under e.mu)
+	admitted     uint64         // (under e.mu)
+	fast         winfast.Window // l.policy's fast form, on the epoch e.epoch
+	obs          func(ratesem.Event)
 
-	timedDone atomic.Bool // doneUsesTime && per > 0, kept by SetLimit; read by Release without the lock
+	// The engine and its one limiter, held by value: the fast paths
+	// reach them without a pointer to follow. e and l point at them.
+	lim limiter
+	Engine
+
+	e    *Engine
+	l    *limiter
+	rs   *ruleState
+	orig window.Policy
 
 	// Under e.mu.
-	size     int64
-	per      time.Duration
-	capOpt   int64 // WithMaxUnitsInFlight, or -1
-	conc     int64 // the concurrency cap in force: min(size, capOpt)
-	fit      int64 // the heaviest call that can ever start: min(conc, capacity)
-	admitted uint64
-	waitSum  time.Duration
-	waitMax  time.Duration
+	size    int64
+	per     time.Duration
+	capOpt  int64 // WithMaxUnitsInFlight, or -1
+	fit     int64 // the heaviest call that can ever start: min(conc, capacity)
+	waitSum time.Duration
+	waitMax time.Duration
 	// The calls Begin admitted (see semaphore.Call), by slot: reused
 	// through freeCalls, so Begin allocates nothing once grown.
 	calls     []callSlot
 	freeCalls []int
-	callUnits int64
 
 	rem *oneRemote // Redis mode; nil in process
 }

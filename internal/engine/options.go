@@ -148,4 +148,3 @@ func (r *Redis) timeout() time.Duration {
 	}
 	return DefaultRedisTimeout
 }
-

@@ -33,18 +33,18 @@ import (
 //
 // An Engine is safe for concurrent use by multiple goroutines.
 type Engine struct {
-	scope    string // Table.Scope (Redis mode)
+	mu       sync.Mutex // first: the one-rule fast paths take it with the fields before it
+	epoch    time.Time  // the clock's reading at New: limiter instants are offsets from it
+	scope    string     // Table.Scope (Redis mode)
 	rules    map[string]*ruleState
 	ruleList []*ruleState // the rules in Table order, for eviction
 	clock    wake.Clock
-	epoch    time.Time // the clock's reading at New: limiter instants are offsets from it
 	idle     time.Duration
 	maxKeys  int
 	maxPause time.Duration
 	observer func(ratesem.Event)
 	rem      *redisMode // nil in process (redisrate.Shared)
 
-	mu        sync.Mutex
 	waiters   list.List    // of *waiter, in arrival order; read only by SetLimit
 	ranker    sched.Ranker // the waiters' ranks (priority, then arrival)
 	maxQueue  int32        // waiting calls per limiter; 0: no cap (WithMaxQueue)
