@@ -88,7 +88,6 @@ import (
 
 	"github.com/ratesem/ratesem/internal/rstore"
 	"github.com/ratesem/ratesem/redisrate"
-	"github.com/ratesem/ratesem/semaphore"
 	"github.com/ratesem/ratesem/window"
 )
 
@@ -196,7 +195,7 @@ func redisCases() []redisCase {
 		{"rstore-completion-Admit+Release", storeAdmit(oneCharge(completion), 0, true)},
 		{"rstore-binance3-Admit+Release", storeAdmit(binanceOrder, 0, true)},
 		{"redisrate.NewSemaphore-Acquire+Release", func(b testing.TB, rdb *goredis.Client, prefix string) (redisOp, error) {
-			s, err := redisrate.NewSemaphore(rdb, "sem", 1<<40, time.Second, semaphore.WithRedisPrefix(prefix))
+			s, err := redisrate.NewSemaphore(rdb, "sem", 1<<40, time.Second, redisrate.WithPrefix(prefix))
 			if err != nil {
 				return nil, err
 			}

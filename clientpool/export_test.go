@@ -1,8 +1,39 @@
 package clientpool
 
+import (
+	"net/http"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/ratesem/ratesem/internal/backoff"
+	"github.com/ratesem/ratesem/internal/engine"
+	"github.com/ratesem/ratesem/internal/rstore"
+)
+
 // EvictWork returns how many idle limiters eviction has looked at so far.
-func (p *Pool) EvictWork() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.evictWork
+func (p *Pool) EvictWork() int { return p.e.EvictWork() }
+
+// sharedOpt is redisrate.Shared(c, prefix), which this package cannot
+// import.
+func sharedOpt(c goredis.UniversalClient, prefix string) Option {
+	return func(cfg *engine.Config) {
+		cfg.Shared = &engine.Shared{Opener: rstore.NewOpener(c), Prefix: prefix}
+	}
 }
+
+// Names the tests use that the package does not export.
+const (
+	DefaultMaxPause    = backoff.DefaultMaxPause
+	DefaultIdleTimeout = engine.DefaultIdleTimeout
+	MaxFieldBytes      = maxFieldBytes
+	MaxLearnedN        = engine.MaxLearnedN
+)
+
+// UsageFunc is the type of Rule.Usage.
+type UsageFunc = func(h http.Header) (used int64, ok bool)
+
+// ParseRateLimit is ParseRateLimitAt(h, prefix, policy, time.Now()).
+var ParseRateLimit = parseRateLimit
+
+// Used returns Limit − Remaining in [0, Limit].
+func (i RateLimitInfo) Used() int64 { return i.used() }

@@ -1,23 +1,13 @@
 package clientpool
 
 import (
-	"container/list"
 	"context"
 	"fmt"
-	"math"
 	"net/http"
-	"slices"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/ratesem/ratesem"
-	"github.com/ratesem/ratesem/internal/remote"
-	"github.com/ratesem/ratesem/internal/rspec"
-	"github.com/ratesem/ratesem/internal/sat"
-	"github.com/ratesem/ratesem/internal/sched"
-	"github.com/ratesem/ratesem/internal/wake"
-	"github.com/ratesem/ratesem/internal/winfast"
+	"github.com/ratesem/ratesem/internal/engine"
 	"github.com/ratesem/ratesem/window"
 )
 
@@ -82,185 +72,17 @@ import (
 // The zero Pool is not usable; call New. A Pool is safe for concurrent use by
 // multiple goroutines.
 type Pool struct {
-	table    Table
-	rules    map[string]*ruleState
-	ruleList []*ruleState // the rules in Table order, for eviction
-	routes   router
-	clock    wake.Clock
-	epoch    time.Time // the clock's reading at New: limiter instants are offsets from it
-	idle     time.Duration
-	maxKeys  int
-	maxPause time.Duration
-	observer func(ratesem.Event)
-	rem      *redisMode // nil in process (redisrate.Shared)
-
-	mu        sync.Mutex
-	waiters   list.List    // of *waiter, in arrival order; read only by SetLimit
-	ranker    sched.Ranker // the waiters' ranks (priority, then arrival)
-	maxQueue  int32        // waiting calls per limiter; 0: no cap (WithMaxQueue)
-	live      int          // limiters in the registry
-	wakes     wakeHeap     // queues whose head may be admitted at a known instant
-	pend      []*lqueue    // queues whose head must be tried again (settleLocked)
-	evictNext int          // the rule the next eviction starts with
-	evictWork int          // idle limiters looked at by eviction, ever (tests)
-	timer     wake.Timer
-	evicted   []Charge     // evicted keys not yet reported (observer only)
-	evictedN  atomic.Int32 // len(evicted), read without the lock
-	// hook, set only by tests, is called under the lock when a waiter is
-	// made (done false) and when its wait ends (done true).
-	hook func(w *waiter, done bool)
+	e      *engine.Engine
+	table  Table
+	rules  map[string]*Rule
+	routes router
 }
 
-type ruleState struct {
-	*Rule
-	limit    window.Limit
-	capacity int64         // the heaviest charge the window can admit
-	cap      int64         // concurrency cap per key; math.MaxInt64 when none
-	quiet    int64         // ns of no activity after which a key's window has forgotten every call
-	learning bool          // Rule.Learn with no limit known yet for any key (Pool.Limit reports N 0)
-	unknown  bool          // Rule.Learn and no Limit.N given: each new key starts unknown
-	quota    bool          // Rule.Learn reported the server's windows: keys admit against their budgets
-	skew     time.Duration // the host's clock ahead of the server's, from the Date headers (ResetMargin)
-	skewAt   time.Time     // when skew was measured
-	keys     map[string]*limiter
-	// Redis mode: the rule's window as Redis keeps it (replaced, never
-	// changed, by SetLimit), and whether SetLimit was called here.
-	spec    *rspec.Spec
-	setHere bool
-	// idle lists the limiters with refs == 0, oldest last use first.
-	idleHead, idleTail *limiter
-}
-
-// limiter is the state of one (rule, key). Instants are nanoseconds since
-// the pool's epoch (8 bytes rather than a 24-byte time.Time: this struct is
-// most of what a key costs).
-type limiter struct {
-	rule     *ruleState
-	key      string
-	policy   window.Policy // nil in Redis mode
-	inflight int64
-	last     int64     // latest time refs fell to 0, or pause or reconcile while idle
-	q        *lqueue   // waiters it refused; nil when none
-	fb       *feedback // nil until the key is paused, throttled or reconciled
-	// idle list links, valid while refs == 0.
-	prevIdle, nextIdle *limiter
-	refs               int32 // waiters and tickets holding it: never evicted while > 0
-	waiting            int32 // waiting calls charging it (WithMaxQueue)
-	unknown            bool  // Rule.Learn: no limit learned for this key yet; one call at a time
-}
-
-// feedback is the state only keys that were paused, throttled or
-// reconciled need, kept apart so that a plain key costs less.
-type feedback struct {
-	// reconciled counts the units Reconcile and Ticket.ObserveHeaders made the
-	// window count on the server's word (saturating).
-	reconciled int64
-	paused     int64 // no starts before; 0 when none
-	// A quota rule's key (Rule.Learn with Learned.Reset): the units left in
-	// the server's window ending at reset (ns since the epoch), once
-	// budgeted; the units admitted on the key, ever (saturating); the N
-	// its budget refills to (0: the rule's).
-	budget, reset, admits, n int64
-	// unreported is the units of the key's calls in flight whose
-	// response has not reported yet (held.unrep); low is the lowest
-	// remaining reported in the window ending at reset (math.MaxInt64
-	// before any report in it): the latest report in the server's order;
-	// lowAdmits is admits when low was set.
-	unreported, low, lowAdmits int64
-	// epoch is the window's end as the server named it (Learned.Epoch,
-	// ns since the Unix epoch on its clock) when a report of the window
-	// named it so; 0 otherwise (a window the key rolled to on its own,
-	// before a report).
-	epoch      int64
-	budgeted   bool
-	reported   bool   // a report (Learned.Reset) set the window once
-	distrusted uint32 // reports not taken at their word (KeyState.Distrusted), wrapping
-	throttles  uint32 // throttles of this key, ever (wrapping)
-	streak     uint8  // throttles in a row without a usable Retry-After
-}
-
-// feedback returns l's feedback state, creating it.
-func (l *limiter) feedback() *feedback {
-	if l.fb == nil {
-		l.fb = new(feedback)
-	}
-	return l.fb
-}
-
-// paused returns the instant l is paused until, 0 when none.
-func (l *limiter) paused() int64 {
-	if l.fb == nil {
-		return 0
-	}
-	return l.fb.paused
-}
-
-// throttles returns how many throttles l has seen.
-func (l *limiter) throttles() uint32 {
-	if l.fb == nil {
-		return 0
-	}
-	return l.fb.throttles
-}
-
-// reconciled returns the units l's window took in on the server's word.
-func (l *limiter) reconciled() int64 {
-	if l.fb == nil {
-		return 0
-	}
-	return l.fb.reconciled
-}
-
-// held is one charge of a call on its limiter (48 bytes: a call admitted
-// at once allocates one per charge; what only waiters need is in qnode).
-type held struct {
-	lim *limiter
-	n   int64
-	// For rules with Usage: the window's count right after this call was
-	// admitted, and the limiter's reconciled units then (see
-	// Ticket.ObserveHeaders). When marked (a fixed completion window),
-	// instead: the units of the window's calls that had ended by this
-	// admission, and the window's index.
-	usedAtAdmit, recAtAdmit int64
-	thrAtAdmit              uint32 // lim.throttles at admission
-	marked                  bool
-	over                    bool  // heavier than the key's learned limit: admitted alone as n = that limit (learnedFit)
-	reported                bool  // marked, and a usage report of this call was taken in
-	settled                 bool  // Ticket.Settle named this charge's rule
-	unreadSaid              bool  // Ticket.BodyUnread reported it (an Unsettled event, once)
-	unrep                   bool  // counted in its key's feedback.unreported (Rule.Learn; see budgetLocked)
-	actual                  int64 // the settled weight, when settled
-}
-
-// qnode is a waiting call's place on one of its limiters: nodes[i] of a
-// waiter belongs to held[i].
-type qnode struct {
-	w *waiter
-	i int // index in w.held and w.nodes
-	// refused: the limiter refused the call at its latest try; when is the
-	// instant it named, in ns since the pool's epoch (0: only a Release can
-	// help, or never tried).
-	refused    bool
-	inq        bool // in the limiter's queue: refused there, or queued behind its head
-	when       int64
-	prev, next *qnode
-}
-
-func (n *qnode) held() *held { return &n.w.held[n.i] }
-
-type waiter struct {
-	held     []held
-	nodes    []qnode
-	rank     sched.Rank    // its place in every queue it joins
-	ready    chan struct{} // closed when granted or failed
-	done     bool          // granted or failed (under the lock)
-	err      error
-	since    time.Time
-	deadline time.Time // the context's; zero when none
-	qdead    time.Time // since + the queue-wait budget; zero when none
-	granted  time.Time
-	elem     *list.Element
-}
+// MaxSettleBody is the most bytes of a response body a Rule.Settle
+// function is shown: package httpclient keeps the last MaxSettleBody bytes
+// the caller read (1 MiB, the whole of most LLM replies; of a longer one,
+// its end, where the usage object is).
+const MaxSettleBody = 1 << 20
 
 // New returns a Pool over the rules and endpoints of t, set up by opts. It
 // returns an error for an endpoint listed twice, for an endpoint whose Path
@@ -274,47 +96,28 @@ type waiter struct {
 // rule whose window has no Redis form and for a bad prefix or scope (see
 // redisrate.Shared). It does not block and makes no round trip to Redis.
 func New(t Table, opts ...Option) (*Pool, error) {
-	cfg := config{idle: DefaultIdleTimeout}
-	for _, o := range opts {
-		o(&cfg)
-	}
-	if cfg.maxQueue < 0 || cfg.maxQueue > math.MaxInt32 {
-		return nil, fmt.Errorf("ratesem: WithMaxQueue(%d): want 0 ≤ n ≤ %d", cfg.maxQueue, math.MaxInt32)
-	}
-	if cfg.maxKeys < 0 {
-		return nil, fmt.Errorf("ratesem: WithMaxKeys(%d): want ≥ 0", cfg.maxKeys)
-	}
-	p := &Pool{
-		table: t, rules: make(map[string]*ruleState),
-		clock: wake.NewClock(cfg.clk), idle: cfg.idle, observer: cfg.observer,
-		maxKeys: cfg.maxKeys, maxPause: cfg.maxPause, maxQueue: int32(cfg.maxQueue),
-	}
-	p.epoch = p.clock.Now()
+	p := &Pool{table: t, rules: make(map[string]*Rule, len(t.Rules))}
+	rules := make([]engine.Rule, len(t.Rules))
 	for i := range t.Rules {
 		r := &t.Rules[i]
-		if err := r.check(); err != nil {
-			return nil, err
-		}
-		if _, dup := p.rules[r.Name]; dup {
-			return nil, fmt.Errorf("ratesem: two rules named %q", r.Name)
-		}
-		rs := &ruleState{Rule: r, keys: make(map[string]*limiter)}
-		rs.setLimit(r.Limit)
-		if r.Limit.N == 0 {
-			if cfg.redisSet {
-				return nil, fmt.Errorf("%w: rule %q: Limit.N 0 (a limit learned from headers) cannot be shared in Redis mode: give the rule its limit", ratesem.ErrInvalidLimit, r.Name)
+		p.rules[r.Name] = r
+		rules[i] = engine.Rule{Name: r.Name, Limit: r.Limit, Window: r.Window, MaxUnitsInFlight: r.MaxUnitsInFlight,
+			Usage: r.Usage, Settle: r.Settle, PauseOnThrottle: r.PauseOnThrottle}
+		if learn := r.Learn; learn != nil {
+			rules[i].Learn = func(h http.Header, now time.Time) (engine.Learned, bool) {
+				in, ok := learn(h, now)
+				return engine.Learned(in), ok
 			}
-			// Unknown until a response says: the window admits anything
-			// (one call at a time, admitLocked) and keeps the record.
-			rs.setLimit(window.Limit{N: MaxLearnedN, Per: r.Limit.Per})
-			rs.learning, rs.unknown = true, true
 		}
-		p.rules[r.Name] = rs
-		p.ruleList = append(p.ruleList, rs)
 	}
+	e, err := engine.New(rules, t.Scope, opts...)
+	if err != nil {
+		return nil, err
+	}
+	p.e = e
 	checkCosts := func(where string, costs []Cost) error {
 		for _, c := range costs {
-			if _, ok := p.rules[c.Rule]; !ok {
+			if !e.HasRule(c.Rule) {
 				return fmt.Errorf("%w %q in %s", ratesem.ErrUnknownRule, c.Rule, where)
 			}
 			if c.Units < 0 {
@@ -328,39 +131,14 @@ func New(t Table, opts ...Option) (*Pool, error) {
 			return nil, err
 		}
 	}
-	var err error
 	if p.routes, err = newRouter(t.Endpoints); err != nil {
 		return nil, err
 	}
 	if err := checkCosts("the default costs", t.Default); err != nil {
 		return nil, err
 	}
-	if cfg.redisSet {
-		if err := p.initRedis(&cfg); err != nil {
-			return nil, err
-		}
-	}
 	return p, nil
 }
-
-func (rs *ruleState) setLimit(l window.Limit) {
-	rs.limit = l
-	rs.capacity = rs.newPolicy(l).Capacity()
-	rs.cap = math.MaxInt64
-	if rs.MaxUnitsInFlight > 0 {
-		rs.cap = rs.MaxUnitsInFlight
-	}
-	rs.quiet = int64(quiet(l, rs.capacity))
-}
-
-func (p *Pool) now() time.Time { return p.clock.Now() }
-
-// mono converts an instant of the pool's clock to nanoseconds since its
-// epoch, saturating.
-func (p *Pool) mono(t time.Time) int64 { return int64(t.Sub(p.epoch)) }
-
-// instant converts mono's result back.
-func (p *Pool) instant(ns int64) time.Time { return p.epoch.Add(time.Duration(ns)) }
 
 // Classify returns the charges of a request under the Table's endpoints:
 // one per rule of the matching endpoint (or of the Table's Default) whose
@@ -375,82 +153,94 @@ func (p *Pool) Classify(req *http.Request) ([]Charge, error) { return p.classify
 // Ticket is an admitted call: it holds its charges until Release. Tickets
 // come from Pool.Acquire only (the zero Ticket is not one). Its methods are
 // safe for concurrent use.
-type Ticket struct {
-	pool     *Pool
-	held     []held
-	charges  []Charge
-	at       int64 // the admission instant, ns since the pool's epoch
-	released atomic.Bool
-	// rcall is, in Redis mode, the call Redis admitted, kept after
-	// Release: a usage report read then still carries its mark (observeRedis).
-	rcall *remote.Call
-}
+type Ticket struct{ t engine.Ticket }
 
 // Charges returns the charges the ticket holds, merged per (rule, key).
-func (t *Ticket) Charges() []Charge { return t.charges }
+func (t *Ticket) Charges() []Charge { return t.t.Charges() }
 
 // Release ends the call: every charge leaves flight at once (for the
 // completion window, the call's end is now), and a key that saw no
 // throttle since the call was admitted ends its backoff streak. It never
 // blocks (in Redis mode the release reaches Redis in the background). It
 // panics if called twice.
-func (t *Ticket) Release() {
-	if t.released.Swap(true) {
-		panic("ratesem: Ticket released twice")
-	}
-	if t.pool.rem != nil {
-		t.releaseRedisAny()
-		return
-	}
-	p := t.pool
-	p.mu.Lock()
-	defer p.mu.Unlock() // a window that panics must not leave the pool locked
-	now := p.now()
-	p.releaseLocked(t, 0, now)
-	p.settleLocked(now)
-}
+func (t *Ticket) Release() { t.t.Release() }
 
-// releaseLocked ends t's charges from the index from on. When a
-// Rule.Window of the caller's panics in Done or Settle (or exits its
-// goroutine), its charge is out of flight and unreferenced all the same,
-// and the charges after it are ended first, then the panic goes on: no
-// limiter keeps units in flight for a call that has ended.
-func (p *Pool) releaseLocked(t *Ticket, from int, now time.Time) {
-	i := from
-	defer func() {
-		if i < len(t.held) {
-			l := t.held[i].lim
-			p.unrefLocked(l, now)
-			if l.q != nil {
-				p.markPending(l.q)
-			}
-			p.releaseLocked(t, i+1, now)
-		}
-	}()
-	for ; i < len(t.held); i++ {
-		h := &t.held[i]
-		l := h.lim
-		l.inflight -= h.n
-		l.reported(h) // ended: the server has seen it (without a report: as the old model, counted)
-		if fb := l.fb; h.settled && l.rule.quota && fb != nil && fb.budgeted && h.actual > h.n {
-			// A debit spends the server's budget too; a refund is not
-			// given back to it (its window may have changed since).
-			fb.budget = sat.Sub(fb.budget, h.actual-h.n)
-		}
-		if st, ok := l.policy.(window.Settler); ok && h.settled {
-			st.Settle(now, p.instant(t.at), h.n, h.actual)
-		} else {
-			l.policy.Done(now, h.n)
-		}
-		if fb := l.fb; fb != nil && fb.streak != 0 && fb.throttles == h.thrAtAdmit {
-			fb.streak = 0 // a call went through without a throttle
-		}
-		p.unrefLocked(l, now)
-		if l.q != nil {
-			p.markPending(l.q)
-		}
-	}
-}
+// Settle sets the true weight, in units, of the ticket's charges under rule
+// (each of them: a call charges one key per rule in the presets): when the
+// ticket is released they end with units instead of the weight they were
+// charged (window.Settler: a refund where the window still counts the call,
+// a debit from then on). The last Settle before Release wins. It returns an
+// error matching ratesem.ErrNegativeWeight for a negative units, one matching
+// ratesem.ErrUnknownRule when the ticket holds no charge under rule, and an
+// error after Release. In Redis mode the settled weight reaches Redis with
+// the release (redisrate.Shared). It never blocks and is safe for concurrent
+// use.
+func (t *Ticket) Settle(rule string, units int64) error { return t.t.Settle(rule, units) }
+
+// WantsBody reports whether a rule of the ticket's charges reads the call's
+// true weight from its response (Rule.Settle): a transport should then keep
+// the response body's last MaxSettleBody bytes for SettleResponse. It never
+// blocks.
+func (t *Ticket) WantsBody() bool { return t.t.WantsBody() }
+
+// SettleResponse settles each of the ticket's charges whose rule has a
+// Settle function with the weight that function reads from the call's
+// response headers and body (nil when there was none); a function that
+// returns false, or a negative weight, leaves the charge as it was. Package
+// httpclient calls it before Release. It never blocks and is safe for
+// concurrent use.
+func (t *Ticket) SettleResponse(h http.Header, body []byte) { t.t.SettleResponse(h, body) }
+
+// ObserveHeaders reads, for each charge of the ticket whose rule has a Usage
+// function, the server's count from the headers of the call's response, and
+// makes the local window count what it did not know of (units spent by
+// another process on the same IP or account). For each charge whose rule has
+// a Learn function it takes in the limit, what remains and the window's end
+// (Learned), reading an epoch reset against the response's Date header (see
+// ResetMargin); a report whose window contradicts the key's is counted and
+// reported as a ratesem.Distrusted event, and taken in on the safe side only.
+//
+// For a fixed completion window (the Binance preset's) each report bounds
+// the units the server counted from elsewhere: its count includes this
+// call, this pool's calls that had ended by this call's admission, and
+// every call of this pool whose report was taken in before at a count no
+// higher (the server's count only grows within a window). Spending from
+// elsewhere only grows within a window too, so the bound read at the
+// highest count seen holds for every earlier count: the window counts its
+// own calls plus that bound, and a later report that tightens it gives back
+// what an earlier, looser one took (waiting calls are then tried again at
+// once). Calls still on their way are never taken for room. The bound: the
+// window counts more than the server's units from elsewhere by at most the
+// units of this pool's calls that the server counted before the highest
+// count but whose own reports were not taken in yet (and had not ended
+// when the reporting call was admitted); it shrinks as their reports come
+// in. A response to a call admitted in an earlier window is ignored: its
+// count may be that window's. A second report of one call is read as
+// Reconcile reads a count. For the other windows the count is compared
+// with the window's count when the call was admitted (this call and the
+// ones admitted before it), less what was taken in since.
+//
+// Feedback never makes the local accounting count less than the server's
+// reports show, and the arithmetic saturates: a count of up to
+// math.MaxInt64 makes the window take in at most the rule's limit ("full
+// until the window moves"); a negative count is ignored. (Comparing with
+// the window's count now instead, as Reconcile does, would take the units
+// of calls still on their way for room; use Reconcile when no Ticket is at
+// hand.) It never blocks and is safe for concurrent use.
+func (t *Ticket) ObserveHeaders(h http.Header) { t.t.ObserveHeaders(h) }
+
+// BodyUnread tells the ticket that its call's reply was closed before its
+// body was read to the end (io.EOF), so the rules that settle from the
+// body (Rule.Settle) may not have seen the weight it reports. It returns
+// the number of the ticket's charges under such a rule that no Settle has
+// settled: they keep the weight they were admitted for (their estimate)
+// when the ticket is released. Each is reported to the pool's observer as
+// a ratesem.Unsettled event (Rule, Key, Weight), once: a later call returns
+// the same count and emits no event again. Package httpclient calls
+// it, after SettleResponse and before Release, for a body closed unread.
+// It never blocks and is safe for concurrent use; after Release it reports
+// nothing and returns 0.
+func (t *Ticket) BodyUnread() int { return t.t.BodyUnread() }
 
 // Acquire admits a call that costs every charge at once, blocking until all
 // of its rules admit it at the same instant or ctx is done. Charges to the
@@ -475,341 +265,19 @@ func (p *Pool) releaseLocked(t *Ticket, from int, now time.Time) {
 // once.
 //
 // A call that must wait reads its priority from ctx (ratesem.WithPriority):
-// on each of its limiters a higher class is served first, within the bound
-// ratesem.Priority documents; a call admitted at once reads nothing from ctx but its
+// on each of its limiters a higher class is served first, within the bound of
+// 16 overtakes (see ratesem.Priority); a call admitted at once reads nothing from ctx but its
 // Err. In Redis mode (redisrate.Shared) priorities, WithMaxQueue and the
 // queue-wait budget hold among this process's waiters. In Redis mode
 // (redisrate.Shared) it may also return an error matching
 // ratesem.ErrLimitMismatch, ratesem.ErrUnavailable or ratesem.ErrClosed; the
 // checks above come first, without a round trip.
 func (p *Pool) Acquire(ctx context.Context, charges ...Charge) (*Ticket, error) {
-	charges, err := p.merge(charges)
-	if err != nil {
-		p.emitFailed(nil, nil, err)
+	t := new(Ticket)
+	if err := p.e.Acquire(ctx, &t.t, charges); err != nil {
 		return nil, err
 	}
-	if p.rem != nil {
-		return p.acquireRedis(ctx, charges)
-	}
-	t, w, err := p.start(ctx, charges)
-	p.flushEvicted()
-	if err != nil {
-		p.emitFailed(charges, nil, err)
-		return nil, err
-	}
-	if w == nil {
-		p.emitAdmitted(t, charges, 0, false)
-		return t, nil
-	}
-	p.emitQueued(w, charges)
-	var budget <-chan time.Time // nil: no queue-wait budget
-	if !w.qdead.IsZero() {
-		budget = p.clock.After(w.qdead.Sub(w.since))
-	}
-	if budget != nil {
-		select {
-		case <-budget:
-			p.expire(w) // fails w unless it was admitted meanwhile
-		case <-ctx.Done():
-		case <-w.ready:
-		}
-	}
-	select {
-	case <-ctx.Done():
-		p.abandon(w)
-		p.emitFailed(charges, w, ctx.Err())
-		return nil, ctx.Err()
-	case <-w.ready:
-		if w.err != nil {
-			p.unrefAll(w.held)
-			p.emitFailed(charges, w, w.err)
-			return nil, w.err
-		}
-		t.at = p.mono(w.granted)
-		p.emitAdmitted(t, charges, max(w.granted.Sub(w.since), 0), true)
-		return t, nil
-	}
-}
-
-// start is Acquire under the lock: it admits the call at once (a nil
-// waiter), or queues it and returns its waiter, or fails.
-func (p *Pool) start(ctx context.Context, charges []Charge) (*Ticket, *waiter, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock() // a window that panics must not leave the pool locked
-	if err := ctx.Err(); err != nil {
-		return nil, nil, err
-	}
-	if err := p.tooHeavyLocked(charges); err != nil {
-		return nil, nil, err
-	}
-	now := p.now()
-	if p.idle > 0 {
-		p.evictLocked(now, evictBudget, false)
-	}
-	hs := make([]held, len(charges))
-	if err := p.refLocked(hs, charges, now); err != nil {
-		return nil, nil, err
-	}
-	t := &Ticket{pool: p, held: hs, charges: charges}
-	queued := false
-	for i := range hs {
-		if q := hs[i].lim.q; q != nil && q.head != nil {
-			queued = true
-			break
-		}
-	}
-	if !queued {
-		if _, _, ok := p.admitLocked(hs, nil, now); ok {
-			t.at = p.mono(now)
-			return t, nil, nil
-		}
-	}
-	// Waiting from here on: only now are the context's settings read.
-	if p.maxQueue > 0 {
-		for i := range hs {
-			if l := hs[i].lim; l.waiting >= p.maxQueue {
-				for i := range hs {
-					p.unrefLocked(hs[i].lim, now)
-				}
-				return nil, nil, fmt.Errorf("%w: %d calls wait on rule %q key %q (WithMaxQueue)", ratesem.ErrQueueFull, l.waiting, l.rule.Name, l.key)
-			}
-		}
-	}
-	w := &waiter{held: hs, rank: p.ranker.Next(sched.PriorityOf(ctx)), ready: make(chan struct{}), since: now}
-	w.deadline, _ = ctx.Deadline()
-	if d := sched.QueueWaitOf(ctx); d > 0 {
-		w.qdead = now.Add(d)
-	}
-	w.nodes = make([]qnode, len(hs))
-	for i := range w.nodes {
-		w.nodes[i] = qnode{w: w, i: i}
-		hs[i].lim.waiting++
-	}
-	w.elem = p.waiters.PushBack(w)
-	if p.hook != nil {
-		p.hook(w, false)
-	}
-	p.tryWaiterLocked(w, now)
-	p.settleLocked(now)
-	return t, w, nil
-}
-
-// abandon ends the wait of a caller whose ctx is done: w leaves its
-// queues, or its admission is taken back if it came meanwhile.
-func (p *Pool) abandon(w *waiter) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if !w.done {
-		p.finishLocked(w, context.Canceled)
-	} else if w.err == nil {
-		p.undoLocked(w) // admitted while ctx became done
-	}
-	now := p.now()
-	for i := range w.held {
-		p.unrefLocked(w.held[i].lim, now)
-	}
-	p.settleLocked(now)
-}
-
-func (p *Pool) unrefAll(hs []held) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	now := p.now()
-	for i := range hs {
-		p.unrefLocked(hs[i].lim, now)
-	}
-}
-
-// merge validates charges and adds up those to the same limiter, saturating
-// at math.MaxInt64 (which no rule admits). The rules map is fixed after
-// New, so it needs no lock.
-func (p *Pool) merge(charges []Charge) ([]Charge, error) {
-	out := make([]Charge, 0, len(charges))
-	for _, c := range charges {
-		if _, ok := p.rules[c.Rule]; !ok {
-			return nil, fmt.Errorf("%w %q", ratesem.ErrUnknownRule, c.Rule)
-		}
-		if c.Weight < 0 {
-			return nil, fmt.Errorf("%w %d under rule %q%s", ratesem.ErrNegativeWeight, c.Weight, c.Rule, keyText(c.Key))
-		}
-		if i := slices.IndexFunc(out, func(o Charge) bool { return o.Rule == c.Rule && o.Key == c.Key }); i >= 0 {
-			out[i].Weight = sat.Add(out[i].Weight, c.Weight)
-		} else {
-			out = append(out, c)
-		}
-	}
-	return out, nil
-}
-
-// tooHeavyLocked returns the ratesem.ErrWeightTooLarge error for the first
-// charge heavier than its rule can ever admit, or nil.
-func (p *Pool) tooHeavyLocked(charges []Charge) error {
-	for _, c := range charges {
-		rs := p.rules[c.Rule]
-		fit := rs.cap
-		if rs.Learn == nil || p.rem != nil {
-			fit = min(rs.capacity, fit) // a learned limit is per key, and never refuses a call (learnedFit)
-		}
-		if c.Weight == math.MaxInt64 {
-			// No limit admits it: the rule's way to refuse a request (the
-			// presets' body that bounds no charge), said as such.
-			return fmt.Errorf("%w: rule %q%s refuses the request: it charges math.MaxInt64",
-				ratesem.ErrWeightTooLarge, c.Rule, keyText(c.Key))
-		}
-		if c.Weight > fit {
-			return fmt.Errorf("%w: weight %d under rule %q%s can never start: the rule admits at most %d (%v) at once; lower the weight or raise the rule's limit",
-				ratesem.ErrWeightTooLarge, c.Weight, c.Rule, keyText(c.Key), fit, rs.limit)
-		}
-	}
-	return nil
-}
-
-// keyText names a key in an error message: "" for the rule's only key.
-func keyText(key string) string {
-	if key == "" {
-		return ""
-	}
-	return fmt.Sprintf(" key %q", key)
-}
-
-// undoLocked takes back the admission of a waiter whose caller gave up: the
-// units go back without a completion, as if it had never been admitted.
-func (p *Pool) undoLocked(w *waiter) { p.undoHeldLocked(w.held, w.granted) }
-
-// undoHeldLocked takes back the admission of hs at the instant granted.
-func (p *Pool) undoHeldLocked(hs []held, granted time.Time) {
-	for i := len(hs) - 1; i >= 0; i-- {
-		h := &hs[i]
-		h.lim.inflight -= h.n
-		h.lim.policy.Cancel(granted, h.n)
-		if fb := h.lim.fb; h.lim.rule.quota && fb != nil && fb.budgeted {
-			fb.budget = sat.Add(fb.budget, h.n)
-		}
-		h.lim.reported(h)
-		if h.lim.q != nil {
-			p.markPending(h.lim.q)
-		}
-	}
-}
-
-// admitLocked admits hs at now if every limiter admits it, or changes
-// nothing but the refusal marks of hs and returns the instant the call
-// could start at the earliest (the latest instant a refusing limiter
-// names), with needRelease when some limiter's refusal does not depend on
-// time alone. When nodes is not nil, each node of a refusing limiter is
-// marked refused with the instant its limiter named (its when).
-func (p *Pool) admitLocked(hs []held, nodes []qnode, now time.Time) (at time.Time, needRelease, ok bool) {
-	refused := false
-	for i := range nodes {
-		nodes[i].refused, nodes[i].when = false, 0
-	}
-	refuse := func(i int, when time.Time) {
-		refused = true
-		var ns int64
-		if when.IsZero() {
-			needRelease = true
-		} else {
-			ns = max(p.mono(when), 1)
-			if when.After(at) {
-				at = when
-			}
-		}
-		if nodes != nil {
-			nodes[i].refused, nodes[i].when = true, ns
-		}
-	}
-	nowNs := p.mono(now)
-	for i := range hs {
-		h := &hs[i]
-		switch l := h.lim; {
-		case l.inflight > l.rule.cap-h.n:
-			refuse(i, time.Time{})
-		case nowNs < l.paused():
-			refuse(i, p.instant(l.paused()))
-		case l.unknown && l.inflight > 0:
-			refuse(i, time.Time{}) // the limit is not known yet: one call at a time
-		case l.inflight > 0 && h.n > l.learnedFit():
-			refuse(i, time.Time{}) // heavier than the learned limit: one call at a time
-		}
-	}
-	if refused {
-		return at, needRelease, false
-	}
-	admitted := 0
-	for i := range hs {
-		if l := hs[i].lim; l.rule.quota {
-			if ok, until := l.budgetAdmits(nowNs, min(hs[i].n, l.learnedFit())); !ok {
-				refuse(i, p.instant(until))
-			}
-		}
-	}
-	if refused {
-		return at, needRelease, false
-	}
-	// A Rule.Window of the caller's may panic (or exit its goroutine) in
-	// Admit or Capacity: the charges its limiters admitted before it are
-	// taken back first, so that no window counts a call nobody holds.
-	decided := false
-	defer func() {
-		if !decided {
-			for i := admitted - 1; i >= 0; i-- {
-				hs[i].lim.policy.Cancel(now, min(hs[i].n, hs[i].lim.learnedFit()))
-			}
-		}
-	}()
-	for i := range hs {
-		h := &hs[i]
-		when, ok := h.lim.policy.Admit(now, min(h.n, h.lim.learnedFit()))
-		if !ok {
-			refuse(i, when)
-			continue
-		}
-		if !refused {
-			admitted = i + 1
-		} else {
-			h.lim.policy.Cancel(now, min(h.n, h.lim.learnedFit())) // admitted after a refusal: undo at once
-		}
-	}
-	if refused {
-		// Undo in reverse order, each the latest admission at now: exact.
-		for i := admitted - 1; i >= 0; i-- {
-			hs[i].lim.policy.Cancel(now, min(hs[i].n, hs[i].lim.learnedFit()))
-		}
-		decided = true
-		return at, needRelease, false
-	}
-	decided = true
-	for i := range hs {
-		h := &hs[i]
-		if fit := h.lim.learnedFit(); h.n > fit {
-			// From here on the call holds what its window took.
-			h.n, h.over = fit, true
-			h.lim.feedback().distrusted++
-		}
-		h.lim.inflight += h.n
-		h.thrAtAdmit = h.lim.throttles()
-		if h.lim.rule.Usage != nil || h.lim.rule.Learn != nil {
-			if win, ended, _, ok := winfast.Mark(h.lim.policy, now); ok {
-				h.usedAtAdmit, h.recAtAdmit, h.marked = ended, win, true
-			} else if r, ok := h.lim.policy.(window.Reconciler); ok {
-				h.usedAtAdmit, h.recAtAdmit = r.Used(now), h.lim.reconciled()
-			}
-		}
-		if fb := h.lim.fb; h.lim.rule.quota && fb != nil && fb.budgeted {
-			fb.budget -= h.n // budgetAdmits checked h.n ≤ budget
-			fb.admits = sat.Add(fb.admits, h.n)
-			h.usedAtAdmit = fb.admits
-		}
-		if h.lim.rule.Learn != nil && h.n > 0 {
-			// Until its response reports, the call may reach the server
-			// after any report (budgetLocked); counted from the first
-			// admission on, before the rule is known to count in windows.
-			fb := h.lim.feedback()
-			fb.unreported = sat.Add(fb.unreported, h.n)
-			h.unrep = true
-		}
-	}
-	return time.Time{}, false, true
+	return t, nil
 }
 
 // SetLimit changes a rule's limit at run time, for every key, keeping the
@@ -829,71 +297,13 @@ func (p *Pool) admitLocked(hs []held, nodes []qnode, now time.Time) (at time.Tim
 // each of them, and every process adopts it from there. In Redis mode a
 // limit Redis cannot keep exactly (a Per not a whole number of µs) also
 // matches ratesem.ErrInvalidLimit.
-func (p *Pool) SetLimit(rule string, l window.Limit) error {
-	rs, ok := p.rules[rule]
-	if !ok {
-		return fmt.Errorf("%w %q", ratesem.ErrUnknownRule, rule)
-	}
-	if l.N <= 0 || l.Per <= 0 {
-		return fmt.Errorf("%w: SetLimit(%q, %v): want N > 0 per Per > 0", ratesem.ErrInvalidLimit, rule, l)
-	}
-	if p.rem != nil {
-		return p.setLimitRedis(rs, l)
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	now := p.now()
-	rs.learning, rs.unknown = false, false
-	for _, lim := range rs.keys {
-		lim.unknown = false
-	}
-	p.setLimitLocked(rs, l, now)
-	p.settleLocked(now)
-	return nil
-}
-
-// setLimitLocked is SetLimit under the lock, for a valid limit, without
-// admitting the waiters it makes room for (settleLocked does).
-func (p *Pool) setLimitLocked(rs *ruleState, l window.Limit, now time.Time) {
-	rs.setLimit(l)
-	for _, lim := range rs.keys {
-		if !rs.quota {
-			lim.policy.SetLimit(now, l)
-		}
-		if lim.q != nil {
-			p.markPending(lim.q)
-		}
-	}
-	fit := min(rs.capacity, rs.cap)
-	for e := p.waiters.Front(); e != nil; {
-		next := e.Next()
-		w := e.Value.(*waiter)
-		for _, h := range w.held {
-			if h.lim.rule == rs && h.n > fit {
-				p.finishLocked(w, fmt.Errorf("%w: weight %d under rule %q, now %v", ratesem.ErrWeightTooLarge, h.n, rs.Name, l))
-				break
-			}
-		}
-		e = next
-	}
-}
+func (p *Pool) SetLimit(rule string, l window.Limit) error { return p.e.SetLimit(rule, l) }
 
 // Limit returns a rule's current limit (N units per Per), and false for an
 // unknown rule; N is 0 while a rule with Learn has not learned its limit
 // yet. It does not block. In Redis mode it is the limit this
 // process set, not one another process stored.
-func (p *Pool) Limit(rule string) (window.Limit, bool) {
-	rs, ok := p.rules[rule]
-	if !ok {
-		return window.Limit{}, false
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if rs.learning {
-		return window.Limit{Per: rs.limit.Per}, true // not known yet (Rule.Learn)
-	}
-	return rs.limit, true
-}
+func (p *Pool) Limit(rule string) (window.Limit, bool) { return p.e.Limit(rule) }
 
 // KeyState is a snapshot of one limiter (Pool.Snapshot); a plain value.
 type KeyState struct {
@@ -919,46 +329,104 @@ type KeyState struct {
 // It walks every key under the pool's lock and makes no round trip to
 // Redis: in Redis mode it tells what this process knows.
 func (p *Pool) Snapshot() []KeyState {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	now := p.now()
-	var out []KeyState
-	for _, rs := range p.ruleList {
-		for _, l := range rs.keys {
-			ks := KeyState{Rule: rs.Name, Key: l.key, InFlight: l.inflight, Used: -1}
-			if l.paused() != 0 {
-				ks.PausedUntil = p.instant(l.paused())
-			}
-			if l.fb != nil {
-				ks.Distrusted = l.fb.distrusted
-			}
-			if r, ok := l.policy.(window.Reconciler); ok {
-				ks.Used = r.Used(now)
-			}
-			out = append(out, ks)
-		}
+	ks := p.e.Snapshot()
+	out := make([]KeyState, len(ks))
+	for i, k := range ks {
+		out[i] = KeyState(k)
 	}
-	slices.SortFunc(out, func(a, b KeyState) int {
-		if a.Rule != b.Rule {
-			if a.Rule < b.Rule {
-				return -1
-			}
-			return 1
-		}
-		if a.Key < b.Key {
-			return -1
-		} else if a.Key > b.Key {
-			return 1
-		}
-		return 0
-	})
 	return out
 }
 
 // Len returns the number of live limiters (rule, key pairs) in this
 // process. It does not block.
-func (p *Pool) Len() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.live
+func (p *Pool) Len() int { return p.e.Len() }
+
+// Pause holds every new start on the limiter of (rule, key) until the
+// instant until: calls that need it wait, calls in flight go on, other keys
+// and rules are not affected. Overlapping pauses do not add up; the later
+// end wins. In process it is not capped (the cap of WithMaxPause applies to
+// the pauses throttles cause); in Redis mode (redisrate.Shared), where it
+// pauses every process, it is capped by WithMaxPause too and sent to Redis
+// in the background. It never blocks. It returns an error matching
+// ratesem.ErrUnknownRule for an unknown rule, and one matching
+// ratesem.ErrTooManyKeys when the key is new and the pool is full
+// (WithMaxKeys).
+func (p *Pool) Pause(rule, key string, until time.Time) error { return p.e.Pause(rule, key, until) }
+
+// Throttled reports that the server rejected a call for its rate (HTTP 429,
+// or 418 for Binance's IP ban) and pauses the limiters of charges whose rule
+// is marked PauseOnThrottle, or all of them when none is marked. With a
+// server-given retryAfter > 0 each pauses for about retryAfter (lengthened
+// by a random spread so that clients resume at different instants, never
+// beyond the pool's cap, WithMaxPause). With retryAfter ≤ 0 (absent, zero,
+// negative or unparsable) each pauses with exponential backoff: a random
+// pause in [d/2, d] with d = 200 ms · 2^k for the k-th throttle in a row on
+// that key, capped; a throttle that comes while the key is already paused
+// belongs to the same episode (a call admitted before the pause) and adds
+// nothing; and when the targets span rules of different windows, only
+// those with the shortest Limit.Per are paused (the shortest window that
+// can explain the rejection, not a daily one). A Release of a call on the
+// key admitted after its latest throttle resets k. It never blocks.
+func (p *Pool) Throttled(charges []Charge, status int, retryAfter time.Duration) {
+	p.e.ThrottledTargets(charges, nil, status, retryAfter)
+}
+
+// ThrottledResponse is Throttled for a throttled HTTP response, described by
+// th: the Table's ThrottleTargets, when set, picks the charges the response
+// is about; th.RetryAfter is the server's delay (0 when it gave none). It
+// never blocks and reads no body.
+func (p *Pool) ThrottledResponse(th Throttle, charges []Charge) {
+	var targets []Charge
+	if p.table.ThrottleTargets != nil {
+		targets = p.table.ThrottleTargets(th, charges)
+	}
+	p.e.ThrottledTargets(charges, targets, th.Status, th.RetryAfter)
+}
+
+// Reconcile takes in the server's own count for (rule, key): used units in its
+// current window. When the server counts more than the local window does
+// (another process spends from the same limit), the local window counts the
+// difference as spent now, so the local budget shrinks for the rest of that
+// window; a server count at or below the local one changes nothing, so feedback
+// never loosens the local accounting. The difference taken in is at most the
+// rule's limit (N, or the window's capacity when larger): a count beyond it, up
+// to math.MaxInt64, means "full until the window moves", never a wrap. A
+// negative used is ignored. Windows that do not implement window.Reconciler
+// ignore it. It never blocks; it returns an error matching
+// ratesem.ErrUnknownRule for an unknown rule, and one matching
+// ratesem.ErrTooManyKeys when the key is new and the pool is full
+// (WithMaxKeys).
+func (p *Pool) Reconcile(rule, key string, used int64) error { return p.e.Reconcile(rule, key, used) }
+
+// Close releases what the Pool holds outside the process. In process it
+// does nothing and returns nil. In Redis mode (redisrate.Shared) it stops the
+// Pool's engine: callers in Acquire return ratesem.ErrClosed, and so do later
+// calls; releases already queued are sent for at most a second (those left
+// then are covered by their leases). It waits for the round trips still
+// running, at most two seconds, and never closes the Redis client. Tickets
+// may still be released after Close. Calling it again only waits again.
+func (p *Pool) Close() error { return p.e.Close() }
+
+// TryAcquire is Acquire without waiting, with window.Limiter.TryN's
+// contract: when every rule admits the charges now and no earlier caller
+// waits on one of their limiters, it returns the Ticket (release it when
+// the call ends), 0 and nil. Refused by time alone, it changes nothing and
+// returns a nil Ticket and how long from now the call could start if
+// nothing else changed (> 0; with callers waiting, the latest wait of the
+// first of them on each limiter, behind whom it would queue); an error
+// matching ratesem.ErrInFlight when only calls in flight ending (or a
+// larger limit) can make room, or callers wait whose admission time is not
+// known. It returns Acquire's errors for the charges themselves (an
+// unknown rule, a negative or too large weight, ratesem.ErrTooManyKeys)
+// and reads nothing from a context. It never blocks in process. In Redis
+// mode (redisrate.Shared) it makes one round trip, and a refusal by Redis
+// is reported as ratesem.ErrInFlight: the wait Redis names is not known to
+// this process yet.
+func (p *Pool) TryAcquire(charges ...Charge) (*Ticket, time.Duration, error) {
+	t := new(Ticket)
+	d, err := p.e.TryAcquire(&t.t, charges)
+	if err != nil || d > 0 {
+		return nil, d, err
+	}
+	return t, 0, nil
 }

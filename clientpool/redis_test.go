@@ -570,7 +570,7 @@ func TestRedisChecksBeforeRedis(t *testing.T) {
 		{[]clientpool.Charge{{Rule: "a", Weight: math.MaxInt64}}, ratesem.ErrWeightTooLarge},
 		{[]clientpool.Charge{{Rule: "a", Weight: math.MaxInt64}, {Rule: "a", Weight: math.MaxInt64}}, ratesem.ErrWeightTooLarge},
 		{[]clientpool.Charge{{Rule: "a", Key: "k2", Weight: 1}}, ratesem.ErrTooManyKeys},
-		{manyCharges(clientpool.MaxRedisCharges + 1), ratesem.ErrTooManyCharges},
+		{manyCharges(redisrate.MaxCharges + 1), ratesem.ErrTooManyCharges},
 	} {
 		begin := time.Now()
 		_, err := p.Acquire(ctx, tc.cs...)
@@ -619,7 +619,7 @@ func TestRedisNewErrors(t *testing.T) {
 	} {
 		table := twoRules(4, 4, time.Second)
 		table.Rules[0].Window = mk
-		if _, err := newRedisPoolErr(t, table, c, "x", clientpool.WithDeferredRedisChecks()); err != nil {
+		if _, err := newRedisPoolErr(t, table, c, "x", redisrate.WithDeferredChecks()); err != nil {
 			t.Errorf("%s: %v", name, err)
 		}
 	}

@@ -8,8 +8,6 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/ratesem/ratesem"
-	"github.com/ratesem/ratesem/internal/backend"
-	"github.com/ratesem/ratesem/internal/rstore"
 	"github.com/ratesem/ratesem/redistest"
 )
 
@@ -32,7 +30,7 @@ func TestReview3BodyUnreadReportsOnce(t *testing.T) {
 			if mode == "redis" {
 				c := goredis.NewClient(&goredis.Options{Addr: redistest.Start(t).Addr()})
 				t.Cleanup(func() { c.Close() })
-				opts = append(opts, backend.PoolOption(rstore.NewOpener(c), "unread3").(Option))
+				opts = append(opts, sharedOpt(c, "unread3"))
 			}
 			p, err := New(unreadTable(), opts...)
 			if err != nil {

@@ -1,12 +1,10 @@
 package clientpool
 
 import (
-	"errors"
-	"fmt"
 	"net/http"
 	"time"
 
-	"github.com/ratesem/ratesem"
+	"github.com/ratesem/ratesem/internal/engine"
 	"github.com/ratesem/ratesem/window"
 )
 
@@ -50,7 +48,7 @@ type Rule struct {
 	// response's headers (see BinanceUsage, XRateLimitUsage and
 	// IETFRateLimitUsage), so the pool can shrink the local budget when
 	// another client spends from the same limit. nil means no feedback.
-	Usage UsageFunc
+	Usage func(h http.Header) (used int64, ok bool)
 
 	// PauseOnThrottle marks the rules a 429 (or 418) response pauses, by
 	// key: the rules that the server's throttle is about. A throttled
@@ -142,77 +140,12 @@ type Learned struct {
 // the skew 0 (the host's reading of the reset).
 // A host clock behind the server's is never corrected for: its windows
 // end late, on the safe side.
-const ResetMargin = time.Second
-
-// MaxLearnedN is the largest N a Learn function's report is taken at: a
-// larger report (a hostile or broken header) counts as this, in units.
-const MaxLearnedN = 1 << 40
-
-// UsageFunc reads from response headers the units the server counts against
-// a rule in its current window: used units, true; or false when the headers
-// do not say.
-type UsageFunc func(h http.Header) (used int64, ok bool)
+const ResetMargin = engine.ResetMargin
 
 // Charge is what one call costs under one rule: Weight units of the limiter
-// of (Rule, Key).
-type Charge struct {
-	// Rule names a rule of the Table.
-	Rule string
-	// Key is the rule's key ("" for a rule without a Key function).
-	Key string
-	// Weight is the units the call costs, in the rule's units (≥ 0).
-	Weight int64
-}
-
-// String formats c as "rule[key]×weight".
-func (c Charge) String() string { return fmt.Sprintf("%s[%s]×%d", c.Rule, c.Key, c.Weight) }
-
-// quiet is how long a key of r must see no activity before its limiter is
-// back to a fresh state and can be dropped without losing accounting:
-// Per × (1 + ⌈capacity / N⌉) covers every window of package window (a
-// completion log empties Per after the last end, a token bucket of burst b
-// refills in b/N × Per, a sliding window counter forgets in 2 Per).
-func quiet(l window.Limit, capacity int64) time.Duration {
-	if l.N <= 0 {
-		return l.Per
-	}
-	k := 1 + (capacity+l.N-1)/l.N
-	if k > int64(1<<62)/max(int64(l.Per), 1) {
-		return time.Duration(1<<62 - 1)
-	}
-	return time.Duration(k) * l.Per
-}
-
-func (r *Rule) check() error {
-	switch {
-	case r.Name == "":
-		return errors.New("ratesem: a rule has no name")
-	case r.Limit.N < 0 || r.Limit.N == 0 && r.Learn == nil || r.Limit.Per <= 0:
-		return fmt.Errorf("%w: rule %q: limit %v: want N > 0 per Per > 0", ratesem.ErrInvalidLimit, r.Name, r.Limit)
-	case r.MaxUnitsInFlight < 0:
-		return fmt.Errorf("%w: rule %q: negative MaxUnitsInFlight %d", ratesem.ErrInvalidLimit, r.Name, r.MaxUnitsInFlight)
-	}
-	return nil
-}
-
-// policyFor returns a new window for a key of rs: the rule's, or, for a
-// rule counted against the server's budgets (quota), one that only caps
-// the units in flight.
-func (rs *ruleState) policyFor() window.Policy {
-	switch {
-	case rs.quota:
-		return window.NewCompletion(window.Limit{N: MaxLearnedN})
-	case rs.unknown:
-		// A new key learns its own limit: until then it admits any weight,
-		// one call at a time, whatever another key learned.
-		return rs.newPolicy(window.Limit{N: MaxLearnedN, Per: rs.limit.Per})
-	}
-	return rs.newPolicy(rs.limit)
-}
-
-func (r *Rule) newPolicy(l window.Limit) window.Policy {
-	if r.Window == nil {
-		return window.NewCompletion(l)
-	}
-	return r.Window(l)
-}
+// of (Rule, Key). Rule names a rule of the Table; Key is the rule's key (""
+// for a rule without a Key function); Weight is the units the call costs,
+// in the rule's units (≥ 0). String formats it as "rule[key]×weight". It is
+// the waiting engine's own type, so that a call's charges reach it without
+// a copy.
+type Charge = engine.Charge

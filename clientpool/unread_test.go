@@ -10,8 +10,6 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/ratesem/ratesem"
-	"github.com/ratesem/ratesem/internal/backend"
-	"github.com/ratesem/ratesem/internal/rstore"
 	"github.com/ratesem/ratesem/redistest"
 	"github.com/ratesem/ratesem/window"
 )
@@ -44,7 +42,7 @@ func TestBodyUnread(t *testing.T) {
 			if mode == "redis" {
 				c := goredis.NewClient(&goredis.Options{Addr: redistest.Start(t).Addr()})
 				t.Cleanup(func() { c.Close() })
-				opts = append(opts, backend.PoolOption(rstore.NewOpener(c), "unread").(Option))
+				opts = append(opts, sharedOpt(c, "unread"))
 			}
 			p, err := New(unreadTable(), opts...)
 			if err != nil {

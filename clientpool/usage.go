@@ -12,14 +12,14 @@ import (
 	"github.com/ratesem/ratesem"
 )
 
-// MaxFieldBytes is the largest rate-limit field the parsers in this file read:
+// maxFieldBytes is the largest rate-limit field the parsers in this file read:
 // the lengths of all the lines of one field name, plus one separator per extra
 // line, in bytes. A longer field is rejected (ratesem.ErrMalformedHeader, or
-// "not said" for a UsageFunc) before any of it is parsed, so a hostile server
+// "not said" for a Rule.Usage function) before any of it is parsed, so a hostile server
 // cannot make a response cost more than this much parsing. 8 KiB is the default
 // per-line limit of common proxies (nginx's large header buffers, Apache's
 // LimitRequestFieldSize); real rate-limit fields are a few dozen bytes.
-const MaxFieldBytes = 8 << 10
+const maxFieldBytes = 8 << 10
 
 // epochSeconds and epochMillis are the magnitudes from which a reset
 // value is a point in time rather than a number of seconds to wait. See
@@ -40,10 +40,10 @@ type RateLimitInfo struct {
 	Reset time.Duration
 }
 
-// Used returns Limit − Remaining, the units the server counts as spent, in
+// used returns Limit − Remaining, the units the server counts as spent, in
 // [0, Limit]: 0 when Remaining ≥ Limit (a server that raised the quota
 // mid-window) or Limit ≤ 0, and Limit when Remaining < 0. It never wraps.
-func (i RateLimitInfo) Used() int64 {
+func (i RateLimitInfo) used() int64 {
 	switch {
 	case i.Limit <= 0 || i.Remaining >= i.Limit:
 		return 0
@@ -53,7 +53,7 @@ func (i RateLimitInfo) Used() int64 {
 	return i.Limit - i.Remaining // 0 ≤ Remaining < Limit: no overflow
 }
 
-// BinanceUsage returns a UsageFunc that reads one of Binance's usage
+// BinanceUsage returns a Rule.Usage function that reads one of Binance's usage
 // headers, such as "X-MBX-USED-WEIGHT-1M" (the IP's REQUEST_WEIGHT used in
 // the current minute) or "X-MBX-ORDER-COUNT-10S" and "X-MBX-ORDER-COUNT-1D"
 // (the account's orders), each a decimal count. Source:
@@ -61,10 +61,10 @@ func (i RateLimitInfo) Used() int64 {
 //
 // A count beyond math.MaxInt64 reads as math.MaxInt64 (the pool clamps what
 // it consumes to the rule's limit); when the header is repeated, the largest
-// count is used. A missing header, one longer than MaxFieldBytes, or a value
+// count is used. A missing header, one longer than maxFieldBytes, or a value
 // that is not ASCII digits (a sign, a fraction, other scripts' digits) reads
-// as "not said" (false). The UsageFunc is safe for concurrent use.
-func BinanceUsage(name string) UsageFunc {
+// as "not said" (false). The function is safe for concurrent use.
+func BinanceUsage(name string) func(h http.Header) (used int64, ok bool) {
 	name = http.CanonicalHeaderKey(name) // once, not per response
 	return func(h http.Header) (int64, bool) {
 		vs, err := fieldValues(h, name)
@@ -85,7 +85,7 @@ func BinanceUsage(name string) UsageFunc {
 
 // XRateLimitUsage reads the common X-RateLimit-Limit and X-RateLimit-Remaining
 // headers (GitHub, Twitter and many others): used = limit − remaining,
-// saturated to [0, limit] (see RateLimitInfo.Used). It returns false when
+// saturated to [0, limit] (see RateLimitInfo). It returns false when
 // either is missing or malformed (see ParseRateLimitAt).
 func XRateLimitUsage(h http.Header) (int64, bool) {
 	// The zero now: Reset is computed but not used.
@@ -93,26 +93,26 @@ func XRateLimitUsage(h http.Header) (int64, bool) {
 	if err != nil || i.Limit == 0 {
 		return 0, false
 	}
-	return i.Used(), true
+	return i.used(), true
 }
 
-// IETFRateLimitUsage returns a UsageFunc for the IETF draft's fields
+// IETFRateLimitUsage returns a Rule.Usage function for the IETF draft's fields
 // (draft-ietf-httpapi-ratelimit-headers, every form ParseRateLimitAt reads
 // with prefix "RateLimit-") for the policy named policy ("" means the first
 // one): used = limit − remaining, saturated to [0, limit]. It returns false
 // when none is present or they are malformed.
-func IETFRateLimitUsage(policy string) UsageFunc {
+func IETFRateLimitUsage(policy string) func(h http.Header) (used int64, ok bool) {
 	return func(h http.Header) (int64, bool) {
 		i, err := ParseRateLimitAt(h, "RateLimit-", policy, time.Time{})
 		if err != nil || i.Limit == 0 {
 			return 0, false
 		}
-		return i.Used(), true
+		return i.used(), true
 	}
 }
 
-// ParseRateLimit is ParseRateLimitAt(h, prefix, policy, time.Now()).
-func ParseRateLimit(h http.Header, prefix, policy string) (RateLimitInfo, error) {
+// parseRateLimit is ParseRateLimitAt(h, prefix, policy, time.Now()).
+func parseRateLimit(h http.Header, prefix, policy string) (RateLimitInfo, error) {
 	return ParseRateLimitAt(h, prefix, policy, time.Now())
 }
 
@@ -156,7 +156,7 @@ func ParseRateLimit(h http.Header, prefix, policy string) (RateLimitInfo, error)
 // It returns a zero RateLimitInfo and a nil error when the headers are absent,
 // and an error matching ratesem.ErrMalformedHeader when they are present but
 // cannot be read: a negative, signed or non-numeric count, a field longer than
-// MaxFieldBytes, a Structured Field that does not parse, an unknown policy or
+// maxFieldBytes, a Structured Field that does not parse, an unknown policy or
 // one without r or q.
 func ParseRateLimitAt(h http.Header, prefix, policy string, now time.Time) (RateLimitInfo, error) {
 	i, _, err := parseRateLimitAt(h, prefix, policy, now)
@@ -348,15 +348,15 @@ func intMember(m httpsfv.Member) (int64, error) {
 }
 
 // fieldValues returns the lines of the field name in h, or an error matching
-// ratesem.ErrMalformedHeader when together they are longer than MaxFieldBytes.
+// ratesem.ErrMalformedHeader when together they are longer than maxFieldBytes.
 // It does not allocate for a canonical name.
 func fieldValues(h http.Header, name string) ([]string, error) {
 	vs := h.Values(name)
 	size := 0
 	for _, v := range vs {
 		size += len(v) + 2 // ", " joins lines
-		if size-2 > MaxFieldBytes {
-			return nil, fmt.Errorf("%w: %s: longer than %d bytes", ratesem.ErrMalformedHeader, name, MaxFieldBytes)
+		if size-2 > maxFieldBytes {
+			return nil, fmt.Errorf("%w: %s: longer than %d bytes", ratesem.ErrMalformedHeader, name, maxFieldBytes)
 		}
 	}
 	return vs, nil

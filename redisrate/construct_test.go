@@ -73,7 +73,7 @@ func TestNewChecksRedis(t *testing.T) {
 	refused.Stop()
 	for what, addr := range map[string]string{"refused": refused.Addr(), "silent": silent(t)} {
 		begin := time.Now()
-		s, err := redisrate.NewSemaphore(newClient(t, addr), "x", 10, 2*time.Second, semaphore.WithRedisTimeout(300*time.Millisecond))
+		s, err := redisrate.NewSemaphore(newClient(t, addr), "x", 10, 2*time.Second, redisrate.WithTimeout(300*time.Millisecond))
 		d := time.Since(begin)
 		if err == nil {
 			_ = s.Close()
@@ -144,7 +144,7 @@ func TestNewChecksDeferred(t *testing.T) {
 	srv := redistest.Start(t)
 	srv.Stop()
 	begin := time.Now()
-	s, err := redisrate.NewSemaphore(newClient(t, srv.Addr()), "late", 10, 2*time.Second, semaphore.WithDeferredRedisChecks())
+	s, err := redisrate.NewSemaphore(newClient(t, srv.Addr()), "late", 10, 2*time.Second, redisrate.WithDeferredChecks())
 	if err != nil || time.Since(begin) > 100*time.Millisecond {
 		t.Fatalf("%v after %v", err, time.Since(begin))
 	}
@@ -179,7 +179,7 @@ func TestNewChecksDeferred(t *testing.T) {
 		t.Fatal(err)
 	}
 	table := clientpool.Table{Rules: []clientpool.Rule{{Name: "r", Limit: window.Limit{N: 5, Per: time.Minute}}}}
-	p, err := clientpool.New(table, redisrate.Shared(c, "p"), clientpool.WithDeferredRedisChecks())
+	p, err := clientpool.New(table, redisrate.Shared(c, "p"), redisrate.WithDeferredChecks())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +189,7 @@ func TestNewChecksDeferred(t *testing.T) {
 			t.Fatalf("the pool's first calls over allkeys-lru: %v; want ratesem.ErrEviction", err)
 		}
 	}
-	e, err := redisrate.NewSemaphore(c, "evict", 10, time.Second, semaphore.WithDeferredRedisChecks())
+	e, err := redisrate.NewSemaphore(c, "evict", 10, time.Second, redisrate.WithDeferredChecks())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,7 +197,7 @@ func TestNewChecksDeferred(t *testing.T) {
 	if err := e.Acquire(ctx, 1); !errors.Is(err, ratesem.ErrEviction) {
 		t.Fatalf("the semaphore's first call over allkeys-lru: %v; want ratesem.ErrEviction", err)
 	}
-	ok, err := clientpool.New(table, redisrate.Shared(c, "p2"), clientpool.WithEvictionAllowed())
+	ok, err := clientpool.New(table, redisrate.Shared(c, "p2"), redisrate.WithEvictionAllowed())
 	if err != nil {
 		t.Fatalf("WithEvictionAllowed: %v", err)
 	}

@@ -11,7 +11,6 @@ import (
 	"github.com/ratesem/ratesem/exchange/binance"
 	"github.com/ratesem/ratesem/httpclient"
 	"github.com/ratesem/ratesem/redisrate"
-	"github.com/ratesem/ratesem/semaphore"
 )
 
 // Every replica of a Binance bot behind one egress IP and one API key
@@ -48,7 +47,7 @@ func ExampleNewSemaphore() {
 	defer rdb.Close()
 
 	sem, err := redisrate.NewSemaphore(rdb, "okx:funding-rate-history:BTC-USDT", 10, 2*time.Second,
-		semaphore.WithFallback(1.0/3))
+		redisrate.WithFallback(1.0/3))
 	if err != nil {
 		log.Fatal(err)
 	}

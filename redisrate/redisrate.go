@@ -9,13 +9,14 @@
 // Every decision is made atomically by one Lua script on the Redis
 // server's clock; waiting stays in each process (FIFO per limiter, one
 // head per process talks to Redis, and sleeps until the instant Redis
-// gives). The semaphore's options for this mode are semaphore.WithLease,
-// WithRedisTimeout, WithJitter, WithFallback, WithRedisPrefix,
-// WithEvictionAllowed, WithDeferredRedisChecks and WithMaxQueue; the pool's
-// are clientpool.WithLease, WithMaxQueue, WithEvictionAllowed and
-// WithDeferredRedisChecks. A Redis server, a Sentinel group or a Redis Cluster
-// (any goredis.UniversalClient) will do; on a cluster one limit (one
-// semaphore name, one pool scope) lives on one node.
+// gives). The options of this mode are in this package: WithLease,
+// WithTimeout, WithJitter, WithEvictionAllowed and WithDeferredChecks for
+// both fronts, WithFallback and WithPrefix for a semaphore. Each is a
+// semaphore.Option, the same type as clientpool.Option; an option a mode
+// cannot honour is refused with an error (a virtual clock over Redis, a
+// Redis option in process), never ignored. A Redis server, a Sentinel
+// group or a Redis Cluster (any goredis.UniversalClient) will do; on a
+// cluster one limit (one semaphore name, one pool scope) lives on one node.
 //
 //	rdb := goredis.NewClient(&goredis.Options{Addr: "localhost:6379"})
 //	sem, err := redisrate.NewSemaphore(rdb, "binance-ip", 1200, time.Minute)
@@ -35,7 +36,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/ratesem/ratesem/clientpool"
-	"github.com/ratesem/ratesem/internal/backend"
+	"github.com/ratesem/ratesem/internal/engine"
 	"github.com/ratesem/ratesem/internal/rstore"
 	"github.com/ratesem/ratesem/semaphore"
 	"github.com/ratesem/ratesem/window"
@@ -54,20 +55,20 @@ import (
 // in flight + units of calls that ended within the last interval ≤ n,
 // across all processes), or the start window with a margin
 // (semaphore.WithStartWindow); semaphore.WithMaxUnitsInFlight caps the
-// units in flight across every process. semaphore.WithClock is ignored: the
-// server's clock is the only one.
+// units in flight across every process. semaphore.WithClock is an error:
+// the server's clock is the only one.
 //
 // # Round trips and waiting
 //
 // A call admitted at once costs two round trips: the admission (one
 // EVALSHA) and the release, which is sent in the background (Release never
 // waits on Redis; a release that cannot be sent is covered by the call's
-// lease, semaphore.WithLease). Waiters of one process queue FIFO and only
+// lease, WithLease). Waiters of one process queue FIFO and only
 // the head talks to Redis; a refused head sleeps until the instant Redis
-// gives, plus jitter (semaphore.WithJitter), never polling; when only calls
+// gives, plus jitter (WithJitter), never polling; when only calls
 // in flight ending can make room it re-asks at most every interval/4, or at
 // once when a release of this process reached Redis. Every round trip is
-// bounded by semaphore.WithRedisTimeout whatever the client's options.
+// bounded by WithTimeout whatever the client's options.
 // Acquire fails at once with ratesem.ErrDeadline when the wait Redis gives
 // ends after ctx's deadline.
 //
@@ -81,21 +82,21 @@ import (
 //
 // # When Redis is unreachable
 //
-// Without semaphore.WithFallback, Acquire fails with an error matching
+// Without WithFallback, Acquire fails with an error matching
 // ratesem.ErrUnavailable, at once while the last failure is recent (a probe
 // goes out 100 ms after a failure, then after twice as long each time, up
-// to 1 s). With semaphore.WithFallback(share), admissions go to a local
+// to 1 s). With WithFallback(share), admissions go to a local
 // RateSemaphore of floor(share·n) units per interval meanwhile, and its
 // calls are carried into Redis when it answers again (see WithFallback).
 //
 // NewSemaphore blocks for one round trip, bounded by
-// semaphore.WithRedisTimeout, and fails with an error that says which
+// WithTimeout, and fails with an error that says which
 // check failed: ratesem.ErrUnavailable when Redis does not answer in time
 // or refuses the connection, ratesem.ErrLimitMismatch when another process
 // stored another limit under the name, and ratesem.ErrEviction when the
 // server's maxmemory-policy is not noeviction (Redis may then evict the
-// limit's keys) unless semaphore.WithEvictionAllowed is given (a server
-// that forbids CONFIG is not checked). semaphore.WithDeferredRedisChecks
+// limit's keys) unless WithEvictionAllowed is given (a server
+// that forbids CONFIG is not checked). WithDeferredChecks
 // skips the round trip, for a program that starts before Redis: the checks
 // then show at the first call. It returns an error
 // matching ratesem.ErrInvalidLimit for n ≤ 0, an interval ≤ 0 or not a
@@ -108,7 +109,7 @@ func NewSemaphore(c goredis.UniversalClient, name string, n int64, interval time
 	if c == nil {
 		return nil, errors.New("ratesem: redisrate.NewSemaphore: nil client")
 	}
-	return semaphoreOf(backend.NewSemaphore(rstore.NewOpener(c), name, n, interval, nil, opts))
+	return newSemaphore(c, name, n, interval, nil, opts)
 }
 
 // NewSemaphoreWithPolicy is NewSemaphore with any window of package window
@@ -119,7 +120,7 @@ func NewSemaphore(c goredis.UniversalClient, name string, n int64, interval time
 // the limit kept in Redis, with the exact guarantee its doc states, across
 // every process sharing the name. semaphore.WithMaxUnitsInFlight caps the
 // units in flight across every process; semaphore.WithStartWindow is an
-// error (the policy is the window). With semaphore.WithFallback, p itself,
+// error (the policy is the window). With WithFallback, p itself,
 // set to floor(share·N) units per Per, becomes the local fallback (a bucket
 // keeps its burst). The semaphore owns p. It blocks like NewSemaphore and
 // returns its errors (ErrInvalidLimit for N ≤ 0 or Per ≤ 0), an error for a
@@ -133,14 +134,19 @@ func NewSemaphoreWithPolicy(c goredis.UniversalClient, name string, p window.Pol
 	if p == nil {
 		return nil, errors.New("ratesem: redisrate.NewSemaphoreWithPolicy: nil policy")
 	}
-	return semaphoreOf(backend.NewSemaphore(rstore.NewOpener(c), name, 0, 0, p, opts))
+	return newSemaphore(c, name, 0, 0, p, opts)
 }
 
-func semaphoreOf(s any, err error) (*semaphore.RateSemaphore, error) {
+// newSemaphore builds the engine of NewSemaphore (p nil) and
+// NewSemaphoreWithPolicy, and the front over it.
+func newSemaphore(c goredis.UniversalClient, name string, n int64, per time.Duration, p window.Policy, opts []semaphore.Option) (*semaphore.RateSemaphore, error) {
+	cfg := engine.Config{Concurrency: -1}
+	cfg.Build(opts)
+	one, err := engine.NewShared(rstore.NewOpener(c), name, n, per, p, cfg)
 	if err != nil {
 		return nil, err
 	}
-	return s.(*semaphore.RateSemaphore), nil
+	return semaphore.New(0, 0, engine.Built(one)), nil
 }
 
 // Shared returns the clientpool.Option that keeps the state of every rule
@@ -153,7 +159,7 @@ func semaphoreOf(s any, err error) (*semaphore.RateSemaphore, error) {
 // does not answer, ratesem.ErrLimitMismatch when another process stored
 // another limit for a rule's key "", and ratesem.ErrEviction when the
 // server's maxmemory-policy lets it evict the rules' keys (unless
-// clientpool.WithEvictionAllowed); clientpool.WithDeferredRedisChecks
+// WithEvictionAllowed); WithDeferredChecks
 // defers them to the first Acquire.
 //
 // c is a go-redis client of a server, a Sentinel group or a Redis Cluster
@@ -170,7 +176,7 @@ func semaphoreOf(s any, err error) (*semaphore.RateSemaphore, error) {
 //     clock); a refused call sleeps until the instant Redis names, plus
 //     jitter, queued FIFO per (rule, key) in this process, and only the
 //     head of a queue asks Redis again. A call in flight holds a lease
-//     (one minute, clientpool.WithLease): a process that dies mid-call
+//     (one minute, WithLease): a process that dies mid-call
 //     frees its units then. Errors checked before Redis (unknown rule,
 //     negative weight, a weight too large, ratesem.ErrTooManyKeys) are the
 //     same as in process; Redis adds ratesem.ErrLimitMismatch,
@@ -207,7 +213,7 @@ func semaphoreOf(s any, err error) (*semaphore.RateSemaphore, error) {
 //
 // Redis keeps names of at most 512 bytes: a key longer than that is
 // kept under its SHA-256 (each key still has its own limiter). A call
-// takes at most clientpool.MaxRedisCharges distinct charges (more fail
+// takes at most redisrate.MaxCharges distinct charges (more fail
 // with ratesem.ErrTooManyCharges).
 //
 // Every rule's window must have a Redis form (every window of package
@@ -215,12 +221,17 @@ func semaphoreOf(s any, err error) (*semaphore.RateSemaphore, error) {
 // microseconds up to about 12.7 days); clientpool.New returns an error
 // otherwise, for a nil c, for an empty prefix, one longer than 512 bytes
 // or with a brace, and for a rule name or clientpool.Table.Scope longer
-// than 512 bytes. clientpool.WithClock does not apply to Redis's
-// decisions, which are made on the Redis server's clock.
+// than 512 bytes, and for clientpool.WithClock (Redis decides on its
+// server's clock) or WithFallback and WithPrefix (a semaphore's).
 func Shared(c goredis.UniversalClient, prefix string) clientpool.Option {
-	var o backend.Opener // a nil c: clientpool.New fails
-	if c != nil {
-		o = rstore.NewOpener(c)
+	sh := &engine.Shared{Prefix: prefix}
+	if c != nil { // a nil c: clientpool.New fails
+		sh.Opener = rstore.NewOpener(c)
 	}
-	return backend.PoolOption(o, prefix).(clientpool.Option)
+	return func(cfg *engine.Config) { cfg.Shared = sh }
 }
+
+// MaxCharges is the most distinct (rule, key) charges of one call of a
+// clientpool.Pool in Redis mode (64): a call with more fails with
+// ratesem.ErrTooManyCharges.
+const MaxCharges = engine.MaxRedisCharges

@@ -86,7 +86,7 @@ func TestNewSemaphoreShares(t *testing.T) {
 	if _, err := redisrate.NewSemaphore(c2, "shared", 4, time.Minute); !errors.Is(err, ratesem.ErrLimitMismatch) {
 		t.Errorf("another limit for the same name: %v, want ErrLimitMismatch", err)
 	}
-	d, err := redisrate.NewSemaphore(c2, "shared", 4, time.Minute, semaphore.WithDeferredRedisChecks())
+	d, err := redisrate.NewSemaphore(c2, "shared", 4, time.Minute, redisrate.WithDeferredChecks())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -38,10 +38,11 @@
 // sleeps until the instant Redis gives), Release never waits on Redis, SetLimit
 // changes the limit for every process, and processes opened with different
 // limits get ratesem.ErrLimitMismatch; redisrate.NewSemaphoreWithPolicy keeps
-// any window of package window in Redis the same way. The options WithLease,
-// WithRedisTimeout, WithJitter, WithFallback, WithRedisPrefix and
-// WithEvictionAllowed tune it and are ignored in process; Close releases its
-// resources (a no-op in process).
+// any window of package window in Redis the same way. The options of that
+// mode (redisrate.WithLease, WithTimeout, WithJitter, WithFallback,
+// WithPrefix, WithEvictionAllowed, WithDeferredChecks) live in package
+// redisrate and are refused in process (New panics), as WithClock is over
+// Redis; Close releases its resources (a no-op in process).
 //
 //	sem := semaphore.New(10, 2*time.Second) // 10 calls per 2 s, in any window
 //	g, ctx := errgroup.WithContext(ctx)

@@ -18,7 +18,7 @@ func TestOneTimerNoPolling(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := New(2, time.Second)
 		var wakeups int
-		s.onWake = func() { wakeups++ }
+		s.o.SetTestHooks(func() { wakeups++ }, nil)
 		var wg sync.WaitGroup
 		for range 6 {
 			wg.Go(func() {

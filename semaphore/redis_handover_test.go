@@ -25,7 +25,7 @@ func handoverRun(t *testing.T, srv *redistest.Server, sems []*RateSemaphore, g i
 		for range g {
 			wg.Go(func() {
 				for ctx.Err() == nil {
-					local, err := s.remote.acquireLocal(ctx, 1)
+					local, err := s.acquireLocal(ctx, 1)
 					if err != nil {
 						if ctx.Err() != nil {
 							return

@@ -14,10 +14,6 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
-
-	"github.com/ratesem/ratesem/internal/backend"
-	"github.com/ratesem/ratesem/internal/rstore"
-	"github.com/ratesem/ratesem/window"
 )
 
 // newClient returns a go-redis client of its own (its own connection pool:
@@ -47,12 +43,6 @@ func newRedisSem(t testing.TB, c goredis.UniversalClient, name string, n int64, 
 	}
 	t.Cleanup(func() { _ = s.Close() })
 	return s
-}
-
-// withAfterAdmit runs f after Redis admitted a call, before the caller's
-// context is checked.
-func withAfterAdmit(f func()) Option {
-	return Option(func(c *config) { c.testAfterAdmit = f })
 }
 
 // uniqueName returns a limit name unique to this run.
@@ -253,25 +243,4 @@ func TestCheckersCatchViolations(t *testing.T) {
 	if _, err := checkStarts([]call{{start: at(0), n: 1}, {start: at(201), n: 1}}, 1, per, time.Millisecond); err != nil {
 		t.Error(err)
 	}
-}
-
-// redisNew is redisrate.NewSemaphore, which this package's own tests
-// cannot import (it imports this package): the same path through the
-// backend hook, over rstore's opener of c. redisrate's tests cover its nil
-// checks.
-func redisNew(c goredis.UniversalClient, name string, n int64, per time.Duration, opts ...Option) (*RateSemaphore, error) {
-	s, err := backend.NewSemaphore(rstore.NewOpener(c), name, n, per, nil, opts)
-	if err != nil {
-		return nil, err
-	}
-	return s.(*RateSemaphore), nil
-}
-
-// redisNewPolicy is redisrate.NewSemaphoreWithPolicy (see redisNew).
-func redisNewPolicy(c goredis.UniversalClient, name string, p window.Policy, opts ...Option) (*RateSemaphore, error) {
-	s, err := backend.NewSemaphore(rstore.NewOpener(c), name, 0, 0, p, opts)
-	if err != nil {
-		return nil, err
-	}
-	return s.(*RateSemaphore), nil
 }

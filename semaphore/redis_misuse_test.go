@@ -87,7 +87,7 @@ func TestRedisCallEndTwicePanics(t *testing.T) {
 	if st := s.Stats(); st.InFlight != 2 {
 		t.Fatalf("in flight %d, want b's 2", st.InFlight)
 	}
-	if got := s.remote.eng.Stats().InFlight; got != 1 {
+	if got := s.o.RemoteStats().InFlight; got != 1 {
 		t.Fatalf("the engine holds %d calls, want b alone", got)
 	}
 	b.End(1)

@@ -48,7 +48,7 @@ func runOutage(t *testing.T, srv *redistest.Server, sems []*RateSemaphore, g int
 			wg.Go(func() {
 				for ctx.Err() == nil {
 					called := time.Now()
-					local, err := s.remote.acquireLocal(ctx, 1)
+					local, err := s.acquireLocal(ctx, 1)
 					if err != nil {
 						if ctx.Err() != nil {
 							return

@@ -40,7 +40,7 @@ func TestRedisReleaseSettled(t *testing.T) {
 	if err := s.Acquire(ctx, 4); err != nil {
 		t.Fatal(err)
 	}
-	s.remote.releaseSettled(4, 1)
+	s.o.ReleaseSettled(4, 1)
 	waitUntil(t, 5*time.Second, "the settlement of 4 as 1 in Redis", func() bool { return z() == 1 })
 	if st := s.Stats(); st.InFlight != 0 {
 		t.Fatalf("%+v", st)
@@ -48,7 +48,7 @@ func TestRedisReleaseSettled(t *testing.T) {
 	if !s.TryAcquire(4) {
 		t.Fatal("the refund of 3 not seen: 4 more refused")
 	}
-	s.remote.releaseSettled(4, 4) // plain
+	s.o.ReleaseSettled(4, 4) // plain
 	waitUntil(t, 5*time.Second, "a plain settlement", func() bool { return z() == 5 })
 
 	s2 := newRedisSem(t, newClient(t, addr), name+"b", 5, time.Hour)
@@ -56,24 +56,24 @@ func TestRedisReleaseSettled(t *testing.T) {
 	if err := s2.Acquire(ctx, 1); err != nil {
 		t.Fatal(err)
 	}
-	s2.remote.releaseSettled(1, 3)
+	s2.o.ReleaseSettled(1, 3)
 	waitUntil(t, 5*time.Second, "the debit", func() bool { return z2() == 3 })
 	if err := s2.Acquire(ctx, 2); err != nil {
 		t.Fatal(err)
 	}
-	s2.remote.releaseSettled(2, -7) // counts as 0
+	s2.o.ReleaseSettled(2, -7) // counts as 0
 	waitUntil(t, 5*time.Second, "a settlement of 0", func() bool {
 		st := s2.Stats()
-		return st.InFlight == 0 && z2() == 3 && s2.remote.eng.Stats().InFlight == 0
+		return st.InFlight == 0 && z2() == 3 && s2.o.RemoteStats().InFlight == 0
 	})
 	// The engine counts the call out when it queues the release; Redis
 	// may still hold its lease for a moment: retry without waiting.
 	waitUntil(t, 5*time.Second, "2 units free again", func() bool { return s2.TryAcquire(2) })
-	s2.remote.releaseSettled(1, 0) // no call of 1 unit: release(1), the rest stays in flight
+	s2.o.ReleaseSettled(1, 0) // no call of 1 unit: release(1), the rest stays in flight
 	if st := s2.Stats(); st.InFlight != 1 {
 		t.Fatalf("after releasing 1 of 2: %+v", st)
 	}
-	s2.remote.release(1)
+	s2.Release(1)
 	waitUntil(t, 5*time.Second, "the estimate of 2", func() bool { return z2() == 5 })
 }
 
@@ -101,7 +101,7 @@ func TestRedisReleaseSettledGCRA(t *testing.T) {
 	settle := func(n, actual int64, move time.Duration) {
 		t.Helper()
 		before := tat()
-		s.remote.releaseSettled(n, actual)
+		s.o.ReleaseSettled(n, actual)
 		waitUntil(t, 5*time.Second, "the settlement in Redis", func() bool { return tat() != before })
 		if got := time.Duration(tat()-before) * time.Microsecond; got != move {
 			t.Fatalf("settling %d as %d moved the TAT by %v; want %v", n, actual, got, move)

@@ -47,13 +47,17 @@ func TestNewRedisChecksItsArguments(t *testing.T) {
 	if _, err := redisNew(c, "x", 0, time.Second); !errors.Is(err, ratesem.ErrInvalidLimit) {
 		t.Errorf("n = 0: %v; want ErrInvalidLimit", err)
 	}
-	// The Redis options are ignored in process.
-	s := New(3, time.Second, WithLease(-1), WithFallback(7), WithRedisTimeout(-1))
-	if !s.TryAcquire(3) || s.Close() != nil {
-		t.Fatal("Redis options changed an in-process semaphore")
-	}
-	if st := s.Stats(); st.RedisAdmits != 0 || st.Unavailable {
-		t.Fatalf("in process: %+v", st)
+	// The Redis options are refused in process (New panics, as on its
+	// other misuse), valid or not: none is silently ignored.
+	for _, o := range []Option{WithLease(-1), WithLease(time.Second), WithFallback(0.5), WithRedisTimeout(time.Second)} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Error("New with a Redis option: no panic")
+				}
+			}()
+			New(3, time.Second, o)
+		}()
 	}
 }
 
@@ -341,7 +345,7 @@ func TestRedisCloseIsFinal(t *testing.T) {
 	closed := make(chan struct{})
 	s = newRedisSem(t, newClient(t, addr), name, 2, time.Second, withAfterAdmit(func() {
 		go func() { _ = s.Close(); close(closed) }()
-		waitUntil(t, time.Second, "Close", s.remote.eng.Closed)
+		waitUntil(t, time.Second, "Close", s.o.RemoteClosed)
 	}))
 	other := newRedisSem(t, newClient(t, addr), name, 2, time.Second)
 	err := s.Acquire(ctxT(t, 5*time.Second), 1)

@@ -23,7 +23,7 @@ import (
 func TestHugeIntervalFailsFastWithoutSpinning(t *testing.T) {
 	s := New(2, time.Duration(math.MaxInt64))
 	var wakeups atomic.Int64
-	s.onWake = func() { wakeups.Add(1) }
+	s.o.SetTestHooks(func() { wakeups.Add(1) }, nil)
 	ctx := context.Background()
 	_ = s.Acquire(ctx, 1)
 	_ = s.Acquire(ctx, 1)
@@ -45,7 +45,7 @@ func TestHugeIntervalFailsFastWithoutSpinning(t *testing.T) {
 func TestHugeMarginFailsFastWithoutSpinning(t *testing.T) {
 	s := New(2, time.Second, WithStartWindow(time.Duration(math.MaxInt64-int64(time.Second))))
 	var wakeups atomic.Int64
-	s.onWake = func() { wakeups.Add(1) }
+	s.o.SetTestHooks(func() { wakeups.Add(1) }, nil)
 	_ = s.Acquire(context.Background(), 1)
 	time.Sleep(time.Millisecond)
 	_ = s.Acquire(context.Background(), 1)

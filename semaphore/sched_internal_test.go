@@ -16,16 +16,16 @@ func schedRun(t *testing.T, seed uint64, classes []ratesem.Priority, maxQueue in
 	limit := window.Limit{N: 10, Per: time.Second}
 	s := New(limit.N, limit.Per, WithMaxQueue(maxQueue))
 	var ws schedtest.Waiters
-	s.onWaiter = func(w *waiter, done bool) { // under s.mu
+	s.o.SetTestHooks(nil, func(w any, done bool, err error, waiting int) { // under the lock
 		if done {
-			ws.Left(w, w.err == nil)
+			ws.Left(w, err == nil)
 			return
 		}
 		ws.Joined(w)
-		if n := s.waiters.Len() + s.parked.Len(); maxQueue > 0 && n >= maxQueue {
-			t.Errorf("seed %d: a waiter joins %d, WithMaxQueue(%d)", seed, n, maxQueue)
+		if maxQueue > 0 && waiting > maxQueue {
+			t.Errorf("seed %d: %d waiters, WithMaxQueue(%d)", seed, waiting, maxQueue)
 		}
-	}
+	})
 	calls := schedtest.Run(t, seed, classes, maxQueue, budgets, &ws, func(ctx context.Context, weight int64) (func(), error) {
 		if err := s.Acquire(ctx, weight); err != nil {
 			return nil, err

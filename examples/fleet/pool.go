@@ -45,7 +45,7 @@ func newPool(cfg workerConfig) (*clientpool.Pool, func(), error) {
 	table.Scope = scope
 	opts := []clientpool.Option{redisrate.Shared(rdb, cfg.Prefix)}
 	if cfg.Lease > 0 {
-		opts = append(opts, clientpool.WithLease(cfg.Lease))
+		opts = append(opts, redisrate.WithLease(cfg.Lease))
 	}
 	p, err := clientpool.New(table, opts...)
 	if err != nil {

@@ -1,15 +1,12 @@
-// Package backend joins the shared mode of packages semaphore and
-// clientpool, which import no Redis client, to package redisrate, which
-// builds it over go-redis. semaphore and clientpool set the hooks below in
-// their init functions; redisrate imports both, so the hooks are set before
-// it calls them. Nothing outside this module can reach it.
+// Package backend holds the one type internal/rstore and internal/engine
+// share to open Redis stores without importing each other's internals.
+// Nothing outside this module can reach it.
 package backend
 
 import (
 	"time"
 
 	"github.com/ratesem/ratesem/internal/rspec"
-	"github.com/ratesem/ratesem/window"
 )
 
 // Opener opens the stores of one Redis (internal/rstore.NewOpener).
@@ -28,12 +25,3 @@ type Opener struct {
 	// caller adds what to do to the message.
 	Check func(timeout time.Duration, prefix, scope string, cs []rspec.Charge, eviction bool) error
 }
-
-// NewSemaphore builds a *semaphore.RateSemaphore over o named name: of n
-// units per per under the options' window when p is nil, else of the
-// window p. opts is a []semaphore.Option. Set by package semaphore.
-var NewSemaphore func(o Opener, name string, n int64, per time.Duration, p window.Policy, opts any) (any, error)
-
-// PoolOption returns the clientpool.Option that keeps a Pool's rules in
-// the stores o opens under prefix. Set by package clientpool.
-var PoolOption func(o Opener, prefix string) any

@@ -28,7 +28,7 @@ type binanceCase struct {
 	workers  int
 	// usage, when set, replaces REQUEST_WEIGHT's Usage: a user who reads
 	// the generic X-RateLimit-* or IETF headers.
-	usage clientpool.UsageFunc
+	usage func(http.Header) (int64, bool)
 	// windows is how many windows of the binding rule the run may take
 	// beyond the ideal (a server that says "full" costs windows); each
 	// spurious throttle may cost one cap on top, and each stall one stall.
@@ -99,7 +99,7 @@ func runBinance(t *testing.T, c binanceCase) {
 // usageFor returns the Usage a user would configure to read a header set
 // of exchangetest.AbsurdHeaders: Binance's own for the X-MBX sets (the
 // preset's), the generic readers for the others.
-func usageFor(set string) clientpool.UsageFunc {
+func usageFor(set string) func(http.Header) (int64, bool) {
 	switch {
 	case strings.HasPrefix(set, "xrl-"):
 		return clientpool.XRateLimitUsage

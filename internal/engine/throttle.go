@@ -1,4 +1,4 @@
-package clientpool
+package engine
 
 import (
 	"fmt"
@@ -19,7 +19,7 @@ import (
 // ratesem.ErrUnknownRule for an unknown rule, and one matching
 // ratesem.ErrTooManyKeys when the key is new and the pool is full
 // (WithMaxKeys).
-func (p *Pool) Pause(rule, key string, until time.Time) error {
+func (p *Engine) Pause(rule, key string, until time.Time) error {
 	rs, ok := p.rules[rule]
 	if !ok {
 		return fmt.Errorf("%w %q", ratesem.ErrUnknownRule, rule)
@@ -38,7 +38,7 @@ func (p *Pool) Pause(rule, key string, until time.Time) error {
 	return err
 }
 
-func (p *Pool) pause(rs *ruleState, key string, until time.Time) (bool, error) {
+func (p *Engine) pause(rs *ruleState, key string, until time.Time) (bool, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock() // Rule.Window runs here: a panic must not leave the pool locked
 	now := p.now()
@@ -56,7 +56,7 @@ func (p *Pool) pause(rs *ruleState, key string, until time.Time) (bool, error) {
 // pauseLocked extends l's pause to until. A later end only makes the
 // limiter refuse longer, so no waiter needs a new try: the heads it
 // refuses are tried again at their wake instant and told the new one.
-func (p *Pool) pauseLocked(l *limiter, until, now time.Time) {
+func (p *Engine) pauseLocked(l *limiter, until, now time.Time) {
 	if fb, u := l.feedback(), p.mono(until); u > fb.paused {
 		fb.paused = u
 	}
@@ -77,28 +77,22 @@ func (p *Pool) pauseLocked(l *limiter, until, now time.Time) {
 // those with the shortest Limit.Per are paused (the shortest window that
 // can explain the rejection, not a daily one). A Release of a call on the
 // key admitted after its latest throttle resets k. It never blocks.
-func (p *Pool) Throttled(charges []Charge, status int, retryAfter time.Duration) {
+func (p *Engine) Throttled(charges []Charge, status int, retryAfter time.Duration) {
 	p.throttle(charges, p.marked(charges), status, retryAfter)
 }
 
-// ThrottledResponse is Throttled for a throttled HTTP response, described by
-// th: the Table's ThrottleTargets, when set, picks the charges the response
-// is about; th.RetryAfter is the server's delay (0 when it gave none). It
-// never blocks and reads no body.
-func (p *Pool) ThrottledResponse(th Throttle, charges []Charge) {
-	var targets []Charge
-	if p.table.ThrottleTargets != nil {
-		targets = p.table.ThrottleTargets(th, charges)
-	}
+// ThrottledTargets is Throttled with the targets chosen by the front
+// (clientpool.Table.ThrottleTargets); nil targets: the marked rules.
+func (p *Engine) ThrottledTargets(charges, targets []Charge, status int, retryAfter time.Duration) {
 	if targets == nil {
 		targets = p.marked(charges)
 	}
-	p.throttle(charges, targets, th.Status, th.RetryAfter)
+	p.throttle(charges, targets, status, retryAfter)
 }
 
 // marked returns the charges whose rule is marked PauseOnThrottle, or all of
 // them when none is.
-func (p *Pool) marked(charges []Charge) []Charge {
+func (p *Engine) marked(charges []Charge) []Charge {
 	targets := slices.DeleteFunc(slices.Clone(charges), func(c Charge) bool {
 		rs := p.rules[c.Rule]
 		return rs == nil || !rs.PauseOnThrottle
@@ -110,7 +104,7 @@ func (p *Pool) marked(charges []Charge) []Charge {
 }
 
 // shortestLocked keeps the targets whose rule has the shortest window.
-func (p *Pool) shortestLocked(targets []Charge) []Charge {
+func (p *Engine) shortestLocked(targets []Charge) []Charge {
 	var per time.Duration
 	for _, c := range targets {
 		if rs := p.rules[c.Rule]; rs != nil && (per == 0 || rs.limit.Per < per) {
@@ -129,7 +123,7 @@ type pauseEvent struct {
 	d         time.Duration
 }
 
-func (p *Pool) throttle(charges, targets []Charge, status int, retryAfter time.Duration) {
+func (p *Engine) throttle(charges, targets []Charge, status int, retryAfter time.Duration) {
 	src := ratesem.SourceBackoff
 	if retryAfter > 0 {
 		src = ratesem.SourceRetryAfter
@@ -146,7 +140,7 @@ func (p *Pool) throttle(charges, targets []Charge, status int, retryAfter time.D
 
 // throttleKeys pauses the targets (see Throttled) and returns the pauses
 // it set, under the lock.
-func (p *Pool) throttleKeys(targets []Charge, retryAfter time.Duration) []pauseEvent {
+func (p *Engine) throttleKeys(targets []Charge, retryAfter time.Duration) []pauseEvent {
 	limit := backoff.Cap(p.maxPause)
 	var paused []pauseEvent
 	p.mu.Lock()

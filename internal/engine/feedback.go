@@ -1,4 +1,4 @@
-package clientpool
+package engine
 
 import (
 	"fmt"
@@ -26,7 +26,7 @@ import (
 // ratesem.ErrUnknownRule for an unknown rule, and one matching
 // ratesem.ErrTooManyKeys when the key is new and the pool is full
 // (WithMaxKeys).
-func (p *Pool) Reconcile(rule, key string, used int64) error {
+func (p *Engine) Reconcile(rule, key string, used int64) error {
 	rs, ok := p.rules[rule]
 	if !ok {
 		return fmt.Errorf("%w %q", ratesem.ErrUnknownRule, rule)
@@ -49,7 +49,7 @@ func (p *Pool) Reconcile(rule, key string, used int64) error {
 	return nil
 }
 
-func (p *Pool) reconcile(rs *ruleState, key string, used int64) (int64, error) {
+func (p *Engine) reconcile(rs *ruleState, key string, used int64) (int64, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock() // a window that panics must not leave the pool locked
 	now := p.now()
@@ -72,7 +72,7 @@ func (p *Pool) reconcile(rs *ruleState, key string, used int64) (int64, error) {
 // units given back (a report that bounds the units from elsewhere lower
 // than an earlier one did) let l's waiters try again at once. It returns
 // the units taken in (0 when none).
-func (p *Pool) reportedLocked(l *limiter, delta int64, now time.Time) int64 {
+func (p *Engine) reportedLocked(l *limiter, delta int64, now time.Time) int64 {
 	if delta == 0 {
 		return 0
 	}
@@ -91,7 +91,7 @@ func (p *Pool) reportedLocked(l *limiter, delta int64, now time.Time) int64 {
 
 // consumeLocked makes l's window count extra more units at now, clamped to
 // the rule's limit; it returns the units counted (0 when extra ≤ 0).
-func (p *Pool) consumeLocked(l *limiter, r window.Reconciler, extra int64, now time.Time) int64 {
+func (p *Engine) consumeLocked(l *limiter, r window.Reconciler, extra int64, now time.Time) int64 {
 	if extra <= 0 {
 		return 0
 	}
@@ -178,14 +178,14 @@ func (t *Ticket) ObserveHeaders(h http.Header) {
 }
 
 // observe takes in one charge's server count used (≥ 0); see ObserveHeaders.
-func (p *Pool) observe(hd *held, used int64) int64 {
+func (p *Engine) observe(hd *held, used int64) int64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.observeLocked(hd, used, p.now())
 }
 
 // observeLocked is observe under the lock.
-func (p *Pool) observeLocked(hd *held, used int64, now time.Time) int64 {
+func (p *Engine) observeLocked(hd *held, used int64, now time.Time) int64 {
 	r, ok := hd.lim.policy.(window.Reconciler)
 	if !ok {
 		return 0

@@ -1,4 +1,4 @@
-package clientpool
+package engine
 
 import "github.com/ratesem/ratesem"
 

@@ -1,4 +1,4 @@
-package clientpool
+package engine
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 func schedRun(t *testing.T, seed uint64, classes []ratesem.Priority, maxQueue int, budgets bool) ([]*schedtest.Call, window.Limit) {
 	t.Helper()
 	limit := window.Limit{N: 10, Per: time.Second}
-	p, err := New(Table{Rules: []Rule{{Name: "ip", Limit: limit}}}, WithMaxQueue(maxQueue))
+	p, err := New([]Rule{{Name: "ip", Limit: limit}}, "", func(c *Config) { c.MaxQueue = maxQueue })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,8 +32,8 @@ func schedRun(t *testing.T, seed uint64, classes []ratesem.Priority, maxQueue in
 		}
 	}
 	calls := schedtest.Run(t, seed, classes, maxQueue, budgets, &ws, func(ctx context.Context, weight int64) (func(), error) {
-		tk, err := p.Acquire(ctx, Charge{Rule: "ip", Weight: weight})
-		if err != nil {
+		tk := new(Ticket)
+		if err := p.Acquire(ctx, tk, []Charge{{Rule: "ip", Weight: weight}}); err != nil {
 			return nil, err
 		}
 		return tk.Release, nil

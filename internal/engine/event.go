@@ -1,4 +1,4 @@
-package clientpool
+package engine
 
 import (
 	"fmt"
@@ -23,25 +23,34 @@ import (
 // Rule. In Redis mode (redisrate.Shared) a call's wait is its round trips' and
 // Queued is not reported.
 
-func (p *Pool) emit(e ratesem.Event) {
+func (p *Engine) emit(e ratesem.Event) {
 	if p.observer != nil {
-		p.observer(e)
+		p.observer(p.named(e))
 	}
+}
+
+// named returns e as the front reports it: a semaphore over Redis names
+// itself in Key, with no Rule.
+func (p *Engine) named(e ratesem.Event) ratesem.Event {
+	if p.one != nil {
+		e.Rule, e.Key = "", p.one.name
+	}
+	return e
 }
 
 // emitCharges reports one event per charge, e with the charge's rule, key
 // and weight; one event with no rule when there is no charge.
-func (p *Pool) emitCharges(e ratesem.Event, charges []Charge) {
+func (p *Engine) emitCharges(e ratesem.Event, charges []Charge) {
 	if p.observer == nil {
 		return
 	}
 	if len(charges) == 0 && e.Kind != ratesem.Admitted {
-		p.observer(e)
+		p.observer(p.named(e))
 		return
 	}
 	for _, c := range charges {
 		e.Rule, e.Key, e.Weight = c.Rule, c.Key, c.Weight
-		p.observer(e)
+		p.observer(p.named(e))
 	}
 }
 
@@ -50,7 +59,7 @@ func (p *Pool) emitCharges(e ratesem.Event, charges []Charge) {
 // calls runtime.Goexit), t's admission is taken back first (takeBack): the
 // caller gets the panic, not the ticket, and holds nothing. The deferred
 // call does not recover, so the panic keeps its stack.
-func (p *Pool) emitAdmitted(t *Ticket, charges []Charge, wait time.Duration, queued bool) {
+func (p *Engine) emitAdmitted(t *Ticket, charges []Charge, wait time.Duration, queued bool) {
 	if p.observer == nil {
 		return
 	}
@@ -69,7 +78,7 @@ func (p *Pool) emitAdmitted(t *Ticket, charges []Charge, wait time.Duration, que
 // panics (or calls runtime.Goexit), w gives up first (abandon: it leaves
 // the queues, or its admission, if it came meanwhile, is undone), so that
 // no admission is granted to a caller that is gone.
-func (p *Pool) emitQueued(w *waiter, charges []Charge) {
+func (p *Engine) emitQueued(w *waiter, charges []Charge) {
 	if p.observer == nil {
 		return
 	}
@@ -87,7 +96,7 @@ func (p *Pool) emitQueued(w *waiter, charges []Charge) {
 // observer panicked): in process exactly, as if it had never been admitted
 // (undoHeldLocked at its admission instant); in Redis mode t is released
 // (the call ends at once in Redis, on the safe side).
-func (p *Pool) takeBack(t *Ticket) {
+func (p *Engine) takeBack(t *Ticket) {
 	if p.rem != nil {
 		t.Release()
 		return
@@ -107,7 +116,7 @@ func (p *Pool) takeBack(t *Ticket) {
 
 // emitOver reports a Distrusted event for each charge of t admitted above
 // the limit its key learned (learnedFit); t.held[i] is t.charges[i]'s.
-func (p *Pool) emitOver(t *Ticket) {
+func (p *Engine) emitOver(t *Ticket) {
 	if p.observer == nil {
 		return
 	}
@@ -122,7 +131,7 @@ func (p *Pool) emitOver(t *Ticket) {
 
 // emitFailed reports the failure err of an Acquire of charges; w is its
 // waiter when it had queued, else nil.
-func (p *Pool) emitFailed(charges []Charge, w *waiter, err error) {
+func (p *Engine) emitFailed(charges []Charge, w *waiter, err error) {
 	if p.observer == nil {
 		return
 	}
@@ -136,7 +145,7 @@ func (p *Pool) emitFailed(charges []Charge, w *waiter, err error) {
 // noteEvictedLocked keeps the (rule, key) of an evicted limiter for
 // flushEvicted, when the pool has an observer: the observer must not run
 // under the lock.
-func (p *Pool) noteEvictedLocked(l *limiter) {
+func (p *Engine) noteEvictedLocked(l *limiter) {
 	if p.observer != nil {
 		p.evicted = append(p.evicted, Charge{Rule: l.rule.Name, Key: l.key})
 		p.evictedN.Store(int32(len(p.evicted)))
@@ -145,7 +154,7 @@ func (p *Pool) noteEvictedLocked(l *limiter) {
 
 // flushEvicted reports the evictions noted since the last flush. It takes
 // the lock only when there are some.
-func (p *Pool) flushEvicted() {
+func (p *Engine) flushEvicted() {
 	if p.observer == nil || p.evictedN.Load() == 0 {
 		return
 	}

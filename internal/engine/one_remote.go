@@ -1,4 +1,4 @@
-package semaphore
+package engine
 
 import (
 	"context"
@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/ratesem/ratesem"
@@ -18,33 +17,23 @@ import (
 	"github.com/ratesem/ratesem/window"
 )
 
-// DefaultRedisPrefix is the prefix of the keys of a RateSemaphore built
-// with redisrate.NewSemaphore, unless WithRedisPrefix sets another.
-const DefaultRedisPrefix = "ratesem:sem"
-
 // redisRule names the one rule of a RateSemaphore in Redis.
 const redisRule = "n"
 
-// redisSem is the part of a RateSemaphore built with redisrate.NewSemaphore:
-// its state is in Redis, its waiting in a remote.Engine.
-type redisSem struct {
-	eng    *remote.Engine
+// oneRemote is the part of a One over Redis (redisrate.NewSemaphore) that
+// the Engine's Redis mode does not have: its name, its limit's Redis form,
+// the fallback, and the calls of Acquire and TryAcquire by units, which a
+// Release(n) without a ticket ends.
+type oneRemote struct {
+	one    *One
 	name   string
-	spec   atomic.Pointer[rspec.Spec] // replaced whole by SetLimit
-	local  *RateSemaphore             // the fallback, or nil
+	local  *One // the fallback, or nil
 	localN int64
 	capOpt int64 // WithMaxUnitsInFlight, or -1
 	// burstN: the window's burst follows N (a bucket or GCRA made with a
 	// burst of 0): SetLimit sets the spec's burst to the new N, as the
 	// window's own SetLimit does in process
 	burstN bool
-
-	obs func(ratesem.Event) // WithObserver, or nil
-
-	// late, with WithDeferredRedisChecks, is the eviction check deferred
-	// to the first call that finds Redis answering (nil when there is
-	// none).
-	late *remote.DeferredCheck
 
 	mu        sync.Mutex
 	held      map[int64][]*heldCall // calls in flight, by units left, oldest first
@@ -54,32 +43,44 @@ type redisSem struct {
 
 // heldCall is a call in flight admitted by this process.
 type heldCall struct {
-	call *remote.Call
+	t    *Ticket
 	n    int64 // units admitted
 	left int64 // units not released yet
 	seq  uint64
 }
 
-func init() { backend.NewSemaphore = newShared }
-
-// newShared builds a RateSemaphore whose state is in the stores o opens:
-// redisrate.NewSemaphore (p nil: n units per per under the options'
-// window) and redisrate.NewSemaphoreWithPolicy (the window p). opts is a
-// []Option.
-func newShared(o backend.Opener, name string, n int64, per time.Duration, p window.Policy, opts any) (any, error) {
-	list, _ := opts.([]Option)
-	if p != nil {
-		return newRedisPolicy(o, name, p, list)
+// NewShared returns the One of a semaphore whose state is kept in Redis
+// through o under name: redisrate.NewSemaphore (p nil: n units per per
+// under cfg's window) and redisrate.NewSemaphoreWithPolicy (the window p).
+// cfg comes from the options; its Redis options apply.
+func NewShared(o backend.Opener, name string, n int64, per time.Duration, p window.Policy, cfg Config) (*One, error) {
+	if err := cfg.err(); err != nil {
+		return nil, err
 	}
-	return newRedisN(o, name, n, per, list)
+	if cfg.Clock != nil {
+		return nil, errors.New("ratesem: WithClock cannot apply in Redis mode: Redis decides on the server's clock")
+	}
+	if err := cfg.CheckFront(true); err != nil {
+		return nil, err
+	}
+	if cfg.Redis.Prefix == "" {
+		cfg.Redis.Prefix = DefaultPrefix
+	}
+	if cfg.Redis.Timeout == 0 {
+		cfg.Redis.Timeout = DefaultRedisTimeout
+	}
+	if p != nil {
+		return newRedisPolicy(o, name, p, cfg)
+	}
+	return newRedisN(o, name, n, per, cfg)
 }
 
+// DefaultPrefix is the prefix of a semaphore's keys in Redis
+// (redisrate.DefaultPrefix).
+const DefaultPrefix = "ratesem:sem"
+
 // newRedisN is redisrate.NewSemaphore.
-func newRedisN(o backend.Opener, name string, n int64, interval time.Duration, opts []Option) (*RateSemaphore, error) {
-	cfg := buildConfig(opts)
-	if len(cfg.errs) > 0 {
-		return nil, errors.Join(cfg.errs...)
-	}
+func newRedisN(o backend.Opener, name string, n int64, interval time.Duration, cfg Config) (*One, error) {
 	if name == "" {
 		return nil, errors.New("ratesem: redisrate.NewSemaphore: empty name")
 	}
@@ -87,29 +88,26 @@ func newRedisN(o backend.Opener, name string, n int64, interval time.Duration, o
 	if err != nil {
 		return nil, err
 	}
-	newLocal := func(localN int64) *RateSemaphore {
-		var lo []Option
-		if cfg.start {
-			lo = append(lo, WithStartWindow(cfg.margin))
+	newLocal := func(localN int64) *One {
+		lc := Config{Concurrency: -1}
+		if cfg.Concurrency >= 0 {
+			lc.Concurrency = min(cfg.Concurrency, localN)
 		}
-		if cfg.concurrency >= 0 {
-			lo = append(lo, WithMaxUnitsInFlight(min(cfg.concurrency, localN)))
+		l := window.Limit{N: localN, Per: interval}
+		if cfg.Start {
+			return NewOne(window.NewSlidingLog(l, cfg.Margin), lc)
 		}
-		return New(localN, interval, lo...)
+		return NewOne(window.NewCompletion(l), lc)
 	}
 	return newRedis(o, name, sp, cfg, newLocal)
 }
 
 // newRedisPolicy is redisrate.NewSemaphoreWithPolicy.
-func newRedisPolicy(o backend.Opener, name string, p window.Policy, opts []Option) (*RateSemaphore, error) {
-	cfg := buildConfig(opts)
-	if len(cfg.errs) > 0 {
-		return nil, errors.Join(cfg.errs...)
-	}
+func newRedisPolicy(o backend.Opener, name string, p window.Policy, cfg Config) (*One, error) {
 	switch {
 	case p == nil:
 		return nil, errors.New("ratesem: redisrate.NewSemaphoreWithPolicy: nil policy")
-	case cfg.start:
+	case cfg.Start:
 		return nil, errors.New("ratesem: redisrate.NewSemaphoreWithPolicy: WithStartWindow conflicts with the policy given")
 	case name == "":
 		return nil, errors.New("ratesem: redisrate.NewSemaphoreWithPolicy: empty name")
@@ -122,103 +120,111 @@ func newRedisPolicy(o backend.Opener, name string, p window.Policy, opts []Optio
 		return nil, fmt.Errorf("%w: redisrate.NewSemaphoreWithPolicy: %d per %v: want n > 0 and a positive interval",
 			ratesem.ErrInvalidLimit, sp.Limit.N, sp.Limit.Per)
 	}
-	if cfg.concurrency == 0 {
+	if cfg.Concurrency == 0 {
 		return nil, fmt.Errorf("%w: redisrate.NewSemaphoreWithPolicy: WithMaxUnitsInFlight(0) admits nothing", ratesem.ErrInvalidLimit)
 	}
-	sp.SetSemaphoreCap(cfg.concurrency) // N in flight, as in process, for a window that does not cap them
+	sp.SetSemaphoreCap(cfg.Concurrency) // N in flight, as in process, for a window that does not cap them
 	if err := sp.Check(); err != nil {
 		return nil, fmt.Errorf("%w (redisrate.NewSemaphoreWithPolicy)", err)
 	}
 	burstN := winfast.BurstFollowsN(p) // before newLocal changes p's limit
-	newLocal := func(localN int64) *RateSemaphore {
+	newLocal := func(localN int64) *One {
 		p.SetLimit(time.Now(), window.Limit{N: localN, Per: sp.Limit.Per})
-		var lo []Option
-		if cfg.concurrency >= 0 {
-			lo = append(lo, WithMaxUnitsInFlight(min(cfg.concurrency, localN)))
+		lc := Config{Concurrency: -1}
+		if cfg.Concurrency >= 0 {
+			lc.Concurrency = min(cfg.Concurrency, localN)
 		}
-		return NewWithPolicy(p, lo...)
+		return NewOne(p, lc)
 	}
 	s, err := newRedis(o, name, &sp, cfg, newLocal)
 	if err == nil {
-		s.remote.burstN = burstN
+		s.rem.burstN = burstN
 	}
 	return s, err
 }
 
 // newRedis is the common part of newRedisN and newRedisPolicy; newLocal
-// builds the fallback of localN units.
-func newRedis(o backend.Opener, name string, sp *rspec.Spec, cfg config, newLocal func(localN int64) *RateSemaphore) (*RateSemaphore, error) {
+// builds the fallback of localN units. The One's Engine is in Redis mode,
+// with one rule, redisRule, whose key "" is the semaphore's limit in the
+// scope name.
+func newRedis(o backend.Opener, name string, sp *rspec.Spec, cfg Config, newLocal func(localN int64) *One) (*One, error) {
 	if len(name) > rspec.MaxNameLen {
 		// Checked here, not at the first Acquire: there the store's refusal
 		// would pass for a Redis outage (ratesem.ErrUnavailable, or the fallback
 		// forever) and the limit would silently not be shared.
 		return nil, fmt.Errorf("ratesem: redisrate.NewSemaphore: a name of %d bytes: want at most %d", len(name), rspec.MaxNameLen)
 	}
-	st, err := o.Open(cfg.prefix, cfg.lease)
-	if err != nil {
-		return nil, fmt.Errorf("%w (redisrate.NewSemaphore)", err)
-	}
-	r := &redisSem{name: name, held: map[int64][]*heldCall{}, capOpt: cfg.concurrency}
-	if cfg.deferChecks {
-		if !cfg.evictionAllowed {
-			r.late = remote.NewDeferredCheck(func() error { return o.Check(cfg.timeout, cfg.prefix, name, nil, true) }, r.checkError)
-		}
-	} else if err := o.Check(cfg.timeout, cfg.prefix, name, []rspec.Charge{{Rule: redisRule, Spec: sp}}, !cfg.evictionAllowed); err != nil {
-		return nil, r.checkError(err)
-	}
-	r.obs = cfg.observer
-	r.spec.Store(sp)
-	ecfg := remote.Config{Store: st, Timeout: cfg.timeout, Jitter: cfg.jitter, ErrDeadline: ratesem.ErrDeadline, TestAfterAdmit: cfg.testAfterAdmit, MaxQueue: cfg.maxQueue}
-	if cfg.fallback {
-		r.localN = max(1, int64(math.Floor(cfg.share*float64(sp.Limit.N))))
+	r := &oneRemote{name: name, held: map[int64][]*heldCall{}, capOpt: cfg.Concurrency}
+	if cfg.Redis.Fallback {
+		r.localN = max(1, int64(math.Floor(cfg.Redis.Share*float64(sp.Limit.N))))
 		r.local = newLocal(r.localN)
-		ecfg.Fallback = fallback{r}
 	}
-	r.eng, err = remote.New(ecfg)
-	if err != nil {
-		return nil, fmt.Errorf("%w (redisrate.NewSemaphore)", err)
+	one := &One{rem: r, slow: true, obs: cfg.Observer}
+	r.one = one
+	e := &one.Engine
+	one.e = e
+	e.rules, e.clock, e.observer, e.maxQueue, e.scope, e.one = make(map[string]*ruleState), wake.NewClock(nil), cfg.Observer, int32(min(cfg.MaxQueue, math.MaxInt32)), name, r
+	e.epoch = e.clock.Now()
+	rs := &ruleState{Rule: &Rule{Name: redisRule, Limit: sp.Limit}, keys: make(map[string]*limiter, 1), one: true}
+	rs.setSpec(sp)
+	lim := &one.lim
+	lim.rule, lim.refs = rs, 1 // pinned: never idle, never evicted
+	one.l, one.rs = lim, rs
+	rs.keys[""] = lim
+	e.rules[redisRule] = rs
+	e.ruleList = []*ruleState{rs}
+	e.live = 1
+	cfg.Shared = &Shared{Opener: o, Prefix: cfg.Redis.Prefix}
+	if err := e.initRedis(&cfg); err != nil {
+		return nil, err
 	}
-	s := &RateSemaphore{clock: wake.NewClock(nil), size: sp.Limit.N, interval: sp.Limit.Per, capOpt: cfg.concurrency, remote: r}
-	return s, nil
+	return one, nil
+}
+
+// setSpec makes sp the Redis form of rs, a One's rule: its limit, and the
+// heaviest charge, which the spec decides (the concurrency cap included).
+func (rs *ruleState) setSpec(sp *rspec.Spec) {
+	rs.spec, rs.limit = sp, sp.Limit
+	rs.capacity, rs.cap = sp.Capacity(), math.MaxInt64
 }
 
 // redisSpec returns the Spec of a limit of n per interval under cfg's
 // window, or an error matching ratesem.ErrInvalidLimit.
-func redisSpec(n int64, interval time.Duration, cfg config) (*rspec.Spec, error) {
+func redisSpec(n int64, interval time.Duration, cfg Config) (*rspec.Spec, error) {
 	if n <= 0 || interval <= 0 || interval%time.Microsecond != 0 {
 		return nil, fmt.Errorf("%w: redisrate.NewSemaphore: %d per %v: want n > 0 and an interval of a positive whole number of microseconds",
 			ratesem.ErrInvalidLimit, n, interval)
 	}
 	sp := &rspec.Spec{Kind: rspec.Completion, Limit: window.Limit{N: n, Per: interval}}
-	if cfg.start {
-		if cfg.margin%time.Microsecond != 0 {
-			return nil, fmt.Errorf("%w: redisrate.NewSemaphore: margin %v: want a whole number of microseconds", ratesem.ErrInvalidLimit, cfg.margin)
+	if cfg.Start {
+		if cfg.Margin%time.Microsecond != 0 {
+			return nil, fmt.Errorf("%w: redisrate.NewSemaphore: margin %v: want a whole number of microseconds", ratesem.ErrInvalidLimit, cfg.Margin)
 		}
-		sp.Kind, sp.Margin = rspec.SlidingLog, cfg.margin
+		sp.Kind, sp.Margin = rspec.SlidingLog, cfg.Margin
 	}
-	if cfg.concurrency == 0 {
+	if cfg.Concurrency == 0 {
 		return nil, fmt.Errorf("%w: redisrate.NewSemaphore: WithMaxUnitsInFlight(0) admits nothing", ratesem.ErrInvalidLimit)
 	}
-	sp.SetSemaphoreCap(cfg.concurrency) // N in flight, as in process, for the sliding log
+	sp.SetSemaphoreCap(cfg.Concurrency) // N in flight, as in process, for the sliding log
 	return sp, nil
 }
 
 // checkError says what the check at construction found and what to do.
-func (r *redisSem) checkError(err error) error {
+func (r *oneRemote) checkError(err error) error {
 	switch {
 	case errors.Is(err, ratesem.ErrLimitMismatch):
 		return r.named(err)
 	case errors.Is(err, ratesem.ErrEviction):
-		return fmt.Errorf("%w (semaphore.WithEvictionAllowed to use it anyway)", err)
+		return fmt.Errorf("%w (redisrate.WithEvictionAllowed to use it anyway)", err)
 	case errors.Is(err, ratesem.ErrUnavailable):
-		return fmt.Errorf("%w (redisrate.NewSemaphore asks Redis once; semaphore.WithDeferredRedisChecks builds the semaphore before Redis is up)", err)
+		return fmt.Errorf("%w (redisrate.NewSemaphore asks Redis once; redisrate.WithDeferredChecks builds the semaphore before Redis is up)", err)
 	}
 	return err
 }
 
 // named rewrites a limit mismatch to name the semaphore, not its rule in
 // Redis; other errors are returned as they are.
-func (r *redisSem) named(err error) error {
+func (r *oneRemote) named(err error) error {
 	var me *rspec.MismatchError
 	if !errors.As(err, &me) {
 		return err
@@ -227,17 +233,19 @@ func (r *redisSem) named(err error) error {
 		ratesem.ErrLimitMismatch, r.name, me.Have, me.Stored)
 }
 
-// lateCheck runs, with WithDeferredRedisChecks, the eviction check
-// deferred (remote.DeferredCheck; bounded by WithRedisTimeout).
-func (r *redisSem) lateCheck() error { return r.late.Err(r.eng) }
-
 // charges returns the one charge of a call of n units.
-func (r *redisSem) charges(n int64) []rspec.Charge {
-	return []rspec.Charge{{Rule: redisRule, Spec: r.spec.Load(), Weight: n}}
+func charges(n int64) []Charge { return []Charge{{Rule: redisRule, Weight: n}} }
+
+// spec returns the Redis form of the limit in force.
+func (r *oneRemote) spec() *rspec.Spec {
+	e := r.one.e
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return r.one.rs.spec
 }
 
-func (r *redisSem) tooLarge(n int64) error {
-	sp := r.spec.Load()
+func (r *oneRemote) tooLarge(n int64) error {
+	sp := r.spec()
 	if n > sp.Limit.N {
 		return fmt.Errorf("%w: weight %d, limit %d per %v", ratesem.ErrWeightTooLarge, n, sp.Limit.N, sp.Limit.Per)
 	}
@@ -247,87 +255,64 @@ func (r *redisSem) tooLarge(n int64) error {
 	return nil
 }
 
-func (r *redisSem) acquire(ctx context.Context, n int64) error {
+func (r *oneRemote) acquire(ctx context.Context, n int64) error {
 	_, err := r.acquireLocal(ctx, n)
 	return err
 }
 
 // acquireLocal is Acquire; it reports whether the fallback admitted the
-// call.
-func (r *redisSem) acquireLocal(ctx context.Context, n int64) (bool, error) {
-	var since time.Time
-	if r.obs != nil {
-		since = time.Now()
-	}
-	c, err := r.admit(ctx, n, false)
-	if err != nil {
-		r.observeFailed(n, since, err)
-		return false, err
-	}
-	// Reported before the call is held, so that an observer's panic gives
-	// back this call (observeAdmitted) and no other's.
-	r.observeAdmitted(n, since, c)
-	if c == nil {
+// call. An Acquire of 0 units makes no round trip.
+func (r *oneRemote) acquireLocal(ctx context.Context, n int64) (bool, error) {
+	if n == 0 {
+		if err := ctx.Err(); err != nil {
+			r.one.e.emitFailed(charges(0), nil, err)
+			return false, err
+		}
+		r.one.e.emitCharges(ratesem.Event{Kind: ratesem.Admitted}, charges(0))
 		return false, nil
 	}
-	r.hold(c, n)
-	return c.Local(), nil
+	t, err := r.admit(ctx, n, "Acquire")
+	if err != nil {
+		return false, err
+	}
+	r.hold(t, n)
+	return t.rcall.Local(), nil
 }
 
-// admit is the admission of Acquire (begin false) and of Begin: the
-// checks, then the round trip. It returns a nil call, after no round trip,
-// for an Acquire of 0 units; Begin's makes its round trip too, so that End
-// has a call in Redis to settle a debit on.
-func (r *redisSem) admit(ctx context.Context, n int64, begin bool) (*remote.Call, error) {
-	if n < 0 {
-		op := "Acquire"
-		if begin {
-			op = "Begin"
+// admit is the admission of Acquire and Begin: the checks, then the
+// Engine's Redis admission (reported to the observer there; if the
+// observer panics, the call is released first).
+func (r *oneRemote) admit(ctx context.Context, n int64, op string) (*Ticket, error) {
+	e := r.one.e
+	err := func() error {
+		if n < 0 {
+			return fmt.Errorf("%w %d: %s", ratesem.ErrNegativeWeight, n, op)
 		}
-		return nil, fmt.Errorf("%w %d: %s", ratesem.ErrNegativeWeight, n, op)
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	if n == 0 && !begin {
-		return nil, nil
-	}
-	if err := r.tooLarge(n); err != nil {
-		return nil, err
-	}
-	if err := r.lateCheck(); err != nil {
-		return nil, err
-	}
-	c, err := r.eng.Acquire(ctx, r.name, r.charges(n))
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		return r.tooLarge(n)
+	}()
 	if err != nil {
+		e.emitFailed(charges(n), nil, err)
+		return nil, err
+	}
+	t := new(Ticket)
+	if err := e.Acquire(ctx, t, charges(n)); err != nil {
 		return nil, r.named(err)
 	}
-	return c, nil
+	return t, nil
 }
 
-func (r *redisSem) tryAcquire(n int64) bool {
-	if n < 0 || r.tooLarge(n) != nil {
-		return false
-	}
-	if n == 0 {
-		return true
-	}
-	if r.lateCheck() != nil {
-		return false
-	}
-	c, ok, _ := r.eng.TryAcquire(r.name, r.charges(n))
-	if !ok {
-		return false
-	}
-	r.observeAdmitted(n, time.Time{}, c)
-	r.hold(c, n)
-	return true
+func (r *oneRemote) tryAcquire(n int64) bool {
+	d, err := r.tryAcquireWait(n)
+	return d == 0 && err == nil
 }
 
-func (r *redisSem) hold(c *remote.Call, n int64) {
+func (r *oneRemote) hold(t *Ticket, n int64) {
 	r.mu.Lock()
 	r.seq++
-	r.held[n] = append(r.held[n], &heldCall{call: c, n: n, left: n, seq: r.seq})
+	r.held[n] = append(r.held[n], &heldCall{t: t, n: n, left: n, seq: r.seq})
 	r.heldUnits += n
 	r.mu.Unlock()
 }
@@ -339,7 +324,7 @@ func (r *redisSem) hold(c *remote.Call, n int64) {
 // Redis: it counts longer, never less). It returns false, changing
 // nothing, when n is more than Acquire and TryAcquire hold (the caller
 // panics), with the units they hold.
-func (r *redisSem) release(n int64) (held int64, ok bool) {
+func (r *oneRemote) release(n int64) (held int64, ok bool) {
 	if n < 0 {
 		panic("ratesem: Release with negative weight")
 	}
@@ -375,7 +360,7 @@ func (r *redisSem) release(n int64) (held int64, ok bool) {
 	}
 	r.mu.Unlock()
 	for _, h := range done {
-		h.call.Release() // never waits on Redis
+		h.t.Release() // never waits on Redis
 	}
 	return 0, true
 }
@@ -388,10 +373,10 @@ func (r *redisSem) release(n int64) (held int64, ok bool) {
 // exactly n units it falls back to release(n): the estimate counts (on the
 // safe side when actual ≤ n). It panics as release does. Safe for
 // concurrent use; it never waits on Redis.
-func (r *redisSem) releaseSettled(n, actual int64) {
+func (r *oneRemote) releaseSettled(n, actual int64) {
 	if n <= 0 || actual == n {
 		if held, ok := r.release(n); !ok {
-			panic(overReleased(n, held, 0))
+			panic(OverReleased(n, held, 0))
 		}
 		return
 	}
@@ -400,7 +385,7 @@ func (r *redisSem) releaseSettled(n, actual int64) {
 	if len(q) == 0 {
 		r.mu.Unlock()
 		if held, ok := r.release(n); !ok {
-			panic(overReleased(n, held, 0))
+			panic(OverReleased(n, held, 0))
 		}
 		return
 	}
@@ -409,10 +394,11 @@ func (r *redisSem) releaseSettled(n, actual int64) {
 	h.left = 0
 	r.heldUnits -= n
 	r.mu.Unlock()
-	h.call.ReleaseSettled([]int64{max(actual, 0)}) // never waits on Redis
+	_ = h.t.Settle(redisRule, max(actual, 0))
+	h.t.Release() // never waits on Redis
 }
 
-func (r *redisSem) popHeld(left int64) {
+func (r *oneRemote) popHeld(left int64) {
 	q := r.held[left]
 	q[0] = nil
 	if len(q) == 1 {
@@ -423,7 +409,7 @@ func (r *redisSem) popHeld(left int64) {
 }
 
 // oldestHeld returns the oldest call in flight (heldUnits > 0).
-func (r *redisSem) oldestHeld() *heldCall {
+func (r *oneRemote) oldestHeld() *heldCall {
 	var o *heldCall
 	for _, q := range r.held {
 		if o == nil || q[0].seq < o.seq {
@@ -433,21 +419,19 @@ func (r *redisSem) oldestHeld() *heldCall {
 	return o
 }
 
-func (r *redisSem) pause(until time.Time) {
-	d := time.Until(until)
-	if d <= 0 {
+func (r *oneRemote) pause(until time.Time) {
+	if time.Until(until) <= 0 {
 		return
 	}
-	r.eng.Pause(r.name, r.charges(0)[0], d)
-	r.observe(ratesem.Event{Kind: ratesem.Paused, Until: until, Pause: d, Source: ratesem.SourceCaller})
+	_ = r.one.e.Pause(redisRule, "", until) // capped at WithMaxPause's default, 5 minutes
 }
 
-func (r *redisSem) setLimit(n int64, interval time.Duration) error {
+func (r *oneRemote) setLimit(n int64, interval time.Duration) error {
 	if n <= 0 || interval <= 0 {
 		return fmt.Errorf("%w: SetLimit(%d, %v): want n > 0 and a positive interval over Redis", ratesem.ErrInvalidLimit, n, interval)
 	}
 	sp := new(rspec.Spec)
-	*sp = *r.spec.Load()
+	*sp = *r.spec()
 	sp.Limit = window.Limit{N: n, Per: interval}
 	if r.burstN {
 		sp.Burst = n
@@ -458,15 +442,18 @@ func (r *redisSem) setLimit(n int64, interval time.Duration) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), remote.DefaultTimeout+time.Second)
 	defer cancel()
-	if err := r.eng.SetLimit(ctx, r.name, rspec.Charge{Rule: redisRule, Spec: sp}); err != nil {
+	e := r.one.e
+	if err := e.rem.eng.SetLimit(ctx, r.name, rspec.Charge{Rule: redisRule, Spec: sp}); err != nil {
 		return fmt.Errorf("%w (SetLimit)", err)
 	}
-	r.spec.Store(sp)
+	e.mu.Lock()
+	r.one.rs.setSpec(sp)
+	e.mu.Unlock()
 	return nil
 }
 
-func (r *redisSem) stats() Stats {
-	es := r.eng.Stats()
+func (r *oneRemote) stats() Stats {
+	es := r.one.e.rem.eng.Stats()
 	r.mu.Lock()
 	units := r.heldUnits
 	r.mu.Unlock()
@@ -495,7 +482,7 @@ func (r *redisSem) stats() Stats {
 
 // fallback admits calls through the local RateSemaphore while Redis is
 // unreachable.
-type fallback struct{ r *redisSem }
+type fallback struct{ r *oneRemote }
 
 func (f fallback) share(n int64) error {
 	if n > f.r.localN {
@@ -535,3 +522,79 @@ func (f fallback) Pause(_ string, _ rspec.Charge, until time.Time) {
 	// The local semaphore reads the real clock too: the instants agree.
 	f.r.local.Pause(until)
 }
+
+// beginCall is One.Begin over Redis: the call is kept with its slot, not
+// among the calls Release ends. A call of 0 units makes its round trip too
+// (Acquire(ctx, 0) makes none), so that End has a call in Redis to settle
+// a debit on.
+func (r *oneRemote) beginCall(ctx context.Context, n int64) (Call, error) {
+	t, err := r.admit(ctx, n, "Begin")
+	if err != nil {
+		return Call{}, err
+	}
+	o := r.one
+	o.e.mu.Lock()
+	c := o.newCallLocked(n, 0)
+	o.calls[c.slot].t = t
+	o.e.mu.Unlock()
+	return c, nil
+}
+
+// endCall is Call.End over Redis for the call t of n units: it leaves
+// flight in Redis in the background, settled to actual units when they
+// differ from n (a refund where the window still counts it, a debit from
+// now on). It never waits on Redis.
+func (r *oneRemote) endCall(t *Ticket, n, actual int64) {
+	if actual != n {
+		_ = t.Settle(redisRule, actual)
+	}
+	t.Release()
+}
+
+// tryAcquireWait is One.TryAcquireWait over Redis (Engine.TryAcquire: a
+// refusal by Redis is ratesem.ErrInFlight, its wait not known).
+func (r *oneRemote) tryAcquireWait(n int64) (time.Duration, error) {
+	if n < 0 {
+		return 0, fmt.Errorf("%w %d: TryAcquireWait", ratesem.ErrNegativeWeight, n)
+	}
+	if err := r.tooLarge(n); err != nil {
+		return 0, err
+	}
+	if n == 0 {
+		return 0, nil
+	}
+	t := new(Ticket)
+	d, err := r.one.e.TryAcquire(t, charges(n))
+	if err != nil || d > 0 {
+		return d, r.named(err)
+	}
+	r.hold(t, n)
+	return 0, nil
+}
+
+// releaseOne is One.Release over Redis: it panics as in process.
+func (r *oneRemote) releaseOne(n int64) {
+	if held, ok := r.release(n); !ok {
+		o := r.one
+		o.e.mu.Lock()
+		calls := o.callUnits
+		o.e.mu.Unlock()
+		panic(OverReleased(n, held, calls))
+	}
+}
+
+// AcquireLocal is Acquire over Redis that reports whether the fallback
+// admitted the call (tests).
+func (o *One) AcquireLocal(ctx context.Context, n int64) (bool, error) {
+	return o.rem.acquireLocal(ctx, n)
+}
+
+// ReleaseSettled is the release over Redis of a call of n units settled
+// to actual (tests).
+func (o *One) ReleaseSettled(n, actual int64) { o.rem.releaseSettled(n, actual) }
+
+// RemoteStats returns the Redis engine's own stats (tests).
+func (o *One) RemoteStats() remote.Stats { return o.e.rem.eng.Stats() }
+
+// RemoteClosed reports whether the Redis engine is closed (tests).
+func (o *One) RemoteClosed() bool { return o.e.rem.eng.Closed() }

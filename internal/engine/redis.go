@@ -1,4 +1,4 @@
-package clientpool
+package engine
 
 import (
 	"context"
@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/ratesem/ratesem"
-	"github.com/ratesem/ratesem/internal/backend"
 	"github.com/ratesem/ratesem/internal/backoff"
 	"github.com/ratesem/ratesem/internal/remote"
 	"github.com/ratesem/ratesem/internal/rspec"
@@ -19,7 +18,7 @@ import (
 )
 
 // MaxRedisCharges is the most distinct (rule, key) charges of one call in
-// Redis mode (64): a call with more fails with ratesem.ErrTooManyCharges.
+// Redis mode (redisrate.MaxCharges).
 const MaxRedisCharges = rspec.MaxCharges
 
 // hashedKey begins the Redis name of a key that is too long for Redis
@@ -38,12 +37,6 @@ func redisKey(key string) string {
 	return hashedKey + hex.EncodeToString(sum[:])
 }
 
-func init() {
-	backend.PoolOption = func(o backend.Opener, prefix string) any {
-		return Option(func(cfg *config) { cfg.opener, cfg.prefix, cfg.redisSet = o, prefix, true })
-	}
-}
-
 // redisMode is a Pool's state in Redis mode.
 type redisMode struct {
 	eng   *remote.Engine
@@ -59,17 +52,18 @@ type redisMode struct {
 }
 
 // initRedis builds the Redis engine of p and the Spec of every rule.
-func (p *Pool) initRedis(cfg *config) error {
-	if cfg.opener.Open == nil {
+func (p *Engine) initRedis(cfg *config) error {
+	sh := cfg.Shared
+	if sh.Opener.Open == nil {
 		return errors.New("ratesem: redisrate.Shared: nil client")
 	}
-	st, err := cfg.opener.Open(cfg.prefix, cfg.lease)
+	st, err := sh.Opener.Open(sh.Prefix, cfg.Redis.Lease)
 	if err != nil {
 		return fmt.Errorf("%w (redisrate.Shared)", err)
 	}
-	scope := p.table.Scope
+	scope := p.scope
 	if scope == "" {
-		scope = cfg.prefix
+		scope = sh.Prefix
 	}
 	if len(scope) > rspec.MaxNameLen {
 		return fmt.Errorf("ratesem: redisrate.Shared: Table.Scope of %d bytes: want at most %d", len(scope), rspec.MaxNameLen)
@@ -78,17 +72,23 @@ func (p *Pool) initRedis(cfg *config) error {
 		if len(rs.Name) > rspec.MaxNameLen {
 			return fmt.Errorf("ratesem: redisrate.Shared: rule name %.64q…: want at most %d bytes", rs.Name, rspec.MaxNameLen)
 		}
-		spec, err := specOf(rs.Rule, rs.limit)
-		if err != nil {
-			return err
+		if rs.spec == nil { // a One's is set already
+			spec, err := specOf(rs.Rule, rs.limit)
+			if err != nil {
+				return err
+			}
+			rs.spec = spec
 		}
-		rs.spec = spec
 		rs.quiet = 0 // the window lives in Redis: nothing to forget here
 	}
+	checkError := poolCheckError
+	if p.one != nil {
+		checkError = p.one.checkError
+	}
 	var late *remote.DeferredCheck
-	if cfg.deferChecks {
-		if !cfg.evictionAllowed {
-			late = remote.NewDeferredCheck(func() error { return cfg.opener.Check(remote.DefaultTimeout, cfg.prefix, scope, nil, true) }, poolCheckError)
+	if cfg.Redis.DeferChecks {
+		if !cfg.Redis.EvictionAllowed {
+			late = remote.NewDeferredCheck(func() error { return sh.Opener.Check(cfg.Redis.timeout(), sh.Prefix, scope, nil, true) }, checkError)
 		}
 	} else {
 		// The limiters of the rules' key "" (a rule without keys) must
@@ -100,16 +100,23 @@ func (p *Pool) initRedis(cfg *config) error {
 		if len(cs) > rspec.MaxCharges {
 			cs = cs[:rspec.MaxCharges]
 		}
-		if err := cfg.opener.Check(remote.DefaultTimeout, cfg.prefix, scope, cs, !cfg.evictionAllowed); err != nil {
-			return poolCheckError(err)
+		if err := sh.Opener.Check(cfg.Redis.timeout(), sh.Prefix, scope, cs, !cfg.Redis.EvictionAllowed); err != nil {
+			return checkError(err)
 		}
 	}
-	eng, err := remote.New(remote.Config{
-		Store:       st,
-		MaxPause:    backoff.Cap(p.maxPause),
-		ErrDeadline: ratesem.ErrDeadline,
-		MaxQueue:    int(p.maxQueue),
-	})
+	rc := remote.Config{
+		Store:          st,
+		MaxPause:       backoff.Cap(p.maxPause),
+		ErrDeadline:    ratesem.ErrDeadline,
+		MaxQueue:       int(p.maxQueue),
+		Timeout:        cfg.Redis.Timeout,
+		Jitter:         cfg.Redis.Jitter,
+		TestAfterAdmit: cfg.Redis.TestAfterAdmit,
+	}
+	if p.one != nil && p.one.local != nil {
+		rc.Fallback = fallback{p.one}
+	}
+	eng, err := remote.New(rc)
 	if err != nil {
 		return fmt.Errorf("%w (redisrate.Shared)", err)
 	}
@@ -121,9 +128,9 @@ func (p *Pool) initRedis(cfg *config) error {
 func poolCheckError(err error) error {
 	switch {
 	case errors.Is(err, ratesem.ErrEviction):
-		return fmt.Errorf("%w (clientpool.WithEvictionAllowed to use it anyway)", err)
+		return fmt.Errorf("%w (redisrate.WithEvictionAllowed to use it anyway)", err)
 	case errors.Is(err, ratesem.ErrUnavailable):
-		return fmt.Errorf("%w (clientpool.New asks Redis once; clientpool.WithDeferredRedisChecks builds the pool before Redis is up)", err)
+		return fmt.Errorf("%w (clientpool.New asks Redis once; redisrate.WithDeferredChecks builds the pool before Redis is up)", err)
 	}
 	return err
 }
@@ -152,7 +159,7 @@ func specOf(r *Rule, l window.Limit) (*rspec.Spec, error) {
 // then are covered by their leases). It waits for the round trips still
 // running, at most two seconds, and never closes the Redis client. Tickets
 // may still be released after Close. Calling it again only waits again.
-func (p *Pool) Close() error {
+func (p *Engine) Close() error {
 	if p.rem == nil {
 		return nil
 	}
@@ -160,17 +167,17 @@ func (p *Pool) Close() error {
 }
 
 // acquireRedis is Acquire in Redis mode, for charges already merged.
-func (p *Pool) acquireRedis(ctx context.Context, charges []Charge) (*Ticket, error) {
+func (p *Engine) acquireRedis(ctx context.Context, t *Ticket, charges []Charge) error {
 	since := time.Now()
 	if err := p.rem.lateCheck(); err != nil {
 		p.emitFailed(charges, nil, err)
-		return nil, err
+		return err
 	}
 	hs, rcs, setHere, err := p.startRedis(ctx, charges)
 	p.flushEvicted()
 	if err != nil {
 		p.emitFailed(charges, nil, err)
-		return nil, err
+		return err
 	}
 	eng, scope := p.rem.eng, p.rem.scope
 	call, err := eng.Acquire(ctx, scope, rcs)
@@ -192,9 +199,9 @@ func (p *Pool) acquireRedis(ctx context.Context, charges []Charge) (*Ticket, err
 	if err != nil {
 		p.unrefAll(hs)
 		p.emitFailed(charges, nil, err)
-		return nil, err
+		return err
 	}
-	t := &Ticket{pool: p, held: hs, charges: charges, rcall: call}
+	t.pool, t.held, t.charges, t.rcall = p, hs, charges, call
 	p.mu.Lock()
 	for i := range hs {
 		h := &hs[i]
@@ -204,13 +211,13 @@ func (p *Pool) acquireRedis(ctx context.Context, charges []Charge) (*Ticket, err
 	p.rem.calls[t] = call
 	p.mu.Unlock()
 	p.emitAdmitted(t, charges, time.Since(since), false)
-	return t, nil
+	return nil
 }
 
 // startRedis checks charges, references their limiters in this process
 // and returns their Redis charges; setHere reports that one of their
 // rules' limits was set by SetLimit in this process.
-func (p *Pool) startRedis(ctx context.Context, charges []Charge) (hs []held, rcs []rspec.Charge, setHere bool, err error) {
+func (p *Engine) startRedis(ctx context.Context, charges []Charge) (hs []held, rcs []rspec.Charge, setHere bool, err error) {
 	if len(charges) > MaxRedisCharges {
 		return nil, nil, false, fmt.Errorf("%w: %d, at most %d", ratesem.ErrTooManyCharges, len(charges), MaxRedisCharges)
 	}
@@ -335,7 +342,7 @@ func (t *Ticket) observeRedis(h http.Header) {
 // (zero when not known), and the call's mark: a window aligned to the clock
 // drops a count read in an earlier window than the one current when it
 // reaches Redis, which is that window's count (rspec.Store.ReconcileAt).
-func (p *Pool) reconcileRedis(rs *ruleState, key string, used int64, r rspec.Read) {
+func (p *Engine) reconcileRedis(rs *ruleState, key string, used int64, r rspec.Read) {
 	p.mu.Lock()
 	spec := rs.spec
 	p.mu.Unlock()
@@ -345,7 +352,7 @@ func (p *Pool) reconcileRedis(rs *ruleState, key string, used int64, r rspec.Rea
 
 // pauseRedis writes the pause of (rule, key) until until to Redis, in the
 // background.
-func (p *Pool) pauseRedis(rule, key string, until time.Time) {
+func (p *Engine) pauseRedis(rule, key string, until time.Time) {
 	rs := p.rules[rule]
 	if rs == nil {
 		return
@@ -357,7 +364,7 @@ func (p *Pool) pauseRedis(rule, key string, until time.Time) {
 }
 
 // setLimitRedis is SetLimit in Redis mode.
-func (p *Pool) setLimitRedis(rs *ruleState, l window.Limit) error {
+func (p *Engine) setLimitRedis(rs *ruleState, l window.Limit) error {
 	spec, err := specOf(rs.Rule, l)
 	if err != nil {
 		return err
@@ -386,3 +393,37 @@ func capRedisPause(until, now time.Time, maxPause time.Duration) time.Time {
 	}
 	return until
 }
+
+// tryRedis is TryAcquire in Redis mode, for charges already merged.
+func (p *Engine) tryRedis(t *Ticket, charges []Charge) (time.Duration, error) {
+	if err := p.rem.lateCheck(); err != nil {
+		p.emitFailed(charges, nil, err)
+		return 0, err
+	}
+	hs, rcs, _, err := p.startRedis(context.Background(), charges)
+	p.flushEvicted()
+	if err != nil {
+		p.emitFailed(charges, nil, err)
+		return 0, err
+	}
+	call, d, err := p.rem.eng.TryAcquireWait(p.rem.scope, rcs)
+	if call == nil {
+		p.unrefAll(hs)
+		if err != nil && !errors.Is(err, ratesem.ErrInFlight) {
+			p.emitFailed(charges, nil, err)
+		}
+		return d, err
+	}
+	t.pool, t.held, t.charges, t.rcall = p, hs, charges, call
+	p.mu.Lock()
+	for i := range hs {
+		h := &hs[i]
+		h.lim.inflight += h.n
+		h.thrAtAdmit = h.lim.throttles()
+	}
+	p.rem.calls[t] = call
+	p.mu.Unlock()
+	p.emitAdmitted(t, charges, 0, false)
+	return 0, nil
+}
+

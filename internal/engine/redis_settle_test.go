@@ -1,4 +1,4 @@
-package clientpool
+package engine
 
 import (
 	"context"
@@ -9,7 +9,6 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/ratesem/ratesem"
-	"github.com/ratesem/ratesem/internal/backend"
 	"github.com/ratesem/ratesem/internal/rstore"
 	"github.com/ratesem/ratesem/redistest"
 	"github.com/ratesem/ratesem/window"
@@ -17,17 +16,17 @@ import (
 
 // settleTable: requests in a completion window of 5 per hour, tokens in a
 // bucket of 10 per hour (burst 10): nothing refills during the test.
-func settleTable() Table {
-	return Table{Rules: []Rule{
+func settleTable() []Rule {
+	return []Rule{
 		{Name: "req", Limit: window.Limit{N: 5, Per: time.Hour}},
 		{Name: "tok", Limit: window.Limit{N: 10, Per: time.Hour},
 			Window: func(l window.Limit) window.Policy { return window.NewTokenBucket(l, 10) }},
-	}}
+	}
 }
 
-func newSettlePool(t *testing.T, c goredis.UniversalClient) *Pool {
+func newSettlePool(t *testing.T, c goredis.UniversalClient) *Engine {
 	t.Helper()
-	p, err := New(settleTable(), backend.PoolOption(rstore.NewOpener(c), "settle").(Option))
+	p, err := New(settleTable(), "", func(cfg *Config) { cfg.Shared = &Shared{Opener: rstore.NewOpener(c), Prefix: "settle"} })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,8 +44,8 @@ func TestRedisTicketSettled(t *testing.T) {
 	t.Cleanup(func() { c.Close() })
 	ctx := context.Background()
 	p1 := newSettlePool(t, c)
-	tk, err := p1.Acquire(ctx, Charge{Rule: "req", Weight: 1}, Charge{Rule: "tok", Weight: 8})
-	if err != nil {
+	tk := new(Ticket)
+	if err := p1.Acquire(ctx, tk, []Charge{{Rule: "req", Weight: 1}, {Rule: "tok", Weight: 8}}); err != nil {
 		t.Fatal(err)
 	}
 	func() {
@@ -58,8 +57,8 @@ func TestRedisTicketSettled(t *testing.T) {
 		tk.releaseRedisSettled([]int64{2})
 	}()
 	tk.releaseRedisSettled([]int64{-1, 2})
-	tk2, err := p1.Acquire(ctx, Charge{Rule: "tok", Weight: 1})
-	if err != nil {
+	tk2 := new(Ticket)
+	if err := p1.Acquire(ctx, tk2, []Charge{{Rule: "tok", Weight: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	tk2.releaseRedisSettled([]int64{5})
@@ -70,7 +69,8 @@ func TestRedisTicketSettled(t *testing.T) {
 	try := func(rule string, n int64) error {
 		ctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 		defer cancel()
-		tk, err := p2.Acquire(ctx, Charge{Rule: rule, Weight: n})
+		tk := new(Ticket)
+		err := p2.Acquire(ctx, tk, []Charge{{Rule: rule, Weight: n}})
 		if err == nil {
 			tk.Release()
 		}

@@ -1,4 +1,4 @@
-package clientpool
+package engine
 
 import (
 	"container/heap"
@@ -81,7 +81,7 @@ func behindLocked(n *qnode) bool {
 }
 
 // enqueueLocked puts n in its limiter's queue, in arrival order.
-func (p *Pool) enqueueLocked(n *qnode) {
+func (p *Engine) enqueueLocked(n *qnode) {
 	l := n.held().lim
 	if l.q == nil {
 		l.q = &lqueue{lim: l, hidx: -1}
@@ -109,7 +109,7 @@ func (p *Pool) enqueueLocked(n *qnode) {
 
 // dequeueLocked takes n out of its limiter's queue; when n was its head,
 // the next one must be tried.
-func (p *Pool) dequeueLocked(n *qnode) {
+func (p *Engine) dequeueLocked(n *qnode) {
 	q := n.held().lim.q
 	if n.prev != nil {
 		n.prev.next = n.next
@@ -129,7 +129,7 @@ func (p *Pool) dequeueLocked(n *qnode) {
 }
 
 // markPending makes settleLocked try q's head again.
-func (p *Pool) markPending(q *lqueue) {
+func (p *Engine) markPending(q *lqueue) {
 	if !q.pending {
 		q.pending = true
 		p.pend = append(p.pend, q)
@@ -138,7 +138,7 @@ func (p *Pool) markPending(q *lqueue) {
 
 // setWakeLocked files q in the heap for the instant at, or takes it out
 // when at is not after now.
-func (p *Pool) setWakeLocked(q *lqueue, at, now time.Time) {
+func (p *Engine) setWakeLocked(q *lqueue, at, now time.Time) {
 	switch {
 	case !at.After(now):
 		if q.hidx >= 0 {
@@ -159,7 +159,7 @@ func (p *Pool) setWakeLocked(q *lqueue, at, now time.Time) {
 // earlier waiter on one of its limiters (it then joins that queue), and
 // files it in the queues of the limiters that refuse it. It grants w, or
 // fails it when its admission would come after its deadline.
-func (p *Pool) tryWaiterLocked(w *waiter, now time.Time) {
+func (p *Engine) tryWaiterLocked(w *waiter, now time.Time) {
 	behind := false
 	for i := range w.nodes {
 		n := &w.nodes[i]
@@ -207,7 +207,7 @@ func (p *Pool) tryWaiterLocked(w *waiter, now time.Time) {
 }
 
 // finishLocked ends w's wait: granted when err is nil, failed otherwise.
-func (p *Pool) finishLocked(w *waiter, err error) {
+func (p *Engine) finishLocked(w *waiter, err error) {
 	for i := range w.nodes {
 		if n := &w.nodes[i]; n.inq {
 			p.dequeueLocked(n)
@@ -228,7 +228,7 @@ func (p *Pool) finishLocked(w *waiter, err error) {
 // or its head is refused again, then sets the timer for the earliest wake
 // instant. Every try either admits or fails a waiter, takes it out of a
 // queue, or ends that queue's walk, so it terminates.
-func (p *Pool) settleLocked(now time.Time) {
+func (p *Engine) settleLocked(now time.Time) {
 	for len(p.pend) > 0 {
 		q := p.pend[len(p.pend)-1]
 		p.pend[len(p.pend)-1] = nil
@@ -257,10 +257,13 @@ func (p *Pool) settleLocked(now time.Time) {
 	p.timer.Arm(p.clock, now, p.wakes[0].wake, p.onTimer)
 }
 
-func (p *Pool) onTimer() {
+func (p *Engine) onTimer() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.timer.Fired()
+	if p.onWake != nil {
+		p.onWake()
+	}
 	now := p.now()
 	for len(p.wakes) > 0 && !p.wakes[0].wake.After(now) {
 		p.markPending(heap.Pop(&p.wakes).(*lqueue))
@@ -270,7 +273,7 @@ func (p *Pool) onTimer() {
 
 // whenOf returns the instant n's limiter named at its latest refusal, or
 // the zero time.Time.
-func (p *Pool) whenOf(n *qnode) time.Time {
+func (p *Engine) whenOf(n *qnode) time.Time {
 	if n.when == 0 {
 		return time.Time{}
 	}
@@ -292,7 +295,7 @@ func queueTimeout(w *waiter, now, at time.Time) error {
 // expire fails w with ratesem.ErrQueueTimeout when its queue-wait budget
 // ran out before it was admitted. A waiter admitted meanwhile keeps its
 // admission: it came no later than the budget.
-func (p *Pool) expire(w *waiter) {
+func (p *Engine) expire(w *waiter) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if w.done {

@@ -1,4 +1,4 @@
-package clientpool
+package engine
 
 import (
 	"fmt"
@@ -16,7 +16,7 @@ const evictBudget = 8
 // it first evicts idle limiters whose windows have forgotten every call;
 // if that is not enough it takes nothing and returns an error matching
 // ratesem.ErrTooManyKeys.
-func (p *Pool) refLocked(hs []held, charges []Charge, now time.Time) error {
+func (p *Engine) refLocked(hs []held, charges []Charge, now time.Time) error {
 	missing := 0
 	for i, c := range charges {
 		rs := p.rules[c.Rule]
@@ -51,7 +51,7 @@ func (p *Pool) refLocked(hs []held, charges []Charge, now time.Time) error {
 }
 
 // refOne takes a reference on l: it leaves the idle list.
-func (p *Pool) refOne(l *limiter) {
+func (p *Engine) refOne(l *limiter) {
 	if l.refs == 0 {
 		l.rule.idleRemove(l)
 	}
@@ -60,7 +60,7 @@ func (p *Pool) refOne(l *limiter) {
 
 // unrefLocked drops a reference on l; at zero it joins the back of its
 // rule's idle list, last used now.
-func (p *Pool) unrefLocked(l *limiter, now time.Time) {
+func (p *Engine) unrefLocked(l *limiter, now time.Time) {
 	if l.refs--; l.refs == 0 {
 		l.last = p.mono(now)
 		l.rule.idlePush(l)
@@ -69,7 +69,7 @@ func (p *Pool) unrefLocked(l *limiter, now time.Time) {
 
 // touchLocked records activity on l at now (a pause or the server's word):
 // an idle limiter moves to the back of its idle list.
-func (p *Pool) touchLocked(l *limiter, now time.Time) {
+func (p *Engine) touchLocked(l *limiter, now time.Time) {
 	if l.refs == 0 {
 		l.rule.idleRemove(l)
 		l.last = p.mono(now)
@@ -80,7 +80,7 @@ func (p *Pool) touchLocked(l *limiter, now time.Time) {
 // limiterLocked returns the limiter of (rule, key), creating it, or an
 // error matching ratesem.ErrTooManyKeys when it must be created and the pool is
 // full. The limiter is idle unless the caller references it.
-func (p *Pool) limiterLocked(rs *ruleState, key string, now time.Time) (*limiter, error) {
+func (p *Engine) limiterLocked(rs *ruleState, key string, now time.Time) (*limiter, error) {
 	if l, ok := rs.keys[key]; ok {
 		return l, nil
 	}
@@ -93,7 +93,7 @@ func (p *Pool) limiterLocked(rs *ruleState, key string, now time.Time) (*limiter
 	return p.newLimiterLocked(rs, key, now), nil
 }
 
-func (p *Pool) newLimiterLocked(rs *ruleState, key string, now time.Time) *limiter {
+func (p *Engine) newLimiterLocked(rs *ruleState, key string, now time.Time) *limiter {
 	l := &limiter{rule: rs, key: key, last: p.mono(now), unknown: rs.unknown && p.rem == nil}
 	if p.rem == nil {
 		l.policy = rs.policyFor()
@@ -135,7 +135,7 @@ func (rs *ruleState) idleRemove(l *limiter) {
 // when force is set (the pool is full), for the idle time too. It returns
 // how many it evicted. The idle lists are in order of last use, so the
 // first limiter that is too recent ends a rule's turn.
-func (p *Pool) evictLocked(now time.Time, budget int, force bool) int {
+func (p *Engine) evictLocked(now time.Time, budget int, force bool) int {
 	nowNs, evicted := p.mono(now), 0
 	n := len(p.ruleList)
 	for i := 0; i < n && budget > 0; i++ {
@@ -171,4 +171,12 @@ func (p *Pool) evictLocked(now time.Time, budget int, force bool) int {
 		p.evictNext = (p.evictNext + 1) % n
 	}
 	return evicted
+}
+
+// EvictWork returns how many idle limiters eviction has looked at so far
+// (tests).
+func (p *Engine) EvictWork() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.evictWork
 }

@@ -1,0 +1,972 @@
+package engine
+
+import (
+	"container/list"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ratesem/ratesem"
+	"github.com/ratesem/ratesem/internal/remote"
+	"github.com/ratesem/ratesem/internal/rspec"
+	"github.com/ratesem/ratesem/internal/sat"
+	"github.com/ratesem/ratesem/internal/sched"
+	"github.com/ratesem/ratesem/internal/wake"
+	"github.com/ratesem/ratesem/internal/winfast"
+	"github.com/ratesem/ratesem/window"
+)
+
+// Engine owns waiting for both fronts (clientpool.Pool, the many-rule
+// front, and semaphore.RateSemaphore, the one-rule front): limiters keyed
+// by (rule, key), created lazily, per-limiter FIFO queues by priority
+// class, a min-heap of wake instants with one timer, deadline fail-fast,
+// queue caps and budgets, pauses, eviction of idle keys, learned limits and
+// quotas, reconcile, settle and observers. Its semantics are the ones
+// clientpool.Pool documents. The bookkeeping is in process (the window
+// policies, decided under the engine's lock) or, with a Store (Config),
+// in Redis (internal/remote, reached through redisMode: the one seam).
+//
+// An Engine is safe for concurrent use by multiple goroutines.
+type Engine struct {
+	mu       sync.Mutex // first: the one-rule fast paths take it with the fields before it
+	epoch    time.Time  // the clock's reading at New: limiter instants are offsets from it
+	scope    string     // Table.Scope (Redis mode)
+	rules    map[string]*ruleState
+	ruleList []*ruleState // the rules in Table order, for eviction
+	clock    wake.Clock
+	idle     time.Duration
+	maxKeys  int
+	maxPause time.Duration
+	observer func(ratesem.Event)
+	rem      *redisMode // nil in process (redisrate.Shared)
+
+	waiters   list.List    // of *waiter, in arrival order; read only by SetLimit
+	ranker    sched.Ranker // the waiters' ranks (priority, then arrival)
+	maxQueue  int32        // waiting calls per limiter; 0: no cap (WithMaxQueue)
+	live      int          // limiters in the registry
+	wakes     wakeHeap     // queues whose head may be admitted at a known instant
+	pend      []*lqueue    // queues whose head must be tried again (settleLocked)
+	evictNext int          // the rule the next eviction starts with
+	evictWork int          // idle limiters looked at by eviction, ever (tests)
+	timer     wake.Timer
+	evicted   []Charge     // evicted keys not yet reported (observer only)
+	evictedN  atomic.Int32 // len(evicted), read without the lock
+	// hook, set only by tests, is called under the lock when a waiter is
+	// made (done false) and when its wait ends (done true).
+	hook func(w *waiter, done bool)
+	// one is the Redis part of a One in Redis mode (the semaphore front
+	// over redisrate.NewSemaphore): its events name it, its errors too.
+	one *oneRemote
+	// onWake, set only by tests, is called under the lock on every timer
+	// wake-up.
+	onWake func()
+}
+
+type ruleState struct {
+	*Rule
+	limit    window.Limit
+	capacity int64         // the heaviest charge the window can admit
+	cap      int64         // concurrency cap per key; math.MaxInt64 when none
+	quiet    int64         // ns of no activity after which a key's window has forgotten every call
+	learning bool          // Rule.Learn with no limit known yet for any key (Pool.Limit reports N 0)
+	unknown  bool          // Rule.Learn and no Limit.N given: each new key starts unknown
+	quota    bool          // Rule.Learn reported the server's windows: keys admit against their budgets
+	skew     time.Duration // the host's clock ahead of the server's, from the Date headers (ResetMargin)
+	skewAt   time.Time     // when skew was measured
+	keys     map[string]*limiter
+	one      bool // the rule of a One (the semaphore front)
+	// Redis mode: the rule's window as Redis keeps it (replaced, never
+	// changed, by SetLimit), and whether SetLimit was called here.
+	spec    *rspec.Spec
+	setHere bool
+	// idle lists the limiters with refs == 0, oldest last use first.
+	idleHead, idleTail *limiter
+}
+
+// limiter is the state of one (rule, key). Instants are nanoseconds since
+// the pool's epoch (8 bytes rather than a 24-byte time.Time: this struct is
+// most of what a key costs).
+type limiter struct {
+	rule     *ruleState
+	key      string
+	policy   window.Policy // nil in Redis mode
+	inflight int64
+	last     int64     // latest time refs fell to 0, or pause or reconcile while idle
+	q        *lqueue   // waiters it refused; nil when none
+	fb       *feedback // nil until the key is paused, throttled or reconciled
+	// idle list links, valid while refs == 0.
+	prevIdle, nextIdle *limiter
+	refs               int32 // waiters and tickets holding it: never evicted while > 0
+	waiting            int32 // waiting calls charging it (WithMaxQueue)
+	unknown            bool  // Rule.Learn: no limit learned for this key yet; one call at a time
+}
+
+// feedback is the state only keys that were paused, throttled or
+// reconciled need, kept apart so that a plain key costs less.
+type feedback struct {
+	// reconciled counts the units Reconcile and Ticket.ObserveHeaders made the
+	// window count on the server's word (saturating).
+	reconciled int64
+	paused     int64 // no starts before; 0 when none
+	// A quota rule's key (Rule.Learn with Learned.Reset): the units left in
+	// the server's window ending at reset (ns since the epoch), once
+	// budgeted; the units admitted on the key, ever (saturating); the N
+	// its budget refills to (0: the rule's).
+	budget, reset, admits, n int64
+	// unreported is the units of the key's calls in flight whose
+	// response has not reported yet (held.unrep); low is the lowest
+	// remaining reported in the window ending at reset (math.MaxInt64
+	// before any report in it): the latest report in the server's order;
+	// lowAdmits is admits when low was set.
+	unreported, low, lowAdmits int64
+	// epoch is the window's end as the server named it (Learned.Epoch,
+	// ns since the Unix epoch on its clock) when a report of the window
+	// named it so; 0 otherwise (a window the key rolled to on its own,
+	// before a report).
+	epoch      int64
+	budgeted   bool
+	reported   bool   // a report (Learned.Reset) set the window once
+	distrusted uint32 // reports not taken at their word (KeyState.Distrusted), wrapping
+	throttles  uint32 // throttles of this key, ever (wrapping)
+	streak     uint8  // throttles in a row without a usable Retry-After
+}
+
+// feedback returns l's feedback state, creating it.
+func (l *limiter) feedback() *feedback {
+	if l.fb == nil {
+		l.fb = new(feedback)
+	}
+	return l.fb
+}
+
+// paused returns the instant l is paused until, 0 when none.
+func (l *limiter) paused() int64 {
+	if l.fb == nil {
+		return 0
+	}
+	return l.fb.paused
+}
+
+// throttles returns how many throttles l has seen.
+func (l *limiter) throttles() uint32 {
+	if l.fb == nil {
+		return 0
+	}
+	return l.fb.throttles
+}
+
+// reconciled returns the units l's window took in on the server's word.
+func (l *limiter) reconciled() int64 {
+	if l.fb == nil {
+		return 0
+	}
+	return l.fb.reconciled
+}
+
+// held is one charge of a call on its limiter (48 bytes: a call admitted
+// at once allocates one per charge; what only waiters need is in qnode).
+type held struct {
+	lim *limiter
+	n   int64
+	// For rules with Usage: the window's count right after this call was
+	// admitted, and the limiter's reconciled units then (see
+	// Ticket.ObserveHeaders). When marked (a fixed completion window),
+	// instead: the units of the window's calls that had ended by this
+	// admission, and the window's index.
+	usedAtAdmit, recAtAdmit int64
+	thrAtAdmit              uint32 // lim.throttles at admission
+	marked                  bool
+	over                    bool  // heavier than the key's learned limit: admitted alone as n = that limit (learnedFit)
+	reported                bool  // marked, and a usage report of this call was taken in
+	settled                 bool  // Ticket.Settle named this charge's rule
+	unreadSaid              bool  // Ticket.BodyUnread reported it (an Unsettled event, once)
+	unrep                   bool  // counted in its key's feedback.unreported (Rule.Learn; see budgetLocked)
+	actual                  int64 // the settled weight, when settled
+}
+
+// qnode is a waiting call's place on one of its limiters: nodes[i] of a
+// waiter belongs to held[i].
+type qnode struct {
+	w *waiter
+	i int // index in w.held and w.nodes
+	// refused: the limiter refused the call at its latest try; when is the
+	// instant it named, in ns since the pool's epoch (0: only a Release can
+	// help, or never tried).
+	refused    bool
+	inq        bool // in the limiter's queue: refused there, or queued behind its head
+	when       int64
+	prev, next *qnode
+}
+
+func (n *qnode) held() *held { return &n.w.held[n.i] }
+
+type waiter struct {
+	held     []held
+	nodes    []qnode
+	rank     sched.Rank    // its place in every queue it joins
+	ready    chan struct{} // closed when granted or failed
+	done     bool          // granted or failed (under the lock)
+	err      error
+	since    time.Time
+	deadline time.Time // the context's; zero when none
+	qdead    time.Time // since + the queue-wait budget; zero when none
+	granted  time.Time
+	elem     *list.Element
+	parked   bool // One without a rate: heavier than the cap, waiting aside (in no queue)
+}
+
+// New returns an Engine over rules, set up by opts; scope names the group
+// of limits in Redis mode (clientpool.Table.Scope). It returns an error for
+// a rule without a name or with a duplicate name, for a limit that is not
+// N > 0 per Per > 0 or a negative MaxUnitsInFlight (matching
+// ratesem.ErrInvalidLimit), for an invalid option, and in Redis mode the
+// errors of the Redis checks (see redisrate.Shared).
+func New(rules []Rule, scope string, opts ...Option) (*Engine, error) {
+	cfg := Config{Idle: DefaultIdleTimeout}
+	for _, o := range opts {
+		if o != nil {
+			o(&cfg)
+		}
+	}
+	if err := cfg.err(); err != nil {
+		return nil, err
+	}
+	if cfg.MaxQueue < 0 || cfg.MaxQueue > math.MaxInt32 {
+		return nil, fmt.Errorf("ratesem: WithMaxQueue(%d): want 0 ≤ n ≤ %d", cfg.MaxQueue, math.MaxInt32)
+	}
+	if cfg.MaxKeys < 0 {
+		return nil, fmt.Errorf("ratesem: WithMaxKeys(%d): want ≥ 0", cfg.MaxKeys)
+	}
+	if err := cfg.checkMode(); err != nil {
+		return nil, err
+	}
+	if err := cfg.CheckFront(false); err != nil {
+		return nil, err
+	}
+	switch {
+	case cfg.Redis.Fallback:
+		return nil, errors.New("ratesem: redisrate.WithFallback applies to a semaphore only: a Pool has no local fallback")
+	case cfg.Redis.Prefix != "":
+		return nil, errors.New("ratesem: redisrate.WithPrefix applies to a semaphore only: a Pool's prefix is redisrate.Shared's")
+	}
+	p := &Engine{
+		scope: scope, rules: make(map[string]*ruleState),
+		clock: wake.NewClock(cfg.Clock), idle: cfg.Idle, observer: cfg.Observer,
+		maxKeys: cfg.MaxKeys, maxPause: cfg.MaxPause, maxQueue: int32(cfg.MaxQueue),
+	}
+	p.epoch = p.clock.Now()
+	for i := range rules {
+		r := &rules[i]
+		if err := r.check(); err != nil {
+			return nil, err
+		}
+		if _, dup := p.rules[r.Name]; dup {
+			return nil, fmt.Errorf("ratesem: two rules named %q", r.Name)
+		}
+		rs := &ruleState{Rule: r, keys: make(map[string]*limiter)}
+		rs.setLimit(r.Limit)
+		if r.Limit.N == 0 {
+			if cfg.Shared != nil {
+				return nil, fmt.Errorf("%w: rule %q: Limit.N 0 (a limit learned from headers) cannot be shared in Redis mode: give the rule its limit", ratesem.ErrInvalidLimit, r.Name)
+			}
+			// Unknown until a response says: the window admits anything
+			// (one call at a time, admitLocked) and keeps the record.
+			rs.setLimit(window.Limit{N: MaxLearnedN, Per: r.Limit.Per})
+			rs.learning, rs.unknown = true, true
+		}
+		p.rules[r.Name] = rs
+		p.ruleList = append(p.ruleList, rs)
+	}
+	if cfg.Shared != nil {
+		if err := p.initRedis(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+// HasRule reports whether the engine has a rule of that name. The rules
+// are fixed after New: it takes no lock.
+func (p *Engine) HasRule(name string) bool { _, ok := p.rules[name]; return ok }
+
+func (rs *ruleState) setLimit(l window.Limit) {
+	rs.limit = l
+	rs.capacity = rs.newPolicy(l).Capacity()
+	rs.cap = math.MaxInt64
+	if rs.MaxUnitsInFlight > 0 {
+		rs.cap = rs.MaxUnitsInFlight
+	}
+	rs.quiet = int64(quiet(l, rs.capacity))
+}
+
+func (p *Engine) now() time.Time { return p.clock.Now() }
+
+// mono converts an instant of the pool's clock to nanoseconds since its
+// epoch, saturating.
+func (p *Engine) mono(t time.Time) int64 { return int64(t.Sub(p.epoch)) }
+
+// instant converts mono's result back.
+func (p *Engine) instant(ns int64) time.Time { return p.epoch.Add(time.Duration(ns)) }
+
+// Ticket is an admitted call of the engine: it holds its charges until
+// Release. The front embeds it in its own ticket (clientpool.Ticket) and
+// Acquire fills it in, so that an admission allocates one ticket. Its
+// methods are safe for concurrent use.
+type Ticket struct {
+	pool     *Engine
+	held     []held
+	charges  []Charge
+	at       int64 // the admission instant, ns since the pool's epoch
+	released atomic.Bool
+	// rcall is, in Redis mode, the call Redis admitted, kept after
+	// Release: a usage report read then still carries its mark (observeRedis).
+	rcall *remote.Call
+}
+
+// Charges returns the charges the ticket holds, merged per (rule, key).
+func (t *Ticket) Charges() []Charge { return t.charges }
+
+// Release ends the call: every charge leaves flight at once (for the
+// completion window, the call's end is now), and a key that saw no
+// throttle since the call was admitted ends its backoff streak. It never
+// blocks (in Redis mode the release reaches Redis in the background). It
+// panics if called twice.
+func (t *Ticket) Release() {
+	if t.released.Swap(true) {
+		panic("ratesem: Ticket released twice")
+	}
+	if t.pool.rem != nil {
+		t.releaseRedisAny()
+		return
+	}
+	p := t.pool
+	p.mu.Lock()
+	defer p.mu.Unlock() // a window that panics must not leave the pool locked
+	now := p.now()
+	p.releaseLocked(t, 0, now)
+	p.settleLocked(now)
+}
+
+// releaseLocked ends t's charges from the index from on. When a
+// Rule.Window of the caller's panics in Done or Settle (or exits its
+// goroutine), its charge is out of flight and unreferenced all the same,
+// and the charges after it are ended first, then the panic goes on: no
+// limiter keeps units in flight for a call that has ended.
+func (p *Engine) releaseLocked(t *Ticket, from int, now time.Time) {
+	i := from
+	defer func() {
+		if i < len(t.held) {
+			l := t.held[i].lim
+			p.unrefLocked(l, now)
+			if l.q != nil {
+				p.markPending(l.q)
+			}
+			p.releaseLocked(t, i+1, now)
+		}
+	}()
+	for ; i < len(t.held); i++ {
+		h := &t.held[i]
+		l := h.lim
+		l.inflight -= h.n
+		l.reported(h) // ended: the server has seen it (without a report: as the old model, counted)
+		if fb := l.fb; h.settled && l.rule.quota && fb != nil && fb.budgeted && h.actual > h.n {
+			// A debit spends the server's budget too; a refund is not
+			// given back to it (its window may have changed since).
+			fb.budget = sat.Sub(fb.budget, h.actual-h.n)
+		}
+		if st, ok := l.policy.(window.Settler); ok && h.settled {
+			st.Settle(now, p.instant(t.at), h.n, h.actual)
+		} else {
+			l.policy.Done(now, h.n)
+		}
+		if fb := l.fb; fb != nil && fb.streak != 0 && fb.throttles == h.thrAtAdmit {
+			fb.streak = 0 // a call went through without a throttle
+		}
+		p.unrefLocked(l, now)
+		if l.q != nil {
+			p.markPending(l.q)
+		}
+	}
+}
+
+// Acquire admits a call that costs every charge at once, blocking until all
+// of its rules admit it at the same instant or ctx is done. Charges to the
+// same rule and key are added up (saturating). On success the caller must
+// Release the Ticket when the call ends.
+//
+// On failure it holds nothing and returns ctx.Err() when ctx is done (a context
+// done before the call never acquires); an error matching both
+// context.DeadlineExceeded and ratesem.ErrDeadline as soon as the admission is
+// known to come after ctx's deadline; an error matching ratesem.ErrUnknownRule
+// for a charge to a rule the pool does not have; an error matching
+// ratesem.ErrWeightTooLarge at once for a charge heavier than its rule can ever
+// admit (a limit a key learned from a server's reply, Rule.Learn, never makes a
+// charge too heavy: the call goes alone, see Distrusted in ratesem.Event); an error matching ratesem.ErrNegativeWeight for a negative weight; or
+// an error matching ratesem.ErrTooManyKeys at once when the call needs a new
+// key and the pool is full (WithMaxKeys); an error matching
+// ratesem.ErrQueueFull at once when it must wait and one of its limiters
+// already has the WithMaxQueue number of waiting calls; an error matching
+// ratesem.ErrQueueTimeout (not context.DeadlineExceeded) when it waited its
+// queue-wait budget (ratesem.WithQueueWait on ctx), or as soon as its admission
+// is known to come after that budget. A call with no charges is admitted at
+// once.
+//
+// A call that must wait reads its priority from ctx (ratesem.WithPriority):
+// on each of its limiters a higher class is served first, within the bound of
+// 16 overtakes (see ratesem.Priority); a call admitted at once reads nothing from ctx but its
+// Err. In Redis mode (redisrate.Shared) priorities, WithMaxQueue and the
+// queue-wait budget hold among this process's waiters. In Redis mode
+// (redisrate.Shared) it may also return an error matching
+// ratesem.ErrLimitMismatch, ratesem.ErrUnavailable or ratesem.ErrClosed; the
+// checks above come first, without a round trip.
+func (p *Engine) Acquire(ctx context.Context, t *Ticket, charges []Charge) error {
+	charges, err := p.merge(charges)
+	if err != nil {
+		p.emitFailed(nil, nil, err)
+		return err
+	}
+	if p.rem != nil {
+		return p.acquireRedis(ctx, t, charges)
+	}
+	w, err := p.start(ctx, t, charges)
+	p.flushEvicted()
+	if err != nil {
+		p.emitFailed(charges, nil, err)
+		return err
+	}
+	if w == nil {
+		p.emitAdmitted(t, charges, 0, false)
+		return nil
+	}
+	p.emitQueued(w, charges)
+	if err := p.await(ctx, w); err != nil {
+		p.emitFailed(charges, w, err)
+		return err
+	}
+	t.at = p.mono(w.granted)
+	p.emitAdmitted(t, charges, max(w.granted.Sub(w.since), 0), true)
+	return nil
+}
+
+// await waits until w is granted or fails, or ctx is done. It returns nil
+// when w was granted (w keeps its references on its limiters), or the error,
+// w having let go of everything.
+func (p *Engine) await(ctx context.Context, w *waiter) error {
+	var budget <-chan time.Time // nil: no queue-wait budget
+	if !w.qdead.IsZero() {
+		budget = p.clock.After(w.qdead.Sub(w.since))
+	}
+	if budget != nil {
+		select {
+		case <-budget:
+			p.expire(w) // fails w unless it was admitted meanwhile
+		case <-ctx.Done():
+		case <-w.ready:
+		}
+	}
+	select {
+	case <-ctx.Done():
+		p.abandon(w)
+		return ctx.Err()
+	case <-w.ready:
+		if w.err != nil {
+			p.unrefAll(w.held)
+			return w.err
+		}
+		return nil
+	}
+}
+
+// start is Acquire under the lock: it admits the call at once (a nil
+// waiter), or queues it and returns its waiter, or fails.
+func (p *Engine) start(ctx context.Context, t *Ticket, charges []Charge) (*waiter, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock() // a window that panics must not leave the pool locked
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := p.tooHeavyLocked(charges); err != nil {
+		return nil, err
+	}
+	now := p.now()
+	if p.idle > 0 {
+		p.evictLocked(now, evictBudget, false)
+	}
+	hs := make([]held, len(charges))
+	if err := p.refLocked(hs, charges, now); err != nil {
+		return nil, err
+	}
+	t.pool, t.held, t.charges = p, hs, charges
+	queued := false
+	for i := range hs {
+		if q := hs[i].lim.q; q != nil && q.head != nil {
+			queued = true
+			break
+		}
+	}
+	if !queued {
+		if _, _, ok := p.admitLocked(hs, nil, now); ok {
+			t.at = p.mono(now)
+			return nil, nil
+		}
+	}
+	// Waiting from here on: only now are the context's settings read.
+	if p.maxQueue > 0 {
+		for i := range hs {
+			if l := hs[i].lim; l.waiting >= p.maxQueue {
+				for i := range hs {
+					p.unrefLocked(hs[i].lim, now)
+				}
+				return nil, fmt.Errorf("%w: %d calls wait on rule %q key %q (WithMaxQueue)", ratesem.ErrQueueFull, l.waiting, l.rule.Name, l.key)
+			}
+		}
+	}
+	w := &waiter{held: hs, rank: p.ranker.Next(sched.PriorityOf(ctx)), ready: make(chan struct{}), since: now}
+	w.deadline, _ = ctx.Deadline()
+	if d := sched.QueueWaitOf(ctx); d > 0 {
+		w.qdead = now.Add(d)
+	}
+	w.nodes = make([]qnode, len(hs))
+	for i := range w.nodes {
+		w.nodes[i] = qnode{w: w, i: i}
+		hs[i].lim.waiting++
+	}
+	w.elem = p.waiters.PushBack(w)
+	if p.hook != nil {
+		p.hook(w, false)
+	}
+	p.tryWaiterLocked(w, now)
+	p.settleLocked(now)
+	return w, nil
+}
+
+// abandon ends the wait of a caller whose ctx is done: w leaves its
+// queues, or its admission is taken back if it came meanwhile.
+func (p *Engine) abandon(w *waiter) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !w.done {
+		p.finishLocked(w, context.Canceled)
+	} else if w.err == nil {
+		p.undoLocked(w) // admitted while ctx became done
+	}
+	now := p.now()
+	for i := range w.held {
+		p.unrefLocked(w.held[i].lim, now)
+	}
+	p.settleLocked(now)
+}
+
+func (p *Engine) unrefAll(hs []held) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := p.now()
+	for i := range hs {
+		p.unrefLocked(hs[i].lim, now)
+	}
+}
+
+// merge validates charges and adds up those to the same limiter, saturating
+// at math.MaxInt64 (which no rule admits). The rules map is fixed after
+// New, so it needs no lock.
+func (p *Engine) merge(charges []Charge) ([]Charge, error) {
+	out := make([]Charge, 0, len(charges))
+	for _, c := range charges {
+		if _, ok := p.rules[c.Rule]; !ok {
+			return nil, fmt.Errorf("%w %q", ratesem.ErrUnknownRule, c.Rule)
+		}
+		if c.Weight < 0 {
+			return nil, fmt.Errorf("%w %d under rule %q%s", ratesem.ErrNegativeWeight, c.Weight, c.Rule, keyText(c.Key))
+		}
+		if i := slices.IndexFunc(out, func(o Charge) bool { return o.Rule == c.Rule && o.Key == c.Key }); i >= 0 {
+			out[i].Weight = sat.Add(out[i].Weight, c.Weight)
+		} else {
+			out = append(out, c)
+		}
+	}
+	return out, nil
+}
+
+// tooHeavyLocked returns the ratesem.ErrWeightTooLarge error for the first
+// charge heavier than its rule can ever admit, or nil.
+func (p *Engine) tooHeavyLocked(charges []Charge) error {
+	for _, c := range charges {
+		rs := p.rules[c.Rule]
+		fit := rs.cap
+		if rs.Learn == nil || p.rem != nil {
+			fit = min(rs.capacity, fit) // a learned limit is per key, and never refuses a call (learnedFit)
+		}
+		if c.Weight == math.MaxInt64 {
+			// No limit admits it: the rule's way to refuse a request (the
+			// presets' body that bounds no charge), said as such.
+			return fmt.Errorf("%w: rule %q%s refuses the request: it charges math.MaxInt64",
+				ratesem.ErrWeightTooLarge, c.Rule, keyText(c.Key))
+		}
+		if c.Weight > fit {
+			return fmt.Errorf("%w: weight %d under rule %q%s can never start: the rule admits at most %d (%v) at once; lower the weight or raise the rule's limit",
+				ratesem.ErrWeightTooLarge, c.Weight, c.Rule, keyText(c.Key), fit, rs.limit)
+		}
+	}
+	return nil
+}
+
+// keyText names a key in an error message: "" for the rule's only key.
+func keyText(key string) string {
+	if key == "" {
+		return ""
+	}
+	return fmt.Sprintf(" key %q", key)
+}
+
+// undoLocked takes back the admission of a waiter whose caller gave up: the
+// units go back without a completion, as if it had never been admitted.
+func (p *Engine) undoLocked(w *waiter) { p.undoHeldLocked(w.held, w.granted) }
+
+// undoHeldLocked takes back the admission of hs at the instant granted.
+func (p *Engine) undoHeldLocked(hs []held, granted time.Time) {
+	for i := len(hs) - 1; i >= 0; i-- {
+		h := &hs[i]
+		h.lim.inflight -= h.n
+		h.lim.policy.Cancel(granted, h.n)
+		if fb := h.lim.fb; h.lim.rule.quota && fb != nil && fb.budgeted {
+			fb.budget = sat.Add(fb.budget, h.n)
+		}
+		h.lim.reported(h)
+		if h.lim.q != nil {
+			p.markPending(h.lim.q)
+		}
+	}
+}
+
+// admitLocked admits hs at now if every limiter admits it, or changes
+// nothing but the refusal marks of hs and returns the instant the call
+// could start at the earliest (the latest instant a refusing limiter
+// names), with needRelease when some limiter's refusal does not depend on
+// time alone. When nodes is not nil, each node of a refusing limiter is
+// marked refused with the instant its limiter named (its when).
+func (p *Engine) admitLocked(hs []held, nodes []qnode, now time.Time) (at time.Time, needRelease, ok bool) {
+	refused := false
+	for i := range nodes {
+		nodes[i].refused, nodes[i].when = false, 0
+	}
+	refuse := func(i int, when time.Time) {
+		refused = true
+		var ns int64
+		if when.IsZero() {
+			needRelease = true
+		} else {
+			ns = max(p.mono(when), 1)
+			if when.After(at) {
+				at = when
+			}
+		}
+		if nodes != nil {
+			nodes[i].refused, nodes[i].when = true, ns
+		}
+	}
+	nowNs := p.mono(now)
+	for i := range hs {
+		h := &hs[i]
+		switch l := h.lim; {
+		case l.inflight > l.rule.cap-h.n:
+			refuse(i, time.Time{})
+		case nowNs < l.paused():
+			refuse(i, p.instant(l.paused()))
+		case l.unknown && l.inflight > 0:
+			refuse(i, time.Time{}) // the limit is not known yet: one call at a time
+		case l.inflight > 0 && h.n > l.learnedFit():
+			refuse(i, time.Time{}) // heavier than the learned limit: one call at a time
+		}
+	}
+	if refused {
+		return at, needRelease, false
+	}
+	admitted := 0
+	for i := range hs {
+		if l := hs[i].lim; l.rule.quota {
+			if ok, until := l.budgetAdmits(nowNs, min(hs[i].n, l.learnedFit())); !ok {
+				refuse(i, p.instant(until))
+			}
+		}
+	}
+	if refused {
+		return at, needRelease, false
+	}
+	// A Rule.Window of the caller's may panic (or exit its goroutine) in
+	// Admit or Capacity: the charges its limiters admitted before it are
+	// taken back first, so that no window counts a call nobody holds.
+	decided := false
+	defer func() {
+		if !decided {
+			for i := admitted - 1; i >= 0; i-- {
+				hs[i].lim.policy.Cancel(now, min(hs[i].n, hs[i].lim.learnedFit()))
+			}
+		}
+	}()
+	for i := range hs {
+		h := &hs[i]
+		when, ok := h.lim.policy.Admit(now, min(h.n, h.lim.learnedFit()))
+		if !ok {
+			refuse(i, when)
+			continue
+		}
+		if !refused {
+			admitted = i + 1
+		} else {
+			h.lim.policy.Cancel(now, min(h.n, h.lim.learnedFit())) // admitted after a refusal: undo at once
+		}
+	}
+	if refused {
+		// Undo in reverse order, each the latest admission at now: exact.
+		for i := admitted - 1; i >= 0; i-- {
+			hs[i].lim.policy.Cancel(now, min(hs[i].n, hs[i].lim.learnedFit()))
+		}
+		decided = true
+		return at, needRelease, false
+	}
+	decided = true
+	for i := range hs {
+		h := &hs[i]
+		if fit := h.lim.learnedFit(); h.n > fit {
+			// From here on the call holds what its window took.
+			h.n, h.over = fit, true
+			h.lim.feedback().distrusted++
+		}
+		h.lim.inflight += h.n
+		h.thrAtAdmit = h.lim.throttles()
+		if h.lim.rule.Usage != nil || h.lim.rule.Learn != nil {
+			if win, ended, _, ok := winfast.Mark(h.lim.policy, now); ok {
+				h.usedAtAdmit, h.recAtAdmit, h.marked = ended, win, true
+			} else if r, ok := h.lim.policy.(window.Reconciler); ok {
+				h.usedAtAdmit, h.recAtAdmit = r.Used(now), h.lim.reconciled()
+			}
+		}
+		if fb := h.lim.fb; h.lim.rule.quota && fb != nil && fb.budgeted {
+			fb.budget -= h.n // budgetAdmits checked h.n ≤ budget
+			fb.admits = sat.Add(fb.admits, h.n)
+			h.usedAtAdmit = fb.admits
+		}
+		if h.lim.rule.Learn != nil && h.n > 0 {
+			// Until its response reports, the call may reach the server
+			// after any report (budgetLocked); counted from the first
+			// admission on, before the rule is known to count in windows.
+			fb := h.lim.feedback()
+			fb.unreported = sat.Add(fb.unreported, h.n)
+			h.unrep = true
+		}
+	}
+	return time.Time{}, false, true
+}
+
+// SetLimit changes a rule's limit at run time, for every key, keeping the
+// accounting: what each key's window counted still counts against the new
+// limit. Waiters heavier than the new limit fail with
+// ratesem.ErrWeightTooLarge. It returns an error matching
+// ratesem.ErrUnknownRule for an unknown rule, and one matching
+// ratesem.ErrInvalidLimit for a limit that is not N > 0 per Per > 0. In
+// process it never blocks; it walks every key of the rule and every waiter
+// under the pool's lock. In Redis mode (redisrate.Shared) it changes the
+// limit for every process and blocks for one round trip per key of the
+// rule this process knows (each bounded by the Redis timeout, one second);
+// it stops at the first key whose round trip fails and returns that error
+// (ratesem.ErrUnavailable when Redis cannot be reached), so an outage costs
+// one timeout, not one per key. The keys it did not reach still get the new
+// limit in Redis: this process writes it the next time it admits a call on
+// each of them, and every process adopts it from there. In Redis mode a
+// limit Redis cannot keep exactly (a Per not a whole number of µs) also
+// matches ratesem.ErrInvalidLimit.
+func (p *Engine) SetLimit(rule string, l window.Limit) error {
+	rs, ok := p.rules[rule]
+	if !ok {
+		return fmt.Errorf("%w %q", ratesem.ErrUnknownRule, rule)
+	}
+	if l.N <= 0 || l.Per <= 0 {
+		return fmt.Errorf("%w: SetLimit(%q, %v): want N > 0 per Per > 0", ratesem.ErrInvalidLimit, rule, l)
+	}
+	if p.rem != nil {
+		return p.setLimitRedis(rs, l)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := p.now()
+	rs.learning, rs.unknown = false, false
+	for _, lim := range rs.keys {
+		lim.unknown = false
+	}
+	p.setLimitLocked(rs, l, now)
+	p.settleLocked(now)
+	return nil
+}
+
+// setLimitLocked is SetLimit under the lock, for a valid limit, without
+// admitting the waiters it makes room for (settleLocked does).
+func (p *Engine) setLimitLocked(rs *ruleState, l window.Limit, now time.Time) {
+	rs.setLimit(l)
+	for _, lim := range rs.keys {
+		if !rs.quota {
+			lim.policy.SetLimit(now, l)
+		}
+		if lim.q != nil {
+			p.markPending(lim.q)
+		}
+	}
+	fit := min(rs.capacity, rs.cap)
+	for e := p.waiters.Front(); e != nil; {
+		next := e.Next()
+		w := e.Value.(*waiter)
+		for _, h := range w.held {
+			if h.lim.rule == rs && h.n > fit {
+				p.finishLocked(w, fmt.Errorf("%w: weight %d under rule %q, now %v", ratesem.ErrWeightTooLarge, h.n, rs.Name, l))
+				break
+			}
+		}
+		e = next
+	}
+}
+
+// Limit returns a rule's current limit (N units per Per), and false for an
+// unknown rule; N is 0 while a rule with Learn has not learned its limit
+// yet. It does not block. In Redis mode it is the limit this
+// process set, not one another process stored.
+func (p *Engine) Limit(rule string) (window.Limit, bool) {
+	rs, ok := p.rules[rule]
+	if !ok {
+		return window.Limit{}, false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if rs.learning {
+		return window.Limit{Per: rs.limit.Per}, true // not known yet (Rule.Learn)
+	}
+	return rs.limit, true
+}
+
+// Snapshot returns the state of every live limiter, sorted by rule and key.
+// It walks every key under the pool's lock and makes no round trip to
+// Redis: in Redis mode it tells what this process knows.
+func (p *Engine) Snapshot() []KeyState {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := p.now()
+	var out []KeyState
+	for _, rs := range p.ruleList {
+		for _, l := range rs.keys {
+			ks := KeyState{Rule: rs.Name, Key: l.key, InFlight: l.inflight, Used: -1}
+			if l.paused() != 0 {
+				ks.PausedUntil = p.instant(l.paused())
+			}
+			if l.fb != nil {
+				ks.Distrusted = l.fb.distrusted
+			}
+			if r, ok := l.policy.(window.Reconciler); ok {
+				ks.Used = r.Used(now)
+			}
+			out = append(out, ks)
+		}
+	}
+	slices.SortFunc(out, func(a, b KeyState) int {
+		if a.Rule != b.Rule {
+			if a.Rule < b.Rule {
+				return -1
+			}
+			return 1
+		}
+		if a.Key < b.Key {
+			return -1
+		} else if a.Key > b.Key {
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+// Len returns the number of live limiters (rule, key pairs) in this
+// process. It does not block.
+func (p *Engine) Len() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.live
+}
+
+// TryAcquire admits charges at once if every rule admits them now and no
+// earlier caller waits on one of their limiters, filling t (see
+// clientpool.Pool.TryAcquire): then it returns (0, nil). Refused by time
+// alone, it changes nothing and returns how long from now the call could
+// start if nothing else changed (> 0); ratesem.ErrInFlight when only calls
+// in flight ending can make room (or callers wait whose admission time is
+// not known). It never blocks in process; in Redis mode it makes one round
+// trip, and a refusal by Redis is reported as ratesem.ErrInFlight (the
+// wait Redis names is not known to this process).
+func (p *Engine) TryAcquire(t *Ticket, charges []Charge) (time.Duration, error) {
+	charges, err := p.merge(charges)
+	if err != nil {
+		p.emitFailed(nil, nil, err)
+		return 0, err
+	}
+	if p.rem != nil {
+		return p.tryRedis(t, charges)
+	}
+	d, err := p.try(t, charges)
+	p.flushEvicted()
+	switch {
+	case err != nil:
+		p.emitFailed(charges, nil, err)
+	case d == 0:
+		p.emitAdmitted(t, charges, 0, false)
+	}
+	return d, err
+}
+
+// try is TryAcquire under the lock.
+func (p *Engine) try(t *Ticket, charges []Charge) (d time.Duration, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock() // a window that panics must not leave the pool locked
+	if err := p.tooHeavyLocked(charges); err != nil {
+		return 0, err
+	}
+	now := p.now()
+	if p.idle > 0 {
+		p.evictLocked(now, evictBudget, false)
+	}
+	hs := make([]held, len(charges))
+	if err := p.refLocked(hs, charges, now); err != nil {
+		return 0, err
+	}
+	defer func() {
+		if d != 0 || err != nil {
+			for i := range hs {
+				p.unrefLocked(hs[i].lim, now)
+			}
+		}
+	}()
+	// Callers wait on a limiter: it never overtakes them. The latest wake
+	// of their heads is the least this call would wait.
+	var at time.Time
+	for i := range hs {
+		if q := hs[i].lim.q; q != nil && q.head != nil {
+			if h := q.head; !h.refused || h.when == 0 {
+				return 0, ratesem.ErrInFlight
+			} else if w := p.instant(h.when); w.After(at) {
+				at = w
+			}
+		}
+	}
+	if !at.IsZero() {
+		return max(at.Sub(now), time.Nanosecond), nil
+	}
+	at, needRelease, ok := p.admitLocked(hs, nil, now)
+	switch {
+	case ok:
+		t.pool, t.held, t.charges, t.at = p, hs, charges, p.mono(now)
+		return 0, nil
+	case needRelease:
+		return 0, ratesem.ErrInFlight
+	}
+	return max(at.Sub(now), time.Nanosecond), nil
+}
