@@ -13,7 +13,7 @@ import (
 // RateSemaphore is a weighted semaphore that also limits the rate: at most n
 // units in flight at once (or a lower concurrency cap) and, by default, at
 // most n units per interval counted by the completion window
-// (window.Completion): at every instant, units in flight + units of calls
+// (window.NewCompletion): at every instant, units in flight + units of calls
 // that ended within the last interval ≤ n. A server that counts arrivals
 // therefore never sees more than n per interval, whatever the latency.
 // NewWithPolicy puts any other window of package window in its place.

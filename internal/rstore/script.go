@@ -1062,7 +1062,7 @@ for i = 1, NC do
       if L.t >= L.p1 then set(L, 'r', 0) end
     end
     -- a debit goes at most N units (one Per's refill) below empty, "full
-    -- until the window moves" (window.TokenBucket.Settle); a bucket already
+    -- until the window moves" (win.TokenBucket.Settle); a bucket already
     -- deeper (SetLimit) stays
     if dd > 0 then set(L, 't', math.max(L.t - dd, math.min(L.t, -L.N))) end
     if L.t < 0 then
@@ -1075,7 +1075,7 @@ for i = 1, NC do
     if r > 0 and L.t > L.t0 then set(L, 't', math.max(L.t - r * em, L.t0)) end
     -- a debit moves the TAT at most (burst + N) emission intervals past
     -- now (N for a pacer, whose p1 is 0), "full until the window moves"
-    -- (window.GCRA.Settle); a TAT already beyond stays
+    -- (win.GCRA.Settle); a TAT already beyond stays
     if dd > 0 then set(L, 't', math.max(L.t, math.min(math.max(L.t, L.t0) + dd * em, L.t0 + (L.p1 + L.N) * em))) end
     if L.t > L.t0 then L.ttl = math.max(L.ttl, math.ceil((L.t - L.t0) / 1000) + 1000) end
   elseif k == 10 then
