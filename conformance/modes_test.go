@@ -483,3 +483,13 @@ func (m mode) mustPool(t *testing.T, cfg poolCfg, rules ...ruleSpec) poolFront {
 	}
 	return p
 }
+
+// lowPriority and highPriority mark the calls made with the context as of
+// that priority class (ratesem.WithPriority).
+func lowPriority(ctx context.Context) context.Context {
+	return ratesem.WithPriority(ctx, ratesem.PriorityLow)
+}
+
+func highPriority(ctx context.Context) context.Context {
+	return ratesem.WithPriority(ctx, ratesem.PriorityHigh)
+}
