@@ -41,7 +41,7 @@ func sleepUntil(at time.Time) { time.Sleep(time.Until(at)) }
 // tryPool asks p to admit charges without waiting longer than wait: the
 // Ticket, or nil when the pool refused (a wait known to end after the
 // deadline fails at once; one only calls in flight can end waits for it).
-func tryPool(t *testing.T, p poolFront, wait time.Duration, charges ...clientpool.Charge) *clientpool.Ticket {
+func tryPool(t *testing.T, p poolFront, wait time.Duration, charges ...clientpool.Charge) *ticket {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()

@@ -493,3 +493,6 @@ func lowPriority(ctx context.Context) context.Context {
 func highPriority(ctx context.Context) context.Context {
 	return ratesem.WithPriority(ctx, ratesem.PriorityHigh)
 }
+
+// ticket is a Pool's admitted call.
+type ticket = clientpool.Ticket
