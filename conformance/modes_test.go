@@ -255,7 +255,7 @@ var modes = []mode{
 	},
 	{
 		name: "redis", redis: true, per: 200 * time.Millisecond,
-		tol: 2 * time.Millisecond, slack: 15 * time.Millisecond,
+		tol: 2 * time.Millisecond, slack: 30 * time.Millisecond,
 		sem: func(t *testing.T, n int64, per time.Duration, cfg semCfg) (semFront, error) {
 			c := redisClient(t, cfg.addr)
 			opts := semOpts(cfg)
@@ -288,7 +288,7 @@ var modes = []mode{
 	},
 	{
 		name: "redis-cluster", redis: true, cluster: true, per: 200 * time.Millisecond,
-		tol: 2 * time.Millisecond, slack: 15 * time.Millisecond,
+		tol: 2 * time.Millisecond, slack: 30 * time.Millisecond,
 		pool: func(t *testing.T, rules []ruleSpec, cfg poolCfg) (poolFront, error) {
 			if cfg.addr != "" {
 				t.Skip("a server of the test's own is a single node")
