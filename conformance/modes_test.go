@@ -455,8 +455,34 @@ func forModes(t *testing.T, needPool bool, f func(t *testing.T, m mode)) {
 		if !needPool && m.sem == nil {
 			continue
 		}
-		t.Run(m.name, func(t *testing.T) { f(t, m) })
+		t.Run(m.name, func(t *testing.T) {
+			if gap, ok := knownGaps[t.Name()]; ok && os.Getenv("CONFORMANCE_SKIP_KNOWN") != "" {
+				t.Skip("known gap (issue 19): " + gap)
+			}
+			f(t, m)
+		})
 	}
+}
+
+// knownGaps are the tests that fail on the base of issue 19, each for a
+// gap the issue closes. They run, and fail, unless the environment sets
+// CONFORMANCE_SKIP_KNOWN (for a CI run before the gaps are closed); delete
+// an entry with the fix that closes it.
+var knownGaps = map[string]string{
+	"TestCapNSemaphore/redis":            "GCRA and the fixed window over Redis do not cap the units in flight at N",
+	"TestClockSemaphore/redis":           "WithClock is silently ignored over Redis",
+	"TestClockPool/redis":                "WithClock is silently ignored over Redis",
+	"TestClockPool/redis-cluster":        "WithClock is silently ignored over Redis",
+	"TestEventsSemaphore/redis":          "Queued is not reported over Redis",
+	"TestEventsPool/redis":               "Queued is not reported over Redis",
+	"TestEventsPool/redis-cluster":       "Queued is not reported over Redis",
+	"TestLearnPool/redis":                "Rule.Learn is refused over Redis",
+	"TestLearnPool/redis-cluster":        "Rule.Learn is refused over Redis",
+	"TestTryAcquireWaitSemaphore/inproc": "RateSemaphore.TryAcquireWait is not wired in the adapter yet",
+	"TestTryAcquireWaitSemaphore/redis":  "RateSemaphore.TryAcquireWait is not wired in the adapter yet",
+	"TestTryAcquirePool/inproc":          "Pool.TryAcquire is not wired in the adapter yet",
+	"TestTryAcquirePool/redis":           "Pool.TryAcquire is not wired in the adapter yet",
+	"TestTryAcquirePool/redis-cluster":   "Pool.TryAcquire is not wired in the adapter yet",
 }
 
 // forModesRun is forModes with f run in m.run: one scenario per mode.
