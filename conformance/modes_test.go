@@ -69,6 +69,7 @@ type semCfg struct {
 	clock       ratesem.Clock // WithClock; nil: none
 	evictionOK  bool          // WithEvictionAllowed
 	addr        string        // Redis: a server of the test's own; "" the shared one
+	name        string        // Redis: the limit's name; "" a name of its own
 }
 
 // ruleSpec is one rule of a Pool's table.
@@ -88,6 +89,7 @@ type poolCfg struct {
 	clock      ratesem.Clock
 	evictionOK bool
 	addr       string
+	scope      string // Redis: the Table's Scope; "" a scope of its own
 }
 
 // table returns the clientpool.Table of rules; every request (Classify, a
@@ -264,13 +266,17 @@ var modes = []mode{
 			}
 			var s *semaphore.RateSemaphore
 			var err error
+			name := cfg.name
+			if name == "" {
+				name = uniqueName(t)
+			}
 			switch cfg.policy {
 			case completion:
-				s, err = redisrate.NewSemaphore(c, uniqueName(t), n, per, opts...)
+				s, err = redisrate.NewSemaphore(c, name, n, per, opts...)
 			case startWindow:
-				s, err = redisrate.NewSemaphore(c, uniqueName(t), n, per, append(opts, semaphore.WithStartWindow(cfg.margin))...)
+				s, err = redisrate.NewSemaphore(c, name, n, per, append(opts, semaphore.WithStartWindow(cfg.margin))...)
 			default:
-				s, err = redisrate.NewSemaphoreWithPolicy(c, uniqueName(t),
+				s, err = redisrate.NewSemaphoreWithPolicy(c, name,
 					cfg.policy.policy(window.Limit{N: n, Per: per}, cfg.margin, cfg.burst), opts...)
 			}
 			if err != nil {
@@ -332,7 +338,10 @@ func redisPool(t *testing.T, c goredis.UniversalClient, rules []ruleSpec, cfg po
 		opts = append(opts, clientpool.WithEvictionAllowed())
 	}
 	tb := table(rules...)
-	tb.Scope = uniqueName(t)
+	tb.Scope = cfg.scope
+	if tb.Scope == "" {
+		tb.Scope = uniqueName(t)
+	}
 	p, err := clientpool.New(tb, append(opts, redisrate.Shared(c, "conformance"))...)
 	if err != nil {
 		return poolFront{}, err
@@ -477,6 +486,8 @@ var knownGaps = map[string]string{
 	"TestEventsPool/redis":               "Queued is not reported over Redis",
 	"TestEventsPool/redis-cluster":       "Queued is not reported over Redis",
 	"TestLearnPool/redis":                "Rule.Learn is refused over Redis",
+	"TestFleetLearn/redis":               "Rule.Learn is refused over Redis",
+	"TestFleetLearn/redis-cluster":       "Rule.Learn is refused over Redis",
 	"TestLearnPool/redis-cluster":        "Rule.Learn is refused over Redis",
 	"TestTryAcquireWaitSemaphore/inproc": "RateSemaphore.TryAcquireWait is not wired in the adapter yet",
 	"TestTryAcquireWaitSemaphore/redis":  "RateSemaphore.TryAcquireWait is not wired in the adapter yet",
@@ -508,6 +519,38 @@ func (m mode) mustPool(t *testing.T, cfg poolCfg, rules ...ruleSpec) poolFront {
 		t.Fatalf("%s: building the pool: %v", m.name, err)
 	}
 	return p
+}
+
+// semFleet returns k handles on one limit: in process one semaphore k
+// times (the goroutines of a process share it); over Redis k semaphores of
+// one name, as k processes would hold.
+func (m mode) semFleet(t *testing.T, k int, n int64, per time.Duration, cfg semCfg) []semFront {
+	t.Helper()
+	cfg.name = uniqueName(t)
+	fleet := make([]semFront, k)
+	for i := range fleet {
+		if i == 0 || m.redis {
+			fleet[i] = m.mustSem(t, n, per, cfg)
+		} else {
+			fleet[i] = fleet[0]
+		}
+	}
+	return fleet
+}
+
+// poolFleet is semFleet for pools: over Redis k pools of one scope.
+func (m mode) poolFleet(t *testing.T, k int, cfg poolCfg, rules ...ruleSpec) []poolFront {
+	t.Helper()
+	cfg.scope = uniqueName(t)
+	fleet := make([]poolFront, k)
+	for i := range fleet {
+		if i == 0 || m.redis {
+			fleet[i] = m.mustPool(t, cfg, rules...)
+		} else {
+			fleet[i] = fleet[0]
+		}
+	}
+	return fleet
 }
 
 // lowPriority and highPriority mark the calls made with the context as of

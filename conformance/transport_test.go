@@ -161,16 +161,27 @@ func (s *learnServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // every mode. (Over Redis today Learn is refused: issue 19.)
 func TestLearnPool(t *testing.T) {
 	forModesRun(t, true, func(t *testing.T, m mode) {
-		srv := &learnServer{n: 3, per: time.Second}
+		srv := &learnServer{n: 3, per: learnPer}
 		base := m.server(t, srv)
-		p := m.mustPool(t, poolCfg{}, ruleSpec{name: "r", limit: window.Limit{Per: time.Second}, learn: true})
-		const calls = 9
-		status := hammer(t, poolTransport(p, base), calls, 3)
-		srv.mu.Lock()
-		defer srv.mu.Unlock()
-		if srv.violations != 0 || status[http.StatusOK] != calls {
-			t.Errorf("%d violations at the server, %d arrivals, statuses %v; want 0 violations and %d answered 200",
-				srv.violations, srv.arrivals, status, calls)
-		}
+		p := m.mustPool(t, poolCfg{}, ruleSpec{name: "r", limit: window.Limit{Per: learnPer}, learn: true})
+		checkLearned(t, srv, hammer(t, poolTransport(p, base), learnCalls, 3))
 	})
+}
+
+// The learn scenario: 9 requests from 3 goroutines, 3 per second at the
+// server (the pool adds clientpool.ResetMargin, a second, to each window's
+// end it learns).
+const (
+	learnPer   = time.Second
+	learnCalls = 9
+)
+
+func checkLearned(t *testing.T, srv *learnServer, status map[int]int) {
+	t.Helper()
+	srv.mu.Lock()
+	defer srv.mu.Unlock()
+	if srv.violations != 0 || status[http.StatusOK] != learnCalls {
+		t.Errorf("%d violations at the server, %d arrivals, statuses %v; want 0 violations and %d answered 200",
+			srv.violations, srv.arrivals, status, learnCalls)
+	}
 }
