@@ -145,10 +145,10 @@ func (s semFront) begin(ctx context.Context, est int64) (end func(actual int64),
 	return c.End, nil
 }
 
-// TryAcquireWait is the non-blocking decision that returns the wait:
-// (0, nil) with n units admitted, or how long until they could be and an
-// error (matching ratesem.ErrInFlight when only calls in flight ending can
-// make room). Engineer h-engine adds it to RateSemaphore; the lead wires it.
+// TryAcquireWait is the non-blocking decision that returns the wait, as
+// window.Limiter.TryN: (0, nil) with n units admitted; else, changing
+// nothing, how long until they could be (> 0, nil), or ratesem.ErrInFlight
+// when only calls in flight ending can make room. Engineer h-engine adds it to RateSemaphore; the lead wires it.
 func (s semFront) TryAcquireWait(n int64) (time.Duration, error) {
 	s.t.Helper()
 	s.t.Fatal("conformance adapter: RateSemaphore.TryAcquireWait is not yet available (wire it in modes_test.go)")
@@ -162,8 +162,9 @@ type poolFront struct {
 }
 
 // TryAcquire is the pool's non-blocking decision that returns the wait:
-// a Ticket, or nil, how long until the call could be admitted and an
-// error. Engineer h-engine adds it to Pool; the lead wires it.
+// (a Ticket, 0, nil) when admitted; else, changing nothing, (nil, how long
+// until the call could be admitted, nil), or ratesem.ErrInFlight when only
+// calls in flight ending can make room. Engineer h-engine adds it to Pool; the lead wires it.
 func (p poolFront) TryAcquire(charges ...clientpool.Charge) (*clientpool.Ticket, time.Duration, error) {
 	p.t.Helper()
 	p.t.Fatal("conformance adapter: Pool.TryAcquire is not yet available (wire it in modes_test.go)")
