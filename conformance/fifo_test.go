@@ -7,7 +7,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/ratesem/ratesem"
+	"github.com/ratesem/ratesem/internal/sched"
 	"github.com/ratesem/ratesem/window"
 )
 
@@ -81,10 +81,10 @@ var fifoCases = []struct {
 		// A low waiter is passed by at most MaxOvertakes later normal
 		// ones.
 		name:    "overtake-bound",
-		waiters: append([]waiterSpec{{id: "low", low: true}}, normals(ratesem.MaxOvertakes+3)...),
+		waiters: append([]waiterSpec{{id: "low", low: true}}, normals(sched.MaxOvertakes+3)...),
 		check: func(got []string) error {
-			if i := slices.Index(got, "low"); i < 0 || i > ratesem.MaxOvertakes {
-				return fmt.Errorf("the low waiter was admitted %dth, after more than MaxOvertakes = %d later normal waiters", i+1, ratesem.MaxOvertakes)
+			if i := slices.Index(got, "low"); i < 0 || i > sched.MaxOvertakes {
+				return fmt.Errorf("the low waiter was admitted %dth, after more than MaxOvertakes = %d later normal waiters", i+1, sched.MaxOvertakes)
 			}
 			if !slices.IsSorted(slices.DeleteFunc(slices.Clone(got), func(id string) bool { return id == "low" })) {
 				return fmt.Errorf("the normal waiters were not served in order: %v", got)
