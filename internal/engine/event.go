@@ -147,13 +147,23 @@ func (p *Engine) emitFailed(charges []Charge, w *waiter, err error) {
 // under the lock.
 func (p *Engine) noteEvictedLocked(l *limiter) {
 	if p.observer != nil {
-		p.evicted = append(p.evicted, Charge{Rule: l.rule.Name, Key: l.key})
+		p.noteLocked(ratesem.Event{Kind: ratesem.Evicted, Rule: l.rule.Name, Key: l.key})
+	}
+}
+
+// noteLocked keeps e, an event of work done off a caller's goroutine (an
+// eviction; a reconcile's answer from Redis, learn_redis.go), for
+// flushEvicted: the observer runs on a caller's goroutine, never under the
+// lock.
+func (p *Engine) noteLocked(e ratesem.Event) {
+	if p.observer != nil {
+		p.evicted = append(p.evicted, e)
 		p.evictedN.Store(int32(len(p.evicted)))
 	}
 }
 
-// flushEvicted reports the evictions noted since the last flush. It takes
-// the lock only when there are some.
+// flushEvicted reports the evictions (and other events noteLocked kept)
+// noted since the last flush. It takes the lock only when there are some.
 func (p *Engine) flushEvicted() {
 	if p.observer == nil || p.evictedN.Load() == 0 {
 		return
@@ -163,7 +173,7 @@ func (p *Engine) flushEvicted() {
 	p.evicted = nil
 	p.evictedN.Store(0)
 	p.mu.Unlock()
-	for _, c := range ev {
-		p.observer(ratesem.Event{Kind: ratesem.Evicted, Rule: c.Rule, Key: c.Key})
+	for _, e := range ev {
+		p.observer(e)
 	}
 }

@@ -94,7 +94,7 @@ func (p *Engine) limiterLocked(rs *ruleState, key string, now time.Time) (*limit
 }
 
 func (p *Engine) newLimiterLocked(rs *ruleState, key string, now time.Time) *limiter {
-	l := &limiter{rule: rs, key: key, last: p.mono(now), unknown: rs.unknown && p.rem == nil}
+	l := &limiter{rule: rs, key: key, last: p.mono(now), unknown: rs.unknown}
 	if p.rem == nil {
 		l.policy = rs.policyFor()
 	}

@@ -81,7 +81,7 @@ func (t *Ticket) releaseRedisAny() {
 	p.mu.Lock()
 	var actual []int64
 	for i := range t.held {
-		if h := &t.held[i]; h.settled {
+		if h := &t.held[i]; h.settled || h.cut {
 			if actual == nil {
 				actual = make([]int64, len(t.held))
 				for j := range actual {
@@ -89,6 +89,9 @@ func (t *Ticket) releaseRedisAny() {
 				}
 			}
 			actual[i] = h.actual
+			if !h.settled {
+				actual[i] = h.n // charged less in Redis (learn_redis.go): its real weight
+			}
 		}
 	}
 	p.mu.Unlock()

@@ -54,8 +54,8 @@ type Engine struct {
 	evictNext int          // the rule the next eviction starts with
 	evictWork int          // idle limiters looked at by eviction, ever (tests)
 	timer     wake.Timer
-	evicted   []Charge     // evicted keys not yet reported (observer only)
-	evictedN  atomic.Int32 // len(evicted), read without the lock
+	evicted   []ratesem.Event // events of evicted keys (and noteLocked's) not yet reported (observer only)
+	evictedN  atomic.Int32    // len(evicted), read without the lock
 	// hook, set only by tests, is called under the lock when a waiter is
 	// made (done false) and when its wait ends (done true).
 	hook func(w *waiter, done bool)
@@ -132,8 +132,11 @@ type feedback struct {
 	budgeted   bool
 	reported   bool   // a report (Learned.Reset) set the window once
 	distrusted uint32 // reports not taken at their word (KeyState.Distrusted), wrapping
-	throttles  uint32 // throttles of this key, ever (wrapping)
-	streak     uint8  // throttles in a row without a usable Retry-After
+	// spec is, in Redis mode, the limit the key learned or adopted
+	// (Rule.Learn; see redisSpec); nil: the rule's.
+	spec      *rspec.Spec
+	throttles uint32 // throttles of this key, ever (wrapping)
+	streak    uint8  // throttles in a row without a usable Retry-After
 }
 
 // feedback returns l's feedback state, creating it.
@@ -186,6 +189,7 @@ type held struct {
 	settled                 bool  // Ticket.Settle named this charge's rule
 	unreadSaid              bool  // Ticket.BodyUnread reported it (an Unsettled event, once)
 	unrep                   bool  // counted in its key's feedback.unreported (Rule.Learn; see budgetLocked)
+	cut                     bool  // Redis mode: charged less than n there (a key not learned, a learned limit); released settled at n
 	actual                  int64 // the settled weight, when settled
 }
 
@@ -271,11 +275,9 @@ func New(rules []Rule, scope string, opts ...Option) (*Engine, error) {
 		rs := &ruleState{Rule: r, keys: make(map[string]*limiter)}
 		rs.setLimit(r.Limit)
 		if r.Limit.N == 0 {
-			if cfg.Shared != nil {
-				return nil, fmt.Errorf("%w: rule %q: Limit.N 0 (a limit learned from headers) cannot be shared in Redis mode: give the rule its limit", ratesem.ErrInvalidLimit, r.Name)
-			}
 			// Unknown until a response says: the window admits anything
-			// (one call at a time, admitLocked) and keeps the record.
+			// (one call at a time, admitLocked; in Redis mode
+			// rspec.Unknown, learnRedis) and keeps the record.
 			rs.setLimit(window.Limit{N: MaxLearnedN, Per: r.Limit.Per})
 			rs.learning, rs.unknown = true, true
 		}
@@ -598,7 +600,7 @@ func (p *Engine) tooHeavyLocked(charges []Charge) error {
 	for _, c := range charges {
 		rs := p.rules[c.Rule]
 		fit := rs.cap
-		if rs.Learn == nil || p.rem != nil {
+		if rs.Learn == nil {
 			fit = min(rs.capacity, fit) // a learned limit is per key, and never refuses a call (learnedFit)
 		}
 		if c.Weight == math.MaxInt64 {

@@ -72,6 +72,9 @@ func (p *Engine) initRedis(cfg *config) error {
 		if len(rs.Name) > rspec.MaxNameLen {
 			return fmt.Errorf("ratesem: redisrate.Shared: rule name %.64q…: want at most %d bytes", rs.Name, rspec.MaxNameLen)
 		}
+		if rs.spec == nil && rs.unknown {
+			rs.spec = unknownSpec // Rule.Learn with no limit given (learn_redis.go)
+		}
 		if rs.spec == nil { // a One's is set already
 			spec, err := specOf(rs.Rule, rs.limit)
 			if err != nil {
@@ -95,7 +98,9 @@ func (p *Engine) initRedis(cfg *config) error {
 		// store no other limit; other keys are met later.
 		cs := make([]rspec.Charge, 0, len(p.ruleList))
 		for _, rs := range p.ruleList {
-			cs = append(cs, rspec.Charge{Rule: rs.Name, Key: redisKey(""), Spec: rs.spec})
+			if rs.Learn == nil { // a learned limit may be any (learn_redis.go)
+				cs = append(cs, rspec.Charge{Rule: rs.Name, Key: redisKey(""), Spec: rs.spec})
+			}
 		}
 		if len(cs) > rspec.MaxCharges {
 			cs = cs[:rspec.MaxCharges]
@@ -209,6 +214,7 @@ func (p *Engine) acquireRedis(ctx context.Context, t *Ticket, charges []Charge) 
 		h.thrAtAdmit = h.lim.throttles()
 	}
 	p.rem.calls[t] = call
+	p.adoptLocked(hs, call)
 	p.mu.Unlock()
 	p.emitAdmitted(t, charges, time.Since(since), false)
 	return nil
@@ -240,7 +246,7 @@ func (p *Engine) startRedis(ctx context.Context, charges []Charge) (hs []held, r
 	rcs = make([]rspec.Charge, len(charges))
 	for i, c := range charges {
 		rs := hs[i].lim.rule
-		rcs[i] = rspec.Charge{Rule: c.Rule, Key: redisKey(c.Key), Spec: rs.spec, Weight: c.Weight}
+		rcs[i] = redisChargeLocked(&hs[i], c)
 		setHere = setHere || rs.setHere
 	}
 	return hs, rcs, setHere, nil
@@ -299,6 +305,7 @@ func (t *Ticket) releaseRedisSettled(actual []int64) {
 // window from then on.
 func (t *Ticket) observeRedis(h http.Header) {
 	p := t.pool
+	t.learnRedis(h)
 	p.mu.Lock()
 	// seen: when this response was read, on Redis's clock (estimated from
 	// the admission's instant there and this process's clock since).
@@ -344,10 +351,9 @@ func (t *Ticket) observeRedis(h http.Header) {
 // reaches Redis, which is that window's count (rspec.Store.ReconcileAt).
 func (p *Engine) reconcileRedis(rs *ruleState, key string, used int64, r rspec.Read) {
 	p.mu.Lock()
-	spec := rs.spec
+	spec := p.keySpecLocked(rs, key)
 	p.mu.Unlock()
-	p.rem.eng.ReconcileAt(p.rem.scope, rspec.Charge{Rule: rs.Name, Key: redisKey(key), Spec: spec}, used, r)
-	p.emit(ratesem.Event{Kind: ratesem.Reconciled, Rule: rs.Name, Key: key, Weight: used})
+	p.rem.eng.ReconcileAtThen(p.rem.scope, rspec.Charge{Rule: rs.Name, Key: redisKey(key), Spec: spec}, used, r, p.reconciledThen(rs.Name, key))
 }
 
 // pauseRedis writes the pause of (rule, key) until until to Redis, in the
@@ -358,7 +364,7 @@ func (p *Engine) pauseRedis(rule, key string, until time.Time) {
 		return
 	}
 	p.mu.Lock()
-	spec, d := rs.spec, until.Sub(p.now())
+	spec, d := p.keySpecLocked(rs, key), until.Sub(p.now())
 	p.mu.Unlock()
 	p.rem.eng.Pause(p.rem.scope, rspec.Charge{Rule: rule, Key: redisKey(key), Spec: spec}, d)
 }
@@ -373,9 +379,14 @@ func (p *Engine) setLimitRedis(rs *ruleState, l window.Limit) error {
 	rs.setLimit(l)
 	rs.quiet = 0
 	rs.spec, rs.setHere = spec, true
+	rs.learning, rs.unknown = false, false
 	keys := make([]string, 0, len(rs.keys))
-	for k := range rs.keys {
+	for k, l := range rs.keys {
 		keys = append(keys, k)
+		l.unknown = false
+		if l.fb != nil {
+			l.fb.spec = nil // the limit set here, not one learned
+		}
 	}
 	p.mu.Unlock()
 	for _, k := range keys {
@@ -422,8 +433,8 @@ func (p *Engine) tryRedis(t *Ticket, charges []Charge) (time.Duration, error) {
 		h.thrAtAdmit = h.lim.throttles()
 	}
 	p.rem.calls[t] = call
+	p.adoptLocked(hs, call)
 	p.mu.Unlock()
 	p.emitAdmitted(t, charges, 0, false)
 	return 0, nil
 }
-

@@ -466,7 +466,8 @@ func (e *Engine) decided(ctx context.Context, w *waiter, since time.Time, block 
 			e.cancelToken(w.scope, w.cs, d.Token)
 			return Outcome{}, ctx.Err()
 		}
-		c := &Call{e: e, scope: w.scope, cs: w.cs, token: d.Token, at: d.Now, seen: time.Now(), marks: d.Marks, local: w.local}
+		c := &Call{e: e, scope: w.scope, cs: w.cs, token: d.Token, at: d.Now, seen: time.Now(), marks: d.Marks, local: w.local,
+			adopted: d.Adopted, adoptedSpecs: d.AdoptedSpecs}
 		w.local = nil // the Call releases them
 		if err := e.hold(c, since); err != nil {
 			if c.local != nil {

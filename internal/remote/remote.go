@@ -445,7 +445,18 @@ type Call struct {
 	// actual holds the settled weights of ReleaseSettled (one per charge),
 	// nil for a plain Release; written before the call is queued.
 	actual []int64
+	// adopted and adoptedSpecs are the admission's rspec.Decision.Adopted
+	// and AdoptedSpecs (Outcome's), kept for Acquire's caller.
+	adopted      []int
+	adoptedSpecs []rspec.Spec
 }
+
+// Adopted returns the indices of the charges Redis decided under a limit
+// stored there (SetLimit, a learned limit replacing rspec.Unknown) rather
+// than the caller's, and those limits, in the same order
+// (rspec.Decision.Adopted and AdoptedSpecs; Outcome's). Both are nil for a
+// call the fallback admitted. The caller must not change them.
+func (c *Call) Adopted() ([]int, []rspec.Spec) { return c.adopted, c.adoptedSpecs }
 
 // Mark returns the admission's mark for charge i (rspec.Decision.Marks),
 // "" when it has none.
