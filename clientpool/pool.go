@@ -226,7 +226,10 @@ func (t *Ticket) SettleResponse(h http.Header, body []byte) { t.t.SettleResponse
 // until the window moves"); a negative count is ignored. (Comparing with
 // the window's count now instead, as Reconcile does, would take the units
 // of calls still on their way for room; use Reconcile when no Ticket is at
-// hand.) It never blocks and is safe for concurrent use.
+// hand.) It never blocks, but in Redis mode (redisrate.Shared) a limit
+// new to a key (Rule.Learn) is stored in Redis for the fleet before it
+// returns: one round trip, bounded by the Redis timeout, while the call
+// still counts there. It is safe for concurrent use.
 func (t *Ticket) ObserveHeaders(h http.Header) { t.t.ObserveHeaders(h) }
 
 // BodyUnread tells the ticket that its call's reply was closed before its

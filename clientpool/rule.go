@@ -65,8 +65,12 @@ type Rule struct {
 	// until the first response that says it, and until then each key admits
 	// one call at a time, of any weight; a Limit.N > 0 is a guess the first
 	// response corrects. Limit.Per must be > 0 either way: it is the window
-	// when the headers do not give one. In process only: in Redis mode
-	// (redisrate.Shared) Learn is not read and Limit.N must be > 0.
+	// when the headers do not give one. In Redis mode (redisrate.Shared)
+	// the fleet learns together: a key no process knows the limit of admits
+	// one call at a time across the fleet; the limit one process learns is
+	// stored in Redis (one round trip, when it changes) and every process
+	// adopts it at its next call on the key; a budget the server announces
+	// for its window (Learned.Reset) is shared by the fleet.
 	Learn func(h http.Header, now time.Time) (Learned, bool)
 
 	// Settle marks a rule whose weight is known only after the call (an

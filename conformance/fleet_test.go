@@ -72,7 +72,6 @@ func TestFleetTransport(t *testing.T) {
 
 // TestFleetLearn: a fleet of pools learns a limit from the server's
 // headers and shares the learned budget: no request the server refuses.
-// (Over Redis today Learn is refused: issue 19.)
 func TestFleetLearn(t *testing.T) {
 	forModesRun(t, true, func(t *testing.T, m mode) {
 		srv := &learnServer{n: 3, per: learnPer}

@@ -478,10 +478,6 @@ var knownGaps = map[string]string{
 	"TestEventsSemaphore/redis":        "Queued is not reported over Redis",
 	"TestEventsPool/redis":             "Queued is not reported over Redis",
 	"TestEventsPool/redis-cluster":     "Queued is not reported over Redis",
-	"TestLearnPool/redis":              "Rule.Learn is refused over Redis",
-	"TestFleetLearn/redis":             "Rule.Learn is refused over Redis",
-	"TestFleetLearn/redis-cluster":     "Rule.Learn is refused over Redis",
-	"TestLearnPool/redis-cluster":      "Rule.Learn is refused over Redis",
 	"TestTryAcquirePool/redis":         "a release not yet sent to Redis reads as a call in flight: ErrInFlight, not the wait",
 	"TestTryAcquirePool/redis-cluster": "a release not yet sent to Redis reads as a call in flight: ErrInFlight, not the wait",
 }

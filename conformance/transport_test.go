@@ -158,7 +158,7 @@ func (s *learnServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // TestLearnPool: a rule that learns its limit from the server's headers
 // (Rule.Learn, no limit given) sends no request the server refuses, in
-// every mode. (Over Redis today Learn is refused: issue 19.)
+// every mode.
 func TestLearnPool(t *testing.T) {
 	forModesRun(t, true, func(t *testing.T, m mode) {
 		srv := &learnServer{n: 3, per: learnPer}
