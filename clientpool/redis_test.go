@@ -651,6 +651,20 @@ func TestRedisObserver(t *testing.T) {
 	if err := p.Pause(binance.RuleRawRequests, "", time.Now().Add(10*ms)); err != nil {
 		t.Fatal(err)
 	}
+	// Reconciled reports the units Redis took in: its answer comes in the
+	// background and is reported on the next caller's goroutine (a Pause
+	// here), as in process an eviction is.
+	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(5 * ms) {
+		mu.Lock()
+		n := kinds[ratesem.Reconciled]
+		mu.Unlock()
+		if n > 0 {
+			break
+		}
+		if err := p.Pause(binance.RuleRawRequests, "", time.Now().Add(ms)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	mu.Lock()
 	defer mu.Unlock()
 	for _, k := range []ratesem.EventKind{ratesem.Admitted, ratesem.Reconciled, ratesem.Throttled, ratesem.Paused} {

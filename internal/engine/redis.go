@@ -49,6 +49,8 @@ type redisMode struct {
 	// Pool.mu): kept here rather than in the Ticket, so that a Ticket of
 	// the in-process Pool stays as small as it was.
 	calls map[*Ticket]*remote.Call
+	// timeout bounds one round trip (redisrate.WithTimeout).
+	timeout time.Duration
 }
 
 // initRedis builds the Redis engine of p and the Spec of every rule.
@@ -125,7 +127,7 @@ func (p *Engine) initRedis(cfg *config) error {
 	if err != nil {
 		return fmt.Errorf("%w (redisrate.Shared)", err)
 	}
-	p.rem = &redisMode{eng: eng, scope: scope, calls: make(map[*Ticket]*remote.Call), late: late}
+	p.rem = &redisMode{eng: eng, scope: scope, calls: make(map[*Ticket]*remote.Call), late: late, timeout: cfg.Redis.timeout()}
 	return nil
 }
 

@@ -1,0 +1,255 @@
+package engine
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/ratesem/ratesem"
+	"github.com/ratesem/ratesem/internal/remote"
+	"github.com/ratesem/ratesem/internal/rspec"
+	"github.com/ratesem/ratesem/window"
+)
+
+// Learned limits in Redis mode (Rule.Learn with redisrate.Shared).
+//
+// A key whose limit nobody has learned is charged under rspec.Unknown:
+// one call at a time across the fleet, charged 1 unit and released settled
+// at its real weight (held.cut), so that a limit learned meanwhile counts
+// it whole. A process that learns a key's limit from a reply (learnRedis)
+// keeps it as the key's Spec (feedback.spec) and stores it in Redis for
+// every process (remote.Engine.SetLimit, one round trip, only when the
+// limit changes); the others adopt it at their next admission on the key
+// (remote.Call.Adopted, adoptLocked) and charge real weights from then.
+// A reply that names the server's window (Learned.Reset) makes the key an
+// rspec.Quota: the budget the server announced, shared by the fleet
+// (remote.Engine.BudgetThen); a reply without one is the server's count
+// (remote.Engine.ReconcileAtThen). Pool.Limit reports the limit learned or
+// adopted, as in process.
+
+// lateBudget is how much longer than a round trip's bound a first budget
+// report is waited for (learnRedisOne).
+const lateBudget = 100 * time.Millisecond
+
+// unknownSpec is rspec.Unknown(), shared; never changed.
+var unknownSpec = rspec.Unknown()
+
+// redisSpec returns the Spec l's key is charged under in Redis mode: the
+// limit it learned or adopted, rspec.Unknown while it knows none, else
+// its rule's.
+func (l *limiter) redisSpec() *rspec.Spec {
+	if fb := l.fb; fb != nil && fb.spec != nil {
+		return fb.spec
+	}
+	if l.unknown {
+		return unknownSpec
+	}
+	return l.rule.spec
+}
+
+// keySpecLocked returns the Spec of (rs, key) in Redis mode, whether or
+// not this process holds a limiter for it (an Unknown one adopts whatever
+// Redis stores). p.mu must be held.
+func (p *Engine) keySpecLocked(rs *ruleState, key string) *rspec.Spec {
+	if l := rs.keys[key]; l != nil {
+		return l.redisSpec()
+	}
+	if rs.unknown {
+		return unknownSpec
+	}
+	return rs.spec
+}
+
+// redisChargeLocked returns the Redis charge of c on hd's limiter. Under a
+// rule with Learn a key that knows no limit is charged 1 unit, and a charge
+// heavier than the key's learned limit that limit (a learned limit never
+// refuses a call, learnedFit); either is released settled at its real
+// weight (hd.cut). In Redis mode recAtAdmit keeps the units charged there
+// and usedAtAdmit is 1 when the charge is leased there (a completion
+// window or a concurrency cap): budget reports read them (learnRedisOne).
+// p.mu must be held.
+func redisChargeLocked(hd *held, c Charge) rspec.Charge {
+	l := hd.lim
+	spec := l.redisSpec()
+	w := c.Weight
+	if l.rule.Learn != nil {
+		if l.unknown {
+			w = 1
+		} else {
+			w = min(w, max(spec.Capacity(), 1))
+		}
+		hd.cut = w != c.Weight
+	}
+	hd.recAtAdmit, hd.usedAtAdmit = w, 0
+	if spec.Kind.NativeInFlightCap() || spec.Concurrency > 0 {
+		hd.usedAtAdmit = 1
+	}
+	return rspec.Charge{Rule: c.Rule, Key: redisKey(c.Key), Spec: spec, Weight: w}
+}
+
+// adoptLocked takes in the limits Redis decided call's charges under
+// instead of those sent (learned by another process, or stored by
+// SetLimit): a key of a rule with Learn keeps it as its own from now on.
+// hs are the call's charges, in the order sent. p.mu must be held.
+func (p *Engine) adoptLocked(hs []held, call *remote.Call) {
+	idx, specs := call.Adopted()
+	for j, i := range idx {
+		if i < 0 || i >= len(hs) || j >= len(specs) {
+			continue
+		}
+		l, s := hs[i].lim, specs[j]
+		if l.rule.Learn == nil || s == *unknownSpec || !l.unknown && s == *l.redisSpec() {
+			continue
+		}
+		p.setKeySpecLocked(l, s)
+	}
+}
+
+// setKeySpecLocked gives l's key the limit s (learned here or adopted):
+// the key is charged under it from now on, and the rule's limit becomes
+// s's (the one Pool.Limit reports), as in process (setKeyLimitLocked).
+// p.mu must be held.
+func (p *Engine) setKeySpecLocked(l *limiter, s rspec.Spec) {
+	l.feedback().spec = &s
+	l.unknown = false
+	rs := l.rule
+	if rs.learning || s.Limit != rs.limit {
+		rs.learning = false
+		rs.setLimit(s.Limit)
+		rs.quiet = 0 // the window lives in Redis
+	}
+}
+
+// learnedSpec returns the Spec a reply's report in gives a key of rs
+// whose Spec is cur: an rspec.Quota when the report names the server's
+// window (or the key counts in them already), else the rule's window at
+// the reported limit; false when the report has no limit or Redis cannot
+// keep it.
+func learnedSpec(rs *ruleState, cur *rspec.Spec, in Learned) (rspec.Spec, bool) {
+	if in.Limit.N <= 0 {
+		return rspec.Spec{}, false
+	}
+	lim := window.Limit{N: min(in.Limit.N, MaxLearnedN, rspec.MaxN), Per: in.Limit.Per}
+	if lim.Per <= 0 || lim.Per > min(maxLearnedPer, rspec.MaxPer) {
+		lim.Per = rs.limit.Per
+	}
+	lim.Per = lim.Per.Truncate(time.Microsecond)
+	if lim.Per <= 0 {
+		return rspec.Spec{}, false
+	}
+	if !in.Reset.IsZero() || cur.Kind == rspec.Quota {
+		s := rspec.Spec{Kind: rspec.Quota, Limit: lim, Concurrency: rs.MaxUnitsInFlight}
+		return s, s.Check() == nil
+	}
+	s, err := specOf(rs.Rule, lim)
+	if err != nil {
+		return rspec.Spec{}, false
+	}
+	return *s, true
+}
+
+// learnRedis is the Rule.Learn part of ObserveHeaders in Redis mode: each
+// charge whose rule has Learn takes in what the reply says (learnRedisOne).
+func (t *Ticket) learnRedis(h http.Header) {
+	p := t.pool
+	var date time.Time
+	dated := false
+	for i := range t.held {
+		hd := &t.held[i]
+		rs := hd.lim.rule
+		if rs.Learn == nil {
+			continue
+		}
+		in, ok := rs.Learn(h, p.now())
+		if !ok {
+			continue
+		}
+		if !dated {
+			date, dated = serverDate(h), true
+		}
+		p.learnRedisOne(t, hd, in, date)
+	}
+}
+
+// learnRedisOne takes in one charge's report in; date is the reply's Date
+// (zero when none). A limit new to the key becomes its Spec and is stored
+// in Redis for every process first (one round trip, bounded by the Redis
+// timeout; on failure the key's next call sends it, which replaces an
+// rspec.Unknown stored there). Then what remains goes to Redis in the
+// background: a quota key's budget until the reply's reset (plus
+// ResetMargin), or the server's count (limit − remaining) for the others.
+func (p *Engine) learnRedisOne(t *Ticket, hd *held, in Learned, date time.Time) {
+	p.mu.Lock()
+	l, rs := hd.lim, hd.lim.rule
+	now := p.now()
+	var share bool
+	if s, ok := learnedSpec(rs, l.redisSpec(), in); ok && (l.unknown || s != *l.redisSpec()) {
+		p.setKeySpecLocked(l, s)
+		share = true
+	}
+	spec, unknown, key := l.redisSpec(), l.unknown, l.key
+	var resetIn time.Duration
+	if !in.Reset.IsZero() {
+		reset := in.Reset
+		if in.Epoch {
+			reset = reset.Add(rs.skewLocked(date, now))
+		}
+		resetIn = reset.Sub(now) + ResetMargin
+	}
+	var own int64 // the reporting call's units, when still leased in Redis
+	if !t.released.Load() && hd.usedAtAdmit == 1 {
+		own = hd.recAtAdmit
+	}
+	p.mu.Unlock()
+	c := rspec.Charge{Rule: rs.Name, Key: redisKey(key), Spec: spec}
+	stored := false
+	if share {
+		stored = p.rem.eng.SetLimit(context.Background(), p.rem.scope, c) == nil
+	}
+	if unknown || in.Remaining < 0 {
+		return
+	}
+	if spec.Kind == rspec.Quota {
+		if in.Reset.IsZero() || resetIn <= 0 {
+			return // a report without its window, under a rule counted by windows
+		}
+		if !stored {
+			p.rem.eng.BudgetThen(p.rem.scope, c, in.Remaining, resetIn, own, nil)
+			return
+		}
+		// The quota was just stored: its window starts with N less the
+		// calls leased (this one among them). Wait (one round trip) for
+		// the server's budget before this call can end, so that no
+		// admission of the fleet reads a budget the server never gave.
+		done := make(chan struct{})
+		p.rem.eng.BudgetThen(p.rem.scope, c, in.Remaining, resetIn, own, func(int64, error) { close(done) })
+		tm := time.NewTimer(p.rem.timeout + lateBudget)
+		defer tm.Stop()
+		select {
+		case <-done:
+		case <-tm.C: // not sent (Redis taken as down, Close) or slow: the next report tightens it
+		}
+		return
+	}
+	p.reconcileRedis(rs, key, usedOf(spec.Limit.N, in.Remaining), rspec.Read{})
+}
+
+// reconciledThen returns the callback of a reconcile sent to Redis for
+// (rule, key): the units Redis took in, when any, are reported as a
+// ratesem.Reconciled event, as in process. The callback runs on a
+// goroutine of the Redis engine: the event is kept (noteLocked) and
+// reported on the next caller's goroutine (flushEvicted). Nil without an
+// observer.
+func (p *Engine) reconciledThen(rule, key string) func(int64, error) {
+	if p.observer == nil {
+		return nil
+	}
+	return func(added int64, err error) {
+		if err != nil || added <= 0 {
+			return
+		}
+		p.mu.Lock()
+		p.noteLocked(p.named(ratesem.Event{Kind: ratesem.Reconciled, Rule: rule, Key: key, Weight: added}))
+		p.mu.Unlock()
+	}
+}
