@@ -37,8 +37,8 @@
 //
 // Requests for a model the Table was not given count against three
 // catch-all rules keyed by model (RuleRequestsOther, ...), whose limits are
-// learned from the first reply, or given with WithOtherModels, as they
-// must be in Redis mode.
+// learned from the first reply (in Redis mode by the fleet together), or
+// given with WithOtherModels.
 //
 // The estimates and the rules' keys read the request body through
 // Request.GetBody. http.NewRequest sets it for a bytes, strings or
@@ -138,11 +138,9 @@ func WithModel(name string, rpm, itpm, otpm int64) Option {
 // WithOtherModels gives the catch-all rules (RuleRequestsOther,
 // RuleInputOther, RuleOutputOther) their limits per minute, for each model
 // the Table was not given: rpm requests, itpm input tokens, otpm output
-// tokens; 0 (the default) means learned from the first reply. Negative
-// values count as 0. In Redis mode (redisrate.Shared) no limit can be
-// learned: give every model's limits with WithModel and these with
-// WithOtherModels, all above 0, or clientpool.New refuses the Table
-// (ratesem.ErrInvalidLimit).
+// tokens; 0 (the default) means learned from the first reply (in Redis
+// mode, redisrate.Shared, by the fleet together: one call at a time per
+// model until a reply says). Negative values count as 0.
 func WithOtherModels(rpm, itpm, otpm int64) Option {
 	return func(c *config) { c.other = model{"", max(rpm, 0), max(itpm, 0), max(otpm, 0)} }
 }

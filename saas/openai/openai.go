@@ -41,8 +41,8 @@
 // Requests for a model the Table was not given count against two catch-all
 // rules keyed by model, RuleRequestsOther and RuleTokensOther, whose limits
 // are learned from the first reply (shared by every such model: give each
-// model you use WithModel), or given with WithOtherModels, as they must be
-// in Redis mode.
+// model you use WithModel), or given with WithOtherModels. In Redis mode
+// the fleet learns them together (clientpool.Rule.Learn).
 //
 // The Estimator and the rules' keys read the request body through
 // Request.GetBody. http.NewRequest sets it for a bytes, strings or
@@ -195,10 +195,9 @@ func WithModel(name string, rpm, tpm int64) Option {
 // WithOtherModels gives the catch-all rules (RuleRequestsOther,
 // RuleTokensOther) their limits, for each model the Table was not given:
 // rpm requests and tpm tokens per minute; 0 (the default) means learned
-// from the first reply. Negative values count as 0. In Redis mode
-// (redisrate.Shared) no limit can be learned: give every model's limits
-// with WithModel and these with WithOtherModels, all above 0, or
-// clientpool.New refuses the Table (ratesem.ErrInvalidLimit).
+// from the first reply (in Redis mode, redisrate.Shared, by the fleet
+// together: one call at a time per model until a reply says). Negative
+// values count as 0.
 func WithOtherModels(rpm, tpm int64) Option {
 	return func(c *config) { c.other = model{"", max(rpm, 0), max(tpm, 0)} }
 }
