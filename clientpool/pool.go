@@ -305,7 +305,8 @@ func (p *Pool) SetLimit(rule string, l window.Limit) error { return p.e.SetLimit
 // Limit returns a rule's current limit (N units per Per), and false for an
 // unknown rule; N is 0 while a rule with Learn has not learned its limit
 // yet. It does not block. In Redis mode it is the limit this
-// process set, not one another process stored.
+// process set or, for a rule with Learn, learned or adopted from another
+// process (the latest of them), not one another process stored by SetLimit.
 func (p *Pool) Limit(rule string) (window.Limit, bool) { return p.e.Limit(rule) }
 
 // KeyState is a snapshot of one limiter (Pool.Snapshot); a plain value.
@@ -326,6 +327,10 @@ type KeyState struct {
 	// its learned limit sent alone, replies whose window contradicted the
 	// key's (wrapping).
 	Distrusted uint32
+	// Limit is the limit the key is held to: its rule's, or the one it
+	// learned from a reply or, in Redis mode, adopted from another process
+	// (Rule.Learn); N is 0 while the key knows none.
+	Limit window.Limit
 }
 
 // Snapshot returns the state of every live limiter, sorted by rule and key.

@@ -888,7 +888,7 @@ func TestRedisSnapshot(t *testing.T) {
 	p2 := newRedisPool(t, twoRules(5, 5, time.Second), c, "snap")
 	tk := acquire(t, p1, clientpool.Charge{Rule: "a", Key: "x", Weight: 3}, clientpool.Charge{Rule: "b", Weight: 1})
 	acquire(t, p2, clientpool.Charge{Rule: "a", Key: "x", Weight: 1}).Release()
-	want := []clientpool.KeyState{{Rule: "a", Key: "x", InFlight: 3, Used: -1}, {Rule: "b", InFlight: 1, Used: -1}}
+	want := []clientpool.KeyState{{Rule: "a", Key: "x", InFlight: 3, Used: -1, Limit: window.Limit{N: 5, Per: time.Second}}, {Rule: "b", InFlight: 1, Used: -1, Limit: window.Limit{N: 5, Per: time.Second}}}
 	if got := p1.Snapshot(); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("Snapshot = %v, want %v", got, want)
 	}

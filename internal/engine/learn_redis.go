@@ -253,3 +253,20 @@ func (p *Engine) reconciledThen(rule, key string) func(int64, error) {
 		p.mu.Unlock()
 	}
 }
+
+// keyLimitLocked returns the limit l's key is held to (KeyState.Limit): N
+// 0 (per its rule's Per) while it knows none (Rule.Learn), in Redis mode
+// the Spec it is charged under, in process its window's (or its quota's).
+// p.mu must be held.
+func (p *Engine) keyLimitLocked(l *limiter) window.Limit {
+	switch {
+	case l.unknown:
+		return window.Limit{Per: l.rule.limit.Per}
+	case p.rem != nil:
+		if s := l.redisSpec(); s != nil {
+			return s.Limit
+		}
+		return l.rule.limit
+	}
+	return l.limit()
+}

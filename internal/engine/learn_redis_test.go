@@ -124,6 +124,9 @@ func TestRedisLearnUnknownOneAtATime(t *testing.T) {
 	if tk == nil {
 		t.Fatal("the first call of an unknown key: refused")
 	}
+	if ks := ps[0].Snapshot(); len(ks) != 1 || ks[0].Limit != (window.Limit{Per: time.Hour}) || ks[0].InFlight != 50 {
+		t.Fatalf("Snapshot %+v; want the key with N 0 (unknown), 50 units in flight", ks)
+	}
 	for i, p := range ps {
 		if tryKey(t, p, "k", 1) != nil {
 			t.Fatalf("process %d: a second call of the unknown key admitted", i)
@@ -182,8 +185,11 @@ func TestRedisLearnFleetSharesBudget(t *testing.T) {
 		if l, _ := p.Limit("r"); l != want.Limit {
 			t.Errorf("process %d: limit %v, want %v adopted", i+1, l, want.Limit)
 		}
-		if s := keySpec(p, "k"); s != nil && *s != want {
+		if s := keySpec(p, "k"); s == nil || *s != want {
 			t.Errorf("process %d: Spec %v, want %v adopted", i+1, s, want)
+		}
+		if ks := p.Snapshot(); len(ks) != 1 || ks[0].Limit != want.Limit {
+			t.Errorf("process %d: Snapshot %+v, want the key's limit %v", i+1, ks, want.Limit)
 		}
 	}
 	// The budget is spent until the server's window ends (an hour; the
@@ -287,5 +293,26 @@ func TestRedisReconciledEvent(t *testing.T) {
 	ev = wait(2)
 	if len(ev) != 2 || ev[1].Weight != 1 {
 		t.Fatalf("events %+v; want a second Reconciled of 1 unit, none for the count below", ev)
+	}
+}
+
+// KeyState.Limit in process: N 0 while the key knows no limit, then the
+// one it learned (a quota's N).
+func TestKeyStateLimitLearned(t *testing.T) {
+	p, err := New([]Rule{{Name: "r", Limit: window.Limit{Per: time.Hour}, Learn: learnHeaders}}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk := new(Ticket)
+	if err := p.Acquire(context.Background(), tk, []Charge{{Rule: "r", Key: "k", Weight: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if ks := p.Snapshot(); len(ks) != 1 || ks[0].Limit != (window.Limit{Per: time.Hour}) {
+		t.Fatalf("Snapshot %+v; want N 0 before a reply", ks)
+	}
+	tk.ObserveHeaders(reply(7, 3, time.Hour))
+	tk.Release()
+	if ks := p.Snapshot(); len(ks) != 1 || ks[0].Limit != (window.Limit{N: 7, Per: time.Hour}) {
+		t.Fatalf("Snapshot %+v; want the learned 7 per hour", ks)
 	}
 }

@@ -834,7 +834,8 @@ func (p *Engine) setLimitLocked(rs *ruleState, l window.Limit, now time.Time) {
 // Limit returns a rule's current limit (N units per Per), and false for an
 // unknown rule; N is 0 while a rule with Learn has not learned its limit
 // yet. It does not block. In Redis mode it is the limit this
-// process set, not one another process stored.
+// process set or, for a rule with Learn, learned or adopted from another
+// process (the latest of them), not one another process stored by SetLimit.
 func (p *Engine) Limit(rule string) (window.Limit, bool) {
 	rs, ok := p.rules[rule]
 	if !ok {
@@ -865,6 +866,7 @@ func (p *Engine) Snapshot() []KeyState {
 			if l.fb != nil {
 				ks.Distrusted = l.fb.distrusted
 			}
+			ks.Limit = p.keyLimitLocked(l)
 			if r, ok := l.policy.(window.Reconciler); ok {
 				ks.Used = r.Used(now)
 			}

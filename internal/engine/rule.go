@@ -66,6 +66,10 @@ type KeyState struct {
 	// its learned limit sent alone, replies whose window contradicted the
 	// key's (wrapping).
 	Distrusted uint32
+	// Limit is the limit the key is held to: its rule's, or the one it
+	// learned from a reply or, in Redis mode, adopted from another process
+	// (Rule.Learn); N is 0 while the key knows none.
+	Limit window.Limit
 }
 
 // ResetMargin is added to every window end a response reports
