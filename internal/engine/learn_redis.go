@@ -175,9 +175,10 @@ func (t *Ticket) learnRedis(h http.Header) {
 // (zero when none). A limit new to the key becomes its Spec and is stored
 // in Redis for every process first (one round trip, bounded by the Redis
 // timeout; on failure the key's next call sends it, which replaces an
-// rspec.Unknown stored there). Then what remains goes to Redis in the
-// background: a quota key's budget until the reply's reset (plus
-// ResetMargin), or the server's count (limit − remaining) for the others.
+// rspec.Unknown stored there). Then what remains goes to Redis: a quota
+// key's budget until the reply's reset (plus ResetMargin; waited for when
+// the quota was just stored), or the server's count (limit − remaining)
+// for the others, in the background.
 func (p *Engine) learnRedisOne(t *Ticket, hd *held, in Learned, date time.Time) {
 	p.mu.Lock()
 	l, rs := hd.lim, hd.lim.rule

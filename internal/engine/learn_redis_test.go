@@ -316,3 +316,34 @@ func TestKeyStateLimitLearned(t *testing.T) {
 		t.Fatalf("Snapshot %+v; want the learned 7 per hour", ks)
 	}
 }
+
+// With a limit given (a guess), the first reply corrects it for the whole
+// fleet: a process that charged under the guess adopts the learned quota
+// at its next call, and the fleet admits no more than the server's
+// remaining.
+func TestRedisLearnCorrectsGuess(t *testing.T) {
+	ps := learnFleet(t, 2, 100)
+	acquireKey(t, ps[1], "k", 1).Release() // under the guess
+	tk := acquireKey(t, ps[0], "k", 1)
+	tk.ObserveHeaders(reply(10, 2, time.Hour))
+	tk.Release()
+	want := rspec.Spec{Kind: rspec.Quota, Limit: window.Limit{N: 10, Per: time.Hour}}
+	var held []*Ticket
+	for _, p := range []*Engine{ps[1], ps[0], ps[1], ps[0]} {
+		if tk := tryKey(t, p, "k", 1); tk != nil {
+			held = append(held, tk)
+		}
+	}
+	if len(held) != 2 {
+		t.Fatalf("the fleet admitted %d calls on the 2 the server said remain", len(held))
+	}
+	if s := keySpec(ps[1], "k"); s == nil || *s != want {
+		t.Fatalf("the process that guessed: Spec %v, want %v adopted", s, want)
+	}
+	if l, _ := ps[1].Limit("r"); l != want.Limit {
+		t.Fatalf("the process that guessed: Limit %v, want %v", l, want.Limit)
+	}
+	for _, tk := range held {
+		tk.Release()
+	}
+}
