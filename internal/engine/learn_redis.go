@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"time"
 
@@ -270,4 +271,31 @@ func (p *Engine) keyLimitLocked(l *limiter) window.Limit {
 		return l.rule.limit
 	}
 	return l.limit()
+}
+
+// relearn turns the charges of rules with Learn among rcs (hs's, in
+// order) into rspec.Unknown charges of 1 unit, each released settled at
+// its real weight, when err says a charge is heavier than a limit stored
+// in Redis that this process did not know (another process learned a
+// lower one): sent again, they adopt the stored limits (adoptLocked), as
+// a call heavier than its key's learned limit goes in process (learnedFit).
+// It reports whether it changed a charge (then send rcs again, once).
+func (p *Engine) relearn(hs []held, rcs []rspec.Charge, err error) bool {
+	if !errors.Is(err, ratesem.ErrWeightTooLarge) {
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	changed := false
+	for i := range hs {
+		hd := &hs[i]
+		if hd.lim.rule.Learn == nil || rcs[i].Spec == unknownSpec {
+			continue
+		}
+		rcs[i].Spec, rcs[i].Weight = unknownSpec, 1
+		hd.cut = hd.n != 1
+		hd.recAtAdmit, hd.usedAtAdmit = 1, 1
+		changed = true
+	}
+	return changed
 }

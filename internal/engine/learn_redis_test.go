@@ -347,3 +347,30 @@ func TestRedisLearnCorrectsGuess(t *testing.T) {
 		tk.Release()
 	}
 }
+
+// A limit learned lower by another process never refuses a call for good:
+// a process that knew a higher one sends a call heavier than the new
+// limit as one call (rspec.Unknown), adopts the new limit, and the call
+// counts its real weight.
+func TestRedisLearnLoweredElsewhere(t *testing.T) {
+	ps := learnFleet(t, 2, 0)
+	tk := acquireKey(t, ps[0], "k", 1)
+	tk.ObserveHeaders(reply(10, -1, 0)) // a completion window of 10 per hour
+	tk.Release()
+	acquireKey(t, ps[1], "k", 1).Release() // adopts 10
+	tk = acquireKey(t, ps[0], "k", 1)
+	tk.ObserveHeaders(reply(6, -1, 0)) // lowered to 6: stored for the fleet
+	tk.Release()
+	heavy := acquireKey(t, ps[1], "k", 8) // 3 used; heavier than 6: goes as one call
+	want := rspec.Spec{Kind: rspec.Completion, Limit: window.Limit{N: 6, Per: time.Hour}}
+	if s := keySpec(ps[1], "k"); s == nil || *s != want {
+		t.Fatalf("Spec %v, want %v adopted", s, want)
+	}
+	heavy.Release()
+	if err := ps[1].Close(); err != nil { // sends the settlement: 8 units
+		t.Fatal(err)
+	}
+	if tryKey(t, ps[0], "k", 1) != nil {
+		t.Fatal("admitted after 11 units in an hour of 6")
+	}
+}

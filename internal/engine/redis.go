@@ -188,6 +188,9 @@ func (p *Engine) acquireRedis(ctx context.Context, t *Ticket, charges []Charge) 
 	}
 	eng, scope := p.rem.eng, p.rem.scope
 	call, err := eng.Acquire(ctx, scope, rcs)
+	if err != nil && p.relearn(hs, rcs, err) {
+		call, err = eng.Acquire(ctx, scope, rcs) // a learned limit never refuses a call (learn_redis.go)
+	}
 	if err != nil && setHere && errors.Is(err, ratesem.ErrLimitMismatch) {
 		// This process changed a rule's limit with SetLimit: it is the
 		// limit for every process, so write it to the keys another
@@ -420,6 +423,9 @@ func (p *Engine) tryRedis(t *Ticket, charges []Charge) (time.Duration, error) {
 		return 0, err
 	}
 	call, d, err := p.rem.eng.TryAcquireWait(p.rem.scope, rcs)
+	if call == nil && err != nil && p.relearn(hs, rcs, err) {
+		call, d, err = p.rem.eng.TryAcquireWait(p.rem.scope, rcs) // (learn_redis.go)
+	}
 	if call == nil {
 		p.unrefAll(hs)
 		if err != nil && !errors.Is(err, ratesem.ErrInFlight) {
