@@ -20,7 +20,7 @@
 //     rate. At most N units in flight and, under the completion window, at
 //     most N units per interval as the server counts them, whatever the
 //     latency. Its method set is a superset of golang.org/x/sync's
-//     *semaphore.Weighted (Acquire, TryAcquire, Release), plus Do, DoN,
+//     *semaphore.Weighted (Acquire, TryAcquire, Release), plus Do,
 //     Pause, PauseFor, SetLimit, Stats and Close; semaphore.NewWithPolicy
 //     puts any window of package window under it. Reach for it inside an
 //     errgroup fan-out.
