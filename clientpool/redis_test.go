@@ -570,7 +570,7 @@ func TestRedisChecksBeforeRedis(t *testing.T) {
 		{[]clientpool.Charge{{Rule: "a", Weight: math.MaxInt64}}, ratesem.ErrWeightTooLarge},
 		{[]clientpool.Charge{{Rule: "a", Weight: math.MaxInt64}, {Rule: "a", Weight: math.MaxInt64}}, ratesem.ErrWeightTooLarge},
 		{[]clientpool.Charge{{Rule: "a", Key: "k2", Weight: 1}}, ratesem.ErrTooManyKeys},
-		{manyCharges(rstore.MaxCharges + 1), ratesem.ErrTooManyCharges},
+		{manyCharges(redisrate.MaxCharges + 1), ratesem.ErrTooManyCharges},
 	} {
 		begin := time.Now()
 		_, err := p.Acquire(ctx, tc.cs...)

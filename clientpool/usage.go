@@ -83,27 +83,19 @@ func BinanceUsage(name string) func(h http.Header) (used int64, ok bool) {
 	}
 }
 
-// XRateLimitUsage reads the common X-RateLimit-Limit and X-RateLimit-Remaining
-// headers (GitHub, Twitter and many others): used = limit − remaining,
-// saturated to [0, limit] (see RateLimitInfo). It returns false when
-// either is missing or malformed (see ParseRateLimitAt).
-func XRateLimitUsage(h http.Header) (int64, bool) {
-	// The zero now: Reset is computed but not used.
-	i, err := ParseRateLimitAt(h, "X-RateLimit-", "", time.Time{})
-	if err != nil || i.Limit == 0 {
-		return 0, false
-	}
-	return i.used(), true
-}
-
-// IETFRateLimitUsage returns a Rule.Usage function for the IETF draft's fields
-// (draft-ietf-httpapi-ratelimit-headers, every form ParseRateLimitAt reads
-// with prefix "RateLimit-") for the policy named policy ("" means the first
-// one): used = limit − remaining, saturated to [0, limit]. It returns false
-// when none is present or they are malformed.
-func IETFRateLimitUsage(policy string) func(h http.Header) (used int64, ok bool) {
+// RateLimitUsage returns a Rule.Usage function that reads the fields
+// ParseRateLimitAt reads with the same prefix and policy: "X-RateLimit-" for
+// the common X-RateLimit-Limit and X-RateLimit-Remaining headers (GitHub,
+// Twitter and many others), "RateLimit-" for every form of the IETF draft
+// (draft-ietf-httpapi-ratelimit-headers) with the policy named policy (""
+// means the first one), or another API's prefix. It reports used = limit −
+// remaining, saturated to [0, limit] (see RateLimitInfo), and false when
+// the fields are missing or malformed (see ParseRateLimitAt). The function
+// is safe for concurrent use.
+func RateLimitUsage(prefix, policy string) func(h http.Header) (used int64, ok bool) {
 	return func(h http.Header) (int64, bool) {
-		i, err := ParseRateLimitAt(h, "RateLimit-", policy, time.Time{})
+		// The zero now: Reset is computed but not used.
+		i, err := ParseRateLimitAt(h, prefix, policy, time.Time{})
 		if err != nil || i.Limit == 0 {
 			return 0, false
 		}

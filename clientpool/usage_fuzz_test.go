@@ -71,8 +71,8 @@ func FuzzParseRateLimit(f *testing.F) {
 			checkInfo(t, "ParseRateLimitAt("+prefix+")", i, err)
 		}
 		for name, u := range map[string]clientpool.UsageFunc{
-			"XRateLimitUsage":    clientpool.XRateLimitUsage,
-			"IETFRateLimitUsage": clientpool.IETFRateLimitUsage(policy),
+			`RateLimitUsage("X-RateLimit-", policy)`: clientpool.RateLimitUsage("X-RateLimit-", policy),
+			`RateLimitUsage("RateLimit-", policy)`:   clientpool.RateLimitUsage("RateLimit-", policy),
 		} {
 			if used, ok := u(h); used < 0 || (!ok && used != 0) {
 				t.Fatalf("%s(%v) = %d, %v; want used ≥ 0, and 0 when not ok", name, h, used, ok)

@@ -14,8 +14,12 @@ import (
 // clientpool.New returns an error and semaphore.New panics. An invalid
 // value makes the constructor return an error naming the option.
 
+// DefaultPrefix is the prefix of the keys of a RateSemaphore built with
+// NewSemaphore, unless WithPrefix sets another.
+const DefaultPrefix = engine.DefaultPrefix
+
 // WithPrefix sets the prefix of a RateSemaphore's Redis keys (default
-// "ratesem:sem"): the limit's keys are the prefix, the name as a hash tag,
+// DefaultPrefix): the limit's keys are the prefix, the name as a hash tag,
 // and a suffix. Every process sharing the limit must use the same prefix.
 // It must not be empty. A Pool's prefix is Shared's: WithPrefix is refused
 // there.

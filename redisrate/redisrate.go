@@ -213,8 +213,8 @@ func newSemaphore(c goredis.UniversalClient, name string, n int64, per time.Dura
 //
 // Redis keeps names of at most 512 bytes: a key longer than that is
 // kept under its SHA-256 (each key still has its own limiter). A call
-// takes at most 64 distinct (rule, key) charges (more fail with
-// ratesem.ErrTooManyCharges).
+// takes at most redisrate.MaxCharges distinct charges (more fail
+// with ratesem.ErrTooManyCharges).
 //
 // Every rule's window must have a Redis form (every window of package
 // window has one, for N up to 2^40 and a Per of a whole number of
@@ -230,3 +230,8 @@ func Shared(c goredis.UniversalClient, prefix string) clientpool.Option {
 	}
 	return func(cfg *engine.Config) { cfg.Shared = sh }
 }
+
+// MaxCharges is the most distinct (rule, key) charges of one call of a
+// clientpool.Pool in Redis mode (64): a call with more fails with
+// ratesem.ErrTooManyCharges.
+const MaxCharges = engine.MaxRedisCharges
