@@ -198,7 +198,7 @@ func newSemaphore(c goredis.UniversalClient, name string, n int64, per time.Dura
 //     count to Redis (in the background), so every process sees it: Redis
 //     then counts at least that many units in the window, never fewer than
 //     it did.
-//   - Pause, Throttled and ThrottledResponse pause the same keys as in
+//   - Pause and Throttled pause the same keys as in
 //     process, in this process at once and in Redis, so every process
 //     pauses; in Redis mode Pause is capped by clientpool.WithMaxPause as
 //     throttles are, since it holds the whole fleet.
