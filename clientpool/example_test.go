@@ -27,8 +27,8 @@ func ExampleWithObserver() {
 	}))
 	observe := func(e ratesem.Event) {
 		attrs := []any{"rule", e.Rule, "key", e.Key, "weight", e.Weight, "wait", e.Wait}
-		if e.Source != 0 {
-			attrs = append(attrs, "source", e.Source.String())
+		if e.Source != "" {
+			attrs = append(attrs, "source", e.Source)
 		}
 		logger.Info(e.Kind.String(), attrs...)
 	}
