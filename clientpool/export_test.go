@@ -10,6 +10,9 @@ import (
 	"github.com/ratesem/ratesem/internal/rstore"
 )
 
+// ErrMalformed is what every error of ParseRateLimitAt wraps.
+var ErrMalformed = errMalformed
+
 // EvictWork returns how many idle limiters eviction has looked at so far.
 func (p *Pool) EvictWork() int { return p.e.EvictWork() }
 

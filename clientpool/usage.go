@@ -9,17 +9,20 @@ import (
 	"time"
 
 	"github.com/dunglas/httpsfv"
-	"github.com/ratesem/ratesem"
 )
 
 // maxFieldBytes is the largest rate-limit field the parsers in this file read:
 // the lengths of all the lines of one field name, plus one separator per extra
-// line, in bytes. A longer field is rejected (ratesem.ErrMalformedHeader, or
-// "not said" for a Rule.Usage function) before any of it is parsed, so a hostile server
+// line, in bytes. A longer field is rejected (errMalformed, or "not said"
+// for a Rule.Usage function) before any of it is parsed, so a hostile server
 // cannot make a response cost more than this much parsing. 8 KiB is the default
 // per-line limit of common proxies (nginx's large header buffers, Apache's
 // LimitRequestFieldSize); real rate-limit fields are a few dozen bytes.
 const maxFieldBytes = 8 << 10
+
+// errMalformed is what every error of ParseRateLimitAt wraps: a rate-limit
+// field present but unreadable.
+var errMalformed = errors.New("ratesem: malformed rate-limit header")
 
 // epochSeconds and epochMillis are the magnitudes from which a reset
 // value is a point in time rather than a number of seconds to wait. See
@@ -146,8 +149,8 @@ func parseRateLimit(h http.Header, prefix, policy string) (RateLimitInfo, error)
 // math.MaxInt64 nanoseconds, never negative.
 //
 // It returns a zero RateLimitInfo and a nil error when the headers are absent,
-// and an error matching ratesem.ErrMalformedHeader when they are present but
-// cannot be read: a negative, signed or non-numeric count, a field longer than
+// and an error (its message begins "ratesem: malformed rate-limit header")
+// when they are present but cannot be read: a negative, signed or non-numeric count, a field longer than
 // maxFieldBytes, a Structured Field that does not parse, an unknown policy or
 // one without r or q.
 func ParseRateLimitAt(h http.Header, prefix, policy string, now time.Time) (RateLimitInfo, error) {
@@ -340,7 +343,7 @@ func intMember(m httpsfv.Member) (int64, error) {
 }
 
 // fieldValues returns the lines of the field name in h, or an error matching
-// ratesem.ErrMalformedHeader when together they are longer than maxFieldBytes.
+// errMalformed when together they are longer than maxFieldBytes.
 // It does not allocate for a canonical name.
 func fieldValues(h http.Header, name string) ([]string, error) {
 	vs := h.Values(name)
@@ -348,7 +351,7 @@ func fieldValues(h http.Header, name string) ([]string, error) {
 	for _, v := range vs {
 		size += len(v) + 2 // ", " joins lines
 		if size-2 > maxFieldBytes {
-			return nil, fmt.Errorf("%w: %s: longer than %d bytes", ratesem.ErrMalformedHeader, name, maxFieldBytes)
+			return nil, fmt.Errorf("%w: %s: longer than %d bytes", errMalformed, name, maxFieldBytes)
 		}
 	}
 	return vs, nil
@@ -452,5 +455,5 @@ func malformed(field string, values []string, err error) error {
 	if len(values) > 0 {
 		v = values[0]
 	}
-	return fmt.Errorf("%w: %s: %s: %v", ratesem.ErrMalformedHeader, field, quote(v), err)
+	return fmt.Errorf("%w: %s: %s: %v", errMalformed, field, quote(v), err)
 }

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratesem/ratesem"
 	"github.com/ratesem/ratesem/clientpool"
 )
 
@@ -21,8 +20,8 @@ func lines(v string) []string { return strings.Split(v, "\n") }
 func checkInfo(t *testing.T, call string, i clientpool.RateLimitInfo, err error) {
 	t.Helper()
 	if err != nil {
-		if !errors.Is(err, ratesem.ErrMalformedHeader) {
-			t.Fatalf("%s error %v does not match ratesem.ErrMalformedHeader", call, err)
+		if !errors.Is(err, clientpool.ErrMalformed) {
+			t.Fatalf("%s error %v does not match errMalformed", call, err)
 		}
 		if i != (clientpool.RateLimitInfo{}) {
 			t.Fatalf("%s = %+v with error %v; want the zero info", call, i, err)

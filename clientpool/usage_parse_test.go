@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratesem/ratesem"
 	"github.com/ratesem/ratesem/clientpool"
 )
 
@@ -24,7 +23,7 @@ const maxDur = time.Duration(math.MaxInt64)
 
 // parseCase is one row of the ParseRateLimitAt table: the header lines, the
 // prefix and policy asked for, and the info wanted, or bad for an error
-// matching ratesem.ErrMalformedHeader.
+// matching errMalformed.
 type parseCase struct {
 	name   string
 	h      http.Header
@@ -42,8 +41,8 @@ func runParse(t *testing.T, cases []parseCase) {
 			t.Helper()
 			got, err := clientpool.ParseRateLimitAt(tc.h, tc.prefix, tc.policy, now)
 			if tc.bad {
-				if !errors.Is(err, ratesem.ErrMalformedHeader) {
-					t.Fatalf("ParseRateLimitAt(%.200v, %q, %q) = %+v, %v; want ratesem.ErrMalformedHeader", tc.h, tc.prefix, tc.policy, got, err)
+				if !errors.Is(err, clientpool.ErrMalformed) {
+					t.Fatalf("ParseRateLimitAt(%.200v, %q, %q) = %+v, %v; want errMalformed", tc.h, tc.prefix, tc.policy, got, err)
 				}
 				if got != (clientpool.RateLimitInfo{}) {
 					t.Fatalf("ParseRateLimitAt(%.200v) = %+v with an error; want the zero info", tc.h, got)
