@@ -2,6 +2,7 @@ package clientpool
 
 import (
 	"net/http"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -36,7 +37,9 @@ const (
 type UsageFunc = func(h http.Header) (used int64, ok bool)
 
 // ParseRateLimit is ParseRateLimitAt(h, prefix, policy, time.Now()).
-var ParseRateLimit = parseRateLimit
+func ParseRateLimit(h http.Header, prefix, policy string) (RateLimitInfo, error) {
+	return ParseRateLimitAt(h, prefix, policy, time.Now())
+}
 
 // Used returns Limit − Remaining in [0, Limit].
 func (i RateLimitInfo) Used() int64 { return i.used() }

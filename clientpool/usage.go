@@ -106,11 +106,6 @@ func RateLimitUsage(prefix, policy string) func(h http.Header) (used int64, ok b
 	}
 }
 
-// parseRateLimit is ParseRateLimitAt(h, prefix, policy, time.Now()).
-func parseRateLimit(h http.Header, prefix, policy string) (RateLimitInfo, error) {
-	return ParseRateLimitAt(h, prefix, policy, time.Now())
-}
-
 // ParseRateLimitAt reads a server's rate-limit headers as of now. It does
 // not block, reads h only, and is safe for concurrent use.
 //
