@@ -148,6 +148,9 @@ func TestRedisDoReleasesOnPanic(t *testing.T) {
 	if err := s.Do(ctx, func(context.Context) error { return want }); err != want {
 		t.Fatalf("Do: %v; want fn's error", err)
 	}
+	if err := s.Do(ctx, func(context.Context) error { return nil }); err != nil {
+		t.Fatalf("Do: %v", err)
+	}
 	// 3 units ended within the interval: the next Do fails before fn runs,
 	// at once (the wait ends after the deadline).
 	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
