@@ -20,7 +20,7 @@
 //     rate. At most N units in flight and, under the completion window, at
 //     most N units per interval as the server counts them, whatever the
 //     latency. Its method set is a superset of golang.org/x/sync's
-//     *semaphore.Weighted (Acquire, TryAcquire, Release), plus Do, DoN,
+//     *semaphore.Weighted (Acquire, TryAcquire, Release), plus Do,
 //     Pause, PauseFor, SetLimit, Stats and Close; semaphore.NewWithPolicy
 //     puts any window of package window under it. Reach for it inside an
 //     errgroup fan-out.
@@ -109,7 +109,7 @@
 // that comes from data — a clientpool.Table, window.ParseLimit,
 // RateSemaphore.SetLimit and Pool.SetLimit at run time — returns an error
 // matching [ErrInvalidLimit] instead (a server's unreadable rate-limit header,
-// one matching [ErrMalformedHeader]), so validate a limit read at run time (a
+// an error from clientpool.ParseRateLimitAt), so validate a limit read at run time (a
 // flag, a config file) with window.ParseLimit before passing its numbers to a
 // constructor. Constructors that return an error anyway because they talk to
 // Redis (redisrate.NewSemaphore) return ErrInvalidLimit for a bad limit too,

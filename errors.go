@@ -73,8 +73,4 @@ var (
 	// ErrTooManyCharges: a call falls under more rules than one Redis
 	// admission can decide.
 	ErrTooManyCharges = errors.New("ratesem: too many charges for one call")
-
-	// ErrMalformedHeader: a rate-limit header (usage, Retry-After, the
-	// IETF RateLimit fields) that cannot be read.
-	ErrMalformedHeader = errors.New("ratesem: malformed rate-limit header")
 )

@@ -78,38 +78,23 @@ func (k EventKind) String() string {
 	return fmt.Sprintf("EventKind(%d)", int(k))
 }
 
-// PauseSource says what set the length of a pause.
-type PauseSource uint8
-
-// The sources of a pause.
+// The sources of a pause, the values of Event.Source: what set the length
+// of a pause. Each is its own name in lower case, suited to a log
+// attribute or a metric label; "" means no pause.
 const (
 	// SourceRetryAfter: the response's Retry-After header (capped, with
 	// jitter).
-	SourceRetryAfter PauseSource = iota + 1
+	SourceRetryAfter = "retry-after"
 	// SourceBackoff: a throttle without a usable Retry-After; the client's
 	// own exponential backoff.
-	SourceBackoff
+	SourceBackoff = "backoff"
 	// SourceBody: a throttle only the response body showed (a code such as
 	// OKX's 50011); the pause is as long as the Retry-After or the
 	// backoff would make it.
-	SourceBody
+	SourceBody = "body"
 	// SourceCaller: a direct call to Pause or PauseFor.
-	SourceCaller
+	SourceCaller = "caller"
 )
-
-var sourceNames = [...]string{
-	SourceRetryAfter: "retry-after", SourceBackoff: "backoff", SourceBody: "body",
-	SourceCaller: "caller",
-}
-
-// String returns the source's name in lower case ("retry-after", …), or ""
-// for the zero PauseSource (no pause).
-func (s PauseSource) String() string {
-	if int(s) < len(sourceNames) {
-		return sourceNames[s]
-	}
-	return fmt.Sprintf("PauseSource(%d)", int(s))
-}
 
 // Event is what an observer is told (semaphore.WithObserver,
 // clientpool.WithObserver, httpclient.WithObserver). Fields that do
@@ -143,10 +128,12 @@ type Event struct {
 	// had reported Queued (it counted in the queue depth).
 	Queued bool
 	// Pause is the length of the pause set (Throttled, Paused); Until its
-	// end on the limiter's clock (Paused); Source what set its length.
+	// end on the limiter's clock (Paused); Source what set its length (one
+	// of SourceRetryAfter, SourceBackoff, SourceBody and SourceCaller; ""
+	// when no pause applies).
 	Pause  time.Duration
 	Until  time.Time
-	Source PauseSource
+	Source string
 	// Status is the HTTP status of the response (Throttled, Retried).
 	Status int
 	// Attempt numbers the retries of one request (Retried): 1, 2, …

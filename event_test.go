@@ -21,15 +21,6 @@ func TestEventKindString(t *testing.T) {
 			t.Errorf("EventKind(%d).String() = %q, want %q", int(k), got, s)
 		}
 	}
-	src := map[ratesem.PauseSource]string{
-		0: "", ratesem.SourceRetryAfter: "retry-after", ratesem.SourceBackoff: "backoff",
-		ratesem.SourceBody: "body", ratesem.SourceCaller: "caller", 99: "PauseSource(99)",
-	}
-	for s, w := range src {
-		if got := s.String(); got != w {
-			t.Errorf("PauseSource(%d).String() = %q, want %q", int(s), got, w)
-		}
-	}
 }
 
 // The wait histogram's buckets: a bound is inclusive, a negative wait

@@ -24,13 +24,10 @@ var waitBounds = func() []time.Duration {
 // The zero Metrics is ready to use. It is safe for concurrent use; Observe
 // takes no lock and does not allocate.
 type Metrics struct {
-	admitted, refused, cancelled atomic.Uint64
-	throttled, paused, retried   atomic.Uint64
-	evicted, reconciled          atomic.Uint64
-	distrusted, unsettled        atomic.Uint64
-	depth                        atomic.Int64
-	waitSum                      atomic.Int64      // ns
-	waitCounts                   [19]atomic.Uint64 // per bucket, not cumulative; the last is +Inf
+	counts     [len(kindNames)]atomic.Uint64 // per EventKind
+	depth      atomic.Int64
+	waitSum    atomic.Int64      // ns
+	waitCounts [19]atomic.Uint64 // per bucket, not cumulative; the last is +Inf
 }
 
 // Observe counts e. It never blocks.
@@ -38,9 +35,11 @@ func (m *Metrics) Observe(e Event) {
 	if e.Queued && (e.Kind == Admitted || e.Kind == Refused || e.Kind == Cancelled) {
 		m.depth.Add(-1)
 	}
+	if int(e.Kind) < len(m.counts) {
+		m.counts[e.Kind].Add(1)
+	}
 	switch e.Kind {
 	case Admitted:
-		m.admitted.Add(1)
 		w := max(e.Wait, 0)
 		m.waitSum.Add(int64(w))
 		i := 0
@@ -50,24 +49,6 @@ func (m *Metrics) Observe(e Event) {
 		m.waitCounts[i].Add(1)
 	case Queued:
 		m.depth.Add(1)
-	case Refused:
-		m.refused.Add(1)
-	case Cancelled:
-		m.cancelled.Add(1)
-	case Throttled:
-		m.throttled.Add(1)
-	case Paused:
-		m.paused.Add(1)
-	case Retried:
-		m.retried.Add(1)
-	case Evicted:
-		m.evicted.Add(1)
-	case Reconciled:
-		m.reconciled.Add(1)
-	case Distrusted:
-		m.distrusted.Add(1)
-	case Unsettled:
-		m.unsettled.Add(1)
 	}
 }
 
@@ -125,10 +106,11 @@ type MetricsSnapshot struct {
 // always agree with each other. It allocates the two slices.
 func (m *Metrics) Snapshot() MetricsSnapshot {
 	s := MetricsSnapshot{
-		Admitted: m.admitted.Load(), Refused: m.refused.Load(), Cancelled: m.cancelled.Load(),
-		Throttled: m.throttled.Load(), Paused: m.paused.Load(), Retried: m.retried.Load(),
-		Evicted: m.evicted.Load(), Reconciled: m.reconciled.Load(), Distrusted: m.distrusted.Load(),
-		Unsettled:  m.unsettled.Load(),
+		Admitted: m.counts[Admitted].Load(), Refused: m.counts[Refused].Load(),
+		Cancelled: m.counts[Cancelled].Load(), Throttled: m.counts[Throttled].Load(),
+		Paused: m.counts[Paused].Load(), Retried: m.counts[Retried].Load(),
+		Evicted: m.counts[Evicted].Load(), Reconciled: m.counts[Reconciled].Load(),
+		Distrusted: m.counts[Distrusted].Load(), Unsettled: m.counts[Unsettled].Load(),
 		QueueDepth: m.depth.Load(),
 	}
 	h := &s.Wait

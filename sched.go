@@ -39,18 +39,6 @@ const (
 	PriorityHigh Priority = 1
 )
 
-// String returns "low", "normal" or "high", for a log attribute or a
-// metric label.
-func (p Priority) String() string {
-	switch p.class() {
-	case PriorityLow:
-		return "low"
-	case PriorityHigh:
-		return "high"
-	}
-	return "normal"
-}
-
 // class returns p clamped to the classes: PriorityLow, PriorityNormal or
 // PriorityHigh.
 func (p Priority) class() Priority { return min(max(p, PriorityLow), PriorityHigh) }

@@ -27,8 +27,8 @@ func ExampleWithObserver() {
 	}))
 	observe := func(e ratesem.Event) {
 		attrs := []any{"rule", e.Rule, "key", e.Key, "weight", e.Weight, "wait", e.Wait}
-		if e.Source != 0 {
-			attrs = append(attrs, "source", e.Source.String())
+		if e.Source != "" {
+			attrs = append(attrs, "source", e.Source)
 		}
 		logger.Info(e.Kind.String(), attrs...)
 	}
@@ -50,7 +50,7 @@ func ExampleWithObserver() {
 		return
 	}
 	// ... send the order; the server answers 429 with Retry-After: 1 ...
-	pool.Throttled(ticket.Charges(), http.StatusTooManyRequests, time.Second)
+	pool.Throttled(clientpool.Throttle{Status: http.StatusTooManyRequests, RetryAfter: time.Second}, ticket.Charges())
 	ticket.Release()
 	// Output:
 	// level=INFO msg=admitted rule=order key=uid-1/BTC-USDT weight=1 wait=0s

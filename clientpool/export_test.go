@@ -2,6 +2,7 @@ package clientpool
 
 import (
 	"net/http"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -9,6 +10,9 @@ import (
 	"github.com/ratesem/ratesem/internal/engine"
 	"github.com/ratesem/ratesem/internal/rstore"
 )
+
+// ErrMalformed is what every error of ParseRateLimitAt wraps.
+var ErrMalformed = errMalformed
 
 // EvictWork returns how many idle limiters eviction has looked at so far.
 func (p *Pool) EvictWork() int { return p.e.EvictWork() }
@@ -33,7 +37,9 @@ const (
 type UsageFunc = func(h http.Header) (used int64, ok bool)
 
 // ParseRateLimit is ParseRateLimitAt(h, prefix, policy, time.Now()).
-var ParseRateLimit = parseRateLimit
+func ParseRateLimit(h http.Header, prefix, policy string) (RateLimitInfo, error) {
+	return ParseRateLimitAt(h, prefix, policy, time.Now())
+}
 
 // Used returns Limit − Remaining in [0, Limit].
 func (i RateLimitInfo) Used() int64 { return i.used() }

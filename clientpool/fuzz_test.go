@@ -41,7 +41,7 @@ func FuzzPoolArithmetic(f *testing.F) {
 					t.Fatalf("admitted weights %d + %d under N = %d", w1, w2, n)
 				}
 				tk.ObserveHeaders(http.Header{})
-				p.Throttled(tk.Charges(), http.StatusTooManyRequests, time.Duration(retryAfter))
+				p.Throttled(clientpool.Throttle{Status: http.StatusTooManyRequests, RetryAfter: time.Duration(retryAfter)}, tk.Charges())
 				tk.Release()
 			}
 			_ = p.Reconcile("w", "k", used)

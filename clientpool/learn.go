@@ -18,7 +18,7 @@ import (
 // (Learned.Epoch: the pool reads it against the response's Date header,
 // even when it is past on the host's clock), one given as a delay is that
 // long after now (0: the window ends now). Headers that are absent or
-// malformed (ratesem.ErrMalformedHeader) say nothing (false). The function
+// malformed (an error of ParseRateLimitAt) say nothing (false). The function
 // is safe for concurrent use.
 func LearnRateLimit(prefix, policy string, fixedWindow bool) func(h http.Header, now time.Time) (Learned, bool) {
 	return func(h http.Header, now time.Time) (Learned, bool) {

@@ -85,7 +85,7 @@ func TestPoolObserverEvents(t *testing.T) {
 
 		// A throttle with Retry-After pauses the key: throttled, then
 		// paused, both with the source. A direct Pause says caller.
-		p.Throttled(tk.Charges(), 429, 2*time.Second)
+		p.Throttled(clientpool.Throttle{Status: 429, RetryAfter: 2 * time.Second}, tk.Charges())
 		evs := rec.take()
 		require.Len(t, evs, 2)
 		assert.Equal(t, ratesem.Event{Kind: ratesem.Throttled, Rule: "ip", Key: "a", Weight: 1, Status: 429, Source: ratesem.SourceRetryAfter}, evs[0])
@@ -93,7 +93,7 @@ func TestPoolObserverEvents(t *testing.T) {
 		assert.Equal(t, ratesem.SourceRetryAfter, evs[1].Source)
 		assert.GreaterOrEqual(t, evs[1].Pause, 2*time.Second)
 		assert.Equal(t, time.Now().Add(evs[1].Pause), evs[1].Until)
-		p.Throttled(tk.Charges(), 418, 0) // same episode: no pause
+		p.Throttled(clientpool.Throttle{Status: 418}, tk.Charges()) // same episode: no pause
 		assert.Equal(t, []ratesem.Event{{Kind: ratesem.Throttled, Rule: "ip", Key: "a", Weight: 1, Status: 418, Source: ratesem.SourceBackoff}}, rec.take())
 		tk.Release()
 		require.NoError(t, p.Pause("ip", "a", time.Now().Add(time.Hour)))

@@ -42,8 +42,8 @@ func WithMaxKeys(n int) Option {
 	return func(c *engine.Config) { c.MaxKeys, c.PoolOnly = n, append(c.PoolOnly, "clientpool.WithMaxKeys") }
 }
 
-// WithMaxPause caps the pause one throttle causes on a key (Throttled,
-// ThrottledResponse): the server's Retry-After beyond it and the
+// WithMaxPause caps the pause one throttle causes on a key (Throttled):
+// the server's Retry-After beyond it and the
 // exponential backoff without one stop there. d ≤ 0 means
 // 5 minutes. Pause itself is not capped.
 func WithMaxPause(d time.Duration) Option {

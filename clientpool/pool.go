@@ -39,8 +39,8 @@ import (
 // wait on other keys (BenchmarkAcquireReleaseOtherKeysWaiting). Nothing
 // polls.
 //
-// Throttles and pauses. Pause holds a key until an instant. Throttled and
-// ThrottledResponse pause the keys a server's rejection is about: for the
+// Throttles and pauses. Pause holds a key until an instant. Throttled
+// pauses the keys a server's rejection is about: for the
 // server's Retry-After, spread by a random amount so that clients do not
 // all resume at one instant; without a usable Retry-After, with capped
 // exponential backoff and jitter per key (a first throttle pauses about
@@ -363,28 +363,25 @@ func (p *Pool) Len() int { return p.e.Len() }
 func (p *Pool) Pause(rule, key string, until time.Time) error { return p.e.Pause(rule, key, until) }
 
 // Throttled reports that the server rejected a call for its rate (HTTP 429,
-// or 418 for Binance's IP ban) and pauses the limiters of charges whose rule
-// is marked PauseOnThrottle, or all of them when none is marked. With a
-// server-given retryAfter > 0 each pauses for about retryAfter (lengthened
-// by a random spread so that clients resume at different instants, never
-// beyond the pool's cap, WithMaxPause). With retryAfter ≤ 0 (absent, zero,
-// negative or unparsable) each pauses with exponential backoff: a random
-// pause in [d/2, d] with d = 200 ms · 2^k for the k-th throttle in a row on
-// that key, capped; a throttle that comes while the key is already paused
-// belongs to the same episode (a call admitted before the pause) and adds
-// nothing; and when the targets span rules of different windows, only
-// those with the shortest Limit.Per are paused (the shortest window that
-// can explain the rejection, not a daily one). A Release of a call on the
-// key admitted after its latest throttle resets k. It never blocks.
-func (p *Pool) Throttled(charges []Charge, status int, retryAfter time.Duration) {
-	p.e.ThrottledTargets(charges, nil, status, retryAfter)
-}
-
-// ThrottledResponse is Throttled for a throttled HTTP response, described by
-// th: the Table's ThrottleTargets, when set, picks the charges the response
-// is about; th.RetryAfter is the server's delay (0 when it gave none). It
-// never blocks and reads no body.
-func (p *Pool) ThrottledResponse(th Throttle, charges []Charge) {
+// or 418 for Binance's IP ban), as th describes the response, and pauses
+// the limiters of the charges it is about: those the Table's
+// ThrottleTargets picks, when set and it picks some; else those whose rule
+// is marked PauseOnThrottle, or all of them when none is marked. th.Header
+// and th.Body may be nil (a caller that knows only the status and the
+// Retry-After passes Throttle{Status: 429, RetryAfter: d}). With a
+// server-given th.RetryAfter > 0 each pauses for about th.RetryAfter
+// (lengthened by a random spread so that clients resume at different
+// instants, never beyond the pool's cap, WithMaxPause). With RetryAfter ≤ 0
+// (absent, zero, negative or unparsable) each pauses with exponential
+// backoff: a random pause in [d/2, d] with d = 200 ms · 2^k for the k-th
+// throttle in a row on that key, capped; a throttle that comes while the
+// key is already paused belongs to the same episode (a call admitted before
+// the pause) and adds nothing; and when the targets span rules of different
+// windows, only those with the shortest Limit.Per are paused (the shortest
+// window that can explain the rejection, not a daily one). A Release of a
+// call on the key admitted after its latest throttle resets k. It never
+// blocks and reads no body.
+func (p *Pool) Throttled(th Throttle, charges []Charge) {
 	var targets []Charge
 	if p.table.ThrottleTargets != nil {
 		targets = p.table.ThrottleTargets(th, charges)

@@ -136,7 +136,7 @@ func runMultiRule(t *testing.T, rules []clientpool.Rule, m multiRule) {
 				}
 				c.ok, c.start = true, time.Since(begin)
 				if throttle {
-					p.Throttled(tk.Charges(), 429, 0)
+					p.Throttled(clientpool.Throttle{Status: 429}, tk.Charges())
 				}
 				time.Sleep(c.hold)
 				c.end = time.Since(begin)
@@ -322,7 +322,7 @@ func TestThrottledPausesMarkedRules(t *testing.T) {
 		inst.PauseOnThrottle = true
 		p := newPool(t, []clientpool.Rule{inst, ruleN("account", 100, time.Second)})
 		cs := []clientpool.Charge{{Rule: "instrument", Key: "BTC", Weight: 1}, {Rule: "account", Weight: 1}}
-		p.Throttled(cs, http.StatusTooManyRequests, 2*time.Second)
+		p.Throttled(clientpool.Throttle{Status: http.StatusTooManyRequests, RetryAfter: 2 * time.Second}, cs)
 		for _, ks := range p.Snapshot() {
 			paused := !ks.PausedUntil.IsZero()
 			if want := ks.Rule == "instrument"; paused != want {

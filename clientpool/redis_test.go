@@ -406,7 +406,7 @@ func TestRedisThrottlePausesFleet(t *testing.T) {
 	p2 := newRedisPool(t, table, c, "thr")
 	ch := clientpool.Charge{Rule: "a", Key: "k", Weight: 1}
 	tk := acquire(t, p1, ch)
-	p1.Throttled(tk.Charges(), 429, 3*time.Second)
+	p1.Throttled(clientpool.Throttle{Status: 429, RetryAfter: 3 * time.Second}, tk.Charges())
 	tk.Release()
 	ctx, cancel := context.WithTimeout(context.Background(), 500*ms)
 	defer cancel()
@@ -646,7 +646,7 @@ func TestRedisObserver(t *testing.T) {
 	h := http.Header{}
 	h.Set(binance.HeaderUsedWeight1m, "100")
 	tk.ObserveHeaders(h)
-	p.Throttled(tk.Charges(), 429, 50*ms)
+	p.Throttled(clientpool.Throttle{Status: 429, RetryAfter: 50 * ms}, tk.Charges())
 	tk.Release()
 	if err := p.Pause(binance.RuleRawRequests, "", time.Now().Add(10*ms)); err != nil {
 		t.Fatal(err)
@@ -842,7 +842,9 @@ func TestRedisMaxPause(t *testing.T) {
 	p1 := newRedisPool(t, table, c, "maxpause", clientpool.WithMaxPause(300*ms))
 	p2 := newRedisPool(t, table, c, "maxpause", clientpool.WithMaxPause(300*ms))
 	for _, pause := range []func(){
-		func() { p1.Throttled([]clientpool.Charge{{Rule: "a", Key: "k", Weight: 1}}, 429, time.Hour) },
+		func() {
+			p1.Throttled(clientpool.Throttle{Status: 429, RetryAfter: time.Hour}, []clientpool.Charge{{Rule: "a", Key: "k", Weight: 1}})
+		},
 		func() {
 			if err := p1.Pause("a", "k", time.Now().Add(time.Hour)); err != nil {
 				t.Fatal(err)
@@ -915,10 +917,10 @@ func manyCharges(n int) []clientpool.Charge {
 	return cs
 }
 
-// ThrottledResponse picks its targets as in process (Binance's -1015 names
+// Throttled picks its targets as in process (Binance's -1015 names
 // the account's ORDERS_10S alone) and pauses them in every Pool: another
 // Pool's order on that account waits, its klines on the IP do not.
-func TestRedisThrottledResponseTargets(t *testing.T) {
+func TestRedisThrottledTargets(t *testing.T) {
 	c := newClient(t, redistest.Start(t).Addr())
 	table := binance.Spot()
 	p1 := newRedisPool(t, table, c, "target")
@@ -930,7 +932,7 @@ func TestRedisThrottledResponseTargets(t *testing.T) {
 		t.Fatal(err)
 	}
 	tk := acquire(t, p1, ocs...)
-	p1.ThrottledResponse(clientpool.Throttle{Status: 429, Body: []byte(`{"code":-1015,"msg":"Too many new orders."}`), RetryAfter: 5 * time.Second}, tk.Charges())
+	p1.Throttled(clientpool.Throttle{Status: 429, Body: []byte(`{"code":-1015,"msg":"Too many new orders."}`), RetryAfter: 5 * time.Second}, tk.Charges())
 	tk.Release()
 	if err := untilRefused(p2, 100*ms, 2*time.Second, ocs...); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("the -1015 did not pause the other pool's orders: %v", err)

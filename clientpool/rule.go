@@ -45,9 +45,9 @@ type Rule struct {
 	Weight func(req *http.Request) int64
 
 	// Usage reads the server's own count for this rule and key from a
-	// response's headers (see BinanceUsage, XRateLimitUsage and
-	// IETFRateLimitUsage), so the pool can shrink the local budget when
-	// another client spends from the same limit. nil means no feedback.
+	// response's headers (see BinanceUsage and RateLimitUsage), so the pool
+	// can shrink the local budget when another client spends from the same
+	// limit. nil means no feedback.
 	Usage func(h http.Header) (used int64, ok bool)
 
 	// PauseOnThrottle marks the rules a 429 (or 418) response pauses, by

@@ -46,7 +46,7 @@ type Table struct {
 	// ThrottleTargets, when set, picks from a throttled response which of
 	// the call's charges it is about (Binance's body code -1015 means the
 	// account's order count, -1003 the IP's weight; OKX's 50061 the
-	// sub-account). Pool.ThrottledResponse pauses exactly those; a nil
+	// sub-account). Pool.Throttled pauses exactly those; a nil
 	// result falls back to the rules marked PauseOnThrottle. It is a pure
 	// function of th: it never reads a body (th.Body holds what the
 	// transport saw), and it must be safe for concurrent use.
@@ -66,7 +66,7 @@ type Table struct {
 }
 
 // Throttle is what a transport saw of one throttled response, handed to
-// Table.ThrottleTargets and Pool.ThrottledResponse. It holds no reader: a
+// Table.ThrottleTargets and Pool.Throttled. It holds no reader: a
 // stalled body can never block the pool.
 type Throttle struct {
 	// Status is the response's HTTP status code (429, 418, or 200 for an

@@ -35,14 +35,14 @@ func TestThrottleBackoffWithoutRetryAfter(t *testing.T) {
 			want := 200 * time.Millisecond
 			for k := range 12 {
 				tk := acquire(t, p, c) // waits out the previous pause
-				p.Throttled([]clientpool.Charge{c}, http.StatusTooManyRequests, retryAfter)
+				p.Throttled(clientpool.Throttle{Status: http.StatusTooManyRequests, RetryAfter: retryAfter}, []clientpool.Charge{c})
 				d := pausedFor(t, p, c.Rule, c.Key)
 				if d > maxPause || d < min(want, maxPause)/2 || d > want {
 					t.Fatalf("throttle %d in a row: paused %v, want in [%v, %v], never above %v", k, d, want/2, min(want, maxPause), maxPause)
 				}
 				// A second throttle of the same episode (a call admitted
 				// before the pause) neither lengthens the pause nor the streak.
-				p.Throttled([]clientpool.Charge{c}, http.StatusTooManyRequests, retryAfter)
+				p.Throttled(clientpool.Throttle{Status: http.StatusTooManyRequests, RetryAfter: retryAfter}, []clientpool.Charge{c})
 				if d2 := pausedFor(t, p, c.Rule, c.Key); d2 != d {
 					t.Fatalf("a throttle during the pause changed it from %v to %v", d, d2)
 				}
@@ -52,7 +52,7 @@ func TestThrottleBackoffWithoutRetryAfter(t *testing.T) {
 			// A call that goes through without a throttle resets the streak.
 			acquire(t, p, c).Release()
 			tk := acquire(t, p, c)
-			p.Throttled([]clientpool.Charge{c}, http.StatusTooManyRequests, retryAfter)
+			p.Throttled(clientpool.Throttle{Status: http.StatusTooManyRequests, RetryAfter: retryAfter}, []clientpool.Charge{c})
 			if d := pausedFor(t, p, c.Rule, c.Key); d < 100*time.Millisecond || d > 200*time.Millisecond {
 				t.Fatalf("after a success the pause is %v, want the first step (100–200ms)", d)
 			}
@@ -70,7 +70,7 @@ func TestThrottleRetryAfterSpreadAndCapped(t *testing.T) {
 		c := clientpool.Charge{Rule: "ip", Weight: 1}
 		seen := map[time.Duration]bool{}
 		for range 20 {
-			p.Throttled([]clientpool.Charge{c}, http.StatusTooManyRequests, 2*time.Second)
+			p.Throttled(clientpool.Throttle{Status: http.StatusTooManyRequests, RetryAfter: 2 * time.Second}, []clientpool.Charge{c})
 			d := pausedFor(t, p, "ip", "")
 			if d < 2*time.Second || d > 2*time.Second+250*time.Millisecond {
 				t.Fatalf("Retry-After 2s: paused %v, want in [2s, 2.25s]", d)
@@ -82,7 +82,7 @@ func TestThrottleRetryAfterSpreadAndCapped(t *testing.T) {
 			t.Fatalf("20 pauses for Retry-After 2s all ended at the same offset: no jitter")
 		}
 		for _, ra := range []time.Duration{time.Hour, 1<<63 - 1} {
-			p.Throttled([]clientpool.Charge{c}, http.StatusTooManyRequests, ra)
+			p.Throttled(clientpool.Throttle{Status: http.StatusTooManyRequests, RetryAfter: ra}, []clientpool.Charge{c})
 			if d := pausedFor(t, p, "ip", ""); d > time.Minute || d < 54*time.Second {
 				t.Fatalf("Retry-After %v under a cap of 1m: paused %v", ra, d)
 			}
@@ -97,13 +97,13 @@ func TestThrottleDefaultCap(t *testing.T) {
 		p := newPool(t, []clientpool.Rule{ruleN("day", 10, 24*time.Hour)})
 		c := clientpool.Charge{Rule: "day", Weight: 1}
 		for range 40 {
-			p.Throttled([]clientpool.Charge{c}, http.StatusTooManyRequests, 0)
+			p.Throttled(clientpool.Throttle{Status: http.StatusTooManyRequests}, []clientpool.Charge{c})
 			if d := pausedFor(t, p, "day", ""); d > clientpool.DefaultMaxPause {
 				t.Fatalf("paused %v, above DefaultMaxPause", d)
 			}
 			time.Sleep(clientpool.DefaultMaxPause + time.Second)
 		}
-		p.Throttled([]clientpool.Charge{c}, http.StatusTooManyRequests, 1<<62)
+		p.Throttled(clientpool.Throttle{Status: http.StatusTooManyRequests, RetryAfter: 1 << 62}, []clientpool.Charge{c})
 		if d := pausedFor(t, p, "day", ""); d > clientpool.DefaultMaxPause {
 			t.Fatalf("paused %v, above DefaultMaxPause", d)
 		}
@@ -135,7 +135,7 @@ func TestThrottleShortestWindow(t *testing.T) {
 		}
 		cs := []clientpool.Charge{{Rule: "REQUEST_WEIGHT", Weight: 1}, {Rule: "ORDERS_10S", Key: "a", Weight: 1}, {Rule: "ORDERS_1D", Key: "a", Weight: 1}}
 		tk := acquire(t, p, cs...)
-		p.ThrottledResponse(clientpool.Throttle{Status: 429, Body: []byte(`{"code":-1015}`)}, tk.Charges())
+		p.Throttled(clientpool.Throttle{Status: 429, Body: []byte(`{"code":-1015}`)}, tk.Charges())
 		tk.Release()
 		if d := pausedFor(t, p, "ORDERS_10S", "a"); d <= 0 || d > 200*time.Millisecond {
 			t.Fatalf("ORDERS_10S paused %v, want the first backoff step", d)
@@ -147,7 +147,7 @@ func TestThrottleShortestWindow(t *testing.T) {
 		}
 		time.Sleep(time.Second)
 		tk = acquire(t, p, cs...)
-		p.ThrottledResponse(clientpool.Throttle{Status: 429, RetryAfter: 3 * time.Second}, tk.Charges())
+		p.Throttled(clientpool.Throttle{Status: 429, RetryAfter: 3 * time.Second}, tk.Charges())
 		tk.Release()
 		for _, r := range []string{"ORDERS_10S", "ORDERS_1D"} {
 			if d := pausedFor(t, p, r, "a"); d < 3*time.Second {

@@ -9,17 +9,20 @@ import (
 	"time"
 
 	"github.com/dunglas/httpsfv"
-	"github.com/ratesem/ratesem"
 )
 
 // maxFieldBytes is the largest rate-limit field the parsers in this file read:
 // the lengths of all the lines of one field name, plus one separator per extra
-// line, in bytes. A longer field is rejected (ratesem.ErrMalformedHeader, or
-// "not said" for a Rule.Usage function) before any of it is parsed, so a hostile server
+// line, in bytes. A longer field is rejected (errMalformed, or "not said"
+// for a Rule.Usage function) before any of it is parsed, so a hostile server
 // cannot make a response cost more than this much parsing. 8 KiB is the default
 // per-line limit of common proxies (nginx's large header buffers, Apache's
 // LimitRequestFieldSize); real rate-limit fields are a few dozen bytes.
 const maxFieldBytes = 8 << 10
+
+// errMalformed is what every error of ParseRateLimitAt wraps: a rate-limit
+// field present but unreadable.
+var errMalformed = errors.New("ratesem: malformed rate-limit header")
 
 // epochSeconds and epochMillis are the magnitudes from which a reset
 // value is a point in time rather than a number of seconds to wait. See
@@ -83,37 +86,24 @@ func BinanceUsage(name string) func(h http.Header) (used int64, ok bool) {
 	}
 }
 
-// XRateLimitUsage reads the common X-RateLimit-Limit and X-RateLimit-Remaining
-// headers (GitHub, Twitter and many others): used = limit − remaining,
-// saturated to [0, limit] (see RateLimitInfo). It returns false when
-// either is missing or malformed (see ParseRateLimitAt).
-func XRateLimitUsage(h http.Header) (int64, bool) {
-	// The zero now: Reset is computed but not used.
-	i, err := ParseRateLimitAt(h, "X-RateLimit-", "", time.Time{})
-	if err != nil || i.Limit == 0 {
-		return 0, false
-	}
-	return i.used(), true
-}
-
-// IETFRateLimitUsage returns a Rule.Usage function for the IETF draft's fields
-// (draft-ietf-httpapi-ratelimit-headers, every form ParseRateLimitAt reads
-// with prefix "RateLimit-") for the policy named policy ("" means the first
-// one): used = limit − remaining, saturated to [0, limit]. It returns false
-// when none is present or they are malformed.
-func IETFRateLimitUsage(policy string) func(h http.Header) (used int64, ok bool) {
+// RateLimitUsage returns a Rule.Usage function that reads the fields
+// ParseRateLimitAt reads with the same prefix and policy: "X-RateLimit-" for
+// the common X-RateLimit-Limit and X-RateLimit-Remaining headers (GitHub,
+// Twitter and many others), "RateLimit-" for every form of the IETF draft
+// (draft-ietf-httpapi-ratelimit-headers) with the policy named policy (""
+// means the first one), or another API's prefix. It reports used = limit −
+// remaining, saturated to [0, limit] (see RateLimitInfo), and false when
+// the fields are missing or malformed (see ParseRateLimitAt). The function
+// is safe for concurrent use.
+func RateLimitUsage(prefix, policy string) func(h http.Header) (used int64, ok bool) {
 	return func(h http.Header) (int64, bool) {
-		i, err := ParseRateLimitAt(h, "RateLimit-", policy, time.Time{})
+		// The zero now: Reset is computed but not used.
+		i, err := ParseRateLimitAt(h, prefix, policy, time.Time{})
 		if err != nil || i.Limit == 0 {
 			return 0, false
 		}
 		return i.used(), true
 	}
-}
-
-// parseRateLimit is ParseRateLimitAt(h, prefix, policy, time.Now()).
-func parseRateLimit(h http.Header, prefix, policy string) (RateLimitInfo, error) {
-	return ParseRateLimitAt(h, prefix, policy, time.Now())
 }
 
 // ParseRateLimitAt reads a server's rate-limit headers as of now. It does
@@ -154,8 +144,8 @@ func parseRateLimit(h http.Header, prefix, policy string) (RateLimitInfo, error)
 // math.MaxInt64 nanoseconds, never negative.
 //
 // It returns a zero RateLimitInfo and a nil error when the headers are absent,
-// and an error matching ratesem.ErrMalformedHeader when they are present but
-// cannot be read: a negative, signed or non-numeric count, a field longer than
+// and an error (its message begins "ratesem: malformed rate-limit header")
+// when they are present but cannot be read: a negative, signed or non-numeric count, a field longer than
 // maxFieldBytes, a Structured Field that does not parse, an unknown policy or
 // one without r or q.
 func ParseRateLimitAt(h http.Header, prefix, policy string, now time.Time) (RateLimitInfo, error) {
@@ -348,7 +338,7 @@ func intMember(m httpsfv.Member) (int64, error) {
 }
 
 // fieldValues returns the lines of the field name in h, or an error matching
-// ratesem.ErrMalformedHeader when together they are longer than maxFieldBytes.
+// errMalformed when together they are longer than maxFieldBytes.
 // It does not allocate for a canonical name.
 func fieldValues(h http.Header, name string) ([]string, error) {
 	vs := h.Values(name)
@@ -356,7 +346,7 @@ func fieldValues(h http.Header, name string) ([]string, error) {
 	for _, v := range vs {
 		size += len(v) + 2 // ", " joins lines
 		if size-2 > maxFieldBytes {
-			return nil, fmt.Errorf("%w: %s: longer than %d bytes", ratesem.ErrMalformedHeader, name, maxFieldBytes)
+			return nil, fmt.Errorf("%w: %s: longer than %d bytes", errMalformed, name, maxFieldBytes)
 		}
 	}
 	return vs, nil
@@ -460,5 +450,5 @@ func malformed(field string, values []string, err error) error {
 	if len(values) > 0 {
 		v = values[0]
 	}
-	return fmt.Errorf("%w: %s: %s: %v", ratesem.ErrMalformedHeader, field, quote(v), err)
+	return fmt.Errorf("%w: %s: %s: %v", errMalformed, field, quote(v), err)
 }

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratesem/ratesem"
 	"github.com/ratesem/ratesem/clientpool"
 )
 
@@ -21,8 +20,8 @@ func lines(v string) []string { return strings.Split(v, "\n") }
 func checkInfo(t *testing.T, call string, i clientpool.RateLimitInfo, err error) {
 	t.Helper()
 	if err != nil {
-		if !errors.Is(err, ratesem.ErrMalformedHeader) {
-			t.Fatalf("%s error %v does not match ratesem.ErrMalformedHeader", call, err)
+		if !errors.Is(err, clientpool.ErrMalformed) {
+			t.Fatalf("%s error %v does not match errMalformed", call, err)
 		}
 		if i != (clientpool.RateLimitInfo{}) {
 			t.Fatalf("%s = %+v with error %v; want the zero info", call, i, err)
@@ -71,8 +70,8 @@ func FuzzParseRateLimit(f *testing.F) {
 			checkInfo(t, "ParseRateLimitAt("+prefix+")", i, err)
 		}
 		for name, u := range map[string]clientpool.UsageFunc{
-			"XRateLimitUsage":    clientpool.XRateLimitUsage,
-			"IETFRateLimitUsage": clientpool.IETFRateLimitUsage(policy),
+			`RateLimitUsage("X-RateLimit-", policy)`: clientpool.RateLimitUsage("X-RateLimit-", policy),
+			`RateLimitUsage("RateLimit-", policy)`:   clientpool.RateLimitUsage("RateLimit-", policy),
 		} {
 			if used, ok := u(h); used < 0 || (!ok && used != 0) {
 				t.Fatalf("%s(%v) = %d, %v; want used ≥ 0, and 0 when not ok", name, h, used, ok)

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratesem/ratesem"
 	"github.com/ratesem/ratesem/clientpool"
 )
 
@@ -24,7 +23,7 @@ const maxDur = time.Duration(math.MaxInt64)
 
 // parseCase is one row of the ParseRateLimitAt table: the header lines, the
 // prefix and policy asked for, and the info wanted, or bad for an error
-// matching ratesem.ErrMalformedHeader.
+// matching errMalformed.
 type parseCase struct {
 	name   string
 	h      http.Header
@@ -42,8 +41,8 @@ func runParse(t *testing.T, cases []parseCase) {
 			t.Helper()
 			got, err := clientpool.ParseRateLimitAt(tc.h, tc.prefix, tc.policy, now)
 			if tc.bad {
-				if !errors.Is(err, ratesem.ErrMalformedHeader) {
-					t.Fatalf("ParseRateLimitAt(%.200v, %q, %q) = %+v, %v; want ratesem.ErrMalformedHeader", tc.h, tc.prefix, tc.policy, got, err)
+				if !errors.Is(err, clientpool.ErrMalformed) {
+					t.Fatalf("ParseRateLimitAt(%.200v, %q, %q) = %+v, %v; want errMalformed", tc.h, tc.prefix, tc.policy, got, err)
 				}
 				if got != (clientpool.RateLimitInfo{}) {
 					t.Fatalf("ParseRateLimitAt(%.200v) = %+v with an error; want the zero info", tc.h, got)
@@ -276,9 +275,9 @@ func TestBinanceUsage(t *testing.T) {
 	})
 }
 
-func TestXRateLimitUsage(t *testing.T) {
+func TestRateLimitUsageX(t *testing.T) {
 	l, r := "X-RateLimit-Limit", "X-RateLimit-Remaining"
-	runUsage(t, "XRateLimitUsage", clientpool.XRateLimitUsage, []usageCase{
+	runUsage(t, `RateLimitUsage("X-RateLimit-", "")`, clientpool.RateLimitUsage("X-RateLimit-", ""), []usageCase{
 		{"used", hdr(l, "100", r, "40"), 60, true},
 		{"GitHub epoch reset", hdr(l, "5000", r, "4999", "X-RateLimit-Reset", "1741965026"), 1, true},
 		// The old code returned MaxInt64 here too; the pool clamps it to the rule's limit.
@@ -291,8 +290,8 @@ func TestXRateLimitUsage(t *testing.T) {
 	})
 }
 
-func TestIETFRateLimitUsage(t *testing.T) {
-	runUsage(t, `IETFRateLimitUsage("")`, clientpool.IETFRateLimitUsage(""), []usageCase{
+func TestRateLimitUsageIETF(t *testing.T) {
+	runUsage(t, `RateLimitUsage("RateLimit-", "")`, clientpool.RateLimitUsage("RateLimit-", ""), []usageCase{
 		{"structured", hdr("RateLimit", `"d";r=3`, "RateLimit-Policy", `"d";q=5`), 2, true},
 		{"draft 07", hdr("RateLimit", "limit=100, remaining=50, reset=5"), 50, true},
 		{"draft 06", hdr("RateLimit-Limit", "10", "RateLimit-Remaining", "4"), 6, true},
@@ -301,7 +300,7 @@ func TestIETFRateLimitUsage(t *testing.T) {
 		{"malformed", hdr("RateLimit", `"d";r=-3`, "RateLimit-Policy", `"d";q=5`), 0, false},
 		{"10 MB policy", hdr("RateLimit", `"d";r=3`, "RateLimit-Policy", `"d";q=5`+strings.Repeat(" ", 10<<20)), 0, false},
 	})
-	runUsage(t, `IETFRateLimitUsage("a,b")`, clientpool.IETFRateLimitUsage("a,b"), []usageCase{
+	runUsage(t, `RateLimitUsage("RateLimit-", "a,b")`, clientpool.RateLimitUsage("RateLimit-", "a,b"), []usageCase{
 		{"quoted name with a comma", hdr("RateLimit", `"x";r=0, "a,b";r=1`, "RateLimit-Policy", `"x";q=1`, "RateLimit-Policy", `"a,b";q=5`), 4, true},
 	})
 }

@@ -17,12 +17,12 @@ import (
 // response body is closed or read to io.EOF. Every response's usage headers
 // are reconciled with the rules that read them (Rule.Usage). A throttled
 // response (the WithThrottledBody hook; by default 429
-// or 418) pauses the keys of the rules it is about (Pool.ThrottledResponse):
+// or 418) pauses the keys of the rules it is about (Pool.Throttled):
 // until its Retry-After, capped (WithMaxRetryAfter), or, when it has none,
 // for a backoff the pool picks per key. A throttle the headers show pauses
 // before RoundTrip returns (with Throttle.Body nil); the first 512
 // bytes of its body, as the caller reads them, then go to
-// Pool.ThrottledResponse again (Throttle.Body set) before the charges are
+// Pool.Throttled again (Throttle.Body set) before the charges are
 // released, so that the table's ThrottleTargets can pause the keys the body
 // names; a throttle only the body shows (OKX's 50011 with HTTP 200) pauses
 // then. RoundTrip never reads the body. A request whose classification
@@ -76,7 +76,7 @@ func (c *poolCall) Release(int64) { c.ticket.Release() }
 // PauseFor pauses the request's throttle targets; Transport calls Throttled
 // instead, so this serves only callers using poolCall as a plain Limiter.
 func (c *poolCall) PauseFor(d time.Duration) {
-	c.pool.Throttled(c.charges, http.StatusTooManyRequests, d)
+	c.pool.Throttled(clientpool.Throttle{Status: http.StatusTooManyRequests, RetryAfter: d}, c.charges)
 }
 
 // Throttled implements throttleHandler: the keys of the rules the throttle is
@@ -85,7 +85,7 @@ func (c *poolCall) PauseFor(d time.Duration) {
 // the headers are all there is yet).
 func (c *poolCall) Throttled(resp *http.Response, body []byte, retryAfter time.Duration) {
 	th := clientpool.Throttle{Status: resp.StatusCode, Header: resp.Header, RetryAfter: retryAfter, Body: body}
-	c.pool.ThrottledResponse(th, c.ticket.Charges())
+	c.pool.Throttled(th, c.ticket.Charges())
 }
 
 // ObserveResponse implements responseObserver: usage headers are reconciled.

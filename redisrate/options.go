@@ -14,10 +14,6 @@ import (
 // clientpool.New returns an error and semaphore.New panics. An invalid
 // value makes the constructor return an error naming the option.
 
-// DefaultTimeout bounds each round trip to Redis unless WithTimeout sets
-// another: one second.
-const DefaultTimeout = engine.DefaultRedisTimeout
-
 // DefaultPrefix is the prefix of the keys of a RateSemaphore built with
 // NewSemaphore, unless WithPrefix sets another.
 const DefaultPrefix = engine.DefaultPrefix
@@ -39,7 +35,7 @@ func WithPrefix(prefix string) semaphore.Option { return engine.WithPrefix(prefi
 // ended then.
 func WithLease(d time.Duration) semaphore.Option { return engine.WithLease(d) }
 
-// WithTimeout bounds each round trip to Redis (default DefaultTimeout; it
+// WithTimeout bounds each round trip to Redis (default one second; it
 // must be positive), whatever the go-redis client's own options: an
 // admission, a release, a cancellation or a pause that gets no answer by
 // then counts as Redis being unreachable. Each admission runs on a

@@ -46,7 +46,7 @@ import (
 // kept in Redis through c, so that every RateSemaphore built with the same
 // name (and the same limit) in any process shares one limit of n units per
 // interval (a time.Duration): replicas sharing one API key or one IP. It is
-// the same type as semaphore.New's; Acquire, TryAcquire, Release, Do, DoN,
+// the same type as semaphore.New's; Acquire, TryAcquire, Release, Do,
 // Pause, PauseFor, SetLimit, Limit, Stats and Close all work, and the limit
 // is decided on the Redis server's clock (TIME), so processes with skewed
 // clocks agree.
@@ -198,7 +198,7 @@ func newSemaphore(c goredis.UniversalClient, name string, n int64, per time.Dura
 //     count to Redis (in the background), so every process sees it: Redis
 //     then counts at least that many units in the window, never fewer than
 //     it did.
-//   - Pause, Throttled and ThrottledResponse pause the same keys as in
+//   - Pause and Throttled pause the same keys as in
 //     process, in this process at once and in Redis, so every process
 //     pauses; in Redis mode Pause is capped by clientpool.WithMaxPause as
 //     throttles are, since it holds the whole fleet.

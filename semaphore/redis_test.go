@@ -128,7 +128,7 @@ func TestRedisBasics(t *testing.T) {
 	}
 }
 
-// TestRedisDoReleasesOnPanic: DoN releases its units when fn panics, and
+// TestRedisDoReleasesOnPanic: Do releases its unit when fn panics, and
 // the panic goes on.
 func TestRedisDoReleasesOnPanic(t *testing.T) {
 	s := newRedisSem(t, newClient(t, redistest.Start(t).Addr()), uniqueName(t), 3, time.Second)
@@ -139,7 +139,7 @@ func TestRedisDoReleasesOnPanic(t *testing.T) {
 				t.Errorf("recovered %v; want the panic of fn", r)
 			}
 		}()
-		_ = s.DoN(ctx, 2, func(context.Context) error { panic("boom") })
+		_ = s.Do(ctx, func(context.Context) error { panic("boom") })
 	}()
 	if st := s.Stats(); st.InFlight != 0 {
 		t.Fatalf("InFlight %d after the panic", st.InFlight)
@@ -147,6 +147,9 @@ func TestRedisDoReleasesOnPanic(t *testing.T) {
 	want := errors.New("fn's error")
 	if err := s.Do(ctx, func(context.Context) error { return want }); err != want {
 		t.Fatalf("Do: %v; want fn's error", err)
+	}
+	if err := s.Do(ctx, func(context.Context) error { return nil }); err != nil {
+		t.Fatalf("Do: %v", err)
 	}
 	// 3 units ended within the interval: the next Do fails before fn runs,
 	// at once (the wait ends after the deadline).

@@ -192,18 +192,13 @@ func (s *RateSemaphore) Release(n int64) { s.o.Release(n) }
 
 // Do acquires one unit, runs fn, and releases the unit when fn returns or
 // panics (the panic then goes on). It returns Acquire's error without
-// running fn, or fn's error. It blocks like Acquire.
+// running fn, or fn's error. It blocks like Acquire. For a call of n
+// units, Acquire(ctx, n) and defer Release(n) do the same.
 func (s *RateSemaphore) Do(ctx context.Context, fn func(context.Context) error) error {
-	return s.DoN(ctx, 1, fn)
-}
-
-// DoN is Do for a call of n units; a negative n fails as in Acquire,
-// without running fn.
-func (s *RateSemaphore) DoN(ctx context.Context, n int64, fn func(context.Context) error) error {
-	if err := s.o.Acquire(ctx, n); err != nil {
+	if err := s.o.Acquire(ctx, 1); err != nil {
 		return err
 	}
-	defer s.o.Release(n)
+	defer s.o.Release(1)
 	return fn(ctx)
 }
 

@@ -331,7 +331,7 @@ func TestDo(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	err = s.DoN(ctx, 1, func(context.Context) error { t.Fatal("fn ran after Acquire failed"); return nil })
+	err = s.Do(ctx, func(context.Context) error { t.Fatal("fn ran after Acquire failed"); return nil })
 	assert.Same(t, context.Canceled, err)
 }
 

@@ -59,7 +59,7 @@ func eventAttrs(e ratesem.Event) []slog.Attr {
 		a = append(a, slog.Duration("wait", e.Wait))
 	}
 	if e.Pause != 0 {
-		a = append(a, slog.Duration("pause", e.Pause), slog.String("source", e.Source.String()))
+		a = append(a, slog.Duration("pause", e.Pause), slog.String("source", e.Source))
 	}
 	if e.Status != 0 {
 		a = append(a, slog.Int("status", e.Status))

@@ -261,7 +261,7 @@ func TestPauseOnThrottle(t *testing.T) {
 		require.NoError(t, err)
 		ticket, err := pool.Acquire(t.Context(), charges...)
 		require.NoError(t, err)
-		pool.Throttled(ticket.Charges(), http.StatusTooManyRequests, retryAfter)
+		pool.Throttled(clientpool.Throttle{Status: http.StatusTooManyRequests, RetryAfter: retryAfter}, ticket.Charges())
 		ticket.Release()
 		lo, hi := mock.Now().Add(100*time.Millisecond), mock.Now().Add(200*time.Millisecond)
 		if retryAfter > 0 {

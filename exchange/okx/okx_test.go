@@ -185,7 +185,7 @@ func TestPauseOnThrottle(t *testing.T) {
 	require.NoError(t, err)
 	ticket, err := pool.Acquire(t.Context(), charges...)
 	require.NoError(t, err)
-	pool.Throttled(ticket.Charges(), http.StatusTooManyRequests, time.Second)
+	pool.Throttled(clientpool.Throttle{Status: http.StatusTooManyRequests, RetryAfter: time.Second}, ticket.Charges())
 	ticket.Release()
 	state := map[string]time.Time{}
 	for _, s := range pool.Snapshot() {

@@ -102,9 +102,9 @@ func runBinance(t *testing.T, c binanceCase) {
 func usageFor(set string) func(http.Header) (int64, bool) {
 	switch {
 	case strings.HasPrefix(set, "xrl-"):
-		return clientpool.XRateLimitUsage
+		return clientpool.RateLimitUsage("X-RateLimit-", "")
 	case strings.HasPrefix(set, "ietf-"):
-		return clientpool.IETFRateLimitUsage("")
+		return clientpool.RateLimitUsage("RateLimit-", "")
 	}
 	return nil
 }
@@ -134,7 +134,7 @@ func TestBinanceGitHubEpochReset(t *testing.T) {
 	runBinance(t, binanceCase{
 		hostile: exchangetest.Hostile{Seed: 2, EpochReset: 30 * time.Second,
 			Header: http.Header{"X-RateLimit-Limit": {"5000"}, "X-RateLimit-Remaining": {"4999"}}},
-		requests: 600, workers: 48, usage: clientpool.XRateLimitUsage,
+		requests: 600, workers: 48, usage: clientpool.RateLimitUsage("X-RateLimit-", ""),
 	})
 }
 

@@ -87,9 +87,6 @@ func (t *Timer) Arm(c Clock, now, at time.Time, f func()) {
 	}
 }
 
-// Armed returns the instant the timer fires at, or zero when it is not armed.
-func (t *Timer) Armed() time.Time { return t.at }
-
 // Fired records that the timer went off; call it first in f.
 func (t *Timer) Fired() { t.at = time.Time{} }
 

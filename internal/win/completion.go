@@ -67,9 +67,6 @@ func (c *Completion) setLimit(now int64, l Limit) {
 	c.limit = l
 }
 
-// InFlight returns the units admitted and not yet Done.
-func (c *Completion) InFlight() int64 { return c.inflight }
-
 // free is a lower bound of the units admissible now: expired log entries are
 // dropped lazily, so they may still be counted here.
 func (c *Completion) free() int64 { return c.limit.N - c.inflight - c.log.units }

@@ -64,12 +64,6 @@ func (b *TokenBucket) Burst() int64 { return b.burst }
 // Capacity implements Policy: it returns the burst.
 func (b *TokenBucket) Capacity() int64 { return b.burst }
 
-// Tokens returns the whole units in the bucket at now, refilling it first.
-func (b *TokenBucket) Tokens(now time.Time) int64 {
-	b.refill(now)
-	return b.tokens
-}
-
 // refill brings the bucket up to now and returns now's offset.
 func (b *TokenBucket) refill(now time.Time) int64 { return b.refillNs(b.offset(now)) }
 
@@ -297,10 +291,4 @@ type LeakyBucket struct {
 // capacity is negative.
 func NewLeakyBucket(l Limit, capacity int64) *LeakyBucket {
 	return &LeakyBucket{*NewTokenBucket(l, capacity)}
-}
-
-// Level returns the units in the bucket at now, rounded up to a whole unit.
-func (b *LeakyBucket) Level(now time.Time) int64 {
-	b.refill(now)
-	return b.burst - b.tokens // the unit leaking now (frac) is still in
 }
