@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/ratesem/ratesem"
-	"github.com/ratesem/ratesem/internal/sched"
 	"github.com/ratesem/ratesem/internal/wake"
 	"github.com/ratesem/ratesem/internal/winfast"
 	"github.com/ratesem/ratesem/window"
@@ -116,36 +115,25 @@ func (o *One) nanos() int64 {
 	return o.e.mono(o.e.now())
 }
 
-// admitCachedLocked is the clock-free fast path: nobody waiting, no pause,
-// room in the cap, and the window's cached state shows room.
-func (o *One) admitCachedLocked(n int64) bool {
-	l := o.l
-	if l.q != nil || n > o.conc-l.inflight || l.fb != nil && l.fb.paused != 0 || !o.fast.AdmitCached(n) {
-		return false
-	}
-	l.inflight += n
-	o.admitted++
-	return true
-}
-
-// admitNowLocked admits n units at now when nobody waits and the window
-// and the cap allow, or returns the instant it could (zero: only a release
-// can help) and false.
+// admitNowLocked admits n units at now when the window and the cap allow
+// (Engine.admitLocked), or returns the instant it could (zero: only a
+// release can help) and false.
 func (o *One) admitNowLocked(n int64, now time.Time) (time.Time, bool) {
-	l := o.l
-	if fb := l.fb; fb != nil && fb.paused != 0 && o.e.mono(now) >= fb.paused {
-		fb.paused = 0 // over: the fast path may run again
-	}
-	hs := [1]held{{lim: l, n: n}}
-	at, needRelease, ok := o.e.admitLocked(hs[:], nil, now)
+	o.unpauseLocked(now)
+	hs := [1]held{{lim: o.l, n: n}}
+	at, _, ok := o.e.admitLocked(hs[:], nil, now)
 	if ok {
 		o.admitted++
-		return time.Time{}, true
 	}
-	if needRelease {
-		return time.Time{}, false
+	return at, ok
+}
+
+// unpauseLocked clears a pause that is over at now: the fast path, which
+// reads no clock, may run again.
+func (o *One) unpauseLocked(now time.Time) {
+	if fb := o.l.fb; fb != nil && fb.paused != 0 && o.e.mono(now) >= fb.paused {
+		fb.paused = 0
 	}
-	return at, false
 }
 
 // tooLargeLocked is the error of a weight above what can ever start.
@@ -171,69 +159,86 @@ func (o *One) Acquire(ctx context.Context, n int64) error {
 		// ctx being done happened before we hold the lock; fail even
 		// though the units might be free, as x/sync does.
 		o.mu.Unlock()
-		o.observeFailed(n, nil, ctx.Err())
+		o.observeFailed(n, ctx.Err())
 		return ctx.Err()
 	default:
 	}
-	// admitCachedLocked written out: the call was a part of the cost.
 	if o.lim.q == nil && n <= o.conc-o.lim.inflight && (o.lim.fb == nil || o.lim.fb.paused == 0) && o.fast.AdmitCached(n) {
 		o.lim.inflight += n
 		o.admitted++
 		o.mu.Unlock()
 		if o.obs != nil {
-			o.emitHeld(n, nil, nil)
+			o.emitHeld(n, nil)
 		}
 		return nil
 	}
-	_, err := o.acquireLocked(ctx, n, nil)
-	return err
+	return o.acquireLocked(ctx, n, nil)
 }
 
 // acquireOther is Acquire in Redis mode, for a negative n, and for a
-// foreign policy.
+// foreign policy (the cached decision is not tried: it is never taken).
 func (o *One) acquireOther(ctx context.Context, n int64) error {
 	if o.rem != nil {
 		return o.rem.acquire(ctx, n)
 	}
 	if n < 0 {
-		o.observeFailed(n, nil, ratesem.ErrNegativeWeight)
+		o.observeFailed(n, ratesem.ErrNegativeWeight)
 		return fmt.Errorf("%w %d: Acquire", ratesem.ErrNegativeWeight, n)
 	}
-	return o.acquireForeign(ctx, n)
-}
-
-// acquireForeign is Acquire for a policy that runs a caller's code:
-// acquireLocked releases the lock in a defer, so that a panic leaves it
-// unlocked; the cached decision is not tried (it is never taken).
-func (o *One) acquireForeign(ctx context.Context, n int64) error {
 	o.mu.Lock()
 	if err := ctx.Err(); err != nil {
 		o.mu.Unlock()
-		o.observeFailed(n, nil, err)
+		o.observeFailed(n, err)
 		return err
 	}
-	_, err := o.acquireLocked(ctx, n, nil)
-	return err
+	return o.acquireLocked(ctx, n, nil)
 }
 
 // acquireLocked is the part of Acquire and Begin after the fast path,
 // entered with e.mu held (it unlocks): n units could not be admitted from
-// the cached state. It returns the admission instant. c, for Begin, gets
-// the call registered at it.
-func (o *One) acquireLocked(ctx context.Context, n int64, c *Call) (time.Time, error) {
+// the cached state. c, for Begin, gets the call registered at the
+// admission. A call admitted on the clock at once allocates nothing; one
+// that must wait goes through the Engine's own queueing (queueLocked,
+// await) as the Pool's calls do.
+func (o *One) acquireLocked(ctx context.Context, n int64, c *Call) error {
 	e := o.e
-	locked := true
-	defer func() {
-		if locked {
-			e.mu.Unlock()
+	w, err := o.startLocked(ctx, n, c)
+	if w == nil {
+		if err != nil {
+			o.observeFailed(n, err)
+		} else if o.obs != nil {
+			o.emitHeld(n, c)
 		}
-	}()
+		return err
+	}
+	ch := []Charge{{Rule: o.rs.Name, Weight: n}}
+	e.emitQueued(w, ch)
+	if err := e.await(ctx, w); err != nil {
+		e.emitFailed(ch, w, err)
+		return err
+	}
+	wait := max(w.granted.Sub(w.since), 0)
+	e.emitAdmitted(&Ticket{pool: e, held: w.held, charges: ch, at: e.mono(w.granted)}, ch, wait, true)
+	e.mu.Lock()
+	e.unrefLocked(o.l, w.granted)
+	o.admitted++
+	o.waitSum += wait
+	o.waitMax = max(o.waitMax, wait)
+	if c != nil {
+		*c = o.newCallLocked(n, e.mono(w.granted))
+	}
+	e.mu.Unlock()
+	return nil
+}
+
+// startLocked admits n units at once (a nil waiter and error), fails, or
+// queues the call and returns its waiter; it unlocks e.mu, in a defer: a
+// foreign policy may panic.
+func (o *One) startLocked(ctx context.Context, n int64, c *Call) (*waiter, error) {
+	e := o.e
+	defer e.mu.Unlock()
 	if n > o.fit && o.per > 0 {
-		err := o.tooLargeLocked(n)
-		locked = false
-		e.mu.Unlock()
-		o.observeFailed(n, nil, err)
-		return time.Time{}, err
+		return nil, o.tooLargeLocked(n)
 	}
 	now := e.now()
 	if o.l.q == nil && n <= o.fit {
@@ -241,71 +246,11 @@ func (o *One) acquireLocked(ctx context.Context, n int64, c *Call) (time.Time, e
 			if c != nil {
 				*c = o.newCallLocked(n, e.mono(now))
 			}
-			locked = false
-			e.mu.Unlock()
-			o.observeAdmitted(n, nil, c)
-			return now, nil
+			return nil, nil
 		}
 	}
-	// It must wait: only now are the context's settings read.
-	if e.maxQueue > 0 && o.l.waiting >= e.maxQueue {
-		err := fmt.Errorf("%w: %d callers wait (WithMaxQueue)", ratesem.ErrQueueFull, o.l.waiting)
-		locked = false
-		e.mu.Unlock()
-		o.observeFailed(n, nil, err)
-		return time.Time{}, err
-	}
-	w := &waiter{held: []held{{lim: o.l, n: n}}, rank: e.ranker.Next(sched.PriorityOf(ctx)), ready: make(chan struct{}), since: now}
-	w.deadline, _ = ctx.Deadline()
-	if d := sched.QueueWaitOf(ctx); d > 0 {
-		w.qdead = now.Add(d)
-	}
-	w.nodes = []qnode{{w: w}}
-	o.l.waiting++
-	o.l.refs++
-	w.elem = e.waiters.PushBack(w)
-	if e.hook != nil {
-		e.hook(w, false)
-	}
-	if n > o.fit {
-		// No rate (Per 0), as in x/sync: a call heavier than the cap
-		// waits aside for its context, or for a SetLimit under which it
-		// fits, without holding up the others.
-		w.parked = true
-	} else {
-		e.tryWaiterLocked(w, now)
-		e.settleLocked(now)
-	}
-	locked = false
-	e.mu.Unlock()
-	o.observeQueued(w)
-	if err := e.await(ctx, w); err != nil {
-		o.observeFailed(n, w, err)
-		return time.Time{}, err
-	}
-	e.mu.Lock()
-	select {
-	case <-ctx.Done():
-		// Admitted as ctx ended: undone, as if it never happened.
-		e.undoLocked(w)
-		e.unrefLocked(o.l, e.now())
-		e.settleLocked(e.now())
-		e.mu.Unlock()
-		o.observeFailed(n, w, ctx.Err())
-		return time.Time{}, ctx.Err()
-	default:
-	}
-	e.unrefLocked(o.l, w.granted)
-	o.admitted++
-	wait := max(w.granted.Sub(w.since), 0)
-	o.waitSum += wait
-	o.waitMax = max(o.waitMax, wait)
-	if c != nil {
-		*c = o.newCallLocked(n, e.mono(w.granted))
-	}
-	e.mu.Unlock()
-	o.observeAdmitted(n, w, c)
-	return w.granted, nil
+	e.refOne(o.l) // the waiter's: queueLocked and await drop it on failure
+	return e.queueLocked(ctx, []held{{lim: o.l, n: n}}, now)
 }
 
 // TryAcquire is semaphore.RateSemaphore.TryAcquire.
@@ -325,50 +270,32 @@ func (o *One) TryAcquireWait(n int64) (time.Duration, error) {
 	if n < 0 {
 		return 0, fmt.Errorf("%w %d: TryAcquireWait", ratesem.ErrNegativeWeight, n)
 	}
-	e := o.e
-	e.mu.Lock()
+	o.e.mu.Lock()
 	ok, d, err := o.tryLocked(n)
-	e.mu.Unlock()
-	if ok {
-		o.observeAdmitted(n, nil, nil)
+	if ok && o.obs != nil {
+		o.emitHeld(n, nil)
 	}
 	return d, err
 }
 
-func (o *One) tryLocked(n int64) (ok bool, d time.Duration, err error) {
+func (o *One) tryLocked(n int64) (bool, time.Duration, error) {
 	e := o.e
-	defer func() {
-		if r := recover(); r != nil {
-			e.mu.Unlock()
-			panic(r)
-		}
-	}()
+	defer e.mu.Unlock() // a foreign policy may panic
 	if n > o.fit {
 		if o.per > 0 || n > o.size {
 			return false, 0, o.tooLargeLocked(n)
 		}
 		return false, 0, ratesem.ErrInFlight
 	}
-	if q := o.l.q; q != nil && q.head != nil {
-		// Callers wait: it never overtakes them. The wait of the head,
-		// when known, is the least this call would wait.
-		if h := q.head; h.refused && h.when != 0 {
-			return false, max(e.instant(h.when).Sub(e.now()), time.Nanosecond), nil
-		}
-		return false, 0, ratesem.ErrInFlight
-	}
-	if o.admitCachedLocked(n) {
-		return true, 0, nil
-	}
 	now := e.now()
-	at, ok := o.admitNowLocked(n, now)
-	switch {
-	case ok:
+	o.unpauseLocked(now)
+	hs := [1]held{{lim: o.l, n: n}}
+	d, err := e.tryHeldLocked(hs[:], now)
+	if ok := d == 0 && err == nil; ok {
+		o.admitted++
 		return true, 0, nil
-	case at.IsZero():
-		return false, 0, ratesem.ErrInFlight
 	}
-	return false, max(at.Sub(now), time.Nanosecond), nil
+	return false, d, err
 }
 
 // Release is semaphore.RateSemaphore.Release. OverReleased gives the
@@ -453,30 +380,13 @@ func OverReleased(n, held, calls int64) string {
 	return "semaphore: released more than held"
 }
 
-// Pause is semaphore.RateSemaphore.Pause.
+// Pause is semaphore.RateSemaphore.Pause: Engine.Pause of the one key.
 func (o *One) Pause(until time.Time) {
 	if o.rem != nil {
 		o.rem.pause(until)
 		return
 	}
-	e := o.e
-	set := func() bool {
-		e.mu.Lock()
-		defer e.mu.Unlock()
-		now := e.now()
-		if !until.After(now) || o.l.paused() != 0 && e.mono(until) <= o.l.paused() {
-			return false
-		}
-		e.pauseLocked(o.l, until, now)
-		if o.l.q != nil {
-			e.markPending(o.l.q)
-			e.settleLocked(now)
-		}
-		return true
-	}()
-	if set && o.obs != nil {
-		o.obs(ratesem.Event{Kind: ratesem.Paused, Until: until, Pause: until.Sub(e.now()), Source: ratesem.SourceCaller})
-	}
+	_ = o.e.Pause(o.rs.Name, "", until) // the key exists: no error
 }
 
 // Now reads the engine's clock.
@@ -495,29 +405,10 @@ func (o *One) SetLimit(n int64, per time.Duration) error {
 	o.fast.SetLimit(e.mono(now), n, per)
 	o.setCapLocked()
 	o.timedDone.Store(o.doneUsesTime && per > 0)
-	// Waiters heavier than the cap leave the queue (they fail under a
-	// rate, wait aside without one); those aside that fit again rejoin
-	// it by arrival order.
-	for el := e.waiters.Front(); el != nil; {
-		next := el.Next()
-		w := el.Value.(*waiter)
-		switch n := w.held[0].n; {
-		case n > o.fit && o.per > 0:
-			e.finishLocked(w, o.tooLargeLocked(n))
-		case n > o.fit && !w.parked:
-			if w.nodes[0].inq {
-				e.dequeueLocked(&w.nodes[0])
-			}
-			w.parked = true
-		case n <= o.fit && w.parked:
-			w.parked = false
-			e.tryWaiterLocked(w, now)
-		}
-		el = next
-	}
 	if o.l.q != nil {
 		e.markPending(o.l.q)
 	}
+	e.refitLocked(o.rs, now)
 	e.settleLocked(now)
 	return nil
 }
