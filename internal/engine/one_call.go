@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	"github.com/ratesem/ratesem"
-		"github.com/ratesem/ratesem/window"
+	"github.com/ratesem/ratesem/window"
 )
 
 // Call is a call admitted by One.Begin (semaphore.Call): a small value.
