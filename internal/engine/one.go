@@ -51,7 +51,6 @@ type One struct {
 	size    int64
 	per     time.Duration
 	capOpt  int64 // WithMaxUnitsInFlight, or -1
-	fit     int64 // the heaviest call that can ever start: min(conc, capacity)
 	waitSum time.Duration
 	waitMax time.Duration
 	// The calls Begin admitted (see semaphore.Call), by slot: reused
@@ -104,7 +103,6 @@ func (o *One) setCapLocked() {
 	o.rs.limit = window.Limit{N: o.size, Per: o.per}
 	o.rs.capacity = o.fast.Capacity()
 	o.rs.cap = o.conc
-	o.fit = min(o.conc, o.rs.capacity)
 }
 
 // nanos reads the clock as the window takes instants: ns since the epoch.
@@ -134,17 +132,6 @@ func (o *One) unpauseLocked(now time.Time) {
 	if fb := o.l.fb; fb != nil && fb.paused != 0 && o.e.mono(now) >= fb.paused {
 		fb.paused = 0
 	}
-}
-
-// tooLargeLocked is the error of a weight above what can ever start.
-func (o *One) tooLargeLocked(n int64) error {
-	if n > o.size {
-		return fmt.Errorf("%w: weight %d, limit %d per %v", ratesem.ErrWeightTooLarge, n, o.size, o.per)
-	}
-	if c := o.rs.capacity; n > c {
-		return fmt.Errorf("%w: weight %d, capacity %d (burst) of the window", ratesem.ErrWeightTooLarge, n, c)
-	}
-	return fmt.Errorf("%w: weight %d, concurrency cap %d", ratesem.ErrWeightTooLarge, n, o.conc)
 }
 
 // Acquire is semaphore.RateSemaphore.Acquire.
@@ -237,11 +224,12 @@ func (o *One) acquireLocked(ctx context.Context, n int64, c *Call) error {
 func (o *One) startLocked(ctx context.Context, n int64, c *Call) (*waiter, error) {
 	e := o.e
 	defer e.mu.Unlock()
-	if n > o.fit && o.per > 0 {
-		return nil, o.tooLargeLocked(n)
+	ch := [1]Charge{{Rule: o.rs.Name, Weight: n}}
+	if err := e.tooHeavyLocked(ch[:]); err != nil && o.per > 0 {
+		return nil, err // without a rate, it waits aside (x/sync's Weighted)
 	}
 	now := e.now()
-	if o.l.q == nil && n <= o.fit {
+	if o.l.q == nil && n <= o.rs.fit() {
 		if _, ok := o.admitNowLocked(n, now); ok {
 			if c != nil {
 				*c = o.newCallLocked(n, e.mono(now))
@@ -281,11 +269,12 @@ func (o *One) TryAcquireWait(n int64) (time.Duration, error) {
 func (o *One) tryLocked(n int64) (bool, time.Duration, error) {
 	e := o.e
 	defer e.mu.Unlock() // a foreign policy may panic
-	if n > o.fit {
+	ch := [1]Charge{{Rule: o.rs.Name, Weight: n}}
+	if err := e.tooHeavyLocked(ch[:]); err != nil {
 		if o.per > 0 || n > o.size {
-			return false, 0, o.tooLargeLocked(n)
+			return false, 0, err
 		}
-		return false, 0, ratesem.ErrInFlight
+		return false, 0, ratesem.ErrInFlight // without a rate: a weight above the burst waits
 	}
 	now := e.now()
 	o.unpauseLocked(now)

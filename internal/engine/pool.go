@@ -540,7 +540,7 @@ func (p *Engine) queueLocked(ctx context.Context, hs []held, now time.Time) (*wa
 				for i := range hs {
 					p.unrefLocked(hs[i].lim, now)
 				}
-				return nil, fmt.Errorf("%w: %d calls wait%s (WithMaxQueue)", ratesem.ErrQueueFull, l.waiting, l.where())
+				return nil, fmt.Errorf("%w: %d calls wait%s (WithMaxQueue)", ratesem.ErrQueueFull, l.waiting, l.rule.where(l.key))
 			}
 		}
 	}
@@ -567,12 +567,13 @@ func (p *Engine) queueLocked(ctx context.Context, hs []held, now time.Time) (*wa
 	return w, nil
 }
 
-// where names l in an error message: its rule and key, nothing for a One's.
-func (l *limiter) where() string {
-	if l.rule.one {
+// where names the limiter of key under rs in an error message: its rule
+// and key; nothing for a One's.
+func (rs *ruleState) where(key string) string {
+	if rs.one {
 		return ""
 	}
-	return fmt.Sprintf(" on rule %q%s", l.rule.Name, keyText(l.key))
+	return fmt.Sprintf(" under rule %q%s", rs.Name, keyText(key))
 }
 
 // fit is the heaviest charge rs can ever admit at once.
@@ -634,15 +635,15 @@ func (p *Engine) tooHeavyLocked(charges []Charge) error {
 		if rs.Learn == nil || p.rem != nil {
 			fit = min(rs.capacity, fit) // a learned limit is per key, and never refuses a call (learnedFit)
 		}
-		if c.Weight == math.MaxInt64 {
+		if c.Weight == math.MaxInt64 && !rs.one {
 			// No limit admits it: the rule's way to refuse a request (the
 			// presets' body that bounds no charge), said as such.
 			return fmt.Errorf("%w: rule %q%s refuses the request: it charges math.MaxInt64",
 				ratesem.ErrWeightTooLarge, c.Rule, keyText(c.Key))
 		}
 		if c.Weight > fit {
-			return fmt.Errorf("%w: weight %d under rule %q%s can never start: the rule admits at most %d (%v) at once; lower the weight or raise the rule's limit",
-				ratesem.ErrWeightTooLarge, c.Weight, c.Rule, keyText(c.Key), fit, rs.limit)
+			return fmt.Errorf("%w: weight %d%s can never start: the rule admits at most %d (%v) at once; lower the weight or raise the rule's limit",
+				ratesem.ErrWeightTooLarge, c.Weight, rs.where(c.Key), fit, rs.limit)
 		}
 	}
 	return nil
@@ -866,7 +867,7 @@ func (p *Engine) refitLocked(rs *ruleState, now time.Time) {
 			if h.lim.rule == rs && h.n > fit {
 				heavy = true
 				if rs.limit.Per > 0 {
-					p.finishLocked(w, fmt.Errorf("%w: weight %d%s, now %v", ratesem.ErrWeightTooLarge, h.n, h.lim.where(), rs.limit))
+					p.finishLocked(w, fmt.Errorf("%w: weight %d%s, now %v", ratesem.ErrWeightTooLarge, h.n, rs.where(h.lim.key), rs.limit))
 				}
 				break
 			}
