@@ -31,7 +31,7 @@ type One struct {
 	real         bool // the real clock: nanos is time.Since(e.epoch)
 	doneUsesTime bool
 	timedDone    atomic.Bool    // doneUsesTime && per > 0, kept by SetLimit; read by Release without the lock
-	conc         int64          // the concurrency cap in force: min(size, capOpt) (under e.mu)
+	conc         int64          // the concurrency cap in force: min(N, capOpt), rs.cap (under e.mu)
 	callUnits    int64          // units of the live Calls (under e.mu)
 	admitted     uint64         // (under e.mu)
 	fast         winfast.Window // l.policy's fast form, on the epoch e.epoch
@@ -42,14 +42,11 @@ type One struct {
 	lim limiter
 	Engine
 
-	e    *Engine
-	l    *limiter
-	rs   *ruleState
-	orig window.Policy
+	e  *Engine
+	l  *limiter
+	rs *ruleState
 
 	// Under e.mu.
-	size    int64
-	per     time.Duration
 	capOpt  int64 // WithMaxUnitsInFlight, or -1
 	waitSum time.Duration
 	waitMax time.Duration
@@ -74,8 +71,8 @@ func NewOne(p window.Policy, cfg Config) *One {
 	clk := wake.NewClock(cfg.Clock)
 	fast := winfast.Of(p)
 	_, foreign := fast.(winfast.Foreign)
-	o := &One{fast: fast, orig: p, obs: cfg.Observer, slow: foreign,
-		real: cfg.Clock == nil, doneUsesTime: fast.DoneUsesTime(), size: l.N, per: l.Per, capOpt: cfg.Concurrency}
+	o := &One{fast: fast, obs: cfg.Observer, slow: foreign,
+		real: cfg.Clock == nil, doneUsesTime: fast.DoneUsesTime(), capOpt: cfg.Concurrency}
 	e := &o.Engine
 	o.e = e
 	e.rules, e.clock, e.observer, e.maxQueue = make(map[string]*ruleState), clk, cfg.Observer, int32(min(cfg.MaxQueue, math.MaxInt32))
@@ -88,21 +85,19 @@ func NewOne(p window.Policy, cfg Config) *One {
 	e.rules[""] = rs
 	e.ruleList = []*ruleState{rs}
 	e.live = 1
-	o.setCapLocked()
-	o.timedDone.Store(o.doneUsesTime && l.Per > 0)
+	o.setLimitLocked(l)
 	return o
 }
 
-// setCapLocked sets the concurrency cap and the heaviest call after a
-// change of the limit.
-func (o *One) setCapLocked() {
-	o.conc = o.size
-	if o.capOpt >= 0 && o.capOpt < o.size {
+// setLimitLocked makes l the rule's limit: the window's capacity, the
+// concurrency cap.
+func (o *One) setLimitLocked(l window.Limit) {
+	o.conc = l.N
+	if o.capOpt >= 0 && o.capOpt < l.N {
 		o.conc = o.capOpt
 	}
-	o.rs.limit = window.Limit{N: o.size, Per: o.per}
-	o.rs.capacity = o.fast.Capacity()
-	o.rs.cap = o.conc
+	o.rs.limit, o.rs.capacity, o.rs.cap = l, o.fast.Capacity(), o.conc
+	o.timedDone.Store(o.doneUsesTime && l.Per > 0)
 }
 
 // nanos reads the clock as the window takes instants: ns since the epoch.
@@ -225,7 +220,7 @@ func (o *One) startLocked(ctx context.Context, n int64, c *Call) (*waiter, error
 	e := o.e
 	defer e.mu.Unlock()
 	ch := [1]Charge{{Rule: o.rs.Name, Weight: n}}
-	if err := e.tooHeavyLocked(ch[:]); err != nil && o.per > 0 {
+	if err := e.tooHeavyLocked(ch[:]); err != nil && o.rs.limit.Per > 0 {
 		return nil, err // without a rate, it waits aside (x/sync's Weighted)
 	}
 	now := e.now()
@@ -271,7 +266,7 @@ func (o *One) tryLocked(n int64) (bool, time.Duration, error) {
 	defer e.mu.Unlock() // a foreign policy may panic
 	ch := [1]Charge{{Rule: o.rs.Name, Weight: n}}
 	if err := e.tooHeavyLocked(ch[:]); err != nil {
-		if o.per > 0 || n > o.size {
+		if o.rs.limit.Per > 0 || n > o.rs.limit.N {
 			return false, 0, err
 		}
 		return false, 0, ratesem.ErrInFlight // without a rate: a weight above the burst waits
@@ -309,7 +304,7 @@ func (o *One) Release(n int64) {
 		o.overReleaseLocked(n)
 	}
 	o.lim.inflight -= n
-	if !timed && o.doneUsesTime && o.per > 0 {
+	if !timed && o.doneUsesTime && o.rs.limit.Per > 0 {
 		now = o.nanos() // SetLimit raced with the read of timedDone
 	}
 	o.fast.Done(now, n)
@@ -390,10 +385,8 @@ func (o *One) SetLimit(n int64, per time.Duration) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	now := e.now()
-	o.size, o.per = n, per
 	o.fast.SetLimit(e.mono(now), n, per)
-	o.setCapLocked()
-	o.timedDone.Store(o.doneUsesTime && per > 0)
+	o.setLimitLocked(window.Limit{N: n, Per: per})
 	if o.l.q != nil {
 		e.markPending(o.l.q)
 	}
@@ -409,7 +402,7 @@ func (o *One) Limit() window.Limit {
 	}
 	o.e.mu.Lock()
 	defer o.e.mu.Unlock()
-	return window.Limit{N: o.size, Per: o.per}
+	return o.rs.limit
 }
 
 // Stats is semaphore.Stats, field for field.

@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/ratesem/ratesem"
-	"github.com/ratesem/ratesem/window"
 )
 
 // Call is a call admitted by One.Begin (semaphore.Call): a small value.
@@ -98,15 +97,9 @@ func (c Call) End(actual int64) {
 		return
 	}
 	defer e.mu.Unlock()
-	o.l.inflight -= c.n
 	now := e.now()
-	if st, ok := o.orig.(window.Settler); ok && o.per > 0 {
-		st.Settle(now, e.instant(c.at), c.n, actual)
-	} else {
-		o.fast.Done(e.mono(now), c.n)
-	}
+	e.endLocked(o.l, c.at, c.n, actual, o.rs.limit.Per > 0, now)
 	if o.l.q != nil {
-		e.markPending(o.l.q)
 		e.settleLocked(now)
 	}
 }

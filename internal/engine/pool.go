@@ -372,25 +372,33 @@ func (p *Engine) releaseLocked(t *Ticket, from int, now time.Time) {
 	for ; i < len(t.held); i++ {
 		h := &t.held[i]
 		l := h.lim
-		l.inflight -= h.n
 		l.reported(h) // ended: the server has seen it (without a report: as the old model, counted)
 		if fb := l.fb; h.settled && l.rule.quota && fb != nil && fb.budgeted && h.actual > h.n {
 			// A debit spends the server's budget too; a refund is not
 			// given back to it (its window may have changed since).
 			fb.budget = sat.Sub(fb.budget, h.actual-h.n)
 		}
-		if st, ok := l.policy.(window.Settler); ok && h.settled {
-			st.Settle(now, p.instant(t.at), h.n, h.actual)
-		} else {
-			l.policy.Done(now, h.n)
-		}
+		p.endLocked(l, t.at, h.n, h.actual, h.settled, now)
 		if fb := l.fb; fb != nil && fb.streak != 0 && fb.throttles == h.thrAtAdmit {
 			fb.streak = 0 // a call went through without a throttle
 		}
 		p.unrefLocked(l, now)
-		if l.q != nil {
-			p.markPending(l.q)
-		}
+	}
+}
+
+// endLocked ends a charge of n units on l admitted at at (ns since the
+// epoch) at now: it leaves flight, and the window counts its end, settled
+// to actual units when settled and the window is a window.Settler; l's
+// waiters are tried again at the next settleLocked.
+func (p *Engine) endLocked(l *limiter, at, n, actual int64, settled bool, now time.Time) {
+	l.inflight -= n
+	if l.q != nil {
+		p.markPending(l.q)
+	}
+	if st, ok := l.policy.(window.Settler); ok && settled {
+		st.Settle(now, p.instant(at), n, actual)
+	} else {
+		l.policy.Done(now, n)
 	}
 }
 
