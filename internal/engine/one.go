@@ -17,11 +17,21 @@ import (
 // Engine with one rule and one limiter, key "", driven without tickets
 // (Release(n) ends n units) and with the semantics of a weighted semaphore
 // (x/sync's Weighted when the rule has no rate). Its waiting is the
-// Engine's: the limiter's queue by priority class, the wake heap and its
-// timer, deadline fail-fast, queue caps and budgets, pauses, observers.
-// What it adds is a fast path for a call admitted at once with nobody
-// waiting (one lock, the window's cached decision, no clock read, no
-// allocation) and one for Release (one clock read outside the lock).
+// Engine's own code, not a copy: a call that must wait is queued by
+// queueLocked and waits in await as a Pool's call does (the limiter's
+// queue by priority class, the wake heap and its timer, deadline
+// fail-fast, queue caps and budgets, cancellation without trace); a try is
+// tryHeldLocked, a pause Engine.Pause, a new limit refitLocked, the end of
+// a Call endLocked, the events emitCharges.
+//
+// What One adds on top: a fast path for a call admitted at once with
+// nobody waiting (one lock, the window's cached decision, no clock read,
+// no allocation), and, on the clock, a call admitted at once without
+// allocating (Engine.admitLocked over one held on the stack); Release(n)
+// without a ticket (one clock read outside the lock; an over-release
+// panics as x/sync's does); the calls of Begin by slot; the semaphore's
+// Stats; and a rule without a rate (Per 0), where a call heavier than the
+// cap waits aside (waiter.parked) instead of failing.
 //
 // In Redis mode (NewShared) every method goes to the Redis engine
 // (oneRemote): the one seam of the fronts' Redis mode.
@@ -108,17 +118,16 @@ func (o *One) nanos() int64 {
 	return o.e.mono(o.e.now())
 }
 
-// admitNowLocked admits n units at now when the window and the cap allow
-// (Engine.admitLocked), or returns the instant it could (zero: only a
-// release can help) and false.
-func (o *One) admitNowLocked(n int64, now time.Time) (time.Time, bool) {
+// admitNowLocked admits n units at now, and reports true, when the window
+// and the cap allow (Engine.admitLocked).
+func (o *One) admitNowLocked(n int64, now time.Time) bool {
 	o.unpauseLocked(now)
 	hs := [1]held{{lim: o.l, n: n}}
-	at, _, ok := o.e.admitLocked(hs[:], nil, now)
+	_, _, ok := o.e.admitLocked(hs[:], nil, now)
 	if ok {
 		o.admitted++
 	}
-	return at, ok
+	return ok
 }
 
 // unpauseLocked clears a pause that is over at now: the fast path, which
@@ -225,7 +234,7 @@ func (o *One) startLocked(ctx context.Context, n int64, c *Call) (*waiter, error
 	}
 	now := e.now()
 	if o.l.q == nil && n <= o.rs.fit() {
-		if _, ok := o.admitNowLocked(n, now); ok {
+		if o.admitNowLocked(n, now) {
 			if c != nil {
 				*c = o.newCallLocked(n, e.mono(now))
 			}
@@ -333,24 +342,15 @@ func (o *One) releaseOther(n int64) {
 	if n < 0 {
 		panic("ratesem: Release with negative weight")
 	}
-	now := o.nanos()
-	o.mu.Lock()
-	unlocked := false
-	defer func() {
-		if !unlocked {
-			o.mu.Unlock()
-		}
-	}()
-	if n > o.lim.inflight-o.callUnits {
-		unlocked = true
+	e := o.e
+	e.mu.Lock()
+	if n > o.l.inflight-o.callUnits {
 		o.overReleaseLocked(n)
 	}
-	o.lim.inflight -= n
-	o.fast.Done(now, n)
-	if o.lim.q != nil {
-		o.markPending(o.lim.q)
-		o.settleLocked(o.now())
-	}
+	defer e.mu.Unlock()
+	now := e.now()
+	e.endLocked(o.l, 0, n, n, false, now)
+	e.settleLocked(now)
 }
 
 // OverReleased is the panic of a Release of n units that Acquire and
