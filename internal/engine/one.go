@@ -176,13 +176,19 @@ func (o *One) acquireOther(ctx context.Context, n int64) error {
 		o.observeFailed(n, ratesem.ErrNegativeWeight)
 		return fmt.Errorf("%w %d: Acquire", ratesem.ErrNegativeWeight, n)
 	}
+	return o.acquireClock(ctx, n, nil)
+}
+
+// acquireClock is Acquire decided on the clock (acquireLocked), never on
+// the window's cached state; c is Begin's.
+func (o *One) acquireClock(ctx context.Context, n int64, c *Call) error {
 	o.mu.Lock()
 	if err := ctx.Err(); err != nil {
 		o.mu.Unlock()
 		o.observeFailed(n, err)
 		return err
 	}
-	return o.acquireLocked(ctx, n, nil)
+	return o.acquireLocked(ctx, n, c)
 }
 
 // acquireLocked is the part of Acquire and Begin after the fast path,

@@ -61,15 +61,9 @@ func (o *One) Begin(ctx context.Context, n int64) (Call, error) {
 		return Call{}, fmt.Errorf("%w %d: Begin", ratesem.ErrNegativeWeight, n)
 	}
 	var c Call
-	o.e.mu.Lock()
-	if err := ctx.Err(); err != nil {
-		o.e.mu.Unlock()
-		o.observeFailed(n, err)
-		return Call{}, err
-	}
 	// Decided on the clock, never on the cached state: the window must
 	// know the instant of the start, which a settlement's refund needs.
-	if err := o.acquireLocked(ctx, n, &c); err != nil {
+	if err := o.acquireClock(ctx, n, &c); err != nil {
 		return Call{}, err
 	}
 	return c, nil
