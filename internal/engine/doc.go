@@ -12,10 +12,12 @@
 // (throttle.go); usage reports and reconcile (feedback.go); learned limits
 // and quotas (learn.go); settling (Ticket.Settle, Call.End); observers and
 // their panics (event.go). Engine is the keyed engine; One is an Engine of
-// one rule and one limiter, key "", driven without tickets (Release(n)), with
-// a fast path for a call admitted at once with nobody waiting (one lock,
-// the window's cached decision, no clock read, no allocation) and the
-// semantics of a weighted semaphore when the rule has no rate.
+// one rule and one limiter, key "", driven without tickets (Release(n)):
+// a thin facade whose waiting, tries, pauses, limit changes, settling and
+// events are the Engine's own code (there is one admission loop and one
+// queue), with a fast path for a call admitted at once with nobody waiting
+// (one lock, the window's cached decision, no clock read, no allocation)
+// and the semantics of a weighted semaphore when the rule has no rate.
 //
 // # The bookkeeping under it
 //

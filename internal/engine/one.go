@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/ratesem/ratesem"
-	"github.com/ratesem/ratesem/internal/sched"
 	"github.com/ratesem/ratesem/internal/wake"
 	"github.com/ratesem/ratesem/internal/winfast"
 	"github.com/ratesem/ratesem/window"
@@ -18,11 +17,21 @@ import (
 // Engine with one rule and one limiter, key "", driven without tickets
 // (Release(n) ends n units) and with the semantics of a weighted semaphore
 // (x/sync's Weighted when the rule has no rate). Its waiting is the
-// Engine's: the limiter's queue by priority class, the wake heap and its
-// timer, deadline fail-fast, queue caps and budgets, pauses, observers.
-// What it adds is a fast path for a call admitted at once with nobody
-// waiting (one lock, the window's cached decision, no clock read, no
-// allocation) and one for Release (one clock read outside the lock).
+// Engine's own code, not a copy: a call that must wait is queued by
+// queueLocked and waits in await as a Pool's call does (the limiter's
+// queue by priority class, the wake heap and its timer, deadline
+// fail-fast, queue caps and budgets, cancellation without trace); a try is
+// tryHeldLocked, a pause Engine.Pause, a new limit refitLocked, the end of
+// a Call endLocked, the events emitCharges.
+//
+// What One adds on top: a fast path for a call admitted at once with
+// nobody waiting (one lock, the window's cached decision, no clock read,
+// no allocation), and, on the clock, a call admitted at once without
+// allocating (Engine.admitLocked over one held on the stack); Release(n)
+// without a ticket (one clock read outside the lock; an over-release
+// panics as x/sync's does); the calls of Begin by slot; the semaphore's
+// Stats; and a rule without a rate (Per 0), where a call heavier than the
+// cap waits aside (waiter.parked) instead of failing.
 //
 // In Redis mode (NewShared) every method goes to the Redis engine
 // (oneRemote): the one seam of the fronts' Redis mode.
@@ -32,7 +41,7 @@ type One struct {
 	real         bool // the real clock: nanos is time.Since(e.epoch)
 	doneUsesTime bool
 	timedDone    atomic.Bool    // doneUsesTime && per > 0, kept by SetLimit; read by Release without the lock
-	conc         int64          // the concurrency cap in force: min(size, capOpt) (under e.mu)
+	conc         int64          // the concurrency cap in force: min(N, capOpt), rs.cap (under e.mu)
 	callUnits    int64          // units of the live Calls (under e.mu)
 	admitted     uint64         // (under e.mu)
 	fast         winfast.Window // l.policy's fast form, on the epoch e.epoch
@@ -43,16 +52,12 @@ type One struct {
 	lim limiter
 	Engine
 
-	e    *Engine
-	l    *limiter
-	rs   *ruleState
-	orig window.Policy
+	e  *Engine
+	l  *limiter
+	rs *ruleState
 
 	// Under e.mu.
-	size    int64
-	per     time.Duration
 	capOpt  int64 // WithMaxUnitsInFlight, or -1
-	fit     int64 // the heaviest call that can ever start: min(conc, capacity)
 	waitSum time.Duration
 	waitMax time.Duration
 	// The calls Begin admitted (see semaphore.Call), by slot: reused
@@ -76,8 +81,8 @@ func NewOne(p window.Policy, cfg Config) *One {
 	clk := wake.NewClock(cfg.Clock)
 	fast := winfast.Of(p)
 	_, foreign := fast.(winfast.Foreign)
-	o := &One{fast: fast, orig: p, obs: cfg.Observer, slow: foreign,
-		real: cfg.Clock == nil, doneUsesTime: fast.DoneUsesTime(), size: l.N, per: l.Per, capOpt: cfg.Concurrency}
+	o := &One{fast: fast, obs: cfg.Observer, slow: foreign,
+		real: cfg.Clock == nil, doneUsesTime: fast.DoneUsesTime(), capOpt: cfg.Concurrency}
 	e := &o.Engine
 	o.e = e
 	e.rules, e.clock, e.observer, e.maxQueue = make(map[string]*ruleState), clk, cfg.Observer, int32(min(cfg.MaxQueue, math.MaxInt32))
@@ -90,22 +95,19 @@ func NewOne(p window.Policy, cfg Config) *One {
 	e.rules[""] = rs
 	e.ruleList = []*ruleState{rs}
 	e.live = 1
-	o.setCapLocked()
-	o.timedDone.Store(o.doneUsesTime && l.Per > 0)
+	o.setLimitLocked(l)
 	return o
 }
 
-// setCapLocked sets the concurrency cap and the heaviest call after a
-// change of the limit.
-func (o *One) setCapLocked() {
-	o.conc = o.size
-	if o.capOpt >= 0 && o.capOpt < o.size {
+// setLimitLocked makes l the rule's limit: the window's capacity, the
+// concurrency cap.
+func (o *One) setLimitLocked(l window.Limit) {
+	o.conc = l.N
+	if o.capOpt >= 0 && o.capOpt < l.N {
 		o.conc = o.capOpt
 	}
-	o.rs.limit = window.Limit{N: o.size, Per: o.per}
-	o.rs.capacity = o.fast.Capacity()
-	o.rs.cap = o.conc
-	o.fit = min(o.conc, o.rs.capacity)
+	o.rs.limit, o.rs.capacity, o.rs.cap = l, o.fast.Capacity(), o.conc
+	o.timedDone.Store(o.doneUsesTime && l.Per > 0)
 }
 
 // nanos reads the clock as the window takes instants: ns since the epoch.
@@ -116,47 +118,35 @@ func (o *One) nanos() int64 {
 	return o.e.mono(o.e.now())
 }
 
-// admitCachedLocked is the clock-free fast path: nobody waiting, no pause,
-// room in the cap, and the window's cached state shows room.
-func (o *One) admitCachedLocked(n int64) bool {
-	l := o.l
-	if l.q != nil || n > o.conc-l.inflight || l.fb != nil && l.fb.paused != 0 || !o.fast.AdmitCached(n) {
-		return false
-	}
-	l.inflight += n
-	o.admitted++
-	return true
-}
-
-// admitNowLocked admits n units at now when nobody waits and the window
-// and the cap allow, or returns the instant it could (zero: only a release
-// can help) and false.
-func (o *One) admitNowLocked(n int64, now time.Time) (time.Time, bool) {
-	l := o.l
-	if fb := l.fb; fb != nil && fb.paused != 0 && o.e.mono(now) >= fb.paused {
-		fb.paused = 0 // over: the fast path may run again
-	}
-	hs := [1]held{{lim: l, n: n}}
-	at, needRelease, ok := o.e.admitLocked(hs[:], nil, now)
+// admitNowLocked admits n units at now, and reports true, when the window
+// and the cap allow (Engine.admitLocked).
+func (o *One) admitNowLocked(n int64, now time.Time) bool {
+	o.unpauseLocked(now)
+	hs := [1]held{{lim: o.l, n: n}}
+	_, _, ok := o.e.admitLocked(hs[:], nil, now)
 	if ok {
 		o.admitted++
-		return time.Time{}, true
 	}
-	if needRelease {
-		return time.Time{}, false
-	}
-	return at, false
+	return ok
 }
 
-// tooLargeLocked is the error of a weight above what can ever start.
-func (o *One) tooLargeLocked(n int64) error {
-	if n > o.size {
-		return fmt.Errorf("%w: weight %d, limit %d per %v", ratesem.ErrWeightTooLarge, n, o.size, o.per)
+// admitCachedLocked is the clock-free fast path: nobody waiting, no pause,
+// room in the cap, and the window's cached state shows room for n units.
+func (o *One) admitCachedLocked(n int64) bool {
+	if o.lim.q == nil && n <= o.conc-o.lim.inflight && (o.lim.fb == nil || o.lim.fb.paused == 0) && o.fast.AdmitCached(n) {
+		o.lim.inflight += n
+		o.admitted++
+		return true
 	}
-	if c := o.rs.capacity; n > c {
-		return fmt.Errorf("%w: weight %d, capacity %d (burst) of the window", ratesem.ErrWeightTooLarge, n, c)
+	return false
+}
+
+// unpauseLocked clears a pause that is over at now: the fast path, which
+// reads no clock, may run again.
+func (o *One) unpauseLocked(now time.Time) {
+	if fb := o.l.fb; fb != nil && fb.paused != 0 && o.e.mono(now) >= fb.paused {
+		fb.paused = 0
 	}
-	return fmt.Errorf("%w: weight %d, concurrency cap %d", ratesem.ErrWeightTooLarge, n, o.conc)
 }
 
 // Acquire is semaphore.RateSemaphore.Acquire.
@@ -171,7 +161,7 @@ func (o *One) Acquire(ctx context.Context, n int64) error {
 		// ctx being done happened before we hold the lock; fail even
 		// though the units might be free, as x/sync does.
 		o.mu.Unlock()
-		o.observeFailed(n, nil, ctx.Err())
+		o.observeFailed(n, ctx.Err())
 		return ctx.Err()
 	default:
 	}
@@ -181,131 +171,96 @@ func (o *One) Acquire(ctx context.Context, n int64) error {
 		o.admitted++
 		o.mu.Unlock()
 		if o.obs != nil {
-			o.emitHeld(n, nil, nil)
+			o.emitHeld(n, nil)
 		}
 		return nil
 	}
-	_, err := o.acquireLocked(ctx, n, nil)
-	return err
+	return o.acquireLocked(ctx, n, nil)
 }
 
 // acquireOther is Acquire in Redis mode, for a negative n, and for a
-// foreign policy.
+// foreign policy (the cached decision is not tried: it is never taken).
 func (o *One) acquireOther(ctx context.Context, n int64) error {
 	if o.rem != nil {
 		return o.rem.acquire(ctx, n)
 	}
 	if n < 0 {
-		o.observeFailed(n, nil, ratesem.ErrNegativeWeight)
+		o.observeFailed(n, ratesem.ErrNegativeWeight)
 		return fmt.Errorf("%w %d: Acquire", ratesem.ErrNegativeWeight, n)
 	}
-	return o.acquireForeign(ctx, n)
+	return o.acquireClock(ctx, n, nil)
 }
 
-// acquireForeign is Acquire for a policy that runs a caller's code:
-// acquireLocked releases the lock in a defer, so that a panic leaves it
-// unlocked; the cached decision is not tried (it is never taken).
-func (o *One) acquireForeign(ctx context.Context, n int64) error {
+// acquireClock is Acquire decided on the clock (acquireLocked), never on
+// the window's cached state; c is Begin's.
+func (o *One) acquireClock(ctx context.Context, n int64, c *Call) error {
 	o.mu.Lock()
 	if err := ctx.Err(); err != nil {
 		o.mu.Unlock()
-		o.observeFailed(n, nil, err)
+		o.observeFailed(n, err)
 		return err
 	}
-	_, err := o.acquireLocked(ctx, n, nil)
-	return err
+	return o.acquireLocked(ctx, n, c)
 }
 
 // acquireLocked is the part of Acquire and Begin after the fast path,
 // entered with e.mu held (it unlocks): n units could not be admitted from
-// the cached state. It returns the admission instant. c, for Begin, gets
-// the call registered at it.
-func (o *One) acquireLocked(ctx context.Context, n int64, c *Call) (time.Time, error) {
+// the cached state. c, for Begin, gets the call registered at the
+// admission. A call admitted on the clock at once allocates nothing; one
+// that must wait goes through the Engine's own queueing (queueLocked,
+// await) as the Pool's calls do.
+func (o *One) acquireLocked(ctx context.Context, n int64, c *Call) error {
 	e := o.e
-	locked := true
-	defer func() {
-		if locked {
-			e.mu.Unlock()
+	w, err := o.startLocked(ctx, n, c)
+	if w == nil {
+		if err != nil {
+			o.observeFailed(n, err)
+		} else if o.obs != nil {
+			o.emitHeld(n, c)
 		}
-	}()
-	if n > o.fit && o.per > 0 {
-		err := o.tooLargeLocked(n)
-		locked = false
-		e.mu.Unlock()
-		o.observeFailed(n, nil, err)
-		return time.Time{}, err
+		return err
 	}
-	now := e.now()
-	if o.l.q == nil && n <= o.fit {
-		if _, ok := o.admitNowLocked(n, now); ok {
-			if c != nil {
-				*c = o.newCallLocked(n, e.mono(now))
-			}
-			locked = false
-			e.mu.Unlock()
-			o.observeAdmitted(n, nil, c)
-			return now, nil
-		}
-	}
-	// It must wait: only now are the context's settings read.
-	if e.maxQueue > 0 && o.l.waiting >= e.maxQueue {
-		err := fmt.Errorf("%w: %d callers wait (WithMaxQueue)", ratesem.ErrQueueFull, o.l.waiting)
-		locked = false
-		e.mu.Unlock()
-		o.observeFailed(n, nil, err)
-		return time.Time{}, err
-	}
-	w := &waiter{held: []held{{lim: o.l, n: n}}, rank: e.ranker.Next(sched.PriorityOf(ctx)), ready: make(chan struct{}), since: now}
-	w.deadline, _ = ctx.Deadline()
-	if d := sched.QueueWaitOf(ctx); d > 0 {
-		w.qdead = now.Add(d)
-	}
-	w.nodes = []qnode{{w: w}}
-	o.l.waiting++
-	o.l.refs++
-	w.elem = e.waiters.PushBack(w)
-	if e.hook != nil {
-		e.hook(w, false)
-	}
-	if n > o.fit {
-		// No rate (Per 0), as in x/sync: a call heavier than the cap
-		// waits aside for its context, or for a SetLimit under which it
-		// fits, without holding up the others.
-		w.parked = true
-	} else {
-		e.tryWaiterLocked(w, now)
-		e.settleLocked(now)
-	}
-	locked = false
-	e.mu.Unlock()
-	o.observeQueued(w)
+	ch := []Charge{{Rule: o.rs.Name, Weight: n}}
+	e.emitQueued(w, ch)
 	if err := e.await(ctx, w); err != nil {
-		o.observeFailed(n, w, err)
-		return time.Time{}, err
+		e.emitFailed(ch, w, err)
+		return err
 	}
+	wait := max(w.granted.Sub(w.since), 0)
+	e.emitAdmitted(&Ticket{pool: e, held: w.held, charges: ch, at: e.mono(w.granted)}, ch, wait, true)
 	e.mu.Lock()
-	select {
-	case <-ctx.Done():
-		// Admitted as ctx ended: undone, as if it never happened.
-		e.undoLocked(w)
-		e.unrefLocked(o.l, e.now())
-		e.settleLocked(e.now())
-		e.mu.Unlock()
-		o.observeFailed(n, w, ctx.Err())
-		return time.Time{}, ctx.Err()
-	default:
-	}
 	e.unrefLocked(o.l, w.granted)
 	o.admitted++
-	wait := max(w.granted.Sub(w.since), 0)
 	o.waitSum += wait
 	o.waitMax = max(o.waitMax, wait)
 	if c != nil {
 		*c = o.newCallLocked(n, e.mono(w.granted))
 	}
 	e.mu.Unlock()
-	o.observeAdmitted(n, w, c)
-	return w.granted, nil
+	return nil
+}
+
+// startLocked admits n units at once (a nil waiter and error), fails, or
+// queues the call and returns its waiter; it unlocks e.mu, in a defer: a
+// foreign policy may panic.
+func (o *One) startLocked(ctx context.Context, n int64, c *Call) (*waiter, error) {
+	e := o.e
+	defer e.mu.Unlock()
+	ch := [1]Charge{{Rule: o.rs.Name, Weight: n}}
+	if err := e.tooHeavyLocked(ch[:]); err != nil && o.rs.limit.Per > 0 {
+		return nil, err // without a rate, it waits aside (x/sync's Weighted)
+	}
+	now := e.now()
+	if o.l.q == nil && n <= o.rs.fit() {
+		if o.admitNowLocked(n, now) {
+			if c != nil {
+				*c = o.newCallLocked(n, e.mono(now))
+			}
+			return nil, nil
+		}
+	}
+	e.refOne(o.l) // the waiter's: queueLocked and await drop it on failure
+	return e.queueLocked(ctx, []held{{lim: o.l, n: n}}, now)
 }
 
 // TryAcquire is semaphore.RateSemaphore.TryAcquire.
@@ -325,50 +280,36 @@ func (o *One) TryAcquireWait(n int64) (time.Duration, error) {
 	if n < 0 {
 		return 0, fmt.Errorf("%w %d: TryAcquireWait", ratesem.ErrNegativeWeight, n)
 	}
-	e := o.e
-	e.mu.Lock()
+	o.e.mu.Lock()
 	ok, d, err := o.tryLocked(n)
-	e.mu.Unlock()
-	if ok {
-		o.observeAdmitted(n, nil, nil)
+	if ok && o.obs != nil {
+		o.emitHeld(n, nil)
 	}
 	return d, err
 }
 
-func (o *One) tryLocked(n int64) (ok bool, d time.Duration, err error) {
+func (o *One) tryLocked(n int64) (bool, time.Duration, error) {
 	e := o.e
-	defer func() {
-		if r := recover(); r != nil {
-			e.mu.Unlock()
-			panic(r)
+	defer e.mu.Unlock() // a foreign policy may panic
+	ch := [1]Charge{{Rule: o.rs.Name, Weight: n}}
+	if err := e.tooHeavyLocked(ch[:]); err != nil {
+		if o.rs.limit.Per > 0 || n > o.rs.limit.N {
+			return false, 0, err
 		}
-	}()
-	if n > o.fit {
-		if o.per > 0 || n > o.size {
-			return false, 0, o.tooLargeLocked(n)
-		}
-		return false, 0, ratesem.ErrInFlight
-	}
-	if q := o.l.q; q != nil && q.head != nil {
-		// Callers wait: it never overtakes them. The wait of the head,
-		// when known, is the least this call would wait.
-		if h := q.head; h.refused && h.when != 0 {
-			return false, max(e.instant(h.when).Sub(e.now()), time.Nanosecond), nil
-		}
-		return false, 0, ratesem.ErrInFlight
+		return false, 0, ratesem.ErrInFlight // without a rate: a weight above the burst waits
 	}
 	if o.admitCachedLocked(n) {
 		return true, 0, nil
 	}
 	now := e.now()
-	at, ok := o.admitNowLocked(n, now)
-	switch {
-	case ok:
+	o.unpauseLocked(now)
+	hs := [1]held{{lim: o.l, n: n}}
+	d, err := e.tryHeldLocked(hs[:], now)
+	if ok := d == 0 && err == nil; ok {
+		o.admitted++
 		return true, 0, nil
-	case at.IsZero():
-		return false, 0, ratesem.ErrInFlight
 	}
-	return false, max(at.Sub(now), time.Nanosecond), nil
+	return false, d, err
 }
 
 // Release is semaphore.RateSemaphore.Release. OverReleased gives the
@@ -393,7 +334,7 @@ func (o *One) Release(n int64) {
 		o.overReleaseLocked(n)
 	}
 	o.lim.inflight -= n
-	if !timed && o.doneUsesTime && o.per > 0 {
+	if !timed && o.doneUsesTime && o.rs.limit.Per > 0 {
 		now = o.nanos() // SetLimit raced with the read of timedDone
 	}
 	o.fast.Done(now, n)
@@ -422,24 +363,15 @@ func (o *One) releaseOther(n int64) {
 	if n < 0 {
 		panic("ratesem: Release with negative weight")
 	}
-	now := o.nanos()
-	o.mu.Lock()
-	unlocked := false
-	defer func() {
-		if !unlocked {
-			o.mu.Unlock()
-		}
-	}()
-	if n > o.lim.inflight-o.callUnits {
-		unlocked = true
+	e := o.e
+	e.mu.Lock()
+	if n > o.l.inflight-o.callUnits {
 		o.overReleaseLocked(n)
 	}
-	o.lim.inflight -= n
-	o.fast.Done(now, n)
-	if o.lim.q != nil {
-		o.markPending(o.lim.q)
-		o.settleLocked(o.now())
-	}
+	defer e.mu.Unlock()
+	now := e.now()
+	e.endLocked(o.l, 0, n, n, false, now)
+	e.settleLocked(now)
 }
 
 // OverReleased is the panic of a Release of n units that Acquire and
@@ -453,30 +385,13 @@ func OverReleased(n, held, calls int64) string {
 	return "semaphore: released more than held"
 }
 
-// Pause is semaphore.RateSemaphore.Pause.
+// Pause is semaphore.RateSemaphore.Pause: Engine.Pause of the one key.
 func (o *One) Pause(until time.Time) {
 	if o.rem != nil {
 		o.rem.pause(until)
 		return
 	}
-	e := o.e
-	set := func() bool {
-		e.mu.Lock()
-		defer e.mu.Unlock()
-		now := e.now()
-		if !until.After(now) || o.l.paused() != 0 && e.mono(until) <= o.l.paused() {
-			return false
-		}
-		e.pauseLocked(o.l, until, now)
-		if o.l.q != nil {
-			e.markPending(o.l.q)
-			e.settleLocked(now)
-		}
-		return true
-	}()
-	if set && o.obs != nil {
-		o.obs(ratesem.Event{Kind: ratesem.Paused, Until: until, Pause: until.Sub(e.now()), Source: ratesem.SourceCaller})
-	}
+	_ = o.e.Pause(o.rs.Name, "", until) // the key exists: no error
 }
 
 // Now reads the engine's clock.
@@ -491,33 +406,12 @@ func (o *One) SetLimit(n int64, per time.Duration) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	now := e.now()
-	o.size, o.per = n, per
 	o.fast.SetLimit(e.mono(now), n, per)
-	o.setCapLocked()
-	o.timedDone.Store(o.doneUsesTime && per > 0)
-	// Waiters heavier than the cap leave the queue (they fail under a
-	// rate, wait aside without one); those aside that fit again rejoin
-	// it by arrival order.
-	for el := e.waiters.Front(); el != nil; {
-		next := el.Next()
-		w := el.Value.(*waiter)
-		switch n := w.held[0].n; {
-		case n > o.fit && o.per > 0:
-			e.finishLocked(w, o.tooLargeLocked(n))
-		case n > o.fit && !w.parked:
-			if w.nodes[0].inq {
-				e.dequeueLocked(&w.nodes[0])
-			}
-			w.parked = true
-		case n <= o.fit && w.parked:
-			w.parked = false
-			e.tryWaiterLocked(w, now)
-		}
-		el = next
-	}
+	o.setLimitLocked(window.Limit{N: n, Per: per})
 	if o.l.q != nil {
 		e.markPending(o.l.q)
 	}
+	e.refitLocked(o.rs, now)
 	e.settleLocked(now)
 	return nil
 }
@@ -529,7 +423,7 @@ func (o *One) Limit() window.Limit {
 	}
 	o.e.mu.Lock()
 	defer o.e.mu.Unlock()
-	return window.Limit{N: o.size, Per: o.per}
+	return o.rs.limit
 }
 
 // Stats is semaphore.Stats, field for field.

@@ -3,11 +3,8 @@ package engine
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/ratesem/ratesem"
-	"github.com/ratesem/ratesem/internal/obs"
-	"github.com/ratesem/ratesem/window"
 )
 
 // Call is a call admitted by One.Begin (semaphore.Call): a small value.
@@ -60,20 +57,13 @@ func (o *One) Begin(ctx context.Context, n int64) (Call, error) {
 		return o.rem.beginCall(ctx, n)
 	}
 	if n < 0 {
-		o.observeFailed(n, nil, ratesem.ErrNegativeWeight)
+		o.observeFailed(n, ratesem.ErrNegativeWeight)
 		return Call{}, fmt.Errorf("%w %d: Begin", ratesem.ErrNegativeWeight, n)
 	}
 	var c Call
-	e := o.e
-	e.mu.Lock()
-	if err := ctx.Err(); err != nil {
-		e.mu.Unlock()
-		o.observeFailed(n, nil, err)
-		return Call{}, err
-	}
 	// Decided on the clock, never on the cached state: the window must
 	// know the instant of the start, which a settlement's refund needs.
-	if _, err := o.acquireLocked(ctx, n, &c); err != nil {
+	if err := o.acquireClock(ctx, n, &c); err != nil {
 		return Call{}, err
 	}
 	return c, nil
@@ -101,106 +91,44 @@ func (c Call) End(actual int64) {
 		return
 	}
 	defer e.mu.Unlock()
-	o.l.inflight -= c.n
 	now := e.now()
-	if st, ok := o.orig.(window.Settler); ok && o.per > 0 {
-		st.Settle(now, e.instant(c.at), c.n, actual)
-	} else {
-		o.fast.Done(e.mono(now), c.n)
-	}
+	e.endLocked(o.l, c.at, c.n, actual, o.rs.limit.Per > 0, now)
 	if o.l.q != nil {
-		e.markPending(o.l.q)
 		e.settleLocked(now)
 	}
 }
 
-// observeAdmitted reports the admission at once of n units, which the
-// caller now holds; c is its Call when Begin admitted it. When the
-// observer panics (or calls runtime.Goexit), the admission is given back
-// first, as a Release (the window counts a call that ended at once, on the
-// safe side); the panic goes on unrecovered.
-func (o *One) observeAdmitted(n int64, w *waiter, c *Call) {
-	if o.obs != nil {
-		o.emitHeld(n, w, c)
-	}
-}
-
+// emitHeld reports the admission at once of n units, which the caller now
+// holds (c: its Call, when Begin admitted it). When the observer panics
+// (or calls runtime.Goexit), the admission is given back first, as a
+// Release (the window counts a call that ended at once, on the safe side);
+// the panic goes on unrecovered. A call that waited is reported by
+// Engine.emitAdmitted, which takes its admission back exactly.
+//
 //go:noinline
-func (o *One) emitHeld(n int64, w *waiter, c *Call) {
+func (o *One) emitHeld(n int64, c *Call) {
 	returned := false
 	defer func() {
 		if !returned {
-			o.takeBack(n, w, c)
+			o.e.mu.Lock()
+			o.admitted--
+			if c != nil {
+				o.endCallLocked(*c)
+			}
+			o.e.mu.Unlock()
+			o.Release(n)
 		}
 	}()
-	wait := time.Duration(0)
-	if w != nil {
-		wait = max(w.granted.Sub(w.since), 0)
-	}
-	o.emit(ratesem.Admitted, n, w, wait, nil)
+	ch := [1]Charge{{Rule: o.rs.Name, Weight: n}}
+	o.e.emitCharges(ratesem.Event{Kind: ratesem.Admitted}, ch[:])
 	returned = true
 }
 
-// takeBack undoes the admission of n units whose observer panicked.
-func (o *One) takeBack(n int64, w *waiter, c *Call) {
-	e := o.e
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if c != nil {
-		o.endCallLocked(*c)
-	}
-	o.admitted--
-	if w != nil {
-		e.undoLocked(w)
-		e.settleLocked(e.now())
-		return
-	}
-	o.l.inflight -= n
-	now := e.now()
-	var ns int64 // as in Release: 0 when the window does not read it
-	if o.doneUsesTime && o.per > 0 {
-		ns = e.mono(now)
-	}
-	o.fast.Done(ns, n)
-	if o.l.q != nil {
-		e.markPending(o.l.q)
-		e.settleLocked(now)
-	}
-}
-
-// observeQueued reports that w joined the queue. When the observer panics
-// (or calls runtime.Goexit), w leaves the queue (or its admission, if it
-// came meanwhile, is undone) first.
-func (o *One) observeQueued(w *waiter) {
-	if o.obs == nil {
-		return
-	}
-	returned := false
-	defer func() {
-		if !returned {
-			o.e.abandon(w)
-		}
-	}()
-	o.emit(ratesem.Queued, w.held[0].n, nil, 0, nil)
-	returned = true
-}
-
-// observeFailed reports the failure err of an Acquire of n units; w is
-// its waiter when it had queued.
-func (o *One) observeFailed(n int64, w *waiter, err error) {
+// observeFailed reports the failure err of a call of n units that did not
+// queue (Engine.emitFailed).
+func (o *One) observeFailed(n int64, err error) {
 	if o.obs != nil {
-		o.emit(obs.FailKind(err), n, w, -1, err)
+		ch := [1]Charge{{Rule: o.rs.Name, Weight: n}}
+		o.e.emitFailed(ch[:], nil, err)
 	}
-}
-
-//go:noinline
-func (o *One) emit(kind ratesem.EventKind, n int64, w *waiter, wait time.Duration, err error) {
-	ev := ratesem.Event{Kind: kind, Weight: n, Err: err}
-	if w != nil {
-		if wait < 0 {
-			wait = max(o.e.now().Sub(w.since), 0)
-		}
-		ev.Queued, ev.Wait = true, wait
-	}
-	o.obs(ev)
 }

@@ -374,25 +374,33 @@ func (p *Engine) releaseLocked(t *Ticket, from int, now time.Time) {
 	for ; i < len(t.held); i++ {
 		h := &t.held[i]
 		l := h.lim
-		l.inflight -= h.n
 		l.reported(h) // ended: the server has seen it (without a report: as the old model, counted)
 		if fb := l.fb; h.settled && l.rule.quota && fb != nil && fb.budgeted && h.actual > h.n {
 			// A debit spends the server's budget too; a refund is not
 			// given back to it (its window may have changed since).
 			fb.budget = sat.Sub(fb.budget, h.actual-h.n)
 		}
-		if st, ok := l.policy.(window.Settler); ok && h.settled {
-			st.Settle(now, p.instant(t.at), h.n, h.actual)
-		} else {
-			l.policy.Done(now, h.n)
-		}
+		p.endLocked(l, t.at, h.n, h.actual, h.settled, now)
 		if fb := l.fb; fb != nil && fb.streak != 0 && fb.throttles == h.thrAtAdmit {
 			fb.streak = 0 // a call went through without a throttle
 		}
 		p.unrefLocked(l, now)
-		if l.q != nil {
-			p.markPending(l.q)
-		}
+	}
+}
+
+// endLocked ends a charge of n units on l admitted at at (ns since the
+// epoch) at now: it leaves flight, and the window counts its end, settled
+// to actual units when settled and the window is a window.Settler; l's
+// waiters are tried again at the next settleLocked.
+func (p *Engine) endLocked(l *limiter, at, n, actual int64, settled bool, now time.Time) {
+	l.inflight -= n
+	if l.q != nil {
+		p.markPending(l.q)
+	}
+	if st, ok := l.policy.(window.Settler); ok && settled {
+		st.Settle(now, p.instant(at), n, actual)
+	} else {
+		l.policy.Done(now, n)
 	}
 }
 
@@ -480,6 +488,10 @@ func (p *Engine) await(ctx context.Context, w *waiter) error {
 			p.unrefAll(w.held)
 			return w.err
 		}
+		if ctx.Err() != nil {
+			p.abandon(w) // admitted as ctx ended: undone, as if it never happened
+			return ctx.Err()
+		}
 		return nil
 	}
 }
@@ -504,19 +516,33 @@ func (p *Engine) start(ctx context.Context, t *Ticket, charges []Charge) (*waite
 		return nil, err
 	}
 	t.pool, t.held, t.charges = p, hs, charges
-	queued := false
-	for i := range hs {
-		if q := hs[i].lim.q; q != nil && q.head != nil {
-			queued = true
-			break
-		}
-	}
-	if !queued {
+	if !queuedLocked(hs) {
 		if _, _, ok := p.admitLocked(hs, nil, now); ok {
 			t.at = p.mono(now)
 			return nil, nil
 		}
 	}
+	return p.queueLocked(ctx, hs, now)
+}
+
+// queuedLocked reports whether a caller waits on one of the limiters of hs.
+func queuedLocked(hs []held) bool {
+	for i := range hs {
+		if q := hs[i].lim.q; q != nil && q.head != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// queueLocked makes the waiter of a call of charges hs (referenced) that
+// was not admitted at once, tries it and returns it; or, when one of its
+// limiters already has the WithMaxQueue number of waiting calls, drops the
+// references and fails with ratesem.ErrQueueFull. A charge heavier than
+// its rule can ever admit (only a rule without a rate gets here with one:
+// a One of Per 0, as x/sync's Weighted) waits aside (parked) for a SetLimit
+// under which it fits, or for its context.
+func (p *Engine) queueLocked(ctx context.Context, hs []held, now time.Time) (*waiter, error) {
 	// Waiting from here on: only now are the context's settings read.
 	if p.maxQueue > 0 {
 		for i := range hs {
@@ -524,7 +550,7 @@ func (p *Engine) start(ctx context.Context, t *Ticket, charges []Charge) (*waite
 				for i := range hs {
 					p.unrefLocked(hs[i].lim, now)
 				}
-				return nil, fmt.Errorf("%w: %d calls wait on rule %q key %q (WithMaxQueue)", ratesem.ErrQueueFull, l.waiting, l.rule.Name, l.key)
+				return nil, fmt.Errorf("%w: %d calls wait%s (WithMaxQueue)", ratesem.ErrQueueFull, l.waiting, l.rule.where(l.key))
 			}
 		}
 	}
@@ -537,15 +563,31 @@ func (p *Engine) start(ctx context.Context, t *Ticket, charges []Charge) (*waite
 	for i := range w.nodes {
 		w.nodes[i] = qnode{w: w, i: i}
 		hs[i].lim.waiting++
+		rs := hs[i].lim.rule
+		w.parked = w.parked || rs.limit.Per == 0 && hs[i].n > rs.fit()
 	}
 	w.elem = p.waiters.PushBack(w)
 	if p.hook != nil {
 		p.hook(w, false)
 	}
-	p.tryWaiterLocked(w, now)
-	p.settleLocked(now)
+	if !w.parked {
+		p.tryWaiterLocked(w, now)
+		p.settleLocked(now)
+	}
 	return w, nil
 }
+
+// where names the limiter of key under rs in an error message: its rule
+// and key; nothing for a One's.
+func (rs *ruleState) where(key string) string {
+	if rs.one {
+		return ""
+	}
+	return fmt.Sprintf(" under rule %q%s", rs.Name, keyText(key))
+}
+
+// fit is the heaviest charge rs can ever admit at once.
+func (rs *ruleState) fit() int64 { return min(rs.capacity, rs.cap) }
 
 // abandon ends the wait of a caller whose ctx is done: w leaves its
 // queues, or its admission is taken back if it came meanwhile.
@@ -603,15 +645,15 @@ func (p *Engine) tooHeavyLocked(charges []Charge) error {
 		if rs.Learn == nil {
 			fit = min(rs.capacity, fit) // a learned limit is per key, and never refuses a call (learnedFit)
 		}
-		if c.Weight == math.MaxInt64 {
+		if c.Weight == math.MaxInt64 && !rs.one {
 			// No limit admits it: the rule's way to refuse a request (the
 			// presets' body that bounds no charge), said as such.
 			return fmt.Errorf("%w: rule %q%s refuses the request: it charges math.MaxInt64",
 				ratesem.ErrWeightTooLarge, c.Rule, keyText(c.Key))
 		}
 		if c.Weight > fit {
-			return fmt.Errorf("%w: weight %d under rule %q%s can never start: the rule admits at most %d (%v) at once; lower the weight or raise the rule's limit",
-				ratesem.ErrWeightTooLarge, c.Weight, c.Rule, keyText(c.Key), fit, rs.limit)
+			return fmt.Errorf("%w: weight %d%s can never start: the rule admits at most %d (%v) at once; lower the weight or raise the rule's limit",
+				ratesem.ErrWeightTooLarge, c.Weight, rs.where(c.Key), fit, rs.limit)
 		}
 	}
 	return nil
@@ -817,15 +859,41 @@ func (p *Engine) setLimitLocked(rs *ruleState, l window.Limit, now time.Time) {
 			p.markPending(lim.q)
 		}
 	}
-	fit := min(rs.capacity, rs.cap)
+	p.refitLocked(rs, now)
+}
+
+// refitLocked walks the waiters after rs's limit changed: one with a charge
+// on rs heavier than rs can now admit at once fails with
+// ratesem.ErrWeightTooLarge, or, under a limit without a rate (a One of Per
+// 0, as x/sync's Weighted), leaves the queues to wait aside; those aside
+// that fit again rejoin the queues by arrival order.
+func (p *Engine) refitLocked(rs *ruleState, now time.Time) {
+	fit := rs.fit()
 	for e := p.waiters.Front(); e != nil; {
 		next := e.Next()
 		w := e.Value.(*waiter)
+		heavy := false
 		for _, h := range w.held {
 			if h.lim.rule == rs && h.n > fit {
-				p.finishLocked(w, fmt.Errorf("%w: weight %d under rule %q, now %v", ratesem.ErrWeightTooLarge, h.n, rs.Name, l))
+				heavy = true
+				if rs.limit.Per > 0 {
+					p.finishLocked(w, fmt.Errorf("%w: weight %d%s, now %v", ratesem.ErrWeightTooLarge, h.n, rs.where(h.lim.key), rs.limit))
+				}
 				break
 			}
+		}
+		switch {
+		case w.done:
+		case heavy && !w.parked:
+			for i := range w.nodes {
+				if n := &w.nodes[i]; n.inq {
+					p.dequeueLocked(n)
+				}
+			}
+			w.parked = true
+		case !heavy && w.parked:
+			w.parked = false
+			p.tryWaiterLocked(w, now)
 		}
 		e = next
 	}
@@ -949,6 +1017,18 @@ func (p *Engine) try(t *Ticket, charges []Charge) (d time.Duration, err error) {
 			}
 		}
 	}()
+	d, err = p.tryHeldLocked(hs, now)
+	if d == 0 && err == nil {
+		t.pool, t.held, t.charges, t.at = p, hs, charges, p.mono(now)
+	}
+	return d, err
+}
+
+// tryHeldLocked admits hs at now if every limiter admits it and no earlier
+// caller waits on one of them (0, nil); otherwise it changes nothing and
+// returns how long from now the call could start (> 0), or
+// ratesem.ErrInFlight when only calls in flight ending can make room.
+func (p *Engine) tryHeldLocked(hs []held, now time.Time) (time.Duration, error) {
 	// Callers wait on a limiter: it never overtakes them. The latest wake
 	// of their heads is the least this call would wait.
 	var at time.Time
@@ -967,7 +1047,6 @@ func (p *Engine) try(t *Ticket, charges []Charge) (d time.Duration, err error) {
 	at, needRelease, ok := p.admitLocked(hs, nil, now)
 	switch {
 	case ok:
-		t.pool, t.held, t.charges, t.at = p, hs, charges, p.mono(now)
 		return 0, nil
 	case needRelease:
 		return 0, ratesem.ErrInFlight

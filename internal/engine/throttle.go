@@ -12,7 +12,8 @@ import (
 // Pause holds every new start on the limiter of (rule, key) until the
 // instant until: calls that need it wait, calls in flight go on, other keys
 // and rules are not affected. Overlapping pauses do not add up; the later
-// end wins. In process it is not capped (the cap of WithMaxPause applies to
+// end wins (a pause ending no later than the one in force sets nothing and
+// reports no event). In process it is not capped (the cap of WithMaxPause applies to
 // the pauses throttles cause); in Redis mode (redisrate.Shared), where it
 // pauses every process, it is capped by WithMaxPause too and sent to Redis
 // in the background. It never blocks. It returns an error matching
@@ -46,8 +47,8 @@ func (p *Engine) pause(rs *ruleState, key string, until time.Time) (bool, error)
 		return false, nil
 	}
 	l, err := p.limiterLocked(rs, key, now)
-	if err != nil {
-		return false, err
+	if err != nil || l.paused() >= p.mono(until) {
+		return false, err // an earlier end than the pause in force sets nothing
 	}
 	p.pauseLocked(l, until, now)
 	return true, nil
