@@ -457,9 +457,13 @@ func (r *oneRemote) stats() Stats {
 	r.mu.Lock()
 	units := r.heldUnits
 	r.mu.Unlock()
+	e := r.one.e
+	e.mu.Lock()
+	waiting := int(r.one.l.waiting)
+	e.mu.Unlock()
 	return Stats{
 		InFlight:         units,
-		Waiting:          es.Waiting,
+		Waiting:          waiting,
 		Admitted:         es.Admitted,
 		TotalWait:        es.TotalWait,
 		MaxWait:          es.MaxWait,

@@ -199,6 +199,7 @@ type qnode struct {
 	// help, or never tried).
 	refused    bool
 	inq        bool // in the limiter's queue: refused there, or queued behind its head
+	rel        bool // Redis mode: refused until a release (woken by Config.OnRoom, or at when)
 	when       int64
 	prev, next *qnode
 }
@@ -218,6 +219,15 @@ type waiter struct {
 	granted  time.Time
 	elem     *list.Element
 	parked   bool // One without a rate: heavier than the cap, waiting aside (in no queue)
+	// uncounted: not counted in its limiters' waiting yet (Redis mode:
+	// counted from its first refusal, or when it queues behind another)
+	uncounted bool
+	// Redis mode (redisWait): the waiter's own goroutine asks Redis.
+	ask    chan struct{}   // capacity 1: a decision is wanted (decideLocked)
+	asking bool            // its goroutine asks now: nobody else does
+	out    *remote.Outcome // the decision to apply at its next try; nil when none
+	rcs    []rspec.Charge  // its charges in Redis
+	rcall  *remote.Call    // the call Redis admitted
 }
 
 // New returns an Engine over rules, set up by opts; scope names the group
@@ -509,14 +519,16 @@ func (p *Engine) start(ctx context.Context, t *Ticket, charges []Charge) (*waite
 			break
 		}
 	}
-	if !queued {
+	if !queued && p.rem == nil {
 		if _, _, ok := p.admitLocked(hs, nil, now); ok {
 			t.at = p.mono(now)
 			return nil, nil
 		}
 	}
-	// Waiting from here on: only now are the context's settings read.
-	if p.maxQueue > 0 {
+	// Waiting from here on: only now are the context's settings read (in
+	// Redis mode the waiter asks first, and counts as waiting from its
+	// first refusal, or now if it queues behind another).
+	if p.maxQueue > 0 && (p.rem == nil || queued) {
 		for i := range hs {
 			if l := hs[i].lim; l.waiting >= p.maxQueue {
 				for i := range hs {
@@ -534,7 +546,14 @@ func (p *Engine) start(ctx context.Context, t *Ticket, charges []Charge) (*waite
 	w.nodes = make([]qnode, len(hs))
 	for i := range w.nodes {
 		w.nodes[i] = qnode{w: w, i: i}
-		hs[i].lim.waiting++
+	}
+	if p.rem != nil {
+		w.ask, w.rcs = make(chan struct{}, 1), p.rem.chargesLocked(hs, charges)
+	}
+	if p.rem != nil && !queued {
+		w.uncounted = true
+	} else {
+		p.countLocked(w)
 	}
 	w.elem = p.waiters.PushBack(w)
 	if p.hook != nil {
@@ -552,6 +571,9 @@ func (p *Engine) abandon(w *waiter) {
 	defer p.mu.Unlock()
 	if !w.done {
 		p.finishLocked(w, context.Canceled)
+	} else if w.err == nil && w.rcall != nil {
+		w.rcall.Release() // admitted by Redis while ctx became done
+		w.rcall = nil
 	} else if w.err == nil {
 		p.undoLocked(w) // admitted while ctx became done
 	}

@@ -445,7 +445,17 @@ type Call struct {
 	// actual holds the settled weights of ReleaseSettled (one per charge),
 	// nil for a plain Release; written before the call is queued.
 	actual []int64
+	// sent, when set (OnSent), is called once the release has been sent
+	// to Redis, failed, or was dropped; at once for a call not in Redis.
+	sent func()
 }
+
+// OnSent sets f to be called, once and outside any lock of the engine,
+// when the release (or settlement) of c has been sent to Redis, failed
+// or was dropped, or at the release of a call Redis does not hold (the
+// fallback's, one of no charges). It must be called before the release;
+// f must not block.
+func (c *Call) OnSent(f func()) { c.sent = f }
 
 // Mark returns the admission's mark for charge i (rspec.Decision.Marks),
 // "" when it has none.
@@ -1428,6 +1438,11 @@ func (e *Engine) sleep(ctx context.Context, w *waiter, d time.Duration, onReleas
 	}
 }
 
+// Jitter draws the extra sleep to add to a wait of a refused call before
+// it asks again: at most Config.Jitter and a tenth of the wait. Safe for
+// concurrent use.
+func (e *Engine) Jitter(wait time.Duration) time.Duration { return e.jitter(wait) }
+
 // jitter draws the extra sleep added to a wait: at most Config.Jitter and
 // a tenth of the wait.
 func (e *Engine) jitter(wait time.Duration) time.Duration {
@@ -1589,26 +1604,29 @@ func (c *Call) release() {
 			c.rec = nil
 		}
 	}
-	if c.token != "" {
-		e.enqueueLocked(c)
-	}
+	queued := c.token != "" && e.enqueueLocked(c)
 	e.mu.Unlock()
 	if c.local != nil {
 		c.local()
 	}
+	if !queued && c.sent != nil {
+		c.sent()
+	}
 }
 
 // enqueueLocked queues c's release (or settlement) for the workers, or
-// counts it dropped (the queue full, or Close called). e.mu must be held.
-func (e *Engine) enqueueLocked(c *Call) {
+// counts it dropped (the queue full, or Close called) and returns false.
+// e.mu must be held.
+func (e *Engine) enqueueLocked(c *Call) bool {
 	if !e.closed {
 		select {
 		case e.rel <- c:
-			return
+			return true
 		default:
 		}
 	}
 	e.stats.ReleasesDropped++
+	return false
 }
 
 // releaser sends the releases of the queue until Close closes it.
@@ -1619,6 +1637,9 @@ func (e *Engine) releaser() {
 			e.mu.Lock()
 			e.stats.ReleasesDropped++
 			e.mu.Unlock()
+			if c.sent != nil {
+				c.sent()
+			}
 			continue
 		}
 		// Nobody waits for it: a release late by up to lateGrace still
@@ -1656,6 +1677,9 @@ func (e *Engine) releaser() {
 			e.event(Event{Kind: RoundTripFailed, Scope: c.scope, Charges: c.cs, Err: err})
 		}
 		e.event(Event{Kind: Released, Scope: c.scope, Charges: c.cs, Err: err})
+		if c.sent != nil {
+			c.sent()
+		}
 		if e.cfg.OnRoom != nil && (err == nil || errors.Is(err, rspec.ErrNotInFlight)) {
 			e.cfg.OnRoom(c.scope, c.cs)
 		}
