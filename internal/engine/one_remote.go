@@ -510,6 +510,10 @@ func (f fallback) Acquire(ctx context.Context, _ string, cs []rspec.Charge) (fun
 	return func() { f.r.local.Release(n) }, nil
 }
 
+// Check implements remote.FallbackChecker: a weight above the share fails
+// with ratesem.ErrUnavailable.
+func (f fallback) Check(_ string, cs []rspec.Charge) error { return f.share(cs[0].Weight) }
+
 // TryAcquire implements remote.Fallback: Acquire without waiting; false
 // when the local share has no room now. It never blocks.
 func (f fallback) TryAcquire(_ string, cs []rspec.Charge) (func(), bool) {

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"strings"
 	"time"
@@ -391,10 +392,12 @@ func (p *Engine) redisDecideLocked(w *waiter, now time.Time) (at time.Time, need
 			at = r
 		}
 	}
-	if !at.After(now) {
-		at = now.Add(remote.MinRetry)
+	if at.Before(now.Add(remote.MinRetry)) {
+		// Never sooner than MinRetry: nothing polls Redis in a loop.
+		at = now.Add(remote.MinRetry + rand.N(remote.MinRetry))
+	} else {
+		at = at.Add(p.rem.eng.Jitter(at.Sub(now)))
 	}
-	at = at.Add(p.rem.eng.Jitter(at.Sub(now)))
 	n := &w.nodes[ri]
 	n.refused, n.when, n.rel = true, max(p.mono(at), 1), o.Release
 	return at, needRelease, false, false

@@ -947,6 +947,13 @@ func (e *Engine) bounded(ctx context.Context, d time.Duration, op func(context.C
 	}
 }
 
+// FallbackChecker is a Fallback that can refuse a call for good (one it
+// could never admit, heavier than its share): Decide returns Check's error
+// rather than a refusal of the fallback to ask again.
+type FallbackChecker interface {
+	Check(scope string, cs []rspec.Charge) error
+}
+
 // fallback admits the call locally when there is a fallback, or fails it
 // with ErrUnavailable wrapping cause. A waiter blocked on the fallback
 // returns errBackUp as soon as Redis answers again (the caller asks Redis
@@ -981,6 +988,11 @@ func (e *Engine) fallback(ctx context.Context, w *waiter, since time.Time, try b
 func (e *Engine) fbAcquire(ctx context.Context, w *waiter, try, untilUp bool) (func(), error) {
 	fb := e.cfg.Fallback
 	if try {
+		if c, ok := fb.(FallbackChecker); ok {
+			if err := c.Check(w.scope, w.cs); err != nil {
+				return nil, err
+			}
+		}
 		r, ok := fb.TryAcquire(w.scope, w.cs)
 		if !ok {
 			return nil, errTry
