@@ -475,15 +475,10 @@ func forModes(t *testing.T, needPool bool, f func(t *testing.T, m mode)) {
 // CONFORMANCE_SKIP_KNOWN (for a CI run before the gaps are closed); delete
 // an entry with the fix that closes it.
 var knownGaps = map[string]string{
-	"TestEventsSemaphore/redis":        "Queued is not reported over Redis",
-	"TestEventsPool/redis":             "Queued is not reported over Redis",
-	"TestEventsPool/redis-cluster":     "Queued is not reported over Redis",
-	"TestLearnPool/redis":              "Rule.Learn is refused over Redis",
-	"TestFleetLearn/redis":             "Rule.Learn is refused over Redis",
-	"TestFleetLearn/redis-cluster":     "Rule.Learn is refused over Redis",
-	"TestLearnPool/redis-cluster":      "Rule.Learn is refused over Redis",
-	"TestTryAcquirePool/redis":         "a release not yet sent to Redis reads as a call in flight: ErrInFlight, not the wait",
-	"TestTryAcquirePool/redis-cluster": "a release not yet sent to Redis reads as a call in flight: ErrInFlight, not the wait",
+	"TestLearnPool/redis":          "Rule.Learn is refused over Redis",
+	"TestFleetLearn/redis":         "Rule.Learn is refused over Redis",
+	"TestFleetLearn/redis-cluster": "Rule.Learn is refused over Redis",
+	"TestLearnPool/redis-cluster":  "Rule.Learn is refused over Redis",
 }
 
 // forModesRun is forModes with f run in m.run: one scenario per mode.
