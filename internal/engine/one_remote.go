@@ -495,21 +495,6 @@ func (f fallback) share(n int64) error {
 	return nil
 }
 
-// Acquire implements remote.Fallback: it waits for the charge's weight, in
-// units, on the local semaphore of the fallback's share, until ctx is done; a
-// weight above the share fails at once with ratesem.ErrUnavailable. It returns
-// the release.
-func (f fallback) Acquire(ctx context.Context, _ string, cs []rspec.Charge) (func(), error) {
-	n := cs[0].Weight
-	if err := f.share(n); err != nil {
-		return nil, err
-	}
-	if err := f.r.local.Acquire(ctx, n); err != nil {
-		return nil, err
-	}
-	return func() { f.r.local.Release(n) }, nil
-}
-
 // Check implements remote.FallbackChecker: a weight above the share fails
 // with ratesem.ErrUnavailable.
 func (f fallback) Check(_ string, cs []rspec.Charge) error { return f.share(cs[0].Weight) }

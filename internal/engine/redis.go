@@ -114,8 +114,6 @@ func (p *Engine) initRedis(cfg *config) error {
 	rc := remote.Config{
 		Store:          st,
 		MaxPause:       backoff.Cap(p.maxPause),
-		ErrDeadline:    ratesem.ErrDeadline,
-		MaxQueue:       int(p.maxQueue),
 		Timeout:        cfg.Redis.Timeout,
 		Jitter:         cfg.Redis.Jitter,
 		TestAfterAdmit: cfg.Redis.TestAfterAdmit,
