@@ -837,6 +837,12 @@ func (p *Engine) setLimitLocked(rs *ruleState, l window.Limit, now time.Time) {
 			p.markPending(lim.q)
 		}
 	}
+	p.failTooHeavyLocked(rs, l)
+}
+
+// failTooHeavyLocked fails the waiters heavier than rs's new limit l can
+// admit (SetLimit).
+func (p *Engine) failTooHeavyLocked(rs *ruleState, l window.Limit) {
 	fit := min(rs.capacity, rs.cap)
 	for e := p.waiters.Front(); e != nil; {
 		next := e.Next()
@@ -923,8 +929,10 @@ func (p *Engine) Len() int {
 // start if nothing else changed (> 0); ratesem.ErrInFlight when only calls
 // in flight ending can make room (or callers wait whose admission time is
 // not known). It never blocks in process; in Redis mode it makes one round
-// trip, and a refusal by Redis is reported as ratesem.ErrInFlight (the
-// wait Redis names is not known to this process).
+// trip and returns the wait Redis names (ratesem.ErrInFlight when only
+// calls in flight ending can make room); when this process's own releases
+// on those limiters are still on their way to Redis, it first waits for
+// them (at most the Redis timeout) and asks again.
 func (p *Engine) TryAcquire(t *Ticket, charges []Charge) (time.Duration, error) {
 	charges, err := p.merge(charges)
 	if err != nil {

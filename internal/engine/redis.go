@@ -211,21 +211,27 @@ func (p *Engine) acquireRedis(ctx context.Context, t *Ticket, charges []Charge) 
 		p.emitFailed(charges, w, err)
 		return err
 	}
-	t.rcall = w.rcall
-	p.mu.Lock()
-	for i := range w.held {
-		h := &w.held[i]
-		h.lim.inflight += h.n
-		h.thrAtAdmit = h.lim.throttles()
-	}
-	p.rem.calls[t] = w.rcall
-	p.mu.Unlock()
+	p.holdRedis(t, w.held, charges, w.rcall)
 	wait := time.Duration(0)
 	if queued {
 		wait = max(w.granted.Sub(w.since), 0)
 	}
 	p.emitAdmitted(t, charges, wait, queued)
 	return nil
+}
+
+// holdRedis makes t the ticket of the call Redis admitted for charges,
+// held in hs: its units in flight here too.
+func (p *Engine) holdRedis(t *Ticket, hs []held, charges []Charge, call *remote.Call) {
+	t.pool, t.held, t.charges, t.rcall = p, hs, charges, call
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i := range hs {
+		h := &hs[i]
+		h.lim.inflight += h.n
+		h.thrAtAdmit = h.lim.throttles()
+	}
+	p.rem.calls[t] = call
 }
 
 // redisWait waits until w is granted or fails, or ctx is done, asking
@@ -361,6 +367,9 @@ func (p *Engine) redisDecideLocked(w *waiter, now time.Time) (at time.Time, need
 	o := w.out
 	if o == nil {
 		if !w.asking {
+			for i := range w.rcs { // the limits in force (SetLimit)
+				w.rcs[i].Spec = w.held[i].lim.rule.spec
+			}
 			w.asking = true
 			select {
 			case w.ask <- struct{}{}:
@@ -657,6 +666,20 @@ func (p *Engine) setLimitRedis(rs *ruleState, l window.Limit) error {
 			return fmt.Errorf("%w (SetLimit(%q, %v): key %q)", err, rs.Name, l, k)
 		}
 	}
+	// The waiters ask again under the new limit (those it can never
+	// admit fail).
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.failTooHeavyLocked(rs, l)
+	for _, lim := range rs.keys {
+		if q := lim.q; q != nil {
+			if q.hidx >= 0 {
+				heap.Remove(&p.wakes, q.hidx)
+			}
+			p.markPending(q)
+		}
+	}
+	p.settleLocked(p.now())
 	return nil
 }
 
@@ -697,15 +720,7 @@ func (p *Engine) tryRedis(t *Ticket, charges []Charge) (time.Duration, error) {
 		switch {
 		case err != nil:
 		case o.Call != nil:
-			t.pool, t.held, t.charges, t.rcall = p, hs, charges, o.Call
-			p.mu.Lock()
-			for i := range hs {
-				h := &hs[i]
-				h.lim.inflight += h.n
-				h.thrAtAdmit = h.lim.throttles()
-			}
-			p.rem.calls[t] = o.Call
-			p.mu.Unlock()
+			p.holdRedis(t, hs, charges, o.Call)
 			p.emitAdmitted(t, charges, 0, false)
 			return 0, nil
 		case o.Release:
