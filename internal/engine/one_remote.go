@@ -298,9 +298,15 @@ func (r *oneRemote) admit(ctx context.Context, n int64, op string) (*Ticket, err
 		return nil, err
 	}
 	t := new(Ticket)
+	since := time.Now()
 	if err := e.Acquire(ctx, t, charges(n)); err != nil {
 		return nil, r.named(err)
 	}
+	wait := time.Since(since) // in the engine's queues and Redis's round trips
+	e.mu.Lock()
+	r.one.waitSum += wait
+	r.one.waitMax = max(r.one.waitMax, wait)
+	e.mu.Unlock()
 	return t, nil
 }
 
@@ -459,14 +465,14 @@ func (r *oneRemote) stats() Stats {
 	r.mu.Unlock()
 	e := r.one.e
 	e.mu.Lock()
-	waiting := int(r.one.l.waiting)
+	waiting, waitSum, waitMax := int(r.one.l.waiting), r.one.waitSum, r.one.waitMax
 	e.mu.Unlock()
 	return Stats{
 		InFlight:         units,
 		Waiting:          waiting,
 		Admitted:         es.Admitted,
-		TotalWait:        es.TotalWait,
-		MaxWait:          es.MaxWait,
+		TotalWait:        waitSum,
+		MaxWait:          waitMax,
 		PausedUntil:      es.PausedUntil,
 		FallbackAdmitted: es.FallbackAdmitted,
 		FallbackCarried:  es.Carried,

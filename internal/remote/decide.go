@@ -187,14 +187,14 @@ func (e *Engine) decideBatch(ctx context.Context, b batcher, scope string, idx [
 		case failed:
 			// Redis was marked unreachable once: the others go to the
 			// fallback (one failure, one step of the probe schedule).
-			rs[i].Outcome, rs[i].Err = e.local(w, since, e.downCause())
+			rs[i].Outcome, rs[i].Err = e.local(w, e.downCause())
 			continue
 		case err != nil || left != nil:
-			rs[i].Outcome, rs[i].Err = e.decided(ctx, w, since, rspec.Decision{}, err, left)
+			rs[i].Outcome, rs[i].Err = e.decided(ctx, w, rspec.Decision{}, err, left)
 			failed = left == nil || (left != ErrClosed && ctx.Err() == nil)
 			continue
 		}
-		rs[i].Outcome, rs[i].Err = e.decided(ctx, w, since, ds[k], errs[k], nil)
+		rs[i].Outcome, rs[i].Err = e.decided(ctx, w, ds[k], errs[k], nil)
 	}
 }
 
@@ -294,7 +294,6 @@ func (e *Engine) Decide(ctx context.Context, scope string, cs []rspec.Charge) (O
 	if err := ctx.Err(); err != nil {
 		return Outcome{}, err
 	}
-	since := time.Now()
 	if len(cs) == 0 {
 		c, err := e.admitEmpty(scope)
 		return Outcome{Call: c}, err
@@ -310,7 +309,7 @@ func (e *Engine) Decide(ctx context.Context, scope string, cs []rspec.Charge) (O
 	e.mu.Unlock()
 	defer e.leave(w, true)
 	defer w.dropLocal()
-	return e.decide(ctx, w, since)
+	return e.decide(ctx, w)
 }
 
 // newWaiter returns the waiter of a call of charges cs in scope, not yet
@@ -367,7 +366,7 @@ func (w *waiter) dropLocal() {
 // the gate and the carry of the fallback's calls). The fallback and the
 // gate only try. The gate's units (w.local) pass to the Call admitted; the
 // caller gives them back otherwise (dropLocal).
-func (e *Engine) decide(ctx context.Context, w *waiter, since time.Time) (Outcome, error) {
+func (e *Engine) decide(ctx context.Context, w *waiter) (Outcome, error) {
 	now := time.Now()
 	e.mu.Lock()
 	closed := e.closed
@@ -385,7 +384,7 @@ func (e *Engine) decide(ctx context.Context, w *waiter, since time.Time) (Outcom
 		return Outcome{At: until, Paused: paused, Refused: ri}, nil
 	}
 	if down && !probe {
-		return e.local(w, since, downErr)
+		return e.local(w, downErr)
 	}
 	if gated && e.gate(w) != nil {
 		return e.localRefusal(w), nil
@@ -403,17 +402,17 @@ func (e *Engine) decide(ctx context.Context, w *waiter, since time.Time) (Outcom
 		case ctx.Err() != nil:
 			return Outcome{}, ctx.Err()
 		}
-		return e.failed(w, since, err)
+		return e.failed(w, err)
 	}
 	d, err, left := e.redisAdmit(ctx, w, timeout)
-	return e.decided(ctx, w, since, d, err, left)
+	return e.decided(ctx, w, d, err, left)
 }
 
 // decided takes Redis's answer to w's admission (d, or the round trip's
 // err, or left: the caller left before the answer, see redisAdmit): the
 // Call admitted, the refusal recorded, the round trip's failure handed to
 // the fallback.
-func (e *Engine) decided(ctx context.Context, w *waiter, since time.Time, d rspec.Decision, err, left error) (Outcome, error) {
+func (e *Engine) decided(ctx context.Context, w *waiter, d rspec.Decision, err, left error) (Outcome, error) {
 	e.mu.Lock()
 	e.stats.RedisAdmits++
 	if d.Lost {
@@ -437,7 +436,7 @@ func (e *Engine) decided(ctx context.Context, w *waiter, since time.Time, d rspe
 			e.markUp()
 			return Outcome{}, err
 		}
-		return e.failed(w, since, err)
+		return e.failed(w, err)
 	}
 	e.markUp()
 	if d.OK {
@@ -450,7 +449,7 @@ func (e *Engine) decided(ctx context.Context, w *waiter, since time.Time, d rspe
 		}
 		c := &Call{e: e, scope: w.scope, cs: w.cs, token: d.Token, at: d.Now, seen: time.Now(), marks: d.Marks, local: w.local}
 		w.local = nil // the Call releases them
-		if err := e.hold(c, since); err != nil {
+		if err := e.hold(c); err != nil {
 			if c.local != nil {
 				c.local()
 			}
@@ -507,18 +506,18 @@ func (e *Engine) refused(w *waiter, d rspec.Decision, now time.Time) Outcome {
 // failed handles a round trip of w's decision that failed with cause
 // (Redis did not answer): Redis is marked down, the event reported, and
 // the fallback decides.
-func (e *Engine) failed(w *waiter, since time.Time, cause error) (Outcome, error) {
+func (e *Engine) failed(w *waiter, cause error) (Outcome, error) {
 	e.markDown(cause, true)
 	e.event(Event{Kind: RoundTripFailed, Scope: w.scope, Charges: w.cs, Err: cause})
-	return e.local(w, since, cause)
+	return e.local(w, cause)
 }
 
 // local decides w in the fallback, at once (a refusal of the fallback
 // knows no instant: localRefusal), or fails with ErrUnavailable wrapping
 // cause when there is none. Units the gate already holds for w are the
 // admission.
-func (e *Engine) local(w *waiter, since time.Time, cause error) (Outcome, error) {
-	c, err := e.fallback(w, since, cause)
+func (e *Engine) local(w *waiter, cause error) (Outcome, error) {
+	c, err := e.fallback(w, cause)
 	switch {
 	case err == errTry:
 		// The caller asks again by the next probe: then Decide asks Redis

@@ -238,8 +238,6 @@ type Event struct {
 type Stats struct {
 	InFlight        int64  // calls admitted, not yet released
 	Admitted        uint64 // calls admitted (by Redis or the fallback)
-	TotalWait       time.Duration
-	MaxWait         time.Duration
 	PausedUntil     time.Time
 	RedisAdmits     uint64 // admission round trips
 	RedisErrors     uint64 // failed round trips of any kind
@@ -599,7 +597,7 @@ type FallbackChecker interface {
 // (errTry otherwise), or fails it with ErrUnavailable wrapping cause when
 // there is no fallback. Units the gate already holds for w are the
 // admission.
-func (e *Engine) fallback(w *waiter, since time.Time, cause error) (*Call, error) {
+func (e *Engine) fallback(w *waiter, cause error) (*Call, error) {
 	if e.cfg.Fallback == nil {
 		return nil, e.unavailable(cause)
 	}
@@ -613,7 +611,7 @@ func (e *Engine) fallback(w *waiter, since time.Time, cause error) (*Call, error
 		rel = r
 	}
 	c := &Call{e: e, scope: w.scope, cs: w.cs, local: rel, fb: true}
-	if err := e.hold(c, since); err != nil {
+	if err := e.hold(c); err != nil {
 		rel()
 		return nil, err
 	}
@@ -962,8 +960,7 @@ func (e *Engine) unavailable(cause error) error {
 
 // hold records an admitted call, or returns ErrClosed, recording nothing,
 // once Close was called: no decision admits after Close.
-func (e *Engine) hold(c *Call, since time.Time) error {
-	wait := time.Since(since)
+func (e *Engine) hold(c *Call) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed {
@@ -978,8 +975,6 @@ func (e *Engine) hold(c *Call, since time.Time) error {
 		e.recs = append(e.recs, c.rec)
 		e.startProberLocked()
 	}
-	e.stats.TotalWait += wait
-	e.stats.MaxWait = max(e.stats.MaxWait, wait)
 	return nil
 }
 
