@@ -103,6 +103,7 @@ type limiter struct {
 	prevIdle, nextIdle *limiter
 	refs               int32 // waiters and tickets holding it: never evicted while > 0
 	waiting            int32 // waiting calls charging it (WithMaxQueue)
+	asking             int32 // Redis mode: calls asking Redis outside its queue (freeLocked)
 	unknown            bool  // Rule.Learn: no limit learned for this key yet; one call at a time
 }
 
@@ -225,6 +226,7 @@ type waiter struct {
 	// Redis mode (redisWait): the waiter's own goroutine asks Redis.
 	ask    chan struct{}   // capacity 1: a decision is wanted (decideLocked)
 	asking bool            // its goroutine asks now: nobody else does
+	free   bool            // it asks outside the queues (counted in its limiters' asking)
 	out    *remote.Outcome // the decision to apply at its next try; nil when none
 	rcs    []rspec.Charge  // its charges in Redis
 	rcall  *remote.Call    // the call Redis admitted
@@ -519,7 +521,9 @@ func (p *Engine) start(ctx context.Context, t *Ticket, charges []Charge) (*waite
 			break
 		}
 	}
-	if !queued && p.rem == nil {
+	if p.rem != nil {
+		queued = !freeLocked(hs) // Redis mode: asks at once unless a refused call queues there
+	} else if !queued {
 		if _, _, ok := p.admitLocked(hs, nil, now); ok {
 			t.at = p.mono(now)
 			return nil, nil
@@ -558,6 +562,10 @@ func (p *Engine) start(ctx context.Context, t *Ticket, charges []Charge) (*waite
 	w.elem = p.waiters.PushBack(w)
 	if p.hook != nil {
 		p.hook(w, false)
+	}
+	if p.rem != nil && !queued {
+		askFreeLocked(w)
+		return w, nil
 	}
 	p.tryWaiterLocked(w, now)
 	p.settleLocked(now)

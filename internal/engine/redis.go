@@ -299,6 +299,12 @@ func (p *Engine) askRedis(ctx context.Context, w *waiter) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	w.asking = false
+	if w.free {
+		w.free = false
+		for i := range w.held {
+			w.held[i].lim.asking--
+		}
+	}
 	now := p.now()
 	switch {
 	case w.done: // failed meanwhile (its budget, SetLimit, Close)
@@ -331,6 +337,42 @@ func (p *Engine) askRedis(ctx context.Context, w *waiter) bool {
 	p.tryWaiterLocked(w, now)
 	p.settleLocked(now)
 	return first && !w.done
+}
+
+// maxFreeAsks bounds the calls of one limiter that ask Redis at once
+// outside its queue: a herd arriving at once costs that many round trips,
+// the others queue behind.
+const maxFreeAsks = 8
+
+// freeLocked reports whether a call of the limiters of hs may ask Redis
+// at once, outside the queues: on each, no call queues but a head asking
+// (nobody was refused there), and fewer than maxFreeAsks ask so. Calls
+// admitted at once do not wait for one another's round trips.
+func freeLocked(hs []held) bool {
+	for i := range hs {
+		l := hs[i].lim
+		if q := l.q; q != nil && q.head != nil && (q.head != q.tail || !q.head.w.asking) {
+			return false
+		}
+		if l.asking >= maxFreeAsks {
+			return false
+		}
+	}
+	return true
+}
+
+// askFreeLocked makes w, a call that freeLocked let through, ask Redis
+// outside the queues; refused, it joins them in its rank's order.
+func askFreeLocked(w *waiter) {
+	w.free = true
+	for i := range w.held {
+		w.held[i].lim.asking++
+	}
+	for i := range w.rcs {
+		w.rcs[i].Spec = w.held[i].lim.rule.spec
+	}
+	w.asking = true
+	w.ask <- struct{}{}
 }
 
 // setHere reports whether one of w's rules had its limit set by SetLimit
