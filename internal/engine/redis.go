@@ -47,10 +47,6 @@ type redisMode struct {
 	// to the first Acquire that finds Redis answering (nil when there is
 	// none).
 	late *remote.DeferredCheck
-	// calls holds the Redis call of every Ticket not yet released (under
-	// Pool.mu): kept here rather than in the Ticket, so that a Ticket of
-	// the in-process Pool stays as small as it was.
-	calls map[*Ticket]*remote.Call
 	// sending counts, per limiter, this process's releases on their way
 	// to Redis; sentCh is closed (and replaced) when one got there.
 	sending map[*limiter]int
@@ -126,7 +122,7 @@ func (p *Engine) initRedis(cfg *config) error {
 	if err != nil {
 		return fmt.Errorf("%w (redisrate.Shared)", err)
 	}
-	p.rem = &redisMode{eng: eng, scope: scope, calls: make(map[*Ticket]*remote.Call), late: late,
+	p.rem = &redisMode{eng: eng, scope: scope, late: late,
 		sending: make(map[*limiter]int), sentCh: make(chan struct{}), timeout: cfg.Redis.timeout()}
 	return nil
 }
@@ -231,7 +227,6 @@ func (p *Engine) holdRedis(t *Ticket, hs []held, charges []Charge, call *remote.
 		h.lim.inflight += h.n
 		h.thrAtAdmit = h.lim.throttles()
 	}
-	p.rem.calls[t] = call
 }
 
 // redisWait waits until w is granted or fails, or ctx is done, asking
@@ -580,8 +575,7 @@ func (t *Ticket) releaseRedis() {
 func (t *Ticket) releaseLocal() *remote.Call {
 	p := t.pool
 	p.mu.Lock()
-	call := p.rem.calls[t]
-	delete(p.rem.calls, t)
+	call := t.rcall // kept: a usage report read after Release still carries its mark
 	now := p.now()
 	hs := t.held
 	call.OnSent(func() { p.sent(hs) })
