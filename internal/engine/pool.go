@@ -224,12 +224,14 @@ type waiter struct {
 	// counted from its first refusal, or when it queues behind another)
 	uncounted bool
 	// Redis mode (redisWait): the waiter's own goroutine asks Redis.
-	ask    chan struct{}   // capacity 1: a decision is wanted (decideLocked)
-	asking bool            // its goroutine asks now: nobody else does
-	free   bool            // it asks outside the queues (counted in its limiters' asking)
-	out    *remote.Outcome // the decision to apply at its next try; nil when none
-	rcs    []rspec.Charge  // its charges in Redis
-	rcall  *remote.Call    // the call Redis admitted
+	ask    chan struct{} // capacity 1: a decision is wanted (decideLocked)
+	asking bool          // its goroutine asks now: nobody else does
+	free   bool          // it asks outside the queues (counted in its limiters' asking)
+	// setHere: one of its rules' limits was set by SetLimit here (refreshLocked)
+	setHere bool
+	out     *remote.Outcome // the decision to apply at its next try; nil when none
+	rcs     []rspec.Charge  // its charges in Redis
+	rcall   *remote.Call    // the call Redis admitted
 }
 
 // New returns an Engine over rules, set up by opts; scope names the group
@@ -532,14 +534,12 @@ func (p *Engine) start(ctx context.Context, t *Ticket, charges []Charge) (*waite
 	// Waiting from here on: only now are the context's settings read (in
 	// Redis mode the waiter asks first, and counts as waiting from its
 	// first refusal, or now if it queues behind another).
-	if p.maxQueue > 0 && (p.rem == nil || queued) {
-		for i := range hs {
-			if l := hs[i].lim; l.waiting >= p.maxQueue {
-				for i := range hs {
-					p.unrefLocked(hs[i].lim, now)
-				}
-				return nil, fmt.Errorf("%w: %d calls wait on rule %q key %q (WithMaxQueue)", ratesem.ErrQueueFull, l.waiting, l.rule.Name, l.key)
+	if p.rem == nil || queued {
+		if err := p.queueFullLocked(hs); err != nil {
+			for i := range hs {
+				p.unrefLocked(hs[i].lim, now)
 			}
+			return nil, err
 		}
 	}
 	w := &waiter{held: hs, rank: p.ranker.Next(sched.PriorityOf(ctx)), ready: make(chan struct{}), since: now}

@@ -276,7 +276,7 @@ func (p *Engine) redisWait(ctx context.Context, w *waiter, charges []Charge) (qu
 func (p *Engine) askRedis(ctx context.Context, w *waiter) bool {
 	eng, scope := p.rem.eng, p.rem.scope
 	o, err := eng.Decide(ctx, scope, w.rcs)
-	if err != nil && errors.Is(err, ratesem.ErrLimitMismatch) && p.setHere(w) {
+	if err != nil && errors.Is(err, ratesem.ErrLimitMismatch) && w.setHere {
 		// This process changed a rule's limit with SetLimit: it is the
 		// limit for every process, so write it to the keys another
 		// process still keeps under the old one, and ask once more.
@@ -363,24 +363,20 @@ func askFreeLocked(w *waiter) {
 	for i := range w.held {
 		w.held[i].lim.asking++
 	}
-	for i := range w.rcs {
-		w.rcs[i].Spec = w.held[i].lim.rule.spec
-	}
+	w.refreshLocked()
 	w.asking = true
 	w.ask <- struct{}{}
 }
 
-// setHere reports whether one of w's rules had its limit set by SetLimit
-// in this process.
-func (p *Engine) setHere(w *waiter) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for i := range w.held {
-		if w.held[i].lim.rule.setHere {
-			return true
-		}
+// refreshLocked sets w's Redis charges to the limits in force (SetLimit)
+// before it asks, and notes whether one of them was set in this process.
+func (w *waiter) refreshLocked() {
+	w.setHere = false
+	for i := range w.rcs {
+		rs := w.held[i].lim.rule
+		w.rcs[i].Spec = rs.spec
+		w.setHere = w.setHere || rs.setHere
 	}
-	return false
 }
 
 // queueFullLocked returns the ratesem.ErrQueueFull error when one of the
@@ -404,9 +400,7 @@ func (p *Engine) redisDecideLocked(w *waiter, now time.Time) (at time.Time, need
 	o := w.out
 	if o == nil {
 		if !w.asking {
-			for i := range w.rcs { // the limits in force (SetLimit)
-				w.rcs[i].Spec = w.held[i].lim.rule.spec
-			}
+			w.refreshLocked()
 			w.asking = true
 			select {
 			case w.ask <- struct{}{}:
@@ -531,20 +525,16 @@ func (p *Engine) awaitSent(hs []held) bool {
 	}
 }
 
-// startRedis checks charges, references their limiters in this process
-// and returns their Redis charges; setHere reports that one of their
-// rules' limits was set by SetLimit in this process.
-func (p *Engine) startRedis(ctx context.Context, charges []Charge) (hs []held, rcs []rspec.Charge, setHere bool, err error) {
+// startRedis checks charges (of TryAcquire), references their limiters in
+// this process and returns their Redis charges.
+func (p *Engine) startRedis(charges []Charge) (hs []held, rcs []rspec.Charge, err error) {
 	if len(charges) > MaxRedisCharges {
-		return nil, nil, false, fmt.Errorf("%w: %d, at most %d", ratesem.ErrTooManyCharges, len(charges), MaxRedisCharges)
+		return nil, nil, fmt.Errorf("%w: %d, at most %d", ratesem.ErrTooManyCharges, len(charges), MaxRedisCharges)
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if err := ctx.Err(); err != nil {
-		return nil, nil, false, err
-	}
 	if err := p.tooHeavyLocked(charges); err != nil {
-		return nil, nil, false, err
+		return nil, nil, err
 	}
 	now := p.now()
 	if p.idle > 0 {
@@ -552,15 +542,9 @@ func (p *Engine) startRedis(ctx context.Context, charges []Charge) (hs []held, r
 	}
 	hs = make([]held, len(charges))
 	if err := p.refLocked(hs, charges, now); err != nil {
-		return nil, nil, false, err
+		return nil, nil, err
 	}
-	rcs = make([]rspec.Charge, len(charges))
-	for i, c := range charges {
-		rs := hs[i].lim.rule
-		rcs[i] = rspec.Charge{Rule: c.Rule, Key: redisKey(c.Key), Spec: rs.spec, Weight: c.Weight}
-		setHere = setHere || rs.setHere
-	}
-	return hs, rcs, setHere, nil
+	return hs, p.rem.chargesLocked(hs, charges), nil
 }
 
 // releaseRedis is Ticket.Release in Redis mode: the local accounting now,
@@ -739,7 +723,7 @@ func (p *Engine) tryRedis(t *Ticket, charges []Charge) (time.Duration, error) {
 		p.emitFailed(charges, nil, err)
 		return 0, err
 	}
-	hs, rcs, _, err := p.startRedis(context.Background(), charges)
+	hs, rcs, err := p.startRedis(charges)
 	p.flushEvicted()
 	if err != nil {
 		p.emitFailed(charges, nil, err)
