@@ -31,7 +31,7 @@
 //     nobody else asks for it), and the answer is applied under the lock
 //     at its next try: granted, its wake at the instant Redis named
 //     (jittered), or woken by a release of this process reaching Redis
-//     (Config.OnRoom, onRoom) or after remote.ReleaseRetry;
+//     (remote.Config.OnRoom, onRoom) or after remote.ReleaseRetry;
 //   - take back an admission whose caller left (cancel): undoHeldLocked;
 //     remote.Decide cancels one granted after its caller left, abandon
 //     releases one granted meanwhile;

@@ -200,7 +200,7 @@ type qnode struct {
 	// help, or never tried).
 	refused    bool
 	inq        bool // in the limiter's queue: refused there, or queued behind its head
-	rel        bool // Redis mode: refused until a release (woken by Config.OnRoom, or at when)
+	rel        bool // Redis mode: refused until a release (woken by remote.Config.OnRoom, or at when)
 	when       int64
 	prev, next *qnode
 }
