@@ -16,7 +16,5 @@
 // the checks allowing the margins the semantics give (see mode.tol,
 // mode.slack, mode.lateness).
 //
-// Tests of gaps not closed yet (knownGaps in modes_test.go) run and fail;
-// with the environment variable CONFORMANCE_SKIP_KNOWN set they are skipped.
 // mutants.sh shows the suite catching a broken bookkeeping of each mode.
 package conformance

@@ -461,25 +461,8 @@ func forModes(t *testing.T, needPool bool, f func(t *testing.T, m mode)) {
 		if !needPool && m.sem == nil {
 			continue
 		}
-		t.Run(m.name, func(t *testing.T) {
-			if gap, ok := knownGaps[t.Name()]; ok && os.Getenv("CONFORMANCE_SKIP_KNOWN") != "" {
-				t.Skip("known gap (issue 19): " + gap)
-			}
-			f(t, m)
-		})
+		t.Run(m.name, func(t *testing.T) { f(t, m) })
 	}
-}
-
-// knownGaps are the tests that fail on the base of issue 19, each for a
-// gap the issue closes. They run, and fail, unless the environment sets
-// CONFORMANCE_SKIP_KNOWN (for a CI run before the gaps are closed); delete
-// an entry with the fix that closes it.
-var knownGaps = map[string]string{
-	"TestEventsSemaphore/redis":        "Queued is not reported over Redis",
-	"TestEventsPool/redis":             "Queued is not reported over Redis",
-	"TestEventsPool/redis-cluster":     "Queued is not reported over Redis",
-	"TestTryAcquirePool/redis":         "a release not yet sent to Redis reads as a call in flight: ErrInFlight, not the wait",
-	"TestTryAcquirePool/redis-cluster": "a release not yet sent to Redis reads as a call in flight: ErrInFlight, not the wait",
 }
 
 // forModesRun is forModes with f run in m.run: one scenario per mode.

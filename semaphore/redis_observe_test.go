@@ -3,6 +3,7 @@ package semaphore
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -46,6 +47,10 @@ func TestRedisObserver(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	want := []ratesem.EventKind{ratesem.Admitted, ratesem.Admitted, ratesem.Refused, 0, ratesem.Paused}
+	if len(evs) == len(want)+1 && evs[3].Kind == ratesem.Queued {
+		// The waiter queued (it is reported over Redis as in process).
+		evs = slices.Delete(evs, 3, 4)
+	}
 	if len(evs) != len(want) {
 		t.Fatalf("events %+v", evs)
 	}

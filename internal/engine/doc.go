@@ -25,12 +25,21 @@
 // implementations:
 //
 //   - admit a call's charges all-or-nothing, or say the instant it could be
-//     admitted (zero: only a release can help): admitLocked in process;
-//     redisMode (internal/remote, one Lua script over every charge) in Redis;
+//     admitted (zero: only a release can help): decideLocked, the seam of
+//     the queues (queue.go). In process admitLocked, the window policies
+//     under the lock; in Redis mode redisDecideLocked: the head's own
+//     goroutine asks remote.Engine.Decide (one Lua script over every
+//     charge) outside the lock (askRedis; the waiter is marked asking, so
+//     nobody else asks for it), and the answer is applied under the lock
+//     at its next try: granted, its wake at the instant Redis named
+//     (jittered), or woken by a release of this process reaching Redis
+//     (remote.Config.OnRoom, onRoom) or after remote.ReleaseRetry;
 //   - take back an admission whose caller left (cancel): undoHeldLocked;
-//     remote.Engine does it for Redis;
+//     remote.Decide cancels one granted after its caller left, abandon
+//     releases one granted meanwhile;
 //   - release and settle: releaseLocked (window.Settler); remote.Call.Release and
-//     ReleaseSettled in Redis, in the background;
+//     ReleaseSettled in Redis, in the background (a try waits for this
+//     process's releases on their way: awaitSent);
 //   - pause: pauseLocked; remote.Engine.Pause;
 //   - reconcile a server's count: consumeLocked, reportedLocked;
 //     remote.Engine.ReconcileAt;
@@ -38,13 +47,15 @@
 //     rule of N 0);
 //   - set the limit: setLimitLocked; remote.Engine.SetLimit.
 //
-// In process the decisions are made by the window policies under the
-// engine's lock. In Redis mode (a Config.Shared) the Engine's methods take
-// the branch to redisMode, the one seam: the fronts never see it. Waiting
-// in Redis mode is still internal/remote's (one head per limiter per
-// process asks Redis); the next step is for the engine's own queues to
-// drive remote's batch decision (one round trip admitting several queued
-// waiters and carrying releases), through the same seam.
+// The queues, priorities, WithMaxQueue, queue-wait budgets, deadline
+// fail-fast, cancellation and the Queued/Admitted/Refused/Cancelled events
+// are the same code in both modes: internal/remote waits for nothing. A
+// waiter over Redis counts as waiting (Stats.Waiting, WithMaxQueue,
+// Queued) from its first refusal, or when it queues behind another. The
+// next step is for one round trip to decide several ready heads
+// (remote.Engine.DecideAll) and carry releases: the heads wanting a
+// decision are known under the lock (those asking), so one goroutine can
+// take them all.
 //
 // # Options
 //

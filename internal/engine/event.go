@@ -20,8 +20,9 @@ import (
 // unread left at its estimate (Ticket.BodyUnread). An Acquire that fails
 // before its charges are known
 // (a negative weight, an unknown rule) reports one Refused event with no
-// Rule. In Redis mode (redisrate.Shared) a call's wait is its round trips' and
-// Queued is not reported.
+// Rule. In Redis mode (redisrate.Shared) the same events are reported: a
+// call is Queued from its first refusal by Redis (or when it queues behind
+// another).
 
 func (p *Engine) emit(e ratesem.Event) {
 	if p.observer != nil {

@@ -260,7 +260,7 @@ func (o *One) startLocked(ctx context.Context, n int64, c *Call) (*waiter, error
 		}
 	}
 	e.refOne(o.l) // the waiter's: queueLocked and await drop it on failure
-	return e.queueLocked(ctx, []held{{lim: o.l, n: n}}, now)
+	return e.queueLocked(ctx, []held{{lim: o.l, n: n}}, nil, now, true)
 }
 
 // TryAcquire is semaphore.RateSemaphore.TryAcquire.

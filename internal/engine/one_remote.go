@@ -298,9 +298,15 @@ func (r *oneRemote) admit(ctx context.Context, n int64, op string) (*Ticket, err
 		return nil, err
 	}
 	t := new(Ticket)
+	since := time.Now()
 	if err := e.Acquire(ctx, t, charges(n)); err != nil {
 		return nil, r.named(err)
 	}
+	wait := time.Since(since) // in the engine's queues and Redis's round trips
+	e.mu.Lock()
+	r.one.waitSum += wait
+	r.one.waitMax = max(r.one.waitMax, wait)
+	e.mu.Unlock()
 	return t, nil
 }
 
@@ -457,12 +463,16 @@ func (r *oneRemote) stats() Stats {
 	r.mu.Lock()
 	units := r.heldUnits
 	r.mu.Unlock()
+	e := r.one.e
+	e.mu.Lock()
+	waiting, waitSum, waitMax := int(r.one.l.waiting), r.one.waitSum, r.one.waitMax
+	e.mu.Unlock()
 	return Stats{
 		InFlight:         units,
-		Waiting:          es.Waiting,
+		Waiting:          waiting,
 		Admitted:         es.Admitted,
-		TotalWait:        es.TotalWait,
-		MaxWait:          es.MaxWait,
+		TotalWait:        waitSum,
+		MaxWait:          waitMax,
 		PausedUntil:      es.PausedUntil,
 		FallbackAdmitted: es.FallbackAdmitted,
 		FallbackCarried:  es.Carried,
@@ -491,20 +501,9 @@ func (f fallback) share(n int64) error {
 	return nil
 }
 
-// Acquire implements remote.Fallback: it waits for the charge's weight, in
-// units, on the local semaphore of the fallback's share, until ctx is done; a
-// weight above the share fails at once with ratesem.ErrUnavailable. It returns
-// the release.
-func (f fallback) Acquire(ctx context.Context, _ string, cs []rspec.Charge) (func(), error) {
-	n := cs[0].Weight
-	if err := f.share(n); err != nil {
-		return nil, err
-	}
-	if err := f.r.local.Acquire(ctx, n); err != nil {
-		return nil, err
-	}
-	return func() { f.r.local.Release(n) }, nil
-}
+// Check implements remote.FallbackChecker: a weight above the share fails
+// with ratesem.ErrUnavailable.
+func (f fallback) Check(_ string, cs []rspec.Charge) error { return f.share(cs[0].Weight) }
 
 // TryAcquire implements remote.Fallback: Acquire without waiting; false
 // when the local share has no room now. It never blocks.

@@ -103,6 +103,7 @@ type limiter struct {
 	prevIdle, nextIdle *limiter
 	refs               int32 // waiters and tickets holding it: never evicted while > 0
 	waiting            int32 // waiting calls charging it (WithMaxQueue)
+	asking             int32 // Redis mode: calls asking Redis outside its queue (freeLocked)
 	unknown            bool  // Rule.Learn: no limit learned for this key yet; one call at a time
 }
 
@@ -203,6 +204,7 @@ type qnode struct {
 	// help, or never tried).
 	refused    bool
 	inq        bool // in the limiter's queue: refused there, or queued behind its head
+	rel        bool // Redis mode: refused until a release (woken by remote.Config.OnRoom, or at when)
 	when       int64
 	prev, next *qnode
 }
@@ -222,6 +224,18 @@ type waiter struct {
 	granted  time.Time
 	elem     *list.Element
 	parked   bool // One without a rate: heavier than the cap, waiting aside (in no queue)
+	// uncounted: not counted in its limiters' waiting yet (Redis mode:
+	// counted from its first refusal, or when it queues behind another)
+	uncounted bool
+	// Redis mode (redisWait): the waiter's own goroutine asks Redis.
+	ask    chan struct{} // capacity 1: a decision is wanted (decideLocked)
+	asking bool          // its goroutine asks now: nobody else does
+	free   bool          // it asks outside the queues (counted in its limiters' asking)
+	// setHere: one of its rules' limits was set by SetLimit here (refreshLocked)
+	setHere bool
+	out     *remote.Outcome // the decision to apply at its next try; nil when none
+	rcs     []rspec.Charge  // its charges in Redis
+	rcall   *remote.Call    // the call Redis admitted
 }
 
 // New returns an Engine over rules, set up by opts; scope names the group
@@ -516,13 +530,16 @@ func (p *Engine) start(ctx context.Context, t *Ticket, charges []Charge) (*waite
 		return nil, err
 	}
 	t.pool, t.held, t.charges = p, hs, charges
-	if !queuedLocked(hs) {
+	queued := queuedLocked(hs)
+	if p.rem != nil {
+		queued = !freeLocked(hs) // Redis mode: asks at once unless a refused call queues there
+	} else if !queued {
 		if _, _, ok := p.admitLocked(hs, nil, now); ok {
 			t.at = p.mono(now)
 			return nil, nil
 		}
 	}
-	return p.queueLocked(ctx, hs, now)
+	return p.queueLocked(ctx, hs, charges, now, queued || p.rem == nil)
 }
 
 // queuedLocked reports whether a caller waits on one of the limiters of hs.
@@ -541,17 +558,18 @@ func queuedLocked(hs []held) bool {
 // references and fails with ratesem.ErrQueueFull. A charge heavier than
 // its rule can ever admit (only a rule without a rate gets here with one:
 // a One of Per 0, as x/sync's Weighted) waits aside (parked) for a SetLimit
-// under which it fits, or for its context.
-func (p *Engine) queueLocked(ctx context.Context, hs []held, now time.Time) (*waiter, error) {
+// under which it fits, or for its context. queued is false only in Redis
+// mode for a call nobody refused waits ahead of: it asks Redis at once
+// (askFreeLocked) and counts as waiting from its first refusal; charges
+// are the call's charges (Redis mode only).
+func (p *Engine) queueLocked(ctx context.Context, hs []held, charges []Charge, now time.Time, queued bool) (*waiter, error) {
 	// Waiting from here on: only now are the context's settings read.
-	if p.maxQueue > 0 {
-		for i := range hs {
-			if l := hs[i].lim; l.waiting >= p.maxQueue {
-				for i := range hs {
-					p.unrefLocked(hs[i].lim, now)
-				}
-				return nil, fmt.Errorf("%w: %d calls wait%s (WithMaxQueue)", ratesem.ErrQueueFull, l.waiting, l.rule.where(l.key))
+	if queued {
+		if err := p.queueFullLocked(hs); err != nil {
+			for i := range hs {
+				p.unrefLocked(hs[i].lim, now)
 			}
+			return nil, err
 		}
 	}
 	w := &waiter{held: hs, rank: p.ranker.Next(sched.PriorityOf(ctx)), ready: make(chan struct{}), since: now}
@@ -562,13 +580,24 @@ func (p *Engine) queueLocked(ctx context.Context, hs []held, now time.Time) (*wa
 	w.nodes = make([]qnode, len(hs))
 	for i := range w.nodes {
 		w.nodes[i] = qnode{w: w, i: i}
-		hs[i].lim.waiting++
 		rs := hs[i].lim.rule
 		w.parked = w.parked || rs.limit.Per == 0 && hs[i].n > rs.fit()
+	}
+	if p.rem != nil {
+		w.ask, w.rcs = make(chan struct{}, 1), p.rem.chargesLocked(hs, charges)
+	}
+	if queued {
+		p.countLocked(w)
+	} else {
+		w.uncounted = true
 	}
 	w.elem = p.waiters.PushBack(w)
 	if p.hook != nil {
 		p.hook(w, false)
+	}
+	if !queued {
+		askFreeLocked(w)
+		return w, nil
 	}
 	if !w.parked {
 		p.tryWaiterLocked(w, now)
@@ -596,6 +625,9 @@ func (p *Engine) abandon(w *waiter) {
 	defer p.mu.Unlock()
 	if !w.done {
 		p.finishLocked(w, context.Canceled)
+	} else if w.err == nil && w.rcall != nil {
+		w.rcall.Release() // admitted by Redis while ctx became done
+		w.rcall = nil
 	} else if w.err == nil {
 		p.undoLocked(w) // admitted while ctx became done
 	}
@@ -973,8 +1005,10 @@ func (p *Engine) Len() int {
 // start if nothing else changed (> 0); ratesem.ErrInFlight when only calls
 // in flight ending can make room (or callers wait whose admission time is
 // not known). It never blocks in process; in Redis mode it makes one round
-// trip, and a refusal by Redis is reported as ratesem.ErrInFlight (the
-// wait Redis names is not known to this process).
+// trip and returns the wait Redis names (ratesem.ErrInFlight when only
+// calls in flight ending can make room); when this process's own releases
+// on those limiters are still on their way to Redis, it first waits for
+// them (at most the Redis timeout) and asks again.
 func (p *Engine) TryAcquire(t *Ticket, charges []Charge) (time.Duration, error) {
 	charges, err := p.merge(charges)
 	if err != nil {

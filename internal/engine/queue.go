@@ -173,7 +173,17 @@ func (p *Engine) tryWaiterLocked(w *waiter, now time.Time) {
 	if behind {
 		return
 	}
-	at, needRelease, ok := p.admitLocked(w.held, w.nodes, now)
+	at, needRelease, ok, asking := p.decideLocked(w, now)
+	if asking {
+		// Decided outside the lock (Redis mode): meanwhile w holds its
+		// place at the head of its queues.
+		for i := range w.nodes {
+			if n := &w.nodes[i]; !n.inq {
+				p.enqueueLocked(n)
+			}
+		}
+		return
+	}
 	if ok {
 		w.granted = now
 		p.finishLocked(w, nil)
@@ -206,6 +216,29 @@ func (p *Engine) tryWaiterLocked(w *waiter, now time.Time) {
 	}
 }
 
+// decideLocked is the bookkeeping's decision for w, at the head of all its
+// queues, at now: admitted (ok), or refused with the instant it could be
+// admitted (at; needRelease when only a release can help), each refusing
+// node marked; or asking: the decision is being made outside the lock
+// (Redis mode, redisDecideLocked) and w keeps its place meanwhile. In
+// process the window policies decide under the lock (admitLocked).
+func (p *Engine) decideLocked(w *waiter, now time.Time) (at time.Time, needRelease, ok, asking bool) {
+	if p.rem != nil {
+		return p.redisDecideLocked(w, now)
+	}
+	at, needRelease, ok = p.admitLocked(w.held, w.nodes, now)
+	return at, needRelease, ok, false
+}
+
+// countLocked counts w in its limiters' waiting calls (WithMaxQueue,
+// Stats.Waiting).
+func (p *Engine) countLocked(w *waiter) {
+	for i := range w.held {
+		w.held[i].lim.waiting++
+	}
+	w.uncounted = false
+}
+
 // finishLocked ends w's wait: granted when err is nil, failed otherwise.
 func (p *Engine) finishLocked(w *waiter, err error) {
 	for i := range w.nodes {
@@ -214,8 +247,10 @@ func (p *Engine) finishLocked(w *waiter, err error) {
 		}
 	}
 	p.waiters.Remove(w.elem)
-	for i := range w.held {
-		w.held[i].lim.waiting--
+	if !w.uncounted {
+		for i := range w.held {
+			w.held[i].lim.waiting--
+		}
 	}
 	w.done, w.err = true, err
 	if p.hook != nil {

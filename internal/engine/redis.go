@@ -1,11 +1,13 @@
 package engine
 
 import (
+	"container/heap"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"strings"
 	"time"
@@ -45,12 +47,11 @@ type redisMode struct {
 	// to the first Acquire that finds Redis answering (nil when there is
 	// none).
 	late *remote.DeferredCheck
-	// calls holds the Redis call of every Ticket not yet released (under
-	// Pool.mu): kept here rather than in the Ticket, so that a Ticket of
-	// the in-process Pool stays as small as it was.
-	calls map[*Ticket]*remote.Call
-	// timeout bounds one round trip (redisrate.WithTimeout).
-	timeout time.Duration
+	// sending counts, per limiter, this process's releases on their way
+	// to Redis; sentCh is closed (and replaced) when one got there.
+	sending map[*limiter]int
+	sentCh  chan struct{}
+	timeout time.Duration // the Redis timeout
 }
 
 // initRedis builds the Redis engine of p and the Spec of every rule.
@@ -114,11 +115,10 @@ func (p *Engine) initRedis(cfg *config) error {
 	rc := remote.Config{
 		Store:          st,
 		MaxPause:       backoff.Cap(p.maxPause),
-		ErrDeadline:    ratesem.ErrDeadline,
-		MaxQueue:       int(p.maxQueue),
 		Timeout:        cfg.Redis.Timeout,
 		Jitter:         cfg.Redis.Jitter,
 		TestAfterAdmit: cfg.Redis.TestAfterAdmit,
+		OnRoom:         p.onRoom,
 	}
 	if p.one != nil && p.one.local != nil {
 		rc.Fallback = fallback{p.one}
@@ -127,7 +127,8 @@ func (p *Engine) initRedis(cfg *config) error {
 	if err != nil {
 		return fmt.Errorf("%w (redisrate.Shared)", err)
 	}
-	p.rem = &redisMode{eng: eng, scope: scope, calls: make(map[*Ticket]*remote.Call), late: late, timeout: cfg.Redis.timeout()}
+	p.rem = &redisMode{eng: eng, scope: scope, late: late,
+		sending: make(map[*limiter]int), sentCh: make(chan struct{}), timeout: cfg.Redis.timeout()}
 	return nil
 }
 
@@ -170,75 +171,380 @@ func (p *Engine) Close() error {
 	if p.rem == nil {
 		return nil
 	}
-	return p.rem.eng.Close()
+	err := p.rem.eng.Close()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for e := p.waiters.Front(); e != nil; {
+		next := e.Next()
+		if w := e.Value.(*waiter); !w.done {
+			p.finishLocked(w, ratesem.ErrClosed)
+		}
+		e = next
+	}
+	p.settleLocked(p.now())
+	return err
 }
 
-// acquireRedis is Acquire in Redis mode, for charges already merged.
+// acquireRedis is Acquire in Redis mode, for charges already merged: the
+// call waits in the engine's own queues (start, redisWait), and Redis
+// decides for it when it heads them (redisDecideLocked).
 func (p *Engine) acquireRedis(ctx context.Context, t *Ticket, charges []Charge) error {
-	since := time.Now()
 	if err := p.rem.lateCheck(); err != nil {
 		p.emitFailed(charges, nil, err)
 		return err
 	}
-	hs, rcs, setHere, err := p.startRedis(ctx, charges)
+	if len(charges) > MaxRedisCharges {
+		err := fmt.Errorf("%w: %d, at most %d", ratesem.ErrTooManyCharges, len(charges), MaxRedisCharges)
+		p.emitFailed(charges, nil, err)
+		return err
+	}
+	w, err := p.start(ctx, t, charges)
 	p.flushEvicted()
 	if err != nil {
 		p.emitFailed(charges, nil, err)
 		return err
 	}
-	eng, scope := p.rem.eng, p.rem.scope
-	call, err := eng.Acquire(ctx, scope, rcs)
-	if err != nil && p.relearn(hs, rcs, err) {
-		call, err = eng.Acquire(ctx, scope, rcs) // a learned limit never refuses a call (learn_redis.go)
+	queued, err := p.redisWait(ctx, w, charges)
+	if err != nil {
+		if !queued {
+			w = nil
+		}
+		p.emitFailed(charges, w, err)
+		return err
 	}
-	if err != nil && setHere && errors.Is(err, ratesem.ErrLimitMismatch) {
+	p.holdRedis(t, w.held, charges, w.rcall)
+	wait := time.Duration(0)
+	if queued {
+		wait = max(w.granted.Sub(w.since), 0)
+	}
+	p.emitAdmitted(t, charges, wait, queued)
+	return nil
+}
+
+// holdRedis makes t the ticket of the call Redis admitted for charges,
+// held in hs: its units in flight here too.
+func (p *Engine) holdRedis(t *Ticket, hs []held, charges []Charge, call *remote.Call) {
+	t.pool, t.held, t.charges, t.rcall = p, hs, charges, call
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i := range hs {
+		h := &hs[i]
+		h.lim.inflight += h.n
+		h.thrAtAdmit = h.lim.throttles()
+	}
+	p.adoptLocked(hs, call) // limits learned elsewhere (learn_redis.go)
+}
+
+// redisWait waits until w is granted or fails, or ctx is done, asking
+// Redis (Decide, outside the lock, on the caller's goroutine) whenever
+// the queues want a decision for w (redisDecideLocked), and reporting
+// Queued once w has to wait. It returns whether w queued, and nil when w
+// was granted (w.rcall), or the error, w having let go of everything.
+func (p *Engine) redisWait(ctx context.Context, w *waiter, charges []Charge) (queued bool, err error) {
+	p.mu.Lock()
+	queued = !w.uncounted
+	p.mu.Unlock()
+	if queued {
+		p.emitQueued(w, charges)
+	}
+	var budget <-chan time.Time // nil: no queue-wait budget
+	if !w.qdead.IsZero() {
+		budget = p.clock.After(w.qdead.Sub(w.since))
+	}
+	for {
+		select {
+		case <-budget:
+			budget = nil
+			p.expire(w) // fails w unless it was admitted meanwhile
+		case <-ctx.Done():
+			p.abandon(w)
+			return queued, ctx.Err()
+		case <-w.ready:
+			if w.err != nil {
+				p.unrefAll(w.held)
+				return queued, w.err
+			}
+			return queued, nil
+		case <-w.ask:
+			if p.askRedis(ctx, w) && !queued {
+				queued = true
+				p.emitQueued(w, charges)
+			}
+		}
+	}
+}
+
+// askRedis makes the decision for w that its queues wanted: one Decide,
+// outside the lock, then applied under it (granted; or refused, w's wake
+// set at the instant Redis named, jittered; or woken by a release of this
+// process, OnRoom, or after remote.ReleaseRetry). It reports whether w
+// started waiting now (its first refusal).
+func (p *Engine) askRedis(ctx context.Context, w *waiter) bool {
+	eng, scope := p.rem.eng, p.rem.scope
+	o, err := eng.Decide(ctx, scope, w.rcs)
+	if err != nil && p.relearn(w.held, w.rcs, err) {
+		o, err = eng.Decide(ctx, scope, w.rcs) // a learned limit never refuses a call (learn_redis.go)
+	}
+	if err != nil && errors.Is(err, ratesem.ErrLimitMismatch) && w.setHere {
 		// This process changed a rule's limit with SetLimit: it is the
 		// limit for every process, so write it to the keys another
-		// process still keeps under the old one, and try once more.
-		for i, c := range rcs {
-			if hs[i].lim.rule.setHere {
+		// process still keeps under the old one, and ask once more.
+		for i, c := range w.rcs {
+			if w.held[i].lim.rule.setHere {
 				if err = eng.SetLimit(ctx, scope, c); err != nil {
 					break
 				}
 			}
 		}
 		if err == nil {
-			call, err = eng.Acquire(ctx, scope, rcs)
+			o, err = eng.Decide(ctx, scope, w.rcs)
 		}
-	}
-	if err != nil {
-		p.unrefAll(hs)
-		p.emitFailed(charges, nil, err)
-		return err
-	}
-	t.pool, t.held, t.charges, t.rcall = p, hs, charges, call
-	p.mu.Lock()
-	for i := range hs {
-		h := &hs[i]
-		h.lim.inflight += h.n
-		h.thrAtAdmit = h.lim.throttles()
-	}
-	p.rem.calls[t] = call
-	p.adoptLocked(hs, call)
-	p.mu.Unlock()
-	p.emitAdmitted(t, charges, time.Since(since), false)
-	return nil
-}
-
-// startRedis checks charges, references their limiters in this process
-// and returns their Redis charges; setHere reports that one of their
-// rules' limits was set by SetLimit in this process.
-func (p *Engine) startRedis(ctx context.Context, charges []Charge) (hs []held, rcs []rspec.Charge, setHere bool, err error) {
-	if len(charges) > MaxRedisCharges {
-		return nil, nil, false, fmt.Errorf("%w: %d, at most %d", ratesem.ErrTooManyCharges, len(charges), MaxRedisCharges)
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if err := ctx.Err(); err != nil {
-		return nil, nil, false, err
+	w.asking = false
+	if w.free {
+		w.free = false
+		for i := range w.held {
+			w.held[i].lim.asking--
+		}
 	}
+	now := p.now()
+	switch {
+	case w.done: // failed meanwhile (its budget, SetLimit, Close)
+		if o.Call != nil {
+			o.Call.Release()
+		}
+		return false
+	case err != nil && ctx.Err() != nil:
+		return false // redisWait sees ctx done
+	case err != nil:
+		p.finishLocked(w, err)
+		p.settleLocked(now)
+		return false
+	case o.Call != nil:
+		w.rcall, w.granted = o.Call, now
+		p.finishLocked(w, nil)
+		p.settleLocked(now)
+		return false
+	}
+	first := w.uncounted
+	if first {
+		if err := p.queueFullLocked(w.held); err != nil {
+			p.finishLocked(w, err)
+			p.settleLocked(now)
+			return false
+		}
+		p.countLocked(w)
+	}
+	w.out = &o
+	p.tryWaiterLocked(w, now)
+	p.settleLocked(now)
+	return first && !w.done
+}
+
+// maxFreeAsks bounds the calls of one limiter that ask Redis at once
+// outside its queue: a herd arriving at once costs that many round trips,
+// the others queue behind.
+const maxFreeAsks = 8
+
+// freeLocked reports whether a call of the limiters of hs may ask Redis
+// at once, outside the queues: on each, no call queues but a head asking
+// (nobody was refused there), and fewer than maxFreeAsks ask so. Calls
+// admitted at once do not wait for one another's round trips.
+func freeLocked(hs []held) bool {
+	for i := range hs {
+		l := hs[i].lim
+		if q := l.q; q != nil && q.head != nil && (q.head != q.tail || !q.head.w.asking) {
+			return false
+		}
+		if l.asking >= maxFreeAsks {
+			return false
+		}
+	}
+	return true
+}
+
+// askFreeLocked makes w, a call that freeLocked let through, ask Redis
+// outside the queues; refused, it joins them in its rank's order.
+func askFreeLocked(w *waiter) {
+	w.free = true
+	for i := range w.held {
+		w.held[i].lim.asking++
+	}
+	w.refreshLocked()
+	w.asking = true
+	w.ask <- struct{}{}
+}
+
+// refreshLocked sets w's Redis charges to the limits in force (SetLimit)
+// before it asks, and notes whether one of them was set in this process.
+func (w *waiter) refreshLocked() {
+	w.setHere = false
+	for i := range w.rcs {
+		h := &w.held[i]
+		rs := h.lim.rule
+		w.rcs[i] = redisChargeLocked(h, Charge{Rule: rs.Name, Key: h.lim.key, Weight: h.n}) // the key's spec: learned, adopted or the rule's
+		w.setHere = w.setHere || rs.setHere
+	}
+}
+
+// queueFullLocked returns the ratesem.ErrQueueFull error when one of the
+// limiters of hs has the WithMaxQueue number of waiting calls, or nil.
+func (p *Engine) queueFullLocked(hs []held) error {
+	if p.maxQueue <= 0 {
+		return nil
+	}
+	for i := range hs {
+		if l := hs[i].lim; l.waiting >= p.maxQueue {
+			return fmt.Errorf("%w: %d calls wait%s (WithMaxQueue)", ratesem.ErrQueueFull, l.waiting, l.rule.where(l.key))
+		}
+	}
+	return nil
+}
+
+// redisDecideLocked is decideLocked in Redis mode: the decision its
+// goroutine brought back (w.out), applied; or, when there is none, w's
+// goroutine is asked to make one (askRedis), once at a time.
+func (p *Engine) redisDecideLocked(w *waiter, now time.Time) (at time.Time, needRelease, ok, asking bool) {
+	o := w.out
+	if o == nil {
+		if !w.asking {
+			w.refreshLocked()
+			w.asking = true
+			select {
+			case w.ask <- struct{}{}:
+			default:
+			}
+		}
+		for i := range w.nodes {
+			w.nodes[i].refused, w.nodes[i].when, w.nodes[i].rel = true, 0, false
+		}
+		return time.Time{}, false, false, true
+	}
+	w.out = nil
+	for i := range w.nodes {
+		w.nodes[i].refused, w.nodes[i].when, w.nodes[i].rel = false, 0, false
+	}
+	if o.Call != nil { // applied by askRedis; not reached
+		return time.Time{}, false, true, false
+	}
+	ri := o.Refused
+	if ri < 0 || ri >= len(w.nodes) {
+		ri = 0
+	}
+	at = o.At
+	if o.Release {
+		needRelease = true
+		if r := now.Add(remote.ReleaseRetry(w.rcs[ri])); at.IsZero() || r.Before(at) {
+			at = r
+		}
+	}
+	if at.Before(now.Add(remote.MinRetry)) {
+		// Never sooner than MinRetry: nothing polls Redis in a loop.
+		at = now.Add(remote.MinRetry + rand.N(remote.MinRetry))
+	} else {
+		at = at.Add(p.rem.eng.Jitter(at.Sub(now)))
+	}
+	n := &w.nodes[ri]
+	n.refused, n.when, n.rel = true, max(p.mono(at), 1), o.Release
+	return at, needRelease, false, false
+}
+
+// chargesLocked returns the Redis charges of charges, referenced in hs.
+func (m *redisMode) chargesLocked(hs []held, charges []Charge) []rspec.Charge {
+	rcs := make([]rspec.Charge, len(charges))
+	for i, c := range charges {
+		rcs[i] = redisChargeLocked(&hs[i], c)
+	}
+	return rcs
+}
+
+// onRoom is remote.Config.OnRoom: a release of this process (or a usage
+// report giving units back, or SetLimit) reached Redis on the limiters of
+// cs: the heads refused until a release there ask again.
+func (p *Engine) onRoom(scope string, cs []rspec.Charge) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	woke := false
+	for i := 0; i < len(p.wakes); {
+		q := p.wakes[i]
+		if n := q.head; n != nil && n.rel && chargesName(cs, q.lim) {
+			heap.Remove(&p.wakes, i)
+			p.markPending(q)
+			woke = true
+			continue
+		}
+		i++
+	}
+	if woke {
+		p.settleLocked(p.now())
+	}
+}
+
+// chargesName reports whether one of cs is l's.
+func chargesName(cs []rspec.Charge, l *limiter) bool {
+	for _, c := range cs {
+		if c.Rule == l.rule.Name && c.Key == redisKey(l.key) {
+			return true
+		}
+	}
+	return false
+}
+
+// sent notes that a release of this process on the limiters of hs
+// reached Redis (or failed, or was dropped): a try waiting for it asks
+// again.
+func (p *Engine) sent(hs []held) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i := range hs {
+		l := hs[i].lim
+		if p.rem.sending[l]--; p.rem.sending[l] <= 0 {
+			delete(p.rem.sending, l)
+		}
+	}
+	close(p.rem.sentCh)
+	p.rem.sentCh = make(chan struct{})
+}
+
+// awaitSent waits until no release of this process on the limiters of hs
+// is on its way to Redis, at most the Redis timeout. It reports whether
+// there was one.
+func (p *Engine) awaitSent(hs []held) bool {
+	t := time.NewTimer(p.rem.timeout)
+	defer t.Stop()
+	waited := false
+	for {
+		p.mu.Lock()
+		busy := false
+		for i := range hs {
+			busy = busy || p.rem.sending[hs[i].lim] > 0
+		}
+		ch := p.rem.sentCh
+		p.mu.Unlock()
+		if !busy {
+			return waited
+		}
+		waited = true
+		select {
+		case <-ch:
+		case <-t.C:
+			return true
+		}
+	}
+}
+
+// startRedis checks charges (of TryAcquire), references their limiters in
+// this process and returns their Redis charges.
+func (p *Engine) startRedis(charges []Charge) (hs []held, rcs []rspec.Charge, err error) {
+	if len(charges) > MaxRedisCharges {
+		return nil, nil, fmt.Errorf("%w: %d, at most %d", ratesem.ErrTooManyCharges, len(charges), MaxRedisCharges)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	if err := p.tooHeavyLocked(charges); err != nil {
-		return nil, nil, false, err
+		return nil, nil, err
 	}
 	now := p.now()
 	if p.idle > 0 {
@@ -246,15 +552,9 @@ func (p *Engine) startRedis(ctx context.Context, charges []Charge) (hs []held, r
 	}
 	hs = make([]held, len(charges))
 	if err := p.refLocked(hs, charges, now); err != nil {
-		return nil, nil, false, err
+		return nil, nil, err
 	}
-	rcs = make([]rspec.Charge, len(charges))
-	for i, c := range charges {
-		rs := hs[i].lim.rule
-		rcs[i] = redisChargeLocked(&hs[i], c)
-		setHere = setHere || rs.setHere
-	}
-	return hs, rcs, setHere, nil
+	return hs, p.rem.chargesLocked(hs, charges), nil
 }
 
 // releaseRedis is Ticket.Release in Redis mode: the local accounting now,
@@ -269,12 +569,14 @@ func (t *Ticket) releaseRedis() {
 func (t *Ticket) releaseLocal() *remote.Call {
 	p := t.pool
 	p.mu.Lock()
-	call := p.rem.calls[t]
-	delete(p.rem.calls, t)
+	call := t.rcall // kept: a usage report read after Release still carries its mark
 	now := p.now()
+	hs := t.held
+	call.OnSent(func() { p.sent(hs) })
 	for i := range t.held {
 		h := &t.held[i]
 		l := h.lim
+		p.rem.sending[l]++
 		l.inflight -= h.n
 		if fb := l.fb; fb != nil && fb.streak != 0 && fb.throttles == h.thrAtAdmit {
 			fb.streak = 0 // a call went through without a throttle
@@ -399,6 +701,20 @@ func (p *Engine) setLimitRedis(rs *ruleState, l window.Limit) error {
 			return fmt.Errorf("%w (SetLimit(%q, %v): key %q)", err, rs.Name, l, k)
 		}
 	}
+	// The waiters ask again under the new limit (those it can never
+	// admit fail).
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.refitLocked(rs, p.now())
+	for _, lim := range rs.keys {
+		if q := lim.q; q != nil {
+			if q.hidx >= 0 {
+				heap.Remove(&p.wakes, q.hidx)
+			}
+			p.markPending(q)
+		}
+	}
+	p.settleLocked(p.now())
 	return nil
 }
 
@@ -410,39 +726,74 @@ func capRedisPause(until, now time.Time, maxPause time.Duration) time.Time {
 	return until
 }
 
-// tryRedis is TryAcquire in Redis mode, for charges already merged.
+// tryRedis is TryAcquire in Redis mode, for charges already merged: it
+// never overtakes a waiter of this process (the wait its queues know, or
+// ratesem.ErrInFlight), then makes one decision (Decide). When Redis says
+// only a release can help while releases of this process on those
+// limiters are on their way, it waits for them (at most the Redis
+// timeout) and decides again: the wait this process's own releases give
+// is this process's knowledge.
 func (p *Engine) tryRedis(t *Ticket, charges []Charge) (time.Duration, error) {
 	if err := p.rem.lateCheck(); err != nil {
 		p.emitFailed(charges, nil, err)
 		return 0, err
 	}
-	hs, rcs, _, err := p.startRedis(context.Background(), charges)
+	hs, rcs, err := p.startRedis(charges)
 	p.flushEvicted()
 	if err != nil {
 		p.emitFailed(charges, nil, err)
 		return 0, err
 	}
-	call, d, err := p.rem.eng.TryAcquireWait(p.rem.scope, rcs)
-	if call == nil && err != nil && p.relearn(hs, rcs, err) {
-		call, d, err = p.rem.eng.TryAcquireWait(p.rem.scope, rcs) // (learn_redis.go)
-	}
-	if call == nil {
-		p.unrefAll(hs)
-		if err != nil && !errors.Is(err, ratesem.ErrInFlight) {
-			p.emitFailed(charges, nil, err)
+	d, err := p.tryQueued(hs)
+	if d == 0 && err == nil {
+		eng, scope := p.rem.eng, p.rem.scope
+		var o remote.Outcome
+		o, err = eng.Decide(context.Background(), scope, rcs)
+		if err != nil && p.relearn(hs, rcs, err) {
+			o, err = eng.Decide(context.Background(), scope, rcs) // (learn_redis.go)
 		}
-		return d, err
+		if err == nil && o.Call == nil && o.Release && p.awaitSent(hs) {
+			o, err = eng.Decide(context.Background(), scope, rcs)
+		}
+		switch {
+		case err != nil:
+		case o.Call != nil:
+			p.holdRedis(t, hs, charges, o.Call)
+			p.emitAdmitted(t, charges, 0, false)
+			return 0, nil
+		case o.Release:
+			err = fmt.Errorf("%w: rule %q key %q (Redis: the calls in flight fill the limit)", ratesem.ErrInFlight, charges[o.Refused].Rule, charges[o.Refused].Key)
+		default:
+			d = o.Wait(time.Now())
+		}
 	}
-	t.pool, t.held, t.charges, t.rcall = p, hs, charges, call
+	p.unrefAll(hs)
+	if err != nil && !errors.Is(err, ratesem.ErrInFlight) {
+		p.emitFailed(charges, nil, err)
+	}
+	return d, err
+}
+
+// tryQueued returns what waiters of this process queued on the limiters
+// of hs tell a try: the wait until the latest of their heads' wakes, or
+// ratesem.ErrInFlight when one waits for a release or is being decided;
+// (0, nil) when none waits.
+func (p *Engine) tryQueued(hs []held) (time.Duration, error) {
 	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := p.now()
+	var at time.Time
 	for i := range hs {
-		h := &hs[i]
-		h.lim.inflight += h.n
-		h.thrAtAdmit = h.lim.throttles()
+		if q := hs[i].lim.q; q != nil && q.head != nil {
+			if h := q.head; !h.refused || h.when == 0 || h.rel {
+				return 0, ratesem.ErrInFlight
+			} else if w := p.instant(h.when); w.After(at) {
+				at = w
+			}
+		}
 	}
-	p.rem.calls[t] = call
-	p.adoptLocked(hs, call)
-	p.mu.Unlock()
-	p.emitAdmitted(t, charges, 0, false)
-	return 0, nil
+	if at.IsZero() {
+		return 0, nil
+	}
+	return max(at.Sub(now), time.Nanosecond), nil
 }

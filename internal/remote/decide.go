@@ -3,13 +3,11 @@ package remote
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math/rand/v2"
 	"slices"
 	"sync/atomic"
 	"time"
 
-	"github.com/ratesem/ratesem"
 	"github.com/ratesem/ratesem/internal/rspec"
 )
 
@@ -51,11 +49,6 @@ type Outcome struct {
 	// charges the real weight under them from then.
 	Adopted      []int
 	AdoptedSpecs []rspec.Spec
-
-	known bool          // At is what this process knew, without asking
-	late  bool          // Redis ran the admission after its deadline
-	full  time.Time     // Redis's instant, not capped by MaxPause (deadlines)
-	nap   time.Duration // how long a head sleeps before asking again
 }
 
 // Wait returns how long from now until o.At (at least 1 ns when refused;
@@ -178,7 +171,7 @@ func (e *Engine) decideBatch(ctx context.Context, b batcher, scope string, idx [
 		e.mu.Unlock()
 		defer e.leave(w, true)
 		if !until.IsZero() {
-			rs[i].Outcome = Outcome{At: until, Paused: paused, Refused: ri, known: true, full: until}
+			rs[i].Outcome = Outcome{At: until, Paused: paused, Refused: ri}
 			continue
 		}
 		send, ws = append(send, i), append(ws, w)
@@ -194,14 +187,14 @@ func (e *Engine) decideBatch(ctx context.Context, b batcher, scope string, idx [
 		case failed:
 			// Redis was marked unreachable once: the others go to the
 			// fallback (one failure, one step of the probe schedule).
-			rs[i].Outcome, rs[i].Err = e.local(ctx, w, since, false, e.downCause())
+			rs[i].Outcome, rs[i].Err = e.local(w, e.downCause())
 			continue
 		case err != nil || left != nil:
-			rs[i].Outcome, rs[i].Err = e.decided(ctx, w, since, false, rspec.Decision{}, err, left)
+			rs[i].Outcome, rs[i].Err = e.decided(ctx, w, rspec.Decision{}, err, left)
 			failed = left == nil || (left != ErrClosed && ctx.Err() == nil)
 			continue
 		}
-		rs[i].Outcome, rs[i].Err = e.decided(ctx, w, since, false, ds[k], errs[k], nil)
+		rs[i].Outcome, rs[i].Err = e.decided(ctx, w, ds[k], errs[k], nil)
 	}
 }
 
@@ -276,9 +269,8 @@ func (e *Engine) redisAdmitAll(ctx context.Context, b batcher, scope string, ws 
 // waits for room: one round trip to Redis (bounded by Config.Timeout and
 // ctx), or none when this process already knows the answer (a pause, or a
 // refusal whose instant has not come: Outcome.At says it), or the
-// fallback's TryAcquire while Redis is taken as unreachable. It ignores
-// the queues of Acquire (the caller's own queue orders its calls) but
-// follows the engine's other rules: the fallback's calls are carried into
+// fallback's TryAcquire while Redis is taken as unreachable. The caller's
+// own queues order its calls; it follows the engine's other rules: the fallback's calls are carried into
 // Redis before any admission there; while the fallback's window drains
 // the call needs room in the fallback too (the gate); a round trip that
 // fails marks Redis unreachable (then Decide asks the fallback, and asks
@@ -287,7 +279,7 @@ func (e *Engine) redisAdmitAll(ctx context.Context, b batcher, scope string, ws 
 // Redis grants after ctx is done, or after Timeout, is cancelled there.
 //
 // It returns the admitted call in Outcome.Call, or a refusal (Outcome.At,
-// Release, Paused); an error for what is not a refusal: those of Acquire's
+// Release, Paused); an error for what is not a refusal: those of the
 // checks (ratesem.ErrNegativeWeight, ErrWeightTooLarge, a nil Spec) at
 // once, an error matching rspec.ErrLimitMismatch, one matching
 // ErrUnavailable when Redis cannot be reached and there is no Fallback,
@@ -302,7 +294,6 @@ func (e *Engine) Decide(ctx context.Context, scope string, cs []rspec.Charge) (O
 	if err := ctx.Err(); err != nil {
 		return Outcome{}, err
 	}
-	since := time.Now()
 	if len(cs) == 0 {
 		c, err := e.admitEmpty(scope)
 		return Outcome{Call: c}, err
@@ -318,7 +309,7 @@ func (e *Engine) Decide(ctx context.Context, scope string, cs []rspec.Charge) (O
 	e.mu.Unlock()
 	defer e.leave(w, true)
 	defer w.dropLocal()
-	return e.decide(ctx, w, since, false)
+	return e.decide(ctx, w)
 }
 
 // newWaiter returns the waiter of a call of charges cs in scope, not yet
@@ -370,21 +361,17 @@ func (w *waiter) dropLocal() {
 }
 
 // decide takes one decision for w, registered with its limiters: what
-// this process knows (a pause, a refusal's instant: Outcome.known), or
-// the fallback while Redis is taken as unreachable, or one round trip to
-// Redis (after the gate and the carry of the fallback's calls). When
-// block, the fallback and the gate wait for room (Acquire), and decide
-// returns errBackUp when Redis answers again meanwhile and errGateWait
-// after a gate's sleep (ask again); otherwise they only try (Decide). The
-// gate's units (w.local) pass to the Call admitted; the caller gives them
-// back otherwise (dropLocal).
-func (e *Engine) decide(ctx context.Context, w *waiter, since time.Time, block bool) (Outcome, error) {
+// this process knows (a pause, a refusal's instant), or the fallback
+// while Redis is taken as unreachable, or one round trip to Redis (after
+// the gate and the carry of the fallback's calls). The fallback and the
+// gate only try. The gate's units (w.local) pass to the Call admitted; the
+// caller gives them back otherwise (dropLocal).
+func (e *Engine) decide(ctx context.Context, w *waiter) (Outcome, error) {
 	now := time.Now()
 	e.mu.Lock()
 	closed := e.closed
 	down, probe, downErr := e.down, !now.Before(e.nextProbe), e.downErr
 	gated := w.local == nil && e.gatedLocked(now)
-	drain := e.fbDrain
 	until, paused, ri := w.knownLocked(now)
 	e.mu.Unlock()
 	switch {
@@ -394,18 +381,13 @@ func (e *Engine) decide(ctx context.Context, w *waiter, since time.Time, block b
 		return Outcome{}, ctx.Err()
 	}
 	if !until.IsZero() {
-		return Outcome{At: until, Paused: paused, Refused: ri, known: true, full: until}, nil
+		return Outcome{At: until, Paused: paused, Refused: ri}, nil
 	}
 	if down && !probe {
-		return e.local(ctx, w, since, block, downErr)
+		return e.local(w, downErr)
 	}
-	if gated {
-		if err := e.gate(ctx, w, !block, drain); err != nil {
-			if err == errTry {
-				return e.localRefusal(w), nil
-			}
-			return Outcome{}, err
-		}
+	if gated && e.gate(w) != nil {
+		return e.localRefusal(w), nil
 	}
 	timeout := e.cfg.Timeout
 	if down {
@@ -420,19 +402,18 @@ func (e *Engine) decide(ctx context.Context, w *waiter, since time.Time, block b
 		case ctx.Err() != nil:
 			return Outcome{}, ctx.Err()
 		}
-		return e.failed(ctx, w, since, block, err)
+		return e.failed(w, err)
 	}
 	d, err, left := e.redisAdmit(ctx, w, timeout)
-	return e.decided(ctx, w, since, block, d, err, left)
+	return e.decided(ctx, w, d, err, left)
 }
 
 // decided takes Redis's answer to w's admission (d, or the round trip's
 // err, or left: the caller left before the answer, see redisAdmit): the
 // Call admitted, the refusal recorded, the round trip's failure handed to
 // the fallback.
-func (e *Engine) decided(ctx context.Context, w *waiter, since time.Time, block bool, d rspec.Decision, err, left error) (Outcome, error) {
+func (e *Engine) decided(ctx context.Context, w *waiter, d rspec.Decision, err, left error) (Outcome, error) {
 	e.mu.Lock()
-	e.stopAskingLocked(w)
 	e.stats.RedisAdmits++
 	if d.Lost {
 		e.stats.StateLost++
@@ -455,7 +436,7 @@ func (e *Engine) decided(ctx context.Context, w *waiter, since time.Time, block 
 			e.markUp()
 			return Outcome{}, err
 		}
-		return e.failed(ctx, w, since, block, err)
+		return e.failed(w, err)
 	}
 	e.markUp()
 	if d.OK {
@@ -469,7 +450,7 @@ func (e *Engine) decided(ctx context.Context, w *waiter, since time.Time, block 
 		c := &Call{e: e, scope: w.scope, cs: w.cs, token: d.Token, at: d.Now, seen: time.Now(), marks: d.Marks, local: w.local,
 			adopted: d.Adopted, adoptedSpecs: d.AdoptedSpecs}
 		w.local = nil // the Call releases them
-		if err := e.hold(c, since); err != nil {
+		if err := e.hold(c); err != nil {
 			if c.local != nil {
 				c.local()
 			}
@@ -483,7 +464,7 @@ func (e *Engine) decided(ctx context.Context, w *waiter, since time.Time, block 
 		// Redis ran it after its deadline though its caller still waited:
 		// this process's reading of Redis's clock was off (the store took
 		// a new one from this reply). Ask again soon, not at once.
-		return Outcome{At: now.Add(MinRetry + rand.N(MinRetry)), late: true}, nil
+		return Outcome{At: now.Add(MinRetry + rand.N(MinRetry))}, nil
 	}
 	e.event(Event{Kind: Refused, Scope: w.scope, Charges: w.cs, Wait: d.Wait})
 	o := e.refused(w, d, now)
@@ -502,11 +483,11 @@ func (e *Engine) refused(w *waiter, d rspec.Decision, now time.Time) Outcome {
 		ri = 0
 	}
 	wait := max(d.Wait, 0)
-	o := Outcome{Release: d.Release, Paused: d.Paused, Refused: ri, full: now.Add(wait)}
+	o := Outcome{Release: d.Release, Paused: d.Paused, Refused: ri}
 	wait = min(wait, e.cfg.MaxPause)
-	o.At, o.nap = now.Add(max(wait, MinRetry)), wait
+	o.At = now.Add(max(wait, MinRetry))
 	if d.Release {
-		o.nap = min(wait, releaseCap(w.cs[ri].Spec))
+		o.At = now.Add(max(min(wait, releaseCap(w.cs[ri].Spec)), MinRetry))
 		return o
 	}
 	rec := now.Add(wait)
@@ -526,21 +507,18 @@ func (e *Engine) refused(w *waiter, d rspec.Decision, now time.Time) Outcome {
 // failed handles a round trip of w's decision that failed with cause
 // (Redis did not answer): Redis is marked down, the event reported, and
 // the fallback decides.
-func (e *Engine) failed(ctx context.Context, w *waiter, since time.Time, block bool, cause error) (Outcome, error) {
+func (e *Engine) failed(w *waiter, cause error) (Outcome, error) {
 	e.markDown(cause, true)
 	e.event(Event{Kind: RoundTripFailed, Scope: w.scope, Charges: w.cs, Err: cause})
-	return e.local(ctx, w, since, block, cause)
+	return e.local(w, cause)
 }
 
-// local decides w in the fallback (waiting for room when block, until
-// Redis answers again: errBackUp), or fails with ErrUnavailable wrapping
+// local decides w in the fallback, at once (a refusal of the fallback
+// knows no instant: localRefusal), or fails with ErrUnavailable wrapping
 // cause when there is none. Units the gate already holds for w are the
 // admission.
-func (e *Engine) local(ctx context.Context, w *waiter, since time.Time, block bool, cause error) (Outcome, error) {
-	if e.cfg.Fallback == nil {
-		return Outcome{}, e.unavailable(cause)
-	}
-	c, err := e.fallback(ctx, w, since, !block, cause)
+func (e *Engine) local(w *waiter, cause error) (Outcome, error) {
+	c, err := e.fallback(w, cause)
 	switch {
 	case err == errTry:
 		// The caller asks again by the next probe: then Decide asks Redis
@@ -564,76 +542,4 @@ func (e *Engine) localRefusal(w *waiter) Outcome {
 	}
 	e.mu.Unlock()
 	return Outcome{At: at, Local: true}
-}
-
-// TryAcquireWait is TryAcquire that says, on refusal, how long until the
-// call could be admitted, as window.Limiter.TryN does: it returns the call
-// admitted, with wait 0; or no call and wait > 0, the time until the
-// instant Redis (or a pause, or a refusal this process remembers) names,
-// when time alone can make room; or no call, wait 0 and an error matching
-// ratesem.ErrInFlight when only calls in flight ending can (Redis's answer;
-// or waiters of this process queue on one of the limiters and no instant
-// is known: only their admission, which calls ending bring, lets this call
-// go first). Like TryAcquire it never overtakes a waiter of this process
-// (it then fails at once without a round trip) and makes at most one
-// round trip, bounded by Config.Timeout. A refusal of the fallback (Redis
-// unreachable) gives the wait of Outcome.Local. Its other errors are
-// Decide's.
-func (e *Engine) TryAcquireWait(scope string, cs []rspec.Charge) (*Call, time.Duration, error) {
-	if err := checkCharges(cs); err != nil {
-		return nil, 0, err
-	}
-	var o Outcome
-	var err error
-	if len(cs) == 0 {
-		o, err = e.Decide(context.Background(), scope, nil)
-	} else {
-		o, err = e.tryDecide(scope, slices.Clone(cs))
-	}
-	switch {
-	case err != nil:
-		return nil, 0, err
-	case o.Call != nil:
-		return o.Call, 0, nil
-	case o.Release:
-		return nil, 0, fmt.Errorf("%w: rule %q key %q (Redis: the calls in flight fill the limit)", ratesem.ErrInFlight, cs[o.Refused].Rule, cs[o.Refused].Key)
-	case o.At.IsZero():
-		return nil, 0, fmt.Errorf("%w: calls of this process wait on rule %q key %q", ratesem.ErrInFlight, cs[o.Refused].Rule, cs[o.Refused].Key)
-	}
-	return nil, o.Wait(time.Now()), nil
-}
-
-// tryDecide is Decide for TryAcquireWait: refused at once, without a round
-// trip, when a waiter of this process queues on one of the limiters (At
-// then the instant known, zero when none) or too many callers ask Redis for
-// one of them without queueing.
-func (e *Engine) tryDecide(scope string, cs []rspec.Charge) (Outcome, error) {
-	since := time.Now()
-	w := e.newWaiter(scope, cs)
-	e.mu.Lock()
-	if e.closed {
-		e.mu.Unlock()
-		return Outcome{}, ErrClosed
-	}
-	e.registerLocked(w)
-	for i, l := range w.lims {
-		if l.q.Len() > 0 || l.asking >= maxFreeAsks {
-			until, paused, ri := w.knownLocked(since)
-			if until.IsZero() {
-				ri = i
-			}
-			e.dropLocked(w)
-			e.mu.Unlock()
-			return Outcome{At: until, Paused: paused, Refused: ri}, nil
-		}
-	}
-	w.asking = true
-	for _, l := range w.lims {
-		l.asking++
-	}
-	e.active++
-	e.mu.Unlock()
-	defer e.leave(w, true)
-	defer w.dropLocal()
-	return e.decide(context.Background(), w, since, false)
 }

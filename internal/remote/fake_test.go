@@ -3,10 +3,12 @@ package remote
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"sync"
 	"time"
 
+	"github.com/ratesem/ratesem/internal/rspec"
 	"github.com/ratesem/ratesem/internal/rstore"
 )
 
@@ -257,4 +259,33 @@ func (f *fakeStore) counts() (admits, releases, cancels int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.admits, f.releases, f.cancels
+}
+
+// acquire waits for an admission over Decide, asking again at each
+// refusal's instant (the engine's queues do this for real), until ctx is
+// done.
+func acquire(e *Engine, ctx context.Context, scope string, cs []rspec.Charge) (*Call, error) {
+	for {
+		o, err := e.Decide(ctx, scope, cs)
+		if err != nil || o.Call != nil {
+			return o.Call, err
+		}
+		d := time.Until(o.At)
+		if d <= MinRetry {
+			d = MinRetry + rand.N(MinRetry) // as the engine: never in a loop
+		}
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// tryAcquire is one decision: the call admitted at once, or not.
+func tryAcquire(e *Engine, scope string, cs []rspec.Charge) (*Call, bool, error) {
+	o, err := e.Decide(context.Background(), scope, cs)
+	return o.Call, o.Call != nil, err
 }

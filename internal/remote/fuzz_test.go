@@ -33,7 +33,7 @@ func FuzzRefusal(f *testing.F) {
 			cs := []rstore.Charge{charge("a", spec(5, time.Duration(per)), weight), charge("b", spec(1, time.Second), 1)}
 			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 			defer cancel()
-			_, err = e.Acquire(ctx, "s", cs)
+			_, err = acquire(e, ctx, "s", cs)
 			if err == nil {
 				t.Fatal("admitted though Redis never admits")
 			}

@@ -35,7 +35,7 @@ func TestFallbackHandover(t *testing.T) {
 		e := newEngine(t, f, Config{Fallback: fb})
 		per := time.Second
 		cs := []rstore.Charge{charge("a", spec(5, per), 1)}
-		c1, err := e.Acquire(context.Background(), "s", cs)
+		c1, err := acquire(e, context.Background(), "s", cs)
 		if err != nil || !c1.Local() {
 			t.Fatalf("%v, local %v", err, c1 != nil && c1.Local())
 		}
@@ -45,7 +45,7 @@ func TestFallbackHandover(t *testing.T) {
 		}
 		res := make(chan result, 1)
 		go func() {
-			c, err := e.Acquire(context.Background(), "s", cs)
+			c, err := acquire(e, context.Background(), "s", cs)
 			res <- result{c, err}
 		}()
 		synctest.Wait() // blocked on the fallback's one unit
@@ -77,7 +77,7 @@ func TestFallbackHandover(t *testing.T) {
 		}
 		r.c.Release()
 		time.Sleep(per) // the fallback's window drains
-		c3, err := e.Acquire(context.Background(), "s", cs)
+		c3, err := acquire(e, context.Background(), "s", cs)
 		if err != nil || c3.Local() {
 			t.Fatal(err)
 		}
@@ -109,14 +109,14 @@ func TestFallbackEndedCallsCarried(t *testing.T) {
 		per := time.Second
 		sp := spec(5, per)
 		cs := []rstore.Charge{charge("a", sp, 1)}
-		old, err := e.Acquire(context.Background(), "s", cs)
+		old, err := acquire(e, context.Background(), "s", cs)
 		if err != nil {
 			t.Fatal(err)
 		}
 		old.Release()
 		time.Sleep(per + time.Millisecond) // it stops counting
 		for range 3 {
-			c, err := e.Acquire(context.Background(), "s", cs)
+			c, err := acquire(e, context.Background(), "s", cs)
 			if err != nil || !c.Local() {
 				t.Fatal(err)
 			}
@@ -134,7 +134,7 @@ func TestFallbackEndedCallsCarried(t *testing.T) {
 		}
 		// Redis has room for 2 more, and the fallback's window holds the
 		// process to what it left.
-		c, err := e.Acquire(context.Background(), "s", cs)
+		c, err := acquire(e, context.Background(), "s", cs)
 		if err != nil || c.Local() {
 			t.Fatal(err)
 		}
@@ -154,7 +154,7 @@ func TestUnavailableMessage(t *testing.T) {
 		}
 		e := newEngine(t, f, Config{Timeout: 200 * time.Millisecond})
 		cs := []rstore.Charge{charge("a", spec(5, time.Second), 1)}
-		_, err := e.Acquire(context.Background(), "s", cs)
+		_, err := acquire(e, context.Background(), "s", cs)
 		close(stall)
 		msg := err.Error()
 		if !errors.Is(err, ratesem.ErrUnavailable) || strings.Count(msg, "ratesem:") != 1 || strings.Contains(msg, "deadline") {
@@ -162,7 +162,7 @@ func TestUnavailableMessage(t *testing.T) {
 		}
 		synctest.Wait()
 		time.Sleep(probeMin)
-		_, err = e.Acquire(context.Background(), "s", cs)
+		_, err = acquire(e, context.Background(), "s", cs)
 		if msg := err.Error(); !errors.Is(err, ratesem.ErrUnavailable) || strings.Count(msg, "ratesem:") != 1 || !strings.Contains(msg, "i/o timeout") {
 			t.Fatalf("%q", msg)
 		}

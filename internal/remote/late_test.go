@@ -29,7 +29,7 @@ func TestAdmitCarriesAnswerBy(t *testing.T) {
 		e := newEngine(t, f, Config{Timeout: 2 * time.Second})
 		cs := []rstore.Charge{charge("a", spec(10, time.Second), 1)}
 		start := time.Now()
-		c, err := e.Acquire(context.Background(), "s", cs)
+		c, err := acquire(e, context.Background(), "s", cs)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -39,7 +39,7 @@ func TestAdmitCarriesAnswerBy(t *testing.T) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 		defer cancel()
-		c, err = e.Acquire(ctx, "s", cs)
+		c, err = acquire(e, ctx, "s", cs)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -66,7 +66,7 @@ func TestLateDecisionAsksAgain(t *testing.T) {
 		}
 		e := newEngine(t, f, Config{})
 		start := time.Now()
-		c, err := e.Acquire(context.Background(), "s", []rstore.Charge{charge("a", spec(10, time.Second), 1)})
+		c, err := acquire(e, context.Background(), "s", []rstore.Charge{charge("a", spec(10, time.Second), 1)})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -10,7 +10,6 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/ratesem/ratesem"
 	"github.com/ratesem/ratesem/internal/rspec"
 	"github.com/ratesem/ratesem/internal/rstore"
 	"github.com/ratesem/ratesem/redistest"
@@ -58,50 +57,6 @@ func realEngine(t *testing.T, clk *vclock, cfg Config) (*Engine, *redistest.Serv
 	}
 	t.Cleanup(func() { _ = e.Close() })
 	return e, srv
-}
-
-// TryAcquireWait returns, on refusal, the wait Redis names (as
-// window.Limiter.TryN does), or ratesem.ErrInFlight when only calls in
-// flight ending can make room.
-func TestTryAcquireWaitReal(t *testing.T) {
-	clk := &vclock{t: time.UnixMicro(1_700_000_000_000_000)}
-	e, _ := realEngine(t, clk, Config{})
-	g := []rstore.Charge{{Rule: "g", Key: "k", Spec: &rstore.Spec{Kind: rstore.GCRA, Limit: window.Limit{N: 2, Per: time.Second}, Burst: 2}, Weight: 1}}
-	for range 2 {
-		c, wait, err := e.TryAcquireWait("s", g)
-		if c == nil || wait != 0 || err != nil {
-			t.Fatalf("GCRA with room: %v %v %v", c, wait, err)
-		}
-		c.Release()
-	}
-	// In process, window.Limiter.TryN says the same: 500 ms.
-	lim := window.NewLimiter(window.NewGCRA(window.Limit{N: 2, Per: time.Second}, 2))
-	now := time.Now()
-	lim.TryN(now, 1)
-	lim.TryN(now, 1)
-	want, _ := lim.TryN(now, 1)
-	c, wait, err := e.TryAcquireWait("s", g)
-	if c != nil || err != nil || wait <= 0 || wait > want || wait < want-50*time.Millisecond {
-		t.Fatalf("GCRA full: %v, wait %v, %v; want about %v", c, wait, err, want)
-	}
-	clk.add(want)
-	if c, wait, err = e.TryAcquireWait("s", g); c == nil || err != nil {
-		// this process remembers the instant on its own clock: it may
-		// still be ahead of it (no round trip); then the wait is left.
-		if c != nil || err != nil || wait <= 0 || wait > want {
-			t.Fatalf("after the wait: %v %v %v", c, wait, err)
-		}
-	}
-
-	comp := []rstore.Charge{{Rule: "c", Key: "k", Spec: &rstore.Spec{Kind: rstore.Completion, Limit: window.Limit{N: 1, Per: time.Second}}, Weight: 1}}
-	held, _, err := e.TryAcquireWait("s", comp)
-	if held == nil || err != nil {
-		t.Fatal(err)
-	}
-	if c, wait, err := e.TryAcquireWait("s", comp); c != nil || wait != 0 || !errors.Is(err, ratesem.ErrInFlight) {
-		t.Fatalf("completion window full of calls in flight: %v %v %v; want ErrInFlight", c, wait, err)
-	}
-	held.Release()
 }
 
 // Decide makes one decision per call and never waits: it admits, or names
@@ -271,8 +226,8 @@ func TestLearnedThroughEngineReal(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("then not called")
 	}
-	if _, wait, err := e1.TryAcquireWait("s", []rstore.Charge{{Rule: "r", Key: "k", Spec: learned, Weight: 2}}); err != nil || wait < 50*time.Second {
-		t.Fatalf("over the shared budget: wait %v %v; want the window's end", wait, err)
+	if o, err := e1.Decide(context.Background(), "s", []rstore.Charge{{Rule: "r", Key: "k", Spec: learned, Weight: 2}}); err != nil || o.Call != nil || o.Wait(time.Now()) < 50*time.Second {
+		t.Fatalf("over the shared budget: %+v %v; want a wait to the window's end", o, err)
 	}
 	for _, o := range []Outcome{o1, o3, o4} {
 		o.Call.Release()
@@ -324,8 +279,8 @@ func TestDecideAllOneRoundTripReal(t *testing.T) {
 			rs[i].Call.Release()
 		}
 	}
-	if !rs[2].Release || !rs[3].known {
-		t.Errorf("refusals: %+v (want Release), %+v (want known here)", rs[2].Outcome, rs[3].Outcome)
+	if !rs[2].Release || rs[3].At.IsZero() {
+		t.Errorf("refusals: %+v (want Release), %+v (want an instant)", rs[2].Outcome, rs[3].Outcome)
 	}
 }
 

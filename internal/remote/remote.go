@@ -1,65 +1,41 @@
-// Package remote is the waiting engine over Redis bookkeeping
-// (internal/rstore): callers of a semaphore.RateSemaphore built with
-// redisrate.NewSemaphore and of a clientpool.Pool built with
-// redisrate.Shared wait, queue, pause and count here, while the counts
-// live in Redis and are shared by every process.
-//
-// # Queues
-//
-// Within one process waiters queue per limiter (scope, rule, key), by
-// priority class (ratesem.WithPriority, within its starvation bound) and
-// FIFO within a class:
-// once a limiter has refused a waiter (or is paused, or was told a wait),
-// later calls on it queue behind it, and only the head of a limiter's queue
-// talks to Redis, so 2000 blocked goroutines cost one round trip at a time.
-// A call whose limiters all have empty queues goes to Redis at once (calls
-// admitted at once do not wait for one another). A waiter joins the queues
-// of all its limiters at once, under one lock, so the queues agree on one
-// order (sched.Rank, fixed when it joins): the first waiter in that order
-// is at the front of every queue it is in, and it alone talks to Redis for
-// them. No deadlock: some waiter is
-// always at the front of all of its queues.
-//
-// # Sleeping
-//
-// A refused head sleeps until the instant the script returned, plus jitter
-// (Config.Jitter), and never less than MinRetry (a draw in [MinRetry,
-// 2·MinRetry)), so nothing polls in a loop even if Redis says 0. A head that
-// gives up hands its wait on: the limiter remembers that no call of that
-// weight or more can be admitted before that instant, and the next head
-// sleeps until then without asking again. When only a release elsewhere can
-// make room (rspec.Decision.Release: the wait Redis gives runs to the end
-// of the leases of the calls in flight, a minute by default), the head
-// sleeps at most a quarter of the refusing rule's Per, or until a release of
-// this process on that limiter reached Redis: under the completion window a
-// release never makes room at once (its units count until its end + Per),
-// so a head re-asking Per/4 after a release elsewhere learns the exact wait
-// with three quarters of Per to spare; the cost is at most four round trips
-// per Per per process while calls in flight fill the limit. The other
-// choice, a pub/sub message published by every release, would cost every
-// process a round trip per release elsewhere, a connection and a goroutine
-// per engine, and messages are lost across reconnections, so a cap would be
-// needed anyway.
+// Package remote is the bookkeeping over Redis (internal/rstore) of the
+// one waiting engine, internal/engine: a clientpool.Pool built with
+// redisrate.Shared and a semaphore.RateSemaphore built with
+// redisrate.NewSemaphore queue, wait and order their callers there, and
+// come here for each decision, while the counts live in Redis and are
+// shared by every process.
 //
 // # One decision
 //
-// Decide is the step every wait is made of: one admission decision for a
-// call's charges (what this process knows, the fallback while Redis is
-// taken as unreachable, or one round trip), which never waits for room and
-// answers with the admitted Call, the instant the call could be admitted,
-// or "only a release can help" (Outcome). Acquire is a loop over it (wait
-// for the turn, decide, queue, sleep) and TryAcquire and TryAcquireWait
-// are one decision each; a caller with queues of its own (the one waiting
-// engine) calls Decide from them and learns from Config.OnRoom when a
-// release of this process reached Redis. DecideAll is the shape of the
-// batched decision (several queued calls, and pending releases, in one
-// round trip): today one round trip per call.
+// Decide is the one step: one admission decision for a call's charges
+// (what this process knows, the fallback while Redis is taken as
+// unreachable, or one round trip), which never waits for room and answers
+// with the admitted Call, the instant the call could be admitted, or "only
+// a release can help" (Outcome). The engine asks it for the head of its
+// queues, outside its lock, and learns from Config.OnRoom when a release
+// of this process reached Redis. DecideAll is the shape of the batched
+// decision (several queued calls, and pending releases, in one round
+// trip).
 //
-// # Deadlines
+// # Asking again
 //
-// When the wait Redis gives ends after ctx's deadline (and no release can
-// bring it sooner), Acquire fails at once with an error matching
-// Config.ErrDeadline and context.DeadlineExceeded.
+// A refusal names the instant to ask again, never sooner than MinRetry
+// after the decision, so nothing polls in a loop even if Redis says 0. This
+// process remembers it: until then no call of that weight or more on the
+// limiter is sent to Redis (Decide answers at once). When only a release
+// elsewhere can make room (rspec.Decision.Release: the wait Redis gives
+// runs to the end of the leases of the calls in flight, a minute by
+// default), the caller asks again within ReleaseRetry (a quarter of the
+// refusing rule's Per), or when a release of this process on that limiter
+// reached Redis (Config.OnRoom): under the completion window a release
+// never makes room at once (its units count until its end + Per), so a
+// head re-asking Per/4 after a release elsewhere learns the exact wait
+// with three quarters of Per to spare; the cost is at most four round
+// trips per Per per process while calls in flight fill the limit. The
+// other choice, a pub/sub message published by every release, would cost
+// every process a round trip per release elsewhere, a connection and a
+// goroutine per engine, and messages are lost across reconnections, so a
+// cap would be needed anyway.
 //
 // # Round trips
 //
@@ -85,7 +61,7 @@
 // A round trip that fails (a Redis error, or no answer within Timeout)
 // marks Redis unreachable. Admissions then go to Config.Fallback, or fail
 // with an error matching ErrUnavailable at once, until a probe gets an
-// answer: the head's next admission attempt 100 ms after the failure, then
+// answer: the next admission attempt 100 ms after the failure, then
 // after twice as long each time it fails again, up to one second; a probe
 // is bounded by 250 ms (or Timeout if shorter).
 //
@@ -106,7 +82,6 @@
 package remote
 
 import (
-	"container/list"
 	"context"
 	"errors"
 	"fmt"
@@ -120,22 +95,15 @@ import (
 	"github.com/ratesem/ratesem"
 	"github.com/ratesem/ratesem/internal/backoff"
 	"github.com/ratesem/ratesem/internal/rspec"
-	"github.com/ratesem/ratesem/internal/sched"
-	"github.com/ratesem/ratesem/internal/wake"
 )
 
-// ErrUnavailable is matched by the error Acquire returns when Redis cannot
+// ErrUnavailable is matched by the error Decide returns when Redis cannot
 // be reached (no answer within Config.Timeout, or a Redis error) and there is
 // no fallback; it wraps the Redis error.
 var ErrUnavailable = ratesem.ErrUnavailable
 
-// ErrClosed is returned by Acquire after Close.
+// ErrClosed is returned by Decide after Close.
 var ErrClosed = ratesem.ErrClosed
-
-// ErrDeadline is the default of Config.ErrDeadline: matched, with
-// context.DeadlineExceeded, by the error Acquire returns as soon as the
-// admission is known to come after ctx's deadline.
-var ErrDeadline = ratesem.ErrDeadline
 
 const (
 	probeMin     = 100 * time.Millisecond // first probe after a failure
@@ -165,11 +133,6 @@ const (
 
 	// releaseWorkers is the number of goroutines sending releases.
 	releaseWorkers = 4
-
-	// maxFreeAsks bounds the callers of one limiter that go to Redis
-	// without queueing (its queue empty): a herd of callers arriving at
-	// once costs that many round trips, the others queue behind.
-	maxFreeAsks = 8
 )
 
 // DefaultTimeout, DefaultJitter and DefaultReleaseQueue are the defaults
@@ -184,17 +147,14 @@ const (
 // trips already wait for Redis.
 var errBusy = errors.New("too many round trips to Redis without an answer")
 
-// errTry is the internal refusal of TryAcquire.
+// errTry is the internal refusal of the fallback (no room at once).
 var errTry = errors.New("ratesem: not admitted at once")
 
-// Internal outcomes of the fallback's paths: Redis answered while a waiter
-// waited on the fallback (errBackUp); a waiter slept until the fallback's
-// window drains (errGateWait); a carry under way did not end in time
-// (errCarryBusy, taken as Redis not answering); Redis ran a carry after its
-// deadline, changing nothing (errCarryLate, taken as Redis not answering).
+// Internal outcomes of the fallback's paths: a carry under way did not
+// end in time (errCarryBusy, taken as Redis not answering); Redis ran a
+// carry after its deadline, changing nothing (errCarryLate, taken as Redis
+// not answering).
 var (
-	errBackUp    = errors.New("ratesem: redis answers again")
-	errGateWait  = errors.New("ratesem: waiting for the fallback's window to drain")
 	errCarryBusy = errors.New("carrying the fallback's calls into Redis took too long")
 	errCarryLate = errors.New("the carry of the fallback's calls reached Redis after its deadline")
 )
@@ -215,25 +175,16 @@ type Config struct {
 	// Observer, when set, is called with every event, outside any lock, on
 	// the goroutine where it happened (a release's on a worker). It must
 	// not block for long, and must not modify Event.Charges. A panic on
-	// Admitted goes on to the caller of Acquire after the call is released
-	// (the caller holds nothing); on a worker it would end the program.
+	// a worker would end the program.
 	Observer func(Event)
 
-	// ErrDeadline is the sentinel matched (with context.DeadlineExceeded)
-	// by the error of an admission known to come after ctx's deadline;
-	// default ErrDeadline. Each user passes its own package's sentinel.
-	ErrDeadline error
 	// Fallback, when set, admits calls in this process alone while Redis
-	// is unreachable; nil: Acquire fails with ErrUnavailable then.
+	// is unreachable; nil: Decide fails with ErrUnavailable then.
 	Fallback Fallback
 	// ReleaseQueue is how many releases may wait to be sent to Redis;
 	// default DefaultReleaseQueue. A release beyond it is dropped (the
 	// lease covers it) and counted in Stats.ReleasesDropped.
 	ReleaseQueue int
-	// MaxQueue caps the waiters of this process queued on one limiter: a
-	// call that must queue on a limiter holding MaxQueue of them fails at
-	// once with an error matching ratesem.ErrQueueFull. 0: no cap.
-	MaxQueue int
 
 	// OnRoom, when set, is called when something this process did may
 	// have made room in Redis on the limiters of cs: a release or
@@ -241,8 +192,7 @@ type Config struct {
 	// when Redis no longer knew the call), a usage report gave units
 	// back (ReconcileAt; cs: that charge), SetLimit stored a new limit
 	// (cs: that charge). It is how a caller queueing its own waiters
-	// over Decide learns when to ask again (Acquire's heads are woken
-	// then). It is called outside any lock, on a goroutine of the engine
+	// over Decide learns when to ask again. It is called outside any lock, on a goroutine of the engine
 	// (a release worker, a round trip's), and must not block.
 	OnRoom func(scope string, cs []rspec.Charge)
 
@@ -254,12 +204,10 @@ type Config struct {
 // Fallback admits calls in this process alone while Redis is unreachable
 // (Config.Fallback). Its methods are called concurrently.
 type Fallback interface {
-	// Acquire blocks until the charges are admitted locally or ctx is
-	// done; it returns a function that releases them, called once (also
-	// for a call ended by Call.ReleaseSettled: the fallback counts the
+	// TryAcquire admits the charges locally if they fit at once; it
+	// returns a function that releases them, called once (also for a
+	// call ended by Call.ReleaseSettled: the fallback counts the
 	// estimate, on the safe side only when the call cost no more).
-	Acquire(ctx context.Context, scope string, cs []rspec.Charge) (release func(), err error)
-	// TryAcquire admits the charges locally if they fit at once.
 	TryAcquire(scope string, cs []rspec.Charge) (release func(), ok bool)
 	// Pause holds local admissions of c's limiter until until.
 	Pause(scope string, c rspec.Charge, until time.Time)
@@ -270,8 +218,7 @@ type EventKind int
 
 // Events.
 const (
-	Admitted        EventKind = iota + 1 // a call was admitted (Wait: its time in Acquire)
-	Refused                              // Redis refused a head (Wait: the wait it gave)
+	Refused         EventKind = iota + 2 // Redis refused a call (Wait: the wait it gave)
 	Cancelled                            // an admission was taken back: its caller left
 	Paused                               // Pause (Wait: the pause)
 	Released                             // a release reached Redis (Err: set if it was lost there)
@@ -283,17 +230,14 @@ type Event struct {
 	Kind    EventKind
 	Scope   string
 	Charges []rspec.Charge
-	Wait    time.Duration // Admitted: time spent in Acquire; Refused: Redis's wait; Paused: the pause
+	Wait    time.Duration // Refused: Redis's wait; Paused: the pause
 	Err     error
 }
 
 // Stats are the engine's counters for this process.
 type Stats struct {
 	InFlight        int64  // calls admitted, not yet released
-	Waiting         int    // callers blocked in Acquire
 	Admitted        uint64 // calls admitted (by Redis or the fallback)
-	TotalWait       time.Duration
-	MaxWait         time.Duration
 	PausedUntil     time.Time
 	RedisAdmits     uint64 // admission round trips
 	RedisErrors     uint64 // failed round trips of any kind
@@ -314,12 +258,10 @@ type Stats struct {
 // limKey names a limiter.
 type limKey struct{ scope, rule, key string }
 
-// limiter is this process's view of one limiter: its queue of waiters and
-// what it learned from Redis.
+// limiter is this process's view of one limiter: what it learned from
+// Redis.
 type limiter struct {
-	q      list.List // of *waiter, FIFO; the front may talk to Redis
-	users  int       // waiters that refer to it (queued or not)
-	asking int       // callers asking Redis without queueing (≤ maxFreeAsks)
+	users int // decisions under way that refer to it
 
 	paused time.Time // no admission before (a local or Redis pause); zero: none
 
@@ -330,21 +272,13 @@ type limiter struct {
 	notBeforeN int64
 }
 
-// waiter is one Acquire or TryAcquire in progress.
+// waiter is one decision in progress (Decide, DecideAll).
 type waiter struct {
-	scope  string
-	cs     []rspec.Charge
-	keys   []limKey
-	lims   []*limiter
-	elems  []*list.Element // in lims[i].q; nil until queued
-	queued bool
-	asking bool          // counted in its limiters' asking
-	ahead  int           // queues where another waiter is in front
-	rank   sched.Rank    // its place in every queue (joinLocked)
-	turn   chan struct{} // closed when ahead drops to 0 after queueing; replaced (under e.mu) when displaced
-	wake   chan struct{} // capacity 1: a release of this process on one of its limiters reached Redis
-	room   chan struct{} // capacity 1: a usage report of this process gave units back on one of its limiters
-	local  func()        // the fallback's units held by the gate (Engine.gatedLocked), or nil
+	scope string
+	cs    []rspec.Charge
+	keys  []limKey
+	lims  []*limiter
+	local func() // the fallback's units held by the gate (Engine.gatedLocked), or nil
 }
 
 // Engine waits for admissions decided in Redis. It is safe for concurrent
@@ -370,20 +304,15 @@ type Engine struct {
 	pausedUntil time.Time
 	stats       Stats // counters; the gauges are filled in by Stats
 	inflight    int64
-	waiting     int
-	ranker      sched.Ranker // the ranks of queued waiters
 
 	// The fallback's calls (Config.Fallback) and their hand-over to Redis.
-	recs     []*carryRec     // the fallback's calls not yet carried into Redis: in flight, or ended within their keep
-	carrying chan struct{}   // non-nil while a carry runs; closed when it ends
-	fbLive   int             // the fallback's calls in flight
-	fbDrain  time.Time       // the latest end + keep of the fallback's calls
-	upCtx    context.Context // done when Redis answers again after being taken as unreachable; nil before the first failure
-	upCancel context.CancelFunc
-	probing  bool    // the prober runs
-	fbProbe  *waiter // a waiter blocked on the fallback: the prober's charges when no call is to be carried
+	recs     []*carryRec   // the fallback's calls not yet carried into Redis: in flight, or ended within their keep
+	carrying chan struct{} // non-nil while a carry runs; closed when it ends
+	fbLive   int           // the fallback's calls in flight
+	fbDrain  time.Time     // the latest end + keep of the fallback's calls
+	probing  bool          // the prober runs
 
-	// Goroutines of round trips still running (pending) and Acquire calls
+	// Goroutines of round trips still running (pending) and decisions
 	// in progress (active); Close waits until both are 0 (drained is
 	// closed then), for a bounded time.
 	pending, active int
@@ -413,9 +342,6 @@ func New(cfg Config) (*Engine, error) {
 		cfg.Jitter = DefaultJitter
 	}
 	cfg.MaxPause = backoff.Cap(cfg.MaxPause)
-	if cfg.ErrDeadline == nil {
-		cfg.ErrDeadline = ErrDeadline
-	}
 	if cfg.ReleaseQueue == 0 {
 		cfg.ReleaseQueue = DefaultReleaseQueue
 	}
@@ -449,6 +375,9 @@ type Call struct {
 	// and AdoptedSpecs (Outcome's), kept for Acquire's caller.
 	adopted      []int
 	adoptedSpecs []rspec.Spec
+	// sent, when set (OnSent), is called once the release has been sent
+	// to Redis, failed, or was dropped; at once for a call not in Redis.
+	sent func()
 }
 
 // Adopted returns the indices of the charges Redis decided under a limit
@@ -457,6 +386,13 @@ type Call struct {
 // (rspec.Decision.Adopted and AdoptedSpecs; Outcome's). Both are nil for a
 // call the fallback admitted. The caller must not change them.
 func (c *Call) Adopted() ([]int, []rspec.Spec) { return c.adopted, c.adoptedSpecs }
+
+// OnSent sets f to be called, once and outside any lock of the engine,
+// when the release (or settlement) of c has been sent to Redis, failed
+// or was dropped, or at the release of a call Redis does not hold (the
+// fallback's, one of no charges). It must be called before the release;
+// f must not block.
+func (c *Call) OnSent(f func()) { c.sent = f }
 
 // Mark returns the admission's mark for charge i (rspec.Decision.Marks),
 // "" when it has none.
@@ -477,69 +413,6 @@ func (c *Call) Admitted() (at, seen time.Time) { return c.at, c.seen }
 // unreachable).
 func (c *Call) Local() bool { return c.fb }
 
-// Acquire blocks until every charge is admitted at once in Redis (in FIFO
-// order per limiter within this process), ctx is done, or the admission
-// would come after ctx's deadline (an error matching Config.ErrDeadline and
-// context.DeadlineExceeded). A cancelled wait leaves no trace in Redis: an
-// admission that arrives after its caller left is cancelled there.
-//
-// Charges of no weight are sent like the others; a call of no charges is
-// admitted at once without a round trip. It returns, besides the errors
-// above: ctx.Err(); an error matching ratesem.ErrNegativeWeight or
-// ratesem.ErrWeightTooLarge (a weight above the Spec's Capacity) at once;
-// the error of Redis for a caller's mistake (rspec.ErrLimitMismatch); an
-// error matching ErrUnavailable when Redis cannot be reached and there is
-// no Fallback (or it refused); ErrClosed after Close. The charges (and
-// their Specs) must not change until the Call is released.
-//
-// A queue-wait budget on ctx (ratesem.WithQueueWait) bounds the wait: when
-// it runs out first, or the admission is known to come after it, Acquire
-// fails with an error matching ratesem.ErrQueueTimeout (and not
-// context.DeadlineExceeded). Waiters that must queue are ordered by the
-// priority of ctx (ratesem.WithPriority), within its starvation bound, and
-// otherwise FIFO; a waiter displaced from the front of a queue may still
-// be admitted by the one round trip it had under way.
-func (e *Engine) Acquire(ctx context.Context, scope string, cs []rspec.Charge) (*Call, error) {
-	budget := sched.QueueWaitOf(ctx)
-	if budget <= 0 || len(cs) == 0 {
-		return e.acquire(ctx, scope, cs)
-	}
-	qdead := time.Now().Add(budget)
-	qctx, cancel := context.WithDeadline(ctx, qdead)
-	defer cancel()
-	c, err := e.acquire(qctx, scope, cs)
-	if err == nil || ctx.Err() != nil {
-		return c, err
-	}
-	dl, hasDl := ctx.Deadline()
-	binding := !hasDl || qdead.Before(dl) // the budget, not ctx's deadline, ended the wait
-	var de *wake.DeadlineError
-	switch {
-	case errors.As(err, &de) && binding:
-		return nil, fmt.Errorf("%w: admission in %v, budget %v", ratesem.ErrQueueTimeout, de.Wait, budget)
-	case errors.Is(err, context.DeadlineExceeded) && binding && qctx.Err() != nil:
-		return nil, fmt.Errorf("%w: still queued after %v", ratesem.ErrQueueTimeout, budget)
-	}
-	return c, err
-}
-
-// TryAcquire admits the charges if Redis admits them at once (one round
-// trip, bounded by Config.Timeout) and no older waiter of this process
-// queues on one of their limiters (nor is one of them paused or known
-// full): then it fails at once without a round trip. ok is false when the
-// call was not admitted; err is set for a failure that is not a refusal
-// (the errors of Decide). It is TryAcquireWait without the wait.
-func (e *Engine) TryAcquire(scope string, cs []rspec.Charge) (*Call, bool, error) {
-	c, _, err := e.TryAcquireWait(scope, cs)
-	switch {
-	case c != nil:
-		return c, true, nil
-	case err == nil || errors.Is(err, ratesem.ErrInFlight):
-		return nil, false, nil
-	}
-	return nil, false, err
-}
-
 // capacity is rspec.Spec.Capacity (the engine's tests replace it).
 var capacity = rspec.Spec.Capacity
 
@@ -558,157 +431,13 @@ func checkCharges(cs []rspec.Charge) error {
 	return nil
 }
 
-func (e *Engine) acquire(ctx context.Context, scope string, cs []rspec.Charge) (*Call, error) {
-	if err := checkCharges(cs); err != nil {
-		return nil, err
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	since := time.Now()
-	if len(cs) == 0 {
-		return e.admitEmpty(scope)
-	}
-	w := e.newWaiter(scope, slices.Clone(cs))
-	e.mu.Lock()
-	if e.closed {
-		e.mu.Unlock()
-		return nil, ErrClosed
-	}
-	e.registerLocked(w)
-	free := true
-	for i, l := range w.lims {
-		if l.q.Len() > 0 || l.asking >= maxFreeAsks || l.blocks(since, w.cs[i].Weight) {
-			free = false
-		}
-	}
-	if !free {
-		if err := e.fullLocked(w); err != nil {
-			e.dropLocked(w)
-			e.mu.Unlock()
-			return nil, err
-		}
-	}
-	e.active++
-	e.waiting++
-	if free {
-		w.asking = true
-		for _, l := range w.lims {
-			l.asking++
-		}
-	} else {
-		e.joinLocked(w, sched.PriorityOf(ctx))
-	}
-	e.mu.Unlock()
-	defer e.leave(w, false)
-	c, err := e.admit(ctx, w, since)
-	if err == nil && e.cfg.Observer != nil {
-		// An observer that panics leaves no call behind: the caller never
-		// gets c, so c is released before the panic goes on (unrecovered).
-		returned := false
-		defer func() {
-			if !returned {
-				c.Release()
-			}
-		}()
-		e.cfg.Observer(Event{Kind: Admitted, Scope: scope, Charges: cs, Wait: time.Since(since)})
-		returned = true
-	}
-	return c, err
-}
-
-// blocks reports whether a charge of n units on l cannot be admitted at
-// now, by what this process knows. e.mu must be held.
-func (l *limiter) blocks(now time.Time, n int64) bool {
-	return now.Before(l.paused) || (n >= l.notBeforeN && now.Before(l.notBefore))
-}
-
-// fullLocked returns the ratesem.ErrQueueFull error when one of w's
-// limiters already queues Config.MaxQueue waiters, or nil. e.mu must be
-// held.
-func (e *Engine) fullLocked(w *waiter) error {
-	if e.cfg.MaxQueue <= 0 {
-		return nil
-	}
-	for i, l := range w.lims {
-		if l.q.Len() >= e.cfg.MaxQueue {
-			return fmt.Errorf("%w: %d calls of this process wait on rule %q key %q", ratesem.ErrQueueFull, l.q.Len(), w.cs[i].Rule, w.cs[i].Key)
-		}
-	}
-	return nil
-}
-
-// joinLocked puts w in the queues of all its limiters at once, in the
-// order of the engine's ranks (sched.Rank: priority class p, then
-// arrival), the same order on every queue. A waiter that w displaces from
-// the front of a queue waits for its turn again (one round trip it had
-// started may still admit it: a single overtake); since the waiter of
-// the least rank is at the front of all its queues, some waiter can
-// always go on: no deadlock. e.mu must be held.
-func (e *Engine) joinLocked(w *waiter, p ratesem.Priority) {
-	e.stopAskingLocked(w)
-	w.queued = true
-	w.rank = e.ranker.Next(p)
-	w.turn = make(chan struct{})
-	w.wake = make(chan struct{}, 1)
-	w.room = make(chan struct{}, 1)
-	w.elems = make([]*list.Element, len(w.lims))
-	for i, l := range w.lims {
-		at := l.q.Back()
-		for at != nil && w.rank.Before(at.Value.(*waiter).rank) {
-			at = at.Prev()
-		}
-		if at != nil {
-			w.elems[i] = l.q.InsertAfter(w, at)
-			w.ahead++
-			continue
-		}
-		if old := l.q.Front(); old != nil {
-			ow := old.Value.(*waiter)
-			if ow.ahead++; ow.ahead == 1 {
-				ow.turn = make(chan struct{}) // its turn again when w leaves
-			}
-		}
-		w.elems[i] = l.q.PushFront(w)
-	}
-	if w.ahead == 0 {
-		close(w.turn)
-	}
-}
-
-// stopAskingLocked ends w's free pass, if it had one. e.mu must be held.
-func (e *Engine) stopAskingLocked(w *waiter) {
-	if w.asking {
-		w.asking = false
-		for _, l := range w.lims {
-			l.asking--
-		}
-	}
-}
-
 // leave takes w out of its queues (the waiters it was in front of move
 // up) and forgets limiters nobody needs any more.
 func (e *Engine) leave(w *waiter, try bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if w.queued {
-		for i, l := range w.lims {
-			front := l.q.Front() == w.elems[i]
-			l.q.Remove(w.elems[i])
-			if next := l.q.Front(); front && next != nil {
-				nw := next.Value.(*waiter)
-				if nw.ahead--; nw.ahead == 0 {
-					close(nw.turn)
-				}
-			}
-		}
-	}
-	e.stopAskingLocked(w)
 	e.dropLocked(w)
 	e.active--
-	if !try {
-		e.waiting--
-	}
 	e.checkDrainedLocked()
 }
 
@@ -724,27 +453,12 @@ func (e *Engine) dropLocked(w *waiter) {
 	}
 }
 
-// checkDrainedLocked closes drained once no round trip and no Acquire is
+// checkDrainedLocked closes drained once no round trip and no decision is
 // in progress. e.mu must be held.
 func (e *Engine) checkDrainedLocked() {
 	if e.pending == 0 && e.active == 0 && e.drained != nil {
 		close(e.drained)
 		e.drained = nil
-	}
-}
-
-// waitTurn blocks until w is at the front of all its queues.
-func (e *Engine) waitTurn(ctx context.Context, w *waiter) error {
-	e.mu.Lock()
-	turn := w.turn // a waiter displaced from a front gets a new one
-	e.mu.Unlock()
-	select {
-	case <-turn:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-e.closeCtx.Done():
-		return ErrClosed
 	}
 }
 
@@ -759,71 +473,6 @@ func (e *Engine) admitEmpty(scope string) (*Call, error) {
 	e.inflight++
 	e.stats.Admitted++
 	return &Call{e: e, scope: scope}, nil
-}
-
-// admit is the loop of a caller: wait for its turn, take one decision
-// (decide: Redis, or the fallback, waiting on the fallback when it is
-// full), and sleep for the wait it prescribes, queued, until admitted or
-// failed.
-func (e *Engine) admit(ctx context.Context, w *waiter, since time.Time) (*Call, error) {
-	defer w.dropLocal()
-	for {
-		if w.queued {
-			if err := e.waitTurn(ctx, w); err != nil {
-				return nil, err
-			}
-			select {
-			case <-w.wake: // a release before this attempt: it will see its effect
-			default:
-			}
-		}
-		o, err := e.decide(ctx, w, since, true)
-		switch {
-		case err == errBackUp || err == errGateWait:
-			continue // Redis answered meanwhile, or the gate slept: ask again
-		case err != nil:
-			return nil, err
-		case o.Call != nil:
-			return o.Call, nil
-		}
-		if o.late {
-			// Redis ran it after by, though this caller still waits: this
-			// process's reading of Redis's clock was off (the store took a
-			// new one from this reply). Ask again, not at once.
-			if err := e.sleep(ctx, w, MinRetry+rand.N(MinRetry), false); err != nil {
-				return nil, err
-			}
-			continue
-		}
-		e.mu.Lock()
-		if !w.queued {
-			// known full, or refused: queue rather than overtake
-			if qfull := e.fullLocked(w); qfull != nil {
-				e.mu.Unlock()
-				return nil, qfull
-			}
-			e.joinLocked(w, sched.PriorityOf(ctx))
-		}
-		behind := w.ahead > 0
-		e.mu.Unlock()
-		now := time.Now()
-		if !o.Release {
-			if dl, ok := ctx.Deadline(); ok && o.full.After(dl) {
-				return nil, &wake.DeadlineError{Sentinel: e.cfg.ErrDeadline, Wait: o.full.Sub(now)}
-			}
-		}
-		if behind {
-			continue // others queued first: wait for the turn
-		}
-		d := o.At.Sub(now) // a wait this process knew: exact
-		if !o.known {
-			// Never ask again at once, whatever Redis said.
-			d = max(o.nap, MinRetry+rand.N(MinRetry)) + e.jitter(o.nap)
-		}
-		if err := e.sleep(ctx, w, d, o.Release); err != nil {
-			return nil, err
-		}
-	}
 }
 
 // releaseCap is the longest a head refused because calls in flight fill
@@ -948,83 +597,51 @@ func (e *Engine) bounded(ctx context.Context, d time.Duration, op func(context.C
 	}
 }
 
-// fallback admits the call locally when there is a fallback, or fails it
-// with ErrUnavailable wrapping cause. A waiter blocked on the fallback
-// returns errBackUp as soon as Redis answers again (the caller asks Redis
-// then). Units the gate already holds for w are the admission.
-func (e *Engine) fallback(ctx context.Context, w *waiter, since time.Time, try bool, cause error) (*Call, error) {
+// FallbackChecker is a Fallback that can refuse a call for good (one it
+// could never admit, heavier than its share): Decide returns Check's error
+// rather than a refusal of the fallback to ask again.
+type FallbackChecker interface {
+	Check(scope string, cs []rspec.Charge) error
+}
+
+// fallback admits the call locally when the fallback has room at once
+// (errTry otherwise), or fails it with ErrUnavailable wrapping cause when
+// there is no fallback. Units the gate already holds for w are the
+// admission.
+func (e *Engine) fallback(w *waiter, cause error) (*Call, error) {
 	if e.cfg.Fallback == nil {
-		if try {
-			return nil, errTry
-		}
 		return nil, e.unavailable(cause)
 	}
 	rel := w.local
 	w.local = nil
 	if rel == nil {
-		r, err := e.fbAcquire(ctx, w, try, true)
+		r, err := e.fbTry(w)
 		if err != nil {
 			return nil, err
 		}
 		rel = r
 	}
 	c := &Call{e: e, scope: w.scope, cs: w.cs, local: rel, fb: true}
-	if err := e.hold(c, since); err != nil {
+	if err := e.hold(c); err != nil {
 		rel()
 		return nil, err
 	}
 	return c, nil
 }
 
-// fbAcquire admits w's charges in the fallback: at once (try) or waiting
-// until they fit, ctx is done (its error), Close is called (ErrClosed) or,
-// if untilUp, Redis answers again (errBackUp). It returns the release.
-func (e *Engine) fbAcquire(ctx context.Context, w *waiter, try, untilUp bool) (func(), error) {
+// fbTry admits w's charges in the fallback at once, or fails: errTry when
+// it has no room now, the error of a FallbackChecker for a call it could
+// never admit. It returns the release.
+func (e *Engine) fbTry(w *waiter) (func(), error) {
 	fb := e.cfg.Fallback
-	if try {
-		r, ok := fb.TryAcquire(w.scope, w.cs)
-		if !ok {
-			return nil, errTry
+	if c, ok := fb.(FallbackChecker); ok {
+		if err := c.Check(w.scope, w.cs); err != nil {
+			return nil, err
 		}
-		if r == nil {
-			r = func() {}
-		}
-		return r, nil
 	}
-	lctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	defer context.AfterFunc(e.closeCtx, cancel)()
-	var up context.Context
-	if untilUp {
-		e.mu.Lock()
-		if !e.down || e.upCtx == nil {
-			e.mu.Unlock()
-			return nil, errBackUp
-		}
-		up = e.upCtx
-		e.fbProbe = w
-		e.startProberLocked()
-		e.mu.Unlock()
-		defer context.AfterFunc(up, cancel)()
-		defer func() {
-			e.mu.Lock()
-			if e.fbProbe == w {
-				e.fbProbe = nil
-			}
-			e.mu.Unlock()
-		}()
-	}
-	r, err := fb.Acquire(lctx, w.scope, w.cs)
-	if err != nil {
-		if ctx.Err() == nil {
-			if e.closeCtx.Err() != nil {
-				return nil, ErrClosed
-			}
-			if up != nil && up.Err() != nil {
-				return nil, errBackUp
-			}
-		}
-		return nil, err
+	r, ok := fb.TryAcquire(w.scope, w.cs)
+	if !ok {
+		return nil, errTry
 	}
 	if r == nil {
 		r = func() {}
@@ -1038,28 +655,14 @@ func (e *Engine) fbAcquire(ctx context.Context, w *waiter, try, untilUp bool) (f
 // round trip, not all at once, so until the fallback's window has drained
 // a call of this process needs room in both. drain is Engine.fbDrain when
 // the gate was found shut. A call heavier than the fallback's share waits
-// until the window drains (errGateWait: the caller loops).
-func (e *Engine) gate(ctx context.Context, w *waiter, try bool, drain time.Time) error {
-	rel, err := e.fbAcquire(ctx, w, try, false)
-	switch {
-	case err == nil:
-		w.local = rel
-		return nil
-	case try || err == errTry:
+// until the window drains: refused (errTry), it asks again.
+func (e *Engine) gate(w *waiter) error {
+	rel, err := e.fbTry(w)
+	if err != nil {
 		return errTry
-	case err == ErrClosed || ctx.Err() != nil:
-		return err
-	case errors.Is(err, ratesem.ErrUnavailable): // heavier than the share
-		d := time.Until(drain)
-		if d <= 0 {
-			d = releaseCap(w.cs[0].Spec) // the fallback's calls in flight must end first
-		}
-		if err := e.sleep(ctx, w, d, false); err != nil {
-			return err
-		}
-		return errGateWait
 	}
-	return err
+	w.local = rel
+	return nil
 }
 
 // gatedLocked reports whether calls must also be admitted by the fallback:
@@ -1306,8 +909,7 @@ func (e *Engine) prober() {
 		e.mu.Lock()
 		now := time.Now()
 		e.pruneRecsLocked(now)
-		w := e.fbProbe
-		if !e.down || e.closed || (len(e.recs) == 0 && w == nil) {
+		if !e.down || e.closed || len(e.recs) == 0 {
 			e.probing = false
 			e.pending--
 			e.checkDrainedLocked()
@@ -1327,10 +929,7 @@ func (e *Engine) prober() {
 		}
 		sent, err := e.carrySent(e.closeCtx, probeTimeout)
 		if err == nil && !sent {
-			if w == nil || len(w.cs) == 0 {
-				continue // nothing left to carry, nobody waiting: done
-			}
-			err = e.ping(w)
+			continue // nothing left to carry: done
 		}
 		switch {
 		case e.closeCtx.Err() != nil:
@@ -1341,27 +940,6 @@ func (e *Engine) prober() {
 			e.markDown(err, true)
 		}
 	}
-}
-
-// ping asks Redis to admit w's charges with no weight (Store.Carry, which
-// changes nothing then), bounded by probeTimeout: nil when Redis answered.
-func (e *Engine) ping(w *waiter) error {
-	cs := slices.Clone(w.cs)
-	for i := range cs {
-		cs[i].Weight = 0
-	}
-	by := time.Now().Add(probeTimeout)
-	err := e.bounded(e.closeCtx, probeTimeout, func(ctx context.Context) error {
-		d, err := e.st.Carry(rspec.WithAnswerBy(ctx, by), w.scope, cs, true)
-		if err == nil && d.Late {
-			return errCarryLate
-		}
-		return err
-	})
-	if err != nil && callerError(err) {
-		return nil // an answer
-	}
-	return err
 }
 
 // causeOf turns the engine's own round-trip bound into an error that does
@@ -1392,9 +970,8 @@ func (e *Engine) unavailable(cause error) error {
 }
 
 // hold records an admitted call, or returns ErrClosed, recording nothing,
-// once Close was called: no Acquire succeeds after Close.
-func (e *Engine) hold(c *Call, since time.Time) error {
-	wait := time.Since(since)
+// once Close was called: no decision admits after Close.
+func (e *Engine) hold(c *Call) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed {
@@ -1409,35 +986,13 @@ func (e *Engine) hold(c *Call, since time.Time) error {
 		e.recs = append(e.recs, c.rec)
 		e.startProberLocked()
 	}
-	e.stats.TotalWait += wait
-	e.stats.MaxWait = max(e.stats.MaxWait, wait)
 	return nil
 }
 
-// sleep sleeps d, or less when ctx ends (its error), Close is called
-// (ErrClosed), a usage report of this process gave units back on one of
-// w's limiters (nil), or, if onRelease, a release of this process on one
-// of them reaches Redis (nil).
-func (e *Engine) sleep(ctx context.Context, w *waiter, d time.Duration, onRelease bool) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	var woken <-chan struct{}
-	if onRelease {
-		woken = w.wake
-	}
-	select {
-	case <-t.C:
-		return nil
-	case <-woken:
-		return nil
-	case <-w.room:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-e.closeCtx.Done():
-		return ErrClosed
-	}
-}
+// Jitter draws the extra sleep to add to a wait of a refused call before
+// it asks again: at most Config.Jitter and a tenth of the wait. Safe for
+// concurrent use.
+func (e *Engine) Jitter(wait time.Duration) time.Duration { return e.jitter(wait) }
 
 // jitter draws the extra sleep added to a wait: at most Config.Jitter and
 // a tenth of the wait.
@@ -1462,7 +1017,6 @@ func (e *Engine) markDown(err error, probe bool) {
 	case !e.down:
 		e.down, e.backoff = true, probeMin
 		e.nextProbe = now.Add(e.backoff)
-		e.upCtx, e.upCancel = context.WithCancel(context.Background())
 	case probe:
 		// While the fallback has calls to carry, the probes stay close:
 		// until a process carries them, the others may be told of none.
@@ -1482,9 +1036,6 @@ func (e *Engine) markUp() {
 	if e.down {
 		e.down, e.downErr, e.backoff = false, nil, 0
 		e.stats.Recoveries++
-		if e.upCancel != nil {
-			e.upCancel() // the waiters on the fallback ask Redis now
-		}
 	}
 }
 
@@ -1600,26 +1151,29 @@ func (c *Call) release() {
 			c.rec = nil
 		}
 	}
-	if c.token != "" {
-		e.enqueueLocked(c)
-	}
+	queued := c.token != "" && e.enqueueLocked(c)
 	e.mu.Unlock()
 	if c.local != nil {
 		c.local()
 	}
+	if !queued && c.sent != nil {
+		c.sent()
+	}
 }
 
 // enqueueLocked queues c's release (or settlement) for the workers, or
-// counts it dropped (the queue full, or Close called). e.mu must be held.
-func (e *Engine) enqueueLocked(c *Call) {
+// counts it dropped (the queue full, or Close called) and returns false.
+// e.mu must be held.
+func (e *Engine) enqueueLocked(c *Call) bool {
 	if !e.closed {
 		select {
 		case e.rel <- c:
-			return
+			return true
 		default:
 		}
 	}
 	e.stats.ReleasesDropped++
+	return false
 }
 
 // releaser sends the releases of the queue until Close closes it.
@@ -1630,6 +1184,9 @@ func (e *Engine) releaser() {
 			e.mu.Lock()
 			e.stats.ReleasesDropped++
 			e.mu.Unlock()
+			if c.sent != nil {
+				c.sent()
+			}
 			continue
 		}
 		// Nobody waits for it: a release late by up to lateGrace still
@@ -1651,22 +1208,14 @@ func (e *Engine) releaser() {
 		default:
 			e.stats.ReleasesFailed++
 		}
-		// Wake the heads of c's limiters that sleep on calls in flight.
-		for _, ch := range c.cs {
-			l := e.lims[limKey{c.scope, ch.Rule, ch.Key}]
-			if l == nil || l.q.Len() == 0 {
-				continue
-			}
-			select {
-			case l.q.Front().Value.(*waiter).wake <- struct{}{}:
-			default:
-			}
-		}
 		e.mu.Unlock()
 		if err != nil {
 			e.event(Event{Kind: RoundTripFailed, Scope: c.scope, Charges: c.cs, Err: err})
 		}
 		e.event(Event{Kind: Released, Scope: c.scope, Charges: c.cs, Err: err})
+		if c.sent != nil {
+			c.sent()
+		}
 		if e.cfg.OnRoom != nil && (err == nil || errors.Is(err, rspec.ErrNotInFlight)) {
 			e.cfg.OnRoom(c.scope, c.cs)
 		}
@@ -1761,9 +1310,7 @@ func (e *Engine) ReconcileAtThen(scope string, c rspec.Charge, used int64, r rsp
 		e.roundTrip(err)
 		if err == nil && delta < 0 {
 			e.mu.Lock()
-			if l := e.lims[limKey{scope, c.Rule, c.Key}]; l != nil {
-				l.askAgainLocked(func(w *waiter) chan struct{} { return w.room })
-			}
+			e.forgetLocked(scope, c)
 			e.mu.Unlock()
 			if e.cfg.OnRoom != nil {
 				e.cfg.OnRoom(scope, []rspec.Charge{c})
@@ -1810,9 +1357,7 @@ func (e *Engine) BudgetThen(scope string, c rspec.Charge, remaining int64, reset
 		}
 		if err == nil && taken < 0 {
 			e.mu.Lock()
-			if l := e.lims[limKey{scope, c.Rule, c.Key}]; l != nil {
-				l.askAgainLocked(func(w *waiter) chan struct{} { return w.room })
-			}
+			e.forgetLocked(scope, c)
 			e.mu.Unlock()
 			if e.cfg.OnRoom != nil {
 				e.cfg.OnRoom(scope, []rspec.Charge{c})
@@ -1852,9 +1397,7 @@ func (e *Engine) SetLimit(ctx context.Context, scope string, c rspec.Charge) err
 	e.markUp()
 	// What this process learned under the old limit no longer holds.
 	e.mu.Lock()
-	if l := e.lims[limKey{scope, c.Rule, c.Key}]; l != nil {
-		l.askAgainLocked(func(w *waiter) chan struct{} { return w.wake })
-	}
+	e.forgetLocked(scope, c)
 	e.mu.Unlock()
 	if e.cfg.OnRoom != nil {
 		e.cfg.OnRoom(scope, []rspec.Charge{c})
@@ -1862,17 +1405,12 @@ func (e *Engine) SetLimit(ctx context.Context, scope string, c rspec.Charge) err
 	return nil
 }
 
-// askAgainLocked forgets the wait l's last refusal taught this process
-// and signals the head of l's queue, if any, on the channel ch picks, so
-// that it asks Redis again now. e.mu must be held.
-func (l *limiter) askAgainLocked(ch func(*waiter) chan struct{}) {
-	l.notBefore, l.notBeforeN = time.Time{}, 0
-	if l.q.Len() == 0 {
-		return
-	}
-	select {
-	case ch(l.q.Front().Value.(*waiter)) <- struct{}{}:
-	default:
+// forgetLocked forgets the wait the last refusal on c's limiter taught
+// this process: it asks Redis again at its next decision. e.mu must be
+// held.
+func (e *Engine) forgetLocked(scope string, c rspec.Charge) {
+	if l := e.lims[limKey{scope, c.Rule, c.Key}]; l != nil {
+		l.notBefore, l.notBeforeN = time.Time{}, 0
 	}
 }
 
@@ -1889,7 +1427,6 @@ func (e *Engine) Stats() Stats {
 	defer e.mu.Unlock()
 	st := e.stats
 	st.InFlight = e.inflight
-	st.Waiting = e.waiting
 	st.PausedUntil = e.pausedUntil
 	st.Unavailable = e.down
 	return st

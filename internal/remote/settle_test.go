@@ -22,7 +22,7 @@ func TestReleaseSettled(t *testing.T) {
 		e := newEngine(t, f, Config{Observer: func(ev Event) { evs = append(evs, ev.Kind) }})
 		sa, sb := spec(5, time.Second), spec(5, time.Second)
 		cs := []rstore.Charge{charge("a", sa, 3), charge("b", sb, 2)}
-		c, err := e.Acquire(context.Background(), "s", cs)
+		c, err := acquire(e, context.Background(), "s", cs)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -40,7 +40,7 @@ func TestReleaseSettled(t *testing.T) {
 			t.Fatalf("events %v: no Released", evs)
 		}
 		// a counts 1 unit ended, b 4: 4 more fit on a, 1 on b
-		if c2, ok, _ := e.TryAcquire("s", []rstore.Charge{charge("a", sa, 4), charge("b", sb, 1)}); !ok {
+		if c2, ok, _ := tryAcquire(e, "s", []rstore.Charge{charge("a", sa, 4), charge("b", sb, 1)}); !ok {
 			t.Fatal("the settled weights not counted")
 		} else {
 			c2.ReleaseSettled([]int64{4, 1}) // plain
@@ -62,7 +62,7 @@ func TestReleaseSettledPanics(t *testing.T) {
 		f := newFake()
 		e := newEngine(t, f, Config{})
 		cs := []rstore.Charge{charge("a", spec(5, time.Second), 1)}
-		c, err := e.Acquire(context.Background(), "s", cs)
+		c, err := acquire(e, context.Background(), "s", cs)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -91,7 +91,7 @@ func TestReleaseSettledFallback(t *testing.T) {
 		fb := &localFallback{}
 		e := newEngine(t, f, Config{Fallback: fb})
 		cs := []rstore.Charge{charge("a", spec(5, time.Second), 2)}
-		c, err := e.Acquire(context.Background(), "s", cs)
+		c, err := acquire(e, context.Background(), "s", cs)
 		if err != nil || !c.Local() {
 			t.Fatal(err)
 		}
