@@ -454,7 +454,11 @@ func TestRedisRealEviction(t *testing.T) {
 	if rate > 1000 {
 		t.Errorf("%.0f EVALSHA/s: the heads spin", rate)
 	}
-	if len(calls) < 10 {
+	// Liveness, not throughput: every key lost is held full for one Per,
+	// so the count depends on how often the random eviction hits the
+	// limit's keys (seen 9 to 22 in 2.5 s on a loaded 2-core machine, in
+	// process-wide -race runs); a stalled head gives 0 to 2.
+	if len(calls) < 5 {
 		t.Errorf("only %d calls in 2.5 s", len(calls))
 	}
 }
