@@ -4,7 +4,7 @@
 # applies a patch with git apply, runs the suite, reverts the patch, and
 # prints the tests that fail with the mutant and pass without it.
 #
-#   conformance/testdata/mutant-inproc.patch  window/completion.go: the
+#   conformance/testdata/mutant-inproc.patch  internal/win/completion.go: the
 #       completion window admits one unit too many (in-process bookkeeping)
 #   conformance/testdata/mutant-redis.patch   internal/rstore/script.go: the
 #       Lua script's completion check admits one unit too many (Redis)
