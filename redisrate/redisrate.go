@@ -7,9 +7,9 @@
 // the in-process semaphore and pool does not link it.
 //
 // Every decision is made atomically by one Lua script on the Redis
-// server's clock; waiting stays in each process (FIFO per limiter, one
-// head per process talks to Redis, and sleeps until the instant Redis
-// gives). The options of this mode are in this package: WithLease,
+// server's clock; waiting stays in each process, in the same engine and
+// queues as in process (FIFO per limiter by priority class; a refused head
+// talks to Redis and sleeps until the instant Redis gives). The options of this mode are in this package: WithLease,
 // WithTimeout, WithJitter, WithEvictionAllowed and WithDeferredChecks for
 // both fronts, WithFallback and WithPrefix for a semaphore. Each is a
 // semaphore.Option, the same type as clientpool.Option; an option a mode

@@ -34,8 +34,9 @@
 // redisrate.NewSemaphore returns the same RateSemaphore with its state in
 // Redis, shared by every process that opens the same name: replicas behind one
 // API key or one IP share one limit, decided atomically on the server's clock.
-// Waiting stays in each process (FIFO, one head per process talks to Redis,
-// sleeps until the instant Redis gives), Release never waits on Redis, SetLimit
+// Waiting stays in each process, in the engine and queues of the in-process
+// semaphore (a refused head talks to Redis and sleeps until the instant Redis
+// gives), Release never waits on Redis, SetLimit
 // changes the limit for every process, and processes opened with different
 // limits get ratesem.ErrLimitMismatch; redisrate.NewSemaphoreWithPolicy keeps
 // any window of package window in Redis the same way. The options of that

@@ -42,9 +42,14 @@
 //     process's releases on their way: awaitSent);
 //   - pause: pauseLocked; remote.Engine.Pause;
 //   - reconcile a server's count: consumeLocked, reportedLocked;
-//     remote.Engine.ReconcileAt;
-//   - learn: learn, budgetLocked (in process only: Redis mode refuses a
-//     rule of N 0);
+//     remote.Engine.ReconcileAtThen (the units Redis took in, for the
+//     Reconciled event, as in process);
+//   - learn: learn, budgetLocked in process; in Redis mode learn_redis.go:
+//     a key not learned yet is charged under rspec.Unknown (one call at a
+//     time for the fleet), a learned limit is stored for every process
+//     (remote.Engine.SetLimit) and adopted from the answers
+//     (remote.Call.Adopted), a quota's budget is shared
+//     (remote.Engine.BudgetThen);
 //   - set the limit: setLimitLocked; remote.Engine.SetLimit.
 //
 // The queues, priorities, WithMaxQueue, queue-wait budgets, deadline
