@@ -182,7 +182,8 @@ func (o *One) Acquire(ctx context.Context, n int64) error {
 // foreign policy (the cached decision is not tried: it is never taken).
 func (o *One) acquireOther(ctx context.Context, n int64) error {
 	if o.rem != nil {
-		return o.rem.acquire(ctx, n)
+		_, err := o.rem.acquireLocal(ctx, n)
+		return err
 	}
 	if n < 0 {
 		o.observeFailed(n, ratesem.ErrNegativeWeight)
@@ -265,9 +266,6 @@ func (o *One) startLocked(ctx context.Context, n int64, c *Call) (*waiter, error
 
 // TryAcquire is semaphore.RateSemaphore.TryAcquire.
 func (o *One) TryAcquire(n int64) bool {
-	if o.rem != nil {
-		return o.rem.tryAcquire(n)
-	}
 	d, err := o.TryAcquireWait(n)
 	return err == nil && d == 0
 }
@@ -357,7 +355,7 @@ func (o *One) overReleaseLocked(n int64) {
 // foreign policy (the lock released in a defer: the policy may panic).
 func (o *One) releaseOther(n int64) {
 	if o.rem != nil {
-		o.rem.releaseOne(n)
+		o.rem.release(n)
 		return
 	}
 	if n < 0 {
@@ -387,11 +385,7 @@ func OverReleased(n, held, calls int64) string {
 
 // Pause is semaphore.RateSemaphore.Pause: Engine.Pause of the one key.
 func (o *One) Pause(until time.Time) {
-	if o.rem != nil {
-		o.rem.pause(until)
-		return
-	}
-	_ = o.e.Pause(o.rs.Name, "", until) // the key exists: no error
+	_ = o.e.Pause(o.rs.Name, "", until) // the key exists: no error; capped at WithMaxPause's default over Redis
 }
 
 // Now reads the engine's clock.
@@ -418,9 +412,6 @@ func (o *One) SetLimit(n int64, per time.Duration) error {
 
 // Limit is semaphore.RateSemaphore.Limit.
 func (o *One) Limit() window.Limit {
-	if o.rem != nil {
-		return o.rem.spec().Limit
-	}
 	o.e.mu.Lock()
 	defer o.e.mu.Unlock()
 	return o.rs.limit
@@ -469,12 +460,7 @@ func (o *One) Stats() Stats {
 }
 
 // Close is semaphore.RateSemaphore.Close.
-func (o *One) Close() error {
-	if o.rem != nil {
-		return o.e.Close()
-	}
-	return nil
-}
+func (o *One) Close() error { return o.e.Close() }
 
 // SetTestHooks sets, for tests, fns called under the engine's lock: onWake
 // on every timer wake-up, onWaiter when a waiter (id) is made (done false)

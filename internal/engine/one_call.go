@@ -85,9 +85,12 @@ func (c Call) End(actual int64) {
 		e.mu.Unlock()
 		panic("ratesem: Call.End of a call already ended")
 	}
-	if o.rem != nil {
+	if rc != nil { // Redis mode: the call leaves flight in the background, never waiting on Redis
 		e.mu.Unlock()
-		o.rem.endCall(rc, c.n, actual)
+		if actual != c.n {
+			_ = rc.Settle(redisRule, actual) // a refund where the window still counts it, a debit from now on
+		}
+		rc.Release()
 		return
 	}
 	defer e.mu.Unlock()

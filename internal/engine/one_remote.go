@@ -36,17 +36,14 @@ type oneRemote struct {
 	burstN bool
 
 	mu        sync.Mutex
-	held      map[int64][]*heldCall // calls in flight, by units left, oldest first
+	held      []heldCall // calls in flight, oldest first
 	heldUnits int64
-	seq       uint64
 }
 
 // heldCall is a call in flight admitted by this process.
 type heldCall struct {
 	t    *Ticket
-	n    int64 // units admitted
 	left int64 // units not released yet
-	seq  uint64
 }
 
 // NewShared returns the One of a semaphore whose state is kept in Redis
@@ -154,7 +151,7 @@ func newRedis(o backend.Opener, name string, sp *rspec.Spec, cfg Config, newLoca
 		// forever) and the limit would silently not be shared.
 		return nil, fmt.Errorf("ratesem: redisrate.NewSemaphore: a name of %d bytes: want at most %d", len(name), rspec.MaxNameLen)
 	}
-	r := &oneRemote{name: name, held: map[int64][]*heldCall{}, capOpt: cfg.Concurrency}
+	r := &oneRemote{name: name, capOpt: cfg.Concurrency}
 	if cfg.Redis.Fallback {
 		r.localN = max(1, int64(math.Floor(cfg.Redis.Share*float64(sp.Limit.N))))
 		r.local = newLocal(r.localN)
@@ -255,11 +252,6 @@ func (r *oneRemote) tooLarge(n int64) error {
 	return nil
 }
 
-func (r *oneRemote) acquire(ctx context.Context, n int64) error {
-	_, err := r.acquireLocal(ctx, n)
-	return err
-}
-
 // acquireLocal is Acquire; it reports whether the fallback admitted the
 // call. An Acquire of 0 units makes no round trip.
 func (r *oneRemote) acquireLocal(ctx context.Context, n int64) (bool, error) {
@@ -310,126 +302,83 @@ func (r *oneRemote) admit(ctx context.Context, n int64, op string) (*Ticket, err
 	return t, nil
 }
 
-func (r *oneRemote) tryAcquire(n int64) bool {
-	d, err := r.tryAcquireWait(n)
-	return d == 0 && err == nil
-}
-
 func (r *oneRemote) hold(t *Ticket, n int64) {
 	r.mu.Lock()
-	r.seq++
-	r.held[n] = append(r.held[n], &heldCall{t: t, n: n, left: n, seq: r.seq})
+	r.held = append(r.held, heldCall{t: t, left: n})
 	r.heldUnits += n
 	r.mu.Unlock()
 }
 
 // release ends n units of this process's calls from Acquire and TryAcquire
 // (Begin's are not held here: Call.End ends them): the oldest call of
-// exactly n units, or else n units taken from the oldest calls, ending each
-// whose units are all released (a call partly released stays in flight in
-// Redis: it counts longer, never less). It returns false, changing
-// nothing, when n is more than Acquire and TryAcquire hold (the caller
-// panics), with the units they hold.
-func (r *oneRemote) release(n int64) (held int64, ok bool) {
+// exactly n units left, or else n units taken from the oldest calls,
+// ending each whose units are all released (a call partly released stays
+// in flight in Redis: it counts longer, never less). When n is more than
+// Acquire and TryAcquire hold it panics as in process, changing nothing.
+// It never waits on Redis.
+func (r *oneRemote) release(n int64) {
+	r.releaseSettled(n, n)
+}
+
+// releaseSettled is release(n) for a call whose weight is known only after
+// it: the oldest call of exactly n units left (its estimate) is settled in
+// Redis to actual units in the background (a refund where the window still
+// counts it, a debit from now on; actual < 0 counts as 0). Without one, n
+// units are released as release does: the estimate counts (on the safe
+// side when actual ≤ n).
+func (r *oneRemote) releaseSettled(n, actual int64) {
 	if n < 0 {
 		panic("ratesem: Release with negative weight")
 	}
 	if n == 0 {
-		return 0, true
+		return
 	}
 	r.mu.Lock()
 	if n > r.heldUnits {
 		held := r.heldUnits
 		r.mu.Unlock()
-		return held, false
+		o := r.one
+		o.e.mu.Lock()
+		calls := o.callUnits
+		o.e.mu.Unlock()
+		panic(OverReleased(n, held, calls))
 	}
 	r.heldUnits -= n
-	var done []*heldCall
-	if q := r.held[n]; len(q) > 0 {
-		h := q[0]
-		r.popHeld(n)
-		h.left = 0
-		done = append(done, h)
+	var done []*Ticket
+	exact := -1
+	for i := range r.held {
+		if r.held[i].left == n {
+			exact = i
+			break
+		}
+	}
+	if exact >= 0 {
+		done = append(done, r.held[exact].t)
+		r.held = append(r.held[:exact], r.held[exact+1:]...)
 	} else {
-		for rest := n; rest > 0; {
-			h := r.oldestHeld()
-			r.popHeld(h.left)
+		actual = n // spread over calls: each counts what it held
+		i := 0
+		for rest := n; rest > 0; i++ {
+			h := &r.held[i]
 			take := min(h.left, rest)
 			rest -= take
-			h.left -= take
-			if h.left == 0 {
-				done = append(done, h)
-			} else {
-				r.held[h.left] = append([]*heldCall{h}, r.held[h.left]...)
+			if h.left -= take; h.left == 0 {
+				done = append(done, h.t)
 			}
 		}
+		if r.held[i-1].left > 0 {
+			i-- // the last call is partly released: it stays
+		}
+		r.held = append(r.held[:0], r.held[i:]...)
 	}
+	clear(r.held[len(r.held):cap(r.held)])
 	r.mu.Unlock()
-	for _, h := range done {
-		h.t.Release() // never waits on Redis
+	if actual != n {
+		_ = done[0].Settle(redisRule, max(actual, 0))
 	}
-	return 0, true
-}
-
-// releaseSettled is release(n) for a call whose weight is known only after
-// it: it ends this process's oldest call of exactly n units (n > 0, its
-// estimate), and Redis settles it to actual units in the background
-// (remote.Call.ReleaseSettled: a refund where the window still counts it,
-// a debit from now on; actual < 0 counts as 0). Without a held call of
-// exactly n units it falls back to release(n): the estimate counts (on the
-// safe side when actual ≤ n). It panics as release does. Safe for
-// concurrent use; it never waits on Redis.
-func (r *oneRemote) releaseSettled(n, actual int64) {
-	if n <= 0 || actual == n {
-		if held, ok := r.release(n); !ok {
-			panic(OverReleased(n, held, 0))
-		}
-		return
+	for _, t := range done {
+		t.Release() // never waits on Redis
 	}
-	r.mu.Lock()
-	q := r.held[n]
-	if len(q) == 0 {
-		r.mu.Unlock()
-		if held, ok := r.release(n); !ok {
-			panic(OverReleased(n, held, 0))
-		}
-		return
-	}
-	h := q[0]
-	r.popHeld(n)
-	h.left = 0
-	r.heldUnits -= n
-	r.mu.Unlock()
-	_ = h.t.Settle(redisRule, max(actual, 0))
-	h.t.Release() // never waits on Redis
-}
-
-func (r *oneRemote) popHeld(left int64) {
-	q := r.held[left]
-	q[0] = nil
-	if len(q) == 1 {
-		delete(r.held, left)
-	} else {
-		r.held[left] = q[1:]
-	}
-}
-
-// oldestHeld returns the oldest call in flight (heldUnits > 0).
-func (r *oneRemote) oldestHeld() *heldCall {
-	var o *heldCall
-	for _, q := range r.held {
-		if o == nil || q[0].seq < o.seq {
-			o = q[0]
-		}
-	}
-	return o
-}
-
-func (r *oneRemote) pause(until time.Time) {
-	if time.Until(until) <= 0 {
-		return
-	}
-	_ = r.one.e.Pause(redisRule, "", until) // capped at WithMaxPause's default, 5 minutes
 }
 
 func (r *oneRemote) setLimit(n int64, interval time.Duration) error {
@@ -539,17 +488,6 @@ func (r *oneRemote) beginCall(ctx context.Context, n int64) (Call, error) {
 	return c, nil
 }
 
-// endCall is Call.End over Redis for the call t of n units: it leaves
-// flight in Redis in the background, settled to actual units when they
-// differ from n (a refund where the window still counts it, a debit from
-// now on). It never waits on Redis.
-func (r *oneRemote) endCall(t *Ticket, n, actual int64) {
-	if actual != n {
-		_ = t.Settle(redisRule, actual)
-	}
-	t.Release()
-}
-
 // tryAcquireWait is One.TryAcquireWait over Redis (Engine.TryAcquire: a
 // refusal by Redis is ratesem.ErrInFlight, its wait not known).
 func (r *oneRemote) tryAcquireWait(n int64) (time.Duration, error) {
@@ -569,17 +507,6 @@ func (r *oneRemote) tryAcquireWait(n int64) (time.Duration, error) {
 	}
 	r.hold(t, n)
 	return 0, nil
-}
-
-// releaseOne is One.Release over Redis: it panics as in process.
-func (r *oneRemote) releaseOne(n int64) {
-	if held, ok := r.release(n); !ok {
-		o := r.one
-		o.e.mu.Lock()
-		calls := o.callUnits
-		o.e.mu.Unlock()
-		panic(OverReleased(n, held, calls))
-	}
 }
 
 // AcquireLocal is Acquire over Redis that reports whether the fallback
