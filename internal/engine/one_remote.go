@@ -27,9 +27,8 @@ const redisRule = "n"
 type oneRemote struct {
 	one    *One
 	name   string
-	local  *One // the fallback, or nil
-	localN int64
-	capOpt int64 // WithMaxUnitsInFlight, or -1
+	local  *fallback // or nil
+	capOpt int64     // WithMaxUnitsInFlight, or -1
 	// burstN: the window's burst follows N (a bucket or GCRA made with a
 	// burst of 0): SetLimit sets the spec's burst to the new N, as the
 	// window's own SetLimit does in process
@@ -85,16 +84,12 @@ func newRedisN(o backend.Opener, name string, n int64, interval time.Duration, c
 	if err != nil {
 		return nil, err
 	}
-	newLocal := func(localN int64) *One {
-		lc := Config{Concurrency: -1}
-		if cfg.Concurrency >= 0 {
-			lc.Concurrency = min(cfg.Concurrency, localN)
-		}
+	newLocal := func(localN int64) window.Policy {
 		l := window.Limit{N: localN, Per: interval}
 		if cfg.Start {
-			return NewOne(window.NewSlidingLog(l, cfg.Margin), lc)
+			return window.NewSlidingLog(l, cfg.Margin)
 		}
-		return NewOne(window.NewCompletion(l), lc)
+		return window.NewCompletion(l)
 	}
 	return newRedis(o, name, sp, cfg, newLocal)
 }
@@ -125,13 +120,9 @@ func newRedisPolicy(o backend.Opener, name string, p window.Policy, cfg Config) 
 		return nil, fmt.Errorf("%w (redisrate.NewSemaphoreWithPolicy)", err)
 	}
 	burstN := winfast.BurstFollowsN(p) // before newLocal changes p's limit
-	newLocal := func(localN int64) *One {
+	newLocal := func(localN int64) window.Policy {
 		p.SetLimit(time.Now(), window.Limit{N: localN, Per: sp.Limit.Per})
-		lc := Config{Concurrency: -1}
-		if cfg.Concurrency >= 0 {
-			lc.Concurrency = min(cfg.Concurrency, localN)
-		}
-		return NewOne(p, lc)
+		return p
 	}
 	s, err := newRedis(o, name, &sp, cfg, newLocal)
 	if err == nil {
@@ -144,7 +135,7 @@ func newRedisPolicy(o backend.Opener, name string, p window.Policy, cfg Config) 
 // builds the fallback of localN units. The One's Engine is in Redis mode,
 // with one rule, redisRule, whose key "" is the semaphore's limit in the
 // scope name.
-func newRedis(o backend.Opener, name string, sp *rspec.Spec, cfg Config, newLocal func(localN int64) *One) (*One, error) {
+func newRedis(o backend.Opener, name string, sp *rspec.Spec, cfg Config, newLocal func(localN int64) window.Policy) (*One, error) {
 	if len(name) > rspec.MaxNameLen {
 		// Checked here, not at the first Acquire: there the store's refusal
 		// would pass for a Redis outage (ratesem.ErrUnavailable, or the fallback
@@ -152,14 +143,13 @@ func newRedis(o backend.Opener, name string, sp *rspec.Spec, cfg Config, newLoca
 		return nil, fmt.Errorf("ratesem: redisrate.NewSemaphore: a name of %d bytes: want at most %d", len(name), rspec.MaxNameLen)
 	}
 	r := &oneRemote{name: name, capOpt: cfg.Concurrency}
-	if cfg.Redis.Fallback {
-		r.localN = max(1, int64(math.Floor(cfg.Redis.Share*float64(sp.Limit.N))))
-		r.local = newLocal(r.localN)
-	}
 	one := &One{rem: r, slow: true, obs: cfg.Observer}
 	r.one = one
 	e := &one.Engine
 	one.e = e
+	if cfg.Redis.Fallback {
+		r.local = newFallback(e, newLocal(max(1, int64(math.Floor(cfg.Redis.Share*float64(sp.Limit.N))))), cfg.Concurrency)
+	}
 	e.rules, e.clock, e.observer, e.maxQueue, e.scope, e.one = make(map[string]*ruleState), wake.NewClock(nil), cfg.Observer, int32(min(cfg.MaxQueue, math.MaxInt32)), name, r
 	e.epoch = e.clock.Now()
 	rs := &ruleState{Rule: &Rule{Name: redisRule, Limit: sp.Limit}, keys: make(map[string]*limiter, 1), one: true}
@@ -439,36 +429,64 @@ func (r *oneRemote) stats() Stats {
 	}
 }
 
-// fallback admits calls through the local RateSemaphore while Redis is
-// unreachable.
-type fallback struct{ r *oneRemote }
+// fallback admits calls in this process alone while Redis is unreachable
+// (remote.Fallback, whose calls remote carries into Redis when it answers
+// again): the Engine's in-process bookkeeping (admitLocked, endLocked) on
+// a limiter of its own, a share of the limit, under a lock of its own
+// (remote may end a call of it while the engine's lock is held). Its
+// methods never block.
+type fallback struct {
+	e   *Engine
+	mu  sync.Mutex
+	lim limiter
+}
 
-func (f fallback) share(n int64) error {
-	if n > f.r.localN {
-		return fmt.Errorf("%w: weight %d exceeds the fallback's share of %d units", ratesem.ErrUnavailable, n, f.r.localN)
+// newFallback returns the fallback of e whose window is p, capped at capOpt
+// units in flight (-1: none beyond the window's N).
+func newFallback(e *Engine, p window.Policy, capOpt int64) *fallback {
+	l := p.Limit()
+	rs := &ruleState{Rule: &Rule{Name: redisRule, Limit: l}, limit: l, capacity: p.Capacity(), cap: l.N, one: true}
+	if capOpt >= 0 {
+		rs.cap = min(capOpt, l.N)
 	}
-	return nil
+	f := &fallback{e: e}
+	f.lim.rule, f.lim.policy, f.lim.refs = rs, p, 1
+	return f
 }
 
 // Check implements remote.FallbackChecker: a weight above the share fails
 // with ratesem.ErrUnavailable.
-func (f fallback) Check(_ string, cs []rspec.Charge) error { return f.share(cs[0].Weight) }
-
-// TryAcquire implements remote.Fallback: Acquire without waiting; false
-// when the local share has no room now. It never blocks.
-func (f fallback) TryAcquire(_ string, cs []rspec.Charge) (func(), bool) {
-	n := cs[0].Weight
-	if f.share(n) != nil || !f.r.local.TryAcquire(n) {
-		return nil, false
+func (f *fallback) Check(_ string, cs []rspec.Charge) error {
+	if n, share := cs[0].Weight, f.lim.rule.limit.N; n > share {
+		return fmt.Errorf("%w: weight %d exceeds the fallback's share of %d units", ratesem.ErrUnavailable, n, share)
 	}
-	return func() { f.r.local.Release(n) }, true
+	return nil
 }
 
-// Pause implements remote.Fallback: the local semaphore pauses until until
-// too. It never blocks.
-func (f fallback) Pause(_ string, _ rspec.Charge, until time.Time) {
-	// The local semaphore reads the real clock too: the instants agree.
-	f.r.local.Pause(until)
+// TryAcquire implements remote.Fallback: the call's units if the share has
+// room now; the function returned releases them.
+func (f *fallback) TryAcquire(_ string, cs []rspec.Charge) (func(), bool) {
+	n := cs[0].Weight
+	f.mu.Lock()
+	defer f.mu.Unlock() // the window may panic
+	hs := [1]held{{lim: &f.lim, n: n}}
+	if _, _, ok := f.e.admitLocked(hs[:], nil, f.e.now()); !ok {
+		return nil, false
+	}
+	return func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.e.endLocked(&f.lim, 0, n, n, false, f.e.now())
+	}, true
+}
+
+// Pause implements remote.Fallback: local admissions wait until until too.
+func (f *fallback) Pause(_ string, _ rspec.Charge, until time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if fb, u := f.lim.feedback(), f.e.mono(until); u > fb.paused {
+		fb.paused = u
+	}
 }
 
 // beginCall is One.Begin over Redis: the call is kept with its slot, not

@@ -121,7 +121,7 @@ func (p *Engine) initRedis(cfg *config) error {
 		OnRoom:         p.onRoom,
 	}
 	if p.one != nil && p.one.local != nil {
-		rc.Fallback = fallback{p.one}
+		rc.Fallback = p.one.local
 	}
 	eng, err := remote.New(rc)
 	if err != nil {
