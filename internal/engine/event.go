@@ -97,11 +97,10 @@ func (p *Engine) emitQueued(w *waiter, charges []Charge) {
 // observer panicked): in process exactly, as if it had never been admitted
 // (undoHeldLocked at its admission instant); in Redis mode t is released
 // (the call ends at once in Redis, on the safe side).
-func (p *Engine) takeBack(t *Ticket) {
-	if p.rem != nil {
-		t.Release()
-		return
-	}
+func (p *Engine) takeBack(t *Ticket) { p.book.takeBack(t) }
+
+func (b *inProc) takeBack(t *Ticket) {
+	p := (*Engine)(b)
 	if t.released.Swap(true) {
 		return
 	}

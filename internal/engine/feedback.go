@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/ratesem/ratesem"
-	"github.com/ratesem/ratesem/internal/rspec"
 	"github.com/ratesem/ratesem/internal/sat"
 	"github.com/ratesem/ratesem/internal/winfast"
 
@@ -34,17 +33,19 @@ func (p *Engine) Reconcile(rule, key string, used int64) error {
 	if used < 0 {
 		return nil
 	}
-	if p.rem != nil {
-		p.reconcileRedis(rs, key, used, rspec.Read{})
-		return nil
-	}
+	return p.book.reconcile(rs, key, used)
+}
+
+// reconcile is Reconcile in process, for used ≥ 0.
+func (b *inProc) reconcile(rs *ruleState, key string, used int64) error {
+	p := (*Engine)(b)
 	extra, err := p.reconcile(rs, key, used)
 	p.flushEvicted()
 	if err != nil {
 		return err
 	}
 	if extra > 0 {
-		p.emit(ratesem.Event{Kind: ratesem.Reconciled, Rule: rule, Key: key, Weight: extra})
+		p.emit(ratesem.Event{Kind: ratesem.Reconciled, Rule: rs.Name, Key: key, Weight: extra})
 	}
 	return nil
 }
@@ -144,11 +145,12 @@ func (p *Engine) consumeLocked(l *limiter, r window.Reconciler, extra int64, now
 // bounded by the Redis timeout, while the call still counts there; other
 // reports go to Redis in the background. It is safe for concurrent use.
 func (t *Ticket) ObserveHeaders(h http.Header) {
-	if t.pool.rem != nil {
-		t.observeRedis(h)
-		return
-	}
-	p := t.pool
+	t.pool.book.observe(t, h)
+}
+
+// observe is Ticket.ObserveHeaders in process.
+func (b *inProc) observe(t *Ticket, h http.Header) {
+	p := (*Engine)(b)
 	var date time.Time
 	dated := false
 	for i := range t.held {

@@ -85,6 +85,7 @@ func NewOne(p window.Policy, cfg Config) *One {
 		real: cfg.Clock == nil, doneUsesTime: fast.DoneUsesTime(), capOpt: cfg.Concurrency}
 	e := &o.Engine
 	o.e = e
+	e.book = (*inProc)(e)
 	e.rules, e.clock, e.observer, e.maxQueue = make(map[string]*ruleState), clk, cfg.Observer, int32(min(cfg.MaxQueue, math.MaxInt32))
 	e.epoch = fast.Start(clk.Now())
 	rs := &ruleState{Rule: &Rule{Limit: l}, keys: make(map[string]*limiter, 1), one: true}

@@ -44,6 +44,7 @@ type Engine struct {
 	maxPause time.Duration
 	observer func(ratesem.Event)
 	rem      *redisMode // nil in process (redisrate.Shared)
+	book     book       // inProc, or rem: the bookkeeping the entry points drive
 
 	waiters   list.List    // of *waiter, in arrival order; read only by SetLimit
 	ranker    sched.Ranker // the waiters' ranks (priority, then arrival)
@@ -277,6 +278,7 @@ func New(rules []Rule, scope string, opts ...Option) (*Engine, error) {
 		clock: wake.NewClock(cfg.Clock), idle: cfg.Idle, observer: cfg.Observer,
 		maxKeys: cfg.MaxKeys, maxPause: cfg.MaxPause, maxQueue: int32(cfg.MaxQueue),
 	}
+	p.book = (*inProc)(p)
 	p.epoch = p.clock.Now()
 	for i := range rules {
 		r := &rules[i]
@@ -356,11 +358,12 @@ func (t *Ticket) Release() {
 	if t.released.Swap(true) {
 		panic("ratesem: Ticket released twice")
 	}
-	if t.pool.rem != nil {
-		t.releaseRedisAny()
-		return
-	}
-	p := t.pool
+	t.pool.book.release(t)
+}
+
+// release is Ticket.Release in process.
+func (b *inProc) release(t *Ticket) {
+	p := (*Engine)(b)
 	p.mu.Lock()
 	defer p.mu.Unlock() // a window that panics must not leave the pool locked
 	now := p.now()
@@ -454,9 +457,12 @@ func (p *Engine) Acquire(ctx context.Context, t *Ticket, charges []Charge) error
 		p.emitFailed(nil, nil, err)
 		return err
 	}
-	if p.rem != nil {
-		return p.acquireRedis(ctx, t, charges)
-	}
+	return p.book.acquire(ctx, t, charges)
+}
+
+// acquire is Acquire in process, for charges already merged.
+func (b *inProc) acquire(ctx context.Context, t *Ticket, charges []Charge) error {
+	p := (*Engine)(b)
 	w, err := p.start(ctx, t, charges)
 	p.flushEvicted()
 	if err != nil {
@@ -864,9 +870,12 @@ func (p *Engine) SetLimit(rule string, l window.Limit) error {
 	if l.N <= 0 || l.Per <= 0 {
 		return fmt.Errorf("%w: SetLimit(%q, %v): want N > 0 per Per > 0", ratesem.ErrInvalidLimit, rule, l)
 	}
-	if p.rem != nil {
-		return p.setLimitRedis(rs, l)
-	}
+	return p.book.setLimit(rs, l)
+}
+
+// setLimit is SetLimit in process, for a valid limit.
+func (b *inProc) setLimit(rs *ruleState, l window.Limit) error {
+	p := (*Engine)(b)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := p.now()
@@ -1015,9 +1024,12 @@ func (p *Engine) TryAcquire(t *Ticket, charges []Charge) (time.Duration, error) 
 		p.emitFailed(nil, nil, err)
 		return 0, err
 	}
-	if p.rem != nil {
-		return p.tryRedis(t, charges)
-	}
+	return p.book.try(t, charges)
+}
+
+// try is TryAcquire in process, for charges already merged.
+func (b *inProc) try(t *Ticket, charges []Charge) (time.Duration, error) {
+	p := (*Engine)(b)
 	d, err := p.try(t, charges)
 	p.flushEvicted()
 	switch {

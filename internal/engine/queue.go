@@ -223,10 +223,13 @@ func (p *Engine) tryWaiterLocked(w *waiter, now time.Time) {
 // (Redis mode, redisDecideLocked) and w keeps its place meanwhile. In
 // process the window policies decide under the lock (admitLocked).
 func (p *Engine) decideLocked(w *waiter, now time.Time) (at time.Time, needRelease, ok, asking bool) {
-	if p.rem != nil {
-		return p.redisDecideLocked(w, now)
-	}
-	at, needRelease, ok = p.admitLocked(w.held, w.nodes, now)
+	return p.book.decideLocked(w, now)
+}
+
+// decideLocked is Engine.decideLocked in process: the window policies
+// decide under the lock.
+func (b *inProc) decideLocked(w *waiter, now time.Time) (at time.Time, needRelease, ok, asking bool) {
+	at, needRelease, ok = (*Engine)(b).admitLocked(w.held, w.nodes, now)
 	return at, needRelease, ok, false
 }
 

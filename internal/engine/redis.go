@@ -41,6 +41,7 @@ func redisKey(key string) string {
 
 // redisMode is a Pool's state in Redis mode.
 type redisMode struct {
+	p     *Engine
 	eng   *remote.Engine
 	scope string
 	// late, with WithDeferredRedisChecks, is the eviction check deferred
@@ -127,8 +128,9 @@ func (p *Engine) initRedis(cfg *config) error {
 	if err != nil {
 		return fmt.Errorf("%w (redisrate.Shared)", err)
 	}
-	p.rem = &redisMode{eng: eng, scope: scope, late: late,
+	p.rem = &redisMode{p: p, eng: eng, scope: scope, late: late,
 		sending: make(map[*limiter]int), sentCh: make(chan struct{}), timeout: cfg.Redis.timeout()}
+	p.book = p.rem
 	return nil
 }
 

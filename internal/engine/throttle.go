@@ -25,15 +25,11 @@ func (p *Engine) Pause(rule, key string, until time.Time) error {
 	if !ok {
 		return fmt.Errorf("%w %q", ratesem.ErrUnknownRule, rule)
 	}
-	if p.rem != nil {
-		until = capRedisPause(until, p.now(), p.maxPause)
-	}
+	until = p.book.pauseCap(until)
 	paused, err := p.pause(rs, key, until)
 	p.flushEvicted()
 	if paused {
-		if p.rem != nil {
-			p.pauseRedis(rule, key, until)
-		}
+		p.book.paused(rule, key, until)
 		p.emit(ratesem.Event{Kind: ratesem.Paused, Rule: rule, Key: key, Until: until, Pause: until.Sub(p.now()), Source: ratesem.SourceCaller})
 	}
 	return err
@@ -131,9 +127,7 @@ func (p *Engine) throttle(charges, targets []Charge, status int, retryAfter time
 	}
 	p.emitCharges(ratesem.Event{Kind: ratesem.Throttled, Status: status, Source: src}, charges)
 	for _, e := range p.throttleKeys(targets, retryAfter) {
-		if p.rem != nil {
-			p.pauseRedis(e.rule, e.key, e.until)
-		}
+		p.book.paused(e.rule, e.key, e.until)
 		p.emit(ratesem.Event{Kind: ratesem.Paused, Rule: e.rule, Key: e.key, Until: e.until, Pause: e.d, Source: src})
 	}
 	p.flushEvicted()
