@@ -1208,6 +1208,14 @@ func (e *Engine) releaser() {
 		default:
 			e.stats.ReleasesFailed++
 		}
+		if err == nil {
+			// A refusal remembered while this call was in flight may
+			// have named a later instant than the room its end (a
+			// refund, a settlement to less) makes: ask Redis again.
+			for _, ch := range c.cs {
+				e.forgetLocked(c.scope, ch)
+			}
+		}
 		e.mu.Unlock()
 		if err != nil {
 			e.event(Event{Kind: RoundTripFailed, Scope: c.scope, Charges: c.cs, Err: err})
