@@ -33,8 +33,10 @@ import (
 // Stats; and a rule without a rate (Per 0), where a call heavier than the
 // cap waits aside (waiter.parked) instead of failing.
 //
-// In Redis mode (NewShared) every method goes to the Redis engine
-// (oneRemote): the one seam of the fronts' Redis mode.
+// Where the modes part, a method goes through o.ob, the one-rule
+// bookkeeping (oneBook: *oneProc in process, *oneRemote over Redis, made
+// by NewShared), as the Engine's entry points go through its book; the
+// fast paths step aside in Redis mode (slow).
 type One struct {
 	// The fields of the fast paths first, together.
 	slow         bool // Redis mode or a foreign policy: the fast paths step aside
@@ -65,7 +67,7 @@ type One struct {
 	calls     []callSlot
 	freeCalls []int
 
-	rem *oneRemote // Redis mode; nil in process
+	ob oneBook // the one-rule bookkeeping: *oneProc, or *oneRemote in Redis mode
 }
 
 type callSlot struct {
@@ -85,6 +87,7 @@ func NewOne(p window.Policy, cfg Config) *One {
 		real: cfg.Clock == nil, doneUsesTime: fast.DoneUsesTime(), capOpt: cfg.Concurrency}
 	e := &o.Engine
 	o.e = e
+	o.ob = (*oneProc)(o)
 	e.book = (*inProc)(e)
 	e.rules, e.clock, e.observer, e.maxQueue = make(map[string]*ruleState), clk, cfg.Observer, int32(min(cfg.MaxQueue, math.MaxInt32))
 	e.epoch = fast.Start(clk.Now())
@@ -153,7 +156,7 @@ func (o *One) unpauseLocked(now time.Time) {
 // Acquire is semaphore.RateSemaphore.Acquire.
 func (o *One) Acquire(ctx context.Context, n int64) error {
 	if n < 0 || o.slow {
-		return o.acquireOther(ctx, n)
+		return o.ob.acquire(ctx, n)
 	}
 	done := ctx.Done()
 	o.mu.Lock()
@@ -179,13 +182,14 @@ func (o *One) Acquire(ctx context.Context, n int64) error {
 	return o.acquireLocked(ctx, n, nil)
 }
 
-// acquireOther is Acquire in Redis mode, for a negative n, and for a
+// oneProc is the in-process one-rule bookkeeping: the One itself, on the
+// clock (the fast paths are One's methods).
+type oneProc One
+
+// acquire is Acquire off the fast path: for a negative n, and for a
 // foreign policy (the cached decision is not tried: it is never taken).
-func (o *One) acquireOther(ctx context.Context, n int64) error {
-	if o.rem != nil {
-		_, err := o.rem.acquireLocal(ctx, n)
-		return err
-	}
+func (p *oneProc) acquire(ctx context.Context, n int64) error {
+	o := (*One)(p)
 	if n < 0 {
 		o.observeFailed(n, ratesem.ErrNegativeWeight)
 		return fmt.Errorf("%w %d: Acquire", ratesem.ErrNegativeWeight, n)
@@ -273,9 +277,12 @@ func (o *One) TryAcquire(n int64) bool {
 
 // TryAcquireWait is semaphore.RateSemaphore.TryAcquireWait.
 func (o *One) TryAcquireWait(n int64) (time.Duration, error) {
-	if o.rem != nil {
-		return o.rem.tryAcquireWait(n)
-	}
+	return o.ob.tryWait(n)
+}
+
+// tryWait is TryAcquireWait in process.
+func (p *oneProc) tryWait(n int64) (time.Duration, error) {
+	o := (*One)(p)
 	if n < 0 {
 		return 0, fmt.Errorf("%w %d: TryAcquireWait", ratesem.ErrNegativeWeight, n)
 	}
@@ -315,7 +322,7 @@ func (o *One) tryLocked(n int64) (bool, time.Duration, error) {
 // panic's message.
 func (o *One) Release(n int64) {
 	if n < 0 || o.slow {
-		o.releaseOther(n)
+		o.ob.release(n)
 		return
 	}
 	var now int64 // 0 when the window does not read it
@@ -352,13 +359,10 @@ func (o *One) overReleaseLocked(n int64) {
 	panic(OverReleased(n, held, calls))
 }
 
-// releaseOther is Release in Redis mode, for a negative n, and for a
+// release is Release off the fast path: for a negative n, and for a
 // foreign policy (the lock released in a defer: the policy may panic).
-func (o *One) releaseOther(n int64) {
-	if o.rem != nil {
-		o.rem.release(n)
-		return
-	}
+func (p *oneProc) release(n int64) {
+	o := (*One)(p)
 	if n < 0 {
 		panic("ratesem: Release with negative weight")
 	}
@@ -394,9 +398,12 @@ func (o *One) Now() time.Time { return o.e.now() }
 
 // SetLimit is semaphore.RateSemaphore.SetLimit, for n ≥ 0 and per ≥ 0.
 func (o *One) SetLimit(n int64, per time.Duration) error {
-	if o.rem != nil {
-		return o.rem.setLimit(n, per)
-	}
+	return o.ob.setLimit(n, per)
+}
+
+// setLimit is SetLimit in process.
+func (p *oneProc) setLimit(n int64, per time.Duration) error {
+	o := (*One)(p)
 	e := o.e
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -442,14 +449,11 @@ type Stats struct {
 }
 
 // Stats is semaphore.RateSemaphore.Stats.
-func (o *One) Stats() Stats {
-	if o.rem != nil {
-		st := o.rem.stats()
-		o.e.mu.Lock()
-		st.InFlight += o.callUnits // Begin's calls, not held by remote
-		o.e.mu.Unlock()
-		return st
-	}
+func (o *One) Stats() Stats { return o.ob.stats() }
+
+// stats is Stats in process.
+func (p *oneProc) stats() Stats {
+	o := (*One)(p)
 	e := o.e
 	e.mu.Lock()
 	defer e.mu.Unlock()

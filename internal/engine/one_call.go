@@ -53,9 +53,12 @@ func (o *One) endCallLocked(c Call) (*Ticket, bool) {
 
 // Begin is semaphore.RateSemaphore.Begin.
 func (o *One) Begin(ctx context.Context, n int64) (Call, error) {
-	if o.rem != nil {
-		return o.rem.beginCall(ctx, n)
-	}
+	return o.ob.begin(ctx, n)
+}
+
+// begin is Begin in process.
+func (p *oneProc) begin(ctx context.Context, n int64) (Call, error) {
+	o := (*One)(p)
 	if n < 0 {
 		o.observeFailed(n, ratesem.ErrNegativeWeight)
 		return Call{}, fmt.Errorf("%w %d: Begin", ratesem.ErrNegativeWeight, n)

@@ -126,7 +126,7 @@ func newRedisPolicy(o backend.Opener, name string, p window.Policy, cfg Config) 
 	}
 	s, err := newRedis(o, name, &sp, cfg, newLocal)
 	if err == nil {
-		s.rem.burstN = burstN
+		s.e.one.burstN = burstN
 	}
 	return s, err
 }
@@ -143,7 +143,7 @@ func newRedis(o backend.Opener, name string, sp *rspec.Spec, cfg Config, newLoca
 		return nil, fmt.Errorf("ratesem: redisrate.NewSemaphore: a name of %d bytes: want at most %d", len(name), rspec.MaxNameLen)
 	}
 	r := &oneRemote{name: name, capOpt: cfg.Concurrency}
-	one := &One{rem: r, slow: true, obs: cfg.Observer}
+	one := &One{ob: r, slow: true, obs: cfg.Observer}
 	r.one = one
 	e := &one.Engine
 	one.e = e
@@ -240,6 +240,12 @@ func (r *oneRemote) tooLarge(n int64) error {
 		return fmt.Errorf("%w: weight %d, capacity %d (burst or concurrency cap)", ratesem.ErrWeightTooLarge, n, c)
 	}
 	return nil
+}
+
+// acquire is One.Acquire over Redis.
+func (r *oneRemote) acquire(ctx context.Context, n int64) error {
+	_, err := r.acquireLocal(ctx, n)
+	return err
 }
 
 // acquireLocal is Acquire; it reports whether the fallback admitted the
@@ -402,12 +408,13 @@ func (r *oneRemote) stats() Stats {
 	r.mu.Lock()
 	units := r.heldUnits
 	r.mu.Unlock()
-	e := r.one.e
-	e.mu.Lock()
-	waiting, waitSum, waitMax := int(r.one.l.waiting), r.one.waitSum, r.one.waitMax
-	e.mu.Unlock()
+	o := r.one
+	o.e.mu.Lock()
+	waiting, waitSum, waitMax := int(o.l.waiting), o.waitSum, o.waitMax
+	calls := o.callUnits // Begin's calls, not among the held ones
+	o.e.mu.Unlock()
 	return Stats{
-		InFlight:         units,
+		InFlight:         units + calls,
 		Waiting:          waiting,
 		Admitted:         es.Admitted,
 		TotalWait:        waitSum,
@@ -489,11 +496,11 @@ func (f *fallback) Pause(_ string, _ rspec.Charge, until time.Time) {
 	}
 }
 
-// beginCall is One.Begin over Redis: the call is kept with its slot, not
+// begin is One.Begin over Redis: the call is kept with its slot, not
 // among the calls Release ends. A call of 0 units makes its round trip too
 // (Acquire(ctx, 0) makes none), so that End has a call in Redis to settle
 // a debit on.
-func (r *oneRemote) beginCall(ctx context.Context, n int64) (Call, error) {
+func (r *oneRemote) begin(ctx context.Context, n int64) (Call, error) {
 	t, err := r.admit(ctx, n, "Begin")
 	if err != nil {
 		return Call{}, err
@@ -506,9 +513,9 @@ func (r *oneRemote) beginCall(ctx context.Context, n int64) (Call, error) {
 	return c, nil
 }
 
-// tryAcquireWait is One.TryAcquireWait over Redis (Engine.TryAcquire: a
+// tryWait is One.TryAcquireWait over Redis (Engine.TryAcquire: a
 // refusal by Redis is ratesem.ErrInFlight, its wait not known).
-func (r *oneRemote) tryAcquireWait(n int64) (time.Duration, error) {
+func (r *oneRemote) tryWait(n int64) (time.Duration, error) {
 	if n < 0 {
 		return 0, fmt.Errorf("%w %d: TryAcquireWait", ratesem.ErrNegativeWeight, n)
 	}
@@ -530,12 +537,12 @@ func (r *oneRemote) tryAcquireWait(n int64) (time.Duration, error) {
 // AcquireLocal is Acquire over Redis that reports whether the fallback
 // admitted the call (tests).
 func (o *One) AcquireLocal(ctx context.Context, n int64) (bool, error) {
-	return o.rem.acquireLocal(ctx, n)
+	return o.e.one.acquireLocal(ctx, n)
 }
 
 // ReleaseSettled is the release over Redis of a call of n units settled
 // to actual (tests).
-func (o *One) ReleaseSettled(n, actual int64) { o.rem.releaseSettled(n, actual) }
+func (o *One) ReleaseSettled(n, actual int64) { o.e.one.releaseSettled(n, actual) }
 
 // RemoteStats returns the Redis engine's own stats (tests).
 func (o *One) RemoteStats() remote.Stats { return o.e.rem.eng.Stats() }
