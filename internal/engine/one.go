@@ -85,22 +85,29 @@ func NewOne(p window.Policy, cfg Config) *One {
 	_, foreign := fast.(winfast.Foreign)
 	o := &One{fast: fast, obs: cfg.Observer, slow: foreign,
 		real: cfg.Clock == nil, doneUsesTime: fast.DoneUsesTime(), capOpt: cfg.Concurrency}
-	e := &o.Engine
-	o.e = e
 	o.ob = (*oneProc)(o)
-	e.book = (*inProc)(e)
-	e.rules, e.clock, e.observer, e.maxQueue = make(map[string]*ruleState), clk, cfg.Observer, int32(min(cfg.MaxQueue, math.MaxInt32))
-	e.epoch = fast.Start(clk.Now())
-	rs := &ruleState{Rule: &Rule{Limit: l}, keys: make(map[string]*limiter, 1), one: true}
-	lim := &o.lim
-	lim.rule, lim.policy, lim.refs = rs, p, 1 // pinned: never idle, never evicted
-	o.l, o.rs = lim, rs
-	rs.keys[""] = lim
-	e.rules[""] = rs
-	e.ruleList = []*ruleState{rs}
-	e.live = 1
+	o.Engine.book = (*inProc)(&o.Engine)
+	o.initOne("", l, p, clk, cfg)
+	o.e.epoch = fast.Start(clk.Now())
 	o.setLimitLocked(l)
 	return o
+}
+
+// initOne makes o's Engine one of a single rule, name, of limit l and
+// window p (nil in Redis mode), whose one key "" is o's limiter, pinned
+// (never idle, never evicted); on clk, with cfg's observer and queue cap.
+func (o *One) initOne(name string, l window.Limit, p window.Policy, clk wake.Clock, cfg Config) {
+	e := &o.Engine
+	o.e = e
+	e.rules, e.clock, e.observer, e.maxQueue = make(map[string]*ruleState), clk, cfg.Observer, int32(min(cfg.MaxQueue, math.MaxInt32))
+	rs := &ruleState{Rule: &Rule{Name: name, Limit: l}, keys: make(map[string]*limiter, 1), one: true}
+	lim := &o.lim
+	lim.rule, lim.policy, lim.refs = rs, p, 1
+	o.l, o.rs = lim, rs
+	rs.keys[""] = lim
+	e.rules[name] = rs
+	e.ruleList = []*ruleState{rs}
+	e.live = 1
 }
 
 // setLimitLocked makes l the rule's limit: the window's capacity, the

@@ -145,22 +145,13 @@ func newRedis(o backend.Opener, name string, sp *rspec.Spec, cfg Config, newLoca
 	r := &oneRemote{name: name, capOpt: cfg.Concurrency}
 	one := &One{ob: r, slow: true, obs: cfg.Observer}
 	r.one = one
-	e := &one.Engine
-	one.e = e
+	one.initOne(redisRule, sp.Limit, nil, wake.NewClock(nil), cfg)
+	e := one.e
+	e.scope, e.one, e.epoch = name, r, e.clock.Now()
+	one.rs.setSpec(sp)
 	if cfg.Redis.Fallback {
 		r.local = newFallback(e, newLocal(max(1, int64(math.Floor(cfg.Redis.Share*float64(sp.Limit.N))))), cfg.Concurrency)
 	}
-	e.rules, e.clock, e.observer, e.maxQueue, e.scope, e.one = make(map[string]*ruleState), wake.NewClock(nil), cfg.Observer, int32(min(cfg.MaxQueue, math.MaxInt32)), name, r
-	e.epoch = e.clock.Now()
-	rs := &ruleState{Rule: &Rule{Name: redisRule, Limit: sp.Limit}, keys: make(map[string]*limiter, 1), one: true}
-	rs.setSpec(sp)
-	lim := &one.lim
-	lim.rule, lim.refs = rs, 1 // pinned: never idle, never evicted
-	one.l, one.rs = lim, rs
-	rs.keys[""] = lim
-	e.rules[redisRule] = rs
-	e.ruleList = []*ruleState{rs}
-	e.live = 1
 	cfg.Shared = &Shared{Opener: o, Prefix: cfg.Redis.Prefix}
 	if err := e.initRedis(&cfg); err != nil {
 		return nil, err
