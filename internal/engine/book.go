@@ -41,6 +41,9 @@ type oneBook interface {
 	tryWait(n int64) (time.Duration, error)
 	release(n int64)
 	begin(ctx context.Context, n int64) (Call, error)
+	// endLocked ends c, no longer live (t: its call in Redis), entered
+	// with the engine's lock held: it unlocks.
+	endLocked(c Call, t *Ticket, actual int64)
 	setLimit(n int64, per time.Duration) error
 	stats() Stats
 }

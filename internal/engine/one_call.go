@@ -88,14 +88,13 @@ func (c Call) End(actual int64) {
 		e.mu.Unlock()
 		panic("ratesem: Call.End of a call already ended")
 	}
-	if rc != nil { // Redis mode: the call leaves flight in the background, never waiting on Redis
-		e.mu.Unlock()
-		if actual != c.n {
-			_ = rc.Settle(redisRule, actual) // a refund where the window still counts it, a debit from now on
-		}
-		rc.Release()
-		return
-	}
+	o.ob.endLocked(c, rc, actual)
+}
+
+// endLocked is Call.End in process for c, no longer live, with e.mu held
+// (it unlocks).
+func (p *oneProc) endLocked(c Call, _ *Ticket, actual int64) {
+	o, e := (*One)(p), p.e
 	defer e.mu.Unlock()
 	now := e.now()
 	e.endLocked(o.l, c.at, c.n, actual, o.rs.limit.Per > 0, now)

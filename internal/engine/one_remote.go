@@ -487,6 +487,17 @@ func (f *fallback) Pause(_ string, _ rspec.Charge, until time.Time) {
 	}
 }
 
+// endLocked is Call.End over Redis for c, no longer live, whose call in
+// Redis is t, with e.mu held: it unlocks, and the call leaves flight in
+// the background, never waiting on Redis.
+func (r *oneRemote) endLocked(c Call, t *Ticket, actual int64) {
+	r.one.e.mu.Unlock()
+	if actual != c.n {
+		_ = t.Settle(redisRule, actual) // a refund where the window still counts it, a debit from now on
+	}
+	t.Release()
+}
+
 // begin is One.Begin over Redis: the call is kept with its slot, not
 // among the calls Release ends. A call of 0 units makes its round trip too
 // (Acquire(ctx, 0) makes none), so that End has a call in Redis to settle
