@@ -160,10 +160,11 @@ func newRedis(o backend.Opener, name string, sp *rspec.Spec, cfg Config, newLoca
 }
 
 // setSpec makes sp the Redis form of rs, a One's rule: its limit, and the
-// heaviest charge, which the spec decides (the concurrency cap included).
+// heaviest charge, which the spec decides (the concurrency cap included),
+// at most N as in process.
 func (rs *ruleState) setSpec(sp *rspec.Spec) {
 	rs.spec, rs.limit = sp, sp.Limit
-	rs.capacity, rs.cap = sp.Capacity(), math.MaxInt64
+	rs.capacity, rs.cap = sp.Capacity(), sp.Limit.N
 }
 
 // redisSpec returns the Spec of a limit of n per interval under cfg's
@@ -222,15 +223,14 @@ func (r *oneRemote) spec() *rspec.Spec {
 	return r.one.rs.spec
 }
 
+// tooLarge is the Engine's check of a weight no limit admits
+// (tooHeavyLocked), before the call asks Redis.
 func (r *oneRemote) tooLarge(n int64) error {
-	sp := r.spec()
-	if n > sp.Limit.N {
-		return fmt.Errorf("%w: weight %d, limit %d per %v", ratesem.ErrWeightTooLarge, n, sp.Limit.N, sp.Limit.Per)
-	}
-	if c := sp.Capacity(); n > c {
-		return fmt.Errorf("%w: weight %d, capacity %d (burst or concurrency cap)", ratesem.ErrWeightTooLarge, n, c)
-	}
-	return nil
+	e := r.one.e
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	ch := [1]Charge{{Rule: redisRule, Weight: n}}
+	return e.tooHeavyLocked(ch[:])
 }
 
 // acquire is One.Acquire over Redis.
