@@ -215,14 +215,6 @@ func (r *oneRemote) named(err error) error {
 // charges returns the one charge of a call of n units.
 func charges(n int64) []Charge { return []Charge{{Rule: redisRule, Weight: n}} }
 
-// spec returns the Redis form of the limit in force.
-func (r *oneRemote) spec() *rspec.Spec {
-	e := r.one.e
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return r.one.rs.spec
-}
-
 // tooLarge is the Engine's check of a weight no limit admits
 // (tooHeavyLocked), before the call asks Redis.
 func (r *oneRemote) tooLarge(n int64) error {
@@ -372,8 +364,11 @@ func (r *oneRemote) setLimit(n int64, interval time.Duration) error {
 	if n <= 0 || interval <= 0 {
 		return fmt.Errorf("%w: SetLimit(%d, %v): want n > 0 and a positive interval over Redis", ratesem.ErrInvalidLimit, n, interval)
 	}
+	e := r.one.e
+	e.mu.Lock()
 	sp := new(rspec.Spec)
-	*sp = *r.spec()
+	*sp = *r.one.rs.spec // the Redis form of the limit in force
+	e.mu.Unlock()
 	sp.Limit = window.Limit{N: n, Per: interval}
 	if r.burstN {
 		sp.Burst = n
@@ -384,7 +379,6 @@ func (r *oneRemote) setLimit(n int64, interval time.Duration) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), remote.DefaultTimeout+time.Second)
 	defer cancel()
-	e := r.one.e
 	if err := e.rem.eng.SetLimit(ctx, r.name, rspec.Charge{Rule: redisRule, Spec: sp}); err != nil {
 		return fmt.Errorf("%w (SetLimit)", err)
 	}
