@@ -31,6 +31,23 @@ type book interface {
 	decideLocked(w *waiter, now time.Time) (at time.Time, needRelease, ok, asking bool)
 }
 
+// oneBook is the one-rule front's bookkeeping (One): the part of One's
+// methods where the modes part, the ticketless calls of a semaphore.
+// *oneProc decides on the clock in process (One's fast paths step around
+// it); *oneRemote goes through the Engine's Redis mode and keeps the held
+// calls a Release(n) ends.
+type oneBook interface {
+	acquire(ctx context.Context, n int64) error
+	tryWait(n int64) (time.Duration, error)
+	release(n int64)
+	begin(ctx context.Context, n int64) (Call, error)
+	// endLocked ends c, no longer live (t: its call in Redis), entered
+	// with the engine's lock held: it unlocks.
+	endLocked(c Call, t *Ticket, actual int64)
+	setLimit(n int64, per time.Duration) error
+	stats() Stats
+}
+
 // inProc is the in-process bookkeeping: the Engine itself.
 type inProc Engine
 

@@ -33,8 +33,10 @@ import (
 // Stats; and a rule without a rate (Per 0), where a call heavier than the
 // cap waits aside (waiter.parked) instead of failing.
 //
-// In Redis mode (NewShared) every method goes to the Redis engine
-// (oneRemote): the one seam of the fronts' Redis mode.
+// Where the modes part, a method goes through o.ob, the one-rule
+// bookkeeping (oneBook: *oneProc in process, *oneRemote over Redis, made
+// by NewShared), as the Engine's entry points go through its book; the
+// fast paths step aside in Redis mode (slow).
 type One struct {
 	// The fields of the fast paths first, together.
 	slow         bool // Redis mode or a foreign policy: the fast paths step aside
@@ -65,7 +67,7 @@ type One struct {
 	calls     []callSlot
 	freeCalls []int
 
-	rem *oneRemote // Redis mode; nil in process
+	ob oneBook // the one-rule bookkeeping: *oneProc, or *oneRemote in Redis mode
 }
 
 type callSlot struct {
@@ -83,21 +85,29 @@ func NewOne(p window.Policy, cfg Config) *One {
 	_, foreign := fast.(winfast.Foreign)
 	o := &One{fast: fast, obs: cfg.Observer, slow: foreign,
 		real: cfg.Clock == nil, doneUsesTime: fast.DoneUsesTime(), capOpt: cfg.Concurrency}
-	e := &o.Engine
-	o.e = e
-	e.book = (*inProc)(e)
-	e.rules, e.clock, e.observer, e.maxQueue = make(map[string]*ruleState), clk, cfg.Observer, int32(min(cfg.MaxQueue, math.MaxInt32))
-	e.epoch = fast.Start(clk.Now())
-	rs := &ruleState{Rule: &Rule{Limit: l}, keys: make(map[string]*limiter, 1), one: true}
-	lim := &o.lim
-	lim.rule, lim.policy, lim.refs = rs, p, 1 // pinned: never idle, never evicted
-	o.l, o.rs = lim, rs
-	rs.keys[""] = lim
-	e.rules[""] = rs
-	e.ruleList = []*ruleState{rs}
-	e.live = 1
+	o.ob = (*oneProc)(o)
+	o.Engine.book = (*inProc)(&o.Engine)
+	o.initOne("", l, p, clk, cfg)
+	o.e.epoch = fast.Start(clk.Now())
 	o.setLimitLocked(l)
 	return o
+}
+
+// initOne makes o's Engine one of a single rule, name, of limit l and
+// window p (nil in Redis mode), whose one key "" is o's limiter, pinned
+// (never idle, never evicted); on clk, with cfg's observer and queue cap.
+func (o *One) initOne(name string, l window.Limit, p window.Policy, clk wake.Clock, cfg Config) {
+	e := &o.Engine
+	o.e = e
+	e.rules, e.clock, e.observer, e.maxQueue = make(map[string]*ruleState), clk, cfg.Observer, int32(min(cfg.MaxQueue, math.MaxInt32))
+	rs := &ruleState{Rule: &Rule{Name: name, Limit: l}, keys: make(map[string]*limiter, 1), one: true}
+	lim := &o.lim
+	lim.rule, lim.policy, lim.refs = rs, p, 1
+	o.l, o.rs = lim, rs
+	rs.keys[""] = lim
+	e.rules[name] = rs
+	e.ruleList = []*ruleState{rs}
+	e.live = 1
 }
 
 // setLimitLocked makes l the rule's limit: the window's capacity, the
@@ -153,7 +163,7 @@ func (o *One) unpauseLocked(now time.Time) {
 // Acquire is semaphore.RateSemaphore.Acquire.
 func (o *One) Acquire(ctx context.Context, n int64) error {
 	if n < 0 || o.slow {
-		return o.acquireOther(ctx, n)
+		return o.ob.acquire(ctx, n)
 	}
 	done := ctx.Done()
 	o.mu.Lock()
@@ -179,13 +189,14 @@ func (o *One) Acquire(ctx context.Context, n int64) error {
 	return o.acquireLocked(ctx, n, nil)
 }
 
-// acquireOther is Acquire in Redis mode, for a negative n, and for a
+// oneProc is the in-process one-rule bookkeeping: the One itself, on the
+// clock (the fast paths are One's methods).
+type oneProc One
+
+// acquire is Acquire off the fast path: for a negative n, and for a
 // foreign policy (the cached decision is not tried: it is never taken).
-func (o *One) acquireOther(ctx context.Context, n int64) error {
-	if o.rem != nil {
-		_, err := o.rem.acquireLocal(ctx, n)
-		return err
-	}
+func (p *oneProc) acquire(ctx context.Context, n int64) error {
+	o := (*One)(p)
 	if n < 0 {
 		o.observeFailed(n, ratesem.ErrNegativeWeight)
 		return fmt.Errorf("%w %d: Acquire", ratesem.ErrNegativeWeight, n)
@@ -273,9 +284,12 @@ func (o *One) TryAcquire(n int64) bool {
 
 // TryAcquireWait is semaphore.RateSemaphore.TryAcquireWait.
 func (o *One) TryAcquireWait(n int64) (time.Duration, error) {
-	if o.rem != nil {
-		return o.rem.tryAcquireWait(n)
-	}
+	return o.ob.tryWait(n)
+}
+
+// tryWait is TryAcquireWait in process.
+func (p *oneProc) tryWait(n int64) (time.Duration, error) {
+	o := (*One)(p)
 	if n < 0 {
 		return 0, fmt.Errorf("%w %d: TryAcquireWait", ratesem.ErrNegativeWeight, n)
 	}
@@ -315,7 +329,7 @@ func (o *One) tryLocked(n int64) (bool, time.Duration, error) {
 // panic's message.
 func (o *One) Release(n int64) {
 	if n < 0 || o.slow {
-		o.releaseOther(n)
+		o.ob.release(n)
 		return
 	}
 	var now int64 // 0 when the window does not read it
@@ -352,13 +366,10 @@ func (o *One) overReleaseLocked(n int64) {
 	panic(OverReleased(n, held, calls))
 }
 
-// releaseOther is Release in Redis mode, for a negative n, and for a
+// release is Release off the fast path: for a negative n, and for a
 // foreign policy (the lock released in a defer: the policy may panic).
-func (o *One) releaseOther(n int64) {
-	if o.rem != nil {
-		o.rem.release(n)
-		return
-	}
+func (p *oneProc) release(n int64) {
+	o := (*One)(p)
 	if n < 0 {
 		panic("ratesem: Release with negative weight")
 	}
@@ -394,9 +405,12 @@ func (o *One) Now() time.Time { return o.e.now() }
 
 // SetLimit is semaphore.RateSemaphore.SetLimit, for n ≥ 0 and per ≥ 0.
 func (o *One) SetLimit(n int64, per time.Duration) error {
-	if o.rem != nil {
-		return o.rem.setLimit(n, per)
-	}
+	return o.ob.setLimit(n, per)
+}
+
+// setLimit is SetLimit in process.
+func (p *oneProc) setLimit(n int64, per time.Duration) error {
+	o := (*One)(p)
 	e := o.e
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -442,14 +456,11 @@ type Stats struct {
 }
 
 // Stats is semaphore.RateSemaphore.Stats.
-func (o *One) Stats() Stats {
-	if o.rem != nil {
-		st := o.rem.stats()
-		o.e.mu.Lock()
-		st.InFlight += o.callUnits // Begin's calls, not held by remote
-		o.e.mu.Unlock()
-		return st
-	}
+func (o *One) Stats() Stats { return o.ob.stats() }
+
+// stats is Stats in process.
+func (p *oneProc) stats() Stats {
+	o := (*One)(p)
 	e := o.e
 	e.mu.Lock()
 	defer e.mu.Unlock()

@@ -53,9 +53,12 @@ func (o *One) endCallLocked(c Call) (*Ticket, bool) {
 
 // Begin is semaphore.RateSemaphore.Begin.
 func (o *One) Begin(ctx context.Context, n int64) (Call, error) {
-	if o.rem != nil {
-		return o.rem.beginCall(ctx, n)
-	}
+	return o.ob.begin(ctx, n)
+}
+
+// begin is Begin in process.
+func (p *oneProc) begin(ctx context.Context, n int64) (Call, error) {
+	o := (*One)(p)
 	if n < 0 {
 		o.observeFailed(n, ratesem.ErrNegativeWeight)
 		return Call{}, fmt.Errorf("%w %d: Begin", ratesem.ErrNegativeWeight, n)
@@ -85,14 +88,13 @@ func (c Call) End(actual int64) {
 		e.mu.Unlock()
 		panic("ratesem: Call.End of a call already ended")
 	}
-	if rc != nil { // Redis mode: the call leaves flight in the background, never waiting on Redis
-		e.mu.Unlock()
-		if actual != c.n {
-			_ = rc.Settle(redisRule, actual) // a refund where the window still counts it, a debit from now on
-		}
-		rc.Release()
-		return
-	}
+	o.ob.endLocked(c, rc, actual)
+}
+
+// endLocked is Call.End in process for c, no longer live, with e.mu held
+// (it unlocks).
+func (p *oneProc) endLocked(c Call, _ *Ticket, actual int64) {
+	o, e := (*One)(p), p.e
 	defer e.mu.Unlock()
 	now := e.now()
 	e.endLocked(o.l, c.at, c.n, actual, o.rs.limit.Per > 0, now)

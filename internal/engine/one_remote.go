@@ -126,7 +126,7 @@ func newRedisPolicy(o backend.Opener, name string, p window.Policy, cfg Config) 
 	}
 	s, err := newRedis(o, name, &sp, cfg, newLocal)
 	if err == nil {
-		s.rem.burstN = burstN
+		s.e.one.burstN = burstN
 	}
 	return s, err
 }
@@ -143,24 +143,15 @@ func newRedis(o backend.Opener, name string, sp *rspec.Spec, cfg Config, newLoca
 		return nil, fmt.Errorf("ratesem: redisrate.NewSemaphore: a name of %d bytes: want at most %d", len(name), rspec.MaxNameLen)
 	}
 	r := &oneRemote{name: name, capOpt: cfg.Concurrency}
-	one := &One{rem: r, slow: true, obs: cfg.Observer}
+	one := &One{ob: r, slow: true, obs: cfg.Observer}
 	r.one = one
-	e := &one.Engine
-	one.e = e
+	one.initOne(redisRule, sp.Limit, nil, wake.NewClock(nil), cfg)
+	e := one.e
+	e.scope, e.one, e.epoch = name, r, e.clock.Now()
+	one.rs.setSpec(sp)
 	if cfg.Redis.Fallback {
 		r.local = newFallback(e, newLocal(max(1, int64(math.Floor(cfg.Redis.Share*float64(sp.Limit.N))))), cfg.Concurrency)
 	}
-	e.rules, e.clock, e.observer, e.maxQueue, e.scope, e.one = make(map[string]*ruleState), wake.NewClock(nil), cfg.Observer, int32(min(cfg.MaxQueue, math.MaxInt32)), name, r
-	e.epoch = e.clock.Now()
-	rs := &ruleState{Rule: &Rule{Name: redisRule, Limit: sp.Limit}, keys: make(map[string]*limiter, 1), one: true}
-	rs.setSpec(sp)
-	lim := &one.lim
-	lim.rule, lim.refs = rs, 1 // pinned: never idle, never evicted
-	one.l, one.rs = lim, rs
-	rs.keys[""] = lim
-	e.rules[redisRule] = rs
-	e.ruleList = []*ruleState{rs}
-	e.live = 1
 	cfg.Shared = &Shared{Opener: o, Prefix: cfg.Redis.Prefix}
 	if err := e.initRedis(&cfg); err != nil {
 		return nil, err
@@ -169,10 +160,11 @@ func newRedis(o backend.Opener, name string, sp *rspec.Spec, cfg Config, newLoca
 }
 
 // setSpec makes sp the Redis form of rs, a One's rule: its limit, and the
-// heaviest charge, which the spec decides (the concurrency cap included).
+// heaviest charge, which the spec decides (the concurrency cap included),
+// at most N as in process.
 func (rs *ruleState) setSpec(sp *rspec.Spec) {
 	rs.spec, rs.limit = sp, sp.Limit
-	rs.capacity, rs.cap = sp.Capacity(), math.MaxInt64
+	rs.capacity, rs.cap = sp.Capacity(), sp.Limit.N
 }
 
 // redisSpec returns the Spec of a limit of n per interval under cfg's
@@ -223,23 +215,20 @@ func (r *oneRemote) named(err error) error {
 // charges returns the one charge of a call of n units.
 func charges(n int64) []Charge { return []Charge{{Rule: redisRule, Weight: n}} }
 
-// spec returns the Redis form of the limit in force.
-func (r *oneRemote) spec() *rspec.Spec {
+// tooLarge is the Engine's check of a weight no limit admits
+// (tooHeavyLocked), before the call asks Redis.
+func (r *oneRemote) tooLarge(n int64) error {
 	e := r.one.e
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return r.one.rs.spec
+	ch := [1]Charge{{Rule: redisRule, Weight: n}}
+	return e.tooHeavyLocked(ch[:])
 }
 
-func (r *oneRemote) tooLarge(n int64) error {
-	sp := r.spec()
-	if n > sp.Limit.N {
-		return fmt.Errorf("%w: weight %d, limit %d per %v", ratesem.ErrWeightTooLarge, n, sp.Limit.N, sp.Limit.Per)
-	}
-	if c := sp.Capacity(); n > c {
-		return fmt.Errorf("%w: weight %d, capacity %d (burst or concurrency cap)", ratesem.ErrWeightTooLarge, n, c)
-	}
-	return nil
+// acquire is One.Acquire over Redis.
+func (r *oneRemote) acquire(ctx context.Context, n int64) error {
+	_, err := r.acquireLocal(ctx, n)
+	return err
 }
 
 // acquireLocal is Acquire; it reports whether the fallback admitted the
@@ -375,8 +364,11 @@ func (r *oneRemote) setLimit(n int64, interval time.Duration) error {
 	if n <= 0 || interval <= 0 {
 		return fmt.Errorf("%w: SetLimit(%d, %v): want n > 0 and a positive interval over Redis", ratesem.ErrInvalidLimit, n, interval)
 	}
+	e := r.one.e
+	e.mu.Lock()
 	sp := new(rspec.Spec)
-	*sp = *r.spec()
+	*sp = *r.one.rs.spec // the Redis form of the limit in force
+	e.mu.Unlock()
 	sp.Limit = window.Limit{N: n, Per: interval}
 	if r.burstN {
 		sp.Burst = n
@@ -387,7 +379,6 @@ func (r *oneRemote) setLimit(n int64, interval time.Duration) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), remote.DefaultTimeout+time.Second)
 	defer cancel()
-	e := r.one.e
 	if err := e.rem.eng.SetLimit(ctx, r.name, rspec.Charge{Rule: redisRule, Spec: sp}); err != nil {
 		return fmt.Errorf("%w (SetLimit)", err)
 	}
@@ -402,12 +393,13 @@ func (r *oneRemote) stats() Stats {
 	r.mu.Lock()
 	units := r.heldUnits
 	r.mu.Unlock()
-	e := r.one.e
-	e.mu.Lock()
-	waiting, waitSum, waitMax := int(r.one.l.waiting), r.one.waitSum, r.one.waitMax
-	e.mu.Unlock()
+	o := r.one
+	o.e.mu.Lock()
+	waiting, waitSum, waitMax := int(o.l.waiting), o.waitSum, o.waitMax
+	calls := o.callUnits // Begin's calls, not among the held ones
+	o.e.mu.Unlock()
 	return Stats{
-		InFlight:         units,
+		InFlight:         units + calls,
 		Waiting:          waiting,
 		Admitted:         es.Admitted,
 		TotalWait:        waitSum,
@@ -489,11 +481,22 @@ func (f *fallback) Pause(_ string, _ rspec.Charge, until time.Time) {
 	}
 }
 
-// beginCall is One.Begin over Redis: the call is kept with its slot, not
+// endLocked is Call.End over Redis for c, no longer live, whose call in
+// Redis is t, with e.mu held: it unlocks, and the call leaves flight in
+// the background, never waiting on Redis.
+func (r *oneRemote) endLocked(c Call, t *Ticket, actual int64) {
+	r.one.e.mu.Unlock()
+	if actual != c.n {
+		_ = t.Settle(redisRule, actual) // a refund where the window still counts it, a debit from now on
+	}
+	t.Release()
+}
+
+// begin is One.Begin over Redis: the call is kept with its slot, not
 // among the calls Release ends. A call of 0 units makes its round trip too
 // (Acquire(ctx, 0) makes none), so that End has a call in Redis to settle
 // a debit on.
-func (r *oneRemote) beginCall(ctx context.Context, n int64) (Call, error) {
+func (r *oneRemote) begin(ctx context.Context, n int64) (Call, error) {
 	t, err := r.admit(ctx, n, "Begin")
 	if err != nil {
 		return Call{}, err
@@ -506,9 +509,9 @@ func (r *oneRemote) beginCall(ctx context.Context, n int64) (Call, error) {
 	return c, nil
 }
 
-// tryAcquireWait is One.TryAcquireWait over Redis (Engine.TryAcquire: a
+// tryWait is One.TryAcquireWait over Redis (Engine.TryAcquire: a
 // refusal by Redis is ratesem.ErrInFlight, its wait not known).
-func (r *oneRemote) tryAcquireWait(n int64) (time.Duration, error) {
+func (r *oneRemote) tryWait(n int64) (time.Duration, error) {
 	if n < 0 {
 		return 0, fmt.Errorf("%w %d: TryAcquireWait", ratesem.ErrNegativeWeight, n)
 	}
@@ -530,12 +533,12 @@ func (r *oneRemote) tryAcquireWait(n int64) (time.Duration, error) {
 // AcquireLocal is Acquire over Redis that reports whether the fallback
 // admitted the call (tests).
 func (o *One) AcquireLocal(ctx context.Context, n int64) (bool, error) {
-	return o.rem.acquireLocal(ctx, n)
+	return o.e.one.acquireLocal(ctx, n)
 }
 
 // ReleaseSettled is the release over Redis of a call of n units settled
 // to actual (tests).
-func (o *One) ReleaseSettled(n, actual int64) { o.rem.releaseSettled(n, actual) }
+func (o *One) ReleaseSettled(n, actual int64) { o.e.one.releaseSettled(n, actual) }
 
 // RemoteStats returns the Redis engine's own stats (tests).
 func (o *One) RemoteStats() remote.Stats { return o.e.rem.eng.Stats() }
