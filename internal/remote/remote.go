@@ -190,7 +190,7 @@ type Config struct {
 	// have made room in Redis on the limiters of cs: a release or
 	// settlement of a call reached Redis (cs: the call's charges; also
 	// when Redis no longer knew the call), a usage report gave units
-	// back (ReconcileAt; cs: that charge), SetLimit stored a new limit
+	// back (ReconcileAt, or BudgetThen on a new window; cs: that charge), SetLimit stored a new limit
 	// (cs: that charge). It is how a caller queueing its own waiters
 	// over Decide learns when to ask again. It is called outside any lock, on a goroutine of the engine
 	// (a release worker, a round trip's), and must not block.
@@ -1317,12 +1317,7 @@ func (e *Engine) ReconcileAtThen(scope string, c rspec.Charge, used int64, r rsp
 		cancel()
 		e.roundTrip(err)
 		if err == nil && delta < 0 {
-			e.mu.Lock()
-			e.forgetLocked(scope, c)
-			e.mu.Unlock()
-			if e.cfg.OnRoom != nil {
-				e.cfg.OnRoom(scope, []rspec.Charge{c})
-			}
+			e.forget(scope, c)
 		}
 		if then != nil {
 			if err != nil {
@@ -1364,12 +1359,7 @@ func (e *Engine) BudgetThen(scope string, c rspec.Charge, remaining int64, reset
 			e.roundTrip(err)
 		}
 		if err == nil && taken < 0 {
-			e.mu.Lock()
-			e.forgetLocked(scope, c)
-			e.mu.Unlock()
-			if e.cfg.OnRoom != nil {
-				e.cfg.OnRoom(scope, []rspec.Charge{c})
-			}
+			e.forget(scope, c)
 		}
 		if then != nil {
 			if err != nil {
@@ -1404,13 +1394,20 @@ func (e *Engine) SetLimit(ctx context.Context, scope string, c rspec.Charge) err
 	}
 	e.markUp()
 	// What this process learned under the old limit no longer holds.
+	e.forget(scope, c)
+	return nil
+}
+
+// forget forgets what this process learned of c's limiter's next
+// admission (see forgetLocked) and calls Config.OnRoom, when set, for c.
+// e.mu must not be held.
+func (e *Engine) forget(scope string, c rspec.Charge) {
 	e.mu.Lock()
 	e.forgetLocked(scope, c)
 	e.mu.Unlock()
 	if e.cfg.OnRoom != nil {
 		e.cfg.OnRoom(scope, []rspec.Charge{c})
 	}
-	return nil
 }
 
 // forgetLocked forgets the wait the last refusal on c's limiter taught
