@@ -29,12 +29,6 @@ func (c *vclock) now() time.Time {
 	return c.t
 }
 
-func (c *vclock) add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
 // realEngine returns an Engine over a Store on a redis-server of its own
 // (on clk when not nil), and the server.
 func realEngine(t *testing.T, clk *vclock, cfg Config) (*Engine, *redistest.Server) {
