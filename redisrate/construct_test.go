@@ -135,7 +135,7 @@ func TestNewChecksRedis(t *testing.T) {
 	}
 }
 
-// TestNewChecksDeferred: with WithDeferredRedisChecks (semaphore and
+// TestNewChecksDeferred: with WithDeferredChecks (semaphore and
 // clientpool) the constructors ask Redis nothing, and the checks show at
 // the first call: ratesem.ErrUnavailable while Redis does not answer,
 // ratesem.ErrLimitMismatch naming the semaphore, ratesem.ErrEviction from

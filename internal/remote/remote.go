@@ -372,7 +372,7 @@ type Call struct {
 	// nil for a plain Release; written before the call is queued.
 	actual []int64
 	// adopted and adoptedSpecs are the admission's rspec.Decision.Adopted
-	// and AdoptedSpecs (Outcome's), kept for Acquire's caller.
+	// and AdoptedSpecs (Outcome's), kept for Decide's caller.
 	adopted      []int
 	adoptedSpecs []rspec.Spec
 	// sent, when set (OnSent), is called once the release has been sent
@@ -1437,13 +1437,13 @@ func (e *Engine) Stats() Stats {
 	return st
 }
 
-// Close stops the engine: callers in Acquire return ErrClosed, and so do
+// Close stops the engine: callers in Decide return ErrClosed, and so do
 // later calls (an admission Redis grants as Close is called is cancelled
-// there); once Close has returned, no Acquire succeeds. Releases already
+// there); once Close has returned, no Decide admits. Releases already
 // queued are sent, for at most Timeout; those left then, and releases
 // after Close, are dropped and counted (the lease covers them).
 //
-// Close waits for the Acquire calls in progress, the release workers and
+// Close waits for the Decide calls in progress, the release workers and
 // the round trips still running, at most twice Timeout in all. A client
 // that ignores its contexts' deadlines (go-redis without
 // ContextTimeoutEnabled) may keep such a round trip, and its goroutine,
