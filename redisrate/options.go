@@ -36,7 +36,7 @@ func WithPrefix(prefix string) semaphore.Option { return engine.WithPrefix(prefi
 func WithLease(d time.Duration) semaphore.Option { return engine.WithLease(d) }
 
 // WithTimeout bounds each round trip to Redis (default one second; it
-// must be positive), whatever the go-redis client's own options: an
+// must be positive; one above about 73 years counts as 73 years), whatever the go-redis client's own options: an
 // admission, a release, a cancellation or a pause that gets no answer by
 // then counts as Redis being unreachable. Each admission runs on a
 // goroutine of its own, so a client built without ContextTimeoutEnabled

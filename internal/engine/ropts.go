@@ -30,6 +30,12 @@ func WithLease(d time.Duration) Option {
 	})
 }
 
+// maxRedisTimeout bounds a Redis timeout (about 73 years): the round trips
+// add a grace to it and double it, which must not overflow time.Duration
+// (a timeout of math.MaxInt64 made every deadline lie in the past, so
+// every call failed with ratesem.ErrUnavailable at once).
+const maxRedisTimeout = math.MaxInt64 / 4
+
 // WithTimeout is redisrate.WithTimeout.
 func WithTimeout(d time.Duration) Option {
 	return RedisOption("redisrate.WithTimeout", func(c *Config) {
@@ -37,7 +43,7 @@ func WithTimeout(d time.Duration) Option {
 			c.Fail("redisrate.WithTimeout(%v): want a positive timeout", d)
 			return
 		}
-		c.Redis.Timeout = d
+		c.Redis.Timeout = min(d, maxRedisTimeout)
 	})
 }
 
