@@ -464,11 +464,12 @@ func (p *Engine) Acquire(ctx context.Context, t *Ticket, charges []Charge) error
 func (b *inProc) acquire(ctx context.Context, t *Ticket, charges []Charge) error {
 	p := (*Engine)(b)
 	w, err := p.start(ctx, t, charges)
-	p.flushEvicted()
 	if err != nil {
+		p.flushEvicted()
 		p.emitFailed(charges, nil, err)
 		return err
 	}
+	p.flushFor(t, w)
 	if w == nil {
 		p.emitAdmitted(t, charges, 0, false)
 		return nil

@@ -201,11 +201,12 @@ func (p *Engine) acquireRedis(ctx context.Context, t *Ticket, charges []Charge) 
 		return err
 	}
 	w, err := p.start(ctx, t, charges)
-	p.flushEvicted()
 	if err != nil {
+		p.flushEvicted()
 		p.emitFailed(charges, nil, err)
 		return err
 	}
+	p.flushFor(t, w)
 	queued, err := p.redisWait(ctx, w, charges)
 	if err != nil {
 		if !queued {
