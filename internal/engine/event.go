@@ -167,17 +167,25 @@ func (p *Engine) noteLocked(e ratesem.Event) {
 // calls runtime.Goexit), the call lets go first, as in emitAdmitted and
 // emitQueued: nothing stays held or queued for a caller that is gone.
 func (p *Engine) flushFor(t *Ticket, w *waiter) {
+	p.flushOr(func() {
+		if w != nil {
+			p.abandon(w)
+		} else {
+			p.takeBack(t)
+		}
+	})
+}
+
+// flushOr is flushEvicted that runs undo first when the observer panics
+// (or calls runtime.Goexit); the panic goes on.
+func (p *Engine) flushOr(undo func()) {
 	if p.observer == nil || p.evictedN.Load() == 0 {
 		return
 	}
 	returned := false
 	defer func() {
 		if !returned {
-			if w != nil {
-				p.abandon(w)
-			} else {
-				p.takeBack(t)
-			}
+			undo()
 		}
 	}()
 	p.flushEvicted()

@@ -1032,7 +1032,11 @@ func (p *Engine) TryAcquire(t *Ticket, charges []Charge) (time.Duration, error) 
 func (b *inProc) try(t *Ticket, charges []Charge) (time.Duration, error) {
 	p := (*Engine)(b)
 	d, err := p.try(t, charges)
-	p.flushEvicted()
+	if d == 0 && err == nil {
+		p.flushFor(t, nil)
+	} else {
+		p.flushEvicted()
+	}
 	switch {
 	case err != nil:
 		p.emitFailed(charges, nil, err)

@@ -742,11 +742,12 @@ func (p *Engine) tryRedis(t *Ticket, charges []Charge) (time.Duration, error) {
 		return 0, err
 	}
 	hs, rcs, err := p.startRedis(charges)
-	p.flushEvicted()
 	if err != nil {
+		p.flushEvicted()
 		p.emitFailed(charges, nil, err)
 		return 0, err
 	}
+	p.flushOr(func() { p.unrefAll(hs) })
 	d, err := p.tryQueued(hs)
 	if d == 0 && err == nil {
 		eng, scope := p.rem.eng, p.rem.scope

@@ -91,3 +91,47 @@ func TestObserverPanicInFlushTakesBack(t *testing.T) {
 	}
 	tk.Release()
 }
+
+// TryAcquire the same, in process and over Redis.
+func TestObserverPanicInFlushTry(t *testing.T) {
+	srv := redistest.Start(t)
+	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { c.Close() })
+	for _, redis := range []bool{false, true} {
+		p, err := New([]Rule{{Name: "r", Limit: window.Limit{N: 1, Per: time.Hour}}}, "", func(cfg *Config) {
+			cfg.Observer = func(e ratesem.Event) {
+				if e.Kind == ratesem.Reconciled {
+					panic("observer")
+				}
+			}
+			if redis {
+				cfg.Shared = &Shared{Opener: rstore.NewOpener(c), Prefix: "obspanictry"}
+			}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.mu.Lock()
+		p.noteLocked(ratesem.Event{Kind: ratesem.Reconciled, Rule: "r", Weight: 1})
+		p.mu.Unlock()
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Error("TryAcquire: the observer's panic did not reach the caller")
+				}
+			}()
+			_, _ = p.TryAcquire(new(Ticket), []Charge{{Rule: "r", Weight: 1}})
+		}()
+		tk := new(Ticket)
+		if _, err := p.TryAcquire(tk, []Charge{{Rule: "r", Weight: 1}}); err != nil {
+			t.Fatalf("redis %v: TryAcquire after the observer's panic: %v (the first call's unit was kept)", redis, err)
+		}
+		tk.Release()
+		p.mu.Lock()
+		if l := p.rules["r"].keys[""]; l != nil && l.refs != 0 {
+			t.Errorf("redis %v: limiter refs %d after both calls ended; want 0", redis, l.refs)
+		}
+		p.mu.Unlock()
+		p.Close()
+	}
+}
