@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -130,6 +131,53 @@ func TestObserverPanicInFlushTry(t *testing.T) {
 		p.mu.Lock()
 		if l := p.rules["r"].keys[""]; l != nil && l.refs != 0 {
 			t.Errorf("redis %v: limiter refs %d after both calls ended; want 0", redis, l.refs)
+		}
+		p.mu.Unlock()
+		p.Close()
+	}
+}
+
+// Over Redis, an observer that panics on Queued (from the first refusal
+// by Redis) or on Admitted: the panic reaches the caller, and the call
+// keeps nothing: no limiter reference, no units in flight, no waiter.
+func TestRedisObserverPanicQueuedAdmitted(t *testing.T) {
+	srv := redistest.Start(t)
+	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { c.Close() })
+	for _, kind := range []ratesem.EventKind{ratesem.Queued, ratesem.Admitted} {
+		var armed atomic.Bool
+		p, err := New([]Rule{{Name: "r", Limit: window.Limit{N: 1, Per: time.Hour}}}, "", func(cfg *Config) {
+			cfg.Observer = func(e ratesem.Event) {
+				if e.Kind == kind && armed.Load() {
+					panic("observer")
+				}
+			}
+			cfg.Shared = &Shared{Opener: rstore.NewOpener(c), Prefix: "obspanic" + kind.String()}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var first *Ticket
+		if kind == ratesem.Queued {
+			first = acquireKey(t, p, "", 1) // the next call is refused: queued
+		}
+		armed.Store(true)
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("%v: the observer's panic did not reach the caller", kind)
+				}
+			}()
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = p.Acquire(ctx, new(Ticket), []Charge{{Rule: "r", Weight: 1}})
+		}()
+		if first != nil {
+			first.Release()
+		}
+		p.mu.Lock()
+		if l := p.rules["r"].keys[""]; l != nil && (l.refs != 0 || l.inflight != 0 || l.q != nil && l.q.head != nil) {
+			t.Errorf("%v: after every call ended: refs %d, in flight %d, a waiter queued %v; want none", kind, l.refs, l.inflight, l.q != nil && l.q.head != nil)
 		}
 		p.mu.Unlock()
 		p.Close()
