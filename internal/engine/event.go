@@ -162,6 +162,36 @@ func (p *Engine) noteLocked(e ratesem.Event) {
 	}
 }
 
+// flushFor is flushEvicted for an Acquire whose call start has just
+// admitted (w nil: t holds it) or queued (w). If the observer panics (or
+// calls runtime.Goexit), the call lets go first, as in emitAdmitted and
+// emitQueued: nothing stays held or queued for a caller that is gone.
+func (p *Engine) flushFor(t *Ticket, w *waiter) {
+	p.flushOr(func() {
+		if w != nil {
+			p.abandon(w)
+		} else {
+			p.takeBack(t)
+		}
+	})
+}
+
+// flushOr is flushEvicted that runs undo first when the observer panics
+// (or calls runtime.Goexit); the panic goes on.
+func (p *Engine) flushOr(undo func()) {
+	if p.observer == nil || p.evictedN.Load() == 0 {
+		return
+	}
+	returned := false
+	defer func() {
+		if !returned {
+			undo()
+		}
+	}()
+	p.flushEvicted()
+	returned = true
+}
+
 // flushEvicted reports the evictions (and other events noteLocked kept)
 // noted since the last flush. It takes the lock only when there are some.
 func (p *Engine) flushEvicted() {

@@ -464,11 +464,12 @@ func (p *Engine) Acquire(ctx context.Context, t *Ticket, charges []Charge) error
 func (b *inProc) acquire(ctx context.Context, t *Ticket, charges []Charge) error {
 	p := (*Engine)(b)
 	w, err := p.start(ctx, t, charges)
-	p.flushEvicted()
 	if err != nil {
+		p.flushEvicted()
 		p.emitFailed(charges, nil, err)
 		return err
 	}
+	p.flushFor(t, w)
 	if w == nil {
 		p.emitAdmitted(t, charges, 0, false)
 		return nil
@@ -1031,7 +1032,11 @@ func (p *Engine) TryAcquire(t *Ticket, charges []Charge) (time.Duration, error) 
 func (b *inProc) try(t *Ticket, charges []Charge) (time.Duration, error) {
 	p := (*Engine)(b)
 	d, err := p.try(t, charges)
-	p.flushEvicted()
+	if d == 0 && err == nil {
+		p.flushFor(t, nil)
+	} else {
+		p.flushEvicted()
+	}
 	switch {
 	case err != nil:
 		p.emitFailed(charges, nil, err)

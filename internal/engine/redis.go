@@ -201,11 +201,12 @@ func (p *Engine) acquireRedis(ctx context.Context, t *Ticket, charges []Charge) 
 		return err
 	}
 	w, err := p.start(ctx, t, charges)
-	p.flushEvicted()
 	if err != nil {
+		p.flushEvicted()
 		p.emitFailed(charges, nil, err)
 		return err
 	}
+	p.flushFor(t, w)
 	queued, err := p.redisWait(ctx, w, charges)
 	if err != nil {
 		if !queued {
@@ -741,11 +742,12 @@ func (p *Engine) tryRedis(t *Ticket, charges []Charge) (time.Duration, error) {
 		return 0, err
 	}
 	hs, rcs, err := p.startRedis(charges)
-	p.flushEvicted()
 	if err != nil {
+		p.flushEvicted()
 		p.emitFailed(charges, nil, err)
 		return 0, err
 	}
+	p.flushOr(func() { p.unrefAll(hs) })
 	d, err := p.tryQueued(hs)
 	if d == 0 && err == nil {
 		eng, scope := p.rem.eng, p.rem.scope
