@@ -69,8 +69,12 @@ func WithMaxPause(d time.Duration) Option {
 // released in Redis. Other events hold nothing or come after the change
 // they report (a pause stays set).
 //
-// A fn that blocks stalls its own caller only: other goroutines' Acquire
-// and Release go on meanwhile. The call it reports on keeps its place while
+// In process a fn that blocks stalls its own caller only: other goroutines' Acquire
+// and Release go on meanwhile.
+// Over Redis (package redisrate) a waiter asks Redis on its own goroutine,
+// so a fn that blocks on the Queued event of a call at the head of a
+// queue also holds up the calls queued behind it on the same keys until
+// fn returns. The call it reports on keeps its place while
 // fn blocks, though: after Admitted it holds its charges (as a slow call
 // would), and after Queued it stays queued, may be granted and then holds
 // them until fn returns and Acquire sees its context done (the admission

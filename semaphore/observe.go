@@ -35,8 +35,12 @@ import (
 // Redis the call leaves flight in Redis. Refused and Cancelled events hold
 // nothing; a pause is set before Paused is reported and stays set.
 //
-// A fn that blocks stalls its own caller only: every other goroutine's
-// Acquire, Release and End go on meanwhile. But the call it reports on keeps
+// In process a fn that blocks stalls its own caller only: every other goroutine's
+// Acquire, Release and End go on meanwhile.
+// Over Redis (package redisrate) a waiter asks Redis on its own goroutine,
+// so a fn that blocks on the Queued event of a call at the head of a
+// queue also holds up the calls queued behind it on the same keys until
+// fn returns. But the call it reports on keeps
 // its place while fn blocks: after Admitted it holds its units (as a slow
 // call would), and after Queued it waits in the queue, may be granted and
 // then holds its units until fn returns and its Acquire sees that its
