@@ -376,7 +376,9 @@ func TestHostileDecisions(t *testing.T) {
 				}
 				// The cap on what is remembered: a free limiter again
 				// within MaxPause.
+				f.mu.Lock() // a round trip of the abandoned wait may still be reading it
 				f.decide = nil
+				f.mu.Unlock()
 				time.Sleep(300 * time.Millisecond)
 				if call, ok, err := tryAcquire(e, "s", cs); !ok || err != nil {
 					t.Fatalf("after MaxPause: %v %v", ok, err)
