@@ -34,7 +34,7 @@
 //     at its next try: granted, its wake at the instant Redis named
 //     (jittered), or woken by a release of this process reaching Redis
 //     (remote.Config.OnRoom, onRoom) or after remote.ReleaseRetry;
-//   - take back an admission whose caller left (cancel): undoHeldLocked;
+//   - take back an admission whose caller left (cancel): undoLocked;
 //     remote.Decide cancels one granted after its caller left, abandon
 //     releases one granted meanwhile;
 //   - release and settle: releaseLocked (window.Settler); remote.Call.Release and
@@ -67,6 +67,6 @@
 // Option (Config) is the type of clientpool.Option and semaphore.Option: the
 // options of Redis mode live once, in package redisrate, and apply to both
 // fronts. A front refuses an option it cannot honour (Config.CheckFront,
-// checkMode): a Redis option in process, a virtual clock over Redis, an
+// CheckMode): a Redis option in process, a virtual clock over Redis, an
 // option of the other front.
 package engine

@@ -61,18 +61,12 @@ func (p *Engine) emitCharges(e ratesem.Event, charges []Charge) {
 // caller gets the panic, not the ticket, and holds nothing. The deferred
 // call does not recover, so the panic keeps its stack.
 func (p *Engine) emitAdmitted(t *Ticket, charges []Charge, wait time.Duration, queued bool) {
-	if p.observer == nil {
-		return
+	if p.observer != nil {
+		unwinding(func() {
+			p.emitCharges(ratesem.Event{Kind: ratesem.Admitted, Wait: wait, Queued: queued}, charges)
+			p.emitOver(t)
+		}, func() { p.takeBack(t) })
 	}
-	returned := false
-	defer func() {
-		if !returned {
-			p.takeBack(t)
-		}
-	}()
-	p.emitCharges(ratesem.Event{Kind: ratesem.Admitted, Wait: wait, Queued: queued}, charges)
-	p.emitOver(t)
-	returned = true
 }
 
 // emitQueued reports that the call of w joined the queues. If the observer
@@ -80,22 +74,27 @@ func (p *Engine) emitAdmitted(t *Ticket, charges []Charge, wait time.Duration, q
 // the queues, or its admission, if it came meanwhile, is undone), so that
 // no admission is granted to a caller that is gone.
 func (p *Engine) emitQueued(w *waiter, charges []Charge) {
-	if p.observer == nil {
-		return
+	if p.observer != nil {
+		unwinding(func() { p.emitCharges(ratesem.Event{Kind: ratesem.Queued}, charges) }, func() { p.abandon(w) })
 	}
+}
+
+// unwinding runs do; if do panics (or calls runtime.Goexit), it runs undo
+// first. It does not recover, so the panic keeps its stack.
+func unwinding(do, undo func()) {
 	returned := false
 	defer func() {
 		if !returned {
-			p.abandon(w)
+			undo()
 		}
 	}()
-	p.emitCharges(ratesem.Event{Kind: ratesem.Queued}, charges)
+	do()
 	returned = true
 }
 
 // takeBack undoes the admission of t, whose caller never got it (its
 // observer panicked): in process exactly, as if it had never been admitted
-// (undoHeldLocked at its admission instant); in Redis mode t is released
+// (undoLocked at its admission instant); in Redis mode t is released
 // (the call ends at once in Redis, on the safe side).
 func (p *Engine) takeBack(t *Ticket) { p.book.takeBack(t) }
 
@@ -106,11 +105,9 @@ func (b *inProc) takeBack(t *Ticket) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.undoHeldLocked(t.held, p.instant(t.at))
+	p.undoLocked(t.held, p.instant(t.at))
 	now := p.now()
-	for i := range t.held {
-		p.unrefLocked(t.held[i].lim, now)
-	}
+	p.unrefHeldLocked(t.held, now)
 	p.settleLocked(now)
 }
 
@@ -179,17 +176,9 @@ func (p *Engine) flushFor(t *Ticket, w *waiter) {
 // flushOr is flushEvicted that runs undo first when the observer panics
 // (or calls runtime.Goexit); the panic goes on.
 func (p *Engine) flushOr(undo func()) {
-	if p.observer == nil || p.evictedN.Load() == 0 {
-		return
+	if p.observer != nil && p.evictedN.Load() != 0 {
+		unwinding(p.flushEvicted, undo)
 	}
-	returned := false
-	defer func() {
-		if !returned {
-			undo()
-		}
-	}()
-	p.flushEvicted()
-	returned = true
 }
 
 // flushEvicted reports the evictions (and other events noteLocked kept)

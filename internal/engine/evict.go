@@ -28,17 +28,14 @@ func (p *Engine) refLocked(hs []held, charges []Charge, now time.Time) error {
 			missing++
 		}
 	}
-	if missing > 0 && p.maxKeys > 0 && p.live+missing > p.maxKeys {
-		p.evictLocked(now, evictBudget+missing, true)
-		if p.live+missing > p.maxKeys {
-			for i := range hs {
-				if hs[i].lim != nil {
-					p.unrefLocked(hs[i].lim, now)
-					hs[i].lim = nil
-				}
+	if err := p.roomLocked(missing, now); err != nil {
+		for i := range hs {
+			if hs[i].lim != nil {
+				p.unrefLocked(hs[i].lim, now)
+				hs[i].lim = nil
 			}
-			return fmt.Errorf("%w: %d live, cap %d, and no idle key could be evicted", ratesem.ErrTooManyKeys, p.live, p.maxKeys)
 		}
+		return err
 	}
 	for i, c := range charges {
 		if hs[i].lim == nil {
@@ -67,6 +64,13 @@ func (p *Engine) unrefLocked(l *limiter, now time.Time) {
 	}
 }
 
+// unrefHeldLocked drops the references of hs on their limiters (unrefLocked).
+func (p *Engine) unrefHeldLocked(hs []held, now time.Time) {
+	for i := range hs {
+		p.unrefLocked(hs[i].lim, now)
+	}
+}
+
 // touchLocked records activity on l at now (a pause or the server's word):
 // an idle limiter moves to the back of its idle list.
 func (p *Engine) touchLocked(l *limiter, now time.Time) {
@@ -84,13 +88,24 @@ func (p *Engine) limiterLocked(rs *ruleState, key string, now time.Time) (*limit
 	if l, ok := rs.keys[key]; ok {
 		return l, nil
 	}
-	if p.maxKeys > 0 && p.live >= p.maxKeys {
-		p.evictLocked(now, evictBudget+1, true)
-		if p.live >= p.maxKeys {
-			return nil, fmt.Errorf("%w: %d live, cap %d, and no idle key could be evicted", ratesem.ErrTooManyKeys, p.live, p.maxKeys)
-		}
+	if err := p.roomLocked(1, now); err != nil {
+		return nil, err
 	}
 	return p.newLimiterLocked(rs, key, now), nil
+}
+
+// roomLocked makes room for missing new limiters when the pool is full
+// (WithMaxKeys): it evicts idle limiters whose windows have forgotten
+// every call; if that is not enough it returns an error matching
+// ratesem.ErrTooManyKeys.
+func (p *Engine) roomLocked(missing int, now time.Time) error {
+	if missing > 0 && p.maxKeys > 0 && p.live+missing > p.maxKeys {
+		p.evictLocked(now, evictBudget+missing, true)
+		if p.live+missing > p.maxKeys {
+			return fmt.Errorf("%w: %d live, cap %d, and no idle key could be evicted", ratesem.ErrTooManyKeys, p.live, p.maxKeys)
+		}
+	}
+	return nil
 }
 
 func (p *Engine) newLimiterLocked(rs *ruleState, key string, now time.Time) *limiter {

@@ -112,21 +112,16 @@ func (p *oneProc) endLocked(c Call, _ *Ticket, actual int64) {
 //
 //go:noinline
 func (o *One) emitHeld(n int64, c *Call) {
-	returned := false
-	defer func() {
-		if !returned {
-			o.e.mu.Lock()
-			o.admitted--
-			if c != nil {
-				o.endCallLocked(*c)
-			}
-			o.e.mu.Unlock()
-			o.Release(n)
-		}
-	}()
 	ch := [1]Charge{{Rule: o.rs.Name, Weight: n}}
-	o.e.emitCharges(ratesem.Event{Kind: ratesem.Admitted}, ch[:])
-	returned = true
+	unwinding(func() { o.e.emitCharges(ratesem.Event{Kind: ratesem.Admitted}, ch[:]) }, func() {
+		o.e.mu.Lock()
+		o.admitted--
+		if c != nil {
+			o.endCallLocked(*c)
+		}
+		o.e.mu.Unlock()
+		o.Release(n)
+	})
 }
 
 // observeFailed reports the failure err of a call of n units that did not

@@ -114,9 +114,9 @@ func (c *Config) err() error {
 	return errors.Join(c.errs...)
 }
 
-// checkMode refuses an option the mode cannot honour: a Redis option in
+// CheckMode refuses an option the mode cannot honour: a Redis option in
 // process, a virtual clock over Redis.
-func (c *Config) checkMode() error {
+func (c *Config) CheckMode() error {
 	if c.Shared == nil && len(c.Redis.Set) > 0 {
 		return fmt.Errorf("ratesem: %s applies to Redis mode only (redisrate): the state is in process", c.Redis.Set[0])
 	}
@@ -137,9 +137,6 @@ func (c *Config) CheckFront(sem bool) error {
 	}
 	return nil
 }
-
-// CheckMode is checkMode for a front that builds no engine through New.
-func (c *Config) CheckMode() error { return c.checkMode() }
 
 // Timeout returns the Redis round-trip bound in force.
 func (r *Redis) timeout() time.Duration {

@@ -1,12 +1,14 @@
 package engine
 
 import (
+	"cmp"
 	"container/list"
 	"context"
 	"errors"
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -247,11 +249,7 @@ type waiter struct {
 // errors of the Redis checks (see redisrate.Shared).
 func New(rules []Rule, scope string, opts ...Option) (*Engine, error) {
 	cfg := Config{Idle: DefaultIdleTimeout}
-	for _, o := range opts {
-		if o != nil {
-			o(&cfg)
-		}
-	}
+	cfg.Build(opts)
 	if err := cfg.err(); err != nil {
 		return nil, err
 	}
@@ -261,7 +259,7 @@ func New(rules []Rule, scope string, opts ...Option) (*Engine, error) {
 	if cfg.MaxKeys < 0 {
 		return nil, fmt.Errorf("ratesem: WithMaxKeys(%d): want ≥ 0", cfg.MaxKeys)
 	}
-	if err := cfg.checkMode(); err != nil {
+	if err := cfg.CheckMode(); err != nil {
 		return nil, err
 	}
 	if err := cfg.CheckFront(false); err != nil {
@@ -636,22 +634,17 @@ func (p *Engine) abandon(w *waiter) {
 		w.rcall.Release() // admitted by Redis while ctx became done
 		w.rcall = nil
 	} else if w.err == nil {
-		p.undoLocked(w) // admitted while ctx became done
+		p.undoLocked(w.held, w.granted) // admitted while ctx became done
 	}
 	now := p.now()
-	for i := range w.held {
-		p.unrefLocked(w.held[i].lim, now)
-	}
+	p.unrefHeldLocked(w.held, now)
 	p.settleLocked(now)
 }
 
 func (p *Engine) unrefAll(hs []held) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	now := p.now()
-	for i := range hs {
-		p.unrefLocked(hs[i].lim, now)
-	}
+	p.unrefHeldLocked(hs, p.now())
 }
 
 // merge validates charges and adds up those to the same limiter, saturating
@@ -706,12 +699,10 @@ func keyText(key string) string {
 	return fmt.Sprintf(" key %q", key)
 }
 
-// undoLocked takes back the admission of a waiter whose caller gave up: the
-// units go back without a completion, as if it had never been admitted.
-func (p *Engine) undoLocked(w *waiter) { p.undoHeldLocked(w.held, w.granted) }
-
-// undoHeldLocked takes back the admission of hs at the instant granted.
-func (p *Engine) undoHeldLocked(hs []held, granted time.Time) {
+// undoLocked takes back the admission of hs at the instant granted, whose
+// caller gave up: the units go back without a completion, as if it had
+// never been admitted.
+func (p *Engine) undoLocked(hs []held, granted time.Time) {
 	for i := len(hs) - 1; i >= 0; i-- {
 		h := &hs[i]
 		h.lim.inflight -= h.n
@@ -769,10 +760,9 @@ func (p *Engine) admitLocked(hs []held, nodes []qnode, now time.Time) (at time.T
 	if refused {
 		return at, needRelease, false
 	}
-	admitted := 0
 	for i := range hs {
 		if l := hs[i].lim; l.rule.quota {
-			if ok, until := l.budgetAdmits(nowNs, min(hs[i].n, l.learnedFit())); !ok {
+			if ok, until := l.budgetAdmits(nowNs, hs[i].charge()); !ok {
 				refuse(i, p.instant(until))
 			}
 		}
@@ -780,39 +770,31 @@ func (p *Engine) admitLocked(hs []held, nodes []qnode, now time.Time) (at time.T
 	if refused {
 		return at, needRelease, false
 	}
-	// A Rule.Window of the caller's may panic (or exit its goroutine) in
-	// Admit or Capacity: the charges its limiters admitted before it are
-	// taken back first, so that no window counts a call nobody holds.
-	decided := false
+	// Refused, or a Rule.Window of the caller's panicked (or exited its
+	// goroutine) in Admit or Capacity: the charges admitted before the
+	// first refusal are taken back, in reverse order, each the latest
+	// admission at now (exact), so that no window counts a call nobody
+	// holds.
+	admitted := 0
 	defer func() {
-		if !decided {
-			for i := admitted - 1; i >= 0; i-- {
-				hs[i].lim.policy.Cancel(now, min(hs[i].n, hs[i].lim.learnedFit()))
-			}
+		for i := admitted - 1; !ok && i >= 0; i-- {
+			hs[i].lim.policy.Cancel(now, hs[i].charge())
 		}
 	}()
 	for i := range hs {
 		h := &hs[i]
-		when, ok := h.lim.policy.Admit(now, min(h.n, h.lim.learnedFit()))
-		if !ok {
+		if when, ok := h.lim.policy.Admit(now, h.charge()); !ok {
 			refuse(i, when)
-			continue
-		}
-		if !refused {
+		} else if !refused {
 			admitted = i + 1
 		} else {
-			h.lim.policy.Cancel(now, min(h.n, h.lim.learnedFit())) // admitted after a refusal: undo at once
+			h.lim.policy.Cancel(now, h.charge()) // admitted after a refusal: undo at once
 		}
 	}
 	if refused {
-		// Undo in reverse order, each the latest admission at now: exact.
-		for i := admitted - 1; i >= 0; i-- {
-			hs[i].lim.policy.Cancel(now, min(hs[i].n, hs[i].lim.learnedFit()))
-		}
-		decided = true
 		return at, needRelease, false
 	}
-	decided = true
+	ok = true
 	for i := range hs {
 		h := &hs[i]
 		if fit := h.lim.learnedFit(); h.n > fit {
@@ -845,6 +827,10 @@ func (p *Engine) admitLocked(hs []held, nodes []qnode, now time.Time) (at time.T
 	}
 	return time.Time{}, false, true
 }
+
+// charge is the units h's window takes: at most its key's learned limit
+// (learnedFit).
+func (h *held) charge() int64 { return min(h.n, h.lim.learnedFit()) }
 
 // SetLimit changes a rule's limit at run time, for every key, keeping the
 // accounting: what each key's window counted still counts against the new
@@ -984,18 +970,7 @@ func (p *Engine) Snapshot() []KeyState {
 		}
 	}
 	slices.SortFunc(out, func(a, b KeyState) int {
-		if a.Rule != b.Rule {
-			if a.Rule < b.Rule {
-				return -1
-			}
-			return 1
-		}
-		if a.Key < b.Key {
-			return -1
-		} else if a.Key > b.Key {
-			return 1
-		}
-		return 0
+		return cmp.Or(strings.Compare(a.Rule, b.Rule), strings.Compare(a.Key, b.Key))
 	})
 	return out
 }
@@ -1063,9 +1038,7 @@ func (p *Engine) try(t *Ticket, charges []Charge) (d time.Duration, err error) {
 	}
 	defer func() {
 		if d != 0 || err != nil {
-			for i := range hs {
-				p.unrefLocked(hs[i].lim, now)
-			}
+			p.unrefHeldLocked(hs, now)
 		}
 	}()
 	d, err = p.tryHeldLocked(hs, now)

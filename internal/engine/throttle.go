@@ -60,7 +60,7 @@ func (p *Engine) pauseLocked(l *limiter, until, now time.Time) {
 	p.touchLocked(l, now)
 }
 
-// Throttled reports that the server rejected a call for its rate (HTTP 429,
+// ThrottledTargets reports that the server rejected a call for its rate (HTTP 429,
 // or 418 for Binance's IP ban) and pauses the limiters of charges whose rule
 // is marked PauseOnThrottle, or all of them when none is marked. With a
 // server-given retryAfter > 0 each pauses for about retryAfter (lengthened
@@ -74,17 +74,22 @@ func (p *Engine) pauseLocked(l *limiter, until, now time.Time) {
 // those with the shortest Limit.Per are paused (the shortest window that
 // can explain the rejection, not a daily one). A Release of a call on the
 // key admitted after its latest throttle resets k. It never blocks.
-func (p *Engine) Throttled(charges []Charge, status int, retryAfter time.Duration) {
-	p.throttle(charges, p.marked(charges), status, retryAfter)
-}
-
-// ThrottledTargets is Throttled with the targets chosen by the front
-// (clientpool.Table.ThrottleTargets); nil targets: the marked rules.
+// The targets are the front's choice (clientpool.Table.ThrottleTargets);
+// nil targets: the marked rules.
 func (p *Engine) ThrottledTargets(charges, targets []Charge, status int, retryAfter time.Duration) {
 	if targets == nil {
 		targets = p.marked(charges)
 	}
-	p.throttle(charges, targets, status, retryAfter)
+	src := ratesem.SourceBackoff
+	if retryAfter > 0 {
+		src = ratesem.SourceRetryAfter
+	}
+	p.emitCharges(ratesem.Event{Kind: ratesem.Throttled, Status: status, Source: src}, charges)
+	for _, e := range p.throttleKeys(targets, retryAfter, src) {
+		p.book.paused(e.Rule, e.Key, e.Until)
+		p.emit(e)
+	}
+	p.flushEvicted()
 }
 
 // marked returns the charges whose rule is marked PauseOnThrottle, or all of
@@ -114,30 +119,11 @@ func (p *Engine) shortestLocked(targets []Charge) []Charge {
 	})
 }
 
-type pauseEvent struct {
-	rule, key string
-	until     time.Time
-	d         time.Duration
-}
-
-func (p *Engine) throttle(charges, targets []Charge, status int, retryAfter time.Duration) {
-	src := ratesem.SourceBackoff
-	if retryAfter > 0 {
-		src = ratesem.SourceRetryAfter
-	}
-	p.emitCharges(ratesem.Event{Kind: ratesem.Throttled, Status: status, Source: src}, charges)
-	for _, e := range p.throttleKeys(targets, retryAfter) {
-		p.book.paused(e.rule, e.key, e.until)
-		p.emit(ratesem.Event{Kind: ratesem.Paused, Rule: e.rule, Key: e.key, Until: e.until, Pause: e.d, Source: src})
-	}
-	p.flushEvicted()
-}
-
-// throttleKeys pauses the targets (see Throttled) and returns the pauses
-// it set, under the lock.
-func (p *Engine) throttleKeys(targets []Charge, retryAfter time.Duration) []pauseEvent {
+// throttleKeys pauses the targets (see ThrottledTargets) and returns the
+// Paused events of the pauses it set (from src), under the lock.
+func (p *Engine) throttleKeys(targets []Charge, retryAfter time.Duration, src string) []ratesem.Event {
 	limit := backoff.Cap(p.maxPause)
-	var paused []pauseEvent
+	var paused []ratesem.Event
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := p.now()
@@ -169,7 +155,7 @@ func (p *Engine) throttleKeys(targets []Charge, retryAfter time.Duration) []paus
 		}
 		until := now.Add(d)
 		p.pauseLocked(l, until, now)
-		paused = append(paused, pauseEvent{c.Rule, c.Key, until, d})
+		paused = append(paused, ratesem.Event{Kind: ratesem.Paused, Rule: c.Rule, Key: c.Key, Until: until, Pause: d, Source: src})
 	}
 	return paused
 }
