@@ -57,7 +57,7 @@ func (p *Engine) emitCharges(e ratesem.Event, charges []Charge) {
 
 // emitAdmitted reports the admission of t, then a Distrusted event for
 // each charge admitted above its key's learned limit. If the observer panics (or
-// calls runtime.Goexit), t's admission is taken back first (takeBack): the
+// calls runtime.Goexit), t's admission is taken back first (book.takeBack): the
 // caller gets the panic, not the ticket, and holds nothing. The deferred
 // call does not recover, so the panic keeps its stack.
 func (p *Engine) emitAdmitted(t *Ticket, charges []Charge, wait time.Duration, queued bool) {
@@ -65,7 +65,7 @@ func (p *Engine) emitAdmitted(t *Ticket, charges []Charge, wait time.Duration, q
 		unwinding(func() {
 			p.emitCharges(ratesem.Event{Kind: ratesem.Admitted, Wait: wait, Queued: queued}, charges)
 			p.emitOver(t)
-		}, func() { p.takeBack(t) })
+		}, func() { p.book.takeBack(t) })
 	}
 }
 
@@ -96,8 +96,6 @@ func unwinding(do, undo func()) {
 // observer panicked): in process exactly, as if it had never been admitted
 // (undoLocked at its admission instant); in Redis mode t is released
 // (the call ends at once in Redis, on the safe side).
-func (p *Engine) takeBack(t *Ticket) { p.book.takeBack(t) }
-
 func (b *inProc) takeBack(t *Ticket) {
 	p := (*Engine)(b)
 	if t.released.Swap(true) {
@@ -168,7 +166,7 @@ func (p *Engine) flushFor(t *Ticket, w *waiter) {
 		if w != nil {
 			p.abandon(w)
 		} else {
-			p.takeBack(t)
+			p.book.takeBack(t)
 		}
 	})
 }

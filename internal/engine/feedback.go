@@ -41,13 +41,18 @@ func (b *inProc) reconcile(rs *ruleState, key string, used int64) error {
 	p := (*Engine)(b)
 	extra, err := p.reconcile(rs, key, used)
 	p.flushEvicted()
-	if err != nil {
-		return err
+	if err == nil {
+		p.emitReconciled(rs.Name, key, extra)
 	}
+	return err
+}
+
+// emitReconciled reports that the window of (rule, key) took in extra
+// units on the server's word, when extra > 0.
+func (p *Engine) emitReconciled(rule, key string, extra int64) {
 	if extra > 0 {
-		p.emit(ratesem.Event{Kind: ratesem.Reconciled, Rule: rs.Name, Key: key, Weight: extra})
+		p.emit(ratesem.Event{Kind: ratesem.Reconciled, Rule: rule, Key: key, Weight: extra})
 	}
-	return nil
 }
 
 func (p *Engine) reconcile(rs *ruleState, key string, used int64) (int64, error) {
@@ -151,34 +156,22 @@ func (t *Ticket) ObserveHeaders(h http.Header) {
 // observe is Ticket.ObserveHeaders in process.
 func (b *inProc) observe(t *Ticket, h http.Header) {
 	p := (*Engine)(b)
-	var date time.Time
-	dated := false
 	for i := range t.held {
 		hd := &t.held[i]
-		rs := hd.lim.rule
+		rs, key := hd.lim.rule, hd.lim.key
 		if rs.Learn != nil {
 			if in, ok := rs.Learn(h, p.now()); ok {
-				if !dated {
-					date, dated = serverDate(h), true
-				}
-				extra, distrust := p.learn(hd, in, date)
-				if extra > 0 {
-					p.emit(ratesem.Event{Kind: ratesem.Reconciled, Rule: rs.Name, Key: hd.lim.key, Weight: extra})
-				}
+				extra, distrust := p.learn(hd, in, serverDate(h))
+				p.emitReconciled(rs.Name, key, extra)
 				if distrust != nil {
-					p.emit(ratesem.Event{Kind: ratesem.Distrusted, Rule: rs.Name, Key: hd.lim.key, Err: distrust})
+					p.emit(ratesem.Event{Kind: ratesem.Distrusted, Rule: rs.Name, Key: key, Err: distrust})
 				}
 			}
 		}
-		if rs.Usage == nil {
-			continue
-		}
-		used, ok := rs.Usage(h)
-		if !ok || used < 0 {
-			continue
-		}
-		if extra := p.observe(hd, used); extra > 0 {
-			p.emit(ratesem.Event{Kind: ratesem.Reconciled, Rule: rs.Name, Key: hd.lim.key, Weight: extra})
+		if rs.Usage != nil {
+			if used, ok := rs.Usage(h); ok && used >= 0 {
+				p.emitReconciled(rs.Name, key, p.observe(hd, used))
+			}
 		}
 	}
 }

@@ -129,18 +129,6 @@ func (o *One) nanos() int64 {
 	return o.e.mono(o.e.now())
 }
 
-// admitNowLocked admits n units at now, and reports true, when the window
-// and the cap allow (Engine.admitLocked).
-func (o *One) admitNowLocked(n int64, now time.Time) bool {
-	o.unpauseLocked(now)
-	hs := [1]held{{lim: o.l, n: n}}
-	_, _, ok := o.e.admitLocked(hs[:], nil, now)
-	if ok {
-		o.admitted++
-	}
-	return ok
-}
-
 // admitCachedLocked is the clock-free fast path: nobody waiting, no pause,
 // room in the cap, and the window's cached state shows room for n units.
 func (o *One) admitCachedLocked(n int64) bool {
@@ -196,17 +184,17 @@ type oneProc One
 // acquire is Acquire off the fast path: for a negative n, and for a
 // foreign policy (the cached decision is not tried: it is never taken).
 func (p *oneProc) acquire(ctx context.Context, n int64) error {
-	o := (*One)(p)
-	if n < 0 {
-		o.observeFailed(n, ratesem.ErrNegativeWeight)
-		return fmt.Errorf("%w %d: Acquire", ratesem.ErrNegativeWeight, n)
-	}
-	return o.acquireClock(ctx, n, nil)
+	return (*One)(p).acquireClock(ctx, n, nil, "Acquire")
 }
 
-// acquireClock is Acquire decided on the clock (acquireLocked), never on
-// the window's cached state; c is Begin's.
-func (o *One) acquireClock(ctx context.Context, n int64, c *Call) error {
+// acquireClock is Acquire (op "Acquire", c nil) and Begin (op "Begin", c
+// its Call) decided on the clock (acquireLocked), never on the window's
+// cached state.
+func (o *One) acquireClock(ctx context.Context, n int64, c *Call, op string) error {
+	if n < 0 {
+		o.observeFailed(n, ratesem.ErrNegativeWeight)
+		return fmt.Errorf("%w %d: %s", ratesem.ErrNegativeWeight, n, op)
+	}
 	o.mu.Lock()
 	if err := ctx.Err(); err != nil {
 		o.mu.Unlock()
@@ -265,7 +253,10 @@ func (o *One) startLocked(ctx context.Context, n int64, c *Call) (*waiter, error
 	}
 	now := e.now()
 	if o.l.q == nil && n <= o.rs.fit() {
-		if o.admitNowLocked(n, now) {
+		o.unpauseLocked(now)
+		hs := [1]held{{lim: o.l, n: n}}
+		if _, _, ok := e.admitLocked(hs[:], nil, now); ok {
+			o.admitted++
 			if c != nil {
 				*c = o.newCallLocked(n, e.mono(now))
 			}
@@ -294,35 +285,36 @@ func (p *oneProc) tryWait(n int64) (time.Duration, error) {
 		return 0, fmt.Errorf("%w %d: TryAcquireWait", ratesem.ErrNegativeWeight, n)
 	}
 	o.e.mu.Lock()
-	ok, d, err := o.tryLocked(n)
-	if ok && o.obs != nil {
+	d, err := o.tryLocked(n)
+	if d == 0 && err == nil && o.obs != nil {
 		o.emitHeld(n, nil)
 	}
 	return d, err
 }
 
-func (o *One) tryLocked(n int64) (bool, time.Duration, error) {
+// tryLocked is TryAcquireWait with e.mu held (it unlocks, in a defer: a
+// foreign policy may panic), for n ≥ 0.
+func (o *One) tryLocked(n int64) (time.Duration, error) {
 	e := o.e
-	defer e.mu.Unlock() // a foreign policy may panic
+	defer e.mu.Unlock()
 	ch := [1]Charge{{Rule: o.rs.Name, Weight: n}}
 	if err := e.tooHeavyLocked(ch[:]); err != nil {
 		if o.rs.limit.Per > 0 || n > o.rs.limit.N {
-			return false, 0, err
+			return 0, err
 		}
-		return false, 0, ratesem.ErrInFlight // without a rate: a weight above the burst waits
+		return 0, ratesem.ErrInFlight // without a rate: a weight above the burst waits
 	}
 	if o.admitCachedLocked(n) {
-		return true, 0, nil
+		return 0, nil
 	}
 	now := e.now()
 	o.unpauseLocked(now)
 	hs := [1]held{{lim: o.l, n: n}}
 	d, err := e.tryHeldLocked(hs[:], now)
-	if ok := d == 0 && err == nil; ok {
+	if d == 0 && err == nil {
 		o.admitted++
-		return true, 0, nil
 	}
-	return false, d, err
+	return d, err
 }
 
 // Release is semaphore.RateSemaphore.Release. OverReleased gives the

@@ -57,19 +57,12 @@ func (o *One) Begin(ctx context.Context, n int64) (Call, error) {
 }
 
 // begin is Begin in process.
-func (p *oneProc) begin(ctx context.Context, n int64) (Call, error) {
-	o := (*One)(p)
-	if n < 0 {
-		o.observeFailed(n, ratesem.ErrNegativeWeight)
-		return Call{}, fmt.Errorf("%w %d: Begin", ratesem.ErrNegativeWeight, n)
-	}
-	var c Call
+func (p *oneProc) begin(ctx context.Context, n int64) (c Call, err error) {
 	// Decided on the clock, never on the cached state: the window must
 	// know the instant of the start, which a settlement's refund needs.
-	if err := o.acquireClock(ctx, n, &c); err != nil {
-		return Call{}, err
-	}
-	return c, nil
+	// c is set only on success.
+	err = (*One)(p).acquireClock(ctx, n, &c, "Begin")
+	return c, err
 }
 
 // End is semaphore.Call.End.

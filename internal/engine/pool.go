@@ -253,17 +253,14 @@ func New(rules []Rule, scope string, opts ...Option) (*Engine, error) {
 	if err := cfg.err(); err != nil {
 		return nil, err
 	}
-	if cfg.MaxQueue < 0 || cfg.MaxQueue > math.MaxInt32 {
+	switch {
+	case cfg.MaxQueue < 0 || cfg.MaxQueue > math.MaxInt32:
 		return nil, fmt.Errorf("ratesem: WithMaxQueue(%d): want 0 ≤ n ≤ %d", cfg.MaxQueue, math.MaxInt32)
-	}
-	if cfg.MaxKeys < 0 {
+	case cfg.MaxKeys < 0:
 		return nil, fmt.Errorf("ratesem: WithMaxKeys(%d): want ≥ 0", cfg.MaxKeys)
 	}
-	if err := cfg.CheckMode(); err != nil {
-		return nil, err
-	}
-	if err := cfg.CheckFront(false); err != nil {
-		return nil, err
+	if err := cmp.Or(cfg.CheckMode(), cfg.CheckFront(false)); err != nil {
+		return nil, err // the first of them
 	}
 	switch {
 	case cfg.Redis.Fallback:
@@ -486,13 +483,9 @@ func (b *inProc) acquire(ctx context.Context, t *Ticket, charges []Charge) error
 // when w was granted (w keeps its references on its limiters), or the error,
 // w having let go of everything.
 func (p *Engine) await(ctx context.Context, w *waiter) error {
-	var budget <-chan time.Time // nil: no queue-wait budget
-	if !w.qdead.IsZero() {
-		budget = p.clock.After(w.qdead.Sub(w.since))
-	}
-	if budget != nil {
+	if !w.qdead.IsZero() { // a queue-wait budget
 		select {
-		case <-budget:
+		case <-p.clock.After(w.qdead.Sub(w.since)):
 			p.expire(w) // fails w unless it was admitted meanwhile
 		case <-ctx.Done():
 		case <-w.ready:

@@ -173,7 +173,7 @@ func (p *Engine) tryWaiterLocked(w *waiter, now time.Time) {
 	if behind {
 		return
 	}
-	at, needRelease, ok, asking := p.decideLocked(w, now)
+	at, needRelease, ok, asking := p.book.decideLocked(w, now)
 	if asking {
 		// Decided outside the lock (Redis mode): meanwhile w holds its
 		// place at the head of its queues.
@@ -222,12 +222,6 @@ func (p *Engine) tryWaiterLocked(w *waiter, now time.Time) {
 // node marked; or asking: the decision is being made outside the lock
 // (Redis mode, redisDecideLocked) and w keeps its place meanwhile. In
 // process the window policies decide under the lock (admitLocked).
-func (p *Engine) decideLocked(w *waiter, now time.Time) (at time.Time, needRelease, ok, asking bool) {
-	return p.book.decideLocked(w, now)
-}
-
-// decideLocked is Engine.decideLocked in process: the window policies
-// decide under the lock.
 func (b *inProc) decideLocked(w *waiter, now time.Time) (at time.Time, needRelease, ok, asking bool) {
 	at, needRelease, ok = (*Engine)(b).admitLocked(w.held, w.nodes, now)
 	return at, needRelease, ok, false
