@@ -42,16 +42,12 @@ func (p *Engine) named(e ratesem.Event) ratesem.Event {
 // emitCharges reports one event per charge, e with the charge's rule, key
 // and weight; one event with no rule when there is no charge.
 func (p *Engine) emitCharges(e ratesem.Event, charges []Charge) {
-	if p.observer == nil {
-		return
-	}
 	if len(charges) == 0 && e.Kind != ratesem.Admitted {
-		p.observer(p.named(e))
-		return
+		p.emit(e)
 	}
 	for _, c := range charges {
 		e.Rule, e.Key, e.Weight = c.Rule, c.Key, c.Weight
-		p.observer(p.named(e))
+		p.emit(e)
 	}
 }
 
@@ -135,15 +131,6 @@ func (p *Engine) emitFailed(charges []Charge, w *waiter, err error) {
 		e.Queued, e.Wait = true, max(p.now().Sub(w.since), 0)
 	}
 	p.emitCharges(e, charges)
-}
-
-// noteEvictedLocked keeps the (rule, key) of an evicted limiter for
-// flushEvicted, when the pool has an observer: the observer must not run
-// under the lock.
-func (p *Engine) noteEvictedLocked(l *limiter) {
-	if p.observer != nil {
-		p.noteLocked(ratesem.Event{Kind: ratesem.Evicted, Rule: l.rule.Name, Key: l.key})
-	}
 }
 
 // noteLocked keeps e, an event of work done off a caller's goroutine (an

@@ -179,7 +179,7 @@ func (p *Engine) evictLocked(now time.Time, budget int, force bool) int {
 			delete(rs.keys, l.key)
 			p.live--
 			evicted++
-			p.noteEvictedLocked(l)
+			p.noteLocked(ratesem.Event{Kind: ratesem.Evicted, Rule: l.rule.Name, Key: l.key}) // reported by flushEvicted
 		}
 	}
 	if n > 0 {

@@ -284,14 +284,14 @@ func New(rules []Rule, scope string, opts ...Option) (*Engine, error) {
 			return nil, fmt.Errorf("ratesem: two rules named %q", r.Name)
 		}
 		rs := &ruleState{Rule: r, keys: make(map[string]*limiter)}
-		rs.setLimit(r.Limit)
-		if r.Limit.N == 0 {
+		lim := r.Limit
+		if lim.N == 0 {
 			// Unknown until a response says: the window admits anything
 			// (one call at a time, admitLocked; in Redis mode
 			// rspec.Unknown, learnRedis) and keeps the record.
-			rs.setLimit(window.Limit{N: MaxLearnedN, Per: r.Limit.Per})
-			rs.learning, rs.unknown = true, true
+			lim.N, rs.learning, rs.unknown = MaxLearnedN, true, true
 		}
+		rs.setLimit(lim)
 		p.rules[r.Name] = rs
 		p.ruleList = append(p.ruleList, rs)
 	}
