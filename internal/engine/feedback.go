@@ -41,9 +41,7 @@ func (b *inProc) reconcile(rs *ruleState, key string, used int64) error {
 	p := (*Engine)(b)
 	extra, err := p.reconcile(rs, key, used)
 	p.flushEvicted()
-	if err == nil {
-		p.emitReconciled(rs.Name, key, extra)
-	}
+	p.emitReconciled(rs.Name, key, extra) // 0 on an error
 	return err
 }
 

@@ -211,7 +211,6 @@ func (o *One) acquireClock(ctx context.Context, n int64, c *Call, op string) err
 // that must wait goes through the Engine's own queueing (queueLocked,
 // await) as the Pool's calls do.
 func (o *One) acquireLocked(ctx context.Context, n int64, c *Call) error {
-	e := o.e
 	w, err := o.startLocked(ctx, n, c)
 	if w == nil {
 		if err != nil {
@@ -222,49 +221,48 @@ func (o *One) acquireLocked(ctx context.Context, n int64, c *Call) error {
 		return err
 	}
 	ch := []Charge{{Rule: o.rs.Name, Weight: n}}
-	e.emitQueued(w, ch)
-	if err := e.await(ctx, w); err != nil {
-		e.emitFailed(ch, w, err)
+	o.emitQueued(w, ch)
+	if err := o.await(ctx, w); err != nil {
+		o.emitFailed(ch, w, err)
 		return err
 	}
 	wait := max(w.granted.Sub(w.since), 0)
-	e.emitAdmitted(&Ticket{pool: e, held: w.held, charges: ch, at: e.mono(w.granted)}, ch, wait, true)
-	e.mu.Lock()
-	e.unrefLocked(o.l, w.granted)
+	o.emitAdmitted(&Ticket{pool: o.e, held: w.held, charges: ch, at: o.mono(w.granted)}, ch, wait, true)
+	o.mu.Lock()
+	o.unrefLocked(o.l, w.granted)
 	o.admitted++
 	o.waitSum += wait
 	o.waitMax = max(o.waitMax, wait)
 	if c != nil {
-		*c = o.newCallLocked(n, e.mono(w.granted))
+		*c = o.newCallLocked(n, o.mono(w.granted))
 	}
-	e.mu.Unlock()
+	o.mu.Unlock()
 	return nil
 }
 
 // startLocked admits n units at once (a nil waiter and error), fails, or
-// queues the call and returns its waiter; it unlocks e.mu, in a defer: a
+// queues the call and returns its waiter; it unlocks o.mu, in a defer: a
 // foreign policy may panic.
 func (o *One) startLocked(ctx context.Context, n int64, c *Call) (*waiter, error) {
-	e := o.e
-	defer e.mu.Unlock()
+	defer o.mu.Unlock()
 	ch := [1]Charge{{Rule: o.rs.Name, Weight: n}}
-	if err := e.tooHeavyLocked(ch[:]); err != nil && o.rs.limit.Per > 0 {
+	if err := o.tooHeavyLocked(ch[:]); err != nil && o.rs.limit.Per > 0 {
 		return nil, err // without a rate, it waits aside (x/sync's Weighted)
 	}
-	now := e.now()
+	now := o.now()
 	if o.l.q == nil && n <= o.rs.fit() {
 		o.unpauseLocked(now)
 		hs := [1]held{{lim: o.l, n: n}}
-		if _, _, ok := e.admitLocked(hs[:], nil, now); ok {
+		if _, _, ok := o.admitLocked(hs[:], nil, now); ok {
 			o.admitted++
 			if c != nil {
-				*c = o.newCallLocked(n, e.mono(now))
+				*c = o.newCallLocked(n, o.mono(now))
 			}
 			return nil, nil
 		}
 	}
-	e.refOne(o.l) // the waiter's: queueLocked and await drop it on failure
-	return e.queueLocked(ctx, []held{{lim: o.l, n: n}}, nil, now, true)
+	o.refOne(o.l) // the waiter's: queueLocked and await drop it on failure
+	return o.queueLocked(ctx, []held{{lim: o.l, n: n}}, nil, now, true)
 }
 
 // TryAcquire is semaphore.RateSemaphore.TryAcquire.
@@ -295,10 +293,9 @@ func (p *oneProc) tryWait(n int64) (time.Duration, error) {
 // tryLocked is TryAcquireWait with e.mu held (it unlocks, in a defer: a
 // foreign policy may panic), for n ≥ 0.
 func (o *One) tryLocked(n int64) (time.Duration, error) {
-	e := o.e
-	defer e.mu.Unlock()
+	defer o.mu.Unlock()
 	ch := [1]Charge{{Rule: o.rs.Name, Weight: n}}
-	if err := e.tooHeavyLocked(ch[:]); err != nil {
+	if err := o.tooHeavyLocked(ch[:]); err != nil {
 		if o.rs.limit.Per > 0 || n > o.rs.limit.N {
 			return 0, err
 		}
@@ -307,10 +304,10 @@ func (o *One) tryLocked(n int64) (time.Duration, error) {
 	if o.admitCachedLocked(n) {
 		return 0, nil
 	}
-	now := e.now()
+	now := o.now()
 	o.unpauseLocked(now)
 	hs := [1]held{{lim: o.l, n: n}}
-	d, err := e.tryHeldLocked(hs[:], now)
+	d, err := o.tryHeldLocked(hs[:], now)
 	if d == 0 && err == nil {
 		o.admitted++
 	}
@@ -365,15 +362,14 @@ func (p *oneProc) release(n int64) {
 	if n < 0 {
 		panic("ratesem: Release with negative weight")
 	}
-	e := o.e
-	e.mu.Lock()
+	o.mu.Lock()
 	if n > o.l.inflight-o.callUnits {
 		o.overReleaseLocked(n)
 	}
-	defer e.mu.Unlock()
-	now := e.now()
-	e.endLocked(o.l, 0, n, n, false, now)
-	e.settleLocked(now)
+	defer o.mu.Unlock()
+	now := o.now()
+	o.endLocked(o.l, 0, n, n, false, now)
+	o.settleLocked(now)
 }
 
 // OverReleased is the panic of a Release of n units that Acquire and
@@ -403,17 +399,16 @@ func (o *One) SetLimit(n int64, per time.Duration) error {
 // setLimit is SetLimit in process.
 func (p *oneProc) setLimit(n int64, per time.Duration) error {
 	o := (*One)(p)
-	e := o.e
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	now := e.now()
-	o.fast.SetLimit(e.mono(now), n, per)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	now := o.now()
+	o.fast.SetLimit(o.mono(now), n, per)
 	o.setLimitLocked(window.Limit{N: n, Per: per})
 	if o.l.q != nil {
-		e.markPending(o.l.q)
+		o.markPending(o.l.q)
 	}
-	e.refitLocked(o.rs, now)
-	e.settleLocked(now)
+	o.refitLocked(o.rs, now)
+	o.settleLocked(now)
 	return nil
 }
 
@@ -453,12 +448,11 @@ func (o *One) Stats() Stats { return o.ob.stats() }
 // stats is Stats in process.
 func (p *oneProc) stats() Stats {
 	o := (*One)(p)
-	e := o.e
-	e.mu.Lock()
-	defer e.mu.Unlock()
+	o.mu.Lock()
+	defer o.mu.Unlock()
 	st := Stats{InFlight: o.l.inflight, Waiting: int(o.l.waiting), Admitted: o.admitted, TotalWait: o.waitSum, MaxWait: o.waitMax}
 	if p := o.l.paused(); p != 0 {
-		st.PausedUntil = e.instant(p)
+		st.PausedUntil = o.instant(p)
 	}
 	return st
 }

@@ -74,25 +74,24 @@ func (c Call) End(actual int64) {
 	if actual < 0 {
 		panic(fmt.Sprintf("ratesem: Call.End with negative weight %d", actual))
 	}
-	e := o.e
-	e.mu.Lock()
+	o.mu.Lock()
 	rc, ok := o.endCallLocked(c)
 	if !ok {
-		e.mu.Unlock()
+		o.mu.Unlock()
 		panic("ratesem: Call.End of a call already ended")
 	}
 	o.ob.endLocked(c, rc, actual)
 }
 
-// endLocked is Call.End in process for c, no longer live, with e.mu held
+// endLocked is Call.End in process for c, no longer live, with o.mu held
 // (it unlocks).
 func (p *oneProc) endLocked(c Call, _ *Ticket, actual int64) {
-	o, e := (*One)(p), p.e
-	defer e.mu.Unlock()
-	now := e.now()
-	e.endLocked(o.l, c.at, c.n, actual, o.rs.limit.Per > 0, now)
+	o := (*One)(p)
+	defer o.mu.Unlock()
+	now := o.now()
+	o.endLocked(o.l, c.at, c.n, actual, o.rs.limit.Per > 0, now)
 	if o.l.q != nil {
-		e.settleLocked(now)
+		o.settleLocked(now)
 	}
 }
 

@@ -374,12 +374,8 @@ func (b *inProc) release(t *Ticket) {
 func (p *Engine) releaseLocked(t *Ticket, from int, now time.Time) {
 	i := from
 	defer func() {
-		if i < len(t.held) {
-			l := t.held[i].lim
-			p.unrefLocked(l, now)
-			if l.q != nil {
-				p.markPending(l.q)
-			}
+		if i < len(t.held) { // endLocked has marked its waiters pending
+			p.unrefLocked(t.held[i].lim, now)
 			p.releaseLocked(t, i+1, now)
 		}
 	}()
@@ -948,14 +944,13 @@ func (p *Engine) Snapshot() []KeyState {
 	var out []KeyState
 	for _, rs := range p.ruleList {
 		for _, l := range rs.keys {
-			ks := KeyState{Rule: rs.Name, Key: l.key, InFlight: l.inflight, Used: -1}
+			ks := KeyState{Rule: rs.Name, Key: l.key, InFlight: l.inflight, Used: -1, Limit: p.keyLimitLocked(l)}
 			if l.paused() != 0 {
 				ks.PausedUntil = p.instant(l.paused())
 			}
 			if l.fb != nil {
 				ks.Distrusted = l.fb.distrusted
 			}
-			ks.Limit = p.keyLimitLocked(l)
 			if r, ok := l.policy.(window.Reconciler); ok {
 				ks.Used = r.Used(now)
 			}

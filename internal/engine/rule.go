@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ratesem/ratesem"
+	"github.com/ratesem/ratesem/internal/sat"
 	"github.com/ratesem/ratesem/window"
 )
 
@@ -90,10 +91,7 @@ func quiet(l window.Limit, capacity int64) time.Duration {
 		return l.Per
 	}
 	k := 1 + (capacity+l.N-1)/l.N
-	if k > int64(1<<62)/max(int64(l.Per), 1) {
-		return time.Duration(1<<62 - 1)
-	}
-	return time.Duration(k) * l.Per
+	return time.Duration(sat.Mul(k, int64(l.Per))) // saturating: never forgets
 }
 
 func (r *Rule) check() error {
