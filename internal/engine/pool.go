@@ -489,19 +489,17 @@ func (p *Engine) await(ctx context.Context, w *waiter) error {
 	}
 	select {
 	case <-ctx.Done():
-		p.abandon(w)
-		return ctx.Err()
 	case <-w.ready:
 		if w.err != nil {
 			p.unrefAll(w.held)
 			return w.err
 		}
-		if ctx.Err() != nil {
-			p.abandon(w) // admitted as ctx ended: undone, as if it never happened
-			return ctx.Err()
-		}
-		return nil
 	}
+	if err := ctx.Err(); err != nil {
+		p.abandon(w) // out of the queues; or admitted as ctx ended: undone, as if it never happened
+		return err
+	}
+	return nil
 }
 
 // start is Acquire under the lock: it admits the call at once (a nil
