@@ -50,7 +50,7 @@
 //     (remote.Engine.SetLimit) and adopted from the answers
 //     (remote.Call.Adopted), a quota's budget is shared
 //     (remote.Engine.BudgetThen);
-//   - set the limit: setLimitLocked; remote.Engine.SetLimit.
+//   - set the limit: inProc.setLimit; remote.Engine.SetLimit.
 //
 // The queues, priorities, WithMaxQueue, queue-wait budgets, deadline
 // fail-fast, cancellation and the Queued/Admitted/Refused/Cancelled events

@@ -60,7 +60,13 @@ func (p *Engine) emitAdmitted(t *Ticket, charges []Charge, wait time.Duration, q
 	if p.observer != nil {
 		unwinding(func() {
 			p.emitCharges(ratesem.Event{Kind: ratesem.Admitted, Wait: wait, Queued: queued}, charges)
-			p.emitOver(t)
+			for i := range t.held { // t.held[i] is t.charges[i]'s
+				if h := &t.held[i]; h.over { // above the limit its key learned (learnedFit)
+					c := t.charges[i]
+					p.observer(ratesem.Event{Kind: ratesem.Distrusted, Rule: c.Rule, Key: c.Key, Weight: c.Weight,
+						Err: fmt.Errorf("%w: %s is heavier than the limit its key learned from the server: sent alone, charged as %d units, until a reply corrects the limit", ratesem.ErrWeightTooLarge, c, h.n)})
+				}
+			}
 		}, func() { p.book.takeBack(t) })
 	}
 }
@@ -103,21 +109,6 @@ func (b *inProc) takeBack(t *Ticket) {
 	now := p.now()
 	p.unrefHeldLocked(t.held, now)
 	p.settleLocked(now)
-}
-
-// emitOver reports a Distrusted event for each charge of t admitted above
-// the limit its key learned (learnedFit); t.held[i] is t.charges[i]'s.
-func (p *Engine) emitOver(t *Ticket) {
-	if p.observer == nil {
-		return
-	}
-	for i := range t.held {
-		if h := &t.held[i]; h.over {
-			c := t.charges[i]
-			p.observer(ratesem.Event{Kind: ratesem.Distrusted, Rule: c.Rule, Key: c.Key, Weight: c.Weight,
-				Err: fmt.Errorf("%w: %s is heavier than the limit its key learned from the server: sent alone, charged as %d units, until a reply corrects the limit", ratesem.ErrWeightTooLarge, c, h.n)})
-		}
-	}
 }
 
 // emitFailed reports the failure err of an Acquire of charges; w is its

@@ -854,19 +854,9 @@ func (b *inProc) setLimit(rs *ruleState, l window.Limit) error {
 	defer p.mu.Unlock()
 	now := p.now()
 	rs.learning, rs.unknown = false, false
-	for _, lim := range rs.keys {
-		lim.unknown = false
-	}
-	p.setLimitLocked(rs, l, now)
-	p.settleLocked(now)
-	return nil
-}
-
-// setLimitLocked is SetLimit under the lock, for a valid limit, without
-// admitting the waiters it makes room for (settleLocked does).
-func (p *Engine) setLimitLocked(rs *ruleState, l window.Limit, now time.Time) {
 	rs.setLimit(l)
 	for _, lim := range rs.keys {
+		lim.unknown = false
 		if !rs.quota {
 			lim.policy.SetLimit(now, l)
 		}
@@ -875,6 +865,8 @@ func (p *Engine) setLimitLocked(rs *ruleState, l window.Limit, now time.Time) {
 		}
 	}
 	p.refitLocked(rs, now)
+	p.settleLocked(now)
+	return nil
 }
 
 // refitLocked walks the waiters after rs's limit changed: one with a charge
