@@ -39,9 +39,8 @@ func (p *Engine) refLocked(hs []held, charges []Charge, now time.Time) error {
 	}
 	for i, c := range charges {
 		if hs[i].lim == nil {
-			l := p.newLimiterLocked(p.rules[c.Rule], c.Key, now)
-			hs[i].lim = l
-			p.refOne(l)
+			hs[i].lim = p.newLimiterLocked(p.rules[c.Rule], c.Key, now)
+			p.refOne(hs[i].lim)
 		}
 	}
 	return nil

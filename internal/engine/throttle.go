@@ -54,9 +54,8 @@ func (p *Engine) pause(rs *ruleState, key string, until time.Time) (bool, error)
 // limiter refuse longer, so no waiter needs a new try: the heads it
 // refuses are tried again at their wake instant and told the new one.
 func (p *Engine) pauseLocked(l *limiter, until, now time.Time) {
-	if fb, u := l.feedback(), p.mono(until); u > fb.paused {
-		fb.paused = u
-	}
+	fb := l.feedback()
+	fb.paused = max(fb.paused, p.mono(until))
 	p.touchLocked(l, now)
 }
 
