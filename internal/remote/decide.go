@@ -1,6 +1,7 @@
 package remote
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"math/rand/v2"
@@ -96,23 +97,52 @@ type Result struct {
 // behind one it expects refused on the same limiter.
 func (e *Engine) DecideAll(ctx context.Context, reqs []Request) []Result {
 	rs := make([]Result, len(reqs))
-	b, ok := e.st.(batcher)
-	if !ok {
-		for i, r := range reqs {
-			rs[i].Outcome, rs[i].Err = e.Decide(ctx, r.Scope, r.Charges)
-		}
-		return rs
-	}
+	ws := make([]*waiter, len(reqs))
 	var scopes []string
 	groups := map[string][]int{}
 	for i, r := range reqs {
+		w, o, err := e.begin(ctx, r.Scope, r.Charges)
+		if w == nil {
+			rs[i] = Result{o, err}
+			continue
+		}
+		defer e.leave(w)
+		ws[i] = w
 		if _, seen := groups[r.Scope]; !seen {
 			scopes = append(scopes, r.Scope)
 		}
 		groups[r.Scope] = append(groups[r.Scope], i)
 	}
+	b, _ := e.st.(batcher)
 	for _, sc := range scopes {
-		e.decideBatch(ctx, b, sc, groups[sc], reqs, rs)
+		idx := groups[sc]
+		now := time.Now()
+		var (
+			send []*waiter
+			at   []int
+		)
+		e.mu.Lock()
+		one := b == nil || len(idx) == 1 || e.closed || e.down || e.gatedLocked(now) || len(e.recs) > 0
+		for _, i := range idx {
+			if one {
+				break
+			}
+			if until, paused, ri := e.knownLocked(ws[i], now); !until.IsZero() {
+				rs[i].Outcome = Outcome{At: until, Paused: paused, Refused: ri}
+				continue
+			}
+			send, at = append(send, ws[i]), append(at, i)
+		}
+		e.mu.Unlock()
+		if one {
+			for _, i := range idx {
+				rs[i].Outcome, rs[i].Err = e.decide(ctx, ws[i])
+			}
+			continue
+		}
+		for k, r := range e.ask(ctx, b, sc, send, e.cfg.Timeout) {
+			rs[at[k]] = r
+		}
 	}
 	return rs
 }
@@ -123,96 +153,44 @@ type batcher interface {
 	AdmitAll(ctx context.Context, scope string, calls [][]rspec.Charge) ([]rspec.Decision, []error, error)
 }
 
-// decideBatch is DecideAll for the requests idx of reqs, all of scope:
-// those this process can decide without Redis are decided so, the others
-// by one round trip (b.AdmitAll). While Redis is taken as unreachable,
-// the fallback's window drains or its calls wait to be carried, each
-// request is decided by Decide.
-func (e *Engine) decideBatch(ctx context.Context, b batcher, scope string, idx []int, reqs []Request, rs []Result) {
-	since := time.Now()
-	e.mu.Lock()
-	one := e.closed || e.down || e.gatedLocked(since) || len(e.recs) > 0 || len(idx) == 1
-	e.mu.Unlock()
-	if one {
-		for _, i := range idx {
-			rs[i].Outcome, rs[i].Err = e.Decide(ctx, scope, reqs[i].Charges)
-		}
-		return
+// ask sends the admissions of ws, all of scope, in one round trip (admit)
+// and takes Redis's answers (decided). A round trip that fails marks
+// Redis unreachable once: the waiters after the first go to the fallback
+// (one failure, one step of the probe schedule).
+func (e *Engine) ask(ctx context.Context, b batcher, scope string, ws []*waiter, timeout time.Duration) []Result {
+	rs := make([]Result, len(ws))
+	if len(ws) == 0 {
+		return rs
 	}
-	var (
-		send []int
-		ws   []*waiter
-	)
-	for _, i := range idx {
-		cs := reqs[i].Charges
-		if err := checkCharges(cs); err != nil {
-			rs[i].Err = err
-			continue
-		}
-		if err := ctx.Err(); err != nil {
-			rs[i].Err = err
-			continue
-		}
-		if len(cs) == 0 {
-			c, err := e.admitEmpty(scope)
-			rs[i].Outcome, rs[i].Err = Outcome{Call: c}, err
-			continue
-		}
-		w := e.newWaiter(scope, slices.Clone(cs))
-		e.mu.Lock()
-		if e.closed {
-			e.mu.Unlock()
-			rs[i].Err = ErrClosed
-			continue
-		}
-		e.registerLocked(w)
-		e.active++
-		until, paused, ri := w.knownLocked(since)
-		e.mu.Unlock()
-		defer e.leave(w, true)
-		if !until.IsZero() {
-			rs[i].Outcome = Outcome{At: until, Paused: paused, Refused: ri}
-			continue
-		}
-		send, ws = append(send, i), append(ws, w)
-	}
-	if len(send) == 0 {
-		return
-	}
-	ds, errs, err, left := e.redisAdmitAll(ctx, b, scope, ws, e.cfg.Timeout)
-	failed := false
-	for k, i := range send {
-		w := ws[k]
+	ds, errs, err, left := e.admit(ctx, b, scope, ws, timeout)
+	var cause error
+	for k, w := range ws {
+		r := &rs[k]
 		switch {
-		case failed:
-			// Redis was marked unreachable once: the others go to the
-			// fallback (one failure, one step of the probe schedule).
-			rs[i].Outcome, rs[i].Err = e.local(w, e.downCause())
-			continue
+		case cause != nil:
+			r.Outcome, r.Err = e.local(w, cause)
 		case err != nil || left != nil:
-			rs[i].Outcome, rs[i].Err = e.decided(ctx, w, rspec.Decision{}, err, left)
-			failed = left == nil || (left != ErrClosed && ctx.Err() == nil)
-			continue
+			r.Outcome, r.Err = e.decided(ctx, w, rspec.Decision{}, err, left)
+			if left == nil || (left != ErrClosed && ctx.Err() == nil) {
+				cause = cmp.Or(err, left)
+			}
+		default:
+			r.Outcome, r.Err = e.decided(ctx, w, ds[k], errs[k], nil)
 		}
-		rs[i].Outcome, rs[i].Err = e.decided(ctx, w, ds[k], errs[k], nil)
 	}
+	return rs
 }
 
-// downCause returns the error that made Redis taken as unreachable.
-func (e *Engine) downCause() error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.downErr == nil {
-		return errors.New("redis unreachable")
-	}
-	return e.downErr
-}
-
-// redisAdmitAll is redisAdmit for the waiters ws of scope, in one round
-// trip (b.AdmitAll): one Decision and error per waiter, or the round
-// trip's err, or left (the caller left before the answer: the admissions
-// that come after are cancelled in Redis).
-func (e *Engine) redisAdmitAll(ctx context.Context, b batcher, scope string, ws []*waiter, timeout time.Duration) (ds []rspec.Decision, errs []error, err, left error) {
+// admit asks Redis to admit the waiters ws of scope, in one round trip on
+// a goroutine of its own (b.AdmitAll, or Store.Admit for one waiter when b
+// is nil), and waits for the answer until timeout passes, ctx is done or
+// Close is called. It returns one Decision and error per waiter, or the
+// round trip's err, or, when it left before the answer, left:
+// context.DeadlineExceeded (timeout), ctx.Err() or ErrClosed. The round
+// trip is not cut short by ctx (its context is its own, bounded by timeout
+// + lateGrace): the admissions Redis granted after the caller left are
+// cancelled when the answer comes.
+func (e *Engine) admit(ctx context.Context, b batcher, scope string, ws []*waiter, timeout time.Duration) (ds []rspec.Decision, errs []error, err, left error) {
 	type result struct {
 		ds   []rspec.Decision
 		errs []error
@@ -224,23 +202,31 @@ func (e *Engine) redisAdmitAll(ctx context.Context, b batcher, scope string, ws 
 	}
 	ch := make(chan result, 1)
 	claimed := new(atomic.Bool)
+	// Nobody waits for the answer after by: Redis refuses the admission
+	// if it runs later (a Redis frozen meanwhile runs it when it wakes,
+	// and nobody would read its answer to cancel it).
 	by := time.Now().Add(timeout)
 	if dl, ok := ctx.Deadline(); ok && dl.Before(by) {
 		by = dl
 	}
 	if !e.spawn(func() {
 		octx, cancel := context.WithTimeout(context.Background(), timeout+lateGrace)
-		ds, errs, err := b.AdmitAll(rspec.WithAnswerBy(octx, by), scope, calls)
+		actx := rspec.WithAnswerBy(octx, by)
+		var r result
+		if b != nil {
+			r.ds, r.errs, r.err = b.AdmitAll(actx, scope, calls)
+		} else {
+			d, err := e.st.Admit(actx, scope, calls[0])
+			r.ds, r.errs = []rspec.Decision{d}, []error{err}
+		}
 		cancel()
 		if claimed.CompareAndSwap(false, true) {
-			ch <- result{ds, errs, err}
+			ch <- r
 			return
 		}
-		if err == nil { // the caller left: nobody will use these admissions
-			for i, d := range ds {
-				if errs[i] == nil && d.OK {
-					e.cancelNow(scope, calls[i], d.Token)
-				}
+		for i, d := range r.ds { // the caller left: nobody will use these admissions
+			if r.errs[i] == nil && d.OK {
+				e.cancel(scope, calls[i], d.Token)
 			}
 		}
 	}) {
@@ -288,91 +274,84 @@ func (e *Engine) redisAdmitAll(ctx context.Context, b batcher, scope string, ws 
 // RoundTripFailed events to the Observer, but not Admitted (the caller's
 // wait is the caller's to report). It is safe for concurrent use.
 func (e *Engine) Decide(ctx context.Context, scope string, cs []rspec.Charge) (Outcome, error) {
-	if err := checkCharges(cs); err != nil {
-		return Outcome{}, err
+	w, o, err := e.begin(ctx, scope, cs)
+	if w == nil {
+		return o, err
 	}
-	if err := ctx.Err(); err != nil {
-		return Outcome{}, err
-	}
-	if len(cs) == 0 {
-		c, err := e.admitEmpty(scope)
-		return Outcome{Call: c}, err
-	}
-	w := e.newWaiter(scope, slices.Clone(cs))
-	e.mu.Lock()
-	if e.closed {
-		e.mu.Unlock()
-		return Outcome{}, ErrClosed
-	}
-	e.registerLocked(w)
-	e.active++
-	e.mu.Unlock()
-	defer e.leave(w, true)
-	defer w.dropLocal()
+	defer e.leave(w)
 	return e.decide(ctx, w)
 }
 
-// newWaiter returns the waiter of a call of charges cs in scope, not yet
-// registered with its limiters.
-func (e *Engine) newWaiter(scope string, cs []rspec.Charge) *waiter {
-	w := &waiter{scope: scope, cs: cs, keys: make([]limKey, len(cs)), lims: make([]*limiter, len(cs))}
-	for i, c := range cs {
-		w.keys[i] = limKey{scope, c.Rule, c.Key}
+// begin checks a call's charges and returns its waiter, counted among the
+// decisions in progress until leave; or, with no waiter, the call's
+// outcome when it is decided at once: an error of the checks, ctx.Err(),
+// ErrClosed, or a call of no charges admitted (no round trip).
+func (e *Engine) begin(ctx context.Context, scope string, cs []rspec.Charge) (*waiter, Outcome, error) {
+	if err := checkCharges(cs); err != nil {
+		return nil, Outcome{}, err
 	}
-	return w
+	if err := ctx.Err(); err != nil {
+		return nil, Outcome{}, err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	switch {
+	case e.closed:
+		return nil, Outcome{}, ErrClosed
+	case len(cs) == 0:
+		e.inflight++
+		e.stats.Admitted++
+		return nil, Outcome{Call: &Call{e: e, scope: scope}}, nil
+	}
+	e.active++
+	return &waiter{scope: scope, cs: slices.Clone(cs)}, Outcome{}, nil
 }
 
-// registerLocked makes w a user of its limiters, made if needed (leave, or
-// dropLocked, ends it). e.mu must be held.
-func (e *Engine) registerLocked(w *waiter) {
-	for i, k := range w.keys {
-		l := e.lims[k]
-		if l == nil {
-			l = &limiter{}
-			e.lims[k] = l
-		}
-		l.users++
-		w.lims[i] = l
+// leave ends w's decision: the fallback's units the gate holds for it, if
+// any (not passed on to a Call), are given back.
+func (e *Engine) leave(w *waiter) {
+	if w.local != nil {
+		w.local()
+		w.local = nil
 	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.active--
+	e.checkDrainedLocked()
 }
 
 // knownLocked returns the latest instant after now before which w is known
 // not to be admitted (a pause, a refusal's instant), whether it is a pause,
 // and the index of that charge; zero when none. e.mu must be held.
-func (w *waiter) knownLocked(now time.Time) (until time.Time, paused bool, ri int) {
-	for i, l := range w.lims {
+func (e *Engine) knownLocked(w *waiter, now time.Time) (until time.Time, paused bool, ri int) {
+	for i, c := range w.cs {
+		l := e.lims[limKey{w.scope, c.Rule, c.Key}]
+		if l == nil {
+			continue
+		}
 		if now.Before(l.paused) && l.paused.After(until) {
 			until, paused, ri = l.paused, true, i
 		}
-		if w.cs[i].Weight >= l.notBeforeN && now.Before(l.notBefore) && l.notBefore.After(until) {
+		if c.Weight >= l.notBeforeN && now.Before(l.notBefore) && l.notBefore.After(until) {
 			until, paused, ri = l.notBefore, false, i
 		}
 	}
 	return until, paused, ri
 }
 
-// dropLocal gives back the fallback's units the gate holds for w, if any
-// (not passed on to a Call).
-func (w *waiter) dropLocal() {
-	if w.local != nil {
-		w.local()
-		w.local = nil
-	}
-}
-
-// decide takes one decision for w, registered with its limiters: what
-// this process knows (a pause, a refusal's instant), or the fallback
-// while Redis is taken as unreachable, or one round trip to Redis (after
-// the gate and the carry of the fallback's calls). The fallback and the
-// gate only try. The gate's units (w.local) pass to the Call admitted; the
-// caller gives them back otherwise (dropLocal).
+// decide takes one decision for w: what this process knows (a pause, a
+// refusal's instant), or the fallback while Redis is taken as
+// unreachable, or one round trip to Redis (after the gate and the carry of
+// the fallback's calls). The fallback and the gate only try. The gate's
+// units (w.local) pass to the Call admitted; leave gives them back
+// otherwise.
 func (e *Engine) decide(ctx context.Context, w *waiter) (Outcome, error) {
 	now := time.Now()
 	e.mu.Lock()
 	closed := e.closed
 	down, probe, downErr := e.down, !now.Before(e.nextProbe), e.downErr
 	gated := w.local == nil && e.gatedLocked(now)
-	until, paused, ri := w.knownLocked(now)
+	until, paused, ri := e.knownLocked(w, now)
 	e.mu.Unlock()
 	switch {
 	case closed:
@@ -386,8 +365,16 @@ func (e *Engine) decide(ctx context.Context, w *waiter) (Outcome, error) {
 	if down && !probe {
 		return e.local(w, downErr)
 	}
-	if gated && e.gate(w) != nil {
-		return e.localRefusal(w), nil
+	if gated {
+		// The gate: while the fallback's own calls still count, a call
+		// takes the fallback's units as well as Redis's (gatedLocked). A
+		// call heavier than the fallback's share is refused until the
+		// window drains, and asks again.
+		rel, err := e.fbTry(w)
+		if err != nil {
+			return e.localRefusal(w), nil
+		}
+		w.local = rel
 	}
 	timeout := e.cfg.Timeout
 	if down {
@@ -395,7 +382,7 @@ func (e *Engine) decide(ctx context.Context, w *waiter) (Outcome, error) {
 	}
 	// The fallback's calls go to Redis before any call of this process
 	// does (the first round trip after an outage carries them).
-	if err := e.carry(ctx, timeout); err != nil {
+	if _, err := e.carry(ctx, timeout); err != nil {
 		switch {
 		case err == ErrClosed:
 			return Outcome{}, ErrClosed
@@ -404,12 +391,12 @@ func (e *Engine) decide(ctx context.Context, w *waiter) (Outcome, error) {
 		}
 		return e.failed(w, err)
 	}
-	d, err, left := e.redisAdmit(ctx, w, timeout)
-	return e.decided(ctx, w, d, err, left)
+	r := e.ask(ctx, nil, w.scope, []*waiter{w}, timeout)[0]
+	return r.Outcome, r.Err
 }
 
 // decided takes Redis's answer to w's admission (d, or the round trip's
-// err, or left: the caller left before the answer, see redisAdmit): the
+// err, or left: the caller left before the answer, see admit): the
 // Call admitted, the refusal recorded, the round trip's failure handed to
 // the fallback.
 func (e *Engine) decided(ctx context.Context, w *waiter, d rspec.Decision, err, left error) (Outcome, error) {
@@ -444,7 +431,7 @@ func (e *Engine) decided(ctx context.Context, w *waiter, d rspec.Decision, err, 
 			e.cfg.TestAfterAdmit()
 		}
 		if ctx.Err() != nil {
-			e.cancelToken(w.scope, w.cs, d.Token)
+			e.cancel(w.scope, w.cs, d.Token)
 			return Outcome{}, ctx.Err()
 		}
 		c := &Call{e: e, scope: w.scope, cs: w.cs, token: d.Token, at: d.Now, seen: time.Now(), marks: d.Marks, local: w.local,
@@ -454,7 +441,7 @@ func (e *Engine) decided(ctx context.Context, w *waiter, d rspec.Decision, err, 
 			if c.local != nil {
 				c.local()
 			}
-			e.cancelToken(w.scope, w.cs, d.Token)
+			e.cancel(w.scope, w.cs, d.Token)
 			return Outcome{}, err
 		}
 		return Outcome{Call: c, Adopted: d.Adopted, AdoptedSpecs: d.AdoptedSpecs}, nil
@@ -492,7 +479,7 @@ func (e *Engine) refused(w *waiter, d rspec.Decision, now time.Time) Outcome {
 	}
 	rec := now.Add(wait)
 	e.mu.Lock()
-	l := w.lims[ri]
+	l := e.limLocked(limKey{w.scope, w.cs[ri].Rule, w.cs[ri].Key}, now)
 	if d.Paused {
 		if rec.After(l.paused) {
 			l.paused = rec

@@ -85,6 +85,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -261,8 +262,6 @@ type limKey struct{ scope, rule, key string }
 // limiter is this process's view of one limiter: what it learned from
 // Redis.
 type limiter struct {
-	users int // decisions under way that refer to it
-
 	paused time.Time // no admission before (a local or Redis pause); zero: none
 
 	// The latest exact refusal: no charge of notBeforeN units or more can
@@ -276,8 +275,6 @@ type limiter struct {
 type waiter struct {
 	scope string
 	cs    []rspec.Charge
-	keys  []limKey
-	lims  []*limiter
 	local func() // the fallback's units held by the gate (Engine.gatedLocked), or nil
 }
 
@@ -296,7 +293,8 @@ type Engine struct {
 
 	mu          sync.Mutex
 	closed      bool
-	lims        map[limKey]*limiter
+	lims        map[limKey]*limiter // what this process learned of each limiter (limLocked)
+	sweepAt     int                 // len(lims) at which limLocked forgets the limiters that teach nothing
 	down        bool // Redis taken as unreachable
 	downErr     error
 	nextProbe   time.Time
@@ -431,28 +429,6 @@ func checkCharges(cs []rspec.Charge) error {
 	return nil
 }
 
-// leave takes w out of its queues (the waiters it was in front of move
-// up) and forgets limiters nobody needs any more.
-func (e *Engine) leave(w *waiter, try bool) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.dropLocked(w)
-	e.active--
-	e.checkDrainedLocked()
-}
-
-// dropLocked ends w's use of its limiters, forgetting each that is idle
-// and holds no future instant. e.mu must be held.
-func (e *Engine) dropLocked(w *waiter) {
-	now := time.Now()
-	for i, l := range w.lims {
-		l.users--
-		if l.users == 0 && !now.Before(l.paused) && !now.Before(l.notBefore) {
-			delete(e.lims, w.keys[i])
-		}
-	}
-}
-
 // checkDrainedLocked closes drained once no round trip and no decision is
 // in progress. e.mu must be held.
 func (e *Engine) checkDrainedLocked() {
@@ -460,19 +436,6 @@ func (e *Engine) checkDrainedLocked() {
 		close(e.drained)
 		e.drained = nil
 	}
-}
-
-// admitEmpty admits a call of no charges (no round trip), or returns
-// ErrClosed.
-func (e *Engine) admitEmpty(scope string) (*Call, error) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.closed {
-		return nil, ErrClosed
-	}
-	e.inflight++
-	e.stats.Admitted++
-	return &Call{e: e, scope: scope}, nil
 }
 
 // releaseCap is the longest a head refused because calls in flight fill
@@ -489,63 +452,6 @@ func releaseCap(s *rspec.Spec) time.Duration {
 func callerError(err error) bool {
 	return errors.Is(err, rspec.ErrLimitMismatch) || errors.Is(err, ratesem.ErrWeightTooLarge) ||
 		errors.Is(err, ratesem.ErrInvalidLimit) || errors.Is(err, ratesem.ErrNegativeWeight)
-}
-
-// admitResult is the outcome of an admission round trip.
-type admitResult struct {
-	d   rspec.Decision
-	err error
-}
-
-// redisAdmit asks Redis to admit w, on a goroutine of its own, and waits
-// for the answer until timeout passes, ctx is done or Close is called. It
-// returns the decision and the Redis error, or, when it left before the
-// answer, left: context.DeadlineExceeded (timeout), ctx.Err() or ErrClosed.
-// The round trip is not cut short by ctx (its context is its own, bounded
-// by timeout + lateGrace): if the script admitted the call after the caller
-// left, the goroutine cancels the admission when the answer comes.
-func (e *Engine) redisAdmit(ctx context.Context, w *waiter, timeout time.Duration) (d rspec.Decision, err, left error) {
-	ch := make(chan admitResult, 1)
-	claimed := new(atomic.Bool)
-	// Nobody waits for the answer after by: Redis refuses the admission
-	// if it runs later (a Redis frozen meanwhile runs it when it wakes,
-	// and nobody would read its answer to cancel it).
-	by := time.Now().Add(timeout)
-	if dl, ok := ctx.Deadline(); ok && dl.Before(by) {
-		by = dl
-	}
-	if !e.spawn(func() {
-		octx, cancel := context.WithTimeout(context.Background(), timeout+lateGrace)
-		d, err := e.st.Admit(rspec.WithAnswerBy(octx, by), w.scope, w.cs)
-		cancel()
-		if claimed.CompareAndSwap(false, true) {
-			ch <- admitResult{d, err}
-			return
-		}
-		// The caller left: nobody will use this admission.
-		if err == nil && d.OK {
-			e.cancelNow(w.scope, w.cs, d.Token)
-		}
-	}) {
-		return rspec.Decision{}, errBusy, nil
-	}
-	t := time.NewTimer(timeout)
-	defer t.Stop()
-	select {
-	case r := <-ch:
-		return r.d, r.err, nil
-	case <-t.C:
-		left = context.DeadlineExceeded
-	case <-ctx.Done():
-		left = ctx.Err()
-	case <-e.closeCtx.Done():
-		left = ErrClosed
-	}
-	if !claimed.CompareAndSwap(false, true) {
-		r := <-ch // the answer is in: the caller deals with it
-		return r.d, r.err, nil
-	}
-	return rspec.Decision{}, nil, left
 }
 
 // spawn runs op on a goroutine of its own, counted in pending; it returns
@@ -649,22 +555,6 @@ func (e *Engine) fbTry(w *waiter) (func(), error) {
 	return r, nil
 }
 
-// gate takes, for w, the fallback's units as well as Redis's while the
-// fallback's own calls still count (gatedLocked): after an outage, the
-// processes that fell back carry their calls into Redis each at its first
-// round trip, not all at once, so until the fallback's window has drained
-// a call of this process needs room in both. drain is Engine.fbDrain when
-// the gate was found shut. A call heavier than the fallback's share waits
-// until the window drains: refused (errTry), it asks again.
-func (e *Engine) gate(w *waiter) error {
-	rel, err := e.fbTry(w)
-	if err != nil {
-		return errTry
-	}
-	w.local = rel
-	return nil
-}
-
 // gatedLocked reports whether calls must also be admitted by the fallback:
 // a call of the fallback is in flight, or one ended within the time it
 // counts (keepFor). e.mu must be held.
@@ -728,14 +618,9 @@ func (e *Engine) pruneRecsLocked(now time.Time) {
 // whose release then goes to Redis, those that ended within their keep as
 // ended now. One carry runs at a time, each round trip bounded by timeout;
 // a caller finding one under way waits for it (at most timeout: then
-// errCarryBusy). It returns nil when nothing is left to carry.
-func (e *Engine) carry(ctx context.Context, timeout time.Duration) error {
-	_, err := e.carrySent(ctx, timeout)
-	return err
-}
-
-// carrySent is carry; sent reports that a carry reached Redis.
-func (e *Engine) carrySent(ctx context.Context, timeout time.Duration) (sent bool, err error) {
+// errCarryBusy). It returns nil when nothing is left to carry; sent
+// reports that a carry reached Redis.
+func (e *Engine) carry(ctx context.Context, timeout time.Duration) (sent bool, err error) {
 	if e.cfg.Fallback == nil {
 		return false, nil
 	}
@@ -927,7 +812,7 @@ func (e *Engine) prober() {
 			}
 			continue // another caller may have probed meanwhile
 		}
-		sent, err := e.carrySent(e.closeCtx, probeTimeout)
+		sent, err := e.carry(e.closeCtx, probeTimeout)
 		if err == nil && !sent {
 			continue // nothing left to carry: done
 		}
@@ -992,11 +877,7 @@ func (e *Engine) hold(c *Call) error {
 // Jitter draws the extra sleep to add to a wait of a refused call before
 // it asks again: at most Config.Jitter and a tenth of the wait. Safe for
 // concurrent use.
-func (e *Engine) Jitter(wait time.Duration) time.Duration { return e.jitter(wait) }
-
-// jitter draws the extra sleep added to a wait: at most Config.Jitter and
-// a tenth of the wait.
-func (e *Engine) jitter(wait time.Duration) time.Duration {
+func (e *Engine) Jitter(wait time.Duration) time.Duration {
 	m := min(e.cfg.Jitter, wait/10)
 	if m <= 0 {
 		return 0
@@ -1049,22 +930,12 @@ func (e *Engine) roundTrip(err error) {
 	}
 }
 
-// cancelToken takes back an admission whose caller gave up, waiting for
-// the round trip at most Timeout.
-func (e *Engine) cancelToken(scope string, cs []rspec.Charge, token string) {
+// cancel takes back an admission whose caller gave up, waiting for the
+// round trip at most Timeout.
+func (e *Engine) cancel(scope string, cs []rspec.Charge, token string) {
 	err := e.bounded(context.Background(), e.cfg.Timeout, func(ctx context.Context) error {
 		return e.st.Cancel(ctx, scope, cs, token)
 	})
-	e.roundTrip(err)
-	e.countCancel(scope, cs, err)
-}
-
-// cancelNow takes back an admission on the calling goroutine (one already
-// of its own), bounded by Timeout.
-func (e *Engine) cancelNow(scope string, cs []rspec.Charge, token string) {
-	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.Timeout)
-	err := e.st.Cancel(ctx, scope, cs, token)
-	cancel()
 	e.roundTrip(err)
 	e.countCancel(scope, cs, err)
 }
@@ -1243,11 +1114,7 @@ func (e *Engine) Pause(scope string, c rspec.Charge, d time.Duration) {
 	until := time.Now().Add(d)
 	k := limKey{scope, c.Rule, c.Key}
 	e.mu.Lock()
-	l := e.lims[k]
-	if l == nil {
-		l = &limiter{}
-		e.lims[k] = l
-	}
+	l := e.limLocked(k, time.Now())
 	if until.After(l.paused) {
 		l.paused = until
 	}
@@ -1408,6 +1275,25 @@ func (e *Engine) forget(scope string, c rspec.Charge) {
 	if e.cfg.OnRoom != nil {
 		e.cfg.OnRoom(scope, []rspec.Charge{c})
 	}
+}
+
+// limLocked returns k's limiter, made if needed. Before it makes one, once
+// lims has doubled since the last time, it forgets the limiters whose
+// instants have passed (they teach nothing), so lims holds at most about
+// twice the limiters that still do. e.mu must be held.
+func (e *Engine) limLocked(k limKey, now time.Time) *limiter {
+	if l := e.lims[k]; l != nil {
+		return l
+	}
+	if len(e.lims) >= e.sweepAt {
+		maps.DeleteFunc(e.lims, func(_ limKey, l *limiter) bool {
+			return !now.Before(l.paused) && !now.Before(l.notBefore)
+		})
+		e.sweepAt = max(2*len(e.lims), 64)
+	}
+	l := &limiter{}
+	e.lims[k] = l
+	return l
 }
 
 // forgetLocked forgets the wait the last refusal on c's limiter taught
