@@ -295,7 +295,7 @@ type Engine struct {
 	closed      bool
 	lims        map[limKey]*limiter // what this process learned of each limiter (limLocked)
 	sweepAt     int                 // len(lims) at which limLocked forgets the limiters that teach nothing
-	down        bool // Redis taken as unreachable
+	down        bool                // Redis taken as unreachable
 	downErr     error
 	nextProbe   time.Time
 	backoff     time.Duration
