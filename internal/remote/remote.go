@@ -191,7 +191,7 @@ type Config struct {
 	// have made room in Redis on the limiters of cs: a release or
 	// settlement of a call reached Redis (cs: the call's charges; also
 	// when Redis no longer knew the call), a usage report gave units
-	// back (ReconcileAt, or BudgetThen on a new window; cs: that charge), SetLimit stored a new limit
+	// back (ReconcileAtThen, or BudgetThen on a new window; cs: that charge), SetLimit stored a new limit
 	// (cs: that charge). It is how a caller queueing its own waiters
 	// over Decide learns when to ask again. It is called outside any lock, on a goroutine of the engine
 	// (a release worker, a round trip's), and must not block.
@@ -921,9 +921,10 @@ func (e *Engine) markUp() {
 }
 
 // roundTrip records the outcome of a release, cancellation, pause or
-// reconcile.
+// usage report: an error of the caller's (callerError) or of a call Redis
+// no longer knew is an answer.
 func (e *Engine) roundTrip(err error) {
-	if err != nil && !errors.Is(err, rspec.ErrNotInFlight) {
+	if err != nil && !errors.Is(err, rspec.ErrNotInFlight) && !callerError(err) {
 		e.markDown(err, false)
 	} else {
 		e.markUp()
@@ -1121,78 +1122,41 @@ func (e *Engine) Pause(scope string, c rspec.Charge, d time.Duration) {
 	if until.After(e.pausedUntil) {
 		e.pausedUntil = until
 	}
-	down, closed := e.down, e.closed
 	e.mu.Unlock()
 	if e.cfg.Fallback != nil {
 		e.cfg.Fallback.Pause(scope, c, until)
 	}
 	e.event(Event{Kind: Paused, Scope: scope, Charges: []rspec.Charge{c}, Wait: d})
-	if down || closed {
-		return
-	}
-	e.spawn(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), e.cfg.Timeout)
+	e.send(func(ctx context.Context) {
 		_, err := e.st.Pause(ctx, scope, c, d)
-		cancel()
 		e.roundTrip(err)
 	})
 }
 
-// Reconcile passes a server's usage report (used units in the server's
-// current window) to Redis, asynchronously: one round trip on a goroutine
-// of its own, bounded by Timeout. It never blocks; a failure is counted in
-// Stats.RedisErrors. A negative used changes nothing.
-func (e *Engine) Reconcile(scope string, c rspec.Charge, used int64) {
-	e.ReconcileAt(scope, c, used, rspec.Read{})
-}
-
-// ReconcileAt is Reconcile for a count read at at on Redis's clock (zero
-// when not known): a window aligned to the clock drops a count read in an
-// earlier window than the one current when it reaches Redis (see
-// rspec.Store.ReconcileAt). When the count gave units back (a fixed
-// completion window whose bound on the units from elsewhere tightened),
-// this process forgets what it learned of the limiter's next admission and
-// wakes the limiter's first waiter, which asks Redis again.
-func (e *Engine) ReconcileAt(scope string, c rspec.Charge, used int64, r rspec.Read) {
-	e.ReconcileAtThen(scope, c, used, r, nil)
-}
-
-// ReconcileAtThen is ReconcileAt that tells then what the count did, once
-// Redis answered: added is the units the limiter took in (what it counted
-// beyond what it already did, as the in-process window's Consume or
-// Report: 0 when the count told it nothing new, or was dropped as read in
-// an earlier aligned window), negative when a fixed completion window gave
-// units back (its bound on the units from elsewhere tightened); err is the
-// round trip's error (added is then 0). An event "reconciled" carries
-// max(added, 0) units in both modes, and fires only when added > 0. then is
-// called on a goroutine of the engine, outside any lock; it is not called
-// when the count changes nothing without a round trip (used < 0, Redis
-// taken as unreachable, Close, too many round trips under way).
+// ReconcileAtThen passes a server's usage report (used units in the
+// server's current window, read at r on Redis's clock; zero when not
+// known) to Redis, asynchronously: one round trip on a goroutine of its
+// own, bounded by Timeout; it never blocks, and a failure is counted in
+// Stats.RedisErrors. A window aligned to the clock drops a count read in
+// an earlier window than the one current when it reaches Redis (see
+// rspec.Store.ReconcileAt). then, when not nil, is told what the count
+// did, once Redis answered: added is the units the limiter took in (what
+// it counted beyond what it already did, as the in-process window's
+// Consume or Report: 0 when the count told it nothing new, or was dropped
+// as read in an earlier aligned window), negative when a fixed completion
+// window gave units back (its bound on the units from elsewhere
+// tightened: then this process forgets what it learned of the limiter's
+// next admission and calls Config.OnRoom, and the limiter's first waiter
+// asks Redis again); err is the round trip's error (added is then 0). An
+// event "reconciled" carries max(added, 0) units in both modes, and fires
+// only when added > 0. then is called on a goroutine of the engine,
+// outside any lock; it is not called when the count changes nothing
+// without a round trip (used < 0, Redis taken as unreachable, Close, too
+// many round trips under way).
 func (e *Engine) ReconcileAtThen(scope string, c rspec.Charge, used int64, r rspec.Read, then func(added int64, err error)) {
-	if used < 0 {
-		return
+	if used >= 0 {
+		e.learn(scope, c, then, func(ctx context.Context) (int64, error) { return e.st.ReconcileAt(ctx, scope, c, used, r) })
 	}
-	e.mu.Lock()
-	down, closed := e.down, e.closed
-	e.mu.Unlock()
-	if down || closed {
-		return
-	}
-	e.spawn(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), e.cfg.Timeout)
-		delta, err := e.st.ReconcileAt(ctx, scope, c, used, r)
-		cancel()
-		e.roundTrip(err)
-		if err == nil && delta < 0 {
-			e.forget(scope, c)
-		}
-		if then != nil {
-			if err != nil {
-				delta = 0
-			}
-			then(delta, err)
-		}
-	})
 }
 
 // BudgetThen passes a server's report of a Quota limiter's budget
@@ -1201,39 +1165,54 @@ func (e *Engine) ReconcileAtThen(scope string, c rspec.Charge, used int64, r rsp
 // rspec.Store.Budget) to Redis, asynchronously: one round trip on a
 // goroutine of its own, bounded by Timeout; it never blocks. then, when
 // not nil, is told the units the budget dropped by (negative when a new
-// window raised it: then, as for a give-back of ReconcileAt, this process
-// forgets what it learned of the limiter's next admission, wakes its first
-// waiter and calls Config.OnRoom) and the round trip's error, on a
-// goroutine of the engine. Nothing is sent (and then is not called) while
-// Redis is taken as unreachable, after Close, or for a negative remaining.
+// window raised it: then, as for a give-back of ReconcileAtThen, this
+// process forgets what it learned of the limiter's next admission, wakes
+// its first waiter and calls Config.OnRoom) and the round trip's error, on
+// a goroutine of the engine. Nothing is sent (and then is not called)
+// while Redis is taken as unreachable, after Close, or for a negative
+// remaining.
 func (e *Engine) BudgetThen(scope string, c rspec.Charge, remaining int64, resetIn time.Duration, own int64, then func(taken int64, err error)) {
-	if remaining < 0 {
-		return
+	if remaining >= 0 {
+		e.learn(scope, c, then, func(ctx context.Context) (int64, error) {
+			return e.st.Budget(ctx, scope, c, remaining, resetIn, own)
+		})
 	}
-	e.mu.Lock()
-	down, closed := e.down, e.closed
-	e.mu.Unlock()
-	if down || closed {
-		return
-	}
-	e.spawn(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), e.cfg.Timeout)
-		taken, err := e.st.Budget(ctx, scope, c, remaining, resetIn, own)
-		cancel()
-		if err != nil && callerError(err) {
-			e.markUp()
-		} else {
-			e.roundTrip(err)
-		}
-		if err == nil && taken < 0 {
+}
+
+// learn runs op, a usage report's round trip on c's limiter, bounded by
+// Timeout (send); a negative answer gave units back: this process forgets
+// what it learned of the limiter (forget). then, when not nil, is told the
+// answer (0 with a round trip's error) and the error.
+func (e *Engine) learn(scope string, c rspec.Charge, then func(int64, error), op func(context.Context) (int64, error)) {
+	e.send(func(ctx context.Context) {
+		n, err := op(ctx)
+		e.roundTrip(err)
+		if err == nil && n < 0 {
 			e.forget(scope, c)
 		}
 		if then != nil {
 			if err != nil {
-				taken = 0
+				n = 0
 			}
-			then(taken, err)
+			then(n, err)
 		}
+	})
+}
+
+// send runs op, one round trip bounded by Timeout, on a goroutine of its
+// own; nothing is sent while Redis is taken as unreachable, after Close,
+// or when too many round trips are under way.
+func (e *Engine) send(op func(context.Context)) {
+	e.mu.Lock()
+	skip := e.down || e.closed
+	e.mu.Unlock()
+	if skip {
+		return
+	}
+	e.spawn(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), e.cfg.Timeout)
+		defer cancel()
+		op(ctx)
 	})
 }
 

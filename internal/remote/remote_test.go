@@ -432,7 +432,7 @@ func TestObserverAndSetLimit(t *testing.T) {
 			t.Fatal("SetLimit kept the wait learned under the old limit")
 		}
 		e.Pause("s", cs[0], time.Millisecond)
-		e.Reconcile("s", cs[0], 3)
+		e.ReconcileAtThen("s", cs[0], 3, rstore.Read{}, nil)
 		synctest.Wait()
 		mu.Lock()
 		defer mu.Unlock()
@@ -485,7 +485,7 @@ func TestReconcileGiveBackWakes(t *testing.T) {
 		if again != admits {
 			t.Fatal("the refusal's instant was not remembered: Decide asked Redis again")
 		}
-		e.ReconcileAt("s", charge("w", s, 0), 50, rstore.Read{})
+		e.ReconcileAtThen("s", charge("w", s, 0), 50, rstore.Read{}, nil)
 		synctest.Wait()
 		if room.Load() == 0 {
 			t.Fatal("the give-back did not call OnRoom")
