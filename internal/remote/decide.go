@@ -270,9 +270,8 @@ func (e *Engine) admit(ctx context.Context, b batcher, scope string, ws []*waite
 // once, an error matching rspec.ErrLimitMismatch, one matching
 // ErrUnavailable when Redis cannot be reached and there is no Fallback,
 // ctx.Err() when ctx ends first, ErrClosed after Close. A call of no
-// charges is admitted without a round trip. It reports Refused and
-// RoundTripFailed events to the Observer, but not Admitted (the caller's
-// wait is the caller's to report). It is safe for concurrent use.
+// charges is admitted without a round trip. It reports no events (the
+// caller's engine reports its own). It is safe for concurrent use.
 func (e *Engine) Decide(ctx context.Context, scope string, cs []rspec.Charge) (Outcome, error) {
 	w, o, err := e.begin(ctx, scope, cs)
 	if w == nil {
@@ -453,7 +452,6 @@ func (e *Engine) decided(ctx context.Context, w *waiter, d rspec.Decision, err, 
 		// a new one from this reply). Ask again soon, not at once.
 		return Outcome{At: now.Add(MinRetry + rand.N(MinRetry))}, nil
 	}
-	e.event(Event{Kind: Refused, Scope: w.scope, Charges: w.cs, Wait: d.Wait})
 	o := e.refused(w, d, now)
 	o.Adopted, o.AdoptedSpecs = d.Adopted, d.AdoptedSpecs
 	return o, nil
@@ -492,11 +490,9 @@ func (e *Engine) refused(w *waiter, d rspec.Decision, now time.Time) Outcome {
 }
 
 // failed handles a round trip of w's decision that failed with cause
-// (Redis did not answer): Redis is marked down, the event reported, and
-// the fallback decides.
+// (Redis did not answer): Redis is marked down, and the fallback decides.
 func (e *Engine) failed(w *waiter, cause error) (Outcome, error) {
 	e.markDown(cause, true)
-	e.event(Event{Kind: RoundTripFailed, Scope: w.scope, Charges: w.cs, Err: cause})
 	return e.local(w, cause)
 }
 

@@ -173,11 +173,6 @@ type Config struct {
 	Jitter time.Duration
 	// MaxPause caps any pause; default backoff.DefaultMaxPause.
 	MaxPause time.Duration
-	// Observer, when set, is called with every event, outside any lock, on
-	// the goroutine where it happened (a release's on a worker). It must
-	// not block for long, and must not modify Event.Charges. A panic on
-	// a worker would end the program.
-	Observer func(Event)
 
 	// Fallback, when set, admits calls in this process alone while Redis
 	// is unreachable; nil: Decide fails with ErrUnavailable then.
@@ -212,27 +207,6 @@ type Fallback interface {
 	TryAcquire(scope string, cs []rspec.Charge) (release func(), ok bool)
 	// Pause holds local admissions of c's limiter until until.
 	Pause(scope string, c rspec.Charge, until time.Time)
-}
-
-// EventKind says what happened.
-type EventKind int
-
-// Events.
-const (
-	Refused         EventKind = iota + 2 // Redis refused a call (Wait: the wait it gave)
-	Cancelled                            // an admission was taken back: its caller left
-	Paused                               // Pause (Wait: the pause)
-	Released                             // a release reached Redis (Err: set if it was lost there)
-	RoundTripFailed                      // a round trip failed (Err)
-)
-
-// Event is one thing that happened to a call.
-type Event struct {
-	Kind    EventKind
-	Scope   string
-	Charges []rspec.Charge
-	Wait    time.Duration // Refused: Redis's wait; Paused: the pause
-	Err     error
 }
 
 // Stats are the engine's counters for this process.
@@ -938,11 +912,6 @@ func (e *Engine) cancel(scope string, cs []rspec.Charge, token string) {
 		return e.st.Cancel(ctx, scope, cs, token)
 	})
 	e.roundTrip(err)
-	e.countCancel(scope, cs, err)
-}
-
-// countCancel counts the outcome of a cancellation.
-func (e *Engine) countCancel(scope string, cs []rspec.Charge, err error) {
 	e.mu.Lock()
 	switch {
 	case err == nil:
@@ -952,14 +921,6 @@ func (e *Engine) countCancel(scope string, cs []rspec.Charge, err error) {
 		e.stats.CancelsFailed++
 	}
 	e.mu.Unlock()
-	e.event(Event{Kind: Cancelled, Scope: scope, Charges: cs, Err: err})
-}
-
-// event calls the observer, if any.
-func (e *Engine) event(ev Event) {
-	if e.cfg.Observer != nil {
-		e.cfg.Observer(ev)
-	}
 }
 
 // Release ends the call: its units leave flight in Redis at the release
@@ -1089,10 +1050,6 @@ func (e *Engine) releaser() {
 			}
 		}
 		e.mu.Unlock()
-		if err != nil {
-			e.event(Event{Kind: RoundTripFailed, Scope: c.scope, Charges: c.cs, Err: err})
-		}
-		e.event(Event{Kind: Released, Scope: c.scope, Charges: c.cs, Err: err})
 		if c.sent != nil {
 			c.sent()
 		}
@@ -1126,7 +1083,6 @@ func (e *Engine) Pause(scope string, c rspec.Charge, d time.Duration) {
 	if e.cfg.Fallback != nil {
 		e.cfg.Fallback.Pause(scope, c, until)
 	}
-	e.event(Event{Kind: Paused, Scope: scope, Charges: []rspec.Charge{c}, Wait: d})
 	e.send(func(ctx context.Context) {
 		_, err := e.st.Pause(ctx, scope, c, d)
 		e.roundTrip(err)
