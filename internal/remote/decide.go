@@ -6,7 +6,6 @@ import (
 	"errors"
 	"math/rand/v2"
 	"slices"
-	"sync/atomic"
 	"time"
 
 	"github.com/ratesem/ratesem/internal/rspec"
@@ -153,55 +152,29 @@ type batcher interface {
 	AdmitAll(ctx context.Context, scope string, calls [][]rspec.Charge) ([]rspec.Decision, []error, error)
 }
 
-// ask sends the admissions of ws, all of scope, in one round trip (admit)
-// and takes Redis's answers (decided). A round trip that fails marks
-// Redis unreachable once: the waiters after the first go to the fallback
-// (one failure, one step of the probe schedule).
+// ask sends the admissions of ws, all of scope, in one round trip (b's
+// AdmitAll, or Store.Admit for one waiter when b is nil) and takes Redis's
+// answers (decided). The round trip is bounded (bounded): it waits until
+// timeout passes, ctx is done or Close is called, and the admissions
+// Redis granted after the caller left are cancelled when the answer comes;
+// Redis refuses those it runs after the caller stopped waiting
+// (rspec.WithAnswerBy). A round trip that fails marks Redis unreachable
+// once: the waiters after the first go to the fallback (one failure, one
+// step of the probe schedule).
 func (e *Engine) ask(ctx context.Context, b batcher, scope string, ws []*waiter, timeout time.Duration) []Result {
-	rs := make([]Result, len(ws))
-	if len(ws) == 0 {
-		return rs
-	}
-	ds, errs, err, left := e.admit(ctx, b, scope, ws, timeout)
-	var cause error
-	for k, w := range ws {
-		r := &rs[k]
-		switch {
-		case cause != nil:
-			r.Outcome, r.Err = e.local(w, cause)
-		case err != nil || left != nil:
-			r.Outcome, r.Err = e.decided(ctx, w, rspec.Decision{}, err, left)
-			if left == nil || (left != ErrClosed && ctx.Err() == nil) {
-				cause = cmp.Or(err, left)
-			}
-		default:
-			r.Outcome, r.Err = e.decided(ctx, w, ds[k], errs[k], nil)
-		}
-	}
-	return rs
-}
-
-// admit asks Redis to admit the waiters ws of scope, in one round trip on
-// a goroutine of its own (b.AdmitAll, or Store.Admit for one waiter when b
-// is nil), and waits for the answer until timeout passes, ctx is done or
-// Close is called. It returns one Decision and error per waiter, or the
-// round trip's err, or, when it left before the answer, left:
-// context.DeadlineExceeded (timeout), ctx.Err() or ErrClosed. The round
-// trip is not cut short by ctx (its context is its own, bounded by timeout
-// + lateGrace): the admissions Redis granted after the caller left are
-// cancelled when the answer comes.
-func (e *Engine) admit(ctx context.Context, b batcher, scope string, ws []*waiter, timeout time.Duration) (ds []rspec.Decision, errs []error, err, left error) {
 	type result struct {
 		ds   []rspec.Decision
 		errs []error
 		err  error
 	}
+	rs := make([]Result, len(ws))
+	if len(ws) == 0 {
+		return rs
+	}
 	calls := make([][]rspec.Charge, len(ws))
 	for i, w := range ws {
 		calls[i] = w.cs
 	}
-	ch := make(chan result, 1)
-	claimed := new(atomic.Bool)
 	// Nobody waits for the answer after by: Redis refuses the admission
 	// if it runs later (a Redis frozen meanwhile runs it when it wakes,
 	// and nobody would read its answer to cancel it).
@@ -209,46 +182,38 @@ func (e *Engine) admit(ctx context.Context, b batcher, scope string, ws []*waite
 	if dl, ok := ctx.Deadline(); ok && dl.Before(by) {
 		by = dl
 	}
-	if !e.spawn(func() {
-		octx, cancel := context.WithTimeout(context.Background(), timeout+lateGrace)
+	a, left := bounded(e, ctx, timeout, e.closeCtx.Done(), func(octx context.Context) (r result) {
 		actx := rspec.WithAnswerBy(octx, by)
-		var r result
 		if b != nil {
 			r.ds, r.errs, r.err = b.AdmitAll(actx, scope, calls)
 		} else {
 			d, err := e.st.Admit(actx, scope, calls[0])
 			r.ds, r.errs = []rspec.Decision{d}, []error{err}
 		}
-		cancel()
-		if claimed.CompareAndSwap(false, true) {
-			ch <- r
-			return
-		}
-		for i, d := range r.ds { // the caller left: nobody will use these admissions
+		return r
+	}, func(r result) { // the caller left: nobody will use these admissions
+		for i, d := range r.ds {
 			if r.errs[i] == nil && d.OK {
 				e.cancel(scope, calls[i], d.Token)
 			}
 		}
-	}) {
-		return nil, nil, errBusy, nil
+	})
+	var cause error
+	for k, w := range ws {
+		r := &rs[k]
+		switch {
+		case cause != nil:
+			r.Outcome, r.Err = e.local(w, cause)
+		case a.err != nil || left != nil:
+			r.Outcome, r.Err = e.decided(ctx, w, rspec.Decision{}, a.err, left)
+			if left == nil || (left != ErrClosed && ctx.Err() == nil) {
+				cause = cmp.Or(a.err, left)
+			}
+		default:
+			r.Outcome, r.Err = e.decided(ctx, w, a.ds[k], a.errs[k], nil)
+		}
 	}
-	t := time.NewTimer(timeout)
-	defer t.Stop()
-	select {
-	case r := <-ch:
-		return r.ds, r.errs, r.err, nil
-	case <-t.C:
-		left = context.DeadlineExceeded
-	case <-ctx.Done():
-		left = ctx.Err()
-	case <-e.closeCtx.Done():
-		left = ErrClosed
-	}
-	if !claimed.CompareAndSwap(false, true) {
-		r := <-ch // the answer is in: the caller deals with it
-		return r.ds, r.errs, r.err, nil
-	}
-	return nil, nil, nil, left
+	return rs
 }
 
 // Decide makes ONE admission decision for the call's charges and never

@@ -82,6 +82,7 @@
 package remote
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -450,31 +451,45 @@ func (e *Engine) spawn(op func()) bool {
 	return true
 }
 
-// bounded runs op, one round trip, on a goroutine of its own under a
-// context with timeout d + lateGrace, and waits for it at most d or until
-// ctx is done: a client that ignores the context's deadline cannot hold the
-// caller longer. An op left running goes on; its result is dropped. It
-// returns op's error, context.DeadlineExceeded when d passed, ctx.Err(), or
-// errBusy.
-func (e *Engine) bounded(ctx context.Context, d time.Duration, op func(context.Context) error) error {
-	ch := make(chan error, 1)
+// bounded runs op, one round trip, on a goroutine of its own (spawn)
+// under a context with timeout d + lateGrace, and waits for it at most d,
+// until ctx is done or closing is (nil: never): a client that ignores the
+// context's deadline cannot hold the caller longer. It returns op's
+// result; or, when it left first, left: context.DeadlineExceeded,
+// ctx.Err() or ErrClosed, and the round trip goes on, its result passed to
+// late when not nil; or left errBusy, starting nothing, when maxPending
+// round trips are running.
+func bounded[T any](e *Engine, ctx context.Context, d time.Duration, closing <-chan struct{}, op func(context.Context) T, late func(T)) (r T, left error) {
+	ch := make(chan T, 1)
+	claimed := new(atomic.Bool)
 	if !e.spawn(func() {
 		octx, cancel := context.WithTimeout(context.Background(), d+lateGrace)
-		defer cancel()
-		ch <- op(octx)
+		r := op(octx)
+		cancel()
+		if claimed.CompareAndSwap(false, true) {
+			ch <- r
+		} else if late != nil {
+			late(r)
+		}
 	}) {
-		return errBusy
+		return r, errBusy
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
-	case err := <-ch:
-		return err
+	case r = <-ch:
+		return r, nil
 	case <-t.C:
-		return context.DeadlineExceeded
+		left = context.DeadlineExceeded
 	case <-ctx.Done():
-		return ctx.Err()
+		left = ctx.Err()
+	case <-closing:
+		left = ErrClosed
 	}
+	if !claimed.CompareAndSwap(false, true) {
+		return <-ch, nil // the answer is in: the caller deals with it
+	}
+	return r, left
 }
 
 // FallbackChecker is a Fallback that can refuse a call for good (one it
@@ -641,11 +656,11 @@ func (e *Engine) carry(ctx context.Context, timeout time.Duration) (sent bool, e
 			close(ch)
 			e.mu.Unlock()
 		}
-		err := e.bounded(ctx, timeout, func(octx context.Context) error {
+		err, left := bounded(e, ctx, timeout, e.closeCtx.Done(), func(octx context.Context) error {
 			defer finish()
 			return e.carryBatch(rspec.WithAnswerBy(octx, by), batch)
-		})
-		if err == errBusy {
+		}, nil)
+		if err = cmp.Or(left, err); err == errBusy {
 			finish() // it never started
 		}
 		if err != nil {
@@ -908,9 +923,10 @@ func (e *Engine) roundTrip(err error) {
 // cancel takes back an admission whose caller gave up, waiting for the
 // round trip at most Timeout.
 func (e *Engine) cancel(scope string, cs []rspec.Charge, token string) {
-	err := e.bounded(context.Background(), e.cfg.Timeout, func(ctx context.Context) error {
+	err, left := bounded(e, context.Background(), e.cfg.Timeout, nil, func(ctx context.Context) error {
 		return e.st.Cancel(ctx, scope, cs, token)
-	})
+	}, nil)
+	err = cmp.Or(left, err)
 	e.roundTrip(err)
 	e.mu.Lock()
 	switch {
@@ -1181,10 +1197,10 @@ func (e *Engine) SetLimit(ctx context.Context, scope string, c rspec.Charge) err
 	if c.Spec == nil {
 		return errors.New("ratesem: SetLimit: nil Spec")
 	}
-	err := e.bounded(ctx, e.cfg.Timeout, func(octx context.Context) error {
+	err, left := bounded(e, ctx, e.cfg.Timeout, nil, func(octx context.Context) error {
 		return e.st.SetLimit(octx, scope, c)
-	})
-	if err != nil {
+	}, nil)
+	if err = cmp.Or(left, err); err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
