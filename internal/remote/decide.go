@@ -42,13 +42,6 @@ type Outcome struct {
 	// the next probe of Redis or ReleaseRetry from now, whichever is
 	// sooner.
 	Local bool
-	// Adopted and AdoptedSpecs are Redis's rspec.Decision.Adopted and
-	// AdoptedSpecs: the charges decided under a limit stored in Redis
-	// (SetLimit, a learned limit replacing rspec.Unknown) rather than
-	// the caller's, and those limits. A caller that learns limits
-	// charges the real weight under them from then.
-	Adopted      []int
-	AdoptedSpecs []rspec.Spec
 }
 
 // Wait returns how long from now until o.At (at least 1 ns when refused;
@@ -64,8 +57,13 @@ func (o Outcome) Wait(now time.Time) time.Duration {
 // fill a limit (Outcome.Release) should wait before asking Redis again
 // when no release of this process comes first: a quarter of the Per of
 // the refusing charge's rule (10 ms for a rule without Per). See the
-// package doc (# Sleeping).
-func ReleaseRetry(c rspec.Charge) time.Duration { return releaseCap(c.Spec) }
+// package doc (# Asking again).
+func ReleaseRetry(c rspec.Charge) time.Duration {
+	if c.Spec == nil || c.Spec.Limit.Per <= 0 {
+		return zeroPerCap
+	}
+	return c.Spec.Limit.Per / 4
+}
 
 // Request is one call to decide: its scope and charges (as Decide takes
 // them).
@@ -408,7 +406,7 @@ func (e *Engine) decided(ctx context.Context, w *waiter, d rspec.Decision, err, 
 			e.cancel(w.scope, w.cs, d.Token)
 			return Outcome{}, err
 		}
-		return Outcome{Call: c, Adopted: d.Adopted, AdoptedSpecs: d.AdoptedSpecs}, nil
+		return Outcome{Call: c}, nil
 	}
 	now := time.Now()
 	if d.Late {
@@ -417,9 +415,7 @@ func (e *Engine) decided(ctx context.Context, w *waiter, d rspec.Decision, err, 
 		// a new one from this reply). Ask again soon, not at once.
 		return Outcome{At: now.Add(MinRetry + rand.N(MinRetry))}, nil
 	}
-	o := e.refused(w, d, now)
-	o.Adopted, o.AdoptedSpecs = d.Adopted, d.AdoptedSpecs
-	return o, nil
+	return e.refused(w, d, now), nil
 }
 
 // refused records what Redis's refusal d of w at now teaches (the
@@ -437,7 +433,7 @@ func (e *Engine) refused(w *waiter, d rspec.Decision, now time.Time) Outcome {
 	wait = min(wait, e.cfg.MaxPause)
 	o.At = now.Add(max(wait, MinRetry))
 	if d.Release {
-		o.At = now.Add(max(min(wait, releaseCap(w.cs[ri].Spec)), MinRetry))
+		o.At = now.Add(max(min(wait, ReleaseRetry(w.cs[ri])), MinRetry))
 		return o
 	}
 	rec := now.Add(wait)
@@ -462,17 +458,29 @@ func (e *Engine) failed(w *waiter, cause error) (Outcome, error) {
 }
 
 // local decides w in the fallback, at once (a refusal of the fallback
-// knows no instant: localRefusal), or fails with ErrUnavailable wrapping
+// knows no instant: localRefusal; the caller asks again by the next probe,
+// when Decide asks Redis itself), or fails with ErrUnavailable wrapping
 // cause when there is none. Units the gate already holds for w are the
 // admission.
 func (e *Engine) local(w *waiter, cause error) (Outcome, error) {
-	c, err := e.fallback(w, cause)
-	switch {
-	case err == errTry:
-		// The caller asks again by the next probe: then Decide asks Redis
-		// itself.
-		return e.localRefusal(w), nil
-	case err != nil:
+	if e.cfg.Fallback == nil {
+		return Outcome{}, e.unavailable(cause)
+	}
+	rel := w.local
+	w.local = nil
+	if rel == nil {
+		r, err := e.fbTry(w)
+		switch {
+		case err == errTry:
+			return e.localRefusal(w), nil
+		case err != nil:
+			return Outcome{}, err
+		}
+		rel = r
+	}
+	c := &Call{e: e, scope: w.scope, cs: w.cs, local: rel, fb: true}
+	if err := e.hold(c); err != nil {
+		rel()
 		return Outcome{}, err
 	}
 	return Outcome{Call: c, Local: true}, nil
@@ -483,7 +491,7 @@ func (e *Engine) local(w *waiter, cause error) (Outcome, error) {
 // whichever is sooner.
 func (e *Engine) localRefusal(w *waiter) Outcome {
 	now := time.Now()
-	at := now.Add(releaseCap(w.cs[0].Spec))
+	at := now.Add(ReleaseRetry(w.cs[0]))
 	e.mu.Lock()
 	if e.down && e.nextProbe.After(now) && e.nextProbe.Before(at) {
 		at = e.nextProbe

@@ -345,7 +345,7 @@ type Call struct {
 	// nil for a plain Release; written before the call is queued.
 	actual []int64
 	// adopted and adoptedSpecs are the admission's rspec.Decision.Adopted
-	// and AdoptedSpecs (Outcome's), kept for Decide's caller.
+	// and AdoptedSpecs, kept for Decide's caller.
 	adopted      []int
 	adoptedSpecs []rspec.Spec
 	// sent, when set (OnSent), is called once the release has been sent
@@ -356,7 +356,7 @@ type Call struct {
 // Adopted returns the indices of the charges Redis decided under a limit
 // stored there (SetLimit, a learned limit replacing rspec.Unknown) rather
 // than the caller's, and those limits, in the same order
-// (rspec.Decision.Adopted and AdoptedSpecs; Outcome's). Both are nil for a
+// (rspec.Decision.Adopted and AdoptedSpecs). Both are nil for a
 // call the fallback admitted. The caller must not change them.
 func (c *Call) Adopted() ([]int, []rspec.Spec) { return c.adopted, c.adoptedSpecs }
 
@@ -411,15 +411,6 @@ func (e *Engine) checkDrainedLocked() {
 		close(e.drained)
 		e.drained = nil
 	}
-}
-
-// releaseCap is the longest a head refused because calls in flight fill
-// the limit sleeps before asking again: a quarter of the rule's Per.
-func releaseCap(s *rspec.Spec) time.Duration {
-	if s == nil || s.Limit.Per <= 0 {
-		return zeroPerCap
-	}
-	return s.Limit.Per / 4
 }
 
 // callerError reports whether an Admit error is the caller's mistake
@@ -497,31 +488,6 @@ func bounded[T any](e *Engine, ctx context.Context, d time.Duration, closing <-c
 // rather than a refusal of the fallback to ask again.
 type FallbackChecker interface {
 	Check(scope string, cs []rspec.Charge) error
-}
-
-// fallback admits the call locally when the fallback has room at once
-// (errTry otherwise), or fails it with ErrUnavailable wrapping cause when
-// there is no fallback. Units the gate already holds for w are the
-// admission.
-func (e *Engine) fallback(w *waiter, cause error) (*Call, error) {
-	if e.cfg.Fallback == nil {
-		return nil, e.unavailable(cause)
-	}
-	rel := w.local
-	w.local = nil
-	if rel == nil {
-		r, err := e.fbTry(w)
-		if err != nil {
-			return nil, err
-		}
-		rel = r
-	}
-	c := &Call{e: e, scope: w.scope, cs: w.cs, local: rel, fb: true}
-	if err := e.hold(c); err != nil {
-		rel()
-		return nil, err
-	}
-	return c, nil
 }
 
 // fbTry admits w's charges in the fallback at once, or fails: errTry when
