@@ -424,12 +424,16 @@ func callerError(err error) bool {
 // false, starting nothing, when maxPending round trips are running.
 func (e *Engine) spawn(op func()) bool {
 	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.spawnLocked(op)
+}
+
+// spawnLocked is spawn with e.mu held.
+func (e *Engine) spawnLocked(op func()) bool {
 	if e.pending >= maxPending {
-		e.mu.Unlock()
 		return false
 	}
 	e.pending++
-	e.mu.Unlock()
 	go func() {
 		defer func() {
 			e.mu.Lock()
@@ -643,13 +647,8 @@ func (e *Engine) carry(ctx context.Context, timeout time.Duration) (sent bool, e
 // limiter's capacity). A call whose spec Redis refuses is dropped (the
 // gate still holds the fallback's window for it).
 func (e *Engine) carryBatch(ctx context.Context, batch []*carryRec) error {
-	type agg struct {
-		scope string
-		c     rspec.Charge
-	}
 	var (
-		sums  []*agg
-		index = map[limKey]*agg{}
+		sums  = map[limKey]rspec.Charge{} // the units of the calls ended, per limiter, under its latest spec
 		ended []*carryRec
 	)
 	for _, r := range batch {
@@ -663,15 +662,8 @@ func (e *Engine) carryBatch(ctx context.Context, batch []*carryRec) error {
 			ended = append(ended, r)
 			for _, ch := range r.cs {
 				k := limKey{r.scope, ch.Rule, ch.Key}
-				a := index[k]
-				if a == nil {
-					a = &agg{scope: r.scope, c: ch}
-					a.c.Weight = 0
-					index[k] = a
-					sums = append(sums, a)
-				}
-				a.c.Spec = ch.Spec
-				a.c.Weight += ch.Weight
+				ch.Weight += sums[k].Weight
+				sums[k] = ch
 			}
 			continue
 		}
@@ -698,14 +690,14 @@ func (e *Engine) carryBatch(ctx context.Context, batch []*carryRec) error {
 		}
 		e.mu.Unlock()
 	}
-	for _, a := range sums {
-		for w := a.c.Weight; w > 0; {
-			c := a.c
+	for k, sum := range sums {
+		for w := sum.Weight; w > 0; {
+			c := sum
 			c.Weight = min(w, capacity(*c.Spec))
 			if c.Weight <= 0 {
 				break
 			}
-			d, err := e.st.Carry(ctx, a.scope, []rspec.Charge{c}, true)
+			d, err := e.st.Carry(ctx, k.scope, []rspec.Charge{c}, true)
 			if err != nil {
 				if callerError(err) {
 					break
@@ -739,9 +731,7 @@ func (e *Engine) startProberLocked() {
 	if e.probing || e.closed || !e.down || e.cfg.Fallback == nil {
 		return
 	}
-	e.probing = true
-	e.pending++
-	go e.prober()
+	e.probing = e.spawnLocked(e.prober)
 }
 
 func (e *Engine) prober() {
@@ -751,8 +741,6 @@ func (e *Engine) prober() {
 		e.pruneRecsLocked(now)
 		if !e.down || e.closed || len(e.recs) == 0 {
 			e.probing = false
-			e.pending--
-			e.checkDrainedLocked()
 			e.mu.Unlock()
 			return
 		}
