@@ -367,8 +367,7 @@ func (e *Engine) decided(ctx context.Context, w *waiter, d rspec.Decision, err, 
 	if d.Lost {
 		e.stats.StateLost++
 	}
-	mismatch := errors.Is(err, rspec.ErrLimitMismatch)
-	if mismatch {
+	if errors.Is(err, rspec.ErrLimitMismatch) {
 		e.stats.LimitMismatches++
 	}
 	e.mu.Unlock()
@@ -378,16 +377,14 @@ func (e *Engine) decided(ctx context.Context, w *waiter, d rspec.Decision, err, 
 	case left != nil && ctx.Err() != nil:
 		return Outcome{}, ctx.Err()
 	case left != nil:
-		err = left // no answer within the timeout
-	}
-	if err != nil {
-		if mismatch || callerError(err) {
-			e.markUp()
-			return Outcome{}, err
-		}
+		return e.failed(w, left) // no answer within the timeout
+	case err != nil && !callerError(err):
 		return e.failed(w, err)
 	}
 	e.markUp()
+	if err != nil {
+		return Outcome{}, err
+	}
 	if d.OK {
 		if e.cfg.TestAfterAdmit != nil {
 			e.cfg.TestAfterAdmit()
@@ -396,8 +393,7 @@ func (e *Engine) decided(ctx context.Context, w *waiter, d rspec.Decision, err, 
 			e.cancel(w.scope, w.cs, d.Token)
 			return Outcome{}, ctx.Err()
 		}
-		c := &Call{e: e, scope: w.scope, cs: w.cs, token: d.Token, at: d.Now, seen: time.Now(), marks: d.Marks, local: w.local,
-			adopted: d.Adopted, adoptedSpecs: d.AdoptedSpecs}
+		c := &Call{e: e, scope: w.scope, cs: w.cs, token: d.Token, d: d, seen: time.Now(), local: w.local}
 		w.local = nil // the Call releases them
 		if err := e.hold(c); err != nil {
 			if c.local != nil {
@@ -428,10 +424,8 @@ func (e *Engine) refused(w *waiter, d rspec.Decision, now time.Time) Outcome {
 	if ri < 0 || ri >= len(w.cs) {
 		ri = 0
 	}
-	wait := max(d.Wait, 0)
-	o := Outcome{Release: d.Release, Paused: d.Paused, Refused: ri}
-	wait = min(wait, e.cfg.MaxPause)
-	o.At = now.Add(max(wait, MinRetry))
+	wait := min(max(d.Wait, 0), e.cfg.MaxPause)
+	o := Outcome{At: now.Add(max(wait, MinRetry)), Release: d.Release, Paused: d.Paused, Refused: ri}
 	if d.Release {
 		o.At = now.Add(max(min(wait, ReleaseRetry(w.cs[ri])), MinRetry))
 		return o

@@ -202,7 +202,7 @@ type Config struct {
 // (Config.Fallback). Its methods are called concurrently.
 type Fallback interface {
 	// TryAcquire admits the charges locally if they fit at once; it
-	// returns a function that releases them, called once (also for a
+	// returns a (non-nil) function that releases them, called once (also for a
 	// call ended by Call.ReleaseSettled: the fallback counts the
 	// estimate, on the safe side only when the call cost no more).
 	TryAcquire(scope string, cs []rspec.Charge) (release func(), ok bool)
@@ -296,11 +296,9 @@ type Engine struct {
 // negative Timeout, ReleaseQueue or MaxPause. It starts the release
 // workers, which Close stops.
 func New(cfg Config) (*Engine, error) {
-	st := cfg.Store
-	if st == nil {
-		return nil, errors.New("ratesem: New: nil Store")
-	}
 	switch {
+	case cfg.Store == nil:
+		return nil, errors.New("ratesem: New: nil Store")
 	case cfg.Timeout < 0:
 		return nil, fmt.Errorf("ratesem: New: negative Timeout %v", cfg.Timeout)
 	case cfg.ReleaseQueue < 0:
@@ -318,7 +316,7 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.ReleaseQueue == 0 {
 		cfg.ReleaseQueue = DefaultReleaseQueue
 	}
-	e := &Engine{st: st, cfg: cfg, lims: map[limKey]*limiter{}, rel: make(chan *Call, cfg.ReleaseQueue)}
+	e := &Engine{st: cfg.Store, cfg: cfg, lims: map[limKey]*limiter{}, rel: make(chan *Call, cfg.ReleaseQueue)}
 	e.closeCtx, e.closeFn = context.WithCancel(context.Background())
 	e.flushCtx, e.flushFn = context.WithCancel(context.Background())
 	for range releaseWorkers {
@@ -338,16 +336,11 @@ type Call struct {
 	fb    bool      // the fallback admitted it (Redis was unreachable)
 	rec   *carryRec // while the fallback's call is in flight and not yet carried into Redis
 	done  atomic.Bool
-	at    time.Time // the admission on Redis's clock; zero for the fallback
-	seen  time.Time // this process's clock when the admission came back
-	marks []string  // the admission's rspec.Decision.Marks
+	d     rspec.Decision // Redis's admission (Now, Marks, Adopted, AdoptedSpecs); zero for the fallback
+	seen  time.Time      // this process's clock when the admission came back
 	// actual holds the settled weights of ReleaseSettled (one per charge),
 	// nil for a plain Release; written before the call is queued.
 	actual []int64
-	// adopted and adoptedSpecs are the admission's rspec.Decision.Adopted
-	// and AdoptedSpecs, kept for Decide's caller.
-	adopted      []int
-	adoptedSpecs []rspec.Spec
 	// sent, when set (OnSent), is called once the release has been sent
 	// to Redis, failed, or was dropped; at once for a call not in Redis.
 	sent func()
@@ -358,7 +351,7 @@ type Call struct {
 // than the caller's, and those limits, in the same order
 // (rspec.Decision.Adopted and AdoptedSpecs). Both are nil for a
 // call the fallback admitted. The caller must not change them.
-func (c *Call) Adopted() ([]int, []rspec.Spec) { return c.adopted, c.adoptedSpecs }
+func (c *Call) Adopted() ([]int, []rspec.Spec) { return c.d.Adopted, c.d.AdoptedSpecs }
 
 // OnSent sets f to be called, once and outside any lock of the engine,
 // when the release (or settlement) of c has been sent to Redis, failed
@@ -370,17 +363,17 @@ func (c *Call) OnSent(f func()) { c.sent = f }
 // Mark returns the admission's mark for charge i (rspec.Decision.Marks),
 // "" when it has none.
 func (c *Call) Mark(i int) string {
-	if i < 0 || i >= len(c.marks) {
+	if i < 0 || i >= len(c.d.Marks) {
 		return ""
 	}
-	return c.marks[i]
+	return c.d.Marks[i]
 }
 
 // Admitted returns the instant Redis admitted the call, on the server's
 // clock, and this process's clock reading when the answer came back (with
 // its monotonic reading): Redis's clock now is about at + time.Since(seen).
 // Both are zero for a call the fallback admitted.
-func (c *Call) Admitted() (at, seen time.Time) { return c.at, c.seen }
+func (c *Call) Admitted() (at, seen time.Time) { return c.d.Now, c.seen }
 
 // Local reports whether the fallback admitted the call (Redis was
 // unreachable).
@@ -507,9 +500,6 @@ func (e *Engine) fbTry(w *waiter) (func(), error) {
 	r, ok := fb.TryAcquire(w.scope, w.cs)
 	if !ok {
 		return nil, errTry
-	}
-	if r == nil {
-		r = func() {}
 	}
 	return r, nil
 }
@@ -900,12 +890,7 @@ func (e *Engine) cancel(scope string, cs []rspec.Charge, token string) {
 // fails in Redis is counted (Stats.ReleasesDropped, ReleasesFailed) and
 // covered by the lease. A call of the fallback is released locally. It
 // panics on a second Release.
-func (c *Call) Release() {
-	if !c.done.CompareAndSwap(false, true) {
-		panic("ratesem: Call released twice")
-	}
-	c.release()
-}
+func (c *Call) Release() { c.ReleaseSettled(nil) }
 
 // ReleaseSettled is Release for a call whose weights are known only after
 // it: charge i, admitted for its Weight units (the estimate), really cost
@@ -913,13 +898,15 @@ func (c *Call) Release() {
 // a plain release of that charge, a negative one counts as 0). Redis
 // settles the call in the background like a Release (rspec.Store.Settle):
 // a refund where the window still counts the call, a debit from the
-// settlement on. When every actual[i] equals its Weight it is Release. A
-// call of the fallback (Local) is released locally with its estimate: on
-// the safe side when actual ≤ Weight, and a debit is then not counted. It
-// never waits on Redis and does not retain actual. It panics on a second
-// release and when len(actual) differs from the number of charges.
+// settlement on. When every actual[i] equals its Weight, or actual is nil,
+// it is Release. A call of the fallback (Local) is released locally with
+// its estimate: on the safe side when actual ≤ Weight, and a debit is then
+// not counted. The fallback's units (of a call it admitted, or the
+// gate's) come back at once, Redis's in the background. It never waits on
+// Redis and does not retain actual. It panics on a second release and
+// when a non-nil actual's length differs from the number of charges.
 func (c *Call) ReleaseSettled(actual []int64) {
-	if len(actual) != len(c.cs) {
+	if actual != nil && len(actual) != len(c.cs) {
 		panic(fmt.Sprintf("ratesem: ReleaseSettled with %d weights for %d charges", len(actual), len(c.cs)))
 	}
 	if !c.done.CompareAndSwap(false, true) {
@@ -929,17 +916,10 @@ func (c *Call) ReleaseSettled(actual []int64) {
 		if actual[i] != c.cs[i].Weight {
 			// Kept whether or not the call is in Redis: a call of the
 			// fallback may be carried there until its release.
-			c.actual = append([]int64(nil), actual...)
+			c.actual = slices.Clone(actual)
 			break
 		}
 	}
-	c.release()
-}
-
-// release is Release after the check that it is the first: the
-// fallback's units (of a call it admitted, or the gate's) come back at
-// once, Redis's in the background.
-func (c *Call) release() {
 	e := c.e
 	e.mu.Lock()
 	e.inflight--
