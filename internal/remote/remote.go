@@ -280,7 +280,7 @@ type Engine struct {
 
 	// The fallback's calls (Config.Fallback) and their hand-over to Redis.
 	recs     []*carryRec   // the fallback's calls not yet carried into Redis: in flight, or ended within their keep
-	carrying chan struct{} // non-nil while a carry runs; closed when it ends
+	carryTok chan struct{} // holds a token while a carry runs
 	fbLive   int           // the fallback's calls in flight
 	fbDrain  time.Time     // the latest end + keep of the fallback's calls
 	probing  bool          // the prober runs
@@ -316,7 +316,7 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.ReleaseQueue == 0 {
 		cfg.ReleaseQueue = DefaultReleaseQueue
 	}
-	e := &Engine{st: cfg.Store, cfg: cfg, lims: map[limKey]*limiter{}, rel: make(chan *Call, cfg.ReleaseQueue)}
+	e := &Engine{st: cfg.Store, cfg: cfg, lims: map[limKey]*limiter{}, rel: make(chan *Call, cfg.ReleaseQueue), carryTok: make(chan struct{}, 1)}
 	e.closeCtx, e.closeFn = context.WithCancel(context.Background())
 	e.flushCtx, e.flushFn = context.WithCancel(context.Background())
 	for range releaseWorkers {
@@ -462,12 +462,10 @@ func bounded[T any](e *Engine, ctx context.Context, d time.Duration, closing <-c
 	}) {
 		return r, errBusy
 	}
-	t := time.NewTimer(d)
-	defer t.Stop()
 	select {
 	case r = <-ch:
 		return r, nil
-	case <-t.C:
+	case <-time.After(d):
 		left = context.DeadlineExceeded
 	case <-ctx.Done():
 		left = ctx.Err()
@@ -575,53 +573,34 @@ func (e *Engine) carry(ctx context.Context, timeout time.Duration) (sent bool, e
 	}
 	for range 3 {
 		e.mu.Lock()
-		if len(e.recs) == 0 {
-			e.mu.Unlock()
-			return sent, nil
-		}
 		e.pruneRecsLocked(time.Now())
-		if len(e.recs) == 0 {
-			e.mu.Unlock()
+		n := len(e.recs)
+		e.mu.Unlock()
+		if n == 0 {
 			return sent, nil
 		}
-		if ch := e.carrying; ch != nil {
-			e.mu.Unlock()
-			t := time.NewTimer(timeout)
-			select {
-			case <-ch:
-				t.Stop()
-				sent = true // another's carry reached Redis, or failed: then ours would too
-				continue
-			case <-t.C:
-				return sent, errCarryBusy
-			case <-ctx.Done():
-				t.Stop()
-				return sent, ctx.Err()
-			case <-e.closeCtx.Done():
-				t.Stop()
-				return sent, ErrClosed
-			}
+		select { // one carry at a time (carryTok): wait for the one under way
+		case e.carryTok <- struct{}{}:
+		case <-time.After(timeout):
+			return sent, errCarryBusy
+		case <-ctx.Done():
+			return sent, ctx.Err()
+		case <-e.closeCtx.Done():
+			return sent, ErrClosed
 		}
-		ch := make(chan struct{})
-		e.carrying = ch
-		batch := slices.Clone(e.recs)
+		e.mu.Lock()
+		batch := slices.Clone(e.recs) // what another's carry left, if it ran
 		e.mu.Unlock()
 		// Nobody waits for the carry after by: Redis refuses it if it runs
 		// later (a Redis frozen meanwhile would run it when it wakes, and
 		// leave leases nobody releases; the calls are carried again).
 		by := time.Now().Add(timeout)
-		finish := func() {
-			e.mu.Lock()
-			e.carrying = nil
-			close(ch)
-			e.mu.Unlock()
-		}
 		err, left := bounded(e, ctx, timeout, e.closeCtx.Done(), func(octx context.Context) error {
-			defer finish()
+			defer func() { <-e.carryTok }()
 			return e.carryBatch(rspec.WithAnswerBy(octx, by), batch)
 		}, nil)
 		if err = cmp.Or(left, err); err == errBusy {
-			finish() // it never started
+			<-e.carryTok // it never started
 		}
 		if err != nil {
 			return sent, err
@@ -737,11 +716,9 @@ func (e *Engine) prober() {
 		wait := e.nextProbe.Sub(now)
 		e.mu.Unlock()
 		if wait > 0 {
-			t := time.NewTimer(wait)
 			select {
-			case <-t.C:
+			case <-time.After(wait):
 			case <-e.closeCtx.Done():
-				t.Stop()
 			}
 			continue // another caller may have probed meanwhile
 		}
@@ -1237,19 +1214,16 @@ func (e *Engine) Close() error {
 	e.mu.Unlock()
 	workers := make(chan struct{})
 	go func() { e.workers.Wait(); close(workers) }()
-	flush := time.NewTimer(e.cfg.Timeout)
-	defer flush.Stop()
-	end := time.NewTimer(2 * e.cfg.Timeout)
-	defer end.Stop()
+	flush, end := time.After(e.cfg.Timeout), time.After(2*e.cfg.Timeout)
 	for workers != nil || drained != nil {
 		select {
 		case <-workers:
 			workers = nil
 		case <-drained:
 			drained = nil
-		case <-flush.C:
+		case <-flush:
 			e.flushFn() // drop what is left of the release queue
-		case <-end.C:
+		case <-end:
 			return nil
 		}
 	}
