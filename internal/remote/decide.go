@@ -30,9 +30,6 @@ type Outcome struct {
 	// within a quarter of the rule's Per, ReleaseRetry). It is the
 	// ratesem.ErrInFlight of window.Limiter.TryN.
 	Release bool
-	// Paused, when refused, reports that the refusal is a pause (Pause, a
-	// pause stored in Redis): At is its end.
-	Paused bool
 	// Refused is the index of a charge that refused, when refused (0 when
 	// the fallback refused: it does not say which).
 	Refused int
@@ -124,8 +121,8 @@ func (e *Engine) DecideAll(ctx context.Context, reqs []Request) []Result {
 			if one {
 				break
 			}
-			if until, paused, ri := e.knownLocked(ws[i], now); !until.IsZero() {
-				rs[i].Outcome = Outcome{At: until, Paused: paused, Refused: ri}
+			if until, ri := e.knownLocked(ws[i], now); !until.IsZero() {
+				rs[i].Outcome = Outcome{At: until, Refused: ri}
 				continue
 			}
 			send, at = append(send, ws[i]), append(at, i)
@@ -228,7 +225,7 @@ func (e *Engine) ask(ctx context.Context, b batcher, scope string, ws []*waiter,
 // Redis grants after ctx is done, or after Timeout, is cancelled there.
 //
 // It returns the admitted call in Outcome.Call, or a refusal (Outcome.At,
-// Release, Paused); an error for what is not a refusal: those of the
+// Release); an error for what is not a refusal: those of the
 // checks (ratesem.ErrNegativeWeight, ErrWeightTooLarge, a nil Spec) at
 // once, an error matching rspec.ErrLimitMismatch, one matching
 // ErrUnavailable when Redis cannot be reached and there is no Fallback,
@@ -283,22 +280,21 @@ func (e *Engine) leave(w *waiter) {
 }
 
 // knownLocked returns the latest instant after now before which w is known
-// not to be admitted (a pause, a refusal's instant), whether it is a pause,
-// and the index of that charge; zero when none. e.mu must be held.
-func (e *Engine) knownLocked(w *waiter, now time.Time) (until time.Time, paused bool, ri int) {
+// not to be admitted (a pause, a refusal's instant) and the index of that
+// charge; zero when none. e.mu must be held.
+func (e *Engine) knownLocked(w *waiter, now time.Time) (until time.Time, ri int) {
 	for i, c := range w.cs {
-		l := e.lims[limKey{w.scope, c.Rule, c.Key}]
-		if l == nil {
-			continue
-		}
-		if now.Before(l.paused) && l.paused.After(until) {
-			until, paused, ri = l.paused, true, i
-		}
-		if c.Weight >= l.notBeforeN && now.Before(l.notBefore) && l.notBefore.After(until) {
-			until, paused, ri = l.notBefore, false, i
+		if l := e.lims[limKey{w.scope, c.Rule, c.Key}]; l != nil {
+			at := l.paused
+			if c.Weight >= l.notBeforeN && l.notBefore.After(at) {
+				at = l.notBefore
+			}
+			if now.Before(at) && at.After(until) {
+				until, ri = at, i
+			}
 		}
 	}
-	return until, paused, ri
+	return until, ri
 }
 
 // decide takes one decision for w: what this process knows (a pause, a
@@ -313,7 +309,7 @@ func (e *Engine) decide(ctx context.Context, w *waiter) (Outcome, error) {
 	closed := e.closed
 	down, probe, downErr := e.down, !now.Before(e.nextProbe), e.downErr
 	gated := w.local == nil && e.gatedLocked(now)
-	until, paused, ri := e.knownLocked(w, now)
+	until, ri := e.knownLocked(w, now)
 	e.mu.Unlock()
 	switch {
 	case closed:
@@ -322,7 +318,7 @@ func (e *Engine) decide(ctx context.Context, w *waiter) (Outcome, error) {
 		return Outcome{}, ctx.Err()
 	}
 	if !until.IsZero() {
-		return Outcome{At: until, Paused: paused, Refused: ri}, nil
+		return Outcome{At: until, Refused: ri}, nil
 	}
 	if down && !probe {
 		return e.local(w, downErr)
@@ -425,7 +421,7 @@ func (e *Engine) refused(w *waiter, d rspec.Decision, now time.Time) Outcome {
 		ri = 0
 	}
 	wait := min(max(d.Wait, 0), e.cfg.MaxPause)
-	o := Outcome{At: now.Add(max(wait, MinRetry)), Release: d.Release, Paused: d.Paused, Refused: ri}
+	o := Outcome{At: now.Add(max(wait, MinRetry)), Release: d.Release, Refused: ri}
 	if d.Release {
 		o.At = now.Add(max(min(wait, ReleaseRetry(w.cs[ri])), MinRetry))
 		return o
