@@ -637,10 +637,10 @@ func (e *Engine) carryBatch(ctx context.Context, batch []*carryRec) error {
 			continue
 		}
 		d, err := e.st.Carry(ctx, r.scope, r.cs, false)
-		if err != nil && !callerError(err) {
+		switch {
+		case err != nil && !callerError(err):
 			return err
-		}
-		if err == nil && d.Late {
+		case err == nil && d.Late:
 			return errCarryLate
 		}
 		e.mu.Lock()
@@ -659,18 +659,14 @@ func (e *Engine) carryBatch(ctx context.Context, batch []*carryRec) error {
 		}
 		e.mu.Unlock()
 	}
-	for k, sum := range sums {
-		for w := sum.Weight; w > 0; {
-			c := sum
-			c.Weight = min(w, capacity(*c.Spec))
-			if c.Weight <= 0 {
+	for k, c := range sums {
+		for w, step := c.Weight, capacity(*c.Spec); w > 0 && step > 0; w -= c.Weight {
+			c.Weight = min(w, step)
+			d, err := e.st.Carry(ctx, k.scope, []rspec.Charge{c}, true)
+			if callerError(err) {
 				break
 			}
-			d, err := e.st.Carry(ctx, k.scope, []rspec.Charge{c}, true)
 			if err != nil {
-				if callerError(err) {
-					break
-				}
 				return err
 			}
 			if d.Late {
@@ -678,7 +674,6 @@ func (e *Engine) carryBatch(ctx context.Context, batch []*carryRec) error {
 				// longer, never less.
 				return errCarryLate
 			}
-			w -= c.Weight
 		}
 	}
 	e.mu.Lock()
@@ -940,35 +935,30 @@ func (e *Engine) enqueueLocked(c *Call) bool {
 func (e *Engine) releaser() {
 	defer e.workers.Done()
 	for c := range e.rel {
-		if e.flushCtx.Err() != nil {
-			e.mu.Lock()
-			e.stats.ReleasesDropped++
-			e.mu.Unlock()
-			if c.sent != nil {
-				c.sent()
-			}
-			continue
-		}
-		// Nobody waits for it: a release late by up to lateGrace still
-		// frees the units sooner than the lease (Close cuts it short).
-		ctx, cancel := context.WithTimeout(e.flushCtx, e.cfg.Timeout+lateGrace)
 		var err error
-		if c.actual != nil {
-			err = e.st.Settle(ctx, c.scope, c.cs, c.token, c.actual)
-		} else {
-			err = e.st.Release(ctx, c.scope, c.cs, c.token)
+		dropped := e.flushCtx.Err() != nil // Close gave up on the queue
+		if !dropped {
+			// Nobody waits for it: a release late by up to lateGrace still
+			// frees the units sooner than the lease (Close cuts it short).
+			ctx, cancel := context.WithTimeout(e.flushCtx, e.cfg.Timeout+lateGrace)
+			if c.actual != nil {
+				err = e.st.Settle(ctx, c.scope, c.cs, c.token, c.actual)
+			} else {
+				err = e.st.Release(ctx, c.scope, c.cs, c.token)
+			}
+			cancel()
+			e.roundTrip(err)
 		}
-		cancel()
-		e.roundTrip(err)
+		lost := errors.Is(err, rspec.ErrNotInFlight)
 		e.mu.Lock()
 		switch {
-		case err == nil:
-		case errors.Is(err, rspec.ErrNotInFlight):
+		case dropped:
+			e.stats.ReleasesDropped++
+		case lost:
 			e.stats.ReleasesLost++
-		default:
+		case err != nil:
 			e.stats.ReleasesFailed++
-		}
-		if err == nil {
+		default:
 			// A refusal remembered while this call was in flight may
 			// have named a later instant than the room its end (a
 			// refund, a settlement to less) makes: ask Redis again.
@@ -980,7 +970,7 @@ func (e *Engine) releaser() {
 		if c.sent != nil {
 			c.sent()
 		}
-		if e.cfg.OnRoom != nil && (err == nil || errors.Is(err, rspec.ErrNotInFlight)) {
+		if e.cfg.OnRoom != nil && !dropped && (err == nil || lost) {
 			e.cfg.OnRoom(c.scope, c.cs)
 		}
 	}
