@@ -390,14 +390,11 @@ func (e *Engine) decided(ctx context.Context, w *waiter, d rspec.Decision, err, 
 			return Outcome{}, ctx.Err()
 		}
 		c := &Call{e: e, scope: w.scope, cs: w.cs, token: d.Token, d: d, seen: time.Now(), local: w.local}
-		w.local = nil // the Call releases them
 		if err := e.hold(c); err != nil {
-			if c.local != nil {
-				c.local()
-			}
 			e.cancel(w.scope, w.cs, d.Token)
 			return Outcome{}, err
 		}
+		w.local = nil // the Call releases them
 		return Outcome{Call: c}, nil
 	}
 	now := time.Now()
@@ -456,23 +453,21 @@ func (e *Engine) local(w *waiter, cause error) (Outcome, error) {
 	if e.cfg.Fallback == nil {
 		return Outcome{}, e.unavailable(cause)
 	}
-	rel := w.local
-	w.local = nil
-	if rel == nil {
-		r, err := e.fbTry(w)
+	if w.local == nil {
+		rel, err := e.fbTry(w)
 		switch {
 		case err == errTry:
 			return e.localRefusal(w), nil
 		case err != nil:
 			return Outcome{}, err
 		}
-		rel = r
+		w.local = rel
 	}
-	c := &Call{e: e, scope: w.scope, cs: w.cs, local: rel, fb: true}
+	c := &Call{e: e, scope: w.scope, cs: w.cs, local: w.local, fb: true}
 	if err := e.hold(c); err != nil {
-		rel()
-		return Outcome{}, err
+		return Outcome{}, err // leave gives the units back
 	}
+	w.local = nil // the Call releases them
 	return Outcome{Call: c, Local: true}, nil
 }
 
