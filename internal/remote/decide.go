@@ -117,22 +117,20 @@ func (e *Engine) DecideAll(ctx context.Context, reqs []Request) []Result {
 		)
 		e.mu.Lock()
 		one := b == nil || len(idx) == 1 || e.closed || e.down || e.gatedLocked(now) || len(e.recs) > 0
+		e.mu.Unlock()
 		for _, i := range idx {
 			if one {
-				break
-			}
-			if until, ri := e.knownLocked(ws[i], now); !until.IsZero() {
-				rs[i].Outcome = Outcome{At: until, Refused: ri}
+				rs[i].Outcome, rs[i].Err = e.decide(ctx, ws[i])
 				continue
 			}
-			send, at = append(send, ws[i]), append(at, i)
-		}
-		e.mu.Unlock()
-		if one {
-			for _, i := range idx {
-				rs[i].Outcome, rs[i].Err = e.decide(ctx, ws[i])
+			e.mu.Lock()
+			until, ri := e.knownLocked(ws[i], now)
+			e.mu.Unlock()
+			if until.IsZero() {
+				send, at = append(send, ws[i]), append(at, i)
+			} else {
+				rs[i].Outcome = Outcome{At: until, Refused: ri}
 			}
-			continue
 		}
 		for k, r := range e.ask(ctx, b, sc, send, e.cfg.Timeout) {
 			rs[at[k]] = r

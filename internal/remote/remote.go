@@ -413,15 +413,9 @@ func callerError(err error) bool {
 		errors.Is(err, ratesem.ErrInvalidLimit) || errors.Is(err, ratesem.ErrNegativeWeight)
 }
 
-// spawn runs op on a goroutine of its own, counted in pending; it returns
-// false, starting nothing, when maxPending round trips are running.
-func (e *Engine) spawn(op func()) bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.spawnLocked(op)
-}
-
-// spawnLocked is spawn with e.mu held.
+// spawnLocked runs op on a goroutine of its own, counted in pending; it
+// returns false, starting nothing, when maxPending round trips are
+// running. e.mu must be held.
 func (e *Engine) spawnLocked(op func()) bool {
 	if e.pending >= maxPending {
 		return false
@@ -439,7 +433,7 @@ func (e *Engine) spawnLocked(op func()) bool {
 	return true
 }
 
-// bounded runs op, one round trip, on a goroutine of its own (spawn)
+// bounded runs op, one round trip, on a goroutine of its own (spawnLocked)
 // under a context with timeout d + lateGrace, and waits for it at most d,
 // until ctx is done or closing is (nil: never): a client that ignores the
 // context's deadline cannot hold the caller longer. It returns op's
@@ -450,7 +444,8 @@ func (e *Engine) spawnLocked(op func()) bool {
 func bounded[T any](e *Engine, ctx context.Context, d time.Duration, closing <-chan struct{}, op func(context.Context) T, late func(T)) (r T, left error) {
 	ch := make(chan T, 1)
 	claimed := new(atomic.Bool)
-	if !e.spawn(func() {
+	e.mu.Lock()
+	started := e.spawnLocked(func() {
 		octx, cancel := context.WithTimeout(context.Background(), d+lateGrace)
 		r := op(octx)
 		cancel()
@@ -459,7 +454,9 @@ func bounded[T any](e *Engine, ctx context.Context, d time.Duration, closing <-c
 		} else if late != nil {
 			late(r)
 		}
-	}) {
+	})
+	e.mu.Unlock()
+	if !started {
 		return r, errBusy
 	}
 	select {
@@ -549,15 +546,9 @@ type carryRec struct {
 // pruneRecsLocked forgets the fallback's calls carried or no longer
 // counting. e.mu must be held.
 func (e *Engine) pruneRecsLocked(now time.Time) {
-	keep := e.recs[:0]
-	for _, r := range e.recs {
-		if r.done || (r.call == nil && !now.Before(r.end.Add(keepFor(r.cs)))) {
-			continue
-		}
-		keep = append(keep, r)
-	}
-	clear(e.recs[len(keep):])
-	e.recs = keep
+	e.recs = slices.DeleteFunc(e.recs, func(r *carryRec) bool {
+		return r.done || (r.call == nil && !now.Before(r.end.Add(keepFor(r.cs))))
+	})
 }
 
 // carry writes the fallback's calls into Redis (rspec.Store.Carry) before
@@ -732,17 +723,6 @@ func (e *Engine) prober() {
 	}
 }
 
-// causeOf turns the engine's own round-trip bound into an error that does
-// not match context.DeadlineExceeded (it is not the caller's deadline, and
-// its message does not name one), and drops the "ratesem: " prefixes of
-// the cause's message (the error keeps one, ErrUnavailable's).
-func (e *Engine) causeOf(cause error) error {
-	if errors.Is(cause, context.DeadlineExceeded) || errors.Is(cause, context.Canceled) {
-		return fmt.Errorf("no answer from Redis within %v", e.cfg.Timeout)
-	}
-	return &causeError{msg: strings.ReplaceAll(cause.Error(), "ratesem: ", ""), err: cause}
-}
-
 // causeError is an error of Redis under a message of its own.
 type causeError struct {
 	msg string
@@ -755,8 +735,18 @@ func (c *causeError) Error() string { return c.msg }
 // Unwrap returns the cause, for errors.Is and errors.As.
 func (c *causeError) Unwrap() error { return c.err }
 
+// unavailable returns the error matching ErrUnavailable for cause. The
+// engine's own round-trip bound becomes an error that does not match
+// context.DeadlineExceeded (it is not the caller's deadline, and its
+// message does not name one); the "ratesem: " prefixes of another cause's
+// message are dropped (the error keeps one, ErrUnavailable's).
 func (e *Engine) unavailable(cause error) error {
-	return fmt.Errorf("%w: %w", ErrUnavailable, e.causeOf(cause))
+	if errors.Is(cause, context.DeadlineExceeded) || errors.Is(cause, context.Canceled) {
+		cause = fmt.Errorf("no answer from Redis within %v", e.cfg.Timeout)
+	} else {
+		cause = &causeError{msg: strings.ReplaceAll(cause.Error(), "ratesem: ", ""), err: cause}
+	}
+	return fmt.Errorf("%w: %w", ErrUnavailable, cause)
 }
 
 // hold records an admitted call, or returns ErrClosed, recording nothing,
@@ -1077,16 +1067,14 @@ func (e *Engine) learn(scope string, c rspec.Charge, then func(int64, error), op
 // or when too many round trips are under way.
 func (e *Engine) send(op func(context.Context)) {
 	e.mu.Lock()
-	skip := e.down || e.closed
-	e.mu.Unlock()
-	if skip {
-		return
+	defer e.mu.Unlock()
+	if !e.down && !e.closed {
+		e.spawnLocked(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), e.cfg.Timeout)
+			defer cancel()
+			op(ctx)
+		})
 	}
-	e.spawn(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), e.cfg.Timeout)
-		defer cancel()
-		op(ctx)
-	})
 }
 
 // SetLimit changes a limiter's limit for every process: c.Spec is stored
