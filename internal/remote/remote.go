@@ -133,7 +133,8 @@ const (
 	// live context for the EVAL that follows a NOSCRIPT).
 	lateGrace = 5 * time.Second
 
-	// releaseWorkers is the number of goroutines sending releases.
+	// releaseWorkers is the number of goroutines sending releases
+	// (counted among maxPending).
 	releaseWorkers = 4
 )
 
@@ -264,7 +265,6 @@ type Engine struct {
 	flushCtx context.Context // done when Close gives up on queued releases
 	flushFn  context.CancelFunc
 	rel      chan *Call // the release queue
-	workers  sync.WaitGroup
 
 	mu          sync.Mutex
 	closed      bool
@@ -285,9 +285,10 @@ type Engine struct {
 	fbDrain  time.Time     // the latest end + keep of the fallback's calls
 	probing  bool          // the prober runs
 
-	// Goroutines of round trips still running (pending) and decisions
-	// in progress (active); Close waits until both are 0 (drained is
-	// closed then), for a bounded time.
+	// Goroutines still running (pending: round trips, the release
+	// workers, the prober) and decisions in progress (active); Close
+	// waits until both are 0 (drained is closed then), for a bounded
+	// time.
 	pending, active int
 	drained         chan struct{}
 }
@@ -319,9 +320,10 @@ func New(cfg Config) (*Engine, error) {
 	e := &Engine{st: cfg.Store, cfg: cfg, lims: map[limKey]*limiter{}, rel: make(chan *Call, cfg.ReleaseQueue), carryTok: make(chan struct{}, 1)}
 	e.closeCtx, e.closeFn = context.WithCancel(context.Background())
 	e.flushCtx, e.flushFn = context.WithCancel(context.Background())
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	for range releaseWorkers {
-		e.workers.Add(1)
-		go e.releaser()
+		e.spawnLocked(e.releaser)
 	}
 	return e, nil
 }
@@ -923,7 +925,6 @@ func (e *Engine) enqueueLocked(c *Call) bool {
 
 // releaser sends the releases of the queue until Close closes it.
 func (e *Engine) releaser() {
-	defer e.workers.Done()
 	for c := range e.rel {
 		var err error
 		dropped := e.flushCtx.Err() != nil // Close gave up on the queue
@@ -1190,13 +1191,9 @@ func (e *Engine) Close() error {
 		drained = e.drained
 	}
 	e.mu.Unlock()
-	workers := make(chan struct{})
-	go func() { e.workers.Wait(); close(workers) }()
 	flush, end := time.After(e.cfg.Timeout), time.After(2*e.cfg.Timeout)
-	for workers != nil || drained != nil {
+	for drained != nil {
 		select {
-		case <-workers:
-			workers = nil
 		case <-drained:
 			drained = nil
 		case <-flush:
