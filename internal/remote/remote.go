@@ -678,19 +678,11 @@ func (e *Engine) carryBatch(ctx context.Context, batch []*carryRec) error {
 	return nil
 }
 
-// startProberLocked starts the prober, unless it runs: while Redis is
-// taken as unreachable and the fallback has calls to carry or waiters, it
-// probes Redis on the probe schedule (carrying the fallback's calls, which
-// is the probe), so that they reach Redis, and the waiters leave the
-// fallback, as soon as it answers, even if no caller asks it. e.mu must be
-// held.
-func (e *Engine) startProberLocked() {
-	if e.probing || e.closed || !e.down || e.cfg.Fallback == nil {
-		return
-	}
-	e.probing = e.spawnLocked(e.prober)
-}
-
+// prober runs while Redis is taken as unreachable and the fallback has
+// calls to carry (hold starts it): it probes Redis on the probe schedule
+// (carrying the fallback's calls, which is the probe), so that they reach
+// Redis, and the waiters leave the fallback, as soon as it answers, even
+// if no caller asks it.
 func (e *Engine) prober() {
 	for {
 		e.mu.Lock()
@@ -710,16 +702,11 @@ func (e *Engine) prober() {
 			}
 			continue // another caller may have probed meanwhile
 		}
-		sent, err := e.carry(e.closeCtx, probeTimeout)
-		if err == nil && !sent {
-			continue // nothing left to carry: done
-		}
-		switch {
-		case e.closeCtx.Err() != nil:
-		case err == nil:
+		switch sent, err := e.carry(e.closeCtx, probeTimeout); {
+		case e.closeCtx.Err() != nil || err == errCarryBusy:
+		case err == nil && sent:
 			e.markUp()
-		case err == errCarryBusy:
-		default:
+		case err != nil:
 			e.markDown(err, true)
 		}
 	}
@@ -766,7 +753,9 @@ func (e *Engine) hold(c *Call) error {
 		e.fbLive++
 		c.rec = &carryRec{scope: c.scope, cs: c.cs, call: c}
 		e.recs = append(e.recs, c.rec)
-		e.startProberLocked()
+		if !e.probing && e.down {
+			e.probing = e.spawnLocked(e.prober)
+		}
 	}
 	return nil
 }
