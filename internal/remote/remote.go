@@ -13,9 +13,10 @@
 // with the admitted Call, the instant the call could be admitted, or "only
 // a release can help" (Outcome). The engine asks it for the head of its
 // queues, outside its lock, and learns from Config.OnRoom when a release
-// of this process reached Redis. DecideAll is the shape of the batched
-// decision (several queued calls, and pending releases, in one round
-// trip).
+// of this process reached Redis. The admission's round trip (ask) takes
+// several waiters of a scope: DecideAll, in the package's tests, is the
+// shape of the batched decision (several queued calls, and pending
+// releases, in one round trip) that the engine does not make yet.
 //
 // # Asking again
 //
