@@ -189,7 +189,7 @@ func (e *Engine) begin(ctx context.Context, scope string, cs []rspec.Charge) (*w
 	case e.closed:
 		return nil, Outcome{}, ErrClosed
 	case len(cs) == 0:
-		e.inflight++
+		e.stats.InFlight++
 		e.stats.Admitted++
 		return nil, Outcome{Call: &Call{e: e, scope: scope}}, nil
 	}

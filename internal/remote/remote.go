@@ -267,17 +267,15 @@ type Engine struct {
 	flushFn  context.CancelFunc
 	rel      chan *Call // the release queue
 
-	mu          sync.Mutex
-	closed      bool
-	lims        map[limKey]*limiter // what this process learned of each limiter (limLocked)
-	sweepAt     int                 // len(lims) at which limLocked forgets the limiters that teach nothing
-	down        bool                // Redis taken as unreachable
-	downErr     error
-	nextProbe   time.Time
-	backoff     time.Duration
-	pausedUntil time.Time
-	stats       Stats // counters; the gauges are filled in by Stats
-	inflight    int64
+	mu        sync.Mutex
+	closed    bool
+	lims      map[limKey]*limiter // what this process learned of each limiter (limLocked)
+	sweepAt   int                 // len(lims) at which limLocked forgets the limiters that teach nothing
+	down      bool                // Redis taken as unreachable
+	downErr   error
+	nextProbe time.Time
+	backoff   time.Duration
+	stats     Stats // counters and gauges; Unavailable is filled in by Stats
 
 	// The fallback's calls (Config.Fallback) and their hand-over to Redis.
 	recs     []*carryRec   // the fallback's calls not yet carried into Redis: in flight, or ended within their keep
@@ -747,7 +745,7 @@ func (e *Engine) hold(c *Call) error {
 	if e.closed {
 		return ErrClosed
 	}
-	e.inflight++
+	e.stats.InFlight++
 	e.stats.Admitted++
 	if c.fb {
 		e.stats.FallbackAdmitted++
@@ -781,18 +779,15 @@ func (e *Engine) markDown(err error, probe bool) {
 	defer e.mu.Unlock()
 	e.stats.RedisErrors++
 	e.downErr = err
-	switch {
-	case !e.down:
-		e.down, e.backoff = true, probeMin
-		e.nextProbe = now.Add(e.backoff)
-	case probe:
+	if !e.down || probe {
 		// While the fallback has calls to carry, the probes stay close:
 		// until a process carries them, the others may be told of none.
 		top := probeMax
 		if len(e.recs) > 0 {
 			top = carryProbeMax
 		}
-		e.backoff = min(2*e.backoff, top)
+		// backoff is 0 while Redis is taken as reachable: probeMin first.
+		e.down, e.backoff = true, min(max(2*e.backoff, probeMin), top)
 		e.nextProbe = now.Add(e.backoff)
 	}
 }
@@ -876,7 +871,7 @@ func (c *Call) ReleaseSettled(actual []int64) {
 	}
 	e := c.e
 	e.mu.Lock()
-	e.inflight--
+	e.stats.InFlight--
 	if c.fb {
 		now := time.Now()
 		e.fbLive--
@@ -974,8 +969,8 @@ func (e *Engine) Pause(scope string, c rspec.Charge, d time.Duration) {
 	if until.After(l.paused) {
 		l.paused = until
 	}
-	if until.After(e.pausedUntil) {
-		e.pausedUntil = until
+	if until.After(e.stats.PausedUntil) {
+		e.stats.PausedUntil = until
 	}
 	e.mu.Unlock()
 	if e.cfg.Fallback != nil {
@@ -1148,8 +1143,6 @@ func (e *Engine) Stats() Stats {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	st := e.stats
-	st.InFlight = e.inflight
-	st.PausedUntil = e.pausedUntil
 	st.Unavailable = e.down
 	return st
 }
