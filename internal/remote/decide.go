@@ -202,7 +202,6 @@ func (e *Engine) begin(ctx context.Context, scope string, cs []rspec.Charge) (*w
 func (e *Engine) leave(w *waiter) {
 	if w.local != nil {
 		w.local()
-		w.local = nil
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -247,11 +246,9 @@ func (e *Engine) decide(ctx context.Context, w *waiter) (Outcome, error) {
 		return Outcome{}, ErrClosed
 	case ctx.Err() != nil:
 		return Outcome{}, ctx.Err()
-	}
-	if !until.IsZero() {
+	case !until.IsZero():
 		return Outcome{At: until, Refused: ri}, nil
-	}
-	if down && !probe {
+	case down && !probe:
 		return e.local(w, downErr)
 	}
 	if gated {
@@ -316,12 +313,11 @@ func (e *Engine) decided(ctx context.Context, w *waiter, d rspec.Decision, err, 
 		if e.cfg.TestAfterAdmit != nil {
 			e.cfg.TestAfterAdmit()
 		}
-		if ctx.Err() != nil {
-			e.cancel(w.scope, w.cs, d.Token)
-			return Outcome{}, ctx.Err()
-		}
 		c := &Call{e: e, scope: w.scope, cs: w.cs, token: d.Token, d: d, seen: time.Now(), local: w.local}
-		if err := e.hold(c); err != nil {
+		if err = ctx.Err(); err == nil {
+			err = e.hold(c)
+		}
+		if err != nil { // the caller left, or Close came: nobody will use it
 			e.cancel(w.scope, w.cs, d.Token)
 			return Outcome{}, err
 		}

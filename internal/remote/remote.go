@@ -306,16 +306,10 @@ func New(cfg Config) (*Engine, error) {
 	case cfg.MaxPause < 0:
 		return nil, fmt.Errorf("ratesem: New: negative MaxPause %v", cfg.MaxPause)
 	}
-	if cfg.Timeout == 0 {
-		cfg.Timeout = DefaultTimeout
-	}
-	if cfg.Jitter == 0 {
-		cfg.Jitter = DefaultJitter
-	}
+	cfg.Timeout = cmp.Or(cfg.Timeout, DefaultTimeout)
+	cfg.Jitter = cmp.Or(cfg.Jitter, DefaultJitter)
 	cfg.MaxPause = backoff.Cap(cfg.MaxPause)
-	if cfg.ReleaseQueue == 0 {
-		cfg.ReleaseQueue = DefaultReleaseQueue
-	}
+	cfg.ReleaseQueue = cmp.Or(cfg.ReleaseQueue, DefaultReleaseQueue)
 	e := &Engine{st: cfg.Store, cfg: cfg, lims: map[limKey]*limiter{}, rel: make(chan *Call, cfg.ReleaseQueue), carryTok: make(chan struct{}, 1)}
 	e.closeCtx, e.closeFn = context.WithCancel(context.Background())
 	e.flushCtx, e.flushFn = context.WithCancel(context.Background())
@@ -861,13 +855,10 @@ func (c *Call) ReleaseSettled(actual []int64) {
 	if !c.done.CompareAndSwap(false, true) {
 		panic("ratesem: Call released twice")
 	}
-	for i := range actual {
-		if actual[i] != c.cs[i].Weight {
-			// Kept whether or not the call is in Redis: a call of the
-			// fallback may be carried there until its release.
-			c.actual = slices.Clone(actual)
-			break
-		}
+	if !slices.EqualFunc(actual, c.cs, func(a int64, ch rspec.Charge) bool { return a == ch.Weight }) {
+		// Kept whether or not the call is in Redis: a call of the
+		// fallback may be carried there until its release.
+		c.actual = slices.Clone(actual) // nil for a plain Release
 	}
 	e := c.e
 	e.mu.Lock()
@@ -963,9 +954,8 @@ func (e *Engine) Pause(scope string, c rspec.Charge, d time.Duration) {
 	}
 	d = min(d, e.cfg.MaxPause)
 	until := time.Now().Add(d)
-	k := limKey{scope, c.Rule, c.Key}
 	e.mu.Lock()
-	l := e.limLocked(k, time.Now())
+	l := e.limLocked(limKey{scope, c.Rule, c.Key}, time.Now())
 	if until.After(l.paused) {
 		l.paused = until
 	}
