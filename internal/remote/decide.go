@@ -78,7 +78,7 @@ type batcher interface {
 	AdmitAll(ctx context.Context, scope string, calls [][]rspec.Charge) ([]rspec.Decision, []error, error)
 }
 
-// ask sends the admissions of ws, all of scope, in one round trip (b's
+// ask sends the admissions of ws (one or more), all of scope, in one round trip (b's
 // AdmitAll, or Store.Admit for one waiter when b is nil) and takes Redis's
 // answers (decided). The round trip is bounded (bounded): it waits until
 // timeout passes, ctx is done or Close is called, and the admissions
@@ -94,9 +94,6 @@ func (e *Engine) ask(ctx context.Context, b batcher, scope string, ws []*waiter,
 		err  error
 	}
 	rs := make([]Result, len(ws))
-	if len(ws) == 0 {
-		return rs
-	}
 	calls := make([][]rspec.Charge, len(ws))
 	for i, w := range ws {
 		calls[i] = w.cs

@@ -70,6 +70,9 @@ func (e *Engine) DecideAll(ctx context.Context, reqs []Request) []Result {
 				rs[i].Outcome = Outcome{At: until, Refused: ri}
 			}
 		}
+		if len(send) == 0 {
+			continue
+		}
 		for k, r := range e.ask(ctx, b, sc, send, e.cfg.Timeout) {
 			rs[at[k]] = r
 		}

@@ -531,18 +531,16 @@ func keepFor(cs []rspec.Charge) time.Duration {
 // carryRec is a call the fallback admitted, until it is carried into
 // Redis or has stopped counting.
 type carryRec struct {
-	scope string
-	cs    []rspec.Charge
-	call  *Call     // while in flight; nil once ended
-	end   time.Time // when it ended
-	done  bool      // carried (or dropped: Redis refused its spec)
+	c    *Call
+	end  time.Time // when it ended; zero while in flight
+	done bool      // carried (or dropped: Redis refused its spec)
 }
 
 // pruneRecsLocked forgets the fallback's calls carried or no longer
 // counting. e.mu must be held.
 func (e *Engine) pruneRecsLocked(now time.Time) {
 	e.recs = slices.DeleteFunc(e.recs, func(r *carryRec) bool {
-		return r.done || (r.call == nil && !now.Before(r.end.Add(keepFor(r.cs))))
+		return r.done || (!r.end.IsZero() && !now.Before(r.end.Add(keepFor(r.c.cs))))
 	})
 }
 
@@ -608,21 +606,21 @@ func (e *Engine) carryBatch(ctx context.Context, batch []*carryRec) error {
 	)
 	for _, r := range batch {
 		e.mu.Lock()
-		c, done := r.call, r.done
+		c, over, done := r.c, !r.end.IsZero(), r.done
 		e.mu.Unlock()
 		if done {
 			continue
 		}
-		if c == nil {
+		if over {
 			ended = append(ended, r)
-			for _, ch := range r.cs {
-				k := limKey{r.scope, ch.Rule, ch.Key}
+			for _, ch := range c.cs {
+				k := limKey{c.scope, ch.Rule, ch.Key}
 				ch.Weight += sums[k].Weight
 				sums[k] = ch
 			}
 			continue
 		}
-		d, err := e.st.Carry(ctx, r.scope, r.cs, false)
+		d, err := e.st.Carry(ctx, c.scope, c.cs, false)
 		switch {
 		case err != nil && !callerError(err):
 			return err
@@ -634,13 +632,11 @@ func (e *Engine) carryBatch(ctx context.Context, batch []*carryRec) error {
 		switch {
 		case err != nil:
 			e.stats.LimitMismatches++
-		case r.call != nil: // still in flight: its release goes to Redis
-			r.call.token = d.Token
-			r.call.rec = nil
-			r.call = nil
+		case r.end.IsZero(): // still in flight: its release goes to Redis
+			c.token, c.rec = d.Token, nil
 			e.stats.Carried++
 		default: // it ended during the round trip: end it in Redis too
-			e.enqueueLocked(&Call{e: e, scope: r.scope, cs: r.cs, token: d.Token})
+			e.enqueueLocked(&Call{e: e, scope: c.scope, cs: c.cs, token: d.Token})
 			e.stats.Carried++
 		}
 		e.mu.Unlock()
@@ -744,7 +740,7 @@ func (e *Engine) hold(c *Call) error {
 	if c.fb {
 		e.stats.FallbackAdmitted++
 		e.fbLive++
-		c.rec = &carryRec{scope: c.scope, cs: c.cs, call: c}
+		c.rec = &carryRec{c: c}
 		e.recs = append(e.recs, c.rec)
 		if !e.probing && e.down {
 			e.probing = e.spawnLocked(e.prober)
@@ -870,7 +866,7 @@ func (c *Call) ReleaseSettled(actual []int64) {
 			e.fbDrain = d
 		}
 		if r := c.rec; r != nil { // not carried yet: carried as ended
-			r.call, r.end = nil, now
+			r.end = now
 			c.rec = nil
 		}
 	}
