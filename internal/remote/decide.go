@@ -78,9 +78,9 @@ type batcher interface {
 	AdmitAll(ctx context.Context, scope string, calls [][]rspec.Charge) ([]rspec.Decision, []error, error)
 }
 
-// ask sends the admissions of ws (one or more), all of scope, in one round trip (b's
-// AdmitAll, or Store.Admit for one waiter when b is nil) and takes Redis's
-// answers (decided). The round trip is bounded (bounded): it waits until
+// ask sends the admissions of ws (one or more), all of scope, in one
+// round trip (b's AdmitAll, or Store.Admit for one waiter when b is nil)
+// and takes Redis's answers (decided). The round trip is bounded (bounded): it waits until
 // timeout passes, ctx is done or Close is called, and the admissions
 // Redis granted after the caller left are cancelled when the answer comes;
 // Redis refuses those it runs after the caller stopped waiting
