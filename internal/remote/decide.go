@@ -80,13 +80,13 @@ type batcher interface {
 
 // ask sends the admissions of ws (one or more), all of scope, in one
 // round trip (b's AdmitAll, or Store.Admit for one waiter when b is nil)
-// and takes Redis's answers (decided). The round trip is bounded (bounded): it waits until
-// timeout passes, ctx is done or Close is called, and the admissions
-// Redis granted after the caller left are cancelled when the answer comes;
-// Redis refuses those it runs after the caller stopped waiting
-// (rspec.WithAnswerBy). A round trip that fails marks Redis unreachable
-// once: the waiters after the first go to the fallback (one failure, one
-// step of the probe schedule).
+// and takes Redis's answers (decided). The round trip is bounded
+// (bounded): it waits until timeout passes, ctx is done or Close is
+// called, and the admissions Redis granted after the caller left are
+// cancelled when the answer comes; Redis refuses those it runs after the
+// caller stopped waiting (rspec.WithAnswerBy). A round trip that fails
+// marks Redis unreachable once: the waiters after the first go to the
+// fallback (one failure, one step of the probe schedule).
 func (e *Engine) ask(ctx context.Context, b batcher, scope string, ws []*waiter, timeout time.Duration) []Result {
 	type result struct {
 		ds   []rspec.Decision
