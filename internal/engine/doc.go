@@ -58,9 +58,9 @@
 // waiter over Redis counts as waiting (Stats.Waiting, WithMaxQueue,
 // Queued) from its first refusal, or when it queues behind another. The
 // next step is for one round trip to decide several ready heads
-// (remote.Engine.DecideAll) and carry releases: the heads wanting a
-// decision are known under the lock (those asking), so one goroutine can
-// take them all.
+// (remote.Engine's ask, driven as DecideAll in remote's tests) and carry
+// releases: the heads wanting a decision are known under the lock (those
+// asking), so one goroutine can take them all.
 //
 // # Options
 //

@@ -1,11 +1,11 @@
 package remote
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"math/rand/v2"
 	"slices"
-	"sync/atomic"
 	"time"
 
 	"github.com/ratesem/ratesem/internal/rspec"
@@ -30,9 +30,6 @@ type Outcome struct {
 	// within a quarter of the rule's Per, ReleaseRetry). It is the
 	// ratesem.ErrInFlight of window.Limiter.TryN.
 	Release bool
-	// Paused, when refused, reports that the refusal is a pause (Pause, a
-	// pause stored in Redis): At is its end.
-	Paused bool
 	// Refused is the index of a charge that refused, when refused (0 when
 	// the fallback refused: it does not say which).
 	Refused int
@@ -42,13 +39,6 @@ type Outcome struct {
 	// the next probe of Redis or ReleaseRetry from now, whichever is
 	// sooner.
 	Local bool
-	// Adopted and AdoptedSpecs are Redis's rspec.Decision.Adopted and
-	// AdoptedSpecs: the charges decided under a limit stored in Redis
-	// (SetLimit, a learned limit replacing rspec.Unknown) rather than
-	// the caller's, and those limits. A caller that learns limits
-	// charges the real weight under them from then.
-	Adopted      []int
-	AdoptedSpecs []rspec.Spec
 }
 
 // Wait returns how long from now until o.At (at least 1 ns when refused;
@@ -64,205 +54,89 @@ func (o Outcome) Wait(now time.Time) time.Duration {
 // fill a limit (Outcome.Release) should wait before asking Redis again
 // when no release of this process comes first: a quarter of the Per of
 // the refusing charge's rule (10 ms for a rule without Per). See the
-// package doc (# Sleeping).
-func ReleaseRetry(c rspec.Charge) time.Duration { return releaseCap(c.Spec) }
-
-// Request is one call to decide: its scope and charges (as Decide takes
-// them).
-type Request struct {
-	Scope   string
-	Charges []rspec.Charge
+// package doc (# Asking again).
+func ReleaseRetry(c rspec.Charge) time.Duration {
+	if c.Spec == nil || c.Spec.Limit.Per <= 0 {
+		return zeroPerCap
+	}
+	return c.Spec.Limit.Per / 4
 }
 
-// Result is the decision of one Request of DecideAll: its Outcome, or the
-// error Decide would have returned.
+// Result is one decision of ask (of DecideAll, in the package's tests):
+// its Outcome, or the error Decide would have returned.
 type Result struct {
 	Outcome
 	Err error
 }
 
-// DecideAll decides reqs in order, each as Decide does, and returns one
-// Result per request: the batched decision. Over internal/rstore's Store
-// the requests of one scope that need Redis share one round trip (a
-// pipeline of admissions, rstore.Store.AdmitAll: Redis decides them in
-// this order, each seeing the admissions before it; one script for them
-// all, carrying pending releases too, is the next step); a request this
-// process can decide alone (a pause, a known refusal) costs none. While
-// Redis is taken as unreachable, the fallback's window drains or its
-// calls wait to be carried into Redis, each request is decided by Decide.
-// A round trip that fails marks Redis unreachable once: the requests it
-// carried go to the fallback. ctx bounds them all. It does not stop at a
-// refusal: a caller that keeps FIFO order per limiter sends no request
-// behind one it expects refused on the same limiter.
-func (e *Engine) DecideAll(ctx context.Context, reqs []Request) []Result {
-	rs := make([]Result, len(reqs))
-	b, ok := e.st.(batcher)
-	if !ok {
-		for i, r := range reqs {
-			rs[i].Outcome, rs[i].Err = e.Decide(ctx, r.Scope, r.Charges)
-		}
-		return rs
-	}
-	var scopes []string
-	groups := map[string][]int{}
-	for i, r := range reqs {
-		if _, seen := groups[r.Scope]; !seen {
-			scopes = append(scopes, r.Scope)
-		}
-		groups[r.Scope] = append(groups[r.Scope], i)
-	}
-	for _, sc := range scopes {
-		e.decideBatch(ctx, b, sc, groups[sc], reqs, rs)
-	}
-	return rs
-}
-
 // batcher is a Store that decides several calls of one scope in one round
-// trip (internal/rstore's Store.AdmitAll).
+// trip (internal/rstore's Store.AdmitAll). ask takes several waiters so
+// that one round trip can admit several queued calls: the engine does not
+// batch yet (DecideAll, the shape of that step, lives in the package's
+// tests).
 type batcher interface {
 	AdmitAll(ctx context.Context, scope string, calls [][]rspec.Charge) ([]rspec.Decision, []error, error)
 }
 
-// decideBatch is DecideAll for the requests idx of reqs, all of scope:
-// those this process can decide without Redis are decided so, the others
-// by one round trip (b.AdmitAll). While Redis is taken as unreachable,
-// the fallback's window drains or its calls wait to be carried, each
-// request is decided by Decide.
-func (e *Engine) decideBatch(ctx context.Context, b batcher, scope string, idx []int, reqs []Request, rs []Result) {
-	since := time.Now()
-	e.mu.Lock()
-	one := e.closed || e.down || e.gatedLocked(since) || len(e.recs) > 0 || len(idx) == 1
-	e.mu.Unlock()
-	if one {
-		for _, i := range idx {
-			rs[i].Outcome, rs[i].Err = e.Decide(ctx, scope, reqs[i].Charges)
-		}
-		return
-	}
-	var (
-		send []int
-		ws   []*waiter
-	)
-	for _, i := range idx {
-		cs := reqs[i].Charges
-		if err := checkCharges(cs); err != nil {
-			rs[i].Err = err
-			continue
-		}
-		if err := ctx.Err(); err != nil {
-			rs[i].Err = err
-			continue
-		}
-		if len(cs) == 0 {
-			c, err := e.admitEmpty(scope)
-			rs[i].Outcome, rs[i].Err = Outcome{Call: c}, err
-			continue
-		}
-		w := e.newWaiter(scope, slices.Clone(cs))
-		e.mu.Lock()
-		if e.closed {
-			e.mu.Unlock()
-			rs[i].Err = ErrClosed
-			continue
-		}
-		e.registerLocked(w)
-		e.active++
-		until, paused, ri := w.knownLocked(since)
-		e.mu.Unlock()
-		defer e.leave(w, true)
-		if !until.IsZero() {
-			rs[i].Outcome = Outcome{At: until, Paused: paused, Refused: ri}
-			continue
-		}
-		send, ws = append(send, i), append(ws, w)
-	}
-	if len(send) == 0 {
-		return
-	}
-	ds, errs, err, left := e.redisAdmitAll(ctx, b, scope, ws, e.cfg.Timeout)
-	failed := false
-	for k, i := range send {
-		w := ws[k]
-		switch {
-		case failed:
-			// Redis was marked unreachable once: the others go to the
-			// fallback (one failure, one step of the probe schedule).
-			rs[i].Outcome, rs[i].Err = e.local(w, e.downCause())
-			continue
-		case err != nil || left != nil:
-			rs[i].Outcome, rs[i].Err = e.decided(ctx, w, rspec.Decision{}, err, left)
-			failed = left == nil || (left != ErrClosed && ctx.Err() == nil)
-			continue
-		}
-		rs[i].Outcome, rs[i].Err = e.decided(ctx, w, ds[k], errs[k], nil)
-	}
-}
-
-// downCause returns the error that made Redis taken as unreachable.
-func (e *Engine) downCause() error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.downErr == nil {
-		return errors.New("redis unreachable")
-	}
-	return e.downErr
-}
-
-// redisAdmitAll is redisAdmit for the waiters ws of scope, in one round
-// trip (b.AdmitAll): one Decision and error per waiter, or the round
-// trip's err, or left (the caller left before the answer: the admissions
-// that come after are cancelled in Redis).
-func (e *Engine) redisAdmitAll(ctx context.Context, b batcher, scope string, ws []*waiter, timeout time.Duration) (ds []rspec.Decision, errs []error, err, left error) {
+// ask sends the admissions of ws (one or more), all of scope, in one
+// round trip (b's AdmitAll, or Store.Admit for one waiter when b is nil)
+// and takes Redis's answers (decided). The round trip is bounded
+// (bounded): it waits until timeout passes, ctx is done or Close is
+// called, and the admissions Redis granted after the caller left are
+// cancelled when the answer comes; Redis refuses those it runs after the
+// caller stopped waiting (rspec.WithAnswerBy). A round trip that fails
+// marks Redis unreachable once: the waiters after the first go to the
+// fallback (one failure, one step of the probe schedule).
+func (e *Engine) ask(ctx context.Context, b batcher, scope string, ws []*waiter, timeout time.Duration) []Result {
 	type result struct {
 		ds   []rspec.Decision
 		errs []error
 		err  error
 	}
+	rs := make([]Result, len(ws))
 	calls := make([][]rspec.Charge, len(ws))
 	for i, w := range ws {
 		calls[i] = w.cs
 	}
-	ch := make(chan result, 1)
-	claimed := new(atomic.Bool)
+	// Nobody waits for the answer after by: Redis refuses the admission
+	// if it runs later (a Redis frozen meanwhile runs it when it wakes,
+	// and nobody would read its answer to cancel it).
 	by := time.Now().Add(timeout)
 	if dl, ok := ctx.Deadline(); ok && dl.Before(by) {
 		by = dl
 	}
-	if !e.spawn(func() {
-		octx, cancel := context.WithTimeout(context.Background(), timeout+lateGrace)
-		ds, errs, err := b.AdmitAll(rspec.WithAnswerBy(octx, by), scope, calls)
-		cancel()
-		if claimed.CompareAndSwap(false, true) {
-			ch <- result{ds, errs, err}
-			return
+	a, left := bounded(e, ctx, timeout, e.closeCtx.Done(), func(octx context.Context) (r result) {
+		actx := rspec.WithAnswerBy(octx, by)
+		if b != nil {
+			r.ds, r.errs, r.err = b.AdmitAll(actx, scope, calls)
+		} else {
+			d, err := e.st.Admit(actx, scope, calls[0])
+			r.ds, r.errs = []rspec.Decision{d}, []error{err}
 		}
-		if err == nil { // the caller left: nobody will use these admissions
-			for i, d := range ds {
-				if errs[i] == nil && d.OK {
-					e.cancelNow(scope, calls[i], d.Token)
-				}
+		return r
+	}, func(r result) { // the caller left: nobody will use these admissions
+		for i, d := range r.ds {
+			if r.errs[i] == nil && d.OK {
+				e.cancel(scope, calls[i], d.Token)
 			}
 		}
-	}) {
-		return nil, nil, errBusy, nil
+	})
+	var cause error
+	for k, w := range ws {
+		r := &rs[k]
+		switch {
+		case cause != nil:
+			r.Outcome, r.Err = e.local(w, cause)
+		case a.err != nil || left != nil:
+			r.Outcome, r.Err = e.decided(ctx, w, rspec.Decision{}, a.err, left)
+			if left == nil || (left != ErrClosed && ctx.Err() == nil) {
+				cause = cmp.Or(a.err, left)
+			}
+		default:
+			r.Outcome, r.Err = e.decided(ctx, w, a.ds[k], a.errs[k], nil)
+		}
 	}
-	t := time.NewTimer(timeout)
-	defer t.Stop()
-	select {
-	case r := <-ch:
-		return r.ds, r.errs, r.err, nil
-	case <-t.C:
-		left = context.DeadlineExceeded
-	case <-ctx.Done():
-		left = ctx.Err()
-	case <-e.closeCtx.Done():
-		left = ErrClosed
-	}
-	if !claimed.CompareAndSwap(false, true) {
-		r := <-ch // the answer is in: the caller deals with it
-		return r.ds, r.errs, r.err, nil
-	}
-	return nil, nil, nil, left
+	return rs
 }
 
 // Decide makes ONE admission decision for the call's charges and never
@@ -279,115 +153,111 @@ func (e *Engine) redisAdmitAll(ctx context.Context, b batcher, scope string, ws 
 // Redis grants after ctx is done, or after Timeout, is cancelled there.
 //
 // It returns the admitted call in Outcome.Call, or a refusal (Outcome.At,
-// Release, Paused); an error for what is not a refusal: those of the
+// Release); an error for what is not a refusal: those of the
 // checks (ratesem.ErrNegativeWeight, ErrWeightTooLarge, a nil Spec) at
 // once, an error matching rspec.ErrLimitMismatch, one matching
 // ErrUnavailable when Redis cannot be reached and there is no Fallback,
 // ctx.Err() when ctx ends first, ErrClosed after Close. A call of no
-// charges is admitted without a round trip. It reports Refused and
-// RoundTripFailed events to the Observer, but not Admitted (the caller's
-// wait is the caller's to report). It is safe for concurrent use.
+// charges is admitted without a round trip. It reports no events (the
+// caller's engine reports its own). It is safe for concurrent use.
 func (e *Engine) Decide(ctx context.Context, scope string, cs []rspec.Charge) (Outcome, error) {
-	if err := checkCharges(cs); err != nil {
-		return Outcome{}, err
+	w, o, err := e.begin(ctx, scope, cs)
+	if w == nil {
+		return o, err
 	}
-	if err := ctx.Err(); err != nil {
-		return Outcome{}, err
-	}
-	if len(cs) == 0 {
-		c, err := e.admitEmpty(scope)
-		return Outcome{Call: c}, err
-	}
-	w := e.newWaiter(scope, slices.Clone(cs))
-	e.mu.Lock()
-	if e.closed {
-		e.mu.Unlock()
-		return Outcome{}, ErrClosed
-	}
-	e.registerLocked(w)
-	e.active++
-	e.mu.Unlock()
-	defer e.leave(w, true)
-	defer w.dropLocal()
+	defer e.leave(w)
 	return e.decide(ctx, w)
 }
 
-// newWaiter returns the waiter of a call of charges cs in scope, not yet
-// registered with its limiters.
-func (e *Engine) newWaiter(scope string, cs []rspec.Charge) *waiter {
-	w := &waiter{scope: scope, cs: cs, keys: make([]limKey, len(cs)), lims: make([]*limiter, len(cs))}
-	for i, c := range cs {
-		w.keys[i] = limKey{scope, c.Rule, c.Key}
+// begin checks a call's charges and returns its waiter, counted among the
+// decisions in progress until leave; or, with no waiter, the call's
+// outcome when it is decided at once: an error of the checks, ctx.Err(),
+// ErrClosed, or a call of no charges admitted (no round trip).
+func (e *Engine) begin(ctx context.Context, scope string, cs []rspec.Charge) (*waiter, Outcome, error) {
+	if err := checkCharges(cs); err != nil {
+		return nil, Outcome{}, err
 	}
-	return w
+	if err := ctx.Err(); err != nil {
+		return nil, Outcome{}, err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	switch {
+	case e.closed:
+		return nil, Outcome{}, ErrClosed
+	case len(cs) == 0:
+		e.stats.InFlight++
+		e.stats.Admitted++
+		return nil, Outcome{Call: &Call{e: e, scope: scope}}, nil
+	}
+	e.active++
+	return &waiter{scope: scope, cs: slices.Clone(cs)}, Outcome{}, nil
 }
 
-// registerLocked makes w a user of its limiters, made if needed (leave, or
-// dropLocked, ends it). e.mu must be held.
-func (e *Engine) registerLocked(w *waiter) {
-	for i, k := range w.keys {
-		l := e.lims[k]
-		if l == nil {
-			l = &limiter{}
-			e.lims[k] = l
-		}
-		l.users++
-		w.lims[i] = l
+// leave ends w's decision: the fallback's units the gate holds for it, if
+// any (not passed on to a Call), are given back.
+func (e *Engine) leave(w *waiter) {
+	if w.local != nil {
+		w.local()
 	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.active--
+	e.checkDrainedLocked()
 }
 
 // knownLocked returns the latest instant after now before which w is known
-// not to be admitted (a pause, a refusal's instant), whether it is a pause,
-// and the index of that charge; zero when none. e.mu must be held.
-func (w *waiter) knownLocked(now time.Time) (until time.Time, paused bool, ri int) {
-	for i, l := range w.lims {
-		if now.Before(l.paused) && l.paused.After(until) {
-			until, paused, ri = l.paused, true, i
-		}
-		if w.cs[i].Weight >= l.notBeforeN && now.Before(l.notBefore) && l.notBefore.After(until) {
-			until, paused, ri = l.notBefore, false, i
+// not to be admitted (a pause, a refusal's instant) and the index of that
+// charge; zero when none. e.mu must be held.
+func (e *Engine) knownLocked(w *waiter, now time.Time) (until time.Time, ri int) {
+	for i, c := range w.cs {
+		if l := e.lims[limKey{w.scope, c.Rule, c.Key}]; l != nil {
+			at := l.paused
+			if c.Weight >= l.notBeforeN && l.notBefore.After(at) {
+				at = l.notBefore
+			}
+			if now.Before(at) && at.After(until) {
+				until, ri = at, i
+			}
 		}
 	}
-	return until, paused, ri
+	return until, ri
 }
 
-// dropLocal gives back the fallback's units the gate holds for w, if any
-// (not passed on to a Call).
-func (w *waiter) dropLocal() {
-	if w.local != nil {
-		w.local()
-		w.local = nil
-	}
-}
-
-// decide takes one decision for w, registered with its limiters: what
-// this process knows (a pause, a refusal's instant), or the fallback
-// while Redis is taken as unreachable, or one round trip to Redis (after
-// the gate and the carry of the fallback's calls). The fallback and the
-// gate only try. The gate's units (w.local) pass to the Call admitted; the
-// caller gives them back otherwise (dropLocal).
+// decide takes one decision for w: what this process knows (a pause, a
+// refusal's instant), or the fallback while Redis is taken as
+// unreachable, or one round trip to Redis (after the gate and the carry of
+// the fallback's calls). The fallback and the gate only try. The gate's
+// units (w.local) pass to the Call admitted; leave gives them back
+// otherwise.
 func (e *Engine) decide(ctx context.Context, w *waiter) (Outcome, error) {
 	now := time.Now()
 	e.mu.Lock()
 	closed := e.closed
 	down, probe, downErr := e.down, !now.Before(e.nextProbe), e.downErr
 	gated := w.local == nil && e.gatedLocked(now)
-	until, paused, ri := w.knownLocked(now)
+	until, ri := e.knownLocked(w, now)
 	e.mu.Unlock()
 	switch {
 	case closed:
 		return Outcome{}, ErrClosed
 	case ctx.Err() != nil:
 		return Outcome{}, ctx.Err()
-	}
-	if !until.IsZero() {
-		return Outcome{At: until, Paused: paused, Refused: ri}, nil
-	}
-	if down && !probe {
+	case !until.IsZero():
+		return Outcome{At: until, Refused: ri}, nil
+	case down && !probe:
 		return e.local(w, downErr)
 	}
-	if gated && e.gate(w) != nil {
-		return e.localRefusal(w), nil
+	if gated {
+		// The gate: while the fallback's own calls still count, a call
+		// takes the fallback's units as well as Redis's (gatedLocked). A
+		// call heavier than the fallback's share is refused until the
+		// window drains, and asks again.
+		rel, err := e.fbTry(w)
+		if err != nil {
+			return e.localRefusal(w), nil
+		}
+		w.local = rel
 	}
 	timeout := e.cfg.Timeout
 	if down {
@@ -395,7 +265,7 @@ func (e *Engine) decide(ctx context.Context, w *waiter) (Outcome, error) {
 	}
 	// The fallback's calls go to Redis before any call of this process
 	// does (the first round trip after an outage carries them).
-	if err := e.carry(ctx, timeout); err != nil {
+	if _, err := e.carry(ctx, timeout); err != nil {
 		switch {
 		case err == ErrClosed:
 			return Outcome{}, ErrClosed
@@ -404,12 +274,12 @@ func (e *Engine) decide(ctx context.Context, w *waiter) (Outcome, error) {
 		}
 		return e.failed(w, err)
 	}
-	d, err, left := e.redisAdmit(ctx, w, timeout)
-	return e.decided(ctx, w, d, err, left)
+	r := e.ask(ctx, nil, w.scope, []*waiter{w}, timeout)[0]
+	return r.Outcome, r.Err
 }
 
 // decided takes Redis's answer to w's admission (d, or the round trip's
-// err, or left: the caller left before the answer, see redisAdmit): the
+// err, or left: the caller left before the answer, see admit): the
 // Call admitted, the refusal recorded, the round trip's failure handed to
 // the fallback.
 func (e *Engine) decided(ctx context.Context, w *waiter, d rspec.Decision, err, left error) (Outcome, error) {
@@ -418,8 +288,7 @@ func (e *Engine) decided(ctx context.Context, w *waiter, d rspec.Decision, err, 
 	if d.Lost {
 		e.stats.StateLost++
 	}
-	mismatch := errors.Is(err, rspec.ErrLimitMismatch)
-	if mismatch {
+	if errors.Is(err, rspec.ErrLimitMismatch) {
 		e.stats.LimitMismatches++
 	}
 	e.mu.Unlock()
@@ -429,35 +298,28 @@ func (e *Engine) decided(ctx context.Context, w *waiter, d rspec.Decision, err, 
 	case left != nil && ctx.Err() != nil:
 		return Outcome{}, ctx.Err()
 	case left != nil:
-		err = left // no answer within the timeout
-	}
-	if err != nil {
-		if mismatch || callerError(err) {
-			e.markUp()
-			return Outcome{}, err
-		}
+		return e.failed(w, left) // no answer within the timeout
+	case err != nil && !callerError(err):
 		return e.failed(w, err)
 	}
 	e.markUp()
+	if err != nil {
+		return Outcome{}, err
+	}
 	if d.OK {
 		if e.cfg.TestAfterAdmit != nil {
 			e.cfg.TestAfterAdmit()
 		}
-		if ctx.Err() != nil {
-			e.cancelToken(w.scope, w.cs, d.Token)
-			return Outcome{}, ctx.Err()
+		c := &Call{e: e, scope: w.scope, cs: w.cs, token: d.Token, d: d, seen: time.Now(), local: w.local}
+		if err = ctx.Err(); err == nil {
+			err = e.hold(c)
 		}
-		c := &Call{e: e, scope: w.scope, cs: w.cs, token: d.Token, at: d.Now, seen: time.Now(), marks: d.Marks, local: w.local,
-			adopted: d.Adopted, adoptedSpecs: d.AdoptedSpecs}
-		w.local = nil // the Call releases them
-		if err := e.hold(c); err != nil {
-			if c.local != nil {
-				c.local()
-			}
-			e.cancelToken(w.scope, w.cs, d.Token)
+		if err != nil { // the caller left, or Close came: nobody will use it
+			e.cancel(w.scope, w.cs, d.Token)
 			return Outcome{}, err
 		}
-		return Outcome{Call: c, Adopted: d.Adopted, AdoptedSpecs: d.AdoptedSpecs}, nil
+		w.local = nil // the Call releases them
+		return Outcome{Call: c}, nil
 	}
 	now := time.Now()
 	if d.Late {
@@ -466,10 +328,7 @@ func (e *Engine) decided(ctx context.Context, w *waiter, d rspec.Decision, err, 
 		// a new one from this reply). Ask again soon, not at once.
 		return Outcome{At: now.Add(MinRetry + rand.N(MinRetry))}, nil
 	}
-	e.event(Event{Kind: Refused, Scope: w.scope, Charges: w.cs, Wait: d.Wait})
-	o := e.refused(w, d, now)
-	o.Adopted, o.AdoptedSpecs = d.Adopted, d.AdoptedSpecs
-	return o, nil
+	return e.refused(w, d, now), nil
 }
 
 // refused records what Redis's refusal d of w at now teaches (the
@@ -482,17 +341,15 @@ func (e *Engine) refused(w *waiter, d rspec.Decision, now time.Time) Outcome {
 	if ri < 0 || ri >= len(w.cs) {
 		ri = 0
 	}
-	wait := max(d.Wait, 0)
-	o := Outcome{Release: d.Release, Paused: d.Paused, Refused: ri}
-	wait = min(wait, e.cfg.MaxPause)
-	o.At = now.Add(max(wait, MinRetry))
+	wait := min(max(d.Wait, 0), e.cfg.MaxPause)
+	o := Outcome{At: now.Add(max(wait, MinRetry)), Release: d.Release, Refused: ri}
 	if d.Release {
-		o.At = now.Add(max(min(wait, releaseCap(w.cs[ri].Spec)), MinRetry))
+		o.At = now.Add(max(min(wait, ReleaseRetry(w.cs[ri])), MinRetry))
 		return o
 	}
 	rec := now.Add(wait)
 	e.mu.Lock()
-	l := w.lims[ri]
+	l := e.limLocked(limKey{w.scope, w.cs[ri].Rule, w.cs[ri].Key}, now)
 	if d.Paused {
 		if rec.After(l.paused) {
 			l.paused = rec
@@ -505,28 +362,36 @@ func (e *Engine) refused(w *waiter, d rspec.Decision, now time.Time) Outcome {
 }
 
 // failed handles a round trip of w's decision that failed with cause
-// (Redis did not answer): Redis is marked down, the event reported, and
-// the fallback decides.
+// (Redis did not answer): Redis is marked down, and the fallback decides.
 func (e *Engine) failed(w *waiter, cause error) (Outcome, error) {
 	e.markDown(cause, true)
-	e.event(Event{Kind: RoundTripFailed, Scope: w.scope, Charges: w.cs, Err: cause})
 	return e.local(w, cause)
 }
 
 // local decides w in the fallback, at once (a refusal of the fallback
-// knows no instant: localRefusal), or fails with ErrUnavailable wrapping
+// knows no instant: localRefusal; the caller asks again by the next probe,
+// when Decide asks Redis itself), or fails with ErrUnavailable wrapping
 // cause when there is none. Units the gate already holds for w are the
 // admission.
 func (e *Engine) local(w *waiter, cause error) (Outcome, error) {
-	c, err := e.fallback(w, cause)
-	switch {
-	case err == errTry:
-		// The caller asks again by the next probe: then Decide asks Redis
-		// itself.
-		return e.localRefusal(w), nil
-	case err != nil:
-		return Outcome{}, err
+	if e.cfg.Fallback == nil {
+		return Outcome{}, e.unavailable(cause)
 	}
+	if w.local == nil {
+		rel, err := e.fbTry(w)
+		switch {
+		case err == errTry:
+			return e.localRefusal(w), nil
+		case err != nil:
+			return Outcome{}, err
+		}
+		w.local = rel
+	}
+	c := &Call{e: e, scope: w.scope, cs: w.cs, local: w.local, fb: true}
+	if err := e.hold(c); err != nil {
+		return Outcome{}, err // leave gives the units back
+	}
+	w.local = nil // the Call releases them
 	return Outcome{Call: c, Local: true}, nil
 }
 
@@ -535,7 +400,7 @@ func (e *Engine) local(w *waiter, cause error) (Outcome, error) {
 // whichever is sooner.
 func (e *Engine) localRefusal(w *waiter) Outcome {
 	now := time.Now()
-	at := now.Add(releaseCap(w.cs[0].Spec))
+	at := now.Add(ReleaseRetry(w.cs[0]))
 	e.mu.Lock()
 	if e.down && e.nextProbe.After(now) && e.nextProbe.Before(at) {
 		at = e.nextProbe

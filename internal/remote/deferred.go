@@ -13,11 +13,10 @@ import (
 // answering. A nil *DeferredCheck defers nothing. It is safe for
 // concurrent use.
 type DeferredCheck struct {
-	check func() error      // one round trip (backend.Opener.Check)
-	wrap  func(error) error // adds what to do to a failure's message
-	mu    sync.Mutex        // held by the one call running check
-	done  atomic.Bool       // check passed or failed
-	err   atomic.Pointer[error]
+	check func() error          // one round trip (backend.Opener.Check)
+	wrap  func(error) error     // adds what to do to a failure's message
+	mu    sync.Mutex            // held by the one call running check
+	res   atomic.Pointer[error] // nil until the check passed (*res nil) or failed
 }
 
 // NewDeferredCheck returns the check that runs check once Redis answers;
@@ -35,27 +34,23 @@ func (d *DeferredCheck) Err(e *Engine) error {
 	if d == nil {
 		return nil
 	}
-	if d.done.Load() {
-		if p := d.err.Load(); p != nil {
-			return *p
-		}
-		return nil
+	if p := d.res.Load(); p != nil {
+		return *p
 	}
 	if e.Stats().Unavailable || !d.mu.TryLock() {
 		return nil
 	}
 	defer d.mu.Unlock()
-	if d.done.Load() {
-		return d.Err(e)
+	if p := d.res.Load(); p != nil {
+		return *p
 	}
 	err := d.check()
 	switch {
 	case err == nil:
-		d.done.Store(true)
+		d.res.Store(new(error))
 	case errors.Is(err, ratesem.ErrEviction):
 		err = d.wrap(err)
-		d.err.Store(&err)
-		d.done.Store(true)
+		d.res.Store(&err)
 		return err
 	}
 	return nil

@@ -171,9 +171,9 @@ func TestReconcileAtThenReal(t *testing.T) {
 
 // Learned limits through the engine: a key of unknown limit admits one
 // call at a time across two engines (processes); the limit one learns and
-// sends is adopted by the other at its next decision (Outcome.Adopted,
-// AdoptedSpecs); a Quota's budget report (BudgetThen) is shared and says
-// the units taken in.
+// sends is adopted by the other at its next decision (Call.Adopted); a
+// Quota's budget report (BudgetThen) is shared and says the units taken
+// in.
 func TestLearnedThroughEngineReal(t *testing.T) {
 	e1, srv := realEngine(t, nil, Config{})
 	c2 := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
@@ -202,7 +202,10 @@ func TestLearnedThroughEngineReal(t *testing.T) {
 		t.Fatalf("the learned limit: %+v %v", o3, err)
 	}
 	o4, err := e2.Decide(ctx, "s", unk)
-	if err != nil || o4.Call == nil || len(o4.AdoptedSpecs) != 1 || o4.AdoptedSpecs[0] != *learned {
+	if err != nil || o4.Call == nil {
+		t.Fatalf("the other process: %+v %v; want admitted", o4, err)
+	}
+	if _, specs := o4.Call.Adopted(); len(specs) != 1 || specs[0] != *learned {
 		t.Fatalf("the other process: %+v %v; want the learned limit adopted", o4, err)
 	}
 	got := make(chan int64, 1)

@@ -13,9 +13,10 @@
 // with the admitted Call, the instant the call could be admitted, or "only
 // a release can help" (Outcome). The engine asks it for the head of its
 // queues, outside its lock, and learns from Config.OnRoom when a release
-// of this process reached Redis. DecideAll is the shape of the batched
-// decision (several queued calls, and pending releases, in one round
-// trip).
+// of this process reached Redis. The admission's round trip (ask) takes
+// several waiters of a scope: DecideAll, in the package's tests, is the
+// shape of the batched decision (several queued calls, and pending
+// releases, in one round trip) that the engine does not make yet.
 //
 // # Asking again
 //
@@ -82,9 +83,11 @@
 package remote
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -131,7 +134,8 @@ const (
 	// live context for the EVAL that follows a NOSCRIPT).
 	lateGrace = 5 * time.Second
 
-	// releaseWorkers is the number of goroutines sending releases.
+	// releaseWorkers is the number of goroutines sending releases
+	// (counted among maxPending).
 	releaseWorkers = 4
 )
 
@@ -172,11 +176,6 @@ type Config struct {
 	Jitter time.Duration
 	// MaxPause caps any pause; default backoff.DefaultMaxPause.
 	MaxPause time.Duration
-	// Observer, when set, is called with every event, outside any lock, on
-	// the goroutine where it happened (a release's on a worker). It must
-	// not block for long, and must not modify Event.Charges. A panic on
-	// a worker would end the program.
-	Observer func(Event)
 
 	// Fallback, when set, admits calls in this process alone while Redis
 	// is unreachable; nil: Decide fails with ErrUnavailable then.
@@ -190,7 +189,7 @@ type Config struct {
 	// have made room in Redis on the limiters of cs: a release or
 	// settlement of a call reached Redis (cs: the call's charges; also
 	// when Redis no longer knew the call), a usage report gave units
-	// back (ReconcileAt, or BudgetThen on a new window; cs: that charge), SetLimit stored a new limit
+	// back (ReconcileAtThen, or BudgetThen on a new window; cs: that charge), SetLimit stored a new limit
 	// (cs: that charge). It is how a caller queueing its own waiters
 	// over Decide learns when to ask again. It is called outside any lock, on a goroutine of the engine
 	// (a release worker, a round trip's), and must not block.
@@ -205,33 +204,12 @@ type Config struct {
 // (Config.Fallback). Its methods are called concurrently.
 type Fallback interface {
 	// TryAcquire admits the charges locally if they fit at once; it
-	// returns a function that releases them, called once (also for a
+	// returns a (non-nil) function that releases them, called once (also for a
 	// call ended by Call.ReleaseSettled: the fallback counts the
 	// estimate, on the safe side only when the call cost no more).
 	TryAcquire(scope string, cs []rspec.Charge) (release func(), ok bool)
 	// Pause holds local admissions of c's limiter until until.
 	Pause(scope string, c rspec.Charge, until time.Time)
-}
-
-// EventKind says what happened.
-type EventKind int
-
-// Events.
-const (
-	Refused         EventKind = iota + 2 // Redis refused a call (Wait: the wait it gave)
-	Cancelled                            // an admission was taken back: its caller left
-	Paused                               // Pause (Wait: the pause)
-	Released                             // a release reached Redis (Err: set if it was lost there)
-	RoundTripFailed                      // a round trip failed (Err)
-)
-
-// Event is one thing that happened to a call.
-type Event struct {
-	Kind    EventKind
-	Scope   string
-	Charges []rspec.Charge
-	Wait    time.Duration // Refused: Redis's wait; Paused: the pause
-	Err     error
 }
 
 // Stats are the engine's counters for this process.
@@ -261,8 +239,6 @@ type limKey struct{ scope, rule, key string }
 // limiter is this process's view of one limiter: what it learned from
 // Redis.
 type limiter struct {
-	users int // decisions under way that refer to it
-
 	paused time.Time // no admission before (a local or Redis pause); zero: none
 
 	// The latest exact refusal: no charge of notBeforeN units or more can
@@ -276,8 +252,6 @@ type limiter struct {
 type waiter struct {
 	scope string
 	cs    []rspec.Charge
-	keys  []limKey
-	lims  []*limiter
 	local func() // the fallback's units held by the gate (Engine.gatedLocked), or nil
 }
 
@@ -292,29 +266,28 @@ type Engine struct {
 	flushCtx context.Context // done when Close gives up on queued releases
 	flushFn  context.CancelFunc
 	rel      chan *Call // the release queue
-	workers  sync.WaitGroup
 
-	mu          sync.Mutex
-	closed      bool
-	lims        map[limKey]*limiter
-	down        bool // Redis taken as unreachable
-	downErr     error
-	nextProbe   time.Time
-	backoff     time.Duration
-	pausedUntil time.Time
-	stats       Stats // counters; the gauges are filled in by Stats
-	inflight    int64
+	mu        sync.Mutex
+	closed    bool
+	lims      map[limKey]*limiter // what this process learned of each limiter (limLocked)
+	sweepAt   int                 // len(lims) at which limLocked forgets the limiters that teach nothing
+	down      bool                // Redis taken as unreachable
+	downErr   error
+	nextProbe time.Time
+	backoff   time.Duration
+	stats     Stats // counters and gauges; Unavailable is filled in by Stats
 
 	// The fallback's calls (Config.Fallback) and their hand-over to Redis.
 	recs     []*carryRec   // the fallback's calls not yet carried into Redis: in flight, or ended within their keep
-	carrying chan struct{} // non-nil while a carry runs; closed when it ends
+	carryTok chan struct{} // holds a token while a carry runs
 	fbLive   int           // the fallback's calls in flight
 	fbDrain  time.Time     // the latest end + keep of the fallback's calls
 	probing  bool          // the prober runs
 
-	// Goroutines of round trips still running (pending) and decisions
-	// in progress (active); Close waits until both are 0 (drained is
-	// closed then), for a bounded time.
+	// Goroutines still running (pending: round trips, the release
+	// workers, the prober) and decisions in progress (active); Close
+	// waits until both are 0 (drained is closed then), for a bounded
+	// time.
 	pending, active int
 	drained         chan struct{}
 }
@@ -323,11 +296,9 @@ type Engine struct {
 // negative Timeout, ReleaseQueue or MaxPause. It starts the release
 // workers, which Close stops.
 func New(cfg Config) (*Engine, error) {
-	st := cfg.Store
-	if st == nil {
-		return nil, errors.New("ratesem: New: nil Store")
-	}
 	switch {
+	case cfg.Store == nil:
+		return nil, errors.New("ratesem: New: nil Store")
 	case cfg.Timeout < 0:
 		return nil, fmt.Errorf("ratesem: New: negative Timeout %v", cfg.Timeout)
 	case cfg.ReleaseQueue < 0:
@@ -335,22 +306,17 @@ func New(cfg Config) (*Engine, error) {
 	case cfg.MaxPause < 0:
 		return nil, fmt.Errorf("ratesem: New: negative MaxPause %v", cfg.MaxPause)
 	}
-	if cfg.Timeout == 0 {
-		cfg.Timeout = DefaultTimeout
-	}
-	if cfg.Jitter == 0 {
-		cfg.Jitter = DefaultJitter
-	}
+	cfg.Timeout = cmp.Or(cfg.Timeout, DefaultTimeout)
+	cfg.Jitter = cmp.Or(cfg.Jitter, DefaultJitter)
 	cfg.MaxPause = backoff.Cap(cfg.MaxPause)
-	if cfg.ReleaseQueue == 0 {
-		cfg.ReleaseQueue = DefaultReleaseQueue
-	}
-	e := &Engine{st: st, cfg: cfg, lims: map[limKey]*limiter{}, rel: make(chan *Call, cfg.ReleaseQueue)}
+	cfg.ReleaseQueue = cmp.Or(cfg.ReleaseQueue, DefaultReleaseQueue)
+	e := &Engine{st: cfg.Store, cfg: cfg, lims: map[limKey]*limiter{}, rel: make(chan *Call, cfg.ReleaseQueue), carryTok: make(chan struct{}, 1)}
 	e.closeCtx, e.closeFn = context.WithCancel(context.Background())
 	e.flushCtx, e.flushFn = context.WithCancel(context.Background())
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	for range releaseWorkers {
-		e.workers.Add(1)
-		go e.releaser()
+		e.spawnLocked(e.releaser)
 	}
 	return e, nil
 }
@@ -365,16 +331,11 @@ type Call struct {
 	fb    bool      // the fallback admitted it (Redis was unreachable)
 	rec   *carryRec // while the fallback's call is in flight and not yet carried into Redis
 	done  atomic.Bool
-	at    time.Time // the admission on Redis's clock; zero for the fallback
-	seen  time.Time // this process's clock when the admission came back
-	marks []string  // the admission's rspec.Decision.Marks
+	d     rspec.Decision // Redis's admission (Now, Marks, Adopted, AdoptedSpecs); zero for the fallback
+	seen  time.Time      // this process's clock when the admission came back
 	// actual holds the settled weights of ReleaseSettled (one per charge),
 	// nil for a plain Release; written before the call is queued.
 	actual []int64
-	// adopted and adoptedSpecs are the admission's rspec.Decision.Adopted
-	// and AdoptedSpecs (Outcome's), kept for Decide's caller.
-	adopted      []int
-	adoptedSpecs []rspec.Spec
 	// sent, when set (OnSent), is called once the release has been sent
 	// to Redis, failed, or was dropped; at once for a call not in Redis.
 	sent func()
@@ -383,9 +344,9 @@ type Call struct {
 // Adopted returns the indices of the charges Redis decided under a limit
 // stored there (SetLimit, a learned limit replacing rspec.Unknown) rather
 // than the caller's, and those limits, in the same order
-// (rspec.Decision.Adopted and AdoptedSpecs; Outcome's). Both are nil for a
+// (rspec.Decision.Adopted and AdoptedSpecs). Both are nil for a
 // call the fallback admitted. The caller must not change them.
-func (c *Call) Adopted() ([]int, []rspec.Spec) { return c.adopted, c.adoptedSpecs }
+func (c *Call) Adopted() ([]int, []rspec.Spec) { return c.d.Adopted, c.d.AdoptedSpecs }
 
 // OnSent sets f to be called, once and outside any lock of the engine,
 // when the release (or settlement) of c has been sent to Redis, failed
@@ -397,17 +358,17 @@ func (c *Call) OnSent(f func()) { c.sent = f }
 // Mark returns the admission's mark for charge i (rspec.Decision.Marks),
 // "" when it has none.
 func (c *Call) Mark(i int) string {
-	if i < 0 || i >= len(c.marks) {
+	if i < 0 || i >= len(c.d.Marks) {
 		return ""
 	}
-	return c.marks[i]
+	return c.d.Marks[i]
 }
 
 // Admitted returns the instant Redis admitted the call, on the server's
 // clock, and this process's clock reading when the answer came back (with
 // its monotonic reading): Redis's clock now is about at + time.Since(seen).
 // Both are zero for a call the fallback admitted.
-func (c *Call) Admitted() (at, seen time.Time) { return c.at, c.seen }
+func (c *Call) Admitted() (at, seen time.Time) { return c.d.Now, c.seen }
 
 // Local reports whether the fallback admitted the call (Redis was
 // unreachable).
@@ -431,28 +392,6 @@ func checkCharges(cs []rspec.Charge) error {
 	return nil
 }
 
-// leave takes w out of its queues (the waiters it was in front of move
-// up) and forgets limiters nobody needs any more.
-func (e *Engine) leave(w *waiter, try bool) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.dropLocked(w)
-	e.active--
-	e.checkDrainedLocked()
-}
-
-// dropLocked ends w's use of its limiters, forgetting each that is idle
-// and holds no future instant. e.mu must be held.
-func (e *Engine) dropLocked(w *waiter) {
-	now := time.Now()
-	for i, l := range w.lims {
-		l.users--
-		if l.users == 0 && !now.Before(l.paused) && !now.Before(l.notBefore) {
-			delete(e.lims, w.keys[i])
-		}
-	}
-}
-
 // checkDrainedLocked closes drained once no round trip and no decision is
 // in progress. e.mu must be held.
 func (e *Engine) checkDrainedLocked() {
@@ -462,28 +401,6 @@ func (e *Engine) checkDrainedLocked() {
 	}
 }
 
-// admitEmpty admits a call of no charges (no round trip), or returns
-// ErrClosed.
-func (e *Engine) admitEmpty(scope string) (*Call, error) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.closed {
-		return nil, ErrClosed
-	}
-	e.inflight++
-	e.stats.Admitted++
-	return &Call{e: e, scope: scope}, nil
-}
-
-// releaseCap is the longest a head refused because calls in flight fill
-// the limit sleeps before asking again: a quarter of the rule's Per.
-func releaseCap(s *rspec.Spec) time.Duration {
-	if s == nil || s.Limit.Per <= 0 {
-		return zeroPerCap
-	}
-	return s.Limit.Per / 4
-}
-
 // callerError reports whether an Admit error is the caller's mistake
 // rather than Redis being unreachable.
 func callerError(err error) bool {
@@ -491,73 +408,14 @@ func callerError(err error) bool {
 		errors.Is(err, ratesem.ErrInvalidLimit) || errors.Is(err, ratesem.ErrNegativeWeight)
 }
 
-// admitResult is the outcome of an admission round trip.
-type admitResult struct {
-	d   rspec.Decision
-	err error
-}
-
-// redisAdmit asks Redis to admit w, on a goroutine of its own, and waits
-// for the answer until timeout passes, ctx is done or Close is called. It
-// returns the decision and the Redis error, or, when it left before the
-// answer, left: context.DeadlineExceeded (timeout), ctx.Err() or ErrClosed.
-// The round trip is not cut short by ctx (its context is its own, bounded
-// by timeout + lateGrace): if the script admitted the call after the caller
-// left, the goroutine cancels the admission when the answer comes.
-func (e *Engine) redisAdmit(ctx context.Context, w *waiter, timeout time.Duration) (d rspec.Decision, err, left error) {
-	ch := make(chan admitResult, 1)
-	claimed := new(atomic.Bool)
-	// Nobody waits for the answer after by: Redis refuses the admission
-	// if it runs later (a Redis frozen meanwhile runs it when it wakes,
-	// and nobody would read its answer to cancel it).
-	by := time.Now().Add(timeout)
-	if dl, ok := ctx.Deadline(); ok && dl.Before(by) {
-		by = dl
-	}
-	if !e.spawn(func() {
-		octx, cancel := context.WithTimeout(context.Background(), timeout+lateGrace)
-		d, err := e.st.Admit(rspec.WithAnswerBy(octx, by), w.scope, w.cs)
-		cancel()
-		if claimed.CompareAndSwap(false, true) {
-			ch <- admitResult{d, err}
-			return
-		}
-		// The caller left: nobody will use this admission.
-		if err == nil && d.OK {
-			e.cancelNow(w.scope, w.cs, d.Token)
-		}
-	}) {
-		return rspec.Decision{}, errBusy, nil
-	}
-	t := time.NewTimer(timeout)
-	defer t.Stop()
-	select {
-	case r := <-ch:
-		return r.d, r.err, nil
-	case <-t.C:
-		left = context.DeadlineExceeded
-	case <-ctx.Done():
-		left = ctx.Err()
-	case <-e.closeCtx.Done():
-		left = ErrClosed
-	}
-	if !claimed.CompareAndSwap(false, true) {
-		r := <-ch // the answer is in: the caller deals with it
-		return r.d, r.err, nil
-	}
-	return rspec.Decision{}, nil, left
-}
-
-// spawn runs op on a goroutine of its own, counted in pending; it returns
-// false, starting nothing, when maxPending round trips are running.
-func (e *Engine) spawn(op func()) bool {
-	e.mu.Lock()
+// spawnLocked runs op on a goroutine of its own, counted in pending; it
+// returns false, starting nothing, when maxPending round trips are
+// running. e.mu must be held.
+func (e *Engine) spawnLocked(op func()) bool {
 	if e.pending >= maxPending {
-		e.mu.Unlock()
 		return false
 	}
 	e.pending++
-	e.mu.Unlock()
 	go func() {
 		defer func() {
 			e.mu.Lock()
@@ -570,31 +428,46 @@ func (e *Engine) spawn(op func()) bool {
 	return true
 }
 
-// bounded runs op, one round trip, on a goroutine of its own under a
-// context with timeout d + lateGrace, and waits for it at most d or until
-// ctx is done: a client that ignores the context's deadline cannot hold the
-// caller longer. An op left running goes on; its result is dropped. It
-// returns op's error, context.DeadlineExceeded when d passed, ctx.Err(), or
-// errBusy.
-func (e *Engine) bounded(ctx context.Context, d time.Duration, op func(context.Context) error) error {
-	ch := make(chan error, 1)
-	if !e.spawn(func() {
+// bounded runs op, one round trip, on a goroutine of its own (spawnLocked)
+// under a context with timeout d + lateGrace, and waits for it at most d,
+// until ctx is done or closing is (nil: never): a client that ignores the
+// context's deadline cannot hold the caller longer. It returns op's
+// result; or, when it left first, left: context.DeadlineExceeded,
+// ctx.Err() or ErrClosed, and the round trip goes on, its result passed to
+// late when not nil; or left errBusy, starting nothing, when maxPending
+// round trips are running.
+func bounded[T any](e *Engine, ctx context.Context, d time.Duration, closing <-chan struct{}, op func(context.Context) T, late func(T)) (r T, left error) {
+	ch := make(chan T, 1)
+	claimed := new(atomic.Bool)
+	e.mu.Lock()
+	started := e.spawnLocked(func() {
 		octx, cancel := context.WithTimeout(context.Background(), d+lateGrace)
-		defer cancel()
-		ch <- op(octx)
-	}) {
-		return errBusy
+		r := op(octx)
+		cancel()
+		if claimed.CompareAndSwap(false, true) {
+			ch <- r
+		} else if late != nil {
+			late(r)
+		}
+	})
+	e.mu.Unlock()
+	if !started {
+		return r, errBusy
 	}
-	t := time.NewTimer(d)
-	defer t.Stop()
 	select {
-	case err := <-ch:
-		return err
-	case <-t.C:
-		return context.DeadlineExceeded
+	case r = <-ch:
+		return r, nil
+	case <-time.After(d):
+		left = context.DeadlineExceeded
 	case <-ctx.Done():
-		return ctx.Err()
+		left = ctx.Err()
+	case <-closing:
+		left = ErrClosed
 	}
+	if !claimed.CompareAndSwap(false, true) {
+		return <-ch, nil // the answer is in: the caller deals with it
+	}
+	return r, left
 }
 
 // FallbackChecker is a Fallback that can refuse a call for good (one it
@@ -602,31 +475,6 @@ func (e *Engine) bounded(ctx context.Context, d time.Duration, op func(context.C
 // rather than a refusal of the fallback to ask again.
 type FallbackChecker interface {
 	Check(scope string, cs []rspec.Charge) error
-}
-
-// fallback admits the call locally when the fallback has room at once
-// (errTry otherwise), or fails it with ErrUnavailable wrapping cause when
-// there is no fallback. Units the gate already holds for w are the
-// admission.
-func (e *Engine) fallback(w *waiter, cause error) (*Call, error) {
-	if e.cfg.Fallback == nil {
-		return nil, e.unavailable(cause)
-	}
-	rel := w.local
-	w.local = nil
-	if rel == nil {
-		r, err := e.fbTry(w)
-		if err != nil {
-			return nil, err
-		}
-		rel = r
-	}
-	c := &Call{e: e, scope: w.scope, cs: w.cs, local: rel, fb: true}
-	if err := e.hold(c); err != nil {
-		rel()
-		return nil, err
-	}
-	return c, nil
 }
 
 // fbTry admits w's charges in the fallback at once, or fails: errTry when
@@ -643,26 +491,7 @@ func (e *Engine) fbTry(w *waiter) (func(), error) {
 	if !ok {
 		return nil, errTry
 	}
-	if r == nil {
-		r = func() {}
-	}
 	return r, nil
-}
-
-// gate takes, for w, the fallback's units as well as Redis's while the
-// fallback's own calls still count (gatedLocked): after an outage, the
-// processes that fell back carry their calls into Redis each at its first
-// round trip, not all at once, so until the fallback's window has drained
-// a call of this process needs room in both. drain is Engine.fbDrain when
-// the gate was found shut. A call heavier than the fallback's share waits
-// until the window drains: refused (errTry), it asks again.
-func (e *Engine) gate(w *waiter) error {
-	rel, err := e.fbTry(w)
-	if err != nil {
-		return errTry
-	}
-	w.local = rel
-	return nil
 }
 
 // gatedLocked reports whether calls must also be admitted by the fallback:
@@ -702,25 +531,17 @@ func keepFor(cs []rspec.Charge) time.Duration {
 // carryRec is a call the fallback admitted, until it is carried into
 // Redis or has stopped counting.
 type carryRec struct {
-	scope string
-	cs    []rspec.Charge
-	call  *Call     // while in flight; nil once ended
-	end   time.Time // when it ended
-	done  bool      // carried (or dropped: Redis refused its spec)
+	c    *Call
+	end  time.Time // when it ended; zero while in flight
+	done bool      // carried (or dropped: Redis refused its spec)
 }
 
 // pruneRecsLocked forgets the fallback's calls carried or no longer
 // counting. e.mu must be held.
 func (e *Engine) pruneRecsLocked(now time.Time) {
-	keep := e.recs[:0]
-	for _, r := range e.recs {
-		if r.done || (r.call == nil && !now.Before(r.end.Add(keepFor(r.cs)))) {
-			continue
-		}
-		keep = append(keep, r)
-	}
-	clear(e.recs[len(keep):])
-	e.recs = keep
+	e.recs = slices.DeleteFunc(e.recs, func(r *carryRec) bool {
+		return r.done || (!r.end.IsZero() && !now.Before(r.end.Add(keepFor(r.c.cs))))
+	})
 }
 
 // carry writes the fallback's calls into Redis (rspec.Store.Carry) before
@@ -728,66 +549,42 @@ func (e *Engine) pruneRecsLocked(now time.Time) {
 // whose release then goes to Redis, those that ended within their keep as
 // ended now. One carry runs at a time, each round trip bounded by timeout;
 // a caller finding one under way waits for it (at most timeout: then
-// errCarryBusy). It returns nil when nothing is left to carry.
-func (e *Engine) carry(ctx context.Context, timeout time.Duration) error {
-	_, err := e.carrySent(ctx, timeout)
-	return err
-}
-
-// carrySent is carry; sent reports that a carry reached Redis.
-func (e *Engine) carrySent(ctx context.Context, timeout time.Duration) (sent bool, err error) {
+// errCarryBusy). It returns nil when nothing is left to carry; sent
+// reports that a carry reached Redis.
+func (e *Engine) carry(ctx context.Context, timeout time.Duration) (sent bool, err error) {
 	if e.cfg.Fallback == nil {
 		return false, nil
 	}
 	for range 3 {
 		e.mu.Lock()
-		if len(e.recs) == 0 {
-			e.mu.Unlock()
-			return sent, nil
-		}
 		e.pruneRecsLocked(time.Now())
-		if len(e.recs) == 0 {
-			e.mu.Unlock()
+		n := len(e.recs)
+		e.mu.Unlock()
+		if n == 0 {
 			return sent, nil
 		}
-		if ch := e.carrying; ch != nil {
-			e.mu.Unlock()
-			t := time.NewTimer(timeout)
-			select {
-			case <-ch:
-				t.Stop()
-				sent = true // another's carry reached Redis, or failed: then ours would too
-				continue
-			case <-t.C:
-				return sent, errCarryBusy
-			case <-ctx.Done():
-				t.Stop()
-				return sent, ctx.Err()
-			case <-e.closeCtx.Done():
-				t.Stop()
-				return sent, ErrClosed
-			}
+		select { // one carry at a time (carryTok): wait for the one under way
+		case e.carryTok <- struct{}{}:
+		case <-time.After(timeout):
+			return sent, errCarryBusy
+		case <-ctx.Done():
+			return sent, ctx.Err()
+		case <-e.closeCtx.Done():
+			return sent, ErrClosed
 		}
-		ch := make(chan struct{})
-		e.carrying = ch
-		batch := slices.Clone(e.recs)
+		e.mu.Lock()
+		batch := slices.Clone(e.recs) // what another's carry left, if it ran
 		e.mu.Unlock()
 		// Nobody waits for the carry after by: Redis refuses it if it runs
 		// later (a Redis frozen meanwhile would run it when it wakes, and
 		// leave leases nobody releases; the calls are carried again).
 		by := time.Now().Add(timeout)
-		finish := func() {
-			e.mu.Lock()
-			e.carrying = nil
-			close(ch)
-			e.mu.Unlock()
-		}
-		err := e.bounded(ctx, timeout, func(octx context.Context) error {
-			defer finish()
+		err, left := bounded(e, ctx, timeout, e.closeCtx.Done(), func(octx context.Context) error {
+			defer func() { <-e.carryTok }()
 			return e.carryBatch(rspec.WithAnswerBy(octx, by), batch)
-		})
-		if err == errBusy {
-			finish() // it never started
+		}, nil)
+		if err = cmp.Or(left, err); err == errBusy {
+			<-e.carryTok // it never started
 		}
 		if err != nil {
 			return sent, err
@@ -803,43 +600,31 @@ func (e *Engine) carrySent(ctx context.Context, timeout time.Duration) (sent boo
 // limiter's capacity). A call whose spec Redis refuses is dropped (the
 // gate still holds the fallback's window for it).
 func (e *Engine) carryBatch(ctx context.Context, batch []*carryRec) error {
-	type agg struct {
-		scope string
-		c     rspec.Charge
-	}
 	var (
-		sums  []*agg
-		index = map[limKey]*agg{}
+		sums  = map[limKey]rspec.Charge{} // the units of the calls ended, per limiter, under its latest spec
 		ended []*carryRec
 	)
 	for _, r := range batch {
 		e.mu.Lock()
-		c, done := r.call, r.done
+		c, over, done := r.c, !r.end.IsZero(), r.done
 		e.mu.Unlock()
 		if done {
 			continue
 		}
-		if c == nil {
+		if over {
 			ended = append(ended, r)
-			for _, ch := range r.cs {
-				k := limKey{r.scope, ch.Rule, ch.Key}
-				a := index[k]
-				if a == nil {
-					a = &agg{scope: r.scope, c: ch}
-					a.c.Weight = 0
-					index[k] = a
-					sums = append(sums, a)
-				}
-				a.c.Spec = ch.Spec
-				a.c.Weight += ch.Weight
+			for _, ch := range c.cs {
+				k := limKey{c.scope, ch.Rule, ch.Key}
+				ch.Weight += sums[k].Weight
+				sums[k] = ch
 			}
 			continue
 		}
-		d, err := e.st.Carry(ctx, r.scope, r.cs, false)
-		if err != nil && !callerError(err) {
+		d, err := e.st.Carry(ctx, c.scope, c.cs, false)
+		switch {
+		case err != nil && !callerError(err):
 			return err
-		}
-		if err == nil && d.Late {
+		case err == nil && d.Late:
 			return errCarryLate
 		}
 		e.mu.Lock()
@@ -847,29 +632,23 @@ func (e *Engine) carryBatch(ctx context.Context, batch []*carryRec) error {
 		switch {
 		case err != nil:
 			e.stats.LimitMismatches++
-		case r.call != nil: // still in flight: its release goes to Redis
-			r.call.token = d.Token
-			r.call.rec = nil
-			r.call = nil
+		case r.end.IsZero(): // still in flight: its release goes to Redis
+			c.token, c.rec = d.Token, nil
 			e.stats.Carried++
 		default: // it ended during the round trip: end it in Redis too
-			e.enqueueLocked(&Call{e: e, scope: r.scope, cs: r.cs, token: d.Token})
+			e.enqueueLocked(&Call{e: e, scope: c.scope, cs: c.cs, token: d.Token})
 			e.stats.Carried++
 		}
 		e.mu.Unlock()
 	}
-	for _, a := range sums {
-		for w := a.c.Weight; w > 0; {
-			c := a.c
-			c.Weight = min(w, capacity(*c.Spec))
-			if c.Weight <= 0 {
+	for k, c := range sums {
+		for w, step := c.Weight, capacity(*c.Spec); w > 0 && step > 0; w -= c.Weight {
+			c.Weight = min(w, step)
+			d, err := e.st.Carry(ctx, k.scope, []rspec.Charge{c}, true)
+			if callerError(err) {
 				break
 			}
-			d, err := e.st.Carry(ctx, a.scope, []rspec.Charge{c}, true)
 			if err != nil {
-				if callerError(err) {
-					break
-				}
 				return err
 			}
 			if d.Late {
@@ -877,7 +656,6 @@ func (e *Engine) carryBatch(ctx context.Context, batch []*carryRec) error {
 				// longer, never less.
 				return errCarryLate
 			}
-			w -= c.Weight
 		}
 	}
 	e.mu.Lock()
@@ -889,21 +667,11 @@ func (e *Engine) carryBatch(ctx context.Context, batch []*carryRec) error {
 	return nil
 }
 
-// startProberLocked starts the prober, unless it runs: while Redis is
-// taken as unreachable and the fallback has calls to carry or waiters, it
-// probes Redis on the probe schedule (carrying the fallback's calls, which
-// is the probe), so that they reach Redis, and the waiters leave the
-// fallback, as soon as it answers, even if no caller asks it. e.mu must be
-// held.
-func (e *Engine) startProberLocked() {
-	if e.probing || e.closed || !e.down || e.cfg.Fallback == nil {
-		return
-	}
-	e.probing = true
-	e.pending++
-	go e.prober()
-}
-
+// prober runs while Redis is taken as unreachable and the fallback has
+// calls to carry (hold starts it): it probes Redis on the probe schedule
+// (carrying the fallback's calls, which is the probe), so that they reach
+// Redis, and the waiters leave the fallback, as soon as it answers, even
+// if no caller asks it.
 func (e *Engine) prober() {
 	for {
 		e.mu.Lock()
@@ -911,46 +679,26 @@ func (e *Engine) prober() {
 		e.pruneRecsLocked(now)
 		if !e.down || e.closed || len(e.recs) == 0 {
 			e.probing = false
-			e.pending--
-			e.checkDrainedLocked()
 			e.mu.Unlock()
 			return
 		}
 		wait := e.nextProbe.Sub(now)
 		e.mu.Unlock()
 		if wait > 0 {
-			t := time.NewTimer(wait)
 			select {
-			case <-t.C:
+			case <-time.After(wait):
 			case <-e.closeCtx.Done():
-				t.Stop()
 			}
 			continue // another caller may have probed meanwhile
 		}
-		sent, err := e.carrySent(e.closeCtx, probeTimeout)
-		if err == nil && !sent {
-			continue // nothing left to carry: done
-		}
-		switch {
-		case e.closeCtx.Err() != nil:
-		case err == nil:
+		switch sent, err := e.carry(e.closeCtx, probeTimeout); {
+		case e.closeCtx.Err() != nil || err == errCarryBusy:
+		case err == nil && sent:
 			e.markUp()
-		case err == errCarryBusy:
-		default:
+		case err != nil:
 			e.markDown(err, true)
 		}
 	}
-}
-
-// causeOf turns the engine's own round-trip bound into an error that does
-// not match context.DeadlineExceeded (it is not the caller's deadline, and
-// its message does not name one), and drops the "ratesem: " prefixes of
-// the cause's message (the error keeps one, ErrUnavailable's).
-func (e *Engine) causeOf(cause error) error {
-	if errors.Is(cause, context.DeadlineExceeded) || errors.Is(cause, context.Canceled) {
-		return fmt.Errorf("no answer from Redis within %v", e.cfg.Timeout)
-	}
-	return &causeError{msg: strings.ReplaceAll(cause.Error(), "ratesem: ", ""), err: cause}
 }
 
 // causeError is an error of Redis under a message of its own.
@@ -965,8 +713,18 @@ func (c *causeError) Error() string { return c.msg }
 // Unwrap returns the cause, for errors.Is and errors.As.
 func (c *causeError) Unwrap() error { return c.err }
 
+// unavailable returns the error matching ErrUnavailable for cause. The
+// engine's own round-trip bound becomes an error that does not match
+// context.DeadlineExceeded (it is not the caller's deadline, and its
+// message does not name one); the "ratesem: " prefixes of another cause's
+// message are dropped (the error keeps one, ErrUnavailable's).
 func (e *Engine) unavailable(cause error) error {
-	return fmt.Errorf("%w: %w", ErrUnavailable, e.causeOf(cause))
+	if errors.Is(cause, context.DeadlineExceeded) || errors.Is(cause, context.Canceled) {
+		cause = fmt.Errorf("no answer from Redis within %v", e.cfg.Timeout)
+	} else {
+		cause = &causeError{msg: strings.ReplaceAll(cause.Error(), "ratesem: ", ""), err: cause}
+	}
+	return fmt.Errorf("%w: %w", ErrUnavailable, cause)
 }
 
 // hold records an admitted call, or returns ErrClosed, recording nothing,
@@ -977,14 +735,16 @@ func (e *Engine) hold(c *Call) error {
 	if e.closed {
 		return ErrClosed
 	}
-	e.inflight++
+	e.stats.InFlight++
 	e.stats.Admitted++
 	if c.fb {
 		e.stats.FallbackAdmitted++
 		e.fbLive++
-		c.rec = &carryRec{scope: c.scope, cs: c.cs, call: c}
+		c.rec = &carryRec{c: c}
 		e.recs = append(e.recs, c.rec)
-		e.startProberLocked()
+		if !e.probing && e.down {
+			e.probing = e.spawnLocked(e.prober)
+		}
 	}
 	return nil
 }
@@ -992,11 +752,7 @@ func (e *Engine) hold(c *Call) error {
 // Jitter draws the extra sleep to add to a wait of a refused call before
 // it asks again: at most Config.Jitter and a tenth of the wait. Safe for
 // concurrent use.
-func (e *Engine) Jitter(wait time.Duration) time.Duration { return e.jitter(wait) }
-
-// jitter draws the extra sleep added to a wait: at most Config.Jitter and
-// a tenth of the wait.
-func (e *Engine) jitter(wait time.Duration) time.Duration {
+func (e *Engine) Jitter(wait time.Duration) time.Duration {
 	m := min(e.cfg.Jitter, wait/10)
 	if m <= 0 {
 		return 0
@@ -1013,18 +769,15 @@ func (e *Engine) markDown(err error, probe bool) {
 	defer e.mu.Unlock()
 	e.stats.RedisErrors++
 	e.downErr = err
-	switch {
-	case !e.down:
-		e.down, e.backoff = true, probeMin
-		e.nextProbe = now.Add(e.backoff)
-	case probe:
+	if !e.down || probe {
 		// While the fallback has calls to carry, the probes stay close:
 		// until a process carries them, the others may be told of none.
 		top := probeMax
 		if len(e.recs) > 0 {
 			top = carryProbeMax
 		}
-		e.backoff = min(2*e.backoff, top)
+		// backoff is 0 while Redis is taken as reachable: probeMin first.
+		e.down, e.backoff = true, min(max(2*e.backoff, probeMin), top)
 		e.nextProbe = now.Add(e.backoff)
 	}
 }
@@ -1040,37 +793,24 @@ func (e *Engine) markUp() {
 }
 
 // roundTrip records the outcome of a release, cancellation, pause or
-// reconcile.
+// usage report: an error of the caller's (callerError) or of a call Redis
+// no longer knew is an answer.
 func (e *Engine) roundTrip(err error) {
-	if err != nil && !errors.Is(err, rspec.ErrNotInFlight) {
+	if err != nil && !errors.Is(err, rspec.ErrNotInFlight) && !callerError(err) {
 		e.markDown(err, false)
 	} else {
 		e.markUp()
 	}
 }
 
-// cancelToken takes back an admission whose caller gave up, waiting for
-// the round trip at most Timeout.
-func (e *Engine) cancelToken(scope string, cs []rspec.Charge, token string) {
-	err := e.bounded(context.Background(), e.cfg.Timeout, func(ctx context.Context) error {
+// cancel takes back an admission whose caller gave up, waiting for the
+// round trip at most Timeout.
+func (e *Engine) cancel(scope string, cs []rspec.Charge, token string) {
+	err, left := bounded(e, context.Background(), e.cfg.Timeout, nil, func(ctx context.Context) error {
 		return e.st.Cancel(ctx, scope, cs, token)
-	})
+	}, nil)
+	err = cmp.Or(left, err)
 	e.roundTrip(err)
-	e.countCancel(scope, cs, err)
-}
-
-// cancelNow takes back an admission on the calling goroutine (one already
-// of its own), bounded by Timeout.
-func (e *Engine) cancelNow(scope string, cs []rspec.Charge, token string) {
-	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.Timeout)
-	err := e.st.Cancel(ctx, scope, cs, token)
-	cancel()
-	e.roundTrip(err)
-	e.countCancel(scope, cs, err)
-}
-
-// countCancel counts the outcome of a cancellation.
-func (e *Engine) countCancel(scope string, cs []rspec.Charge, err error) {
 	e.mu.Lock()
 	switch {
 	case err == nil:
@@ -1080,14 +820,6 @@ func (e *Engine) countCancel(scope string, cs []rspec.Charge, err error) {
 		e.stats.CancelsFailed++
 	}
 	e.mu.Unlock()
-	e.event(Event{Kind: Cancelled, Scope: scope, Charges: cs, Err: err})
-}
-
-// event calls the observer, if any.
-func (e *Engine) event(ev Event) {
-	if e.cfg.Observer != nil {
-		e.cfg.Observer(ev)
-	}
 }
 
 // Release ends the call: its units leave flight in Redis at the release
@@ -1097,12 +829,7 @@ func (e *Engine) event(ev Event) {
 // fails in Redis is counted (Stats.ReleasesDropped, ReleasesFailed) and
 // covered by the lease. A call of the fallback is released locally. It
 // panics on a second Release.
-func (c *Call) Release() {
-	if !c.done.CompareAndSwap(false, true) {
-		panic("ratesem: Call released twice")
-	}
-	c.release()
-}
+func (c *Call) Release() { c.ReleaseSettled(nil) }
 
 // ReleaseSettled is Release for a call whose weights are known only after
 // it: charge i, admitted for its Weight units (the estimate), really cost
@@ -1110,36 +837,28 @@ func (c *Call) Release() {
 // a plain release of that charge, a negative one counts as 0). Redis
 // settles the call in the background like a Release (rspec.Store.Settle):
 // a refund where the window still counts the call, a debit from the
-// settlement on. When every actual[i] equals its Weight it is Release. A
-// call of the fallback (Local) is released locally with its estimate: on
-// the safe side when actual ≤ Weight, and a debit is then not counted. It
-// never waits on Redis and does not retain actual. It panics on a second
-// release and when len(actual) differs from the number of charges.
+// settlement on. When every actual[i] equals its Weight, or actual is nil,
+// it is Release. A call of the fallback (Local) is released locally with
+// its estimate: on the safe side when actual ≤ Weight, and a debit is then
+// not counted. The fallback's units (of a call it admitted, or the
+// gate's) come back at once, Redis's in the background. It never waits on
+// Redis and does not retain actual. It panics on a second release and
+// when a non-nil actual's length differs from the number of charges.
 func (c *Call) ReleaseSettled(actual []int64) {
-	if len(actual) != len(c.cs) {
+	if actual != nil && len(actual) != len(c.cs) {
 		panic(fmt.Sprintf("ratesem: ReleaseSettled with %d weights for %d charges", len(actual), len(c.cs)))
 	}
 	if !c.done.CompareAndSwap(false, true) {
 		panic("ratesem: Call released twice")
 	}
-	for i := range actual {
-		if actual[i] != c.cs[i].Weight {
-			// Kept whether or not the call is in Redis: a call of the
-			// fallback may be carried there until its release.
-			c.actual = append([]int64(nil), actual...)
-			break
-		}
+	if !slices.EqualFunc(actual, c.cs, func(a int64, ch rspec.Charge) bool { return a == ch.Weight }) {
+		// Kept whether or not the call is in Redis: a call of the
+		// fallback may be carried there until its release.
+		c.actual = slices.Clone(actual) // nil for a plain Release
 	}
-	c.release()
-}
-
-// release is Release after the check that it is the first: the
-// fallback's units (of a call it admitted, or the gate's) come back at
-// once, Redis's in the background.
-func (c *Call) release() {
 	e := c.e
 	e.mu.Lock()
-	e.inflight--
+	e.stats.InFlight--
 	if c.fb {
 		now := time.Now()
 		e.fbLive--
@@ -1147,7 +866,7 @@ func (c *Call) release() {
 			e.fbDrain = d
 		}
 		if r := c.rec; r != nil { // not carried yet: carried as ended
-			r.call, r.end = nil, now
+			r.end = now
 			c.rec = nil
 		}
 	}
@@ -1178,37 +897,31 @@ func (e *Engine) enqueueLocked(c *Call) bool {
 
 // releaser sends the releases of the queue until Close closes it.
 func (e *Engine) releaser() {
-	defer e.workers.Done()
 	for c := range e.rel {
-		if e.flushCtx.Err() != nil {
-			e.mu.Lock()
-			e.stats.ReleasesDropped++
-			e.mu.Unlock()
-			if c.sent != nil {
-				c.sent()
-			}
-			continue
-		}
-		// Nobody waits for it: a release late by up to lateGrace still
-		// frees the units sooner than the lease (Close cuts it short).
-		ctx, cancel := context.WithTimeout(e.flushCtx, e.cfg.Timeout+lateGrace)
 		var err error
-		if c.actual != nil {
-			err = e.st.Settle(ctx, c.scope, c.cs, c.token, c.actual)
-		} else {
-			err = e.st.Release(ctx, c.scope, c.cs, c.token)
+		dropped := e.flushCtx.Err() != nil // Close gave up on the queue
+		if !dropped {
+			// Nobody waits for it: a release late by up to lateGrace still
+			// frees the units sooner than the lease (Close cuts it short).
+			ctx, cancel := context.WithTimeout(e.flushCtx, e.cfg.Timeout+lateGrace)
+			if c.actual != nil {
+				err = e.st.Settle(ctx, c.scope, c.cs, c.token, c.actual)
+			} else {
+				err = e.st.Release(ctx, c.scope, c.cs, c.token)
+			}
+			cancel()
+			e.roundTrip(err)
 		}
-		cancel()
-		e.roundTrip(err)
+		lost := errors.Is(err, rspec.ErrNotInFlight)
 		e.mu.Lock()
 		switch {
-		case err == nil:
-		case errors.Is(err, rspec.ErrNotInFlight):
+		case dropped:
+			e.stats.ReleasesDropped++
+		case lost:
 			e.stats.ReleasesLost++
-		default:
+		case err != nil:
 			e.stats.ReleasesFailed++
-		}
-		if err == nil {
+		default:
 			// A refusal remembered while this call was in flight may
 			// have named a later instant than the room its end (a
 			// refund, a settlement to less) makes: ask Redis again.
@@ -1217,14 +930,10 @@ func (e *Engine) releaser() {
 			}
 		}
 		e.mu.Unlock()
-		if err != nil {
-			e.event(Event{Kind: RoundTripFailed, Scope: c.scope, Charges: c.cs, Err: err})
-		}
-		e.event(Event{Kind: Released, Scope: c.scope, Charges: c.cs, Err: err})
 		if c.sent != nil {
 			c.sent()
 		}
-		if e.cfg.OnRoom != nil && (err == nil || errors.Is(err, rspec.ErrNotInFlight)) {
+		if e.cfg.OnRoom != nil && !dropped && (err == nil || lost) {
 			e.cfg.OnRoom(c.scope, c.cs)
 		}
 	}
@@ -1241,91 +950,48 @@ func (e *Engine) Pause(scope string, c rspec.Charge, d time.Duration) {
 	}
 	d = min(d, e.cfg.MaxPause)
 	until := time.Now().Add(d)
-	k := limKey{scope, c.Rule, c.Key}
 	e.mu.Lock()
-	l := e.lims[k]
-	if l == nil {
-		l = &limiter{}
-		e.lims[k] = l
-	}
+	l := e.limLocked(limKey{scope, c.Rule, c.Key}, time.Now())
 	if until.After(l.paused) {
 		l.paused = until
 	}
-	if until.After(e.pausedUntil) {
-		e.pausedUntil = until
+	if until.After(e.stats.PausedUntil) {
+		e.stats.PausedUntil = until
 	}
-	down, closed := e.down, e.closed
 	e.mu.Unlock()
 	if e.cfg.Fallback != nil {
 		e.cfg.Fallback.Pause(scope, c, until)
 	}
-	e.event(Event{Kind: Paused, Scope: scope, Charges: []rspec.Charge{c}, Wait: d})
-	if down || closed {
-		return
-	}
-	e.spawn(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), e.cfg.Timeout)
+	e.send(func(ctx context.Context) {
 		_, err := e.st.Pause(ctx, scope, c, d)
-		cancel()
 		e.roundTrip(err)
 	})
 }
 
-// Reconcile passes a server's usage report (used units in the server's
-// current window) to Redis, asynchronously: one round trip on a goroutine
-// of its own, bounded by Timeout. It never blocks; a failure is counted in
-// Stats.RedisErrors. A negative used changes nothing.
-func (e *Engine) Reconcile(scope string, c rspec.Charge, used int64) {
-	e.ReconcileAt(scope, c, used, rspec.Read{})
-}
-
-// ReconcileAt is Reconcile for a count read at at on Redis's clock (zero
-// when not known): a window aligned to the clock drops a count read in an
-// earlier window than the one current when it reaches Redis (see
-// rspec.Store.ReconcileAt). When the count gave units back (a fixed
-// completion window whose bound on the units from elsewhere tightened),
-// this process forgets what it learned of the limiter's next admission and
-// wakes the limiter's first waiter, which asks Redis again.
-func (e *Engine) ReconcileAt(scope string, c rspec.Charge, used int64, r rspec.Read) {
-	e.ReconcileAtThen(scope, c, used, r, nil)
-}
-
-// ReconcileAtThen is ReconcileAt that tells then what the count did, once
-// Redis answered: added is the units the limiter took in (what it counted
-// beyond what it already did, as the in-process window's Consume or
-// Report: 0 when the count told it nothing new, or was dropped as read in
-// an earlier aligned window), negative when a fixed completion window gave
-// units back (its bound on the units from elsewhere tightened); err is the
-// round trip's error (added is then 0). An event "reconciled" carries
-// max(added, 0) units in both modes, and fires only when added > 0. then is
-// called on a goroutine of the engine, outside any lock; it is not called
-// when the count changes nothing without a round trip (used < 0, Redis
-// taken as unreachable, Close, too many round trips under way).
+// ReconcileAtThen passes a server's usage report (used units in the
+// server's current window, read at r on Redis's clock; zero when not
+// known) to Redis, asynchronously: one round trip on a goroutine of its
+// own, bounded by Timeout; it never blocks, and a failure is counted in
+// Stats.RedisErrors. A window aligned to the clock drops a count read in
+// an earlier window than the one current when it reaches Redis (see
+// rspec.Store.ReconcileAt). then, when not nil, is told what the count
+// did, once Redis answered: added is the units the limiter took in (what
+// it counted beyond what it already did, as the in-process window's
+// Consume or Report: 0 when the count told it nothing new, or was dropped
+// as read in an earlier aligned window), negative when a fixed completion
+// window gave units back (its bound on the units from elsewhere
+// tightened: then this process forgets what it learned of the limiter's
+// next admission and calls Config.OnRoom, and the limiter's first waiter
+// asks Redis again); err is the round trip's error (added is then 0). An
+// event "reconciled" carries max(added, 0) units in both modes, and fires
+// only when added > 0. then is called on a goroutine of the engine,
+// outside any lock; it is not called when the count changes nothing
+// without a round trip (used < 0, Redis taken as unreachable, Close, too
+// many round trips under way).
 func (e *Engine) ReconcileAtThen(scope string, c rspec.Charge, used int64, r rspec.Read, then func(added int64, err error)) {
-	if used < 0 {
-		return
+	if used >= 0 {
+		e.learn(scope, c, then, func(ctx context.Context) (int64, error) { return e.st.ReconcileAt(ctx, scope, c, used, r) })
 	}
-	e.mu.Lock()
-	down, closed := e.down, e.closed
-	e.mu.Unlock()
-	if down || closed {
-		return
-	}
-	e.spawn(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), e.cfg.Timeout)
-		delta, err := e.st.ReconcileAt(ctx, scope, c, used, r)
-		cancel()
-		e.roundTrip(err)
-		if err == nil && delta < 0 {
-			e.forget(scope, c)
-		}
-		if then != nil {
-			if err != nil {
-				delta = 0
-			}
-			then(delta, err)
-		}
-	})
 }
 
 // BudgetThen passes a server's report of a Quota limiter's budget
@@ -1334,40 +1000,53 @@ func (e *Engine) ReconcileAtThen(scope string, c rspec.Charge, used int64, r rsp
 // rspec.Store.Budget) to Redis, asynchronously: one round trip on a
 // goroutine of its own, bounded by Timeout; it never blocks. then, when
 // not nil, is told the units the budget dropped by (negative when a new
-// window raised it: then, as for a give-back of ReconcileAt, this process
-// forgets what it learned of the limiter's next admission, wakes its first
-// waiter and calls Config.OnRoom) and the round trip's error, on a
-// goroutine of the engine. Nothing is sent (and then is not called) while
-// Redis is taken as unreachable, after Close, or for a negative remaining.
+// window raised it: then, as for a give-back of ReconcileAtThen, this
+// process forgets what it learned of the limiter's next admission, wakes
+// its first waiter and calls Config.OnRoom) and the round trip's error, on
+// a goroutine of the engine. Nothing is sent (and then is not called)
+// while Redis is taken as unreachable, after Close, or for a negative
+// remaining.
 func (e *Engine) BudgetThen(scope string, c rspec.Charge, remaining int64, resetIn time.Duration, own int64, then func(taken int64, err error)) {
-	if remaining < 0 {
-		return
+	if remaining >= 0 {
+		e.learn(scope, c, then, func(ctx context.Context) (int64, error) {
+			return e.st.Budget(ctx, scope, c, remaining, resetIn, own)
+		})
 	}
-	e.mu.Lock()
-	down, closed := e.down, e.closed
-	e.mu.Unlock()
-	if down || closed {
-		return
-	}
-	e.spawn(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), e.cfg.Timeout)
-		taken, err := e.st.Budget(ctx, scope, c, remaining, resetIn, own)
-		cancel()
-		if err != nil && callerError(err) {
-			e.markUp()
-		} else {
-			e.roundTrip(err)
-		}
-		if err == nil && taken < 0 {
+}
+
+// learn runs op, a usage report's round trip on c's limiter, bounded by
+// Timeout (send); a negative answer gave units back: this process forgets
+// what it learned of the limiter (forget). then, when not nil, is told the
+// answer (0 with a round trip's error) and the error.
+func (e *Engine) learn(scope string, c rspec.Charge, then func(int64, error), op func(context.Context) (int64, error)) {
+	e.send(func(ctx context.Context) {
+		n, err := op(ctx)
+		e.roundTrip(err)
+		if err == nil && n < 0 {
 			e.forget(scope, c)
 		}
 		if then != nil {
 			if err != nil {
-				taken = 0
+				n = 0
 			}
-			then(taken, err)
+			then(n, err)
 		}
 	})
+}
+
+// send runs op, one round trip bounded by Timeout, on a goroutine of its
+// own; nothing is sent while Redis is taken as unreachable, after Close,
+// or when too many round trips are under way.
+func (e *Engine) send(op func(context.Context)) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.down && !e.closed {
+		e.spawnLocked(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), e.cfg.Timeout)
+			defer cancel()
+			op(ctx)
+		})
+	}
 }
 
 // SetLimit changes a limiter's limit for every process: c.Spec is stored
@@ -1379,10 +1058,10 @@ func (e *Engine) SetLimit(ctx context.Context, scope string, c rspec.Charge) err
 	if c.Spec == nil {
 		return errors.New("ratesem: SetLimit: nil Spec")
 	}
-	err := e.bounded(ctx, e.cfg.Timeout, func(octx context.Context) error {
+	err, left := bounded(e, ctx, e.cfg.Timeout, nil, func(octx context.Context) error {
 		return e.st.SetLimit(octx, scope, c)
-	})
-	if err != nil {
+	}, nil)
+	if err = cmp.Or(left, err); err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -1410,6 +1089,25 @@ func (e *Engine) forget(scope string, c rspec.Charge) {
 	}
 }
 
+// limLocked returns k's limiter, made if needed. Before it makes one, once
+// lims has doubled since the last time, it forgets the limiters whose
+// instants have passed (they teach nothing), so lims holds at most about
+// twice the limiters that still do. e.mu must be held.
+func (e *Engine) limLocked(k limKey, now time.Time) *limiter {
+	if l := e.lims[k]; l != nil {
+		return l
+	}
+	if len(e.lims) >= e.sweepAt {
+		maps.DeleteFunc(e.lims, func(_ limKey, l *limiter) bool {
+			return !now.Before(l.paused) && !now.Before(l.notBefore)
+		})
+		e.sweepAt = max(2*len(e.lims), 64)
+	}
+	l := &limiter{}
+	e.lims[k] = l
+	return l
+}
+
 // forgetLocked forgets the wait the last refusal on c's limiter taught
 // this process: it asks Redis again at its next decision. e.mu must be
 // held.
@@ -1431,8 +1129,6 @@ func (e *Engine) Stats() Stats {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	st := e.stats
-	st.InFlight = e.inflight
-	st.PausedUntil = e.pausedUntil
 	st.Unavailable = e.down
 	return st
 }
@@ -1464,21 +1160,14 @@ func (e *Engine) Close() error {
 		drained = e.drained
 	}
 	e.mu.Unlock()
-	workers := make(chan struct{})
-	go func() { e.workers.Wait(); close(workers) }()
-	flush := time.NewTimer(e.cfg.Timeout)
-	defer flush.Stop()
-	end := time.NewTimer(2 * e.cfg.Timeout)
-	defer end.Stop()
-	for workers != nil || drained != nil {
+	flush, end := time.After(e.cfg.Timeout), time.After(2*e.cfg.Timeout)
+	for drained != nil {
 		select {
-		case <-workers:
-			workers = nil
 		case <-drained:
 			drained = nil
-		case <-flush.C:
+		case <-flush:
 			e.flushFn() // drop what is left of the release queue
-		case <-end.C:
+		case <-end:
 			return nil
 		}
 	}

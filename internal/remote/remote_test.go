@@ -390,20 +390,17 @@ func TestHostileDecisions(t *testing.T) {
 	}
 }
 
-// TestObserverAndSetLimit: the observer sees admissions, refusals,
-// releases and pauses, outside the engine's lock (it may call Stats);
-// SetLimit reaches the store and forgets the wait handed on.
-func TestObserverAndSetLimit(t *testing.T) {
+// TestSetLimitForgets: SetLimit reaches the store, forgets the wait
+// handed on and calls OnRoom (outside the engine's lock: it may call
+// Stats); a usage report reaches the store and tells then.
+func TestSetLimitForgets(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFake()
-		var mu sync.Mutex
-		kinds := map[EventKind]int{}
+		var room atomic.Int32
 		var e *Engine
-		e = newEngine(t, f, Config{Observer: func(ev Event) {
+		e = newEngine(t, f, Config{OnRoom: func(string, []rstore.Charge) {
 			_ = e.Stats() // outside the lock: no deadlock
-			mu.Lock()
-			kinds[ev.Kind]++
-			mu.Unlock()
+			room.Add(1)
 		}})
 		s := spec(1, time.Second)
 		cs := []rstore.Charge{charge("a", s, 1)}
@@ -422,6 +419,7 @@ func TestObserverAndSetLimit(t *testing.T) {
 		if nb.IsZero() {
 			t.Fatal("no wait handed on")
 		}
+		before := room.Load()
 		if err := e.SetLimit(context.Background(), "s", charge("a", spec(2, time.Second), 0)); err != nil {
 			t.Fatal(err)
 		}
@@ -431,15 +429,15 @@ func TestObserverAndSetLimit(t *testing.T) {
 		if l != nil && !l.notBefore.IsZero() {
 			t.Fatal("SetLimit kept the wait learned under the old limit")
 		}
+		if room.Load() != before+1 {
+			t.Fatal("SetLimit did not call OnRoom")
+		}
 		e.Pause("s", cs[0], time.Millisecond)
-		e.Reconcile("s", cs[0], 3)
+		var told atomic.Bool
+		e.ReconcileAtThen("s", cs[0], 3, rstore.Read{}, func(int64, error) { told.Store(true) })
 		synctest.Wait()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, k := range []EventKind{Refused, Released, Paused} {
-			if kinds[k] == 0 {
-				t.Errorf("no event of kind %d: %v", k, kinds)
-			}
+		if !told.Load() {
+			t.Fatal("ReconcileAtThen did not tell then")
 		}
 	})
 }
@@ -485,7 +483,7 @@ func TestReconcileGiveBackWakes(t *testing.T) {
 		if again != admits {
 			t.Fatal("the refusal's instant was not remembered: Decide asked Redis again")
 		}
-		e.ReconcileAt("s", charge("w", s, 0), 50, rstore.Read{})
+		e.ReconcileAtThen("s", charge("w", s, 0), 50, rstore.Read{}, nil)
 		synctest.Wait()
 		if room.Load() == 0 {
 			t.Fatal("the give-back did not call OnRoom")
