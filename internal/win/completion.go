@@ -57,12 +57,10 @@ func (c *Completion) Capacity() int64 { return c.limit.N }
 // left the old window stay gone. With Per 0 nothing is logged, so a switch
 // from Per 0 to a positive Per starts with an empty log (units in flight
 // still count). It panics on a negative limit.
-func (c *Completion) SetLimit(now time.Time, l Limit) {
-	l.check("Completion.SetLimit")
-	c.setLimit(c.log.offset(now), l)
-}
+func (c *Completion) SetLimit(now time.Time, l Limit) { c.setLimit(c.log.ns(now), l) }
 
 func (c *Completion) setLimit(now int64, l Limit) {
+	l.check("Completion.SetLimit")
 	c.log.expire(c.log.clampNs(now) - int64(c.limit.Per))
 	c.limit = l
 }
@@ -85,7 +83,7 @@ func (c *Completion) admitCached(n int64) bool {
 // instant returned is when enough of those completions reach end + Per; it is
 // the zero time.Time when n > N − in flight, since then only a Done can help.
 func (c *Completion) Admit(now time.Time, n int64) (time.Time, bool) {
-	at, ok := c.admit(c.log.offset(now), n)
+	at, ok := c.admit(c.log.ns(now), n)
 	return c.log.instant(at), ok
 }
 
@@ -110,18 +108,11 @@ func (c *Completion) admit(now, n int64) (int64, bool) {
 
 // Cancel implements Policy: the n units go back without a completion stamp,
 // since the call never reached the server.
-func (c *Completion) Cancel(_ time.Time, n int64) {
-	c.release(n, "Cancel")
-}
+func (c *Completion) Cancel(_ time.Time, n int64) { c.release(n, "Cancel") }
 
 // Done implements Policy: n units leave flight and are logged as ended at
 // now. It panics if more units are Done than are in flight.
-func (c *Completion) Done(now time.Time, n int64) {
-	c.done(c.log.offset(now), n)
-}
-
-// done is Done at now in nanoseconds since the epoch.
-func (c *Completion) done(now, n int64) { (*fastCompletion)(c).Done(now, n) }
+func (c *Completion) Done(now time.Time, n int64) { (*fastCompletion)(c).Done(c.log.ns(now), n) }
 
 func (c *Completion) release(n int64, what string) {
 	if n < 0 || n > c.inflight {
@@ -161,9 +152,7 @@ func (f *fastCompletion) DoneUsesTime() bool { return true } // the completion i
 
 // SetLimit implements winfast.Window (the engine's form of the window).
 func (f *fastCompletion) SetLimit(now, n int64, per time.Duration) {
-	l := Limit{N: n, Per: per}
-	l.check("Completion.SetLimit")
-	f.c().setLimit(now, l)
+	f.c().setLimit(now, Limit{N: n, Per: per})
 }
 
 // Done is the engine's fast path, once per admitted call: Completion.Done

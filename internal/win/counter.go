@@ -30,6 +30,7 @@ import (
 // call NewSlidingWindowCounter. It is not safe for concurrent use (see
 // Policy).
 type SlidingWindowCounter struct {
+	unix
 	limit     Limit
 	win       int64 // index of the current window: floor(Unix ns / Per)
 	prev, cur int64 // units started in windows win−1 and win
@@ -54,12 +55,10 @@ func (w *SlidingWindowCounter) Capacity() int64 { return w.limit.N }
 // SetLimit implements Policy: both counts are kept and count against the new
 // N; the windows are re-cut at the new Per, the current count staying in the
 // window containing now. It panics on a negative limit.
-func (w *SlidingWindowCounter) SetLimit(now time.Time, l Limit) {
-	l.check("SlidingWindowCounter.SetLimit")
-	w.setLimit(now.UnixNano(), l)
-}
+func (w *SlidingWindowCounter) SetLimit(now time.Time, l Limit) { w.setLimit(w.ns(now), l) }
 
 func (w *SlidingWindowCounter) setLimit(t int64, l Limit) {
+	l.check("SlidingWindowCounter.SetLimit")
 	w.limit = l
 	if l.Per > 0 {
 		w.latest = max(w.latest, t)
@@ -87,13 +86,12 @@ func fits(prev, cur, n, n0, per, elapsed int64) bool {
 // which the weighted count leaves room for n units if nothing else is
 // admitted; it is the zero time.Time when n exceeds N.
 func (w *SlidingWindowCounter) Admit(now time.Time, n int64) (time.Time, bool) {
-	wait, ok := w.admit(now.UnixNano(), n)
-	return after(now, wait), ok
+	return admitAt(w, now, n)
 }
 
-// admit decides at the Unix instant real (nanoseconds) and returns how long
-// after real the call could start, or winfast.None.
-func (w *SlidingWindowCounter) admit(real, n int64) (wait int64, ok bool) {
+// admit decides at the Unix instant real (nanoseconds) and returns the Unix
+// instant at which the call could start, or winfast.None.
+func (w *SlidingWindowCounter) admit(real, n int64) (at int64, ok bool) {
 	if n < 0 {
 		return winfast.None, false
 	}
@@ -111,7 +109,7 @@ func (w *SlidingWindowCounter) admit(real, n int64) (wait int64, ok bool) {
 		w.cur += n
 		return winfast.None, true
 	}
-	return sat.Sub(w.nextFit(n), real), false
+	return w.nextFit(n), false
 }
 
 // nextFit returns the earliest Unix instant, in nanoseconds, at which n
@@ -137,12 +135,7 @@ func (w *SlidingWindowCounter) nextFit(n int64) int64 {
 
 // Cancel implements Policy: the n units come off the count of the window of
 // at, if that window is still one of the two counted.
-func (w *SlidingWindowCounter) Cancel(at time.Time, n int64) {
-	if w.limit.Per == 0 || n <= 0 {
-		return
-	}
-	w.cancel(at.UnixNano(), n)
-}
+func (w *SlidingWindowCounter) Cancel(at time.Time, n int64) { w.cancel(w.ns(at), n) }
 
 func (w *SlidingWindowCounter) cancel(at, n int64) {
 	if w.limit.Per == 0 || n <= 0 {
@@ -158,41 +151,7 @@ func (w *SlidingWindowCounter) cancel(at, n int64) {
 
 // Done implements Policy. It does nothing: the counter counts starts only.
 func (w *SlidingWindowCounter) Done(time.Time, int64) {}
-
-// fastSlidingCounter is the engine's form of a SlidingWindowCounter
-// (winfast.Window); see fastFixed.
-type fastSlidingCounter struct {
-	*SlidingWindowCounter
-	unix int64 // the epoch's Unix time in nanoseconds
-}
-
-// Start implements winfast.Window (the engine's form of the window).
-func (f *fastSlidingCounter) Start(e time.Time) time.Time { f.unix = e.UnixNano(); return e }
-
-// AdmitCached implements winfast.Window (the engine's form of the window).
-func (f *fastSlidingCounter) AdmitCached(int64) bool { return false }
-
-// Admit implements winfast.Window (the engine's form of the window).
-func (f *fastSlidingCounter) Admit(now, n int64) (int64, bool) {
-	wait, ok := f.admit(f.unix+now, n)
-	return waitAt(now, wait), ok
-}
-
-// Cancel implements winfast.Window (the engine's form of the window).
-func (f *fastSlidingCounter) Cancel(t, n int64) { f.cancel(f.unix+t, n) }
-
-// Done implements winfast.Window (the engine's form of the window).
-func (f *fastSlidingCounter) Done(_, _ int64) {}
-
-// DoneUsesTime implements winfast.Window (the engine's form of the window).
-func (f *fastSlidingCounter) DoneUsesTime() bool { return false }
-
-// SetLimit implements winfast.Window (the engine's form of the window).
-func (f *fastSlidingCounter) SetLimit(now, n int64, per time.Duration) {
-	l := Limit{N: n, Per: per}
-	l.check("SlidingWindowCounter.SetLimit")
-	f.setLimit(f.unix+now, l)
-}
+func (w *SlidingWindowCounter) done(int64, int64)     {}
 
 // SubWindowCounter is the sliding window counter built from sub-window
 // blocks, the variant most write-ups describe: Per is cut into Blocks blocks of
@@ -210,6 +169,7 @@ func (f *fastSlidingCounter) SetLimit(now, n int64, per time.Duration) {
 // usable; call NewSubWindowCounter. It is not safe for concurrent use (see
 // Policy).
 type SubWindowCounter struct {
+	unix
 	limit  Limit
 	blocks int64
 	size   int64   // block length in nanoseconds
@@ -249,12 +209,10 @@ func (w *SubWindowCounter) Capacity() int64 { return w.limit.N }
 // Per re-cuts the blocks: every unit still counted moves into the block
 // containing now, which counts it for a whole new window (on the safe
 // side). It panics on a negative limit.
-func (w *SubWindowCounter) SetLimit(now time.Time, l Limit) {
-	l.check("SubWindowCounter.SetLimit")
-	w.setLimit(now.UnixNano(), l)
-}
+func (w *SubWindowCounter) SetLimit(now time.Time, l Limit) { w.setLimit(w.ns(now), l) }
 
 func (w *SubWindowCounter) setLimit(t int64, l Limit) {
+	l.check("SubWindowCounter.SetLimit")
 	old := w.limit
 	w.limit = l
 	if l.Per == old.Per || l.Per == 0 {
@@ -298,14 +256,11 @@ func (w *SubWindowCounter) roll(idx int64) {
 // Admit implements Policy. Otherwise the instant returned is the start of
 // the first block at which enough old blocks have left the window; it is the
 // zero time.Time when n exceeds N.
-func (w *SubWindowCounter) Admit(now time.Time, n int64) (time.Time, bool) {
-	wait, ok := w.admit(now.UnixNano(), n)
-	return after(now, wait), ok
-}
+func (w *SubWindowCounter) Admit(now time.Time, n int64) (time.Time, bool) { return admitAt(w, now, n) }
 
-// admit decides at the Unix instant t (nanoseconds) and returns how long
-// after t the call could start, or winfast.None.
-func (w *SubWindowCounter) admit(t, n int64) (wait int64, ok bool) {
+// admit decides at the Unix instant t (nanoseconds) and returns the Unix
+// instant at which the call could start, or winfast.None.
+func (w *SubWindowCounter) admit(t, n int64) (at int64, ok bool) {
 	if n < 0 {
 		return winfast.None, false
 	}
@@ -326,9 +281,9 @@ func (w *SubWindowCounter) admit(t, n int64) (wait int64, ok bool) {
 	for j := int64(1); j <= w.blocks; j++ {
 		left -= w.counts[w.slot(w.cur-w.blocks+j)]
 		if n <= w.limit.N-left {
-			// Block cur+j starts at (cur+j)·size, written so that it cannot
+			// Block cur+j starts at (cur+j)·size, saturating rather than
 			// wrap for blocks near math.MaxInt64 ns long.
-			return sat.Sub(sat.Mul(j, w.size), sat.Sub(t, w.cur*w.size)), false
+			return sat.Add(w.cur*w.size, sat.Mul(j, w.size)), false
 		}
 	}
 	panic("ratesem: internal error: SubWindowCounter found no room after a whole window")
@@ -336,12 +291,7 @@ func (w *SubWindowCounter) admit(t, n int64) (wait int64, ok bool) {
 
 // Cancel implements Policy: the n units come off the block of at, if that
 // block is still counted.
-func (w *SubWindowCounter) Cancel(at time.Time, n int64) {
-	if w.limit.Per == 0 || n <= 0 {
-		return
-	}
-	w.cancel(at.UnixNano(), n)
-}
+func (w *SubWindowCounter) Cancel(at time.Time, n int64) { w.cancel(w.ns(at), n) }
 
 func (w *SubWindowCounter) cancel(at, n int64) {
 	if w.limit.Per == 0 || n <= 0 {
@@ -359,38 +309,4 @@ func (w *SubWindowCounter) cancel(at, n int64) {
 
 // Done implements Policy. It does nothing: the counter counts starts only.
 func (w *SubWindowCounter) Done(time.Time, int64) {}
-
-// fastSubWindow is the engine's form of a SubWindowCounter
-// (winfast.Window); see fastFixed.
-type fastSubWindow struct {
-	*SubWindowCounter
-	unix int64 // the epoch's Unix time in nanoseconds
-}
-
-// Start implements winfast.Window (the engine's form of the window).
-func (f *fastSubWindow) Start(e time.Time) time.Time { f.unix = e.UnixNano(); return e }
-
-// AdmitCached implements winfast.Window (the engine's form of the window).
-func (f *fastSubWindow) AdmitCached(int64) bool { return false }
-
-// Admit implements winfast.Window (the engine's form of the window).
-func (f *fastSubWindow) Admit(now, n int64) (int64, bool) {
-	wait, ok := f.admit(f.unix+now, n)
-	return waitAt(now, wait), ok
-}
-
-// Cancel implements winfast.Window (the engine's form of the window).
-func (f *fastSubWindow) Cancel(t, n int64) { f.cancel(f.unix+t, n) }
-
-// Done implements winfast.Window (the engine's form of the window).
-func (f *fastSubWindow) Done(_, _ int64) {}
-
-// DoneUsesTime implements winfast.Window (the engine's form of the window).
-func (f *fastSubWindow) DoneUsesTime() bool { return false }
-
-// SetLimit implements winfast.Window (the engine's form of the window).
-func (f *fastSubWindow) SetLimit(now, n int64, per time.Duration) {
-	l := Limit{N: n, Per: per}
-	l.check("SubWindowCounter.SetLimit")
-	f.setLimit(f.unix+now, l)
-}
+func (w *SubWindowCounter) done(int64, int64)     {}

@@ -29,6 +29,7 @@ import (
 // NewFixedWindow or NewFixedCompletion. A FixedWindow is not safe for
 // concurrent use (see Policy).
 type FixedWindow struct {
+	unix
 	limit    Limit
 	win      int64 // index of the current window: floor(Unix ns / Per)
 	used     int64 // units counted in window win
@@ -93,12 +94,10 @@ func (w *FixedWindow) Capacity() int64 { return w.limit.N }
 // SetLimit implements Policy. Units already counted in the window current at
 // now stay counted against the new N, in the new window containing now. It
 // panics on a negative limit.
-func (w *FixedWindow) SetLimit(now time.Time, l Limit) {
-	l.check("FixedWindow.SetLimit")
-	w.setLimit(now.UnixNano(), l)
-}
+func (w *FixedWindow) SetLimit(now time.Time, l Limit) { w.setLimit(w.ns(now), l) }
 
 func (w *FixedWindow) setLimit(t int64, l Limit) {
+	l.check("FixedWindow.SetLimit")
 	if w.limit.Per > 0 {
 		w.roll(t) // the count of the window current at now, not an earlier one's
 	}
@@ -112,14 +111,11 @@ func (w *FixedWindow) setLimit(t int64, l Limit) {
 // units counted in now's window plus n are at most N. Otherwise the instant
 // returned is the start of the next window; it is the zero time.Time when n
 // exceeds N.
-func (w *FixedWindow) Admit(now time.Time, n int64) (time.Time, bool) {
-	wait, ok := w.admit(now.UnixNano(), n)
-	return after(now, wait), ok
-}
+func (w *FixedWindow) Admit(now time.Time, n int64) (time.Time, bool) { return admitAt(w, now, n) }
 
-// admit decides at the Unix instant t (nanoseconds) and returns how long
-// after t the call could start, or winfast.None.
-func (w *FixedWindow) admit(t, n int64) (wait int64, ok bool) {
+// admit decides at the Unix instant t (nanoseconds) and returns the Unix
+// instant at which the call could start, or winfast.None.
+func (w *FixedWindow) admit(t, n int64) (at int64, ok bool) {
 	if n < 0 {
 		return winfast.None, false
 	}
@@ -141,19 +137,14 @@ func (w *FixedWindow) admit(t, n int64) (wait int64, ok bool) {
 	if w.carry && n > w.limit.N-w.inflight {
 		return winfast.None, false // the next window starts with the calls in flight
 	}
-	// The next window starts at (win+1)·per, written so that it cannot wrap.
-	return sat.Sub(per, sat.Sub(t, w.win*per)), false
+	// The next window starts at (win+1)·per, saturating rather than wrap.
+	return sat.Add(w.win*per, per), false
 }
 
 // Cancel implements Policy: the n units come off the count if the window of
 // at is still the current one (otherwise the count has reset already), and
 // off flight.
-func (w *FixedWindow) Cancel(at time.Time, n int64) {
-	if n <= 0 {
-		return
-	}
-	w.cancel(at.UnixNano(), n)
-}
+func (w *FixedWindow) Cancel(at time.Time, n int64) { w.cancel(w.ns(at), n) }
 
 func (w *FixedWindow) cancel(at, n int64) {
 	if n <= 0 {
@@ -170,12 +161,7 @@ func (w *FixedWindow) cancel(at, n int64) {
 // Done implements Policy. For NewFixedWindow it does nothing: the window
 // counts starts only. For NewFixedCompletion the call's units, counted in
 // the window current at now, leave flight.
-func (w *FixedWindow) Done(now time.Time, n int64) {
-	if !w.carry || n <= 0 {
-		return
-	}
-	w.done(now.UnixNano(), n)
-}
+func (w *FixedWindow) Done(now time.Time, n int64) { w.done(w.ns(now), n) }
 
 func (w *FixedWindow) done(t, n int64) {
 	if !w.carry || n <= 0 {
@@ -262,58 +248,4 @@ func (w *FixedWindow) report(t, win, used, ended, n int64, marked bool) (delta i
 	delta = take - w.taken
 	w.used, w.taken = own+take, take
 	return delta, true
-}
-
-// after returns the instant wait nanoseconds after now, or the zero
-// time.Time for winfast.None.
-func after(now time.Time, wait int64) time.Time {
-	if wait == winfast.None {
-		return time.Time{}
-	}
-	return now.Add(time.Duration(wait))
-}
-
-// waitAt returns the instant wait nanoseconds after now in the engine's
-// nanoseconds, or winfast.None, for the windows aligned to the Unix epoch,
-// whose core methods return a wait.
-func waitAt(now, wait int64) int64 {
-	if wait == winfast.None {
-		return winfast.None
-	}
-	return sat.Add(now, wait)
-}
-
-// fastFixed is the engine's form of a FixedWindow (winfast.Window). Its
-// instants are nanoseconds since the engine's epoch, whose Unix time it adds.
-type fastFixed struct {
-	*FixedWindow
-	unix int64 // the epoch's Unix time in nanoseconds
-}
-
-// Start implements winfast.Window (the engine's form of the window).
-func (f *fastFixed) Start(e time.Time) time.Time { f.unix = e.UnixNano(); return e }
-
-// AdmitCached implements winfast.Window (the engine's form of the window).
-func (f *fastFixed) AdmitCached(int64) bool { return false } // whether a new window has begun depends on the time
-
-// Admit implements winfast.Window (the engine's form of the window).
-func (f *fastFixed) Admit(now, n int64) (int64, bool) {
-	wait, ok := f.admit(f.unix+now, n)
-	return waitAt(now, wait), ok
-}
-
-// Cancel implements winfast.Window (the engine's form of the window).
-func (f *fastFixed) Cancel(t, n int64) { f.cancel(f.unix+t, n) }
-
-// Done implements winfast.Window (the engine's form of the window).
-func (f *fastFixed) Done(now, n int64) { f.done(f.unix+now, n) }
-
-// DoneUsesTime implements winfast.Window (the engine's form of the window).
-func (f *fastFixed) DoneUsesTime() bool { return f.carry }
-
-// SetLimit implements winfast.Window (the engine's form of the window).
-func (f *fastFixed) SetLimit(now, n int64, per time.Duration) {
-	l := Limit{N: n, Per: per}
-	l.check("FixedWindow.SetLimit")
-	f.setLimit(f.unix+now, l)
 }

@@ -51,7 +51,7 @@ func NewGCRA(l Limit, burst int64) *GCRA {
 		panic(fmt.Sprintf("ratesem: NewGCRA: negative burst %d", burst))
 	}
 	g := &GCRA{limit: l, burst: burst, burstSet: burst > 0}
-	g.setLimit(l)
+	g.setRate(l)
 	return g
 }
 
@@ -67,11 +67,11 @@ func NewGCRA(l Limit, burst int64) *GCRA {
 func NewPacer(l Limit) *GCRA {
 	l.check("NewPacer")
 	g := &GCRA{limit: l, pacer: true}
-	g.setLimit(l)
+	g.setRate(l)
 	return g
 }
 
-func (g *GCRA) setLimit(l Limit) {
+func (g *GCRA) setRate(l Limit) {
 	g.limit = l
 	if !g.burstSet {
 		g.burst = l.N
@@ -111,15 +111,13 @@ func (g *GCRA) EmissionInterval() time.Duration { return time.Duration(g.emit) }
 // N)·I of the new rate past now (N·I for a pacer), as the token bucket's
 // SetLimit keeps at most N units of debt below empty. A burst left at 0 in
 // NewGCRA follows the new N. It panics on a negative limit.
-func (g *GCRA) SetLimit(now time.Time, l Limit) {
-	l.check("GCRA.SetLimit")
-	g.setLimitAt(g.offset(now), l)
-}
+func (g *GCRA) SetLimit(now time.Time, l Limit) { g.setLimit(g.ns(now), l) }
 
-func (g *GCRA) setLimitAt(now int64, l Limit) {
+func (g *GCRA) setLimit(now int64, l Limit) {
+	l.check("GCRA.SetLimit")
 	t := g.clampNs(now)
 	old := g.emit
-	g.setLimit(l)
+	g.setRate(l)
 	if g.started && g.tat > t && old > 0 && g.emit > 0 {
 		g.tat = sat.Add(t, mul128(g.tat-t, g.emit).divCeil(old))
 		// As the token bucket's SetLimit: a debt kept in units is at most
@@ -150,10 +148,7 @@ func (g *GCRA) tolerance(n int64) int64 {
 // Admit implements Policy. A call of n units is admitted at now when the TAT
 // is at most tolerance ahead of now. Otherwise the instant returned is when
 // it will be; it is the zero time.Time when n exceeds the capacity or N is 0.
-func (g *GCRA) Admit(now time.Time, n int64) (time.Time, bool) {
-	at, ok := g.admit(g.offset(now), n)
-	return g.instant(at), ok
-}
+func (g *GCRA) Admit(now time.Time, n int64) (time.Time, bool) { return admitAt(g, now, n) }
 
 func (g *GCRA) admit(now, n int64) (int64, bool) {
 	if n < 0 {
@@ -188,12 +183,7 @@ func (g *GCRA) admit(now, n int64) (int64, bool) {
 // after at, which makes the state exactly as if that Admit had not happened
 // (a TAT in the past means idle, whatever its value). After a later
 // admission nothing is given back, on the safe side.
-func (g *GCRA) Cancel(at time.Time, n int64) {
-	if n <= 0 || !g.started {
-		return
-	}
-	g.cancel(g.offset(at), n)
-}
+func (g *GCRA) Cancel(at time.Time, n int64) { g.cancel(g.ns(at), n) }
 
 func (g *GCRA) cancel(at, n int64) {
 	if n <= 0 || !g.started || at < g.admitted {
@@ -208,36 +198,4 @@ func (g *GCRA) cancel(at, n int64) {
 
 // Done implements Policy. It does nothing: GCRA counts starts only.
 func (g *GCRA) Done(time.Time, int64) {}
-
-// fastGCRA is the engine's form of a GCRA (winfast.Window).
-type fastGCRA GCRA
-
-func (f *fastGCRA) g() *GCRA { return (*GCRA)(f) }
-
-// Start implements winfast.Window (the engine's form of the window).
-func (f *fastGCRA) Start(e time.Time) time.Time { return f.start(e) }
-
-// Capacity implements winfast.Window (the engine's form of the window).
-func (f *fastGCRA) Capacity() int64 { return f.g().Capacity() }
-
-// AdmitCached implements winfast.Window (the engine's form of the window).
-func (f *fastGCRA) AdmitCached(int64) bool { return false }
-
-// Admit implements winfast.Window (the engine's form of the window).
-func (f *fastGCRA) Admit(now, n int64) (int64, bool) { return f.g().admit(now, n) }
-
-// Cancel implements winfast.Window (the engine's form of the window).
-func (f *fastGCRA) Cancel(at, n int64) { f.g().cancel(at, n) }
-
-// Done implements winfast.Window (the engine's form of the window).
-func (f *fastGCRA) Done(_, _ int64) {}
-
-// DoneUsesTime implements winfast.Window (the engine's form of the window).
-func (f *fastGCRA) DoneUsesTime() bool { return false }
-
-// SetLimit implements winfast.Window (the engine's form of the window).
-func (f *fastGCRA) SetLimit(now, n int64, per time.Duration) {
-	l := Limit{N: n, Per: per}
-	l.check("GCRA.SetLimit")
-	f.g().setLimitAt(now, l)
-}
+func (g *GCRA) done(int64, int64)     {}

@@ -3,6 +3,7 @@ package win
 import (
 	"time"
 
+	"github.com/ratesem/ratesem/internal/sat"
 	"github.com/ratesem/ratesem/internal/winfast"
 )
 
@@ -69,12 +70,7 @@ var (
 	_ Policy = (*GCRA)(nil)
 
 	_ winfast.Window  = (*fastCompletion)(nil)
-	_ winfast.Window  = (*fastSlidingLog)(nil)
-	_ winfast.Window  = (*fastFixed)(nil)
-	_ winfast.Window  = (*fastSlidingCounter)(nil)
-	_ winfast.Window  = (*fastSubWindow)(nil)
-	_ winfast.Window  = (*fastTokenBucket)(nil)
-	_ winfast.Window  = (*fastGCRA)(nil)
+	_ winfast.Window  = (*fast)(nil)
 	_ winfast.Foreign = (*foreign)(nil)
 )
 
@@ -114,24 +110,100 @@ func fastOf(p any) winfast.Window {
 		return nil
 	case *Completion:
 		return (*fastCompletion)(w)
-	case *SlidingLog:
-		return (*fastSlidingLog)(w)
-	case *FixedWindow:
-		return &fastFixed{FixedWindow: w}
-	case *SlidingWindowCounter:
-		return &fastSlidingCounter{SlidingWindowCounter: w}
-	case *SubWindowCounter:
-		return &fastSubWindow{SubWindowCounter: w}
-	case *TokenBucket:
-		return (*fastTokenBucket)(w)
-	case *LeakyBucket:
-		return (*fastTokenBucket)(&w.TokenBucket)
-	case *GCRA:
-		return (*fastGCRA)(w)
+	case *SlidingLog, *FixedWindow, *SlidingWindowCounter, *SubWindowCounter, *TokenBucket, *LeakyBucket, *GCRA:
+		return &fast{w: p.(core)}
 	case Policy:
 		return &foreign{p: w}
 	}
 	return nil
+}
+
+// core is what the Policy methods of a window of this package (all but
+// the completion window, which has its own fast form) and its engine form
+// share: the bookkeeping on int64 instants, in the window's own
+// nanoseconds. ns converts an instant to them: since the window's epoch
+// (fixed by start, or at the first instant seen), or since the Unix epoch
+// for the windows aligned to the clock, whose start changes nothing. admit
+// returns an instant in them, or winfast.None. setLimit panics on a
+// negative limit.
+type core interface {
+	Capacity() int64
+	start(e time.Time) time.Time
+	ns(t time.Time) int64
+	admit(now, n int64) (at int64, ok bool)
+	cancel(at, n int64)
+	done(now, n int64)
+	setLimit(now int64, l Limit)
+}
+
+// admitAt is Policy.Admit over w's core: the instant admit returns, as a
+// time.Time on now's clock.
+func admitAt(w core, now time.Time, n int64) (time.Time, bool) {
+	t := w.ns(now)
+	at, ok := w.admit(t, n)
+	if at == winfast.None {
+		return time.Time{}, ok
+	}
+	return now.Add(time.Duration(sat.Sub(at, t))), ok
+}
+
+// unix gives the windows aligned to the clock their instants: Unix
+// nanoseconds, with no epoch of their own.
+type unix struct{}
+
+func (unix) start(e time.Time) time.Time { return e }
+func (unix) ns(t time.Time) int64        { return t.UnixNano() }
+
+// fast is the engine's form (winfast.Window) of the windows of this
+// package but the completion window: the engine's instants, nanoseconds
+// since its epoch, are shift before the window's own. Taking tokens from a
+// stale reading and refilling later would forget the cap a bucket hit
+// meanwhile, a start is stamped with its instant, and whether a new
+// aligned window has begun depends on the time: so AdmitCached is always
+// false, and Admit decides.
+type fast struct {
+	w     core
+	shift int64 // the engine's epoch in the window's nanoseconds
+}
+
+// Start implements winfast.Window (the engine's form of the window).
+func (f *fast) Start(e time.Time) time.Time {
+	e = f.w.start(e)
+	f.shift = f.w.ns(e)
+	return e
+}
+
+// Capacity implements winfast.Window (the engine's form of the window).
+func (f *fast) Capacity() int64 { return f.w.Capacity() }
+
+// AdmitCached implements winfast.Window (the engine's form of the window).
+func (f *fast) AdmitCached(int64) bool { return false }
+
+// Admit implements winfast.Window (the engine's form of the window).
+func (f *fast) Admit(now, n int64) (int64, bool) {
+	at, ok := f.w.admit(f.shift+now, n)
+	if at == winfast.None {
+		return winfast.None, ok
+	}
+	return sat.Sub(at, f.shift), ok
+}
+
+// Cancel implements winfast.Window (the engine's form of the window).
+func (f *fast) Cancel(at, n int64) { f.w.cancel(f.shift+at, n) }
+
+// Done implements winfast.Window (the engine's form of the window).
+func (f *fast) Done(now, n int64) { f.w.done(f.shift+now, n) }
+
+// DoneUsesTime implements winfast.Window (the engine's form of the window):
+// only a fixed completion window reads Done's instant.
+func (f *fast) DoneUsesTime() bool {
+	w, ok := f.w.(*FixedWindow)
+	return ok && w.carry
+}
+
+// SetLimit implements winfast.Window (the engine's form of the window).
+func (f *fast) SetLimit(now, n int64, per time.Duration) {
+	f.w.setLimit(f.shift+now, Limit{N: n, Per: per})
 }
 
 // foreign adapts a Policy of another package to winfast.Window: instants

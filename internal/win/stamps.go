@@ -40,9 +40,9 @@ type base struct {
 	latest   int64 // the latest offset clamp has returned
 }
 
-// offset converts t to nanoseconds since the epoch, fixing the epoch at the
+// ns converts t to nanoseconds since the epoch, fixing the epoch at the
 // first call.
-func (b *base) offset(t time.Time) int64 {
+func (b *base) ns(t time.Time) int64 {
 	if !b.hasEpoch {
 		b.epoch, b.hasEpoch = t, true
 	}
@@ -58,11 +58,11 @@ func (b *base) start(e time.Time) time.Time {
 	return b.epoch
 }
 
-// clamp is offset for an instant that moves the window on: an instant earlier
+// clamp is ns for an instant that moves the window on: an instant earlier
 // than the latest one seen is taken as that latest one (the Policy contract),
 // so instants that reach a window slightly out of order (callers that read
 // the clock before taking a lock) never make it forget what it counted.
-func (b *base) clamp(t time.Time) int64 { return b.clampNs(b.offset(t)) }
+func (b *base) clamp(t time.Time) int64 { return b.clampNs(b.ns(t)) }
 
 // clampNs is clamp for an instant already in nanoseconds since the epoch.
 // The first instant it sees is taken as it is, even if earlier than the

@@ -65,7 +65,7 @@ func (b *TokenBucket) Burst() int64 { return b.burst }
 func (b *TokenBucket) Capacity() int64 { return b.burst }
 
 // refill brings the bucket up to now and returns now's offset.
-func (b *TokenBucket) refill(now time.Time) int64 { return b.refillNs(b.offset(now)) }
+func (b *TokenBucket) refill(now time.Time) int64 { return b.refillNs(b.ns(now)) }
 
 // refillNs is refill at an offset: it brings the bucket up to now (or the
 // latest instant seen, if later) and returns that instant.
@@ -113,12 +113,10 @@ func (b *TokenBucket) fill() { b.tokens, b.frac = b.burst, 0 }
 // Settle): a limit lowered a thousandfold keeps the bucket refusing until
 // the window moves, not for a thousand windows. A burst left at 0 in
 // NewTokenBucket follows the new N. It panics on a negative limit.
-func (b *TokenBucket) SetLimit(now time.Time, l Limit) {
-	l.check("TokenBucket.SetLimit")
-	b.setLimit(b.offset(now), l)
-}
+func (b *TokenBucket) SetLimit(now time.Time, l Limit) { b.setLimit(b.ns(now), l) }
 
 func (b *TokenBucket) setLimit(now int64, l Limit) {
+	l.check("TokenBucket.SetLimit")
 	b.refillNs(now)
 	debt := b.burst - b.tokens
 	if l.Per != b.limit.Per {
@@ -175,10 +173,7 @@ func (b *TokenBucket) debit(n int64) {
 // bucket, refilled to now, holds n units. Otherwise the instant returned is
 // when the refill will have brought it to n; it is the zero time.Time when
 // n exceeds the burst or N is 0.
-func (b *TokenBucket) Admit(now time.Time, n int64) (time.Time, bool) {
-	at, ok := b.admit(b.offset(now), n)
-	return b.instant(at), ok
-}
+func (b *TokenBucket) Admit(now time.Time, n int64) (time.Time, bool) { return admitAt(b, now, n) }
 
 func (b *TokenBucket) admit(now, n int64) (int64, bool) {
 	if n < 0 {
@@ -212,12 +207,7 @@ func (b *TokenBucket) admit(now, n int64) (int64, bool) {
 // if that Admit had not happened. After a later admission the units are
 // not given back: whether the bucket would have overflowed meanwhile is not
 // recorded, so giving them back could admit more than the rule allows.
-func (b *TokenBucket) Cancel(at time.Time, n int64) {
-	if n <= 0 {
-		return
-	}
-	b.cancel(b.offset(at), n)
-}
+func (b *TokenBucket) Cancel(at time.Time, n int64) { b.cancel(b.ns(at), n) }
 
 func (b *TokenBucket) cancel(at, n int64) {
 	if n <= 0 || at < b.admitted {
@@ -231,42 +221,7 @@ func (b *TokenBucket) cancel(at, n int64) {
 
 // Done implements Policy. It does nothing: the bucket counts starts only.
 func (b *TokenBucket) Done(time.Time, int64) {}
-
-// fastTokenBucket is the engine's form of a TokenBucket or LeakyBucket
-// (winfast.Window). Taking tokens from a stale reading and refilling later
-// would forget the cap the bucket hit meanwhile, and admit too much, so
-// AdmitCached is always false.
-type fastTokenBucket TokenBucket
-
-func (f *fastTokenBucket) b() *TokenBucket { return (*TokenBucket)(f) }
-
-// Start implements winfast.Window (the engine's form of the window).
-func (f *fastTokenBucket) Start(e time.Time) time.Time { return f.start(e) }
-
-// Capacity implements winfast.Window (the engine's form of the window).
-func (f *fastTokenBucket) Capacity() int64 { return f.burst }
-
-// AdmitCached implements winfast.Window (the engine's form of the window).
-func (f *fastTokenBucket) AdmitCached(int64) bool { return false }
-
-// Admit implements winfast.Window (the engine's form of the window).
-func (f *fastTokenBucket) Admit(now, n int64) (int64, bool) { return f.b().admit(now, n) }
-
-// Cancel implements winfast.Window (the engine's form of the window).
-func (f *fastTokenBucket) Cancel(at, n int64) { f.b().cancel(at, n) }
-
-// Done implements winfast.Window (the engine's form of the window).
-func (f *fastTokenBucket) Done(_, _ int64) {}
-
-// DoneUsesTime implements winfast.Window (the engine's form of the window).
-func (f *fastTokenBucket) DoneUsesTime() bool { return false }
-
-// SetLimit implements winfast.Window (the engine's form of the window).
-func (f *fastTokenBucket) SetLimit(now, n int64, per time.Duration) {
-	l := Limit{N: n, Per: per}
-	l.check("TokenBucket.SetLimit")
-	f.b().setLimit(now, l)
-}
+func (b *TokenBucket) done(int64, int64)     {}
 
 // LeakyBucket is the leaky bucket as a meter: a bucket of Capacity units
 // that leaks at N units per Per; a call of n units pours n units in, and is
