@@ -77,11 +77,6 @@ func (w *SlidingWindowCounter) roll(idx int64) {
 	}
 }
 
-// fits reports whether prev·(per − elapsed) + (cur + n)·per ≤ N·per.
-func fits(prev, cur, n, n0, per, elapsed int64) bool {
-	return mul128(prev, per-elapsed).add(mul128(cur+n, per)).lessEq(mul128(n0, per))
-}
-
 // Admit implements Policy. Otherwise the instant returned is the earliest at
 // which the weighted count leaves room for n units if nothing else is
 // admitted; it is the zero time.Time when n exceeds N.
@@ -101,15 +96,15 @@ func (w *SlidingWindowCounter) admit(real, n int64) (at int64, ok bool) {
 	if n > w.limit.N {
 		return winfast.None, false
 	}
-	per := int64(w.limit.Per)
 	w.latest = max(w.latest, real)
-	w.roll(floorDiv(w.latest, per))
-	elapsed := min(max(w.latest-w.win*per, 0), per)
-	if fits(w.prev, w.cur, n, w.limit.N, per, elapsed) {
-		w.cur += n
-		return winfast.None, true
+	w.roll(floorDiv(w.latest, int64(w.limit.Per)))
+	// The window containing latest is now win, so n fits at latest iff it
+	// fits at all before the window's end.
+	if at := w.nextFit(n); at > w.latest {
+		return at, false
 	}
-	return w.nextFit(n), false
+	w.cur += n
+	return winfast.None, true
 }
 
 // nextFit returns the earliest Unix instant, in nanoseconds, at which n
@@ -122,7 +117,8 @@ func (w *SlidingWindowCounter) nextFit(n int64) int64 {
 		if room := n0 - n - cur; room >= 0 { // n ≤ n0: no wrap
 			e := int64(0)
 			if prev > 0 {
-				e = max(per-mulDiv(room, per, prev), 0)
+				q, _ := mulDiv(room, per, 0, prev, false)
+				e = max(per-q, 0)
 			}
 			if e < per {
 				return sat.Add(start, e)

@@ -119,7 +119,8 @@ func (g *GCRA) setLimit(now int64, l Limit) {
 	old := g.emit
 	g.setRate(l)
 	if g.started && g.tat > t && old > 0 && g.emit > 0 {
-		g.tat = sat.Add(t, mul128(g.tat-t, g.emit).divCeil(old))
+		debt, _ := mulDiv(g.tat-t, g.emit, 0, old, true)
+		g.tat = sat.Add(t, debt)
 		// As the token bucket's SetLimit: a debt kept in units is at most
 		// one Per at the new rate past a full bucket.
 		g.tat = min(g.tat, max(g.debtCap(t), t))

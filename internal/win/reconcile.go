@@ -134,7 +134,7 @@ func (g *GCRA) Used(now time.Time) int64 {
 	if g.tat <= t {
 		return 0
 	}
-	return mul128(g.tat-t, 1).divCeil(g.emit)
+	return ceilDiv(g.tat-t, g.emit)
 }
 
 // Consume implements Reconciler: the TAT moves on n·I from now at least,

@@ -3,7 +3,6 @@ package win
 import (
 	"fmt"
 	"math"
-	"math/bits"
 	"time"
 
 	"github.com/ratesem/ratesem/internal/sat"
@@ -84,21 +83,13 @@ func (b *TokenBucket) refillNs(now int64) int64 {
 		return t
 	}
 	// (e·N + frac) / Per new units, the remainder carried in frac.
-	hi, lo := bits.Mul64(uint64(e), uint64(b.limit.N))
-	lo, c := bits.Add64(lo, uint64(b.frac), 0)
-	hi += c
-	per := uint64(b.limit.Per)
-	if hi >= per {
+	q, r := mulDiv(e, b.limit.N, b.frac, int64(b.limit.Per), false)
+	if q >= b.burst-b.tokens { // b.tokens < b.burst here
 		b.fill()
 		return t
 	}
-	q, r := bits.Div64(hi, lo, per)
-	if q >= uint64(b.burst-b.tokens) { // b.tokens < b.burst here
-		b.fill()
-		return t
-	}
-	b.tokens += int64(q)
-	b.frac = int64(r)
+	b.tokens += q
+	b.frac = r
 	return t
 }
 
@@ -122,7 +113,7 @@ func (b *TokenBucket) setLimit(now int64, l Limit) {
 	if l.Per != b.limit.Per {
 		// The fraction of a unit refilled so far is kept, rounded down.
 		if l.Per > 0 && b.limit.Per > 0 {
-			b.frac = mulDiv(b.frac, int64(l.Per), int64(b.limit.Per))
+			b.frac, _ = mulDiv(b.frac, int64(l.Per), 0, int64(b.limit.Per), false)
 		} else {
 			b.frac = 0
 		}
@@ -197,9 +188,11 @@ func (b *TokenBucket) admit(now, n int64) (int64, bool) {
 	if b.limit.N == 0 {
 		return winfast.None, false
 	}
-	// The smallest e with e·N + frac ≥ (n − tokens)·Per.
-	need := mul128(n-b.tokens, int64(b.limit.Per)).sub(u128{0, uint64(b.frac)})
-	return sat.Add(t, need.divCeil(b.limit.N)), false
+	// The smallest e with e·N + frac ≥ (n − tokens)·Per, written with
+	// n − tokens ≥ 1 and frac < Per so that every term is non-negative.
+	per := int64(b.limit.Per)
+	e, _ := mulDiv(n-b.tokens-1, per, per-b.frac, b.limit.N, true)
+	return sat.Add(t, e), false
 }
 
 // Cancel implements Policy: the n units go back into the bucket (up to the
