@@ -83,13 +83,11 @@ func (c *Completion) Settle(now, _ time.Time, n, actual int64) {
 // Settle implements Settler: a refund comes out of the call's own entry
 // (if it is still in the window), a debit is logged at now.
 func (w *SlidingLog) Settle(now, at time.Time, n, actual int64) {
-	actual = max(actual, 0)
-	if w.limit.Per == 0 {
-		return
-	}
-	if actual < n {
+	switch actual = max(actual, 0); {
+	case w.limit.Per == 0:
+	case actual < n:
 		w.Cancel(at, n-actual)
-	} else if actual > n {
+	case actual > n:
 		t := w.log.clamp(now)
 		w.log.expire(t - int64(w.limit.Per))
 		w.log.pushSat(sat.Add(t, w.margin), actual-n, 0)
@@ -103,50 +101,38 @@ func (w *SlidingLog) Settle(now, at time.Time, n, actual int64) {
 func (w *FixedWindow) Settle(now, at time.Time, n, actual int64) {
 	actual = max(actual, 0)
 	w.Done(now, n)
-	if actual < n && w.limit.Per > 0 {
-		r := n - actual
-		w.roll(now.UnixNano())
-		if w.carry || floorDiv(at.UnixNano(), int64(w.limit.Per)) == w.win {
-			w.used -= min(r, w.used)
-		}
+	if actual == n || w.limit.Per == 0 {
+		return
 	}
-	if actual > n && w.limit.Per > 0 {
-		w.roll(now.UnixNano())
+	w.roll(now.UnixNano())
+	if actual > n {
 		w.used = sat.Add(w.used, actual-n)
+	} else if w.carry || floorDiv(at.UnixNano(), int64(w.limit.Per)) == w.win {
+		w.used -= min(n-actual, w.used)
 	}
 }
 
 // Settle implements Settler: a refund comes out of at's window when it is
 // the current or the previous one, a debit counts in now's window.
 func (w *SlidingWindowCounter) Settle(now, at time.Time, n, actual int64) {
-	actual = max(actual, 0)
-	if w.limit.Per == 0 {
-		return
-	}
-	if actual < n {
+	switch actual = max(actual, 0); {
+	case actual < n:
 		w.cancel(at.UnixNano(), n-actual)
-		return
-	}
-	if d := actual - n; d > 0 {
+	case actual > n && w.limit.Per > 0:
 		w.roll(floorDiv(now.UnixNano(), int64(w.limit.Per)))
-		w.cur = sat.Add(w.cur, d)
+		w.cur = sat.Add(w.cur, actual-n)
 	}
 }
 
 // Settle implements Settler: a refund comes out of at's block while it is
 // in the window, a debit counts in now's block.
 func (w *SubWindowCounter) Settle(now, at time.Time, n, actual int64) {
-	actual = max(actual, 0)
-	if w.limit.Per == 0 {
-		return
-	}
-	if actual < n {
+	switch actual = max(actual, 0); {
+	case actual < n:
 		w.cancel(at.UnixNano(), n-actual)
-		return
-	}
-	if d := actual - n; d > 0 {
+	case actual > n && w.limit.Per > 0:
 		w.roll(floorDiv(now.UnixNano(), w.size))
-		sum := sat.Add(w.sum, d)
+		sum := sat.Add(w.sum, actual-n)
 		w.counts[w.slot(w.cur)] += sum - w.sum // ≤ sum: no wrap
 		w.sum = sum
 	}
@@ -158,21 +144,14 @@ func (w *SubWindowCounter) Settle(now, at time.Time, n, actual int64) {
 // N units (one Per's refill) below empty: "full until the window moves". A
 // bucket already deeper in debt stays as it is.
 func (b *TokenBucket) Settle(now, _ time.Time, n, actual int64) {
-	actual = max(actual, 0)
-	if b.limit.Per == 0 {
+	if actual = max(actual, 0); b.limit.Per == 0 || actual == n {
 		return
 	}
+	b.refill(now)
 	if actual < n {
-		b.refill(now)
-		b.tokens += min(n-actual, b.burst-b.tokens) // tokens ≥ −N: no wrap
-		if b.tokens == b.burst {
-			b.frac = 0
-		}
-		return
-	}
-	if d := actual - n; d > 0 {
-		b.refill(now)
-		b.debit(d)
+		b.give(n - actual)
+	} else {
+		b.debit(actual - n)
 	}
 }
 
@@ -183,19 +162,13 @@ func (b *TokenBucket) Settle(now, _ time.Time, n, actual int64) {
 // pacer): the token bucket's debt of at most N units below empty, "full
 // until the window moves". A TAT already beyond stays as it is.
 func (g *GCRA) Settle(now, _ time.Time, n, actual int64) {
-	actual = max(actual, 0)
-	if g.emit == 0 || !g.started {
+	if actual = max(actual, 0); g.emit == 0 || !g.started || actual == n {
 		return
 	}
-	if actual < n {
-		t := g.clamp(now)
-		if g.tat > t {
-			g.tat = max(sat.Sub(g.tat, sat.Mul(n-actual, g.emit)), t)
-		}
-		return
-	}
-	if d := actual - n; d > 0 {
-		t := g.clamp(now)
-		g.tat = max(g.tat, min(sat.Add(max(g.tat, t), sat.Mul(d, g.emit)), g.debtCap(t)))
+	t := g.clamp(now)
+	if actual > n {
+		g.tat = max(g.tat, min(sat.Add(max(g.tat, t), sat.Mul(actual-n, g.emit)), g.debtCap(t)))
+	} else if g.tat > t {
+		g.tat = max(sat.Sub(g.tat, sat.Mul(n-actual, g.emit)), t)
 	}
 }

@@ -203,10 +203,14 @@ func (b *TokenBucket) admit(now, n int64) (int64, bool) {
 func (b *TokenBucket) Cancel(at time.Time, n int64) { b.cancel(b.ns(at), n) }
 
 func (b *TokenBucket) cancel(at, n int64) {
-	if n <= 0 || at < b.admitted {
-		return
+	if n > 0 && at >= b.admitted {
+		b.give(n)
 	}
-	b.tokens += min(n, b.burst-b.tokens)
+}
+
+// give puts n > 0 units back into the bucket, never beyond full.
+func (b *TokenBucket) give(n int64) {
+	b.tokens += min(n, b.burst-b.tokens) // tokens ≥ −N: no wrap
 	if b.tokens == b.burst {
 		b.frac = 0
 	}
