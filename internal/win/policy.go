@@ -59,16 +59,9 @@ type Policy interface {
 	Done(now time.Time, n int64)
 }
 
+// Every window of this package is a Policy: package window's constructors
+// return them as one.
 var (
-	_ Policy = (*Completion)(nil)
-	_ Policy = (*SlidingLog)(nil)
-	_ Policy = (*FixedWindow)(nil)
-	_ Policy = (*SlidingWindowCounter)(nil)
-	_ Policy = (*SubWindowCounter)(nil)
-	_ Policy = (*TokenBucket)(nil)
-	_ Policy = (*LeakyBucket)(nil)
-	_ Policy = (*GCRA)(nil)
-
 	_ winfast.Window  = (*fastCompletion)(nil)
 	_ winfast.Window  = (*fast)(nil)
 	_ winfast.Foreign = (*foreign)(nil)

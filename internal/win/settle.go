@@ -6,9 +6,10 @@ import (
 	"github.com/ratesem/ratesem/internal/sat"
 )
 
-// Settler is implemented by every window of this package: it ends a call
-// whose weight is known only after the call (an LLM API's tokens, read from
-// the response's usage) with the weight it really had.
+// Every window of this package implements window.Settler (window/policy.go
+// asserts it): Settle ends a call whose weight is known only after the call
+// (an LLM API's tokens, read from the response's usage) with the weight it
+// really had.
 //
 // Settle records that the call admitted at the instant at for n units (its
 // estimate) ended at now, instead of Done(now, n), and that it really cost
@@ -33,7 +34,7 @@ import (
 //     a refund of another call later cannot bring the count below the
 //     truth while the debit is in the window.
 //   - The token and leaky buckets go into debt by the debit, but at most
-//     one Per's refill (N units) below empty, as Reconciler.Consume; GCRA
+//     one Per's refill (N units) below empty, as window.Reconciler.Consume; GCRA
 //     likewise moves its TAT at most (Burst + N)·I past now (N·I for a
 //     pacer). The wait a debit causes is then at most about one Per plus
 //     the call's own refill time (n·Per/N), never the 292 years a debit of
@@ -45,25 +46,11 @@ import (
 // arrival and corrects it at the call's end (Anthropic's token buckets,
 // OpenAI's tokens per minute) never holds more than the window does.
 //
-// Like Policy it is not safe for concurrent use; the same panics as Done
+// Like Policy, Settle is not safe for concurrent use; the same panics as Done
 // apply to n (the completion window panics on more units than are in
 // flight).
-type Settler interface {
-	Settle(now, at time.Time, n, actual int64)
-}
 
-var (
-	_ Settler = (*Completion)(nil)
-	_ Settler = (*SlidingLog)(nil)
-	_ Settler = (*FixedWindow)(nil)
-	_ Settler = (*SlidingWindowCounter)(nil)
-	_ Settler = (*SubWindowCounter)(nil)
-	_ Settler = (*TokenBucket)(nil)
-	_ Settler = (*LeakyBucket)(nil)
-	_ Settler = (*GCRA)(nil)
-)
-
-// Settle implements Settler: n units leave flight at now and actual units
+// Settle implements window.Settler: n units leave flight at now and actual units
 // are logged as ended at now (at is not needed: the call counts from its
 // end).
 func (c *Completion) Settle(now, _ time.Time, n, actual int64) {
@@ -80,7 +67,7 @@ func (c *Completion) Settle(now, _ time.Time, n, actual int64) {
 	}
 }
 
-// Settle implements Settler: a refund comes out of the call's own entry
+// Settle implements window.Settler: a refund comes out of the call's own entry
 // (if it is still in the window), a debit is logged at now.
 func (w *SlidingLog) Settle(now, at time.Time, n, actual int64) {
 	switch actual = max(actual, 0); {
@@ -94,7 +81,7 @@ func (w *SlidingLog) Settle(now, at time.Time, n, actual int64) {
 	}
 }
 
-// Settle implements Settler. A fixed window refunds only while at's window
+// Settle implements window.Settler. A fixed window refunds only while at's window
 // is now's; a fixed completion window (NewFixedCompletion), which carries a
 // call in flight into every window it touches, refunds from now's window,
 // where the call is still counted. A debit counts in now's window.
@@ -112,7 +99,7 @@ func (w *FixedWindow) Settle(now, at time.Time, n, actual int64) {
 	}
 }
 
-// Settle implements Settler: a refund comes out of at's window when it is
+// Settle implements window.Settler: a refund comes out of at's window when it is
 // the current or the previous one, a debit counts in now's window.
 func (w *SlidingWindowCounter) Settle(now, at time.Time, n, actual int64) {
 	switch actual = max(actual, 0); {
@@ -124,7 +111,7 @@ func (w *SlidingWindowCounter) Settle(now, at time.Time, n, actual int64) {
 	}
 }
 
-// Settle implements Settler: a refund comes out of at's block while it is
+// Settle implements window.Settler: a refund comes out of at's block while it is
 // in the window, a debit counts in now's block.
 func (w *SubWindowCounter) Settle(now, at time.Time, n, actual int64) {
 	switch actual = max(actual, 0); {
@@ -138,7 +125,7 @@ func (w *SubWindowCounter) Settle(now, at time.Time, n, actual int64) {
 	}
 }
 
-// Settle implements Settler: a refund puts tokens back, at most up to the
+// Settle implements window.Settler: a refund puts tokens back, at most up to the
 // burst, even after later admissions (tokens are alike); a debit takes
 // tokens out at now, into debt if need be, but, as Consume, never more than
 // N units (one Per's refill) below empty: "full until the window moves". A
@@ -155,7 +142,7 @@ func (b *TokenBucket) Settle(now, _ time.Time, n, actual int64) {
 	}
 }
 
-// Settle implements Settler: a refund moves the theoretical arrival time back
+// Settle implements window.Settler: a refund moves the theoretical arrival time back
 // by the refund's emission intervals, never before now (a full bucket); a
 // debit moves it on by the debit's emission intervals (from now when the
 // bucket is full), but never beyond now + (Burst + N)·I (now + N·I for a
