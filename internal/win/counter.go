@@ -81,20 +81,16 @@ func (w *SlidingWindowCounter) roll(idx int64) {
 // which the weighted count leaves room for n units if nothing else is
 // admitted; it is the zero time.Time when n exceeds N.
 func (w *SlidingWindowCounter) Admit(now time.Time, n int64) (time.Time, bool) {
-	return admitAt(w, now, n)
+	t := w.ns(now)
+	at, ok := w.admit(t, n)
+	return timeOf(now, t, at), ok
 }
 
 // admit decides at the Unix instant real (nanoseconds) and returns the Unix
 // instant at which the call could start, or winfast.None.
 func (w *SlidingWindowCounter) admit(real, n int64) (at int64, ok bool) {
-	if n < 0 {
-		return winfast.None, false
-	}
-	if n == 0 || w.limit.Per == 0 && n <= w.limit.N {
-		return winfast.None, true
-	}
-	if n > w.limit.N {
-		return winfast.None, false
+	if done, ok := trivial(n, w.limit.N, w.limit.Per); done {
+		return winfast.None, ok
 	}
 	w.latest = max(w.latest, real)
 	w.roll(floorDiv(w.latest, int64(w.limit.Per)))
@@ -252,19 +248,17 @@ func (w *SubWindowCounter) roll(idx int64) {
 // Admit implements Policy. Otherwise the instant returned is the start of
 // the first block at which enough old blocks have left the window; it is the
 // zero time.Time when n exceeds N.
-func (w *SubWindowCounter) Admit(now time.Time, n int64) (time.Time, bool) { return admitAt(w, now, n) }
+func (w *SubWindowCounter) Admit(now time.Time, n int64) (time.Time, bool) {
+	t := w.ns(now)
+	at, ok := w.admit(t, n)
+	return timeOf(now, t, at), ok
+}
 
 // admit decides at the Unix instant t (nanoseconds) and returns the Unix
 // instant at which the call could start, or winfast.None.
 func (w *SubWindowCounter) admit(t, n int64) (at int64, ok bool) {
-	if n < 0 {
-		return winfast.None, false
-	}
-	if n == 0 || w.limit.Per == 0 && n <= w.limit.N {
-		return winfast.None, true
-	}
-	if n > w.limit.N {
-		return winfast.None, false
+	if done, ok := trivial(n, w.limit.N, w.limit.Per); done {
+		return winfast.None, ok
 	}
 	w.roll(floorDiv(t, w.size))
 	if n <= w.limit.N-w.sum {

@@ -111,19 +111,17 @@ func (w *FixedWindow) setLimit(t int64, l Limit) {
 // units counted in now's window plus n are at most N. Otherwise the instant
 // returned is the start of the next window; it is the zero time.Time when n
 // exceeds N.
-func (w *FixedWindow) Admit(now time.Time, n int64) (time.Time, bool) { return admitAt(w, now, n) }
+func (w *FixedWindow) Admit(now time.Time, n int64) (time.Time, bool) {
+	t := w.ns(now)
+	at, ok := w.admit(t, n)
+	return timeOf(now, t, at), ok
+}
 
 // admit decides at the Unix instant t (nanoseconds) and returns the Unix
 // instant at which the call could start, or winfast.None.
 func (w *FixedWindow) admit(t, n int64) (at int64, ok bool) {
-	if n < 0 {
-		return winfast.None, false
-	}
-	if n == 0 || w.limit.Per == 0 && n <= w.limit.N {
-		return winfast.None, true
-	}
-	if n > w.limit.N {
-		return winfast.None, false
+	if done, ok := trivial(n, w.limit.N, w.limit.Per); done {
+		return winfast.None, ok
 	}
 	per := int64(w.limit.Per)
 	w.roll(t)

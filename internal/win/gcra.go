@@ -149,20 +149,15 @@ func (g *GCRA) tolerance(n int64) int64 {
 // Admit implements Policy. A call of n units is admitted at now when the TAT
 // is at most tolerance ahead of now. Otherwise the instant returned is when
 // it will be; it is the zero time.Time when n exceeds the capacity or N is 0.
-func (g *GCRA) Admit(now time.Time, n int64) (time.Time, bool) { return admitAt(g, now, n) }
+func (g *GCRA) Admit(now time.Time, n int64) (time.Time, bool) {
+	t := g.ns(now)
+	at, ok := g.admit(t, n)
+	return timeOf(now, t, at), ok
+}
 
 func (g *GCRA) admit(now, n int64) (int64, bool) {
-	if n < 0 {
-		return winfast.None, false
-	}
-	if n == 0 {
-		return winfast.None, true
-	}
-	if n > g.Capacity() {
-		return winfast.None, false
-	}
-	if g.limit.Per == 0 {
-		return winfast.None, true
+	if done, ok := trivial(n, g.Capacity(), g.limit.Per); done {
+		return winfast.None, ok
 	}
 	if g.emit == 0 {
 		return winfast.None, false

@@ -129,15 +129,28 @@ type core interface {
 	setLimit(now int64, l Limit)
 }
 
-// admitAt is Policy.Admit over w's core: the instant admit returns, as a
-// time.Time on now's clock.
-func admitAt(w core, now time.Time, n int64) (time.Time, bool) {
-	t := w.ns(now)
-	at, ok := w.admit(t, n)
+// timeOf converts at, an instant of a window's core (winfast.None: the
+// zero time.Time), to a time.Time on the clock of now, whose instant in
+// the core is t: what Policy.Admit returns.
+func timeOf(now time.Time, t, at int64) time.Time {
 	if at == winfast.None {
-		return time.Time{}, ok
+		return time.Time{}
 	}
-	return now.Add(time.Duration(sat.Sub(at, t))), ok
+	return now.Add(time.Duration(sat.Sub(at, t)))
+}
+
+// trivial decides the calls of n units that need no bookkeeping, under a
+// capacity (Policy.Capacity) and a limit of Per per: done reports that it
+// decided, ok the decision. A negative n, or one above the capacity, is
+// refused; n == 0, or any n with no rate (Per 0), is admitted.
+func trivial(n, capacity int64, per time.Duration) (done, ok bool) {
+	switch {
+	case n < 0 || n > capacity:
+		return true, false
+	case n == 0 || per == 0:
+		return true, true
+	}
+	return false, false
 }
 
 // unix gives the windows aligned to the clock their instants: Unix

@@ -69,17 +69,18 @@ func (w *SlidingLog) setLimit(now int64, l Limit) {
 // reach start + Margin + Per; it is the zero time.Time when n > N. With
 // Per == 0 there is no rate: every call of at most N units is admitted and
 // nothing is recorded.
-func (w *SlidingLog) Admit(now time.Time, n int64) (time.Time, bool) { return admitAt(w, now, n) }
+func (w *SlidingLog) Admit(now time.Time, n int64) (time.Time, bool) {
+	t := w.ns(now)
+	at, ok := w.admit(t, n)
+	return timeOf(now, t, at), ok
+}
 
 func (w *SlidingLog) start(e time.Time) time.Time { return w.log.start(e) }
 func (w *SlidingLog) ns(t time.Time) int64        { return w.log.ns(t) }
 
 func (w *SlidingLog) admit(now, n int64) (int64, bool) {
-	if n < 0 {
-		return winfast.None, false
-	}
-	if n == 0 || w.limit.Per == 0 && n <= w.limit.N {
-		return winfast.None, true // nothing to record: no units, or no rate
+	if done, ok := trivial(n, w.limit.N, w.limit.Per); done {
+		return winfast.None, ok
 	}
 	per := int64(w.limit.Per)
 	at := w.log.clampNs(now)
@@ -88,9 +89,6 @@ func (w *SlidingLog) admit(now, n int64) (int64, bool) {
 	if n <= free {
 		w.log.push(sat.Add(at, w.margin), n)
 		return winfast.None, true
-	}
-	if n > w.limit.N {
-		return winfast.None, false
 	}
 	return sat.Add(w.log.stampOf(n-free), per), false
 }

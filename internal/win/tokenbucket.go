@@ -164,20 +164,15 @@ func (b *TokenBucket) debit(n int64) {
 // bucket, refilled to now, holds n units. Otherwise the instant returned is
 // when the refill will have brought it to n; it is the zero time.Time when
 // n exceeds the burst or N is 0.
-func (b *TokenBucket) Admit(now time.Time, n int64) (time.Time, bool) { return admitAt(b, now, n) }
+func (b *TokenBucket) Admit(now time.Time, n int64) (time.Time, bool) {
+	t := b.ns(now)
+	at, ok := b.admit(t, n)
+	return timeOf(now, t, at), ok
+}
 
 func (b *TokenBucket) admit(now, n int64) (int64, bool) {
-	if n < 0 {
-		return winfast.None, false
-	}
-	if n == 0 {
-		return winfast.None, true
-	}
-	if n > b.burst {
-		return winfast.None, false
-	}
-	if b.limit.Per == 0 {
-		return winfast.None, true // instant refill: no rate
+	if done, ok := trivial(n, b.burst, b.limit.Per); done {
+		return winfast.None, ok
 	}
 	t := b.refillNs(now)
 	if n <= b.tokens {
