@@ -13,7 +13,7 @@ import (
 	"github.com/ratesem/ratesem/internal/remote"
 	"github.com/ratesem/ratesem/internal/rspec"
 	"github.com/ratesem/ratesem/internal/wake"
-	"github.com/ratesem/ratesem/internal/winfast"
+	"github.com/ratesem/ratesem/internal/win"
 	"github.com/ratesem/ratesem/window"
 )
 
@@ -119,7 +119,7 @@ func newRedisPolicy(o backend.Opener, name string, p window.Policy, cfg Config) 
 	if err := sp.Check(); err != nil {
 		return nil, fmt.Errorf("%w (redisrate.NewSemaphoreWithPolicy)", err)
 	}
-	burstN := winfast.BurstFollowsN(p) // before newLocal changes p's limit
+	burstN := win.BurstFollowsN(p) // before newLocal changes p's limit
 	newLocal := func(localN int64) window.Policy {
 		p.SetLimit(time.Now(), window.Limit{N: localN, Per: sp.Limit.Per})
 		return p

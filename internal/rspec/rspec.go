@@ -17,7 +17,6 @@ import (
 
 	"github.com/ratesem/ratesem"
 	"github.com/ratesem/ratesem/internal/win"
-	"github.com/ratesem/ratesem/internal/winfast"
 	"github.com/ratesem/ratesem/window"
 )
 
@@ -261,7 +260,7 @@ func SpecOf(p window.Policy) (Spec, error) {
 		s.Kind = Completion
 	case *win.FixedWindow:
 		s.Kind = FixedWindow
-		if winfast.Of(w).DoneUsesTime() { // only NewFixedCompletion reads Done's instant
+		if win.Of(w).DoneUsesTime() { // only NewFixedCompletion reads Done's instant
 			s.Kind = FixedCompletion
 		}
 	case *win.SlidingLog:

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/ratesem/ratesem/internal/sat"
-	"github.com/ratesem/ratesem/internal/winfast"
 )
 
 // Completion is the completion window, the OKEx scheme: a call's units count
@@ -69,7 +68,7 @@ func (c *Completion) setLimit(now int64, l Limit) {
 // dropped lazily, so they may still be counted here.
 func (c *Completion) free() int64 { return c.limit.N - c.inflight - c.log.units }
 
-// admitCached is winfast.Window.AdmitCached.
+// admitCached is Window.AdmitCached.
 func (c *Completion) admitCached(n int64) bool {
 	if n == 0 || n > 0 && n <= c.free() {
 		c.inflight += n
@@ -83,24 +82,25 @@ func (c *Completion) admitCached(n int64) bool {
 // instant returned is when enough of those completions reach end + Per; it is
 // the zero time.Time when n > N − in flight, since then only a Done can help.
 func (c *Completion) Admit(now time.Time, n int64) (time.Time, bool) {
-	at, ok := c.admit(c.log.ns(now), n)
-	return c.log.instant(at), ok
+	t := c.log.ns(now)
+	at, ok := c.admit(t, n)
+	return timeOf(now, t, at), ok
 }
 
 func (c *Completion) admit(now, n int64) (int64, bool) {
 	if n < 0 {
-		return winfast.None, false
+		return None, false
 	}
 	if c.admitCached(n) {
-		return winfast.None, true
+		return None, true
 	}
 	per := int64(c.limit.Per)
 	c.log.expire(c.log.clampNs(now) - per)
 	if c.admitCached(n) {
-		return winfast.None, true
+		return None, true
 	}
 	if n > c.limit.N-c.inflight {
-		return winfast.None, false
+		return None, false
 	}
 	// n − free units must leave the log; the last of them ends at stampOf.
 	return sat.Add(c.log.stampOf(n-c.free()), per), false
@@ -127,30 +127,30 @@ func (c *Completion) overRelease(n int64, what string) {
 	panic(fmt.Sprintf("ratesem: Completion.%s(%d) with %d units in flight", what, n, c.inflight))
 }
 
-// fastCompletion is the engine's form of a Completion (winfast.Window).
+// fastCompletion is the engine's form of a Completion (Window).
 type fastCompletion Completion
 
 func (f *fastCompletion) c() *Completion { return (*Completion)(f) }
 
-// Start implements winfast.Window (the engine's form of the window).
+// Start implements Window (the engine's form of the window).
 func (f *fastCompletion) Start(e time.Time) time.Time { return f.log.start(e) }
 
-// Capacity implements winfast.Window (the engine's form of the window).
+// Capacity implements Window (the engine's form of the window).
 func (f *fastCompletion) Capacity() int64 { return f.limit.N }
 
-// AdmitCached implements winfast.Window (the engine's form of the window).
+// AdmitCached implements Window (the engine's form of the window).
 func (f *fastCompletion) AdmitCached(n int64) bool { return f.c().admitCached(n) }
 
-// Admit implements winfast.Window (the engine's form of the window).
+// Admit implements Window (the engine's form of the window).
 func (f *fastCompletion) Admit(now, n int64) (int64, bool) { return f.c().admit(now, n) }
 
-// Cancel implements winfast.Window (the engine's form of the window).
+// Cancel implements Window (the engine's form of the window).
 func (f *fastCompletion) Cancel(_, n int64) { f.c().release(n, "Cancel") }
 
-// DoneUsesTime implements winfast.Window (the engine's form of the window).
+// DoneUsesTime implements Window (the engine's form of the window).
 func (f *fastCompletion) DoneUsesTime() bool { return true } // the completion instant is the whole point
 
-// SetLimit implements winfast.Window (the engine's form of the window).
+// SetLimit implements Window (the engine's form of the window).
 func (f *fastCompletion) SetLimit(now, n int64, per time.Duration) {
 	f.c().setLimit(now, Limit{N: n, Per: per})
 }

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/ratesem/ratesem/internal/sat"
-	"github.com/ratesem/ratesem/internal/winfast"
 )
 
 // SlidingWindowCounter is the sliding window counter that Cloudflare
@@ -87,10 +86,10 @@ func (w *SlidingWindowCounter) Admit(now time.Time, n int64) (time.Time, bool) {
 }
 
 // admit decides at the Unix instant real (nanoseconds) and returns the Unix
-// instant at which the call could start, or winfast.None.
+// instant at which the call could start, or None.
 func (w *SlidingWindowCounter) admit(real, n int64) (at int64, ok bool) {
 	if done, ok := trivial(n, w.limit.N, w.limit.Per); done {
-		return winfast.None, ok
+		return None, ok
 	}
 	w.latest = max(w.latest, real)
 	w.roll(floorDiv(w.latest, int64(w.limit.Per)))
@@ -100,7 +99,7 @@ func (w *SlidingWindowCounter) admit(real, n int64) (at int64, ok bool) {
 		return at, false
 	}
 	w.cur += n
-	return winfast.None, true
+	return None, true
 }
 
 // nextFit returns the earliest Unix instant, in nanoseconds, at which n
@@ -255,16 +254,16 @@ func (w *SubWindowCounter) Admit(now time.Time, n int64) (time.Time, bool) {
 }
 
 // admit decides at the Unix instant t (nanoseconds) and returns the Unix
-// instant at which the call could start, or winfast.None.
+// instant at which the call could start, or None.
 func (w *SubWindowCounter) admit(t, n int64) (at int64, ok bool) {
 	if done, ok := trivial(n, w.limit.N, w.limit.Per); done {
-		return winfast.None, ok
+		return None, ok
 	}
 	w.roll(floorDiv(t, w.size))
 	if n <= w.limit.N-w.sum {
 		w.counts[w.slot(w.cur)] += n
 		w.sum += n
-		return winfast.None, true
+		return None, true
 	}
 	// Block cur+j starts once the j oldest blocks have left.
 	left := w.sum

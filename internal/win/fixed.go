@@ -4,7 +4,6 @@ import (
 	"time"
 
 	"github.com/ratesem/ratesem/internal/sat"
-	"github.com/ratesem/ratesem/internal/winfast"
 )
 
 // FixedWindow is the fixed window counter: time is cut into windows of Per
@@ -35,10 +34,10 @@ type FixedWindow struct {
 	used     int64 // units counted in window win
 	inflight int64 // units admitted and not yet Done; counted only with carry
 	carry    bool  // NewFixedCompletion: calls in flight count in every window they touch
-	// With carry, for usage reports (winfast.Mark): the units of the calls
+	// With carry, for usage reports (Mark): the units of the calls
 	// that ended in window win, and the units Consume added in it.
 	ended, taken int64
-	// With carry, for usage reports (winfast.Report) in window win: the
+	// With carry, for usage reports (Report) in window win: the
 	// highest count a server reported for a call (marked), the most units
 	// of this window's calls that report showed the server had counted,
 	// and the units of the calls whose reports were taken in; floor, the
@@ -118,10 +117,10 @@ func (w *FixedWindow) Admit(now time.Time, n int64) (time.Time, bool) {
 }
 
 // admit decides at the Unix instant t (nanoseconds) and returns the Unix
-// instant at which the call could start, or winfast.None.
+// instant at which the call could start, or None.
 func (w *FixedWindow) admit(t, n int64) (at int64, ok bool) {
 	if done, ok := trivial(n, w.limit.N, w.limit.Per); done {
-		return winfast.None, ok
+		return None, ok
 	}
 	per := int64(w.limit.Per)
 	w.roll(t)
@@ -130,10 +129,10 @@ func (w *FixedWindow) admit(t, n int64) (at int64, ok bool) {
 		if w.carry {
 			w.inflight += n
 		}
-		return winfast.None, true
+		return None, true
 	}
 	if w.carry && n > w.limit.N-w.inflight {
-		return winfast.None, false // the next window starts with the calls in flight
+		return None, false // the next window starts with the calls in flight
 	}
 	// The next window starts at (win+1)·per, saturating rather than wrap.
 	return sat.Add(w.win*per, per), false
@@ -173,7 +172,7 @@ func (w *FixedWindow) done(t, n int64) {
 	w.ended += d // ≤ the units admitted: no overflow
 }
 
-// mark is winfast.Mark: the current window at t, the units of its calls
+// mark is Mark: the current window at t, the units of its calls
 // that ended and the units Consume added in it; ok only for a fixed
 // completion window with a rate.
 func (w *FixedWindow) mark(t int64) (win, ended, taken int64, ok bool) {
@@ -184,7 +183,7 @@ func (w *FixedWindow) mark(t int64) (win, ended, taken int64, ok bool) {
 	return w.win, w.ended, w.taken, true
 }
 
-// report is winfast.Report: it takes in a server's count used of the
+// report is Report: it takes in a server's count used of the
 // window current at t, and returns the change in the units the window
 // counts (negative when it gives units back); ok only for a fixed
 // completion window with a rate.

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/ratesem/ratesem/internal/sat"
-	"github.com/ratesem/ratesem/internal/winfast"
 )
 
 // GCRA is the generic cell rate algorithm, the token bucket kept as one
@@ -157,10 +156,10 @@ func (g *GCRA) Admit(now time.Time, n int64) (time.Time, bool) {
 
 func (g *GCRA) admit(now, n int64) (int64, bool) {
 	if done, ok := trivial(n, g.Capacity(), g.limit.Per); done {
-		return winfast.None, ok
+		return None, ok
 	}
 	if g.emit == 0 {
-		return winfast.None, false
+		return None, false
 	}
 	t := g.clampNs(now)
 	if !g.started {
@@ -170,7 +169,7 @@ func (g *GCRA) admit(now, n int64) (int64, bool) {
 	if g.tat-t <= tol {
 		g.tat = sat.Add(max(g.tat, t), sat.Mul(n, g.emit))
 		g.admitted = max(g.admitted, t)
-		return winfast.None, true
+		return None, true
 	}
 	return g.tat - tol, false
 }

@@ -10,7 +10,6 @@ import (
 
 	"github.com/ratesem/ratesem"
 	"github.com/ratesem/ratesem/internal/win"
-	"github.com/ratesem/ratesem/internal/winfast"
 	"github.com/ratesem/ratesem/window"
 )
 
@@ -131,7 +130,7 @@ func TestNegativeWeightRefused(t *testing.T) {
 			if _, ok := p.Admit(now, n); ok {
 				t.Fatalf("%s: Admit(%d) admitted", row.name, n)
 			}
-			if winfast.Of(p).AdmitCached(n) {
+			if win.Of(p).AdmitCached(n) {
 				t.Fatalf("%s: the engine's AdmitCached(%d) admitted", row.name, n)
 			}
 			if _, isCompletion := p.(*win.Completion); !isCompletion {

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/ratesem/ratesem/internal/sat"
-	"github.com/ratesem/ratesem/internal/winfast"
 )
 
 // SlidingLog is the start window with a margin: a sliding log of start
@@ -80,7 +79,7 @@ func (w *SlidingLog) ns(t time.Time) int64        { return w.log.ns(t) }
 
 func (w *SlidingLog) admit(now, n int64) (int64, bool) {
 	if done, ok := trivial(n, w.limit.N, w.limit.Per); done {
-		return winfast.None, ok
+		return None, ok
 	}
 	per := int64(w.limit.Per)
 	at := w.log.clampNs(now)
@@ -88,7 +87,7 @@ func (w *SlidingLog) admit(now, n int64) (int64, bool) {
 	free := w.limit.N - w.log.units
 	if n <= free {
 		w.log.push(sat.Add(at, w.margin), n)
-		return winfast.None, true
+		return None, true
 	}
 	return sat.Add(w.log.stampOf(n-free), per), false
 }

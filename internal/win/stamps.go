@@ -3,8 +3,6 @@ package win
 import (
 	"math"
 	"time"
-
-	"github.com/ratesem/ratesem/internal/winfast"
 )
 
 // entry is n units stamped at the instant at, in nanoseconds since the
@@ -42,14 +40,9 @@ type base struct {
 
 // ns converts t to nanoseconds since the epoch, fixing the epoch at the
 // first call.
-func (b *base) ns(t time.Time) int64 {
-	if !b.hasEpoch {
-		b.epoch, b.hasEpoch = t, true
-	}
-	return int64(t.Sub(b.epoch))
-}
+func (b *base) ns(t time.Time) int64 { return int64(t.Sub(b.start(t))) }
 
-// start is winfast.Window.Start: it fixes the epoch at e unless one is set
+// start is Window.Start: it fixes the epoch at e unless one is set
 // and returns the epoch in use.
 func (b *base) start(e time.Time) time.Time {
 	if !b.hasEpoch {
@@ -74,15 +67,6 @@ func (b *base) clampNs(off int64) int64 {
 		b.latest, b.seen = off, true
 	}
 	return b.latest
-}
-
-// instant converts an offset back to a time.Time; winfast.None is the zero
-// time.Time.
-func (b *base) instant(off int64) time.Time {
-	if off == winfast.None {
-		return time.Time{}
-	}
-	return b.epoch.Add(time.Duration(off))
 }
 
 func (q *stamps) at(i int) *entry {

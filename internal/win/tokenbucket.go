@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/ratesem/ratesem/internal/sat"
-	"github.com/ratesem/ratesem/internal/winfast"
 )
 
 // TokenBucket is the token bucket: a bucket of Burst units, full at first,
@@ -78,18 +77,16 @@ func (b *TokenBucket) refillNs(now int64) int64 {
 	}
 	e := t - b.last
 	b.last = t
-	if b.tokens >= b.burst || b.limit.Per == 0 {
-		b.fill()
-		return t
+	if b.tokens < b.burst && b.limit.Per > 0 {
+		// (e·N + frac) / Per new units, the remainder carried in frac.
+		q, r := mulDiv(e, b.limit.N, b.frac, int64(b.limit.Per), false)
+		if q < b.burst-b.tokens {
+			b.tokens += q
+			b.frac = r
+			return t
+		}
 	}
-	// (e·N + frac) / Per new units, the remainder carried in frac.
-	q, r := mulDiv(e, b.limit.N, b.frac, int64(b.limit.Per), false)
-	if q >= b.burst-b.tokens { // b.tokens < b.burst here
-		b.fill()
-		return t
-	}
-	b.tokens += q
-	b.frac = r
+	b.fill() // full already, an instant refill (no rate), or the refill fills it
 	return t
 }
 
@@ -172,16 +169,16 @@ func (b *TokenBucket) Admit(now time.Time, n int64) (time.Time, bool) {
 
 func (b *TokenBucket) admit(now, n int64) (int64, bool) {
 	if done, ok := trivial(n, b.burst, b.limit.Per); done {
-		return winfast.None, ok
+		return None, ok
 	}
 	t := b.refillNs(now)
 	if n <= b.tokens {
 		b.tokens -= n
 		b.admitted = t
-		return winfast.None, true
+		return None, true
 	}
 	if b.limit.N == 0 {
-		return winfast.None, false
+		return None, false
 	}
 	// The smallest e with e·N + frac ≥ (n − tokens)·Per, written with
 	// n − tokens ≥ 1 and frac < Per so that every term is non-negative.
