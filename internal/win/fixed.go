@@ -76,8 +76,12 @@ func NewFixedCompletion(l Limit) *FixedWindow {
 func (w *FixedWindow) Limit() Limit { return w.limit }
 
 // roll moves the count on to the window containing the Unix instant t: a new
-// window starts with the units in flight (with carry) or with none.
+// window starts with the units in flight (with carry) or with none. With
+// Per 0 (no windows) it does nothing.
 func (w *FixedWindow) roll(t int64) {
+	if w.limit.Per == 0 {
+		return
+	}
 	if idx := floorDiv(t, int64(w.limit.Per)); idx > w.win {
 		w.win, w.used, w.ended, w.taken = idx, 0, 0, 0
 		w.top, w.known, w.reported, w.floor = 0, 0, 0, 0
@@ -97,9 +101,7 @@ func (w *FixedWindow) SetLimit(now time.Time, l Limit) { w.setLimit(w.ns(now), l
 
 func (w *FixedWindow) setLimit(t int64, l Limit) {
 	l.check("FixedWindow.SetLimit")
-	if w.limit.Per > 0 {
-		w.roll(t) // the count of the window current at now, not an earlier one's
-	}
+	w.roll(t) // the count of the window current at now, not an earlier one's
 	w.limit = l
 	if l.Per > 0 {
 		w.win = floorDiv(t, int64(l.Per))
@@ -164,9 +166,7 @@ func (w *FixedWindow) done(t, n int64) {
 	if !w.carry || n <= 0 {
 		return
 	}
-	if w.limit.Per > 0 {
-		w.roll(t)
-	}
+	w.roll(t)
 	d := min(n, w.inflight)
 	w.inflight -= d
 	w.ended += d // ≤ the units admitted: no overflow
@@ -221,27 +221,26 @@ func (w *FixedWindow) report(t, win, used, ended, n int64, marked bool) (delta i
 	used = min(used, w.limit.N) // "full until the window moves", no more
 	own := max(w.used-w.taken, 0)
 	room := max(w.limit.N-own, 0)
+	var take int64
 	if !marked {
 		// As Reconciler.Consume of used − Used: every call of the window
 		// counted, those still on their way too. That bound stands as a
 		// floor; it never loosens the one the calls' own reports set
 		// (top, known), which a later report could give back from.
 		w.floor = max(w.floor, min(max(used-own, 0), room))
-		take := max(w.floor, w.taken) // a count with no call at hand never gives back
-		delta = take - w.taken
-		w.used, w.taken = own+take, take
-		return delta, true
+		take = max(w.floor, w.taken) // a count with no call at hand never gives back
+	} else {
+		k := sat.Add(ended, n)
+		switch {
+		case used > w.top:
+			w.top, w.known = used, k
+		case used == w.top:
+			w.known = max(w.known, k)
+		}
+		w.reported = sat.Add(w.reported, n)
+		foreign := max(w.top-max(w.known, w.reported), w.floor, 0)
+		take = min(foreign, room)
 	}
-	k := sat.Add(ended, n)
-	switch {
-	case used > w.top:
-		w.top, w.known = used, k
-	case used == w.top:
-		w.known = max(w.known, k)
-	}
-	w.reported = sat.Add(w.reported, n)
-	foreign := max(w.top-max(w.known, w.reported), w.floor, 0)
-	take := min(foreign, room)
 	delta = take - w.taken
 	w.used, w.taken = own+take, take
 	return delta, true

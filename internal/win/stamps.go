@@ -107,10 +107,7 @@ func (q *stamps) pushReport(at, n, n0, extra int64) {
 			k = min(k, n0-tail.n)
 		}
 	}
-	k = min(k, math.MaxInt64-extra-q.units)
-	if k > 0 {
-		q.push(at, k)
-	}
+	q.pushSat(at, k, extra)
 }
 
 // pushSat pushes n units stamped at, fewer only where q.units + extra
