@@ -32,7 +32,7 @@ import (
 // The zero Completion is not usable; call NewCompletion. A Completion is not
 // safe for concurrent use (see Policy).
 type Completion struct {
-	limit    Limit
+	limited
 	inflight int64 // units admitted and not yet Done
 	log      stamps
 }
@@ -41,14 +41,8 @@ type Completion struct {
 // an empty log. It panics if l.N or l.Per is negative.
 func NewCompletion(l Limit) *Completion {
 	l.check("NewCompletion")
-	return &Completion{limit: l}
+	return &Completion{limited: limited{l}}
 }
-
-// Limit returns the limit the window enforces.
-func (c *Completion) Limit() Limit { return c.limit }
-
-// Capacity implements Policy: it returns N.
-func (c *Completion) Capacity() int64 { return c.limit.N }
 
 // SetLimit replaces the limit at the instant now, keeping the units in flight
 // and the completions still inside the old window at now: they count against
@@ -134,9 +128,6 @@ func (f *fastCompletion) c() *Completion { return (*Completion)(f) }
 
 // Start implements Window (the engine's form of the window).
 func (f *fastCompletion) Start(e time.Time) time.Time { return f.log.start(e) }
-
-// Capacity implements Window (the engine's form of the window).
-func (f *fastCompletion) Capacity() int64 { return f.limit.N }
 
 // AdmitCached implements Window (the engine's form of the window).
 func (f *fastCompletion) AdmitCached(n int64) bool { return f.c().admitCached(n) }

@@ -30,7 +30,7 @@ import (
 // Policy).
 type SlidingWindowCounter struct {
 	unix
-	limit     Limit
+	limited
 	win       int64 // index of the current window: floor(Unix ns / Per)
 	prev, cur int64 // units started in windows win−1 and win
 	latest    int64 // the latest Unix ns seen: time never goes back
@@ -42,14 +42,8 @@ type SlidingWindowCounter struct {
 // 0 there is no rate: every call of at most N units is admitted.
 func NewSlidingWindowCounter(l Limit) *SlidingWindowCounter {
 	l.check("NewSlidingWindowCounter")
-	return &SlidingWindowCounter{limit: l}
+	return &SlidingWindowCounter{limited: limited{l}}
 }
-
-// Limit returns the limit the counter enforces.
-func (w *SlidingWindowCounter) Limit() Limit { return w.limit }
-
-// Capacity implements Policy: it returns N.
-func (w *SlidingWindowCounter) Capacity() int64 { return w.limit.N }
 
 // SetLimit implements Policy: both counts are kept and count against the new
 // N; the windows are re-cut at the new Per, the current count staying in the
@@ -161,7 +155,7 @@ func (w *SlidingWindowCounter) done(int64, int64)     {}
 // Policy).
 type SubWindowCounter struct {
 	unix
-	limit  Limit
+	limited
 	blocks int64
 	size   int64   // block length in nanoseconds
 	counts []int64 // ring: counts[i % blocks] for block index i
@@ -178,7 +172,7 @@ func NewSubWindowCounter(l Limit, blocks int) *SubWindowCounter {
 	if blocks < 1 {
 		panic(fmt.Sprintf("ratesem: NewSubWindowCounter: %d blocks, want at least 1", blocks))
 	}
-	w := &SubWindowCounter{limit: l, blocks: int64(blocks), counts: make([]int64, blocks)}
+	w := &SubWindowCounter{limited: limited{l}, blocks: int64(blocks), counts: make([]int64, blocks)}
 	w.size = w.blockSize(l.Per)
 	return w
 }
@@ -187,14 +181,8 @@ func (w *SubWindowCounter) blockSize(per time.Duration) int64 {
 	return ceilDiv(int64(per), w.blocks) // not (per+blocks−1)/blocks: that wraps for a Per near math.MaxInt64
 }
 
-// Limit returns the limit the counter enforces.
-func (w *SubWindowCounter) Limit() Limit { return w.limit }
-
 // Blocks returns the number of blocks per window.
 func (w *SubWindowCounter) Blocks() int { return int(w.blocks) }
-
-// Capacity implements Policy: it returns N.
-func (w *SubWindowCounter) Capacity() int64 { return w.limit.N }
 
 // SetLimit implements Policy. A change of N keeps the blocks. A change of
 // Per re-cuts the blocks: every unit still counted moves into the block

@@ -29,7 +29,7 @@ import (
 // concurrent use (see Policy).
 type FixedWindow struct {
 	unix
-	limit    Limit
+	limited
 	win      int64 // index of the current window: floor(Unix ns / Per)
 	used     int64 // units counted in window win
 	inflight int64 // units admitted and not yet Done; counted only with carry
@@ -53,7 +53,7 @@ type FixedWindow struct {
 // most N units is admitted and nothing is counted.
 func NewFixedWindow(l Limit) *FixedWindow {
 	l.check("NewFixedWindow")
-	return &FixedWindow{limit: l}
+	return &FixedWindow{limited: limited{l}}
 }
 
 // NewFixedCompletion returns a fixed window counter for l in which a call
@@ -72,9 +72,6 @@ func NewFixedCompletion(l Limit) *FixedWindow {
 	return w
 }
 
-// Limit returns the limit the window enforces.
-func (w *FixedWindow) Limit() Limit { return w.limit }
-
 // roll moves the count on to the window containing the Unix instant t: a new
 // window starts with the units in flight (with carry) or with none. With
 // Per 0 (no windows) it does nothing.
@@ -90,9 +87,6 @@ func (w *FixedWindow) roll(t int64) {
 		}
 	}
 }
-
-// Capacity implements Policy: it returns N.
-func (w *FixedWindow) Capacity() int64 { return w.limit.N }
 
 // SetLimit implements Policy. Units already counted in the window current at
 // now stay counted against the new N, in the new window containing now. It

@@ -29,7 +29,7 @@ import (
 // use (see Policy).
 type GCRA struct {
 	base
-	limit    Limit
+	limited
 	burst    int64
 	burstSet bool  // burst given to NewGCRA; else it follows N
 	pacer    bool  // admit only when TAT ≤ t: no tolerance
@@ -49,7 +49,7 @@ func NewGCRA(l Limit, burst int64) *GCRA {
 	if burst < 0 {
 		panic(fmt.Sprintf("ratesem: NewGCRA: negative burst %d", burst))
 	}
-	g := &GCRA{limit: l, burst: burst, burstSet: burst > 0}
+	g := &GCRA{limited: limited{l}, burst: burst, burstSet: burst > 0}
 	g.setRate(l)
 	return g
 }
@@ -65,7 +65,7 @@ func NewGCRA(l Limit, burst int64) *GCRA {
 // N: a heavier call is refused. It panics if l.N or l.Per is negative.
 func NewPacer(l Limit) *GCRA {
 	l.check("NewPacer")
-	g := &GCRA{limit: l, pacer: true}
+	g := &GCRA{limited: limited{l}, pacer: true}
 	g.setRate(l)
 	return g
 }
@@ -80,9 +80,6 @@ func (g *GCRA) setRate(l Limit) {
 		g.emit = ceilDiv(int64(l.Per), l.N) // not (Per+N−1)/N: that wraps near math.MaxInt64
 	}
 }
-
-// Limit returns the limit: N units per Per.
-func (g *GCRA) Limit() Limit { return g.limit }
 
 // Burst returns the most units admitted at once from idle: the burst for
 // NewGCRA; for NewPacer, 1 unit (or one call of up to N units).

@@ -245,6 +245,16 @@ func trivial(n, capacity int64, per time.Duration) (done, ok bool) {
 	return false, false
 }
 
+// limited holds a window's limit: its Limit, and its Capacity for the
+// windows whose capacity is N (the buckets and GCRA have their own).
+type limited struct{ limit Limit }
+
+// Limit implements Policy: it returns the limit the window enforces.
+func (l *limited) Limit() Limit { return l.limit }
+
+// Capacity implements Policy: it returns N.
+func (l *limited) Capacity() int64 { return l.limit.N }
+
 // unix gives the windows aligned to the clock their instants: Unix
 // nanoseconds, with no epoch of their own.
 type unix struct{}

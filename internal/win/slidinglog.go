@@ -25,7 +25,7 @@ import (
 // the last Per + Margin. The zero SlidingLog is not usable; call NewSlidingLog.
 // A SlidingLog is not safe for concurrent use (see Policy).
 type SlidingLog struct {
-	limit  Limit
+	limited
 	margin int64 // nanoseconds
 	log    stamps
 }
@@ -37,14 +37,8 @@ func NewSlidingLog(l Limit, margin time.Duration) *SlidingLog {
 	if margin < 0 {
 		panic(fmt.Sprintf("ratesem: NewSlidingLog: negative margin %v", margin))
 	}
-	return &SlidingLog{limit: l, margin: int64(margin)}
+	return &SlidingLog{limited: limited{l}, margin: int64(margin)}
 }
-
-// Limit returns the limit the window enforces.
-func (w *SlidingLog) Limit() Limit { return w.limit }
-
-// Capacity implements Policy: it returns N.
-func (w *SlidingLog) Capacity() int64 { return w.limit.N }
 
 // Margin returns the margin added to every recorded start.
 func (w *SlidingLog) Margin() time.Duration { return time.Duration(w.margin) }

@@ -25,7 +25,7 @@ import (
 // Policy).
 type TokenBucket struct {
 	base
-	limit    Limit
+	limited
 	burst    int64
 	burstSet bool  // burst given to NewTokenBucket; else it follows N
 	tokens   int64 // whole units in the bucket at last; < 0 after SetLimit lowered the burst below the debt
@@ -45,16 +45,13 @@ func NewTokenBucket(l Limit, burst int64) *TokenBucket {
 	if burst < 0 {
 		panic(fmt.Sprintf("ratesem: NewTokenBucket: negative burst %d", burst))
 	}
-	b := &TokenBucket{limit: l, burst: burst, burstSet: burst > 0}
+	b := &TokenBucket{limited: limited{l}, burst: burst, burstSet: burst > 0}
 	if !b.burstSet {
 		b.burst = l.N
 	}
 	b.tokens = b.burst
 	return b
 }
-
-// Limit returns the refill rate: N units per Per.
-func (b *TokenBucket) Limit() Limit { return b.limit }
 
 // Burst returns the bucket's size in units.
 func (b *TokenBucket) Burst() int64 { return b.burst }
