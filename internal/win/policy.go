@@ -223,12 +223,14 @@ type core interface {
 
 // timeOf converts at, an instant of a window's core (None: the
 // zero time.Time), to a time.Time on the clock of now, whose instant in
-// the core is t: what Policy.Admit returns.
+// the core is t: what Policy.Admit returns. The windows return an at no
+// earlier than t, so at − t, read as unsigned, is exact: the wait
+// saturates at math.MaxInt64 rather than wrap.
 func timeOf(now time.Time, t, at int64) time.Time {
 	if at == None {
 		return time.Time{}
 	}
-	return now.Add(time.Duration(sat.Sub(at, t)))
+	return now.Add(time.Duration(min(uint64(at-t), math.MaxInt64)))
 }
 
 // trivial decides the calls of n units that need no bookkeeping, under a

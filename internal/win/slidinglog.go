@@ -63,7 +63,7 @@ func (w *SlidingLog) setLimit(now int64, l Limit) {
 // Per == 0 there is no rate: every call of at most N units is admitted and
 // nothing is recorded.
 func (w *SlidingLog) Admit(now time.Time, n int64) (time.Time, bool) {
-	t := w.ns(now)
+	t := w.log.ns(now)
 	at, ok := w.admit(t, n)
 	return timeOf(now, t, at), ok
 }
