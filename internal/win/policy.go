@@ -128,14 +128,6 @@ type Foreign interface {
 	ForeignPolicy()
 }
 
-// Every window of this package is a Policy: package window's constructors
-// return them as one.
-var (
-	_ Window  = (*fastCompletion)(nil)
-	_ Window  = (*fast)(nil)
-	_ Foreign = (*foreign)(nil)
-)
-
 // BurstFollowsN reports whether p, a window.Policy, is a token or leaky
 // bucket or a GCRA of package window whose burst was left at 0 when it was
 // made, so that its SetLimit sets the burst to the new N; false for any
