@@ -198,7 +198,7 @@ func (w *FixedWindow) mark(t int64) (win, ended, taken int64, ok bool) {
 // most once: a second report of a call would count it twice.
 //
 // Without marked (a count read with no call at hand: Reconcile, or a
-// call's second report), the count is taken as Reconciler.Consume of
+// call's second report), the count is taken as window.Reconciler.Consume of
 // used − Used would: every call of the window counted by the server; it
 // never gives units back, and what it shows from elsewhere stays a floor
 // that later give-backs never go below; but it leaves the bound of the
@@ -217,7 +217,7 @@ func (w *FixedWindow) report(t, win, used, ended, n int64, marked bool) (delta i
 	room := max(w.limit.N-own, 0)
 	var take int64
 	if !marked {
-		// As Reconciler.Consume of used − Used: every call of the window
+		// As window.Reconciler.Consume of used − Used: every call of the window
 		// counted, those still on their way too. That bound stands as a
 		// floor; it never loosens the one the calls' own reports set
 		// (top, known), which a later report could give back from.

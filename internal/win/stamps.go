@@ -95,7 +95,7 @@ func (q *stamps) push(at, n int64) {
 	q.len++
 }
 
-// pushReport pushes the units of a server's report (Reconciler.Consume): at
+// pushReport pushes the units of a server's report (window.Reconciler.Consume): at
 // most n0 of them (a report beyond the limit means a full window from at,
 // no more), fewer if units stamped at or after at already reach n0, and
 // never so many that q.units + extra (extra ≥ 0: units in flight) would
