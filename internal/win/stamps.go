@@ -119,11 +119,7 @@ func (q *stamps) pushSat(at, n, extra int64) {
 }
 
 func (q *stamps) grow() {
-	size := 2 * len(q.buf)
-	if size == 0 {
-		size = 8
-	}
-	buf := make([]entry, size)
+	buf := make([]entry, max(2*len(q.buf), 8))
 	for i := 0; i < q.len; i++ {
 		buf[i] = *q.at(i)
 	}
