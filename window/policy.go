@@ -141,14 +141,3 @@ type Reconciler interface {
 	// never panics.
 	Consume(now time.Time, n int64)
 }
-
-// The windows of internal/win are this package's policies; the two Policy
-// interfaces are one method set.
-var (
-	_ Policy         = win.Policy(nil)
-	_ win.Policy     = Policy(nil)
-	_ Settler        = win.Settler(nil)
-	_ win.Settler    = Settler(nil)
-	_ Reconciler     = win.Reconciler(nil)
-	_ win.Reconciler = Reconciler(nil)
-)

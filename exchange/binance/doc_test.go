@@ -7,7 +7,6 @@ import (
 	"testing"
 	"text/tabwriter"
 
-	"github.com/ratesem/ratesem/internal/doctable"
 	"github.com/ratesem/ratesem/window"
 )
 
@@ -29,7 +28,7 @@ func rulesDoc() []string {
 		fmt.Fprintf(w, "%s\t%v\t%v\t%s\t%s\t%s\n", r.name, window.Limit{N: r.n, Per: r.per}, r.scope, usage, pause, r.section)
 	}
 	w.Flush()
-	return doctable.Lines(b.String())
+	return docLines(b.String())
 }
 
 // endpointsDoc renders the endpoint table of the package documentation.
@@ -50,13 +49,13 @@ func endpointsDoc() []string {
 	}
 	fmt.Fprintln(w, "any\tother\t1\t-\t(Table.Default)")
 	w.Flush()
-	return doctable.Lines(b.String())
+	return docLines(b.String())
 }
 
 // TestDocTable checks that the tables in the package documentation are the
 // ones the code has; with -update it rewrites them.
 func TestDocTable(t *testing.T) {
-	doctable.Check(t, "doc.go", map[string][]string{
+	checkDocTables(t, "doc.go", map[string][]string{
 		"// # Rules":     rulesDoc(),
 		"// # Endpoints": endpointsDoc(),
 	}, *update)

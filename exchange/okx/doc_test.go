@@ -7,8 +7,6 @@ import (
 	"strings"
 	"testing"
 	"text/tabwriter"
-
-	"github.com/ratesem/ratesem/internal/doctable"
 )
 
 var update = flag.Bool("update", false, "rewrite the tables in doc.go from the code")
@@ -26,7 +24,7 @@ func rulesDoc() []string {
 		fmt.Fprintf(w, "%s\t%d/%v\t%v\t%s\t#%s\n", r.name, r.n, Per, r.scope, pause, r.section)
 	}
 	w.Flush()
-	return doctable.Lines(b.String())
+	return docLines(b.String())
 }
 
 // endpointsDoc renders the endpoint table of the package documentation.
@@ -43,13 +41,13 @@ func endpointsDoc() []string {
 		fmt.Fprintf(w, "%s\t%s\t%s\n", e.method, e.path, charges)
 	}
 	w.Flush()
-	return doctable.Lines(b.String())
+	return docLines(b.String())
 }
 
 // TestDocTable checks that the tables in the package documentation are the
 // ones the code has; with -update it rewrites them.
 func TestDocTable(t *testing.T) {
-	doctable.Check(t, "doc.go", map[string][]string{
+	checkDocTables(t, "doc.go", map[string][]string{
 		"// # Rules":     rulesDoc(),
 		"// # Endpoints": endpointsDoc(),
 	}, *update)

@@ -7,7 +7,7 @@ import (
 
 	"github.com/ratesem/ratesem"
 	"github.com/ratesem/ratesem/internal/sat"
-	"github.com/ratesem/ratesem/internal/winfast"
+	"github.com/ratesem/ratesem/internal/win"
 
 	"github.com/ratesem/ratesem/window"
 )
@@ -61,7 +61,7 @@ func (p *Engine) reconcile(rs *ruleState, key string, used int64) (int64, error)
 	if err != nil {
 		return 0, err
 	}
-	if delta, ok := winfast.Report(l.policy, now, 0, used, 0, 0, false); ok {
+	if delta, ok := win.Report(l.policy, now, 0, used, 0, 0, false); ok {
 		return p.reportedLocked(l, delta, now), nil
 	}
 	r, ok := l.policy.(window.Reconciler)
@@ -72,7 +72,7 @@ func (p *Engine) reconcile(rs *ruleState, key string, used int64) (int64, error)
 }
 
 // reportedLocked finishes a usage report that changed l's window by delta
-// units (winfast.Report): units taken in are counted as reconciled, and
+// units (win.Report): units taken in are counted as reconciled, and
 // units given back (a report that bounds the units from elsewhere lower
 // than an earlier one did) let l's waiters try again at once. It returns
 // the units taken in (0 when none).
@@ -190,15 +190,15 @@ func (p *Engine) observeLocked(hd *held, used int64, now time.Time) int64 {
 	if hd.marked {
 		// A fixed completion window (see ObserveHeaders); a call admitted
 		// in an earlier window is ignored.
-		win, _, _, ok := winfast.Mark(hd.lim.policy, now)
-		if !ok || win != hd.recAtAdmit {
+		cur, _, _, ok := win.Mark(hd.lim.policy, now)
+		if !ok || cur != hd.recAtAdmit {
 			return 0
 		}
 		// The call's units are subtracted from the server's count once:
 		// another report of it is a count with no call at hand.
 		first := !hd.reported
 		hd.reported = true
-		delta, _ := winfast.Report(hd.lim.policy, now, hd.recAtAdmit, used, hd.usedAtAdmit, hd.n, first)
+		delta, _ := win.Report(hd.lim.policy, now, hd.recAtAdmit, used, hd.usedAtAdmit, hd.n, first)
 		return p.reportedLocked(hd.lim, delta, now)
 	}
 	known := hd.lim.reconciled() - hd.recAtAdmit // taken in since this call was admitted; ≥ 0

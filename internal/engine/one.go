@@ -9,7 +9,7 @@ import (
 
 	"github.com/ratesem/ratesem"
 	"github.com/ratesem/ratesem/internal/wake"
-	"github.com/ratesem/ratesem/internal/winfast"
+	"github.com/ratesem/ratesem/internal/win"
 	"github.com/ratesem/ratesem/window"
 )
 
@@ -42,11 +42,11 @@ type One struct {
 	slow         bool // Redis mode or a foreign policy: the fast paths step aside
 	real         bool // the real clock: nanos is time.Since(e.epoch)
 	doneUsesTime bool
-	timedDone    atomic.Bool    // doneUsesTime && per > 0, kept by SetLimit; read by Release without the lock
-	conc         int64          // the concurrency cap in force: min(N, capOpt), rs.cap (under e.mu)
-	callUnits    int64          // units of the live Calls (under e.mu)
-	admitted     uint64         // (under e.mu)
-	fast         winfast.Window // l.policy's fast form, on the epoch e.epoch
+	timedDone    atomic.Bool // doneUsesTime && per > 0, kept by SetLimit; read by Release without the lock
+	conc         int64       // the concurrency cap in force: min(N, capOpt), rs.cap (under e.mu)
+	callUnits    int64       // units of the live Calls (under e.mu)
+	admitted     uint64      // (under e.mu)
+	fast         win.Window  // l.policy's fast form, on the epoch e.epoch
 	obs          func(ratesem.Event)
 
 	// The engine and its one limiter, held by value: the fast paths
@@ -81,8 +81,8 @@ type callSlot struct {
 func NewOne(p window.Policy, cfg Config) *One {
 	l := p.Limit()
 	clk := wake.NewClock(cfg.Clock)
-	fast := winfast.Of(p)
-	_, foreign := fast.(winfast.Foreign)
+	fast := win.Of(p)
+	_, foreign := fast.(win.Foreign)
 	o := &One{fast: fast, obs: cfg.Observer, slow: foreign,
 		real: cfg.Clock == nil, doneUsesTime: fast.DoneUsesTime(), capOpt: cfg.Concurrency}
 	o.ob = (*oneProc)(o)

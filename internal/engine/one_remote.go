@@ -9,11 +9,10 @@ import (
 	"time"
 
 	"github.com/ratesem/ratesem"
-	"github.com/ratesem/ratesem/internal/backend"
 	"github.com/ratesem/ratesem/internal/remote"
 	"github.com/ratesem/ratesem/internal/rspec"
 	"github.com/ratesem/ratesem/internal/wake"
-	"github.com/ratesem/ratesem/internal/winfast"
+	"github.com/ratesem/ratesem/internal/win"
 	"github.com/ratesem/ratesem/window"
 )
 
@@ -49,7 +48,7 @@ type heldCall struct {
 // through o under name: redisrate.NewSemaphore (p nil: n units per per
 // under cfg's window) and redisrate.NewSemaphoreWithPolicy (the window p).
 // cfg comes from the options; its Redis options apply.
-func NewShared(o backend.Opener, name string, n int64, per time.Duration, p window.Policy, cfg Config) (*One, error) {
+func NewShared(o rspec.Opener, name string, n int64, per time.Duration, p window.Policy, cfg Config) (*One, error) {
 	if err := cfg.err(); err != nil {
 		return nil, err
 	}
@@ -76,7 +75,7 @@ func NewShared(o backend.Opener, name string, n int64, per time.Duration, p wind
 const DefaultPrefix = "ratesem:sem"
 
 // newRedisN is redisrate.NewSemaphore.
-func newRedisN(o backend.Opener, name string, n int64, interval time.Duration, cfg Config) (*One, error) {
+func newRedisN(o rspec.Opener, name string, n int64, interval time.Duration, cfg Config) (*One, error) {
 	if name == "" {
 		return nil, errors.New("ratesem: redisrate.NewSemaphore: empty name")
 	}
@@ -95,7 +94,7 @@ func newRedisN(o backend.Opener, name string, n int64, interval time.Duration, c
 }
 
 // newRedisPolicy is redisrate.NewSemaphoreWithPolicy.
-func newRedisPolicy(o backend.Opener, name string, p window.Policy, cfg Config) (*One, error) {
+func newRedisPolicy(o rspec.Opener, name string, p window.Policy, cfg Config) (*One, error) {
 	switch {
 	case p == nil:
 		return nil, errors.New("ratesem: redisrate.NewSemaphoreWithPolicy: nil policy")
@@ -119,7 +118,7 @@ func newRedisPolicy(o backend.Opener, name string, p window.Policy, cfg Config) 
 	if err := sp.Check(); err != nil {
 		return nil, fmt.Errorf("%w (redisrate.NewSemaphoreWithPolicy)", err)
 	}
-	burstN := winfast.BurstFollowsN(p) // before newLocal changes p's limit
+	burstN := win.BurstFollowsN(p) // before newLocal changes p's limit
 	newLocal := func(localN int64) window.Policy {
 		p.SetLimit(time.Now(), window.Limit{N: localN, Per: sp.Limit.Per})
 		return p
@@ -135,7 +134,7 @@ func newRedisPolicy(o backend.Opener, name string, p window.Policy, cfg Config) 
 // builds the fallback of localN units. The One's Engine is in Redis mode,
 // with one rule, redisRule, whose key "" is the semaphore's limit in the
 // scope name.
-func newRedis(o backend.Opener, name string, sp *rspec.Spec, cfg Config, newLocal func(localN int64) window.Policy) (*One, error) {
+func newRedis(o rspec.Opener, name string, sp *rspec.Spec, cfg Config, newLocal func(localN int64) window.Policy) (*One, error) {
 	if len(name) > rspec.MaxNameLen {
 		// Checked here, not at the first Acquire: there the store's refusal
 		// would pass for a Redis outage (ratesem.ErrUnavailable, or the fallback

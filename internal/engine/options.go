@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/ratesem/ratesem"
-	"github.com/ratesem/ratesem/internal/backend"
+	"github.com/ratesem/ratesem/internal/rspec"
 )
 
 // DefaultIdleTimeout is how long a key must see no call, by default, before
@@ -57,7 +57,7 @@ type Config struct {
 
 // Shared says where a front's state is kept in Redis.
 type Shared struct {
-	Opener backend.Opener // Open nil: a nil client
+	Opener rspec.Opener // Open nil: a nil client
 	Prefix string
 }
 

@@ -19,7 +19,7 @@ import (
 	"github.com/ratesem/ratesem/internal/sat"
 	"github.com/ratesem/ratesem/internal/sched"
 	"github.com/ratesem/ratesem/internal/wake"
-	"github.com/ratesem/ratesem/internal/winfast"
+	"github.com/ratesem/ratesem/internal/win"
 	"github.com/ratesem/ratesem/window"
 )
 
@@ -792,7 +792,7 @@ func (p *Engine) admitLocked(hs []held, nodes []qnode, now time.Time) (at time.T
 		h.lim.inflight += h.n
 		h.thrAtAdmit = h.lim.throttles()
 		if h.lim.rule.Usage != nil || h.lim.rule.Learn != nil {
-			if win, ended, _, ok := winfast.Mark(h.lim.policy, now); ok {
+			if win, ended, _, ok := win.Mark(h.lim.policy, now); ok {
 				h.usedAtAdmit, h.recAtAdmit, h.marked = ended, win, true
 			} else if r, ok := h.lim.policy.(window.Reconciler); ok {
 				h.usedAtAdmit, h.recAtAdmit = r.Used(now), h.lim.reconciled()

@@ -13,7 +13,7 @@ import (
 // answering. A nil *DeferredCheck defers nothing. It is safe for
 // concurrent use.
 type DeferredCheck struct {
-	check func() error          // one round trip (backend.Opener.Check)
+	check func() error          // one round trip (rspec.Opener.Check)
 	wrap  func(error) error     // adds what to do to a failure's message
 	mu    sync.Mutex            // held by the one call running check
 	res   atomic.Pointer[error] // nil until the check passed (*res nil) or failed

@@ -1,10 +1,10 @@
 // Package rspec holds what the shared (Redis) mode of ratesem says about
 // limits without talking to Redis: the Spec of a rule's window as the
 // store keeps it, a call's Charge under one rule, the store's Decision, and
-// the Store interface the waiting engine (internal/remote) runs on. It
-// imports no Redis client, so that packages semaphore and clientpool,
-// which build on it, do not link go-redis; package internal/rstore
-// implements Store over go-redis.
+// the Store interface the waiting engine (internal/remote) runs on and the
+// Opener that opens stores. It imports no Redis client, so that packages
+// semaphore and clientpool, which build on it, do not link go-redis;
+// package internal/rstore implements Store over go-redis.
 package rspec
 
 import (
@@ -17,7 +17,6 @@ import (
 
 	"github.com/ratesem/ratesem"
 	"github.com/ratesem/ratesem/internal/win"
-	"github.com/ratesem/ratesem/internal/winfast"
 	"github.com/ratesem/ratesem/window"
 )
 
@@ -261,7 +260,7 @@ func SpecOf(p window.Policy) (Spec, error) {
 		s.Kind = Completion
 	case *win.FixedWindow:
 		s.Kind = FixedWindow
-		if winfast.Of(w).DoneUsesTime() { // only NewFixedCompletion reads Done's instant
+		if win.Of(w).DoneUsesTime() { // only NewFixedCompletion reads Done's instant
 			s.Kind = FixedCompletion
 		}
 	case *win.SlidingLog:
@@ -484,6 +483,25 @@ type Read struct {
 	// none), and Weight its weight in that charge.
 	Mark   string
 	Weight int64
+}
+
+// Opener opens the stores of one Redis (internal/rstore.NewOpener): what
+// internal/rstore and internal/engine share to open Redis stores without
+// importing each other's internals.
+type Opener struct {
+	// Open returns the store of the keys under prefix, whose calls in
+	// flight hold leases of lease (0: DefaultLease). It does not
+	// talk to Redis.
+	Open func(prefix string, lease time.Duration) (Store, error)
+	// Check makes one round trip, waiting at most timeout: it returns an
+	// error matching ratesem.ErrUnavailable when Redis does not answer,
+	// ratesem.ErrLimitMismatch when a limiter of cs (in scope, under
+	// prefix) stores a limit other than its charge's Spec (one SetLimit
+	// wrote is adopted: no error), and, when eviction is set,
+	// ratesem.ErrEviction when the server's maxmemory-policy lets it evict
+	// keys (not checked when the server forbids CONFIG); nil otherwise. The
+	// caller adds what to do to the message.
+	Check func(timeout time.Duration, prefix, scope string, cs []Charge, eviction bool) error
 }
 
 // Store is the bookkeeping a waiting engine runs on: every method is one

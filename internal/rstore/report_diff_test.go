@@ -6,13 +6,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratesem/ratesem/internal/winfast"
+	"github.com/ratesem/ratesem/internal/win"
 	"github.com/ratesem/ratesem/window"
 )
 
 // TestDifferentialUsageReports: the usage reconcile of a fixed completion
 // window is the same bound in process (win.FixedWindow through
-// winfast.Report, as clientpool uses it) and in Redis (ReconcileAt): random
+// win.Report, as clientpool uses it) and in Redis (ReconcileAt): random
 // admissions, ends, marked reports (once per call, of calls in flight or
 // ended, counts from 0 to beyond N), reports without a mark and window
 // boundaries give the same change in units at every report and the same
@@ -56,7 +56,7 @@ func TestDifferentialUsageReports(t *testing.T) {
 				cl := &call{c: c, token: d.Token, mark: d.Marks[0]}
 				// Mark after Admit counts the call: its own admission's
 				// window and ended units are what Admit's mark holds.
-				cl.win, cl.ended, _, _ = winfast.Mark(w, now)
+				cl.win, cl.ended, _, _ = win.Mark(w, now)
 				calls = append(calls, cl)
 			case op < 7: // end a call in flight
 				for _, cl := range calls {
@@ -81,7 +81,7 @@ func TestDifferentialUsageReports(t *testing.T) {
 					cl.reported = true
 					r.Mark, r.Weight = cl.mark, cl.c.Weight
 				}
-				in, _ := winfast.Report(w, now, cl.win, used, cl.ended, cl.c.Weight, marked)
+				in, _ := win.Report(w, now, cl.win, used, cl.ended, cl.c.Weight, marked)
 				red, err := s.ReconcileAt(ctx, "", cl.c, used, r)
 				if err != nil {
 					t.Fatal(err)

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratesem/ratesem/internal/winfast"
+	"github.com/ratesem/ratesem/internal/win"
 	"github.com/ratesem/ratesem/window"
 )
 
@@ -67,7 +67,7 @@ func TestReview4DifferentialHostileReports(t *testing.T) {
 					continue
 				}
 				cl := &call{c: c, token: d.Token, mark: d.Marks[0], at: now.UnixNano()}
-				cl.win, cl.ended, _, _ = winfast.Mark(w, now)
+				cl.win, cl.ended, _, _ = win.Mark(w, now)
 				calls = append(calls, cl)
 			case op < 6: // end a call in flight
 				for _, cl := range calls {
@@ -110,11 +110,11 @@ func TestReview4DifferentialHostileReports(t *testing.T) {
 					cl.reported = true
 					r.Mark, r.Weight = cl.mark, cl.c.Weight
 				}
-				cur, _, _, _ := winfast.Mark(w, now)
+				cur, _, _, _ := win.Mark(w, now)
 				if marked && cl.win != cur {
 					stale++
 				}
-				in, _ := winfast.Report(w, now, cl.win, used, cl.ended, cl.c.Weight, marked)
+				in, _ := win.Report(w, now, cl.win, used, cl.ended, cl.c.Weight, marked)
 				rc := cl.c
 				rc.Spec = sp // clientpool sends a report under the rule's limit now
 				red, err := s.ReconcileAt(ctx, "", rc, used, r)

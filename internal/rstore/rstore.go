@@ -125,7 +125,6 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/ratesem/ratesem"
-	"github.com/ratesem/ratesem/internal/backend"
 	"github.com/ratesem/ratesem/internal/rspec"
 )
 
@@ -1130,10 +1129,10 @@ func (s *Store) AdmitCall(scope string, cs []Charge, token string) (keys []strin
 	return keys, append(args, ev, until, ""), nil
 }
 
-// NewOpener returns the backend.Opener of c: stores built with New over c,
+// NewOpener returns the rspec.Opener of c: stores built with New over c,
 // and the eviction check of c's server.
-func NewOpener(c goredis.UniversalClient) backend.Opener {
-	return backend.Opener{
+func NewOpener(c goredis.UniversalClient) rspec.Opener {
+	return rspec.Opener{
 		Open: func(prefix string, lease time.Duration) (rspec.Store, error) {
 			return New(c, prefix, Options{Lease: lease})
 		},

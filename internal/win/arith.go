@@ -15,39 +15,6 @@ func ceilDiv(a, b int64) int64 {
 	return q
 }
 
-// mulDiv returns floor(a·b/c) for a, b ≥ 0 and c > 0, exact through a
-// 128-bit product, saturating at math.MaxInt64.
-func mulDiv(a, b, c int64) int64 {
-	hi, lo := bits.Mul64(uint64(a), uint64(b))
-	if hi >= uint64(c) {
-		return math.MaxInt64
-	}
-	q, _ := bits.Div64(hi, lo, uint64(c))
-	if q > math.MaxInt64 {
-		return math.MaxInt64
-	}
-	return int64(q)
-}
-
-// u128 is an unsigned 128-bit integer, for products of a count of units and
-// a duration in nanoseconds (N·Per overflows int64 for 200000 per day).
-type u128 struct{ hi, lo uint64 }
-
-func mul128(a, b int64) u128 {
-	hi, lo := bits.Mul64(uint64(a), uint64(b))
-	return u128{hi, lo}
-}
-
-func (x u128) add(y u128) u128 {
-	lo, c := bits.Add64(x.lo, y.lo, 0)
-	hi, _ := bits.Add64(x.hi, y.hi, c)
-	return u128{hi, lo}
-}
-
-func (x u128) lessEq(y u128) bool {
-	return x.hi < y.hi || x.hi == y.hi && x.lo <= y.lo
-}
-
 // floorDiv returns floor(a/b) for b > 0, rounding towards −∞ for negative
 // a (instants before 1970).
 func floorDiv(a, b int64) int64 {
@@ -58,24 +25,20 @@ func floorDiv(a, b int64) int64 {
 	return q
 }
 
-// sub returns x − y for y ≤ x.
-func (x u128) sub(y u128) u128 {
-	lo, b := bits.Sub64(x.lo, y.lo, 0)
-	hi, _ := bits.Sub64(x.hi, y.hi, b)
-	return u128{hi, lo}
-}
-
-// divCeil returns ceil(x/c) for c > 0, saturating at math.MaxInt64.
-func (x u128) divCeil(c int64) int64 {
-	if x.hi >= uint64(c) {
-		return math.MaxInt64
+// mulDiv returns q = (a·b + c)/d, rounded up when up, and r, the remainder
+// of the division rounded down, for a, b, c ≥ 0 and d > 0: exact through a
+// 128-bit sum of products (N·Per overflows int64 for 200000 per day), q
+// saturating at math.MaxInt64 (r is then 0).
+func mulDiv(a, b, c, d int64, up bool) (q, r int64) {
+	hi, lo := bits.Mul64(uint64(a), uint64(b))
+	lo, carry := bits.Add64(lo, uint64(c), 0)
+	hi += carry // a·b < 2^126: no wrap
+	if hi >= uint64(d) {
+		return math.MaxInt64, 0
 	}
-	q, r := bits.Div64(x.hi, x.lo, uint64(c))
-	if r != 0 {
-		q++
+	uq, ur := bits.Div64(hi, lo, uint64(d))
+	if up && ur != 0 {
+		uq++
 	}
-	if q > math.MaxInt64 {
-		return math.MaxInt64
-	}
-	return int64(q)
+	return int64(min(uq, math.MaxInt64)), int64(ur)
 }

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/ratesem/ratesem/internal/sat"
-	"github.com/ratesem/ratesem/internal/winfast"
 )
 
 // Completion is the completion window, the OKEx scheme: a call's units count
@@ -33,7 +32,7 @@ import (
 // The zero Completion is not usable; call NewCompletion. A Completion is not
 // safe for concurrent use (see Policy).
 type Completion struct {
-	limit    Limit
+	limited
 	inflight int64 // units admitted and not yet Done
 	log      stamps
 }
@@ -42,14 +41,8 @@ type Completion struct {
 // an empty log. It panics if l.N or l.Per is negative.
 func NewCompletion(l Limit) *Completion {
 	l.check("NewCompletion")
-	return &Completion{limit: l}
+	return &Completion{limited: limited{l}}
 }
-
-// Limit returns the limit the window enforces.
-func (c *Completion) Limit() Limit { return c.limit }
-
-// Capacity implements Policy: it returns N.
-func (c *Completion) Capacity() int64 { return c.limit.N }
 
 // SetLimit replaces the limit at the instant now, keeping the units in flight
 // and the completions still inside the old window at now: they count against
@@ -57,12 +50,10 @@ func (c *Completion) Capacity() int64 { return c.limit.N }
 // left the old window stay gone. With Per 0 nothing is logged, so a switch
 // from Per 0 to a positive Per starts with an empty log (units in flight
 // still count). It panics on a negative limit.
-func (c *Completion) SetLimit(now time.Time, l Limit) {
-	l.check("Completion.SetLimit")
-	c.setLimit(c.log.offset(now), l)
-}
+func (c *Completion) SetLimit(now time.Time, l Limit) { c.setLimit(c.log.ns(now), l) }
 
 func (c *Completion) setLimit(now int64, l Limit) {
+	l.check("Completion.SetLimit")
 	c.log.expire(c.log.clampNs(now) - int64(c.limit.Per))
 	c.limit = l
 }
@@ -71,7 +62,7 @@ func (c *Completion) setLimit(now int64, l Limit) {
 // dropped lazily, so they may still be counted here.
 func (c *Completion) free() int64 { return c.limit.N - c.inflight - c.log.units }
 
-// admitCached is winfast.Window.AdmitCached.
+// admitCached is Window.AdmitCached.
 func (c *Completion) admitCached(n int64) bool {
 	if n == 0 || n > 0 && n <= c.free() {
 		c.inflight += n
@@ -85,24 +76,25 @@ func (c *Completion) admitCached(n int64) bool {
 // instant returned is when enough of those completions reach end + Per; it is
 // the zero time.Time when n > N − in flight, since then only a Done can help.
 func (c *Completion) Admit(now time.Time, n int64) (time.Time, bool) {
-	at, ok := c.admit(c.log.offset(now), n)
-	return c.log.instant(at), ok
+	t := c.log.ns(now)
+	at, ok := c.admit(t, n)
+	return timeOf(now, t, at), ok
 }
 
 func (c *Completion) admit(now, n int64) (int64, bool) {
 	if n < 0 {
-		return winfast.None, false
+		return None, false
 	}
 	if c.admitCached(n) {
-		return winfast.None, true
+		return None, true
 	}
 	per := int64(c.limit.Per)
 	c.log.expire(c.log.clampNs(now) - per)
 	if c.admitCached(n) {
-		return winfast.None, true
+		return None, true
 	}
 	if n > c.limit.N-c.inflight {
-		return winfast.None, false
+		return None, false
 	}
 	// n − free units must leave the log; the last of them ends at stampOf.
 	return sat.Add(c.log.stampOf(n-c.free()), per), false
@@ -110,18 +102,11 @@ func (c *Completion) admit(now, n int64) (int64, bool) {
 
 // Cancel implements Policy: the n units go back without a completion stamp,
 // since the call never reached the server.
-func (c *Completion) Cancel(_ time.Time, n int64) {
-	c.release(n, "Cancel")
-}
+func (c *Completion) Cancel(_ time.Time, n int64) { c.release(n, "Cancel") }
 
 // Done implements Policy: n units leave flight and are logged as ended at
 // now. It panics if more units are Done than are in flight.
-func (c *Completion) Done(now time.Time, n int64) {
-	c.done(c.log.offset(now), n)
-}
-
-// done is Done at now in nanoseconds since the epoch.
-func (c *Completion) done(now, n int64) { (*fastCompletion)(c).Done(now, n) }
+func (c *Completion) Done(now time.Time, n int64) { (*fastCompletion)(c).Done(c.log.ns(now), n) }
 
 func (c *Completion) release(n int64, what string) {
 	if n < 0 || n > c.inflight {
@@ -136,34 +121,29 @@ func (c *Completion) overRelease(n int64, what string) {
 	panic(fmt.Sprintf("ratesem: Completion.%s(%d) with %d units in flight", what, n, c.inflight))
 }
 
-// fastCompletion is the engine's form of a Completion (winfast.Window).
+// fastCompletion is the engine's form of a Completion (Window).
 type fastCompletion Completion
 
 func (f *fastCompletion) c() *Completion { return (*Completion)(f) }
 
-// Start implements winfast.Window (the engine's form of the window).
+// Start implements Window (the engine's form of the window).
 func (f *fastCompletion) Start(e time.Time) time.Time { return f.log.start(e) }
 
-// Capacity implements winfast.Window (the engine's form of the window).
-func (f *fastCompletion) Capacity() int64 { return f.limit.N }
-
-// AdmitCached implements winfast.Window (the engine's form of the window).
+// AdmitCached implements Window (the engine's form of the window).
 func (f *fastCompletion) AdmitCached(n int64) bool { return f.c().admitCached(n) }
 
-// Admit implements winfast.Window (the engine's form of the window).
+// Admit implements Window (the engine's form of the window).
 func (f *fastCompletion) Admit(now, n int64) (int64, bool) { return f.c().admit(now, n) }
 
-// Cancel implements winfast.Window (the engine's form of the window).
+// Cancel implements Window (the engine's form of the window).
 func (f *fastCompletion) Cancel(_, n int64) { f.c().release(n, "Cancel") }
 
-// DoneUsesTime implements winfast.Window (the engine's form of the window).
+// DoneUsesTime implements Window (the engine's form of the window).
 func (f *fastCompletion) DoneUsesTime() bool { return true } // the completion instant is the whole point
 
-// SetLimit implements winfast.Window (the engine's form of the window).
+// SetLimit implements Window (the engine's form of the window).
 func (f *fastCompletion) SetLimit(now, n int64, per time.Duration) {
-	l := Limit{N: n, Per: per}
-	l.check("Completion.SetLimit")
-	f.c().setLimit(now, l)
+	f.c().setLimit(now, Limit{N: n, Per: per})
 }
 
 // Done is the engine's fast path, once per admitted call: Completion.Done

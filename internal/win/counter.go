@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/ratesem/ratesem/internal/sat"
-	"github.com/ratesem/ratesem/internal/winfast"
 )
 
 // SlidingWindowCounter is the sliding window counter that Cloudflare
@@ -30,7 +29,8 @@ import (
 // call NewSlidingWindowCounter. It is not safe for concurrent use (see
 // Policy).
 type SlidingWindowCounter struct {
-	limit     Limit
+	unix
+	limited
 	win       int64 // index of the current window: floor(Unix ns / Per)
 	prev, cur int64 // units started in windows win−1 and win
 	latest    int64 // the latest Unix ns seen: time never goes back
@@ -42,24 +42,16 @@ type SlidingWindowCounter struct {
 // 0 there is no rate: every call of at most N units is admitted.
 func NewSlidingWindowCounter(l Limit) *SlidingWindowCounter {
 	l.check("NewSlidingWindowCounter")
-	return &SlidingWindowCounter{limit: l}
+	return &SlidingWindowCounter{limited: limited{l}}
 }
-
-// Limit returns the limit the counter enforces.
-func (w *SlidingWindowCounter) Limit() Limit { return w.limit }
-
-// Capacity implements Policy: it returns N.
-func (w *SlidingWindowCounter) Capacity() int64 { return w.limit.N }
 
 // SetLimit implements Policy: both counts are kept and count against the new
 // N; the windows are re-cut at the new Per, the current count staying in the
 // window containing now. It panics on a negative limit.
-func (w *SlidingWindowCounter) SetLimit(now time.Time, l Limit) {
-	l.check("SlidingWindowCounter.SetLimit")
-	w.setLimit(now.UnixNano(), l)
-}
+func (w *SlidingWindowCounter) SetLimit(now time.Time, l Limit) { w.setLimit(w.ns(now), l) }
 
 func (w *SlidingWindowCounter) setLimit(t int64, l Limit) {
+	l.check("SlidingWindowCounter.SetLimit")
 	w.limit = l
 	if l.Per > 0 {
 		w.latest = max(w.latest, t)
@@ -78,40 +70,30 @@ func (w *SlidingWindowCounter) roll(idx int64) {
 	}
 }
 
-// fits reports whether prev·(per − elapsed) + (cur + n)·per ≤ N·per.
-func fits(prev, cur, n, n0, per, elapsed int64) bool {
-	return mul128(prev, per-elapsed).add(mul128(cur+n, per)).lessEq(mul128(n0, per))
-}
-
 // Admit implements Policy. Otherwise the instant returned is the earliest at
 // which the weighted count leaves room for n units if nothing else is
 // admitted; it is the zero time.Time when n exceeds N.
 func (w *SlidingWindowCounter) Admit(now time.Time, n int64) (time.Time, bool) {
-	wait, ok := w.admit(now.UnixNano(), n)
-	return after(now, wait), ok
+	t := w.ns(now)
+	at, ok := w.admit(t, n)
+	return timeOf(now, t, at), ok
 }
 
-// admit decides at the Unix instant real (nanoseconds) and returns how long
-// after real the call could start, or winfast.None.
-func (w *SlidingWindowCounter) admit(real, n int64) (wait int64, ok bool) {
-	if n < 0 {
-		return winfast.None, false
+// admit decides at the Unix instant real (nanoseconds) and returns the Unix
+// instant at which the call could start, or None.
+func (w *SlidingWindowCounter) admit(real, n int64) (at int64, ok bool) {
+	if done, ok := trivial(n, w.limit.N, w.limit.Per); done {
+		return None, ok
 	}
-	if n == 0 || w.limit.Per == 0 && n <= w.limit.N {
-		return winfast.None, true
-	}
-	if n > w.limit.N {
-		return winfast.None, false
-	}
-	per := int64(w.limit.Per)
 	w.latest = max(w.latest, real)
-	w.roll(floorDiv(w.latest, per))
-	elapsed := min(max(w.latest-w.win*per, 0), per)
-	if fits(w.prev, w.cur, n, w.limit.N, per, elapsed) {
-		w.cur += n
-		return winfast.None, true
+	w.roll(floorDiv(w.latest, int64(w.limit.Per)))
+	// The window containing latest is now win, so n fits at latest iff it
+	// fits at all before the window's end.
+	if at := w.nextFit(n); at > w.latest {
+		return at, false
 	}
-	return sat.Sub(w.nextFit(n), real), false
+	w.cur += n
+	return None, true
 }
 
 // nextFit returns the earliest Unix instant, in nanoseconds, at which n
@@ -124,7 +106,8 @@ func (w *SlidingWindowCounter) nextFit(n int64) int64 {
 		if room := n0 - n - cur; room >= 0 { // n ≤ n0: no wrap
 			e := int64(0)
 			if prev > 0 {
-				e = max(per-mulDiv(room, per, prev), 0)
+				q, _ := mulDiv(room, per, 0, prev, false)
+				e = max(per-q, 0)
 			}
 			if e < per {
 				return sat.Add(start, e)
@@ -137,12 +120,7 @@ func (w *SlidingWindowCounter) nextFit(n int64) int64 {
 
 // Cancel implements Policy: the n units come off the count of the window of
 // at, if that window is still one of the two counted.
-func (w *SlidingWindowCounter) Cancel(at time.Time, n int64) {
-	if w.limit.Per == 0 || n <= 0 {
-		return
-	}
-	w.cancel(at.UnixNano(), n)
-}
+func (w *SlidingWindowCounter) Cancel(at time.Time, n int64) { w.cancel(w.ns(at), n) }
 
 func (w *SlidingWindowCounter) cancel(at, n int64) {
 	if w.limit.Per == 0 || n <= 0 {
@@ -158,41 +136,7 @@ func (w *SlidingWindowCounter) cancel(at, n int64) {
 
 // Done implements Policy. It does nothing: the counter counts starts only.
 func (w *SlidingWindowCounter) Done(time.Time, int64) {}
-
-// fastSlidingCounter is the engine's form of a SlidingWindowCounter
-// (winfast.Window); see fastFixed.
-type fastSlidingCounter struct {
-	*SlidingWindowCounter
-	unix int64 // the epoch's Unix time in nanoseconds
-}
-
-// Start implements winfast.Window (the engine's form of the window).
-func (f *fastSlidingCounter) Start(e time.Time) time.Time { f.unix = e.UnixNano(); return e }
-
-// AdmitCached implements winfast.Window (the engine's form of the window).
-func (f *fastSlidingCounter) AdmitCached(int64) bool { return false }
-
-// Admit implements winfast.Window (the engine's form of the window).
-func (f *fastSlidingCounter) Admit(now, n int64) (int64, bool) {
-	wait, ok := f.admit(f.unix+now, n)
-	return waitAt(now, wait), ok
-}
-
-// Cancel implements winfast.Window (the engine's form of the window).
-func (f *fastSlidingCounter) Cancel(t, n int64) { f.cancel(f.unix+t, n) }
-
-// Done implements winfast.Window (the engine's form of the window).
-func (f *fastSlidingCounter) Done(_, _ int64) {}
-
-// DoneUsesTime implements winfast.Window (the engine's form of the window).
-func (f *fastSlidingCounter) DoneUsesTime() bool { return false }
-
-// SetLimit implements winfast.Window (the engine's form of the window).
-func (f *fastSlidingCounter) SetLimit(now, n int64, per time.Duration) {
-	l := Limit{N: n, Per: per}
-	l.check("SlidingWindowCounter.SetLimit")
-	f.setLimit(f.unix+now, l)
-}
+func (w *SlidingWindowCounter) done(int64, int64)     {}
 
 // SubWindowCounter is the sliding window counter built from sub-window
 // blocks, the variant most write-ups describe: Per is cut into Blocks blocks of
@@ -210,7 +154,8 @@ func (f *fastSlidingCounter) SetLimit(now, n int64, per time.Duration) {
 // usable; call NewSubWindowCounter. It is not safe for concurrent use (see
 // Policy).
 type SubWindowCounter struct {
-	limit  Limit
+	unix
+	limited
 	blocks int64
 	size   int64   // block length in nanoseconds
 	counts []int64 // ring: counts[i % blocks] for block index i
@@ -227,7 +172,7 @@ func NewSubWindowCounter(l Limit, blocks int) *SubWindowCounter {
 	if blocks < 1 {
 		panic(fmt.Sprintf("ratesem: NewSubWindowCounter: %d blocks, want at least 1", blocks))
 	}
-	w := &SubWindowCounter{limit: l, blocks: int64(blocks), counts: make([]int64, blocks)}
+	w := &SubWindowCounter{limited: limited{l}, blocks: int64(blocks), counts: make([]int64, blocks)}
 	w.size = w.blockSize(l.Per)
 	return w
 }
@@ -236,25 +181,17 @@ func (w *SubWindowCounter) blockSize(per time.Duration) int64 {
 	return ceilDiv(int64(per), w.blocks) // not (per+blocks−1)/blocks: that wraps for a Per near math.MaxInt64
 }
 
-// Limit returns the limit the counter enforces.
-func (w *SubWindowCounter) Limit() Limit { return w.limit }
-
 // Blocks returns the number of blocks per window.
 func (w *SubWindowCounter) Blocks() int { return int(w.blocks) }
-
-// Capacity implements Policy: it returns N.
-func (w *SubWindowCounter) Capacity() int64 { return w.limit.N }
 
 // SetLimit implements Policy. A change of N keeps the blocks. A change of
 // Per re-cuts the blocks: every unit still counted moves into the block
 // containing now, which counts it for a whole new window (on the safe
 // side). It panics on a negative limit.
-func (w *SubWindowCounter) SetLimit(now time.Time, l Limit) {
-	l.check("SubWindowCounter.SetLimit")
-	w.setLimit(now.UnixNano(), l)
-}
+func (w *SubWindowCounter) SetLimit(now time.Time, l Limit) { w.setLimit(w.ns(now), l) }
 
 func (w *SubWindowCounter) setLimit(t int64, l Limit) {
+	l.check("SubWindowCounter.SetLimit")
 	old := w.limit
 	w.limit = l
 	if l.Per == old.Per || l.Per == 0 {
@@ -299,36 +236,31 @@ func (w *SubWindowCounter) roll(idx int64) {
 // the first block at which enough old blocks have left the window; it is the
 // zero time.Time when n exceeds N.
 func (w *SubWindowCounter) Admit(now time.Time, n int64) (time.Time, bool) {
-	wait, ok := w.admit(now.UnixNano(), n)
-	return after(now, wait), ok
+	t := w.ns(now)
+	at, ok := w.admit(t, n)
+	return timeOf(now, t, at), ok
 }
 
-// admit decides at the Unix instant t (nanoseconds) and returns how long
-// after t the call could start, or winfast.None.
-func (w *SubWindowCounter) admit(t, n int64) (wait int64, ok bool) {
-	if n < 0 {
-		return winfast.None, false
-	}
-	if n == 0 || w.limit.Per == 0 && n <= w.limit.N {
-		return winfast.None, true
-	}
-	if n > w.limit.N {
-		return winfast.None, false
+// admit decides at the Unix instant t (nanoseconds) and returns the Unix
+// instant at which the call could start, or None.
+func (w *SubWindowCounter) admit(t, n int64) (at int64, ok bool) {
+	if done, ok := trivial(n, w.limit.N, w.limit.Per); done {
+		return None, ok
 	}
 	w.roll(floorDiv(t, w.size))
 	if n <= w.limit.N-w.sum {
 		w.counts[w.slot(w.cur)] += n
 		w.sum += n
-		return winfast.None, true
+		return None, true
 	}
 	// Block cur+j starts once the j oldest blocks have left.
 	left := w.sum
 	for j := int64(1); j <= w.blocks; j++ {
 		left -= w.counts[w.slot(w.cur-w.blocks+j)]
 		if n <= w.limit.N-left {
-			// Block cur+j starts at (cur+j)·size, written so that it cannot
+			// Block cur+j starts at (cur+j)·size, saturating rather than
 			// wrap for blocks near math.MaxInt64 ns long.
-			return sat.Sub(sat.Mul(j, w.size), sat.Sub(t, w.cur*w.size)), false
+			return sat.Add(w.cur*w.size, sat.Mul(j, w.size)), false
 		}
 	}
 	panic("ratesem: internal error: SubWindowCounter found no room after a whole window")
@@ -336,12 +268,7 @@ func (w *SubWindowCounter) admit(t, n int64) (wait int64, ok bool) {
 
 // Cancel implements Policy: the n units come off the block of at, if that
 // block is still counted.
-func (w *SubWindowCounter) Cancel(at time.Time, n int64) {
-	if w.limit.Per == 0 || n <= 0 {
-		return
-	}
-	w.cancel(at.UnixNano(), n)
-}
+func (w *SubWindowCounter) Cancel(at time.Time, n int64) { w.cancel(w.ns(at), n) }
 
 func (w *SubWindowCounter) cancel(at, n int64) {
 	if w.limit.Per == 0 || n <= 0 {
@@ -359,38 +286,4 @@ func (w *SubWindowCounter) cancel(at, n int64) {
 
 // Done implements Policy. It does nothing: the counter counts starts only.
 func (w *SubWindowCounter) Done(time.Time, int64) {}
-
-// fastSubWindow is the engine's form of a SubWindowCounter
-// (winfast.Window); see fastFixed.
-type fastSubWindow struct {
-	*SubWindowCounter
-	unix int64 // the epoch's Unix time in nanoseconds
-}
-
-// Start implements winfast.Window (the engine's form of the window).
-func (f *fastSubWindow) Start(e time.Time) time.Time { f.unix = e.UnixNano(); return e }
-
-// AdmitCached implements winfast.Window (the engine's form of the window).
-func (f *fastSubWindow) AdmitCached(int64) bool { return false }
-
-// Admit implements winfast.Window (the engine's form of the window).
-func (f *fastSubWindow) Admit(now, n int64) (int64, bool) {
-	wait, ok := f.admit(f.unix+now, n)
-	return waitAt(now, wait), ok
-}
-
-// Cancel implements winfast.Window (the engine's form of the window).
-func (f *fastSubWindow) Cancel(t, n int64) { f.cancel(f.unix+t, n) }
-
-// Done implements winfast.Window (the engine's form of the window).
-func (f *fastSubWindow) Done(_, _ int64) {}
-
-// DoneUsesTime implements winfast.Window (the engine's form of the window).
-func (f *fastSubWindow) DoneUsesTime() bool { return false }
-
-// SetLimit implements winfast.Window (the engine's form of the window).
-func (f *fastSubWindow) SetLimit(now, n int64, per time.Duration) {
-	l := Limit{N: n, Per: per}
-	l.check("SubWindowCounter.SetLimit")
-	f.setLimit(f.unix+now, l)
-}
+func (w *SubWindowCounter) done(int64, int64)     {}

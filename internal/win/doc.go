@@ -2,8 +2,9 @@
 // completion window, the sliding log, the fixed window and its completion
 // variant, the two sliding window counters, the token and leaky buckets,
 // GCRA and the pacer. Package window's constructors return them as a
-// window.Policy; the engine's fast form (internal/winfast), the Redis spec
+// window.Policy; the engine's fast form (Window, Of), the Redis spec
 // (internal/rspec) and the tests reach their types and accessors here.
-// Policy, Settler and Reconciler here have the same method sets as
-// window's, which document them.
+// Policy here has the same method set as window's, which documents it;
+// the windows implement window.Settler, and all but the two sliding window
+// counters window.Reconciler.
 package win

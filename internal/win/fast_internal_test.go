@@ -6,15 +6,13 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/ratesem/ratesem/internal/winfast"
 )
 
-// The engine's form of every window (winfast.Of: instants in nanoseconds
+// The engine's form of every window (Of: instants in nanoseconds
 // since an epoch) must decide exactly as its Policy methods on time.Time:
 // the same admissions, the same retry instants, the same state after
 // Cancel, Done and SetLimit. Each window is driven twice with one random
-// schedule, once through winfast.Of and once through the adapter for a
+// schedule, once through Of and once through the adapter for a
 // Policy of another package (which calls the time.Time methods), and every
 // answer is compared. The epoch is a wall-clock instant that is not a
 // multiple of any Per, so the aligned windows' Unix arithmetic is checked
@@ -42,9 +40,9 @@ func TestFastFormMatchesPolicy(t *testing.T) {
 			for seed := range uint64(100) {
 				r := rand.New(rand.NewPCG(seed, 0xfa57))
 				l := Limit{N: 1 + r.Int64N(6), Per: time.Duration(1+r.Int64N(900)) * time.Millisecond}
-				fast, slow := winfast.Of(m.mk(l)), &foreign{p: m.mk(l)}
+				fast, slow := Of(m.mk(l)), &foreign{p: m.mk(l)}
 				if _, isForeign := fast.(*foreign); isForeign {
-					t.Fatalf("winfast.Of(%T) is the adapter, not the fast form", m.mk(l))
+					t.Fatalf("Of(%T) is the adapter, not the fast form", m.mk(l))
 				}
 				if e := fast.Start(epoch); !e.Equal(epoch) {
 					t.Fatalf("Start(epoch) = %v on a fresh window", e)
@@ -119,13 +117,13 @@ func TestFastFormMatchesPolicy(t *testing.T) {
 func TestFastOfForeignPolicy(t *testing.T) {
 	type embeds struct{ *Completion }
 	for _, p := range []Policy{embeds{NewCompletion(Limit{N: 1, Per: time.Second})}, &LeakyBucket{}} {
-		f := winfast.Of(p)
+		f := Of(p)
 		_, isForeign := f.(*foreign)
 		if _, own := p.(*LeakyBucket); isForeign == own {
-			t.Fatalf("winfast.Of(%T) = %T", p, f)
+			t.Fatalf("Of(%T) = %T", p, f)
 		}
 	}
-	if winfast.Of(nil) != nil {
-		t.Fatal("winfast.Of(nil) != nil")
+	if Of(nil) != nil {
+		t.Fatal("Of(nil) != nil")
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"time"
 
 	"github.com/ratesem/ratesem/internal/sat"
-	"github.com/ratesem/ratesem/internal/winfast"
 )
 
 // FixedWindow is the fixed window counter: time is cut into windows of Per
@@ -29,15 +28,16 @@ import (
 // NewFixedWindow or NewFixedCompletion. A FixedWindow is not safe for
 // concurrent use (see Policy).
 type FixedWindow struct {
-	limit    Limit
+	unix
+	limited
 	win      int64 // index of the current window: floor(Unix ns / Per)
 	used     int64 // units counted in window win
 	inflight int64 // units admitted and not yet Done; counted only with carry
 	carry    bool  // NewFixedCompletion: calls in flight count in every window they touch
-	// With carry, for usage reports (winfast.Mark): the units of the calls
+	// With carry, for usage reports (Mark): the units of the calls
 	// that ended in window win, and the units Consume added in it.
 	ended, taken int64
-	// With carry, for usage reports (winfast.Report) in window win: the
+	// With carry, for usage reports (Report) in window win: the
 	// highest count a server reported for a call (marked), the most units
 	// of this window's calls that report showed the server had counted,
 	// and the units of the calls whose reports were taken in; floor, the
@@ -53,7 +53,7 @@ type FixedWindow struct {
 // most N units is admitted and nothing is counted.
 func NewFixedWindow(l Limit) *FixedWindow {
 	l.check("NewFixedWindow")
-	return &FixedWindow{limit: l}
+	return &FixedWindow{limited: limited{l}}
 }
 
 // NewFixedCompletion returns a fixed window counter for l in which a call
@@ -72,12 +72,13 @@ func NewFixedCompletion(l Limit) *FixedWindow {
 	return w
 }
 
-// Limit returns the limit the window enforces.
-func (w *FixedWindow) Limit() Limit { return w.limit }
-
 // roll moves the count on to the window containing the Unix instant t: a new
-// window starts with the units in flight (with carry) or with none.
+// window starts with the units in flight (with carry) or with none. With
+// Per 0 (no windows) it does nothing.
 func (w *FixedWindow) roll(t int64) {
+	if w.limit.Per == 0 {
+		return
+	}
 	if idx := floorDiv(t, int64(w.limit.Per)); idx > w.win {
 		w.win, w.used, w.ended, w.taken = idx, 0, 0, 0
 		w.top, w.known, w.reported, w.floor = 0, 0, 0, 0
@@ -87,21 +88,14 @@ func (w *FixedWindow) roll(t int64) {
 	}
 }
 
-// Capacity implements Policy: it returns N.
-func (w *FixedWindow) Capacity() int64 { return w.limit.N }
-
 // SetLimit implements Policy. Units already counted in the window current at
 // now stay counted against the new N, in the new window containing now. It
 // panics on a negative limit.
-func (w *FixedWindow) SetLimit(now time.Time, l Limit) {
-	l.check("FixedWindow.SetLimit")
-	w.setLimit(now.UnixNano(), l)
-}
+func (w *FixedWindow) SetLimit(now time.Time, l Limit) { w.setLimit(w.ns(now), l) }
 
 func (w *FixedWindow) setLimit(t int64, l Limit) {
-	if w.limit.Per > 0 {
-		w.roll(t) // the count of the window current at now, not an earlier one's
-	}
+	l.check("FixedWindow.SetLimit")
+	w.roll(t) // the count of the window current at now, not an earlier one's
 	w.limit = l
 	if l.Per > 0 {
 		w.win = floorDiv(t, int64(l.Per))
@@ -113,21 +107,16 @@ func (w *FixedWindow) setLimit(t int64, l Limit) {
 // returned is the start of the next window; it is the zero time.Time when n
 // exceeds N.
 func (w *FixedWindow) Admit(now time.Time, n int64) (time.Time, bool) {
-	wait, ok := w.admit(now.UnixNano(), n)
-	return after(now, wait), ok
+	t := w.ns(now)
+	at, ok := w.admit(t, n)
+	return timeOf(now, t, at), ok
 }
 
-// admit decides at the Unix instant t (nanoseconds) and returns how long
-// after t the call could start, or winfast.None.
-func (w *FixedWindow) admit(t, n int64) (wait int64, ok bool) {
-	if n < 0 {
-		return winfast.None, false
-	}
-	if n == 0 || w.limit.Per == 0 && n <= w.limit.N {
-		return winfast.None, true
-	}
-	if n > w.limit.N {
-		return winfast.None, false
+// admit decides at the Unix instant t (nanoseconds) and returns the Unix
+// instant at which the call could start, or None.
+func (w *FixedWindow) admit(t, n int64) (at int64, ok bool) {
+	if done, ok := trivial(n, w.limit.N, w.limit.Per); done {
+		return None, ok
 	}
 	per := int64(w.limit.Per)
 	w.roll(t)
@@ -136,24 +125,19 @@ func (w *FixedWindow) admit(t, n int64) (wait int64, ok bool) {
 		if w.carry {
 			w.inflight += n
 		}
-		return winfast.None, true
+		return None, true
 	}
 	if w.carry && n > w.limit.N-w.inflight {
-		return winfast.None, false // the next window starts with the calls in flight
+		return None, false // the next window starts with the calls in flight
 	}
-	// The next window starts at (win+1)·per, written so that it cannot wrap.
-	return sat.Sub(per, sat.Sub(t, w.win*per)), false
+	// The next window starts at (win+1)·per, saturating rather than wrap.
+	return sat.Add(w.win*per, per), false
 }
 
 // Cancel implements Policy: the n units come off the count if the window of
 // at is still the current one (otherwise the count has reset already), and
 // off flight.
-func (w *FixedWindow) Cancel(at time.Time, n int64) {
-	if n <= 0 {
-		return
-	}
-	w.cancel(at.UnixNano(), n)
-}
+func (w *FixedWindow) Cancel(at time.Time, n int64) { w.cancel(w.ns(at), n) }
 
 func (w *FixedWindow) cancel(at, n int64) {
 	if n <= 0 {
@@ -170,26 +154,19 @@ func (w *FixedWindow) cancel(at, n int64) {
 // Done implements Policy. For NewFixedWindow it does nothing: the window
 // counts starts only. For NewFixedCompletion the call's units, counted in
 // the window current at now, leave flight.
-func (w *FixedWindow) Done(now time.Time, n int64) {
-	if !w.carry || n <= 0 {
-		return
-	}
-	w.done(now.UnixNano(), n)
-}
+func (w *FixedWindow) Done(now time.Time, n int64) { w.done(w.ns(now), n) }
 
 func (w *FixedWindow) done(t, n int64) {
 	if !w.carry || n <= 0 {
 		return
 	}
-	if w.limit.Per > 0 {
-		w.roll(t)
-	}
+	w.roll(t)
 	d := min(n, w.inflight)
 	w.inflight -= d
 	w.ended += d // ≤ the units admitted: no overflow
 }
 
-// mark is winfast.Mark: the current window at t, the units of its calls
+// mark is Mark: the current window at t, the units of its calls
 // that ended and the units Consume added in it; ok only for a fixed
 // completion window with a rate.
 func (w *FixedWindow) mark(t int64) (win, ended, taken int64, ok bool) {
@@ -200,7 +177,7 @@ func (w *FixedWindow) mark(t int64) (win, ended, taken int64, ok bool) {
 	return w.win, w.ended, w.taken, true
 }
 
-// report is winfast.Report: it takes in a server's count used of the
+// report is Report: it takes in a server's count used of the
 // window current at t, and returns the change in the units the window
 // counts (negative when it gives units back); ok only for a fixed
 // completion window with a rate.
@@ -221,7 +198,7 @@ func (w *FixedWindow) mark(t int64) (win, ended, taken int64, ok bool) {
 // most once: a second report of a call would count it twice.
 //
 // Without marked (a count read with no call at hand: Reconcile, or a
-// call's second report), the count is taken as Reconciler.Consume of
+// call's second report), the count is taken as window.Reconciler.Consume of
 // used − Used would: every call of the window counted by the server; it
 // never gives units back, and what it shows from elsewhere stays a floor
 // that later give-backs never go below; but it leaves the bound of the
@@ -238,82 +215,27 @@ func (w *FixedWindow) report(t, win, used, ended, n int64, marked bool) (delta i
 	used = min(used, w.limit.N) // "full until the window moves", no more
 	own := max(w.used-w.taken, 0)
 	room := max(w.limit.N-own, 0)
+	var take int64
 	if !marked {
-		// As Reconciler.Consume of used − Used: every call of the window
+		// As window.Reconciler.Consume of used − Used: every call of the window
 		// counted, those still on their way too. That bound stands as a
 		// floor; it never loosens the one the calls' own reports set
 		// (top, known), which a later report could give back from.
 		w.floor = max(w.floor, min(max(used-own, 0), room))
-		take := max(w.floor, w.taken) // a count with no call at hand never gives back
-		delta = take - w.taken
-		w.used, w.taken = own+take, take
-		return delta, true
+		take = max(w.floor, w.taken) // a count with no call at hand never gives back
+	} else {
+		k := sat.Add(ended, n)
+		switch {
+		case used > w.top:
+			w.top, w.known = used, k
+		case used == w.top:
+			w.known = max(w.known, k)
+		}
+		w.reported = sat.Add(w.reported, n)
+		foreign := max(w.top-max(w.known, w.reported), w.floor, 0)
+		take = min(foreign, room)
 	}
-	k := sat.Add(ended, n)
-	switch {
-	case used > w.top:
-		w.top, w.known = used, k
-	case used == w.top:
-		w.known = max(w.known, k)
-	}
-	w.reported = sat.Add(w.reported, n)
-	foreign := max(w.top-max(w.known, w.reported), w.floor, 0)
-	take := min(foreign, room)
 	delta = take - w.taken
 	w.used, w.taken = own+take, take
 	return delta, true
-}
-
-// after returns the instant wait nanoseconds after now, or the zero
-// time.Time for winfast.None.
-func after(now time.Time, wait int64) time.Time {
-	if wait == winfast.None {
-		return time.Time{}
-	}
-	return now.Add(time.Duration(wait))
-}
-
-// waitAt returns the instant wait nanoseconds after now in the engine's
-// nanoseconds, or winfast.None, for the windows aligned to the Unix epoch,
-// whose core methods return a wait.
-func waitAt(now, wait int64) int64 {
-	if wait == winfast.None {
-		return winfast.None
-	}
-	return sat.Add(now, wait)
-}
-
-// fastFixed is the engine's form of a FixedWindow (winfast.Window). Its
-// instants are nanoseconds since the engine's epoch, whose Unix time it adds.
-type fastFixed struct {
-	*FixedWindow
-	unix int64 // the epoch's Unix time in nanoseconds
-}
-
-// Start implements winfast.Window (the engine's form of the window).
-func (f *fastFixed) Start(e time.Time) time.Time { f.unix = e.UnixNano(); return e }
-
-// AdmitCached implements winfast.Window (the engine's form of the window).
-func (f *fastFixed) AdmitCached(int64) bool { return false } // whether a new window has begun depends on the time
-
-// Admit implements winfast.Window (the engine's form of the window).
-func (f *fastFixed) Admit(now, n int64) (int64, bool) {
-	wait, ok := f.admit(f.unix+now, n)
-	return waitAt(now, wait), ok
-}
-
-// Cancel implements winfast.Window (the engine's form of the window).
-func (f *fastFixed) Cancel(t, n int64) { f.cancel(f.unix+t, n) }
-
-// Done implements winfast.Window (the engine's form of the window).
-func (f *fastFixed) Done(now, n int64) { f.done(f.unix+now, n) }
-
-// DoneUsesTime implements winfast.Window (the engine's form of the window).
-func (f *fastFixed) DoneUsesTime() bool { return f.carry }
-
-// SetLimit implements winfast.Window (the engine's form of the window).
-func (f *fastFixed) SetLimit(now, n int64, per time.Duration) {
-	l := Limit{N: n, Per: per}
-	l.check("FixedWindow.SetLimit")
-	f.setLimit(f.unix+now, l)
 }

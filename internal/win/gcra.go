@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/ratesem/ratesem/internal/sat"
-	"github.com/ratesem/ratesem/internal/winfast"
 )
 
 // GCRA is the generic cell rate algorithm, the token bucket kept as one
@@ -30,7 +29,7 @@ import (
 // use (see Policy).
 type GCRA struct {
 	base
-	limit    Limit
+	limited
 	burst    int64
 	burstSet bool  // burst given to NewGCRA; else it follows N
 	pacer    bool  // admit only when TAT ≤ t: no tolerance
@@ -50,8 +49,8 @@ func NewGCRA(l Limit, burst int64) *GCRA {
 	if burst < 0 {
 		panic(fmt.Sprintf("ratesem: NewGCRA: negative burst %d", burst))
 	}
-	g := &GCRA{limit: l, burst: burst, burstSet: burst > 0}
-	g.setLimit(l)
+	g := &GCRA{limited: limited{l}, burst: burst, burstSet: burst > 0}
+	g.setRate(l)
 	return g
 }
 
@@ -66,12 +65,12 @@ func NewGCRA(l Limit, burst int64) *GCRA {
 // N: a heavier call is refused. It panics if l.N or l.Per is negative.
 func NewPacer(l Limit) *GCRA {
 	l.check("NewPacer")
-	g := &GCRA{limit: l, pacer: true}
-	g.setLimit(l)
+	g := &GCRA{limited: limited{l}, pacer: true}
+	g.setRate(l)
 	return g
 }
 
-func (g *GCRA) setLimit(l Limit) {
+func (g *GCRA) setRate(l Limit) {
 	g.limit = l
 	if !g.burstSet {
 		g.burst = l.N
@@ -81,9 +80,6 @@ func (g *GCRA) setLimit(l Limit) {
 		g.emit = ceilDiv(int64(l.Per), l.N) // not (Per+N−1)/N: that wraps near math.MaxInt64
 	}
 }
-
-// Limit returns the limit: N units per Per.
-func (g *GCRA) Limit() Limit { return g.limit }
 
 // Burst returns the most units admitted at once from idle: the burst for
 // NewGCRA; for NewPacer, 1 unit (or one call of up to N units).
@@ -111,17 +107,16 @@ func (g *GCRA) EmissionInterval() time.Duration { return time.Duration(g.emit) }
 // N)·I of the new rate past now (N·I for a pacer), as the token bucket's
 // SetLimit keeps at most N units of debt below empty. A burst left at 0 in
 // NewGCRA follows the new N. It panics on a negative limit.
-func (g *GCRA) SetLimit(now time.Time, l Limit) {
-	l.check("GCRA.SetLimit")
-	g.setLimitAt(g.offset(now), l)
-}
+func (g *GCRA) SetLimit(now time.Time, l Limit) { g.setLimit(g.ns(now), l) }
 
-func (g *GCRA) setLimitAt(now int64, l Limit) {
+func (g *GCRA) setLimit(now int64, l Limit) {
+	l.check("GCRA.SetLimit")
 	t := g.clampNs(now)
 	old := g.emit
-	g.setLimit(l)
+	g.setRate(l)
 	if g.started && g.tat > t && old > 0 && g.emit > 0 {
-		g.tat = sat.Add(t, mul128(g.tat-t, g.emit).divCeil(old))
+		debt, _ := mulDiv(g.tat-t, g.emit, 0, old, true)
+		g.tat = sat.Add(t, debt)
 		// As the token bucket's SetLimit: a debt kept in units is at most
 		// one Per at the new rate past a full bucket.
 		g.tat = min(g.tat, max(g.debtCap(t), t))
@@ -151,25 +146,17 @@ func (g *GCRA) tolerance(n int64) int64 {
 // is at most tolerance ahead of now. Otherwise the instant returned is when
 // it will be; it is the zero time.Time when n exceeds the capacity or N is 0.
 func (g *GCRA) Admit(now time.Time, n int64) (time.Time, bool) {
-	at, ok := g.admit(g.offset(now), n)
-	return g.instant(at), ok
+	t := g.ns(now)
+	at, ok := g.admit(t, n)
+	return timeOf(now, t, at), ok
 }
 
 func (g *GCRA) admit(now, n int64) (int64, bool) {
-	if n < 0 {
-		return winfast.None, false
-	}
-	if n == 0 {
-		return winfast.None, true
-	}
-	if n > g.Capacity() {
-		return winfast.None, false
-	}
-	if g.limit.Per == 0 {
-		return winfast.None, true
+	if done, ok := trivial(n, g.Capacity(), g.limit.Per); done {
+		return None, ok
 	}
 	if g.emit == 0 {
-		return winfast.None, false
+		return None, false
 	}
 	t := g.clampNs(now)
 	if !g.started {
@@ -179,7 +166,7 @@ func (g *GCRA) admit(now, n int64) (int64, bool) {
 	if g.tat-t <= tol {
 		g.tat = sat.Add(max(g.tat, t), sat.Mul(n, g.emit))
 		g.admitted = max(g.admitted, t)
-		return winfast.None, true
+		return None, true
 	}
 	return g.tat - tol, false
 }
@@ -188,12 +175,7 @@ func (g *GCRA) admit(now, n int64) (int64, bool) {
 // after at, which makes the state exactly as if that Admit had not happened
 // (a TAT in the past means idle, whatever its value). After a later
 // admission nothing is given back, on the safe side.
-func (g *GCRA) Cancel(at time.Time, n int64) {
-	if n <= 0 || !g.started {
-		return
-	}
-	g.cancel(g.offset(at), n)
-}
+func (g *GCRA) Cancel(at time.Time, n int64) { g.cancel(g.ns(at), n) }
 
 func (g *GCRA) cancel(at, n int64) {
 	if n <= 0 || !g.started || at < g.admitted {
@@ -208,36 +190,4 @@ func (g *GCRA) cancel(at, n int64) {
 
 // Done implements Policy. It does nothing: GCRA counts starts only.
 func (g *GCRA) Done(time.Time, int64) {}
-
-// fastGCRA is the engine's form of a GCRA (winfast.Window).
-type fastGCRA GCRA
-
-func (f *fastGCRA) g() *GCRA { return (*GCRA)(f) }
-
-// Start implements winfast.Window (the engine's form of the window).
-func (f *fastGCRA) Start(e time.Time) time.Time { return f.start(e) }
-
-// Capacity implements winfast.Window (the engine's form of the window).
-func (f *fastGCRA) Capacity() int64 { return f.g().Capacity() }
-
-// AdmitCached implements winfast.Window (the engine's form of the window).
-func (f *fastGCRA) AdmitCached(int64) bool { return false }
-
-// Admit implements winfast.Window (the engine's form of the window).
-func (f *fastGCRA) Admit(now, n int64) (int64, bool) { return f.g().admit(now, n) }
-
-// Cancel implements winfast.Window (the engine's form of the window).
-func (f *fastGCRA) Cancel(at, n int64) { f.g().cancel(at, n) }
-
-// Done implements winfast.Window (the engine's form of the window).
-func (f *fastGCRA) Done(_, _ int64) {}
-
-// DoneUsesTime implements winfast.Window (the engine's form of the window).
-func (f *fastGCRA) DoneUsesTime() bool { return false }
-
-// SetLimit implements winfast.Window (the engine's form of the window).
-func (f *fastGCRA) SetLimit(now, n int64, per time.Duration) {
-	l := Limit{N: n, Per: per}
-	l.check("GCRA.SetLimit")
-	f.g().setLimitAt(now, l)
-}
+func (g *GCRA) done(int64, int64)     {}

@@ -10,7 +10,6 @@ import (
 
 	"github.com/ratesem/ratesem"
 	"github.com/ratesem/ratesem/internal/win"
-	"github.com/ratesem/ratesem/internal/winfast"
 	"github.com/ratesem/ratesem/window"
 )
 
@@ -21,13 +20,13 @@ import (
 func TestConsumeHugeFillsWindowAndRecovers(t *testing.T) {
 	l := win.Limit{N: 10, Per: time.Second}
 	for _, row := range rows {
-		if _, ok := row.make(l).(win.Reconciler); !ok {
+		if _, ok := row.make(l).(window.Reconciler); !ok {
 			continue
 		}
 		for _, n := range []int64{1, l.N, l.N + 1, math.MaxInt64 - 1, math.MaxInt64} {
 			for _, before := range []int64{0, 3} { // an empty window, or one with calls in it
 				p := row.make(l)
-				r := p.(win.Reconciler)
+				r := p.(window.Reconciler)
 				now := at(100 * ms)
 				for range before {
 					if _, ok := p.Admit(now, 1); ok {
@@ -79,7 +78,7 @@ func TestConsumeHugeLimits(t *testing.T) {
 	} {
 		for _, row := range rows {
 			p := row.make(l)
-			r, ok := p.(win.Reconciler)
+			r, ok := p.(window.Reconciler)
 			if !ok {
 				continue
 			}
@@ -131,7 +130,7 @@ func TestNegativeWeightRefused(t *testing.T) {
 			if _, ok := p.Admit(now, n); ok {
 				t.Fatalf("%s: Admit(%d) admitted", row.name, n)
 			}
-			if winfast.Of(p).AdmitCached(n) {
+			if win.Of(p).AdmitCached(n) {
 				t.Fatalf("%s: the engine's AdmitCached(%d) admitted", row.name, n)
 			}
 			if _, isCompletion := p.(*win.Completion); !isCompletion {
@@ -243,7 +242,7 @@ func FuzzPolicy(f *testing.F) {
 		}
 		l := win.Limit{N: nonNeg(n), Per: time.Duration(nonNeg(per))}
 		p := row.make(l)
-		r, _ := p.(win.Reconciler)
+		r, _ := p.(window.Reconciler)
 		keepPer := strings.Contains(row.name, "sliding log") // its margin was cut from the first Per
 
 		type call struct {

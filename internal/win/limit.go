@@ -24,18 +24,6 @@ type Limit struct {
 	Per time.Duration
 }
 
-type limitError struct {
-	input, reason string
-}
-
-// Error quotes the input and says what is wrong with it.
-func (e *limitError) Error() string {
-	return fmt.Sprintf("ratesem: invalid limit %q: %s", e.input, e.reason)
-}
-
-// Is makes errors.Is(err, ratesem.ErrInvalidLimit) hold.
-func (e *limitError) Is(target error) bool { return target == ratesem.ErrInvalidLimit }
-
 // ParseLimit parses a limit in the form people write in configuration files:
 // a positive decimal count of units, a slash, and a positive Go duration,
 // as in "10/2s", "6000/1m", "100/10s", "1/500ms" or "200000/24h". The
@@ -48,8 +36,9 @@ func (e *limitError) Is(target error) bool { return target == ratesem.ErrInvalid
 // lacks a unit or overflows time.Duration, or when the text is not of that
 // form. ParseLimit(l.String()) == l for every Limit it returns.
 func ParseLimit(s string) (Limit, error) {
+	// The error reads "ratesem: invalid limit "10/2": <reason>".
 	fail := func(format string, args ...any) (Limit, error) {
-		return Limit{}, &limitError{input: s, reason: fmt.Sprintf(format, args...)}
+		return Limit{}, fmt.Errorf("%w %q: %s", ratesem.ErrInvalidLimit, s, fmt.Sprintf(format, args...))
 	}
 	count, per, ok := strings.Cut(strings.TrimSpace(s), "/")
 	if !ok {

@@ -271,7 +271,7 @@ func TestReconciler(t *testing.T) {
 	l := win.Limit{N: 10, Per: time.Second}
 	tested := 0
 	for _, row := range rows {
-		r, ok := row.make(l).(win.Reconciler)
+		r, ok := row.make(l).(window.Reconciler)
 		if g, isGCRA := r.(*win.GCRA); !ok || r.(win.Policy).Capacity() != l.N || isGCRA && g.Burst() == 1 {
 			continue // a pacer, or a bucket smaller than N, refuses the last unit anyway
 		}

@@ -6,40 +6,18 @@ import (
 	"github.com/ratesem/ratesem/internal/sat"
 )
 
-// Reconciler is implemented by the windows that can take in what a server
-// reports about its own count (a usage header such as Binance's
-// X-MBX-USED-WEIGHT-1M or X-RateLimit-Remaining): package clientpool uses it
-// to shrink the local budget when another client spends from the same limit.
-// Like Policy, it is not safe for concurrent use.
-type Reconciler interface {
-	// Used returns the units the window counts against its limit at now.
-	Used(now time.Time) int64
-	// Consume counts n more units at now, as if a call of n units had
-	// started (and, for the completion window, ended) at now, even beyond
-	// the limit: the window then stays full until they leave it. A report
-	// beyond the limit means "full until the window moves", never more: the
-	// count saturates instead of wrapping (each implementation says where),
-	// and the window recovers as it would after a full window's worth of
-	// calls. n ≤ 0 changes nothing. It never panics.
-	Consume(now time.Time, n int64)
-}
+// The completion, sliding log, fixed window, token bucket, leaky bucket and
+// GCRA windows of this package implement window.Reconciler, which documents
+// Used and Consume (window/policy.go asserts it).
 
-var (
-	_ Reconciler = (*Completion)(nil)
-	_ Reconciler = (*SlidingLog)(nil)
-	_ Reconciler = (*FixedWindow)(nil)
-	_ Reconciler = (*TokenBucket)(nil)
-	_ Reconciler = (*GCRA)(nil)
-)
-
-// Used implements Reconciler: units in flight plus units of calls that ended
+// Used implements window.Reconciler: units in flight plus units of calls that ended
 // in (now−Per, now].
 func (c *Completion) Used(now time.Time) int64 {
 	c.log.expire(c.log.clamp(now) - int64(c.limit.Per))
 	return c.inflight + c.log.units
 }
 
-// Consume implements Reconciler: n units logged as ended at now, but at
+// Consume implements window.Reconciler: n units logged as ended at now, but at
 // most N at one instant (n ≥ N keeps the window full for Per from now) and
 // never so many that the count would pass math.MaxInt64.
 func (c *Completion) Consume(now time.Time, n int64) {
@@ -50,13 +28,13 @@ func (c *Completion) Consume(now time.Time, n int64) {
 	}
 }
 
-// Used implements Reconciler: units recorded in (now−Per, now].
+// Used implements window.Reconciler: units recorded in (now−Per, now].
 func (w *SlidingLog) Used(now time.Time) int64 {
 	w.log.expire(w.log.clamp(now) - int64(w.limit.Per))
 	return w.log.units
 }
 
-// Consume implements Reconciler: n units recorded as started at now (plus
+// Consume implements window.Reconciler: n units recorded as started at now (plus
 // the margin), but at most N at one instant (n ≥ N keeps the window full
 // for Per + Margin from now) and never so many that the count would pass
 // math.MaxInt64.
@@ -68,7 +46,7 @@ func (w *SlidingLog) Consume(now time.Time, n int64) {
 	}
 }
 
-// Used implements Reconciler: units counted in now's window.
+// Used implements window.Reconciler: units counted in now's window.
 func (w *FixedWindow) Used(now time.Time) int64 {
 	if w.limit.Per == 0 {
 		return 0
@@ -77,7 +55,7 @@ func (w *FixedWindow) Used(now time.Time) int64 {
 	return w.used
 }
 
-// Consume implements Reconciler: n more units in now's window, the count
+// Consume implements window.Reconciler: n more units in now's window, the count
 // stopping at N (the window is then full until the next one begins) or
 // where it already is if above.
 func (w *FixedWindow) Consume(now time.Time, n int64) {
@@ -99,7 +77,7 @@ func (w *FixedWindow) Consume(now time.Time, n int64) {
 	}
 }
 
-// Used implements Reconciler: the units missing from the bucket at now
+// Used implements window.Reconciler: the units missing from the bucket at now
 // (burst − tokens).
 func (b *TokenBucket) Used(now time.Time) int64 {
 	if b.limit.Per == 0 {
@@ -109,7 +87,7 @@ func (b *TokenBucket) Used(now time.Time) int64 {
 	return b.burst - b.tokens
 }
 
-// Consume implements Reconciler: n units taken from the bucket at now,
+// Consume implements window.Reconciler: n units taken from the bucket at now,
 // below empty if need be (the refill pays the debt first), but never deeper
 // than N units of debt: a report of any size beyond the bucket leaves it
 // refusing for one whole Per, "full until the window moves", and never
@@ -125,7 +103,7 @@ func (b *TokenBucket) Consume(now time.Time, n int64) {
 	}
 }
 
-// Used implements Reconciler: the units the TAT is ahead of now, rounded up.
+// Used implements window.Reconciler: the units the TAT is ahead of now, rounded up.
 func (g *GCRA) Used(now time.Time) int64 {
 	if g.emit == 0 || !g.started {
 		return 0
@@ -134,10 +112,10 @@ func (g *GCRA) Used(now time.Time) int64 {
 	if g.tat <= t {
 		return 0
 	}
-	return mul128(g.tat-t, 1).divCeil(g.emit)
+	return ceilDiv(g.tat-t, g.emit)
 }
 
-// Consume implements Reconciler: the TAT moves on n·I from now at least,
+// Consume implements window.Reconciler: the TAT moves on n·I from now at least,
 // but not beyond now + Capacity·I (a full bucket), unless it already is.
 func (g *GCRA) Consume(now time.Time, n int64) {
 	if g.emit == 0 || n <= 0 {

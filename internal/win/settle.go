@@ -6,9 +6,10 @@ import (
 	"github.com/ratesem/ratesem/internal/sat"
 )
 
-// Settler is implemented by every window of this package: it ends a call
-// whose weight is known only after the call (an LLM API's tokens, read from
-// the response's usage) with the weight it really had.
+// Every window of this package implements window.Settler (window/policy.go
+// asserts it): Settle ends a call whose weight is known only after the call
+// (an LLM API's tokens, read from the response's usage) with the weight it
+// really had.
 //
 // Settle records that the call admitted at the instant at for n units (its
 // estimate) ended at now, instead of Done(now, n), and that it really cost
@@ -33,7 +34,7 @@ import (
 //     a refund of another call later cannot bring the count below the
 //     truth while the debit is in the window.
 //   - The token and leaky buckets go into debt by the debit, but at most
-//     one Per's refill (N units) below empty, as Reconciler.Consume; GCRA
+//     one Per's refill (N units) below empty, as window.Reconciler.Consume; GCRA
 //     likewise moves its TAT at most (Burst + N)·I past now (N·I for a
 //     pacer). The wait a debit causes is then at most about one Per plus
 //     the call's own refill time (n·Per/N), never the 292 years a debit of
@@ -45,25 +46,11 @@ import (
 // arrival and corrects it at the call's end (Anthropic's token buckets,
 // OpenAI's tokens per minute) never holds more than the window does.
 //
-// Like Policy it is not safe for concurrent use; the same panics as Done
+// Like Policy, Settle is not safe for concurrent use; the same panics as Done
 // apply to n (the completion window panics on more units than are in
 // flight).
-type Settler interface {
-	Settle(now, at time.Time, n, actual int64)
-}
 
-var (
-	_ Settler = (*Completion)(nil)
-	_ Settler = (*SlidingLog)(nil)
-	_ Settler = (*FixedWindow)(nil)
-	_ Settler = (*SlidingWindowCounter)(nil)
-	_ Settler = (*SubWindowCounter)(nil)
-	_ Settler = (*TokenBucket)(nil)
-	_ Settler = (*LeakyBucket)(nil)
-	_ Settler = (*GCRA)(nil)
-)
-
-// Settle implements Settler: n units leave flight at now and actual units
+// Settle implements window.Settler: n units leave flight at now and actual units
 // are logged as ended at now (at is not needed: the call counts from its
 // end).
 func (c *Completion) Settle(now, _ time.Time, n, actual int64) {
@@ -80,122 +67,95 @@ func (c *Completion) Settle(now, _ time.Time, n, actual int64) {
 	}
 }
 
-// Settle implements Settler: a refund comes out of the call's own entry
+// Settle implements window.Settler: a refund comes out of the call's own entry
 // (if it is still in the window), a debit is logged at now.
 func (w *SlidingLog) Settle(now, at time.Time, n, actual int64) {
-	actual = max(actual, 0)
-	if w.limit.Per == 0 {
-		return
-	}
-	if actual < n {
+	switch actual = max(actual, 0); {
+	case w.limit.Per == 0:
+	case actual < n:
 		w.Cancel(at, n-actual)
-	} else if actual > n {
+	case actual > n:
 		t := w.log.clamp(now)
 		w.log.expire(t - int64(w.limit.Per))
 		w.log.pushSat(sat.Add(t, w.margin), actual-n, 0)
 	}
 }
 
-// Settle implements Settler. A fixed window refunds only while at's window
+// Settle implements window.Settler. A fixed window refunds only while at's window
 // is now's; a fixed completion window (NewFixedCompletion), which carries a
 // call in flight into every window it touches, refunds from now's window,
 // where the call is still counted. A debit counts in now's window.
 func (w *FixedWindow) Settle(now, at time.Time, n, actual int64) {
 	actual = max(actual, 0)
 	w.Done(now, n)
-	if actual < n && w.limit.Per > 0 {
-		r := n - actual
-		w.roll(now.UnixNano())
-		if w.carry || floorDiv(at.UnixNano(), int64(w.limit.Per)) == w.win {
-			w.used -= min(r, w.used)
-		}
+	if actual == n || w.limit.Per == 0 {
+		return
 	}
-	if actual > n && w.limit.Per > 0 {
-		w.roll(now.UnixNano())
+	w.roll(now.UnixNano())
+	if actual > n {
 		w.used = sat.Add(w.used, actual-n)
+	} else if w.carry || floorDiv(at.UnixNano(), int64(w.limit.Per)) == w.win {
+		w.used -= min(n-actual, w.used)
 	}
 }
 
-// Settle implements Settler: a refund comes out of at's window when it is
+// Settle implements window.Settler: a refund comes out of at's window when it is
 // the current or the previous one, a debit counts in now's window.
 func (w *SlidingWindowCounter) Settle(now, at time.Time, n, actual int64) {
-	actual = max(actual, 0)
-	if w.limit.Per == 0 {
-		return
-	}
-	if actual < n {
+	switch actual = max(actual, 0); {
+	case actual < n:
 		w.cancel(at.UnixNano(), n-actual)
-		return
-	}
-	if d := actual - n; d > 0 {
+	case actual > n && w.limit.Per > 0:
 		w.roll(floorDiv(now.UnixNano(), int64(w.limit.Per)))
-		w.cur = sat.Add(w.cur, d)
+		w.cur = sat.Add(w.cur, actual-n)
 	}
 }
 
-// Settle implements Settler: a refund comes out of at's block while it is
+// Settle implements window.Settler: a refund comes out of at's block while it is
 // in the window, a debit counts in now's block.
 func (w *SubWindowCounter) Settle(now, at time.Time, n, actual int64) {
-	actual = max(actual, 0)
-	if w.limit.Per == 0 {
-		return
-	}
-	if actual < n {
+	switch actual = max(actual, 0); {
+	case actual < n:
 		w.cancel(at.UnixNano(), n-actual)
-		return
-	}
-	if d := actual - n; d > 0 {
+	case actual > n && w.limit.Per > 0:
 		w.roll(floorDiv(now.UnixNano(), w.size))
-		sum := sat.Add(w.sum, d)
+		sum := sat.Add(w.sum, actual-n)
 		w.counts[w.slot(w.cur)] += sum - w.sum // ≤ sum: no wrap
 		w.sum = sum
 	}
 }
 
-// Settle implements Settler: a refund puts tokens back, at most up to the
+// Settle implements window.Settler: a refund puts tokens back, at most up to the
 // burst, even after later admissions (tokens are alike); a debit takes
 // tokens out at now, into debt if need be, but, as Consume, never more than
 // N units (one Per's refill) below empty: "full until the window moves". A
 // bucket already deeper in debt stays as it is.
 func (b *TokenBucket) Settle(now, _ time.Time, n, actual int64) {
-	actual = max(actual, 0)
-	if b.limit.Per == 0 {
+	if actual = max(actual, 0); b.limit.Per == 0 || actual == n {
 		return
 	}
+	b.refill(now)
 	if actual < n {
-		b.refill(now)
-		b.tokens += min(n-actual, b.burst-b.tokens) // tokens ≥ −N: no wrap
-		if b.tokens == b.burst {
-			b.frac = 0
-		}
-		return
-	}
-	if d := actual - n; d > 0 {
-		b.refill(now)
-		b.debit(d)
+		b.give(n - actual)
+	} else {
+		b.debit(actual - n)
 	}
 }
 
-// Settle implements Settler: a refund moves the theoretical arrival time back
+// Settle implements window.Settler: a refund moves the theoretical arrival time back
 // by the refund's emission intervals, never before now (a full bucket); a
 // debit moves it on by the debit's emission intervals (from now when the
 // bucket is full), but never beyond now + (Burst + N)·I (now + N·I for a
 // pacer): the token bucket's debt of at most N units below empty, "full
 // until the window moves". A TAT already beyond stays as it is.
 func (g *GCRA) Settle(now, _ time.Time, n, actual int64) {
-	actual = max(actual, 0)
-	if g.emit == 0 || !g.started {
+	if actual = max(actual, 0); g.emit == 0 || !g.started || actual == n {
 		return
 	}
-	if actual < n {
-		t := g.clamp(now)
-		if g.tat > t {
-			g.tat = max(sat.Sub(g.tat, sat.Mul(n-actual, g.emit)), t)
-		}
-		return
-	}
-	if d := actual - n; d > 0 {
-		t := g.clamp(now)
-		g.tat = max(g.tat, min(sat.Add(max(g.tat, t), sat.Mul(d, g.emit)), g.debtCap(t)))
+	t := g.clamp(now)
+	if actual > n {
+		g.tat = max(g.tat, min(sat.Add(max(g.tat, t), sat.Mul(actual-n, g.emit)), g.debtCap(t)))
+	} else if g.tat > t {
+		g.tat = max(sat.Sub(g.tat, sat.Mul(n-actual, g.emit)), t)
 	}
 }

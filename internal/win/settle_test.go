@@ -9,12 +9,13 @@ import (
 	"time"
 
 	"github.com/ratesem/ratesem/internal/win"
+	"github.com/ratesem/ratesem/window"
 )
 
 // settler is what the settle tests drive: a window that settles.
 type settler interface {
 	win.Policy
-	win.Settler
+	window.Settler
 }
 
 // Each window, by hand: a refund makes room at once where the window still

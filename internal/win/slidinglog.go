@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/ratesem/ratesem/internal/sat"
-	"github.com/ratesem/ratesem/internal/winfast"
 )
 
 // SlidingLog is the start window with a margin: a sliding log of start
@@ -26,7 +25,7 @@ import (
 // the last Per + Margin. The zero SlidingLog is not usable; call NewSlidingLog.
 // A SlidingLog is not safe for concurrent use (see Policy).
 type SlidingLog struct {
-	limit  Limit
+	limited
 	margin int64 // nanoseconds
 	log    stamps
 }
@@ -38,14 +37,8 @@ func NewSlidingLog(l Limit, margin time.Duration) *SlidingLog {
 	if margin < 0 {
 		panic(fmt.Sprintf("ratesem: NewSlidingLog: negative margin %v", margin))
 	}
-	return &SlidingLog{limit: l, margin: int64(margin)}
+	return &SlidingLog{limited: limited{l}, margin: int64(margin)}
 }
-
-// Limit returns the limit the window enforces.
-func (w *SlidingLog) Limit() Limit { return w.limit }
-
-// Capacity implements Policy: it returns N.
-func (w *SlidingLog) Capacity() int64 { return w.limit.N }
 
 // Margin returns the margin added to every recorded start.
 func (w *SlidingLog) Margin() time.Duration { return time.Duration(w.margin) }
@@ -55,12 +48,10 @@ func (w *SlidingLog) Margin() time.Duration { return time.Duration(w.margin) }
 // against the new Per from their recorded start. With Per 0 nothing is
 // recorded, so a switch from Per 0 to a positive Per starts with an empty
 // log. It panics on a negative limit.
-func (w *SlidingLog) SetLimit(now time.Time, l Limit) {
-	l.check("SlidingLog.SetLimit")
-	w.setLimit(w.log.offset(now), l)
-}
+func (w *SlidingLog) SetLimit(now time.Time, l Limit) { w.setLimit(w.log.ns(now), l) }
 
 func (w *SlidingLog) setLimit(now int64, l Limit) {
+	l.check("SlidingLog.SetLimit")
 	w.log.expire(w.log.clampNs(now) - int64(w.limit.Per))
 	w.limit = l
 }
@@ -72,16 +63,17 @@ func (w *SlidingLog) setLimit(now int64, l Limit) {
 // Per == 0 there is no rate: every call of at most N units is admitted and
 // nothing is recorded.
 func (w *SlidingLog) Admit(now time.Time, n int64) (time.Time, bool) {
-	at, ok := w.admit(w.log.offset(now), n)
-	return w.log.instant(at), ok
+	t := w.log.ns(now)
+	at, ok := w.admit(t, n)
+	return timeOf(now, t, at), ok
 }
 
+func (w *SlidingLog) start(e time.Time) time.Time { return w.log.start(e) }
+func (w *SlidingLog) ns(t time.Time) int64        { return w.log.ns(t) }
+
 func (w *SlidingLog) admit(now, n int64) (int64, bool) {
-	if n < 0 {
-		return winfast.None, false
-	}
-	if n == 0 || w.limit.Per == 0 && n <= w.limit.N {
-		return winfast.None, true // nothing to record: no units, or no rate
+	if done, ok := trivial(n, w.limit.N, w.limit.Per); done {
+		return None, ok
 	}
 	per := int64(w.limit.Per)
 	at := w.log.clampNs(now)
@@ -89,10 +81,7 @@ func (w *SlidingLog) admit(now, n int64) (int64, bool) {
 	free := w.limit.N - w.log.units
 	if n <= free {
 		w.log.push(sat.Add(at, w.margin), n)
-		return winfast.None, true
-	}
-	if n > w.limit.N {
-		return winfast.None, false
+		return None, true
 	}
 	return sat.Add(w.log.stampOf(n-free), per), false
 }
@@ -100,12 +89,7 @@ func (w *SlidingLog) admit(now, n int64) (int64, bool) {
 // Cancel implements Policy: it erases the n units recorded for an Admit at
 // the instant at (or, if that Admit's start was raised to a later recorded
 // one, n units recorded between the two, which errs on the safe side).
-func (w *SlidingLog) Cancel(at time.Time, n int64) {
-	if n <= 0 {
-		return
-	}
-	w.cancel(w.log.offset(at), n)
-}
+func (w *SlidingLog) Cancel(at time.Time, n int64) { w.cancel(w.log.ns(at), n) }
 
 func (w *SlidingLog) cancel(at, n int64) {
 	if n <= 0 {
@@ -120,36 +104,4 @@ func (w *SlidingLog) cancel(at, n int64) {
 
 // Done implements Policy. It does nothing: the window counts starts only.
 func (w *SlidingLog) Done(time.Time, int64) {}
-
-// fastSlidingLog is the engine's form of a SlidingLog (winfast.Window).
-type fastSlidingLog SlidingLog
-
-func (f *fastSlidingLog) w() *SlidingLog { return (*SlidingLog)(f) }
-
-// Start implements winfast.Window (the engine's form of the window).
-func (f *fastSlidingLog) Start(e time.Time) time.Time { return f.log.start(e) }
-
-// Capacity implements winfast.Window (the engine's form of the window).
-func (f *fastSlidingLog) Capacity() int64 { return f.limit.N }
-
-// AdmitCached implements winfast.Window (the engine's form of the window).
-func (f *fastSlidingLog) AdmitCached(int64) bool { return false } // a start is stamped with the instant: Admit decides
-
-// Admit implements winfast.Window (the engine's form of the window).
-func (f *fastSlidingLog) Admit(now, n int64) (int64, bool) { return f.w().admit(now, n) }
-
-// Cancel implements winfast.Window (the engine's form of the window).
-func (f *fastSlidingLog) Cancel(at, n int64) { f.w().cancel(at, n) }
-
-// Done implements winfast.Window (the engine's form of the window).
-func (f *fastSlidingLog) Done(_, _ int64) {}
-
-// DoneUsesTime implements winfast.Window (the engine's form of the window).
-func (f *fastSlidingLog) DoneUsesTime() bool { return false }
-
-// SetLimit implements winfast.Window (the engine's form of the window).
-func (f *fastSlidingLog) SetLimit(now, n int64, per time.Duration) {
-	l := Limit{N: n, Per: per}
-	l.check("SlidingLog.SetLimit")
-	f.w().setLimit(now, l)
-}
+func (w *SlidingLog) done(int64, int64)     {}

@@ -3,8 +3,6 @@ package win
 import (
 	"math"
 	"time"
-
-	"github.com/ratesem/ratesem/internal/winfast"
 )
 
 // entry is n units stamped at the instant at, in nanoseconds since the
@@ -40,16 +38,11 @@ type base struct {
 	latest   int64 // the latest offset clamp has returned
 }
 
-// offset converts t to nanoseconds since the epoch, fixing the epoch at the
+// ns converts t to nanoseconds since the epoch, fixing the epoch at the
 // first call.
-func (b *base) offset(t time.Time) int64 {
-	if !b.hasEpoch {
-		b.epoch, b.hasEpoch = t, true
-	}
-	return int64(t.Sub(b.epoch))
-}
+func (b *base) ns(t time.Time) int64 { return int64(t.Sub(b.start(t))) }
 
-// start is winfast.Window.Start: it fixes the epoch at e unless one is set
+// start is Window.Start: it fixes the epoch at e unless one is set
 // and returns the epoch in use.
 func (b *base) start(e time.Time) time.Time {
 	if !b.hasEpoch {
@@ -58,11 +51,11 @@ func (b *base) start(e time.Time) time.Time {
 	return b.epoch
 }
 
-// clamp is offset for an instant that moves the window on: an instant earlier
+// clamp is ns for an instant that moves the window on: an instant earlier
 // than the latest one seen is taken as that latest one (the Policy contract),
 // so instants that reach a window slightly out of order (callers that read
 // the clock before taking a lock) never make it forget what it counted.
-func (b *base) clamp(t time.Time) int64 { return b.clampNs(b.offset(t)) }
+func (b *base) clamp(t time.Time) int64 { return b.clampNs(b.ns(t)) }
 
 // clampNs is clamp for an instant already in nanoseconds since the epoch.
 // The first instant it sees is taken as it is, even if earlier than the
@@ -74,15 +67,6 @@ func (b *base) clampNs(off int64) int64 {
 		b.latest, b.seen = off, true
 	}
 	return b.latest
-}
-
-// instant converts an offset back to a time.Time; winfast.None is the zero
-// time.Time.
-func (b *base) instant(off int64) time.Time {
-	if off == winfast.None {
-		return time.Time{}
-	}
-	return b.epoch.Add(time.Duration(off))
 }
 
 func (q *stamps) at(i int) *entry {
@@ -111,7 +95,7 @@ func (q *stamps) push(at, n int64) {
 	q.len++
 }
 
-// pushReport pushes the units of a server's report (Reconciler.Consume): at
+// pushReport pushes the units of a server's report (window.Reconciler.Consume): at
 // most n0 of them (a report beyond the limit means a full window from at,
 // no more), fewer if units stamped at or after at already reach n0, and
 // never so many that q.units + extra (extra ≥ 0: units in flight) would
@@ -123,10 +107,7 @@ func (q *stamps) pushReport(at, n, n0, extra int64) {
 			k = min(k, n0-tail.n)
 		}
 	}
-	k = min(k, math.MaxInt64-extra-q.units)
-	if k > 0 {
-		q.push(at, k)
-	}
+	q.pushSat(at, k, extra)
 }
 
 // pushSat pushes n units stamped at, fewer only where q.units + extra
@@ -138,11 +119,7 @@ func (q *stamps) pushSat(at, n, extra int64) {
 }
 
 func (q *stamps) grow() {
-	size := 2 * len(q.buf)
-	if size == 0 {
-		size = 8
-	}
-	buf := make([]entry, size)
+	buf := make([]entry, max(2*len(q.buf), 8))
 	for i := 0; i < q.len; i++ {
 		buf[i] = *q.at(i)
 	}

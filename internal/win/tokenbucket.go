@@ -3,11 +3,9 @@ package win
 import (
 	"fmt"
 	"math"
-	"math/bits"
 	"time"
 
 	"github.com/ratesem/ratesem/internal/sat"
-	"github.com/ratesem/ratesem/internal/winfast"
 )
 
 // TokenBucket is the token bucket: a bucket of Burst units, full at first,
@@ -27,7 +25,7 @@ import (
 // Policy).
 type TokenBucket struct {
 	base
-	limit    Limit
+	limited
 	burst    int64
 	burstSet bool  // burst given to NewTokenBucket; else it follows N
 	tokens   int64 // whole units in the bucket at last; < 0 after SetLimit lowered the burst below the debt
@@ -47,16 +45,13 @@ func NewTokenBucket(l Limit, burst int64) *TokenBucket {
 	if burst < 0 {
 		panic(fmt.Sprintf("ratesem: NewTokenBucket: negative burst %d", burst))
 	}
-	b := &TokenBucket{limit: l, burst: burst, burstSet: burst > 0}
+	b := &TokenBucket{limited: limited{l}, burst: burst, burstSet: burst > 0}
 	if !b.burstSet {
 		b.burst = l.N
 	}
 	b.tokens = b.burst
 	return b
 }
-
-// Limit returns the refill rate: N units per Per.
-func (b *TokenBucket) Limit() Limit { return b.limit }
 
 // Burst returns the bucket's size in units.
 func (b *TokenBucket) Burst() int64 { return b.burst }
@@ -65,7 +60,7 @@ func (b *TokenBucket) Burst() int64 { return b.burst }
 func (b *TokenBucket) Capacity() int64 { return b.burst }
 
 // refill brings the bucket up to now and returns now's offset.
-func (b *TokenBucket) refill(now time.Time) int64 { return b.refillNs(b.offset(now)) }
+func (b *TokenBucket) refill(now time.Time) int64 { return b.refillNs(b.ns(now)) }
 
 // refillNs is refill at an offset: it brings the bucket up to now (or the
 // latest instant seen, if later) and returns that instant.
@@ -79,26 +74,16 @@ func (b *TokenBucket) refillNs(now int64) int64 {
 	}
 	e := t - b.last
 	b.last = t
-	if b.tokens >= b.burst || b.limit.Per == 0 {
-		b.fill()
-		return t
+	if b.tokens < b.burst && b.limit.Per > 0 {
+		// (e·N + frac) / Per new units, the remainder carried in frac.
+		q, r := mulDiv(e, b.limit.N, b.frac, int64(b.limit.Per), false)
+		if q < b.burst-b.tokens {
+			b.tokens += q
+			b.frac = r
+			return t
+		}
 	}
-	// (e·N + frac) / Per new units, the remainder carried in frac.
-	hi, lo := bits.Mul64(uint64(e), uint64(b.limit.N))
-	lo, c := bits.Add64(lo, uint64(b.frac), 0)
-	hi += c
-	per := uint64(b.limit.Per)
-	if hi >= per {
-		b.fill()
-		return t
-	}
-	q, r := bits.Div64(hi, lo, per)
-	if q >= uint64(b.burst-b.tokens) { // b.tokens < b.burst here
-		b.fill()
-		return t
-	}
-	b.tokens += int64(q)
-	b.frac = int64(r)
+	b.fill() // full already, an instant refill (no rate), or the refill fills it
 	return t
 }
 
@@ -113,18 +98,16 @@ func (b *TokenBucket) fill() { b.tokens, b.frac = b.burst, 0 }
 // Settle): a limit lowered a thousandfold keeps the bucket refusing until
 // the window moves, not for a thousand windows. A burst left at 0 in
 // NewTokenBucket follows the new N. It panics on a negative limit.
-func (b *TokenBucket) SetLimit(now time.Time, l Limit) {
-	l.check("TokenBucket.SetLimit")
-	b.setLimit(b.offset(now), l)
-}
+func (b *TokenBucket) SetLimit(now time.Time, l Limit) { b.setLimit(b.ns(now), l) }
 
 func (b *TokenBucket) setLimit(now int64, l Limit) {
+	l.check("TokenBucket.SetLimit")
 	b.refillNs(now)
 	debt := b.burst - b.tokens
 	if l.Per != b.limit.Per {
 		// The fraction of a unit refilled so far is kept, rounded down.
 		if l.Per > 0 && b.limit.Per > 0 {
-			b.frac = mulDiv(b.frac, int64(l.Per), int64(b.limit.Per))
+			b.frac, _ = mulDiv(b.frac, int64(l.Per), 0, int64(b.limit.Per), false)
 		} else {
 			b.frac = 0
 		}
@@ -176,35 +159,29 @@ func (b *TokenBucket) debit(n int64) {
 // when the refill will have brought it to n; it is the zero time.Time when
 // n exceeds the burst or N is 0.
 func (b *TokenBucket) Admit(now time.Time, n int64) (time.Time, bool) {
-	at, ok := b.admit(b.offset(now), n)
-	return b.instant(at), ok
+	t := b.ns(now)
+	at, ok := b.admit(t, n)
+	return timeOf(now, t, at), ok
 }
 
 func (b *TokenBucket) admit(now, n int64) (int64, bool) {
-	if n < 0 {
-		return winfast.None, false
-	}
-	if n == 0 {
-		return winfast.None, true
-	}
-	if n > b.burst {
-		return winfast.None, false
-	}
-	if b.limit.Per == 0 {
-		return winfast.None, true // instant refill: no rate
+	if done, ok := trivial(n, b.burst, b.limit.Per); done {
+		return None, ok
 	}
 	t := b.refillNs(now)
 	if n <= b.tokens {
 		b.tokens -= n
 		b.admitted = t
-		return winfast.None, true
+		return None, true
 	}
 	if b.limit.N == 0 {
-		return winfast.None, false
+		return None, false
 	}
-	// The smallest e with e·N + frac ≥ (n − tokens)·Per.
-	need := mul128(n-b.tokens, int64(b.limit.Per)).sub(u128{0, uint64(b.frac)})
-	return sat.Add(t, need.divCeil(b.limit.N)), false
+	// The smallest e with e·N + frac ≥ (n − tokens)·Per, written with
+	// n − tokens ≥ 1 and frac < Per so that every term is non-negative.
+	per := int64(b.limit.Per)
+	e, _ := mulDiv(n-b.tokens-1, per, per-b.frac, b.limit.N, true)
+	return sat.Add(t, e), false
 }
 
 // Cancel implements Policy: the n units go back into the bucket (up to the
@@ -212,18 +189,17 @@ func (b *TokenBucket) admit(now, n int64) (int64, bool) {
 // if that Admit had not happened. After a later admission the units are
 // not given back: whether the bucket would have overflowed meanwhile is not
 // recorded, so giving them back could admit more than the rule allows.
-func (b *TokenBucket) Cancel(at time.Time, n int64) {
-	if n <= 0 {
-		return
-	}
-	b.cancel(b.offset(at), n)
-}
+func (b *TokenBucket) Cancel(at time.Time, n int64) { b.cancel(b.ns(at), n) }
 
 func (b *TokenBucket) cancel(at, n int64) {
-	if n <= 0 || at < b.admitted {
-		return
+	if n > 0 && at >= b.admitted {
+		b.give(n)
 	}
-	b.tokens += min(n, b.burst-b.tokens)
+}
+
+// give puts n > 0 units back into the bucket, never beyond full.
+func (b *TokenBucket) give(n int64) {
+	b.tokens += min(n, b.burst-b.tokens) // tokens ≥ −N: no wrap
 	if b.tokens == b.burst {
 		b.frac = 0
 	}
@@ -231,42 +207,7 @@ func (b *TokenBucket) cancel(at, n int64) {
 
 // Done implements Policy. It does nothing: the bucket counts starts only.
 func (b *TokenBucket) Done(time.Time, int64) {}
-
-// fastTokenBucket is the engine's form of a TokenBucket or LeakyBucket
-// (winfast.Window). Taking tokens from a stale reading and refilling later
-// would forget the cap the bucket hit meanwhile, and admit too much, so
-// AdmitCached is always false.
-type fastTokenBucket TokenBucket
-
-func (f *fastTokenBucket) b() *TokenBucket { return (*TokenBucket)(f) }
-
-// Start implements winfast.Window (the engine's form of the window).
-func (f *fastTokenBucket) Start(e time.Time) time.Time { return f.start(e) }
-
-// Capacity implements winfast.Window (the engine's form of the window).
-func (f *fastTokenBucket) Capacity() int64 { return f.burst }
-
-// AdmitCached implements winfast.Window (the engine's form of the window).
-func (f *fastTokenBucket) AdmitCached(int64) bool { return false }
-
-// Admit implements winfast.Window (the engine's form of the window).
-func (f *fastTokenBucket) Admit(now, n int64) (int64, bool) { return f.b().admit(now, n) }
-
-// Cancel implements winfast.Window (the engine's form of the window).
-func (f *fastTokenBucket) Cancel(at, n int64) { f.b().cancel(at, n) }
-
-// Done implements winfast.Window (the engine's form of the window).
-func (f *fastTokenBucket) Done(_, _ int64) {}
-
-// DoneUsesTime implements winfast.Window (the engine's form of the window).
-func (f *fastTokenBucket) DoneUsesTime() bool { return false }
-
-// SetLimit implements winfast.Window (the engine's form of the window).
-func (f *fastTokenBucket) SetLimit(now, n int64, per time.Duration) {
-	l := Limit{N: n, Per: per}
-	l.check("TokenBucket.SetLimit")
-	f.b().setLimit(now, l)
-}
+func (b *TokenBucket) done(int64, int64)     {}
 
 // LeakyBucket is the leaky bucket as a meter: a bucket of Capacity units
 // that leaks at N units per Per; a call of n units pours n units in, and is
