@@ -7,6 +7,7 @@ import (
 	"testing"
 	"text/tabwriter"
 
+	"github.com/ratesem/ratesem/internal/doctable"
 	"github.com/ratesem/ratesem/window"
 )
 
@@ -28,7 +29,7 @@ func rulesDoc() []string {
 		fmt.Fprintf(w, "%s\t%v\t%v\t%s\t%s\t%s\n", r.name, window.Limit{N: r.n, Per: r.per}, r.scope, usage, pause, r.section)
 	}
 	w.Flush()
-	return docLines(b.String())
+	return doctable.Lines(b.String())
 }
 
 // endpointsDoc renders the endpoint table of the package documentation.
@@ -49,13 +50,13 @@ func endpointsDoc() []string {
 	}
 	fmt.Fprintln(w, "any\tother\t1\t-\t(Table.Default)")
 	w.Flush()
-	return docLines(b.String())
+	return doctable.Lines(b.String())
 }
 
 // TestDocTable checks that the tables in the package documentation are the
 // ones the code has; with -update it rewrites them.
 func TestDocTable(t *testing.T) {
-	checkDocTables(t, "doc.go", map[string][]string{
+	doctable.Check(t, "doc.go", map[string][]string{
 		"// # Rules":     rulesDoc(),
 		"// # Endpoints": endpointsDoc(),
 	}, *update)

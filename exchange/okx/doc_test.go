@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"text/tabwriter"
+
+	"github.com/ratesem/ratesem/internal/doctable"
 )
 
 var update = flag.Bool("update", false, "rewrite the tables in doc.go from the code")
@@ -24,7 +26,7 @@ func rulesDoc() []string {
 		fmt.Fprintf(w, "%s\t%d/%v\t%v\t%s\t#%s\n", r.name, r.n, Per, r.scope, pause, r.section)
 	}
 	w.Flush()
-	return docLines(b.String())
+	return doctable.Lines(b.String())
 }
 
 // endpointsDoc renders the endpoint table of the package documentation.
@@ -41,13 +43,13 @@ func endpointsDoc() []string {
 		fmt.Fprintf(w, "%s\t%s\t%s\n", e.method, e.path, charges)
 	}
 	w.Flush()
-	return docLines(b.String())
+	return doctable.Lines(b.String())
 }
 
 // TestDocTable checks that the tables in the package documentation are the
 // ones the code has; with -update it rewrites them.
 func TestDocTable(t *testing.T) {
-	checkDocTables(t, "doc.go", map[string][]string{
+	doctable.Check(t, "doc.go", map[string][]string{
 		"// # Rules":     rulesDoc(),
 		"// # Endpoints": endpointsDoc(),
 	}, *update)

@@ -1,9 +1,8 @@
-package binance
-
-// The doc-table check of the presets (exchange/binance and exchange/okx
-// keep a copy each, as test code): the tables in a package's
-// documentation must equal the ones its code holds; a test compares them
-// with the table literals (and rewrites them with -update).
+// Package doctable keeps a table in a package's documentation equal to the
+// one its code holds: the presets in exchange/ list their limits in their doc
+// comments, and a test compares them with the table literals (and rewrites
+// them with -update).
+package doctable
 
 import (
 	"os"
@@ -11,8 +10,8 @@ import (
 	"testing"
 )
 
-// docLines splits tabwriter output into lines without trailing blanks.
-func docLines(s string) []string {
+// Lines splits tabwriter output into lines without trailing blanks.
+func Lines(s string) []string {
 	out := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	for i, l := range out {
 		out[i] = strings.TrimRight(l, " ")
@@ -20,9 +19,9 @@ func docLines(s string) []string {
 	return out
 }
 
-// checkDocTables checks, in file, the first code block ("//\t" lines) after each
+// Check checks, in file, the first code block ("//\t" lines) after each
 // heading line against its table; with update it rewrites them instead.
-func checkDocTables(t testing.TB, file string, tables map[string][]string, update bool) {
+func Check(t testing.TB, file string, tables map[string][]string, update bool) {
 	t.Helper()
 	src, err := os.ReadFile(file)
 	if err != nil {
