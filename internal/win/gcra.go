@@ -175,7 +175,11 @@ func (g *GCRA) admit(now, n int64) (int64, bool) {
 // after at, which makes the state exactly as if that Admit had not happened
 // (a TAT in the past means idle, whatever its value). After a later
 // admission nothing is given back, on the safe side.
-func (g *GCRA) Cancel(at time.Time, n int64) { g.cancel(g.ns(at), n) }
+func (g *GCRA) Cancel(at time.Time, n int64) {
+	if n > 0 && g.started { // else nothing to undo: at must not fix the epoch
+		g.cancel(g.ns(at), n)
+	}
+}
 
 func (g *GCRA) cancel(at, n int64) {
 	if n <= 0 || !g.started || at < g.admitted {

@@ -89,7 +89,11 @@ func (w *SlidingLog) admit(now, n int64) (int64, bool) {
 // Cancel implements Policy: it erases the n units recorded for an Admit at
 // the instant at (or, if that Admit's start was raised to a later recorded
 // one, n units recorded between the two, which errs on the safe side).
-func (w *SlidingLog) Cancel(at time.Time, n int64) { w.cancel(w.log.ns(at), n) }
+func (w *SlidingLog) Cancel(at time.Time, n int64) {
+	if n > 0 { // else nothing to undo: at must not fix the epoch
+		w.cancel(w.log.ns(at), n)
+	}
+}
 
 func (w *SlidingLog) cancel(at, n int64) {
 	if n <= 0 {

@@ -189,7 +189,11 @@ func (b *TokenBucket) admit(now, n int64) (int64, bool) {
 // if that Admit had not happened. After a later admission the units are
 // not given back: whether the bucket would have overflowed meanwhile is not
 // recorded, so giving them back could admit more than the rule allows.
-func (b *TokenBucket) Cancel(at time.Time, n int64) { b.cancel(b.ns(at), n) }
+func (b *TokenBucket) Cancel(at time.Time, n int64) {
+	if n > 0 { // else nothing to undo: at must not fix the epoch
+		b.cancel(b.ns(at), n)
+	}
+}
 
 func (b *TokenBucket) cancel(at, n int64) {
 	if n > 0 && at >= b.admitted {
