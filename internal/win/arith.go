@@ -37,8 +37,11 @@ func mulDiv(a, b, c, d int64, up bool) (q, r int64) {
 		return math.MaxInt64, 0
 	}
 	uq, ur := bits.Div64(hi, lo, uint64(d))
+	if uq >= math.MaxInt64 { // and uq++ could wrap at 2^64 − 1
+		return math.MaxInt64, 0
+	}
 	if up && ur != 0 {
 		uq++
 	}
-	return int64(min(uq, math.MaxInt64)), int64(ur)
+	return int64(uq), int64(ur)
 }
