@@ -117,7 +117,7 @@ func (e *Engine) ask(ctx context.Context, b batcher, scope string, ws []*waiter,
 	}, func(r result) { // the caller left: nobody will use these admissions
 		for i, d := range r.ds {
 			if r.errs[i] == nil && d.OK {
-				e.cancel(scope, calls[i], d.Token)
+				e.cancel(scope, calls[i], d.Token, true)
 			}
 		}
 	})
@@ -315,7 +315,7 @@ func (e *Engine) decided(ctx context.Context, w *waiter, d rspec.Decision, err, 
 			err = e.hold(c)
 		}
 		if err != nil { // the caller left, or Close came: nobody will use it
-			e.cancel(w.scope, w.cs, d.Token)
+			e.cancel(w.scope, w.cs, d.Token, false)
 			return Outcome{}, err
 		}
 		w.local = nil // the Call releases them

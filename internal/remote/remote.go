@@ -804,12 +804,23 @@ func (e *Engine) roundTrip(err error) {
 }
 
 // cancel takes back an admission whose caller gave up, waiting for the
-// round trip at most Timeout.
-func (e *Engine) cancel(scope string, cs []rspec.Charge, token string) {
-	err, left := bounded(e, context.Background(), e.cfg.Timeout, nil, func(ctx context.Context) error {
-		return e.st.Cancel(ctx, scope, cs, token)
-	}, nil)
-	err = cmp.Or(left, err)
+// round trip at most Timeout. inline runs it on the calling goroutine, one
+// of the engine's own already counted in pending (a round trip whose
+// caller left): it is never refused for too many round trips, when they
+// are what a stalled Redis left behind.
+func (e *Engine) cancel(scope string, cs []rspec.Charge, token string, inline bool) {
+	var err error
+	if inline {
+		ctx, cancel := context.WithTimeout(context.Background(), e.cfg.Timeout)
+		err = e.st.Cancel(ctx, scope, cs, token)
+		cancel()
+	} else {
+		var left error
+		err, left = bounded(e, context.Background(), e.cfg.Timeout, nil, func(ctx context.Context) error {
+			return e.st.Cancel(ctx, scope, cs, token)
+		}, nil)
+		err = cmp.Or(left, err)
+	}
 	e.roundTrip(err)
 	e.mu.Lock()
 	switch {
