@@ -762,9 +762,33 @@ func splitToken(token string) (string, string, error) {
 	return tok, at, nil
 }
 
-// leaseOp runs a script that takes a token and reports the charges whose
-// lease was gone.
-func (s *Store) leaseOp(ctx context.Context, op string, script *goredis.Script, scope string, cs []Charge, token, arg string) error {
+// run runs script (whose errors name op) for the charges cs with ARGV[2]
+// tok, ARGV[3] arg and extra after the charges' values, and returns its
+// integer reply; the reply {-1, charge, stored} is the error of a spec
+// mismatch.
+func (s *Store) run(ctx context.Context, op string, script *goredis.Script, scope string, cs []Charge, tok, arg string, extra ...any) (int64, error) {
+	keys, args, err := s.call(scope, cs, tok, arg)
+	if err != nil {
+		return 0, err
+	}
+	v, err := script.Run(ctx, s.c, keys, append(args, extra...)...).Result()
+	if err != nil {
+		return 0, fmt.Errorf("ratesem: redis %s: %w", op, err)
+	}
+	switch r := v.(type) {
+	case int64:
+		return r, nil
+	case []any:
+		if len(r) == 3 {
+			return 0, mismatch(cs, r)
+		}
+	}
+	return 0, fmt.Errorf("ratesem: malformed reply from Redis: %v", v)
+}
+
+// leaseOp runs a script that takes a token (arg "" for the token's
+// admission instant) and reports the charges whose lease was gone.
+func (s *Store) leaseOp(ctx context.Context, op string, script *goredis.Script, scope string, cs []Charge, token, arg string, extra ...any) error {
 	tok, at, err := splitToken(token)
 	if err != nil {
 		return err
@@ -772,26 +796,11 @@ func (s *Store) leaseOp(ctx context.Context, op string, script *goredis.Script, 
 	if arg == "" {
 		arg = at
 	}
-	keys, args, err := s.call(scope, cs, tok, arg)
-	if err != nil {
-		return err
+	missing, err := s.run(ctx, op, script, scope, cs, tok, arg, extra...)
+	if err == nil && missing > 0 {
+		return fmt.Errorf("ratesem: redis %s: %w (%d of %d charges)", op, ErrNotInFlight, missing, len(cs))
 	}
-	v, err := script.Run(ctx, s.c, keys, args...).Result()
-	if err != nil {
-		return fmt.Errorf("ratesem: redis %s: %w", op, err)
-	}
-	switch r := v.(type) {
-	case int64:
-		if r > 0 {
-			return fmt.Errorf("ratesem: redis %s: %w (%d of %d charges)", op, ErrNotInFlight, r, len(cs))
-		}
-		return nil
-	case []any:
-		if len(r) == 3 {
-			return mismatch(cs, r)
-		}
-	}
-	return fmt.Errorf("ratesem: malformed reply from Redis: %v", v)
+	return err
 }
 
 // Release ends the call of token now (server clock): its units leave flight
@@ -869,33 +878,15 @@ func (s *Store) Settle(ctx context.Context, scope string, cs []Charge, token str
 	if plain {
 		return s.Release(ctx, scope, cs, token)
 	}
-	tok, at, err := splitToken(token)
+	_, at, err := splitToken(token)
 	if err != nil {
 		return err
 	}
-	keys, args, err := s.call(scope, cs, tok, at+":"+s.leaseS)
-	if err != nil {
-		return err
+	as := make([]any, len(actual))
+	for i, a := range actual {
+		as[i] = min(max(a, 0), MaxN)
 	}
-	for _, a := range actual {
-		args = append(args, min(max(a, 0), MaxN))
-	}
-	v, err := settleScript.Run(ctx, s.c, keys, args...).Result()
-	if err != nil {
-		return fmt.Errorf("ratesem: redis settle: %w", err)
-	}
-	switch r := v.(type) {
-	case int64:
-		if r > 0 {
-			return fmt.Errorf("ratesem: redis settle: %w (%d of %d charges)", ErrNotInFlight, r, len(cs))
-		}
-		return nil
-	case []any:
-		if len(r) == 3 {
-			return mismatch(cs, r)
-		}
-	}
-	return fmt.Errorf("ratesem: malformed reply from Redis: %v", v)
+	return s.leaseOp(ctx, "settle", settleScript, scope, cs, token, at+":"+s.leaseS, as...)
 }
 
 // Cancel takes back the admission of token, whose call never started: the
@@ -925,23 +916,11 @@ func (s *Store) Pause(ctx context.Context, scope string, c Charge, d time.Durati
 	}
 	us = min(max(us, 0), MaxPer/time.Microsecond)
 	c.Weight = 0
-	keys, args, err := s.call(scope, []Charge{c}, "", strconv.FormatInt(int64(us), 10))
+	end, err := s.run(ctx, "pause", pauseScript, scope, []Charge{c}, "", strconv.FormatInt(int64(us), 10))
 	if err != nil {
 		return time.Time{}, err
 	}
-	v, err := pauseScript.Run(ctx, s.c, keys, args...).Result()
-	if err != nil {
-		return time.Time{}, fmt.Errorf("ratesem: redis pause: %w", err)
-	}
-	switch r := v.(type) {
-	case int64:
-		return time.UnixMicro(r), nil
-	case []any:
-		if len(r) == 3 {
-			return time.Time{}, mismatch([]Charge{c}, r)
-		}
-	}
-	return time.Time{}, fmt.Errorf("ratesem: malformed reply from Redis: %v", v)
+	return time.UnixMicro(end), nil
 }
 
 // Reconcile tightens c's limiter with the server's own count: used units
@@ -995,23 +974,7 @@ func (s *Store) ReconcileAt(ctx context.Context, scope string, c Charge, used in
 			atArg += ":" + r.Mark + ":" + strconv.FormatInt(r.Weight, 10)
 		}
 	}
-	keys, args, err := s.call(scope, []Charge{c}, atArg, strconv.FormatInt(used, 10))
-	if err != nil {
-		return 0, err
-	}
-	v, err := reconcileScript.Run(ctx, s.c, keys, args...).Result()
-	if err != nil {
-		return 0, fmt.Errorf("ratesem: redis reconcile: %w", err)
-	}
-	switch r := v.(type) {
-	case int64:
-		return r, nil
-	case []any:
-		if len(r) == 3 {
-			return 0, mismatch([]Charge{c}, r)
-		}
-	}
-	return 0, fmt.Errorf("ratesem: malformed reply from Redis: %v", v)
+	return s.run(ctx, "reconcile", reconcileScript, scope, []Charge{c}, atArg, strconv.FormatInt(used, 10))
 }
 
 // SetLimit stores c.Spec as the limiter's limit for every process: their
@@ -1023,14 +986,8 @@ func (s *Store) ReconcileAt(ctx context.Context, scope string, c Charge, used in
 // state is kept as it is, read under the new limit. c.Weight is not used.
 func (s *Store) SetLimit(ctx context.Context, scope string, c Charge) error {
 	c.Weight = 0
-	keys, args, err := s.call(scope, []Charge{c}, "", "")
-	if err != nil {
-		return err
-	}
-	if err := setLimitScript.Run(ctx, s.c, keys, args...).Err(); err != nil {
-		return fmt.Errorf("ratesem: redis set limit: %w", err)
-	}
-	return nil
+	_, err := s.run(ctx, "set limit", setLimitScript, scope, []Charge{c}, "", "")
+	return err
 }
 
 // Budget takes in a server's report of the budget of c's limiter, a Quota
@@ -1066,26 +1023,11 @@ func (s *Store) Budget(ctx context.Context, scope string, c Charge, remaining in
 		us++
 	}
 	arg := strconv.FormatInt(remaining, 10) + ":" + strconv.FormatInt(int64(us), 10) + ":" + strconv.FormatInt(own, 10)
-	keys, args, err := s.call(scope, []Charge{c}, "", arg)
-	if err != nil {
-		return 0, err
+	drop, err := s.run(ctx, "budget", budgetScript, scope, []Charge{c}, "", arg)
+	if isReplyError(err) && strings.Contains(err.Error(), "ERR ratesem: not a quota limiter") {
+		return 0, fmt.Errorf("%w: rule %q key %q: its limit in Redis is not a quota (budget report dropped)", ErrSpec, clip(c.Rule), clip(c.Key))
 	}
-	v, err := budgetScript.Run(ctx, s.c, keys, args...).Result()
-	if err != nil {
-		if strings.Contains(err.Error(), "ratesem: not a quota limiter") {
-			return 0, fmt.Errorf("%w: rule %q key %q: its limit in Redis is not a quota (budget report dropped)", ErrSpec, clip(c.Rule), clip(c.Key))
-		}
-		return 0, fmt.Errorf("ratesem: redis budget: %w", err)
-	}
-	switch r := v.(type) {
-	case int64:
-		return r, nil
-	case []any:
-		if len(r) == 3 {
-			return 0, mismatch([]Charge{c}, r)
-		}
-	}
-	return 0, fmt.Errorf("ratesem: malformed reply from Redis: %v", v)
+	return drop, err
 }
 
 // AdmitLua returns the Lua source of the admission script Admit runs with
