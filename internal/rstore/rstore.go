@@ -786,15 +786,16 @@ func (s *Store) run(ctx context.Context, op string, script *goredis.Script, scop
 	return 0, fmt.Errorf("ratesem: malformed reply from Redis: %v", v)
 }
 
-// leaseOp runs a script that takes a token (arg "" for the token's
-// admission instant) and reports the charges whose lease was gone.
+// leaseOp runs a script that takes a token (arg "" for "at:lease", the
+// token's admission instant and the lease in µs) and reports the charges
+// whose lease was gone.
 func (s *Store) leaseOp(ctx context.Context, op string, script *goredis.Script, scope string, cs []Charge, token, arg string, extra ...any) error {
 	tok, at, err := splitToken(token)
 	if err != nil {
 		return err
 	}
 	if arg == "" {
-		arg = at
+		arg = at + ":" + s.leaseS
 	}
 	missing, err := s.run(ctx, op, script, scope, cs, tok, arg, extra...)
 	if err == nil && missing > 0 {
@@ -812,11 +813,7 @@ func (s *Store) leaseOp(ctx context.Context, op string, script *goredis.Script, 
 // hold after a loss must not forget the calls in flight then), or the
 // go-redis error. One round trip.
 func (s *Store) Release(ctx context.Context, scope string, cs []Charge, token string) error {
-	_, at, err := splitToken(token)
-	if err != nil {
-		return err
-	}
-	return s.leaseOp(ctx, "release", releaseScript, scope, cs, token, at+":"+s.leaseS)
+	return s.leaseOp(ctx, "release", releaseScript, scope, cs, token, "")
 }
 
 // Settle ends the call of token now (server clock), as Release does, for
@@ -878,15 +875,11 @@ func (s *Store) Settle(ctx context.Context, scope string, cs []Charge, token str
 	if plain {
 		return s.Release(ctx, scope, cs, token)
 	}
-	_, at, err := splitToken(token)
-	if err != nil {
-		return err
-	}
 	as := make([]any, len(actual))
 	for i, a := range actual {
 		as[i] = min(max(a, 0), MaxN)
 	}
-	return s.leaseOp(ctx, "settle", settleScript, scope, cs, token, at+":"+s.leaseS, as...)
+	return s.leaseOp(ctx, "settle", releaseScript, scope, cs, token, "", as...)
 }
 
 // Cancel takes back the admission of token, whose call never started: the
@@ -894,7 +887,12 @@ func (s *Store) Settle(ctx context.Context, scope string, cs []Charge, token str
 // tell: a fixed window that moved on keeps nothing to take back). Errors as
 // Release.
 func (s *Store) Cancel(ctx context.Context, scope string, cs []Charge, token string) error {
-	return s.leaseOp(ctx, "cancel", cancelScript, scope, cs, token, "")
+	zeros := make([]any, len(cs)+1)
+	for i := range cs {
+		zeros[i] = 0
+	}
+	zeros[len(cs)] = "cancel"
+	return s.leaseOp(ctx, "cancel", releaseScript, scope, cs, token, "", zeros...)
 }
 
 // Extend renews the leases of token for d from now (whole µs, at most

@@ -781,7 +781,7 @@ return {0, now, math.max(wait, 1), refuser, flags, adopted, '', ev}
 // does what the full path would. Anything else falls through, changing
 // nothing.
 const singleRelease = `
-if NC == 1 and ARGV[10] == '0' and ARGV[11] ~= '0' and (ARGV[6] == '1' or ARGV[6] == '2') then
+if NC == 1 and ARGV[13] == nil and ARGV[10] == '0' and ARGV[11] ~= '0' and (ARGV[6] == '1' or ARGV[6] == '2') then
   local H, F, Z, k = KEYS[1], KEYS[2], KEYS[3], ARGV[6]
   local v = redis.call('HMGET', H, 's', 'f', 'fc', 'z', 'zc', 'm', 'x', 'w', 'd')
   local t0 = math.max(now, tonumber(v[6]) or 0)
@@ -829,262 +829,158 @@ end
 `
 
 // releaseScript ends token's call now; ARGV[3] is "at:lease": its
-// admission instant and the lease, in µs. Reply: the number of charges
-// whose lease was no longer there.
+// admission instant and the lease, in µs. After the charges' values it
+// takes, for a Settle, the actual weights ARGV[4 + 8·NC + i] (clamped to
+// [0, MaxN]) instead of the estimates (the charges' weights): a refund
+// where the window still counts the call (never for a charge whose lease
+// is gone), a debit at now (see Store.Settle); for a Cancel, "cancel"
+// after the weights (all 0): the admission is taken back (as far as the
+// windows can tell: a fixed window that moved on keeps nothing to take
+// back, a bucket or GCRA that admitted another call since gives nothing
+// back). Reply: the number of charges whose lease was no longer there.
 var releaseScript = goredis.NewScript(header + singleRelease + prelude + `
 local Ls, err = loadall(true)
 if Ls == nil then return err end
--- A hash gone while its sets are left (evicted, deleted) is lost state:
--- rebuilt from the sets and held full (prepare), never remade bare.
-for i = 1, NC do if Ls[i].new then prepare(Ls[i]) end end
-local missing = 0
-for i = 1, NC do
-  local L = Ls[i]
-  if L.leased and L.n > 0 then
-    local m = ARGV[2] .. ':' .. L.n
-    local d = tonumber(redis.call('ZSCORE', L.F, m))
-    if d ~= nil and d <= L.t0 then
-      -- The lease ran out: the call ended at its end (swept now).
-      sweep(L); save(L); missing = missing + 1
-    elseif d ~= nil then
-      redis.call('ZREM', L.F, m)
-      -- a fixed completion window carries the calls in flight at its
-      -- start: end those whose lease ran out before rolling
-      if L.kind == 2 and (L.w == nil or fdiv(L.t0, L.per) > L.w) then sweep(L) end
-      if L.kind == 2 then roll(L, L.t0); set(L, 'd', (L.d or 0) + L.n) end
-      set(L, 'f', math.max(L.f - L.n, 0))
-      set(L, 'fc', math.max(L.fc - 1, 0))
-      if L.kind == 1 and L.per > 0 then
-        redis.call('ZADD', L.Z, L.t0, m)
-        if L.z == 0 then L.fresh = true end
-        set(L, 'z', L.z + L.n)
-        set(L, 'zc', L.zc + 1)
-      end
-      if L.usesm then set(L, 'm', L.t0) end
-      save(L)
-    else
-      missing = missing + 1
-      -- No lease, though it cannot have run out (admitted at 'at', its
-      -- lease ends after now): the state that counted the call was lost
-      -- (a whole or a half loss). Its end counts from now, as the
-      -- completion windows count ends: a window held full for a Per
-      -- after the loss must not forget the calls then in flight.
-      local at, ls = string.match(ARGV[3], '^(%d+):(%d+)$')
-      if at ~= nil and tonumber(at) + tonumber(ls) > L.t0 then
-        if L.kind == 1 and L.per > 0 and redis.call('ZSCORE', L.Z, m) == false then
-          redis.call('ZADD', L.Z, L.t0, m)
-          if L.z == 0 then L.fresh = true end
-          set(L, 'z', L.z + L.n)
-          set(L, 'zc', L.zc + 1)
-          set(L, 'm', L.t0)
-          save(L)
-        elseif L.kind == 2 then
-          if L.w == nil or fdiv(L.t0, L.per) > L.w then sweep(L) end
-          roll(L, L.t0)
-          set(L, 'u', L.u + L.n)
-          set(L, 'd', (L.d or 0) + L.n)
-          set(L, 'm', L.t0)
-          save(L)
-        end
-      end
-    end
-  end
-end
-return missing
-`)
-
-// cancelScript takes back token's admission at ARGV[3] µs. Reply as
-// releaseScript.
-var cancelScript = goredis.NewScript(header + prelude + `
-local Ls, err = loadall(true)
-if Ls == nil then return err end
--- A hash gone while its sets are left (evicted, deleted) is lost state:
--- rebuilt from the sets and held full (prepare), never remade bare.
-for i = 1, NC do if Ls[i].new then prepare(Ls[i]) end end
-local at = tonumber(ARGV[3])
-local missing = 0
-for i = 1, NC do
-  local L = Ls[i]
-  local n, k = L.n, L.kind
-  if n > 0 then
-    local m = ARGV[2] .. ':' .. n
-    local gone = false
-    if L.leased then
-      local d = tonumber(redis.call('ZSCORE', L.F, m))
-      if d ~= nil and d > L.t0 then
-        redis.call('ZREM', L.F, m)
-        set(L, 'f', math.max(L.f - n, 0)); set(L, 'fc', math.max(L.fc - 1, 0))
-      else
-        if d ~= nil then sweep(L) end -- ran out: ended at its lease's end
-        gone = true; missing = missing + 1
-        if next(L.dirty) ~= nil then save(L) end
-      end
-    end
-    if not gone then
-      if k == 2 or k == 4 then
-        if L.w ~= nil and fdiv(at, L.per) == L.w then set(L, 'u', math.max(L.u - n, 0)) end
-      elseif k == 3 then
-        if redis.call('ZREM', L.Z, m) == 1 then set(L, 'z', math.max(L.z - n, 0)); set(L, 'zc', math.max(L.zc - 1, 0)) end
-      elseif k == 5 and L.w ~= nil then
-        local idx = fdiv(at, L.per)
-        if idx == L.w then set(L, 'c', math.max(L.c - n, 0)) elseif idx == L.w - 1 then set(L, 'v', math.max(L.v - n, 0)) end
-      elseif k == 6 and L.w ~= nil then
-        local size = math.ceil(L.per / L.p1)
-        local idx = fdiv(at, size)
-        if idx <= L.w and idx > L.w - L.p1 then
-          local s = 'b' .. (idx % L.p1)
-          local x = tonumber(redis.call('HGET', L.H, s)) or 0
-          local y = math.min(n, x)
-          if y > 0 then redis.call('HINCRBY', L.H, s, -y); set(L, 'c', L.c - y) end
-        end
-      elseif (k == 7 or k == 8) and L.t ~= nil then
-        if at >= (L.a or 0) then
-          set(L, 't', L.t + math.min(n, L.p1 - L.t))
-          if L.t == L.p1 then set(L, 'r', 0) end
-        end
-      elseif k == 9 and L.t ~= nil then
-        if at >= (L.a or 0) then set(L, 't', math.max(L.t - n * emit(L), L.a or 0)) end
-      end
-      if next(L.dirty) ~= nil then save(L) end
-    end
-  end
-end
-return missing
-`)
-
-// settleScript ends token's call now, admitted at ARGV[3] ("at:lease" in
-// µs, as releaseScript's; a bare "at" is taken too), with the
-// actual weights ARGV[4 + 8·NC + i] (clamped to [0, MaxN]) instead of the
-// estimates (the charges' weights): a refund where the window still counts
-// the call (never for a charge whose lease is gone), a debit at now
-// (see Store.Settle). Reply as releaseScript.
-var settleScript = goredis.NewScript(header + prelude + `
-local Ls, err = loadall(true)
-if Ls == nil then return err end
 local at, ls = string.match(ARGV[3], '^(%d+):(%d+)$')
-if at == nil then at = ARGV[3] end
-at = tonumber(at)
+at, ls = tonumber(at), tonumber(ls)
+local TA = 4 + 8 * NC
+local cancel = ARGV[TA + NC + 1] == 'cancel'
 local SAT = 4503599627370496 -- 2^52: where debts and counts saturate
 local missing = 0
 for i = 1, NC do
   local L = Ls[i]
-  -- Bring the state to now: leases that ran out ended (this call's
-  -- included: then it counted its estimate at its lease's end), windows
-  -- rolled, buckets refilled, lost state found and held full.
-  prepare(L)
   local n, k, tok = L.n, L.kind, ARGV[2]
-  local a = math.min(math.max(tonumber(ARGV[4 + 8 * NC + i]) or 0, 0), 1099511627776)
+  local a = math.min(math.max(tonumber(ARGV[TA + i]) or n, 0), 1099511627776)
   local m = tok .. ':' .. n
-  local live = true -- the window may still count the call: a refund is due
-  local forgot = false -- Redis lost the call while it was in flight
-  if L.leased then
-    live = false
-    if n > 0 then
-      local d = tonumber(redis.call('ZSCORE', L.F, m))
+  -- the lease's end, read before a sweep ends the leases that ran out
+  local d
+  if L.leased and n > 0 then d = tonumber(redis.call('ZSCORE', L.F, m)) end
+  if (L.leased and n > 0) or a ~= n then
+    -- A settle (or a cancel) brings the state to now: leases that ran out
+    -- ended (this call's included: then it counted its estimate at its
+    -- lease's end), windows rolled, buckets refilled, lost state found and
+    -- held full. So does a release of a hash gone while its sets are left
+    -- (evicted, deleted): rebuilt from the sets and held full, never
+    -- remade bare.
+    if a ~= n or L.new then prepare(L)
+    elseif k == 2 then
+      -- a fixed completion window carries the calls in flight at its
+      -- start: end those whose lease ran out before rolling
+      if L.w == nil or fdiv(L.t0, L.per) > L.w then sweep(L) end
+      roll(L, L.t0)
+    end
+    local live = not L.leased -- the window may still count the call: a refund is due
+    local forgot = false -- Redis lost the call while it was in flight
+    if L.leased and n > 0 then
       if d ~= nil and d > L.t0 then
         redis.call('ZREM', L.F, m)
         set(L, 'f', math.max(L.f - n, 0)); set(L, 'fc', math.max(L.fc - 1, 0))
         live = true
       else
-        if d ~= nil then sweep(L) end
+        if d ~= nil then sweep(L) end -- ran out: ended at its lease's end
         missing = missing + 1
-        -- No lease, though it cannot have run out: the state that counted
-        -- the call was lost (see releaseScript). The completion windows
-        -- count its end from now, with its actual weight.
-        forgot = d == nil and ls ~= nil and at + tonumber(ls) > L.t0
+        -- No lease, though it cannot have run out (admitted at 'at', its
+        -- lease ends after now): the state that counted the call was lost
+        -- (a whole or a half loss). The completion windows count its end
+        -- from now, with its actual weight: a window held full for a Per
+        -- after the loss must not forget the calls then in flight.
+        forgot = d == nil and ls ~= nil and at + ls > L.t0 and not cancel
       end
     end
+    local r, dd = 0, 0 -- refund, debit
+    if live and a < n then r = n - a end
+    if a > n then dd = a - n end
+    if k == 1 then
+      -- the call ends with a units logged at its end; a call whose lease
+      -- ran out was logged with n at its lease's end: only the debit
+      local w, mem = dd, tok .. '+:' .. dd
+      if live then w, mem = a, tok .. ':' .. a end
+      if forgot then
+        w, mem = a, tok .. ':' .. a
+        if redis.call('ZSCORE', L.Z, mem) then w = 0 end -- a settle repeated logs nothing more
+      end
+      if w > 0 and L.per > 0 then
+        redis.call('ZADD', L.Z, L.t0, mem)
+        if L.z == 0 then L.fresh = true end
+        set(L, 'z', L.z + w); set(L, 'zc', L.zc + 1)
+      end
+    elseif k == 2 or k == 4 then
+      -- a fixed completion window carries the call in flight into now's
+      -- window: the refund comes from there; a fixed window refunds only
+      -- while the admission's window is now's
+      if r > 0 and ((k == 2 and not cancel) or fdiv(at, L.per) == L.w) then set(L, 'u', L.u - math.min(r, L.u)) end
+      if k == 2 and forgot then
+        -- lost in flight: the call counts a units in the window it ends in
+        set(L, 'u', math.max(L.u, math.min(L.u + a, SAT))); set(L, 'd', (L.d or 0) + a)
+      elseif dd > 0 then set(L, 'u', math.max(L.u, math.min(L.u + dd, SAT))) end
+      if k == 2 and live then set(L, 'd', (L.d or 0) + a) end
+    elseif k == 3 and (L.per > 0 or cancel) then -- a sliding log of Per 0 counts nothing (but its entries)
+      if r > 0 then
+        local sc = redis.call('ZSCORE', L.Z, m)
+        if sc then
+          redis.call('ZREM', L.Z, m)
+          set(L, 'z', math.max(L.z - r, 0))
+          if a > 0 then redis.call('ZADD', L.Z, sc, tok .. ':' .. a) else set(L, 'zc', math.max(L.zc - 1, 0)) end
+        end
+      end
+      if dd > 0 then
+        redis.call('ZADD', L.Z, L.t0 + L.p1, tok .. '+:' .. dd)
+        if L.z == 0 then L.fresh = true end
+        set(L, 'z', L.z + dd); set(L, 'zc', L.zc + 1)
+      end
+    elseif k == 5 then
+      if r > 0 then
+        local idx = fdiv(at, L.per)
+        if idx == L.w then set(L, 'c', L.c - math.min(r, L.c))
+        elseif idx == L.w - 1 then set(L, 'v', L.v - math.min(r, L.v)) end
+      end
+      if dd > 0 then set(L, 'c', math.max(L.c, math.min(L.c + dd, SAT))) end
+    elseif k == 6 then
+      if r > 0 then
+        local idx = fdiv(at, math.ceil(L.per / L.p1))
+        if idx <= L.w and idx > L.w - L.p1 then
+          local s = 'b' .. (idx % L.p1)
+          local y = math.min(r, tonumber(redis.call('HGET', L.H, s)) or 0)
+          if y > 0 then redis.call('HINCRBY', L.H, s, -y); set(L, 'c', L.c - y) end
+        end
+      end
+      if dd > 0 then
+        local y = math.max(math.min(L.c + dd, SAT) - L.c, 0)
+        if y > 0 then redis.call('HINCRBY', L.H, 'b' .. (L.w % L.p1), y); set(L, 'c', L.c + y) end
+      end
+    elseif k == 7 or k == 8 then
+      if r > 0 and (not cancel or at >= (L.a or 0)) then
+        set(L, 't', L.t + math.max(math.min(r, L.p1 - L.t), 0))
+        if L.t >= L.p1 then set(L, 'r', 0) end
+      end
+      -- a debit goes at most N units (one Per's refill) below empty, "full
+      -- until the window moves" (win.TokenBucket.Settle); a bucket already
+      -- deeper (SetLimit) stays
+      if dd > 0 then set(L, 't', math.max(L.t - dd, math.min(L.t, -L.N))) end
+      if L.t < 0 then
+        -- the keys live until the debt is repaid (the bucket full again)
+        -- (at most 2^42 ms, 139 years: the expiry kept in µs, x, stays exact)
+        L.ttl = math.max(L.ttl, math.min(math.ceil((L.p1 - L.t) * L.per / L.N / 1000) + 1000, 4398046511104))
+      end
+    elseif k == 9 then
+      local em = emit(L)
+      -- a cancel gives back only while no call was admitted since (a)
+      local lo = L.t0
+      if cancel then lo = L.a or 0 end
+      if r > 0 and L.t > lo and (not cancel or at >= lo) then set(L, 't', math.max(L.t - r * em, lo)) end
+      -- a debit moves the TAT at most (burst + N) emission intervals past
+      -- now (N for a pacer, whose p1 is 0), "full until the window moves"
+      -- (win.GCRA.Settle); a TAT already beyond stays
+      if dd > 0 then set(L, 't', math.max(L.t, math.min(math.max(L.t, L.t0) + dd * em, L.t0 + (L.p1 + L.N) * em))) end
+      if L.t > L.t0 then L.ttl = math.max(L.ttl, math.ceil((L.t - L.t0) / 1000) + 1000) end
+    elseif k == 10 then
+      -- a quota refunds nothing (the server counted the call's arrival); a
+      -- debit comes out of the budget
+      if dd > 0 then set(L, 'B', math.max(L.B - dd, 0)) end
+    end
+    if L.usesm then set(L, 'm', L.t0) end
+    save(L)
   end
-  local r, dd = 0, 0 -- refund, debit
-  if live and a < n then r = n - a end
-  if a > n then dd = a - n end
-  if k == 1 then
-    -- the call ends with a units logged at its end; a call whose lease
-    -- ran out was logged with n at its lease's end: only the debit
-    local w, mem = dd, tok .. '+:' .. dd
-    if live then w, mem = a, tok .. ':' .. a end
-    if forgot then
-      w, mem = a, tok .. ':' .. a
-      if redis.call('ZSCORE', L.Z, mem) then w = 0 end -- a settle repeated logs nothing more
-    end
-    if w > 0 and L.per > 0 then
-      redis.call('ZADD', L.Z, L.t0, mem)
-      if L.z == 0 then L.fresh = true end
-      set(L, 'z', L.z + w); set(L, 'zc', L.zc + 1)
-    end
-  elseif k == 2 or k == 4 then
-    -- a fixed completion window carries the call in flight into now's
-    -- window: the refund comes from there; a fixed window refunds only
-    -- while the admission's window is now's
-    if r > 0 and (k == 2 or fdiv(at, L.per) == L.w) then set(L, 'u', L.u - math.min(r, L.u)) end
-    if k == 2 and forgot then
-      -- lost in flight: the call counts a units in the window it ends in
-      set(L, 'u', math.max(L.u, math.min(L.u + a, SAT))); set(L, 'd', (L.d or 0) + a)
-    elseif dd > 0 then set(L, 'u', math.max(L.u, math.min(L.u + dd, SAT))) end
-    if k == 2 and live then set(L, 'd', (L.d or 0) + a) end
-  elseif k == 3 and L.per > 0 then -- a sliding log of Per 0 counts nothing
-    if r > 0 then
-      local sc = redis.call('ZSCORE', L.Z, m)
-      if sc then
-        redis.call('ZREM', L.Z, m)
-        set(L, 'z', math.max(L.z - r, 0))
-        if a > 0 then redis.call('ZADD', L.Z, sc, tok .. ':' .. a) else set(L, 'zc', math.max(L.zc - 1, 0)) end
-      end
-    end
-    if dd > 0 then
-      redis.call('ZADD', L.Z, L.t0 + L.p1, tok .. '+:' .. dd)
-      if L.z == 0 then L.fresh = true end
-      set(L, 'z', L.z + dd); set(L, 'zc', L.zc + 1)
-    end
-  elseif k == 5 then
-    if r > 0 then
-      local idx = fdiv(at, L.per)
-      if idx == L.w then set(L, 'c', L.c - math.min(r, L.c))
-      elseif idx == L.w - 1 then set(L, 'v', L.v - math.min(r, L.v)) end
-    end
-    if dd > 0 then set(L, 'c', math.max(L.c, math.min(L.c + dd, SAT))) end
-  elseif k == 6 then
-    if r > 0 then
-      local idx = fdiv(at, math.ceil(L.per / L.p1))
-      if idx <= L.w and idx > L.w - L.p1 then
-        local s = 'b' .. (idx % L.p1)
-        local y = math.min(r, tonumber(redis.call('HGET', L.H, s)) or 0)
-        if y > 0 then redis.call('HINCRBY', L.H, s, -y); set(L, 'c', L.c - y) end
-      end
-    end
-    if dd > 0 then
-      local y = math.max(math.min(L.c + dd, SAT) - L.c, 0)
-      if y > 0 then redis.call('HINCRBY', L.H, 'b' .. (L.w % L.p1), y); set(L, 'c', L.c + y) end
-    end
-  elseif k == 7 or k == 8 then
-    if r > 0 then
-      set(L, 't', L.t + math.max(math.min(r, L.p1 - L.t), 0))
-      if L.t >= L.p1 then set(L, 'r', 0) end
-    end
-    -- a debit goes at most N units (one Per's refill) below empty, "full
-    -- until the window moves" (win.TokenBucket.Settle); a bucket already
-    -- deeper (SetLimit) stays
-    if dd > 0 then set(L, 't', math.max(L.t - dd, math.min(L.t, -L.N))) end
-    if L.t < 0 then
-      -- the keys live until the debt is repaid (the bucket full again)
-      -- (at most 2^42 ms, 139 years: the expiry kept in µs, x, stays exact)
-      L.ttl = math.max(L.ttl, math.min(math.ceil((L.p1 - L.t) * L.per / L.N / 1000) + 1000, 4398046511104))
-    end
-  elseif k == 9 then
-    local em = emit(L)
-    if r > 0 and L.t > L.t0 then set(L, 't', math.max(L.t - r * em, L.t0)) end
-    -- a debit moves the TAT at most (burst + N) emission intervals past
-    -- now (N for a pacer, whose p1 is 0), "full until the window moves"
-    -- (win.GCRA.Settle); a TAT already beyond stays
-    if dd > 0 then set(L, 't', math.max(L.t, math.min(math.max(L.t, L.t0) + dd * em, L.t0 + (L.p1 + L.N) * em))) end
-    if L.t > L.t0 then L.ttl = math.max(L.ttl, math.ceil((L.t - L.t0) / 1000) + 1000) end
-  elseif k == 10 then
-    -- a quota refunds nothing (the server counted the call's arrival); a
-    -- debit comes out of the budget
-    if dd > 0 then set(L, 'B', math.max(L.B - dd, 0)) end
-  end
-  if L.usesm then set(L, 'm', L.t0) end
-  save(L)
 end
 return missing
 `)
