@@ -26,7 +26,7 @@ import (
 // window may delay by a Per). Reply {now µs, epoch}, {0, now, 0, 1, 16,
 // ""} when late, or {-1, charge, stored spec} for a spec mismatch.
 var carryScript = goredis.NewScript(header + late + prelude + `
-local Ls, err = loadall(true)
+local Ls, err = loadall()
 if Ls == nil then return err end
 local ev, el = epoch(Ls, EV, tonumber(ARGV[TA + 2] or ''))
 for i = 1, NC do

@@ -62,7 +62,7 @@ func check(c goredis.UniversalClient, timeout time.Duration, prefix, scope strin
 			a.err = err
 		}
 		for _, g := range gets {
-			if err := g.Err(); err != nil && !isReply(err) && a.err == nil {
+			if err := g.Err(); err != nil && (!isReplyError(err) || errors.Is(err, context.DeadlineExceeded)) && a.err == nil {
 				a.err = err // the limiter's node did not answer
 			}
 			a.stored = append(a.stored, g.Val())
@@ -104,12 +104,6 @@ func check(c goredis.UniversalClient, timeout time.Duration, prefix, scope strin
 		return fmt.Errorf("%w: its maxmemory-policy is %s", ratesem.ErrEviction, p)
 	}
 	return nil
-}
-
-// isReply reports whether err is the server's reply (the server answered).
-func isReply(err error) bool {
-	var re goredis.Error
-	return errors.As(err, &re) && !errors.Is(err, context.DeadlineExceeded)
 }
 
 // where names the server of c for an error message.

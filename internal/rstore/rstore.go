@@ -175,12 +175,6 @@ var SpecOf = rspec.SpecOf
 
 var _ rspec.Store = (*Store)(nil)
 
-// wholeMicros reports whether d is a whole number of microseconds.
-func wholeMicros(d time.Duration) bool { return rspec.WholeMicros(d) }
-
-// parseWire is rspec.ParseWire.
-func parseWire(w string) (Spec, bool) { return rspec.ParseWire(w) }
-
 // Options configure a Store.
 type Options struct {
 	// Lease is how long a call admitted counts as in flight without a
@@ -243,7 +237,7 @@ func New(c goredis.UniversalClient, prefix string, o Options) (*Store, error) {
 	if o.Lease == 0 {
 		o.Lease = DefaultLease
 	}
-	if o.Lease < time.Microsecond || o.Lease > MaxPer || !wholeMicros(o.Lease) {
+	if o.Lease < time.Microsecond || o.Lease > MaxPer || !rspec.WholeMicros(o.Lease) {
 		return nil, fmt.Errorf("ratesem: lease %v: want a whole number of µs in [1µs, %v]", o.Lease, MaxPer)
 	}
 	return &Store{c: c, prefix: prefix, opts: o, leaseS: strconv.FormatInt(o.Lease.Microseconds(), 10)}, nil
@@ -353,28 +347,21 @@ func (s *Store) call(scope string, cs []Charge, token, arg string) ([]string, []
 	return keys, args, nil
 }
 
-// mismatch turns the reply {-1, charge, stored} into an error.
+// mismatch turns the reply {-1, i, stored} (charge i's limiter stores
+// another spec) into an error; or the admit reply {-2, i, stored}: charge
+// i is heavier than the Capacity of the spec stored by SetLimit (another
+// process lowered the limit) that its limiter adopted.
 func mismatch(cs []Charge, r []any) error {
 	i, _ := r[1].(int64)
 	stored, _ := r[2].(string)
 	if i < 1 || int(i) > len(cs) {
 		return fmt.Errorf("ratesem: malformed reply from Redis: %v", r)
 	}
-	return mismatchOf(cs[i-1], stored)
-}
-
-// tooHeavyAdopted is the error of the admit reply r = {-2, i, stored}:
-// charge i is heavier than the Capacity of the spec stored by SetLimit
-// (another process lowered the limit) that its limiter adopted.
-func tooHeavyAdopted(cs []Charge, r []any) error {
-	i, _ := r[1].(int64)
-	stored, _ := r[2].(string)
-	if i < 1 || int(i) > len(cs) {
-		return fmt.Errorf("ratesem: malformed reply from Redis: %v", r)
-	}
 	c := cs[i-1]
-	sp, ok := parseWire(stored)
-	if !ok {
+	sp, ok := rspec.ParseWire(stored)
+	if r[0] != int64(-2) {
+		return mismatchOf(c, stored)
+	} else if !ok {
 		return fmt.Errorf("ratesem: malformed reply from Redis: %v", r)
 	}
 	return fmt.Errorf("%w: weight %d under rule %q key %q can never start: its limit was set to %s in Redis (SetLimit), which admits at most %d at once",
@@ -384,7 +371,7 @@ func tooHeavyAdopted(cs []Charge, r []any) error {
 // mismatchOf is the error of charge c whose limiter stores the spec stored.
 func mismatchOf(c Charge, stored string) error {
 	me := &rspec.MismatchError{Rule: c.Rule, Key: c.Key, Have: c.Spec.String(), Stored: strconv.Quote(clip(stored))}
-	if sp, ok := parseWire(stored); ok {
+	if sp, ok := rspec.ParseWire(stored); ok {
 		me.Stored = sp.String()
 	}
 	return me
@@ -451,11 +438,8 @@ func (s *Store) admitted(scope string, cs []Charge, tok string, v []any, sent, g
 	if len(v) < 3 {
 		return Decision{}, fmt.Errorf("ratesem: malformed reply from Redis: %v", v)
 	}
-	switch code, _ := v[0].(int64); code {
-	case -1:
+	if code, _ := v[0].(int64); code < 0 {
 		return Decision{}, mismatch(cs, v)
-	case -2:
-		return Decision{}, tooHeavyAdopted(cs, v)
 	}
 	if len(v) < 6 || len(v) > 8 {
 		return Decision{}, fmt.Errorf("ratesem: malformed reply from Redis: %v", v)
@@ -483,7 +467,7 @@ func (s *Store) admitted(scope string, cs []Charge, tok string, v []any, sent, g
 		for _, f := range strings.Split(strings.TrimSuffix(ad, ","), ",") {
 			is, wire, _ := strings.Cut(f, "=")
 			if i, err := strconv.Atoi(is); err == nil && i >= 1 && i <= len(cs) {
-				sp, _ := parseWire(wire)
+				sp, _ := rspec.ParseWire(wire)
 				d.Adopted = append(d.Adopted, i-1)
 				d.AdoptedSpecs = append(d.AdoptedSpecs, sp)
 			}
@@ -898,7 +882,7 @@ func (s *Store) Cancel(ctx context.Context, scope string, cs []Charge, token str
 // Extend renews the leases of token for d from now (whole µs, at most
 // MaxPer). Errors as Release.
 func (s *Store) Extend(ctx context.Context, scope string, cs []Charge, token string, d time.Duration) error {
-	if d < time.Microsecond || d > MaxPer || !wholeMicros(d) {
+	if d < time.Microsecond || d > MaxPer || !rspec.WholeMicros(d) {
 		return fmt.Errorf("ratesem: extend by %v: want a whole number of µs in [1µs, %v]", d, MaxPer)
 	}
 	return s.leaseOp(ctx, "extend", extendScript, scope, cs, token, strconv.FormatInt(d.Microseconds(), 10))

@@ -64,7 +64,7 @@ local KF = {
   {'m','f','z'}, {'m','f','w','u','d','e'}, {'m','f','z'}, {'f','w','u'}, {'m','f','w','v','c'},
   {'f','w','c'}, {'f','t','r','l','a'}, {'f','t','r','l','a'}, {'f','t','a'}, {'f','R','B'}}
 local UNK = '1/1/0/0/1' -- rspec.Unknown's spec: defers to any stored one
-local function lim(i, adopt)
+local function lim(i)
   local b = 4 + (i - 1) * 8
   local L = {i = i, H = KEYS[3*i-2], F = KEYS[3*i-1], Z = KEYS[3*i],
     spec = ARGV[b+1], kind = tonumber(ARGV[b+2]), N = tonumber(ARGV[b+3]),
@@ -75,11 +75,11 @@ local function lim(i, adopt)
   local v = redis.call('HMGET', L.H, 's', 'S', 'p', 'h', 'x', 'g', 'fc', 'zc', 'E', unpack(fs))
   L.new = (v[1] == false)
   if not L.new and v[1] ~= L.spec then
-    if v[1] == UNK and adopt and L.spec ~= UNK then
+    if v[1] == UNK and L.spec ~= UNK then
       -- a key nobody had learned the limit of (rspec.Unknown): the
       -- caller's limit, learned, is stored for every process (S)
       L.replace = true
-    elseif (v[2] == '1' or L.spec == UNK) and adopt then
+    elseif v[2] == '1' or L.spec == UNK then
       local k, N, per, p1, conc = string.match(v[1], '^(%d+)/(%d+)/(%d+)/(%d+)/(%d+)$')
       if k == nil or KF[tonumber(k)] == nil then return nil, v[1] end
       L.spec, L.kind, L.N, L.per, L.p1, L.conc = v[1], tonumber(k), tonumber(N), tonumber(per), tonumber(p1), tonumber(conc)
@@ -380,10 +380,10 @@ local function save(L)
   end
 end
 
-local function loadall(adopt)
+local function loadall()
   local Ls = {}
   for i = 1, NC do
-    local L, stored = lim(i, adopt)
+    local L, stored = lim(i)
     if L == nil then return nil, {-1, i, stored} end
     Ls[i] = L
   end
@@ -722,7 +722,7 @@ local EV = ARGV[TA + 1] or ''
 
 // admitSource is the admission script's text.
 const admitSource = header + late + singleAdmit + fastAdmit + prelude + `
-local Ls, err = loadall(true)
+local Ls, err = loadall()
 if Ls == nil then return err end
 -- The scope's epoch: a state brought to an older one (or to none: new) is
 -- made as full as a whole loss noted in E may have left it.
@@ -839,7 +839,7 @@ end
 // back, a bucket or GCRA that admitted another call since gives nothing
 // back). Reply: the number of charges whose lease was no longer there.
 var releaseScript = goredis.NewScript(header + singleRelease + prelude + `
-local Ls, err = loadall(true)
+local Ls, err = loadall()
 if Ls == nil then return err end
 local at, ls = string.match(ARGV[3], '^(%d+):(%d+)$')
 at, ls = tonumber(at), tonumber(ls)
@@ -988,11 +988,9 @@ return missing
 // extendScript moves token's leases to now + ARGV[3] µs. Reply as
 // releaseScript.
 var extendScript = goredis.NewScript(header + prelude + `
-local Ls, err = loadall(true)
+local Ls, err = loadall()
 if Ls == nil then return err end
--- A hash gone while its sets are left (evicted, deleted) is lost state:
--- rebuilt from the sets and held full (prepare), never remade bare.
-for i = 1, NC do if Ls[i].new then prepare(Ls[i]) end end
+for i = 1, NC do if Ls[i].new then prepare(Ls[i]) end end -- lost, not new: see prepare
 local missing = 0
 for i = 1, NC do
   local L = Ls[i]
@@ -1001,15 +999,12 @@ for i = 1, NC do
     local d = tonumber(redis.call('ZSCORE', L.F, m))
     if d ~= nil and d > L.t0 then
       redis.call('ZADD', L.F, 'XX', L.t0 + tonumber(ARGV[3]), m)
-      -- The keys live at least until the new end and a second more; the
-      -- expiry recorded (x) moves with them, so that an admission never
+      -- The keys live at least until the new end and a second more (save
+      -- refreshes them when their expiry, x, is less than the TTL minus a
+      -- second away); x moves with them, so that an admission never
       -- shortens them (it refreshes only when x comes near).
-      local ttl = math.max(L.ttl, math.ceil(tonumber(ARGV[3]) / 1000) + 1000)
-      if redis.call('PTTL', L.F) < ttl then redis.call('PEXPIRE', L.F, ttl) end
-      if redis.call('PTTL', L.H) < ttl then redis.call('PEXPIRE', L.H, ttl) end
-      redis.call('PEXPIRE', EK, ttl, 'GT')
-      if L.logged and redis.call('PTTL', L.Z) < ttl then redis.call('PEXPIRE', L.Z, ttl) end
-      if (L.x or 0) < L.t0 + ttl * 1000 then redis.call('HSET', L.H, 'x', L.t0 + ttl * 1000) end
+      L.ttl = math.max(L.ttl, math.ceil(tonumber(ARGV[3]) / 1000) + 2000)
+      save(L)
     else
       missing = missing + 1
     end
@@ -1021,11 +1016,9 @@ return missing
 // pauseScript holds charge 1's limiter until now + ARGV[3] µs; a pause
 // only extends. Reply: the pause's end in µs.
 var pauseScript = goredis.NewScript(header + prelude + `
-local Ls, err = loadall(true)
+local Ls, err = loadall()
 if Ls == nil then return err end
--- A hash gone while its sets are left (evicted, deleted) is lost state:
--- rebuilt from the sets and held full (prepare), never remade bare.
-for i = 1, NC do if Ls[i].new then prepare(Ls[i]) end end
+for i = 1, NC do if Ls[i].new then prepare(Ls[i]) end end -- lost, not new: see prepare
 local L = Ls[1]
 local untilus = L.t0 + tonumber(ARGV[3])
 if L.p == nil or untilus > L.p then set(L, 'p', untilus) end
@@ -1039,7 +1032,7 @@ return L.p
 // admission's mark w:d, see admitScript, and its weight n). Reply: the
 // units added, negative when a fixed completion window gave units back.
 var reconcileScript = goredis.NewScript(header + prelude + `
-local Ls, err = loadall(true)
+local Ls, err = loadall()
 if Ls == nil then return err end
 local L = Ls[1]
 prepare(L)
@@ -1147,7 +1140,7 @@ return extra
 // stored} for a spec mismatch, or an error reply for a limiter that is
 // not a quota (its stored spec another kind).
 var budgetScript = goredis.NewScript(header + prelude + `
-local Ls, err = loadall(true)
+local Ls, err = loadall()
 if Ls == nil then return err end
 local L = Ls[1]
 if L.kind ~= 10 then return redis.error_reply('ERR ratesem: not a quota limiter') end
