@@ -377,13 +377,13 @@ func mismatchOf(c Charge, stored string) error {
 	return me
 }
 
-// runTimed runs script (Admit's or Carry's) for the call cs under token
-// tok with leases of lease µs, with the scope's epoch, the instant this
-// Store last knew it alive, and the answer-by instant of ctx on Redis's
-// clock (deadline: reading the clock first when needed) as the last ARGV.
-// It returns the reply and the local instants around the round trip (for
+// runTimed runs the admission script for the call cs under token tok with
+// leases of lease µs, with the scope's epoch, the instant this Store last
+// knew it alive, the answer-by instant of ctx on Redis's clock (deadline:
+// reading the clock first when needed) and extra as the last ARGV. It
+// returns the reply and the local instants around the round trip (for
 // learn); its errors name op.
-func (s *Store) runTimed(ctx context.Context, script *goredis.Script, op, scope string, cs []Charge, tok, lease string) (v []any, sent, got time.Time, err error) {
+func (s *Store) runTimed(ctx context.Context, op, scope string, cs []Charge, tok, lease string, extra ...any) (v []any, sent, got time.Time, err error) {
 	keys, args, err := s.call(scope, cs, tok, lease)
 	if err != nil {
 		return nil, sent, got, err
@@ -393,9 +393,9 @@ func (s *Store) runTimed(ctx context.Context, script *goredis.Script, op, scope 
 		return nil, sent, got, fmt.Errorf("ratesem: redis %s: reading the server's clock: %w", op, err)
 	}
 	ev, until := s.recall(scope)
-	args = append(args, ev, until, dl)
+	args = append(append(args, ev, until, dl), extra...)
 	sent = time.Now()
-	v, err = script.Run(ctx, s.c, keys, args...).Slice()
+	v, err = admitScript.Run(ctx, s.c, keys, args...).Slice()
 	if err != nil {
 		return nil, sent, got, fmt.Errorf("ratesem: redis %s: %w", op, err)
 	}
@@ -425,7 +425,7 @@ func newToken() string {
 // (two when it reads the clock first).
 func (s *Store) Admit(ctx context.Context, scope string, cs []Charge) (Decision, error) {
 	tok := newToken()
-	v, sent, got, err := s.runTimed(ctx, admitScript, "admit", scope, cs, tok, s.leaseS)
+	v, sent, got, err := s.runTimed(ctx, "admit", scope, cs, tok, s.leaseS)
 	if err != nil {
 		return Decision{}, err
 	}

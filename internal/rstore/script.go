@@ -696,7 +696,8 @@ end
 
 // admitScript: ARGV[2] the token, ARGV[3] the lease in µs, and after the
 // charges' values the epoch this process saw, the instant until which it
-// knows the epoch key exists and the deadline (see the top of this file). Reply {1,
+// knows the epoch key exists and the deadline (see the top of this file),
+// then "carry" for Store.Carry (every charge committed). Reply {1,
 // now, 0, 0, flags, adopted, marks, epoch} (the fast paths leave the
 // epoch out, the single-charge fast path for the completion window and
 // GCRA the marks too) or {0, now, wait µs, refuser, flags, adopted, "",
@@ -727,6 +728,9 @@ if Ls == nil then return err end
 -- The scope's epoch: a state brought to an older one (or to none: new) is
 -- made as full as a whole loss noted in E may have left it.
 local ev, el = epoch(Ls, EV, tonumber(ARGV[TA + 2] or ''))
+-- A carry (Store.Carry: "carry" after the deadline) records a call that
+-- already happened: it refuses nothing (no pause, hold or limit applies).
+local carry = ARGV[TA + 4] == 'carry'
 local ok, wait, refuser, flags, adopted = true, -1, 0, 0, ''
 for i = 1, NC do
   local L = Ls[i]
@@ -743,9 +747,10 @@ for i = 1, NC do
     local cap = L.N
     if L.kind == 7 or L.kind == 8 or (L.kind == 9 and L.p1 > 0) then cap = L.p1 end
     if L.conc > 0 then cap = math.min(cap, L.conc) end
-    if L.n > cap then return {-2, i, L.spec} end
+    if L.n > cap and not carry then return {-2, i, L.spec} end
   end
-  local yes, w, rel = check(L)
+  local yes, w, rel = carry, 0, false
+  if not carry then yes, w, rel = check(L) end
   if not yes then
     ok = false
     if rel then flags = bit.bor(flags, 1) end
