@@ -497,13 +497,13 @@ if NC == 1 and ARGV[10] == '0' and ARGV[11] ~= '0' then
       if t - now <= tol then
         local a = tonumber(v[6]) or now
         local ttl, x = tonumber(ARGV[12]), tonumber(v[4])
+        -- x (the expiry last set) written back as it is unless refreshed
         if x == nil or x - now < (ttl - 1000) * 1000 then
-          redis.call('HSET', H, 't', math.max(t, now) + n * em, 'a', math.max(a, now), 'x', now + ttl * 1000)
+          x = now + ttl * 1000
           redis.call('PEXPIRE', H, ttl)
           redis.call('PEXPIRE', EK, ttl, 'GT')
-        else
-          redis.call('HSET', H, 't', math.max(t, now) + n * em, 'a', math.max(a, now))
         end
+        redis.call('HSET', H, 't', math.max(t, now) + n * em, 'a', math.max(a, now), 'x', x)
         return {1, now, 0, 0, 0, ''}
       end
     end
@@ -518,17 +518,16 @@ if NC == 1 and ARGV[10] == '0' and ARGV[11] ~= '0' then
         if n <= N - f - (tonumber(v[9]) or 0) then
           local ttl, x = tonumber(ARGV[12]), tonumber(v[4])
           redis.call('ZADD', KEYS[2], t0 + tonumber(ARGV[3]), ARGV[2] .. ':' .. ARGV[11])
-          if x == nil or x - t0 < (ttl - 1000) * 1000 then
-            redis.call('HSET', H, 'f', f + n, 'fc', fc + 1, 'm', t0, 'x', t0 + ttl * 1000)
+          local refresh = x == nil or x - t0 < (ttl - 1000) * 1000
+          if refresh then
+            x = t0 + ttl * 1000
             redis.call('PEXPIRE', H, ttl)
             redis.call('PEXPIRE', EK, ttl, 'GT')
-            redis.call('PEXPIRE', KEYS[2], ttl)
             if v[9] and v[9] ~= '0' then redis.call('PEXPIRE', KEYS[3], ttl) end
-          else
-            redis.call('HSET', H, 'f', f + n, 'fc', fc + 1, 'm', t0)
-            -- the leases' key was just made: it alone needs a TTL
-            if f == 0 then redis.call('PEXPIRE', KEYS[2], ttl) end
           end
+          redis.call('HSET', H, 'f', f + n, 'fc', fc + 1, 'm', t0, 'x', x)
+          -- refreshed, or the leases' key just made (it alone needs a TTL)
+          if refresh or f == 0 then redis.call('PEXPIRE', KEYS[2], ttl) end
           return {1, now, 0, 0, 8, ''}
         end
       end
@@ -807,20 +806,14 @@ if NC == 1 and ARGV[13] == nil and ARGV[10] == '0' and ARGV[11] ~= '0' and (ARGV
       end
       local refresh = x == nil or x - t0 < (ttl - 1000) * 1000
       if fresh and not refresh then redis.call('PEXPIRE', Z, ttl) end -- the log was just made
-      if k == '1' then
-        if refresh then
-          if x ~= nil and x - t0 > ttl * 1000 then ttl = math.ceil((x - t0) / 1000) end
-          redis.call('HSET', H, 'f', f, 'fc', fc, 'z', z, 'zc', zc, 'm', t0, 'x', t0 + ttl * 1000)
-        else
-          redis.call('HSET', H, 'f', f, 'fc', fc, 'z', z, 'zc', zc, 'm', t0)
-        end
-      elseif refresh then
+      if refresh then
         if x ~= nil and x - t0 > ttl * 1000 then ttl = math.ceil((x - t0) / 1000) end
-        -- d: the units of the calls of this window that ended (reconcile)
-        redis.call('HSET', H, 'f', f, 'fc', fc, 'm', t0, 'x', t0 + ttl * 1000, 'd', (tonumber(v[9]) or 0) + n)
-      else
-        redis.call('HSET', H, 'f', f, 'fc', fc, 'm', t0, 'd', (tonumber(v[9]) or 0) + n)
+        x = t0 + ttl * 1000
       end
+      -- x written back as it is unless refreshed; d: the units of the
+      -- calls of this window that ended (reconcile)
+      if k == '1' then redis.call('HSET', H, 'f', f, 'fc', fc, 'z', z, 'zc', zc, 'm', t0, 'x', x)
+      else redis.call('HSET', H, 'f', f, 'fc', fc, 'm', t0, 'x', x, 'd', (tonumber(v[9]) or 0) + n) end
       if refresh then
         redis.call('PEXPIRE', H, ttl)
         redis.call('PEXPIRE', EK, ttl, 'GT')
