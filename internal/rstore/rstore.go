@@ -509,64 +509,53 @@ func (s *Store) AdmitAll(ctx context.Context, scope string, calls [][]Charge) (d
 		return nil, nil, fmt.Errorf("ratesem: redis admit: reading the server's clock: %w", err)
 	}
 	ev, until := s.recall(scope)
-	type req struct {
-		keys []string
-		args []any
-		tok  string
-		cmd  *goredis.Cmd
-	}
-	rs := make([]req, len(calls))
-	run := func(eval bool, which func(i int) bool) error {
-		pipe := s.c.Pipeline()
-		for i := range rs {
-			if !which(i) {
-				continue
-			}
-			if eval {
-				rs[i].cmd = admitScript.Eval(ctx, pipe, rs[i].keys, rs[i].args...)
-			} else {
-				rs[i].cmd = admitScript.EvalSha(ctx, pipe, rs[i].keys, rs[i].args...)
-			}
-		}
+	toks, cmds := make([]string, len(calls)), make([]*goredis.Cmd, len(calls))
+	exec := func(pipe goredis.Pipeliner) error {
 		if pipe.Len() == 0 {
 			return nil
 		}
-		_, err := pipe.Exec(ctx)
-		if err != nil && !isReplyError(err) {
-			return err
+		if _, err := pipe.Exec(ctx); err != nil && !isReplyError(err) {
+			return fmt.Errorf("ratesem: redis admit: %w", err)
 		}
 		return nil
 	}
 	sent := time.Now()
+	pipe := s.c.Pipeline()
 	for i, cs := range calls {
-		rs[i].tok = newToken()
-		keys, args, cerr := s.call(scope, cs, rs[i].tok, s.leaseS)
+		toks[i] = newToken()
+		keys, args, cerr := s.call(scope, cs, toks[i], s.leaseS)
 		if cerr != nil {
 			errs[i] = cerr
 			continue
 		}
-		rs[i].keys, rs[i].args = keys, append(args, ev, until, dl)
+		cmds[i] = admitScript.EvalSha(ctx, pipe, keys, append(args, ev, until, dl)...)
 	}
-	if err := run(false, func(i int) bool { return errs[i] == nil }); err != nil {
-		return nil, nil, fmt.Errorf("ratesem: redis admit: %w", err)
+	if err := exec(pipe); err != nil {
+		return nil, nil, err
 	}
-	noscript := func(i int) bool {
-		return errs[i] == nil && rs[i].cmd != nil && goredis.HasErrorPrefix(rs[i].cmd.Err(), "NOSCRIPT")
+	// The calls that found the script gone: EVAL, with the same arguments.
+	pipe = s.c.Pipeline()
+	for i, c := range cmds {
+		if c != nil && goredis.HasErrorPrefix(c.Err(), "NOSCRIPT") {
+			a := c.Args()
+			a[0], a[1] = "eval", admitSource
+			cmds[i] = pipe.Do(ctx, a...)
+		}
 	}
-	if err := run(true, noscript); err != nil {
-		return nil, nil, fmt.Errorf("ratesem: redis admit: %w", err)
+	if err := exec(pipe); err != nil {
+		return nil, nil, err
 	}
 	got := time.Now()
-	for i := range rs {
-		if errs[i] != nil {
+	for i, c := range cmds {
+		if c == nil {
 			continue
 		}
-		v, rerr := rs[i].cmd.Slice()
+		v, rerr := c.Slice()
 		if rerr != nil {
 			errs[i] = fmt.Errorf("ratesem: redis admit: %w", rerr)
 			continue
 		}
-		ds[i], errs[i] = s.admitted(scope, calls[i], rs[i].tok, v, sent, got)
+		ds[i], errs[i] = s.admitted(scope, calls[i], toks[i], v, sent, got)
 	}
 	return ds, errs, nil
 }
@@ -718,19 +707,9 @@ func parseMarks(v any, n int) []string {
 // validMark reports whether m is "w:d", two unsigned decimals.
 func validMark(m string) bool {
 	w, d, ok := strings.Cut(m, ":")
-	return ok && digits(w) && digits(d)
-}
-
-func digits(s string) bool {
-	if s == "" || len(s) > 19 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return false
-		}
-	}
-	return true
+	_, err1 := strconv.ParseUint(w, 10, 64)
+	_, err2 := strconv.ParseUint(d, 10, 64)
+	return ok && err1 == nil && err2 == nil
 }
 
 // splitToken returns the lease member prefix and the admission instant (µs)
