@@ -704,11 +704,11 @@ func parseMarks(v any, n int) []string {
 	return ms
 }
 
-// validMark reports whether m is "w:d", two unsigned decimals.
+// validMark reports whether m is "w:d", two unsigned decimals below 2^63.
 func validMark(m string) bool {
 	w, d, ok := strings.Cut(m, ":")
-	_, err1 := strconv.ParseUint(w, 10, 64)
-	_, err2 := strconv.ParseUint(d, 10, 64)
+	_, err1 := strconv.ParseUint(w, 10, 63)
+	_, err2 := strconv.ParseUint(d, 10, 63)
 	return ok && err1 == nil && err2 == nil
 }
 
