@@ -749,10 +749,10 @@ func (s *Store) run(ctx context.Context, op string, script *goredis.Script, scop
 	return 0, fmt.Errorf("ratesem: malformed reply from Redis: %v", v)
 }
 
-// leaseOp runs a script that takes a token (arg "" for "at:lease", the
+// leaseOp runs releaseScript for token's call (arg "" for "at:lease", the
 // token's admission instant and the lease in µs) and reports the charges
 // whose lease was gone.
-func (s *Store) leaseOp(ctx context.Context, op string, script *goredis.Script, scope string, cs []Charge, token, arg string, extra ...any) error {
+func (s *Store) leaseOp(ctx context.Context, op, scope string, cs []Charge, token, arg string, extra ...any) error {
 	tok, at, err := splitToken(token)
 	if err != nil {
 		return err
@@ -760,11 +760,22 @@ func (s *Store) leaseOp(ctx context.Context, op string, script *goredis.Script, 
 	if arg == "" {
 		arg = at + ":" + s.leaseS
 	}
-	missing, err := s.run(ctx, op, script, scope, cs, tok, arg, extra...)
+	missing, err := s.run(ctx, op, releaseScript, scope, cs, tok, arg, extra...)
 	if err == nil && missing > 0 {
 		return fmt.Errorf("ratesem: redis %s: %w (%d of %d charges)", op, ErrNotInFlight, missing, len(cs))
 	}
 	return err
+}
+
+// withMode returns the ARGV that put releaseScript in mode for n charges:
+// n weights of 0, then mode.
+func withMode(n int, mode string) []any {
+	a := make([]any, n+1)
+	for i := range n {
+		a[i] = 0
+	}
+	a[n] = mode
+	return a
 }
 
 // Release ends the call of token now (server clock): its units leave flight
@@ -776,7 +787,7 @@ func (s *Store) leaseOp(ctx context.Context, op string, script *goredis.Script, 
 // hold after a loss must not forget the calls in flight then), or the
 // go-redis error. One round trip.
 func (s *Store) Release(ctx context.Context, scope string, cs []Charge, token string) error {
-	return s.leaseOp(ctx, "release", releaseScript, scope, cs, token, "")
+	return s.leaseOp(ctx, "release", scope, cs, token, "")
 }
 
 // Settle ends the call of token now (server clock), as Release does, for
@@ -842,7 +853,7 @@ func (s *Store) Settle(ctx context.Context, scope string, cs []Charge, token str
 	for i, a := range actual {
 		as[i] = min(max(a, 0), MaxN)
 	}
-	return s.leaseOp(ctx, "settle", releaseScript, scope, cs, token, "", as...)
+	return s.leaseOp(ctx, "settle", scope, cs, token, "", as...)
 }
 
 // Cancel takes back the admission of token, whose call never started: the
@@ -850,12 +861,7 @@ func (s *Store) Settle(ctx context.Context, scope string, cs []Charge, token str
 // tell: a fixed window that moved on keeps nothing to take back). Errors as
 // Release.
 func (s *Store) Cancel(ctx context.Context, scope string, cs []Charge, token string) error {
-	zeros := make([]any, len(cs)+1)
-	for i := range cs {
-		zeros[i] = 0
-	}
-	zeros[len(cs)] = "cancel"
-	return s.leaseOp(ctx, "cancel", releaseScript, scope, cs, token, "", zeros...)
+	return s.leaseOp(ctx, "cancel", scope, cs, token, "", withMode(len(cs), "cancel")...)
 }
 
 // Extend renews the leases of token for d from now (whole µs, at most
@@ -864,7 +870,7 @@ func (s *Store) Extend(ctx context.Context, scope string, cs []Charge, token str
 	if d < time.Microsecond || d > MaxPer || !rspec.WholeMicros(d) {
 		return fmt.Errorf("ratesem: extend by %v: want a whole number of µs in [1µs, %v]", d, MaxPer)
 	}
-	return s.leaseOp(ctx, "extend", extendScript, scope, cs, token, strconv.FormatInt(d.Microseconds(), 10))
+	return s.leaseOp(ctx, "extend", scope, cs, token, strconv.FormatInt(d.Microseconds(), 10), withMode(len(cs), "extend")...)
 }
 
 // Pause holds every admission of c's limiter, in every process, for d from

@@ -835,14 +835,16 @@ end
 // after the weights (all 0): the admission is taken back (as far as the
 // windows can tell: a fixed window that moved on keeps nothing to take
 // back, a bucket or GCRA that admitted another call since gives nothing
-// back). Reply: the number of charges whose lease was no longer there.
+// back); for an Extend, "extend" there: the leases move to now + ARGV[3]
+// µs. Reply: the number of charges whose lease was no longer there.
 var releaseScript = goredis.NewScript(header + singleRelease + prelude + `
 local Ls, err = loadall()
 if Ls == nil then return err end
 local at, ls = string.match(ARGV[3], '^(%d+):(%d+)$')
 at, ls = tonumber(at), tonumber(ls)
 local TA = 4 + 8 * NC
-local cancel = ARGV[TA + NC + 1] == 'cancel'
+local mode = ARGV[TA + NC + 1]
+local cancel = mode == 'cancel'
 local SAT = 4503599627370496 -- 2^52: where debts and counts saturate
 local missing = 0
 for i = 1, NC do
@@ -853,7 +855,20 @@ for i = 1, NC do
   -- the lease's end, read before a sweep ends the leases that ran out
   local d
   if L.leased and n > 0 then d = tonumber(redis.call('ZSCORE', L.F, m)) end
-  if (L.leased and n > 0) or a ~= n then
+  if mode == 'extend' then
+    if L.leased and n > 0 and d ~= nil and d > L.t0 then
+      if L.new then prepare(L) end -- lost, not new: see prepare
+      redis.call('ZADD', L.F, 'XX', L.t0 + tonumber(ARGV[3]), m)
+      -- The keys live at least until the new end and a second more (save
+      -- refreshes them when their expiry, x, is less than the TTL minus a
+      -- second away); x moves with them, so that an admission never
+      -- shortens them (it refreshes only when x comes near).
+      L.ttl = math.max(L.ttl, math.ceil(tonumber(ARGV[3]) / 1000) + 2000)
+      save(L)
+    elseif L.leased and n > 0 then
+      missing = missing + 1
+    end
+  elseif (L.leased and n > 0) or a ~= n then
     -- A settle (or a cancel) brings the state to now: leases that ran out
     -- ended (this call's included: then it counted its estimate at its
     -- lease's end), windows rolled, buckets refilled, lost state found and
@@ -978,34 +993,6 @@ for i = 1, NC do
     end
     if L.usesm then set(L, 'm', L.t0) end
     save(L)
-  end
-end
-return missing
-`)
-
-// extendScript moves token's leases to now + ARGV[3] µs. Reply as
-// releaseScript.
-var extendScript = goredis.NewScript(header + prelude + `
-local Ls, err = loadall()
-if Ls == nil then return err end
-for i = 1, NC do if Ls[i].new then prepare(Ls[i]) end end -- lost, not new: see prepare
-local missing = 0
-for i = 1, NC do
-  local L = Ls[i]
-  if L.leased and L.n > 0 then
-    local m = ARGV[2] .. ':' .. L.n
-    local d = tonumber(redis.call('ZSCORE', L.F, m))
-    if d ~= nil and d > L.t0 then
-      redis.call('ZADD', L.F, 'XX', L.t0 + tonumber(ARGV[3]), m)
-      -- The keys live at least until the new end and a second more (save
-      -- refreshes them when their expiry, x, is less than the TTL minus a
-      -- second away); x moves with them, so that an admission never
-      -- shortens them (it refreshes only when x comes near).
-      L.ttl = math.max(L.ttl, math.ceil(tonumber(ARGV[3]) / 1000) + 2000)
-      save(L)
-    else
-      missing = missing + 1
-    end
   end
 end
 return missing
