@@ -108,6 +108,14 @@ end
 
 local function set(L, k, v) L[k] = v; L.dirty[k] = true end
 
+-- add puts the member mem of w units, scored sc, in L's leases (s 'f')
+-- or log (s 'z'), and counts it in the hash (a set just made is fresh).
+local function add(L, s, sc, mem, w)
+  redis.call('ZADD', s == 'f' and L.F or L.Z, sc, mem)
+  if L[s] == 0 then L.fresh = true end
+  set(L, s, L[s] + w); set(L, s .. 'c', L[s .. 'c'] + 1)
+end
+
 -- roll moves a fixed window on to the window of instant t.
 local function roll(L, t)
   local k = L.kind
@@ -334,18 +342,9 @@ local function commit(L, tok, lease)
   local n, t, k = L.n, L.t0, L.kind
   if L.usesm then set(L, 'm', t) end
   if n == 0 then return end
-  if L.leased then
-    redis.call('ZADD', L.F, t + lease, tok .. ':' .. n)
-    if L.f == 0 then L.fresh = true end
-    set(L, 'f', L.f + n)
-    set(L, 'fc', L.fc + 1)
-  end
+  if L.leased then add(L, 'f', t + lease, tok .. ':' .. n, n) end
   if k == 2 or k == 4 then set(L, 'u', L.u + n)
-  elseif k == 3 then
-    redis.call('ZADD', L.Z, t + L.p1, tok .. ':' .. n)
-    if L.z == 0 then L.fresh = true end
-    set(L, 'z', L.z + n)
-    set(L, 'zc', L.zc + 1)
+  elseif k == 3 then add(L, 'z', t + L.p1, tok .. ':' .. n, n)
   elseif k == 5 then set(L, 'c', L.c + n)
   elseif k == 6 then redis.call('HINCRBY', L.H, 'b' .. (L.w % L.p1), n); set(L, 'c', L.c + n)
   elseif k == 7 or k == 8 then set(L, 't', L.t - n); set(L, 'a', t)
@@ -912,11 +911,7 @@ for i = 1, NC do
         w, mem = a, tok .. ':' .. a
         if redis.call('ZSCORE', L.Z, mem) then w = 0 end -- a settle repeated logs nothing more
       end
-      if w > 0 and L.per > 0 then
-        redis.call('ZADD', L.Z, L.t0, mem)
-        if L.z == 0 then L.fresh = true end
-        set(L, 'z', L.z + w); set(L, 'zc', L.zc + 1)
-      end
+      if w > 0 and L.per > 0 then add(L, 'z', L.t0, mem, w) end
     elseif k == 2 or k == 4 then
       -- a fixed completion window carries the call in flight into now's
       -- window: the refund comes from there; a fixed window refunds only
@@ -936,11 +931,7 @@ for i = 1, NC do
           if a > 0 then redis.call('ZADD', L.Z, sc, tok .. ':' .. a) else set(L, 'zc', math.max(L.zc - 1, 0)) end
         end
       end
-      if dd > 0 then
-        redis.call('ZADD', L.Z, L.t0 + L.p1, tok .. '+:' .. dd)
-        if L.z == 0 then L.fresh = true end
-        set(L, 'z', L.z + dd); set(L, 'zc', L.zc + 1)
-      end
+      if dd > 0 then add(L, 'z', L.t0 + L.p1, tok .. '+:' .. dd, dd) end
     elseif k == 5 then
       if r > 0 then
         local idx = fdiv(at, L.per)
@@ -1082,11 +1073,7 @@ elseif k == 2 and (mw == nil or mw == L.w) then
 elseif k == 1 or k == 3 then
   extra = math.max(used - L.f - L.z, 0)
   if extra > 0 then
-    local q = redis.call('HINCRBY', L.H, 'q', 1)
-    redis.call('ZADD', L.Z, L.t0, 'r' .. q .. ':' .. extra)
-    if L.z == 0 then L.fresh = true end
-    set(L, 'z', L.z + extra)
-    set(L, 'zc', L.zc + 1)
+    add(L, 'z', L.t0, 'r' .. redis.call('HINCRBY', L.H, 'q', 1) .. ':' .. extra, extra)
   end
 elseif k == 4 then
   extra = math.max(used - L.u, 0); set(L, 'u', L.u + extra)
