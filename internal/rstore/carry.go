@@ -23,7 +23,6 @@ import "context"
 // matching ErrLimitMismatch included) and blocks for one round trip (two
 // when it reads the clock first, as Admit).
 func (s *Store) Carry(ctx context.Context, scope string, cs []Charge, ended bool) (Decision, error) {
-	tok := newToken()
 	lease := s.leaseS
 	if ended {
 		lease = "1" // µs: the call counts as ended now
@@ -35,11 +34,10 @@ func (s *Store) Carry(ctx context.Context, scope string, cs []Charge, ended bool
 	// and holds the scope's limiters from then (a carry made no epoch key,
 	// and found no loss, would leave it to the first admission, which the
 	// fallback's window may delay by a Per).
-	v, sent, got, err := s.runTimed(ctx, "carry", scope, cs, tok, lease, "carry")
+	ds, errs, err := s.admitAll(ctx, "carry", scope, [][]Charge{cs}, lease, "carry")
 	if err != nil {
 		return Decision{}, err
 	}
-	d, err := s.admitted(scope, cs, tok, v, sent, got)
-	d.Leased = d.Leased && !ended
-	return d, err
+	ds[0].Leased = ds[0].Leased && !ended
+	return ds[0], errs[0]
 }

@@ -377,31 +377,6 @@ func mismatchOf(c Charge, stored string) error {
 	return me
 }
 
-// runTimed runs the admission script for the call cs under token tok with
-// leases of lease µs, with the scope's epoch, the instant this Store last
-// knew it alive, the answer-by instant of ctx on Redis's clock (deadline:
-// reading the clock first when needed) and extra as the last ARGV. It
-// returns the reply and the local instants around the round trip (for
-// learn); its errors name op.
-func (s *Store) runTimed(ctx context.Context, op, scope string, cs []Charge, tok, lease string, extra ...any) (v []any, sent, got time.Time, err error) {
-	keys, args, err := s.call(scope, cs, tok, lease)
-	if err != nil {
-		return nil, sent, got, err
-	}
-	dl, err := s.deadline(ctx, scope, keys[len(keys)-1])
-	if err != nil {
-		return nil, sent, got, fmt.Errorf("ratesem: redis %s: reading the server's clock: %w", op, err)
-	}
-	ev, until := s.recall(scope)
-	args = append(append(args, ev, until, dl), extra...)
-	sent = time.Now()
-	v, err = admitScript.Run(ctx, s.c, keys, args...).Slice()
-	if err != nil {
-		return nil, sent, got, fmt.Errorf("ratesem: redis %s: %w", op, err)
-	}
-	return v, sent, time.Now(), nil
-}
-
 func newToken() string {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
@@ -424,12 +399,11 @@ func newToken() string {
 // go-redis error when the round trip fails. It blocks for one round trip
 // (two when it reads the clock first).
 func (s *Store) Admit(ctx context.Context, scope string, cs []Charge) (Decision, error) {
-	tok := newToken()
-	v, sent, got, err := s.runTimed(ctx, "admit", scope, cs, tok, s.leaseS)
+	ds, errs, err := s.admitAll(ctx, "admit", scope, [][]Charge{cs}, s.leaseS)
 	if err != nil {
 		return Decision{}, err
 	}
-	return s.admitted(scope, cs, tok, v, sent, got)
+	return ds[0], errs[0]
 }
 
 // admitted reads the admission script's reply v for the call cs under
@@ -500,35 +474,45 @@ func (s *Store) admitted(scope string, cs []Charge, tok string, v []any, sent, g
 // several queued calls (and carrying pending releases): the waiting
 // engine's DecideAll.
 func (s *Store) AdmitAll(ctx context.Context, scope string, calls [][]Charge) (ds []Decision, errs []error, err error) {
+	return s.admitAll(ctx, "admit", scope, calls, s.leaseS)
+}
+
+// admitAll is AdmitAll with leases of lease µs and extra after each
+// call's ARGV (see AdmitCall); its errors name op. A caller's mistake
+// costs no round trip.
+func (s *Store) admitAll(ctx context.Context, op, scope string, calls [][]Charge, lease string, extra ...any) (ds []Decision, errs []error, err error) {
 	ds, errs = make([]Decision, len(calls)), make([]error, len(calls))
-	if len(calls) == 0 {
+	toks, keys, args := make([]string, len(calls)), make([][]string, len(calls)), make([][]any, len(calls))
+	valid := false
+	for i, cs := range calls {
+		toks[i] = newToken()
+		keys[i], args[i], errs[i] = s.call(scope, cs, toks[i], lease)
+		valid = valid || errs[i] == nil
+	}
+	if !valid {
 		return ds, errs, nil
 	}
 	dl, err := s.deadline(ctx, scope, s.EpochKey(scope))
 	if err != nil {
-		return nil, nil, fmt.Errorf("ratesem: redis admit: reading the server's clock: %w", err)
+		return nil, nil, fmt.Errorf("ratesem: redis %s: reading the server's clock: %w", op, err)
 	}
 	ev, until := s.recall(scope)
-	toks, cmds := make([]string, len(calls)), make([]*goredis.Cmd, len(calls))
+	cmds := make([]*goredis.Cmd, len(calls))
 	exec := func(pipe goredis.Pipeliner) error {
 		if pipe.Len() == 0 {
 			return nil
 		}
 		if _, err := pipe.Exec(ctx); err != nil && !isReplyError(err) {
-			return fmt.Errorf("ratesem: redis admit: %w", err)
+			return fmt.Errorf("ratesem: redis %s: %w", op, err)
 		}
 		return nil
 	}
 	sent := time.Now()
 	pipe := s.c.Pipeline()
-	for i, cs := range calls {
-		toks[i] = newToken()
-		keys, args, cerr := s.call(scope, cs, toks[i], s.leaseS)
-		if cerr != nil {
-			errs[i] = cerr
-			continue
+	for i := range calls {
+		if errs[i] == nil {
+			cmds[i] = admitScript.EvalSha(ctx, pipe, keys[i], append(append(args[i], ev, until, dl), extra...)...)
 		}
-		cmds[i] = admitScript.EvalSha(ctx, pipe, keys, append(args, ev, until, dl)...)
 	}
 	if err := exec(pipe); err != nil {
 		return nil, nil, err
@@ -552,7 +536,7 @@ func (s *Store) AdmitAll(ctx context.Context, scope string, calls [][]Charge) (d
 		}
 		v, rerr := c.Slice()
 		if rerr != nil {
-			errs[i] = fmt.Errorf("ratesem: redis admit: %w", rerr)
+			errs[i] = fmt.Errorf("ratesem: redis %s: %w", op, rerr)
 			continue
 		}
 		ds[i], errs[i] = s.admitted(scope, calls[i], toks[i], v, sent, got)
