@@ -823,19 +823,14 @@ func (s *Store) Settle(ctx context.Context, scope string, cs []Charge, token str
 	if len(actual) != len(cs) {
 		return fmt.Errorf("ratesem: settle: %d actual weights for %d charges", len(actual), len(cs))
 	}
+	as := make([]any, len(actual))
 	plain := true
-	for i := range cs {
-		if actual[i] != cs[i].Weight {
-			plain = false
-			break
-		}
+	for i, a := range actual {
+		as[i] = min(max(a, 0), MaxN)
+		plain = plain && a == cs[i].Weight
 	}
 	if plain {
 		return s.Release(ctx, scope, cs, token)
-	}
-	as := make([]any, len(actual))
-	for i, a := range actual {
-		as[i] = min(max(a, 0), MaxN)
 	}
 	return s.leaseOp(ctx, "settle", scope, cs, token, "", as...)
 }

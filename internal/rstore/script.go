@@ -85,10 +85,8 @@ local function lim(i)
       L.spec, L.kind, L.N, L.per, L.p1, L.conc = v[1], tonumber(k), tonumber(N), tonumber(per), tonumber(p1), tonumber(conc)
       L.ttl = math.max(L.ttl, math.ceil(L.per * (math.max(L.p1, L.N) / math.max(L.N, 1) + 2) / 1000) + 1000)
       L.adopted = true
-      if KF[L.kind] ~= fs then
-        fs = KF[L.kind]
-        v = redis.call('HMGET', L.H, 's', 'S', 'p', 'h', 'x', 'g', 'fc', 'zc', 'E', unpack(fs))
-      end
+      fs = KF[L.kind] -- read again: the stored kind's fields
+      v = redis.call('HMGET', L.H, 's', 'S', 'p', 'h', 'x', 'g', 'fc', 'zc', 'E', unpack(fs))
     else
       return nil, v[1]
     end
@@ -286,8 +284,7 @@ local function check(L)
   local k = L.kind
   if k == 1 then
     if n <= N - L.f - L.z then return true end
-    if n > N - L.f then return false, leasewait(L), true end
-    if L.per == 0 then return false, leasewait(L), true end
+    if n > N - L.f or L.per == 0 then return false, leasewait(L), true end
     return false, logwait(L, n - (N - L.f - L.z)), false
   elseif k == 3 then
     if n <= N - L.z then return true end
