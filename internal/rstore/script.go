@@ -8,7 +8,7 @@ import goredis "github.com/redis/go-redis/v9"
 //
 //	ARGV[1]  the instant in µs since the Unix epoch, or "" for the server's TIME
 //	ARGV[2]  the call's token (16 hex digits) or "" when the script takes none
-//	ARGV[3]  the lease in µs, or the script's own argument (pause, used)
+//	ARGV[3]  the lease in µs, "at:lease" (releaseScript), or the script's own argument (pause, used)
 //	ARGV[4]  the number of charges
 //	then per charge perArg values: spec, kind, N, Per µs, p1, conc, weight, ttl ms
 //
@@ -17,7 +17,10 @@ import goredis "github.com/redis/go-redis/v9"
 // admission script takes three more: the scope's epoch as this process
 // last saw it ("" when it saw none), the instant in µs until which this
 // process knows E exists ("" when it knows nothing), and the instant in µs
-// after which the admission is refused, its caller gone ("" for none).
+// after which the admission is refused, its caller gone ("" for none);
+// then "carry" for Store.Carry. releaseScript takes, after the charges'
+// values, the actual weights of a Settle, or weights of 0 and the mode
+// ("cancel", "extend").
 //
 // E holds "id:l": id names the scope's state since E was made (it is the
 // token of the admission that made it), l is 0, or the instant in µs a
