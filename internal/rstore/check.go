@@ -36,61 +36,43 @@ func check(c goredis.UniversalClient, timeout time.Duration, prefix, scope strin
 		}
 		keys[i] = s.Keys(scope, cs[i])[0]
 	}
-	type answer struct {
-		policy    string
-		policyErr error
-		stored    [][]any
-		err       error // no answer
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	pipe := c.Pipeline()
+	ping := pipe.Ping(ctx)
+	var cfg *goredis.MapStringStringCmd
+	if eviction {
+		cfg = pipe.ConfigGet(ctx, "maxmemory-policy")
 	}
-	ch := make(chan answer, 1)
+	gets := make([]*goredis.SliceCmd, len(keys))
+	for i, k := range keys {
+		gets[i] = pipe.HMGet(ctx, k, "s", "S")
+	}
+	// The commands are read once done is closed: after Exec wrote them.
+	done := make(chan struct{})
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
-		pipe := c.Pipeline()
-		ping := pipe.Ping(ctx)
-		var cfg *goredis.MapStringStringCmd
-		if eviction {
-			cfg = pipe.ConfigGet(ctx, "maxmemory-policy")
-		}
-		gets := make([]*goredis.SliceCmd, len(keys))
-		for i, k := range keys {
-			gets[i] = pipe.HMGet(ctx, k, "s", "S")
-		}
 		_, _ = pipe.Exec(ctx)
-		var a answer
-		if err := ping.Err(); err != nil {
-			a.err = err
-		}
-		for _, g := range gets {
-			if err := g.Err(); err != nil && !isReply(err) && a.err == nil {
-				a.err = err // the limiter's node did not answer
-			}
-			a.stored = append(a.stored, g.Val())
-		}
-		if cfg != nil {
-			if err := cfg.Err(); err != nil {
-				a.policyErr = err
-			} else {
-				a.policy = cfg.Val()["maxmemory-policy"]
-			}
-		}
-		ch <- a
+		close(done)
 	}()
-	t := time.NewTimer(timeout)
-	defer t.Stop()
-	var a answer
 	select {
-	case a = <-ch:
-	case <-t.C:
+	case <-done:
+	case <-time.After(timeout):
 		return fmt.Errorf("%w: %s gave no answer within %v", ratesem.ErrUnavailable, where(c), timeout)
 	}
-	if a.err != nil {
-		if errors.Is(a.err, context.DeadlineExceeded) {
+	err = ping.Err()
+	for _, g := range gets {
+		if e := g.Err(); e != nil && (!isReplyError(e) || errors.Is(e, context.DeadlineExceeded)) && err == nil {
+			err = e // the limiter's node did not answer
+		}
+	}
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
 			return fmt.Errorf("%w: %s gave no answer within %v", ratesem.ErrUnavailable, where(c), timeout)
 		}
-		return fmt.Errorf("%w: %s: %w", ratesem.ErrUnavailable, where(c), a.err)
+		return fmt.Errorf("%w: %s: %w", ratesem.ErrUnavailable, where(c), err)
 	}
-	for i, v := range a.stored {
+	for i, g := range gets {
+		v := g.Val()
 		if len(v) != 2 {
 			continue
 		}
@@ -100,16 +82,12 @@ func check(c goredis.UniversalClient, timeout time.Duration, prefix, scope strin
 			return mismatchOf(cs[i], stored)
 		}
 	}
-	if p := a.policy; a.policyErr == nil && p != "" && !strings.EqualFold(p, "noeviction") {
-		return fmt.Errorf("%w: its maxmemory-policy is %s", ratesem.ErrEviction, p)
+	if cfg != nil && cfg.Err() == nil {
+		if p := cfg.Val()["maxmemory-policy"]; p != "" && !strings.EqualFold(p, "noeviction") {
+			return fmt.Errorf("%w: its maxmemory-policy is %s", ratesem.ErrEviction, p)
+		}
 	}
 	return nil
-}
-
-// isReply reports whether err is the server's reply (the server answered).
-func isReply(err error) bool {
-	var re goredis.Error
-	return errors.As(err, &re) && !errors.Is(err, context.DeadlineExceeded)
 }
 
 // where names the server of c for an error message.

@@ -7,6 +7,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/ratesem/ratesem/internal/rspec"
 	"github.com/ratesem/ratesem/window"
 )
 
@@ -107,7 +108,7 @@ func FuzzSpec(f *testing.F) {
 			t.Fatalf("%v: TTL %d ms", s, ttl)
 		}
 		w := s.Wire()
-		back, ok := parseWire(w)
+		back, ok := rspec.ParseWire(w)
 		if !ok || back.Wire() != w {
 			t.Fatalf("%v: stored as %q, parsed back as %v", s, w, back)
 		}

@@ -174,12 +174,6 @@ var SpecOf = rspec.SpecOf
 
 var _ rspec.Store = (*Store)(nil)
 
-// wholeMicros reports whether d is a whole number of microseconds.
-func wholeMicros(d time.Duration) bool { return rspec.WholeMicros(d) }
-
-// parseWire is rspec.ParseWire.
-func parseWire(w string) (Spec, bool) { return rspec.ParseWire(w) }
-
 // Options configure a Store.
 type Options struct {
 	// Lease is how long a call admitted counts as in flight without a
@@ -242,7 +236,7 @@ func New(c goredis.UniversalClient, prefix string, o Options) (*Store, error) {
 	if o.Lease == 0 {
 		o.Lease = DefaultLease
 	}
-	if o.Lease < time.Microsecond || o.Lease > MaxPer || !wholeMicros(o.Lease) {
+	if o.Lease < time.Microsecond || o.Lease > MaxPer || !rspec.WholeMicros(o.Lease) {
 		return nil, fmt.Errorf("ratesem: lease %v: want a whole number of µs in [1µs, %v]", o.Lease, MaxPer)
 	}
 	return &Store{c: c, prefix: prefix, opts: o, leaseS: strconv.FormatInt(o.Lease.Microseconds(), 10)}, nil
@@ -352,28 +346,21 @@ func (s *Store) call(scope string, cs []Charge, token, arg string) ([]string, []
 	return keys, args, nil
 }
 
-// mismatch turns the reply {-1, charge, stored} into an error.
+// mismatch turns the reply {-1, i, stored} (charge i's limiter stores
+// another spec) into an error; or the admit reply {-2, i, stored}: charge
+// i is heavier than the Capacity of the spec stored by SetLimit (another
+// process lowered the limit) that its limiter adopted.
 func mismatch(cs []Charge, r []any) error {
 	i, _ := r[1].(int64)
 	stored, _ := r[2].(string)
 	if i < 1 || int(i) > len(cs) {
 		return fmt.Errorf("ratesem: malformed reply from Redis: %v", r)
 	}
-	return mismatchOf(cs[i-1], stored)
-}
-
-// tooHeavyAdopted is the error of the admit reply r = {-2, i, stored}:
-// charge i is heavier than the Capacity of the spec stored by SetLimit
-// (another process lowered the limit) that its limiter adopted.
-func tooHeavyAdopted(cs []Charge, r []any) error {
-	i, _ := r[1].(int64)
-	stored, _ := r[2].(string)
-	if i < 1 || int(i) > len(cs) {
-		return fmt.Errorf("ratesem: malformed reply from Redis: %v", r)
-	}
 	c := cs[i-1]
-	sp, ok := parseWire(stored)
-	if !ok {
+	sp, ok := rspec.ParseWire(stored)
+	if r[0] != int64(-2) {
+		return mismatchOf(c, stored)
+	} else if !ok {
 		return fmt.Errorf("ratesem: malformed reply from Redis: %v", r)
 	}
 	return fmt.Errorf("%w: weight %d under rule %q key %q can never start: its limit was set to %s in Redis (SetLimit), which admits at most %d at once",
@@ -383,35 +370,10 @@ func tooHeavyAdopted(cs []Charge, r []any) error {
 // mismatchOf is the error of charge c whose limiter stores the spec stored.
 func mismatchOf(c Charge, stored string) error {
 	me := &rspec.MismatchError{Rule: c.Rule, Key: c.Key, Have: c.Spec.String(), Stored: strconv.Quote(clip(stored))}
-	if sp, ok := parseWire(stored); ok {
+	if sp, ok := rspec.ParseWire(stored); ok {
 		me.Stored = sp.String()
 	}
 	return me
-}
-
-// runTimed runs script (Admit's or Carry's) for the call cs under token
-// tok with leases of lease µs, with the scope's epoch, the instant this
-// Store last knew it alive, and the answer-by instant of ctx on Redis's
-// clock (deadline: reading the clock first when needed) as the last ARGV.
-// It returns the reply and the local instants around the round trip (for
-// learn); its errors name op.
-func (s *Store) runTimed(ctx context.Context, script *goredis.Script, op, scope string, cs []Charge, tok, lease string) (v []any, sent, got time.Time, err error) {
-	keys, args, err := s.call(scope, cs, tok, lease)
-	if err != nil {
-		return nil, sent, got, err
-	}
-	dl, err := s.deadline(ctx, scope, keys[len(keys)-1])
-	if err != nil {
-		return nil, sent, got, fmt.Errorf("ratesem: redis %s: reading the server's clock: %w", op, err)
-	}
-	ev, until := s.recall(scope)
-	args = append(args, ev, until, dl)
-	sent = time.Now()
-	v, err = script.Run(ctx, s.c, keys, args...).Slice()
-	if err != nil {
-		return nil, sent, got, fmt.Errorf("ratesem: redis %s: %w", op, err)
-	}
-	return v, sent, time.Now(), nil
 }
 
 func newToken() string {
@@ -436,12 +398,11 @@ func newToken() string {
 // go-redis error when the round trip fails. It blocks for one round trip
 // (two when it reads the clock first).
 func (s *Store) Admit(ctx context.Context, scope string, cs []Charge) (Decision, error) {
-	tok := newToken()
-	v, sent, got, err := s.runTimed(ctx, admitScript, "admit", scope, cs, tok, s.leaseS)
+	ds, errs, err := s.admitAll(ctx, "admit", scope, [][]Charge{cs}, s.leaseS)
 	if err != nil {
 		return Decision{}, err
 	}
-	return s.admitted(scope, cs, tok, v, sent, got)
+	return ds[0], errs[0]
 }
 
 // admitted reads the admission script's reply v for the call cs under
@@ -450,11 +411,8 @@ func (s *Store) admitted(scope string, cs []Charge, tok string, v []any, sent, g
 	if len(v) < 3 {
 		return Decision{}, fmt.Errorf("ratesem: malformed reply from Redis: %v", v)
 	}
-	switch code, _ := v[0].(int64); code {
-	case -1:
+	if code, _ := v[0].(int64); code < 0 {
 		return Decision{}, mismatch(cs, v)
-	case -2:
-		return Decision{}, tooHeavyAdopted(cs, v)
 	}
 	if len(v) < 6 || len(v) > 8 {
 		return Decision{}, fmt.Errorf("ratesem: malformed reply from Redis: %v", v)
@@ -482,7 +440,7 @@ func (s *Store) admitted(scope string, cs []Charge, tok string, v []any, sent, g
 		for _, f := range strings.Split(strings.TrimSuffix(ad, ","), ",") {
 			is, wire, _ := strings.Cut(f, "=")
 			if i, err := strconv.Atoi(is); err == nil && i >= 1 && i <= len(cs) {
-				sp, _ := parseWire(wire)
+				sp, _ := rspec.ParseWire(wire)
 				d.Adopted = append(d.Adopted, i-1)
 				d.AdoptedSpecs = append(d.AdoptedSpecs, sp)
 			}
@@ -515,73 +473,72 @@ func (s *Store) admitted(scope string, cs []Charge, tok string, v []any, sent, g
 // several queued calls (and carrying pending releases): the waiting
 // engine's DecideAll.
 func (s *Store) AdmitAll(ctx context.Context, scope string, calls [][]Charge) (ds []Decision, errs []error, err error) {
+	return s.admitAll(ctx, "admit", scope, calls, s.leaseS)
+}
+
+// admitAll is AdmitAll with leases of lease µs and extra after each
+// call's ARGV (see AdmitCall); its errors name op. A caller's mistake
+// costs no round trip.
+func (s *Store) admitAll(ctx context.Context, op, scope string, calls [][]Charge, lease string, extra ...any) (ds []Decision, errs []error, err error) {
 	ds, errs = make([]Decision, len(calls)), make([]error, len(calls))
-	if len(calls) == 0 {
+	toks, keys, args := make([]string, len(calls)), make([][]string, len(calls)), make([][]any, len(calls))
+	valid := false
+	for i, cs := range calls {
+		toks[i] = newToken()
+		keys[i], args[i], errs[i] = s.call(scope, cs, toks[i], lease)
+		valid = valid || errs[i] == nil
+	}
+	if !valid {
 		return ds, errs, nil
 	}
 	dl, err := s.deadline(ctx, scope, s.EpochKey(scope))
 	if err != nil {
-		return nil, nil, fmt.Errorf("ratesem: redis admit: reading the server's clock: %w", err)
+		return nil, nil, fmt.Errorf("ratesem: redis %s: reading the server's clock: %w", op, err)
 	}
 	ev, until := s.recall(scope)
-	type req struct {
-		keys []string
-		args []any
-		tok  string
-		cmd  *goredis.Cmd
-	}
-	rs := make([]req, len(calls))
-	run := func(eval bool, which func(i int) bool) error {
-		pipe := s.c.Pipeline()
-		for i := range rs {
-			if !which(i) {
-				continue
-			}
-			if eval {
-				rs[i].cmd = admitScript.Eval(ctx, pipe, rs[i].keys, rs[i].args...)
-			} else {
-				rs[i].cmd = admitScript.EvalSha(ctx, pipe, rs[i].keys, rs[i].args...)
-			}
-		}
+	cmds := make([]*goredis.Cmd, len(calls))
+	exec := func(pipe goredis.Pipeliner) error {
 		if pipe.Len() == 0 {
 			return nil
 		}
-		_, err := pipe.Exec(ctx)
-		if err != nil && !isReplyError(err) {
-			return err
+		if _, err := pipe.Exec(ctx); err != nil && !isReplyError(err) {
+			return fmt.Errorf("ratesem: redis %s: %w", op, err)
 		}
 		return nil
 	}
 	sent := time.Now()
-	for i, cs := range calls {
-		rs[i].tok = newToken()
-		keys, args, cerr := s.call(scope, cs, rs[i].tok, s.leaseS)
-		if cerr != nil {
-			errs[i] = cerr
-			continue
+	pipe := s.c.Pipeline()
+	for i := range calls {
+		if errs[i] == nil {
+			cmds[i] = admitScript.EvalSha(ctx, pipe, keys[i], append(append(args[i], ev, until, dl), extra...)...)
 		}
-		rs[i].keys, rs[i].args = keys, append(args, ev, until, dl)
 	}
-	if err := run(false, func(i int) bool { return errs[i] == nil }); err != nil {
-		return nil, nil, fmt.Errorf("ratesem: redis admit: %w", err)
+	if err := exec(pipe); err != nil {
+		return nil, nil, err
 	}
-	noscript := func(i int) bool {
-		return errs[i] == nil && rs[i].cmd != nil && goredis.HasErrorPrefix(rs[i].cmd.Err(), "NOSCRIPT")
+	// The calls that found the script gone: EVAL, with the same arguments.
+	pipe = s.c.Pipeline()
+	for i, c := range cmds {
+		if c != nil && goredis.HasErrorPrefix(c.Err(), "NOSCRIPT") {
+			a := c.Args()
+			a[0], a[1] = "eval", admitSource
+			cmds[i] = pipe.Do(ctx, a...)
+		}
 	}
-	if err := run(true, noscript); err != nil {
-		return nil, nil, fmt.Errorf("ratesem: redis admit: %w", err)
+	if err := exec(pipe); err != nil {
+		return nil, nil, err
 	}
 	got := time.Now()
-	for i := range rs {
-		if errs[i] != nil {
+	for i, c := range cmds {
+		if c == nil {
 			continue
 		}
-		v, rerr := rs[i].cmd.Slice()
+		v, rerr := c.Slice()
 		if rerr != nil {
-			errs[i] = fmt.Errorf("ratesem: redis admit: %w", rerr)
+			errs[i] = fmt.Errorf("ratesem: redis %s: %w", op, rerr)
 			continue
 		}
-		ds[i], errs[i] = s.admitted(scope, calls[i], rs[i].tok, v, sent, got)
+		ds[i], errs[i] = s.admitted(scope, calls[i], toks[i], v, sent, got)
 	}
 	return ds, errs, nil
 }
@@ -730,22 +687,12 @@ func parseMarks(v any, n int) []string {
 	return ms
 }
 
-// validMark reports whether m is "w:d", two unsigned decimals.
+// validMark reports whether m is "w:d", two unsigned decimals below 2^63.
 func validMark(m string) bool {
 	w, d, ok := strings.Cut(m, ":")
-	return ok && digits(w) && digits(d)
-}
-
-func digits(s string) bool {
-	if s == "" || len(s) > 19 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return false
-		}
-	}
-	return true
+	_, err1 := strconv.ParseUint(w, 10, 63)
+	_, err2 := strconv.ParseUint(d, 10, 63)
+	return ok && err1 == nil && err2 == nil
 }
 
 // splitToken returns the lease member prefix and the admission instant (µs)
@@ -761,36 +708,57 @@ func splitToken(token string) (string, string, error) {
 	return tok, at, nil
 }
 
-// leaseOp runs a script that takes a token and reports the charges whose
-// lease was gone.
-func (s *Store) leaseOp(ctx context.Context, op string, script *goredis.Script, scope string, cs []Charge, token, arg string) error {
+// run runs script (whose errors name op) for the charges cs with ARGV[2]
+// tok, ARGV[3] arg and extra after the charges' values, and returns its
+// integer reply; the reply {-1, charge, stored} is the error of a spec
+// mismatch.
+func (s *Store) run(ctx context.Context, op string, script *goredis.Script, scope string, cs []Charge, tok, arg string, extra ...any) (int64, error) {
+	keys, args, err := s.call(scope, cs, tok, arg)
+	if err != nil {
+		return 0, err
+	}
+	v, err := script.Run(ctx, s.c, keys, append(args, extra...)...).Result()
+	if err != nil {
+		return 0, fmt.Errorf("ratesem: redis %s: %w", op, err)
+	}
+	switch r := v.(type) {
+	case int64:
+		return r, nil
+	case []any:
+		if len(r) == 3 {
+			return 0, mismatch(cs, r)
+		}
+	}
+	return 0, fmt.Errorf("ratesem: malformed reply from Redis: %v", v)
+}
+
+// leaseOp runs releaseScript for token's call (arg "" for "at:lease", the
+// token's admission instant and the lease in µs) and reports the charges
+// whose lease was gone.
+func (s *Store) leaseOp(ctx context.Context, op, scope string, cs []Charge, token, arg string, extra ...any) error {
 	tok, at, err := splitToken(token)
 	if err != nil {
 		return err
 	}
 	if arg == "" {
-		arg = at
+		arg = at + ":" + s.leaseS
 	}
-	keys, args, err := s.call(scope, cs, tok, arg)
-	if err != nil {
-		return err
+	missing, err := s.run(ctx, op, releaseScript, scope, cs, tok, arg, extra...)
+	if err == nil && missing > 0 {
+		return fmt.Errorf("ratesem: redis %s: %w (%d of %d charges)", op, ErrNotInFlight, missing, len(cs))
 	}
-	v, err := script.Run(ctx, s.c, keys, args...).Result()
-	if err != nil {
-		return fmt.Errorf("ratesem: redis %s: %w", op, err)
+	return err
+}
+
+// withMode returns the ARGV that put releaseScript in mode for n charges:
+// n weights of 0, then mode.
+func withMode(n int, mode string) []any {
+	a := make([]any, n+1)
+	for i := range n {
+		a[i] = 0
 	}
-	switch r := v.(type) {
-	case int64:
-		if r > 0 {
-			return fmt.Errorf("ratesem: redis %s: %w (%d of %d charges)", op, ErrNotInFlight, r, len(cs))
-		}
-		return nil
-	case []any:
-		if len(r) == 3 {
-			return mismatch(cs, r)
-		}
-	}
-	return fmt.Errorf("ratesem: malformed reply from Redis: %v", v)
+	a[n] = mode
+	return a
 }
 
 // Release ends the call of token now (server clock): its units leave flight
@@ -802,11 +770,7 @@ func (s *Store) leaseOp(ctx context.Context, op string, script *goredis.Script, 
 // hold after a loss must not forget the calls in flight then), or the
 // go-redis error. One round trip.
 func (s *Store) Release(ctx context.Context, scope string, cs []Charge, token string) error {
-	_, at, err := splitToken(token)
-	if err != nil {
-		return err
-	}
-	return s.leaseOp(ctx, "release", releaseScript, scope, cs, token, at+":"+s.leaseS)
+	return s.leaseOp(ctx, "release", scope, cs, token, "")
 }
 
 // Settle ends the call of token now (server clock), as Release does, for
@@ -858,43 +822,16 @@ func (s *Store) Settle(ctx context.Context, scope string, cs []Charge, token str
 	if len(actual) != len(cs) {
 		return fmt.Errorf("ratesem: settle: %d actual weights for %d charges", len(actual), len(cs))
 	}
+	as := make([]any, len(actual))
 	plain := true
-	for i := range cs {
-		if actual[i] != cs[i].Weight {
-			plain = false
-			break
-		}
+	for i, a := range actual {
+		as[i] = min(max(a, 0), MaxN)
+		plain = plain && a == cs[i].Weight
 	}
 	if plain {
 		return s.Release(ctx, scope, cs, token)
 	}
-	tok, at, err := splitToken(token)
-	if err != nil {
-		return err
-	}
-	keys, args, err := s.call(scope, cs, tok, at+":"+s.leaseS)
-	if err != nil {
-		return err
-	}
-	for _, a := range actual {
-		args = append(args, min(max(a, 0), MaxN))
-	}
-	v, err := settleScript.Run(ctx, s.c, keys, args...).Result()
-	if err != nil {
-		return fmt.Errorf("ratesem: redis settle: %w", err)
-	}
-	switch r := v.(type) {
-	case int64:
-		if r > 0 {
-			return fmt.Errorf("ratesem: redis settle: %w (%d of %d charges)", ErrNotInFlight, r, len(cs))
-		}
-		return nil
-	case []any:
-		if len(r) == 3 {
-			return mismatch(cs, r)
-		}
-	}
-	return fmt.Errorf("ratesem: malformed reply from Redis: %v", v)
+	return s.leaseOp(ctx, "settle", scope, cs, token, "", as...)
 }
 
 // Cancel takes back the admission of token, whose call never started: the
@@ -902,16 +839,16 @@ func (s *Store) Settle(ctx context.Context, scope string, cs []Charge, token str
 // tell: a fixed window that moved on keeps nothing to take back). Errors as
 // Release.
 func (s *Store) Cancel(ctx context.Context, scope string, cs []Charge, token string) error {
-	return s.leaseOp(ctx, "cancel", cancelScript, scope, cs, token, "")
+	return s.leaseOp(ctx, "cancel", scope, cs, token, "", withMode(len(cs), "cancel")...)
 }
 
 // Extend renews the leases of token for d from now (whole µs, at most
 // MaxPer). Errors as Release.
 func (s *Store) Extend(ctx context.Context, scope string, cs []Charge, token string, d time.Duration) error {
-	if d < time.Microsecond || d > MaxPer || !wholeMicros(d) {
+	if d < time.Microsecond || d > MaxPer || !rspec.WholeMicros(d) {
 		return fmt.Errorf("ratesem: extend by %v: want a whole number of µs in [1µs, %v]", d, MaxPer)
 	}
-	return s.leaseOp(ctx, "extend", extendScript, scope, cs, token, strconv.FormatInt(d.Microseconds(), 10))
+	return s.leaseOp(ctx, "extend", scope, cs, token, strconv.FormatInt(d.Microseconds(), 10), withMode(len(cs), "extend")...)
 }
 
 // Pause holds every admission of c's limiter, in every process, for d from
@@ -924,23 +861,11 @@ func (s *Store) Pause(ctx context.Context, scope string, c Charge, d time.Durati
 	}
 	us = min(max(us, 0), MaxPer/time.Microsecond)
 	c.Weight = 0
-	keys, args, err := s.call(scope, []Charge{c}, "", strconv.FormatInt(int64(us), 10))
+	end, err := s.run(ctx, "pause", pauseScript, scope, []Charge{c}, "", strconv.FormatInt(int64(us), 10))
 	if err != nil {
 		return time.Time{}, err
 	}
-	v, err := pauseScript.Run(ctx, s.c, keys, args...).Result()
-	if err != nil {
-		return time.Time{}, fmt.Errorf("ratesem: redis pause: %w", err)
-	}
-	switch r := v.(type) {
-	case int64:
-		return time.UnixMicro(r), nil
-	case []any:
-		if len(r) == 3 {
-			return time.Time{}, mismatch([]Charge{c}, r)
-		}
-	}
-	return time.Time{}, fmt.Errorf("ratesem: malformed reply from Redis: %v", v)
+	return time.UnixMicro(end), nil
 }
 
 // Reconcile tightens c's limiter with the server's own count: used units
@@ -994,23 +919,7 @@ func (s *Store) ReconcileAt(ctx context.Context, scope string, c Charge, used in
 			atArg += ":" + r.Mark + ":" + strconv.FormatInt(r.Weight, 10)
 		}
 	}
-	keys, args, err := s.call(scope, []Charge{c}, atArg, strconv.FormatInt(used, 10))
-	if err != nil {
-		return 0, err
-	}
-	v, err := reconcileScript.Run(ctx, s.c, keys, args...).Result()
-	if err != nil {
-		return 0, fmt.Errorf("ratesem: redis reconcile: %w", err)
-	}
-	switch r := v.(type) {
-	case int64:
-		return r, nil
-	case []any:
-		if len(r) == 3 {
-			return 0, mismatch([]Charge{c}, r)
-		}
-	}
-	return 0, fmt.Errorf("ratesem: malformed reply from Redis: %v", v)
+	return s.run(ctx, "reconcile", reconcileScript, scope, []Charge{c}, atArg, strconv.FormatInt(used, 10))
 }
 
 // SetLimit stores c.Spec as the limiter's limit for every process: their
@@ -1022,14 +931,8 @@ func (s *Store) ReconcileAt(ctx context.Context, scope string, c Charge, used in
 // state is kept as it is, read under the new limit. c.Weight is not used.
 func (s *Store) SetLimit(ctx context.Context, scope string, c Charge) error {
 	c.Weight = 0
-	keys, args, err := s.call(scope, []Charge{c}, "", "")
-	if err != nil {
-		return err
-	}
-	if err := setLimitScript.Run(ctx, s.c, keys, args...).Err(); err != nil {
-		return fmt.Errorf("ratesem: redis set limit: %w", err)
-	}
-	return nil
+	_, err := s.run(ctx, "set limit", setLimitScript, scope, []Charge{c}, "", "")
+	return err
 }
 
 // Budget takes in a server's report of the budget of c's limiter, a Quota
@@ -1065,26 +968,11 @@ func (s *Store) Budget(ctx context.Context, scope string, c Charge, remaining in
 		us++
 	}
 	arg := strconv.FormatInt(remaining, 10) + ":" + strconv.FormatInt(int64(us), 10) + ":" + strconv.FormatInt(own, 10)
-	keys, args, err := s.call(scope, []Charge{c}, "", arg)
-	if err != nil {
-		return 0, err
+	drop, err := s.run(ctx, "budget", budgetScript, scope, []Charge{c}, "", arg)
+	if isReplyError(err) && strings.Contains(err.Error(), "ERR ratesem: not a quota limiter") {
+		return 0, fmt.Errorf("%w: rule %q key %q: its limit in Redis is not a quota (budget report dropped)", ErrSpec, clip(c.Rule), clip(c.Key))
 	}
-	v, err := budgetScript.Run(ctx, s.c, keys, args...).Result()
-	if err != nil {
-		if strings.Contains(err.Error(), "ratesem: not a quota limiter") {
-			return 0, fmt.Errorf("%w: rule %q key %q: its limit in Redis is not a quota (budget report dropped)", ErrSpec, clip(c.Rule), clip(c.Key))
-		}
-		return 0, fmt.Errorf("ratesem: redis budget: %w", err)
-	}
-	switch r := v.(type) {
-	case int64:
-		return r, nil
-	case []any:
-		if len(r) == 3 {
-			return 0, mismatch([]Charge{c}, r)
-		}
-	}
-	return 0, fmt.Errorf("ratesem: malformed reply from Redis: %v", v)
+	return drop, err
 }
 
 // AdmitLua returns the Lua source of the admission script Admit runs with

@@ -8,7 +8,7 @@ import goredis "github.com/redis/go-redis/v9"
 //
 //	ARGV[1]  the instant in µs since the Unix epoch, or "" for the server's TIME
 //	ARGV[2]  the call's token (16 hex digits) or "" when the script takes none
-//	ARGV[3]  the lease in µs, or the script's own argument (pause, used)
+//	ARGV[3]  the lease in µs, "at:lease" (releaseScript), or the script's own argument (pause, used)
 //	ARGV[4]  the number of charges
 //	then per charge perArg values: spec, kind, N, Per µs, p1, conc, weight, ttl ms
 //
@@ -17,7 +17,10 @@ import goredis "github.com/redis/go-redis/v9"
 // admission script takes three more: the scope's epoch as this process
 // last saw it ("" when it saw none), the instant in µs until which this
 // process knows E exists ("" when it knows nothing), and the instant in µs
-// after which the admission is refused, its caller gone ("" for none).
+// after which the admission is refused, its caller gone ("" for none);
+// then "carry" for Store.Carry. releaseScript takes, after the charges'
+// values, the actual weights of a Settle, or weights of 0 and the mode
+// ("cancel", "extend").
 //
 // E holds "id:l": id names the scope's state since E was made (it is the
 // token of the admission that made it), l is 0, or the instant in µs a
@@ -64,7 +67,7 @@ local KF = {
   {'m','f','z'}, {'m','f','w','u','d','e'}, {'m','f','z'}, {'f','w','u'}, {'m','f','w','v','c'},
   {'f','w','c'}, {'f','t','r','l','a'}, {'f','t','r','l','a'}, {'f','t','a'}, {'f','R','B'}}
 local UNK = '1/1/0/0/1' -- rspec.Unknown's spec: defers to any stored one
-local function lim(i, adopt)
+local function lim(i)
   local b = 4 + (i - 1) * 8
   local L = {i = i, H = KEYS[3*i-2], F = KEYS[3*i-1], Z = KEYS[3*i],
     spec = ARGV[b+1], kind = tonumber(ARGV[b+2]), N = tonumber(ARGV[b+3]),
@@ -75,20 +78,18 @@ local function lim(i, adopt)
   local v = redis.call('HMGET', L.H, 's', 'S', 'p', 'h', 'x', 'g', 'fc', 'zc', 'E', unpack(fs))
   L.new = (v[1] == false)
   if not L.new and v[1] ~= L.spec then
-    if v[1] == UNK and adopt and L.spec ~= UNK then
+    if v[1] == UNK and L.spec ~= UNK then
       -- a key nobody had learned the limit of (rspec.Unknown): the
       -- caller's limit, learned, is stored for every process (S)
       L.replace = true
-    elseif (v[2] == '1' or L.spec == UNK) and adopt then
+    elseif v[2] == '1' or L.spec == UNK then
       local k, N, per, p1, conc = string.match(v[1], '^(%d+)/(%d+)/(%d+)/(%d+)/(%d+)$')
       if k == nil or KF[tonumber(k)] == nil then return nil, v[1] end
       L.spec, L.kind, L.N, L.per, L.p1, L.conc = v[1], tonumber(k), tonumber(N), tonumber(per), tonumber(p1), tonumber(conc)
       L.ttl = math.max(L.ttl, math.ceil(L.per * (math.max(L.p1, L.N) / math.max(L.N, 1) + 2) / 1000) + 1000)
       L.adopted = true
-      if KF[L.kind] ~= fs then
-        fs = KF[L.kind]
-        v = redis.call('HMGET', L.H, 's', 'S', 'p', 'h', 'x', 'g', 'fc', 'zc', 'E', unpack(fs))
-      end
+      fs = KF[L.kind] -- read again: the stored kind's fields
+      v = redis.call('HMGET', L.H, 's', 'S', 'p', 'h', 'x', 'g', 'fc', 'zc', 'E', unpack(fs))
     else
       return nil, v[1]
     end
@@ -107,6 +108,14 @@ local function lim(i, adopt)
 end
 
 local function set(L, k, v) L[k] = v; L.dirty[k] = true end
+
+-- add puts the member mem of w units, scored sc, in L's leases (s 'f')
+-- or log (s 'z'), and counts it in the hash (a set just made is fresh).
+local function add(L, s, sc, mem, w)
+  redis.call('ZADD', s == 'f' and L.F or L.Z, sc, mem)
+  if L[s] == 0 then L.fresh = true end
+  set(L, s, L[s] + w); set(L, s .. 'c', L[s .. 'c'] + 1)
+end
 
 -- roll moves a fixed window on to the window of instant t.
 local function roll(L, t)
@@ -278,8 +287,7 @@ local function check(L)
   local k = L.kind
   if k == 1 then
     if n <= N - L.f - L.z then return true end
-    if n > N - L.f then return false, leasewait(L), true end
-    if L.per == 0 then return false, leasewait(L), true end
+    if n > N - L.f or L.per == 0 then return false, leasewait(L), true end
     return false, logwait(L, n - (N - L.f - L.z)), false
   elseif k == 3 then
     if n <= N - L.z then return true end
@@ -334,18 +342,9 @@ local function commit(L, tok, lease)
   local n, t, k = L.n, L.t0, L.kind
   if L.usesm then set(L, 'm', t) end
   if n == 0 then return end
-  if L.leased then
-    redis.call('ZADD', L.F, t + lease, tok .. ':' .. n)
-    if L.f == 0 then L.fresh = true end
-    set(L, 'f', L.f + n)
-    set(L, 'fc', L.fc + 1)
-  end
+  if L.leased then add(L, 'f', t + lease, tok .. ':' .. n, n) end
   if k == 2 or k == 4 then set(L, 'u', L.u + n)
-  elseif k == 3 then
-    redis.call('ZADD', L.Z, t + L.p1, tok .. ':' .. n)
-    if L.z == 0 then L.fresh = true end
-    set(L, 'z', L.z + n)
-    set(L, 'zc', L.zc + 1)
+  elseif k == 3 then add(L, 'z', t + L.p1, tok .. ':' .. n, n)
   elseif k == 5 then set(L, 'c', L.c + n)
   elseif k == 6 then redis.call('HINCRBY', L.H, 'b' .. (L.w % L.p1), n); set(L, 'c', L.c + n)
   elseif k == 7 or k == 8 then set(L, 't', L.t - n); set(L, 'a', t)
@@ -380,10 +379,10 @@ local function save(L)
   end
 end
 
-local function loadall(adopt)
+local function loadall()
   local Ls = {}
   for i = 1, NC do
-    local L, stored = lim(i, adopt)
+    local L, stored = lim(i)
     if L == nil then return nil, {-1, i, stored} end
     Ls[i] = L
   end
@@ -497,13 +496,13 @@ if NC == 1 and ARGV[10] == '0' and ARGV[11] ~= '0' then
       if t - now <= tol then
         local a = tonumber(v[6]) or now
         local ttl, x = tonumber(ARGV[12]), tonumber(v[4])
+        -- x (the expiry last set) written back as it is unless refreshed
         if x == nil or x - now < (ttl - 1000) * 1000 then
-          redis.call('HSET', H, 't', math.max(t, now) + n * em, 'a', math.max(a, now), 'x', now + ttl * 1000)
+          x = now + ttl * 1000
           redis.call('PEXPIRE', H, ttl)
           redis.call('PEXPIRE', EK, ttl, 'GT')
-        else
-          redis.call('HSET', H, 't', math.max(t, now) + n * em, 'a', math.max(a, now))
         end
+        redis.call('HSET', H, 't', math.max(t, now) + n * em, 'a', math.max(a, now), 'x', x)
         return {1, now, 0, 0, 0, ''}
       end
     end
@@ -518,17 +517,16 @@ if NC == 1 and ARGV[10] == '0' and ARGV[11] ~= '0' then
         if n <= N - f - (tonumber(v[9]) or 0) then
           local ttl, x = tonumber(ARGV[12]), tonumber(v[4])
           redis.call('ZADD', KEYS[2], t0 + tonumber(ARGV[3]), ARGV[2] .. ':' .. ARGV[11])
-          if x == nil or x - t0 < (ttl - 1000) * 1000 then
-            redis.call('HSET', H, 'f', f + n, 'fc', fc + 1, 'm', t0, 'x', t0 + ttl * 1000)
+          local refresh = x == nil or x - t0 < (ttl - 1000) * 1000
+          if refresh then
+            x = t0 + ttl * 1000
             redis.call('PEXPIRE', H, ttl)
             redis.call('PEXPIRE', EK, ttl, 'GT')
-            redis.call('PEXPIRE', KEYS[2], ttl)
             if v[9] and v[9] ~= '0' then redis.call('PEXPIRE', KEYS[3], ttl) end
-          else
-            redis.call('HSET', H, 'f', f + n, 'fc', fc + 1, 'm', t0)
-            -- the leases' key was just made: it alone needs a TTL
-            if f == 0 then redis.call('PEXPIRE', KEYS[2], ttl) end
           end
+          redis.call('HSET', H, 'f', f + n, 'fc', fc + 1, 'm', t0, 'x', x)
+          -- refreshed, or the leases' key just made (it alone needs a TTL)
+          if refresh or f == 0 then redis.call('PEXPIRE', KEYS[2], ttl) end
           return {1, now, 0, 0, 8, ''}
         end
       end
@@ -696,7 +694,8 @@ end
 
 // admitScript: ARGV[2] the token, ARGV[3] the lease in µs, and after the
 // charges' values the epoch this process saw, the instant until which it
-// knows the epoch key exists and the deadline (see the top of this file). Reply {1,
+// knows the epoch key exists and the deadline (see the top of this file),
+// then "carry" for Store.Carry (every charge committed). Reply {1,
 // now, 0, 0, flags, adopted, marks, epoch} (the fast paths leave the
 // epoch out, the single-charge fast path for the completion window and
 // GCRA the marks too) or {0, now, wait µs, refuser, flags, adopted, "",
@@ -722,11 +721,14 @@ local EV = ARGV[TA + 1] or ''
 
 // admitSource is the admission script's text.
 const admitSource = header + late + singleAdmit + fastAdmit + prelude + `
-local Ls, err = loadall(true)
+local Ls, err = loadall()
 if Ls == nil then return err end
 -- The scope's epoch: a state brought to an older one (or to none: new) is
 -- made as full as a whole loss noted in E may have left it.
 local ev, el = epoch(Ls, EV, tonumber(ARGV[TA + 2] or ''))
+-- A carry (Store.Carry: "carry" after the deadline) records a call that
+-- already happened: it refuses nothing (no pause, hold or limit applies).
+local carry = ARGV[TA + 4] == 'carry'
 local ok, wait, refuser, flags, adopted = true, -1, 0, 0, ''
 for i = 1, NC do
   local L = Ls[i]
@@ -743,9 +745,10 @@ for i = 1, NC do
     local cap = L.N
     if L.kind == 7 or L.kind == 8 or (L.kind == 9 and L.p1 > 0) then cap = L.p1 end
     if L.conc > 0 then cap = math.min(cap, L.conc) end
-    if L.n > cap then return {-2, i, L.spec} end
+    if L.n > cap and not carry then return {-2, i, L.spec} end
   end
-  local yes, w, rel = check(L)
+  local yes, w, rel = carry, 0, false
+  if not carry then yes, w, rel = check(L) end
   if not yes then
     ok = false
     if rel then flags = bit.bor(flags, 1) end
@@ -781,7 +784,7 @@ return {0, now, math.max(wait, 1), refuser, flags, adopted, '', ev}
 // does what the full path would. Anything else falls through, changing
 // nothing.
 const singleRelease = `
-if NC == 1 and ARGV[10] == '0' and ARGV[11] ~= '0' and (ARGV[6] == '1' or ARGV[6] == '2') then
+if NC == 1 and ARGV[13] == nil and ARGV[10] == '0' and ARGV[11] ~= '0' and (ARGV[6] == '1' or ARGV[6] == '2') then
   local H, F, Z, k = KEYS[1], KEYS[2], KEYS[3], ARGV[6]
   local v = redis.call('HMGET', H, 's', 'f', 'fc', 'z', 'zc', 'm', 'x', 'w', 'd')
   local t0 = math.max(now, tonumber(v[6]) or 0)
@@ -802,20 +805,14 @@ if NC == 1 and ARGV[10] == '0' and ARGV[11] ~= '0' and (ARGV[6] == '1' or ARGV[6
       end
       local refresh = x == nil or x - t0 < (ttl - 1000) * 1000
       if fresh and not refresh then redis.call('PEXPIRE', Z, ttl) end -- the log was just made
-      if k == '1' then
-        if refresh then
-          if x ~= nil and x - t0 > ttl * 1000 then ttl = math.ceil((x - t0) / 1000) end
-          redis.call('HSET', H, 'f', f, 'fc', fc, 'z', z, 'zc', zc, 'm', t0, 'x', t0 + ttl * 1000)
-        else
-          redis.call('HSET', H, 'f', f, 'fc', fc, 'z', z, 'zc', zc, 'm', t0)
-        end
-      elseif refresh then
+      if refresh then
         if x ~= nil and x - t0 > ttl * 1000 then ttl = math.ceil((x - t0) / 1000) end
-        -- d: the units of the calls of this window that ended (reconcile)
-        redis.call('HSET', H, 'f', f, 'fc', fc, 'm', t0, 'x', t0 + ttl * 1000, 'd', (tonumber(v[9]) or 0) + n)
-      else
-        redis.call('HSET', H, 'f', f, 'fc', fc, 'm', t0, 'd', (tonumber(v[9]) or 0) + n)
+        x = t0 + ttl * 1000
       end
+      -- x written back as it is unless refreshed; d: the units of the
+      -- calls of this window that ended (reconcile)
+      if k == '1' then redis.call('HSET', H, 'f', f, 'fc', fc, 'z', z, 'zc', zc, 'm', t0, 'x', x)
+      else redis.call('HSET', H, 'f', f, 'fc', fc, 'm', t0, 'x', x, 'd', (tonumber(v[9]) or 0) + n) end
       if refresh then
         redis.call('PEXPIRE', H, ttl)
         redis.call('PEXPIRE', EK, ttl, 'GT')
@@ -829,294 +826,164 @@ end
 `
 
 // releaseScript ends token's call now; ARGV[3] is "at:lease": its
-// admission instant and the lease, in µs. Reply: the number of charges
-// whose lease was no longer there.
+// admission instant and the lease, in µs. After the charges' values it
+// takes, for a Settle, the actual weights ARGV[4 + 8·NC + i] (clamped to
+// [0, MaxN]) instead of the estimates (the charges' weights): a refund
+// where the window still counts the call (never for a charge whose lease
+// is gone), a debit at now (see Store.Settle); for a Cancel, "cancel"
+// after the weights (all 0): the admission is taken back (as far as the
+// windows can tell: a fixed window that moved on keeps nothing to take
+// back, a bucket or GCRA that admitted another call since gives nothing
+// back); for an Extend, "extend" there: the leases move to now + ARGV[3]
+// µs. Reply: the number of charges whose lease was no longer there.
 var releaseScript = goredis.NewScript(header + singleRelease + prelude + `
-local Ls, err = loadall(true)
-if Ls == nil then return err end
--- A hash gone while its sets are left (evicted, deleted) is lost state:
--- rebuilt from the sets and held full (prepare), never remade bare.
-for i = 1, NC do if Ls[i].new then prepare(Ls[i]) end end
-local missing = 0
-for i = 1, NC do
-  local L = Ls[i]
-  if L.leased and L.n > 0 then
-    local m = ARGV[2] .. ':' .. L.n
-    local d = tonumber(redis.call('ZSCORE', L.F, m))
-    if d ~= nil and d <= L.t0 then
-      -- The lease ran out: the call ended at its end (swept now).
-      sweep(L); save(L); missing = missing + 1
-    elseif d ~= nil then
-      redis.call('ZREM', L.F, m)
-      -- a fixed completion window carries the calls in flight at its
-      -- start: end those whose lease ran out before rolling
-      if L.kind == 2 and (L.w == nil or fdiv(L.t0, L.per) > L.w) then sweep(L) end
-      if L.kind == 2 then roll(L, L.t0); set(L, 'd', (L.d or 0) + L.n) end
-      set(L, 'f', math.max(L.f - L.n, 0))
-      set(L, 'fc', math.max(L.fc - 1, 0))
-      if L.kind == 1 and L.per > 0 then
-        redis.call('ZADD', L.Z, L.t0, m)
-        if L.z == 0 then L.fresh = true end
-        set(L, 'z', L.z + L.n)
-        set(L, 'zc', L.zc + 1)
-      end
-      if L.usesm then set(L, 'm', L.t0) end
-      save(L)
-    else
-      missing = missing + 1
-      -- No lease, though it cannot have run out (admitted at 'at', its
-      -- lease ends after now): the state that counted the call was lost
-      -- (a whole or a half loss). Its end counts from now, as the
-      -- completion windows count ends: a window held full for a Per
-      -- after the loss must not forget the calls then in flight.
-      local at, ls = string.match(ARGV[3], '^(%d+):(%d+)$')
-      if at ~= nil and tonumber(at) + tonumber(ls) > L.t0 then
-        if L.kind == 1 and L.per > 0 and redis.call('ZSCORE', L.Z, m) == false then
-          redis.call('ZADD', L.Z, L.t0, m)
-          if L.z == 0 then L.fresh = true end
-          set(L, 'z', L.z + L.n)
-          set(L, 'zc', L.zc + 1)
-          set(L, 'm', L.t0)
-          save(L)
-        elseif L.kind == 2 then
-          if L.w == nil or fdiv(L.t0, L.per) > L.w then sweep(L) end
-          roll(L, L.t0)
-          set(L, 'u', L.u + L.n)
-          set(L, 'd', (L.d or 0) + L.n)
-          set(L, 'm', L.t0)
-          save(L)
-        end
-      end
-    end
-  end
-end
-return missing
-`)
-
-// cancelScript takes back token's admission at ARGV[3] µs. Reply as
-// releaseScript.
-var cancelScript = goredis.NewScript(header + prelude + `
-local Ls, err = loadall(true)
-if Ls == nil then return err end
--- A hash gone while its sets are left (evicted, deleted) is lost state:
--- rebuilt from the sets and held full (prepare), never remade bare.
-for i = 1, NC do if Ls[i].new then prepare(Ls[i]) end end
-local at = tonumber(ARGV[3])
-local missing = 0
-for i = 1, NC do
-  local L = Ls[i]
-  local n, k = L.n, L.kind
-  if n > 0 then
-    local m = ARGV[2] .. ':' .. n
-    local gone = false
-    if L.leased then
-      local d = tonumber(redis.call('ZSCORE', L.F, m))
-      if d ~= nil and d > L.t0 then
-        redis.call('ZREM', L.F, m)
-        set(L, 'f', math.max(L.f - n, 0)); set(L, 'fc', math.max(L.fc - 1, 0))
-      else
-        if d ~= nil then sweep(L) end -- ran out: ended at its lease's end
-        gone = true; missing = missing + 1
-        if next(L.dirty) ~= nil then save(L) end
-      end
-    end
-    if not gone then
-      if k == 2 or k == 4 then
-        if L.w ~= nil and fdiv(at, L.per) == L.w then set(L, 'u', math.max(L.u - n, 0)) end
-      elseif k == 3 then
-        if redis.call('ZREM', L.Z, m) == 1 then set(L, 'z', math.max(L.z - n, 0)); set(L, 'zc', math.max(L.zc - 1, 0)) end
-      elseif k == 5 and L.w ~= nil then
-        local idx = fdiv(at, L.per)
-        if idx == L.w then set(L, 'c', math.max(L.c - n, 0)) elseif idx == L.w - 1 then set(L, 'v', math.max(L.v - n, 0)) end
-      elseif k == 6 and L.w ~= nil then
-        local size = math.ceil(L.per / L.p1)
-        local idx = fdiv(at, size)
-        if idx <= L.w and idx > L.w - L.p1 then
-          local s = 'b' .. (idx % L.p1)
-          local x = tonumber(redis.call('HGET', L.H, s)) or 0
-          local y = math.min(n, x)
-          if y > 0 then redis.call('HINCRBY', L.H, s, -y); set(L, 'c', L.c - y) end
-        end
-      elseif (k == 7 or k == 8) and L.t ~= nil then
-        if at >= (L.a or 0) then
-          set(L, 't', L.t + math.min(n, L.p1 - L.t))
-          if L.t == L.p1 then set(L, 'r', 0) end
-        end
-      elseif k == 9 and L.t ~= nil then
-        if at >= (L.a or 0) then set(L, 't', math.max(L.t - n * emit(L), L.a or 0)) end
-      end
-      if next(L.dirty) ~= nil then save(L) end
-    end
-  end
-end
-return missing
-`)
-
-// settleScript ends token's call now, admitted at ARGV[3] ("at:lease" in
-// µs, as releaseScript's; a bare "at" is taken too), with the
-// actual weights ARGV[4 + 8·NC + i] (clamped to [0, MaxN]) instead of the
-// estimates (the charges' weights): a refund where the window still counts
-// the call (never for a charge whose lease is gone), a debit at now
-// (see Store.Settle). Reply as releaseScript.
-var settleScript = goredis.NewScript(header + prelude + `
-local Ls, err = loadall(true)
+local Ls, err = loadall()
 if Ls == nil then return err end
 local at, ls = string.match(ARGV[3], '^(%d+):(%d+)$')
-if at == nil then at = ARGV[3] end
-at = tonumber(at)
+at, ls = tonumber(at), tonumber(ls)
+local TA = 4 + 8 * NC
+local mode = ARGV[TA + NC + 1]
+local cancel = mode == 'cancel'
 local SAT = 4503599627370496 -- 2^52: where debts and counts saturate
 local missing = 0
 for i = 1, NC do
   local L = Ls[i]
-  -- Bring the state to now: leases that ran out ended (this call's
-  -- included: then it counted its estimate at its lease's end), windows
-  -- rolled, buckets refilled, lost state found and held full.
-  prepare(L)
   local n, k, tok = L.n, L.kind, ARGV[2]
-  local a = math.min(math.max(tonumber(ARGV[4 + 8 * NC + i]) or 0, 0), 1099511627776)
+  local a = math.min(math.max(tonumber(ARGV[TA + i]) or n, 0), 1099511627776)
   local m = tok .. ':' .. n
-  local live = true -- the window may still count the call: a refund is due
-  local forgot = false -- Redis lost the call while it was in flight
-  if L.leased then
-    live = false
-    if n > 0 then
-      local d = tonumber(redis.call('ZSCORE', L.F, m))
+  -- the lease's end, read before a sweep ends the leases that ran out
+  local d
+  if L.leased and n > 0 then d = tonumber(redis.call('ZSCORE', L.F, m)) end
+  if mode == 'extend' then
+    if L.leased and n > 0 and d ~= nil and d > L.t0 then
+      if L.new then prepare(L) end -- lost, not new: see prepare
+      redis.call('ZADD', L.F, 'XX', L.t0 + tonumber(ARGV[3]), m)
+      -- The keys live at least until the new end and a second more (save
+      -- refreshes them when their expiry, x, is less than the TTL minus a
+      -- second away); x moves with them, so that an admission never
+      -- shortens them (it refreshes only when x comes near).
+      L.ttl = math.max(L.ttl, math.ceil(tonumber(ARGV[3]) / 1000) + 2000)
+      save(L)
+    elseif L.leased and n > 0 then
+      missing = missing + 1
+    end
+  elseif (L.leased and n > 0) or a ~= n then
+    -- A settle (or a cancel) brings the state to now: leases that ran out
+    -- ended (this call's included: then it counted its estimate at its
+    -- lease's end), windows rolled, buckets refilled, lost state found and
+    -- held full. So does a release of a hash gone while its sets are left
+    -- (evicted, deleted): rebuilt from the sets and held full, never
+    -- remade bare.
+    if a ~= n or L.new then prepare(L)
+    elseif k == 2 then
+      -- a fixed completion window carries the calls in flight at its
+      -- start: end those whose lease ran out before rolling
+      if L.w == nil or fdiv(L.t0, L.per) > L.w then sweep(L) end
+      roll(L, L.t0)
+    end
+    local live = not L.leased -- the window may still count the call: a refund is due
+    local forgot = false -- Redis lost the call while it was in flight
+    if L.leased and n > 0 then
       if d ~= nil and d > L.t0 then
         redis.call('ZREM', L.F, m)
         set(L, 'f', math.max(L.f - n, 0)); set(L, 'fc', math.max(L.fc - 1, 0))
         live = true
       else
-        if d ~= nil then sweep(L) end
+        if d ~= nil then sweep(L) end -- ran out: ended at its lease's end
         missing = missing + 1
-        -- No lease, though it cannot have run out: the state that counted
-        -- the call was lost (see releaseScript). The completion windows
-        -- count its end from now, with its actual weight.
-        forgot = d == nil and ls ~= nil and at + tonumber(ls) > L.t0
+        -- No lease, though it cannot have run out (admitted at 'at', its
+        -- lease ends after now): the state that counted the call was lost
+        -- (a whole or a half loss). The completion windows count its end
+        -- from now, with its actual weight: a window held full for a Per
+        -- after the loss must not forget the calls then in flight.
+        forgot = d == nil and ls ~= nil and at + ls > L.t0 and not cancel
       end
     end
-  end
-  local r, dd = 0, 0 -- refund, debit
-  if live and a < n then r = n - a end
-  if a > n then dd = a - n end
-  if k == 1 then
-    -- the call ends with a units logged at its end; a call whose lease
-    -- ran out was logged with n at its lease's end: only the debit
-    local w, mem = dd, tok .. '+:' .. dd
-    if live then w, mem = a, tok .. ':' .. a end
-    if forgot then
-      w, mem = a, tok .. ':' .. a
-      if redis.call('ZSCORE', L.Z, mem) then w = 0 end -- a settle repeated logs nothing more
-    end
-    if w > 0 and L.per > 0 then
-      redis.call('ZADD', L.Z, L.t0, mem)
-      if L.z == 0 then L.fresh = true end
-      set(L, 'z', L.z + w); set(L, 'zc', L.zc + 1)
-    end
-  elseif k == 2 or k == 4 then
-    -- a fixed completion window carries the call in flight into now's
-    -- window: the refund comes from there; a fixed window refunds only
-    -- while the admission's window is now's
-    if r > 0 and (k == 2 or fdiv(at, L.per) == L.w) then set(L, 'u', L.u - math.min(r, L.u)) end
-    if k == 2 and forgot then
-      -- lost in flight: the call counts a units in the window it ends in
-      set(L, 'u', math.max(L.u, math.min(L.u + a, SAT))); set(L, 'd', (L.d or 0) + a)
-    elseif dd > 0 then set(L, 'u', math.max(L.u, math.min(L.u + dd, SAT))) end
-    if k == 2 and live then set(L, 'd', (L.d or 0) + a) end
-  elseif k == 3 and L.per > 0 then -- a sliding log of Per 0 counts nothing
-    if r > 0 then
-      local sc = redis.call('ZSCORE', L.Z, m)
-      if sc then
-        redis.call('ZREM', L.Z, m)
-        set(L, 'z', math.max(L.z - r, 0))
-        if a > 0 then redis.call('ZADD', L.Z, sc, tok .. ':' .. a) else set(L, 'zc', math.max(L.zc - 1, 0)) end
+    local r, dd = 0, 0 -- refund, debit
+    if live and a < n then r = n - a end
+    if a > n then dd = a - n end
+    if k == 1 then
+      -- the call ends with a units logged at its end; a call whose lease
+      -- ran out was logged with n at its lease's end: only the debit
+      local w, mem = dd, tok .. '+:' .. dd
+      if live then w, mem = a, tok .. ':' .. a end
+      if forgot then
+        w, mem = a, tok .. ':' .. a
+        if redis.call('ZSCORE', L.Z, mem) then w = 0 end -- a settle repeated logs nothing more
       end
-    end
-    if dd > 0 then
-      redis.call('ZADD', L.Z, L.t0 + L.p1, tok .. '+:' .. dd)
-      if L.z == 0 then L.fresh = true end
-      set(L, 'z', L.z + dd); set(L, 'zc', L.zc + 1)
-    end
-  elseif k == 5 then
-    if r > 0 then
-      local idx = fdiv(at, L.per)
-      if idx == L.w then set(L, 'c', L.c - math.min(r, L.c))
-      elseif idx == L.w - 1 then set(L, 'v', L.v - math.min(r, L.v)) end
-    end
-    if dd > 0 then set(L, 'c', math.max(L.c, math.min(L.c + dd, SAT))) end
-  elseif k == 6 then
-    if r > 0 then
-      local idx = fdiv(at, math.ceil(L.per / L.p1))
-      if idx <= L.w and idx > L.w - L.p1 then
-        local s = 'b' .. (idx % L.p1)
-        local y = math.min(r, tonumber(redis.call('HGET', L.H, s)) or 0)
-        if y > 0 then redis.call('HINCRBY', L.H, s, -y); set(L, 'c', L.c - y) end
+      if w > 0 and L.per > 0 then add(L, 'z', L.t0, mem, w) end
+    elseif k == 2 or k == 4 then
+      -- a fixed completion window carries the call in flight into now's
+      -- window: the refund comes from there; a fixed window refunds only
+      -- while the admission's window is now's
+      if r > 0 and ((k == 2 and not cancel) or fdiv(at, L.per) == L.w) then set(L, 'u', L.u - math.min(r, L.u)) end
+      if k == 2 and forgot then
+        -- lost in flight: the call counts a units in the window it ends in
+        set(L, 'u', math.max(L.u, math.min(L.u + a, SAT))); set(L, 'd', (L.d or 0) + a)
+      elseif dd > 0 then set(L, 'u', math.max(L.u, math.min(L.u + dd, SAT))) end
+      if k == 2 and live then set(L, 'd', (L.d or 0) + a) end
+    elseif k == 3 and (L.per > 0 or cancel) then -- a sliding log of Per 0 counts nothing (but its entries)
+      if r > 0 then
+        local sc = redis.call('ZSCORE', L.Z, m)
+        if sc then
+          redis.call('ZREM', L.Z, m)
+          set(L, 'z', math.max(L.z - r, 0))
+          if a > 0 then redis.call('ZADD', L.Z, sc, tok .. ':' .. a) else set(L, 'zc', math.max(L.zc - 1, 0)) end
+        end
       end
+      if dd > 0 then add(L, 'z', L.t0 + L.p1, tok .. '+:' .. dd, dd) end
+    elseif k == 5 then
+      if r > 0 then
+        local idx = fdiv(at, L.per)
+        if idx == L.w then set(L, 'c', L.c - math.min(r, L.c))
+        elseif idx == L.w - 1 then set(L, 'v', L.v - math.min(r, L.v)) end
+      end
+      if dd > 0 then set(L, 'c', math.max(L.c, math.min(L.c + dd, SAT))) end
+    elseif k == 6 then
+      if r > 0 then
+        local idx = fdiv(at, math.ceil(L.per / L.p1))
+        if idx <= L.w and idx > L.w - L.p1 then
+          local s = 'b' .. (idx % L.p1)
+          local y = math.min(r, tonumber(redis.call('HGET', L.H, s)) or 0)
+          if y > 0 then redis.call('HINCRBY', L.H, s, -y); set(L, 'c', L.c - y) end
+        end
+      end
+      if dd > 0 then
+        local y = math.max(math.min(L.c + dd, SAT) - L.c, 0)
+        if y > 0 then redis.call('HINCRBY', L.H, 'b' .. (L.w % L.p1), y); set(L, 'c', L.c + y) end
+      end
+    elseif k == 7 or k == 8 then
+      if r > 0 and (not cancel or at >= (L.a or 0)) then
+        set(L, 't', L.t + math.max(math.min(r, L.p1 - L.t), 0))
+        if L.t >= L.p1 then set(L, 'r', 0) end
+      end
+      -- a debit goes at most N units (one Per's refill) below empty, "full
+      -- until the window moves" (win.TokenBucket.Settle); a bucket already
+      -- deeper (SetLimit) stays
+      if dd > 0 then set(L, 't', math.max(L.t - dd, math.min(L.t, -L.N))) end
+      if L.t < 0 then
+        -- the keys live until the debt is repaid (the bucket full again)
+        -- (at most 2^42 ms, 139 years: the expiry kept in µs, x, stays exact)
+        L.ttl = math.max(L.ttl, math.min(math.ceil((L.p1 - L.t) * L.per / L.N / 1000) + 1000, 4398046511104))
+      end
+    elseif k == 9 then
+      local em = emit(L)
+      -- a cancel gives back only while no call was admitted since (a)
+      local lo = L.t0
+      if cancel then lo = L.a or 0 end
+      if r > 0 and L.t > lo and (not cancel or at >= lo) then set(L, 't', math.max(L.t - r * em, lo)) end
+      -- a debit moves the TAT at most (burst + N) emission intervals past
+      -- now (N for a pacer, whose p1 is 0), "full until the window moves"
+      -- (win.GCRA.Settle); a TAT already beyond stays
+      if dd > 0 then set(L, 't', math.max(L.t, math.min(math.max(L.t, L.t0) + dd * em, L.t0 + (L.p1 + L.N) * em))) end
+      if L.t > L.t0 then L.ttl = math.max(L.ttl, math.ceil((L.t - L.t0) / 1000) + 1000) end
+    elseif k == 10 then
+      -- a quota refunds nothing (the server counted the call's arrival); a
+      -- debit comes out of the budget
+      if dd > 0 then set(L, 'B', math.max(L.B - dd, 0)) end
     end
-    if dd > 0 then
-      local y = math.max(math.min(L.c + dd, SAT) - L.c, 0)
-      if y > 0 then redis.call('HINCRBY', L.H, 'b' .. (L.w % L.p1), y); set(L, 'c', L.c + y) end
-    end
-  elseif k == 7 or k == 8 then
-    if r > 0 then
-      set(L, 't', L.t + math.max(math.min(r, L.p1 - L.t), 0))
-      if L.t >= L.p1 then set(L, 'r', 0) end
-    end
-    -- a debit goes at most N units (one Per's refill) below empty, "full
-    -- until the window moves" (win.TokenBucket.Settle); a bucket already
-    -- deeper (SetLimit) stays
-    if dd > 0 then set(L, 't', math.max(L.t - dd, math.min(L.t, -L.N))) end
-    if L.t < 0 then
-      -- the keys live until the debt is repaid (the bucket full again)
-      -- (at most 2^42 ms, 139 years: the expiry kept in µs, x, stays exact)
-      L.ttl = math.max(L.ttl, math.min(math.ceil((L.p1 - L.t) * L.per / L.N / 1000) + 1000, 4398046511104))
-    end
-  elseif k == 9 then
-    local em = emit(L)
-    if r > 0 and L.t > L.t0 then set(L, 't', math.max(L.t - r * em, L.t0)) end
-    -- a debit moves the TAT at most (burst + N) emission intervals past
-    -- now (N for a pacer, whose p1 is 0), "full until the window moves"
-    -- (win.GCRA.Settle); a TAT already beyond stays
-    if dd > 0 then set(L, 't', math.max(L.t, math.min(math.max(L.t, L.t0) + dd * em, L.t0 + (L.p1 + L.N) * em))) end
-    if L.t > L.t0 then L.ttl = math.max(L.ttl, math.ceil((L.t - L.t0) / 1000) + 1000) end
-  elseif k == 10 then
-    -- a quota refunds nothing (the server counted the call's arrival); a
-    -- debit comes out of the budget
-    if dd > 0 then set(L, 'B', math.max(L.B - dd, 0)) end
-  end
-  if L.usesm then set(L, 'm', L.t0) end
-  save(L)
-end
-return missing
-`)
-
-// extendScript moves token's leases to now + ARGV[3] µs. Reply as
-// releaseScript.
-var extendScript = goredis.NewScript(header + prelude + `
-local Ls, err = loadall(true)
-if Ls == nil then return err end
--- A hash gone while its sets are left (evicted, deleted) is lost state:
--- rebuilt from the sets and held full (prepare), never remade bare.
-for i = 1, NC do if Ls[i].new then prepare(Ls[i]) end end
-local missing = 0
-for i = 1, NC do
-  local L = Ls[i]
-  if L.leased and L.n > 0 then
-    local m = ARGV[2] .. ':' .. L.n
-    local d = tonumber(redis.call('ZSCORE', L.F, m))
-    if d ~= nil and d > L.t0 then
-      redis.call('ZADD', L.F, 'XX', L.t0 + tonumber(ARGV[3]), m)
-      -- The keys live at least until the new end and a second more; the
-      -- expiry recorded (x) moves with them, so that an admission never
-      -- shortens them (it refreshes only when x comes near).
-      local ttl = math.max(L.ttl, math.ceil(tonumber(ARGV[3]) / 1000) + 1000)
-      if redis.call('PTTL', L.F) < ttl then redis.call('PEXPIRE', L.F, ttl) end
-      if redis.call('PTTL', L.H) < ttl then redis.call('PEXPIRE', L.H, ttl) end
-      redis.call('PEXPIRE', EK, ttl, 'GT')
-      if L.logged and redis.call('PTTL', L.Z) < ttl then redis.call('PEXPIRE', L.Z, ttl) end
-      if (L.x or 0) < L.t0 + ttl * 1000 then redis.call('HSET', L.H, 'x', L.t0 + ttl * 1000) end
-    else
-      missing = missing + 1
-    end
+    if L.usesm then set(L, 'm', L.t0) end
+    save(L)
   end
 end
 return missing
@@ -1125,11 +992,9 @@ return missing
 // pauseScript holds charge 1's limiter until now + ARGV[3] µs; a pause
 // only extends. Reply: the pause's end in µs.
 var pauseScript = goredis.NewScript(header + prelude + `
-local Ls, err = loadall(true)
+local Ls, err = loadall()
 if Ls == nil then return err end
--- A hash gone while its sets are left (evicted, deleted) is lost state:
--- rebuilt from the sets and held full (prepare), never remade bare.
-for i = 1, NC do if Ls[i].new then prepare(Ls[i]) end end
+for i = 1, NC do if Ls[i].new then prepare(Ls[i]) end end -- lost, not new: see prepare
 local L = Ls[1]
 local untilus = L.t0 + tonumber(ARGV[3])
 if L.p == nil or untilus > L.p then set(L, 'p', untilus) end
@@ -1143,7 +1008,7 @@ return L.p
 // admission's mark w:d, see admitScript, and its weight n). Reply: the
 // units added, negative when a fixed completion window gave units back.
 var reconcileScript = goredis.NewScript(header + prelude + `
-local Ls, err = loadall(true)
+local Ls, err = loadall()
 if Ls == nil then return err end
 local L = Ls[1]
 prepare(L)
@@ -1208,11 +1073,7 @@ elseif k == 2 and (mw == nil or mw == L.w) then
 elseif k == 1 or k == 3 then
   extra = math.max(used - L.f - L.z, 0)
   if extra > 0 then
-    local q = redis.call('HINCRBY', L.H, 'q', 1)
-    redis.call('ZADD', L.Z, L.t0, 'r' .. q .. ':' .. extra)
-    if L.z == 0 then L.fresh = true end
-    set(L, 'z', L.z + extra)
-    set(L, 'zc', L.zc + 1)
+    add(L, 'z', L.t0, 'r' .. redis.call('HINCRBY', L.H, 'q', 1) .. ':' .. extra, extra)
   end
 elseif k == 4 then
   extra = math.max(used - L.u, 0); set(L, 'u', L.u + extra)
@@ -1251,7 +1112,7 @@ return extra
 // stored} for a spec mismatch, or an error reply for a limiter that is
 // not a quota (its stored spec another kind).
 var budgetScript = goredis.NewScript(header + prelude + `
-local Ls, err = loadall(true)
+local Ls, err = loadall()
 if Ls == nil then return err end
 local L = Ls[1]
 if L.kind ~= 10 then return redis.error_reply('ERR ratesem: not a quota limiter') end
