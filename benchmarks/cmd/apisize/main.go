@@ -2,7 +2,9 @@
 // go/ast, the measure issue 19 asks for: for each package directory given
 // (relative to -root), the exported top-level names (types, funcs, vars,
 // consts), exported methods and exported interface methods (struct fields
-// not counted), and the non-blank, non-comment lines of its non-test files.
+// not counted), and the non-blank, non-comment lines of its non-test files
+// (inside a raw string, a line that is blank or a Lua comment, "--", is not
+// code either).
 //
 //	go run ./cmd/apisize -root .. . window semaphore clientpool httpclient redisrate
 package main
@@ -158,6 +160,16 @@ func codeLines(fset *token.FileSet, f *ast.File, src []byte) int {
 			continue
 		}
 		first := file.Line(pos)
+		if tok == token.STRING && strings.HasPrefix(lit, "`") {
+			// A raw string (the Lua scripts of internal/rstore): its blank
+			// lines and Lua comment lines are not code, as in Go.
+			for i, l := range strings.Split(lit, "\n") {
+				if l = strings.TrimSpace(l); i == 0 || (l != "" && !strings.HasPrefix(l, "--")) {
+					code[first+i] = true
+				}
+			}
+			continue
+		}
 		last := first + strings.Count(lit, "\n")
 		for l := first; l <= last; l++ {
 			code[l] = true
