@@ -94,10 +94,7 @@ func (p *Engine) limiterLocked(rs *ruleState, key string, now time.Time) (*limit
 }
 
 func (p *Engine) newLimiterLocked(rs *ruleState, key string, now time.Time) *limiter {
-	l := &limiter{rule: rs, key: key, last: p.mono(now), unknown: rs.unknown}
-	if p.rem == nil {
-		l.policy = rs.policyFor()
-	}
+	l := &limiter{rule: rs, key: key, last: p.mono(now), unknown: rs.unknown, policy: p.book.policyFor(rs)}
 	rs.keys[key] = l
 	rs.idlePush(l)
 	p.live++

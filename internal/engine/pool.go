@@ -43,8 +43,7 @@ type Engine struct {
 	maxKeys  int
 	maxPause time.Duration
 	observer func(ratesem.Event)
-	rem      *redisMode // nil in process (redisrate.Shared)
-	book     book       // inProc, or rem: the bookkeeping the entry points drive
+	book     book // inProc, or *redisMode (redisrate.Shared): the bookkeeping the engine drives
 
 	waiters   list.List    // of *waiter, in arrival order; read only by SetLimit
 	ranker    sched.Ranker // the waiters' ranks (priority, then arrival)
@@ -293,7 +292,7 @@ func New(rules []Rule, scope string, opts ...Option) (*Engine, error) {
 		if r.Limit.N == 0 {
 			// Unknown until a response says: the window admits anything
 			// (one call at a time, admitLocked; in Redis mode
-			// rspec.Unknown, learnRedis) and keeps the record.
+			// rspec.Unknown, redisMode.learn) and keeps the record.
 			rs.setLimit(window.Limit{N: MaxLearnedN, Per: r.Limit.Per})
 			rs.learning, rs.unknown = true, true
 		}
@@ -342,7 +341,7 @@ type Ticket struct {
 	at       int64 // the admission instant, ns since the pool's epoch
 	released atomic.Bool
 	// rcall is, in Redis mode, the call Redis admitted, kept after
-	// Release: a usage report read then still carries its mark (observeRedis).
+	// Release: a usage report read then still carries its mark (redisMode.observe).
 	rcall *remote.Call
 }
 
@@ -537,16 +536,11 @@ func (p *Engine) start(ctx context.Context, t *Ticket, charges []Charge) (*waite
 		return nil, err
 	}
 	t.pool, t.held, t.charges = p, hs, charges
-	queued := queuedLocked(hs)
-	if p.rem != nil {
-		queued = !freeLocked(hs) // Redis mode: asks at once unless a refused call queues there
-	} else if !queued {
-		if _, _, ok := p.admitLocked(hs, nil, now); ok {
-			t.at = p.mono(now)
-			return nil, nil
-		}
+	queued, ok := p.book.admitNowLocked(t, hs, now)
+	if ok {
+		return nil, nil
 	}
-	return p.queueLocked(ctx, hs, charges, now, queued || p.rem == nil)
+	return p.queueLocked(ctx, hs, charges, now, queued)
 }
 
 // queuedLocked reports whether a caller waits on one of the limiters of hs.
@@ -590,9 +584,7 @@ func (p *Engine) queueLocked(ctx context.Context, hs []held, charges []Charge, n
 		rs := hs[i].lim.rule
 		w.parked = w.parked || rs.limit.Per == 0 && hs[i].n > rs.fit()
 	}
-	if p.rem != nil {
-		w.ask, w.rcs = make(chan struct{}, 1), p.rem.chargesLocked(hs, charges)
-	}
+	p.book.newWaiterLocked(w, charges)
 	if queued {
 		p.countLocked(w)
 	} else {
