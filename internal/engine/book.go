@@ -32,9 +32,9 @@ type book interface {
 	// arrives: admitted at once (ok, t filled in), or to wait, in the
 	// queues (queue) or asking Redis at once.
 	admitNowLocked(t *Ticket, hs []held, now time.Time) (queue, ok bool)
-	// newWaiterLocked gives w, a call of charges about to wait, what its
-	// decisions take.
-	newWaiterLocked(w *waiter, charges []Charge)
+	// newWaiterLocked gives w, a call about to wait, what its decisions
+	// take.
+	newWaiterLocked(w *waiter)
 	decideLocked(w *waiter, now time.Time) (at time.Time, needRelease, ok, asking bool)
 	// policyFor is the window of a new key of rs (nil in Redis mode);
 	// keyLimitLocked the limit a key that knows one is held to.
@@ -50,7 +50,6 @@ type book interface {
 // aside on One.slow); *oneRemote goes through the Engine's Redis mode and keeps the held
 // calls a Release(n) ends.
 type oneBook interface {
-	acquire(ctx context.Context, n int64) error // for n < 0
 	// acquireLocked is Acquire for n ≥ 0 after the fast path, entered
 	// with the engine's lock held: it unlocks.
 	acquireLocked(ctx context.Context, n int64) error
@@ -69,7 +68,7 @@ type inProc Engine
 
 func (b *inProc) pauseCap(until time.Time) time.Time     { return until }
 func (b *inProc) paused(string, string, time.Time)       {}
-func (b *inProc) newWaiterLocked(*waiter, []Charge)      {}
+func (b *inProc) newWaiterLocked(*waiter)                {}
 func (b *inProc) policyFor(rs *ruleState) window.Policy  { return rs.policyFor() }
 func (b *inProc) keyLimitLocked(l *limiter) window.Limit { return l.limit() }
 func (b *inProc) close() error                           { return nil }

@@ -61,31 +61,37 @@ func (p *Engine) keySpecLocked(rs *ruleState, key string) *rspec.Spec {
 	return rs.spec
 }
 
-// redisChargeLocked returns the Redis charge of c on hd's limiter. Under a
-// rule with Learn a key that knows no limit is charged 1 unit, and a charge
-// heavier than the key's learned limit that limit (a learned limit never
-// refuses a call, learnedFit); either is released settled at its real
-// weight (hd.cut). In Redis mode recAtAdmit keeps the units charged there
-// and usedAtAdmit is 1 when the charge is leased there (a completion
+// redisChargesLocked returns the Redis charges of hs, each under its
+// key's Spec (learned, adopted, or its rule's as SetLimit left it). Under
+// a rule with Learn a key that knows no limit is charged 1 unit, and a
+// charge heavier than the key's learned limit that limit (a learned limit
+// never refuses a call, learnedFit); either is released settled at its
+// real weight (hd.cut). In Redis mode recAtAdmit keeps the units charged
+// there and usedAtAdmit is 1 when the charge is leased there (a completion
 // window or a concurrency cap): budget reports read them (learnOne).
 // p.mu must be held.
-func redisChargeLocked(hd *held, c Charge) rspec.Charge {
-	l := hd.lim
-	spec := l.redisSpec()
-	w := c.Weight
-	if l.rule.Learn != nil {
-		if l.unknown {
-			w = 1
-		} else {
-			w = min(w, max(spec.Capacity(), 1))
+func redisChargesLocked(hs []held) []rspec.Charge {
+	rcs := make([]rspec.Charge, len(hs))
+	for i := range hs {
+		hd := &hs[i]
+		l := hd.lim
+		spec := l.redisSpec()
+		w := hd.n
+		if l.rule.Learn != nil {
+			if l.unknown {
+				w = 1
+			} else {
+				w = min(w, max(spec.Capacity(), 1))
+			}
+			hd.cut = w != hd.n
 		}
-		hd.cut = w != c.Weight
+		hd.recAtAdmit, hd.usedAtAdmit = w, 0
+		if spec.Kind.NativeInFlightCap() || spec.Concurrency > 0 {
+			hd.usedAtAdmit = 1
+		}
+		rcs[i] = rspec.Charge{Rule: l.rule.Name, Key: redisKey(l.key), Spec: spec, Weight: w}
 	}
-	hd.recAtAdmit, hd.usedAtAdmit = w, 0
-	if spec.Kind.NativeInFlightCap() || spec.Concurrency > 0 {
-		hd.usedAtAdmit = 1
-	}
-	return rspec.Charge{Rule: c.Rule, Key: redisKey(c.Key), Spec: spec, Weight: w}
+	return rcs
 }
 
 // adoptLocked takes in the limits Redis decided call's charges under

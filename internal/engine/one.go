@@ -166,7 +166,9 @@ func (o *One) unpauseLocked(now time.Time) {
 // Acquire is semaphore.RateSemaphore.Acquire.
 func (o *One) Acquire(ctx context.Context, n int64) error {
 	if n < 0 {
-		return o.ob.acquire(ctx, n)
+		err := fmt.Errorf("%w %d: Acquire", ratesem.ErrNegativeWeight, n)
+		o.observeFailed(n, err)
+		return err
 	}
 	done := ctx.Done()
 	o.mu.Lock()
@@ -199,16 +201,6 @@ type oneProc One
 // acquireLocked is Acquire after the fast path (acquireLocked).
 func (p *oneProc) acquireLocked(ctx context.Context, n int64) error {
 	return (*One)(p).acquireLocked(ctx, n, nil)
-}
-
-// acquire is Acquire for a negative n.
-func (p *oneProc) acquire(ctx context.Context, n int64) error {
-	o := (*One)(p)
-	if n < 0 {
-		o.observeFailed(n, ratesem.ErrNegativeWeight)
-		return fmt.Errorf("%w %d: Acquire", ratesem.ErrNegativeWeight, n)
-	}
-	return o.acquireClock(ctx, n, nil)
 }
 
 // acquireClock is Acquire decided on the clock (acquireLocked), never on
@@ -280,7 +272,7 @@ func (o *One) startLocked(ctx context.Context, n int64, c *Call) (*waiter, error
 		}
 	}
 	e.refOne(o.l) // the waiter's: queueLocked and await drop it on failure
-	return e.queueLocked(ctx, []held{{lim: o.l, n: n}}, nil, now, true)
+	return e.queueLocked(ctx, []held{{lim: o.l, n: n}}, now, true)
 }
 
 // TryAcquire is semaphore.RateSemaphore.TryAcquire.

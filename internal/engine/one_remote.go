@@ -161,12 +161,6 @@ func (r *oneRemote) acquireLocked(ctx context.Context, n int64) error {
 	return err
 }
 
-// acquire is One.Acquire over Redis for a negative n.
-func (r *oneRemote) acquire(ctx context.Context, n int64) error {
-	_, err := r.acquireLocal(ctx, n)
-	return err
-}
-
 // acquireLocal is Acquire; it reports whether the fallback admitted the
 // call. An Acquire of 0 units makes no round trip.
 func (r *oneRemote) acquireLocal(ctx context.Context, n int64) (bool, error) {

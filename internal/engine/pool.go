@@ -231,7 +231,7 @@ type waiter struct {
 	ask    chan struct{} // capacity 1: a decision is wanted (decideLocked)
 	asking bool          // its goroutine asks now: nobody else does
 	free   bool          // it asks outside the queues (counted in its limiters' asking)
-	// setHere: one of its rules' limits was set by SetLimit here (refreshLocked)
+	// setHere: one of its rules' limits was set by SetLimit here (askLocked)
 	setHere bool
 	out     *remote.Outcome // the decision to apply at its next try; nil when none
 	rcs     []rspec.Charge  // its charges in Redis
@@ -540,7 +540,7 @@ func (p *Engine) start(ctx context.Context, t *Ticket, charges []Charge) (*waite
 	if ok {
 		return nil, nil
 	}
-	return p.queueLocked(ctx, hs, charges, now, queued)
+	return p.queueLocked(ctx, hs, now, queued)
 }
 
 // queuedLocked reports whether a caller waits on one of the limiters of hs.
@@ -561,9 +561,8 @@ func queuedLocked(hs []held) bool {
 // a One of Per 0, as x/sync's Weighted) waits aside (parked) for a SetLimit
 // under which it fits, or for its context. queued is false only in Redis
 // mode for a call nobody refused waits ahead of: it asks Redis at once
-// (askFreeLocked) and counts as waiting from its first refusal; charges
-// are the call's charges (Redis mode only).
-func (p *Engine) queueLocked(ctx context.Context, hs []held, charges []Charge, now time.Time, queued bool) (*waiter, error) {
+// (askFreeLocked) and counts as waiting from its first refusal.
+func (p *Engine) queueLocked(ctx context.Context, hs []held, now time.Time, queued bool) (*waiter, error) {
 	// Waiting from here on: only now are the context's settings read.
 	if queued {
 		if err := p.queueFullLocked(hs); err != nil {
@@ -584,7 +583,7 @@ func (p *Engine) queueLocked(ctx context.Context, hs []held, charges []Charge, n
 		rs := hs[i].lim.rule
 		w.parked = w.parked || rs.limit.Per == 0 && hs[i].n > rs.fit()
 	}
-	p.book.newWaiterLocked(w, charges)
+	p.book.newWaiterLocked(w)
 	if queued {
 		p.countLocked(w)
 	} else {

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -298,43 +299,37 @@ func (m *redisMode) askRedis(ctx context.Context, w *waiter) bool {
 		}
 	}
 	now := p.now()
+	defer p.settleLocked(now)
+	first := false // refused for the first time: it waits from now on
+	if err == nil && o.Call == nil && w.uncounted && !w.done {
+		if err = p.queueFullLocked(w.held); err == nil {
+			first = true
+			p.countLocked(w)
+		}
+	}
 	switch {
 	case w.done: // failed meanwhile (its budget, SetLimit, Close)
 		if o.Call != nil {
 			o.Call.Release()
 		}
-		return false
-	case err != nil && ctx.Err() != nil:
-		return false // redisWait sees ctx done
+	case err != nil && ctx.Err() != nil: // redisWait sees ctx done
 	case err != nil:
 		p.finishLocked(w, err)
-		p.settleLocked(now)
-		return false
 	case o.Call != nil:
 		w.rcall, w.granted = o.Call, now
 		p.finishLocked(w, nil)
-		p.settleLocked(now)
-		return false
+	default:
+		w.out = &o
+		p.tryWaiterLocked(w, now)
 	}
-	first := w.uncounted
-	if first {
-		if err := p.queueFullLocked(w.held); err != nil {
-			p.finishLocked(w, err)
-			p.settleLocked(now)
-			return false
-		}
-		p.countLocked(w)
-	}
-	w.out = &o
-	p.tryWaiterLocked(w, now)
-	p.settleLocked(now)
 	return first && !w.done
 }
 
 // decide asks Redis for a call whose charges rcs are hs's, in order,
 // after the eviction check WithDeferredChecks deferred (remote.DeferredCheck,
-// bounded by a second: after the checks without a round trip); once more as rspec.Unknown charges when Redis stores a learned limit lower
-// than this process knew (relearn: a learned limit never refuses a call);
+// bounded by a second: after the checks without a round trip); once more
+// as rspec.Unknown charges when Redis stores a learned limit lower than
+// this process knew (relearn: a learned limit never refuses a call);
 // and when setHere (a rule's limit was set by SetLimit here: it is the
 // limit for every process) and Redis keeps another, once more after
 // writing it to the keys another process still keeps under the old one.
@@ -390,20 +385,19 @@ func askFreeLocked(w *waiter) {
 	for i := range w.held {
 		w.held[i].lim.asking++
 	}
-	w.refreshLocked()
-	w.asking = true
-	w.ask <- struct{}{}
+	w.askLocked()
 }
 
-// refreshLocked sets w's Redis charges to the limits in force (SetLimit)
-// before it asks, and notes whether one of them was set in this process.
-func (w *waiter) refreshLocked() {
-	w.setHere = false
-	for i := range w.rcs {
-		h := &w.held[i]
-		rs := h.lim.rule
-		w.rcs[i] = redisChargeLocked(h, Charge{Rule: rs.Name, Key: h.lim.key, Weight: h.n}) // the key's spec: learned, adopted or the rule's
-		w.setHere = w.setHere || rs.setHere
+// askLocked has w's goroutine ask Redis (askRedis), its Redis charges set
+// to the limits in force (SetLimit), noting whether one of them was set in
+// this process.
+func (w *waiter) askLocked() {
+	w.rcs = redisChargesLocked(w.held)
+	w.setHere = slices.ContainsFunc(w.held, func(h held) bool { return h.lim.rule.setHere })
+	w.asking = true
+	select {
+	case w.ask <- struct{}{}:
+	default:
 	}
 }
 
@@ -425,27 +419,16 @@ func (p *Engine) queueFullLocked(hs []held) error {
 // goroutine brought back (w.out), applied; or, when there is none, w's
 // goroutine is asked to make one (askRedis), once at a time.
 func (m *redisMode) decideLocked(w *waiter, now time.Time) (at time.Time, needRelease, ok, asking bool) {
-	o := w.out
-	if o == nil {
-		if !w.asking {
-			w.refreshLocked()
-			w.asking = true
-			select {
-			case w.ask <- struct{}{}:
-			default:
-			}
-		}
-		for i := range w.nodes {
-			w.nodes[i].refused, w.nodes[i].when, w.nodes[i].rel = true, 0, false
-		}
-		return time.Time{}, false, false, true
-	}
+	o := w.out // a refusal: askRedis applied an admission itself
 	w.out = nil
 	for i := range w.nodes {
-		w.nodes[i].refused, w.nodes[i].when, w.nodes[i].rel = false, 0, false
+		w.nodes[i].refused, w.nodes[i].when, w.nodes[i].rel = o == nil, 0, false
 	}
-	if o.Call != nil { // applied by askRedis; not reached
-		return time.Time{}, false, true, false
+	if o == nil {
+		if !w.asking {
+			w.askLocked()
+		}
+		return time.Time{}, false, false, true
 	}
 	ri := o.Refused
 	if ri < 0 || ri >= len(w.nodes) {
@@ -469,21 +452,10 @@ func (m *redisMode) decideLocked(w *waiter, now time.Time) (at time.Time, needRe
 	return at, needRelease, false, false
 }
 
-// newWaiterLocked gives w, a call of charges about to wait, what asking
-// Redis takes: its channel and its Redis charges.
-func (m *redisMode) newWaiterLocked(w *waiter, charges []Charge) {
-	w.ask, w.rcs = make(chan struct{}, 1), redisChargesLocked(w.held, charges)
-}
-
-// redisChargesLocked returns the Redis charges of charges, referenced in
-// hs (redisChargeLocked).
-func redisChargesLocked(hs []held, charges []Charge) []rspec.Charge {
-	rcs := make([]rspec.Charge, len(charges))
-	for i, c := range charges {
-		rcs[i] = redisChargeLocked(&hs[i], c)
-	}
-	return rcs
-}
+// newWaiterLocked gives w, a call about to wait, the channel its
+// goroutine is asked for a decision on (its Redis charges are set before
+// each ask: askLocked).
+func (m *redisMode) newWaiterLocked(w *waiter) { w.ask = make(chan struct{}, 1) }
 
 // admitNowLocked is Redis mode's part of start: nothing is admitted
 // under the lock; the call asks Redis at once (queue false) unless a
@@ -809,7 +781,7 @@ func (m *redisMode) startTry(charges []Charge) (hs []held, rcs []rspec.Charge, e
 	if err := p.refLocked(hs, charges, now); err != nil {
 		return nil, nil, err
 	}
-	return hs, redisChargesLocked(hs, charges), nil
+	return hs, redisChargesLocked(hs), nil
 }
 
 // tryQueued returns what waiters of this process queued on the limiters
