@@ -159,8 +159,7 @@ func learnedSpec(rs *ruleState, cur *rspec.Spec, in Learned) (rspec.Spec, bool) 
 // charge whose rule has Learn takes in what the reply says (learnOne).
 func (m *redisMode) learn(t *Ticket, h http.Header) {
 	p := m.p
-	var date time.Time
-	dated := false
+	var date time.Time // the reply's Date, read once a rule learns
 	for i := range t.held {
 		hd := &t.held[i]
 		rs := hd.lim.rule
@@ -171,8 +170,8 @@ func (m *redisMode) learn(t *Ticket, h http.Header) {
 		if !ok {
 			continue
 		}
-		if !dated {
-			date, dated = serverDate(h), true
+		if date.IsZero() {
+			date = serverDate(h)
 		}
 		m.learnOne(t, hd, in, date)
 	}

@@ -1,12 +1,12 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"math"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/ratesem/ratesem"
@@ -29,8 +29,8 @@ type oneRemote struct {
 	one    *One
 	rem    *redisMode
 	name   string
-	local  *fallback // or nil
-	capOpt int64     // WithMaxUnitsInFlight, or -1
+	local  remote.Fallback // or nil
+	capOpt int64           // WithMaxUnitsInFlight, or -1
 	// burstN: the window's burst follows N (a bucket or GCRA made with a
 	// burst of 0): SetLimit sets the spec's burst to the new N, as the
 	// window's own SetLimit does in process
@@ -101,12 +101,6 @@ func NewShared(o backend.Opener, name string, n int64, per time.Duration, p wind
 	if err := sp.Check(); err != nil {
 		return nil, fmt.Errorf("%w (%s)", err, fn)
 	}
-	if cfg.Redis.Prefix == "" {
-		cfg.Redis.Prefix = DefaultPrefix
-	}
-	if cfg.Redis.Timeout == 0 {
-		cfg.Redis.Timeout = DefaultRedisTimeout
-	}
 	r := &oneRemote{name: name, capOpt: cfg.Concurrency, burstN: winfast.BurstFollowsN(p)}
 	one := &One{ob: r, slow: true, obs: cfg.Observer, conc: -1}
 	r.one = one
@@ -116,9 +110,9 @@ func NewShared(o backend.Opener, name string, n int64, per time.Duration, p wind
 	one.rs.setSpec(&sp)
 	if cfg.Redis.Fallback {
 		p.SetLimit(time.Now(), window.Limit{N: max(1, int64(math.Floor(cfg.Redis.Share*float64(sp.Limit.N)))), Per: sp.Limit.Per})
-		r.local = newFallback(e, p, cfg.Concurrency)
+		r.local = fallback{NewOne(p, Config{Concurrency: cfg.Concurrency})}
 	}
-	cfg.Shared = &Shared{Opener: o, Prefix: cfg.Redis.Prefix}
+	cfg.Shared = &Shared{Opener: o, Prefix: cmp.Or(cfg.Redis.Prefix, DefaultPrefix)}
 	if err := e.initRedis(&cfg); err != nil {
 		return nil, err
 	}
@@ -242,26 +236,27 @@ func (r *oneRemote) releaseSettled(n, actual int64) {
 		panic(OverReleased(n, held, calls))
 	}
 	r.heldUnits -= n
-	var done []*Ticket
-	if exact := slices.IndexFunc(r.held, func(h heldCall) bool { return h.left == n }); exact >= 0 {
-		done = append(done, r.held[exact].t)
-		r.held = slices.Delete(r.held, exact, exact+1)
-	} else {
+	if exact := slices.IndexFunc(r.held, func(h heldCall) bool { return h.left == n }); exact > 0 {
+		h := r.held[exact] // ended first, alone
+		copy(r.held[1:exact+1], r.held[:exact])
+		r.held[0] = h
+	} else if exact < 0 {
 		actual = n // spread over calls: each counts what it held
-		i := 0
-		for rest := n; rest > 0; i++ {
-			h := &r.held[i]
-			take := min(h.left, rest)
-			rest -= take
-			if h.left -= take; h.left == 0 {
-				done = append(done, h.t)
-			}
-		}
-		if r.held[i-1].left > 0 {
-			i-- // the last call is partly released: it stays
-		}
-		r.held = slices.Delete(r.held, 0, i)
 	}
+	var done []*Ticket
+	i := 0
+	for rest := n; rest > 0; i++ {
+		h := &r.held[i]
+		take := min(h.left, rest)
+		rest -= take
+		if h.left -= take; h.left == 0 {
+			done = append(done, h.t)
+		}
+	}
+	if r.held[i-1].left > 0 {
+		i-- // the last call is partly released: it stays
+	}
+	r.held = slices.Delete(r.held, 0, i)
 	e.mu.Unlock()
 	if actual != n {
 		_ = done[0].Settle(redisRule, max(actual, 0))
@@ -328,33 +323,15 @@ func (r *oneRemote) stats() Stats {
 
 // fallback admits calls in this process alone while Redis is unreachable
 // (remote.Fallback, whose calls remote carries into Redis when it answers
-// again): the Engine's in-process bookkeeping (admitLocked, endLocked) on
-// a limiter of its own, a share of the limit, under a lock of its own
-// (remote may end a call of it while the engine's lock is held). Its
-// methods never block.
-type fallback struct {
-	e   *Engine
-	mu  sync.Mutex
-	lim limiter
-}
-
-// newFallback returns the fallback of e whose window is p, capped at capOpt
-// units in flight (-1: none beyond the window's N).
-func newFallback(e *Engine, p window.Policy, capOpt int64) *fallback {
-	l := p.Limit()
-	rs := &ruleState{Rule: &Rule{Name: redisRule, Limit: l}, limit: l, capacity: p.Capacity(), cap: l.N, one: true}
-	if capOpt >= 0 {
-		rs.cap = min(capOpt, l.N)
-	}
-	f := &fallback{e: e}
-	f.lim.rule, f.lim.policy, f.lim.refs = rs, p, 1
-	return f
-}
+// again): an in-process One of its own over the window at its share of
+// the limit, under a lock of its own (remote may end a call of it while
+// the engine's lock is held). Its methods never block.
+type fallback struct{ o *One }
 
 // Check implements remote.FallbackChecker: a weight above the share fails
 // with ratesem.ErrUnavailable.
-func (f *fallback) Check(_ string, cs []rspec.Charge) error {
-	if n, share := cs[0].Weight, f.lim.rule.limit.N; n > share {
+func (f fallback) Check(_ string, cs []rspec.Charge) error {
+	if n, share := cs[0].Weight, f.o.Limit().N; n > share {
 		return fmt.Errorf("%w: weight %d exceeds the fallback's share of %d units", ratesem.ErrUnavailable, n, share)
 	}
 	return nil
@@ -362,29 +339,16 @@ func (f *fallback) Check(_ string, cs []rspec.Charge) error {
 
 // TryAcquire implements remote.Fallback: the call's units if the share has
 // room now; the function returned releases them.
-func (f *fallback) TryAcquire(_ string, cs []rspec.Charge) (func(), bool) {
+func (f fallback) TryAcquire(_ string, cs []rspec.Charge) (func(), bool) {
 	n := cs[0].Weight
-	f.mu.Lock()
-	defer f.mu.Unlock() // the window may panic
-	hs := [1]held{{lim: &f.lim, n: n}}
-	if _, _, ok := f.e.admitLocked(hs[:], nil, f.e.now()); !ok {
+	if !f.o.TryAcquire(n) {
 		return nil, false
 	}
-	return func() {
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		f.e.endLocked(&f.lim, 0, n, n, false, f.e.now())
-	}, true
+	return func() { f.o.Release(n) }, true
 }
 
 // Pause implements remote.Fallback: local admissions wait until until too.
-func (f *fallback) Pause(_ string, _ rspec.Charge, until time.Time) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if fb, u := f.lim.feedback(), f.e.mono(until); u > fb.paused {
-		fb.paused = u
-	}
-}
+func (f fallback) Pause(_ string, _ rspec.Charge, until time.Time) { f.o.Pause(until) }
 
 // endLocked is Call.End over Redis for c, no longer live, whose call in
 // Redis is t, with e.mu held: it unlocks, and the call leaves flight in

@@ -524,15 +524,9 @@ func (p *Engine) start(ctx context.Context, t *Ticket, charges []Charge) (*waite
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if err := p.tooHeavyLocked(charges); err != nil {
-		return nil, err
-	}
 	now := p.now()
-	if p.idle > 0 {
-		p.evictLocked(now, evictBudget, false)
-	}
-	hs := make([]held, len(charges))
-	if err := p.refLocked(hs, charges, now); err != nil {
+	hs, err := p.refChargesLocked(charges, now)
+	if err != nil {
 		return nil, err
 	}
 	t.pool, t.held, t.charges = p, hs, charges

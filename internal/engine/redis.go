@@ -77,15 +77,14 @@ func (p *Engine) initRedis(cfg *config) error {
 		if len(rs.Name) > rspec.MaxNameLen {
 			return fmt.Errorf("ratesem: redisrate.Shared: rule name %.64q…: want at most %d bytes", rs.Name, rspec.MaxNameLen)
 		}
-		if rs.spec == nil && rs.unknown {
+		switch {
+		case rs.spec != nil: // a One's is set already
+		case rs.unknown:
 			rs.spec = unknownSpec // Rule.Learn with no limit given (learn_redis.go)
-		}
-		if rs.spec == nil { // a One's is set already
-			spec, err := specOf(rs.Rule, rs.limit)
-			if err != nil {
+		default:
+			if rs.spec, err = specOf(rs.Rule, rs.limit); err != nil {
 				return err
 			}
-			rs.spec = spec
 		}
 		rs.quiet = 0 // the window lives in Redis: nothing to forget here
 	}
@@ -113,12 +112,12 @@ func (p *Engine) initRedis(cfg *config) error {
 	rc := remote.Config{
 		Store:          st,
 		MaxPause:       backoff.Cap(p.maxPause),
-		Timeout:        cfg.Redis.Timeout,
+		Timeout:        cfg.Redis.timeout(),
 		Jitter:         cfg.Redis.Jitter,
 		TestAfterAdmit: cfg.Redis.TestAfterAdmit,
 		OnRoom:         p.onRoom,
 	}
-	if p.one != nil && p.one.local != nil {
+	if p.one != nil {
 		rc.Fallback = p.one.local
 	}
 	eng, err := remote.New(rc)
@@ -770,18 +769,24 @@ func (m *redisMode) startTry(charges []Charge) (hs []held, rcs []rspec.Charge, e
 	p := m.p
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if err := p.tooHeavyLocked(charges); err != nil {
-		return nil, nil, err
-	}
-	now := p.now()
-	if p.idle > 0 {
-		p.evictLocked(now, evictBudget, false)
-	}
-	hs = make([]held, len(charges))
-	if err := p.refLocked(hs, charges, now); err != nil {
+	if hs, err = p.refChargesLocked(charges, p.now()); err != nil {
 		return nil, nil, err
 	}
 	return hs, redisChargesLocked(hs), nil
+}
+
+// refChargesLocked checks charges (a weight its rule can never admit:
+// tooHeavyLocked), evicts idle keys (a bounded step) and references the
+// limiters of charges at now (refLocked), in held charges.
+func (p *Engine) refChargesLocked(charges []Charge, now time.Time) ([]held, error) {
+	if err := p.tooHeavyLocked(charges); err != nil {
+		return nil, err
+	}
+	if p.idle > 0 {
+		p.evictLocked(now, evictBudget, false)
+	}
+	hs := make([]held, len(charges))
+	return hs, p.refLocked(hs, charges, now)
 }
 
 // tryQueued returns what waiters of this process queued on the limiters
