@@ -45,7 +45,7 @@ type redisMode struct {
 	p     *Engine
 	eng   *remote.Engine
 	scope string
-	// late, with WithDeferredRedisChecks, is the eviction check deferred
+	// late, with WithDeferredChecks, is the eviction check deferred
 	// to the first Acquire that finds Redis answering (nil when there is
 	// none).
 	late *remote.DeferredCheck
@@ -242,7 +242,7 @@ func (p *Engine) holdRedis(t *Ticket, hs []held, charges []Charge, call *remote.
 
 // redisWait waits until w is granted or fails, or ctx is done, asking
 // Redis (Decide, outside the lock, on the caller's goroutine) whenever
-// the queues want a decision for w (redisDecideLocked), and reporting
+// the queues want a decision for w (decideLocked), and reporting
 // Queued once w has to wait. It returns whether w queued, and nil when w
 // was granted (w.rcall), or the error, w having let go of everything.
 func (m *redisMode) redisWait(ctx context.Context, w *waiter, charges []Charge) (queued bool, err error) {
@@ -552,20 +552,13 @@ func (m *redisMode) release(t *Ticket) {
 	now := p.now()
 	hs := t.held
 	call.OnSent(func() { m.sent(hs) })
-	var actual []int64
+	actual, settle := make([]int64, len(hs)), false
 	for i := range hs {
 		h := &hs[i]
-		if h.settled || h.cut {
-			if actual == nil {
-				actual = make([]int64, len(hs))
-				for j := range hs {
-					actual[j] = hs[j].n
-				}
-			}
-			if actual[i] = h.n; h.settled {
-				actual[i] = h.actual
-			}
+		if actual[i] = h.n; h.settled {
+			actual[i] = h.actual
 		}
+		settle = settle || h.settled || h.cut
 		l := h.lim
 		m.sending[l]++
 		l.inflight -= h.n
@@ -575,7 +568,7 @@ func (m *redisMode) release(t *Ticket) {
 		p.unrefLocked(l, now)
 	}
 	p.mu.Unlock()
-	if actual == nil {
+	if !settle {
 		call.Release()
 		return
 	}
@@ -591,17 +584,15 @@ func (m *redisMode) takeBack(t *Ticket) { t.Release() }
 func (m *redisMode) observe(t *Ticket, h http.Header) {
 	p := t.pool
 	m.learn(t, h)
-	p.mu.Lock()
 	// seen: when this response was read, on Redis's clock (estimated from
 	// the admission's instant there and this process's clock since).
 	var seen time.Time
-	call := t.rcall // after Release too: the report is still this call's
+	call := t.rcall // set before Acquire returned; after Release too: the report is still this call's
 	if call != nil {
 		if at, back := call.Admitted(); !at.IsZero() {
 			seen = at.Add(time.Since(back))
 		}
 	}
-	p.mu.Unlock()
 	for i := range t.held {
 		hd := &t.held[i]
 		rs := hd.lim.rule
@@ -612,7 +603,6 @@ func (m *redisMode) observe(t *Ticket, h http.Header) {
 		if !ok || used < 0 {
 			continue
 		}
-		c := t.charges[i]
 		r := rspec.Read{Seen: seen}
 		p.mu.Lock()
 		// A call's units are taken off the server's count once: another
@@ -621,9 +611,9 @@ func (m *redisMode) observe(t *Ticket, h http.Header) {
 		hd.reported = true
 		p.mu.Unlock()
 		if call != nil && first {
-			r.Mark, r.Weight = call.Mark(i), c.Weight
+			r.Mark, r.Weight = call.Mark(i), t.charges[i].Weight
 		}
-		m.reconcileAt(rs, c.Key, used, r)
+		m.reconcileAt(rs, t.charges[i].Key, used, r)
 	}
 }
 
