@@ -490,12 +490,7 @@ func (p *Engine) onRoom(scope string, cs []rspec.Charge) {
 
 // chargesName reports whether one of cs is l's.
 func chargesName(cs []rspec.Charge, l *limiter) bool {
-	for _, c := range cs {
-		if c.Rule == l.rule.Name && c.Key == redisKey(l.key) {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(cs, func(c rspec.Charge) bool { return c.Rule == l.rule.Name && c.Key == redisKey(l.key) })
 }
 
 // sent notes that a release of this process on the limiters of hs
@@ -523,10 +518,7 @@ func (m *redisMode) awaitSent(hs []held) bool {
 	waited := false
 	for {
 		m.p.mu.Lock()
-		busy := false
-		for i := range hs {
-			busy = busy || m.sending[hs[i].lim] > 0
-		}
+		busy := slices.ContainsFunc(hs, func(h held) bool { return m.sending[h.lim] > 0 })
 		ch := m.sentCh
 		m.p.mu.Unlock()
 		if !busy {
