@@ -46,9 +46,10 @@ type book interface {
 // oneBook is the one-rule front's bookkeeping (One): the part of One's
 // methods where the modes part, the ticketless calls of a semaphore.
 // *oneProc decides on the clock in process (One's fast paths step around
-// it; over Redis they never admit, o.conc being -1, and Release steps
-// aside on One.slow); *oneRemote goes through the Engine's Redis mode and keeps the held
-// calls a Release(n) ends.
+// it); *oneRemote goes through the Engine's Redis mode and keeps the held
+// calls a Release(n) ends. Over Redis One's fast path for Acquire never
+// admits (One.conc is -1) and goes on to acquireLocked; Release steps
+// aside on one flag (One.slow).
 type oneBook interface {
 	// acquireLocked is Acquire for n ≥ 0 after the fast path, entered
 	// with the engine's lock held: it unlocks.
