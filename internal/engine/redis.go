@@ -434,11 +434,8 @@ func (m *redisMode) decideLocked(w *waiter, now time.Time) (at time.Time, needRe
 		ri = 0
 	}
 	at = o.At
-	if o.Release {
-		needRelease = true
-		if r := now.Add(remote.ReleaseRetry(w.rcs[ri])); at.IsZero() || r.Before(at) {
-			at = r
-		}
+	if r := now.Add(remote.ReleaseRetry(w.rcs[ri])); o.Release && (at.IsZero() || r.Before(at)) {
+		at = r
 	}
 	if at.Before(now.Add(remote.MinRetry)) {
 		// Never sooner than MinRetry: nothing polls Redis in a loop.
@@ -448,7 +445,7 @@ func (m *redisMode) decideLocked(w *waiter, now time.Time) (at time.Time, needRe
 	}
 	n := &w.nodes[ri]
 	n.refused, n.when, n.rel = true, max(m.p.mono(at), 1), o.Release
-	return at, needRelease, false, false
+	return at, o.Release, false, false
 }
 
 // newWaiterLocked gives w, a call about to wait, the channel its
