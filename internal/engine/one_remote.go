@@ -64,22 +64,18 @@ func NewShared(o backend.Opener, name string, n int64, per time.Duration, p wind
 	if err := cfg.CheckFront(true); err != nil {
 		return nil, err
 	}
-	fn := "redisrate.NewSemaphoreWithPolicy"
+	fn := "redisrate.NewSemaphore"
+	if p != nil {
+		fn += "WithPolicy"
+	}
 	switch {
 	case p != nil && cfg.Start:
 		return nil, errors.New("ratesem: redisrate.NewSemaphoreWithPolicy: WithStartWindow conflicts with the policy given")
-	case p != nil:
-	case n <= 0 || per <= 0 || per%time.Microsecond != 0:
+	case p == nil && (n <= 0 || per <= 0 || per%time.Microsecond != 0):
 		return nil, fmt.Errorf("%w: redisrate.NewSemaphore: %d per %v: want n > 0 and an interval of a positive whole number of microseconds",
 			ratesem.ErrInvalidLimit, n, per)
-	case cfg.Start && cfg.Margin%time.Microsecond != 0:
+	case p == nil && cfg.Start && cfg.Margin%time.Microsecond != 0:
 		return nil, fmt.Errorf("%w: redisrate.NewSemaphore: margin %v: want a whole number of microseconds", ratesem.ErrInvalidLimit, cfg.Margin)
-	case cfg.Start:
-		fn, p = "redisrate.NewSemaphore", window.NewSlidingLog(window.Limit{N: n, Per: per}, cfg.Margin)
-	default:
-		fn, p = "redisrate.NewSemaphore", window.NewCompletion(window.Limit{N: n, Per: per})
-	}
-	switch {
 	case name == "":
 		return nil, fmt.Errorf("ratesem: %s: empty name", fn)
 	case len(name) > rspec.MaxNameLen:
@@ -89,6 +85,10 @@ func NewShared(o backend.Opener, name string, n int64, per time.Duration, p wind
 		return nil, fmt.Errorf("ratesem: %s: a name of %d bytes: want at most %d", fn, len(name), rspec.MaxNameLen)
 	case cfg.Concurrency == 0:
 		return nil, fmt.Errorf("%w: %s: WithMaxUnitsInFlight(0) admits nothing", ratesem.ErrInvalidLimit, fn)
+	case p == nil && cfg.Start:
+		p = window.NewSlidingLog(window.Limit{N: n, Per: per}, cfg.Margin)
+	case p == nil:
+		p = window.NewCompletion(window.Limit{N: n, Per: per})
 	}
 	sp, err := rspec.SpecOf(p)
 	if err != nil {
