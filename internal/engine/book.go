@@ -5,17 +5,17 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/ratesem/ratesem/internal/rspec"
 	"github.com/ratesem/ratesem/window"
 )
 
-// book is the bookkeeping the Engine drives at its entry points, the one
-// place where the two modes part: inProc (the window policies, decided
-// under the Engine's lock) and *redisMode (internal/remote, one round trip
-// per decision, made outside the lock). The queue code (decideLocked) and
-// the entry points (Acquire, TryAcquire, Release, the take-back of an
-// admission an observer lost, ObserveHeaders, Reconcile, SetLimit, Pause,
-// Throttled) call it without asking which mode they are in.
+// book is the bookkeeping the Engine drives, the one place where the two
+// modes part: inProc (the window policies, decided under the Engine's
+// lock) and *redisMode (internal/remote, one round trip per decision, made
+// outside the lock). The queue code (start, queueLocked, decideLocked),
+// the registry (newLimiterLocked, keyLimitLocked) and the entry points
+// (Acquire, TryAcquire, Release, the take-back of an admission an observer
+// lost, ObserveHeaders, Reconcile, SetLimit, Pause, Throttled, Close) call
+// it without asking which mode they are in.
 type book interface {
 	acquire(ctx context.Context, t *Ticket, charges []Charge) error
 	try(t *Ticket, charges []Charge) (time.Duration, error)
@@ -28,16 +28,32 @@ type book interface {
 	// paused tells the store of a pause set on rule and key.
 	pauseCap(until time.Time) time.Time
 	paused(rule, key string, until time.Time)
+	// admitNowLocked is start's decision for a call of hs (t's) that
+	// arrives: admitted at once (ok, t filled in), or to wait, in the
+	// queues (queue) or asking Redis at once.
+	admitNowLocked(t *Ticket, hs []held, now time.Time) (queue, ok bool)
+	// newWaiterLocked gives w, a call about to wait, what its decisions
+	// take.
+	newWaiterLocked(w *waiter)
 	decideLocked(w *waiter, now time.Time) (at time.Time, needRelease, ok, asking bool)
+	// policyFor is the window of a new key of rs (nil in Redis mode);
+	// keyLimitLocked the limit a key that knows one is held to.
+	policyFor(rs *ruleState) window.Policy
+	keyLimitLocked(l *limiter) window.Limit
+	close() error
 }
 
 // oneBook is the one-rule front's bookkeeping (One): the part of One's
 // methods where the modes part, the ticketless calls of a semaphore.
 // *oneProc decides on the clock in process (One's fast paths step around
 // it); *oneRemote goes through the Engine's Redis mode and keeps the held
-// calls a Release(n) ends.
+// calls a Release(n) ends. Over Redis One's fast path for Acquire never
+// admits (One.conc is -1) and goes on to acquireLocked; Release steps
+// aside on one flag (One.slow).
 type oneBook interface {
-	acquire(ctx context.Context, n int64) error
+	// acquireLocked is Acquire for n ≥ 0 after the fast path, entered
+	// with the engine's lock held: it unlocks.
+	acquireLocked(ctx context.Context, n int64) error
 	tryWait(n int64) (time.Duration, error)
 	release(n int64)
 	begin(ctx context.Context, n int64) (Call, error)
@@ -51,29 +67,23 @@ type oneBook interface {
 // inProc is the in-process bookkeeping: the Engine itself.
 type inProc Engine
 
-func (b *inProc) pauseCap(until time.Time) time.Time { return until }
-func (b *inProc) paused(string, string, time.Time)   {}
+func (b *inProc) pauseCap(until time.Time) time.Time     { return until }
+func (b *inProc) paused(string, string, time.Time)       {}
+func (b *inProc) newWaiterLocked(*waiter)                {}
+func (b *inProc) policyFor(rs *ruleState) window.Policy  { return rs.policyFor() }
+func (b *inProc) keyLimitLocked(l *limiter) window.Limit { return l.limit() }
+func (b *inProc) close() error                           { return nil }
 
-// The Redis bookkeeping (redis.go, learn.go, redis_learn.go).
-
-func (r *redisMode) acquire(ctx context.Context, t *Ticket, charges []Charge) error {
-	return r.p.acquireRedis(ctx, t, charges)
-}
-func (r *redisMode) try(t *Ticket, charges []Charge) (time.Duration, error) {
-	return r.p.tryRedis(t, charges)
-}
-func (r *redisMode) release(t *Ticket)                { t.releaseRedisAny() }
-func (r *redisMode) takeBack(t *Ticket)               { t.Release() } // ends at once in Redis, on the safe side
-func (r *redisMode) observe(t *Ticket, h http.Header) { t.observeRedis(h) }
-func (r *redisMode) reconcile(rs *ruleState, key string, used int64) error {
-	r.p.reconcileRedis(rs, key, used, rspec.Read{})
-	return nil
-}
-func (r *redisMode) setLimit(rs *ruleState, l window.Limit) error { return r.p.setLimitRedis(rs, l) }
-func (r *redisMode) pauseCap(until time.Time) time.Time {
-	return capRedisPause(until, r.p.now(), r.p.maxPause)
-}
-func (r *redisMode) paused(rule, key string, until time.Time) { r.p.pauseRedis(rule, key, until) }
-func (r *redisMode) decideLocked(w *waiter, now time.Time) (time.Time, bool, bool, bool) {
-	return r.p.redisDecideLocked(w, now)
+// admitNowLocked admits the call at once when nobody waits on its
+// limiters and its windows admit it now; else it queues.
+func (b *inProc) admitNowLocked(t *Ticket, hs []held, now time.Time) (queue, ok bool) {
+	p := (*Engine)(b)
+	if queuedLocked(hs) {
+		return true, false
+	}
+	if _, _, ok := p.admitLocked(hs, nil, now); ok {
+		t.at = p.mono(now)
+		return false, true
+	}
+	return true, false
 }

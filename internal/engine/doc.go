@@ -27,7 +27,7 @@
 //   - admit a call's charges all-or-nothing, or say the instant it could be
 //     admitted (zero: only a release can help): decideLocked, the seam of
 //     the queues (queue.go). In process admitLocked, the window policies
-//     under the lock; in Redis mode redisDecideLocked: the head's own
+//     under the lock; in Redis mode redisMode.decideLocked: the head's own
 //     goroutine asks remote.Engine.Decide (one Lua script over every
 //     charge) outside the lock (askRedis; the waiter is marked asking, so
 //     nobody else asks for it), and the answer is applied under the lock

@@ -108,10 +108,7 @@ func (p *Engine) roomLocked(missing int, now time.Time) error {
 }
 
 func (p *Engine) newLimiterLocked(rs *ruleState, key string, now time.Time) *limiter {
-	l := &limiter{rule: rs, key: key, last: p.mono(now), unknown: rs.unknown}
-	if p.rem == nil {
-		l.policy = rs.policyFor()
-	}
+	l := &limiter{rule: rs, key: key, last: p.mono(now), unknown: rs.unknown, policy: p.book.policyFor(rs)}
 	rs.keys[key] = l
 	rs.idlePush(l)
 	p.live++

@@ -74,34 +74,6 @@ func (t *Ticket) SettleResponse(h http.Header, body []byte) {
 	}
 }
 
-// releaseRedisAny is Release in Redis mode: settled when Settle named a
-// charge's rule (the settled weights are read under the lock Settle takes).
-func (t *Ticket) releaseRedisAny() {
-	p := t.pool
-	p.mu.Lock()
-	var actual []int64
-	for i := range t.held {
-		if h := &t.held[i]; h.settled || h.cut {
-			if actual == nil {
-				actual = make([]int64, len(t.held))
-				for j := range actual {
-					actual[j] = -1
-				}
-			}
-			actual[i] = h.actual
-			if !h.settled {
-				actual[i] = h.n // charged less in Redis (learn_redis.go): its real weight
-			}
-		}
-	}
-	p.mu.Unlock()
-	if actual == nil {
-		t.releaseRedis()
-		return
-	}
-	t.releaseRedisSettled(actual)
-}
-
 // learn takes in what a response's headers say about the limit of one
 // charge's rule (Rule.Learn); see ObserveHeaders. date is the response's
 // Date header (zero when absent or malformed). It returns the units the

@@ -17,7 +17,7 @@ import (
 // A key whose limit nobody has learned is charged under rspec.Unknown:
 // one call at a time across the fleet, charged 1 unit and released settled
 // at its real weight (held.cut), so that a limit learned meanwhile counts
-// it whole. A process that learns a key's limit from a reply (learnRedis)
+// it whole. A process that learns a key's limit from a reply (redisMode.learn)
 // keeps it as the key's Spec (feedback.spec) and stores it in Redis for
 // every process (remote.Engine.SetLimit, one round trip, only when the
 // limit changes); the others adopt it at their next admission on the key
@@ -29,7 +29,7 @@ import (
 // adopted, as in process.
 
 // lateBudget is how much longer than a round trip's bound a first budget
-// report is waited for (learnRedisOne).
+// report is waited for (learnOne).
 const lateBudget = 100 * time.Millisecond
 
 // unknownSpec is rspec.Unknown(), shared; never changed.
@@ -61,31 +61,37 @@ func (p *Engine) keySpecLocked(rs *ruleState, key string) *rspec.Spec {
 	return rs.spec
 }
 
-// redisChargeLocked returns the Redis charge of c on hd's limiter. Under a
-// rule with Learn a key that knows no limit is charged 1 unit, and a charge
-// heavier than the key's learned limit that limit (a learned limit never
-// refuses a call, learnedFit); either is released settled at its real
-// weight (hd.cut). In Redis mode recAtAdmit keeps the units charged there
-// and usedAtAdmit is 1 when the charge is leased there (a completion
-// window or a concurrency cap): budget reports read them (learnRedisOne).
+// redisChargesLocked returns the Redis charges of hs, each under its
+// key's Spec (learned, adopted, or its rule's as SetLimit left it). Under
+// a rule with Learn a key that knows no limit is charged 1 unit, and a
+// charge heavier than the key's learned limit that limit (a learned limit
+// never refuses a call, learnedFit); either is released settled at its
+// real weight (hd.cut). In Redis mode recAtAdmit keeps the units charged
+// there and usedAtAdmit is 1 when the charge is leased there (a completion
+// window or a concurrency cap): budget reports read them (learnOne).
 // p.mu must be held.
-func redisChargeLocked(hd *held, c Charge) rspec.Charge {
-	l := hd.lim
-	spec := l.redisSpec()
-	w := c.Weight
-	if l.rule.Learn != nil {
-		if l.unknown {
-			w = 1
-		} else {
-			w = min(w, max(spec.Capacity(), 1))
+func redisChargesLocked(hs []held) []rspec.Charge {
+	rcs := make([]rspec.Charge, len(hs))
+	for i := range hs {
+		hd := &hs[i]
+		l := hd.lim
+		spec := l.redisSpec()
+		w := hd.n
+		if l.rule.Learn != nil {
+			if l.unknown {
+				w = 1
+			} else {
+				w = min(w, max(spec.Capacity(), 1))
+			}
+			hd.cut = w != hd.n
 		}
-		hd.cut = w != c.Weight
+		hd.recAtAdmit, hd.usedAtAdmit = w, 0
+		if spec.Kind.NativeInFlightCap() || spec.Concurrency > 0 {
+			hd.usedAtAdmit = 1
+		}
+		rcs[i] = rspec.Charge{Rule: l.rule.Name, Key: redisKey(l.key), Spec: spec, Weight: w}
 	}
-	hd.recAtAdmit, hd.usedAtAdmit = w, 0
-	if spec.Kind.NativeInFlightCap() || spec.Concurrency > 0 {
-		hd.usedAtAdmit = 1
-	}
-	return rspec.Charge{Rule: c.Rule, Key: redisKey(c.Key), Spec: spec, Weight: w}
+	return rcs
 }
 
 // adoptLocked takes in the limits Redis decided call's charges under
@@ -149,12 +155,11 @@ func learnedSpec(rs *ruleState, cur *rspec.Spec, in Learned) (rspec.Spec, bool) 
 	return *s, true
 }
 
-// learnRedis is the Rule.Learn part of ObserveHeaders in Redis mode: each
-// charge whose rule has Learn takes in what the reply says (learnRedisOne).
-func (t *Ticket) learnRedis(h http.Header) {
-	p := t.pool
-	var date time.Time
-	dated := false
+// learn is the Rule.Learn part of ObserveHeaders in Redis mode: each
+// charge whose rule has Learn takes in what the reply says (learnOne).
+func (m *redisMode) learn(t *Ticket, h http.Header) {
+	p := m.p
+	var date time.Time // the reply's Date, read once a rule learns
 	for i := range t.held {
 		hd := &t.held[i]
 		rs := hd.lim.rule
@@ -165,14 +170,14 @@ func (t *Ticket) learnRedis(h http.Header) {
 		if !ok {
 			continue
 		}
-		if !dated {
-			date, dated = serverDate(h), true
+		if date.IsZero() {
+			date = serverDate(h)
 		}
-		p.learnRedisOne(t, hd, in, date)
+		m.learnOne(t, hd, in, date)
 	}
 }
 
-// learnRedisOne takes in one charge's report in; date is the reply's Date
+// learnOne takes in one charge's report in; date is the reply's Date
 // (zero when none). A limit new to the key becomes its Spec and is stored
 // in Redis for every process first (one round trip, bounded by the Redis
 // timeout; on failure the key's next call sends it, which replaces an
@@ -180,7 +185,8 @@ func (t *Ticket) learnRedis(h http.Header) {
 // key's budget until the reply's reset (plus ResetMargin; waited for when
 // the quota was just stored), or the server's count (limit − remaining)
 // for the others, in the background.
-func (p *Engine) learnRedisOne(t *Ticket, hd *held, in Learned, date time.Time) {
+func (m *redisMode) learnOne(t *Ticket, hd *held, in Learned, date time.Time) {
+	p := m.p
 	p.mu.Lock()
 	l, rs := hd.lim, hd.lim.rule
 	now := p.now()
@@ -206,7 +212,7 @@ func (p *Engine) learnRedisOne(t *Ticket, hd *held, in Learned, date time.Time) 
 	c := rspec.Charge{Rule: rs.Name, Key: redisKey(key), Spec: spec}
 	stored := false
 	if share {
-		stored = p.rem.eng.SetLimit(context.Background(), p.rem.scope, c) == nil
+		stored = m.eng.SetLimit(context.Background(), m.scope, c) == nil
 	}
 	if unknown || in.Remaining < 0 {
 		return
@@ -216,7 +222,7 @@ func (p *Engine) learnRedisOne(t *Ticket, hd *held, in Learned, date time.Time) 
 			return // a report without its window, under a rule counted by windows
 		}
 		if !stored {
-			p.rem.eng.BudgetThen(p.rem.scope, c, in.Remaining, resetIn, own, nil)
+			m.eng.BudgetThen(m.scope, c, in.Remaining, resetIn, own, nil)
 			return
 		}
 		// The quota was just stored: its window starts with N less the
@@ -224,8 +230,8 @@ func (p *Engine) learnRedisOne(t *Ticket, hd *held, in Learned, date time.Time) 
 		// the server's budget before this call can end, so that no
 		// admission of the fleet reads a budget the server never gave.
 		done := make(chan struct{})
-		p.rem.eng.BudgetThen(p.rem.scope, c, in.Remaining, resetIn, own, func(int64, error) { close(done) })
-		tm := time.NewTimer(p.rem.timeout + lateBudget)
+		m.eng.BudgetThen(m.scope, c, in.Remaining, resetIn, own, func(int64, error) { close(done) })
+		tm := time.NewTimer(m.timeout + lateBudget)
 		defer tm.Stop()
 		select {
 		case <-done:
@@ -233,7 +239,7 @@ func (p *Engine) learnRedisOne(t *Ticket, hd *held, in Learned, date time.Time) 
 		}
 		return
 	}
-	p.reconcileRedis(rs, key, usedOf(spec.Limit.N, in.Remaining), rspec.Read{})
+	m.reconcileAt(rs, key, usedOf(spec.Limit.N, in.Remaining), rspec.Read{})
 }
 
 // reconciledThen returns the callback of a reconcile sent to Redis for
@@ -257,20 +263,14 @@ func (p *Engine) reconciledThen(rule, key string) func(int64, error) {
 }
 
 // keyLimitLocked returns the limit l's key is held to (KeyState.Limit): N
-// 0 (per its rule's Per) while it knows none (Rule.Learn), in Redis mode
-// the Spec it is charged under, in process its window's (or its quota's).
-// p.mu must be held.
+// 0 (per its rule's Per) while it knows none (Rule.Learn), else the
+// book's (in Redis mode the Spec it is charged under, in process its
+// window's or its quota's). p.mu must be held.
 func (p *Engine) keyLimitLocked(l *limiter) window.Limit {
-	switch {
-	case l.unknown:
+	if l.unknown {
 		return window.Limit{Per: l.rule.limit.Per}
-	case p.rem != nil:
-		if s := l.redisSpec(); s != nil {
-			return s.Limit
-		}
-		return l.rule.limit
 	}
-	return l.limit()
+	return p.book.keyLimitLocked(l)
 }
 
 // relearn turns the charges of rules with Learn among rcs (hs's, in

@@ -35,15 +35,18 @@ import (
 //
 // Where the modes part, a method goes through o.ob, the one-rule
 // bookkeeping (oneBook: *oneProc in process, *oneRemote over Redis, made
-// by NewShared), as the Engine's entry points go through its book; the
-// fast paths step aside in Redis mode (slow).
+// by NewShared), as the Engine's entry points go through its book: over
+// Redis the cached decision never admits (conc is -1) and Acquire goes on
+// to ob; Release steps aside on one flag (slow, which a foreign policy
+// sets too: its Done may panic, and the fast path holds the lock without
+// a defer).
 type One struct {
 	// The fields of the fast paths first, together.
-	slow         bool // Redis mode or a foreign policy: the fast paths step aside
+	slow         bool // Redis mode or a foreign policy: Release steps aside to ob
 	real         bool // the real clock: nanos is time.Since(e.epoch)
 	doneUsesTime bool
 	timedDone    atomic.Bool // doneUsesTime && per > 0, kept by SetLimit; read by Release without the lock
-	conc         int64       // the concurrency cap in force: min(N, capOpt), rs.cap (under e.mu)
+	conc         int64       // the concurrency cap in force: min(N, capOpt), rs.cap (under e.mu); -1 over Redis
 	callUnits    int64       // units of the live Calls (under e.mu)
 	admitted     uint64      // (under e.mu)
 	fast         win.Window  // l.policy's fast form, on the epoch e.epoch
@@ -150,8 +153,10 @@ func (o *One) unpauseLocked(now time.Time) {
 
 // Acquire is semaphore.RateSemaphore.Acquire.
 func (o *One) Acquire(ctx context.Context, n int64) error {
-	if n < 0 || o.slow {
-		return o.ob.acquire(ctx, n)
+	if n < 0 {
+		err := fmt.Errorf("%w %d: Acquire", ratesem.ErrNegativeWeight, n)
+		o.observeFailed(n, err)
+		return err
 	}
 	done := ctx.Done()
 	o.mu.Lock()
@@ -174,17 +179,16 @@ func (o *One) Acquire(ctx context.Context, n int64) error {
 		}
 		return nil
 	}
-	return o.acquireLocked(ctx, n, nil)
+	return o.ob.acquireLocked(ctx, n)
 }
 
 // oneProc is the in-process one-rule bookkeeping: the One itself, on the
 // clock (the fast paths are One's methods).
 type oneProc One
 
-// acquire is Acquire off the fast path: for a negative n, and for a
-// foreign policy (the cached decision is not tried: it is never taken).
-func (p *oneProc) acquire(ctx context.Context, n int64) error {
-	return (*One)(p).acquireClock(ctx, n, nil, "Acquire")
+// acquireLocked is Acquire after the fast path (acquireLocked).
+func (p *oneProc) acquireLocked(ctx context.Context, n int64) error {
+	return (*One)(p).acquireLocked(ctx, n, nil)
 }
 
 // acquireClock is Acquire (op "Acquire", c nil) and Begin (op "Begin", c
@@ -262,7 +266,7 @@ func (o *One) startLocked(ctx context.Context, n int64, c *Call) (*waiter, error
 		}
 	}
 	o.refOne(o.l) // the waiter's: queueLocked and await drop it on failure
-	return o.queueLocked(ctx, []held{{lim: o.l, n: n}}, nil, now, true)
+	return o.queueLocked(ctx, []held{{lim: o.l, n: n}}, now, true)
 }
 
 // TryAcquire is semaphore.RateSemaphore.TryAcquire.

@@ -1,11 +1,12 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"math"
-	"sync"
+	"slices"
 	"time"
 
 	"github.com/ratesem/ratesem"
@@ -20,20 +21,21 @@ import (
 const redisRule = "n"
 
 // oneRemote is the part of a One over Redis (redisrate.NewSemaphore) that
-// the Engine's Redis mode does not have: its name, its limit's Redis form,
-// the fallback, and the calls of Acquire and TryAcquire by units, which a
-// Release(n) without a ticket ends.
+// the Engine's Redis mode does not have: its name, the fallback, and the
+// calls of Acquire and TryAcquire by units, which a Release(n) without a
+// ticket ends.
 type oneRemote struct {
 	one    *One
+	rem    *redisMode
 	name   string
-	local  *fallback // or nil
-	capOpt int64     // WithMaxUnitsInFlight, or -1
+	local  remote.Fallback // or nil
+	capOpt int64           // WithMaxUnitsInFlight, or -1
 	// burstN: the window's burst follows N (a bucket or GCRA made with a
 	// burst of 0): SetLimit sets the spec's burst to the new N, as the
 	// window's own SetLimit does in process
 	burstN bool
 
-	mu        sync.Mutex
+	// Under the engine's lock.
 	held      []heldCall // calls in flight, oldest first
 	heldUnits int64
 }
@@ -46,8 +48,11 @@ type heldCall struct {
 
 // NewShared returns the One of a semaphore whose state is kept in Redis
 // through o under name: redisrate.NewSemaphore (p nil: n units per per
-// under cfg's window) and redisrate.NewSemaphoreWithPolicy (the window p).
-// cfg comes from the options; its Redis options apply.
+// under cfg's window) and redisrate.NewSemaphoreWithPolicy (the window p,
+// not nil). cfg comes from the options; its Redis options apply. The One's
+// Engine is in Redis mode, with one rule, redisRule, whose key "" is the
+// semaphore's limit in the scope name; with WithFallback, the window
+// (p, or the one n and per give) at its share of N is the fallback's.
 func NewShared(o rspec.Opener, name string, n int64, per time.Duration, p window.Policy, cfg Config) (*One, error) {
 	if err := cfg.err(); err != nil {
 		return nil, err
@@ -58,105 +63,65 @@ func NewShared(o rspec.Opener, name string, n int64, per time.Duration, p window
 	if err := cfg.CheckFront(true); err != nil {
 		return nil, err
 	}
-	if cfg.Redis.Prefix == "" {
-		cfg.Redis.Prefix = DefaultPrefix
-	}
-	if cfg.Redis.Timeout == 0 {
-		cfg.Redis.Timeout = DefaultRedisTimeout
-	}
+	fn := "redisrate.NewSemaphore"
 	if p != nil {
-		return newRedisPolicy(o, name, p, cfg)
+		fn += "WithPolicy"
 	}
-	return newRedisN(o, name, n, per, cfg)
+	switch {
+	case p != nil && cfg.Start:
+		return nil, errors.New("ratesem: redisrate.NewSemaphoreWithPolicy: WithStartWindow conflicts with the policy given")
+	case p == nil && (n <= 0 || per <= 0 || per%time.Microsecond != 0):
+		return nil, fmt.Errorf("%w: redisrate.NewSemaphore: %d per %v: want n > 0 and an interval of a positive whole number of microseconds",
+			ratesem.ErrInvalidLimit, n, per)
+	case p == nil && cfg.Start && cfg.Margin%time.Microsecond != 0:
+		return nil, fmt.Errorf("%w: redisrate.NewSemaphore: margin %v: want a whole number of microseconds", ratesem.ErrInvalidLimit, cfg.Margin)
+	case name == "":
+		return nil, fmt.Errorf("ratesem: %s: empty name", fn)
+	case len(name) > rspec.MaxNameLen:
+		// Checked here, not at the first Acquire: there the store's refusal
+		// would pass for a Redis outage (ratesem.ErrUnavailable, or the fallback
+		// forever) and the limit would silently not be shared.
+		return nil, fmt.Errorf("ratesem: %s: a name of %d bytes: want at most %d", fn, len(name), rspec.MaxNameLen)
+	case cfg.Concurrency == 0:
+		return nil, fmt.Errorf("%w: %s: WithMaxUnitsInFlight(0) admits nothing", ratesem.ErrInvalidLimit, fn)
+	case p == nil && cfg.Start:
+		p = window.NewSlidingLog(window.Limit{N: n, Per: per}, cfg.Margin)
+	case p == nil:
+		p = window.NewCompletion(window.Limit{N: n, Per: per})
+	}
+	sp, err := rspec.SpecOf(p)
+	if err != nil {
+		return nil, fmt.Errorf("%w (%s)", err, fn)
+	}
+	if sp.Limit.N <= 0 || sp.Limit.Per <= 0 {
+		return nil, fmt.Errorf("%w: %s: %d per %v: want n > 0 and a positive interval", ratesem.ErrInvalidLimit, fn, sp.Limit.N, sp.Limit.Per)
+	}
+	sp.SetSemaphoreCap(cfg.Concurrency) // N in flight, as in process, for a window that does not cap them
+	if err := sp.Check(); err != nil {
+		return nil, fmt.Errorf("%w (%s)", err, fn)
+	}
+	r := &oneRemote{name: name, capOpt: cfg.Concurrency, burstN: win.BurstFollowsN(p)}
+	one := &One{ob: r, slow: true, obs: cfg.Observer, conc: -1}
+	r.one = one
+	one.initOne(redisRule, sp.Limit, nil, wake.NewClock(nil), cfg)
+	e := one.e
+	e.scope, e.one, e.epoch = name, r, e.clock.Now()
+	one.rs.setSpec(&sp)
+	if cfg.Redis.Fallback {
+		p.SetLimit(time.Now(), window.Limit{N: max(1, int64(math.Floor(cfg.Redis.Share*float64(sp.Limit.N)))), Per: sp.Limit.Per})
+		r.local = fallback{NewOne(p, Config{Concurrency: cfg.Concurrency})}
+	}
+	cfg.Shared = &Shared{Opener: o, Prefix: cmp.Or(cfg.Redis.Prefix, DefaultPrefix)}
+	if err := e.initRedis(&cfg); err != nil {
+		return nil, err
+	}
+	r.rem = e.book.(*redisMode)
+	return one, nil
 }
 
 // DefaultPrefix is the prefix of a semaphore's keys in Redis
 // (redisrate.DefaultPrefix).
 const DefaultPrefix = "ratesem:sem"
-
-// newRedisN is redisrate.NewSemaphore.
-func newRedisN(o rspec.Opener, name string, n int64, interval time.Duration, cfg Config) (*One, error) {
-	if name == "" {
-		return nil, errors.New("ratesem: redisrate.NewSemaphore: empty name")
-	}
-	sp, err := redisSpec(n, interval, cfg)
-	if err != nil {
-		return nil, err
-	}
-	newLocal := func(localN int64) window.Policy {
-		l := window.Limit{N: localN, Per: interval}
-		if cfg.Start {
-			return window.NewSlidingLog(l, cfg.Margin)
-		}
-		return window.NewCompletion(l)
-	}
-	return newRedis(o, name, sp, cfg, newLocal)
-}
-
-// newRedisPolicy is redisrate.NewSemaphoreWithPolicy.
-func newRedisPolicy(o rspec.Opener, name string, p window.Policy, cfg Config) (*One, error) {
-	switch {
-	case p == nil:
-		return nil, errors.New("ratesem: redisrate.NewSemaphoreWithPolicy: nil policy")
-	case cfg.Start:
-		return nil, errors.New("ratesem: redisrate.NewSemaphoreWithPolicy: WithStartWindow conflicts with the policy given")
-	case name == "":
-		return nil, errors.New("ratesem: redisrate.NewSemaphoreWithPolicy: empty name")
-	}
-	sp, err := rspec.SpecOf(p)
-	if err != nil {
-		return nil, fmt.Errorf("%w (redisrate.NewSemaphoreWithPolicy)", err)
-	}
-	if sp.Limit.N <= 0 || sp.Limit.Per <= 0 {
-		return nil, fmt.Errorf("%w: redisrate.NewSemaphoreWithPolicy: %d per %v: want n > 0 and a positive interval",
-			ratesem.ErrInvalidLimit, sp.Limit.N, sp.Limit.Per)
-	}
-	if cfg.Concurrency == 0 {
-		return nil, fmt.Errorf("%w: redisrate.NewSemaphoreWithPolicy: WithMaxUnitsInFlight(0) admits nothing", ratesem.ErrInvalidLimit)
-	}
-	sp.SetSemaphoreCap(cfg.Concurrency) // N in flight, as in process, for a window that does not cap them
-	if err := sp.Check(); err != nil {
-		return nil, fmt.Errorf("%w (redisrate.NewSemaphoreWithPolicy)", err)
-	}
-	burstN := win.BurstFollowsN(p) // before newLocal changes p's limit
-	newLocal := func(localN int64) window.Policy {
-		p.SetLimit(time.Now(), window.Limit{N: localN, Per: sp.Limit.Per})
-		return p
-	}
-	s, err := newRedis(o, name, &sp, cfg, newLocal)
-	if err == nil {
-		s.e.one.burstN = burstN
-	}
-	return s, err
-}
-
-// newRedis is the common part of newRedisN and newRedisPolicy; newLocal
-// builds the fallback of localN units. The One's Engine is in Redis mode,
-// with one rule, redisRule, whose key "" is the semaphore's limit in the
-// scope name.
-func newRedis(o rspec.Opener, name string, sp *rspec.Spec, cfg Config, newLocal func(localN int64) window.Policy) (*One, error) {
-	if len(name) > rspec.MaxNameLen {
-		// Checked here, not at the first Acquire: there the store's refusal
-		// would pass for a Redis outage (ratesem.ErrUnavailable, or the fallback
-		// forever) and the limit would silently not be shared.
-		return nil, fmt.Errorf("ratesem: redisrate.NewSemaphore: a name of %d bytes: want at most %d", len(name), rspec.MaxNameLen)
-	}
-	r := &oneRemote{name: name, capOpt: cfg.Concurrency}
-	one := &One{ob: r, slow: true, obs: cfg.Observer}
-	r.one = one
-	one.initOne(redisRule, sp.Limit, nil, wake.NewClock(nil), cfg)
-	e := one.e
-	e.scope, e.one, e.epoch = name, r, e.clock.Now()
-	one.rs.setSpec(sp)
-	if cfg.Redis.Fallback {
-		r.local = newFallback(e, newLocal(max(1, int64(math.Floor(cfg.Redis.Share*float64(sp.Limit.N))))), cfg.Concurrency)
-	}
-	cfg.Shared = &Shared{Opener: o, Prefix: cfg.Redis.Prefix}
-	if err := e.initRedis(&cfg); err != nil {
-		return nil, err
-	}
-	return one, nil
-}
 
 // setSpec makes sp the Redis form of rs, a One's rule: its limit, and the
 // heaviest charge, which the spec decides (the concurrency cap included),
@@ -164,40 +129,6 @@ func newRedis(o rspec.Opener, name string, sp *rspec.Spec, cfg Config, newLocal 
 func (rs *ruleState) setSpec(sp *rspec.Spec) {
 	rs.spec, rs.limit = sp, sp.Limit
 	rs.capacity, rs.cap = sp.Capacity(), sp.Limit.N
-}
-
-// redisSpec returns the Spec of a limit of n per interval under cfg's
-// window, or an error matching ratesem.ErrInvalidLimit.
-func redisSpec(n int64, interval time.Duration, cfg Config) (*rspec.Spec, error) {
-	if n <= 0 || interval <= 0 || interval%time.Microsecond != 0 {
-		return nil, fmt.Errorf("%w: redisrate.NewSemaphore: %d per %v: want n > 0 and an interval of a positive whole number of microseconds",
-			ratesem.ErrInvalidLimit, n, interval)
-	}
-	sp := &rspec.Spec{Kind: rspec.Completion, Limit: window.Limit{N: n, Per: interval}}
-	if cfg.Start {
-		if cfg.Margin%time.Microsecond != 0 {
-			return nil, fmt.Errorf("%w: redisrate.NewSemaphore: margin %v: want a whole number of microseconds", ratesem.ErrInvalidLimit, cfg.Margin)
-		}
-		sp.Kind, sp.Margin = rspec.SlidingLog, cfg.Margin
-	}
-	if cfg.Concurrency == 0 {
-		return nil, fmt.Errorf("%w: redisrate.NewSemaphore: WithMaxUnitsInFlight(0) admits nothing", ratesem.ErrInvalidLimit)
-	}
-	sp.SetSemaphoreCap(cfg.Concurrency) // N in flight, as in process, for the sliding log
-	return sp, nil
-}
-
-// checkError says what the check at construction found and what to do.
-func (r *oneRemote) checkError(err error) error {
-	switch {
-	case errors.Is(err, ratesem.ErrLimitMismatch):
-		return r.named(err)
-	case errors.Is(err, ratesem.ErrEviction):
-		return fmt.Errorf("%w (redisrate.WithEvictionAllowed to use it anyway)", err)
-	case errors.Is(err, ratesem.ErrUnavailable):
-		return fmt.Errorf("%w (redisrate.NewSemaphore asks Redis once; redisrate.WithDeferredChecks builds the semaphore before Redis is up)", err)
-	}
-	return err
 }
 
 // named rewrites a limit mismatch to name the semaphore, not its rule in
@@ -214,18 +145,11 @@ func (r *oneRemote) named(err error) error {
 // charges returns the one charge of a call of n units.
 func charges(n int64) []Charge { return []Charge{{Rule: redisRule, Weight: n}} }
 
-// tooLarge is the Engine's check of a weight no limit admits
-// (tooHeavyLocked), before the call asks Redis.
-func (r *oneRemote) tooLarge(n int64) error {
-	e := r.one.e
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	ch := [1]Charge{{Rule: redisRule, Weight: n}}
-	return e.tooHeavyLocked(ch[:])
-}
-
-// acquire is One.Acquire over Redis.
-func (r *oneRemote) acquire(ctx context.Context, n int64) error {
+// acquireLocked is One.Acquire over Redis, for n ≥ 0, entered with the
+// engine's lock held (One's fast path, which never admits over Redis): it
+// unlocks.
+func (r *oneRemote) acquireLocked(ctx context.Context, n int64) error {
+	r.one.e.mu.Unlock()
 	_, err := r.acquireLocal(ctx, n)
 	return err
 }
@@ -249,21 +173,13 @@ func (r *oneRemote) acquireLocal(ctx context.Context, n int64) (bool, error) {
 	return t.rcall.Local(), nil
 }
 
-// admit is the admission of Acquire and Begin: the checks, then the
-// Engine's Redis admission (reported to the observer there; if the
+// admit is the admission of Acquire and Begin: the Engine's Redis
+// admission (the checks, the failures and the events are its own; if the
 // observer panics, the call is released first).
 func (r *oneRemote) admit(ctx context.Context, n int64, op string) (*Ticket, error) {
 	e := r.one.e
-	err := func() error {
-		if n < 0 {
-			return fmt.Errorf("%w %d: %s", ratesem.ErrNegativeWeight, n, op)
-		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		return r.tooLarge(n)
-	}()
-	if err != nil {
+	if n < 0 {
+		err := fmt.Errorf("%w %d: %s", ratesem.ErrNegativeWeight, n, op)
 		e.emitFailed(charges(n), nil, err)
 		return nil, err
 	}
@@ -281,10 +197,10 @@ func (r *oneRemote) admit(ctx context.Context, n int64, op string) (*Ticket, err
 }
 
 func (r *oneRemote) hold(t *Ticket, n int64) {
-	r.mu.Lock()
+	r.one.e.mu.Lock()
 	r.held = append(r.held, heldCall{t: t, left: n})
 	r.heldUnits += n
-	r.mu.Unlock()
+	r.one.e.mu.Unlock()
 }
 
 // release ends n units of this process's calls from Acquire and TryAcquire
@@ -311,46 +227,36 @@ func (r *oneRemote) releaseSettled(n, actual int64) {
 	if n == 0 {
 		return
 	}
-	r.mu.Lock()
+	e := r.one.e
+	e.mu.Lock()
 	if n > r.heldUnits {
-		held := r.heldUnits
-		r.mu.Unlock()
-		o := r.one
-		o.e.mu.Lock()
-		calls := o.callUnits
-		o.e.mu.Unlock()
+		held, calls := r.heldUnits, r.one.callUnits
+		e.mu.Unlock()
 		panic(OverReleased(n, held, calls))
 	}
 	r.heldUnits -= n
-	var done []*Ticket
-	exact := -1
-	for i := range r.held {
-		if r.held[i].left == n {
-			exact = i
-			break
-		}
-	}
-	if exact >= 0 {
-		done = append(done, r.held[exact].t)
-		r.held = append(r.held[:exact], r.held[exact+1:]...)
-	} else {
+	if exact := slices.IndexFunc(r.held, func(h heldCall) bool { return h.left == n }); exact > 0 {
+		h := r.held[exact] // ended first, alone
+		copy(r.held[1:exact+1], r.held[:exact])
+		r.held[0] = h
+	} else if exact < 0 {
 		actual = n // spread over calls: each counts what it held
-		i := 0
-		for rest := n; rest > 0; i++ {
-			h := &r.held[i]
-			take := min(h.left, rest)
-			rest -= take
-			if h.left -= take; h.left == 0 {
-				done = append(done, h.t)
-			}
-		}
-		if r.held[i-1].left > 0 {
-			i-- // the last call is partly released: it stays
-		}
-		r.held = append(r.held[:0], r.held[i:]...)
 	}
-	clear(r.held[len(r.held):cap(r.held)])
-	r.mu.Unlock()
+	var done []*Ticket
+	i := 0
+	for rest := n; rest > 0; i++ {
+		h := &r.held[i]
+		take := min(h.left, rest)
+		rest -= take
+		if h.left -= take; h.left == 0 {
+			done = append(done, h.t)
+		}
+	}
+	if r.held[i-1].left > 0 {
+		i-- // the last call is partly released: it stays
+	}
+	r.held = slices.Delete(r.held, 0, i)
+	e.mu.Unlock()
 	if actual != n {
 		_ = done[0].Settle(redisRule, max(actual, 0))
 	}
@@ -365,8 +271,7 @@ func (r *oneRemote) setLimit(n int64, interval time.Duration) error {
 	}
 	e := r.one.e
 	e.mu.Lock()
-	sp := new(rspec.Spec)
-	*sp = *r.one.rs.spec // the Redis form of the limit in force
+	sp := *r.one.rs.spec // the Redis form of the limit in force
 	e.mu.Unlock()
 	sp.Limit = window.Limit{N: n, Per: interval}
 	if r.burstN {
@@ -378,31 +283,26 @@ func (r *oneRemote) setLimit(n int64, interval time.Duration) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), remote.DefaultTimeout+time.Second)
 	defer cancel()
-	if err := e.rem.eng.SetLimit(ctx, r.name, rspec.Charge{Rule: redisRule, Spec: sp}); err != nil {
+	if err := r.rem.eng.SetLimit(ctx, r.name, rspec.Charge{Rule: redisRule, Spec: &sp}); err != nil {
 		return fmt.Errorf("%w (SetLimit)", err)
 	}
 	e.mu.Lock()
-	r.one.rs.setSpec(sp)
+	r.one.rs.setSpec(&sp)
 	e.mu.Unlock()
 	return nil
 }
 
 func (r *oneRemote) stats() Stats {
-	es := r.one.e.rem.eng.Stats()
-	r.mu.Lock()
-	units := r.heldUnits
-	r.mu.Unlock()
+	es := r.rem.eng.Stats()
 	o := r.one
 	o.e.mu.Lock()
-	waiting, waitSum, waitMax := int(o.l.waiting), o.waitSum, o.waitMax
-	calls := o.callUnits // Begin's calls, not among the held ones
-	o.e.mu.Unlock()
+	defer o.e.mu.Unlock()
 	return Stats{
-		InFlight:         units + calls,
-		Waiting:          waiting,
+		InFlight:         r.heldUnits + o.callUnits, // Begin's calls are not among the held ones
+		Waiting:          int(o.l.waiting),
 		Admitted:         es.Admitted,
-		TotalWait:        waitSum,
-		MaxWait:          waitMax,
+		TotalWait:        o.waitSum,
+		MaxWait:          o.waitMax,
 		PausedUntil:      es.PausedUntil,
 		FallbackAdmitted: es.FallbackAdmitted,
 		FallbackCarried:  es.Carried,
@@ -422,33 +322,15 @@ func (r *oneRemote) stats() Stats {
 
 // fallback admits calls in this process alone while Redis is unreachable
 // (remote.Fallback, whose calls remote carries into Redis when it answers
-// again): the Engine's in-process bookkeeping (admitLocked, endLocked) on
-// a limiter of its own, a share of the limit, under a lock of its own
-// (remote may end a call of it while the engine's lock is held). Its
-// methods never block.
-type fallback struct {
-	e   *Engine
-	mu  sync.Mutex
-	lim limiter
-}
-
-// newFallback returns the fallback of e whose window is p, capped at capOpt
-// units in flight (-1: none beyond the window's N).
-func newFallback(e *Engine, p window.Policy, capOpt int64) *fallback {
-	l := p.Limit()
-	rs := &ruleState{Rule: &Rule{Name: redisRule, Limit: l}, limit: l, capacity: p.Capacity(), cap: l.N, one: true}
-	if capOpt >= 0 {
-		rs.cap = min(capOpt, l.N)
-	}
-	f := &fallback{e: e}
-	f.lim.rule, f.lim.policy, f.lim.refs = rs, p, 1
-	return f
-}
+// again): an in-process One of its own over the window at its share of
+// the limit, under a lock of its own (remote may end a call of it while
+// the engine's lock is held). Its methods never block.
+type fallback struct{ o *One }
 
 // Check implements remote.FallbackChecker: a weight above the share fails
 // with ratesem.ErrUnavailable.
-func (f *fallback) Check(_ string, cs []rspec.Charge) error {
-	if n, share := cs[0].Weight, f.lim.rule.limit.N; n > share {
+func (f fallback) Check(_ string, cs []rspec.Charge) error {
+	if n, share := cs[0].Weight, f.o.Limit().N; n > share {
 		return fmt.Errorf("%w: weight %d exceeds the fallback's share of %d units", ratesem.ErrUnavailable, n, share)
 	}
 	return nil
@@ -456,29 +338,16 @@ func (f *fallback) Check(_ string, cs []rspec.Charge) error {
 
 // TryAcquire implements remote.Fallback: the call's units if the share has
 // room now; the function returned releases them.
-func (f *fallback) TryAcquire(_ string, cs []rspec.Charge) (func(), bool) {
+func (f fallback) TryAcquire(_ string, cs []rspec.Charge) (func(), bool) {
 	n := cs[0].Weight
-	f.mu.Lock()
-	defer f.mu.Unlock() // the window may panic
-	hs := [1]held{{lim: &f.lim, n: n}}
-	if _, _, ok := f.e.admitLocked(hs[:], nil, f.e.now()); !ok {
+	if !f.o.TryAcquire(n) {
 		return nil, false
 	}
-	return func() {
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		f.e.endLocked(&f.lim, 0, n, n, false, f.e.now())
-	}, true
+	return func() { f.o.Release(n) }, true
 }
 
 // Pause implements remote.Fallback: local admissions wait until until too.
-func (f *fallback) Pause(_ string, _ rspec.Charge, until time.Time) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if fb, u := f.lim.feedback(), f.e.mono(until); u > fb.paused {
-		fb.paused = u
-	}
-}
+func (f fallback) Pause(_ string, _ rspec.Charge, until time.Time) { f.o.Pause(until) }
 
 // endLocked is Call.End over Redis for c, no longer live, whose call in
 // Redis is t, with e.mu held: it unlocks, and the call leaves flight in
@@ -509,19 +378,21 @@ func (r *oneRemote) begin(ctx context.Context, n int64) (Call, error) {
 }
 
 // tryWait is One.TryAcquireWait over Redis (Engine.TryAcquire: a
-// refusal by Redis is ratesem.ErrInFlight, its wait not known).
+// refusal by Redis is ratesem.ErrInFlight, its wait not known). A weight
+// no limit admits fails as in process, with no event.
 func (r *oneRemote) tryWait(n int64) (time.Duration, error) {
 	if n < 0 {
 		return 0, fmt.Errorf("%w %d: TryAcquireWait", ratesem.ErrNegativeWeight, n)
 	}
-	if err := r.tooLarge(n); err != nil {
+	e := r.one.e
+	e.mu.Lock()
+	err := e.tooHeavyLocked(charges(n))
+	e.mu.Unlock()
+	if err != nil || n == 0 {
 		return 0, err
 	}
-	if n == 0 {
-		return 0, nil
-	}
 	t := new(Ticket)
-	d, err := r.one.e.TryAcquire(t, charges(n))
+	d, err := e.TryAcquire(t, charges(n))
 	if err != nil || d > 0 {
 		return d, r.named(err)
 	}
@@ -540,7 +411,7 @@ func (o *One) AcquireLocal(ctx context.Context, n int64) (bool, error) {
 func (o *One) ReleaseSettled(n, actual int64) { o.e.one.releaseSettled(n, actual) }
 
 // RemoteStats returns the Redis engine's own stats (tests).
-func (o *One) RemoteStats() remote.Stats { return o.e.rem.eng.Stats() }
+func (o *One) RemoteStats() remote.Stats { return o.e.one.rem.eng.Stats() }
 
 // RemoteClosed reports whether the Redis engine is closed (tests).
-func (o *One) RemoteClosed() bool { return o.e.rem.eng.Closed() }
+func (o *One) RemoteClosed() bool { return o.e.one.rem.eng.Closed() }

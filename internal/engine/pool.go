@@ -45,8 +45,7 @@ type Engine struct {
 	maxKeys  int
 	maxPause time.Duration
 	observer func(ratesem.Event)
-	rem      *redisMode // nil in process (redisrate.Shared)
-	book     book       // inProc, or rem: the bookkeeping the entry points drive
+	book     book // inProc, or *redisMode (redisrate.Shared): the bookkeeping the engine drives
 
 	waiters   list.List    // of *waiter, in arrival order; read only by SetLimit
 	ranker    sched.Ranker // the waiters' ranks (priority, then arrival)
@@ -234,7 +233,7 @@ type waiter struct {
 	ask    chan struct{} // capacity 1: a decision is wanted (decideLocked)
 	asking bool          // its goroutine asks now: nobody else does
 	free   bool          // it asks outside the queues (counted in its limiters' asking)
-	// setHere: one of its rules' limits was set by SetLimit here (refreshLocked)
+	// setHere: one of its rules' limits was set by SetLimit here (askLocked)
 	setHere bool
 	out     *remote.Outcome // the decision to apply at its next try; nil when none
 	rcs     []rspec.Charge  // its charges in Redis
@@ -288,7 +287,7 @@ func New(rules []Rule, scope string, opts ...Option) (*Engine, error) {
 		if lim.N == 0 {
 			// Unknown until a response says: the window admits anything
 			// (one call at a time, admitLocked; in Redis mode
-			// rspec.Unknown, learnRedis) and keeps the record.
+			// rspec.Unknown, redisMode.learn) and keeps the record.
 			lim.N, rs.learning, rs.unknown = MaxLearnedN, true, true
 		}
 		rs.setLimit(lim)
@@ -337,7 +336,7 @@ type Ticket struct {
 	at       int64 // the admission instant, ns since the pool's epoch
 	released atomic.Bool
 	// rcall is, in Redis mode, the call Redis admitted, kept after
-	// Release: a usage report read then still carries its mark (observeRedis).
+	// Release: a usage report read then still carries its mark (redisMode.observe).
 	rcall *remote.Call
 }
 
@@ -510,28 +509,17 @@ func (p *Engine) start(ctx context.Context, t *Ticket, charges []Charge) (*waite
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if err := p.tooHeavyLocked(charges); err != nil {
-		return nil, err
-	}
 	now := p.now()
-	if p.idle > 0 {
-		p.evictLocked(now, evictBudget, false)
-	}
-	hs := make([]held, len(charges))
-	if err := p.refLocked(hs, charges, now); err != nil {
+	hs, err := p.refChargesLocked(charges, now)
+	if err != nil {
 		return nil, err
 	}
 	t.pool, t.held, t.charges = p, hs, charges
-	queued := queuedLocked(hs)
-	if p.rem != nil {
-		queued = !freeLocked(hs) // Redis mode: asks at once unless a refused call queues there
-	} else if !queued {
-		if _, _, ok := p.admitLocked(hs, nil, now); ok {
-			t.at = p.mono(now)
-			return nil, nil
-		}
+	queued, ok := p.book.admitNowLocked(t, hs, now)
+	if ok {
+		return nil, nil
 	}
-	return p.queueLocked(ctx, hs, charges, now, queued || p.rem == nil)
+	return p.queueLocked(ctx, hs, now, queued)
 }
 
 // queuedLocked reports whether a caller waits on one of the limiters of hs.
@@ -552,9 +540,8 @@ func queuedLocked(hs []held) bool {
 // a One of Per 0, as x/sync's Weighted) waits aside (parked) for a SetLimit
 // under which it fits, or for its context. queued is false only in Redis
 // mode for a call nobody refused waits ahead of: it asks Redis at once
-// (askFreeLocked) and counts as waiting from its first refusal; charges
-// are the call's charges (Redis mode only).
-func (p *Engine) queueLocked(ctx context.Context, hs []held, charges []Charge, now time.Time, queued bool) (*waiter, error) {
+// (askFreeLocked) and counts as waiting from its first refusal.
+func (p *Engine) queueLocked(ctx context.Context, hs []held, now time.Time, queued bool) (*waiter, error) {
 	// Waiting from here on: only now are the context's settings read.
 	if queued {
 		if err := p.queueFullLocked(hs); err != nil {
@@ -575,9 +562,7 @@ func (p *Engine) queueLocked(ctx context.Context, hs []held, charges []Charge, n
 		rs := hs[i].lim.rule
 		w.parked = w.parked || rs.limit.Per == 0 && hs[i].n > rs.fit()
 	}
-	if p.rem != nil {
-		w.ask, w.rcs = make(chan struct{}, 1), p.rem.chargesLocked(hs, charges)
-	}
+	p.book.newWaiterLocked(w)
 	if queued {
 		p.countLocked(w)
 	} else {

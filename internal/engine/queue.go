@@ -220,7 +220,7 @@ func (p *Engine) tryWaiterLocked(w *waiter, now time.Time) {
 // queues, at now: admitted (ok), or refused with the instant it could be
 // admitted (at; needRelease when only a release can help), each refusing
 // node marked; or asking: the decision is being made outside the lock
-// (Redis mode, redisDecideLocked) and w keeps its place meanwhile. In
+// (Redis mode, redisMode.decideLocked) and w keeps its place meanwhile. In
 // process the window policies decide under the lock (admitLocked).
 func (b *inProc) decideLocked(w *waiter, now time.Time) (at time.Time, needRelease, ok, asking bool) {
 	at, needRelease, ok = (*Engine)(b).admitLocked(w.held, w.nodes, now)

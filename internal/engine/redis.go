@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -39,12 +40,12 @@ func redisKey(key string) string {
 	return hashedKey + hex.EncodeToString(sum[:])
 }
 
-// redisMode is a Pool's state in Redis mode.
+// redisMode is an Engine's bookkeeping in Redis mode (book).
 type redisMode struct {
 	p     *Engine
 	eng   *remote.Engine
 	scope string
-	// late, with WithDeferredRedisChecks, is the eviction check deferred
+	// late, with WithDeferredChecks, is the eviction check deferred
 	// to the first Acquire that finds Redis answering (nil when there is
 	// none).
 	late *remote.DeferredCheck
@@ -76,26 +77,21 @@ func (p *Engine) initRedis(cfg *config) error {
 		if len(rs.Name) > rspec.MaxNameLen {
 			return fmt.Errorf("ratesem: redisrate.Shared: rule name %.64q…: want at most %d bytes", rs.Name, rspec.MaxNameLen)
 		}
-		if rs.spec == nil && rs.unknown {
+		switch {
+		case rs.spec != nil: // a One's is set already
+		case rs.unknown:
 			rs.spec = unknownSpec // Rule.Learn with no limit given (learn_redis.go)
-		}
-		if rs.spec == nil { // a One's is set already
-			spec, err := specOf(rs.Rule, rs.limit)
-			if err != nil {
+		default:
+			if rs.spec, err = specOf(rs.Rule, rs.limit); err != nil {
 				return err
 			}
-			rs.spec = spec
 		}
 		rs.quiet = 0 // the window lives in Redis: nothing to forget here
-	}
-	checkError := poolCheckError
-	if p.one != nil {
-		checkError = p.one.checkError
 	}
 	var late *remote.DeferredCheck
 	if cfg.Redis.DeferChecks {
 		if !cfg.Redis.EvictionAllowed {
-			late = remote.NewDeferredCheck(func() error { return sh.Opener.Check(cfg.Redis.timeout(), sh.Prefix, scope, nil, true) }, checkError)
+			late = remote.NewDeferredCheck(func() error { return sh.Opener.Check(cfg.Redis.timeout(), sh.Prefix, scope, nil, true) }, p.checkError)
 		}
 	} else {
 		// The limiters of the rules' key "" (a rule without keys) must
@@ -110,44 +106,54 @@ func (p *Engine) initRedis(cfg *config) error {
 			cs = cs[:rspec.MaxCharges]
 		}
 		if err := sh.Opener.Check(cfg.Redis.timeout(), sh.Prefix, scope, cs, !cfg.Redis.EvictionAllowed); err != nil {
-			return checkError(err)
+			return p.checkError(err)
 		}
 	}
 	rc := remote.Config{
 		Store:          st,
 		MaxPause:       backoff.Cap(p.maxPause),
-		Timeout:        cfg.Redis.Timeout,
+		Timeout:        cfg.Redis.timeout(),
 		Jitter:         cfg.Redis.Jitter,
 		TestAfterAdmit: cfg.Redis.TestAfterAdmit,
 		OnRoom:         p.onRoom,
 	}
-	if p.one != nil && p.one.local != nil {
+	if p.one != nil {
 		rc.Fallback = p.one.local
 	}
 	eng, err := remote.New(rc)
 	if err != nil {
 		return fmt.Errorf("%w (redisrate.Shared)", err)
 	}
-	p.rem = &redisMode{p: p, eng: eng, scope: scope, late: late,
+	p.book = &redisMode{p: p, eng: eng, scope: scope, late: late,
 		sending: make(map[*limiter]int), sentCh: make(chan struct{}), timeout: cfg.Redis.timeout()}
-	p.book = p.rem
 	return nil
 }
 
-// poolCheckError says what the check of New found and what to do.
-func poolCheckError(err error) error {
+// checkError says what the check at construction (New, or NewShared for a
+// semaphore, whose limit mismatch it names) found and what to do.
+func (p *Engine) checkError(err error) error {
+	what := "clientpool.New asks Redis once; redisrate.WithDeferredChecks builds the pool"
+	if p.one != nil {
+		what = "redisrate.NewSemaphore asks Redis once; redisrate.WithDeferredChecks builds the semaphore"
+		err = p.one.named(err)
+	}
 	switch {
 	case errors.Is(err, ratesem.ErrEviction):
 		return fmt.Errorf("%w (redisrate.WithEvictionAllowed to use it anyway)", err)
 	case errors.Is(err, ratesem.ErrUnavailable):
-		return fmt.Errorf("%w (clientpool.New asks Redis once; redisrate.WithDeferredChecks builds the pool before Redis is up)", err)
+		return fmt.Errorf("%w (%s before Redis is up)", err, what)
 	}
 	return err
 }
 
-// lateCheck runs, with WithDeferredRedisChecks, the eviction check
-// deferred (remote.DeferredCheck; bounded by a second).
-func (m *redisMode) lateCheck() error { return m.late.Err(m.eng) }
+// check is what Acquire and TryAcquire check in Redis mode only, first:
+// the number of charges.
+func (m *redisMode) check(charges []Charge) error {
+	if len(charges) > MaxRedisCharges {
+		return fmt.Errorf("%w: %d, at most %d", ratesem.ErrTooManyCharges, len(charges), MaxRedisCharges)
+	}
+	return nil
+}
 
 // specOf returns the Redis form of r's window under l.
 func specOf(r *Rule, l window.Limit) (*rspec.Spec, error) {
@@ -169,11 +175,11 @@ func specOf(r *Rule, l window.Limit) (*rspec.Spec, error) {
 // then are covered by their leases). It waits for the round trips still
 // running, at most two seconds, and never closes the Redis client. Tickets
 // may still be released after Close. Calling it again only waits again.
-func (p *Engine) Close() error {
-	if p.rem == nil {
-		return nil
-	}
-	err := p.rem.eng.Close()
+func (p *Engine) Close() error { return p.book.close() }
+
+func (m *redisMode) close() error {
+	p := m.p
+	err := m.eng.Close()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for e := p.waiters.Front(); e != nil; {
@@ -187,16 +193,12 @@ func (p *Engine) Close() error {
 	return err
 }
 
-// acquireRedis is Acquire in Redis mode, for charges already merged: the
+// acquire is Acquire in Redis mode, for charges already merged: the
 // call waits in the engine's own queues (start, redisWait), and Redis
-// decides for it when it heads them (redisDecideLocked).
-func (p *Engine) acquireRedis(ctx context.Context, t *Ticket, charges []Charge) error {
-	if err := p.rem.lateCheck(); err != nil {
-		p.emitFailed(charges, nil, err)
-		return err
-	}
-	if len(charges) > MaxRedisCharges {
-		err := fmt.Errorf("%w: %d, at most %d", ratesem.ErrTooManyCharges, len(charges), MaxRedisCharges)
+// decides for it when it heads them (decideLocked).
+func (m *redisMode) acquire(ctx context.Context, t *Ticket, charges []Charge) error {
+	p := m.p
+	if err := m.check(charges); err != nil {
 		p.emitFailed(charges, nil, err)
 		return err
 	}
@@ -207,7 +209,7 @@ func (p *Engine) acquireRedis(ctx context.Context, t *Ticket, charges []Charge) 
 		return err
 	}
 	p.flushFor(t, w)
-	queued, err := p.redisWait(ctx, w, charges)
+	queued, err := m.redisWait(ctx, w, charges)
 	if err != nil {
 		if !queued {
 			w = nil
@@ -240,10 +242,11 @@ func (p *Engine) holdRedis(t *Ticket, hs []held, charges []Charge, call *remote.
 
 // redisWait waits until w is granted or fails, or ctx is done, asking
 // Redis (Decide, outside the lock, on the caller's goroutine) whenever
-// the queues want a decision for w (redisDecideLocked), and reporting
+// the queues want a decision for w (decideLocked), and reporting
 // Queued once w has to wait. It returns whether w queued, and nil when w
 // was granted (w.rcall), or the error, w having let go of everything.
-func (p *Engine) redisWait(ctx context.Context, w *waiter, charges []Charge) (queued bool, err error) {
+func (m *redisMode) redisWait(ctx context.Context, w *waiter, charges []Charge) (queued bool, err error) {
+	p := m.p
 	p.mu.Lock()
 	queued = !w.uncounted
 	p.mu.Unlock()
@@ -269,7 +272,7 @@ func (p *Engine) redisWait(ctx context.Context, w *waiter, charges []Charge) (qu
 			}
 			return queued, nil
 		case <-w.ask:
-			if p.askRedis(ctx, w) && !queued {
+			if m.askRedis(ctx, w) && !queued {
 				queued = true
 				p.emitQueued(w, charges)
 			}
@@ -282,27 +285,9 @@ func (p *Engine) redisWait(ctx context.Context, w *waiter, charges []Charge) (qu
 // set at the instant Redis named, jittered; or woken by a release of this
 // process, OnRoom, or after remote.ReleaseRetry). It reports whether w
 // started waiting now (its first refusal).
-func (p *Engine) askRedis(ctx context.Context, w *waiter) bool {
-	eng, scope := p.rem.eng, p.rem.scope
-	o, err := eng.Decide(ctx, scope, w.rcs)
-	if err != nil && p.relearn(w.held, w.rcs, err) {
-		o, err = eng.Decide(ctx, scope, w.rcs) // a learned limit never refuses a call (learn_redis.go)
-	}
-	if err != nil && errors.Is(err, ratesem.ErrLimitMismatch) && w.setHere {
-		// This process changed a rule's limit with SetLimit: it is the
-		// limit for every process, so write it to the keys another
-		// process still keeps under the old one, and ask once more.
-		for i, c := range w.rcs {
-			if w.held[i].lim.rule.setHere {
-				if err = eng.SetLimit(ctx, scope, c); err != nil {
-					break
-				}
-			}
-		}
-		if err == nil {
-			o, err = eng.Decide(ctx, scope, w.rcs)
-		}
-	}
+func (m *redisMode) askRedis(ctx context.Context, w *waiter) bool {
+	p := m.p
+	o, err := m.decide(ctx, w.held, w.rcs, w.setHere)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	w.asking = false
@@ -313,37 +298,61 @@ func (p *Engine) askRedis(ctx context.Context, w *waiter) bool {
 		}
 	}
 	now := p.now()
+	defer p.settleLocked(now)
+	first := false // refused for the first time: it waits from now on
+	if err == nil && o.Call == nil && w.uncounted && !w.done {
+		if err = p.queueFullLocked(w.held); err == nil {
+			first = true
+			p.countLocked(w)
+		}
+	}
 	switch {
 	case w.done: // failed meanwhile (its budget, SetLimit, Close)
 		if o.Call != nil {
 			o.Call.Release()
 		}
-		return false
-	case err != nil && ctx.Err() != nil:
-		return false // redisWait sees ctx done
+	case err != nil && ctx.Err() != nil: // redisWait sees ctx done
 	case err != nil:
 		p.finishLocked(w, err)
-		p.settleLocked(now)
-		return false
 	case o.Call != nil:
 		w.rcall, w.granted = o.Call, now
 		p.finishLocked(w, nil)
-		p.settleLocked(now)
-		return false
+	default:
+		w.out = &o
+		p.tryWaiterLocked(w, now)
 	}
-	first := w.uncounted
-	if first {
-		if err := p.queueFullLocked(w.held); err != nil {
-			p.finishLocked(w, err)
-			p.settleLocked(now)
-			return false
-		}
-		p.countLocked(w)
-	}
-	w.out = &o
-	p.tryWaiterLocked(w, now)
-	p.settleLocked(now)
 	return first && !w.done
+}
+
+// decide asks Redis for a call whose charges rcs are hs's, in order,
+// after the eviction check WithDeferredChecks deferred (remote.DeferredCheck,
+// bounded by a second: after the checks without a round trip); once more
+// as rspec.Unknown charges when Redis stores a learned limit lower than
+// this process knew (relearn: a learned limit never refuses a call);
+// and when setHere (a rule's limit was set by SetLimit here: it is the
+// limit for every process) and Redis keeps another, once more after
+// writing it to the keys another process still keeps under the old one.
+func (m *redisMode) decide(ctx context.Context, hs []held, rcs []rspec.Charge, setHere bool) (remote.Outcome, error) {
+	if err := m.late.Err(m.eng); err != nil {
+		return remote.Outcome{}, err
+	}
+	o, err := m.eng.Decide(ctx, m.scope, rcs)
+	if err != nil && m.p.relearn(hs, rcs, err) {
+		o, err = m.eng.Decide(ctx, m.scope, rcs)
+	}
+	if err != nil && errors.Is(err, ratesem.ErrLimitMismatch) && setHere {
+		for i, c := range rcs {
+			if hs[i].lim.rule.setHere {
+				if err = m.eng.SetLimit(ctx, m.scope, c); err != nil {
+					break
+				}
+			}
+		}
+		if err == nil {
+			o, err = m.eng.Decide(ctx, m.scope, rcs)
+		}
+	}
+	return o, err
 }
 
 // maxFreeAsks bounds the calls of one limiter that ask Redis at once
@@ -375,20 +384,19 @@ func askFreeLocked(w *waiter) {
 	for i := range w.held {
 		w.held[i].lim.asking++
 	}
-	w.refreshLocked()
-	w.asking = true
-	w.ask <- struct{}{}
+	w.askLocked()
 }
 
-// refreshLocked sets w's Redis charges to the limits in force (SetLimit)
-// before it asks, and notes whether one of them was set in this process.
-func (w *waiter) refreshLocked() {
-	w.setHere = false
-	for i := range w.rcs {
-		h := &w.held[i]
-		rs := h.lim.rule
-		w.rcs[i] = redisChargeLocked(h, Charge{Rule: rs.Name, Key: h.lim.key, Weight: h.n}) // the key's spec: learned, adopted or the rule's
-		w.setHere = w.setHere || rs.setHere
+// askLocked has w's goroutine ask Redis (askRedis), its Redis charges set
+// to the limits in force (SetLimit), noting whether one of them was set in
+// this process.
+func (w *waiter) askLocked() {
+	w.rcs = redisChargesLocked(w.held)
+	w.setHere = slices.ContainsFunc(w.held, func(h held) bool { return h.lim.rule.setHere })
+	w.asking = true
+	select {
+	case w.ask <- struct{}{}:
+	default:
 	}
 }
 
@@ -406,62 +414,54 @@ func (p *Engine) queueFullLocked(hs []held) error {
 	return nil
 }
 
-// redisDecideLocked is decideLocked in Redis mode: the decision its
+// decideLocked is decideLocked in Redis mode: the decision its
 // goroutine brought back (w.out), applied; or, when there is none, w's
 // goroutine is asked to make one (askRedis), once at a time.
-func (p *Engine) redisDecideLocked(w *waiter, now time.Time) (at time.Time, needRelease, ok, asking bool) {
-	o := w.out
-	if o == nil {
-		if !w.asking {
-			w.refreshLocked()
-			w.asking = true
-			select {
-			case w.ask <- struct{}{}:
-			default:
-			}
-		}
-		for i := range w.nodes {
-			w.nodes[i].refused, w.nodes[i].when, w.nodes[i].rel = true, 0, false
-		}
-		return time.Time{}, false, false, true
-	}
+func (m *redisMode) decideLocked(w *waiter, now time.Time) (at time.Time, needRelease, ok, asking bool) {
+	o := w.out // a refusal: askRedis applied an admission itself
 	w.out = nil
 	for i := range w.nodes {
-		w.nodes[i].refused, w.nodes[i].when, w.nodes[i].rel = false, 0, false
+		w.nodes[i].refused, w.nodes[i].when, w.nodes[i].rel = o == nil, 0, false
 	}
-	if o.Call != nil { // applied by askRedis; not reached
-		return time.Time{}, false, true, false
+	if o == nil {
+		if !w.asking {
+			w.askLocked()
+		}
+		return time.Time{}, false, false, true
 	}
 	ri := o.Refused
 	if ri < 0 || ri >= len(w.nodes) {
 		ri = 0
 	}
 	at = o.At
-	if o.Release {
-		needRelease = true
-		if r := now.Add(remote.ReleaseRetry(w.rcs[ri])); at.IsZero() || r.Before(at) {
-			at = r
-		}
+	if r := now.Add(remote.ReleaseRetry(w.rcs[ri])); o.Release && (at.IsZero() || r.Before(at)) {
+		at = r
 	}
 	if at.Before(now.Add(remote.MinRetry)) {
 		// Never sooner than MinRetry: nothing polls Redis in a loop.
 		at = now.Add(remote.MinRetry + rand.N(remote.MinRetry))
 	} else {
-		at = at.Add(p.rem.eng.Jitter(at.Sub(now)))
+		at = at.Add(m.eng.Jitter(at.Sub(now)))
 	}
 	n := &w.nodes[ri]
-	n.refused, n.when, n.rel = true, max(p.mono(at), 1), o.Release
-	return at, needRelease, false, false
+	n.refused, n.when, n.rel = true, max(m.p.mono(at), 1), o.Release
+	return at, o.Release, false, false
 }
 
-// chargesLocked returns the Redis charges of charges, referenced in hs.
-func (m *redisMode) chargesLocked(hs []held, charges []Charge) []rspec.Charge {
-	rcs := make([]rspec.Charge, len(charges))
-	for i, c := range charges {
-		rcs[i] = redisChargeLocked(&hs[i], c)
-	}
-	return rcs
+// newWaiterLocked gives w, a call about to wait, the channel its
+// goroutine is asked for a decision on (its Redis charges are set before
+// each ask: askLocked).
+func (m *redisMode) newWaiterLocked(w *waiter) { w.ask = make(chan struct{}, 1) }
+
+// admitNowLocked is Redis mode's part of start: nothing is admitted
+// under the lock; the call asks Redis at once (queue false) unless a
+// refused call queues on one of its limiters (freeLocked).
+func (m *redisMode) admitNowLocked(_ *Ticket, hs []held, _ time.Time) (queue, ok bool) {
+	return !freeLocked(hs), false
 }
+
+// policyFor is nil: the windows live in Redis.
+func (m *redisMode) policyFor(*ruleState) window.Policy { return nil }
 
 // onRoom is remote.Config.OnRoom: a release of this process (or a usage
 // report giving units back, or SetLimit) reached Redis on the limiters of
@@ -487,45 +487,37 @@ func (p *Engine) onRoom(scope string, cs []rspec.Charge) {
 
 // chargesName reports whether one of cs is l's.
 func chargesName(cs []rspec.Charge, l *limiter) bool {
-	for _, c := range cs {
-		if c.Rule == l.rule.Name && c.Key == redisKey(l.key) {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(cs, func(c rspec.Charge) bool { return c.Rule == l.rule.Name && c.Key == redisKey(l.key) })
 }
 
 // sent notes that a release of this process on the limiters of hs
 // reached Redis (or failed, or was dropped): a try waiting for it asks
 // again.
-func (p *Engine) sent(hs []held) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
+func (m *redisMode) sent(hs []held) {
+	m.p.mu.Lock()
+	defer m.p.mu.Unlock()
 	for i := range hs {
 		l := hs[i].lim
-		if p.rem.sending[l]--; p.rem.sending[l] <= 0 {
-			delete(p.rem.sending, l)
+		if m.sending[l]--; m.sending[l] <= 0 {
+			delete(m.sending, l)
 		}
 	}
-	close(p.rem.sentCh)
-	p.rem.sentCh = make(chan struct{})
+	close(m.sentCh)
+	m.sentCh = make(chan struct{})
 }
 
 // awaitSent waits until no release of this process on the limiters of hs
 // is on its way to Redis, at most the Redis timeout. It reports whether
 // there was one.
-func (p *Engine) awaitSent(hs []held) bool {
-	t := time.NewTimer(p.rem.timeout)
+func (m *redisMode) awaitSent(hs []held) bool {
+	t := time.NewTimer(m.timeout)
 	defer t.Stop()
 	waited := false
 	for {
-		p.mu.Lock()
-		busy := false
-		for i := range hs {
-			busy = busy || p.rem.sending[hs[i].lim] > 0
-		}
-		ch := p.rem.sentCh
-		p.mu.Unlock()
+		m.p.mu.Lock()
+		busy := slices.ContainsFunc(hs, func(h held) bool { return m.sending[h.lim] > 0 })
+		ch := m.sentCh
+		m.p.mu.Unlock()
 		if !busy {
 			return waited
 		}
@@ -538,48 +530,26 @@ func (p *Engine) awaitSent(hs []held) bool {
 	}
 }
 
-// startRedis checks charges (of TryAcquire), references their limiters in
-// this process and returns their Redis charges.
-func (p *Engine) startRedis(charges []Charge) (hs []held, rcs []rspec.Charge, err error) {
-	if len(charges) > MaxRedisCharges {
-		return nil, nil, fmt.Errorf("%w: %d, at most %d", ratesem.ErrTooManyCharges, len(charges), MaxRedisCharges)
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if err := p.tooHeavyLocked(charges); err != nil {
-		return nil, nil, err
-	}
-	now := p.now()
-	if p.idle > 0 {
-		p.evictLocked(now, evictBudget, false)
-	}
-	hs = make([]held, len(charges))
-	if err := p.refLocked(hs, charges, now); err != nil {
-		return nil, nil, err
-	}
-	return hs, p.rem.chargesLocked(hs, charges), nil
-}
-
-// releaseRedis is Ticket.Release in Redis mode: the local accounting now,
-// Redis in the background.
-func (t *Ticket) releaseRedis() {
-	call := t.releaseLocal()
-	call.Release()
-}
-
-// releaseLocal does the local accounting of a release in Redis mode and
-// returns the call to end in Redis.
-func (t *Ticket) releaseLocal() *remote.Call {
+// release is Ticket.Release in Redis mode: the local accounting now,
+// Redis in the background, the call settled (remote.Call.ReleaseSettled)
+// when Settle named a charge's rule or a charge was cut (learn_redis.go:
+// charged less in Redis, released at its real weight).
+func (m *redisMode) release(t *Ticket) {
 	p := t.pool
 	p.mu.Lock()
 	call := t.rcall // kept: a usage report read after Release still carries its mark
 	now := p.now()
 	hs := t.held
-	call.OnSent(func() { p.sent(hs) })
-	for i := range t.held {
-		h := &t.held[i]
+	call.OnSent(func() { m.sent(hs) })
+	actual, settle := make([]int64, len(hs)), false
+	for i := range hs {
+		h := &hs[i]
+		if actual[i] = h.n; h.settled {
+			actual[i] = h.actual
+		}
+		settle = settle || h.settled || h.cut
 		l := h.lim
-		p.rem.sending[l]++
+		m.sending[l]++
 		l.inflight -= h.n
 		if fb := l.fb; fb != nil && fb.streak != 0 && fb.throttles == h.thrAtAdmit {
 			fb.streak = 0 // a call went through without a throttle
@@ -587,46 +557,31 @@ func (t *Ticket) releaseLocal() *remote.Call {
 		p.unrefLocked(l, now)
 	}
 	p.mu.Unlock()
-	return call
+	if !settle {
+		call.Release()
+		return
+	}
+	call.ReleaseSettled(actual)
 }
 
-// releaseRedisSettled is releaseRedis for a call whose weights are known
-// only after it: actual[i] is the units t.held[i] really cost (−1, or any
-// negative: not settled, its weight counts as today; len(actual) must be
-// len(t.held)). The local accounting is done now; Redis settles the call in
-// the background (remote.Call.ReleaseSettled). It panics when len(actual)
-// differs from len(t.held); never waits on Redis.
-func (t *Ticket) releaseRedisSettled(actual []int64) {
-	if len(actual) != len(t.held) {
-		panic(fmt.Sprintf("clientpool: %d settled weights for %d charges", len(actual), len(t.held)))
-	}
-	as := make([]int64, len(actual))
-	for i, a := range actual {
-		if a < 0 {
-			a = t.held[i].n
-		}
-		as[i] = a
-	}
-	t.releaseLocal().ReleaseSettled(as)
-}
+// takeBack ends t at once in Redis, on the safe side.
+func (m *redisMode) takeBack(t *Ticket) { t.Release() }
 
-// observeRedis is Ticket.ObserveHeaders in Redis mode: each count the
+// observe is Ticket.ObserveHeaders in Redis mode: each count the
 // headers give goes to Redis, which counts at least that many units in the
 // window from then on.
-func (t *Ticket) observeRedis(h http.Header) {
+func (m *redisMode) observe(t *Ticket, h http.Header) {
 	p := t.pool
-	t.learnRedis(h)
-	p.mu.Lock()
+	m.learn(t, h)
 	// seen: when this response was read, on Redis's clock (estimated from
 	// the admission's instant there and this process's clock since).
 	var seen time.Time
-	call := t.rcall // after Release too: the report is still this call's
+	call := t.rcall // set before Acquire returned; after Release too: the report is still this call's
 	if call != nil {
 		if at, back := call.Admitted(); !at.IsZero() {
 			seen = at.Add(time.Since(back))
 		}
 	}
-	p.mu.Unlock()
 	for i := range t.held {
 		hd := &t.held[i]
 		rs := hd.lim.rule
@@ -637,7 +592,6 @@ func (t *Ticket) observeRedis(h http.Header) {
 		if !ok || used < 0 {
 			continue
 		}
-		c := t.charges[i]
 		r := rspec.Read{Seen: seen}
 		p.mu.Lock()
 		// A call's units are taken off the server's count once: another
@@ -646,29 +600,46 @@ func (t *Ticket) observeRedis(h http.Header) {
 		hd.reported = true
 		p.mu.Unlock()
 		if call != nil && first {
-			r.Mark, r.Weight = call.Mark(i), c.Weight
+			r.Mark, r.Weight = call.Mark(i), t.charges[i].Weight
 		}
-		p.reconcileRedis(rs, c.Key, used, r)
+		m.reconcileAt(rs, t.charges[i].Key, used, r)
 	}
 }
 
-// reconcileRedis sends a server's count for (rule, key) to Redis, in the
+// reconcile is Reconcile in Redis mode (reconcileAt).
+func (m *redisMode) reconcile(rs *ruleState, key string, used int64) error {
+	m.reconcileAt(rs, key, used, rspec.Read{})
+	return nil
+}
+
+// reconcileAt sends a server's count for (rule, key) to Redis, in the
 // background, and reports it.
 //
 // r says when the response that reported used was read, on Redis's clock
 // (zero when not known), and the call's mark: a window aligned to the clock
 // drops a count read in an earlier window than the one current when it
 // reaches Redis, which is that window's count (rspec.Store.ReconcileAt).
-func (p *Engine) reconcileRedis(rs *ruleState, key string, used int64, r rspec.Read) {
+func (m *redisMode) reconcileAt(rs *ruleState, key string, used int64, r rspec.Read) {
+	p := m.p
 	p.mu.Lock()
 	spec := p.keySpecLocked(rs, key)
 	p.mu.Unlock()
-	p.rem.eng.ReconcileAtThen(p.rem.scope, rspec.Charge{Rule: rs.Name, Key: redisKey(key), Spec: spec}, used, r, p.reconciledThen(rs.Name, key))
+	m.eng.ReconcileAtThen(m.scope, rspec.Charge{Rule: rs.Name, Key: redisKey(key), Spec: spec}, used, r, p.reconciledThen(rs.Name, key))
 }
 
-// pauseRedis writes the pause of (rule, key) until until to Redis, in the
+// pauseCap caps a pause of Redis mode at now + the pool's cap
+// (WithMaxPause).
+func (m *redisMode) pauseCap(until time.Time) time.Time {
+	if limit := m.p.now().Add(backoff.Cap(m.p.maxPause)); until.After(limit) {
+		return limit
+	}
+	return until
+}
+
+// paused writes the pause of (rule, key) until until to Redis, in the
 // background.
-func (p *Engine) pauseRedis(rule, key string, until time.Time) {
+func (m *redisMode) paused(rule, key string, until time.Time) {
+	p := m.p
 	rs := p.rules[rule]
 	if rs == nil {
 		return
@@ -676,11 +647,12 @@ func (p *Engine) pauseRedis(rule, key string, until time.Time) {
 	p.mu.Lock()
 	spec, d := p.keySpecLocked(rs, key), until.Sub(p.now())
 	p.mu.Unlock()
-	p.rem.eng.Pause(p.rem.scope, rspec.Charge{Rule: rule, Key: redisKey(key), Spec: spec}, d)
+	m.eng.Pause(m.scope, rspec.Charge{Rule: rule, Key: redisKey(key), Spec: spec}, d)
 }
 
-// setLimitRedis is SetLimit in Redis mode.
-func (p *Engine) setLimitRedis(rs *ruleState, l window.Limit) error {
+// setLimit is SetLimit in Redis mode.
+func (m *redisMode) setLimit(rs *ruleState, l window.Limit) error {
+	p := m.p
 	spec, err := specOf(rs.Rule, l)
 	if err != nil {
 		return err
@@ -700,7 +672,7 @@ func (p *Engine) setLimitRedis(rs *ruleState, l window.Limit) error {
 	}
 	p.mu.Unlock()
 	for _, k := range keys {
-		if err := p.rem.eng.SetLimit(context.Background(), p.rem.scope, rspec.Charge{Rule: rs.Name, Key: redisKey(k), Spec: spec}); err != nil {
+		if err := m.eng.SetLimit(context.Background(), m.scope, rspec.Charge{Rule: rs.Name, Key: redisKey(k), Spec: spec}); err != nil {
 			return fmt.Errorf("%w (SetLimit(%q, %v): key %q)", err, rs.Name, l, k)
 		}
 	}
@@ -721,27 +693,20 @@ func (p *Engine) setLimitRedis(rs *ruleState, l window.Limit) error {
 	return nil
 }
 
-// capRedisPause caps a pause of Redis mode at now + the pool's cap.
-func capRedisPause(until, now time.Time, maxPause time.Duration) time.Time {
-	if limit := now.Add(backoff.Cap(maxPause)); until.After(limit) {
-		return limit
-	}
-	return until
-}
+// keyLimitLocked is KeyState.Limit in Redis mode: the limit of the Spec
+// l's key is charged under.
+func (m *redisMode) keyLimitLocked(l *limiter) window.Limit { return l.redisSpec().Limit }
 
-// tryRedis is TryAcquire in Redis mode, for charges already merged: it
+// try is TryAcquire in Redis mode, for charges already merged: it
 // never overtakes a waiter of this process (the wait its queues know, or
-// ratesem.ErrInFlight), then makes one decision (Decide). When Redis says
+// ratesem.ErrInFlight), then makes one decision (decide). When Redis says
 // only a release can help while releases of this process on those
 // limiters are on their way, it waits for them (at most the Redis
 // timeout) and decides again: the wait this process's own releases give
 // is this process's knowledge.
-func (p *Engine) tryRedis(t *Ticket, charges []Charge) (time.Duration, error) {
-	if err := p.rem.lateCheck(); err != nil {
-		p.emitFailed(charges, nil, err)
-		return 0, err
-	}
-	hs, rcs, err := p.startRedis(charges)
+func (m *redisMode) try(t *Ticket, charges []Charge) (time.Duration, error) {
+	p := m.p
+	hs, rcs, err := m.startTry(charges)
 	if err != nil {
 		p.flushEvicted()
 		p.emitFailed(charges, nil, err)
@@ -750,14 +715,10 @@ func (p *Engine) tryRedis(t *Ticket, charges []Charge) (time.Duration, error) {
 	p.flushOr(func() { p.unrefAll(hs) })
 	d, err := p.tryQueued(hs)
 	if d == 0 && err == nil {
-		eng, scope := p.rem.eng, p.rem.scope
 		var o remote.Outcome
-		o, err = eng.Decide(context.Background(), scope, rcs)
-		if err != nil && p.relearn(hs, rcs, err) {
-			o, err = eng.Decide(context.Background(), scope, rcs) // (learn_redis.go)
-		}
-		if err == nil && o.Call == nil && o.Release && p.awaitSent(hs) {
-			o, err = eng.Decide(context.Background(), scope, rcs)
+		o, err = m.decide(context.Background(), hs, rcs, false)
+		if err == nil && o.Call == nil && o.Release && m.awaitSent(hs) {
+			o, err = m.eng.Decide(context.Background(), m.scope, rcs)
 		}
 		switch {
 		case err != nil:
@@ -776,6 +737,35 @@ func (p *Engine) tryRedis(t *Ticket, charges []Charge) (time.Duration, error) {
 		p.emitFailed(charges, nil, err)
 	}
 	return d, err
+}
+
+// startTry checks charges (of TryAcquire), references their limiters in
+// this process and returns their Redis charges.
+func (m *redisMode) startTry(charges []Charge) (hs []held, rcs []rspec.Charge, err error) {
+	if err := m.check(charges); err != nil {
+		return nil, nil, err
+	}
+	p := m.p
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if hs, err = p.refChargesLocked(charges, p.now()); err != nil {
+		return nil, nil, err
+	}
+	return hs, redisChargesLocked(hs), nil
+}
+
+// refChargesLocked checks charges (a weight its rule can never admit:
+// tooHeavyLocked), evicts idle keys (a bounded step) and references the
+// limiters of charges at now (refLocked), in held charges.
+func (p *Engine) refChargesLocked(charges []Charge, now time.Time) ([]held, error) {
+	if err := p.tooHeavyLocked(charges); err != nil {
+		return nil, err
+	}
+	if p.idle > 0 {
+		p.evictLocked(now, evictBudget, false)
+	}
+	hs := make([]held, len(charges))
+	return hs, p.refLocked(hs, charges, now)
 }
 
 // tryQueued returns what waiters of this process queued on the limiters

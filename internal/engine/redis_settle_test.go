@@ -34,9 +34,9 @@ func newSettlePool(t *testing.T, c goredis.UniversalClient) *Engine {
 	return p
 }
 
-// TestRedisTicketSettled: releaseRedisSettled settles each charge of a
-// ticket to its actual weight in Redis (−1: not settled, the estimate
-// counts), in the background; Close sends it. A second pool then sees the
+// TestRedisTicketSettled: Release in Redis mode settles each charge of a
+// ticket Settle named to its actual weight in Redis (the others: the
+// estimate counts), in the background; Close sends it. A second pool then sees the
 // refunds and the debits: tokens 10 − 8 + 6 (refund) − 1 − 4 (debit) = 3
 // left, requests 1 ended.
 func TestRedisTicketSettled(t *testing.T) {
@@ -48,20 +48,18 @@ func TestRedisTicketSettled(t *testing.T) {
 	if err := p1.Acquire(ctx, tk, []Charge{{Rule: "req", Weight: 1}, {Rule: "tok", Weight: 8}}); err != nil {
 		t.Fatal(err)
 	}
-	func() {
-		defer func() {
-			if recover() == nil {
-				t.Error("one weight for two charges: no panic")
-			}
-		}()
-		tk.releaseRedisSettled([]int64{2})
-	}()
-	tk.releaseRedisSettled([]int64{-1, 2})
+	if err := tk.Settle("tok", 2); err != nil { // req not settled: the estimate counts
+		t.Fatal(err)
+	}
+	tk.Release()
 	tk2 := new(Ticket)
 	if err := p1.Acquire(ctx, tk2, []Charge{{Rule: "tok", Weight: 1}}); err != nil {
 		t.Fatal(err)
 	}
-	tk2.releaseRedisSettled([]int64{5})
+	if err := tk2.Settle("tok", 5); err != nil {
+		t.Fatal(err)
+	}
+	tk2.Release()
 	if err := p1.Close(); err != nil { // sends the settlements queued
 		t.Fatal(err)
 	}
