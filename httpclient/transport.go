@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/ratesem/ratesem"
@@ -379,7 +378,7 @@ func (t *Transport) roundTripHeld(l Limiter, n int64, req *http.Request, since t
 	if !headerThrottled && !watch {
 		t.succeeded(sent)
 	}
-	var settle func([]byte)
+	var settle func([]byte, bool)
 	if s, ok := l.(responseSettler); ok && s.wantsBody() {
 		if resp.Body == http.NoBody {
 			s.settleResponse(resp.Header, nil, true)
@@ -387,15 +386,10 @@ func (t *Transport) roundTripHeld(l Limiter, n int64, req *http.Request, since t
 			// Settling needs the body read to its end (the usage of an
 			// LLM reply comes last): a body closed before io.EOF is
 			// reported as Unsettled when what was read did not settle it.
-			rc := resp.Body
-			var eof *eofReader
-			if _, rw := rc.(io.Writer); !rw { // a 101's body keeps its Write
-				eof = &eofReader{ReadCloser: rc}
-				resp.Body = eof
-			}
-			settle = func(body []byte) {
-				complete := eof == nil || eof.eof.Load()
-				if s.settleResponse(resp.Header, body, complete) && t.observer != nil {
+			// A 101's body (an io.Writer: the connection) counts as read.
+			_, rw := resp.Body.(io.Writer)
+			settle = func(body []byte, eof bool) {
+				if s.settleResponse(resp.Header, body, eof || rw) && t.observer != nil {
 					t.observer(ratesem.Event{Kind: ratesem.Unsettled, Weight: n})
 				}
 			}
@@ -592,21 +586,6 @@ func describe(req *http.Request) string {
 		return req.Method + " request"
 	}
 	return req.Method + " " + req.URL.Redacted()
-}
-
-// eofReader notes whether a body was read to io.EOF.
-type eofReader struct {
-	io.ReadCloser
-	eof atomic.Bool
-}
-
-// Read reads from the body and notes its io.EOF.
-func (r *eofReader) Read(p []byte) (int, error) {
-	n, err := r.ReadCloser.Read(p)
-	if err == io.EOF {
-		r.eof.Store(true)
-	}
-	return n, err
 }
 
 // notSentError is an error of RoundTrip that wraps another (the limiter's
