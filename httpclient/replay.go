@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"slices"
 	"sync"
@@ -50,16 +51,15 @@ type replayBody struct {
 	mu    sync.Mutex
 	state int
 	// chunks hold the bytes read (see readChunks); written once by fill,
-	// read-only after done is closed.
-	chunks [][]byte
-	n      int64 // the bytes in chunks
-	err    error // the read error of replayFailed
+	// read-only after done is closed. rest is what Read has still to give
+	// of them.
+	chunks, rest net.Buffers
+	err          error // the read error of replayFailed
 	// panicked is what the caller's body panicked with (replayPanicked):
 	// GetBody and Read panic with it again on their caller's goroutine,
 	// where it can be recovered, as a direct read's panic could.
 	panicked any
 	size     int64         // the request's ContentLength: readChunks' first chunk
-	ci, coff int           // Read's place: chunks[ci][coff:] is next
 	done     chan struct{} // closed when fill ends
 }
 
@@ -104,7 +104,7 @@ func (b *replayBody) getBody() (io.ReadCloser, error) {
 	defer b.mu.Unlock()
 	switch b.state {
 	case replayWhole:
-		return &chunkReader{chunks: slices.Clone(b.chunks), n: b.n}, nil
+		return &chunkReader{slices.Clone(b.chunks)}, nil
 	case replayOver:
 		return nil, errReplayTooLarge
 	case replayFailed:
@@ -133,7 +133,7 @@ func (b *replayBody) fill() {
 		}
 		b.mu.Lock()
 		defer b.mu.Unlock()
-		b.chunks, b.n = chunks, n
+		b.chunks, b.rest = chunks, slices.Clone(chunks)
 		switch {
 		case !ok:
 			b.state, b.panicked = replayPanicked, p
@@ -198,48 +198,20 @@ func readChunks(r io.Reader, limit, size int64) (chunks [][]byte, n int64, err e
 	return chunks, n, nil
 }
 
-// chunkReader reads chunks in order: the body GetBody gives.
-type chunkReader struct {
-	chunks [][]byte // what is left: its own slice (the chunks are shared, read-only)
-	n      int64    // the bytes left
-}
-
-// Read reads the next bytes of the chunks; io.EOF after the last.
-func (r *chunkReader) Read(p []byte) (int, error) {
-	for len(r.chunks) > 0 && len(r.chunks[0]) == 0 {
-		r.chunks = r.chunks[1:]
-	}
-	if len(r.chunks) == 0 {
-		return 0, io.EOF
-	}
-	k := copy(p, r.chunks[0])
-	r.chunks[0] = r.chunks[0][k:]
-	r.n -= int64(k)
-	return k, nil
-}
-
-// WriteTo writes what is left of the chunks to w (io.Copy uses it).
-func (r *chunkReader) WriteTo(w io.Writer) (int64, error) {
-	var total int64
-	for len(r.chunks) > 0 {
-		k, err := w.Write(r.chunks[0])
-		total += int64(k)
-		r.n -= int64(k)
-		r.chunks[0] = r.chunks[0][k:]
-		if err != nil {
-			return total, err
-		}
-		if len(r.chunks[0]) > 0 {
-			return total, io.ErrShortWrite
-		}
-		r.chunks = r.chunks[1:]
-	}
-	return total, nil
-}
+// chunkReader reads the chunks in order (net.Buffers' Read and WriteTo): the
+// body GetBody gives. Its chunks are its own slice of the shared,
+// read-only chunks.
+type chunkReader struct{ net.Buffers }
 
 // Len returns the bytes left, so that a reader of the whole body (the
 // saas presets') can allocate them at once.
-func (r *chunkReader) Len() int { return int(r.n) }
+func (r *chunkReader) Len() int {
+	n := 0
+	for _, c := range r.Buffers {
+		n += len(c)
+	}
+	return n
+}
 
 // Close does nothing: the chunks belong to the replayBody.
 func (*chunkReader) Close() error { return nil }
@@ -261,13 +233,10 @@ func (b *replayBody) Read(p []byte) (int, error) {
 		<-done // as a direct read of the caller's body would wait
 		b.mu.Lock()
 	}
-	for ; b.ci < len(b.chunks); b.ci, b.coff = b.ci+1, 0 {
-		if c := b.chunks[b.ci][b.coff:]; len(c) > 0 {
-			n := copy(p, c)
-			b.coff += n
-			b.mu.Unlock()
-			return n, nil
-		}
+	if len(b.rest) > 0 {
+		n, _ := b.rest.Read(p)
+		b.mu.Unlock()
+		return n, nil
 	}
 	switch b.state {
 	case replayWhole:
