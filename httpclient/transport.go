@@ -232,16 +232,12 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 // sleep waits for d on the Transport's clock or until ctx is done,
 // whichever comes first, and returns ctx.Err() in the second case.
 func (t *Transport) sleep(ctx context.Context, d time.Duration) error {
-	var c <-chan time.Time
+	after := time.After // its timer is collected once it is unreachable
 	if t.clk != nil {
-		c = t.clk.After(d)
-	} else {
-		tm := time.NewTimer(d)
-		defer tm.Stop()
-		c = tm.C
+		after = t.clk.After
 	}
 	select {
-	case <-c:
+	case <-after(d):
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
@@ -284,17 +280,26 @@ func rewind(req *http.Request) (*http.Request, error) {
 // roundTripOnce sends req once. When the headers show a throttle it returns
 // the pause that throttle calls for (> 0), which a retry waits out.
 func (t *Transport) roundTripOnce(req *http.Request) (*http.Response, time.Duration, error) {
+	// Until req goes to the base, every way out (no Selector, a negative
+	// weight, a failed Acquire, a panic of the Selector) closes req.Body:
+	// the RoundTripper contract has RoundTrip close it, and a replayed
+	// body's read in flight (withReplayBody) ends only with Close.
+	handedOff := false
+	defer func() {
+		if !handedOff && req.Body != nil {
+			req.Body.Close()
+		}
+	}()
 	if t.sel == nil {
-		closeRequestBody(req)
 		return nil, 0, errNilSelect
 	}
-	l, n := t.selectFor(req)
+	l, n := t.sel(req)
 	if n < 0 {
-		closeRequestBody(req)
 		err := fmt.Errorf("%w %d from the Selector for %s", ratesem.ErrNegativeWeight, n, describe(req))
 		t.observeFailed(n, time.Time{}, err)
 		return nil, 0, err
 	}
+	handedOff = l == nil
 	if l == nil {
 		sent := time.Now()
 		resp, err := send(t.baseRT(), req)
@@ -314,29 +319,13 @@ func (t *Transport) roundTripOnce(req *http.Request) (*http.Response, time.Durat
 		since = time.Now()
 	}
 	if err := l.Acquire(req.Context(), n); err != nil {
-		// The base was never called, so the RoundTripper contract leaves closing
-		// the body to us.
-		closeRequestBody(req)
+		// The base was never called, so the RoundTripper contract leaves
+		// closing the body to us (the deferred Close).
 		t.observeFailed(n, since, err)
 		return nil, 0, notSent(req, err)
 	}
+	handedOff = true
 	return t.roundTripHeld(l, n, req, since)
-}
-
-// selectFor asks the Selector for req's limiter and weight. If the
-// Selector panics, req.Body is closed before the panic goes on: the
-// RoundTripper contract has RoundTrip close it on every way out, and a
-// replayed body's read in flight (withReplayBody) ends only with Close.
-func (t *Transport) selectFor(req *http.Request) (l Limiter, n int64) {
-	done := false
-	defer func() {
-		if !done {
-			closeRequestBody(req)
-		}
-	}()
-	l, n = t.sel(req)
-	done = true
-	return l, n
 }
 
 // roundTripHeld sends req while n units of l are held (admitted after
@@ -572,12 +561,6 @@ func send(base http.RoundTripper, req *http.Request) (*http.Response, error) {
 		resp.Body = http.NoBody
 	}
 	return resp, nil
-}
-
-func closeRequestBody(req *http.Request) {
-	if req.Body != nil {
-		req.Body.Close()
-	}
 }
 
 // describe names a request in error messages without leaking URL passwords.
