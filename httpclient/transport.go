@@ -369,33 +369,30 @@ func (t *Transport) roundTripHeld(l Limiter, n int64, req *http.Request, since t
 	}
 	var settle func([]byte, bool)
 	if s, ok := l.(responseSettler); ok && s.wantsBody() {
-		if resp.Body == http.NoBody {
-			s.settleResponse(resp.Header, nil, true)
-		} else {
-			// Settling needs the body read to its end (the usage of an
-			// LLM reply comes last): a body closed before io.EOF is
-			// reported as Unsettled when what was read did not settle it.
-			// A 101's body (an io.Writer: the connection) counts as read.
-			_, rw := resp.Body.(io.Writer)
-			settle = func(body []byte, eof bool) {
-				if s.settleResponse(resp.Header, body, eof || rw) && t.observer != nil {
-					t.observer(ratesem.Event{Kind: ratesem.Unsettled, Weight: n})
-				}
+		// Settling needs the body read to its end (the usage of an LLM
+		// reply comes last): a body closed before io.EOF is reported as
+		// Unsettled when what was read did not settle it. A 101's body (an
+		// io.Writer: the connection) counts as read.
+		_, rw := resp.Body.(io.Writer)
+		settle = func(body []byte, eof bool) {
+			if s.settleResponse(resp.Header, body, eof || rw) && t.observer != nil {
+				t.observer(ratesem.Event{Kind: ratesem.Unsettled, Weight: n})
 			}
 		}
-	}
-	if resp.Body == http.NoBody {
-		if watch {
-			t.bodySeen(l, resp, []byte{}, headerThrottled, sent)
-		}
-		return resp, wait, nil
 	}
 	var check func([]byte)
 	if watch {
 		check = func(prefix []byte) { t.bodySeen(l, resp, prefix, headerThrottled, sent) }
 	}
-	resp.Body = wrapBody(resp.Body, l, n, check, settle)
+	body := wrapBody(resp.Body, l, n, check, settle)
 	handedOff = true
+	if resp.Body == http.NoBody {
+		// Read at once to its io.EOF: the check, the settlement and the
+		// release happen now, and the caller gets http.NoBody.
+		_, _ = body.Read(nil)
+	} else {
+		resp.Body = body
+	}
 	return resp, wait, nil
 }
 
