@@ -140,16 +140,6 @@ func New(t Table, opts ...Option) (*Pool, error) {
 	return p, nil
 }
 
-// Classify returns the charges of a request under the Table's endpoints:
-// one per rule of the matching endpoint (or of the Table's Default) whose
-// Key applies; none for a request that matches no endpoint when the Table
-// has no Default and sets UnmatchedUnlimited. It returns an error matching
-// ratesem.ErrNoEndpoint for a request that matches no endpoint when the
-// Table has neither, an error matching ratesem.ErrNegativeWeight for a
-// negative weight, or the error of the endpoint's Charges function. It
-// does not block, changes nothing and is safe for concurrent use.
-func (p *Pool) Classify(req *http.Request) ([]Charge, error) { return p.classify(req) }
-
 // Ticket is an admitted call: it holds its charges until Release. Tickets
 // come from Pool.Acquire only (the zero Ticket is not one). Its methods are
 // safe for concurrent use.

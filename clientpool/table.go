@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"path"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -239,12 +240,8 @@ func newRouter(eps []Endpoint) (router, error) {
 // standardMethod reports whether m is one of the methods of RFC 9110 and
 // RFC 5789 (PATCH), in upper case as clients send them.
 func standardMethod(m string) bool {
-	switch m {
-	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
-		http.MethodDelete, http.MethodConnect, http.MethodOptions, http.MethodTrace:
-		return true
-	}
-	return false
+	return slices.Contains([]string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodConnect, http.MethodOptions, http.MethodTrace}, m)
 }
 
 // muxPatterns reports whether ServeMux matches patterns with methods and
@@ -282,15 +279,11 @@ func (r router) match(req *http.Request) *routeEntry {
 	if req.Method == "" || clean != esc {
 		// ServeMux would redirect an unclean path, and takes the method
 		// literally where a client sends "" as GET: match a copy.
-		m := req.Method
-		if m == "" {
-			m = http.MethodGet
-		}
 		u := &url.URL{Path: clean, RawPath: clean}
 		if p, err := url.PathUnescape(clean); err == nil {
 			u.Path = p
 		}
-		probe = &http.Request{Method: m, Host: req.Host, URL: u}
+		probe = &http.Request{Method: method(req), Host: req.Host, URL: u}
 	}
 	h, _ := r.mux.Handler(probe)
 	e, _ := h.(*routeEntry) // not ours: not found, method not allowed, or a redirect of /tree to /tree/
@@ -324,11 +317,15 @@ func cleanPath(p string) string {
 	return c
 }
 
-// classify returns the charges of req under t, merging charges to the same
-// limiter. It returns an error for a negative weight and for a request that
-// matches no endpoint when the table has neither Default nor
-// UnmatchedUnlimited.
-func (p *Pool) classify(req *http.Request) ([]Charge, error) {
+// Classify returns the charges of a request under the Table's endpoints:
+// one per rule of the matching endpoint (or of the Table's Default) whose
+// Key applies; none for a request that matches no endpoint when the Table
+// has no Default and sets UnmatchedUnlimited. It returns an error matching
+// ratesem.ErrNoEndpoint for a request that matches no endpoint when the
+// Table has neither, an error matching ratesem.ErrNegativeWeight for a
+// negative weight, or the error of the endpoint's Charges function. It
+// does not block, changes nothing and is safe for concurrent use.
+func (p *Pool) Classify(req *http.Request) ([]Charge, error) {
 	var costs []Cost
 	if e := p.routes.match(req); e != nil {
 		if e.charges != nil {
@@ -353,7 +350,7 @@ func (p *Pool) classify(req *http.Request) ([]Charge, error) {
 			}
 			key = k
 		}
-		var w int64
+		w := int64(1)
 		switch {
 		case c.Units != 0:
 			w = c.Units
@@ -361,8 +358,6 @@ func (p *Pool) classify(req *http.Request) ([]Charge, error) {
 			w = c.Weight(req)
 		case r.Weight != nil:
 			w = r.Weight(req)
-		default:
-			w = 1
 		}
 		if w < 0 {
 			return nil, fmt.Errorf("%w %d under rule %q for %s %s", ratesem.ErrNegativeWeight, w, c.Rule, method(req), req.URL.Path)
