@@ -119,35 +119,28 @@ func (b *replayBody) getBody() (io.ReadCloser, error) {
 // the caller's body is kept for GetBody and Read to raise again: on fill's
 // own goroutine nobody could recover it.
 func (b *replayBody) fill() {
+	state, p := replayPanicked, any(errors.New("request body's Read exited its goroutine")) // until readChunks returns
 	var chunks [][]byte
 	var n int64
 	var err error
-	ok := false
 	defer func() {
-		var p any
-		if !ok {
-			p = recover()
-			if p == nil { // runtime.Goexit; not expected of a Read
-				p = errors.New("request body's Read exited its goroutine")
+		if state == replayPanicked {
+			if r := recover(); r != nil { // nil: runtime.Goexit, not expected of a Read
+				p = r
 			}
 		}
 		b.mu.Lock()
-		defer b.mu.Unlock()
-		b.chunks, b.rest = chunks, slices.Clone(chunks)
-		switch {
-		case !ok:
-			b.state, b.panicked = replayPanicked, p
-		case err != nil:
-			b.state, b.err = replayFailed, err
-		case n > maxReplayBody:
-			b.state = replayOver
-		default:
-			b.state = replayWhole
-		}
+		b.chunks, b.rest, b.state, b.err, b.panicked = chunks, slices.Clone(chunks), state, err, p
+		b.mu.Unlock()
 		close(b.done)
 	}()
 	chunks, n, err = readChunks(b.rc, maxReplayBody+1, b.size)
-	ok = true
+	switch state = replayWhole; {
+	case err != nil:
+		state = replayFailed
+	case n > maxReplayBody:
+		state = replayOver
+	}
 }
 
 // The sizes of the chunks readChunks reads into: the first, then doubled
@@ -238,21 +231,19 @@ func (b *replayBody) Read(p []byte) (int, error) {
 		b.mu.Unlock()
 		return n, nil
 	}
-	switch b.state {
+	state := b.state // final once fill ended, but for replayStreamed
+	if state != replayWhole && state != replayFailed && state != replayPanicked {
+		b.state = replayStreamed
+	}
+	b.mu.Unlock()
+	switch state {
 	case replayWhole:
-		b.mu.Unlock()
 		return 0, io.EOF
 	case replayFailed:
-		err := b.err
-		b.mu.Unlock()
-		return 0, err
+		return 0, b.err
 	case replayPanicked:
-		p := b.panicked
-		b.mu.Unlock()
-		panic(p)
+		panic(b.panicked)
 	}
-	b.state = replayStreamed
-	b.mu.Unlock()
 	return b.rc.Read(p)
 }
 
