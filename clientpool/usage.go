@@ -236,11 +236,10 @@ func parseStructured(h http.Header, rl []string, policy string, now time.Time) (
 		}
 		return parseDraft07(dict, rl, now)
 	}
-	it, err := findItem(list, policy)
+	it, name, err := findItem(list, policy)
 	if err != nil {
 		return RateLimitInfo{}, false, malformed("RateLimit", rl, err)
 	}
-	name, _ := itemName(it)
 	pv, err := fieldValues(h, "RateLimit-Policy")
 	if err != nil {
 		return RateLimitInfo{}, false, err
@@ -249,7 +248,7 @@ func parseStructured(h http.Header, rl []string, policy string, now time.Time) (
 	if err != nil {
 		return RateLimitInfo{}, false, malformed("RateLimit-Policy", pv, err)
 	}
-	pol, err := findItem(plist, name)
+	pol, _, err := findItem(plist, name)
 	if err != nil {
 		return RateLimitInfo{}, false, malformed("RateLimit-Policy", pv, err)
 	}
@@ -289,29 +288,19 @@ func parseDraft07(d *httpsfv.Dictionary, rl []string, now time.Time) (RateLimitI
 }
 
 // findItem returns the Item of list named name (a String or a Token), or
-// the first member when name is "".
-func findItem(list httpsfv.List, name string) (httpsfv.Item, error) {
+// the first member when name is "", and its name.
+func findItem(list httpsfv.List, name string) (httpsfv.Item, string, error) {
 	for _, m := range list {
-		it, ok := m.(httpsfv.Item)
-		if !ok {
-			continue // an inner list names no policy
+		it, _ := m.(httpsfv.Item) // an inner list names no policy
+		n, ok := it.Value.(string)
+		if t, tok := it.Value.(httpsfv.Token); tok {
+			n, ok = string(t), true
 		}
-		n, ok := itemName(it)
 		if ok && (name == "" || n == name) {
-			return it, nil
+			return it, n, nil
 		}
 	}
-	return httpsfv.Item{}, fmt.Errorf("no policy %s", hdr.Quote(name))
-}
-
-func itemName(it httpsfv.Item) (string, bool) {
-	switch v := it.Value.(type) {
-	case string:
-		return v, true
-	case httpsfv.Token:
-		return string(v), true
-	}
-	return "", false
+	return httpsfv.Item{}, "", fmt.Errorf("no policy %s", hdr.Quote(name))
 }
 
 // intParam returns the non-negative Integer parameter k of p.
