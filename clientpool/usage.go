@@ -236,38 +236,38 @@ func parseStructured(h http.Header, rl []string, policy string, now time.Time) (
 		}
 		return parseDraft07(dict, rl, now)
 	}
+	// RateLimit's item: r, and t when given.
 	it, name, err := findItem(list, policy)
+	var r, t int64
+	given := false
+	if err == nil {
+		r, err = intParam(it.Params, "r")
+	}
+	if err == nil {
+		if _, given = it.Params.Get("t"); given {
+			t, err = intParam(it.Params, "t")
+		}
+	}
 	if err != nil {
 		return RateLimitInfo{}, false, malformed("RateLimit", rl, err)
 	}
+	// RateLimit-Policy's item of the same name: q.
 	pv, err := fieldValues(h, "RateLimit-Policy")
 	if err != nil {
 		return RateLimitInfo{}, false, err
 	}
+	var q int64
 	plist, err := httpsfv.UnmarshalList(pv)
-	if err != nil {
-		return RateLimitInfo{}, false, malformed("RateLimit-Policy", pv, err)
-	}
-	pol, _, err := findItem(plist, name)
-	if err != nil {
-		return RateLimitInfo{}, false, malformed("RateLimit-Policy", pv, err)
-	}
-	var i RateLimitInfo
-	if i.Remaining, err = intParam(it.Params, "r"); err != nil {
-		return RateLimitInfo{}, false, malformed("RateLimit", rl, err)
-	}
-	if i.Limit, err = intParam(pol.Params, "q"); err != nil {
-		return RateLimitInfo{}, false, malformed("RateLimit-Policy", pv, err)
-	}
-	_, given := it.Params.Get("t")
-	if given {
-		t, err := intParam(it.Params, "t")
-		if err != nil {
-			return RateLimitInfo{}, false, malformed("RateLimit", rl, err)
+	if err == nil {
+		var pol httpsfv.Item
+		if pol, _, err = findItem(plist, name); err == nil {
+			q, err = intParam(pol.Params, "q")
 		}
-		i.Reset = resetFrom(t, 0, now)
 	}
-	return i, given, nil
+	if err != nil {
+		return RateLimitInfo{}, false, malformed("RateLimit-Policy", pv, err)
+	}
+	return RateLimitInfo{Limit: q, Remaining: r, Reset: resetFrom(t, 0, now)}, given, nil
 }
 
 // parseDraft07 reads draft 07's `RateLimit: limit=100, remaining=50, reset=5`.
