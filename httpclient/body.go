@@ -65,10 +65,8 @@ func wrapBody(rc io.ReadCloser, l Limiter, n int64, check func([]byte), settle f
 // releases the weight at io.EOF.
 func (b *body) Read(p []byte) (int, error) {
 	n, err := b.rc.Read(p)
-	if n > len(p) || n < 0 { // a broken reader; keep within p
-		n = max(min(n, len(p)), 0)
-	}
-	if err == io.EOF { // io.Reader's contract: EOF itself, not wrapped
+	n = max(min(n, len(p)), 0) // a broken reader's count: kept within p
+	if err == io.EOF {         // io.Reader's contract: EOF itself, not wrapped
 		defer b.release(true) // even if the check panics
 	}
 	b.seen(p[:n], err == io.EOF)
@@ -86,9 +84,8 @@ func (b *body) seen(p []byte, final bool) {
 	if b.check == nil {
 		return
 	}
-	if room := peekSize - len(b.prefix); room > 0 && len(p) > 0 {
-		b.prefix = append(b.prefix, p[:min(room, len(p))]...)
-	}
+	// The prefix is below peekSize here (the check ran when it got there).
+	b.prefix = append(b.prefix, p[:min(peekSize-len(b.prefix), len(p))]...)
 	if final || len(b.prefix) >= peekSize {
 		check := b.check
 		b.check = nil
