@@ -65,8 +65,10 @@ func wrapBody(rc io.ReadCloser, l Limiter, n int64, check func([]byte), settle f
 // releases the weight at io.EOF.
 func (b *body) Read(p []byte) (int, error) {
 	n, err := b.rc.Read(p)
-	n = max(min(n, len(p)), 0) // a broken reader's count: kept within p
-	if err == io.EOF {         // io.Reader's contract: EOF itself, not wrapped
+	// A broken reader's count is kept within p; io.EOF is io.Reader's
+	// contract: EOF itself, not wrapped.
+	n = max(min(n, len(p)), 0)
+	if err == io.EOF {
 		defer b.release(true) // even if the check panics
 	}
 	b.seen(p[:n], err == io.EOF)
