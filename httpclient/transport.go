@@ -281,70 +281,48 @@ func rewind(req *http.Request) (*http.Request, error) {
 // the pause that throttle calls for (> 0), which a retry waits out.
 func (t *Transport) roundTripOnce(req *http.Request) (*http.Response, time.Duration, error) {
 	// Until req goes to the base, every way out (no Selector, a negative
-	// weight, a failed Acquire, a panic of the Selector) closes req.Body:
-	// the RoundTripper contract has RoundTrip close it, and a replayed
-	// body's read in flight (withReplayBody) ends only with Close.
-	handedOff := false
+	// weight, a failed Acquire, a panic of the Selector or of an observer)
+	// closes req.Body: the RoundTripper contract has RoundTrip close it, and
+	// a replayed body's read in flight (withReplayBody) ends only with
+	// Close. While units are held and the body wrapper does not own their
+	// release yet, every way out (a base error, no body, or a panic in the
+	// base, the clock, a hook, an observer or PauseFor) releases them;
+	// otherwise a recovered panic would shrink the limiter for good.
+	var l Limiter
+	var n int64
+	toBase, held := false, false
 	defer func() {
-		if !handedOff && req.Body != nil {
+		if !toBase && req.Body != nil {
 			req.Body.Close()
+		}
+		if held {
+			l.Release(n)
 		}
 	}()
 	if t.sel == nil {
 		return nil, 0, errNilSelect
 	}
-	l, n := t.sel(req)
-	if n < 0 {
+	if l, n = t.sel(req); n < 0 {
 		err := fmt.Errorf("%w %d from the Selector for %s", ratesem.ErrNegativeWeight, n, describe(req))
 		t.observeFailed(n, time.Time{}, err)
 		return nil, 0, err
 	}
-	handedOff = l == nil
-	if l == nil {
-		sent := time.Now()
-		resp, err := send(t.baseRT(), req)
-		if err != nil {
-			return nil, 0, err
+	if l != nil { // nil: the request is not limited
+		var since time.Time
+		if t.observer != nil {
+			since = time.Now()
 		}
-		if !t.throttledBy()(resp.StatusCode, resp.Header, nil) {
-			t.succeeded(sent)
-			return resp, 0, nil
+		if err := l.Acquire(req.Context(), n); err != nil {
+			t.observeFailed(n, since, err)
+			return nil, 0, notSent(req, err)
 		}
-		ra, wait := t.delays(resp, sent)
-		t.observeThrottled(resp.StatusCode, ra, wait, false)
-		return resp, wait, nil
-	}
-	var since time.Time
-	if t.observer != nil {
-		since = time.Now()
-	}
-	if err := l.Acquire(req.Context(), n); err != nil {
-		// The base was never called, so the RoundTripper contract leaves
-		// closing the body to us (the deferred Close).
-		t.observeFailed(n, since, err)
-		return nil, 0, notSent(req, err)
-	}
-	handedOff = true
-	return t.roundTripHeld(l, n, req, since)
-}
-
-// roundTripHeld sends req while n units of l are held (admitted after
-// waiting since since) and arranges their release.
-func (t *Transport) roundTripHeld(l Limiter, n int64, req *http.Request, since time.Time) (*http.Response, time.Duration, error) {
-	// Until the body wrapper owns the release, every way out (Base error, no
-	// body, or a panic in the base, the clock, a hook, an observer or
-	// PauseFor) releases here; otherwise a recovered panic would shrink the
-	// limiter for good.
-	handedOff := false
-	defer func() {
-		if !handedOff {
-			l.Release(n)
+		held = true
+		if t.observer != nil {
+			t.observer(ratesem.Event{Kind: ratesem.Admitted, Weight: n, Wait: time.Since(since)})
 		}
-	}()
-	if t.observer != nil {
-		t.observer(ratesem.Event{Kind: ratesem.Admitted, Weight: n, Wait: time.Since(since)})
 	}
 
+	toBase = true
 	sent := time.Now()
 	resp, err := send(t.baseRT(), req)
 	if err != nil {
@@ -362,10 +340,14 @@ func (t *Transport) roundTripHeld(l Limiter, n int64, req *http.Request, since t
 	}
 	_, handler := l.(throttleHandler)
 	// The body is looked at only when it can change something: a hook that
-	// reads it, or a handler that refines which keys a throttle is about.
-	watch := t.throttledBody != nil || (headerThrottled && handler)
+	// reads it, or a handler that refines which keys a throttle is about;
+	// and only under a limiter, whose units it holds.
+	watch := l != nil && (t.throttledBody != nil || (headerThrottled && handler))
 	if !headerThrottled && !watch {
 		t.succeeded(sent)
+	}
+	if l == nil {
+		return resp, wait, nil
 	}
 	var settle func([]byte, bool)
 	if s, ok := l.(responseSettler); ok && s.wantsBody() {
@@ -385,7 +367,7 @@ func (t *Transport) roundTripHeld(l Limiter, n int64, req *http.Request, since t
 		check = func(prefix []byte) { t.bodySeen(l, resp, prefix, headerThrottled, sent) }
 	}
 	body := wrapBody(resp.Body, l, n, check, settle)
-	handedOff = true
+	held = false // the body wrapper releases
 	if resp.Body == http.NoBody {
 		// Read at once to its io.EOF: the check, the settlement and the
 		// release happen now, and the caller gets http.NoBody.
@@ -428,7 +410,7 @@ func (t *Transport) pause(l Limiter, resp *http.Response, body []byte, sent time
 	ra, d := t.delays(resp, sent)
 	if h, ok := l.(throttleHandler); ok {
 		h.Throttled(resp, body, ra)
-	} else {
+	} else if l != nil {
 		l.PauseFor(d)
 	}
 	t.observeThrottled(resp.StatusCode, ra, d, body != nil)
