@@ -314,7 +314,7 @@ func (t *Transport) roundTripOnce(req *http.Request) (*http.Response, time.Durat
 		}
 		if err := l.Acquire(req.Context(), n); err != nil {
 			t.observeFailed(n, since, err)
-			return nil, 0, notSent(req, err)
+			return nil, 0, prefixed(describe(req)+" not sent", err)
 		}
 		held = true
 		if t.observer != nil {
@@ -564,12 +564,6 @@ func (e *notSentError) Error() string { return e.msg }
 
 // Unwrap returns the cause, for errors.Is and errors.As.
 func (e *notSentError) Unwrap() error { return e.err }
-
-// notSent returns the error of req, not sent because its limiter returned
-// err; it matches err (errors.Is, errors.As).
-func notSent(req *http.Request, err error) error {
-	return prefixed(describe(req)+" not sent", err)
-}
 
 // prefixed returns "ratesem: what: " and err's message, with err's own
 // "ratesem: " dropped (a user's GetBody or limiter may return one of this
