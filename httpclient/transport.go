@@ -402,8 +402,10 @@ func (t *Transport) bodySeen(l Limiter, resp *http.Response, prefix []byte, head
 	t.pause(l, resp, prefix, sent)
 }
 
-// pause pauses l after a throttled response and returns the pause it set
-// (for a throttleHandler: the pause a retry should wait).
+// pause pauses l (nil: none) after a throttled response, reports it to the
+// observer (Source: the body, for a throttle only the body showed, when
+// body is not nil; else the Retry-After or the backoff), and returns the
+// pause it set (for a throttleHandler: the pause a retry should wait).
 // 503 also may carry Retry-After, but it signals an overloaded or down
 // server rather than a client over its quota, so it does not pause the limit.
 func (t *Transport) pause(l Limiter, resp *http.Response, body []byte, sent time.Time) time.Duration {
@@ -413,7 +415,16 @@ func (t *Transport) pause(l Limiter, resp *http.Response, body []byte, sent time
 	} else if l != nil {
 		l.PauseFor(d)
 	}
-	t.observeThrottled(resp.StatusCode, ra, d, body != nil)
+	if t.observer != nil {
+		src := ratesem.SourceBackoff
+		switch {
+		case body != nil: // a throttle only the body showed
+			src = ratesem.SourceBody
+		case ra > 0:
+			src = ratesem.SourceRetryAfter
+		}
+		t.observer(ratesem.Event{Kind: ratesem.Throttled, Status: resp.StatusCode, Pause: d, Source: src})
+	}
 	return d
 }
 
@@ -428,23 +439,6 @@ func (t *Transport) observeFailed(n int64, since time.Time, err error) {
 		e.Wait = time.Since(since)
 	}
 	t.observer(e)
-}
-
-// observeThrottled reports a throttled response of status whose usable
-// Retry-After was ra (0: none) and that set a pause of d; inBody tells a
-// throttle only the body showed.
-func (t *Transport) observeThrottled(status int, ra, d time.Duration, inBody bool) {
-	if t.observer == nil {
-		return
-	}
-	src := ratesem.SourceBackoff
-	switch {
-	case inBody:
-		src = ratesem.SourceBody
-	case ra > 0:
-		src = ratesem.SourceRetryAfter
-	}
-	t.observer(ratesem.Event{Kind: ratesem.Throttled, Status: status, Pause: d, Source: src})
 }
 
 // delays returns, for a throttled response of a request sent at sent, the
@@ -472,11 +466,10 @@ func (t *Transport) retryAfter(resp *http.Response) time.Duration {
 	if t.clk != nil {
 		now = t.clk.Now()
 	}
-	parsed, err := ParseRetryAfter(v, now)
-	if err != nil || parsed <= 0 {
-		return 0
+	if d, err := ParseRetryAfter(v, now); err == nil && d > 0 {
+		return min(d, backoff.Cap(t.maxRetryAfter))
 	}
-	return min(parsed, backoff.Cap(t.maxRetryAfter))
+	return 0
 }
 
 // throttledStreak notes a throttle without a usable Retry-After of a
