@@ -12,6 +12,7 @@ import (
 	"github.com/dunglas/httpsfv"
 
 	"github.com/ratesem/ratesem/internal/hdr"
+	"github.com/ratesem/ratesem/internal/sat"
 )
 
 // maxFieldBytes is the largest rate-limit field the parsers in this file read:
@@ -50,13 +51,7 @@ type RateLimitInfo struct {
 // [0, Limit]: 0 when Remaining ≥ Limit (a server that raised the quota
 // mid-window) or Limit ≤ 0, and Limit when Remaining < 0. It never wraps.
 func (i RateLimitInfo) used() int64 {
-	switch {
-	case i.Limit <= 0 || i.Remaining >= i.Limit:
-		return 0
-	case i.Remaining < 0:
-		return i.Limit
-	}
-	return i.Limit - i.Remaining // 0 ≤ Remaining < Limit: no overflow
+	return max(min(sat.Sub(i.Limit, i.Remaining), i.Limit), 0) // Sub saturates: a Remaining < 0 gives Limit
 }
 
 // BinanceUsage returns a Rule.Usage function that reads one of Binance's usage
