@@ -172,9 +172,8 @@ func (e *Endpoint) pattern() string {
 func register(mux *http.ServeMux, pattern string, h http.Handler) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			if e, ok := r.(error); ok {
-				err = e
-			} else {
+			var ok bool
+			if err, ok = r.(error); !ok {
 				err = fmt.Errorf("%v", r)
 			}
 		}
