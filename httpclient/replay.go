@@ -28,13 +28,9 @@ var (
 
 // The states of a replayBody.
 const (
-	replayFresh    = iota // nothing read
-	replayFilling         // GetBody is reading the body into buf
-	replayWhole           // chunks are the whole body
-	replayOver            // chunks are the first maxReplayBody+1 bytes; the rest is in rc
-	replayFailed          // reading stopped at err after chunks
-	replayStreamed        // Read went past chunks to rc (or never buffered)
-	replayPanicked        // reading panicked with panicked after chunks
+	replayFresh   = iota // nothing read
+	replayFilling        // GetBody is reading the body into chunks
+	replayDone           // the outcome is in getErr, readErr and panicked
 )
 
 // replayBody is the body of the clone a Transport sends in place of a
@@ -45,22 +41,26 @@ const (
 // bytes unchanged; GetBody gives chunks again while they hold the whole
 // body.
 type replayBody struct {
-	rc  io.ReadCloser   // the caller's body
-	ctx context.Context // the request's: GetBody stops waiting when it is done
+	rc   io.ReadCloser   // the caller's body
+	ctx  context.Context // the request's: GetBody stops waiting when it is done
+	size int64           // the request's ContentLength: readChunks' first chunk
 
 	mu    sync.Mutex
 	state int
+	done  chan struct{} // closed when fill ends
 	// chunks hold the bytes read (see readChunks); written once by fill,
 	// read-only after done is closed. rest is what Read has still to give
 	// of them.
 	chunks, rest net.Buffers
-	err          error // the read error of replayFailed
-	// panicked is what the caller's body panicked with (replayPanicked):
-	// GetBody and Read panic with it again on their caller's goroutine,
-	// where it can be recovered, as a direct read's panic could.
+	// Once fill ended, or Read went to the caller's body before any GetBody:
+	// what GetBody returns (nil: the chunks are the whole body), and what
+	// Read returns after the chunks (nil: the rest of the caller's body,
+	// which GetBody can then never give).
+	getErr, readErr error
+	// panicked is what the caller's body panicked with: GetBody and Read
+	// panic with it again on their caller's goroutine, where it can be
+	// recovered, as a direct read's panic could.
 	panicked any
-	size     int64         // the request's ContentLength: readChunks' first chunk
-	done     chan struct{} // closed when fill ends
 }
 
 // withReplayBody returns req itself when its body can be replayed (none, or
@@ -90,7 +90,7 @@ func (b *replayBody) getBody() (io.ReadCloser, error) {
 		b.state, b.done = replayFilling, make(chan struct{})
 		go b.fill()
 	}
-	done := b.done
+	done := b.done // nil when Read went to the caller's body unbuffered
 	b.mu.Unlock()
 	if done != nil {
 		// A body from a pipe may stall: the wait ends with the request.
@@ -102,45 +102,44 @@ func (b *replayBody) getBody() (io.ReadCloser, error) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	switch b.state {
-	case replayWhole:
-		return &chunkReader{slices.Clone(b.chunks)}, nil
-	case replayOver:
-		return nil, errReplayTooLarge
-	case replayFailed:
-		return nil, fmt.Errorf("reading the request body: %w", b.err)
-	case replayPanicked:
+	if b.panicked != nil {
 		panic(b.panicked)
 	}
-	return nil, errReplayStreamed
+	if b.getErr != nil {
+		return nil, b.getErr
+	}
+	return &chunkReader{slices.Clone(b.chunks)}, nil
 }
 
-// fill reads the body into chunks, at most maxReplayBody+1 bytes. A panic of
-// the caller's body is kept for GetBody and Read to raise again: on fill's
-// own goroutine nobody could recover it.
+// fill reads the body into chunks, at most maxReplayBody+1 bytes, and sets
+// the outcome. A panic of the caller's body is kept for GetBody and Read to
+// raise again: on fill's own goroutine nobody could recover it.
 func (b *replayBody) fill() {
-	state, p := replayPanicked, any(errors.New("request body's Read exited its goroutine")) // until readChunks returns
+	var p any = errors.New("request body's Read exited its goroutine") // until readChunks returns
 	var chunks [][]byte
 	var n int64
 	var err error
 	defer func() {
-		if state == replayPanicked {
+		if p != nil {
 			if r := recover(); r != nil { // nil: runtime.Goexit, not expected of a Read
 				p = r
 			}
 		}
 		b.mu.Lock()
-		b.chunks, b.rest, b.state, b.err, b.panicked = chunks, slices.Clone(chunks), state, err, p
-		b.mu.Unlock()
+		defer b.mu.Unlock()
+		b.chunks, b.rest, b.state, b.panicked = chunks, slices.Clone(chunks), replayDone, p
+		switch {
+		case err != nil:
+			b.getErr, b.readErr = fmt.Errorf("reading the request body: %w", err), err
+		case n > maxReplayBody: // the rest is in rc
+			b.getErr = errReplayTooLarge
+		default:
+			b.readErr = io.EOF
+		}
 		close(b.done)
 	}()
 	chunks, n, err = readChunks(b.rc, maxReplayBody+1, b.size)
-	switch state = replayWhole; {
-	case err != nil:
-		state = replayFailed
-	case n > maxReplayBody:
-		state = replayOver
-	}
+	p = nil
 }
 
 // The sizes of the chunks readChunks reads into: the first, then doubled
@@ -213,7 +212,7 @@ func (*chunkReader) Close() error { return nil }
 func (b *replayBody) whole() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.state == replayWhole
+	return b.state == replayDone && b.getErr == nil && b.panicked == nil
 }
 
 // Read gives what GetBody buffered, then the rest of the caller's body.
@@ -231,18 +230,16 @@ func (b *replayBody) Read(p []byte) (int, error) {
 		b.mu.Unlock()
 		return n, nil
 	}
-	state := b.state // final once fill ended, but for replayStreamed
-	if state != replayWhole && state != replayFailed && state != replayPanicked {
-		b.state = replayStreamed
+	err, panicked := b.readErr, b.panicked
+	if err == nil && panicked == nil {
+		b.state, b.getErr = replayDone, errReplayStreamed
 	}
 	b.mu.Unlock()
-	switch state {
-	case replayWhole:
-		return 0, io.EOF
-	case replayFailed:
-		return 0, b.err
-	case replayPanicked:
-		panic(b.panicked)
+	if panicked != nil {
+		panic(panicked)
+	}
+	if err != nil {
+		return 0, err
 	}
 	return b.rc.Read(p)
 }
