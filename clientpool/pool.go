@@ -115,26 +115,23 @@ func New(t Table, opts ...Option) (*Pool, error) {
 		return nil, err
 	}
 	p.e = e
-	checkCosts := func(where string, costs []Cost) error {
+	// Every cost of the endpoints, then of Default, names a rule, with
+	// Units ≥ 0.
+	for i := 0; i <= len(t.Endpoints); i++ {
+		where, costs := "the default costs", t.Default
+		if i < len(t.Endpoints) {
+			where, costs = t.Endpoints[i].Method+" "+t.Endpoints[i].Path, t.Endpoints[i].Costs
+		}
 		for _, c := range costs {
 			if !e.HasRule(c.Rule) {
-				return fmt.Errorf("%w %q in %s", ratesem.ErrUnknownRule, c.Rule, where)
+				return nil, fmt.Errorf("%w %q in %s", ratesem.ErrUnknownRule, c.Rule, where)
 			}
 			if c.Units < 0 {
-				return fmt.Errorf("%w %d in %s", ratesem.ErrNegativeWeight, c.Units, where)
+				return nil, fmt.Errorf("%w %d in %s", ratesem.ErrNegativeWeight, c.Units, where)
 			}
-		}
-		return nil
-	}
-	for _, e := range t.Endpoints {
-		if err := checkCosts(e.Method+" "+e.Path, e.Costs); err != nil {
-			return nil, err
 		}
 	}
 	if p.routes, err = newRouter(t.Endpoints); err != nil {
-		return nil, err
-	}
-	if err := checkCosts("the default costs", t.Default); err != nil {
 		return nil, err
 	}
 	return p, nil

@@ -341,13 +341,12 @@ func (p *Pool) Classify(req *http.Request) ([]Charge, error) {
 	charges := make([]Charge, 0, len(costs))
 	for _, c := range costs {
 		r := p.rules[c.Rule]
-		key := ""
+		var key string
 		if r.Key != nil {
-			k, ok := r.Key(req)
-			if !ok {
-				continue
+			var ok bool
+			if key, ok = r.Key(req); !ok {
+				continue // the rule does not apply to req
 			}
-			key = k
 		}
 		w := int64(1)
 		switch {
