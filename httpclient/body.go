@@ -34,11 +34,13 @@ type body struct {
 	// ring that never holds more than keepMax bytes (cap(keep) ≤ keepMax):
 	// it grows as the body does until it holds keepMax bytes, then each
 	// byte read overwrites the oldest, at keepAt.
-	settle  func(body []byte, eof bool)
-	keep    []byte
-	keepAt  int // once len(keep) == keepMax: the index of the oldest byte
-	keepMax int
+	settle func(body []byte, eof bool)
+	keep   []byte
+	keepAt int // once len(keep) == keepMax: the index of the oldest byte
 }
+
+// keepMax is the most bytes of a body that settle is shown: its last ones.
+const keepMax = clientpool.MaxSettleBody
 
 // readWriteBody is used when the original body is also an io.Writer, as
 // net/http's body of a 101 Switching Protocols response is; the caller's type
@@ -52,9 +54,6 @@ type readWriteBody struct {
 // check (if not nil) has seen the body's first bytes.
 func wrapBody(rc io.ReadCloser, l Limiter, n int64, check func([]byte), settle func([]byte, bool)) io.ReadCloser {
 	b := &body{rc: rc, l: l, n: n, check: check, settle: settle}
-	if settle != nil {
-		b.keepMax = clientpool.MaxSettleBody
-	}
 	if w, ok := rc.(io.Writer); ok {
 		return readWriteBody{body: b, w: w}
 	}
@@ -107,11 +106,11 @@ func (b *body) seen(p []byte, final bool) {
 // than keepMax bytes, so a long streamed reply costs keepMax at most.
 // b.mu must be held.
 func (b *body) keepLast(p []byte) {
-	p = p[max(len(p)-b.keepMax, 0):]
-	if fill := min(len(p), b.keepMax-len(b.keep)); fill > 0 {
+	p = p[max(len(p)-keepMax, 0):]
+	if fill := min(len(p), keepMax-len(b.keep)); fill > 0 {
 		// Still growing: the oldest byte is at 0.
 		if n := len(b.keep) + fill; n > cap(b.keep) {
-			b.keep = append(make([]byte, 0, min(max(n, 2*cap(b.keep), 512), b.keepMax)), b.keep...)
+			b.keep = append(make([]byte, 0, min(max(n, 2*cap(b.keep), 512), keepMax)), b.keep...)
 		}
 		b.keep = append(b.keep, p[:fill]...)
 		p = p[fill:]
@@ -119,7 +118,7 @@ func (b *body) keepLast(p []byte) {
 	for len(p) > 0 { // full: wrap the rest of p around
 		c := copy(b.keep[b.keepAt:], p)
 		p = p[c:]
-		b.keepAt = (b.keepAt + c) % b.keepMax
+		b.keepAt = (b.keepAt + c) % keepMax
 	}
 }
 
