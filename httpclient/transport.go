@@ -89,7 +89,7 @@ type Transport struct {
 	config
 
 	// streak counts throttles in a row without a usable Retry-After; see
-	// backoffFor. Guarded by mu, so a Transport stays safe for concurrent
+	// noteStreak. Guarded by mu, so a Transport stays safe for concurrent
 	// use; the zero value is a fresh streak.
 	mu        sync.Mutex
 	streak    int       // throttles in a row (a wave counts once)
@@ -344,7 +344,7 @@ func (t *Transport) roundTripOnce(req *http.Request) (*http.Response, time.Durat
 	// and only under a limiter, whose units it holds.
 	watch := l != nil && (t.throttledBody != nil || (headerThrottled && handler))
 	if !headerThrottled && !watch {
-		t.succeeded(sent)
+		t.noteStreak(sent, false)
 	}
 	if l == nil {
 		return resp, wait, nil
@@ -385,7 +385,7 @@ func (t *Transport) roundTripOnce(req *http.Request) (*http.Response, time.Durat
 func (t *Transport) bodySeen(l Limiter, resp *http.Response, prefix []byte, headerThrottled bool, sent time.Time) {
 	if !t.throttledBy()(resp.StatusCode, resp.Header, prefix) {
 		if !headerThrottled {
-			t.succeeded(sent)
+			t.noteStreak(sent, false)
 		}
 		return
 	}
@@ -451,7 +451,7 @@ func (t *Transport) delays(resp *http.Response, sent time.Time) (retryAfter, pau
 	if ra := t.retryAfter(resp); ra > 0 {
 		return ra, max(backoff.Spread(ra, maxDelay), 1)
 	}
-	return 0, max(backoff.Exp(t.throttledStreak(sent), t.backoffStart, maxDelay), 1)
+	return 0, max(backoff.Exp(t.noteStreak(sent, true), t.backoffStart, maxDelay), 1)
 }
 
 // retryAfter returns the response's first Retry-After value as a delay
@@ -472,29 +472,23 @@ func (t *Transport) retryAfter(resp *http.Response) time.Duration {
 	return 0
 }
 
-// throttledStreak notes a throttle without a usable Retry-After of a
-// request sent at sent and returns its place in the streak (0 for the
-// first). A request sent before the streak last grew belongs to the wave
-// that grew it, so the calls in flight when a server starts rejecting count
-// once, not once each.
-func (t *Transport) throttledStreak(sent time.Time) int {
+// noteStreak notes a response of a request sent at sent, throttled (without
+// a usable Retry-After) or not, and returns the throttle's place in the
+// streak (0 for the first). A request sent before the streak last grew
+// belongs to the wave that grew it and changes nothing, so the calls in
+// flight when a server starts rejecting count once, not once each; a
+// throttle of a later request grows the streak, and a response not
+// throttled of a later request ends it.
+func (t *Transport) noteStreak(sent time.Time, throttled bool) int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.streak == 0 || !sent.Before(t.lastPause) {
+	if wave := t.streak > 0 && sent.Before(t.lastPause); !wave && throttled {
 		t.streak++
 		t.lastPause = time.Now()
-	}
-	return max(t.streak-1, 0)
-}
-
-// succeeded notes a response that was not throttled, of a request sent at
-// sent: one sent after the streak last grew ends the streak.
-func (t *Transport) succeeded(sent time.Time) {
-	t.mu.Lock()
-	if t.streak > 0 && !sent.Before(t.lastPause) {
+	} else if !wave {
 		t.streak = 0
 	}
-	t.mu.Unlock()
+	return max(t.streak-1, 0)
 }
 
 // CloseIdleConnections calls CloseIdleConnections on the base RoundTripper
