@@ -16,25 +16,21 @@ import (
 func Decimal(s string) (n int64, frac string, err error) {
 	s = strings.Trim(s, " \t")
 	whole, frac, dot := strings.Cut(s, ".")
-	if whole == "" || (dot && (frac == "" || len(frac) > 9)) {
+	if whole == "" || !digits(whole) || (dot && (frac == "" || len(frac) > 9 || !digits(frac))) {
 		return 0, "", fmt.Errorf("%s is not a count", Quote(s))
 	}
 	for i := 0; i < len(whole); i++ {
-		c := whole[i]
-		if c < '0' || c > '9' {
-			return 0, "", fmt.Errorf("%s is not a count", Quote(s))
+		d := int64(whole[i] - '0')
+		if n > (math.MaxInt64-d)/10 {
+			return math.MaxInt64, frac, nil // saturated
 		}
-		if n > (math.MaxInt64-int64(c-'0'))/10 {
-			n = math.MaxInt64 // saturated; keep checking the syntax
-			continue
-		}
-		n = n*10 + int64(c-'0')
-	}
-	if strings.Trim(frac, "0123456789") != "" {
-		return 0, "", fmt.Errorf("%s is not a count", Quote(s))
+		n = n*10 + d
 	}
 	return n, frac, nil
 }
+
+// digits reports whether s is made of ASCII digits only.
+func digits(s string) bool { return strings.Trim(s, "0123456789") == "" }
 
 // Quote quotes at most the first 64 bytes of s, with its length when it is
 // longer, so that an error about a huge field stays small.
