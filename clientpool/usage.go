@@ -206,9 +206,9 @@ func parseRateLimitAt(h http.Header, prefix, policy string, now time.Time) (Rate
 	var r resetSaid
 	if len(reset) > 0 {
 		first, _, _ := strings.Cut(reset[0], ",")
-		n, frac, err := hdr.Decimal(first)
-		if err != nil {
-			return RateLimitInfo{}, resetSaid{}, malformed(prefix+"Reset", reset, err)
+		n, frac, ok := hdr.Decimal(first)
+		if !ok {
+			return RateLimitInfo{}, resetSaid{}, malformed(prefix+"Reset", reset, fmt.Errorf("%s is not a count", hdr.Quote(first)))
 		}
 		// frac is 0 to 9 digits: padded to 9, the nanoseconds.
 		nanos, _ := strconv.ParseInt((frac + "000000000")[:9], 10, 64)
@@ -275,7 +275,7 @@ func parseDraft07(d *httpsfv.Dictionary, rl []string, now time.Time) (RateLimitI
 			break
 		}
 		var err error
-		if v[k], err = nonNegative(key, m, ok); err != nil {
+		if v[k], err = nonNegative("", key, m, ok); err != nil {
 			return RateLimitInfo{}, false, malformed("RateLimit", rl, err)
 		}
 	}
@@ -301,25 +301,25 @@ func findItem(list httpsfv.List, name string) (httpsfv.Item, string, error) {
 // intParam returns the non-negative Integer parameter k of p.
 func intParam(p *httpsfv.Params, k string) (int64, error) {
 	if p == nil {
-		return nonNegative("parameter "+k, nil, false)
+		return nonNegative("parameter ", k, nil, false)
 	}
 	v, ok := p.Get(k)
-	return nonNegative("parameter "+k, v, ok)
+	return nonNegative("parameter ", k, v, ok)
 }
 
-// nonNegative returns v, the value named what (a parameter's, or a
+// nonNegative returns v, the value of kind+name (a parameter's, or a
 // Dictionary member's Item), as a non-negative Integer; ok false means v
 // is absent.
-func nonNegative(what string, v any, ok bool) (int64, error) {
+func nonNegative(kind, name string, v any, ok bool) (int64, error) {
 	if !ok {
-		return 0, fmt.Errorf("no %s", what)
+		return 0, fmt.Errorf("no %s%s", kind, name)
 	}
 	if it, isItem := v.(httpsfv.Item); isItem {
 		v = it.Value
 	}
 	n, isInt := v.(int64)
 	if !isInt || n < 0 {
-		return 0, fmt.Errorf("%s: %v is not a non-negative Integer", what, v)
+		return 0, fmt.Errorf("%s%s: %v is not a non-negative Integer", kind, name, v)
 	}
 	return n, nil
 }
@@ -355,11 +355,11 @@ func firstCount(vs []string) (int64, error) {
 // any other character is an error; the cost is linear in len(s), without
 // allocation unless s is malformed.
 func count(s string) (int64, error) {
-	n, frac, err := hdr.Decimal(s)
-	if err == nil && frac != "" {
-		err = fmt.Errorf("%s is not a whole count", hdr.Quote(s))
+	n, frac, ok := hdr.Decimal(s)
+	if !ok || frac != "" {
+		return 0, fmt.Errorf("%s is not a whole count", hdr.Quote(s))
 	}
-	return n, err
+	return n, nil
 }
 
 // resetFrom returns the time from now to the reset n (seconds, epoch

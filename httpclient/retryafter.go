@@ -47,12 +47,12 @@ const maxDateBytes = 64
 // another kind is rejected on its length before it is parsed.
 func ParseRetryAfter(v string, now time.Time) (time.Duration, error) {
 	s := strings.TrimSpace(v)
+	if n, frac, ok := hdr.Decimal(s); ok && frac == "" { // ASCII digits only: no sign, no other script
+		return time.Duration(sat.Mul(n, int64(time.Second))), nil
+	}
 	switch {
 	case s == "":
 		return 0, fmt.Errorf("ratesem: empty Retry-After %s", hdr.Quote(v))
-	case strings.Trim(s, "0123456789") == "": // ASCII digits only: no sign, no other script
-		n, _, _ := hdr.Decimal(s)
-		return time.Duration(sat.Mul(n, int64(time.Second))), nil
 	case s[0] == '-' && len(s) > 1 && strings.Trim(s[1:], "0123456789") == "":
 		return 0, fmt.Errorf("ratesem: negative Retry-After %s", hdr.Quote(v))
 	case len(s) > maxDateBytes:

@@ -11,26 +11,28 @@ import (
 
 // Decimal reads s, trimmed of spaces and tabs, as ASCII digits with an
 // optional '.' and one to nine fraction digits, and returns the integer
-// part (saturated at math.MaxInt64) and the fraction digits. A sign, other
-// scripts' digits or any other character is an error.
-func Decimal(s string) (n int64, frac string, err error) {
+// part (saturated at math.MaxInt64) and the fraction digits; ok is false
+// when s is not such a number (a sign, other scripts' digits, any other
+// character). It reads s once and never allocates.
+func Decimal(s string) (n int64, frac string, ok bool) {
 	s = strings.Trim(s, " \t")
 	whole, frac, dot := strings.Cut(s, ".")
-	if whole == "" || !digits(whole) || (dot && (frac == "" || len(frac) > 9 || !digits(frac))) {
-		return 0, "", fmt.Errorf("%s is not a count", Quote(s))
+	if whole == "" || (dot && (frac == "" || len(frac) > 9 || strings.Trim(frac, "0123456789") != "")) {
+		return 0, "", false
 	}
 	for i := 0; i < len(whole); i++ {
-		d := int64(whole[i] - '0')
-		if n > (math.MaxInt64-d)/10 {
-			return math.MaxInt64, frac, nil // saturated
+		c := whole[i]
+		if c < '0' || c > '9' {
+			return 0, "", false
+		}
+		d := int64(c - '0')
+		if n > (math.MaxInt64-d)/10 { // saturated: the rest must still be digits
+			return math.MaxInt64, frac, strings.Trim(whole[i:], "0123456789") == ""
 		}
 		n = n*10 + d
 	}
-	return n, frac, nil
+	return n, frac, true
 }
-
-// digits reports whether s is made of ASCII digits only.
-func digits(s string) bool { return strings.Trim(s, "0123456789") == "" }
 
 // Quote quotes at most the first 64 bytes of s, with its length when it is
 // longer, so that an error about a huge field stays small.
