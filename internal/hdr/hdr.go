@@ -13,7 +13,8 @@ import (
 // optional '.' and one to nine fraction digits, and returns the integer
 // part (saturated at math.MaxInt64) and the fraction digits; ok is false
 // when s is not such a number (a sign, other scripts' digits, any other
-// character). It reads s once and never allocates.
+// character), and n and frac then mean nothing. It reads s once and never
+// allocates.
 func Decimal(s string) (n int64, frac string, ok bool) {
 	s = strings.Trim(s, " \t")
 	whole, frac, dot := strings.Cut(s, ".")
