@@ -75,7 +75,7 @@ type Pool struct {
 	e      *engine.Engine
 	table  Table
 	rules  map[string]*Rule
-	routes router
+	routes *http.ServeMux // newRouter
 }
 
 // MaxSettleBody is the most bytes of a response body a Rule.Settle
