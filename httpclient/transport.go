@@ -220,8 +220,15 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if t.observer != nil {
 			t.observer(ratesem.Event{Kind: ratesem.Retried, Attempt: attempt + 1, Wait: wait, Status: resp.StatusCode})
 		}
-		if err := t.sleep(req.Context(), wait); err != nil {
-			return nil, prefixed("waiting to retry "+describe(req), err)
+		// Sleep on the Transport's clock, or until the context is done.
+		after := time.After // its timer is collected once it is unreachable
+		if t.clk != nil {
+			after = t.clk.After
+		}
+		select {
+		case <-after(wait):
+		case <-req.Context().Done():
+			return nil, prefixed("waiting to retry "+describe(req), req.Context().Err())
 		}
 		if req, err = rewind(req); err != nil {
 			return nil, err
@@ -229,27 +236,13 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 }
 
-// sleep waits for d on the Transport's clock or until ctx is done,
-// whichever comes first, and returns ctx.Err() in the second case.
-func (t *Transport) sleep(ctx context.Context, d time.Duration) error {
-	after := time.After // its timer is collected once it is unreachable
-	if t.clk != nil {
-		after = t.clk.After
-	}
-	select {
-	case <-after(d):
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// throttledBy returns the hook deciding whether a response is throttled.
-func (t *Transport) throttledBy() func(int, http.Header, []byte) bool {
+// throttled reports whether a response is throttled, by the hook of
+// WithThrottledBody or defaultThrottledBody.
+func (t *Transport) throttled(status int, h http.Header, body []byte) bool {
 	if t.throttledBody != nil {
-		return t.throttledBody
+		return t.throttledBody(status, h, body)
 	}
-	return defaultThrottledBody
+	return defaultThrottledBody(status, h, body)
 }
 
 // replayable reports whether req can be sent again: no body, or GetBody
@@ -334,7 +327,7 @@ func (t *Transport) roundTripOnce(req *http.Request) (*http.Response, time.Durat
 	// Pause before anything is released: the slot we hold keeps the next
 	// request from starting between the 429 and the pause.
 	var wait time.Duration
-	headerThrottled := t.throttledBy()(resp.StatusCode, resp.Header, nil)
+	headerThrottled := t.throttled(resp.StatusCode, resp.Header, nil)
 	if headerThrottled {
 		wait = t.pause(l, resp, nil, sent)
 	}
@@ -383,7 +376,7 @@ func (t *Transport) roundTripOnce(req *http.Request) (*http.Response, time.Durat
 // a throttle the body shows pauses l (a throttleHandler is told again even
 // when the headers already showed it, so that it can pause more keys).
 func (t *Transport) bodySeen(l Limiter, resp *http.Response, prefix []byte, headerThrottled bool, sent time.Time) {
-	if !t.throttledBy()(resp.StatusCode, resp.Header, prefix) {
+	if !t.throttled(resp.StatusCode, resp.Header, prefix) {
 		if !headerThrottled {
 			t.noteStreak(sent, false)
 		}
