@@ -71,12 +71,11 @@ func withReplayBody(req *http.Request) *http.Request {
 		return req
 	}
 	b := &replayBody{rc: req.Body, ctx: req.Context(), size: req.ContentLength}
-	r := req.Clone(req.Context())
-	r.Body, r.GetBody = b, b.getBody
 	// The caller's body may fill the Trailer's values as it is read (net/http
 	// sends what the map holds then): share the map, as the body is shared,
 	// not Clone's copy of it made before.
-	r.Trailer = req.Trailer
+	r := req.Clone(req.Context())
+	r.Body, r.GetBody, r.Trailer = b, b.getBody, req.Trailer
 	return r
 }
 

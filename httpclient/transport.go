@@ -265,8 +265,7 @@ func rewind(req *http.Request) (*http.Request, error) {
 		return nil, prefixed("replaying the body of "+describe(req), err)
 	}
 	r := req.Clone(req.Context())
-	r.Body = body
-	r.Trailer = req.Trailer // the caller's map (withReplayBody)
+	r.Body, r.Trailer = body, req.Trailer // the caller's map (withReplayBody)
 	return r, nil
 }
 
