@@ -255,13 +255,10 @@ var muxPatterns = sync.OnceValue(func() bool {
 // unwrapAll returns the innermost error of a chain of single wraps
 // (ServeMux's "parsing %q: %w" is then only the reason).
 func unwrapAll(err error) error {
-	for {
-		u := errors.Unwrap(err)
-		if u == nil {
-			return err
-		}
+	for u := errors.Unwrap(err); u != nil; u = errors.Unwrap(u) {
 		err = u
 	}
+	return err
 }
 
 // match returns the endpoint of req under the router mux, or nil when none
