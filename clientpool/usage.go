@@ -174,8 +174,8 @@ func parseRateLimitAt(h http.Header, prefix, policy string, now time.Time) (Rate
 		}
 	}
 	var f [3][]string // Limit, Remaining, Reset
+	var err error
 	for k, name := range []string{"Limit", "Remaining", "Reset"} {
-		var err error
 		if f[k], err = fieldValues(h, prefix+name); err != nil {
 			return RateLimitInfo{}, resetSaid{}, err
 		}
@@ -185,7 +185,6 @@ func parseRateLimitAt(h http.Header, prefix, policy string, now time.Time) (Rate
 		return RateLimitInfo{}, resetSaid{}, nil
 	}
 	var i RateLimitInfo
-	var err error
 	// "100, 100;w=60": the first list member is the quota in force.
 	if i.Limit, err = firstCount(limit); err != nil {
 		return RateLimitInfo{}, resetSaid{}, malformed(prefix+"Limit", limit, err)
