@@ -163,7 +163,7 @@ func readChunks(r io.Reader, limit, size int64) (chunks [][]byte, n int64, err e
 		// body holds costs no more than that.
 		next = min(size+1, maxChunk)
 	}
-	for n < limit {
+	for n < limit && err == nil {
 		c := make([]byte, min(next, limit-n))
 		m := 0
 		for m < len(c) && err == nil {
@@ -178,15 +178,12 @@ func readChunks(r io.Reader, limit, size int64) (chunks [][]byte, n int64, err e
 			chunks = append(chunks, c[:m:m])
 			n += int64(m)
 		}
-		if err == io.EOF {
-			return chunks, n, nil
-		}
-		if err != nil {
-			return chunks, n, err
-		}
 		next = min(2*next, maxChunk)
 	}
-	return chunks, n, nil
+	if err == io.EOF {
+		err = nil
+	}
+	return chunks, n, err
 }
 
 // chunkReader reads the chunks in order (net.Buffers' Read and WriteTo): the
