@@ -185,8 +185,14 @@ func parseRateLimitAt(h http.Header, prefix, policy string, now time.Time) (Rate
 		return RateLimitInfo{}, resetSaid{}, nil
 	}
 	var i RateLimitInfo
-	// "100, 100;w=60": the first list member is the quota in force.
-	if i.Limit, err = firstCount(limit); err != nil {
+	// "100, 100;w=60": the first list member (without its parameters) is
+	// the quota in force; none is malformed.
+	first := ""
+	if len(limit) > 0 {
+		first, _, _ = strings.Cut(limit[0], ",")
+	}
+	first, _, _ = strings.Cut(first, ";")
+	if i.Limit, err = count(first); err != nil {
 		return RateLimitInfo{}, resetSaid{}, malformed(prefix+"Limit", limit, err)
 	}
 	i.Remaining = math.MaxInt64
@@ -336,17 +342,6 @@ func fieldValues(h http.Header, name string) ([]string, error) {
 		}
 	}
 	return vs, nil
-}
-
-// firstCount returns the count before the first ',' and ';' of the first
-// line of vs (a List whose first member is an Integer with parameters).
-func firstCount(vs []string) (int64, error) {
-	if len(vs) == 0 {
-		return 0, errors.New("missing")
-	}
-	first, _, _ := strings.Cut(vs[0], ",")
-	first, _, _ = strings.Cut(first, ";")
-	return count(first)
 }
 
 // count reads s, with optional whitespace around it, as ASCII decimal

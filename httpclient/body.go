@@ -88,15 +88,14 @@ func (b *body) seen(p []byte, final bool) {
 	// The prefix is below peekSize here (the check ran when it got there).
 	b.prefix = append(b.prefix, p[:min(peekSize-len(b.prefix), len(p))]...)
 	if final || len(b.prefix) >= peekSize {
-		check := b.check
-		b.check = nil
-		if b.prefix == nil {
-			b.prefix = []byte{} // the body stage: non-nil, even when empty
+		check, prefix := b.check, b.prefix
+		b.check, b.prefix = nil, nil
+		if prefix == nil {
+			prefix = []byte{} // the body stage: non-nil, even when empty
 		}
 		// Run under mu: a concurrent Close or EOF waits for it, so the
 		// pause it may set comes before any release.
-		check(b.prefix)
-		b.prefix = nil
+		check(prefix)
 	}
 }
 
