@@ -13,20 +13,22 @@ import (
 // optional '.' and one to nine fraction digits, and returns the integer
 // part (saturated at math.MaxInt64) and the fraction digits; ok is false
 // when s is not such a number (a sign, other scripts' digits, any other
-// character), and n and frac then mean nothing. Its cost is linear in
-// len(s), without allocation.
+// character), and n and frac then mean nothing. It reads s once and never
+// allocates.
 func Decimal(s string) (n int64, frac string, ok bool) {
-	const digits = "0123456789"
 	s = strings.Trim(s, " \t")
 	whole, frac, dot := strings.Cut(s, ".")
-	if whole == "" || strings.Trim(whole, digits) != "" ||
-		(dot && (frac == "" || len(frac) > 9 || strings.Trim(frac, digits) != "")) {
+	if whole == "" || (dot && (frac == "" || len(frac) > 9 || strings.Trim(frac, "0123456789") != "")) {
 		return 0, "", false
 	}
 	for i := 0; i < len(whole); i++ {
-		d := int64(whole[i] - '0')
-		if n > (math.MaxInt64-d)/10 {
-			return math.MaxInt64, frac, true // saturated
+		c := whole[i]
+		if c < '0' || c > '9' {
+			return 0, "", false
+		}
+		d := int64(c - '0')
+		if n > (math.MaxInt64-d)/10 { // saturated: the rest must still be digits
+			return math.MaxInt64, frac, strings.Trim(whole[i:], "0123456789") == ""
 		}
 		n = n*10 + d
 	}
