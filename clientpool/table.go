@@ -155,10 +155,7 @@ func (*routeEntry) ServeHTTP(http.ResponseWriter, *http.Request) {}
 
 // pattern returns the ServeMux pattern of e.
 func (e *Endpoint) pattern() string {
-	if e.Method == "" {
-		return e.Path
-	}
-	return e.Method + " " + e.Path
+	return strings.TrimPrefix(e.Method+" "+e.Path, " ") // no Method: the Path alone
 }
 
 // register returns an error, instead of ServeMux's panic, when pattern
