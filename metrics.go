@@ -1,6 +1,7 @@
 package ratesem
 
 import (
+	"slices"
 	"sync/atomic"
 	"time"
 )
@@ -42,10 +43,7 @@ func (m *Metrics) Observe(e Event) {
 	case Admitted:
 		w := max(e.Wait, 0)
 		m.waitSum.Add(int64(w))
-		i := 0
-		for i < len(waitBounds) && w > waitBounds[i] {
-			i++
-		}
+		i, _ := slices.BinarySearch(waitBounds, w) // the first bound ≥ w; len: +Inf
 		m.waitCounts[i].Add(1)
 	case Queued:
 		m.depth.Add(1)

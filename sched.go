@@ -39,17 +39,14 @@ const (
 	PriorityHigh Priority = 1
 )
 
-// class returns p clamped to the classes: PriorityLow, PriorityNormal or
-// PriorityHigh.
-func (p Priority) class() Priority { return min(max(p, PriorityLow), PriorityHigh) }
-
 // WithPriority returns a copy of ctx that gives the calls made with it the
 // priority p (see Priority) in every limiter of this module that queues:
 // semaphore.RateSemaphore, clientpool.Pool and an httpclient.Transport
 // (through the request's context). It does not block; it is safe for
 // concurrent use, like every context.
 func WithPriority(ctx context.Context, p Priority) context.Context {
-	return callctx.WithPriority(ctx, int8(p.class()))
+	// p clamped to the classes: PriorityLow, PriorityNormal or PriorityHigh.
+	return callctx.WithPriority(ctx, int8(min(max(p, PriorityLow), PriorityHigh)))
 }
 
 // WithQueueWait returns a copy of ctx whose calls may wait at most d in a

@@ -2,7 +2,6 @@ package clientpool
 
 import (
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/ratesem/ratesem/window"
@@ -22,50 +21,22 @@ import (
 // is safe for concurrent use.
 func LearnRateLimit(prefix, policy string, fixedWindow bool) func(h http.Header, now time.Time) (Learned, bool) {
 	return func(h http.Header, now time.Time) (Learned, bool) {
-		i, given, err := parseRateLimitAt(h, prefix, policy, now)
+		i, reset, err := parseRateLimitAt(h, prefix, policy, now)
 		if err != nil || i.Limit <= 0 {
 			return Learned{}, false
 		}
 		in := Learned{Limit: window.Limit{N: i.Limit}, Remaining: i.Remaining}
-		if fixedWindow && given {
+		if fixedWindow && reset.given {
 			// A reset of 0 (0 seconds to wait: the window ends within
 			// the second) is a report of the window too, ending now
 			// (and ResetMargin); an epoch instant past is stale.
+			// An epoch instant is the instant itself; a structured
+			// RateLimit field's reset is a delay.
 			in.Reset = now.Add(i.Reset)
-			if ep, ok := resetEpoch(h, prefix); ok {
-				in.Reset, in.Epoch = ep, true
+			if !reset.epoch.IsZero() {
+				in.Reset, in.Epoch = reset.epoch, true
 			}
 		}
 		return in, true
 	}
-}
-
-// resetEpoch returns the instant of the reset field prefix+"Reset" when it
-// is an epoch value (see resetFrom), and false when it is a delay, absent,
-// malformed, or not the field ParseRateLimitAt read (a structured RateLimit
-// field, whose reset is a delay).
-func resetEpoch(h http.Header, prefix string) (time.Time, bool) {
-	if prefix == "RateLimit-" && len(h.Values("RateLimit")) > 0 {
-		return time.Time{}, false
-	}
-	v, err := fieldValues(h, prefix+"Reset")
-	if err != nil || len(v) == 0 {
-		return time.Time{}, false
-	}
-	first, _, _ := strings.Cut(v[0], ",")
-	n, frac, err := decimal(first)
-	if err != nil || n < epochSeconds {
-		return time.Time{}, false
-	}
-	var nanos int64
-	for i := range 9 {
-		nanos *= 10
-		if i < len(frac) {
-			nanos += int64(frac[i] - '0')
-		}
-	}
-	if n >= epochMillis {
-		return time.UnixMilli(n).Add(time.Duration(nanos / 1000)), true
-	}
-	return time.Unix(n, nanos), true
 }

@@ -75,7 +75,7 @@ type Pool struct {
 	e      *engine.Engine
 	table  Table
 	rules  map[string]*Rule
-	routes router
+	routes *http.ServeMux // newRouter
 }
 
 // MaxSettleBody is the most bytes of a response body a Rule.Settle
@@ -115,40 +115,27 @@ func New(t Table, opts ...Option) (*Pool, error) {
 		return nil, err
 	}
 	p.e = e
-	checkCosts := func(where string, costs []Cost) error {
+	// Every cost of the endpoints, then of Default, names a rule, with
+	// Units ≥ 0.
+	for i := 0; i <= len(t.Endpoints); i++ {
+		where, costs := "the default costs", t.Default
+		if i < len(t.Endpoints) {
+			where, costs = t.Endpoints[i].Method+" "+t.Endpoints[i].Path, t.Endpoints[i].Costs
+		}
 		for _, c := range costs {
 			if !e.HasRule(c.Rule) {
-				return fmt.Errorf("%w %q in %s", ratesem.ErrUnknownRule, c.Rule, where)
+				return nil, fmt.Errorf("%w %q in %s", ratesem.ErrUnknownRule, c.Rule, where)
 			}
 			if c.Units < 0 {
-				return fmt.Errorf("%w %d in %s", ratesem.ErrNegativeWeight, c.Units, where)
+				return nil, fmt.Errorf("%w %d in %s", ratesem.ErrNegativeWeight, c.Units, where)
 			}
-		}
-		return nil
-	}
-	for _, e := range t.Endpoints {
-		if err := checkCosts(e.Method+" "+e.Path, e.Costs); err != nil {
-			return nil, err
 		}
 	}
 	if p.routes, err = newRouter(t.Endpoints); err != nil {
 		return nil, err
 	}
-	if err := checkCosts("the default costs", t.Default); err != nil {
-		return nil, err
-	}
 	return p, nil
 }
-
-// Classify returns the charges of a request under the Table's endpoints:
-// one per rule of the matching endpoint (or of the Table's Default) whose
-// Key applies; none for a request that matches no endpoint when the Table
-// has no Default and sets UnmatchedUnlimited. It returns an error matching
-// ratesem.ErrNoEndpoint for a request that matches no endpoint when the
-// Table has neither, an error matching ratesem.ErrNegativeWeight for a
-// negative weight, or the error of the endpoint's Charges function. It
-// does not block, changes nothing and is safe for concurrent use.
-func (p *Pool) Classify(req *http.Request) ([]Charge, error) { return p.classify(req) }
 
 // Ticket is an admitted call: it holds its charges until Release. Tickets
 // come from Pool.Acquire only (the zero Ticket is not one). Its methods are

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"path"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -149,21 +150,12 @@ type routeEntry struct {
 	charges func(*http.Request) ([]Charge, error)
 }
 
-// ServeHTTP is never called: the router's ServeMux only finds entries.
+// ServeHTTP is never called: the router (a ServeMux) only finds entries.
 func (*routeEntry) ServeHTTP(http.ResponseWriter, *http.Request) {}
-
-// router finds the endpoint of a request with a net/http.ServeMux, so that
-// patterns, precedence and conflicts are exactly ServeMux's.
-type router struct {
-	mux *http.ServeMux // nil when the table has no endpoints
-}
 
 // pattern returns the ServeMux pattern of e.
 func (e *Endpoint) pattern() string {
-	if e.Method == "" {
-		return e.Path
-	}
-	return e.Method + " " + e.Path
+	return strings.TrimPrefix(e.Method+" "+e.Path, " ") // no Method: the Path alone
 }
 
 // register returns an error, instead of ServeMux's panic, when pattern
@@ -171,9 +163,8 @@ func (e *Endpoint) pattern() string {
 func register(mux *http.ServeMux, pattern string, h http.Handler) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			if e, ok := r.(error); ok {
-				err = e
-			} else {
+			var ok bool
+			if err, ok = r.(error); !ok {
 				err = fmt.Errorf("%v", r)
 			}
 		}
@@ -182,44 +173,47 @@ func register(mux *http.ServeMux, pattern string, h http.Handler) (err error) {
 	return nil
 }
 
-// newRouter returns the router of eps, or an error naming the endpoint
-// (and, for a conflict, the other one) that ServeMux refuses.
-func newRouter(eps []Endpoint) (router, error) {
+// newRouter returns the router of eps, a net/http.ServeMux (nil when eps
+// is empty) that finds the endpoint of a request (match), so that
+// patterns, precedence and conflicts are exactly ServeMux's; or an error
+// naming the endpoint (and, for a conflict, the other one) that ServeMux
+// refuses.
+func newRouter(eps []Endpoint) (*http.ServeMux, error) {
 	if len(eps) == 0 {
-		return router{}, nil
+		return nil, nil
 	}
 	if !muxPatterns() {
-		return router{}, errors.New("ratesem: endpoints need net/http.ServeMux's patterns, which GODEBUG=httpmuxgo121=1 turns off: unset it")
+		return nil, errors.New("ratesem: endpoints need net/http.ServeMux's patterns, which GODEBUG=httpmuxgo121=1 turns off: unset it")
 	}
 	mux := http.NewServeMux()
 	seen := make(map[[2]string]bool, len(eps))
 	for i := range eps {
 		e := &eps[i]
 		if seen[[2]string{e.Method, e.Path}] {
-			return router{}, fmt.Errorf("ratesem: endpoint %q listed twice: remove one", e.pattern())
+			return nil, fmt.Errorf("ratesem: endpoint %q listed twice: remove one", e.pattern())
 		}
 		seen[[2]string{e.Method, e.Path}] = true
 		if !strings.HasPrefix(e.Path, "/") {
-			return router{}, fmt.Errorf("ratesem: endpoint %q: Path must start with \"/\" (a path pattern, no host)", e.pattern())
+			return nil, fmt.Errorf("ratesem: endpoint %q: Path must start with \"/\" (a path pattern, no host)", e.pattern())
 		}
 		if strings.ContainsAny(e.Path, " \t") {
-			return router{}, fmt.Errorf("ratesem: endpoint %q: Path has a space or tab: a ServeMux pattern cannot match one", e.pattern())
+			return nil, fmt.Errorf("ratesem: endpoint %q: Path has a space or tab: a ServeMux pattern cannot match one", e.pattern())
 		}
 		if c := cleanPath(e.Path); c != e.Path {
 			// Requests are matched by their cleaned path (match): this
 			// pattern could never match one.
-			return router{}, fmt.Errorf("ratesem: endpoint %q: Path has empty, \".\" or \"..\" segments (no host part either), so no request, matched by its cleaned path, reaches it: write %q", e.pattern(), c)
+			return nil, fmt.Errorf("ratesem: endpoint %q: Path has empty, \".\" or \"..\" segments (no host part either), so no request, matched by its cleaned path, reaches it: write %q", e.pattern(), c)
 		}
 		if strings.ContainsAny(e.Method, " \t/") {
-			return router{}, fmt.Errorf("ratesem: endpoint %q: Method %q is not an HTTP method", e.pattern(), e.Method)
+			return nil, fmt.Errorf("ratesem: endpoint %q: Method %q is not an HTTP method", e.pattern(), e.Method)
 		}
 		if up := strings.ToUpper(e.Method); up != e.Method && standardMethod(up) {
-			return router{}, fmt.Errorf("ratesem: endpoint %q: methods are case-sensitive and clients send %q: write Method %q", e.pattern(), up, up)
+			return nil, fmt.Errorf("ratesem: endpoint %q: methods are case-sensitive and clients send %q: write Method %q", e.pattern(), up, up)
 		}
 		h := &routeEntry{costs: e.Costs, charges: e.Charges}
 		// A pattern alone first: its error is about its syntax.
 		if err := register(http.NewServeMux(), e.pattern(), h); err != nil {
-			return router{}, fmt.Errorf("ratesem: endpoint %q is not a net/http.ServeMux pattern: %v", e.pattern(), unwrapAll(err))
+			return nil, fmt.Errorf("ratesem: endpoint %q is not a net/http.ServeMux pattern: %v", e.pattern(), unwrapAll(err))
 		}
 		if err := register(mux, e.pattern(), h); err != nil {
 			// Then a conflict: find the endpoint it conflicts with.
@@ -227,24 +221,20 @@ func newRouter(eps []Endpoint) (router, error) {
 				m := http.NewServeMux()
 				register(m, eps[j].pattern(), h)
 				if register(m, e.pattern(), h) != nil {
-					return router{}, fmt.Errorf("ratesem: endpoints %q and %q match some request in common and neither is more specific: make one match fewer requests (a literal segment or a method) or drop one", eps[j].pattern(), e.pattern())
+					return nil, fmt.Errorf("ratesem: endpoints %q and %q match some request in common and neither is more specific: make one match fewer requests (a literal segment or a method) or drop one", eps[j].pattern(), e.pattern())
 				}
 			}
-			return router{}, fmt.Errorf("ratesem: endpoint %q: %v", e.pattern(), err)
+			return nil, fmt.Errorf("ratesem: endpoint %q: %v", e.pattern(), err)
 		}
 	}
-	return router{mux: mux}, nil
+	return mux, nil
 }
 
 // standardMethod reports whether m is one of the methods of RFC 9110 and
 // RFC 5789 (PATCH), in upper case as clients send them.
 func standardMethod(m string) bool {
-	switch m {
-	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
-		http.MethodDelete, http.MethodConnect, http.MethodOptions, http.MethodTrace:
-		return true
-	}
-	return false
+	return slices.Contains([]string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodConnect, http.MethodOptions, http.MethodTrace}, m)
 }
 
 // muxPatterns reports whether ServeMux matches patterns with methods and
@@ -262,18 +252,16 @@ var muxPatterns = sync.OnceValue(func() bool {
 // unwrapAll returns the innermost error of a chain of single wraps
 // (ServeMux's "parsing %q: %w" is then only the reason).
 func unwrapAll(err error) error {
-	for {
-		u := errors.Unwrap(err)
-		if u == nil {
-			return err
-		}
+	for u := errors.Unwrap(err); u != nil; u = errors.Unwrap(u) {
 		err = u
 	}
+	return err
 }
 
-// match returns the endpoint of req, or nil when none matches.
-func (r router) match(req *http.Request) *routeEntry {
-	if r.mux == nil || req.URL == nil {
+// match returns the endpoint of req under the router mux, or nil when none
+// matches.
+func match(mux *http.ServeMux, req *http.Request) *routeEntry {
+	if mux == nil || req.URL == nil {
 		return nil
 	}
 	probe := req
@@ -282,17 +270,13 @@ func (r router) match(req *http.Request) *routeEntry {
 	if req.Method == "" || clean != esc {
 		// ServeMux would redirect an unclean path, and takes the method
 		// literally where a client sends "" as GET: match a copy.
-		m := req.Method
-		if m == "" {
-			m = http.MethodGet
-		}
 		u := &url.URL{Path: clean, RawPath: clean}
 		if p, err := url.PathUnescape(clean); err == nil {
 			u.Path = p
 		}
-		probe = &http.Request{Method: m, Host: req.Host, URL: u}
+		probe = &http.Request{Method: method(req), Host: req.Host, URL: u}
 	}
-	h, _ := r.mux.Handler(probe)
+	h, _ := mux.Handler(probe)
 	e, _ := h.(*routeEntry) // not ours: not found, method not allowed, or a redirect of /tree to /tree/
 	return e
 }
@@ -324,13 +308,17 @@ func cleanPath(p string) string {
 	return c
 }
 
-// classify returns the charges of req under t, merging charges to the same
-// limiter. It returns an error for a negative weight and for a request that
-// matches no endpoint when the table has neither Default nor
-// UnmatchedUnlimited.
-func (p *Pool) classify(req *http.Request) ([]Charge, error) {
+// Classify returns the charges of a request under the Table's endpoints:
+// one per rule of the matching endpoint (or of the Table's Default) whose
+// Key applies; none for a request that matches no endpoint when the Table
+// has no Default and sets UnmatchedUnlimited. It returns an error matching
+// ratesem.ErrNoEndpoint for a request that matches no endpoint when the
+// Table has neither, an error matching ratesem.ErrNegativeWeight for a
+// negative weight, or the error of the endpoint's Charges function. It
+// does not block, changes nothing and is safe for concurrent use.
+func (p *Pool) Classify(req *http.Request) ([]Charge, error) {
 	var costs []Cost
-	if e := p.routes.match(req); e != nil {
+	if e := match(p.routes, req); e != nil {
 		if e.charges != nil {
 			return e.charges(req)
 		}
@@ -345,15 +333,14 @@ func (p *Pool) classify(req *http.Request) ([]Charge, error) {
 	charges := make([]Charge, 0, len(costs))
 	for _, c := range costs {
 		r := p.rules[c.Rule]
-		key := ""
+		var key string
 		if r.Key != nil {
-			k, ok := r.Key(req)
-			if !ok {
-				continue
+			var ok bool
+			if key, ok = r.Key(req); !ok {
+				continue // the rule does not apply to req
 			}
-			key = k
 		}
-		var w int64
+		w := int64(1)
 		switch {
 		case c.Units != 0:
 			w = c.Units
@@ -361,8 +348,6 @@ func (p *Pool) classify(req *http.Request) ([]Charge, error) {
 			w = c.Weight(req)
 		case r.Weight != nil:
 			w = r.Weight(req)
-		default:
-			w = 1
 		}
 		if w < 0 {
 			return nil, fmt.Errorf("%w %d under rule %q for %s %s", ratesem.ErrNegativeWeight, w, c.Rule, method(req), req.URL.Path)

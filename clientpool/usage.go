@@ -5,10 +5,14 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/dunglas/httpsfv"
+
+	"github.com/ratesem/ratesem/internal/hdr"
+	"github.com/ratesem/ratesem/internal/sat"
 )
 
 // maxFieldBytes is the largest rate-limit field the parsers in this file read:
@@ -47,13 +51,7 @@ type RateLimitInfo struct {
 // [0, Limit]: 0 when Remaining ≥ Limit (a server that raised the quota
 // mid-window) or Limit ≤ 0, and Limit when Remaining < 0. It never wraps.
 func (i RateLimitInfo) used() int64 {
-	switch {
-	case i.Limit <= 0 || i.Remaining >= i.Limit:
-		return 0
-	case i.Remaining < 0:
-		return i.Limit
-	}
-	return i.Limit - i.Remaining // 0 ≤ Remaining < Limit: no overflow
+	return max(min(sat.Sub(i.Limit, i.Remaining), i.Limit), 0) // Sub saturates: a Remaining < 0 gives Limit
 }
 
 // BinanceUsage returns a Rule.Usage function that reads one of Binance's usage
@@ -153,63 +151,81 @@ func ParseRateLimitAt(h http.Header, prefix, policy string, now time.Time) (Rate
 	return i, err
 }
 
-// parseRateLimitAt is ParseRateLimitAt, and reports whether the headers gave
-// a reset (Reset is 0 both when they did not and when they said 0 seconds
-// or an instant now past).
-func parseRateLimitAt(h http.Header, prefix, policy string, now time.Time) (RateLimitInfo, bool, error) {
+// resetSaid is what the headers said of the reset: whether they gave one
+// (Reset is 0 both when they did not and when they said 0 seconds or an
+// instant now past), and the instant, when it was given as an epoch value
+// in a <prefix>Reset field (zero otherwise).
+type resetSaid struct {
+	given bool
+	epoch time.Time
+}
+
+// parseRateLimitAt is ParseRateLimitAt, and tells what the headers said of
+// the reset.
+func parseRateLimitAt(h http.Header, prefix, policy string, now time.Time) (RateLimitInfo, resetSaid, error) {
 	if prefix == "RateLimit-" {
 		rl, err := fieldValues(h, "RateLimit")
 		if err != nil {
-			return RateLimitInfo{}, false, err
+			return RateLimitInfo{}, resetSaid{}, err
 		}
 		if len(rl) > 0 {
-			return parseStructured(h, rl, policy, now)
+			i, given, err := parseStructured(h, rl, policy, now)
+			return i, resetSaid{given: given}, err
 		}
 	}
-	limit, err := fieldValues(h, prefix+"Limit")
-	if err != nil {
-		return RateLimitInfo{}, false, err
+	var f [3][]string // Limit, Remaining, Reset
+	var err error
+	for k, name := range []string{"Limit", "Remaining", "Reset"} {
+		if f[k], err = fieldValues(h, prefix+name); err != nil {
+			return RateLimitInfo{}, resetSaid{}, err
+		}
 	}
-	remaining, err := fieldValues(h, prefix+"Remaining")
-	if err != nil {
-		return RateLimitInfo{}, false, err
-	}
-	reset, err := fieldValues(h, prefix+"Reset")
-	if err != nil {
-		return RateLimitInfo{}, false, err
-	}
+	limit, remaining, reset := f[0], f[1], f[2]
 	if len(limit) == 0 && len(remaining) == 0 {
-		return RateLimitInfo{}, false, nil
+		return RateLimitInfo{}, resetSaid{}, nil
 	}
 	var i RateLimitInfo
-	// "100, 100;w=60": the first list member is the quota in force.
-	if i.Limit, err = firstCount(limit); err != nil {
-		return RateLimitInfo{}, false, malformed(prefix+"Limit", limit, err)
+	// "100, 100;w=60": the first list member (without its parameters) is
+	// the quota in force; none is malformed.
+	first := ""
+	if len(limit) > 0 {
+		first, _, _ = strings.Cut(limit[0], ",")
+	}
+	first, _, _ = strings.Cut(first, ";")
+	if i.Limit, err = count(first); err != nil {
+		return RateLimitInfo{}, resetSaid{}, malformed(prefix+"Limit", limit, err)
 	}
 	i.Remaining = math.MaxInt64
 	if len(remaining) == 0 {
-		return RateLimitInfo{}, false, malformed(prefix+"Remaining", nil, errors.New("missing"))
+		return RateLimitInfo{}, resetSaid{}, malformed(prefix+"Remaining", nil, errors.New("missing"))
 	}
 	for _, line := range remaining {
 		for m := range strings.SplitSeq(line, ",") {
 			n, err := count(m)
 			if err != nil {
-				return RateLimitInfo{}, false, malformed(prefix+"Remaining", remaining, err)
+				return RateLimitInfo{}, resetSaid{}, malformed(prefix+"Remaining", remaining, err)
 			}
 			i.Remaining = min(i.Remaining, n)
 		}
 	}
+	var r resetSaid
 	if len(reset) > 0 {
 		first, _, _ := strings.Cut(reset[0], ",")
-		if i.Reset, err = resetAt(first, now); err != nil {
-			return RateLimitInfo{}, false, malformed(prefix+"Reset", reset, err)
+		n, frac, ok := hdr.Decimal(first)
+		if !ok {
+			return RateLimitInfo{}, resetSaid{}, malformed(prefix+"Reset", reset, fmt.Errorf("%s is not a count", hdr.Quote(first)))
 		}
+		// frac is 0 to 9 digits: padded to 9, the nanoseconds.
+		nanos, _ := strconv.ParseInt((frac + "000000000")[:9], 10, 64)
+		i.Reset = resetFrom(n, nanos, now)
+		r = resetSaid{given: true, epoch: epochAt(n, nanos)}
 	}
-	return i, len(reset) > 0, nil
+	return i, r, nil
 }
 
 // parseStructured reads the RateLimit field rl (and RateLimit-Policy) of the
-// drafts 07 and later with a Structured Field parser.
+// drafts 07 and later with a Structured Field parser, and reports whether
+// it gave a reset.
 func parseStructured(h http.Header, rl []string, policy string, now time.Time) (RateLimitInfo, bool, error) {
 	list, err := httpsfv.UnmarshalList(rl)
 	if err != nil {
@@ -220,119 +236,95 @@ func parseStructured(h http.Header, rl []string, policy string, now time.Time) (
 		}
 		return parseDraft07(dict, rl, now)
 	}
-	it, err := findItem(list, policy)
+	// RateLimit's item: r, and t when given.
+	it, name, err := findItem(list, policy)
+	var r, t int64
+	given := false
+	if err == nil {
+		r, err = intParam(it.Params, "r")
+	}
+	if err == nil {
+		if _, given = it.Params.Get("t"); given {
+			t, err = intParam(it.Params, "t")
+		}
+	}
 	if err != nil {
 		return RateLimitInfo{}, false, malformed("RateLimit", rl, err)
 	}
-	name, _ := itemName(it)
+	// RateLimit-Policy's item of the same name: q.
 	pv, err := fieldValues(h, "RateLimit-Policy")
 	if err != nil {
 		return RateLimitInfo{}, false, err
 	}
+	var q int64
 	plist, err := httpsfv.UnmarshalList(pv)
-	if err != nil {
-		return RateLimitInfo{}, false, malformed("RateLimit-Policy", pv, err)
-	}
-	pol, err := findItem(plist, name)
-	if err != nil {
-		return RateLimitInfo{}, false, malformed("RateLimit-Policy", pv, err)
-	}
-	var i RateLimitInfo
-	if i.Remaining, err = intParam(it.Params, "r"); err != nil {
-		return RateLimitInfo{}, false, malformed("RateLimit", rl, err)
-	}
-	if i.Limit, err = intParam(pol.Params, "q"); err != nil {
-		return RateLimitInfo{}, false, malformed("RateLimit-Policy", pv, err)
-	}
-	_, given := it.Params.Get("t")
-	if given {
-		t, err := intParam(it.Params, "t")
-		if err != nil {
-			return RateLimitInfo{}, false, malformed("RateLimit", rl, err)
+	if err == nil {
+		var pol httpsfv.Item
+		if pol, _, err = findItem(plist, name); err == nil {
+			q, err = intParam(pol.Params, "q")
 		}
-		i.Reset = resetFrom(t, 0, now)
 	}
-	return i, given, nil
+	if err != nil {
+		return RateLimitInfo{}, false, malformed("RateLimit-Policy", pv, err)
+	}
+	return RateLimitInfo{Limit: q, Remaining: r, Reset: resetFrom(t, 0, now)}, given, nil
 }
 
 // parseDraft07 reads draft 07's `RateLimit: limit=100, remaining=50, reset=5`.
 func parseDraft07(d *httpsfv.Dictionary, rl []string, now time.Time) (RateLimitInfo, bool, error) {
-	var i RateLimitInfo
-	var err error
-	for _, k := range []struct {
-		key string
-		v   *int64
-	}{{"limit", &i.Limit}, {"remaining", &i.Remaining}} {
-		m, ok := d.Get(k.key)
-		if !ok {
-			return RateLimitInfo{}, false, malformed("RateLimit", rl, fmt.Errorf("no %s", k.key))
+	var v [3]int64 // limit, remaining, reset (0 when absent)
+	_, given := d.Get("reset")
+	for k, key := range []string{"limit", "remaining", "reset"} {
+		m, ok := d.Get(key)
+		if !ok && key == "reset" {
+			break
 		}
-		if *k.v, err = intMember(m); err != nil {
-			return RateLimitInfo{}, false, malformed("RateLimit", rl, fmt.Errorf("%s: %w", k.key, err))
+		var err error
+		if v[k], err = nonNegative("", key, m, ok); err != nil {
+			return RateLimitInfo{}, false, malformed("RateLimit", rl, err)
 		}
 	}
-	m, given := d.Get("reset")
-	if given {
-		t, err := intMember(m)
-		if err != nil {
-			return RateLimitInfo{}, false, malformed("RateLimit", rl, fmt.Errorf("reset: %w", err))
-		}
-		i.Reset = resetFrom(t, 0, now)
-	}
-	return i, given, nil
+	return RateLimitInfo{Limit: v[0], Remaining: v[1], Reset: resetFrom(v[2], 0, now)}, given, nil
 }
 
 // findItem returns the Item of list named name (a String or a Token), or
-// the first member when name is "".
-func findItem(list httpsfv.List, name string) (httpsfv.Item, error) {
+// the first member when name is "", and its name.
+func findItem(list httpsfv.List, name string) (httpsfv.Item, string, error) {
 	for _, m := range list {
-		it, ok := m.(httpsfv.Item)
-		if !ok {
-			continue // an inner list names no policy
+		it, _ := m.(httpsfv.Item) // an inner list names no policy
+		n, ok := it.Value.(string)
+		if t, tok := it.Value.(httpsfv.Token); tok {
+			n, ok = string(t), true
 		}
-		n, ok := itemName(it)
 		if ok && (name == "" || n == name) {
-			return it, nil
+			return it, n, nil
 		}
 	}
-	return httpsfv.Item{}, fmt.Errorf("no policy %s", quote(name))
-}
-
-func itemName(it httpsfv.Item) (string, bool) {
-	switch v := it.Value.(type) {
-	case string:
-		return v, true
-	case httpsfv.Token:
-		return string(v), true
-	}
-	return "", false
+	return httpsfv.Item{}, "", fmt.Errorf("no policy %s", hdr.Quote(name))
 }
 
 // intParam returns the non-negative Integer parameter k of p.
 func intParam(p *httpsfv.Params, k string) (int64, error) {
 	if p == nil {
-		return 0, fmt.Errorf("no parameter %s", k)
+		return nonNegative("parameter ", k, nil, false)
 	}
 	v, ok := p.Get(k)
-	if !ok {
-		return 0, fmt.Errorf("no parameter %s", k)
-	}
-	n, ok := v.(int64)
-	if !ok || n < 0 {
-		return 0, fmt.Errorf("parameter %s=%v is not a non-negative Integer", k, v)
-	}
-	return n, nil
+	return nonNegative("parameter ", k, v, ok)
 }
 
-// intMember returns the non-negative Integer of a Dictionary member.
-func intMember(m httpsfv.Member) (int64, error) {
-	it, ok := m.(httpsfv.Item)
+// nonNegative returns v, the value of kind+name (a parameter's, or a
+// Dictionary member's Item), as a non-negative Integer; ok false means v
+// is absent.
+func nonNegative(kind, name string, v any, ok bool) (int64, error) {
 	if !ok {
-		return 0, errors.New("an inner list, want an Integer")
+		return 0, fmt.Errorf("no %s%s", kind, name)
 	}
-	n, ok := it.Value.(int64)
-	if !ok || n < 0 {
-		return 0, fmt.Errorf("%v is not a non-negative Integer", it.Value)
+	if it, isItem := v.(httpsfv.Item); isItem {
+		v = it.Value
+	}
+	n, isInt := v.(int64)
+	if !isInt || n < 0 {
+		return 0, fmt.Errorf("%s%s: %v is not a non-negative Integer", kind, name, v)
 	}
 	return n, nil
 }
@@ -352,97 +344,41 @@ func fieldValues(h http.Header, name string) ([]string, error) {
 	return vs, nil
 }
 
-// firstCount returns the count before the first ',' and ';' of the first
-// line of vs (a List whose first member is an Integer with parameters).
-func firstCount(vs []string) (int64, error) {
-	if len(vs) == 0 {
-		return 0, errors.New("missing")
-	}
-	first, _, _ := strings.Cut(vs[0], ",")
-	first, _, _ = strings.Cut(first, ";")
-	return count(first)
-}
-
 // count reads s, with optional whitespace around it, as ASCII decimal
-// digits, saturating at math.MaxInt64. A sign, a fraction or any other
-// character is an error; the cost is linear in len(s), without allocation
-// unless s is malformed.
+// digits, saturating at math.MaxInt64 (hdr.Decimal). A sign, a fraction or
+// any other character is an error; the cost is linear in len(s), without
+// allocation unless s is malformed.
 func count(s string) (int64, error) {
-	n, frac, err := decimal(s)
-	if err == nil && frac != "" {
-		err = fmt.Errorf("%s is not a whole count", quote(s))
+	n, frac, ok := hdr.Decimal(s)
+	if !ok || frac != "" {
+		return 0, fmt.Errorf("%s is not a whole count", hdr.Quote(s))
 	}
-	return n, err
-}
-
-// decimal reads s, trimmed, as ASCII digits with an optional '.' and up to
-// nine fraction digits, and returns the integer part (saturated at
-// math.MaxInt64) and the fraction digits.
-func decimal(s string) (n int64, frac string, err error) {
-	s = strings.Trim(s, " \t")
-	whole, frac, dot := strings.Cut(s, ".")
-	if whole == "" || (dot && (frac == "" || len(frac) > 9)) {
-		return 0, "", fmt.Errorf("%s is not a count", quote(s))
-	}
-	for i := 0; i < len(whole); i++ {
-		c := whole[i]
-		if c < '0' || c > '9' {
-			return 0, "", fmt.Errorf("%s is not a count", quote(s))
-		}
-		if n > (math.MaxInt64-int64(c-'0'))/10 {
-			n = math.MaxInt64 // saturated; keep checking the syntax
-			continue
-		}
-		n = n*10 + int64(c-'0')
-	}
-	for i := 0; i < len(frac); i++ {
-		if frac[i] < '0' || frac[i] > '9' {
-			return 0, "", fmt.Errorf("%s is not a count", quote(s))
-		}
-	}
-	return n, frac, nil
-}
-
-// resetAt reads a reset value (see ParseRateLimitAt) and returns the time
-// from now to it, in [0, math.MaxInt64].
-func resetAt(s string, now time.Time) (time.Duration, error) {
-	n, frac, err := decimal(s)
-	if err != nil {
-		return 0, err
-	}
-	var nanos int64
-	for i := range 9 {
-		nanos *= 10
-		if i < len(frac) {
-			nanos += int64(frac[i] - '0')
-		}
-	}
-	return resetFrom(n, nanos, now), nil
+	return n, nil
 }
 
 // resetFrom returns the time from now to the reset n (seconds, epoch
-// seconds or epoch milliseconds, by magnitude) plus nanos nanoseconds,
-// saturated to [0, math.MaxInt64].
+// seconds or epoch milliseconds, by magnitude: see epochAt) plus nanos
+// nanoseconds, saturated to [0, math.MaxInt64].
 func resetFrom(n, nanos int64, now time.Time) time.Duration {
-	switch {
-	case n >= epochMillis:
-		// nanos is a fraction of a millisecond here.
-		at := time.UnixMilli(n).Add(time.Duration(nanos / 1000))
+	if at := epochAt(n, nanos); !at.IsZero() {
 		return max(at.Sub(now), 0) // Sub saturates
-	case n >= epochSeconds:
-		return max(time.Unix(n, nanos).Sub(now), 0)
 	}
 	// n < 1e9 seconds: n*1e9 + nanos < 1e18 fits.
 	return time.Duration(n)*time.Second + time.Duration(nanos)
 }
 
-// quote quotes at most the first 64 bytes of s, so an error about a huge
-// field stays small.
-func quote(s string) string {
-	if len(s) > 64 {
-		return fmt.Sprintf("%q… (%d bytes)", s[:64], len(s))
+// epochAt returns the instant of the reset value n plus nanos nanoseconds
+// when n is an epoch value (epoch seconds from epochSeconds, epoch
+// milliseconds from epochMillis, where nanos is a fraction of a
+// millisecond), and the zero time when it is seconds to wait.
+func epochAt(n, nanos int64) time.Time {
+	switch {
+	case n >= epochMillis:
+		return time.UnixMilli(n).Add(time.Duration(nanos / 1000))
+	case n >= epochSeconds:
+		return time.Unix(n, nanos)
 	}
-	return fmt.Sprintf("%q", s)
+	return time.Time{}
 }
 
 func malformed(field string, values []string, err error) error {
@@ -450,5 +386,5 @@ func malformed(field string, values []string, err error) error {
 	if len(values) > 0 {
 		v = values[0]
 	}
-	return fmt.Errorf("%w: %s: %s: %v", errMalformed, field, quote(v), err)
+	return fmt.Errorf("%w: %s: %s: %v", errMalformed, field, hdr.Quote(v), err)
 }

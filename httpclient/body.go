@@ -29,15 +29,18 @@ type body struct {
 	prefix []byte
 
 	// settle, when set, is shown the body's last keepMax bytes (of what the
-	// caller read) before the units are released. They are kept in keep, a
+	// caller read) before the units are released, and told whether the
+	// caller's reads reached io.EOF. They are kept in keep, a
 	// ring that never holds more than keepMax bytes (cap(keep) ≤ keepMax):
 	// it grows as the body does until it holds keepMax bytes, then each
 	// byte read overwrites the oldest, at keepAt.
-	settle  func(body []byte)
-	keep    []byte
-	keepAt  int // once len(keep) == keepMax: the index of the oldest byte
-	keepMax int
+	settle func(body []byte, eof bool)
+	keep   []byte
+	keepAt int // once len(keep) == keepMax: the index of the oldest byte
 }
+
+// keepMax is the most bytes of a body that settle is shown: its last ones.
+const keepMax = clientpool.MaxSettleBody
 
 // readWriteBody is used when the original body is also an io.Writer, as
 // net/http's body of a 101 Switching Protocols response is; the caller's type
@@ -49,11 +52,8 @@ type readWriteBody struct {
 
 // wrapBody returns rc wrapped so that Close or io.EOF releases n on l, after
 // check (if not nil) has seen the body's first bytes.
-func wrapBody(rc io.ReadCloser, l Limiter, n int64, check, settle func([]byte)) io.ReadCloser {
+func wrapBody(rc io.ReadCloser, l Limiter, n int64, check func([]byte), settle func([]byte, bool)) io.ReadCloser {
 	b := &body{rc: rc, l: l, n: n, check: check, settle: settle}
-	if settle != nil {
-		b.keepMax = clientpool.MaxSettleBody
-	}
 	if w, ok := rc.(io.Writer); ok {
 		return readWriteBody{body: b, w: w}
 	}
@@ -64,11 +64,11 @@ func wrapBody(rc io.ReadCloser, l Limiter, n int64, check, settle func([]byte)) 
 // releases the weight at io.EOF.
 func (b *body) Read(p []byte) (int, error) {
 	n, err := b.rc.Read(p)
-	if n > len(p) || n < 0 { // a broken reader; keep within p
-		n = max(min(n, len(p)), 0)
-	}
-	if err == io.EOF { // io.Reader's contract: EOF itself, not wrapped
-		defer b.release() // even if the check panics
+	// A broken reader's count is kept within p; io.EOF is io.Reader's
+	// contract: EOF itself, not wrapped.
+	n = max(min(n, len(p)), 0)
+	if err == io.EOF {
+		defer b.release(true) // even if the check panics
 	}
 	b.seen(p[:n], err == io.EOF)
 	return n, err
@@ -85,19 +85,17 @@ func (b *body) seen(p []byte, final bool) {
 	if b.check == nil {
 		return
 	}
-	if room := peekSize - len(b.prefix); room > 0 && len(p) > 0 {
-		b.prefix = append(b.prefix, p[:min(room, len(p))]...)
-	}
+	// The prefix is below peekSize here (the check ran when it got there).
+	b.prefix = append(b.prefix, p[:min(peekSize-len(b.prefix), len(p))]...)
 	if final || len(b.prefix) >= peekSize {
-		check := b.check
-		b.check = nil
-		if b.prefix == nil {
-			b.prefix = []byte{} // the body stage: non-nil, even when empty
+		check, prefix := b.check, b.prefix
+		b.check, b.prefix = nil, nil
+		if prefix == nil {
+			prefix = []byte{} // the body stage: non-nil, even when empty
 		}
 		// Run under mu: a concurrent Close or EOF waits for it, so the
 		// pause it may set comes before any release.
-		check(b.prefix)
-		b.prefix = nil
+		check(prefix)
 	}
 }
 
@@ -107,35 +105,19 @@ func (b *body) seen(p []byte, final bool) {
 // than keepMax bytes, so a long streamed reply costs keepMax at most.
 // b.mu must be held.
 func (b *body) keepLast(p []byte) {
-	if len(p) >= b.keepMax {
-		p = p[len(p)-b.keepMax:]
-	}
-	if n := len(b.keep) + len(p); n <= b.keepMax {
-		if n > cap(b.keep) {
-			grown := make([]byte, len(b.keep), min(max(n, 2*cap(b.keep), 512), b.keepMax))
-			copy(grown, b.keep)
-			b.keep = grown
+	p = p[max(len(p)-keepMax, 0):]
+	if fill := min(len(p), keepMax-len(b.keep)); fill > 0 {
+		// Still growing: the oldest byte is at 0.
+		if n := len(b.keep) + fill; n > cap(b.keep) {
+			b.keep = append(make([]byte, 0, min(max(n, 2*cap(b.keep), 512), keepMax)), b.keep...)
 		}
-		b.keep = append(b.keep, p...)
-		return
-	}
-	if len(b.keep) < b.keepMax {
-		// Fill the ring up to keepMax (the oldest byte is still at 0), then
-		// wrap the rest of p around.
-		if cap(b.keep) < b.keepMax {
-			grown := make([]byte, len(b.keep), b.keepMax)
-			copy(grown, b.keep)
-			b.keep = grown
-		}
-		fill := b.keepMax - len(b.keep)
 		b.keep = append(b.keep, p[:fill]...)
 		p = p[fill:]
-		b.keepAt = 0
 	}
-	for len(p) > 0 {
+	for len(p) > 0 { // full: wrap the rest of p around
 		c := copy(b.keep[b.keepAt:], p)
 		p = p[c:]
-		b.keepAt = (b.keepAt + c) % b.keepMax
+		b.keepAt = (b.keepAt + c) % keepMax
 	}
 }
 
@@ -157,7 +139,7 @@ func (b *body) kept() []byte {
 // then runs the check on what was seen (if it has not run), then releases.
 func (b *body) Close() error {
 	err := b.rc.Close()
-	defer b.release() // even if the check panics
+	defer b.release(false) // even if the check panics
 	b.seen(nil, true)
 	return err
 }
@@ -165,15 +147,15 @@ func (b *body) Close() error {
 // release gives the weight back once. Read and Close may run concurrently (a
 // goroutine reading while another closes to abort it), and Close may follow
 // EOF; the compare-and-swap makes exactly one of them release, since the
-// limiter panics on over-release.
-func (b *body) release() {
+// limiter panics on over-release. eof tells a release at io.EOF.
+func (b *body) release(eof bool) {
 	if b.released.CompareAndSwap(false, true) {
 		defer b.l.Release(b.n) // even if the settlement panics
 		if b.settle != nil {
 			b.mu.Lock()
 			keep := b.kept()
 			b.mu.Unlock()
-			b.settle(keep)
+			b.settle(keep, eof)
 		}
 	}
 }

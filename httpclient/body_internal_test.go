@@ -76,7 +76,7 @@ func TestKeptBodyStaysWithinMaxSettleBody(t *testing.T) {
 			l := &nopLimiter{held: 1}
 			var got []byte
 			settled := 0
-			rc := wrapBody(&stream{size: tc.size, sizes: tc.sizes}, l, 1, nil, func(b []byte) {
+			rc := wrapBody(&stream{size: tc.size, sizes: tc.sizes}, l, 1, nil, func(b []byte, _ bool) {
 				settled++
 				got = bytes.Clone(b)
 			})
@@ -120,7 +120,7 @@ func TestKeptBodiesInFlightMemory(t *testing.T) {
 	bodies := make([]io.ReadCloser, calls)
 	buf := make([]byte, 32<<10)
 	for i := range bodies {
-		bodies[i] = wrapBody(&stream{size: size, sizes: []int{32 << 10}}, &nopLimiter{held: 1}, 1, nil, func([]byte) {})
+		bodies[i] = wrapBody(&stream{size: size, sizes: []int{32 << 10}}, &nopLimiter{held: 1}, 1, nil, func([]byte, bool) {})
 		for read := 0; read < size; {
 			n, err := bodies[i].Read(buf)
 			if err != nil {

@@ -46,10 +46,7 @@ func NewPool(p *clientpool.Pool, opts ...Option) *Transport {
 	}
 	return build(func(req *http.Request) (Limiter, int64) {
 		charges, err := p.Classify(req)
-		if err != nil {
-			return failed{err}, 1
-		}
-		return &poolCall{pool: p, charges: charges}, 1
+		return &poolCall{pool: p, charges: charges, err: err}, 1
 	}, opts)
 }
 
@@ -58,13 +55,18 @@ func NewPool(p *clientpool.Pool, opts ...Option) *Transport {
 type poolCall struct {
 	pool    *clientpool.Pool
 	charges []clientpool.Charge
+	err     error // the classification's: Acquire fails with it, the request is not sent
 	ticket  *clientpool.Ticket
 }
 
 // Acquire takes all of the request's charges at once (the weight argument
 // is ignored: the charges carry the weights), blocking like
-// clientpool.Pool.Acquire; on failure it holds nothing.
+// clientpool.Pool.Acquire; on failure it holds nothing. A request that
+// could not be classified is never admitted: Acquire returns that error.
 func (c *poolCall) Acquire(ctx context.Context, _ int64) error {
+	if c.err != nil {
+		return c.err
+	}
 	t, err := c.pool.Acquire(ctx, c.charges...)
 	c.ticket = t
 	return err
@@ -114,16 +116,3 @@ func (c *poolCall) settleResponse(h http.Header, body []byte, complete bool) boo
 	c.ticket.SettleResponse(h, body)
 	return !complete && c.ticket.BodyUnread() > 0
 }
-
-// failed is the Limiter of a request that cannot be classified: it never
-// admits, so the request is not sent.
-type failed struct{ err error }
-
-// Acquire returns the classification error: the request is not sent.
-func (f failed) Acquire(context.Context, int64) error { return f.err }
-
-// Release does nothing: nothing was taken.
-func (f failed) Release(int64) {}
-
-// PauseFor does nothing: no limiter is behind it.
-func (f failed) PauseFor(time.Duration) {}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"slices"
 	"sync"
@@ -27,13 +28,9 @@ var (
 
 // The states of a replayBody.
 const (
-	replayFresh    = iota // nothing read
-	replayFilling         // GetBody is reading the body into buf
-	replayWhole           // chunks are the whole body
-	replayOver            // chunks are the first maxReplayBody+1 bytes; the rest is in rc
-	replayFailed          // reading stopped at err after chunks
-	replayStreamed        // Read went past chunks to rc (or never buffered)
-	replayPanicked        // reading panicked with panicked after chunks
+	replayFresh   = iota // nothing read
+	replayFilling        // GetBody is reading the body into chunks
+	replayDone           // the outcome is in getErr, readErr and panicked
 )
 
 // replayBody is the body of the clone a Transport sends in place of a
@@ -44,23 +41,26 @@ const (
 // bytes unchanged; GetBody gives chunks again while they hold the whole
 // body.
 type replayBody struct {
-	rc  io.ReadCloser   // the caller's body
-	ctx context.Context // the request's: GetBody stops waiting when it is done
+	rc   io.ReadCloser   // the caller's body
+	ctx  context.Context // the request's: GetBody stops waiting when it is done
+	size int64           // the request's ContentLength: readChunks' first chunk
 
 	mu    sync.Mutex
 	state int
+	done  chan struct{} // closed when fill ends
 	// chunks hold the bytes read (see readChunks); written once by fill,
-	// read-only after done is closed.
-	chunks [][]byte
-	n      int64 // the bytes in chunks
-	err    error // the read error of replayFailed
-	// panicked is what the caller's body panicked with (replayPanicked):
-	// GetBody and Read panic with it again on their caller's goroutine,
-	// where it can be recovered, as a direct read's panic could.
+	// read-only after done is closed. rest is what Read has still to give
+	// of them.
+	chunks, rest net.Buffers
+	// Once fill ended, or Read went to the caller's body before any GetBody:
+	// what GetBody returns (nil: the chunks are the whole body), and what
+	// Read returns after the chunks (nil: the rest of the caller's body,
+	// which GetBody can then never give).
+	getErr, readErr error
+	// panicked is what the caller's body panicked with: GetBody and Read
+	// panic with it again on their caller's goroutine, where it can be
+	// recovered, as a direct read's panic could.
 	panicked any
-	size     int64         // the request's ContentLength: readChunks' first chunk
-	ci, coff int           // Read's place: chunks[ci][coff:] is next
-	done     chan struct{} // closed when fill ends
 }
 
 // withReplayBody returns req itself when its body can be replayed (none, or
@@ -71,12 +71,11 @@ func withReplayBody(req *http.Request) *http.Request {
 		return req
 	}
 	b := &replayBody{rc: req.Body, ctx: req.Context(), size: req.ContentLength}
-	r := req.Clone(req.Context())
-	r.Body, r.GetBody = b, b.getBody
 	// The caller's body may fill the Trailer's values as it is read (net/http
 	// sends what the map holds then): share the map, as the body is shared,
 	// not Clone's copy of it made before.
-	r.Trailer = req.Trailer
+	r := req.Clone(req.Context())
+	r.Body, r.GetBody, r.Trailer = b, b.getBody, req.Trailer
 	return r
 }
 
@@ -90,7 +89,7 @@ func (b *replayBody) getBody() (io.ReadCloser, error) {
 		b.state, b.done = replayFilling, make(chan struct{})
 		go b.fill()
 	}
-	done := b.done
+	done := b.done // nil when Read went to the caller's body unbuffered
 	b.mu.Unlock()
 	if done != nil {
 		// A body from a pipe may stall: the wait ends with the request.
@@ -102,52 +101,44 @@ func (b *replayBody) getBody() (io.ReadCloser, error) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	switch b.state {
-	case replayWhole:
-		return &chunkReader{chunks: slices.Clone(b.chunks), n: b.n}, nil
-	case replayOver:
-		return nil, errReplayTooLarge
-	case replayFailed:
-		return nil, fmt.Errorf("reading the request body: %w", b.err)
-	case replayPanicked:
+	if b.panicked != nil {
 		panic(b.panicked)
 	}
-	return nil, errReplayStreamed
+	if b.getErr != nil {
+		return nil, b.getErr
+	}
+	return &chunkReader{slices.Clone(b.chunks)}, nil
 }
 
-// fill reads the body into chunks, at most maxReplayBody+1 bytes. A panic of
-// the caller's body is kept for GetBody and Read to raise again: on fill's
-// own goroutine nobody could recover it.
+// fill reads the body into chunks, at most maxReplayBody+1 bytes, and sets
+// the outcome. A panic of the caller's body is kept for GetBody and Read to
+// raise again: on fill's own goroutine nobody could recover it.
 func (b *replayBody) fill() {
+	var p any = errors.New("request body's Read exited its goroutine") // until readChunks returns
 	var chunks [][]byte
 	var n int64
 	var err error
-	ok := false
 	defer func() {
-		var p any
-		if !ok {
-			p = recover()
-			if p == nil { // runtime.Goexit; not expected of a Read
-				p = errors.New("request body's Read exited its goroutine")
+		if p != nil {
+			if r := recover(); r != nil { // nil: runtime.Goexit, not expected of a Read
+				p = r
 			}
 		}
 		b.mu.Lock()
 		defer b.mu.Unlock()
-		b.chunks, b.n = chunks, n
+		b.chunks, b.rest, b.state, b.panicked = chunks, slices.Clone(chunks), replayDone, p
 		switch {
-		case !ok:
-			b.state, b.panicked = replayPanicked, p
 		case err != nil:
-			b.state, b.err = replayFailed, err
-		case n > maxReplayBody:
-			b.state = replayOver
+			b.getErr, b.readErr = fmt.Errorf("reading the request body: %w", err), err
+		case n > maxReplayBody: // the rest is in rc
+			b.getErr = errReplayTooLarge
 		default:
-			b.state = replayWhole
+			b.readErr = io.EOF
 		}
 		close(b.done)
 	}()
 	chunks, n, err = readChunks(b.rc, maxReplayBody+1, b.size)
-	ok = true
+	p = nil
 }
 
 // The sizes of the chunks readChunks reads into: the first, then doubled
@@ -172,7 +163,7 @@ func readChunks(r io.Reader, limit, size int64) (chunks [][]byte, n int64, err e
 		// body holds costs no more than that.
 		next = min(size+1, maxChunk)
 	}
-	for n < limit {
+	for n < limit && err == nil {
 		c := make([]byte, min(next, limit-n))
 		m := 0
 		for m < len(c) && err == nil {
@@ -187,59 +178,28 @@ func readChunks(r io.Reader, limit, size int64) (chunks [][]byte, n int64, err e
 			chunks = append(chunks, c[:m:m])
 			n += int64(m)
 		}
-		if err == io.EOF {
-			return chunks, n, nil
-		}
-		if err != nil {
-			return chunks, n, err
-		}
 		next = min(2*next, maxChunk)
 	}
-	return chunks, n, nil
+	if err == io.EOF {
+		err = nil
+	}
+	return chunks, n, err
 }
 
-// chunkReader reads chunks in order: the body GetBody gives.
-type chunkReader struct {
-	chunks [][]byte // what is left: its own slice (the chunks are shared, read-only)
-	n      int64    // the bytes left
-}
-
-// Read reads the next bytes of the chunks; io.EOF after the last.
-func (r *chunkReader) Read(p []byte) (int, error) {
-	for len(r.chunks) > 0 && len(r.chunks[0]) == 0 {
-		r.chunks = r.chunks[1:]
-	}
-	if len(r.chunks) == 0 {
-		return 0, io.EOF
-	}
-	k := copy(p, r.chunks[0])
-	r.chunks[0] = r.chunks[0][k:]
-	r.n -= int64(k)
-	return k, nil
-}
-
-// WriteTo writes what is left of the chunks to w (io.Copy uses it).
-func (r *chunkReader) WriteTo(w io.Writer) (int64, error) {
-	var total int64
-	for len(r.chunks) > 0 {
-		k, err := w.Write(r.chunks[0])
-		total += int64(k)
-		r.n -= int64(k)
-		r.chunks[0] = r.chunks[0][k:]
-		if err != nil {
-			return total, err
-		}
-		if len(r.chunks[0]) > 0 {
-			return total, io.ErrShortWrite
-		}
-		r.chunks = r.chunks[1:]
-	}
-	return total, nil
-}
+// chunkReader reads the chunks in order (net.Buffers' Read and WriteTo): the
+// body GetBody gives. Its chunks are its own slice of the shared,
+// read-only chunks.
+type chunkReader struct{ net.Buffers }
 
 // Len returns the bytes left, so that a reader of the whole body (the
 // saas presets') can allocate them at once.
-func (r *chunkReader) Len() int { return int(r.n) }
+func (r *chunkReader) Len() int {
+	n := 0
+	for _, c := range r.Buffers {
+		n += len(c)
+	}
+	return n
+}
 
 // Close does nothing: the chunks belong to the replayBody.
 func (*chunkReader) Close() error { return nil }
@@ -248,7 +208,7 @@ func (*chunkReader) Close() error { return nil }
 func (b *replayBody) whole() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.state == replayWhole
+	return b.state == replayDone && b.getErr == nil && b.panicked == nil
 }
 
 // Read gives what GetBody buffered, then the rest of the caller's body.
@@ -261,29 +221,22 @@ func (b *replayBody) Read(p []byte) (int, error) {
 		<-done // as a direct read of the caller's body would wait
 		b.mu.Lock()
 	}
-	for ; b.ci < len(b.chunks); b.ci, b.coff = b.ci+1, 0 {
-		if c := b.chunks[b.ci][b.coff:]; len(c) > 0 {
-			n := copy(p, c)
-			b.coff += n
-			b.mu.Unlock()
-			return n, nil
-		}
+	if len(b.rest) > 0 {
+		n, _ := b.rest.Read(p)
+		b.mu.Unlock()
+		return n, nil
 	}
-	switch b.state {
-	case replayWhole:
-		b.mu.Unlock()
-		return 0, io.EOF
-	case replayFailed:
-		err := b.err
-		b.mu.Unlock()
-		return 0, err
-	case replayPanicked:
-		p := b.panicked
-		b.mu.Unlock()
-		panic(p)
+	err, panicked := b.readErr, b.panicked
+	if err == nil && panicked == nil {
+		b.state, b.getErr = replayDone, errReplayStreamed
 	}
-	b.state = replayStreamed
 	b.mu.Unlock()
+	if panicked != nil {
+		panic(panicked)
+	}
+	if err != nil {
+		return 0, err
+	}
 	return b.rc.Read(p)
 }
 

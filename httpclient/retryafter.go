@@ -2,10 +2,12 @@ package httpclient
 
 import (
 	"fmt"
-	"math"
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/ratesem/ratesem/internal/hdr"
+	"github.com/ratesem/ratesem/internal/sat"
 )
 
 // maxDateBytes is the longest value ParseRetryAfter tries to read as an
@@ -15,10 +17,6 @@ import (
 // Retry-After costs time linear in its length and no allocation beyond a
 // short error.
 const maxDateBytes = 64
-
-// maxDelaySeconds is the largest whole number of seconds a time.Duration can
-// hold; ParseRetryAfter saturates above it instead of wrapping negative.
-const maxDelaySeconds = int64(math.MaxInt64 / int64(time.Second))
 
 // ParseRetryAfter parses the value of a Retry-After header (RFC 9110,
 // section 10.2.3) and returns how long to wait from now. It does not block and
@@ -49,69 +47,24 @@ const maxDelaySeconds = int64(math.MaxInt64 / int64(time.Second))
 // another kind is rejected on its length before it is parsed.
 func ParseRetryAfter(v string, now time.Time) (time.Duration, error) {
 	s := strings.TrimSpace(v)
+	if n, frac, ok := hdr.Decimal(s); ok && frac == "" { // ASCII digits only: no sign, no other script
+		return time.Duration(sat.Mul(n, int64(time.Second))), nil
+	}
 	switch {
 	case s == "":
-		return 0, fmt.Errorf("ratesem: empty Retry-After %s", quote(v))
-	case isDigits(s):
-		return parseSeconds(s), nil
-	case s[0] == '-' && isDigits(s[1:]):
-		return 0, fmt.Errorf("ratesem: negative Retry-After %s", quote(v))
+		return 0, fmt.Errorf("ratesem: empty Retry-After %s", hdr.Quote(v))
+	case s[0] == '-' && len(s) > 1 && strings.Trim(s[1:], "0123456789") == "":
+		return 0, fmt.Errorf("ratesem: negative Retry-After %s", hdr.Quote(v))
 	case len(s) > maxDateBytes:
-		return 0, fmt.Errorf("ratesem: invalid Retry-After %s: want delay-seconds or an HTTP-date", quote(v))
+		return 0, fmt.Errorf("ratesem: invalid Retry-After %s: want delay-seconds or an HTTP-date", hdr.Quote(v))
 	}
 	if t, err := http.ParseTime(s); err == nil {
-		return delayUntil(t, now), nil
+		return max(t.Sub(now), 0), nil // Sub saturates
 	}
 	if t, err := time.Parse(time.RFC1123, s); err == nil {
 		if name, offset := t.Zone(); name == "UTC" && offset == 0 {
-			return delayUntil(t, now), nil
+			return max(t.Sub(now), 0), nil
 		}
 	}
-	return 0, fmt.Errorf("ratesem: invalid Retry-After %s: want delay-seconds or an HTTP-date", quote(v))
-}
-
-// quote quotes v, or its first maxDateBytes bytes and its length when it is
-// longer, so that an error about a huge header stays small.
-func quote(v string) string {
-	if len(v) > maxDateBytes {
-		return fmt.Sprintf("%q… (%d bytes)", v[:maxDateBytes], len(v))
-	}
-	return fmt.Sprintf("%q", v)
-}
-
-// isDigits reports whether s is non-empty and made of ASCII digits only
-// (strconv would also accept signs, and unicode.IsDigit other scripts).
-func isDigits(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return false
-		}
-	}
-	return true
-}
-
-// parseSeconds converts a string of ASCII digits to a Duration of that many
-// seconds, saturating at math.MaxInt64 nanoseconds.
-func parseSeconds(s string) time.Duration {
-	var secs int64
-	for i := 0; i < len(s); i++ {
-		// secs <= maxDelaySeconds (~9.2e9) here, so secs*10+9 cannot overflow.
-		secs = secs*10 + int64(s[i]-'0')
-		if secs > maxDelaySeconds {
-			return time.Duration(math.MaxInt64)
-		}
-	}
-	return time.Duration(secs) * time.Second
-}
-
-// delayUntil returns t - now, or 0 if t is not after now. time.Time.Sub
-// saturates, so this cannot overflow either.
-func delayUntil(t, now time.Time) time.Duration {
-	if d := t.Sub(now); d > 0 {
-		return d
-	}
-	return 0
+	return 0, fmt.Errorf("ratesem: invalid Retry-After %s: want delay-seconds or an HTTP-date", hdr.Quote(v))
 }

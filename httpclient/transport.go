@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/ratesem/ratesem"
@@ -90,7 +89,7 @@ type Transport struct {
 	config
 
 	// streak counts throttles in a row without a usable Retry-After; see
-	// backoffFor. Guarded by mu, so a Transport stays safe for concurrent
+	// noteStreak. Guarded by mu, so a Transport stays safe for concurrent
 	// use; the zero value is a fresh streak.
 	mu        sync.Mutex
 	streak    int       // throttles in a row (a wave counts once)
@@ -221,8 +220,15 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if t.observer != nil {
 			t.observer(ratesem.Event{Kind: ratesem.Retried, Attempt: attempt + 1, Wait: wait, Status: resp.StatusCode})
 		}
-		if err := t.sleep(req.Context(), wait); err != nil {
-			return nil, prefixed("waiting to retry "+describe(req), err)
+		// Sleep on the Transport's clock, or until the context is done.
+		after := time.After // its timer is collected once it is unreachable
+		if t.clk != nil {
+			after = t.clk.After
+		}
+		select {
+		case <-after(wait):
+		case <-req.Context().Done():
+			return nil, prefixed("waiting to retry "+describe(req), req.Context().Err())
 		}
 		if req, err = rewind(req); err != nil {
 			return nil, err
@@ -230,31 +236,13 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 }
 
-// sleep waits for d on the Transport's clock or until ctx is done,
-// whichever comes first, and returns ctx.Err() in the second case.
-func (t *Transport) sleep(ctx context.Context, d time.Duration) error {
-	var c <-chan time.Time
-	if t.clk != nil {
-		c = t.clk.After(d)
-	} else {
-		tm := time.NewTimer(d)
-		defer tm.Stop()
-		c = tm.C
-	}
-	select {
-	case <-c:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// throttledBy returns the hook deciding whether a response is throttled.
-func (t *Transport) throttledBy() func(int, http.Header, []byte) bool {
+// throttled reports whether a response is throttled, by the hook of
+// WithThrottledBody or defaultThrottledBody.
+func (t *Transport) throttled(status int, h http.Header, body []byte) bool {
 	if t.throttledBody != nil {
-		return t.throttledBody
+		return t.throttledBody(status, h, body)
 	}
-	return defaultThrottledBody
+	return defaultThrottledBody(status, h, body)
 }
 
 // replayable reports whether req can be sent again: no body, or GetBody
@@ -277,86 +265,56 @@ func rewind(req *http.Request) (*http.Request, error) {
 		return nil, prefixed("replaying the body of "+describe(req), err)
 	}
 	r := req.Clone(req.Context())
-	r.Body = body
-	r.Trailer = req.Trailer // the caller's map (withReplayBody)
+	r.Body, r.Trailer = body, req.Trailer // the caller's map (withReplayBody)
 	return r, nil
 }
 
 // roundTripOnce sends req once. When the headers show a throttle it returns
 // the pause that throttle calls for (> 0), which a retry waits out.
 func (t *Transport) roundTripOnce(req *http.Request) (*http.Response, time.Duration, error) {
+	// Until req goes to the base, every way out (no Selector, a negative
+	// weight, a failed Acquire, a panic of the Selector or of an observer)
+	// closes req.Body: the RoundTripper contract has RoundTrip close it, and
+	// a replayed body's read in flight (withReplayBody) ends only with
+	// Close. While units are held and the body wrapper does not own their
+	// release yet, every way out (a base error, no body, or a panic in the
+	// base, the clock, a hook, an observer or PauseFor) releases them;
+	// otherwise a recovered panic would shrink the limiter for good.
+	var l Limiter
+	var n int64
+	toBase, held := false, false
+	defer func() {
+		if !toBase && req.Body != nil {
+			req.Body.Close()
+		}
+		if held {
+			l.Release(n)
+		}
+	}()
 	if t.sel == nil {
-		closeRequestBody(req)
 		return nil, 0, errNilSelect
 	}
-	l, n := t.selectFor(req)
-	if n < 0 {
-		closeRequestBody(req)
+	if l, n = t.sel(req); n < 0 {
 		err := fmt.Errorf("%w %d from the Selector for %s", ratesem.ErrNegativeWeight, n, describe(req))
 		t.observeFailed(n, time.Time{}, err)
 		return nil, 0, err
 	}
-	if l == nil {
-		sent := time.Now()
-		resp, err := send(t.baseRT(), req)
-		if err != nil {
-			return nil, 0, err
+	if l != nil { // nil: the request is not limited
+		var since time.Time
+		if t.observer != nil {
+			since = time.Now()
 		}
-		if !t.throttledBy()(resp.StatusCode, resp.Header, nil) {
-			t.succeeded(sent)
-			return resp, 0, nil
+		if err := l.Acquire(req.Context(), n); err != nil {
+			t.observeFailed(n, since, err)
+			return nil, 0, prefixed(describe(req)+" not sent", err)
 		}
-		ra, wait := t.delays(resp, sent)
-		t.observeThrottled(resp.StatusCode, ra, wait, false)
-		return resp, wait, nil
-	}
-	var since time.Time
-	if t.observer != nil {
-		since = time.Now()
-	}
-	if err := l.Acquire(req.Context(), n); err != nil {
-		// The base was never called, so the RoundTripper contract leaves closing
-		// the body to us.
-		closeRequestBody(req)
-		t.observeFailed(n, since, err)
-		return nil, 0, notSent(req, err)
-	}
-	return t.roundTripHeld(l, n, req, since)
-}
-
-// selectFor asks the Selector for req's limiter and weight. If the
-// Selector panics, req.Body is closed before the panic goes on: the
-// RoundTripper contract has RoundTrip close it on every way out, and a
-// replayed body's read in flight (withReplayBody) ends only with Close.
-func (t *Transport) selectFor(req *http.Request) (l Limiter, n int64) {
-	done := false
-	defer func() {
-		if !done {
-			closeRequestBody(req)
+		held = true
+		if t.observer != nil {
+			t.observer(ratesem.Event{Kind: ratesem.Admitted, Weight: n, Wait: time.Since(since)})
 		}
-	}()
-	l, n = t.sel(req)
-	done = true
-	return l, n
-}
-
-// roundTripHeld sends req while n units of l are held (admitted after
-// waiting since since) and arranges their release.
-func (t *Transport) roundTripHeld(l Limiter, n int64, req *http.Request, since time.Time) (*http.Response, time.Duration, error) {
-	// Until the body wrapper owns the release, every way out (Base error, no
-	// body, or a panic in the base, the clock, a hook, an observer or
-	// PauseFor) releases here; otherwise a recovered panic would shrink the
-	// limiter for good.
-	handedOff := false
-	defer func() {
-		if !handedOff {
-			l.Release(n)
-		}
-	}()
-	if t.observer != nil {
-		t.observer(ratesem.Event{Kind: ratesem.Admitted, Weight: n, Wait: time.Since(since)})
 	}
 
+	toBase = true
 	sent := time.Now()
 	resp, err := send(t.baseRT(), req)
 	if err != nil {
@@ -368,51 +326,47 @@ func (t *Transport) roundTripHeld(l Limiter, n int64, req *http.Request, since t
 	// Pause before anything is released: the slot we hold keeps the next
 	// request from starting between the 429 and the pause.
 	var wait time.Duration
-	headerThrottled := t.throttledBy()(resp.StatusCode, resp.Header, nil)
+	headerThrottled := t.throttled(resp.StatusCode, resp.Header, nil)
 	if headerThrottled {
 		wait = t.pause(l, resp, nil, sent)
 	}
 	_, handler := l.(throttleHandler)
 	// The body is looked at only when it can change something: a hook that
-	// reads it, or a handler that refines which keys a throttle is about.
-	watch := t.throttledBody != nil || (headerThrottled && handler)
+	// reads it, or a handler that refines which keys a throttle is about;
+	// and only under a limiter, whose units it holds.
+	watch := l != nil && (t.throttledBody != nil || (headerThrottled && handler))
 	if !headerThrottled && !watch {
-		t.succeeded(sent)
+		t.noteStreak(sent, false)
 	}
-	var settle func([]byte)
-	if s, ok := l.(responseSettler); ok && s.wantsBody() {
-		if resp.Body == http.NoBody {
-			s.settleResponse(resp.Header, nil, true)
-		} else {
-			// Settling needs the body read to its end (the usage of an
-			// LLM reply comes last): a body closed before io.EOF is
-			// reported as Unsettled when what was read did not settle it.
-			rc := resp.Body
-			var eof *eofReader
-			if _, rw := rc.(io.Writer); !rw { // a 101's body keeps its Write
-				eof = &eofReader{ReadCloser: rc}
-				resp.Body = eof
-			}
-			settle = func(body []byte) {
-				complete := eof == nil || eof.eof.Load()
-				if s.settleResponse(resp.Header, body, complete) && t.observer != nil {
-					t.observer(ratesem.Event{Kind: ratesem.Unsettled, Weight: n})
-				}
-			}
-		}
-	}
-	if resp.Body == http.NoBody {
-		if watch {
-			t.bodySeen(l, resp, []byte{}, headerThrottled, sent)
-		}
+	if l == nil {
 		return resp, wait, nil
+	}
+	var settle func([]byte, bool)
+	if s, ok := l.(responseSettler); ok && s.wantsBody() {
+		// Settling needs the body read to its end (the usage of an LLM
+		// reply comes last): a body closed before io.EOF is reported as
+		// Unsettled when what was read did not settle it. A 101's body (an
+		// io.Writer: the connection) counts as read.
+		_, rw := resp.Body.(io.Writer)
+		settle = func(body []byte, eof bool) {
+			if s.settleResponse(resp.Header, body, eof || rw) && t.observer != nil {
+				t.observer(ratesem.Event{Kind: ratesem.Unsettled, Weight: n})
+			}
+		}
 	}
 	var check func([]byte)
 	if watch {
 		check = func(prefix []byte) { t.bodySeen(l, resp, prefix, headerThrottled, sent) }
 	}
-	resp.Body = wrapBody(resp.Body, l, n, check, settle)
-	handedOff = true
+	body := wrapBody(resp.Body, l, n, check, settle)
+	held = false // the body wrapper releases
+	if resp.Body == http.NoBody {
+		// Read at once to its io.EOF: the check, the settlement and the
+		// release happen now, and the caller gets http.NoBody.
+		_, _ = body.Read(nil)
+	} else {
+		resp.Body = body
+	}
 	return resp, wait, nil
 }
 
@@ -421,9 +375,9 @@ func (t *Transport) roundTripHeld(l Limiter, n int64, req *http.Request, since t
 // a throttle the body shows pauses l (a throttleHandler is told again even
 // when the headers already showed it, so that it can pause more keys).
 func (t *Transport) bodySeen(l Limiter, resp *http.Response, prefix []byte, headerThrottled bool, sent time.Time) {
-	if !t.throttledBy()(resp.StatusCode, resp.Header, prefix) {
+	if !t.throttled(resp.StatusCode, resp.Header, prefix) {
 		if !headerThrottled {
-			t.succeeded(sent)
+			t.noteStreak(sent, false)
 		}
 		return
 	}
@@ -440,18 +394,29 @@ func (t *Transport) bodySeen(l Limiter, resp *http.Response, prefix []byte, head
 	t.pause(l, resp, prefix, sent)
 }
 
-// pause pauses l after a throttled response and returns the pause it set
-// (for a throttleHandler: the pause a retry should wait).
+// pause pauses l (nil: none) after a throttled response, reports it to the
+// observer (Source: the body, for a throttle only the body showed, when
+// body is not nil; else the Retry-After or the backoff), and returns the
+// pause it set (for a throttleHandler: the pause a retry should wait).
 // 503 also may carry Retry-After, but it signals an overloaded or down
 // server rather than a client over its quota, so it does not pause the limit.
 func (t *Transport) pause(l Limiter, resp *http.Response, body []byte, sent time.Time) time.Duration {
 	ra, d := t.delays(resp, sent)
 	if h, ok := l.(throttleHandler); ok {
 		h.Throttled(resp, body, ra)
-	} else {
+	} else if l != nil {
 		l.PauseFor(d)
 	}
-	t.observeThrottled(resp.StatusCode, ra, d, body != nil)
+	if t.observer != nil {
+		src := ratesem.SourceBackoff
+		switch {
+		case body != nil: // a throttle only the body showed
+			src = ratesem.SourceBody
+		case ra > 0:
+			src = ratesem.SourceRetryAfter
+		}
+		t.observer(ratesem.Event{Kind: ratesem.Throttled, Status: resp.StatusCode, Pause: d, Source: src})
+	}
 	return d
 }
 
@@ -468,23 +433,6 @@ func (t *Transport) observeFailed(n int64, since time.Time, err error) {
 	t.observer(e)
 }
 
-// observeThrottled reports a throttled response of status whose usable
-// Retry-After was ra (0: none) and that set a pause of d; inBody tells a
-// throttle only the body showed.
-func (t *Transport) observeThrottled(status int, ra, d time.Duration, inBody bool) {
-	if t.observer == nil {
-		return
-	}
-	src := ratesem.SourceBackoff
-	switch {
-	case inBody:
-		src = ratesem.SourceBody
-	case ra > 0:
-		src = ratesem.SourceRetryAfter
-	}
-	t.observer(ratesem.Event{Kind: ratesem.Throttled, Status: status, Pause: d, Source: src})
-}
-
 // delays returns, for a throttled response of a request sent at sent, the
 // server's usable Retry-After capped at maxRetryAfter (0 when it has none)
 // and the pause to take: backoff.Spread of that delay, or, without one,
@@ -495,7 +443,7 @@ func (t *Transport) delays(resp *http.Response, sent time.Time) (retryAfter, pau
 	if ra := t.retryAfter(resp); ra > 0 {
 		return ra, max(backoff.Spread(ra, maxDelay), 1)
 	}
-	return 0, max(backoff.Exp(t.throttledStreak(sent), t.backoffStart, maxDelay), 1)
+	return 0, max(backoff.Exp(t.noteStreak(sent, true), t.backoffStart, maxDelay), 1)
 }
 
 // retryAfter returns the response's first Retry-After value as a delay
@@ -510,36 +458,29 @@ func (t *Transport) retryAfter(resp *http.Response) time.Duration {
 	if t.clk != nil {
 		now = t.clk.Now()
 	}
-	parsed, err := ParseRetryAfter(v, now)
-	if err != nil || parsed <= 0 {
-		return 0
+	if d, err := ParseRetryAfter(v, now); err == nil && d > 0 {
+		return min(d, backoff.Cap(t.maxRetryAfter))
 	}
-	return min(parsed, backoff.Cap(t.maxRetryAfter))
+	return 0
 }
 
-// throttledStreak notes a throttle without a usable Retry-After of a
-// request sent at sent and returns its place in the streak (0 for the
-// first). A request sent before the streak last grew belongs to the wave
-// that grew it, so the calls in flight when a server starts rejecting count
-// once, not once each.
-func (t *Transport) throttledStreak(sent time.Time) int {
+// noteStreak notes a response of a request sent at sent, throttled (without
+// a usable Retry-After) or not, and returns the throttle's place in the
+// streak (0 for the first). A request sent before the streak last grew
+// belongs to the wave that grew it and changes nothing, so the calls in
+// flight when a server starts rejecting count once, not once each; a
+// throttle of a later request grows the streak, and a response not
+// throttled of a later request ends it.
+func (t *Transport) noteStreak(sent time.Time, throttled bool) int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.streak == 0 || !sent.Before(t.lastPause) {
+	if wave := t.streak > 0 && sent.Before(t.lastPause); !wave && throttled {
 		t.streak++
 		t.lastPause = time.Now()
-	}
-	return max(t.streak-1, 0)
-}
-
-// succeeded notes a response that was not throttled, of a request sent at
-// sent: one sent after the streak last grew ends the streak.
-func (t *Transport) succeeded(sent time.Time) {
-	t.mu.Lock()
-	if t.streak > 0 && !sent.Before(t.lastPause) {
+	} else if !wave {
 		t.streak = 0
 	}
-	t.mu.Unlock()
+	return max(t.streak-1, 0)
 }
 
 // CloseIdleConnections calls CloseIdleConnections on the base RoundTripper
@@ -580,33 +521,12 @@ func send(base http.RoundTripper, req *http.Request) (*http.Response, error) {
 	return resp, nil
 }
 
-func closeRequestBody(req *http.Request) {
-	if req.Body != nil {
-		req.Body.Close()
-	}
-}
-
 // describe names a request in error messages without leaking URL passwords.
 func describe(req *http.Request) string {
 	if req.URL == nil {
 		return req.Method + " request"
 	}
 	return req.Method + " " + req.URL.Redacted()
-}
-
-// eofReader notes whether a body was read to io.EOF.
-type eofReader struct {
-	io.ReadCloser
-	eof atomic.Bool
-}
-
-// Read reads from the body and notes its io.EOF.
-func (r *eofReader) Read(p []byte) (int, error) {
-	n, err := r.ReadCloser.Read(p)
-	if err == io.EOF {
-		r.eof.Store(true)
-	}
-	return n, err
 }
 
 // notSentError is an error of RoundTrip that wraps another (the limiter's
@@ -623,12 +543,6 @@ func (e *notSentError) Error() string { return e.msg }
 
 // Unwrap returns the cause, for errors.Is and errors.As.
 func (e *notSentError) Unwrap() error { return e.err }
-
-// notSent returns the error of req, not sent because its limiter returned
-// err; it matches err (errors.Is, errors.As).
-func notSent(req *http.Request, err error) error {
-	return prefixed(describe(req)+" not sent", err)
-}
 
 // prefixed returns "ratesem: what: " and err's message, with err's own
 // "ratesem: " dropped (a user's GetBody or limiter may return one of this

@@ -28,14 +28,10 @@ func buildConfig(opts []Option) config {
 // inProcess panics, for New and NewWithPolicy, on an option the in-process
 // semaphore cannot honour (see Option).
 func inProcess(cfg *config) {
-	if err := cfg.Err(); err != nil {
-		panic(err.Error())
-	}
-	if err := cfg.CheckMode(); err != nil {
-		panic(err.Error())
-	}
-	if err := cfg.CheckFront(true); err != nil {
-		panic(err.Error())
+	for _, err := range []error{cfg.Err(), cfg.CheckMode(), cfg.CheckFront(true)} {
+		if err != nil {
+			panic(err.Error())
+		}
 	}
 }
 
