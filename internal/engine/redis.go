@@ -508,8 +508,10 @@ func (m *redisMode) sent(hs []held) {
 
 // awaitSent waits until no release of this process on the limiters of hs
 // is on its way to Redis, at most the Redis timeout. It reports whether
-// there was one.
-func (m *redisMode) awaitSent(hs []held) bool {
+// there was one, or whether a release of this process got to Redis since
+// sentCh was before (read before the decision it follows: that release
+// may have reached Redis after the decision did).
+func (m *redisMode) awaitSent(hs []held, before chan struct{}) bool {
 	t := time.NewTimer(m.timeout)
 	defer t.Stop()
 	waited := false
@@ -518,6 +520,7 @@ func (m *redisMode) awaitSent(hs []held) bool {
 		busy := slices.ContainsFunc(hs, func(h held) bool { return m.sending[h.lim] > 0 })
 		ch := m.sentCh
 		m.p.mu.Unlock()
+		waited = waited || ch != before
 		if !busy {
 			return waited
 		}
@@ -716,8 +719,11 @@ func (m *redisMode) try(t *Ticket, charges []Charge) (time.Duration, error) {
 	d, err := p.tryQueued(hs)
 	if d == 0 && err == nil {
 		var o remote.Outcome
+		p.mu.Lock()
+		before := m.sentCh
+		p.mu.Unlock()
 		o, err = m.decide(context.Background(), hs, rcs, false)
-		if err == nil && o.Call == nil && o.Release && m.awaitSent(hs) {
+		if err == nil && o.Call == nil && o.Release && m.awaitSent(hs, before) {
 			o, err = m.eng.Decide(context.Background(), m.scope, rcs)
 		}
 		switch {
