@@ -2,7 +2,9 @@
 // on two versions of ratesem and prints issue 20's table: calls/s of every
 // contender at each level (serial, g16, g64), with its ratio to
 // go-redis/redis_rate's Allow measured in the same run, medians over k runs,
-// and the round trips, client CPU and server CPU per call.
+// and the round trips, client CPU, Redis calls and server time per call,
+// and how busy the server's one thread was (srv-busy: server CPU seconds per
+// second of the run).
 //
 // It builds one test binary per version (go test -c), then runs them
 // alternately k times (base, head; then head, base; ...), each run
@@ -242,6 +244,17 @@ func ratio(level, name string) func(result) (float64, bool) {
 	}
 }
 
+// busy is the server's CPU per second of the run: srv-cpu-µs/op ×
+// calls/s / 10^6, the share of its one thread the contender kept busy (1
+// means Redis was the bottleneck).
+func busy(level, name string) func(result) (float64, bool) {
+	return func(r result) (float64, bool) {
+		v, ok1 := r.m[level][name]["decisions/s"]
+		cpu, ok2 := r.m[level][name]["srv-cpu-µs/op"]
+		return v * cpu / 1e6, ok1 && ok2
+	}
+}
+
 func (s *side) print(w io.Writer) {
 	fmt.Fprintf(w, "### %s\n\n", s.label)
 	fmt.Fprintf(w, "| calls/s (median; ratio to %s in the same run, median) | 1 goroutine | 16 | 64 |\n|---|---|---|---|\n", reference)
@@ -262,17 +275,22 @@ func (s *side) print(w io.Writer) {
 		fmt.Fprintln(w)
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, "| per call (medians): round-trips · client-cpu-µs · redis.calls · srv-cpu-µs | 1 goroutine | 16 | 64 |\n|---|---|---|---|\n")
+	fmt.Fprintf(w, "| per call (medians): round-trips · client-cpu-µs · redis.calls · srv-exec-µs · srv-cpu-µs · srv-busy | 1 goroutine | 16 | 64 |\n|---|---|---|---|\n")
 	for _, n := range s.names() {
 		fmt.Fprintf(w, "| %s |", n)
 		for _, l := range levels {
 			var cells []string
-			for _, u := range []string{"round-trips/op", "client-cpu-µs/op", "redis.calls/op", "srv-cpu-µs/op"} {
+			for _, u := range []string{"round-trips/op", "client-cpu-µs/op", "redis.calls/op", "srv-exec-µs/op", "srv-cpu-µs/op"} {
 				if v, ok := s.median(metric(l, n, u)); ok {
 					cells = append(cells, num(v))
 				} else {
 					cells = append(cells, "—")
 				}
+			}
+			if v, ok := s.median(busy(l, n)); ok {
+				cells = append(cells, fmt.Sprintf("%.2f", v))
+			} else {
+				cells = append(cells, "—")
 			}
 			fmt.Fprintf(w, " %s |", strings.Join(cells, " · "))
 		}
