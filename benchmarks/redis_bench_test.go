@@ -50,16 +50,27 @@ package benchmarks
 //   - redisrate.NewSemaphore-Acquire+Release: the public API over the waiting
 //     engine (internal/remote) and rstore: a completion window of 2^40 per
 //     1 s, Acquire(ctx, 1) then Release(1), which sends the release in the
-//     background (so decisions/s is bounded by the admissions, and the
-//     round trips of releases still in flight when the timer stops are
-//     counted with the next row's).
+//     background (so decisions/s is bounded by the admissions; the row
+//     waits redisSettle, timer stopped, before it reads the counters, so
+//     that the releases still in flight when the timer stops count with
+//     it).
+//   - clientpool-binance3-Acquire+Release: the public Pool over Redis
+//     (clientpool.New with redisrate.Shared): a Table of the three rules of
+//     rstore-binance3 (same windows, intervals, keys and scope), Acquire
+//     of the order's three charges then Ticket.Release (in the background,
+//     as the semaphore's).
+//
+// The public fronts get the same counted client (redisrate.NewSemaphore and
+// redisrate.Shared take rdb), so their round trips count as the others'.
 //
 // Metrics besides ns/op (which, with goroutines, is wall time / b.N):
-// decisions/s (b.N / wall time); round-trips/op (commands the client sent,
-// counted by a go-redis hook: 1 per decision, 2 for Admit+Release; a
+// decisions/s (b.N / wall time: calls/s for the contenders that make whole
+// calls); round-trips/op (what the client sent, counted by a go-redis hook:
+// a command sent alone is one, a pipeline or transaction is one however
+// many commands it carries; 1 per decision, 2 for Admit+Release; a
 // NOSCRIPT fallback to EVAL would add one); redis.calls/op (the commands
-// the server counted in INFO commandstats, less the round trips: the
-// redis.call()s inside the scripts, per op); srv-exec-µs/op (the server's INFO commandstats time
+// the server counted in INFO commandstats, less the commands the client
+// sent: the redis.call()s inside the scripts, per op); srv-exec-µs/op (the server's INFO commandstats time
 // inside EVALSHA and EVAL, per op: the scripts' own cost, without reading
 // and writing the sockets); srv-cpu-µs/op (the redis-server process's CPU
 // time, user + system, per op: everything the server spends, I/O
@@ -86,6 +97,7 @@ import (
 	"github.com/go-redis/redis_rate/v10"
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/ratesem/ratesem/clientpool"
 	"github.com/ratesem/ratesem/internal/rstore"
 	"github.com/ratesem/ratesem/redisrate"
 	"github.com/ratesem/ratesem/window"
@@ -96,6 +108,12 @@ import (
 const redisPoolSize = 64
 
 var redisConcurrency = []int{1, 16, 64}
+
+// redisSettle is how long a row waits, timer stopped, before it reads the
+// counters: the public fronts send releases in the background (and may
+// hold them a few milliseconds to batch them), and those belong to the row
+// that made them.
+const redisSettle = 50 * time.Millisecond
 
 // redisOp is one measured operation. It returns whether the call was
 // admitted.
@@ -208,7 +226,45 @@ func redisCases() []redisCase {
 				return true, nil
 			}, nil
 		}},
+		{"clientpool-binance3-Acquire+Release", poolBinanceOrder},
 	}
+}
+
+// poolBinanceOrder is the public Pool over Redis: a clientpool.Table of
+// the three rules of binanceOrder (the Binance preset's windows and
+// intervals, keyed as there, N = 2^40 so that no rule binds), in Redis
+// mode through redisrate.Shared on the counted client, one scope; one op
+// is Acquire of the order's three charges, then Ticket.Release (which,
+// like the semaphore's, sends the release in the background).
+func poolBinanceOrder(b testing.TB, rdb *goredis.Client, prefix string) (redisOp, error) {
+	const never = 1 << 40
+	fixed := func(l window.Limit) window.Policy { return window.NewFixedCompletion(l) }
+	table := clientpool.Table{
+		Rules: []clientpool.Rule{
+			{Name: "REQUEST_WEIGHT", Limit: window.Limit{N: never, Per: time.Minute}, Window: fixed},
+			{Name: "ORDERS_10S", Limit: window.Limit{N: never, Per: 10 * time.Second}, Window: fixed},
+			{Name: "ORDERS_1D", Limit: window.Limit{N: never, Per: 24 * time.Hour}, Window: fixed},
+		},
+		Scope: "binance:203.0.113.7",
+	}
+	p, err := clientpool.New(table, redisrate.Shared(rdb, prefix))
+	if err != nil {
+		return nil, err
+	}
+	b.Cleanup(func() { _ = p.Close() })
+	charges := []clientpool.Charge{
+		{Rule: "REQUEST_WEIGHT", Key: "203.0.113.7", Weight: 1},
+		{Rule: "ORDERS_10S", Key: "api-key-1", Weight: 1},
+		{Rule: "ORDERS_1D", Key: "api-key-1", Weight: 1},
+	}
+	return func(ctx context.Context) (bool, error) {
+		tk, err := p.Acquire(ctx, charges...)
+		if err != nil {
+			return false, err
+		}
+		tk.Release()
+		return true, nil
+	}, nil
 }
 
 func BenchmarkRedis(b *testing.B) {
@@ -286,11 +342,14 @@ func runRedisOp(b *testing.B, rdb *goredis.Client, trips *tripCounter, ownServer
 	}
 	cpu0, cpuOK := processCPU()
 	refused.Store(0)
-	trips0 := trips.n.Load()
+	trips0, cmds0 := trips.n.Load(), trips.cmds.Load()
 
 	b.ResetTimer()
 	parallel(b.N)
 	b.StopTimer()
+	// Let the releases the public fronts send in the background go out, so
+	// that their round trips, commands and CPU count with this row.
+	time.Sleep(redisSettle)
 
 	if failed.Load() > 0 {
 		b.FailNow()
@@ -299,7 +358,7 @@ func runRedisOp(b *testing.B, rdb *goredis.Client, trips *tripCounter, ownServer
 		b.Fatalf("%d of %d calls refused: the limit must never bind", r, b.N)
 	}
 	n := float64(b.N)
-	rt := trips.n.Load() - trips0
+	rt, sent := trips.n.Load()-trips0, trips.cmds.Load()-cmds0
 	b.ReportMetric(n/b.Elapsed().Seconds(), "decisions/s")
 	b.ReportMetric(float64(rt)/n, "round-trips/op")
 	if cpu1, ok := processCPU(); ok && cpuOK {
@@ -307,21 +366,24 @@ func runRedisOp(b *testing.B, rdb *goredis.Client, trips *tripCounter, ownServer
 	}
 	if ownServer {
 		after := readServerStats(b, rdb)
-		b.ReportMetric(float64(after.calls-rt)/n, "redis.calls/op")
+		b.ReportMetric(float64(after.calls-sent)/n, "redis.calls/op")
 		b.ReportMetric(float64(after.scriptUsec)/n, "srv-exec-µs/op")
 		b.ReportMetric(float64(after.cpuUsec-before.cpuUsec)/n, "srv-cpu-µs/op")
 	}
 }
 
-// tripCounter is a go-redis hook that counts the round trips: every command
-// sent alone, and every pipeline (the benchmarks send none).
-type tripCounter struct{ n atomic.Int64 }
+// tripCounter is a go-redis hook that counts the round trips (n: every
+// command sent alone, and every pipeline or transaction as one, however
+// many commands it holds: rstore's AdmitAll and a batched release) and the
+// commands they carried (cmds).
+type tripCounter struct{ n, cmds atomic.Int64 }
 
 func (t *tripCounter) DialHook(next goredis.DialHook) goredis.DialHook { return next }
 
 func (t *tripCounter) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
 	return func(ctx context.Context, cmd goredis.Cmder) error {
 		t.n.Add(1)
+		t.cmds.Add(1)
 		return next(ctx, cmd)
 	}
 }
@@ -329,6 +391,7 @@ func (t *tripCounter) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook 
 func (t *tripCounter) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []goredis.Cmder) error {
 		t.n.Add(1)
+		t.cmds.Add(int64(len(cmds)))
 		return next(ctx, cmds)
 	}
 }
