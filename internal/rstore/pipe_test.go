@@ -22,7 +22,9 @@ func TestPipeEndsThenAdmits(t *testing.T) {
 	c.AddHook(countHook{&trips})
 	capped := &Spec{Kind: FixedWindow, Limit: window.Limit{N: 100, Per: time.Second}, Concurrency: 1}
 	fw := &Spec{Kind: FixedWindow, Limit: window.Limit{N: 10, Per: time.Second}}
-	one := func(sp *Spec, key string, w int64) []Charge { return []Charge{{Rule: "r", Key: key, Spec: sp, Weight: w}} }
+	one := func(sp *Spec, key string, w int64) []Charge {
+		return []Charge{{Rule: "r", Key: key, Spec: sp, Weight: w}}
+	}
 	// warm up: the release script loaded
 	if w, err := s.Admit(ctx, "sc", one(fw, "warm", 1)); err != nil || s.Release(ctx, "sc", one(fw, "warm", 1), w.Token) != nil {
 		t.Fatal(w, err)
