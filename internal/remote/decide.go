@@ -274,6 +274,9 @@ func (e *Engine) decide(ctx context.Context, w *waiter) (Outcome, error) {
 		}
 		return e.failed(w, err)
 	}
+	if _, ok := e.st.(piper); ok && !down {
+		return e.join(ctx, w)
+	}
 	r := e.ask(ctx, nil, w.scope, []*waiter{w}, timeout)[0]
 	return r.Outcome, r.Err
 }

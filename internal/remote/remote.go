@@ -290,6 +290,8 @@ type Engine struct {
 	// time.
 	pending, active int
 	drained         chan struct{}
+
+	bq map[string]*scopeQ // the admissions queued per scope (join)
 }
 
 // New returns an Engine over cfg.Store. It fails for a nil Store or a
@@ -906,47 +908,29 @@ func (e *Engine) enqueueLocked(c *Call) bool {
 	return false
 }
 
-// releaser sends the releases of the queue until Close closes it.
+// releaser sends the releases of the queue until Close closes it: over a
+// Store that ends several calls in one round trip (rstore's Pipe), each
+// round trip carries every release queued when it leaves (up to endsMax),
+// so a release waits at most for one round trip of a busy worker (if all
+// releaseWorkers are under way) before it is sent, or rides sooner on an
+// admission of this process (join); there is no artificial delay.
 func (e *Engine) releaser() {
+	_, batch := e.st.(piper)
 	for c := range e.rel {
-		var err error
-		dropped := e.flushCtx.Err() != nil // Close gave up on the queue
-		if !dropped {
-			// Nobody waits for it: a release late by up to lateGrace still
-			// frees the units sooner than the lease (Close cuts it short).
-			ctx, cancel := context.WithTimeout(e.flushCtx, e.cfg.Timeout+lateGrace)
-			if c.actual != nil {
-				err = e.st.Settle(ctx, c.scope, c.cs, c.token, c.actual)
-			} else {
-				err = e.st.Release(ctx, c.scope, c.cs, c.token)
-			}
-			cancel()
-			e.roundTrip(err)
-		}
-		lost := errors.Is(err, rspec.ErrNotInFlight)
-		e.mu.Lock()
-		switch {
-		case dropped:
-			e.stats.ReleasesDropped++
-		case lost:
-			e.stats.ReleasesLost++
-		case err != nil:
-			e.stats.ReleasesFailed++
-		default:
-			// A refusal remembered while this call was in flight may
-			// have named a later instant than the room its end (a
-			// refund, a settlement to less) makes: ask Redis again.
-			for _, ch := range c.cs {
-				e.forgetLocked(c.scope, ch)
+		cs := []*Call{c}
+	drain:
+		for batch && len(cs) < endsMax {
+			select {
+			case c, ok := <-e.rel:
+				if !ok {
+					break drain
+				}
+				cs = append(cs, c)
+			default:
+				break drain
 			}
 		}
-		e.mu.Unlock()
-		if c.sent != nil {
-			c.sent()
-		}
-		if e.cfg.OnRoom != nil && !dropped && (err == nil || lost) {
-			e.cfg.OnRoom(c.scope, c.cs)
-		}
+		e.sendEnds(cs)
 	}
 }
 
