@@ -149,6 +149,7 @@ func (e *Engine) leaveReq(r *req) bool {
 			q.q = slices.DeleteFunc(q.q, func(x *req) bool { return x == r })
 		}
 	case reqSent:
+		e.stats.RedisAdmits++ // sent: its answer cancels the admission
 	default:
 		return false
 	}
@@ -293,7 +294,10 @@ func (e *Engine) send1(t *trip) *trip {
 	// The releases first: what they freed is forgotten before the
 	// refusals of the admissions are learned.
 	e.endsDone(t.ends, eerrs, err)
-	if err == nil {
+	if err == nil && len(t.ends) > 0 {
+		// As a release's answer (the admissions' answers mark it up as
+		// their callers take them: a late one, refused in Redis, does
+		// not).
 		e.markUp()
 	}
 	e.mu.Lock()
