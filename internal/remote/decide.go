@@ -70,10 +70,9 @@ type Result struct {
 }
 
 // batcher is a Store that decides several calls of one scope in one round
-// trip (internal/rstore's Store.AdmitAll). ask takes several waiters so
-// that one round trip can admit several queued calls: the engine does not
-// batch yet (DecideAll, the shape of that step, lives in the package's
-// tests).
+// trip (internal/rstore's Store.AdmitAll), for ask with several waiters
+// (DecideAll, in the package's tests); Decide batches through join (a
+// piper) instead.
 type batcher interface {
 	AdmitAll(ctx context.Context, scope string, calls [][]rspec.Charge) ([]rspec.Decision, []error, error)
 }
