@@ -194,7 +194,10 @@ func (e *Engine) nextTripLocked(scope string, q *scopeQ) *trip {
 		}
 		return nil
 	}
-	// The releases ride along (the workers send those left).
+	e.flying++
+	// The releases ride along: those a worker holds for the next round
+	// trip, then those queued (the workers send those left).
+	t.ends, e.riders = e.riders, nil
 	for len(t.ends) < endsMax {
 		select {
 		case c, ok := <-e.rel:
@@ -267,7 +270,41 @@ func (e *Engine) handOn(t *trip) *trip {
 		return nil
 	}
 	t.handed = true
-	return e.nextTripLocked(t.scope, t.q)
+	e.flying--
+	nt := e.nextTripLocked(t.scope, t.q)
+	if e.landed != nil { // the workers holding releases for a round trip
+		close(e.landed)
+		e.landed = nil
+	}
+	return nt
+}
+
+// ride holds cs, releases a worker took from the queue, for the next
+// admission round trip of this process when one is under way (the next
+// to leave takes them: see nextTripLocked), and returns those still there
+// once a round trip is back (or at once when none is under way, or after
+// Close): the worker sends them. A release so waits at most for one round
+// trip under way (bounded by Timeout) before it is sent.
+func (e *Engine) ride(cs []*Call) []*Call {
+	e.mu.Lock()
+	if e.flying == 0 || e.closed {
+		e.mu.Unlock()
+		return cs
+	}
+	e.riders = append(e.riders, cs...)
+	if e.landed == nil {
+		e.landed = make(chan struct{})
+	}
+	landed := e.landed
+	e.mu.Unlock()
+	select {
+	case <-landed:
+	case <-e.closeCtx.Done():
+	}
+	e.mu.Lock()
+	cs, e.riders = e.riders, nil
+	e.mu.Unlock()
+	return cs
 }
 
 // send1 sends t, one round trip bounded by Timeout (then its callers are

@@ -276,3 +276,35 @@ func TestReleasesRide(t *testing.T) {
 	}
 	o.Call.Release()
 }
+
+// Round trips per Decide+Release at 16 goroutines looping on one scope
+// (the engine's own batching, without a front): logged, and far below 2.
+func TestBatchTripsPerCall(t *testing.T) {
+	e, h := hookedEngine(t, Config{})
+	fw := &rstore.Spec{Kind: rstore.FixedWindow, Limit: window.Limit{N: 1 << 40, Per: time.Hour}}
+	cs := []rstore.Charge{{Rule: "r", Key: "k", Spec: fw, Weight: 1}}
+	warm(t, e, h, "s", cs)
+	const g, per = 16, 200
+	var wg sync.WaitGroup
+	for range g {
+		wg.Go(func() {
+			for range per {
+				o, err := e.Decide(context.Background(), "s", cs)
+				if err != nil || o.Call == nil {
+					t.Error(o, err)
+					return
+				}
+				o.Call.Release()
+			}
+		})
+	}
+	wg.Wait()
+	waitFor(t, "the releases", func() bool { return len(e.rel) == 0 })
+	time.Sleep(50 * time.Millisecond)
+	trips, _ := h.reset()
+	r := float64(trips) / (g * per)
+	t.Logf("%d round trips for %d Decide+Release: %.2f per call", trips, g*per, r)
+	if r > 1.5 {
+		t.Errorf("%.2f round trips per Decide+Release at %d goroutines: want far below 2", r, g)
+	}
+}

@@ -71,10 +71,14 @@
 // process (of any scope) takes the releases queued when it leaves (up to
 // 64), and sends them first in the same round trip, so its admissions see
 // the room they made; a few background workers send the others, each round
-// trip carrying every release queued when it leaves (up to 64). There is
-// no artificial delay: a release is sent as soon as a worker is free, so
-// it waits at most for one round trip of a busy worker (bounded by Timeout
-// and a grace of 5 s when Redis stalls) before its own. A release that
+// trip carrying every release queued when it leaves (up to 64); a worker
+// that takes releases while an admission round trip of this process is
+// under way holds them for the next one to leave, and sends them itself
+// when one comes back and none took them. There is no timed delay: a
+// release waits at most for one admission round trip under way (bounded by
+// Timeout), or for one round trip of a busy worker (if all are busy:
+// bounded by Timeout and a grace of 5 s when Redis stalls), before its
+// own. A release that
 // cannot be sent (the queue full, a Redis error, Close) is dropped and
 // counted; the lease covers it: the call's units come back when the lease
 // runs out.
@@ -313,7 +317,10 @@ type Engine struct {
 	pending, active int
 	drained         chan struct{}
 
-	bq map[string]*scopeQ // the admissions queued per scope (join)
+	bq     map[string]*scopeQ // the admissions queued per scope (join)
+	flying int                // admission round trips under way (join)
+	riders []*Call            // releases held for the next admission round trip (ride)
+	landed chan struct{}      // closed when an admission round trip is back (ride)
 }
 
 // New returns an Engine over cfg.Store. It fails for a nil Store or a
@@ -950,6 +957,11 @@ func (e *Engine) releaser() {
 				cs = append(cs, c)
 			default:
 				break drain
+			}
+		}
+		if batch {
+			if cs = e.ride(cs); len(cs) == 0 {
+				continue
 			}
 		}
 		e.sendEnds(cs)
