@@ -338,6 +338,17 @@ func (e *Engine) send1(t *trip) *trip {
 		e.markUp()
 	}
 	e.mu.Lock()
+	if err == nil {
+		// The refusals are learned before the queue is handed on: the
+		// callers queued behind them are answered without a round trip
+		// (their own callers learn them again, to the same effect).
+		now := time.Now()
+		for i, r := range t.reqs {
+			if errs[i] == nil {
+				e.learnLocked(r.w, ds[i], now)
+			}
+		}
+	}
 	var (
 		out  []*req
 		gone []int

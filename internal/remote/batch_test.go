@@ -308,3 +308,34 @@ func TestBatchTripsPerCall(t *testing.T) {
 		t.Errorf("%.2f round trips per Decide+Release at %d goroutines: want far below 2", r, g)
 	}
 }
+
+// The callers queued behind a round trip whose admission Redis refused
+// (with an instant) are answered without a round trip of their own: the
+// refusal is learned before the queue is handed on.
+func TestBatchQueuedBehindRefusal(t *testing.T) {
+	e, h := hookedEngine(t, Config{})
+	fw := &rstore.Spec{Kind: rstore.FixedWindow, Limit: window.Limit{N: 1, Per: time.Hour}}
+	cs := []rstore.Charge{{Rule: "r", Key: "k", Spec: fw, Weight: 1}}
+	warm(t, e, h, "s", cs) // the window is full
+	held, release := h.holdNext(1)
+	ctx := context.Background()
+	const n = 6
+	outs, errs := make([]Outcome, n), make([]error, n)
+	var wg sync.WaitGroup
+	wg.Go(func() { outs[0], errs[0] = e.Decide(ctx, "s", cs) })
+	<-held
+	for i := 1; i < n; i++ {
+		wg.Go(func() { outs[i], errs[i] = e.Decide(ctx, "s", cs) })
+	}
+	waitFor(t, "the callers to queue", func() bool { return e.queued("s") == n-1 })
+	release()
+	wg.Wait()
+	for i := range n {
+		if errs[i] != nil || outs[i].Call != nil || outs[i].Wait(time.Now()) < time.Minute {
+			t.Fatalf("call %d: %+v %v; want refused for minutes (the window, capped by MaxPause)", i, outs[i], errs[i])
+		}
+	}
+	if trips, sizes := h.reset(); trips != 1 {
+		t.Fatalf("%d round trips (%v); want 1: the queued callers answered by the refusal", trips, sizes)
+	}
+}

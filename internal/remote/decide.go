@@ -349,8 +349,24 @@ func (e *Engine) refused(w *waiter, d rspec.Decision, now time.Time) Outcome {
 		o.At = now.Add(max(min(wait, ReleaseRetry(w.cs[ri])), MinRetry))
 		return o
 	}
-	rec := now.Add(wait)
 	e.mu.Lock()
+	e.learnLocked(w, d, now)
+	e.mu.Unlock()
+	return o
+}
+
+// learnLocked records what Redis's refusal d of w at now teaches (see
+// refused); a refusal that only a release can lift teaches nothing. e.mu
+// must be held.
+func (e *Engine) learnLocked(w *waiter, d rspec.Decision, now time.Time) {
+	if d.OK || d.Late || d.Release {
+		return
+	}
+	ri := d.Refused
+	if ri < 0 || ri >= len(w.cs) {
+		ri = 0
+	}
+	rec := now.Add(min(max(d.Wait, 0), e.cfg.MaxPause))
 	l := e.limLocked(limKey{w.scope, w.cs[ri].Rule, w.cs[ri].Key}, now)
 	if d.Paused {
 		if rec.After(l.paused) {
@@ -359,8 +375,6 @@ func (e *Engine) refused(w *waiter, d rspec.Decision, now time.Time) Outcome {
 	} else {
 		l.notBefore, l.notBeforeN = rec, w.cs[ri].Weight
 	}
-	e.mu.Unlock()
-	return o
 }
 
 // failed handles a round trip of w's decision that failed with cause
