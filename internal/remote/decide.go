@@ -70,10 +70,9 @@ type Result struct {
 }
 
 // batcher is a Store that decides several calls of one scope in one round
-// trip (internal/rstore's Store.AdmitAll). ask takes several waiters so
-// that one round trip can admit several queued calls: the engine does not
-// batch yet (DecideAll, the shape of that step, lives in the package's
-// tests).
+// trip (internal/rstore's Store.AdmitAll), for ask with several waiters
+// (DecideAll, in the package's tests); Decide batches through join (a
+// piper) instead.
 type batcher interface {
 	AdmitAll(ctx context.Context, scope string, calls [][]rspec.Charge) ([]rspec.Decision, []error, error)
 }
@@ -274,6 +273,9 @@ func (e *Engine) decide(ctx context.Context, w *waiter) (Outcome, error) {
 		}
 		return e.failed(w, err)
 	}
+	if _, ok := e.st.(piper); ok && !down {
+		return e.join(ctx, w)
+	}
 	r := e.ask(ctx, nil, w.scope, []*waiter{w}, timeout)[0]
 	return r.Outcome, r.Err
 }
@@ -347,8 +349,24 @@ func (e *Engine) refused(w *waiter, d rspec.Decision, now time.Time) Outcome {
 		o.At = now.Add(max(min(wait, ReleaseRetry(w.cs[ri])), MinRetry))
 		return o
 	}
-	rec := now.Add(wait)
 	e.mu.Lock()
+	e.learnLocked(w, d, now)
+	e.mu.Unlock()
+	return o
+}
+
+// learnLocked records what Redis's refusal d of w at now teaches (see
+// refused); a refusal that only a release can lift teaches nothing. e.mu
+// must be held.
+func (e *Engine) learnLocked(w *waiter, d rspec.Decision, now time.Time) {
+	if d.OK || d.Late || d.Release {
+		return
+	}
+	ri := d.Refused
+	if ri < 0 || ri >= len(w.cs) {
+		ri = 0
+	}
+	rec := now.Add(min(max(d.Wait, 0), e.cfg.MaxPause))
 	l := e.limLocked(limKey{w.scope, w.cs[ri].Rule, w.cs[ri].Key}, now)
 	if d.Paused {
 		if rec.After(l.paused) {
@@ -357,8 +375,6 @@ func (e *Engine) refused(w *waiter, d rspec.Decision, now time.Time) Outcome {
 	} else {
 		l.notBefore, l.notBeforeN = rec, w.cs[ri].Weight
 	}
-	e.mu.Unlock()
-	return o
 }
 
 // failed handles a round trip of w's decision that failed with cause

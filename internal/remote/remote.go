@@ -13,10 +13,8 @@
 // with the admitted Call, the instant the call could be admitted, or "only
 // a release can help" (Outcome). The engine asks it for the head of its
 // queues, outside its lock, and learns from Config.OnRoom when a release
-// of this process reached Redis. The admission's round trip (ask) takes
-// several waiters of a scope: DecideAll, in the package's tests, is the
-// shape of the batched decision (several queued calls, and pending
-// releases, in one round trip) that the engine does not make yet.
+// of this process reached Redis. Concurrent Decide calls of one scope
+// share round trips, and releases ride along (# Round trips).
 //
 // # Asking again
 //
@@ -40,20 +38,48 @@
 //
 // # Round trips
 //
-// Every admission runs on a goroutine of its own, and its caller waits for
-// it at most Config.Timeout (and until ctx is done), whatever the options
-// of the go-redis client: one built without ContextTimeoutEnabled ignores
-// contexts' deadlines while it waits for a reply. An admission whose caller
-// left is cancelled in Redis when its answer comes; one that reaches Redis
-// after its caller stopped waiting (the end of Timeout, or ctx's deadline
-// if sooner) is refused there (rspec.WithAnswerBy): a Redis that wakes
-// from a freeze runs what was sent to it meanwhile, and nobody would read
-// the answers to cancel them. A call admitted at once costs two round
-// trips: the admission and the release.
+// Over a Store that can send several commands in one round trip
+// (internal/rstore's Store.Pipe), Decide's admissions of one scope share
+// round trips, group-commit style: a caller that finds no round trip of
+// its scope under way starts one, which carries every admission of the
+// scope queued so far (up to 64, in arrival order; each decided in Redis
+// on its own, all or nothing, seeing the ones before it), and the callers
+// that arrive while it is under way queue and go out together in the next,
+// sent as soon as it returns or its Timeout passes: nobody waits behind
+// more than one round trip plus its own. A caller this process can answer
+// alone (a pause, a remembered refusal) is answered without a round trip,
+// also when its turn comes in the queue. The round trips of a scope run on
+// one goroutine (while the scope is busy), not one per admission; each
+// caller waits for its own answer at most until the round trip's Timeout,
+// until its ctx is done or Close is called: one that leaves while queued is
+// never sent; one that leaves while its round trip is under way gets its
+// admission cancelled when the answer comes. Over another Store (the
+// engine's fakes), every admission runs on a goroutine of its own, and its
+// caller waits for it at most Config.Timeout (and until ctx is done).
+//
+// Either way a caller waits whatever the options of the go-redis client:
+// one built without ContextTimeoutEnabled ignores contexts' deadlines
+// while it waits for a reply. An admission whose caller left is cancelled
+// in Redis when its answer comes; one that reaches Redis after its caller
+// stopped waiting (the end of Timeout, or ctx's deadline if sooner) is
+// refused there (rspec.WithAnswerBy): a Redis that wakes from a freeze
+// runs what was sent to it meanwhile, and nobody would read the answers to
+// cancel them.
 //
 // A Release never makes its caller wait on Redis: it goes to a bounded
-// queue (Config.ReleaseQueue) that a few background workers send. A release
-// that cannot be sent (the queue full, a Redis error, Close) is dropped and
+// queue (Config.ReleaseQueue). The next admission round trip of this
+// process (of any scope) takes the releases queued when it leaves (up to
+// 64), and sends them first in the same round trip, so its admissions see
+// the room they made; a few background workers send the others, each round
+// trip carrying every release queued when it leaves (up to 64); a worker
+// that takes releases while an admission round trip of this process is
+// under way holds them for the next one to leave, and sends them itself
+// when one comes back and none took them. There is no timed delay: a
+// release waits at most for one admission round trip under way (bounded by
+// Timeout), or for one round trip of a busy worker (if all are busy:
+// bounded by Timeout and a grace of 5 s when Redis stalls), before its
+// own. A release that
+// cannot be sent (the queue full, a Redis error, Close) is dropped and
 // counted; the lease covers it: the call's units come back when the lease
 // runs out.
 //
@@ -290,6 +316,11 @@ type Engine struct {
 	// time.
 	pending, active int
 	drained         chan struct{}
+
+	bq     map[string]*scopeQ // the admissions queued per scope (join)
+	flying int                // admission round trips under way (join)
+	riders []*Call            // releases held for the next admission round trip (ride)
+	landed chan struct{}      // closed when an admission round trip is back (ride)
 }
 
 // New returns an Engine over cfg.Store. It fails for a nil Store or a
@@ -906,47 +937,34 @@ func (e *Engine) enqueueLocked(c *Call) bool {
 	return false
 }
 
-// releaser sends the releases of the queue until Close closes it.
+// releaser sends the releases of the queue until Close closes it: over a
+// Store that ends several calls in one round trip (rstore's Pipe), each
+// round trip carries every release queued when it leaves (up to endsMax),
+// so a release waits at most for one round trip of a busy worker (if all
+// releaseWorkers are under way) before it is sent, or rides sooner on an
+// admission of this process (join); there is no artificial delay.
 func (e *Engine) releaser() {
+	_, batch := e.st.(piper)
 	for c := range e.rel {
-		var err error
-		dropped := e.flushCtx.Err() != nil // Close gave up on the queue
-		if !dropped {
-			// Nobody waits for it: a release late by up to lateGrace still
-			// frees the units sooner than the lease (Close cuts it short).
-			ctx, cancel := context.WithTimeout(e.flushCtx, e.cfg.Timeout+lateGrace)
-			if c.actual != nil {
-				err = e.st.Settle(ctx, c.scope, c.cs, c.token, c.actual)
-			} else {
-				err = e.st.Release(ctx, c.scope, c.cs, c.token)
-			}
-			cancel()
-			e.roundTrip(err)
-		}
-		lost := errors.Is(err, rspec.ErrNotInFlight)
-		e.mu.Lock()
-		switch {
-		case dropped:
-			e.stats.ReleasesDropped++
-		case lost:
-			e.stats.ReleasesLost++
-		case err != nil:
-			e.stats.ReleasesFailed++
-		default:
-			// A refusal remembered while this call was in flight may
-			// have named a later instant than the room its end (a
-			// refund, a settlement to less) makes: ask Redis again.
-			for _, ch := range c.cs {
-				e.forgetLocked(c.scope, ch)
+		cs := []*Call{c}
+	drain:
+		for batch && len(cs) < endsMax {
+			select {
+			case c, ok := <-e.rel:
+				if !ok {
+					break drain
+				}
+				cs = append(cs, c)
+			default:
+				break drain
 			}
 		}
-		e.mu.Unlock()
-		if c.sent != nil {
-			c.sent()
+		if batch {
+			if cs = e.ride(cs); len(cs) == 0 {
+				continue
+			}
 		}
-		if e.cfg.OnRoom != nil && !dropped && (err == nil || lost) {
-			e.cfg.OnRoom(c.scope, c.cs)
-		}
+		e.sendEnds(cs)
 	}
 }
 

@@ -476,27 +476,126 @@ func (s *Store) AdmitAll(ctx context.Context, scope string, calls [][]Charge) (d
 	return s.admitAll(ctx, "admit", scope, calls, s.leaseS)
 }
 
+// End is the end of an admitted call for Pipe: a Release (Actual nil) or a
+// Settle (one actual weight per charge) of the call of Token, admitted in
+// Scope for Charges.
+type End struct {
+	Scope   string
+	Charges []Charge
+	Token   string
+	Actual  []int64
+}
+
+// Pipe sends, in one round trip (one pipeline), the ends of ends (each as
+// Release or Settle would, of any scope, in order), then the admissions of
+// calls, all of scope, in order, as AdmitAll decides them: the admissions
+// see the room the ends made. by, when not nil, holds one answer-by
+// instant per call (zero: ctx's, see rspec.WithAnswerBy), after which
+// Redis refuses that admission (Decision.Late). It returns one error per
+// end (nil, one matching ErrNotInFlight, a caller's mistake found before
+// the round trip, or a reply error), one Decision and error per call (as
+// AdmitAll), and err when the round trip itself failed (then nothing is
+// known of any of them). With no calls it only ends; scope is then not
+// used. A Redis that lost its scripts costs a second round trip.
+func (s *Store) Pipe(ctx context.Context, ends []End, scope string, calls [][]Charge, by []time.Time) (endErrs []error, ds []Decision, errs []error, err error) {
+	if by != nil && len(by) != len(calls) {
+		return nil, nil, nil, fmt.Errorf("ratesem: pipe: %d answer-by instants for %d calls", len(by), len(calls))
+	}
+	return s.pipe(ctx, ends, "admit", scope, calls, s.leaseS, by)
+}
+
 // admitAll is AdmitAll with leases of lease µs and extra after each
 // call's ARGV (see AdmitCall); its errors name op. A caller's mistake
 // costs no round trip.
 func (s *Store) admitAll(ctx context.Context, op, scope string, calls [][]Charge, lease string, extra ...any) (ds []Decision, errs []error, err error) {
-	ds, errs = make([]Decision, len(calls)), make([]error, len(calls))
+	_, ds, errs, err = s.pipe(ctx, nil, op, scope, calls, lease, nil, extra...)
+	return ds, errs, err
+}
+
+// endCall returns the KEYS and ARGV of releaseScript ending e (see
+// leaseOp, Settle).
+func (s *Store) endCall(e End) ([]string, []any, error) {
+	if e.Actual != nil && len(e.Actual) != len(e.Charges) {
+		return nil, nil, fmt.Errorf("ratesem: settle: %d actual weights for %d charges", len(e.Actual), len(e.Charges))
+	}
+	tok, at, err := splitToken(e.Token)
+	if err != nil {
+		return nil, nil, err
+	}
+	keys, args, err := s.call(e.Scope, e.Charges, tok, at+":"+s.leaseS)
+	if err != nil {
+		return nil, nil, err
+	}
+	plain := true
+	for i, a := range e.Actual {
+		plain = plain && a == e.Charges[i].Weight
+	}
+	if !plain {
+		for _, a := range e.Actual {
+			args = append(args, min(max(a, 0), MaxN))
+		}
+	}
+	return keys, args, nil
+}
+
+// ended reads releaseScript's reply to the end of cs (op names it).
+func ended(op string, cs []Charge, c *goredis.Cmd) error {
+	v, err := c.Result()
+	if err != nil {
+		return fmt.Errorf("ratesem: redis %s: %w", op, err)
+	}
+	switch r := v.(type) {
+	case int64:
+		if r > 0 {
+			return fmt.Errorf("ratesem: redis %s: %w (%d of %d charges)", op, ErrNotInFlight, r, len(cs))
+		}
+		return nil
+	case []any:
+		if len(r) == 3 {
+			return mismatch(cs, r)
+		}
+	}
+	return fmt.Errorf("ratesem: malformed reply from Redis: %v", v)
+}
+
+// pipe is Pipe with leases of lease µs and extra after each call's ARGV;
+// the admissions' errors name op.
+func (s *Store) pipe(ctx context.Context, ends []End, op, scope string, calls [][]Charge, lease string, by []time.Time, extra ...any) (endErrs []error, ds []Decision, errs []error, err error) {
+	endErrs, ds, errs = make([]error, len(ends)), make([]Decision, len(calls)), make([]error, len(calls))
 	toks, keys, args := make([]string, len(calls)), make([][]string, len(calls)), make([][]any, len(calls))
+	ekeys, eargs := make([][]string, len(ends)), make([][]any, len(ends))
 	valid := false
+	for i, e := range ends {
+		ekeys[i], eargs[i], endErrs[i] = s.endCall(e)
+		valid = valid || endErrs[i] == nil
+	}
+	admits := false
 	for i, cs := range calls {
 		toks[i] = newToken()
 		keys[i], args[i], errs[i] = s.call(scope, cs, toks[i], lease)
-		valid = valid || errs[i] == nil
+		admits = admits || errs[i] == nil
 	}
-	if !valid {
-		return ds, errs, nil
+	if !valid && !admits {
+		return endErrs, ds, errs, nil
 	}
-	dl, err := s.deadline(ctx, scope, s.EpochKey(scope))
-	if err != nil {
-		return nil, nil, fmt.Errorf("ratesem: redis %s: reading the server's clock: %w", op, err)
+	dls := make([]string, len(calls))
+	if admits {
+		ek := s.EpochKey(scope)
+		for i := range calls {
+			if errs[i] != nil {
+				continue
+			}
+			dctx := ctx
+			if by != nil && !by[i].IsZero() {
+				dctx = rspec.WithAnswerBy(ctx, by[i])
+			}
+			if dls[i], err = s.deadline(dctx, scope, ek); err != nil {
+				return nil, nil, nil, fmt.Errorf("ratesem: redis %s: reading the server's clock: %w", op, err)
+			}
+		}
 	}
 	ev, until := s.recall(scope)
-	cmds := make([]*goredis.Cmd, len(calls))
+	ecmds, cmds := make([]*goredis.Cmd, len(ends)), make([]*goredis.Cmd, len(calls))
 	exec := func(pipe goredis.Pipeliner) error {
 		if pipe.Len() == 0 {
 			return nil
@@ -508,16 +607,27 @@ func (s *Store) admitAll(ctx context.Context, op, scope string, calls [][]Charge
 	}
 	sent := time.Now()
 	pipe := s.c.Pipeline()
+	for i := range ends {
+		if endErrs[i] == nil {
+			ecmds[i] = releaseScript.EvalSha(ctx, pipe, ekeys[i], eargs[i]...)
+		}
+	}
 	for i := range calls {
 		if errs[i] == nil {
-			cmds[i] = admitScript.EvalSha(ctx, pipe, keys[i], append(append(args[i], ev, until, dl), extra...)...)
+			cmds[i] = admitScript.EvalSha(ctx, pipe, keys[i], append(append(args[i], ev, until, dls[i]), extra...)...)
 		}
 	}
 	if err := exec(pipe); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	// The calls that found the script gone: EVAL, with the same arguments.
+	// The commands that found their script gone: EVAL, with the same
+	// arguments.
 	pipe = s.c.Pipeline()
+	for i, c := range ecmds {
+		if c != nil && goredis.HasErrorPrefix(c.Err(), "NOSCRIPT") {
+			ecmds[i] = releaseScript.Eval(ctx, pipe, ekeys[i], eargs[i]...)
+		}
+	}
 	for i, c := range cmds {
 		if c != nil && goredis.HasErrorPrefix(c.Err(), "NOSCRIPT") {
 			a := c.Args()
@@ -526,9 +636,18 @@ func (s *Store) admitAll(ctx context.Context, op, scope string, calls [][]Charge
 		}
 	}
 	if err := exec(pipe); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	got := time.Now()
+	for i, c := range ecmds {
+		if c != nil {
+			o := "release"
+			if eargs[i] != nil && len(eargs[i]) > 4+perArg*len(ends[i].Charges) {
+				o = "settle"
+			}
+			endErrs[i] = ended(o, ends[i].Charges, c)
+		}
+	}
 	for i, c := range cmds {
 		if c == nil {
 			continue
@@ -540,7 +659,7 @@ func (s *Store) admitAll(ctx context.Context, op, scope string, calls [][]Charge
 		}
 		ds[i], errs[i] = s.admitted(scope, calls[i], toks[i], v, sent, got)
 	}
-	return ds, errs, nil
+	return endErrs, ds, errs, nil
 }
 
 // isReplyError reports whether err is an error reply of Redis to one
