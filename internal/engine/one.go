@@ -225,8 +225,7 @@ func (o *One) acquireLocked(ctx context.Context, n int64, c *Call) error {
 		return err
 	}
 	ch := []Charge{{Rule: o.rs.Name, Weight: n}}
-	o.emitQueued(w, ch)
-	if err := o.await(ctx, w); err != nil {
+	if _, err := o.await(ctx, w, ch); err != nil {
 		o.emitFailed(ch, w, err)
 		return err
 	}

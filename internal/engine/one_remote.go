@@ -54,14 +54,9 @@ type heldCall struct {
 // semaphore's limit in the scope name; with WithFallback, the window
 // (p, or the one n and per give) at its share of N is the fallback's.
 func NewShared(o rspec.Opener, name string, n int64, per time.Duration, p window.Policy, cfg Config) (*One, error) {
-	if err := cfg.err(); err != nil {
-		return nil, err
-	}
-	if cfg.Clock != nil {
-		return nil, errors.New("ratesem: WithClock cannot apply in Redis mode: Redis decides on the server's clock")
-	}
-	if err := cfg.CheckFront(true); err != nil {
-		return nil, err
+	cfg.Shared = &Shared{Opener: o, Prefix: cmp.Or(cfg.Redis.Prefix, DefaultPrefix)}
+	if err := cmp.Or(cfg.err(), cfg.CheckMode(), cfg.CheckFront(true)); err != nil {
+		return nil, err // the first of them
 	}
 	fn := "redisrate.NewSemaphore"
 	if p != nil {
@@ -111,7 +106,6 @@ func NewShared(o rspec.Opener, name string, n int64, per time.Duration, p window
 		p.SetLimit(time.Now(), window.Limit{N: max(1, int64(math.Floor(cfg.Redis.Share*float64(sp.Limit.N)))), Per: sp.Limit.Per})
 		r.local = fallback{NewOne(p, Config{Concurrency: cfg.Concurrency})}
 	}
-	cfg.Shared = &Shared{Opener: o, Prefix: cmp.Or(cfg.Redis.Prefix, DefaultPrefix)}
 	if err := e.initRedis(&cfg); err != nil {
 		return nil, err
 	}

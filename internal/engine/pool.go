@@ -229,7 +229,7 @@ type waiter struct {
 	// uncounted: not counted in its limiters' waiting yet (Redis mode:
 	// counted from its first refusal, or when it queues behind another)
 	uncounted bool
-	// Redis mode (redisWait): the waiter's own goroutine asks Redis.
+	// Redis mode (await): the waiter's own goroutine asks Redis.
 	ask    chan struct{} // capacity 1: a decision is wanted (decideLocked)
 	asking bool          // its goroutine asks now: nobody else does
 	free   bool          // it asks outside the queues (counted in its limiters' asking)
@@ -464,8 +464,7 @@ func (b *inProc) acquire(ctx context.Context, t *Ticket, charges []Charge) error
 		p.emitAdmitted(t, charges, 0, false)
 		return nil
 	}
-	p.emitQueued(w, charges)
-	if err := p.await(ctx, w); err != nil {
+	if _, err := p.await(ctx, w, charges); err != nil {
 		p.emitFailed(charges, w, err)
 		return err
 	}
@@ -474,31 +473,49 @@ func (b *inProc) acquire(ctx context.Context, t *Ticket, charges []Charge) error
 	return nil
 }
 
-// await waits until w is granted or fails, or ctx is done. It returns nil
-// when w was granted (w keeps its references on its limiters), or the error,
-// w having let go of everything.
-func (p *Engine) await(ctx context.Context, w *waiter) error {
-	if !w.qdead.IsZero() { // a queue-wait budget
+// await waits until w is granted or fails, or ctx is done, reporting
+// Queued for charges once w has to wait. In Redis mode it asks Redis
+// (askRedis: Decide, outside the lock, on the caller's goroutine) whenever
+// the queues want a decision for w (decideLocked); in process w.ask is nil.
+// It returns whether w queued, and nil when w was granted (w keeps its
+// references on its limiters; w.rcall in Redis mode), or the error, w
+// having let go of everything.
+func (p *Engine) await(ctx context.Context, w *waiter, charges []Charge) (queued bool, err error) {
+	p.mu.Lock()
+	queued = !w.uncounted
+	p.mu.Unlock()
+	if queued {
+		p.emitQueued(w, charges)
+	}
+	var budget <-chan time.Time // nil: no queue-wait budget
+	if !w.qdead.IsZero() {
+		budget = p.clock.After(w.qdead.Sub(w.since))
+	}
+	for {
 		select {
-		case <-p.clock.After(w.qdead.Sub(w.since)):
+		case <-budget:
+			budget = nil
 			p.expire(w) // fails w unless it was admitted meanwhile
 		case <-ctx.Done():
+			p.abandon(w) // out of the queues; or admitted as ctx ended: undone, as if it never happened
+			return queued, ctx.Err()
 		case <-w.ready:
+			if w.err != nil {
+				p.unrefAll(w.held)
+				return queued, w.err
+			}
+			if err := ctx.Err(); err != nil {
+				p.abandon(w)
+				return queued, err
+			}
+			return queued, nil
+		case <-w.ask:
+			if p.book.(*redisMode).askRedis(ctx, w) && !queued {
+				queued = true
+				p.emitQueued(w, charges)
+			}
 		}
 	}
-	select {
-	case <-ctx.Done():
-	case <-w.ready:
-		if w.err != nil {
-			p.unrefAll(w.held)
-			return w.err
-		}
-	}
-	if err := ctx.Err(); err != nil {
-		p.abandon(w) // out of the queues; or admitted as ctx ended: undone, as if it never happened
-		return err
-	}
-	return nil
 }
 
 // start is Acquire under the lock: it admits the call at once (a nil
@@ -988,15 +1005,9 @@ func (b *inProc) try(t *Ticket, charges []Charge) (time.Duration, error) {
 func (p *Engine) try(t *Ticket, charges []Charge) (d time.Duration, err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock() // a window that panics must not leave the pool locked
-	if err := p.tooHeavyLocked(charges); err != nil {
-		return 0, err
-	}
 	now := p.now()
-	if p.idle > 0 {
-		p.evictLocked(now, evictBudget, false)
-	}
-	hs := make([]held, len(charges))
-	if err := p.refLocked(hs, charges, now); err != nil {
+	hs, err := p.refChargesLocked(charges, now)
+	if err != nil {
 		return 0, err
 	}
 	defer func() {
@@ -1016,20 +1027,8 @@ func (p *Engine) try(t *Ticket, charges []Charge) (d time.Duration, err error) {
 // returns how long from now the call could start (> 0), or
 // ratesem.ErrInFlight when only calls in flight ending can make room.
 func (p *Engine) tryHeldLocked(hs []held, now time.Time) (time.Duration, error) {
-	// Callers wait on a limiter: it never overtakes them. The latest wake
-	// of their heads is the least this call would wait.
-	var at time.Time
-	for i := range hs {
-		if q := hs[i].lim.q; q != nil && q.head != nil {
-			if h := q.head; !h.refused || h.when == 0 {
-				return 0, ratesem.ErrInFlight
-			} else if w := p.instant(h.when); w.After(at) {
-				at = w
-			}
-		}
-	}
-	if !at.IsZero() {
-		return max(at.Sub(now), time.Nanosecond), nil
+	if d, err := p.aheadLocked(hs, now); d != 0 || err != nil {
+		return d, err
 	}
 	at, needRelease, ok := p.admitLocked(hs, nil, now)
 	switch {
@@ -1037,6 +1036,27 @@ func (p *Engine) tryHeldLocked(hs []held, now time.Time) (time.Duration, error) 
 		return 0, nil
 	case needRelease:
 		return 0, ratesem.ErrInFlight
+	}
+	return max(at.Sub(now), time.Nanosecond), nil
+}
+
+// aheadLocked returns what callers queued on the limiters of hs tell a
+// try at now, which never overtakes them: the wait until the latest of
+// their heads' wakes, or ratesem.ErrInFlight when one waits for a release
+// (in Redis mode, or is being decided); (0, nil) when none waits.
+func (p *Engine) aheadLocked(hs []held, now time.Time) (time.Duration, error) {
+	var at time.Time
+	for i := range hs {
+		if q := hs[i].lim.q; q != nil && q.head != nil {
+			if h := q.head; !h.refused || h.when == 0 || h.rel {
+				return 0, ratesem.ErrInFlight
+			} else if w := p.instant(h.when); w.After(at) {
+				at = w
+			}
+		}
+	}
+	if at.IsZero() {
+		return 0, nil
 	}
 	return max(at.Sub(now), time.Nanosecond), nil
 }

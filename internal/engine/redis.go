@@ -194,7 +194,7 @@ func (m *redisMode) close() error {
 }
 
 // acquire is Acquire in Redis mode, for charges already merged: the
-// call waits in the engine's own queues (start, redisWait), and Redis
+// call waits in the engine's own queues (start, await), and Redis
 // decides for it when it heads them (decideLocked).
 func (m *redisMode) acquire(ctx context.Context, t *Ticket, charges []Charge) error {
 	p := m.p
@@ -209,7 +209,7 @@ func (m *redisMode) acquire(ctx context.Context, t *Ticket, charges []Charge) er
 		return err
 	}
 	p.flushFor(t, w)
-	queued, err := m.redisWait(ctx, w, charges)
+	queued, err := p.await(ctx, w, charges)
 	if err != nil {
 		if !queued {
 			w = nil
@@ -238,46 +238,6 @@ func (p *Engine) holdRedis(t *Ticket, hs []held, charges []Charge, call *remote.
 		h.thrAtAdmit = h.lim.throttles()
 	}
 	p.adoptLocked(hs, call) // limits learned elsewhere (learn_redis.go)
-}
-
-// redisWait waits until w is granted or fails, or ctx is done, asking
-// Redis (Decide, outside the lock, on the caller's goroutine) whenever
-// the queues want a decision for w (decideLocked), and reporting
-// Queued once w has to wait. It returns whether w queued, and nil when w
-// was granted (w.rcall), or the error, w having let go of everything.
-func (m *redisMode) redisWait(ctx context.Context, w *waiter, charges []Charge) (queued bool, err error) {
-	p := m.p
-	p.mu.Lock()
-	queued = !w.uncounted
-	p.mu.Unlock()
-	if queued {
-		p.emitQueued(w, charges)
-	}
-	var budget <-chan time.Time // nil: no queue-wait budget
-	if !w.qdead.IsZero() {
-		budget = p.clock.After(w.qdead.Sub(w.since))
-	}
-	for {
-		select {
-		case <-budget:
-			budget = nil
-			p.expire(w) // fails w unless it was admitted meanwhile
-		case <-ctx.Done():
-			p.abandon(w)
-			return queued, ctx.Err()
-		case <-w.ready:
-			if w.err != nil {
-				p.unrefAll(w.held)
-				return queued, w.err
-			}
-			return queued, nil
-		case <-w.ask:
-			if m.askRedis(ctx, w) && !queued {
-				queued = true
-				p.emitQueued(w, charges)
-			}
-		}
-	}
 }
 
 // askRedis makes the decision for w that its queues wanted: one Decide,
@@ -311,7 +271,7 @@ func (m *redisMode) askRedis(ctx context.Context, w *waiter) bool {
 		if o.Call != nil {
 			o.Call.Release()
 		}
-	case err != nil && ctx.Err() != nil: // redisWait sees ctx done
+	case err != nil && ctx.Err() != nil: // await sees ctx done
 	case err != nil:
 		p.finishLocked(w, err)
 	case o.Call != nil:
@@ -713,7 +673,9 @@ func (m *redisMode) try(t *Ticket, charges []Charge) (time.Duration, error) {
 		return 0, err
 	}
 	p.flushOr(func() { p.unrefAll(hs) })
-	d, err := p.tryQueued(hs)
+	p.mu.Lock()
+	d, err := p.aheadLocked(hs, p.now())
+	p.mu.Unlock()
 	if d == 0 && err == nil {
 		var o remote.Outcome
 		o, err = m.decide(context.Background(), hs, rcs, false)
@@ -766,28 +728,4 @@ func (p *Engine) refChargesLocked(charges []Charge, now time.Time) ([]held, erro
 	}
 	hs := make([]held, len(charges))
 	return hs, p.refLocked(hs, charges, now)
-}
-
-// tryQueued returns what waiters of this process queued on the limiters
-// of hs tell a try: the wait until the latest of their heads' wakes, or
-// ratesem.ErrInFlight when one waits for a release or is being decided;
-// (0, nil) when none waits.
-func (p *Engine) tryQueued(hs []held) (time.Duration, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	now := p.now()
-	var at time.Time
-	for i := range hs {
-		if q := hs[i].lim.q; q != nil && q.head != nil {
-			if h := q.head; !h.refused || h.when == 0 || h.rel {
-				return 0, ratesem.ErrInFlight
-			} else if w := p.instant(h.when); w.After(at) {
-				at = w
-			}
-		}
-	}
-	if at.IsZero() {
-		return 0, nil
-	}
-	return max(at.Sub(now), time.Nanosecond), nil
 }
