@@ -17,7 +17,6 @@ import (
 // lost, ObserveHeaders, Reconcile, SetLimit, Pause, Throttled, Close) call
 // it without asking which mode they are in.
 type book interface {
-	acquire(ctx context.Context, t *Ticket, charges []Charge) error
 	try(t *Ticket, charges []Charge) (time.Duration, error)
 	release(t *Ticket)
 	takeBack(t *Ticket)

@@ -18,7 +18,7 @@ import (
 // (Release(n) ends n units) and with the semantics of a weighted semaphore
 // (x/sync's Weighted when the rule has no rate). Its waiting is the
 // Engine's own code, not a copy: a call that must wait is queued by
-// queueLocked and waits in await as a Pool's call does (the limiter's
+// queueLocked and waits in Engine.wait as a Pool's call does (the limiter's
 // queue by priority class, the wake heap and its timer, deadline
 // fail-fast, queue caps and budgets, cancellation without trace); a try is
 // tryHeldLocked, a pause Engine.Pause, a new limit refitLocked, the end of
@@ -213,7 +213,7 @@ func (o *One) acquireClock(ctx context.Context, n int64, c *Call, op string) err
 // the cached state. c, for Begin, gets the call registered at the
 // admission. A call admitted on the clock at once allocates nothing; one
 // that must wait goes through the Engine's own queueing (queueLocked,
-// await) as the Pool's calls do.
+// Engine.wait) as the Pool's calls do.
 func (o *One) acquireLocked(ctx context.Context, n int64, c *Call) error {
 	w, err := o.startLocked(ctx, n, c)
 	if w == nil {
@@ -225,12 +225,10 @@ func (o *One) acquireLocked(ctx context.Context, n int64, c *Call) error {
 		return err
 	}
 	ch := []Charge{{Rule: o.rs.Name, Weight: n}}
-	if _, err := o.await(ctx, w, ch); err != nil {
-		o.emitFailed(ch, w, err)
+	if err := o.wait(ctx, &Ticket{pool: o.e, held: w.held, charges: ch}, w, ch); err != nil {
 		return err
 	}
 	wait := max(w.granted.Sub(w.since), 0)
-	o.emitAdmitted(&Ticket{pool: o.e, held: w.held, charges: ch, at: o.mono(w.granted)}, ch, wait, true)
 	o.mu.Lock()
 	o.unrefLocked(o.l, w.granted)
 	o.admitted++

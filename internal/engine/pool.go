@@ -442,17 +442,11 @@ func (p *Engine) endLocked(l *limiter, at, n, actual int64, settled bool, now ti
 // ratesem.ErrLimitMismatch, ratesem.ErrUnavailable or ratesem.ErrClosed; the
 // checks above come first, without a round trip.
 func (p *Engine) Acquire(ctx context.Context, t *Ticket, charges []Charge) error {
-	charges, err := p.merge(charges)
+	charges, err := p.mergeCount(charges)
 	if err != nil {
-		p.emitFailed(nil, nil, err)
+		p.emitFailed(charges, nil, err)
 		return err
 	}
-	return p.book.acquire(ctx, t, charges)
-}
-
-// acquire is Acquire in process, for charges already merged.
-func (b *inProc) acquire(ctx context.Context, t *Ticket, charges []Charge) error {
-	p := (*Engine)(b)
 	w, err := p.start(ctx, t, charges)
 	if err != nil {
 		p.flushEvicted()
@@ -464,12 +458,30 @@ func (b *inProc) acquire(ctx context.Context, t *Ticket, charges []Charge) error
 		p.emitAdmitted(t, charges, 0, false)
 		return nil
 	}
-	if _, err := p.await(ctx, w, charges); err != nil {
+	return p.wait(ctx, t, w, charges)
+}
+
+// wait is Acquire for a call of charges that did not start at once (w):
+// it waits (await) and reports the outcome; t becomes the call's ticket
+// when w is granted (in Redis mode holding the call Redis admitted).
+func (p *Engine) wait(ctx context.Context, t *Ticket, w *waiter, charges []Charge) error {
+	queued, err := p.await(ctx, w, charges)
+	if err != nil {
+		if !queued {
+			w = nil // asked Redis at once and never waited (Redis mode)
+		}
 		p.emitFailed(charges, w, err)
 		return err
 	}
 	t.at = p.mono(w.granted)
-	p.emitAdmitted(t, charges, max(w.granted.Sub(w.since), 0), true)
+	if w.rcall != nil {
+		p.holdRedis(t, w.held, charges, w.rcall)
+	}
+	wait := time.Duration(0)
+	if queued {
+		wait = max(w.granted.Sub(w.since), 0)
+	}
+	p.emitAdmitted(t, charges, wait, queued)
 	return nil
 }
 
@@ -655,6 +667,17 @@ func (p *Engine) merge(charges []Charge) ([]Charge, error) {
 		}
 	}
 	return out, nil
+}
+
+// mergeCount is merge, then, in Redis mode, the check of the number of
+// charges (at most MaxRedisCharges): the charges are returned with that
+// error, nil with merge's.
+func (p *Engine) mergeCount(charges []Charge) ([]Charge, error) {
+	charges, err := p.merge(charges)
+	if _, redis := p.book.(*redisMode); err == nil && redis && len(charges) > MaxRedisCharges {
+		err = fmt.Errorf("%w: %d, at most %d", ratesem.ErrTooManyCharges, len(charges), MaxRedisCharges)
+	}
+	return charges, err
 }
 
 // tooHeavyLocked returns the ratesem.ErrWeightTooLarge error for the first
@@ -975,7 +998,7 @@ func (p *Engine) Len() int {
 // on those limiters are still on their way to Redis, it first waits for
 // them (at most the Redis timeout) and asks again.
 func (p *Engine) TryAcquire(t *Ticket, charges []Charge) (time.Duration, error) {
-	charges, err := p.merge(charges)
+	charges, err := p.mergeCount(charges)
 	if err != nil {
 		p.emitFailed(nil, nil, err)
 		return 0, err

@@ -146,15 +146,6 @@ func (p *Engine) checkError(err error) error {
 	return err
 }
 
-// check is what Acquire and TryAcquire check in Redis mode only, first:
-// the number of charges.
-func (m *redisMode) check(charges []Charge) error {
-	if len(charges) > MaxRedisCharges {
-		return fmt.Errorf("%w: %d, at most %d", ratesem.ErrTooManyCharges, len(charges), MaxRedisCharges)
-	}
-	return nil
-}
-
 // specOf returns the Redis form of r's window under l.
 func specOf(r *Rule, l window.Limit) (*rspec.Spec, error) {
 	spec, err := rspec.SpecOf(r.newPolicy(l))
@@ -191,39 +182,6 @@ func (m *redisMode) close() error {
 	}
 	p.settleLocked(p.now())
 	return err
-}
-
-// acquire is Acquire in Redis mode, for charges already merged: the
-// call waits in the engine's own queues (start, await), and Redis
-// decides for it when it heads them (decideLocked).
-func (m *redisMode) acquire(ctx context.Context, t *Ticket, charges []Charge) error {
-	p := m.p
-	if err := m.check(charges); err != nil {
-		p.emitFailed(charges, nil, err)
-		return err
-	}
-	w, err := p.start(ctx, t, charges)
-	if err != nil {
-		p.flushEvicted()
-		p.emitFailed(charges, nil, err)
-		return err
-	}
-	p.flushFor(t, w)
-	queued, err := p.await(ctx, w, charges)
-	if err != nil {
-		if !queued {
-			w = nil
-		}
-		p.emitFailed(charges, w, err)
-		return err
-	}
-	p.holdRedis(t, w.held, charges, w.rcall)
-	wait := time.Duration(0)
-	if queued {
-		wait = max(w.granted.Sub(w.since), 0)
-	}
-	p.emitAdmitted(t, charges, wait, queued)
-	return nil
 }
 
 // holdRedis makes t the ticket of the call Redis admitted for charges,
@@ -704,9 +662,6 @@ func (m *redisMode) try(t *Ticket, charges []Charge) (time.Duration, error) {
 // startTry checks charges (of TryAcquire), references their limiters in
 // this process and returns their Redis charges.
 func (m *redisMode) startTry(charges []Charge) (hs []held, rcs []rspec.Charge, err error) {
-	if err := m.check(charges); err != nil {
-		return nil, nil, err
-	}
 	p := m.p
 	p.mu.Lock()
 	defer p.mu.Unlock()
