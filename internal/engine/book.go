@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"context"
 	"net/http"
 	"time"
 
@@ -40,27 +39,6 @@ type book interface {
 	policyFor(rs *ruleState) window.Policy
 	keyLimitLocked(l *limiter) window.Limit
 	close() error
-}
-
-// oneBook is the one-rule front's bookkeeping (One): the part of One's
-// methods where the modes part, the ticketless calls of a semaphore.
-// *oneProc decides on the clock in process (One's fast paths step around
-// it); *oneRemote goes through the Engine's Redis mode and keeps the held
-// calls a Release(n) ends. Over Redis One's fast path for Acquire never
-// admits (One.conc is -1) and goes on to acquireLocked; Release steps
-// aside on one flag (One.slow).
-type oneBook interface {
-	// acquireLocked is Acquire for n ≥ 0 after the fast path, entered
-	// with the engine's lock held: it unlocks.
-	acquireLocked(ctx context.Context, n int64) error
-	tryWait(n int64) (time.Duration, error)
-	release(n int64)
-	begin(ctx context.Context, n int64) (Call, error)
-	// endLocked ends c, no longer live (t: its call in Redis), entered
-	// with the engine's lock held: it unlocks.
-	endLocked(c Call, t *Ticket, actual int64)
-	setLimit(n int64, per time.Duration) error
-	stats() Stats
 }
 
 // inProc is the in-process bookkeeping: the Engine itself.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ratesem/ratesem"
+	"github.com/ratesem/ratesem/internal/remote"
 	"github.com/ratesem/ratesem/internal/wake"
 	"github.com/ratesem/ratesem/internal/win"
 	"github.com/ratesem/ratesem/window"
@@ -33,16 +34,14 @@ import (
 // Stats; and a rule without a rate (Per 0), where a call heavier than the
 // cap waits aside (waiter.parked) instead of failing.
 //
-// Where the modes part, a method goes through o.ob, the one-rule
-// bookkeeping (oneBook: *oneProc in process, *oneRemote over Redis, made
-// by NewShared), as the Engine's entry points go through its book: over
-// Redis the cached decision never admits (conc is -1) and Acquire goes on
-// to ob; Release steps aside on one flag (slow, which a foreign policy
-// sets too: its Done may panic, and the fast path holds the lock without
-// a defer).
+// Where the modes part, a method over Redis goes to the Engine's one
+// (*oneRemote, made by NewShared): over Redis the cached decision never
+// admits (conc is -1) and Acquire goes on to it; Release steps aside on
+// one flag (slow, which a foreign policy sets too: its Done may panic, and
+// the fast path holds the lock without a defer).
 type One struct {
 	// The fields of the fast paths first, together.
-	slow         bool // Redis mode or a foreign policy: Release steps aside to ob
+	slow         bool // Redis mode or a foreign policy: Release steps aside (releaseSlow)
 	real         bool // the real clock: nanos is time.Since(e.epoch)
 	doneUsesTime bool
 	timedDone    atomic.Bool // doneUsesTime && per > 0, kept by SetLimit; read by Release without the lock
@@ -69,8 +68,6 @@ type One struct {
 	// through freeCalls, so Begin allocates nothing once grown.
 	calls     []callSlot
 	freeCalls []int
-
-	ob oneBook // the one-rule bookkeeping: *oneProc, or *oneRemote in Redis mode
 }
 
 type callSlot struct {
@@ -88,7 +85,6 @@ func NewOne(p window.Policy, cfg Config) *One {
 	_, foreign := fast.(win.Foreign)
 	o := &One{fast: fast, obs: cfg.Observer, slow: foreign,
 		real: cfg.Clock == nil, doneUsesTime: fast.DoneUsesTime(), capOpt: cfg.Concurrency}
-	o.ob = (*oneProc)(o)
 	o.Engine.book = (*inProc)(&o.Engine)
 	o.initOne("", l, p, clk, cfg)
 	o.e.epoch = fast.Start(clk.Now())
@@ -179,16 +175,10 @@ func (o *One) Acquire(ctx context.Context, n int64) error {
 		}
 		return nil
 	}
-	return o.ob.acquireLocked(ctx, n)
-}
-
-// oneProc is the in-process one-rule bookkeeping: the One itself, on the
-// clock (the fast paths are One's methods).
-type oneProc One
-
-// acquireLocked is Acquire after the fast path (acquireLocked).
-func (p *oneProc) acquireLocked(ctx context.Context, n int64) error {
-	return (*One)(p).acquireLocked(ctx, n, nil)
+	if o.one != nil {
+		return o.one.acquireLocked(ctx, n)
+	}
+	return o.acquireLocked(ctx, n, nil)
 }
 
 // acquireClock is Acquire (op "Acquire", c nil) and Begin (op "Begin", c
@@ -274,12 +264,9 @@ func (o *One) TryAcquire(n int64) bool {
 
 // TryAcquireWait is semaphore.RateSemaphore.TryAcquireWait.
 func (o *One) TryAcquireWait(n int64) (time.Duration, error) {
-	return o.ob.tryWait(n)
-}
-
-// tryWait is TryAcquireWait in process.
-func (p *oneProc) tryWait(n int64) (time.Duration, error) {
-	o := (*One)(p)
+	if o.one != nil {
+		return o.one.tryWait(n)
+	}
 	if n < 0 {
 		return 0, fmt.Errorf("%w %d: TryAcquireWait", ratesem.ErrNegativeWeight, n)
 	}
@@ -319,7 +306,7 @@ func (o *One) tryLocked(n int64) (time.Duration, error) {
 // panic's message.
 func (o *One) Release(n int64) {
 	if n < 0 || o.slow {
-		o.ob.release(n)
+		o.releaseSlow(n)
 		return
 	}
 	var now int64 // 0 when the window does not read it
@@ -356,10 +343,14 @@ func (o *One) overReleaseLocked(n int64) {
 	panic(OverReleased(n, held, calls))
 }
 
-// release is Release off the fast path: for a negative n, and for a
-// foreign policy (the lock released in a defer: the policy may panic).
-func (p *oneProc) release(n int64) {
-	o := (*One)(p)
+// releaseSlow is Release off the fast path: for a negative n, over
+// Redis, and for a foreign policy (the lock released in a defer: the
+// policy may panic).
+func (o *One) releaseSlow(n int64) {
+	if o.one != nil {
+		o.one.release(n)
+		return
+	}
 	if n < 0 {
 		panic("ratesem: Release with negative weight")
 	}
@@ -394,12 +385,9 @@ func (o *One) Now() time.Time { return o.e.now() }
 
 // SetLimit is semaphore.RateSemaphore.SetLimit, for n ≥ 0 and per ≥ 0.
 func (o *One) SetLimit(n int64, per time.Duration) error {
-	return o.ob.setLimit(n, per)
-}
-
-// setLimit is SetLimit in process.
-func (p *oneProc) setLimit(n int64, per time.Duration) error {
-	o := (*One)(p)
+	if o.one != nil {
+		return o.one.setLimit(n, per)
+	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	now := o.now()
@@ -443,19 +431,44 @@ type Stats struct {
 	Unavailable      bool
 }
 
-// Stats is semaphore.RateSemaphore.Stats.
-func (o *One) Stats() Stats { return o.ob.stats() }
-
-// stats is Stats in process.
-func (p *oneProc) stats() Stats {
-	o := (*One)(p)
+// Stats is semaphore.RateSemaphore.Stats: over Redis, with the Redis
+// engine's counts.
+func (o *One) Stats() Stats {
+	r := o.e.one
+	var es remote.Stats
+	if r != nil {
+		es = r.rem.eng.Stats()
+	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	st := Stats{InFlight: o.l.inflight, Waiting: int(o.l.waiting), Admitted: o.admitted, TotalWait: o.waitSum, MaxWait: o.waitMax}
 	if p := o.l.paused(); p != 0 {
 		st.PausedUntil = o.instant(p)
 	}
-	return st
+	if r == nil {
+		return st
+	}
+	return Stats{
+		InFlight:         r.heldUnits + o.callUnits, // Begin's calls are not among the held ones
+		Waiting:          st.Waiting,
+		Admitted:         es.Admitted,
+		TotalWait:        st.TotalWait,
+		MaxWait:          st.MaxWait,
+		PausedUntil:      es.PausedUntil,
+		FallbackAdmitted: es.FallbackAdmitted,
+		FallbackCarried:  es.Carried,
+		RedisAdmits:      es.RedisAdmits,
+		RedisErrors:      es.RedisErrors,
+		Cancelled:        es.Cancelled,
+		CancelsFailed:    es.CancelsFailed,
+		ReleasesFailed:   es.ReleasesFailed,
+		ReleasesDropped:  es.ReleasesDropped,
+		ReleasesLost:     es.ReleasesLost,
+		Recoveries:       es.Recoveries,
+		StateLost:        es.StateLost,
+		LimitMismatches:  es.LimitMismatches,
+		Unavailable:      es.Unavailable,
+	}
 }
 
 // Close is semaphore.RateSemaphore.Close.

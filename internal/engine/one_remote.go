@@ -96,7 +96,7 @@ func NewShared(o rspec.Opener, name string, n int64, per time.Duration, p window
 		return nil, fmt.Errorf("%w (%s)", err, fn)
 	}
 	r := &oneRemote{name: name, capOpt: cfg.Concurrency, burstN: win.BurstFollowsN(p)}
-	one := &One{ob: r, slow: true, obs: cfg.Observer, conc: -1}
+	one := &One{slow: true, obs: cfg.Observer, conc: -1}
 	r.one = one
 	one.initOne(redisRule, sp.Limit, nil, wake.NewClock(nil), cfg)
 	e := one.e
@@ -284,34 +284,6 @@ func (r *oneRemote) setLimit(n int64, interval time.Duration) error {
 	r.one.rs.setSpec(&sp)
 	e.mu.Unlock()
 	return nil
-}
-
-func (r *oneRemote) stats() Stats {
-	es := r.rem.eng.Stats()
-	o := r.one
-	o.e.mu.Lock()
-	defer o.e.mu.Unlock()
-	return Stats{
-		InFlight:         r.heldUnits + o.callUnits, // Begin's calls are not among the held ones
-		Waiting:          int(o.l.waiting),
-		Admitted:         es.Admitted,
-		TotalWait:        o.waitSum,
-		MaxWait:          o.waitMax,
-		PausedUntil:      es.PausedUntil,
-		FallbackAdmitted: es.FallbackAdmitted,
-		FallbackCarried:  es.Carried,
-		RedisAdmits:      es.RedisAdmits,
-		RedisErrors:      es.RedisErrors,
-		Cancelled:        es.Cancelled,
-		CancelsFailed:    es.CancelsFailed,
-		ReleasesFailed:   es.ReleasesFailed,
-		ReleasesDropped:  es.ReleasesDropped,
-		ReleasesLost:     es.ReleasesLost,
-		Recoveries:       es.Recoveries,
-		StateLost:        es.StateLost,
-		LimitMismatches:  es.LimitMismatches,
-		Unavailable:      es.Unavailable,
-	}
 }
 
 // fallback admits calls in this process alone while Redis is unreachable
