@@ -201,6 +201,6 @@ func (p *Engine) observeLocked(hd *held, used int64, now time.Time) int64 {
 		delta, _ := win.Report(hd.lim.policy, now, hd.recAtAdmit, used, hd.usedAtAdmit, hd.n, first)
 		return p.reportedLocked(hd.lim, delta, now)
 	}
-	known := hd.lim.reconciled() - hd.recAtAdmit // taken in since this call was admitted; ≥ 0
+	known := hd.lim.state().reconciled - hd.recAtAdmit // taken in since this call was admitted; ≥ 0
 	return p.consumeLocked(hd.lim, r, sat.Sub(sat.Sub(used, hd.usedAtAdmit), known), now)
 }

@@ -264,11 +264,11 @@ func (o *One) TryAcquire(n int64) bool {
 
 // TryAcquireWait is semaphore.RateSemaphore.TryAcquireWait.
 func (o *One) TryAcquireWait(n int64) (time.Duration, error) {
-	if o.one != nil {
-		return o.one.tryWait(n)
-	}
 	if n < 0 {
 		return 0, fmt.Errorf("%w %d: TryAcquireWait", ratesem.ErrNegativeWeight, n)
+	}
+	if o.one != nil {
+		return o.one.tryWait(n)
 	}
 	o.e.mu.Lock()
 	d, err := o.tryLocked(n)
@@ -442,7 +442,7 @@ func (o *One) Stats() Stats {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	st := Stats{InFlight: o.l.inflight, Waiting: int(o.l.waiting), Admitted: o.admitted, TotalWait: o.waitSum, MaxWait: o.waitMax}
-	if p := o.l.paused(); p != 0 {
+	if p := o.l.state().paused; p != 0 {
 		st.PausedUntil = o.instant(p)
 	}
 	if r == nil {

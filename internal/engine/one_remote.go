@@ -29,7 +29,6 @@ type oneRemote struct {
 	rem    *redisMode
 	name   string
 	local  remote.Fallback // or nil
-	capOpt int64           // WithMaxUnitsInFlight, or -1
 	// burstN: the window's burst follows N (a bucket or GCRA made with a
 	// burst of 0): SetLimit sets the spec's burst to the new N, as the
 	// window's own SetLimit does in process
@@ -95,8 +94,8 @@ func NewShared(o rspec.Opener, name string, n int64, per time.Duration, p window
 	if err := sp.Check(); err != nil {
 		return nil, fmt.Errorf("%w (%s)", err, fn)
 	}
-	r := &oneRemote{name: name, capOpt: cfg.Concurrency, burstN: win.BurstFollowsN(p)}
-	one := &One{slow: true, obs: cfg.Observer, conc: -1}
+	r := &oneRemote{name: name, burstN: win.BurstFollowsN(p)}
+	one := &One{capOpt: cfg.Concurrency, slow: true, obs: cfg.Observer, conc: -1}
 	r.one = one
 	one.initOne(redisRule, sp.Limit, nil, wake.NewClock(nil), cfg)
 	e := one.e
@@ -271,7 +270,7 @@ func (r *oneRemote) setLimit(n int64, interval time.Duration) error {
 	if r.burstN {
 		sp.Burst = n
 	}
-	sp.SetSemaphoreCap(r.capOpt)
+	sp.SetSemaphoreCap(r.one.capOpt)
 	if err := sp.Check(); err != nil {
 		return fmt.Errorf("%w (SetLimit)", err)
 	}
@@ -345,11 +344,8 @@ func (r *oneRemote) begin(ctx context.Context, n int64) (Call, error) {
 
 // tryWait is One.TryAcquireWait over Redis (Engine.TryAcquire: a
 // refusal by Redis is ratesem.ErrInFlight, its wait not known). A weight
-// no limit admits fails as in process, with no event.
+// no limit admits fails as in process, with no event; n ≥ 0.
 func (r *oneRemote) tryWait(n int64) (time.Duration, error) {
-	if n < 0 {
-		return 0, fmt.Errorf("%w %d: TryAcquireWait", ratesem.ErrNegativeWeight, n)
-	}
 	e := r.one.e
 	e.mu.Lock()
 	err := e.tooHeavyLocked(charges(n))

@@ -150,29 +150,17 @@ func (l *limiter) feedback() *feedback {
 	return l.fb
 }
 
-// paused returns the instant l is paused until, 0 when none.
-func (l *limiter) paused() int64 {
+// state returns l's feedback state for reading: a zero one, shared and
+// never written, when l has none.
+func (l *limiter) state() *feedback {
 	if l.fb == nil {
-		return 0
+		return &noFeedback
 	}
-	return l.fb.paused
+	return l.fb
 }
 
-// throttles returns how many throttles l has seen.
-func (l *limiter) throttles() uint32 {
-	if l.fb == nil {
-		return 0
-	}
-	return l.fb.throttles
-}
-
-// reconciled returns the units l's window took in on the server's word.
-func (l *limiter) reconciled() int64 {
-	if l.fb == nil {
-		return 0
-	}
-	return l.fb.reconciled
-}
+// noFeedback is the state of every key that has no feedback state.
+var noFeedback feedback
 
 // held is one charge of a call on its limiter (48 bytes: a call admitted
 // at once allocates one per charge; what only waiters need is in qnode).
@@ -761,8 +749,8 @@ func (p *Engine) admitLocked(hs []held, nodes []qnode, now time.Time) (at time.T
 		switch l := h.lim; {
 		case l.inflight > l.rule.cap-h.n:
 			refuse(i, time.Time{})
-		case nowNs < l.paused():
-			refuse(i, p.instant(l.paused()))
+		case nowNs < l.state().paused:
+			refuse(i, p.instant(l.state().paused))
 		case l.unknown && l.inflight > 0:
 			refuse(i, time.Time{}) // the limit is not known yet: one call at a time
 		case l.inflight > 0 && h.n > l.learnedFit():
@@ -815,12 +803,12 @@ func (p *Engine) admitLocked(hs []held, nodes []qnode, now time.Time) (at time.T
 			h.lim.feedback().distrusted++
 		}
 		h.lim.inflight += h.n
-		h.thrAtAdmit = h.lim.throttles()
+		h.thrAtAdmit = h.lim.state().throttles
 		if h.lim.rule.Usage != nil || h.lim.rule.Learn != nil {
 			if win, ended, _, ok := win.Mark(h.lim.policy, now); ok {
 				h.usedAtAdmit, h.recAtAdmit, h.marked = ended, win, true
 			} else if r, ok := h.lim.policy.(window.Reconciler); ok {
-				h.usedAtAdmit, h.recAtAdmit = r.Used(now), h.lim.reconciled()
+				h.usedAtAdmit, h.recAtAdmit = r.Used(now), h.lim.state().reconciled
 			}
 		}
 		if fb := h.lim.fb; h.lim.rule.quota && fb != nil && fb.budgeted {
@@ -960,8 +948,8 @@ func (p *Engine) Snapshot() []KeyState {
 	for _, rs := range p.ruleList {
 		for _, l := range rs.keys {
 			ks := KeyState{Rule: rs.Name, Key: l.key, InFlight: l.inflight, Used: -1, Limit: p.keyLimitLocked(l)}
-			if l.paused() != 0 {
-				ks.PausedUntil = p.instant(l.paused())
+			if l.state().paused != 0 {
+				ks.PausedUntil = p.instant(l.state().paused)
 			}
 			if l.fb != nil {
 				ks.Distrusted = l.fb.distrusted

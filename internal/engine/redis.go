@@ -193,7 +193,7 @@ func (p *Engine) holdRedis(t *Ticket, hs []held, charges []Charge, call *remote.
 	for i := range hs {
 		h := &hs[i]
 		h.lim.inflight += h.n
-		h.thrAtAdmit = h.lim.throttles()
+		h.thrAtAdmit = h.lim.state().throttles
 	}
 	p.adoptLocked(hs, call) // limits learned elsewhere (learn_redis.go)
 }
@@ -624,16 +624,18 @@ func (m *redisMode) keyLimitLocked(l *limiter) window.Limit { return l.redisSpec
 // is this process's knowledge.
 func (m *redisMode) try(t *Ticket, charges []Charge) (time.Duration, error) {
 	p := m.p
-	hs, rcs, err := m.startTry(charges)
+	p.mu.Lock()
+	hs, err := p.refChargesLocked(charges, p.now())
 	if err != nil {
+		p.mu.Unlock()
 		p.flushEvicted()
 		p.emitFailed(charges, nil, err)
 		return 0, err
 	}
-	p.flushOr(func() { p.unrefAll(hs) })
-	p.mu.Lock()
+	rcs := redisChargesLocked(hs)
 	d, err := p.aheadLocked(hs, p.now())
 	p.mu.Unlock()
+	p.flushOr(func() { p.unrefAll(hs) })
 	if d == 0 && err == nil {
 		var o remote.Outcome
 		o, err = m.decide(context.Background(), hs, rcs, false)
@@ -657,18 +659,6 @@ func (m *redisMode) try(t *Ticket, charges []Charge) (time.Duration, error) {
 		p.emitFailed(charges, nil, err)
 	}
 	return d, err
-}
-
-// startTry checks charges (of TryAcquire), references their limiters in
-// this process and returns their Redis charges.
-func (m *redisMode) startTry(charges []Charge) (hs []held, rcs []rspec.Charge, err error) {
-	p := m.p
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if hs, err = p.refChargesLocked(charges, p.now()); err != nil {
-		return nil, nil, err
-	}
-	return hs, redisChargesLocked(hs), nil
 }
 
 // refChargesLocked checks charges (a weight its rule can never admit:
