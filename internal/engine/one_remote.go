@@ -25,10 +25,10 @@ const redisRule = "n"
 // calls of Acquire and TryAcquire by units, which a Release(n) without a
 // ticket ends.
 type oneRemote struct {
-	one    *One
-	rem    *redisMode
-	name   string
-	local  remote.Fallback // or nil
+	one   *One
+	rem   *redisMode
+	name  string
+	local remote.Fallback // or nil
 	// burstN: the window's burst follows N (a bucket or GCRA made with a
 	// burst of 0): SetLimit sets the spec's burst to the new N, as the
 	// window's own SetLimit does in process
