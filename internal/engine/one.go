@@ -393,11 +393,7 @@ func (o *One) SetLimit(n int64, per time.Duration) error {
 	now := o.now()
 	o.fast.SetLimit(o.mono(now), n, per)
 	o.setLimitLocked(window.Limit{N: n, Per: per})
-	if o.l.q != nil {
-		o.markPending(o.l.q)
-	}
 	o.refitLocked(o.rs, now)
-	o.settleLocked(now)
 	return nil
 }
 

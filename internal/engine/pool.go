@@ -873,12 +873,8 @@ func (b *inProc) setLimit(rs *ruleState, l window.Limit) error {
 		if !rs.quota {
 			lim.policy.SetLimit(now, l)
 		}
-		if lim.q != nil {
-			p.markPending(lim.q)
-		}
 	}
 	p.refitLocked(rs, now)
-	p.settleLocked(now)
 	return nil
 }
 
@@ -886,7 +882,8 @@ func (b *inProc) setLimit(rs *ruleState, l window.Limit) error {
 // on rs heavier than rs can now admit at once fails with
 // ratesem.ErrWeightTooLarge, or, under a limit without a rate (a One of Per
 // 0, as x/sync's Weighted), leaves the queues to wait aside; those aside
-// that fit again rejoin the queues by arrival order.
+// that fit again rejoin the queues by arrival order. Then the heads of
+// rs's queues are tried again under the new limit (settleLocked).
 func (p *Engine) refitLocked(rs *ruleState, now time.Time) {
 	fit := rs.fit()
 	for e := p.waiters.Front(); e != nil; {
@@ -917,6 +914,12 @@ func (p *Engine) refitLocked(rs *ruleState, now time.Time) {
 		}
 		e = next
 	}
+	for _, l := range rs.keys {
+		if l.q != nil {
+			p.markPending(l.q)
+		}
+	}
+	p.settleLocked(now)
 }
 
 // Limit returns a rule's current limit (N units per Per), and false for an

@@ -599,15 +599,6 @@ func (m *redisMode) setLimit(rs *ruleState, l window.Limit) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.refitLocked(rs, p.now())
-	for _, lim := range rs.keys {
-		if q := lim.q; q != nil {
-			if q.hidx >= 0 {
-				heap.Remove(&p.wakes, q.hidx)
-			}
-			p.markPending(q)
-		}
-	}
-	p.settleLocked(p.now())
 	return nil
 }
 
