@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"net/http"
 	"time"
 
 	"github.com/ratesem/ratesem/window"
@@ -19,7 +18,10 @@ type book interface {
 	try(t *Ticket, charges []Charge) (time.Duration, error)
 	release(t *Ticket)
 	takeBack(t *Ticket)
-	observe(t *Ticket, h http.Header)
+	// learn and observe are ObserveHeaders for t's charge hd (its index i):
+	// a report of Rule.Learn, a count of Rule.Usage.
+	learn(t *Ticket, hd *held, in Learned, date time.Time)
+	observe(t *Ticket, i int, used int64)
 	reconcile(rs *ruleState, key string, used int64) error
 	setLimit(rs *ruleState, l window.Limit) error
 	// pauseCap bounds a caller's pause (in Redis mode by WithMaxPause);

@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"errors"
-	"net/http"
 	"time"
 
 	"github.com/ratesem/ratesem"
@@ -29,7 +28,7 @@ import (
 // adopted, as in process.
 
 // lateBudget is how much longer than a round trip's bound a first budget
-// report is waited for (learnOne).
+// report is waited for (redisMode.learn).
 const lateBudget = 100 * time.Millisecond
 
 // unknownSpec is rspec.Unknown(), shared; never changed.
@@ -68,7 +67,7 @@ func (p *Engine) keySpecLocked(rs *ruleState, key string) *rspec.Spec {
 // never refuses a call, learnedFit); either is released settled at its
 // real weight (hd.cut). In Redis mode recAtAdmit keeps the units charged
 // there and usedAtAdmit is 1 when the charge is leased there (a completion
-// window or a concurrency cap): budget reports read them (learnOne).
+// window or a concurrency cap): budget reports read them (redisMode.learn).
 // p.mu must be held.
 func redisChargesLocked(hs []held) []rspec.Charge {
 	rcs := make([]rspec.Charge, len(hs))
@@ -155,37 +154,16 @@ func learnedSpec(rs *ruleState, cur *rspec.Spec, in Learned) (rspec.Spec, bool) 
 	return *s, true
 }
 
-// learn is the Rule.Learn part of ObserveHeaders in Redis mode: each
-// charge whose rule has Learn takes in what the reply says (learnOne).
-func (m *redisMode) learn(t *Ticket, h http.Header) {
-	p := m.p
-	var date time.Time // the reply's Date, read once a rule learns
-	for i := range t.held {
-		hd := &t.held[i]
-		rs := hd.lim.rule
-		if rs.Learn == nil {
-			continue
-		}
-		in, ok := rs.Learn(h, p.now())
-		if !ok {
-			continue
-		}
-		if date.IsZero() {
-			date = serverDate(h)
-		}
-		m.learnOne(t, hd, in, date)
-	}
-}
-
-// learnOne takes in one charge's report in; date is the reply's Date
-// (zero when none). A limit new to the key becomes its Spec and is stored
+// learn is the Rule.Learn part of ObserveHeaders in Redis mode: t's
+// charge hd takes in its report in; date is the reply's Date (zero when
+// none). A limit new to the key becomes its Spec and is stored
 // in Redis for every process first (one round trip, bounded by the Redis
 // timeout; on failure the key's next call sends it, which replaces an
 // rspec.Unknown stored there). Then what remains goes to Redis: a quota
 // key's budget until the reply's reset (plus ResetMargin; waited for when
 // the quota was just stored), or the server's count (limit − remaining)
 // for the others, in the background.
-func (m *redisMode) learnOne(t *Ticket, hd *held, in Learned, date time.Time) {
+func (m *redisMode) learn(t *Ticket, hd *held, in Learned, date time.Time) {
 	p := m.p
 	p.mu.Lock()
 	l, rs := hd.lim, hd.lim.rule

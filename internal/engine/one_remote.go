@@ -54,7 +54,7 @@ type heldCall struct {
 // (p, or the one n and per give) at its share of N is the fallback's.
 func NewShared(o rspec.Opener, name string, n int64, per time.Duration, p window.Policy, cfg Config) (*One, error) {
 	cfg.Shared = &Shared{Opener: o, Prefix: cmp.Or(cfg.Redis.Prefix, DefaultPrefix)}
-	if err := cmp.Or(cfg.err(), cfg.CheckMode(), cfg.CheckFront(true)); err != nil {
+	if err := cmp.Or(cfg.Err(), cfg.CheckMode(), cfg.CheckFront(true)); err != nil {
 		return nil, err // the first of them
 	}
 	fn := "redisrate.NewSemaphore"

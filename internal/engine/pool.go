@@ -237,7 +237,7 @@ type waiter struct {
 func New(rules []Rule, scope string, opts ...Option) (*Engine, error) {
 	cfg := Config{Idle: DefaultIdleTimeout}
 	cfg.Build(opts)
-	if err := cfg.err(); err != nil {
+	if err := cfg.Err(); err != nil {
 		return nil, err
 	}
 	switch {

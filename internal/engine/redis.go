@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net/http"
 	"slices"
 	"strings"
 	"time"
@@ -57,7 +56,7 @@ type redisMode struct {
 }
 
 // initRedis builds the Redis engine of p and the Spec of every rule.
-func (p *Engine) initRedis(cfg *config) error {
+func (p *Engine) initRedis(cfg *Config) error {
 	sh := cfg.Shared
 	if sh.Opener.Open == nil {
 		return errors.New("ratesem: redisrate.Shared: nil client")
@@ -485,43 +484,31 @@ func (m *redisMode) release(t *Ticket) {
 // takeBack ends t at once in Redis, on the safe side.
 func (m *redisMode) takeBack(t *Ticket) { t.Release() }
 
-// observe is Ticket.ObserveHeaders in Redis mode: each count the
-// headers give goes to Redis, which counts at least that many units in the
-// window from then on.
-func (m *redisMode) observe(t *Ticket, h http.Header) {
+// observe is the Rule.Usage part of Ticket.ObserveHeaders in Redis mode:
+// the count used of t's charge i goes to Redis, which counts at least
+// that many units in the window from then on.
+func (m *redisMode) observe(t *Ticket, i int, used int64) {
 	p := t.pool
-	m.learn(t, h)
-	// seen: when this response was read, on Redis's clock (estimated from
-	// the admission's instant there and this process's clock since).
-	var seen time.Time
-	call := t.rcall // set before Acquire returned; after Release too: the report is still this call's
-	if call != nil {
+	hd := &t.held[i]
+	var r rspec.Read
+	p.mu.Lock()
+	// A call's units are taken off the server's count once: another
+	// report of it goes without its mark (rspec.Store.ReconcileAt).
+	first := !hd.reported
+	hd.reported = true
+	p.mu.Unlock()
+	// set before Acquire returned; after Release too: the report is still this call's
+	if call := t.rcall; call != nil {
+		// When this response was read, on Redis's clock (estimated from
+		// the admission's instant there and this process's clock since).
 		if at, back := call.Admitted(); !at.IsZero() {
-			seen = at.Add(time.Since(back))
+			r.Seen = at.Add(time.Since(back))
 		}
-	}
-	for i := range t.held {
-		hd := &t.held[i]
-		rs := hd.lim.rule
-		if rs.Usage == nil {
-			continue
-		}
-		used, ok := rs.Usage(h)
-		if !ok || used < 0 {
-			continue
-		}
-		r := rspec.Read{Seen: seen}
-		p.mu.Lock()
-		// A call's units are taken off the server's count once: another
-		// report of it goes without its mark (rspec.Store.ReconcileAt).
-		first := !hd.reported
-		hd.reported = true
-		p.mu.Unlock()
-		if call != nil && first {
+		if first {
 			r.Mark, r.Weight = call.Mark(i), t.charges[i].Weight
 		}
-		m.reconcileAt(rs, t.charges[i].Key, used, r)
 	}
+	m.reconcileAt(hd.lim.rule, t.charges[i].Key, used, r)
 }
 
 // reconcile is Reconcile in Redis mode (reconcileAt).
