@@ -47,17 +47,19 @@ func (l *limiter) redisSpec() *rspec.Spec {
 	return l.rule.spec
 }
 
-// keySpecLocked returns the Spec of (rs, key) in Redis mode, whether or
-// not this process holds a limiter for it (an Unknown one adopts whatever
-// Redis stores). p.mu must be held.
-func (p *Engine) keySpecLocked(rs *ruleState, key string) *rspec.Spec {
+// keyCharge returns the Redis charge of (rs, key), of no weight, under
+// its Spec in Redis mode, whether or not this process holds a limiter for
+// it (an Unknown one adopts whatever Redis stores).
+func (p *Engine) keyCharge(rs *ruleState, key string) rspec.Charge {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	spec := rs.spec
 	if l := rs.keys[key]; l != nil {
-		return l.redisSpec()
+		spec = l.redisSpec()
+	} else if rs.unknown {
+		spec = unknownSpec
 	}
-	if rs.unknown {
-		return unknownSpec
-	}
-	return rs.spec
+	return rspec.Charge{Rule: rs.Name, Key: redisKey(key), Spec: spec}
 }
 
 // redisChargesLocked returns the Redis charges of hs, each under its

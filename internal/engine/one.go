@@ -150,9 +150,7 @@ func (o *One) unpauseLocked(now time.Time) {
 // Acquire is semaphore.RateSemaphore.Acquire.
 func (o *One) Acquire(ctx context.Context, n int64) error {
 	if n < 0 {
-		err := fmt.Errorf("%w %d: Acquire", ratesem.ErrNegativeWeight, n)
-		o.observeFailed(n, err)
-		return err
+		return o.negative(n, "Acquire")
 	}
 	done := ctx.Done()
 	o.mu.Lock()
@@ -181,21 +179,12 @@ func (o *One) Acquire(ctx context.Context, n int64) error {
 	return o.acquireLocked(ctx, n, nil)
 }
 
-// acquireClock is Acquire (op "Acquire", c nil) and Begin (op "Begin", c
-// its Call) decided on the clock (acquireLocked), never on the window's
-// cached state.
-func (o *One) acquireClock(ctx context.Context, n int64, c *Call, op string) error {
-	if n < 0 {
-		o.observeFailed(n, ratesem.ErrNegativeWeight)
-		return fmt.Errorf("%w %d: %s", ratesem.ErrNegativeWeight, n, op)
-	}
-	o.mu.Lock()
-	if err := ctx.Err(); err != nil {
-		o.mu.Unlock()
-		o.observeFailed(n, err)
-		return err
-	}
-	return o.acquireLocked(ctx, n, c)
+// negative returns the ratesem.ErrNegativeWeight error of op for n < 0,
+// reported (observeFailed).
+func (o *One) negative(n int64, op string) error {
+	err := fmt.Errorf("%w %d: %s", ratesem.ErrNegativeWeight, n, op)
+	o.observeFailed(n, err)
+	return err
 }
 
 // acquireLocked is the part of Acquire and Begin after the fast path,

@@ -53,13 +53,22 @@ func (o *One) endCallLocked(c Call) (*Ticket, bool) {
 
 // Begin is semaphore.RateSemaphore.Begin.
 func (o *One) Begin(ctx context.Context, n int64) (c Call, err error) {
+	if n < 0 {
+		return c, o.negative(n, "Begin")
+	}
 	if o.one != nil {
 		return o.one.begin(ctx, n)
+	}
+	o.mu.Lock()
+	if err := ctx.Err(); err != nil {
+		o.mu.Unlock()
+		o.observeFailed(n, err)
+		return c, err
 	}
 	// Decided on the clock, never on the cached state: the window must
 	// know the instant of the start, which a settlement's refund needs.
 	// c is set only on success.
-	err = o.acquireClock(ctx, n, &c, "Begin")
+	err = o.acquireLocked(ctx, n, &c)
 	return c, err
 }
 

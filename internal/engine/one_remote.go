@@ -158,7 +158,7 @@ func (r *oneRemote) acquireLocal(ctx context.Context, n int64) (bool, error) {
 		r.one.e.emitCharges(ratesem.Event{Kind: ratesem.Admitted}, charges(0))
 		return false, nil
 	}
-	t, err := r.admit(ctx, n, "Acquire")
+	t, err := r.admit(ctx, n)
 	if err != nil {
 		return false, err
 	}
@@ -166,16 +166,11 @@ func (r *oneRemote) acquireLocal(ctx context.Context, n int64) (bool, error) {
 	return t.rcall.Local(), nil
 }
 
-// admit is the admission of Acquire and Begin: the Engine's Redis
-// admission (the checks, the failures and the events are its own; if the
-// observer panics, the call is released first).
-func (r *oneRemote) admit(ctx context.Context, n int64, op string) (*Ticket, error) {
+// admit is the admission of Acquire and Begin, for n ≥ 0: the Engine's
+// Redis admission (the checks, the failures and the events are its own;
+// if the observer panics, the call is released first).
+func (r *oneRemote) admit(ctx context.Context, n int64) (*Ticket, error) {
 	e := r.one.e
-	if n < 0 {
-		err := fmt.Errorf("%w %d: %s", ratesem.ErrNegativeWeight, n, op)
-		e.emitFailed(charges(n), nil, err)
-		return nil, err
-	}
 	t := new(Ticket)
 	since := time.Now()
 	if err := e.Acquire(ctx, t, charges(n)); err != nil {
@@ -330,7 +325,7 @@ func (r *oneRemote) endLocked(c Call, t *Ticket, actual int64) {
 // (Acquire(ctx, 0) makes none), so that End has a call in Redis to settle
 // a debit on.
 func (r *oneRemote) begin(ctx context.Context, n int64) (Call, error) {
-	t, err := r.admit(ctx, n, "Begin")
+	t, err := r.admit(ctx, n)
 	if err != nil {
 		return Call{}, err
 	}

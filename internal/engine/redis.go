@@ -525,11 +525,7 @@ func (m *redisMode) reconcile(rs *ruleState, key string, used int64) error {
 // drops a count read in an earlier window than the one current when it
 // reaches Redis, which is that window's count (rspec.Store.ReconcileAt).
 func (m *redisMode) reconcileAt(rs *ruleState, key string, used int64, r rspec.Read) {
-	p := m.p
-	p.mu.Lock()
-	spec := p.keySpecLocked(rs, key)
-	p.mu.Unlock()
-	m.eng.ReconcileAtThen(m.scope, rspec.Charge{Rule: rs.Name, Key: redisKey(key), Spec: spec}, used, r, p.reconciledThen(rs.Name, key))
+	m.eng.ReconcileAtThen(m.scope, m.p.keyCharge(rs, key), used, r, m.p.reconciledThen(rs.Name, key))
 }
 
 // pauseCap caps a pause of Redis mode at now + the pool's cap
@@ -549,10 +545,7 @@ func (m *redisMode) paused(rule, key string, until time.Time) {
 	if rs == nil {
 		return
 	}
-	p.mu.Lock()
-	spec, d := p.keySpecLocked(rs, key), until.Sub(p.now())
-	p.mu.Unlock()
-	m.eng.Pause(m.scope, rspec.Charge{Rule: rule, Key: redisKey(key), Spec: spec}, d)
+	m.eng.Pause(m.scope, p.keyCharge(rs, key), until.Sub(p.now()))
 }
 
 // setLimit is SetLimit in Redis mode.
