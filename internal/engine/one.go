@@ -388,9 +388,8 @@ func (o *One) SetLimit(n int64, per time.Duration) error {
 
 // Limit is semaphore.RateSemaphore.Limit.
 func (o *One) Limit() window.Limit {
-	o.e.mu.Lock()
-	defer o.e.mu.Unlock()
-	return o.rs.limit
+	l, _ := o.e.Limit(o.rs.Name) // the rule exists and learns nothing
+	return l
 }
 
 // Stats is semaphore.Stats, field for field.

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"container/heap"
 	"context"
 	"crypto/sha256"
@@ -65,10 +66,7 @@ func (p *Engine) initRedis(cfg *Config) error {
 	if err != nil {
 		return fmt.Errorf("%w (redisrate.Shared)", err)
 	}
-	scope := p.scope
-	if scope == "" {
-		scope = sh.Prefix
-	}
+	scope := cmp.Or(p.scope, sh.Prefix)
 	if len(scope) > rspec.MaxNameLen {
 		return fmt.Errorf("ratesem: redisrate.Shared: Table.Scope of %d bytes: want at most %d", len(scope), rspec.MaxNameLen)
 	}
