@@ -209,14 +209,10 @@ func (m *redisMode) learn(t *Ticket, hd *held, in Learned, date time.Time) {
 		// calls leased (this one among them). Wait (one round trip) for
 		// the server's budget before this call can end, so that no
 		// admission of the fleet reads a budget the server never gave.
-		done := make(chan struct{})
-		m.eng.BudgetThen(m.scope, c, in.Remaining, resetIn, own, func(int64, error) { close(done) })
-		tm := time.NewTimer(m.timeout + lateBudget)
-		defer tm.Stop()
-		select {
-		case <-done:
-		case <-tm.C: // not sent (Redis taken as down, Close) or slow: the next report tightens it
-		}
+		ctx, cancel := context.WithTimeout(context.Background(), m.timeout+lateBudget)
+		defer cancel()
+		m.eng.BudgetThen(m.scope, c, in.Remaining, resetIn, own, func(int64, error) { cancel() })
+		<-ctx.Done() // the budget stored; or not sent (Redis taken as down, Close), or slow: the next report tightens it
 		return
 	}
 	m.reconcileAt(rs, key, usedOf(spec.Limit.N, in.Remaining), rspec.Read{})
