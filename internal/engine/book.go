@@ -35,7 +35,7 @@ type book interface {
 	// newWaiterLocked gives w, a call about to wait, what its decisions
 	// take.
 	newWaiterLocked(w *waiter)
-	decideLocked(w *waiter, now time.Time) (at time.Time, needRelease, ok, asking bool)
+	decideLocked(w *waiter, now time.Time) (at time.Time, needRelease, ok bool)
 	// policyFor is the window of a new key of rs (nil in Redis mode);
 	// keyLimitLocked the limit a key that knows one is held to.
 	policyFor(rs *ruleState) window.Policy

@@ -173,17 +173,10 @@ func (p *Engine) tryWaiterLocked(w *waiter, now time.Time) {
 	if behind {
 		return
 	}
-	at, needRelease, ok, asking := p.book.decideLocked(w, now)
-	if asking {
-		// Decided outside the lock (Redis mode): meanwhile w holds its
-		// place at the head of its queues.
-		for i := range w.nodes {
-			if n := &w.nodes[i]; !n.inq {
-				p.enqueueLocked(n)
-			}
-		}
-		return
-	}
+	// Decided outside the lock (Redis mode, asking): every node refused
+	// with no instant, w holds its place at the head of its queues
+	// meanwhile.
+	at, needRelease, ok := p.book.decideLocked(w, now)
 	if ok {
 		w.granted = now
 		p.finishLocked(w, nil)
@@ -219,12 +212,12 @@ func (p *Engine) tryWaiterLocked(w *waiter, now time.Time) {
 // decideLocked is the bookkeeping's decision for w, at the head of all its
 // queues, at now: admitted (ok), or refused with the instant it could be
 // admitted (at; needRelease when only a release can help), each refusing
-// node marked; or asking: the decision is being made outside the lock
-// (Redis mode, redisMode.decideLocked) and w keeps its place meanwhile. In
+// node marked; or, asking, every node refused with no instant (zero at,
+// needRelease false): the decision is being made outside the lock (Redis
+// mode, redisMode.decideLocked) and w keeps its place meanwhile. In
 // process the window policies decide under the lock (admitLocked).
-func (b *inProc) decideLocked(w *waiter, now time.Time) (at time.Time, needRelease, ok, asking bool) {
-	at, needRelease, ok = (*Engine)(b).admitLocked(w.held, w.nodes, now)
-	return at, needRelease, ok, false
+func (b *inProc) decideLocked(w *waiter, now time.Time) (at time.Time, needRelease, ok bool) {
+	return (*Engine)(b).admitLocked(w.held, w.nodes, now)
 }
 
 // countLocked counts w in its limiters' waiting calls (WithMaxQueue,

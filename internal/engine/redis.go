@@ -332,7 +332,7 @@ func (p *Engine) queueFullLocked(hs []held) error {
 // decideLocked is decideLocked in Redis mode: the decision its
 // goroutine brought back (w.out), applied; or, when there is none, w's
 // goroutine is asked to make one (askRedis), once at a time.
-func (m *redisMode) decideLocked(w *waiter, now time.Time) (at time.Time, needRelease, ok, asking bool) {
+func (m *redisMode) decideLocked(w *waiter, now time.Time) (at time.Time, needRelease, ok bool) {
 	o := w.out // a refusal: askRedis applied an admission itself
 	w.out = nil
 	for i := range w.nodes {
@@ -342,7 +342,7 @@ func (m *redisMode) decideLocked(w *waiter, now time.Time) (at time.Time, needRe
 		if !w.asking {
 			w.askLocked()
 		}
-		return time.Time{}, false, false, true
+		return time.Time{}, false, false // asking
 	}
 	ri := o.Refused
 	if ri < 0 || ri >= len(w.nodes) {
@@ -360,7 +360,7 @@ func (m *redisMode) decideLocked(w *waiter, now time.Time) (at time.Time, needRe
 	}
 	n := &w.nodes[ri]
 	n.refused, n.when, n.rel = true, max(m.p.mono(at), 1), o.Release
-	return at, o.Release, false, false
+	return at, o.Release, false
 }
 
 // newWaiterLocked gives w, a call about to wait, the channel its
