@@ -430,7 +430,7 @@ func (p *Engine) endLocked(l *limiter, at, n, actual int64, settled bool, now ti
 // ratesem.ErrLimitMismatch, ratesem.ErrUnavailable or ratesem.ErrClosed; the
 // checks above come first, without a round trip.
 func (p *Engine) Acquire(ctx context.Context, t *Ticket, charges []Charge) error {
-	charges, err := p.mergeCount(charges)
+	charges, err := p.merge(charges)
 	if err != nil {
 		p.emitFailed(charges, nil, err)
 		return err
@@ -637,8 +637,10 @@ func (p *Engine) unrefAll(hs []held) {
 }
 
 // merge validates charges and adds up those to the same limiter, saturating
-// at math.MaxInt64 (which no rule admits). The rules map is fixed after
-// New, so it needs no lock.
+// at math.MaxInt64 (which no rule admits), and checks, in Redis mode, that
+// there are at most MaxRedisCharges of them (the charges are returned with
+// that error, nil with the others). The rules map is fixed after New, so
+// it needs no lock.
 func (p *Engine) merge(charges []Charge) ([]Charge, error) {
 	out := make([]Charge, 0, len(charges))
 	for _, c := range charges {
@@ -654,18 +656,10 @@ func (p *Engine) merge(charges []Charge) ([]Charge, error) {
 			out = append(out, c)
 		}
 	}
-	return out, nil
-}
-
-// mergeCount is merge, then, in Redis mode, the check of the number of
-// charges (at most MaxRedisCharges): the charges are returned with that
-// error, nil with merge's.
-func (p *Engine) mergeCount(charges []Charge) ([]Charge, error) {
-	charges, err := p.merge(charges)
-	if _, redis := p.book.(*redisMode); err == nil && redis && len(charges) > MaxRedisCharges {
-		err = fmt.Errorf("%w: %d, at most %d", ratesem.ErrTooManyCharges, len(charges), MaxRedisCharges)
+	if _, redis := p.book.(*redisMode); redis && len(out) > MaxRedisCharges {
+		return out, fmt.Errorf("%w: %d, at most %d", ratesem.ErrTooManyCharges, len(out), MaxRedisCharges)
 	}
-	return charges, err
+	return out, nil
 }
 
 // tooHeavyLocked returns the ratesem.ErrWeightTooLarge error for the first
@@ -989,7 +983,7 @@ func (p *Engine) Len() int {
 // on those limiters are still on their way to Redis, it first waits for
 // them (at most the Redis timeout) and asks again.
 func (p *Engine) TryAcquire(t *Ticket, charges []Charge) (time.Duration, error) {
-	charges, err := p.mergeCount(charges)
+	charges, err := p.merge(charges)
 	if err != nil {
 		p.emitFailed(nil, nil, err)
 		return 0, err
