@@ -238,17 +238,6 @@ func (p *Engine) reconciledThen(rule, key string) func(int64, error) {
 	}
 }
 
-// keyLimitLocked returns the limit l's key is held to (KeyState.Limit): N
-// 0 (per its rule's Per) while it knows none (Rule.Learn), else the
-// book's (in Redis mode the Spec it is charged under, in process its
-// window's or its quota's). p.mu must be held.
-func (p *Engine) keyLimitLocked(l *limiter) window.Limit {
-	if l.unknown {
-		return window.Limit{Per: l.rule.limit.Per}
-	}
-	return p.book.keyLimitLocked(l)
-}
-
 // relearn turns the charges of rules with Learn among rcs (hs's, in
 // order) into rspec.Unknown charges of 1 unit, each released settled at
 // its real weight, when err says a charge is heavier than a limit stored

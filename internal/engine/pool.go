@@ -944,7 +944,10 @@ func (p *Engine) Snapshot() []KeyState {
 	var out []KeyState
 	for _, rs := range p.ruleList {
 		for _, l := range rs.keys {
-			ks := KeyState{Rule: rs.Name, Key: l.key, InFlight: l.inflight, Used: -1, Limit: p.keyLimitLocked(l)}
+			ks := KeyState{Rule: rs.Name, Key: l.key, InFlight: l.inflight, Used: -1, Limit: window.Limit{Per: rs.limit.Per}}
+			if !l.unknown { // N 0 while the key knows no limit (Rule.Learn)
+				ks.Limit = p.book.keyLimitLocked(l)
+			}
 			if l.state().paused != 0 {
 				ks.PausedUntil = p.instant(l.state().paused)
 			}

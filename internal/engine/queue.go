@@ -136,9 +136,14 @@ func (p *Engine) markPending(q *lqueue) {
 	}
 }
 
-// setWakeLocked files q in the heap for the instant at, or takes it out
-// when at is not after now.
-func (p *Engine) setWakeLocked(q *lqueue, at, now time.Time) {
+// setWakeLocked files q in the heap for the instant its head n named at
+// its latest refusal, or takes it out when there is none (n nil or not
+// refused; refused until a release) or it is not after now.
+func (p *Engine) setWakeLocked(q *lqueue, n *qnode, now time.Time) {
+	var at time.Time
+	if n != nil && n.refused && n.when != 0 {
+		at = p.instant(n.when)
+	}
 	switch {
 	case !at.After(now):
 		if q.hidx >= 0 {
@@ -204,7 +209,7 @@ func (p *Engine) tryWaiterLocked(w *waiter, now time.Time) {
 			p.dequeueLocked(n)
 		}
 		if q := w.held[i].lim.q; n.refused && q.head == n {
-			p.setWakeLocked(q, p.whenOf(n), now)
+			p.setWakeLocked(q, n, now)
 		}
 	}
 }
@@ -266,11 +271,7 @@ func (p *Engine) settleLocked(now time.Time) {
 			}
 		}
 		q.pending = false
-		if n := q.head; n != nil && n.refused {
-			p.setWakeLocked(q, p.whenOf(n), now)
-		} else if q.hidx >= 0 {
-			heap.Remove(&p.wakes, q.hidx)
-		}
+		p.setWakeLocked(q, q.head, now)
 		if q.head == nil && q.hidx < 0 && !q.pending && q.lim.q == q {
 			q.lim.q = nil
 		}
@@ -294,15 +295,6 @@ func (p *Engine) onTimer() {
 		p.markPending(heap.Pop(&p.wakes).(*lqueue))
 	}
 	p.settleLocked(now)
-}
-
-// whenOf returns the instant n's limiter named at its latest refusal, or
-// the zero time.Time.
-func (p *Engine) whenOf(n *qnode) time.Time {
-	if n.when == 0 {
-		return time.Time{}
-	}
-	return p.instant(n.when)
 }
 
 // queueTimeout is the error of w, which queued at w.since, when its
