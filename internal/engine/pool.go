@@ -560,15 +560,11 @@ func queuedLocked(hs []held) bool {
 // (askFreeLocked) and counts as waiting from its first refusal.
 func (p *Engine) queueLocked(ctx context.Context, hs []held, now time.Time, queued bool) (*waiter, error) {
 	// Waiting from here on: only now are the context's settings read.
-	if queued {
-		if err := p.queueFullLocked(hs); err != nil {
-			for i := range hs {
-				p.unrefLocked(hs[i].lim, now)
-			}
-			return nil, err
-		}
+	if err := p.queueFullLocked(hs); queued && err != nil {
+		p.unrefHeldLocked(hs, now)
+		return nil, err
 	}
-	w := &waiter{held: hs, rank: p.ranker.Next(sched.PriorityOf(ctx)), ready: make(chan struct{}), since: now}
+	w := &waiter{held: hs, rank: p.ranker.Next(sched.PriorityOf(ctx)), ready: make(chan struct{}), since: now, uncounted: true}
 	w.deadline, _ = ctx.Deadline()
 	if d := sched.QueueWaitOf(ctx); d > 0 {
 		w.qdead = now.Add(d)
@@ -582,18 +578,15 @@ func (p *Engine) queueLocked(ctx context.Context, hs []held, now time.Time, queu
 	p.book.newWaiterLocked(w)
 	if queued {
 		p.countLocked(w)
-	} else {
-		w.uncounted = true
 	}
 	w.elem = p.waiters.PushBack(w)
 	if p.hook != nil {
 		p.hook(w, false)
 	}
-	if !queued {
+	switch {
+	case !queued:
 		askFreeLocked(w)
-		return w, nil
-	}
-	if !w.parked {
+	case !w.parked:
 		p.tryWaiterLocked(w, now)
 		p.settleLocked(now)
 	}
