@@ -42,7 +42,7 @@ import (
 type One struct {
 	// The fields of the fast paths first, together.
 	slow         bool // Redis mode or a foreign policy: Release steps aside (releaseSlow)
-	real         bool // the real clock: nanos is time.Since(e.epoch)
+	real         bool // the real clock: Release reads time.Since(e.epoch), not the clock
 	doneUsesTime bool
 	timedDone    atomic.Bool // doneUsesTime && per > 0, kept by SetLimit; read by Release without the lock
 	conc         int64       // the concurrency cap in force: min(N, capOpt), rs.cap (under e.mu); -1 over Redis
@@ -118,14 +118,6 @@ func (o *One) setLimitLocked(l window.Limit) {
 	}
 	o.rs.limit, o.rs.capacity, o.rs.cap = l, o.fast.Capacity(), o.conc
 	o.timedDone.Store(o.doneUsesTime && l.Per > 0)
-}
-
-// nanos reads the clock as the window takes instants: ns since the epoch.
-func (o *One) nanos() int64 {
-	if o.real {
-		return int64(time.Since(o.e.epoch))
-	}
-	return o.e.mono(o.e.now())
 }
 
 // admitCachedLocked is the clock-free fast path: nobody waiting, no pause,
@@ -314,7 +306,7 @@ func (o *One) Release(n int64) {
 	}
 	o.lim.inflight -= n
 	if !timed && o.doneUsesTime && o.rs.limit.Per > 0 {
-		now = o.nanos() // SetLimit raced with the read of timedDone
+		now = o.mono(o.now()) // SetLimit raced with the read of timedDone
 	}
 	o.fast.Done(now, n)
 	if o.lim.q != nil {

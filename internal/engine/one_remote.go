@@ -230,20 +230,16 @@ func (r *oneRemote) releaseSettled(n, actual int64) {
 	} else if exact < 0 {
 		actual = n // spread over calls: each counts what it held
 	}
-	var done []*Ticket
-	i := 0
-	for rest := n; rest > 0; i++ {
-		h := &r.held[i]
+	var done []*Ticket // the first len(done) calls; a call partly released stays
+	for rest := n; rest > 0; {
+		h := &r.held[len(done)]
 		take := min(h.left, rest)
-		rest -= take
-		if h.left -= take; h.left == 0 {
+		rest, h.left = rest-take, h.left-take
+		if h.left == 0 {
 			done = append(done, h.t)
 		}
 	}
-	if r.held[i-1].left > 0 {
-		i-- // the last call is partly released: it stays
-	}
-	r.held = slices.Delete(r.held, 0, i)
+	r.held = slices.Delete(r.held, 0, len(done))
 	e.mu.Unlock()
 	if actual != n {
 		_ = done[0].Settle(redisRule, max(actual, 0))
