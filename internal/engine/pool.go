@@ -937,15 +937,13 @@ func (p *Engine) Snapshot() []KeyState {
 	var out []KeyState
 	for _, rs := range p.ruleList {
 		for _, l := range rs.keys {
-			ks := KeyState{Rule: rs.Name, Key: l.key, InFlight: l.inflight, Used: -1, Limit: window.Limit{Per: rs.limit.Per}}
+			ks := KeyState{Rule: rs.Name, Key: l.key, InFlight: l.inflight, Used: -1,
+				Limit: window.Limit{Per: rs.limit.Per}, Distrusted: l.state().distrusted}
 			if !l.unknown { // N 0 while the key knows no limit (Rule.Learn)
 				ks.Limit = p.book.keyLimitLocked(l)
 			}
 			if l.state().paused != 0 {
 				ks.PausedUntil = p.instant(l.state().paused)
-			}
-			if l.fb != nil {
-				ks.Distrusted = l.fb.distrusted
 			}
 			if r, ok := l.policy.(window.Reconciler); ok {
 				ks.Used = r.Used(now)
