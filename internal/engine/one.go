@@ -165,8 +165,10 @@ func (o *One) Acquire(ctx context.Context, n int64) error {
 		}
 		return nil
 	}
-	if o.one != nil {
-		return o.one.acquireLocked(ctx, n)
+	if o.one != nil { // over Redis the cached state never admits
+		o.mu.Unlock()
+		_, err := o.one.acquireLocal(ctx, n)
+		return err
 	}
 	return o.acquireLocked(ctx, n, nil)
 }

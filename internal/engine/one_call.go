@@ -88,7 +88,13 @@ func (c Call) End(actual int64) {
 		panic("ratesem: Call.End of a call already ended")
 	}
 	if o.one != nil {
-		o.one.endLocked(c, rc, actual)
+		// Over Redis rc is the call there: it leaves flight in the
+		// background, never waiting on Redis.
+		o.mu.Unlock()
+		if actual != c.n {
+			_ = rc.Settle(redisRule, actual) // a refund where the window still counts it, a debit from now on
+		}
+		rc.Release()
 		return
 	}
 	defer o.mu.Unlock()

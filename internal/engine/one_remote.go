@@ -138,15 +138,6 @@ func (r *oneRemote) named(err error) error {
 // charges returns the one charge of a call of n units.
 func charges(n int64) []Charge { return []Charge{{Rule: redisRule, Weight: n}} }
 
-// acquireLocked is One.Acquire over Redis, for n ≥ 0, entered with the
-// engine's lock held (One's fast path, which never admits over Redis): it
-// unlocks.
-func (r *oneRemote) acquireLocked(ctx context.Context, n int64) error {
-	r.one.e.mu.Unlock()
-	_, err := r.acquireLocal(ctx, n)
-	return err
-}
-
 // acquireLocal is Acquire; it reports whether the fallback admitted the
 // call. An Acquire of 0 units makes no round trip.
 func (r *oneRemote) acquireLocal(ctx context.Context, n int64) (bool, error) {
@@ -304,17 +295,6 @@ func (f fallback) TryAcquire(_ string, cs []rspec.Charge) (func(), bool) {
 
 // Pause implements remote.Fallback: local admissions wait until until too.
 func (f fallback) Pause(_ string, _ rspec.Charge, until time.Time) { f.o.Pause(until) }
-
-// endLocked is Call.End over Redis for c, no longer live, whose call in
-// Redis is t, with e.mu held: it unlocks, and the call leaves flight in
-// the background, never waiting on Redis.
-func (r *oneRemote) endLocked(c Call, t *Ticket, actual int64) {
-	r.one.e.mu.Unlock()
-	if actual != c.n {
-		_ = t.Settle(redisRule, actual) // a refund where the window still counts it, a debit from now on
-	}
-	t.Release()
-}
 
 // begin is One.Begin over Redis: the call is kept with its slot, not
 // among the calls Release ends. A call of 0 units makes its round trip too
