@@ -13,7 +13,9 @@ import (
 // the registry (newLimiterLocked, keyLimitLocked) and the entry points
 // (Acquire, TryAcquire, Release, the take-back of an admission an observer
 // lost, ObserveHeaders, Reconcile, SetLimit, Pause, Throttled, Close) call
-// it without asking which mode they are in.
+// it without asking which mode they are in; only merge (the number of
+// charges Redis takes) and await (a waiter's goroutine asks Redis,
+// redisMode.askRedis) reach *redisMode itself.
 type book interface {
 	try(t *Ticket, charges []Charge) (time.Duration, error)
 	release(t *Ticket)

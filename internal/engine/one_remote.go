@@ -138,8 +138,9 @@ func (r *oneRemote) named(err error) error {
 // charges returns the one charge of a call of n units.
 func charges(n int64) []Charge { return []Charge{{Rule: redisRule, Weight: n}} }
 
-// acquireLocal is Acquire; it reports whether the fallback admitted the
-// call. An Acquire of 0 units makes no round trip.
+// acquireLocal is One.Acquire over Redis, for n ≥ 0; it reports whether
+// the fallback admitted the call. An Acquire of 0 units makes no round
+// trip.
 func (r *oneRemote) acquireLocal(ctx context.Context, n int64) (bool, error) {
 	if n == 0 {
 		if err := ctx.Err(); err != nil {
