@@ -330,12 +330,12 @@ func (o *One) overReleaseLocked(n int64) {
 // Redis, and for a foreign policy (the lock released in a defer: the
 // policy may panic).
 func (o *One) releaseSlow(n int64) {
-	if o.one != nil {
-		o.one.release(n)
-		return
-	}
 	if n < 0 {
 		panic("ratesem: Release with negative weight")
+	}
+	if o.one != nil {
+		o.one.releaseSettled(n, n)
+		return
 	}
 	o.mu.Lock()
 	if n > o.l.inflight-o.callUnits {

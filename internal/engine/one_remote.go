@@ -183,27 +183,22 @@ func (r *oneRemote) hold(t *Ticket, n int64) {
 	r.one.e.mu.Unlock()
 }
 
-// release ends n units of this process's calls from Acquire and TryAcquire
-// (Begin's are not held here: Call.End ends them): the oldest call of
-// exactly n units left, or else n units taken from the oldest calls,
-// ending each whose units are all released (a call partly released stays
-// in flight in Redis: it counts longer, never less). When n is more than
-// Acquire and TryAcquire hold it panics as in process, changing nothing.
-// It never waits on Redis.
-func (r *oneRemote) release(n int64) {
-	r.releaseSettled(n, n)
-}
-
-// releaseSettled is release(n) for a call whose weight is known only after
-// it: the oldest call of exactly n units left (its estimate) is settled in
-// Redis to actual units in the background (a refund where the window still
-// counts it, a debit from now on; actual < 0 counts as 0). Without one, n
-// units are released as release does: the estimate counts (on the safe
-// side when actual ≤ n).
+// releaseSettled is Release(n) over Redis (actual n), for n ≥ 0: it ends
+// n units of this process's calls from Acquire and TryAcquire (Begin's are
+// not held here: Call.End ends them): the oldest call of exactly n units
+// left, or else n units taken from the oldest calls, ending each whose
+// units are all released (a call partly released stays in flight in
+// Redis: it counts longer, never less). When n is more than Acquire and
+// TryAcquire hold it panics as in process, changing nothing. It never
+// waits on Redis.
+//
+// For a call whose weight is known only after it (actual ≠ n), the oldest
+// call of exactly n units left (its estimate) is settled in Redis to
+// actual units in the background (a refund where the window still counts
+// it, a debit from now on; actual < 0 counts as 0). Without one, n units
+// are released as above: the estimate counts (on the safe side when
+// actual ≤ n).
 func (r *oneRemote) releaseSettled(n, actual int64) {
-	if n < 0 {
-		panic("ratesem: Release with negative weight")
-	}
 	if n == 0 {
 		return
 	}
@@ -340,8 +335,8 @@ func (o *One) AcquireLocal(ctx context.Context, n int64) (bool, error) {
 	return o.e.one.acquireLocal(ctx, n)
 }
 
-// ReleaseSettled is the release over Redis of a call of n units settled
-// to actual (tests).
+// ReleaseSettled is the release over Redis of a call of n ≥ 0 units
+// settled to actual (tests).
 func (o *One) ReleaseSettled(n, actual int64) { o.e.one.releaseSettled(n, actual) }
 
 // RemoteStats returns the Redis engine's own stats (tests).
