@@ -23,7 +23,8 @@ import (
 // queue by priority class, the wake heap and its timer, deadline
 // fail-fast, queue caps and budgets, cancellation without trace); a try is
 // tryHeldLocked, a pause Engine.Pause, a new limit refitLocked, the end of
-// a Call endLocked, the events emitCharges.
+// a Call endLocked, the events emitCharges; Close (semaphore's) is
+// Engine.Close itself.
 //
 // What One adds on top: a fast path for a call admitted at once with
 // nobody waiting (one lock, the window's cached decision, no clock read,
@@ -448,9 +449,6 @@ func (o *One) Stats() Stats {
 		Unavailable:      es.Unavailable,
 	}
 }
-
-// Close is semaphore.RateSemaphore.Close.
-func (o *One) Close() error { return o.e.Close() }
 
 // SetTestHooks sets, for tests, fns called under the engine's lock: onWake
 // on every timer wake-up, onWaiter when a waiter (id) is made (done false)
