@@ -1,8 +1,6 @@
 package engine
 
 import (
-	"context"
-	"net/http"
 	"time"
 
 	"github.com/ratesem/ratesem/window"
@@ -15,13 +13,17 @@ import (
 // the registry (newLimiterLocked, keyLimitLocked) and the entry points
 // (Acquire, TryAcquire, Release, the take-back of an admission an observer
 // lost, ObserveHeaders, Reconcile, SetLimit, Pause, Throttled, Close) call
-// it without asking which mode they are in.
+// it without asking which mode they are in; only merge (the number of
+// charges Redis takes) and await (a waiter's goroutine asks Redis,
+// redisMode.askRedis) reach *redisMode itself.
 type book interface {
-	acquire(ctx context.Context, t *Ticket, charges []Charge) error
 	try(t *Ticket, charges []Charge) (time.Duration, error)
 	release(t *Ticket)
 	takeBack(t *Ticket)
-	observe(t *Ticket, h http.Header)
+	// learn and observe are ObserveHeaders for t's charge hd (its index i):
+	// a report of Rule.Learn, a count of Rule.Usage.
+	learn(t *Ticket, hd *held, in Learned, date time.Time)
+	observe(t *Ticket, i int, used int64)
 	reconcile(rs *ruleState, key string, used int64) error
 	setLimit(rs *ruleState, l window.Limit) error
 	// pauseCap bounds a caller's pause (in Redis mode by WithMaxPause);
@@ -35,33 +37,12 @@ type book interface {
 	// newWaiterLocked gives w, a call about to wait, what its decisions
 	// take.
 	newWaiterLocked(w *waiter)
-	decideLocked(w *waiter, now time.Time) (at time.Time, needRelease, ok, asking bool)
+	decideLocked(w *waiter, now time.Time) (at time.Time, needRelease, ok bool)
 	// policyFor is the window of a new key of rs (nil in Redis mode);
 	// keyLimitLocked the limit a key that knows one is held to.
 	policyFor(rs *ruleState) window.Policy
 	keyLimitLocked(l *limiter) window.Limit
 	close() error
-}
-
-// oneBook is the one-rule front's bookkeeping (One): the part of One's
-// methods where the modes part, the ticketless calls of a semaphore.
-// *oneProc decides on the clock in process (One's fast paths step around
-// it); *oneRemote goes through the Engine's Redis mode and keeps the held
-// calls a Release(n) ends. Over Redis One's fast path for Acquire never
-// admits (One.conc is -1) and goes on to acquireLocked; Release steps
-// aside on one flag (One.slow).
-type oneBook interface {
-	// acquireLocked is Acquire for n ≥ 0 after the fast path, entered
-	// with the engine's lock held: it unlocks.
-	acquireLocked(ctx context.Context, n int64) error
-	tryWait(n int64) (time.Duration, error)
-	release(n int64)
-	begin(ctx context.Context, n int64) (Call, error)
-	// endLocked ends c, no longer live (t: its call in Redis), entered
-	// with the engine's lock held: it unlocks.
-	endLocked(c Call, t *Ticket, actual int64)
-	setLimit(n int64, per time.Duration) error
-	stats() Stats
 }
 
 // inProc is the in-process bookkeeping: the Engine itself.

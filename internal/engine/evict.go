@@ -159,7 +159,7 @@ func (p *Engine) evictLocked(now time.Time, budget int, force bool) int {
 			l := rs.idleHead
 			budget--
 			p.evictWork++
-			if nowNs < l.paused() {
+			if nowNs < l.state().paused {
 				// Paused: look at it again after the others.
 				if rotated++; rotated > 1 || l == rs.idleTail {
 					break

@@ -148,30 +148,46 @@ func (p *Engine) consumeLocked(l *limiter, r window.Reconciler, extra int64, now
 // bounded by the Redis timeout, while the call still counts there; other
 // reports go to Redis in the background. It is safe for concurrent use.
 func (t *Ticket) ObserveHeaders(h http.Header) {
-	t.pool.book.observe(t, h)
-}
-
-// observe is Ticket.ObserveHeaders in process.
-func (b *inProc) observe(t *Ticket, h http.Header) {
-	p := (*Engine)(b)
+	p := t.pool
+	var date time.Time // the reply's Date, read once a rule learns
 	for i := range t.held {
 		hd := &t.held[i]
-		rs, key := hd.lim.rule, hd.lim.key
-		if rs.Learn != nil {
+		if rs := hd.lim.rule; rs.Learn != nil {
 			if in, ok := rs.Learn(h, p.now()); ok {
-				extra, distrust := p.learn(hd, in, serverDate(h))
-				p.emitReconciled(rs.Name, key, extra)
-				if distrust != nil {
-					p.emit(ratesem.Event{Kind: ratesem.Distrusted, Rule: rs.Name, Key: key, Err: distrust})
+				if date.IsZero() {
+					date = serverDate(h)
 				}
-			}
-		}
-		if rs.Usage != nil {
-			if used, ok := rs.Usage(h); ok && used >= 0 {
-				p.emitReconciled(rs.Name, key, p.observe(hd, used))
+				p.book.learn(t, hd, in, date)
 			}
 		}
 	}
+	for i := range t.held {
+		if rs := t.held[i].lim.rule; rs.Usage != nil {
+			if used, ok := rs.Usage(h); ok && used >= 0 {
+				p.book.observe(t, i, used)
+			}
+		}
+	}
+}
+
+// learn is the Rule.Learn part of ObserveHeaders in process, for the
+// charge hd of t: a report in, date the reply's Date (zero when none).
+func (b *inProc) learn(_ *Ticket, hd *held, in Learned, date time.Time) {
+	p := (*Engine)(b)
+	rs, key := hd.lim.rule, hd.lim.key
+	extra, distrust := p.learn(hd, in, date)
+	p.emitReconciled(rs.Name, key, extra)
+	if distrust != nil {
+		p.emit(ratesem.Event{Kind: ratesem.Distrusted, Rule: rs.Name, Key: key, Err: distrust})
+	}
+}
+
+// observe is the Rule.Usage part of ObserveHeaders in process: the
+// server's count used (≥ 0) for t's charge i.
+func (b *inProc) observe(t *Ticket, i int, used int64) {
+	p := (*Engine)(b)
+	hd := &t.held[i]
+	p.emitReconciled(hd.lim.rule.Name, hd.lim.key, p.observe(hd, used))
 }
 
 // observe takes in one charge's server count used (≥ 0); see ObserveHeaders.
@@ -201,6 +217,6 @@ func (p *Engine) observeLocked(hd *held, used int64, now time.Time) int64 {
 		delta, _ := win.Report(hd.lim.policy, now, hd.recAtAdmit, used, hd.usedAtAdmit, hd.n, first)
 		return p.reportedLocked(hd.lim, delta, now)
 	}
-	known := hd.lim.reconciled() - hd.recAtAdmit // taken in since this call was admitted; ≥ 0
+	known := hd.lim.state().reconciled - hd.recAtAdmit // taken in since this call was admitted; ≥ 0
 	return p.consumeLocked(hd.lim, r, sat.Sub(sat.Sub(used, hd.usedAtAdmit), known), now)
 }

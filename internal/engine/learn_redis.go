@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"errors"
-	"net/http"
 	"time"
 
 	"github.com/ratesem/ratesem"
@@ -29,7 +28,7 @@ import (
 // adopted, as in process.
 
 // lateBudget is how much longer than a round trip's bound a first budget
-// report is waited for (learnOne).
+// report is waited for (redisMode.learn).
 const lateBudget = 100 * time.Millisecond
 
 // unknownSpec is rspec.Unknown(), shared; never changed.
@@ -48,17 +47,19 @@ func (l *limiter) redisSpec() *rspec.Spec {
 	return l.rule.spec
 }
 
-// keySpecLocked returns the Spec of (rs, key) in Redis mode, whether or
-// not this process holds a limiter for it (an Unknown one adopts whatever
-// Redis stores). p.mu must be held.
-func (p *Engine) keySpecLocked(rs *ruleState, key string) *rspec.Spec {
+// keyCharge returns the Redis charge of (rs, key), of no weight, under
+// its Spec in Redis mode, whether or not this process holds a limiter for
+// it (an Unknown one adopts whatever Redis stores).
+func (p *Engine) keyCharge(rs *ruleState, key string) rspec.Charge {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	spec := rs.spec
 	if l := rs.keys[key]; l != nil {
-		return l.redisSpec()
+		spec = l.redisSpec()
+	} else if rs.unknown {
+		spec = unknownSpec
 	}
-	if rs.unknown {
-		return unknownSpec
-	}
-	return rs.spec
+	return rspec.Charge{Rule: rs.Name, Key: redisKey(key), Spec: spec}
 }
 
 // redisChargesLocked returns the Redis charges of hs, each under its
@@ -68,7 +69,7 @@ func (p *Engine) keySpecLocked(rs *ruleState, key string) *rspec.Spec {
 // never refuses a call, learnedFit); either is released settled at its
 // real weight (hd.cut). In Redis mode recAtAdmit keeps the units charged
 // there and usedAtAdmit is 1 when the charge is leased there (a completion
-// window or a concurrency cap): budget reports read them (learnOne).
+// window or a concurrency cap): budget reports read them (redisMode.learn).
 // p.mu must be held.
 func redisChargesLocked(hs []held) []rspec.Charge {
 	rcs := make([]rspec.Charge, len(hs))
@@ -155,37 +156,16 @@ func learnedSpec(rs *ruleState, cur *rspec.Spec, in Learned) (rspec.Spec, bool) 
 	return *s, true
 }
 
-// learn is the Rule.Learn part of ObserveHeaders in Redis mode: each
-// charge whose rule has Learn takes in what the reply says (learnOne).
-func (m *redisMode) learn(t *Ticket, h http.Header) {
-	p := m.p
-	var date time.Time // the reply's Date, read once a rule learns
-	for i := range t.held {
-		hd := &t.held[i]
-		rs := hd.lim.rule
-		if rs.Learn == nil {
-			continue
-		}
-		in, ok := rs.Learn(h, p.now())
-		if !ok {
-			continue
-		}
-		if date.IsZero() {
-			date = serverDate(h)
-		}
-		m.learnOne(t, hd, in, date)
-	}
-}
-
-// learnOne takes in one charge's report in; date is the reply's Date
-// (zero when none). A limit new to the key becomes its Spec and is stored
+// learn is the Rule.Learn part of ObserveHeaders in Redis mode: t's
+// charge hd takes in its report in; date is the reply's Date (zero when
+// none). A limit new to the key becomes its Spec and is stored
 // in Redis for every process first (one round trip, bounded by the Redis
 // timeout; on failure the key's next call sends it, which replaces an
 // rspec.Unknown stored there). Then what remains goes to Redis: a quota
 // key's budget until the reply's reset (plus ResetMargin; waited for when
 // the quota was just stored), or the server's count (limit − remaining)
 // for the others, in the background.
-func (m *redisMode) learnOne(t *Ticket, hd *held, in Learned, date time.Time) {
+func (m *redisMode) learn(t *Ticket, hd *held, in Learned, date time.Time) {
 	p := m.p
 	p.mu.Lock()
 	l, rs := hd.lim, hd.lim.rule
@@ -229,14 +209,10 @@ func (m *redisMode) learnOne(t *Ticket, hd *held, in Learned, date time.Time) {
 		// calls leased (this one among them). Wait (one round trip) for
 		// the server's budget before this call can end, so that no
 		// admission of the fleet reads a budget the server never gave.
-		done := make(chan struct{})
-		m.eng.BudgetThen(m.scope, c, in.Remaining, resetIn, own, func(int64, error) { close(done) })
-		tm := time.NewTimer(m.timeout + lateBudget)
-		defer tm.Stop()
-		select {
-		case <-done:
-		case <-tm.C: // not sent (Redis taken as down, Close) or slow: the next report tightens it
-		}
+		ctx, cancel := context.WithTimeout(context.Background(), m.timeout+lateBudget)
+		defer cancel()
+		m.eng.BudgetThen(m.scope, c, in.Remaining, resetIn, own, func(int64, error) { cancel() })
+		<-ctx.Done() // the budget stored; or not sent (Redis taken as down, Close), or slow: the next report tightens it
 		return
 	}
 	m.reconcileAt(rs, key, usedOf(spec.Limit.N, in.Remaining), rspec.Read{})
@@ -260,17 +236,6 @@ func (p *Engine) reconciledThen(rule, key string) func(int64, error) {
 		p.noteLocked(p.named(ratesem.Event{Kind: ratesem.Reconciled, Rule: rule, Key: key, Weight: added}))
 		p.mu.Unlock()
 	}
-}
-
-// keyLimitLocked returns the limit l's key is held to (KeyState.Limit): N
-// 0 (per its rule's Per) while it knows none (Rule.Learn), else the
-// book's (in Redis mode the Spec it is charged under, in process its
-// window's or its quota's). p.mu must be held.
-func (p *Engine) keyLimitLocked(l *limiter) window.Limit {
-	if l.unknown {
-		return window.Limit{Per: l.rule.limit.Per}
-	}
-	return p.book.keyLimitLocked(l)
 }
 
 // relearn turns the charges of rules with Learn among rcs (hs's, in

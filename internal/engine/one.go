@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ratesem/ratesem"
+	"github.com/ratesem/ratesem/internal/remote"
 	"github.com/ratesem/ratesem/internal/wake"
 	"github.com/ratesem/ratesem/internal/win"
 	"github.com/ratesem/ratesem/window"
@@ -18,11 +19,12 @@ import (
 // (Release(n) ends n units) and with the semantics of a weighted semaphore
 // (x/sync's Weighted when the rule has no rate). Its waiting is the
 // Engine's own code, not a copy: a call that must wait is queued by
-// queueLocked and waits in await as a Pool's call does (the limiter's
+// queueLocked and waits in Engine.wait as a Pool's call does (the limiter's
 // queue by priority class, the wake heap and its timer, deadline
 // fail-fast, queue caps and budgets, cancellation without trace); a try is
 // tryHeldLocked, a pause Engine.Pause, a new limit refitLocked, the end of
-// a Call endLocked, the events emitCharges.
+// a Call endLocked, the events emitCharges; Close (semaphore's) is
+// Engine.Close itself.
 //
 // What One adds on top: a fast path for a call admitted at once with
 // nobody waiting (one lock, the window's cached decision, no clock read,
@@ -33,17 +35,15 @@ import (
 // Stats; and a rule without a rate (Per 0), where a call heavier than the
 // cap waits aside (waiter.parked) instead of failing.
 //
-// Where the modes part, a method goes through o.ob, the one-rule
-// bookkeeping (oneBook: *oneProc in process, *oneRemote over Redis, made
-// by NewShared), as the Engine's entry points go through its book: over
-// Redis the cached decision never admits (conc is -1) and Acquire goes on
-// to ob; Release steps aside on one flag (slow, which a foreign policy
-// sets too: its Done may panic, and the fast path holds the lock without
-// a defer).
+// Where the modes part, a method over Redis goes to the Engine's one
+// (*oneRemote, made by NewShared): over Redis the cached decision never
+// admits (conc is -1) and Acquire goes on to it; Release steps aside on
+// one flag (slow, which a foreign policy sets too: its Done may panic, and
+// the fast path holds the lock without a defer).
 type One struct {
 	// The fields of the fast paths first, together.
-	slow         bool // Redis mode or a foreign policy: Release steps aside to ob
-	real         bool // the real clock: nanos is time.Since(e.epoch)
+	slow         bool // Redis mode or a foreign policy: Release steps aside (releaseSlow)
+	real         bool // the real clock: Release reads time.Since(e.epoch), not the clock
 	doneUsesTime bool
 	timedDone    atomic.Bool // doneUsesTime && per > 0, kept by SetLimit; read by Release without the lock
 	conc         int64       // the concurrency cap in force: min(N, capOpt), rs.cap (under e.mu); -1 over Redis
@@ -69,8 +69,6 @@ type One struct {
 	// through freeCalls, so Begin allocates nothing once grown.
 	calls     []callSlot
 	freeCalls []int
-
-	ob oneBook // the one-rule bookkeeping: *oneProc, or *oneRemote in Redis mode
 }
 
 type callSlot struct {
@@ -88,7 +86,6 @@ func NewOne(p window.Policy, cfg Config) *One {
 	_, foreign := fast.(win.Foreign)
 	o := &One{fast: fast, obs: cfg.Observer, slow: foreign,
 		real: cfg.Clock == nil, doneUsesTime: fast.DoneUsesTime(), capOpt: cfg.Concurrency}
-	o.ob = (*oneProc)(o)
 	o.Engine.book = (*inProc)(&o.Engine)
 	o.initOne("", l, p, clk, cfg)
 	o.e.epoch = fast.Start(clk.Now())
@@ -124,14 +121,6 @@ func (o *One) setLimitLocked(l window.Limit) {
 	o.timedDone.Store(o.doneUsesTime && l.Per > 0)
 }
 
-// nanos reads the clock as the window takes instants: ns since the epoch.
-func (o *One) nanos() int64 {
-	if o.real {
-		return int64(time.Since(o.e.epoch))
-	}
-	return o.e.mono(o.e.now())
-}
-
 // admitCachedLocked is the clock-free fast path: nobody waiting, no pause,
 // room in the cap, and the window's cached state shows room for n units.
 func (o *One) admitCachedLocked(n int64) bool {
@@ -154,9 +143,7 @@ func (o *One) unpauseLocked(now time.Time) {
 // Acquire is semaphore.RateSemaphore.Acquire.
 func (o *One) Acquire(ctx context.Context, n int64) error {
 	if n < 0 {
-		err := fmt.Errorf("%w %d: Acquire", ratesem.ErrNegativeWeight, n)
-		o.observeFailed(n, err)
-		return err
+		return o.negative(n, "Acquire")
 	}
 	done := ctx.Done()
 	o.mu.Lock()
@@ -179,33 +166,20 @@ func (o *One) Acquire(ctx context.Context, n int64) error {
 		}
 		return nil
 	}
-	return o.ob.acquireLocked(ctx, n)
-}
-
-// oneProc is the in-process one-rule bookkeeping: the One itself, on the
-// clock (the fast paths are One's methods).
-type oneProc One
-
-// acquireLocked is Acquire after the fast path (acquireLocked).
-func (p *oneProc) acquireLocked(ctx context.Context, n int64) error {
-	return (*One)(p).acquireLocked(ctx, n, nil)
-}
-
-// acquireClock is Acquire (op "Acquire", c nil) and Begin (op "Begin", c
-// its Call) decided on the clock (acquireLocked), never on the window's
-// cached state.
-func (o *One) acquireClock(ctx context.Context, n int64, c *Call, op string) error {
-	if n < 0 {
-		o.observeFailed(n, ratesem.ErrNegativeWeight)
-		return fmt.Errorf("%w %d: %s", ratesem.ErrNegativeWeight, n, op)
-	}
-	o.mu.Lock()
-	if err := ctx.Err(); err != nil {
+	if o.one != nil { // over Redis the cached state never admits
 		o.mu.Unlock()
-		o.observeFailed(n, err)
+		_, err := o.one.acquireLocal(ctx, n)
 		return err
 	}
-	return o.acquireLocked(ctx, n, c)
+	return o.acquireLocked(ctx, n, nil)
+}
+
+// negative returns the ratesem.ErrNegativeWeight error of op for n < 0,
+// reported (observeFailed).
+func (o *One) negative(n int64, op string) error {
+	err := fmt.Errorf("%w %d: %s", ratesem.ErrNegativeWeight, n, op)
+	o.observeFailed(n, err)
+	return err
 }
 
 // acquireLocked is the part of Acquire and Begin after the fast path,
@@ -213,7 +187,7 @@ func (o *One) acquireClock(ctx context.Context, n int64, c *Call, op string) err
 // the cached state. c, for Begin, gets the call registered at the
 // admission. A call admitted on the clock at once allocates nothing; one
 // that must wait goes through the Engine's own queueing (queueLocked,
-// await) as the Pool's calls do.
+// Engine.wait) as the Pool's calls do.
 func (o *One) acquireLocked(ctx context.Context, n int64, c *Call) error {
 	w, err := o.startLocked(ctx, n, c)
 	if w == nil {
@@ -225,13 +199,10 @@ func (o *One) acquireLocked(ctx context.Context, n int64, c *Call) error {
 		return err
 	}
 	ch := []Charge{{Rule: o.rs.Name, Weight: n}}
-	o.emitQueued(w, ch)
-	if err := o.await(ctx, w); err != nil {
-		o.emitFailed(ch, w, err)
+	if err := o.wait(ctx, &Ticket{pool: o.e, held: w.held, charges: ch}, w, ch); err != nil {
 		return err
 	}
 	wait := max(w.granted.Sub(w.since), 0)
-	o.emitAdmitted(&Ticket{pool: o.e, held: w.held, charges: ch, at: o.mono(w.granted)}, ch, wait, true)
 	o.mu.Lock()
 	o.unrefLocked(o.l, w.granted)
 	o.admitted++
@@ -277,14 +248,11 @@ func (o *One) TryAcquire(n int64) bool {
 
 // TryAcquireWait is semaphore.RateSemaphore.TryAcquireWait.
 func (o *One) TryAcquireWait(n int64) (time.Duration, error) {
-	return o.ob.tryWait(n)
-}
-
-// tryWait is TryAcquireWait in process.
-func (p *oneProc) tryWait(n int64) (time.Duration, error) {
-	o := (*One)(p)
 	if n < 0 {
 		return 0, fmt.Errorf("%w %d: TryAcquireWait", ratesem.ErrNegativeWeight, n)
+	}
+	if o.one != nil {
+		return o.one.tryWait(n)
 	}
 	o.e.mu.Lock()
 	d, err := o.tryLocked(n)
@@ -322,7 +290,7 @@ func (o *One) tryLocked(n int64) (time.Duration, error) {
 // panic's message.
 func (o *One) Release(n int64) {
 	if n < 0 || o.slow {
-		o.ob.release(n)
+		o.releaseSlow(n)
 		return
 	}
 	var now int64 // 0 when the window does not read it
@@ -341,7 +309,7 @@ func (o *One) Release(n int64) {
 	}
 	o.lim.inflight -= n
 	if !timed && o.doneUsesTime && o.rs.limit.Per > 0 {
-		now = o.nanos() // SetLimit raced with the read of timedDone
+		now = o.mono(o.now()) // SetLimit raced with the read of timedDone
 	}
 	o.fast.Done(now, n)
 	if o.lim.q != nil {
@@ -359,12 +327,16 @@ func (o *One) overReleaseLocked(n int64) {
 	panic(OverReleased(n, held, calls))
 }
 
-// release is Release off the fast path: for a negative n, and for a
-// foreign policy (the lock released in a defer: the policy may panic).
-func (p *oneProc) release(n int64) {
-	o := (*One)(p)
+// releaseSlow is Release off the fast path: for a negative n, over
+// Redis, and for a foreign policy (the lock released in a defer: the
+// policy may panic).
+func (o *One) releaseSlow(n int64) {
 	if n < 0 {
 		panic("ratesem: Release with negative weight")
+	}
+	if o.one != nil {
+		o.one.releaseSettled(n, n)
+		return
 	}
 	o.mu.Lock()
 	if n > o.l.inflight-o.callUnits {
@@ -397,30 +369,22 @@ func (o *One) Now() time.Time { return o.e.now() }
 
 // SetLimit is semaphore.RateSemaphore.SetLimit, for n ≥ 0 and per ≥ 0.
 func (o *One) SetLimit(n int64, per time.Duration) error {
-	return o.ob.setLimit(n, per)
-}
-
-// setLimit is SetLimit in process.
-func (p *oneProc) setLimit(n int64, per time.Duration) error {
-	o := (*One)(p)
+	if o.one != nil {
+		return o.one.setLimit(n, per)
+	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	now := o.now()
 	o.fast.SetLimit(o.mono(now), n, per)
 	o.setLimitLocked(window.Limit{N: n, Per: per})
-	if o.l.q != nil {
-		o.markPending(o.l.q)
-	}
 	o.refitLocked(o.rs, now)
-	o.settleLocked(now)
 	return nil
 }
 
 // Limit is semaphore.RateSemaphore.Limit.
 func (o *One) Limit() window.Limit {
-	o.e.mu.Lock()
-	defer o.e.mu.Unlock()
-	return o.rs.limit
+	l, _ := o.e.Limit(o.rs.Name) // the rule exists and learns nothing
+	return l
 }
 
 // Stats is semaphore.Stats, field for field.
@@ -446,23 +410,45 @@ type Stats struct {
 	Unavailable      bool
 }
 
-// Stats is semaphore.RateSemaphore.Stats.
-func (o *One) Stats() Stats { return o.ob.stats() }
-
-// stats is Stats in process.
-func (p *oneProc) stats() Stats {
-	o := (*One)(p)
+// Stats is semaphore.RateSemaphore.Stats: over Redis, with the Redis
+// engine's counts.
+func (o *One) Stats() Stats {
+	r := o.e.one
+	var es remote.Stats
+	if r != nil {
+		es = r.rem.eng.Stats()
+	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	st := Stats{InFlight: o.l.inflight, Waiting: int(o.l.waiting), Admitted: o.admitted, TotalWait: o.waitSum, MaxWait: o.waitMax}
-	if p := o.l.paused(); p != 0 {
+	if p := o.l.state().paused; p != 0 {
 		st.PausedUntil = o.instant(p)
 	}
-	return st
+	if r == nil {
+		return st
+	}
+	return Stats{
+		InFlight:         r.heldUnits + o.callUnits, // Begin's calls are not among the held ones
+		Waiting:          st.Waiting,
+		Admitted:         es.Admitted,
+		TotalWait:        st.TotalWait,
+		MaxWait:          st.MaxWait,
+		PausedUntil:      es.PausedUntil,
+		FallbackAdmitted: es.FallbackAdmitted,
+		FallbackCarried:  es.Carried,
+		RedisAdmits:      es.RedisAdmits,
+		RedisErrors:      es.RedisErrors,
+		Cancelled:        es.Cancelled,
+		CancelsFailed:    es.CancelsFailed,
+		ReleasesFailed:   es.ReleasesFailed,
+		ReleasesDropped:  es.ReleasesDropped,
+		ReleasesLost:     es.ReleasesLost,
+		Recoveries:       es.Recoveries,
+		StateLost:        es.StateLost,
+		LimitMismatches:  es.LimitMismatches,
+		Unavailable:      es.Unavailable,
+	}
 }
-
-// Close is semaphore.RateSemaphore.Close.
-func (o *One) Close() error { return o.e.Close() }
 
 // SetTestHooks sets, for tests, fns called under the engine's lock: onWake
 // on every timer wake-up, onWaiter when a waiter (id) is made (done false)

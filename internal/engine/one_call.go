@@ -52,16 +52,23 @@ func (o *One) endCallLocked(c Call) (*Ticket, bool) {
 }
 
 // Begin is semaphore.RateSemaphore.Begin.
-func (o *One) Begin(ctx context.Context, n int64) (Call, error) {
-	return o.ob.begin(ctx, n)
-}
-
-// begin is Begin in process.
-func (p *oneProc) begin(ctx context.Context, n int64) (c Call, err error) {
+func (o *One) Begin(ctx context.Context, n int64) (c Call, err error) {
+	if n < 0 {
+		return c, o.negative(n, "Begin")
+	}
+	if o.one != nil {
+		return o.one.begin(ctx, n)
+	}
+	o.mu.Lock()
+	if err := ctx.Err(); err != nil {
+		o.mu.Unlock()
+		o.observeFailed(n, err)
+		return c, err
+	}
 	// Decided on the clock, never on the cached state: the window must
 	// know the instant of the start, which a settlement's refund needs.
 	// c is set only on success.
-	err = (*One)(p).acquireClock(ctx, n, &c, "Begin")
+	err = o.acquireLocked(ctx, n, &c)
 	return c, err
 }
 
@@ -80,13 +87,16 @@ func (c Call) End(actual int64) {
 		o.mu.Unlock()
 		panic("ratesem: Call.End of a call already ended")
 	}
-	o.ob.endLocked(c, rc, actual)
-}
-
-// endLocked is Call.End in process for c, no longer live, with o.mu held
-// (it unlocks).
-func (p *oneProc) endLocked(c Call, _ *Ticket, actual int64) {
-	o := (*One)(p)
+	if o.one != nil {
+		// Over Redis rc is the call there: it leaves flight in the
+		// background, never waiting on Redis.
+		o.mu.Unlock()
+		if actual != c.n {
+			_ = rc.Settle(redisRule, actual) // a refund where the window still counts it, a debit from now on
+		}
+		rc.Release()
+		return
+	}
 	defer o.mu.Unlock()
 	now := o.now()
 	o.endLocked(o.l, c.at, c.n, actual, o.rs.limit.Per > 0, now)

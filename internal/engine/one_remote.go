@@ -25,11 +25,10 @@ const redisRule = "n"
 // calls of Acquire and TryAcquire by units, which a Release(n) without a
 // ticket ends.
 type oneRemote struct {
-	one    *One
-	rem    *redisMode
-	name   string
-	local  remote.Fallback // or nil
-	capOpt int64           // WithMaxUnitsInFlight, or -1
+	one   *One
+	rem   *redisMode
+	name  string
+	local remote.Fallback // or nil
 	// burstN: the window's burst follows N (a bucket or GCRA made with a
 	// burst of 0): SetLimit sets the spec's burst to the new N, as the
 	// window's own SetLimit does in process
@@ -54,14 +53,9 @@ type heldCall struct {
 // semaphore's limit in the scope name; with WithFallback, the window
 // (p, or the one n and per give) at its share of N is the fallback's.
 func NewShared(o rspec.Opener, name string, n int64, per time.Duration, p window.Policy, cfg Config) (*One, error) {
-	if err := cfg.err(); err != nil {
-		return nil, err
-	}
-	if cfg.Clock != nil {
-		return nil, errors.New("ratesem: WithClock cannot apply in Redis mode: Redis decides on the server's clock")
-	}
-	if err := cfg.CheckFront(true); err != nil {
-		return nil, err
+	cfg.Shared = &Shared{Opener: o, Prefix: cmp.Or(cfg.Redis.Prefix, DefaultPrefix)}
+	if err := cmp.Or(cfg.Err(), cfg.CheckMode(), cfg.CheckFront(true)); err != nil {
+		return nil, err // the first of them
 	}
 	fn := "redisrate.NewSemaphore"
 	if p != nil {
@@ -100,8 +94,8 @@ func NewShared(o rspec.Opener, name string, n int64, per time.Duration, p window
 	if err := sp.Check(); err != nil {
 		return nil, fmt.Errorf("%w (%s)", err, fn)
 	}
-	r := &oneRemote{name: name, capOpt: cfg.Concurrency, burstN: win.BurstFollowsN(p)}
-	one := &One{ob: r, slow: true, obs: cfg.Observer, conc: -1}
+	r := &oneRemote{name: name, burstN: win.BurstFollowsN(p)}
+	one := &One{capOpt: cfg.Concurrency, slow: true, obs: cfg.Observer, conc: -1}
 	r.one = one
 	one.initOne(redisRule, sp.Limit, nil, wake.NewClock(nil), cfg)
 	e := one.e
@@ -111,7 +105,6 @@ func NewShared(o rspec.Opener, name string, n int64, per time.Duration, p window
 		p.SetLimit(time.Now(), window.Limit{N: max(1, int64(math.Floor(cfg.Redis.Share*float64(sp.Limit.N)))), Per: sp.Limit.Per})
 		r.local = fallback{NewOne(p, Config{Concurrency: cfg.Concurrency})}
 	}
-	cfg.Shared = &Shared{Opener: o, Prefix: cmp.Or(cfg.Redis.Prefix, DefaultPrefix)}
 	if err := e.initRedis(&cfg); err != nil {
 		return nil, err
 	}
@@ -145,17 +138,9 @@ func (r *oneRemote) named(err error) error {
 // charges returns the one charge of a call of n units.
 func charges(n int64) []Charge { return []Charge{{Rule: redisRule, Weight: n}} }
 
-// acquireLocked is One.Acquire over Redis, for n ≥ 0, entered with the
-// engine's lock held (One's fast path, which never admits over Redis): it
-// unlocks.
-func (r *oneRemote) acquireLocked(ctx context.Context, n int64) error {
-	r.one.e.mu.Unlock()
-	_, err := r.acquireLocal(ctx, n)
-	return err
-}
-
-// acquireLocal is Acquire; it reports whether the fallback admitted the
-// call. An Acquire of 0 units makes no round trip.
+// acquireLocal is One.Acquire over Redis, for n ≥ 0; it reports whether
+// the fallback admitted the call. An Acquire of 0 units makes no round
+// trip.
 func (r *oneRemote) acquireLocal(ctx context.Context, n int64) (bool, error) {
 	if n == 0 {
 		if err := ctx.Err(); err != nil {
@@ -165,7 +150,7 @@ func (r *oneRemote) acquireLocal(ctx context.Context, n int64) (bool, error) {
 		r.one.e.emitCharges(ratesem.Event{Kind: ratesem.Admitted}, charges(0))
 		return false, nil
 	}
-	t, err := r.admit(ctx, n, "Acquire")
+	t, err := r.admit(ctx, n)
 	if err != nil {
 		return false, err
 	}
@@ -173,16 +158,11 @@ func (r *oneRemote) acquireLocal(ctx context.Context, n int64) (bool, error) {
 	return t.rcall.Local(), nil
 }
 
-// admit is the admission of Acquire and Begin: the Engine's Redis
-// admission (the checks, the failures and the events are its own; if the
-// observer panics, the call is released first).
-func (r *oneRemote) admit(ctx context.Context, n int64, op string) (*Ticket, error) {
+// admit is the admission of Acquire and Begin, for n ≥ 0: the Engine's
+// Redis admission (the checks, the failures and the events are its own;
+// if the observer panics, the call is released first).
+func (r *oneRemote) admit(ctx context.Context, n int64) (*Ticket, error) {
 	e := r.one.e
-	if n < 0 {
-		err := fmt.Errorf("%w %d: %s", ratesem.ErrNegativeWeight, n, op)
-		e.emitFailed(charges(n), nil, err)
-		return nil, err
-	}
 	t := new(Ticket)
 	since := time.Now()
 	if err := e.Acquire(ctx, t, charges(n)); err != nil {
@@ -203,27 +183,22 @@ func (r *oneRemote) hold(t *Ticket, n int64) {
 	r.one.e.mu.Unlock()
 }
 
-// release ends n units of this process's calls from Acquire and TryAcquire
-// (Begin's are not held here: Call.End ends them): the oldest call of
-// exactly n units left, or else n units taken from the oldest calls,
-// ending each whose units are all released (a call partly released stays
-// in flight in Redis: it counts longer, never less). When n is more than
-// Acquire and TryAcquire hold it panics as in process, changing nothing.
-// It never waits on Redis.
-func (r *oneRemote) release(n int64) {
-	r.releaseSettled(n, n)
-}
-
-// releaseSettled is release(n) for a call whose weight is known only after
-// it: the oldest call of exactly n units left (its estimate) is settled in
-// Redis to actual units in the background (a refund where the window still
-// counts it, a debit from now on; actual < 0 counts as 0). Without one, n
-// units are released as release does: the estimate counts (on the safe
-// side when actual ≤ n).
+// releaseSettled is Release(n) over Redis (actual n), for n ≥ 0: it ends
+// n units of this process's calls from Acquire and TryAcquire (Begin's are
+// not held here: Call.End ends them): the oldest call of exactly n units
+// left, or else n units taken from the oldest calls, ending each whose
+// units are all released (a call partly released stays in flight in
+// Redis: it counts longer, never less). When n is more than Acquire and
+// TryAcquire hold it panics as in process, changing nothing. It never
+// waits on Redis.
+//
+// For a call whose weight is known only after it (actual ≠ n), the oldest
+// call of exactly n units left (its estimate) is settled in Redis to
+// actual units in the background (a refund where the window still counts
+// it, a debit from now on; actual < 0 counts as 0). Without one, n units
+// are released as above: the estimate counts (on the safe side when
+// actual ≤ n).
 func (r *oneRemote) releaseSettled(n, actual int64) {
-	if n < 0 {
-		panic("ratesem: Release with negative weight")
-	}
 	if n == 0 {
 		return
 	}
@@ -242,20 +217,16 @@ func (r *oneRemote) releaseSettled(n, actual int64) {
 	} else if exact < 0 {
 		actual = n // spread over calls: each counts what it held
 	}
-	var done []*Ticket
-	i := 0
-	for rest := n; rest > 0; i++ {
-		h := &r.held[i]
+	var done []*Ticket // the first len(done) calls; a call partly released stays
+	for rest := n; rest > 0; {
+		h := &r.held[len(done)]
 		take := min(h.left, rest)
-		rest -= take
-		if h.left -= take; h.left == 0 {
+		rest, h.left = rest-take, h.left-take
+		if h.left == 0 {
 			done = append(done, h.t)
 		}
 	}
-	if r.held[i-1].left > 0 {
-		i-- // the last call is partly released: it stays
-	}
-	r.held = slices.Delete(r.held, 0, i)
+	r.held = slices.Delete(r.held, 0, len(done))
 	e.mu.Unlock()
 	if actual != n {
 		_ = done[0].Settle(redisRule, max(actual, 0))
@@ -277,7 +248,7 @@ func (r *oneRemote) setLimit(n int64, interval time.Duration) error {
 	if r.burstN {
 		sp.Burst = n
 	}
-	sp.SetSemaphoreCap(r.capOpt)
+	sp.SetSemaphoreCap(r.one.capOpt)
 	if err := sp.Check(); err != nil {
 		return fmt.Errorf("%w (SetLimit)", err)
 	}
@@ -290,34 +261,6 @@ func (r *oneRemote) setLimit(n int64, interval time.Duration) error {
 	r.one.rs.setSpec(&sp)
 	e.mu.Unlock()
 	return nil
-}
-
-func (r *oneRemote) stats() Stats {
-	es := r.rem.eng.Stats()
-	o := r.one
-	o.e.mu.Lock()
-	defer o.e.mu.Unlock()
-	return Stats{
-		InFlight:         r.heldUnits + o.callUnits, // Begin's calls are not among the held ones
-		Waiting:          int(o.l.waiting),
-		Admitted:         es.Admitted,
-		TotalWait:        o.waitSum,
-		MaxWait:          o.waitMax,
-		PausedUntil:      es.PausedUntil,
-		FallbackAdmitted: es.FallbackAdmitted,
-		FallbackCarried:  es.Carried,
-		RedisAdmits:      es.RedisAdmits,
-		RedisErrors:      es.RedisErrors,
-		Cancelled:        es.Cancelled,
-		CancelsFailed:    es.CancelsFailed,
-		ReleasesFailed:   es.ReleasesFailed,
-		ReleasesDropped:  es.ReleasesDropped,
-		ReleasesLost:     es.ReleasesLost,
-		Recoveries:       es.Recoveries,
-		StateLost:        es.StateLost,
-		LimitMismatches:  es.LimitMismatches,
-		Unavailable:      es.Unavailable,
-	}
 }
 
 // fallback admits calls in this process alone while Redis is unreachable
@@ -349,23 +292,12 @@ func (f fallback) TryAcquire(_ string, cs []rspec.Charge) (func(), bool) {
 // Pause implements remote.Fallback: local admissions wait until until too.
 func (f fallback) Pause(_ string, _ rspec.Charge, until time.Time) { f.o.Pause(until) }
 
-// endLocked is Call.End over Redis for c, no longer live, whose call in
-// Redis is t, with e.mu held: it unlocks, and the call leaves flight in
-// the background, never waiting on Redis.
-func (r *oneRemote) endLocked(c Call, t *Ticket, actual int64) {
-	r.one.e.mu.Unlock()
-	if actual != c.n {
-		_ = t.Settle(redisRule, actual) // a refund where the window still counts it, a debit from now on
-	}
-	t.Release()
-}
-
 // begin is One.Begin over Redis: the call is kept with its slot, not
 // among the calls Release ends. A call of 0 units makes its round trip too
 // (Acquire(ctx, 0) makes none), so that End has a call in Redis to settle
 // a debit on.
 func (r *oneRemote) begin(ctx context.Context, n int64) (Call, error) {
-	t, err := r.admit(ctx, n, "Begin")
+	t, err := r.admit(ctx, n)
 	if err != nil {
 		return Call{}, err
 	}
@@ -379,11 +311,8 @@ func (r *oneRemote) begin(ctx context.Context, n int64) (Call, error) {
 
 // tryWait is One.TryAcquireWait over Redis (Engine.TryAcquire: a
 // refusal by Redis is ratesem.ErrInFlight, its wait not known). A weight
-// no limit admits fails as in process, with no event.
+// no limit admits fails as in process, with no event; n ≥ 0.
 func (r *oneRemote) tryWait(n int64) (time.Duration, error) {
-	if n < 0 {
-		return 0, fmt.Errorf("%w %d: TryAcquireWait", ratesem.ErrNegativeWeight, n)
-	}
 	e := r.one.e
 	e.mu.Lock()
 	err := e.tooHeavyLocked(charges(n))
@@ -406,8 +335,8 @@ func (o *One) AcquireLocal(ctx context.Context, n int64) (bool, error) {
 	return o.e.one.acquireLocal(ctx, n)
 }
 
-// ReleaseSettled is the release over Redis of a call of n units settled
-// to actual (tests).
+// ReleaseSettled is the release over Redis of a call of n ≥ 0 units
+// settled to actual (tests).
 func (o *One) ReleaseSettled(n, actual int64) { o.e.one.releaseSettled(n, actual) }
 
 // RemoteStats returns the Redis engine's own stats (tests).

@@ -87,13 +87,11 @@ func (c *Config) Fail(format string, args ...any) {
 // RedisOption returns an option of Redis mode named name that applies set
 // to the Redis options.
 func RedisOption(name string, set func(*Config)) Option {
-	return func(c *config) {
+	return func(c *Config) {
 		c.Redis.Set = append(c.Redis.Set, name)
 		set(c)
 	}
 }
-
-type config = Config
 
 // Build applies opts in order to c.
 func (c *Config) Build(opts []Option) {
@@ -105,14 +103,7 @@ func (c *Config) Build(opts []Option) {
 }
 
 // Err returns the errors of invalid options, joined; nil when none.
-func (c *Config) Err() error { return c.err() }
-
-func (c *Config) err() error {
-	if len(c.errs) == 0 {
-		return nil
-	}
-	return errors.Join(c.errs...)
-}
+func (c *Config) Err() error { return errors.Join(c.errs...) }
 
 // CheckMode refuses an option the mode cannot honour: a Redis option in
 // process, a virtual clock over Redis.

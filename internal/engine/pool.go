@@ -150,29 +150,17 @@ func (l *limiter) feedback() *feedback {
 	return l.fb
 }
 
-// paused returns the instant l is paused until, 0 when none.
-func (l *limiter) paused() int64 {
+// state returns l's feedback state for reading: a zero one, shared and
+// never written, when l has none.
+func (l *limiter) state() *feedback {
 	if l.fb == nil {
-		return 0
+		return &noFeedback
 	}
-	return l.fb.paused
+	return l.fb
 }
 
-// throttles returns how many throttles l has seen.
-func (l *limiter) throttles() uint32 {
-	if l.fb == nil {
-		return 0
-	}
-	return l.fb.throttles
-}
-
-// reconciled returns the units l's window took in on the server's word.
-func (l *limiter) reconciled() int64 {
-	if l.fb == nil {
-		return 0
-	}
-	return l.fb.reconciled
-}
+// noFeedback is the state of every key that has no feedback state.
+var noFeedback feedback
 
 // held is one charge of a call on its limiter (48 bytes: a call admitted
 // at once allocates one per charge; what only waiters need is in qnode).
@@ -229,7 +217,7 @@ type waiter struct {
 	// uncounted: not counted in its limiters' waiting yet (Redis mode:
 	// counted from its first refusal, or when it queues behind another)
 	uncounted bool
-	// Redis mode (redisWait): the waiter's own goroutine asks Redis.
+	// Redis mode (await): the waiter's own goroutine asks Redis.
 	ask    chan struct{} // capacity 1: a decision is wanted (decideLocked)
 	asking bool          // its goroutine asks now: nobody else does
 	free   bool          // it asks outside the queues (counted in its limiters' asking)
@@ -249,7 +237,7 @@ type waiter struct {
 func New(rules []Rule, scope string, opts ...Option) (*Engine, error) {
 	cfg := Config{Idle: DefaultIdleTimeout}
 	cfg.Build(opts)
-	if err := cfg.err(); err != nil {
+	if err := cfg.Err(); err != nil {
 		return nil, err
 	}
 	switch {
@@ -444,15 +432,9 @@ func (p *Engine) endLocked(l *limiter, at, n, actual int64, settled bool, now ti
 func (p *Engine) Acquire(ctx context.Context, t *Ticket, charges []Charge) error {
 	charges, err := p.merge(charges)
 	if err != nil {
-		p.emitFailed(nil, nil, err)
+		p.emitFailed(charges, nil, err)
 		return err
 	}
-	return p.book.acquire(ctx, t, charges)
-}
-
-// acquire is Acquire in process, for charges already merged.
-func (b *inProc) acquire(ctx context.Context, t *Ticket, charges []Charge) error {
-	p := (*Engine)(b)
 	w, err := p.start(ctx, t, charges)
 	if err != nil {
 		p.flushEvicted()
@@ -464,41 +446,76 @@ func (b *inProc) acquire(ctx context.Context, t *Ticket, charges []Charge) error
 		p.emitAdmitted(t, charges, 0, false)
 		return nil
 	}
-	p.emitQueued(w, charges)
-	if err := p.await(ctx, w); err != nil {
+	return p.wait(ctx, t, w, charges)
+}
+
+// wait is Acquire for a call of charges that did not start at once (w):
+// it waits (await) and reports the outcome; t becomes the call's ticket
+// when w is granted (in Redis mode holding the call Redis admitted).
+func (p *Engine) wait(ctx context.Context, t *Ticket, w *waiter, charges []Charge) error {
+	queued, err := p.await(ctx, w, charges)
+	if err != nil {
+		if !queued {
+			w = nil // asked Redis at once and never waited (Redis mode)
+		}
 		p.emitFailed(charges, w, err)
 		return err
 	}
 	t.at = p.mono(w.granted)
-	p.emitAdmitted(t, charges, max(w.granted.Sub(w.since), 0), true)
+	if w.rcall != nil {
+		p.holdRedis(t, w.held, charges, w.rcall)
+	}
+	wait := time.Duration(0)
+	if queued {
+		wait = max(w.granted.Sub(w.since), 0)
+	}
+	p.emitAdmitted(t, charges, wait, queued)
 	return nil
 }
 
-// await waits until w is granted or fails, or ctx is done. It returns nil
-// when w was granted (w keeps its references on its limiters), or the error,
-// w having let go of everything.
-func (p *Engine) await(ctx context.Context, w *waiter) error {
-	if !w.qdead.IsZero() { // a queue-wait budget
+// await waits until w is granted or fails, or ctx is done, reporting
+// Queued for charges once w has to wait. In Redis mode it asks Redis
+// (askRedis: Decide, outside the lock, on the caller's goroutine) whenever
+// the queues want a decision for w (decideLocked); in process w.ask is nil.
+// It returns whether w queued, and nil when w was granted (w keeps its
+// references on its limiters; w.rcall in Redis mode), or the error, w
+// having let go of everything.
+func (p *Engine) await(ctx context.Context, w *waiter, charges []Charge) (queued bool, err error) {
+	p.mu.Lock()
+	queued = !w.uncounted
+	p.mu.Unlock()
+	if queued {
+		p.emitQueued(w, charges)
+	}
+	var budget <-chan time.Time // nil: no queue-wait budget
+	if !w.qdead.IsZero() {
+		budget = p.clock.After(w.qdead.Sub(w.since))
+	}
+	for {
 		select {
-		case <-p.clock.After(w.qdead.Sub(w.since)):
+		case <-budget:
+			budget = nil
 			p.expire(w) // fails w unless it was admitted meanwhile
 		case <-ctx.Done():
+			p.abandon(w) // out of the queues; or admitted as ctx ended: undone, as if it never happened
+			return queued, ctx.Err()
 		case <-w.ready:
+			if w.err != nil {
+				p.unrefAll(w.held)
+				return queued, w.err
+			}
+			if err := ctx.Err(); err != nil {
+				p.abandon(w)
+				return queued, err
+			}
+			return queued, nil
+		case <-w.ask:
+			if p.book.(*redisMode).askRedis(ctx, w) && !queued {
+				queued = true
+				p.emitQueued(w, charges)
+			}
 		}
 	}
-	select {
-	case <-ctx.Done():
-	case <-w.ready:
-		if w.err != nil {
-			p.unrefAll(w.held)
-			return w.err
-		}
-	}
-	if err := ctx.Err(); err != nil {
-		p.abandon(w) // out of the queues; or admitted as ctx ended: undone, as if it never happened
-		return err
-	}
-	return nil
 }
 
 // start is Acquire under the lock: it admits the call at once (a nil
@@ -543,15 +560,11 @@ func queuedLocked(hs []held) bool {
 // (askFreeLocked) and counts as waiting from its first refusal.
 func (p *Engine) queueLocked(ctx context.Context, hs []held, now time.Time, queued bool) (*waiter, error) {
 	// Waiting from here on: only now are the context's settings read.
-	if queued {
-		if err := p.queueFullLocked(hs); err != nil {
-			for i := range hs {
-				p.unrefLocked(hs[i].lim, now)
-			}
-			return nil, err
-		}
+	if err := p.queueFullLocked(hs); queued && err != nil {
+		p.unrefHeldLocked(hs, now)
+		return nil, err
 	}
-	w := &waiter{held: hs, rank: p.ranker.Next(sched.PriorityOf(ctx)), ready: make(chan struct{}), since: now}
+	w := &waiter{held: hs, rank: p.ranker.Next(sched.PriorityOf(ctx)), ready: make(chan struct{}), since: now, uncounted: true}
 	w.deadline, _ = ctx.Deadline()
 	if d := sched.QueueWaitOf(ctx); d > 0 {
 		w.qdead = now.Add(d)
@@ -565,18 +578,15 @@ func (p *Engine) queueLocked(ctx context.Context, hs []held, now time.Time, queu
 	p.book.newWaiterLocked(w)
 	if queued {
 		p.countLocked(w)
-	} else {
-		w.uncounted = true
 	}
 	w.elem = p.waiters.PushBack(w)
 	if p.hook != nil {
 		p.hook(w, false)
 	}
-	if !queued {
+	switch {
+	case !queued:
 		askFreeLocked(w)
-		return w, nil
-	}
-	if !w.parked {
+	case !w.parked:
 		p.tryWaiterLocked(w, now)
 		p.settleLocked(now)
 	}
@@ -620,8 +630,10 @@ func (p *Engine) unrefAll(hs []held) {
 }
 
 // merge validates charges and adds up those to the same limiter, saturating
-// at math.MaxInt64 (which no rule admits). The rules map is fixed after
-// New, so it needs no lock.
+// at math.MaxInt64 (which no rule admits), and checks, in Redis mode, that
+// there are at most MaxRedisCharges of them (the charges are returned with
+// that error, nil with the others). The rules map is fixed after New, so
+// it needs no lock.
 func (p *Engine) merge(charges []Charge) ([]Charge, error) {
 	out := make([]Charge, 0, len(charges))
 	for _, c := range charges {
@@ -636,6 +648,9 @@ func (p *Engine) merge(charges []Charge) ([]Charge, error) {
 		} else {
 			out = append(out, c)
 		}
+	}
+	if _, redis := p.book.(*redisMode); redis && len(out) > MaxRedisCharges {
+		return out, fmt.Errorf("%w: %d, at most %d", ratesem.ErrTooManyCharges, len(out), MaxRedisCharges)
 	}
 	return out, nil
 }
@@ -721,8 +736,8 @@ func (p *Engine) admitLocked(hs []held, nodes []qnode, now time.Time) (at time.T
 		switch l := h.lim; {
 		case l.inflight > l.rule.cap-h.n:
 			refuse(i, time.Time{})
-		case nowNs < l.paused():
-			refuse(i, p.instant(l.paused()))
+		case nowNs < l.state().paused:
+			refuse(i, p.instant(l.state().paused))
 		case l.unknown && l.inflight > 0:
 			refuse(i, time.Time{}) // the limit is not known yet: one call at a time
 		case l.inflight > 0 && h.n > l.learnedFit():
@@ -775,12 +790,12 @@ func (p *Engine) admitLocked(hs []held, nodes []qnode, now time.Time) (at time.T
 			h.lim.feedback().distrusted++
 		}
 		h.lim.inflight += h.n
-		h.thrAtAdmit = h.lim.throttles()
+		h.thrAtAdmit = h.lim.state().throttles
 		if h.lim.rule.Usage != nil || h.lim.rule.Learn != nil {
 			if win, ended, _, ok := win.Mark(h.lim.policy, now); ok {
 				h.usedAtAdmit, h.recAtAdmit, h.marked = ended, win, true
 			} else if r, ok := h.lim.policy.(window.Reconciler); ok {
-				h.usedAtAdmit, h.recAtAdmit = r.Used(now), h.lim.reconciled()
+				h.usedAtAdmit, h.recAtAdmit = r.Used(now), h.lim.state().reconciled
 			}
 		}
 		if fb := h.lim.fb; h.lim.rule.quota && fb != nil && fb.budgeted {
@@ -845,12 +860,8 @@ func (b *inProc) setLimit(rs *ruleState, l window.Limit) error {
 		if !rs.quota {
 			lim.policy.SetLimit(now, l)
 		}
-		if lim.q != nil {
-			p.markPending(lim.q)
-		}
 	}
 	p.refitLocked(rs, now)
-	p.settleLocked(now)
 	return nil
 }
 
@@ -858,7 +869,8 @@ func (b *inProc) setLimit(rs *ruleState, l window.Limit) error {
 // on rs heavier than rs can now admit at once fails with
 // ratesem.ErrWeightTooLarge, or, under a limit without a rate (a One of Per
 // 0, as x/sync's Weighted), leaves the queues to wait aside; those aside
-// that fit again rejoin the queues by arrival order.
+// that fit again rejoin the queues by arrival order. Then the heads of
+// rs's queues are tried again under the new limit (settleLocked).
 func (p *Engine) refitLocked(rs *ruleState, now time.Time) {
 	fit := rs.fit()
 	for e := p.waiters.Front(); e != nil; {
@@ -889,6 +901,12 @@ func (p *Engine) refitLocked(rs *ruleState, now time.Time) {
 		}
 		e = next
 	}
+	for _, l := range rs.keys {
+		if l.q != nil {
+			p.markPending(l.q)
+		}
+	}
+	p.settleLocked(now)
 }
 
 // Limit returns a rule's current limit (N units per Per), and false for an
@@ -919,12 +937,13 @@ func (p *Engine) Snapshot() []KeyState {
 	var out []KeyState
 	for _, rs := range p.ruleList {
 		for _, l := range rs.keys {
-			ks := KeyState{Rule: rs.Name, Key: l.key, InFlight: l.inflight, Used: -1, Limit: p.keyLimitLocked(l)}
-			if l.paused() != 0 {
-				ks.PausedUntil = p.instant(l.paused())
+			ks := KeyState{Rule: rs.Name, Key: l.key, InFlight: l.inflight, Used: -1,
+				Limit: window.Limit{Per: rs.limit.Per}, Distrusted: l.state().distrusted}
+			if !l.unknown { // N 0 while the key knows no limit (Rule.Learn)
+				ks.Limit = p.book.keyLimitLocked(l)
 			}
-			if l.fb != nil {
-				ks.Distrusted = l.fb.distrusted
+			if l.state().paused != 0 {
+				ks.PausedUntil = p.instant(l.state().paused)
 			}
 			if r, ok := l.policy.(window.Reconciler); ok {
 				ks.Used = r.Used(now)
@@ -988,15 +1007,9 @@ func (b *inProc) try(t *Ticket, charges []Charge) (time.Duration, error) {
 func (p *Engine) try(t *Ticket, charges []Charge) (d time.Duration, err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock() // a window that panics must not leave the pool locked
-	if err := p.tooHeavyLocked(charges); err != nil {
-		return 0, err
-	}
 	now := p.now()
-	if p.idle > 0 {
-		p.evictLocked(now, evictBudget, false)
-	}
-	hs := make([]held, len(charges))
-	if err := p.refLocked(hs, charges, now); err != nil {
+	hs, err := p.refChargesLocked(charges, now)
+	if err != nil {
 		return 0, err
 	}
 	defer func() {
@@ -1016,20 +1029,8 @@ func (p *Engine) try(t *Ticket, charges []Charge) (d time.Duration, err error) {
 // returns how long from now the call could start (> 0), or
 // ratesem.ErrInFlight when only calls in flight ending can make room.
 func (p *Engine) tryHeldLocked(hs []held, now time.Time) (time.Duration, error) {
-	// Callers wait on a limiter: it never overtakes them. The latest wake
-	// of their heads is the least this call would wait.
-	var at time.Time
-	for i := range hs {
-		if q := hs[i].lim.q; q != nil && q.head != nil {
-			if h := q.head; !h.refused || h.when == 0 {
-				return 0, ratesem.ErrInFlight
-			} else if w := p.instant(h.when); w.After(at) {
-				at = w
-			}
-		}
-	}
-	if !at.IsZero() {
-		return max(at.Sub(now), time.Nanosecond), nil
+	if d, err := p.aheadLocked(hs, now); d != 0 || err != nil {
+		return d, err
 	}
 	at, needRelease, ok := p.admitLocked(hs, nil, now)
 	switch {
@@ -1037,6 +1038,27 @@ func (p *Engine) tryHeldLocked(hs []held, now time.Time) (time.Duration, error) 
 		return 0, nil
 	case needRelease:
 		return 0, ratesem.ErrInFlight
+	}
+	return max(at.Sub(now), time.Nanosecond), nil
+}
+
+// aheadLocked returns what callers queued on the limiters of hs tell a
+// try at now, which never overtakes them: the wait until the latest of
+// their heads' wakes, or ratesem.ErrInFlight when one waits for a release
+// (in Redis mode, or is being decided); (0, nil) when none waits.
+func (p *Engine) aheadLocked(hs []held, now time.Time) (time.Duration, error) {
+	var at time.Time
+	for i := range hs {
+		if q := hs[i].lim.q; q != nil && q.head != nil {
+			if h := q.head; !h.refused || h.when == 0 || h.rel {
+				return 0, ratesem.ErrInFlight
+			} else if w := p.instant(h.when); w.After(at) {
+				at = w
+			}
+		}
+	}
+	if at.IsZero() {
+		return 0, nil
 	}
 	return max(at.Sub(now), time.Nanosecond), nil
 }

@@ -136,9 +136,14 @@ func (p *Engine) markPending(q *lqueue) {
 	}
 }
 
-// setWakeLocked files q in the heap for the instant at, or takes it out
-// when at is not after now.
-func (p *Engine) setWakeLocked(q *lqueue, at, now time.Time) {
+// setWakeLocked files q in the heap for the instant its head n named at
+// its latest refusal, or takes it out when there is none (n nil or not
+// refused; refused until a release) or it is not after now.
+func (p *Engine) setWakeLocked(q *lqueue, n *qnode, now time.Time) {
+	var at time.Time
+	if n != nil && n.refused && n.when != 0 {
+		at = p.instant(n.when)
+	}
 	switch {
 	case !at.After(now):
 		if q.hidx >= 0 {
@@ -173,17 +178,10 @@ func (p *Engine) tryWaiterLocked(w *waiter, now time.Time) {
 	if behind {
 		return
 	}
-	at, needRelease, ok, asking := p.book.decideLocked(w, now)
-	if asking {
-		// Decided outside the lock (Redis mode): meanwhile w holds its
-		// place at the head of its queues.
-		for i := range w.nodes {
-			if n := &w.nodes[i]; !n.inq {
-				p.enqueueLocked(n)
-			}
-		}
-		return
-	}
+	// Decided outside the lock (Redis mode, asking): every node refused
+	// with no instant, w holds its place at the head of its queues
+	// meanwhile.
+	at, needRelease, ok := p.book.decideLocked(w, now)
 	if ok {
 		w.granted = now
 		p.finishLocked(w, nil)
@@ -211,7 +209,7 @@ func (p *Engine) tryWaiterLocked(w *waiter, now time.Time) {
 			p.dequeueLocked(n)
 		}
 		if q := w.held[i].lim.q; n.refused && q.head == n {
-			p.setWakeLocked(q, p.whenOf(n), now)
+			p.setWakeLocked(q, n, now)
 		}
 	}
 }
@@ -219,12 +217,12 @@ func (p *Engine) tryWaiterLocked(w *waiter, now time.Time) {
 // decideLocked is the bookkeeping's decision for w, at the head of all its
 // queues, at now: admitted (ok), or refused with the instant it could be
 // admitted (at; needRelease when only a release can help), each refusing
-// node marked; or asking: the decision is being made outside the lock
-// (Redis mode, redisMode.decideLocked) and w keeps its place meanwhile. In
+// node marked; or, asking, every node refused with no instant (zero at,
+// needRelease false): the decision is being made outside the lock (Redis
+// mode, redisMode.decideLocked) and w keeps its place meanwhile. In
 // process the window policies decide under the lock (admitLocked).
-func (b *inProc) decideLocked(w *waiter, now time.Time) (at time.Time, needRelease, ok, asking bool) {
-	at, needRelease, ok = (*Engine)(b).admitLocked(w.held, w.nodes, now)
-	return at, needRelease, ok, false
+func (b *inProc) decideLocked(w *waiter, now time.Time) (at time.Time, needRelease, ok bool) {
+	return (*Engine)(b).admitLocked(w.held, w.nodes, now)
 }
 
 // countLocked counts w in its limiters' waiting calls (WithMaxQueue,
@@ -273,11 +271,7 @@ func (p *Engine) settleLocked(now time.Time) {
 			}
 		}
 		q.pending = false
-		if n := q.head; n != nil && n.refused {
-			p.setWakeLocked(q, p.whenOf(n), now)
-		} else if q.hidx >= 0 {
-			heap.Remove(&p.wakes, q.hidx)
-		}
+		p.setWakeLocked(q, q.head, now)
 		if q.head == nil && q.hidx < 0 && !q.pending && q.lim.q == q {
 			q.lim.q = nil
 		}
@@ -301,15 +295,6 @@ func (p *Engine) onTimer() {
 		p.markPending(heap.Pop(&p.wakes).(*lqueue))
 	}
 	p.settleLocked(now)
-}
-
-// whenOf returns the instant n's limiter named at its latest refusal, or
-// the zero time.Time.
-func (p *Engine) whenOf(n *qnode) time.Time {
-	if n.when == 0 {
-		return time.Time{}
-	}
-	return p.instant(n.when)
 }
 
 // queueTimeout is the error of w, which queued at w.since, when its

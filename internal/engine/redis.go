@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"container/heap"
 	"context"
 	"crypto/sha256"
@@ -8,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net/http"
 	"slices"
 	"strings"
 	"time"
@@ -57,7 +57,7 @@ type redisMode struct {
 }
 
 // initRedis builds the Redis engine of p and the Spec of every rule.
-func (p *Engine) initRedis(cfg *config) error {
+func (p *Engine) initRedis(cfg *Config) error {
 	sh := cfg.Shared
 	if sh.Opener.Open == nil {
 		return errors.New("ratesem: redisrate.Shared: nil client")
@@ -66,10 +66,7 @@ func (p *Engine) initRedis(cfg *config) error {
 	if err != nil {
 		return fmt.Errorf("%w (redisrate.Shared)", err)
 	}
-	scope := p.scope
-	if scope == "" {
-		scope = sh.Prefix
-	}
+	scope := cmp.Or(p.scope, sh.Prefix)
 	if len(scope) > rspec.MaxNameLen {
 		return fmt.Errorf("ratesem: redisrate.Shared: Table.Scope of %d bytes: want at most %d", len(scope), rspec.MaxNameLen)
 	}
@@ -146,15 +143,6 @@ func (p *Engine) checkError(err error) error {
 	return err
 }
 
-// check is what Acquire and TryAcquire check in Redis mode only, first:
-// the number of charges.
-func (m *redisMode) check(charges []Charge) error {
-	if len(charges) > MaxRedisCharges {
-		return fmt.Errorf("%w: %d, at most %d", ratesem.ErrTooManyCharges, len(charges), MaxRedisCharges)
-	}
-	return nil
-}
-
 // specOf returns the Redis form of r's window under l.
 func specOf(r *Rule, l window.Limit) (*rspec.Spec, error) {
 	spec, err := rspec.SpecOf(r.newPolicy(l))
@@ -193,39 +181,6 @@ func (m *redisMode) close() error {
 	return err
 }
 
-// acquire is Acquire in Redis mode, for charges already merged: the
-// call waits in the engine's own queues (start, redisWait), and Redis
-// decides for it when it heads them (decideLocked).
-func (m *redisMode) acquire(ctx context.Context, t *Ticket, charges []Charge) error {
-	p := m.p
-	if err := m.check(charges); err != nil {
-		p.emitFailed(charges, nil, err)
-		return err
-	}
-	w, err := p.start(ctx, t, charges)
-	if err != nil {
-		p.flushEvicted()
-		p.emitFailed(charges, nil, err)
-		return err
-	}
-	p.flushFor(t, w)
-	queued, err := m.redisWait(ctx, w, charges)
-	if err != nil {
-		if !queued {
-			w = nil
-		}
-		p.emitFailed(charges, w, err)
-		return err
-	}
-	p.holdRedis(t, w.held, charges, w.rcall)
-	wait := time.Duration(0)
-	if queued {
-		wait = max(w.granted.Sub(w.since), 0)
-	}
-	p.emitAdmitted(t, charges, wait, queued)
-	return nil
-}
-
 // holdRedis makes t the ticket of the call Redis admitted for charges,
 // held in hs: its units in flight here too.
 func (p *Engine) holdRedis(t *Ticket, hs []held, charges []Charge, call *remote.Call) {
@@ -235,49 +190,9 @@ func (p *Engine) holdRedis(t *Ticket, hs []held, charges []Charge, call *remote.
 	for i := range hs {
 		h := &hs[i]
 		h.lim.inflight += h.n
-		h.thrAtAdmit = h.lim.throttles()
+		h.thrAtAdmit = h.lim.state().throttles
 	}
 	p.adoptLocked(hs, call) // limits learned elsewhere (learn_redis.go)
-}
-
-// redisWait waits until w is granted or fails, or ctx is done, asking
-// Redis (Decide, outside the lock, on the caller's goroutine) whenever
-// the queues want a decision for w (decideLocked), and reporting
-// Queued once w has to wait. It returns whether w queued, and nil when w
-// was granted (w.rcall), or the error, w having let go of everything.
-func (m *redisMode) redisWait(ctx context.Context, w *waiter, charges []Charge) (queued bool, err error) {
-	p := m.p
-	p.mu.Lock()
-	queued = !w.uncounted
-	p.mu.Unlock()
-	if queued {
-		p.emitQueued(w, charges)
-	}
-	var budget <-chan time.Time // nil: no queue-wait budget
-	if !w.qdead.IsZero() {
-		budget = p.clock.After(w.qdead.Sub(w.since))
-	}
-	for {
-		select {
-		case <-budget:
-			budget = nil
-			p.expire(w) // fails w unless it was admitted meanwhile
-		case <-ctx.Done():
-			p.abandon(w)
-			return queued, ctx.Err()
-		case <-w.ready:
-			if w.err != nil {
-				p.unrefAll(w.held)
-				return queued, w.err
-			}
-			return queued, nil
-		case <-w.ask:
-			if m.askRedis(ctx, w) && !queued {
-				queued = true
-				p.emitQueued(w, charges)
-			}
-		}
-	}
 }
 
 // askRedis makes the decision for w that its queues wanted: one Decide,
@@ -311,7 +226,7 @@ func (m *redisMode) askRedis(ctx context.Context, w *waiter) bool {
 		if o.Call != nil {
 			o.Call.Release()
 		}
-	case err != nil && ctx.Err() != nil: // redisWait sees ctx done
+	case err != nil && ctx.Err() != nil: // await sees ctx done
 	case err != nil:
 		p.finishLocked(w, err)
 	case o.Call != nil:
@@ -417,7 +332,7 @@ func (p *Engine) queueFullLocked(hs []held) error {
 // decideLocked is decideLocked in Redis mode: the decision its
 // goroutine brought back (w.out), applied; or, when there is none, w's
 // goroutine is asked to make one (askRedis), once at a time.
-func (m *redisMode) decideLocked(w *waiter, now time.Time) (at time.Time, needRelease, ok, asking bool) {
+func (m *redisMode) decideLocked(w *waiter, now time.Time) (at time.Time, needRelease, ok bool) {
 	o := w.out // a refusal: askRedis applied an admission itself
 	w.out = nil
 	for i := range w.nodes {
@@ -427,7 +342,7 @@ func (m *redisMode) decideLocked(w *waiter, now time.Time) (at time.Time, needRe
 		if !w.asking {
 			w.askLocked()
 		}
-		return time.Time{}, false, false, true
+		return time.Time{}, false, false // asking
 	}
 	ri := o.Refused
 	if ri < 0 || ri >= len(w.nodes) {
@@ -445,7 +360,7 @@ func (m *redisMode) decideLocked(w *waiter, now time.Time) (at time.Time, needRe
 	}
 	n := &w.nodes[ri]
 	n.refused, n.when, n.rel = true, max(m.p.mono(at), 1), o.Release
-	return at, o.Release, false, false
+	return at, o.Release, false
 }
 
 // newWaiterLocked gives w, a call about to wait, the channel its
@@ -570,43 +485,31 @@ func (m *redisMode) release(t *Ticket) {
 // takeBack ends t at once in Redis, on the safe side.
 func (m *redisMode) takeBack(t *Ticket) { t.Release() }
 
-// observe is Ticket.ObserveHeaders in Redis mode: each count the
-// headers give goes to Redis, which counts at least that many units in the
-// window from then on.
-func (m *redisMode) observe(t *Ticket, h http.Header) {
+// observe is the Rule.Usage part of Ticket.ObserveHeaders in Redis mode:
+// the count used of t's charge i goes to Redis, which counts at least
+// that many units in the window from then on.
+func (m *redisMode) observe(t *Ticket, i int, used int64) {
 	p := t.pool
-	m.learn(t, h)
-	// seen: when this response was read, on Redis's clock (estimated from
-	// the admission's instant there and this process's clock since).
-	var seen time.Time
-	call := t.rcall // set before Acquire returned; after Release too: the report is still this call's
-	if call != nil {
+	hd := &t.held[i]
+	var r rspec.Read
+	p.mu.Lock()
+	// A call's units are taken off the server's count once: another
+	// report of it goes without its mark (rspec.Store.ReconcileAt).
+	first := !hd.reported
+	hd.reported = true
+	p.mu.Unlock()
+	// set before Acquire returned; after Release too: the report is still this call's
+	if call := t.rcall; call != nil {
+		// When this response was read, on Redis's clock (estimated from
+		// the admission's instant there and this process's clock since).
 		if at, back := call.Admitted(); !at.IsZero() {
-			seen = at.Add(time.Since(back))
+			r.Seen = at.Add(time.Since(back))
 		}
-	}
-	for i := range t.held {
-		hd := &t.held[i]
-		rs := hd.lim.rule
-		if rs.Usage == nil {
-			continue
-		}
-		used, ok := rs.Usage(h)
-		if !ok || used < 0 {
-			continue
-		}
-		r := rspec.Read{Seen: seen}
-		p.mu.Lock()
-		// A call's units are taken off the server's count once: another
-		// report of it goes without its mark (rspec.Store.ReconcileAt).
-		first := !hd.reported
-		hd.reported = true
-		p.mu.Unlock()
-		if call != nil && first {
+		if first {
 			r.Mark, r.Weight = call.Mark(i), t.charges[i].Weight
 		}
-		m.reconcileAt(rs, t.charges[i].Key, used, r)
 	}
+	m.reconcileAt(hd.lim.rule, t.charges[i].Key, used, r)
 }
 
 // reconcile is Reconcile in Redis mode (reconcileAt).
@@ -623,11 +526,7 @@ func (m *redisMode) reconcile(rs *ruleState, key string, used int64) error {
 // drops a count read in an earlier window than the one current when it
 // reaches Redis, which is that window's count (rspec.Store.ReconcileAt).
 func (m *redisMode) reconcileAt(rs *ruleState, key string, used int64, r rspec.Read) {
-	p := m.p
-	p.mu.Lock()
-	spec := p.keySpecLocked(rs, key)
-	p.mu.Unlock()
-	m.eng.ReconcileAtThen(m.scope, rspec.Charge{Rule: rs.Name, Key: redisKey(key), Spec: spec}, used, r, p.reconciledThen(rs.Name, key))
+	m.eng.ReconcileAtThen(m.scope, m.p.keyCharge(rs, key), used, r, m.p.reconciledThen(rs.Name, key))
 }
 
 // pauseCap caps a pause of Redis mode at now + the pool's cap
@@ -647,10 +546,7 @@ func (m *redisMode) paused(rule, key string, until time.Time) {
 	if rs == nil {
 		return
 	}
-	p.mu.Lock()
-	spec, d := p.keySpecLocked(rs, key), until.Sub(p.now())
-	p.mu.Unlock()
-	m.eng.Pause(m.scope, rspec.Charge{Rule: rule, Key: redisKey(key), Spec: spec}, d)
+	m.eng.Pause(m.scope, p.keyCharge(rs, key), until.Sub(p.now()))
 }
 
 // setLimit is SetLimit in Redis mode.
@@ -684,15 +580,6 @@ func (m *redisMode) setLimit(rs *ruleState, l window.Limit) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.refitLocked(rs, p.now())
-	for _, lim := range rs.keys {
-		if q := lim.q; q != nil {
-			if q.hidx >= 0 {
-				heap.Remove(&p.wakes, q.hidx)
-			}
-			p.markPending(q)
-		}
-	}
-	p.settleLocked(p.now())
 	return nil
 }
 
@@ -709,14 +596,18 @@ func (m *redisMode) keyLimitLocked(l *limiter) window.Limit { return l.redisSpec
 // is this process's knowledge.
 func (m *redisMode) try(t *Ticket, charges []Charge) (time.Duration, error) {
 	p := m.p
-	hs, rcs, err := m.startTry(charges)
+	p.mu.Lock()
+	hs, err := p.refChargesLocked(charges, p.now())
 	if err != nil {
+		p.mu.Unlock()
 		p.flushEvicted()
 		p.emitFailed(charges, nil, err)
 		return 0, err
 	}
+	rcs := redisChargesLocked(hs)
+	d, err := p.aheadLocked(hs, p.now())
+	p.mu.Unlock()
 	p.flushOr(func() { p.unrefAll(hs) })
-	d, err := p.tryQueued(hs)
 	if d == 0 && err == nil {
 		var o remote.Outcome
 		p.mu.Lock()
@@ -745,21 +636,6 @@ func (m *redisMode) try(t *Ticket, charges []Charge) (time.Duration, error) {
 	return d, err
 }
 
-// startTry checks charges (of TryAcquire), references their limiters in
-// this process and returns their Redis charges.
-func (m *redisMode) startTry(charges []Charge) (hs []held, rcs []rspec.Charge, err error) {
-	if err := m.check(charges); err != nil {
-		return nil, nil, err
-	}
-	p := m.p
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if hs, err = p.refChargesLocked(charges, p.now()); err != nil {
-		return nil, nil, err
-	}
-	return hs, redisChargesLocked(hs), nil
-}
-
 // refChargesLocked checks charges (a weight its rule can never admit:
 // tooHeavyLocked), evicts idle keys (a bounded step) and references the
 // limiters of charges at now (refLocked), in held charges.
@@ -772,28 +648,4 @@ func (p *Engine) refChargesLocked(charges []Charge, now time.Time) ([]held, erro
 	}
 	hs := make([]held, len(charges))
 	return hs, p.refLocked(hs, charges, now)
-}
-
-// tryQueued returns what waiters of this process queued on the limiters
-// of hs tell a try: the wait until the latest of their heads' wakes, or
-// ratesem.ErrInFlight when one waits for a release or is being decided;
-// (0, nil) when none waits.
-func (p *Engine) tryQueued(hs []held) (time.Duration, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	now := p.now()
-	var at time.Time
-	for i := range hs {
-		if q := hs[i].lim.q; q != nil && q.head != nil {
-			if h := q.head; !h.refused || h.when == 0 || h.rel {
-				return 0, ratesem.ErrInFlight
-			} else if w := p.instant(h.when); w.After(at) {
-				at = w
-			}
-		}
-	}
-	if at.IsZero() {
-		return 0, nil
-	}
-	return max(at.Sub(now), time.Nanosecond), nil
 }

@@ -43,7 +43,7 @@ func (p *Engine) pause(rs *ruleState, key string, until time.Time) (bool, error)
 		return false, nil
 	}
 	l, err := p.limiterLocked(rs, key, now)
-	if err != nil || l.paused() >= p.mono(until) {
+	if err != nil || l.state().paused >= p.mono(until) {
 		return false, err // an earlier end than the pause in force sets nothing
 	}
 	p.pauseLocked(l, until, now)
