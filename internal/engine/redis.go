@@ -606,13 +606,11 @@ func (m *redisMode) try(t *Ticket, charges []Charge) (time.Duration, error) {
 	}
 	rcs := redisChargesLocked(hs)
 	d, err := p.aheadLocked(hs, p.now())
+	before := m.sentCh
 	p.mu.Unlock()
 	p.flushOr(func() { p.unrefAll(hs) })
 	if d == 0 && err == nil {
 		var o remote.Outcome
-		p.mu.Lock()
-		before := m.sentCh
-		p.mu.Unlock()
 		o, err = m.decide(context.Background(), hs, rcs, false)
 		if err == nil && o.Call == nil && o.Release && m.awaitSent(hs, before) {
 			o, err = m.eng.Decide(context.Background(), m.scope, rcs)

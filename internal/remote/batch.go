@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/ratesem/ratesem/internal/rspec"
-	"github.com/ratesem/ratesem/internal/rstore"
 )
 
 // piper is a Store that ends calls (of any scope) and then decides several
@@ -16,7 +15,7 @@ import (
 // Store.Pipe). Over a piper, Decide's admissions of one scope share round
 // trips (group commit), and the releases ride along (see join, releaser).
 type piper interface {
-	Pipe(ctx context.Context, ends []rstore.End, scope string, calls [][]rspec.Charge, by []time.Time) ([]error, []rspec.Decision, []error, error)
+	Pipe(ctx context.Context, ends []rspec.End, scope string, calls [][]rspec.Charge, by []time.Time) ([]error, []rspec.Decision, []error, error)
 }
 
 const (
@@ -316,9 +315,9 @@ func (e *Engine) ride(cs []*Call) []*Call {
 func (e *Engine) send1(t *trip) *trip {
 	p := e.st.(piper)
 	timer := time.AfterFunc(e.cfg.Timeout, func() { e.expire(t) })
-	ends := make([]rstore.End, len(t.ends))
+	ends := make([]rspec.End, len(t.ends))
 	for i, c := range t.ends {
-		ends[i] = rstore.End{Scope: c.scope, Charges: c.cs, Token: c.token, Actual: c.actual}
+		ends[i] = rspec.End{Scope: c.scope, Charges: c.cs, Token: c.token, Actual: c.actual}
 	}
 	calls := make([][]rspec.Charge, len(t.reqs))
 	for i, r := range t.reqs {
@@ -471,9 +470,9 @@ func (e *Engine) sendEnds(cs []*Call) {
 		}
 		return
 	}
-	ends := make([]rstore.End, len(cs))
+	ends := make([]rspec.End, len(cs))
 	for i, c := range cs {
-		ends[i] = rstore.End{Scope: c.scope, Charges: c.cs, Token: c.token, Actual: c.actual}
+		ends[i] = rspec.End{Scope: c.scope, Charges: c.cs, Token: c.token, Actual: c.actual}
 	}
 	errs, _, _, err := p.Pipe(ctx, ends, "", nil, nil)
 	bad := err

@@ -539,3 +539,14 @@ type Store interface {
 	// internal/rstore's Store.Carry.
 	Carry(ctx context.Context, scope string, cs []Charge, ended bool) (Decision, error)
 }
+
+// End is the end of an admitted call for internal/rstore's Store.Pipe: a
+// Release (Actual nil) or a Settle (one actual weight per charge) of the
+// call of Token, admitted in Scope for Charges. It lives here, not in
+// rstore, so that internal/remote needs no go-redis import.
+type End struct {
+	Scope   string
+	Charges []Charge
+	Token   string
+	Actual  []int64
+}

@@ -134,6 +134,7 @@ type (
 	Spec     = rspec.Spec
 	Charge   = rspec.Charge
 	Decision = rspec.Decision
+	End      = rspec.End
 	Read     = rspec.Read
 )
 
@@ -474,16 +475,6 @@ func (s *Store) admitted(scope string, cs []Charge, tok string, v []any, sent, g
 // engine's DecideAll.
 func (s *Store) AdmitAll(ctx context.Context, scope string, calls [][]Charge) (ds []Decision, errs []error, err error) {
 	return s.admitAll(ctx, "admit", scope, calls, s.leaseS)
-}
-
-// End is the end of an admitted call for Pipe: a Release (Actual nil) or a
-// Settle (one actual weight per charge) of the call of Token, admitted in
-// Scope for Charges.
-type End struct {
-	Scope   string
-	Charges []Charge
-	Token   string
-	Actual  []int64
 }
 
 // Pipe sends, in one round trip (one pipeline), the ends of ends (each as
