@@ -540,7 +540,7 @@ type Store interface {
 	Carry(ctx context.Context, scope string, cs []Charge, ended bool) (Decision, error)
 }
 
-// End is the end of an admitted call for internal/rstore's Store.Pipe: a
+// End is the end of an admitted call for the Pipe of internal/rstore: a
 // Release (Actual nil) or a Settle (one actual weight per charge) of the
 // call of Token, admitted in Scope for Charges. It lives here, not in
 // rstore, so that internal/remote needs no go-redis import.
