@@ -221,6 +221,9 @@ type waiter struct {
 	ask    chan struct{} // capacity 1: a decision is wanted (decideLocked)
 	asking bool          // its goroutine asks now: nobody else does
 	free   bool          // it asks outside the queues (counted in its limiters' asking)
+	// refused: Redis refused it at least once (askRedis): nobody queued
+	// behind it asks before it does again (askAheadLocked)
+	refused bool
 	// setHere: one of its rules' limits was set by SetLimit here (askLocked)
 	setHere bool
 	out     *remote.Outcome // the decision to apply at its next try; nil when none

@@ -233,9 +233,10 @@ func (m *redisMode) askRedis(ctx context.Context, w *waiter) bool {
 		w.rcall, w.granted = o.Call, now
 		p.finishLocked(w, nil)
 	default:
-		w.out = &o
+		w.out, w.refused = &o, true
 		p.tryWaiterLocked(w, now)
 	}
+	askAheadLocked(w.held)
 	return first && !w.done
 }
 
@@ -300,6 +301,50 @@ func askFreeLocked(w *waiter) {
 		w.held[i].lim.asking++
 	}
 	w.askLocked()
+}
+
+// askAheadLocked lets the calls queued on the limiters of hs that Redis
+// never refused ask it now, in queue order, while fewer than maxFreeAsks
+// calls of each of their limiters ask outside the queues (askFreeLocked):
+// a queue that formed because many calls asked at once, not because Redis
+// refused one, drains up to maxFreeAsks decisions per round trip (remote
+// sends the concurrent decisions of a scope together) instead of one head
+// after another. It stops at a call that waits on a refusal: nobody
+// queued behind it asks before it.
+func askAheadLocked(hs []held) {
+	for i := range hs {
+		l := hs[i].lim
+		if l.q == nil {
+			continue
+		}
+		for n := l.q.head; n != nil && l.asking < maxFreeAsks; n = n.next {
+			w := n.w
+			if w.asking {
+				continue
+			}
+			if w.refused || w.done || w.parked || !clearAheadLocked(w) {
+				break
+			}
+			askFreeLocked(w)
+		}
+	}
+}
+
+// clearAheadLocked reports whether w, queued, may ask Redis outside its
+// queues: on each of its limiters fewer than maxFreeAsks calls ask so and
+// every call queued ahead of it asks now (none waits on a refusal).
+func clearAheadLocked(w *waiter) bool {
+	for i := range w.nodes {
+		if w.held[i].lim.asking >= maxFreeAsks {
+			return false
+		}
+		for m := w.nodes[i].prev; w.nodes[i].inq && m != nil; m = m.prev {
+			if !m.w.asking {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // askLocked has w's goroutine ask Redis (askRedis), its Redis charges set
