@@ -1000,8 +1000,10 @@ func (e *Engine) Pause(scope string, c rspec.Charge, d time.Duration) {
 // ReconcileAtThen passes a server's usage report (used units in the
 // server's current window, read at r on Redis's clock; zero when not
 // known) to Redis, asynchronously: one round trip on a goroutine of its
-// own, bounded by Timeout; it never blocks, and a failure is counted in
-// Stats.RedisErrors. A window aligned to the clock drops a count read in
+// own, bounded by Timeout; it never blocks. A round trip that fails marks
+// Redis unreachable (counted in Stats.RedisErrors); a caller's error
+// Redis answered with (a limit mismatch) counts as Redis answering and
+// reaches then. A window aligned to the clock drops a count read in
 // an earlier window than the one current when it reaches Redis (see
 // rspec.Store.ReconcileAt). then, when not nil, is told what the count
 // did, once Redis answered: added is the units the limiter took in (what
