@@ -778,22 +778,36 @@ end
 return {0, now, math.max(wait, 1), refuser, flags, adopted, '', ev}
 `
 
-// singleRelease ends, with no helper functions, the call of one charge of
-// a completion window, or of a fixed completion window that need not roll,
-// without a concurrency cap, whose lease is there and has not run out; it
-// does what the full path would. Anything else falls through, changing
-// nothing.
-const singleRelease = `
-if NC == 1 and ARGV[13] == nil and ARGV[10] == '0' and ARGV[11] ~= '0' and (ARGV[6] == '1' or ARGV[6] == '2') then
-  local H, F, Z, k = KEYS[1], KEYS[2], KEYS[3], ARGV[6]
-  local v = redis.call('HMGET', H, 's', 'f', 'fc', 'z', 'zc', 'm', 'x', 'w', 'd')
-  local t0 = math.max(now, tonumber(v[6]) or 0)
-  local per = tonumber(ARGV[8])
-  if v[1] == ARGV[5] and (k == '1' or (v[8] and math.floor(t0 / per) <= tonumber(v[8]))) then
-    local mem = ARGV[2] .. ':' .. ARGV[11]
-    local d = tonumber(redis.call('ZSCORE', F, mem))
-    if d ~= nil and d > t0 then
-      local n, ttl, x = tonumber(ARGV[11]), tonumber(ARGV[12]), tonumber(v[7])
+// fastRelease ends, with no helper functions, a plain release (no
+// actual weights, no mode) whose every charge is of a completion window,
+// or of a fixed completion window that need not roll, of a positive
+// weight, without a concurrency cap, on a limiter no other charge of the
+// call names, whose lease is there and has not run out; it does, charge by
+// charge, what the full path would. It reads every charge before it
+// writes any: anything else falls through, changing nothing.
+const fastRelease = `
+if ARGV[4 + 8 * NC + 1] == nil then
+  local RS, seen = {}, {}
+  for i = 1, NC do
+    local b = 4 + (i - 1) * 8
+    local k, H = ARGV[b+2], KEYS[3*i-2]
+    if ARGV[b+6] ~= '0' or ARGV[b+7] == '0' or (k ~= '1' and k ~= '2') or seen[H] then RS = nil; break end
+    seen[H] = true
+    local v = redis.call('HMGET', H, 's', 'f', 'fc', 'z', 'zc', 'm', 'x', 'w', 'd')
+    local t0 = math.max(now, tonumber(v[6]) or 0)
+    local per = tonumber(ARGV[b+4])
+    if v[1] ~= ARGV[b+1] or (k == '2' and not (v[8] and math.floor(t0 / per) <= tonumber(v[8]))) then RS = nil; break end
+    local mem = ARGV[2] .. ':' .. ARGV[b+7]
+    local d = tonumber(redis.call('ZSCORE', KEYS[3*i-1], mem))
+    if d == nil or d <= t0 then RS = nil; break end
+    RS[i] = v; v.t0 = t0; v.per = per; v.mem = mem
+  end
+  if RS ~= nil then
+    for i = 1, NC do
+      local v, b = RS[i], 4 + (i - 1) * 8
+      local H, F, Z, k = KEYS[3*i-2], KEYS[3*i-1], KEYS[3*i], ARGV[b+2]
+      local t0, per, mem = v.t0, v.per, v.mem
+      local n, ttl, x = tonumber(ARGV[b+7]), tonumber(ARGV[b+8]), tonumber(v[7])
       local f, fc = math.max((tonumber(v[2]) or 0) - n, 0), math.max((tonumber(v[3]) or 0) - 1, 0)
       local z, zc = tonumber(v[4]) or 0, tonumber(v[5]) or 0
       redis.call('ZREM', F, mem)
@@ -819,8 +833,8 @@ if NC == 1 and ARGV[13] == nil and ARGV[10] == '0' and ARGV[11] ~= '0' and (ARGV
         if f > 0 then redis.call('PEXPIRE', F, ttl) end
         if z > 0 then redis.call('PEXPIRE', Z, ttl) end
       end
-      return 0
     end
+    return 0
   end
 end
 `
@@ -836,7 +850,7 @@ end
 // back, a bucket or GCRA that admitted another call since gives nothing
 // back); for an Extend, "extend" there: the leases move to now + ARGV[3]
 // µs. Reply: the number of charges whose lease was no longer there.
-var releaseScript = goredis.NewScript(header + singleRelease + prelude + `
+var releaseScript = goredis.NewScript(header + fastRelease + prelude + `
 local Ls, err = loadall()
 if Ls == nil then return err end
 local at, ls = string.match(ARGV[3], '^(%d+):(%d+)$')
