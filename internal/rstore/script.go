@@ -568,7 +568,7 @@ for i = 1, NC do
   local b = 4 + (i - 1) * 8
   local H = KEYS[3*i-2]
   local k, n, conc = tonumber(ARGV[b+2]), tonumber(ARGV[b+7]), tonumber(ARGV[b+6])
-  -- the fields of kind k, after s p h x g f fc (v[1] to v[7])
+  -- the fields of kind k, after s p h x g f fc (v[1] to v[7]), then E and o
   local v
   if k == 9 then v = redis.call('HMGET', H, 's', 'p', 'h', 'x', 'g', 'f', 'fc', 't', 'a', 'E', 'o')
   elseif k == 1 then v = redis.call('HMGET', H, 's', 'p', 'h', 'x', 'g', 'f', 'fc', 'm', 'z', 'E', 'o')
