@@ -36,7 +36,9 @@ import goredis "github.com/redis/go-redis/v9"
 // TAT (GCRA) or tokens (buckets), r refill fraction in units·µs, l latest
 // refill instant, a latest admission instant, q reconciliation counter,
 // T the usage reports of a fixed completion window
-// ("w:top:known:rep:floor", see reconcileScript).
+// ("w:top:known:rep:floor", see reconcileScript), o a lower bound of the
+// ends of the leases in F (2^52 for none; absent: unknown), which every
+// script that adds or moves a lease lowers and prepare reads from F.
 //
 // A lease is the member token:weight of F, scored by its deadline. A log
 // entry is the member token:weight of Z (or r<q>:weight for units taken on
@@ -58,6 +60,7 @@ if ARGV[1] ~= '' then now = tonumber(ARGV[1]) else
 // and reaches the prelude only when the fast path cannot decide.
 const prelude = `
 local GAP = 1000000 -- at most this long (µs) between full sweeps of a busy limiter
+local ONONE = 4503599627370496 -- 2^52 µs (year 2112): o of a limiter with no lease
 local function fdiv(a, b) return math.floor(a / b) end
 local function wt(m) return tonumber(string.match(m, ':(%d+)$')) end
 
@@ -75,7 +78,7 @@ local function lim(i)
     n = tonumber(ARGV[b+7]), ttl = tonumber(ARGV[b+8]), dirty = {}}
   local fs = KF[L.kind]
   if fs == nil then return nil, '' end
-  local v = redis.call('HMGET', L.H, 's', 'S', 'p', 'h', 'x', 'g', 'fc', 'zc', 'E', unpack(fs))
+  local v = redis.call('HMGET', L.H, 's', 'S', 'p', 'h', 'x', 'g', 'fc', 'zc', 'E', 'o', unpack(fs))
   L.new = (v[1] == false)
   if not L.new and v[1] ~= L.spec then
     if v[1] == UNK and L.spec ~= UNK then
@@ -89,7 +92,7 @@ local function lim(i)
       L.ttl = math.max(L.ttl, math.ceil(L.per * (math.max(L.p1, L.N) / math.max(L.N, 1) + 2) / 1000) + 1000)
       L.adopted = true
       fs = KF[L.kind] -- read again: the stored kind's fields
-      v = redis.call('HMGET', L.H, 's', 'S', 'p', 'h', 'x', 'g', 'fc', 'zc', 'E', unpack(fs))
+      v = redis.call('HMGET', L.H, 's', 'S', 'p', 'h', 'x', 'g', 'fc', 'zc', 'E', 'o', unpack(fs))
     else
       return nil, v[1]
     end
@@ -97,7 +100,8 @@ local function lim(i)
   L.p, L.h, L.x, L.g = tonumber(v[3]), tonumber(v[4]), tonumber(v[5]), tonumber(v[6])
   L.fc, L.zc = tonumber(v[7]) or 0, tonumber(v[8]) or 0
   if v[9] then L.E = v[9] end
-  for j = 1, #fs do L[fs[j]] = tonumber(v[9 + j]) end
+  L.o = tonumber(v[10])
+  for j = 1, #fs do L[fs[j]] = tonumber(v[10 + j]) end
   L.f = L.f or 0
   L.z = L.z or 0
   L.t0 = math.max(now, L.m or 0) -- time never goes back for one limiter
@@ -113,6 +117,7 @@ local function set(L, k, v) L[k] = v; L.dirty[k] = true end
 -- or log (s 'z'), and counts it in the hash (a set just made is fresh).
 local function add(L, s, sc, mem, w)
   redis.call('ZADD', s == 'f' and L.F or L.Z, sc, mem)
+  if s == 'f' and L.o ~= nil and sc < L.o then set(L, 'o', sc) end
   if L[s] == 0 then L.fresh = true end
   set(L, s, L[s] + w); set(L, s .. 'c', L[s .. 'c'] + 1)
 end
@@ -249,6 +254,13 @@ local function prepare(L)
     set(L, 'f', f); set(L, 'z', z); set(L, 'fc', #fl); set(L, 'zc', zc)
     L.fresh = true
     set(L, 'h', L.t0 + math.max(L.per + (k == 3 and L.p1 or 0), 1000000))
+  end
+  if L.leased then
+    -- o: the earliest lease's end, as F holds it now (ONONE: no lease)
+    local o = redis.call('ZRANGE', L.F, 0, 0, 'WITHSCORES')
+    local v = ONONE
+    if #o == 2 then v = tonumber(o[2]) end
+    if L.o ~= v then set(L, 'o', v) end
   end
 end
 
@@ -507,7 +519,7 @@ if NC == 1 and ARGV[10] == '0' and ARGV[11] ~= '0' then
       end
     end
   elseif k == '1' then
-    local v = redis.call('HMGET', H, 's', 'p', 'h', 'x', 'g', 'f', 'fc', 'm', 'z', 'E')
+    local v = redis.call('HMGET', H, 's', 'p', 'h', 'x', 'g', 'f', 'fc', 'm', 'z', 'E', 'o')
     if v[1] == ARGV[5] and v[10] == EV and redis.call('GET', EK) == EV then
       local t0 = math.max(now, tonumber(v[8]) or 0)
       local g = tonumber(v[5])
@@ -516,7 +528,8 @@ if NC == 1 and ARGV[10] == '0' and ARGV[11] ~= '0' then
         local f, fc = tonumber(v[6]) or 0, tonumber(v[7]) or 0
         if n <= N - f - (tonumber(v[9]) or 0) then
           local ttl, x = tonumber(ARGV[12]), tonumber(v[4])
-          redis.call('ZADD', KEYS[2], t0 + tonumber(ARGV[3]), ARGV[2] .. ':' .. ARGV[11])
+          local dl = t0 + tonumber(ARGV[3])
+          redis.call('ZADD', KEYS[2], dl, ARGV[2] .. ':' .. ARGV[11])
           local refresh = x == nil or x - t0 < (ttl - 1000) * 1000
           if refresh then
             x = t0 + ttl * 1000
@@ -524,7 +537,10 @@ if NC == 1 and ARGV[10] == '0' and ARGV[11] ~= '0' then
             redis.call('PEXPIRE', EK, ttl, 'GT')
             if v[9] and v[9] ~= '0' then redis.call('PEXPIRE', KEYS[3], ttl) end
           end
-          redis.call('HSET', H, 'f', f + n, 'fc', fc + 1, 'm', t0, 'x', x)
+          -- o, the earliest lease's end, stays a lower bound (see fastRelease)
+          local o = tonumber(v[11])
+          if o ~= nil and dl < o then redis.call('HSET', H, 'f', f + n, 'fc', fc + 1, 'm', t0, 'x', x, 'o', dl)
+          else redis.call('HSET', H, 'f', f + n, 'fc', fc + 1, 'm', t0, 'x', x) end
           -- refreshed, or the leases' key just made (it alone needs a TTL)
           if refresh or f == 0 then redis.call('PEXPIRE', KEYS[2], ttl) end
           return {1, now, 0, 0, 8, ''}
@@ -552,17 +568,17 @@ for i = 1, NC do
   local b = 4 + (i - 1) * 8
   local H = KEYS[3*i-2]
   local k, n, conc = tonumber(ARGV[b+2]), tonumber(ARGV[b+7]), tonumber(ARGV[b+6])
-  -- the fields of kind k, after s p h x g f fc (v[1] to v[7])
+  -- the fields of kind k, after s p h x g f fc (v[1] to v[7]), then E and o
   local v
-  if k == 9 then v = redis.call('HMGET', H, 's', 'p', 'h', 'x', 'g', 'f', 'fc', 't', 'a', 'E')
-  elseif k == 1 then v = redis.call('HMGET', H, 's', 'p', 'h', 'x', 'g', 'f', 'fc', 'm', 'z', 'E')
-  elseif k == 2 then v = redis.call('HMGET', H, 's', 'p', 'h', 'x', 'g', 'f', 'fc', 'm', 'w', 'u', 'd', 'E')
-  elseif k == 3 then v = redis.call('HMGET', H, 's', 'p', 'h', 'x', 'g', 'f', 'fc', 'm', 'z', 'zc', 'E')
-  elseif k == 4 then v = redis.call('HMGET', H, 's', 'p', 'h', 'x', 'g', 'f', 'fc', 'w', 'u', 'E')
-  elseif k == 5 then v = redis.call('HMGET', H, 's', 'p', 'h', 'x', 'g', 'f', 'fc', 'm', 'w', 'c', 'v', 'E')
-  elseif k == 6 then v = redis.call('HMGET', H, 's', 'p', 'h', 'x', 'g', 'f', 'fc', 'w', 'c', 'E')
-  else v = redis.call('HMGET', H, 's', 'p', 'h', 'x', 'g', 'f', 'fc', 't', 'r', 'l', 'a', 'E') end
-  if v[1] ~= ARGV[b+1] or v[#v] ~= EV then fast = false; break end
+  if k == 9 then v = redis.call('HMGET', H, 's', 'p', 'h', 'x', 'g', 'f', 'fc', 't', 'a', 'E', 'o')
+  elseif k == 1 then v = redis.call('HMGET', H, 's', 'p', 'h', 'x', 'g', 'f', 'fc', 'm', 'z', 'E', 'o')
+  elseif k == 2 then v = redis.call('HMGET', H, 's', 'p', 'h', 'x', 'g', 'f', 'fc', 'm', 'w', 'u', 'd', 'E', 'o')
+  elseif k == 3 then v = redis.call('HMGET', H, 's', 'p', 'h', 'x', 'g', 'f', 'fc', 'm', 'z', 'zc', 'E', 'o')
+  elseif k == 4 then v = redis.call('HMGET', H, 's', 'p', 'h', 'x', 'g', 'f', 'fc', 'w', 'u', 'E', 'o')
+  elseif k == 5 then v = redis.call('HMGET', H, 's', 'p', 'h', 'x', 'g', 'f', 'fc', 'm', 'w', 'c', 'v', 'E', 'o')
+  elseif k == 6 then v = redis.call('HMGET', H, 's', 'p', 'h', 'x', 'g', 'f', 'fc', 'w', 'c', 'E', 'o')
+  else v = redis.call('HMGET', H, 's', 'p', 'h', 'x', 'g', 'f', 'fc', 't', 'r', 'l', 'a', 'E', 'o') end
+  if v[1] ~= ARGV[b+1] or v[#v-1] ~= EV then fast = false; break end
   local leased = k == 1 or k == 2 or conc > 0
   local logged = k == 1 or k == 3
   local t0 = now
@@ -575,7 +591,7 @@ for i = 1, NC do
   local N, per, p1 = tonumber(ARGV[b+3]), tonumber(ARGV[b+4]), tonumber(ARGV[b+5])
   local hs = {}
   local c = {H = H, k = k, n = n, t0 = t0, hs = hs, leased = leased, logged = logged, f = f,
-    x = tonumber(v[4]), ttl = tonumber(ARGV[b+8]), i = i}
+    x = tonumber(v[4]), ttl = tonumber(ARGV[b+8]), i = i, o = tonumber(v[#v])}
   if k == 1 or k == 2 or k == 3 or k == 5 then hs[#hs+1] = 'm'; hs[#hs+1] = t0 end
   if n > 0 then
     if k == 1 then
@@ -663,6 +679,8 @@ if fast then
       local m = tok .. ':' .. n
       if c.leased then
         redis.call('ZADD', KEYS[3*i-1], c.t0 + lease, m)
+        -- o, the earliest lease's end, stays a lower bound (see fastRelease)
+        if c.o ~= nil and c.t0 + lease < c.o then hs[#hs+1] = 'o'; hs[#hs+1] = c.t0 + lease end
         flags = 8
         if c.f == 0 then freshF = true end
       end
@@ -778,25 +796,52 @@ end
 return {0, now, math.max(wait, 1), refuser, flags, adopted, '', ev}
 `
 
-// singleRelease ends, with no helper functions, the call of one charge of
-// a completion window, or of a fixed completion window that need not roll,
-// without a concurrency cap, whose lease is there and has not run out; it
-// does what the full path would. Anything else falls through, changing
-// nothing.
-const singleRelease = `
-if NC == 1 and ARGV[13] == nil and ARGV[10] == '0' and ARGV[11] ~= '0' and (ARGV[6] == '1' or ARGV[6] == '2') then
-  local H, F, Z, k = KEYS[1], KEYS[2], KEYS[3], ARGV[6]
-  local v = redis.call('HMGET', H, 's', 'f', 'fc', 'z', 'zc', 'm', 'x', 'w', 'd')
-  local t0 = math.max(now, tonumber(v[6]) or 0)
-  local per = tonumber(ARGV[8])
-  if v[1] == ARGV[5] and (k == '1' or (v[8] and math.floor(t0 / per) <= tonumber(v[8]))) then
-    local mem = ARGV[2] .. ':' .. ARGV[11]
-    local d = tonumber(redis.call('ZSCORE', F, mem))
-    if d ~= nil and d > t0 then
-      local n, ttl, x = tonumber(ARGV[11]), tonumber(ARGV[12]), tonumber(v[7])
+// fastRelease ends, with no helper functions, a plain release (no
+// actual weights, no mode) whose every charge is of a completion window,
+// or of a fixed completion window that need not roll, of a positive
+// weight, without a concurrency cap, on a limiter no other charge of the
+// call names, whose lease is there and has not run out; it does, charge by
+// charge, what the full path would. It reads every charge before it
+// writes any: anything else falls through, changing nothing. A limiter
+// whose hash says no lease ends before now (o, a lower bound of the
+// leases' ends: every script that adds or moves a lease lowers it to the
+// lease's end, prepare sets it to the earliest end in F) needs no ZSCORE:
+// its lease has not run out if it is there, and ZREM tells. A lease found
+// gone there (lost) stops the fast path at that charge: the full path
+// ends that charge and the ones after it (from FD), as it would have, the
+// charges before it ended as the full path would have ended them.
+const fastRelease = `
+local FD = 1
+if ARGV[4 + 8 * NC + 1] == nil then
+  local RS, seen = {}, {}
+  for i = 1, NC do
+    local b = 4 + (i - 1) * 8
+    local k, H = ARGV[b+2], KEYS[3*i-2]
+    if ARGV[b+6] ~= '0' or ARGV[b+7] == '0' or (k ~= '1' and k ~= '2') or seen[H] then RS = nil; break end
+    seen[H] = true
+    local v = redis.call('HMGET', H, 's', 'f', 'fc', 'z', 'zc', 'm', 'x', 'w', 'd', 'o')
+    local t0 = math.max(now, tonumber(v[6]) or 0)
+    local per = tonumber(ARGV[b+4])
+    if v[1] ~= ARGV[b+1] or (k == '2' and not (v[8] and math.floor(t0 / per) <= tonumber(v[8]))) then RS = nil; break end
+    local mem = ARGV[2] .. ':' .. ARGV[b+7]
+    local o = tonumber(v[10])
+    if o == nil or o <= t0 then
+      local d = tonumber(redis.call('ZSCORE', KEYS[3*i-1], mem))
+      if d == nil or d <= t0 then RS = nil; break end
+      v.seen = true
+    end
+    RS[i] = v; v.t0 = t0; v.per = per; v.mem = mem
+  end
+  if RS ~= nil then
+    local stop = false
+    for i = 1, NC do
+      local v, b = RS[i], 4 + (i - 1) * 8
+      local H, F, Z, k = KEYS[3*i-2], KEYS[3*i-1], KEYS[3*i], ARGV[b+2]
+      local t0, per, mem = v.t0, v.per, v.mem
+      if redis.call('ZREM', F, mem) == 0 and not v.seen then FD, stop = i, true; break end
+      local n, ttl, x = tonumber(ARGV[b+7]), tonumber(ARGV[b+8]), tonumber(v[7])
       local f, fc = math.max((tonumber(v[2]) or 0) - n, 0), math.max((tonumber(v[3]) or 0) - 1, 0)
       local z, zc = tonumber(v[4]) or 0, tonumber(v[5]) or 0
-      redis.call('ZREM', F, mem)
       local fresh = false
       if k == '1' and per > 0 then
         redis.call('ZADD', Z, t0, mem)
@@ -819,8 +864,8 @@ if NC == 1 and ARGV[13] == nil and ARGV[10] == '0' and ARGV[11] ~= '0' and (ARGV
         if f > 0 then redis.call('PEXPIRE', F, ttl) end
         if z > 0 then redis.call('PEXPIRE', Z, ttl) end
       end
-      return 0
     end
+    if not stop then return 0 end -- else the full path, from charge FD
   end
 end
 `
@@ -836,7 +881,7 @@ end
 // back, a bucket or GCRA that admitted another call since gives nothing
 // back); for an Extend, "extend" there: the leases move to now + ARGV[3]
 // µs. Reply: the number of charges whose lease was no longer there.
-var releaseScript = goredis.NewScript(header + singleRelease + prelude + `
+var releaseScript = goredis.NewScript(header + fastRelease + prelude + `
 local Ls, err = loadall()
 if Ls == nil then return err end
 local at, ls = string.match(ARGV[3], '^(%d+):(%d+)$')
@@ -846,7 +891,7 @@ local mode = ARGV[TA + NC + 1]
 local cancel = mode == 'cancel'
 local SAT = 4503599627370496 -- 2^52: where debts and counts saturate
 local missing = 0
-for i = 1, NC do
+for i = FD, NC do
   local L = Ls[i]
   local n, k, tok = L.n, L.kind, ARGV[2]
   local a = math.min(math.max(tonumber(ARGV[TA + i]) or n, 0), 1099511627776)
@@ -858,6 +903,7 @@ for i = 1, NC do
     if L.leased and n > 0 and d ~= nil and d > L.t0 then
       if L.new then prepare(L) end -- lost, not new: see prepare
       redis.call('ZADD', L.F, 'XX', L.t0 + tonumber(ARGV[3]), m)
+      if L.o ~= nil and L.t0 + tonumber(ARGV[3]) < L.o then set(L, 'o', L.t0 + tonumber(ARGV[3])) end
       -- The keys live at least until the new end and a second more (save
       -- refreshes them when their expiry, x, is less than the TTL minus a
       -- second away); x moves with them, so that an admission never
