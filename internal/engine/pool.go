@@ -504,7 +504,10 @@ func (p *Engine) await(ctx context.Context, w *waiter, charges []Charge) (queued
 			return queued, ctx.Err()
 		case <-w.ready:
 			if w.err != nil {
-				p.unrefAll(w.held)
+				p.mu.Lock()
+				leaveFreeLocked(w) // failed before it took its ask
+				p.unrefHeldLocked(w.held, p.now())
+				p.mu.Unlock()
 				return queued, w.err
 			}
 			if err := ctx.Err(); err != nil {
@@ -621,6 +624,7 @@ func (p *Engine) abandon(w *waiter) {
 	} else if w.err == nil {
 		p.undoLocked(w.held, w.granted) // admitted while ctx became done
 	}
+	leaveFreeLocked(w) // left before it took its ask (out of the queues: none asks it again)
 	now := p.now()
 	p.unrefHeldLocked(w.held, now)
 	p.settleLocked(now)

@@ -303,6 +303,21 @@ func askFreeLocked(w *waiter) {
 	w.askLocked()
 }
 
+// leaveFreeLocked undoes askFreeLocked for w, whose goroutine leaves
+// await (its context done, or w failed) without taking the ask: askRedis,
+// which undoes it otherwise, will not run. The calls queued behind may ask
+// ahead in its place.
+func leaveFreeLocked(w *waiter) {
+	if !w.free {
+		return
+	}
+	w.free, w.asking = false, false
+	for i := range w.held {
+		w.held[i].lim.asking--
+	}
+	askAheadLocked(w.held)
+}
+
 // askAheadLocked lets the calls queued on the limiters of hs that Redis
 // never refused ask it now, in queue order, while fewer than maxFreeAsks
 // calls of each of their limiters ask outside the queues (askFreeLocked):
