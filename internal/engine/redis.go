@@ -334,10 +334,13 @@ func askAheadLocked(hs []held) {
 		}
 		for n := l.q.head; n != nil && l.asking < maxFreeAsks; n = n.next {
 			w := n.w
+			if w.refused || w.done || w.parked {
+				break // asking again or not, nobody behind it asks first
+			}
 			if w.asking {
 				continue
 			}
-			if w.refused || w.done || w.parked || !clearAheadLocked(w) {
+			if !clearAheadLocked(w) {
 				break
 			}
 			askFreeLocked(w)
@@ -354,7 +357,7 @@ func clearAheadLocked(w *waiter) bool {
 			return false
 		}
 		for m := w.nodes[i].prev; w.nodes[i].inq && m != nil; m = m.prev {
-			if !m.w.asking {
+			if !m.w.asking || m.w.refused {
 				return false
 			}
 		}

@@ -58,3 +58,76 @@ func TestReviewFreeAskLeftUncounted(t *testing.T) {
 		t.Fatalf("the limiter counts %d calls asking Redis outside its queues; none does", n)
 	}
 }
+
+// TestReviewNoAskBehindRefused: a call queued behind one Redis refused
+// does not ask ahead of it, not even while the refused call asks again
+// (askAheadLocked's promise: nobody queued behind it asks before it).
+func TestReviewNoAskBehindRefused(t *testing.T) {
+	c := goredis.NewClient(&goredis.Options{Addr: redistest.Start(t).Addr()})
+	t.Cleanup(func() { c.Close() })
+	p, err := New([]Rule{{Name: "r", Limit: window.Limit{N: 1, Per: time.Hour}}}, "",
+		func(cfg *Config) { cfg.Shared = &Shared{Opener: rstore.NewOpener(c), Prefix: "askbehind"} })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	keep := new(Ticket) // the limit is full
+	if err := p.Acquire(context.Background(), keep, []Charge{{Rule: "r", Weight: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 2)
+	acquire := func() {
+		tk := new(Ticket)
+		err := p.Acquire(ctx, tk, []Charge{{Rule: "r", Weight: 1}})
+		if err == nil {
+			tk.Release()
+		}
+		done <- err
+	}
+	go acquire()
+	var a, b *waiter
+	waitUntil := func(what string, f func() bool) {
+		t.Helper()
+		for end := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+			p.mu.Lock()
+			ok := f()
+			p.mu.Unlock()
+			if ok {
+				return
+			}
+			if time.Now().After(end) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+		}
+	}
+	waitUntil("the first call refused", func() bool {
+		if p.waiters.Len() != 1 {
+			return false
+		}
+		a = p.waiters.Front().Value.(*waiter)
+		return a.refused && !a.asking
+	})
+	go acquire()
+	waitUntil("the second call queued", func() bool {
+		if p.waiters.Len() != 2 {
+			return false
+		}
+		b = p.waiters.Back().Value.(*waiter)
+		return !b.asking
+	})
+	p.mu.Lock()
+	a.asking = true // the refused call asks again (its wake): another's answer comes meanwhile
+	askAheadLocked(a.held)
+	asked := b.asking
+	a.asking = false
+	p.mu.Unlock()
+	if asked {
+		t.Fatal("a call queued behind a refused one asked Redis ahead of it")
+	}
+	cancel()
+	<-done
+	<-done
+	keep.Release()
+}
