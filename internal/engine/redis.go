@@ -324,8 +324,12 @@ func leaveFreeLocked(w *waiter) {
 // a queue that formed because many calls asked at once, not because Redis
 // refused one, drains up to maxFreeAsks decisions per round trip (remote
 // sends the concurrent decisions of a scope together) instead of one head
-// after another. It stops at a call that waits on a refusal: nobody
-// queued behind it asks before it.
+// after another. It stops at a call that waits on a refusal (nobody
+// queued behind it asks before it) and at one lighter than a call ahead
+// of it (clearAheadLocked). Calls asked ahead of equal weights may still
+// be decided in another order than their queue's when the limit has room
+// for some of them only (their goroutines reach Redis in the order they
+// run), as calls that arrive together and ask at once may.
 func askAheadLocked(hs []held) {
 	for i := range hs {
 		l := hs[i].lim
@@ -350,14 +354,16 @@ func askAheadLocked(hs []held) {
 
 // clearAheadLocked reports whether w, queued, may ask Redis outside its
 // queues: on each of its limiters fewer than maxFreeAsks calls ask so and
-// every call queued ahead of it asks now (none waits on a refusal).
+// every call queued ahead of it asks now (none waits on a refusal) for no
+// more units than w: a lighter call could be admitted where the heavier
+// one ahead of it is refused, overtaking it, so it waits its turn.
 func clearAheadLocked(w *waiter) bool {
 	for i := range w.nodes {
 		if w.held[i].lim.asking >= maxFreeAsks {
 			return false
 		}
 		for m := w.nodes[i].prev; w.nodes[i].inq && m != nil; m = m.prev {
-			if !m.w.asking || m.w.refused {
+			if !m.w.asking || m.w.refused || m.held().n > w.held[i].n {
 				return false
 			}
 		}
