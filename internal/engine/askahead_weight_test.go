@@ -3,27 +3,13 @@ package engine
 import (
 	"context"
 	"testing"
-	"time"
-
-	goredis "github.com/redis/go-redis/v9"
-
-	"github.com/ratesem/ratesem/internal/rstore"
-	"github.com/ratesem/ratesem/redistest"
-	"github.com/ratesem/ratesem/window"
 )
 
 // TestAskAheadNotLighter: a call queued behind a heavier one that asks
 // Redis does not ask ahead of its turn (admitted where the heavier one is
 // refused, it would overtake it); one of the same weight does.
 func TestAskAheadNotLighter(t *testing.T) {
-	c := goredis.NewClient(&goredis.Options{Addr: redistest.Start(t).Addr()})
-	t.Cleanup(func() { c.Close() })
-	p, err := New([]Rule{{Name: "r", Limit: window.Limit{N: 5, Per: time.Hour}}}, "",
-		func(cfg *Config) { cfg.Shared = &Shared{Opener: rstore.NewOpener(c), Prefix: "asklighter"} })
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
+	p := redisEngine(t, "asklighter", 5)
 	keep := new(Ticket) // the limit is full
 	if err := p.Acquire(context.Background(), keep, []Charge{{Rule: "r", Weight: 5}}); err != nil {
 		t.Fatal(err)
@@ -39,22 +25,7 @@ func TestAskAheadNotLighter(t *testing.T) {
 		}
 		done <- err
 	}
-	// waitUntil polls the engine's state (no timing is assumed: it waits
-	// for a state the calls reach, at most 5 s).
-	waitUntil := func(what string, f func() bool) {
-		t.Helper()
-		for end := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
-			p.mu.Lock()
-			ok := f()
-			p.mu.Unlock()
-			if ok {
-				return
-			}
-			if time.Now().After(end) {
-				t.Fatalf("timed out waiting for %s", what)
-			}
-		}
-	}
+	waitUntil := func(what string, f func() bool) { t.Helper(); waitState(t, p, what, f) }
 	var a, b *waiter
 	go acquire(5)
 	waitUntil("the heavy call refused", func() bool {

@@ -19,14 +19,7 @@ import (
 // it: otherwise maxFreeAsks such leaves stop every later call of the
 // limiter from asking at once or ahead of its turn.
 func TestReviewFreeAskLeftUncounted(t *testing.T) {
-	c := goredis.NewClient(&goredis.Options{Addr: redistest.Start(t).Addr()})
-	t.Cleanup(func() { c.Close() })
-	p, err := New([]Rule{{Name: "r", Limit: window.Limit{N: 1000, Per: time.Hour}}}, "",
-		func(cfg *Config) { cfg.Shared = &Shared{Opener: rstore.NewOpener(c), Prefix: "askleft"} })
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
+	p := redisEngine(t, "askleft", 1000)
 	keep := new(Ticket) // keeps the limiter (and its counts) alive
 	if err := p.Acquire(context.Background(), keep, []Charge{{Rule: "r", Weight: 1}}); err != nil {
 		t.Fatal(err)
@@ -63,14 +56,7 @@ func TestReviewFreeAskLeftUncounted(t *testing.T) {
 // does not ask ahead of it, not even while the refused call asks again
 // (askAheadLocked's promise: nobody queued behind it asks before it).
 func TestReviewNoAskBehindRefused(t *testing.T) {
-	c := goredis.NewClient(&goredis.Options{Addr: redistest.Start(t).Addr()})
-	t.Cleanup(func() { c.Close() })
-	p, err := New([]Rule{{Name: "r", Limit: window.Limit{N: 1, Per: time.Hour}}}, "",
-		func(cfg *Config) { cfg.Shared = &Shared{Opener: rstore.NewOpener(c), Prefix: "askbehind"} })
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
+	p := redisEngine(t, "askbehind", 1)
 	keep := new(Ticket) // the limit is full
 	if err := p.Acquire(context.Background(), keep, []Charge{{Rule: "r", Weight: 1}}); err != nil {
 		t.Fatal(err)
@@ -88,20 +74,7 @@ func TestReviewNoAskBehindRefused(t *testing.T) {
 	}
 	go acquire()
 	var a, b *waiter
-	waitUntil := func(what string, f func() bool) {
-		t.Helper()
-		for end := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
-			p.mu.Lock()
-			ok := f()
-			p.mu.Unlock()
-			if ok {
-				return
-			}
-			if time.Now().After(end) {
-				t.Fatalf("timed out waiting for %s", what)
-			}
-		}
-	}
+	waitUntil := func(what string, f func() bool) { t.Helper(); waitState(t, p, what, f) }
 	waitUntil("the first call refused", func() bool {
 		if p.waiters.Len() != 1 {
 			return false
@@ -130,4 +103,36 @@ func TestReviewNoAskBehindRefused(t *testing.T) {
 	<-done
 	<-done
 	keep.Release()
+}
+
+// redisEngine returns an Engine of one rule "r" of n units per hour over a
+// redis-server of its own, its keys under prefix.
+func redisEngine(t *testing.T, prefix string, n int64) *Engine {
+	t.Helper()
+	c := goredis.NewClient(&goredis.Options{Addr: redistest.Start(t).Addr()})
+	t.Cleanup(func() { c.Close() })
+	p, err := New([]Rule{{Name: "r", Limit: window.Limit{N: n, Per: time.Hour}}}, "",
+		func(cfg *Config) { cfg.Shared = &Shared{Opener: rstore.NewOpener(c), Prefix: prefix} })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
+// waitState polls p's state under its lock until f holds, at most 5 s: it
+// waits for a state the calls reach, it assumes no timing.
+func waitState(t *testing.T, p *Engine, what string, f func() bool) {
+	t.Helper()
+	for end := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		p.mu.Lock()
+		ok := f()
+		p.mu.Unlock()
+		if ok {
+			return
+		}
+		if time.Now().After(end) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
 }

@@ -105,8 +105,11 @@ type workerReport struct {
 // or a whole pipeline) and the commands they carry.
 type tripCounter struct{ n, cmds atomic.Int64 }
 
+// DialHook implements goredis.Hook: dials are not counted.
 func (t *tripCounter) DialHook(next goredis.DialHook) goredis.DialHook { return next }
 
+// ProcessHook implements goredis.Hook: a command sent alone is one round
+// trip of one command.
 func (t *tripCounter) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
 	return func(ctx context.Context, cmd goredis.Cmder) error {
 		t.n.Add(1)
@@ -115,6 +118,8 @@ func (t *tripCounter) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook 
 	}
 }
 
+// ProcessPipelineHook implements goredis.Hook: a pipeline is one round trip
+// of its commands.
 func (t *tripCounter) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []goredis.Cmder) error {
 		t.n.Add(1)
