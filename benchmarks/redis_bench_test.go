@@ -97,6 +97,8 @@ import (
 	"github.com/go-redis/redis_rate/v10"
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/ratesem/ratesem/benchmarks/internal/trips"
+
 	"github.com/ratesem/ratesem/clientpool"
 	"github.com/ratesem/ratesem/internal/rstore"
 	"github.com/ratesem/ratesem/redisrate"
@@ -275,8 +277,8 @@ func BenchmarkRedis(b *testing.B) {
 		MinIdleConns: redisPoolSize,
 	})
 	b.Cleanup(func() { _ = rdb.Close() })
-	trips := &tripCounter{}
-	rdb.AddHook(trips)
+	tc := &trips.Counter{}
+	rdb.AddHook(tc)
 
 	// Keys of this invocation, apart from other runs on a shared server.
 	var id [4]byte
@@ -294,14 +296,14 @@ func BenchmarkRedis(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				b.Run(c.name, func(b *testing.B) { runRedisOp(b, rdb, trips, ownServer, g, op) })
+				b.Run(c.name, func(b *testing.B) { runRedisOp(b, rdb, tc, ownServer, g, op) })
 			}
 		})
 	}
 }
 
 // runRedisOp runs op b.N times on g goroutines and reports the metrics.
-func runRedisOp(b *testing.B, rdb *goredis.Client, trips *tripCounter, ownServer bool, g int, op redisOp) {
+func runRedisOp(b *testing.B, rdb *goredis.Client, tc *trips.Counter, ownServer bool, g int, op redisOp) {
 	ctx := context.Background()
 	var refused, failed atomic.Int64
 	work := func(n *atomic.Int64) {
@@ -342,7 +344,7 @@ func runRedisOp(b *testing.B, rdb *goredis.Client, trips *tripCounter, ownServer
 	}
 	cpu0, cpuOK := processCPU()
 	refused.Store(0)
-	trips0, cmds0 := trips.n.Load(), trips.cmds.Load()
+	trips0, cmds0 := tc.N.Load(), tc.Cmds.Load()
 
 	b.ResetTimer()
 	parallel(b.N)
@@ -358,7 +360,7 @@ func runRedisOp(b *testing.B, rdb *goredis.Client, trips *tripCounter, ownServer
 		b.Fatalf("%d of %d calls refused: the limit must never bind", r, b.N)
 	}
 	n := float64(b.N)
-	rt, sent := trips.n.Load()-trips0, trips.cmds.Load()-cmds0
+	rt, sent := tc.N.Load()-trips0, tc.Cmds.Load()-cmds0
 	b.ReportMetric(n/b.Elapsed().Seconds(), "decisions/s")
 	b.ReportMetric(float64(rt)/n, "round-trips/op")
 	if cpu1, ok := processCPU(); ok && cpuOK {
@@ -369,30 +371,6 @@ func runRedisOp(b *testing.B, rdb *goredis.Client, trips *tripCounter, ownServer
 		b.ReportMetric(float64(after.calls-sent)/n, "redis.calls/op")
 		b.ReportMetric(float64(after.scriptUsec)/n, "srv-exec-µs/op")
 		b.ReportMetric(float64(after.cpuUsec-before.cpuUsec)/n, "srv-cpu-µs/op")
-	}
-}
-
-// tripCounter is a go-redis hook that counts the round trips (n: every
-// command sent alone, and every pipeline or transaction as one, however
-// many commands it holds: rstore's AdmitAll and a batched release) and the
-// commands they carried (cmds).
-type tripCounter struct{ n, cmds atomic.Int64 }
-
-func (t *tripCounter) DialHook(next goredis.DialHook) goredis.DialHook { return next }
-
-func (t *tripCounter) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
-	return func(ctx context.Context, cmd goredis.Cmder) error {
-		t.n.Add(1)
-		t.cmds.Add(1)
-		return next(ctx, cmd)
-	}
-}
-
-func (t *tripCounter) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []goredis.Cmder) error {
-		t.n.Add(1)
-		t.cmds.Add(int64(len(cmds)))
-		return next(ctx, cmds)
 	}
 }
 

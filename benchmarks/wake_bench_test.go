@@ -47,6 +47,8 @@ import (
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/ratesem/ratesem/benchmarks/internal/trips"
 )
 
 // wakeBound is pubsub's safety bound.
@@ -115,7 +117,7 @@ func BenchmarkWake(b *testing.B) {
 // wakeProc is one stand-in process.
 type wakeProc struct {
 	rdb   *goredis.Client
-	trips *tripCounter
+	trips *trips.Counter
 	ps    *goredis.PubSub
 	msgs  <-chan *goredis.Message
 	got   int64 // messages received
@@ -130,7 +132,7 @@ func runWake(b *testing.B, admin *goredis.Client, addr string, ownServer bool, k
 	}
 	procs := make([]*wakeProc, p)
 	for i := range procs {
-		w := &wakeProc{rdb: goredis.NewClient(&goredis.Options{Addr: addr, PoolSize: 2}), trips: &tripCounter{}}
+		w := &wakeProc{rdb: goredis.NewClient(&goredis.Options{Addr: addr, PoolSize: 2}), trips: &trips.Counter{}}
 		w.rdb.AddHook(w.trips)
 		if m.pubsub {
 			w.ps = w.rdb.Subscribe(ctx, channel)
@@ -227,7 +229,7 @@ func runWake(b *testing.B, admin *goredis.Client, addr string, ownServer bool, k
 	}
 	trips0 := int64(0)
 	for _, w := range procs {
-		trips0 += w.trips.n.Load()
+		trips0 += w.trips.N.Load()
 	}
 	b.ResetTimer()
 	var wg sync.WaitGroup
@@ -243,7 +245,7 @@ func runWake(b *testing.B, admin *goredis.Client, addr string, ownServer bool, k
 	n := float64(b.N)
 	var trips, got int64
 	for _, w := range procs {
-		trips += w.trips.n.Load()
+		trips += w.trips.N.Load()
 		got += w.got
 	}
 	b.ReportMetric(float64(trips-trips0)/n, "round-trips/op")

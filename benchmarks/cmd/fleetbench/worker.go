@@ -17,6 +17,8 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/ratesem/ratesem/benchmarks/internal/trips"
+
 	"github.com/ratesem/ratesem/clientpool"
 	"github.com/ratesem/ratesem/redisrate"
 	"github.com/ratesem/ratesem/window"
@@ -101,33 +103,6 @@ type workerReport struct {
 	ScopeCalls []int64 `json:",omitempty"` // calls per scope index (Scopes > 0)
 }
 
-// tripCounter is a go-redis hook counting round trips (a command sent alone,
-// or a whole pipeline) and the commands they carry.
-type tripCounter struct{ n, cmds atomic.Int64 }
-
-// DialHook implements goredis.Hook: dials are not counted.
-func (t *tripCounter) DialHook(next goredis.DialHook) goredis.DialHook { return next }
-
-// ProcessHook implements goredis.Hook: a command sent alone is one round
-// trip of one command.
-func (t *tripCounter) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
-	return func(ctx context.Context, cmd goredis.Cmder) error {
-		t.n.Add(1)
-		t.cmds.Add(1)
-		return next(ctx, cmd)
-	}
-}
-
-// ProcessPipelineHook implements goredis.Hook: a pipeline is one round trip
-// of its commands.
-func (t *tripCounter) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []goredis.Cmder) error {
-		t.n.Add(1)
-		t.cmds.Add(int64(len(cmds)))
-		return next(ctx, cmds)
-	}
-}
-
 // workerMain builds the worker's limits, prints "ready", waits for "go" on
 // stdin, runs its goroutines for the duration, and prints its report. A
 // closed stdin before "go" ends it.
@@ -156,8 +131,8 @@ func work(cfg workerConfig, in io.Reader, out io.Writer) (workerReport, error) {
 		rdb = goredis.NewClient(&goredis.Options{Addr: cfg.Redis})
 	}
 	defer rdb.Close()
-	trips := new(tripCounter)
-	rdb.AddHook(trips)
+	tc := new(trips.Counter)
+	rdb.AddHook(tc)
 
 	// ops[g] is goroutine g's call: Acquire then Release.
 	ops := make([]func(context.Context) error, cfg.Goroutines)
@@ -228,7 +203,7 @@ func work(cfg workerConfig, in io.Reader, out io.Writer) (workerReport, error) {
 	calls := make([]int64, cfg.Goroutines)
 	var errs atomic.Int64
 	var firstErr atomic.Value
-	tr0, cmd0, cpu0, t0 := trips.n.Load(), trips.cmds.Load(), cpuMicros(), time.Now()
+	tr0, cmd0, cpu0, t0 := tc.N.Load(), tc.Cmds.Load(), cpuMicros(), time.Now()
 	var wg sync.WaitGroup
 	for g := range ops {
 		wg.Go(func() {
@@ -250,7 +225,7 @@ func work(cfg workerConfig, in io.Reader, out io.Writer) (workerReport, error) {
 	wg.Wait()
 	rep.Seconds = time.Since(t0).Seconds()
 	rep.CPUMicros = cpuMicros() - cpu0
-	rep.Trips, rep.Cmds = trips.n.Load()-tr0, trips.cmds.Load()-cmd0
+	rep.Trips, rep.Cmds = tc.N.Load()-tr0, tc.Cmds.Load()-cmd0
 	for g, n := range calls {
 		rep.Calls += n
 		if rep.ScopeCalls != nil {
