@@ -50,6 +50,34 @@ func WithTimeout(d time.Duration) semaphore.Option { return engine.WithTimeout(d
 // jitter off; a negative max is an error. Default: 5 ms.
 func WithJitter(max time.Duration) semaphore.Option { return engine.WithJitter(max) }
 
+// WithBlocks turns on blocks (off by default): a process takes k calls'
+// worth of a limit from Redis in one admission (a block) and hands them to
+// its own callers with no round trip each, for hold at most (a duration,
+// e.g. 50 ms; it must be positive and at most the lease, WithLease; k must
+// be at least 2 calls). For very hot limits: with k = 64, about one round
+// trip to take a block and one to give it back per 64 calls.
+//
+// Only calls whose every rule is a completion window (the default window,
+// window.NewCompletion, and window.NewFixedCompletion) use blocks; the
+// others (sliding log, fixed window, counters, buckets, GCRA count starts)
+// go to Redis one by one as without the option. A block is as exact as
+// calls one by one, on the safe side: Redis counts its used calls in
+// flight from the block's admission until it goes back (when it has
+// handed out its k calls or its hold ended, and every call taken from it
+// ended), and as ended then; its unused calls are given back at once then.
+// Near the limit, when Redis refuses a whole block, calls are admitted one
+// by one (for a hold, no block is asked).
+//
+// The trade: a process holds up to k calls it may not use for up to
+// hold, which the other processes wait for meanwhile; a process that dies
+// holds its block until its lease ends (WithLease), as any call in
+// flight; a pause stored in Redis by another process (or a lower limit)
+// reaches this one within hold. While Redis is unreachable no block is
+// used (WithFallback decides, or Acquire fails); a block taken before
+// keeps counting in Redis as the calls in flight do. Refused in process,
+// as every option of this package.
+func WithBlocks(k int64, hold time.Duration) semaphore.Option { return engine.WithBlocks(k, hold) }
+
 // WithFallback keeps a RateSemaphore built with NewSemaphore working while
 // Redis is unreachable: the process then admits calls through a local
 // RateSemaphore of floor(share·n) units per interval (at least 1), the same

@@ -72,6 +72,8 @@ type Redis struct {
 	Share           float64
 	EvictionAllowed bool
 	DeferChecks     bool
+	Blocks          int64         // calls per block (redisrate.WithBlocks); 0: off
+	BlockHold       time.Duration // how long a block hands out calls
 	TestAfterAdmit  func() // tests: after Redis admitted, before ctx is checked
 }
 

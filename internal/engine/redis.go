@@ -106,7 +106,12 @@ func (p *Engine) initRedis(cfg *Config) error {
 			return p.checkError(err)
 		}
 	}
+	if lease := cmp.Or(cfg.Redis.Lease, rspec.DefaultLease); cfg.Redis.Blocks > 0 && cfg.Redis.BlockHold > lease {
+		return fmt.Errorf("ratesem: redisrate.WithBlocks(%d, %v): the hold exceeds the lease %v", cfg.Redis.Blocks, cfg.Redis.BlockHold, lease)
+	}
 	rc := remote.Config{
+		Blocks:         cfg.Redis.Blocks,
+		BlockHold:      cfg.Redis.BlockHold,
 		Store:          st,
 		MaxPause:       backoff.Cap(p.maxPause),
 		Timeout:        cfg.Redis.timeout(),

@@ -72,6 +72,20 @@ func WithFallback(share float64) Option {
 	})
 }
 
+// WithBlocks is redisrate.WithBlocks.
+func WithBlocks(k int64, hold time.Duration) Option {
+	return RedisOption("redisrate.WithBlocks", func(c *Config) {
+		switch {
+		case k < 2:
+			c.Fail("redisrate.WithBlocks(%d, %v): want at least 2 calls per block", k, hold)
+		case hold <= 0:
+			c.Fail("redisrate.WithBlocks(%d, %v): want a positive hold", k, hold)
+		default:
+			c.Redis.Blocks, c.Redis.BlockHold = k, hold
+		}
+	})
+}
+
 // WithEvictionAllowed is redisrate.WithEvictionAllowed.
 func WithEvictionAllowed() Option {
 	return RedisOption("redisrate.WithEvictionAllowed", func(c *Config) { c.Redis.EvictionAllowed = true })

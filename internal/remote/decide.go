@@ -165,6 +165,11 @@ func (e *Engine) Decide(ctx context.Context, scope string, cs []rspec.Charge) (O
 		return o, err
 	}
 	defer e.leave(w)
+	if e.cfg.Blocks > 0 {
+		if o, ok, err := e.viaBlock(ctx, w); ok {
+			return o, err
+		}
+	}
 	return e.decide(ctx, w)
 }
 
@@ -247,6 +252,9 @@ func (e *Engine) decide(ctx context.Context, w *waiter) (Outcome, error) {
 	case down && !probe:
 		return e.local(w, downErr)
 	}
+	if gated && w.block {
+		return Outcome{Local: true}, nil // no block from the fallback
+	}
 	if gated {
 		// The gate: while the fallback's own calls still count, a call
 		// takes the fallback's units as well as Redis's (gatedLocked). A
@@ -312,7 +320,7 @@ func (e *Engine) decided(ctx context.Context, w *waiter, d rspec.Decision, err, 
 		if e.cfg.TestAfterAdmit != nil {
 			e.cfg.TestAfterAdmit()
 		}
-		c := &Call{e: e, scope: w.scope, cs: w.cs, token: d.Token, d: d, seen: time.Now(), local: w.local}
+		c := &Call{e: e, scope: w.scope, cs: w.cs, token: d.Token, d: d, seen: time.Now(), local: w.local, isBlock: w.block}
 		if err = ctx.Err(); err == nil {
 			err = e.hold(c)
 		}
@@ -390,6 +398,9 @@ func (e *Engine) failed(w *waiter, cause error) (Outcome, error) {
 // cause when there is none. Units the gate already holds for w are the
 // admission.
 func (e *Engine) local(w *waiter, cause error) (Outcome, error) {
+	if w.block {
+		return Outcome{Local: true}, nil // no block from the fallback
+	}
 	if e.cfg.Fallback == nil {
 		return Outcome{}, e.unavailable(cause)
 	}

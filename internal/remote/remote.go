@@ -221,6 +221,33 @@ type Config struct {
 	// (a release worker, a round trip's), and must not block.
 	OnRoom func(scope string, cs []rspec.Charge)
 
+	// Blocks, when ≥ 2, turns blocks on (off by default, 0): a Decide
+	// whose charges are all of completion windows (rspec.Completion,
+	// FixedCompletion) takes its call from a block of Blocks calls of
+	// its signature (scope, rules, keys, weights, specs) that this
+	// process took from Redis in one admission, with no round trip of
+	// its own (fewer calls when a charge's capacity cannot take
+	// Blocks·Weight units). A block hands out calls for BlockHold at
+	// most, and goes back to Redis (settled to the units its calls used)
+	// once it hands out no more and its calls have ended: Redis counts
+	// its used units in flight from its admission to its return, and as
+	// ended then (exact on the safe side). Other windows count starts:
+	// their calls bypass blocks. The trade: a process holds up to Blocks
+	// calls it may not use for up to BlockHold (other processes wait for
+	// them meanwhile); a process that dies holds its block until the
+	// lease ends, as any call; a pause or a refusal stored by another
+	// process reaches this one's block calls within BlockHold. While
+	// Redis is taken as unreachable (or the fallback's window drains) no
+	// block is used: calls go the ordinary way; a block admitted before
+	// keeps counting in Redis as the calls in flight do, and goes back
+	// when Redis answers (or its lease ends). Blocks are given back at
+	// Close (those with calls in flight then: dropped, the lease covers
+	// them). New refuses 1 and a negative value.
+	Blocks int64
+	// BlockHold is how long a block hands out calls (required, > 0,
+	// when Blocks is set; at most the Redis lease, which the caller checks).
+	BlockHold time.Duration
+
 	// TestAfterAdmit, when set, runs after Redis admitted a call and
 	// before the caller's context is checked (tests only).
 	TestAfterAdmit func()
@@ -279,6 +306,7 @@ type waiter struct {
 	scope string
 	cs    []rspec.Charge
 	local func() // the fallback's units held by the gate (Engine.gatedLocked), or nil
+	block bool   // a block's admission (viaBlock): never decided by the fallback
 }
 
 // Engine waits for admissions decided in Redis. It is safe for concurrent
@@ -321,6 +349,9 @@ type Engine struct {
 	flying int                // admission round trips under way (join)
 	riders []*Call            // releases held for the next admission round trip (ride)
 	landed chan struct{}      // closed when an admission round trip is back (ride)
+
+	blocks       map[string]*blockSig // the blocks per signature (Config.Blocks)
+	blockSweepAt int                  // len(blocks) at which viaBlock forgets the signatures that hold nothing
 }
 
 // New returns an Engine over cfg.Store. It fails for a nil Store or a
@@ -336,6 +367,10 @@ func New(cfg Config) (*Engine, error) {
 		return nil, fmt.Errorf("ratesem: New: negative ReleaseQueue %d", cfg.ReleaseQueue)
 	case cfg.MaxPause < 0:
 		return nil, fmt.Errorf("ratesem: New: negative MaxPause %v", cfg.MaxPause)
+	case cfg.Blocks < 0 || cfg.Blocks == 1:
+		return nil, fmt.Errorf("ratesem: New: Blocks %d: want 0 (off) or at least 2 calls", cfg.Blocks)
+	case cfg.Blocks > 0 && cfg.BlockHold <= 0:
+		return nil, fmt.Errorf("ratesem: New: BlockHold %v: want a positive hold with Blocks", cfg.BlockHold)
 	}
 	cfg.Timeout = cmp.Or(cfg.Timeout, DefaultTimeout)
 	cfg.Jitter = cmp.Or(cfg.Jitter, DefaultJitter)
@@ -370,6 +405,11 @@ type Call struct {
 	// sent, when set (OnSent), is called once the release has been sent
 	// to Redis, failed, or was dropped; at once for a call not in Redis.
 	sent func()
+	// blk is the block a sub-call was taken from (its release ends it
+	// locally); isBlock marks a block's own admission (not counted in
+	// Stats: its sub-calls are).
+	blk     *block
+	isBlock bool
 }
 
 // Adopted returns the indices of the charges Redis decided under a limit
@@ -766,6 +806,9 @@ func (e *Engine) hold(c *Call) error {
 	if e.closed {
 		return ErrClosed
 	}
+	if c.isBlock {
+		return nil
+	}
 	e.stats.InFlight++
 	e.stats.Admitted++
 	if c.fb {
@@ -899,6 +942,10 @@ func (c *Call) ReleaseSettled(actual []int64) {
 		c.actual = slices.Clone(actual) // nil for a plain Release
 	}
 	e := c.e
+	if c.blk != nil {
+		e.endSub(c, actual)
+		return
+	}
 	e.mu.Lock()
 	e.stats.InFlight--
 	if c.fb {
@@ -1179,6 +1226,7 @@ func (e *Engine) Stats() Stats {
 func (e *Engine) Close() error {
 	e.mu.Lock()
 	if !e.closed {
+		e.stopBlocksLocked() // idle blocks go back first
 		e.closed = true
 		e.closeFn()
 		close(e.rel)
