@@ -74,7 +74,7 @@ type Redis struct {
 	DeferChecks     bool
 	Blocks          int64         // calls per block (redisrate.WithBlocks); 0: off
 	BlockHold       time.Duration // how long a block hands out calls
-	TestAfterAdmit  func() // tests: after Redis admitted, before ctx is checked
+	TestAfterAdmit  func()        // tests: after Redis admitted, before ctx is checked
 }
 
 // Built returns the option that makes semaphore.New return the front over
