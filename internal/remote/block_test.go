@@ -1,0 +1,223 @@
+package remote
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/ratesem/ratesem/internal/rspec"
+	"github.com/ratesem/ratesem/internal/rstore"
+	"github.com/ratesem/ratesem/redistest"
+	"github.com/ratesem/ratesem/window"
+)
+
+// engineOn returns an Engine over a Store of its own client of the server
+// at addr (a process of a fleet).
+func engineOn(t *testing.T, addr string, cfg Config) *Engine {
+	t.Helper()
+	c := goredis.NewClient(&goredis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
+	t.Cleanup(func() { c.Close() })
+	st, err := rstore.New(c, "rtest", rstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Store = st
+	e, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close() })
+	return e
+}
+
+func completion(n int64, per time.Duration, w int64) []rspec.Charge {
+	return []rspec.Charge{{Rule: "c", Key: "k", Spec: &rspec.Spec{Kind: rspec.Completion, Limit: window.Limit{N: n, Per: per}}, Weight: w}}
+}
+
+// admitAll takes calls of cs from e until one is refused and returns them.
+func admitAll(t *testing.T, e *Engine, cs []rspec.Charge) []*Call {
+	t.Helper()
+	var out []*Call
+	for range 100 {
+		o, err := e.Decide(context.Background(), "s", cs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o.Call == nil {
+			return out
+		}
+		out = append(out, o.Call)
+	}
+	t.Fatal("never refused")
+	return nil
+}
+
+const blockHold = 50 * time.Millisecond
+
+// A block's calls are taken with no round trip; the block goes back to
+// Redis at the end of its hold once its calls have ended, settled to the
+// units they used: another process can then take the rest of the limit.
+// While a call taken from it is in flight past the hold, the block still
+// counts whole in Redis.
+func TestBlockReturn(t *testing.T) {
+	srv := redistest.Start(t)
+	a := engineOn(t, srv.Addr(), Config{Blocks: 8, BlockHold: blockHold})
+	b := engineOn(t, srv.Addr(), Config{})
+	cs := completion(10, time.Minute, 1)
+	o1, err := a.Decide(context.Background(), "s", cs)
+	if err != nil || o1.Call == nil {
+		t.Fatalf("first: %+v %v", o1, err)
+	}
+	o2, err := a.Decide(context.Background(), "s", cs)
+	if err != nil || o2.Call == nil {
+		t.Fatalf("second: %+v %v", o2, err)
+	}
+	if n := a.Stats().RedisAdmits; n != 1 {
+		t.Fatalf("%d admission round trips for 2 calls of one block, want 1", n)
+	}
+	if st := a.Stats(); st.InFlight != 2 || st.Admitted != 2 {
+		t.Fatalf("stats %+v: want 2 in flight, 2 admitted", st)
+	}
+	// The block holds 8 of 10: the other process gets 2.
+	if got := admitAll(t, b, cs); len(got) != 2 {
+		t.Fatalf("other process: %d calls beside a block of 8, want 2", len(got))
+	}
+	o1.Call.Release()
+	time.Sleep(3 * blockHold) // past the hold, one call still in flight
+	if o, err := b.Decide(context.Background(), "s", cs); err != nil || o.Call != nil {
+		t.Fatalf("a call of the block in flight past the hold: the other process got %+v %v; want refused", o, err)
+	}
+	o2.Call.Release()
+	deadline := time.Now().Add(2 * time.Second)
+	var got []*Call
+	for len(got) < 6 && time.Now().Before(deadline) {
+		got = append(got, admitAll(t, b, cs)...)
+		time.Sleep(5 * time.Millisecond)
+	}
+	// 10 − 2 (b's) − 2 (the block's used calls, ended within the minute).
+	if len(got) != 6 {
+		t.Fatalf("after the block went back: %d calls, want 6", len(got))
+	}
+	if more := admitAll(t, b, cs); len(more) != 0 {
+		t.Fatalf("%d calls beyond the limit", len(more))
+	}
+	if st := a.Stats(); st.InFlight != 0 || st.ReleasesFailed+st.ReleasesDropped+st.ReleasesLost != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// A call of a block settled to less gives its units back with the block;
+// a block none of whose calls were used is refunded whole; Close gives the
+// idle blocks back.
+func TestBlockSettleAndClose(t *testing.T) {
+	srv := redistest.Start(t)
+	a := engineOn(t, srv.Addr(), Config{Blocks: 4, BlockHold: time.Minute})
+	b := engineOn(t, srv.Addr(), Config{})
+	cs := completion(10, time.Minute, 2) // a block of 4 calls of 2: 8 units
+	o1, _ := a.Decide(context.Background(), "s", cs)
+	o2, _ := a.Decide(context.Background(), "s", cs)
+	if o1.Call == nil || o2.Call == nil {
+		t.Fatal("refused")
+	}
+	o1.Call.ReleaseSettled([]int64{0})
+	o2.Call.ReleaseSettled([]int64{1})
+	// The hold is a minute: the block still counts 8 units.
+	if got := admitAll(t, b, completion(10, time.Minute, 1)); len(got) != 2 {
+		t.Fatalf("beside the block: %d units, want 2", len(got))
+	}
+	_ = a.Close() // the block goes back: 0 + 1 units used
+	deadline := time.Now().Add(2 * time.Second)
+	var got []*Call
+	for len(got) < 7 && time.Now().Before(deadline) {
+		got = append(got, admitAll(t, b, completion(10, time.Minute, 1))...)
+		time.Sleep(5 * time.Millisecond)
+	}
+	if len(got) != 7 {
+		t.Fatalf("after Close: %d units, want 7 (10 − 2 − 1 settled)", len(got))
+	}
+}
+
+// Near the limit, a block that does not fit is refused and the calls are
+// admitted one by one at once, as long as one fits.
+func TestBlockNearLimit(t *testing.T) {
+	srv := redistest.Start(t)
+	a := engineOn(t, srv.Addr(), Config{Blocks: 64, BlockHold: blockHold})
+	b := engineOn(t, srv.Addr(), Config{})
+	// 7 of 10 in flight elsewhere: a block (of 64, clamped to the
+	// capacity, 10) cannot fit.
+	cs3 := completion(10, time.Minute, 1)
+	for range 7 {
+		if o, _ := b.Decide(context.Background(), "s", cs3); o.Call == nil {
+			t.Fatal("refused")
+		}
+	}
+	start := time.Now()
+	got := admitAll(t, a, cs3)
+	if len(got) != 3 {
+		t.Fatalf("near the limit: %d calls, want the 3 that fit", len(got))
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("near the limit the calls took %v", d)
+	}
+	for _, c := range got {
+		if c.blk != nil {
+			t.Fatal("a call from a block that cannot fit")
+		}
+	}
+	// One refused block, then one round trip per call while it cools.
+	if n := a.Stats().RedisAdmits; n > 1+4 {
+		t.Fatalf("%d admission round trips for 4 decisions", n)
+	}
+}
+
+// Signatures that count starts (a sliding log, GCRA), alone or beside a
+// completion window, never take a block; a completion window does.
+func TestBlockBypass(t *testing.T) {
+	srv := redistest.Start(t)
+	a := engineOn(t, srv.Addr(), Config{Blocks: 8, BlockHold: time.Minute})
+	comp := completion(1000, time.Minute, 1)[0]
+	log := rspec.Charge{Rule: "l", Key: "k", Spec: &rspec.Spec{Kind: rspec.SlidingLog, Limit: window.Limit{N: 1000, Per: time.Minute}}, Weight: 1}
+	gcra := rspec.Charge{Rule: "g", Key: "k", Spec: &rspec.Spec{Kind: rspec.GCRA, Limit: window.Limit{N: 1000, Per: time.Minute}, Burst: 1000}, Weight: 1}
+	for _, cs := range [][]rspec.Charge{{log}, {gcra}, {comp, log}, {gcra, comp}} {
+		before := a.Stats().RedisAdmits
+		for i := range 3 {
+			o, err := a.Decide(context.Background(), "s", cs)
+			if err != nil || o.Call == nil {
+				t.Fatalf("%v: %+v %v", cs, o, err)
+			}
+			if o.Call.blk != nil {
+				t.Fatalf("%v: call %d from a block", cs, i)
+			}
+			o.Call.Release()
+		}
+		if n := a.Stats().RedisAdmits - before; n != 3 {
+			t.Fatalf("%v: %d round trips for 3 calls, want 3", cs, n)
+		}
+	}
+	a.mu.Lock()
+	n := len(a.blocks)
+	a.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("%d signatures with blocks", n)
+	}
+	o, _ := a.Decide(context.Background(), "s", []rspec.Charge{comp})
+	if o.Call == nil || o.Call.blk == nil {
+		t.Fatal("a completion window took no block")
+	}
+	o.Call.Release()
+}
+
+// New refuses a block of 1 call, a negative one, and a block without a
+// hold.
+func TestBlockConfig(t *testing.T) {
+	st := &fakeStore{}
+	for _, c := range []Config{{Blocks: 1, BlockHold: time.Second}, {Blocks: -2, BlockHold: time.Second}, {Blocks: 2}} {
+		c.Store = st
+		if e, err := New(c); err == nil {
+			_ = e.Close()
+			t.Errorf("New(Blocks %d, BlockHold %v) accepted", c.Blocks, c.BlockHold)
+		}
+	}
+}
