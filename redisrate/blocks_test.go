@@ -20,12 +20,12 @@ func TestWithBlocksRefused(t *testing.T) {
 		opts []semaphore.Option
 		want string
 	}{
-		{[]semaphore.Option{redisrate.WithBlocks(1, 50 * time.Millisecond)}, "at least 2"},
-		{[]semaphore.Option{redisrate.WithBlocks(0, 50 * time.Millisecond)}, "at least 2"},
+		{[]semaphore.Option{redisrate.WithBlocks(1, 50*time.Millisecond)}, "at least 2"},
+		{[]semaphore.Option{redisrate.WithBlocks(0, 50*time.Millisecond)}, "at least 2"},
 		{[]semaphore.Option{redisrate.WithBlocks(64, 0)}, "positive hold"},
 		{[]semaphore.Option{redisrate.WithBlocks(64, -time.Second)}, "positive hold"},
-		{[]semaphore.Option{redisrate.WithLease(time.Second), redisrate.WithBlocks(64, 2 * time.Second)}, "exceeds the lease"},
-		{[]semaphore.Option{redisrate.WithBlocks(64, 2 * time.Minute)}, "exceeds the lease"},
+		{[]semaphore.Option{redisrate.WithLease(time.Second), redisrate.WithBlocks(64, 2*time.Second)}, "exceeds the lease"},
+		{[]semaphore.Option{redisrate.WithBlocks(64, 2*time.Minute)}, "exceeds the lease"},
 	} {
 		s, err := redisrate.NewSemaphore(c, "blocks", 10, time.Second, tc.opts...)
 		if err == nil {
