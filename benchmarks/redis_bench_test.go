@@ -59,6 +59,10 @@ package benchmarks
 //     rstore-binance3 (same windows, intervals, keys and scope), Acquire
 //     of the order's three charges then Ticket.Release (in the background,
 //     as the semaphore's).
+//   - redisrate.NewSemaphore-blocks64-Acquire+Release,
+//     clientpool-binance3-blocks64-Acquire+Release: the same two with
+//     blocks on (redisrate.WithBlocks(64, 50ms)): a process takes 64 calls
+//     in one admission and hands them out locally.
 //
 // The public fronts get the same counted client (redisrate.NewSemaphore and
 // redisrate.Shared take rdb), so their round trips count as the others'.
@@ -228,9 +232,35 @@ func redisCases() []redisCase {
 				return true, nil
 			}, nil
 		}},
-		{"clientpool-binance3-Acquire+Release", poolBinanceOrder},
+		{"clientpool-binance3-Acquire+Release", func(b testing.TB, rdb *goredis.Client, prefix string) (redisOp, error) {
+			return poolBinanceOrder(b, rdb, prefix)
+		}},
+		{"redisrate.NewSemaphore-blocks64-Acquire+Release", func(b testing.TB, rdb *goredis.Client, prefix string) (redisOp, error) {
+			s, err := redisrate.NewSemaphore(rdb, "sem", 1<<40, time.Second, redisrate.WithPrefix(prefix),
+				redisrate.WithBlocks(benchBlock, benchBlockHold))
+			if err != nil {
+				return nil, err
+			}
+			b.Cleanup(func() { _ = s.Close() })
+			return func(ctx context.Context) (bool, error) {
+				if err := s.Acquire(ctx, 1); err != nil {
+					return false, err
+				}
+				s.Release(1)
+				return true, nil
+			}, nil
+		}},
+		{"clientpool-binance3-blocks64-Acquire+Release", func(b testing.TB, rdb *goredis.Client, prefix string) (redisOp, error) {
+			return poolBinanceOrder(b, rdb, prefix, redisrate.WithBlocks(benchBlock, benchBlockHold))
+		}},
 	}
 }
+
+// The blocks of the contenders with blocks on (redisrate.WithBlocks).
+const (
+	benchBlock     = 64
+	benchBlockHold = 50 * time.Millisecond
+)
 
 // poolBinanceOrder is the public Pool over Redis: a clientpool.Table of
 // the three rules of binanceOrder (the Binance preset's windows and
@@ -238,7 +268,7 @@ func redisCases() []redisCase {
 // mode through redisrate.Shared on the counted client, one scope; one op
 // is Acquire of the order's three charges, then Ticket.Release (which,
 // like the semaphore's, sends the release in the background).
-func poolBinanceOrder(b testing.TB, rdb *goredis.Client, prefix string) (redisOp, error) {
+func poolBinanceOrder(b testing.TB, rdb *goredis.Client, prefix string, opts ...clientpool.Option) (redisOp, error) {
 	const never = 1 << 40
 	fixed := func(l window.Limit) window.Policy { return window.NewFixedCompletion(l) }
 	table := clientpool.Table{
@@ -249,7 +279,7 @@ func poolBinanceOrder(b testing.TB, rdb *goredis.Client, prefix string) (redisOp
 		},
 		Scope: "binance:203.0.113.7",
 	}
-	p, err := clientpool.New(table, redisrate.Shared(rdb, prefix))
+	p, err := clientpool.New(table, append(opts, redisrate.Shared(rdb, prefix))...)
 	if err != nil {
 		return nil, err
 	}
