@@ -2,6 +2,7 @@ package remote
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -219,5 +220,73 @@ func TestBlockConfig(t *testing.T) {
 			_ = e.Close()
 			t.Errorf("New(Blocks %d, BlockHold %v) accepted", c.Blocks, c.BlockHold)
 		}
+	}
+}
+
+// While Redis is taken as unreachable no block is used, even one with
+// room: calls go to the fallback; a block is never asked of the fallback.
+func TestBlockDown(t *testing.T) {
+	srv := redistest.Start(t)
+	fb := &localFallback{}
+	a := engineOn(t, srv.Addr(), Config{Blocks: 8, BlockHold: time.Minute, Fallback: fb, Timeout: 200 * time.Millisecond})
+	cs := completion(100, time.Minute, 1)
+	o, err := a.Decide(context.Background(), "s", cs)
+	if err != nil || o.Call == nil || o.Call.blk == nil {
+		t.Fatalf("first: %+v %v; want a call of a block", o, err)
+	}
+	o.Call.Release()
+	srv.Stop()
+	// Another signature: its block's round trip fails, and the call goes
+	// to the fallback, not the block.
+	o, err = a.Decide(context.Background(), "s", completion(100, time.Minute, 2))
+	if err != nil || o.Call == nil || !o.Local || o.Call.blk != nil {
+		t.Fatalf("Redis down: %+v %v; want a call of the fallback", o, err)
+	}
+	o.Call.Release()
+	// The first signature's block still has room: it is not used.
+	o, err = a.Decide(context.Background(), "s", cs)
+	if err != nil || o.Call == nil || !o.Local || o.Call.blk != nil {
+		t.Fatalf("Redis down, a block with room: %+v %v; want a call of the fallback", o, err)
+	}
+	o.Call.Release()
+
+	// Without a fallback: ErrUnavailable, not a call of the block.
+	srv.Start()
+	n := engineOn(t, srv.Addr(), Config{Blocks: 8, BlockHold: time.Minute, Timeout: 200 * time.Millisecond})
+	o, err = n.Decide(context.Background(), "s", cs)
+	if err != nil || o.Call == nil || o.Call.blk == nil {
+		t.Fatalf("first: %+v %v; want a call of a block", o, err)
+	}
+	defer o.Call.Release()
+	srv.Stop()
+	if _, err := n.Decide(context.Background(), "s", completion(100, time.Minute, 2)); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("Redis down: %v; want ErrUnavailable", err)
+	}
+	if o, err := n.Decide(context.Background(), "s", cs); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("Redis down, a block with room: %+v %v; want ErrUnavailable", o, err)
+	}
+}
+
+// A call of a block settled to more than its weight: the block is settled
+// to the sum, a debit counted from the block's return on.
+func TestBlockSettleDebit(t *testing.T) {
+	srv := redistest.Start(t)
+	a := engineOn(t, srv.Addr(), Config{Blocks: 4, BlockHold: blockHold})
+	b := engineOn(t, srv.Addr(), Config{})
+	cs := completion(10, time.Minute, 1)
+	o, _ := a.Decide(context.Background(), "s", cs)
+	if o.Call == nil || o.Call.blk == nil {
+		t.Fatal("no call of a block")
+	}
+	o.Call.ReleaseSettled([]int64{6})
+	time.Sleep(3 * blockHold)
+	deadline := time.Now().Add(2 * time.Second)
+	var got []*Call
+	for len(got) < 4 && time.Now().Before(deadline) {
+		got = append(got, admitAll(t, b, cs)...)
+		time.Sleep(5 * time.Millisecond)
+	}
+	if more := admitAll(t, b, cs); len(got)+len(more) != 4 {
+		t.Fatalf("after a block settled to 6: %d units, want 4", len(got)+len(more))
 	}
 }
