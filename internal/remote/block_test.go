@@ -3,6 +3,7 @@ package remote
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -288,5 +289,54 @@ func TestBlockSettleDebit(t *testing.T) {
 	}
 	if more := admitAll(t, b, cs); len(got)+len(more) != 4 {
 		t.Fatalf("after a block settled to 6: %d units, want 4", len(got)+len(more))
+	}
+}
+
+// Callers of a signature whose block is being fetched wait for it (ctx
+// respected) and then take from it: one admission for them all.
+func TestBlockFetchShared(t *testing.T) {
+	f := newFake()
+	in, out := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	f.admitHook = func(ctx context.Context) error {
+		once.Do(func() { close(in); <-out })
+		return nil
+	}
+	e, err := New(Config{Store: f, Blocks: 8, BlockHold: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	cs := completion(100, time.Minute, 1)
+	first := make(chan Outcome, 1)
+	go func() {
+		o, _ := e.Decide(context.Background(), "s", cs)
+		first <- o
+	}()
+	<-in // the block's admission is under way
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if _, err := e.Decide(ctx, "s", cs); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a caller waiting for the fetch, its ctx done: %v", err)
+	}
+	second := make(chan Outcome, 1)
+	go func() {
+		o, _ := e.Decide(context.Background(), "s", cs)
+		second <- o
+	}()
+	time.Sleep(10 * time.Millisecond)
+	close(out)
+	for _, ch := range []chan Outcome{first, second} {
+		o := <-ch
+		if o.Call == nil || o.Call.blk == nil {
+			t.Fatalf("%+v: want a call of the block", o)
+		}
+		o.Call.Release()
+	}
+	f.mu.Lock()
+	n := f.admits
+	f.mu.Unlock()
+	if n != 1 {
+		t.Fatalf("%d admissions, want 1 (the block)", n)
 	}
 }

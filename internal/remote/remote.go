@@ -106,6 +106,26 @@
 // gate): processes reach Redis again each at its own probe, so until every
 // one has carried its calls, Redis does not know them all, and each process
 // keeping to its share covers that time.
+//
+// # Blocks
+//
+// With Config.Blocks (off by default), a Decide whose charges are all of
+// completion windows takes its call from a block: one admission in Redis
+// of k calls of its signature (scope, rules, keys, weights, specs), made
+// through the batched path like any other, whose calls this process hands
+// out with no round trip (callers of the signature arriving while a block
+// is fetched wait for it). A block hands out calls until its k are taken
+// or its hold (Config.BlockHold) ends; it goes back to Redis once it hands
+// out no more and every call taken from it has ended, settled to the units
+// those calls used (a call settled by ReleaseSettled counts its actual
+// weights): so Redis counts them in flight from the block's admission and
+// ended at its return, after their own ends, exact on the safe side. When
+// Redis refuses a block (the limit is near), the calls are decided one by
+// one at once, and no block of the signature is asked for a hold. Blocks
+// are not used while Redis is taken as unreachable or the fallback's
+// window drains; a block admitted before counts in Redis as the calls in
+// flight do. A block's own admission is not counted in Stats (RedisAdmits
+// counts its round trip); the calls taken from it are.
 package remote
 
 import (
