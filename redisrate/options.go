@@ -69,7 +69,9 @@ func WithJitter(max time.Duration) semaphore.Option { return engine.WithJitter(m
 // by one (for a hold, no block is asked).
 //
 // The trade: a process holds up to k calls it may not use for up to
-// hold, which the other processes wait for meanwhile; a process that dies
+// hold, which the other processes wait for meanwhile (longer when a call
+// taken from a block outlasts the hold: the block goes back only when its
+// last call ends, so blocks suit short calls); a process that dies
 // holds its block until its lease ends (WithLease), as any call in
 // flight; a pause stored in Redis by another process (or a lower limit)
 // reaches this one within hold. While Redis is unreachable no block is

@@ -254,7 +254,8 @@ type Config struct {
 	// ended then (exact on the safe side). Other windows count starts:
 	// their calls bypass blocks. The trade: a process holds up to Blocks
 	// calls it may not use for up to BlockHold (other processes wait for
-	// them meanwhile); a process that dies holds its block until the
+	// them meanwhile; until the last call of the block ends, when one
+	// outlasts the hold); a process that dies holds its block until the
 	// lease ends, as any call; a pause or a refusal stored by another
 	// process reaches this one's block calls within BlockHold. While
 	// Redis is taken as unreachable (or the fallback's window drains) no
