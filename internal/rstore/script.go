@@ -881,7 +881,10 @@ end
 // back, a bucket or GCRA that admitted another call since gives nothing
 // back); for an Extend, "extend" there: the leases move to now + ARGV[3]
 // µs. Reply: the number of charges whose lease was no longer there.
-var releaseScript = goredis.NewScript(header + fastRelease + prelude + `
+var releaseScript = goredis.NewScript(releaseSource)
+
+// releaseSource is the release script's text.
+const releaseSource = header + fastRelease + prelude + `
 local Ls, err = loadall()
 if Ls == nil then return err end
 local at, ls = string.match(ARGV[3], '^(%d+):(%d+)$')
@@ -1033,7 +1036,7 @@ for i = FD, NC do
   end
 end
 return missing
-`)
+`
 
 // pauseScript holds charge 1's limiter until now + ARGV[3] µs; a pause
 // only extends. Reply: the pause's end in µs.
