@@ -10,7 +10,9 @@ import (
 // and then several admissions, all of one scope (their keys share the
 // scope's hash tag, so one Redis Cluster slot), in order, each as
 // releaseScript or admitScript would run alone, with one TIME for the
-// whole script (every one decides at the same instant).
+// whole script (every one decides at the same instant). Their fast paths
+// read each limiter's hash once for the whole batch and write it back
+// once (a full path writes the cache back before it runs).
 //
 // KEYS: the KEYS of each one, in order. ARGV[1]: the instant in µs, or ""
 // for the server's TIME; ARGV[2] the number of ends NE; ARGV[3] the
@@ -38,11 +40,56 @@ const batchSource = `
 local now
 if ARGV[1] ~= '' then now = tonumber(ARGV[1]) else
   local t = redis.call('TIME'); now = t[1] * 1000000 + t[2] end
+-- The fast paths' helpers over a cache: a limiter's hash read once
+-- (HGETALL) and written once (its changed fields), at FLUSH, which the
+-- full paths call first (they read and write Redis) and the batch last;
+-- the epoch key read once (only a full path sets it).
+local HC, EKM = {}, {}
+local function HGET_(H, ...)
+  local c = HC[H]
+  if c == nil then
+    local all = redis.call('HGETALL', H)
+    c = {v = {}, d = {}}
+    for i = 1, #all, 2 do c.v[all[i]] = all[i + 1] end
+    HC[H] = c
+  end
+  local fs, out = {...}, {}
+  for i = 1, #fs do
+    local x = c.v[fs[i]]
+    if x == nil then x = false end
+    out[i] = x
+  end
+  return out
+end
+local function HSET_(H, ...)
+  local c = HC[H]
+  if c == nil then redis.call('HSET', H, ...); return end
+  local a = {...}
+  for i = 1, #a, 2 do
+    local x = a[i + 1]
+    -- as Redis stores a number (exact digits below 2^53)
+    if type(x) == 'number' then x = string.format('%.17g', x) end
+    c.v[a[i]] = x; c.d[a[i]] = true
+  end
+end
+local function EKGET(k)
+  local v = EKM[k]
+  if v == nil then v = redis.call('GET', k); EKM[k] = v end
+  return v
+end
+local function FLUSH()
+  for H, c in pairs(HC) do
+    local a = {}
+    for f, _ in pairs(c.d) do a[#a + 1] = f; a[#a + 1] = c.v[f] end
+    if #a > 0 then redis.call('HSET', H, unpack(a)) end
+  end
+  HC, EKM = {}, {}
+end
 local function END(KEYS, ARGV)
-` + releaseSource + `
+` + releaseBody + `
 end
 local function ADMIT(KEYS, ARGV)
-` + admitSource + `
+` + admitBody + `
 end
 local function failed(e)
   if type(e) == 'table' and e.err then return 'E' .. e.err end
@@ -87,6 +134,7 @@ for j = 1, NE + NA do
   end
   out[j] = r
 end
+FLUSH()
 return out
 `
 
