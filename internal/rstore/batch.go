@@ -45,7 +45,7 @@ if ARGV[1] ~= '' then now = tonumber(ARGV[1]) else
 -- full paths call first (they read and write Redis) and the batch last;
 -- the epoch key read once (only a full path sets it).
 local HC, EKM = {}, {}
-local function HGET_(H, ...)
+local function hget(H, ...)
   local c = HC[H]
   if c == nil then
     local all = redis.call('HGETALL', H)
@@ -61,7 +61,7 @@ local function HGET_(H, ...)
   end
   return out
 end
-local function HSET_(H, ...)
+local function hset(H, ...)
   local c = HC[H]
   if c == nil then redis.call('HSET', H, ...); return end
   local a = {...}
@@ -72,10 +72,15 @@ local function HSET_(H, ...)
     c.v[a[i]] = x; c.d[a[i]] = true
   end
 end
-local function EKGET(k)
-  local v = EKM[k]
-  if v == nil then v = redis.call('GET', k); EKM[k] = v end
-  return v
+local function RC(cmd, k, ...)
+  if cmd == 'HMGET' then return hget(k, ...) end
+  if cmd == 'HSET' then return hset(k, ...) end
+  if cmd == 'GET' then
+    local v = EKM[k]
+    if v == nil then v = redis.call('GET', k); EKM[k] = v end
+    return v
+  end
+  return redis.call(cmd, k, ...)
 end
 local function FLUSH()
   for H, c in pairs(HC) do

@@ -43,6 +43,14 @@
 // (a call whose weights are known only after it) always runs the full
 // path, about twice a release's cost on the server.
 //
+// Several ends and admissions of one scope go as one batch script
+// (batchScript, see Pipe): one EVALSHA and one TIME for them all; its fast
+// paths read each limiter's hash once (HGETALL) and the epoch key once,
+// and write each hash once at the end (a full path writes them back
+// first). A semaphore's call (admission and release) in batches of 16
+// costs about 3 redis.calls instead of 10, a Binance order (three fixed
+// completion windows) about 6.5 instead of 21 (TestExpBatchCost).
+//
 // # Clock
 //
 // The server's TIME, read inside the script, in whole microseconds since the
@@ -466,10 +474,14 @@ func (s *Store) admitted(scope string, cs []Charge, tok string, v []any, sent, g
 	return d, nil
 }
 
-// AdmitAll decides the calls of scope, in order, in one round trip: a
-// pipeline of admissions that Redis runs one after the other, each atomic
-// and decided as Admit decides it, each seeing the admissions before it
-// (on a Redis Cluster, every call of one scope goes to the scope's node).
+// AdmitAll decides the calls of scope, in order, in one round trip: one
+// script (batchScript; one EVALSHA per call when there is one call) that
+// runs the admissions one after the other, each all-or-nothing and
+// decided as Admit decides it at one instant (one TIME), each seeing the
+// admissions before it, in strict FIFO per limiter: a call that names a
+// limiter an earlier call of the batch was refused on is refused too
+// (with that call's wait), changing nothing (every key of one scope
+// shares its hash tag: one Redis Cluster slot).
 // It returns one Decision and one error per call (the error Admit would
 // return: a caller's mistake, found before the round trip, fails that call
 // alone), and err when the round trip itself failed (then every call
@@ -477,9 +489,7 @@ func (s *Store) admitted(scope string, cs []Charge, tok string, v []any, sent, g
 // failure holds its units until its lease runs out). A Redis that lost
 // its script cache costs a second round trip (EVAL) for the calls that
 // found it gone. ctx, and an rspec.WithAnswerBy instant in it, bound every
-// call as they bound Admit's. It is the step towards one script deciding
-// several queued calls (and carrying pending releases): the waiting
-// engine's DecideAll.
+// call as they bound Admit's.
 func (s *Store) AdmitAll(ctx context.Context, scope string, calls [][]Charge) (ds []Decision, errs []error, err error) {
 	return s.admitAll(ctx, "admit", scope, calls, s.leaseS)
 }
@@ -495,6 +505,10 @@ func (s *Store) AdmitAll(ctx context.Context, scope string, calls [][]Charge) (d
 // AdmitAll), and err when the round trip itself failed (then nothing is
 // known of any of them). With no calls it only ends; scope is then not
 // used. A Redis that lost its scripts costs a second round trip.
+//
+// The ends and admissions of one scope, two or more, go as one batch
+// script (the ends first; see AdmitAll), each other scope's ends as
+// another, all in one pipeline.
 func (s *Store) Pipe(ctx context.Context, ends []End, scope string, calls [][]Charge, by []time.Time) (endErrs []error, ds []Decision, errs []error, err error) {
 	if by != nil && len(by) != len(calls) {
 		return nil, nil, nil, fmt.Errorf("ratesem: pipe: %d answer-by instants for %d calls", len(by), len(calls))
