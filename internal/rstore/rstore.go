@@ -45,7 +45,8 @@
 //
 // Several ends and admissions of one scope go as one batch script
 // (batchScript, see Pipe): one EVALSHA and one TIME for them all; its fast
-// paths read each limiter's hash once (HGETALL) and the epoch key once,
+// paths read each limiter's hash once (one HMGET of every field they
+// use) and the epoch key once,
 // and write each hash once at the end (a full path writes them back
 // first). A semaphore's call (admission and release) in batches of 16
 // costs about 3 redis.calls instead of 10, a Binance order (three fixed
