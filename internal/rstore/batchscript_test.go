@@ -269,3 +269,31 @@ func TestBatchNeverMixesScopes(t *testing.T) {
 		t.Fatalf("%d batch scripts and %d single scripts, want 2 and 1: %+v", batches, singles, trips[0])
 	}
 }
+
+// An error raised by one script of a batch (a key of the wrong type) fails
+// that call alone, as in a pipeline: the others are decided.
+func TestBatchErrorFailsOneCall(t *testing.T) {
+	clk := newClock()
+	s, c := newStore(t, clk, time.Minute)
+	ctx := context.Background()
+	comp := spec(Completion, 10, time.Second)
+	bad := batchOne(comp, "bad", 1)
+	if err := c.Set(ctx, s.Keys("sc", bad[0])[0], "x", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	h := &scriptHook{}
+	c.AddHook(h)
+	ds, errs, err := s.AdmitAll(ctx, "sc", [][]Charge{batchOne(comp, "a", 1), bad, batchOne(comp, "a", 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if errs[0] != nil || errs[2] != nil || !ds[0].OK || !ds[2].OK {
+		t.Fatalf("the good calls: %+v %v", ds, errs)
+	}
+	if errs[1] == nil || !strings.Contains(errs[1].Error(), "WRONGTYPE") {
+		t.Fatalf("the call on a key of the wrong type: %v, want WRONGTYPE", errs[1])
+	}
+	if trips := h.reset(); len(trips) != 1 || len(trips[0]) != 1 || !trips[0][0].batch {
+		t.Fatalf("sent %+v, want one batch script", trips)
+	}
+}
