@@ -12,8 +12,11 @@ import (
 
 // piper is a Store that ends calls (of any scope) and then decides several
 // admissions of one scope in one round trip (internal/rstore's
-// Store.Pipe). Over a piper, Decide's admissions of one scope share round
-// trips (group commit), and the releases ride along (see join, releaser).
+// Store.Pipe: one script call for the scope's ends and admissions, at one
+// instant, in strict FIFO per limiter: an admission behind one refused on
+// a limiter it names is refused too, with that one's wait). Over a piper,
+// Decide's admissions of one scope share round trips (group commit), and
+// the releases ride along (see join, releaser).
 type piper interface {
 	Pipe(ctx context.Context, ends []rspec.End, scope string, calls [][]rspec.Charge, by []time.Time) ([]error, []rspec.Decision, []error, error)
 }

@@ -17,7 +17,7 @@ import (
 
 // batchHook counts a client's round trips (a pipeline counts one; a new
 // connection's set-up does not count) and the
-// commands of each pipeline; the next holds pipelines wait until released.
+// ends and admissions each pipeline carries (rstore.Carried); the next holds pipelines wait until released.
 type batchHook struct {
 	mu     sync.Mutex
 	trips  int
@@ -48,7 +48,11 @@ func (h *batchHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredi
 		}
 		h.mu.Lock()
 		h.trips++
-		h.sizes = append(h.sizes, len(cmds))
+		n := 0 // the scripts carried: a batch script's ends and admissions
+		for _, c := range cmds {
+			n += rstore.Carried(c.Args())
+		}
+		h.sizes = append(h.sizes, n)
 		var hold chan struct{}
 		if h.holds > 0 {
 			h.holds--

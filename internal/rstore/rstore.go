@@ -43,6 +43,15 @@
 // (a call whose weights are known only after it) always runs the full
 // path, about twice a release's cost on the server.
 //
+// Several ends and admissions of one scope go as one batch script
+// (batchScript, see Pipe): one EVALSHA and one TIME for them all; its fast
+// paths read each limiter's hash once (one HMGET of every field they
+// use) and the epoch key once,
+// and write each hash once at the end (a full path writes them back
+// first). A semaphore's call (admission and release) in batches of 16
+// costs about 3 redis.calls instead of 10, a Binance order (three fixed
+// completion windows) about 6.5 instead of 21 (TestExpBatchCost).
+//
 // # Clock
 //
 // The server's TIME, read inside the script, in whole microseconds since the
@@ -120,6 +129,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -192,6 +202,12 @@ type Store struct {
 	prefix string
 	opts   Options
 	leaseS string // the lease in µs, formatted
+	// noBatch sends every end and admission as a script of its own, as a
+	// pipeline (tests compare it with the batch script)
+	noBatch bool
+	// batchSeen: a batch script ran (Redis has its text; a Redis that
+	// lost it answers NOSCRIPT, then EVAL)
+	batchSeen atomic.Bool
 
 	mu     sync.Mutex
 	scopes map[string]*scopeMem // at most maxScopes
@@ -459,10 +475,14 @@ func (s *Store) admitted(scope string, cs []Charge, tok string, v []any, sent, g
 	return d, nil
 }
 
-// AdmitAll decides the calls of scope, in order, in one round trip: a
-// pipeline of admissions that Redis runs one after the other, each atomic
-// and decided as Admit decides it, each seeing the admissions before it
-// (on a Redis Cluster, every call of one scope goes to the scope's node).
+// AdmitAll decides the calls of scope, in order, in one round trip: one
+// script (batchScript; one EVALSHA per call when there is one call) that
+// runs the admissions one after the other, each all-or-nothing and
+// decided as Admit decides it at one instant (one TIME), each seeing the
+// admissions before it, in strict FIFO per limiter: a call that names a
+// limiter an earlier call of the batch was refused on is refused too
+// (with that call's wait), changing nothing (every key of one scope
+// shares its hash tag: one Redis Cluster slot).
 // It returns one Decision and one error per call (the error Admit would
 // return: a caller's mistake, found before the round trip, fails that call
 // alone), and err when the round trip itself failed (then every call
@@ -470,9 +490,7 @@ func (s *Store) admitted(scope string, cs []Charge, tok string, v []any, sent, g
 // failure holds its units until its lease runs out). A Redis that lost
 // its script cache costs a second round trip (EVAL) for the calls that
 // found it gone. ctx, and an rspec.WithAnswerBy instant in it, bound every
-// call as they bound Admit's. It is the step towards one script deciding
-// several queued calls (and carrying pending releases): the waiting
-// engine's DecideAll.
+// call as they bound Admit's.
 func (s *Store) AdmitAll(ctx context.Context, scope string, calls [][]Charge) (ds []Decision, errs []error, err error) {
 	return s.admitAll(ctx, "admit", scope, calls, s.leaseS)
 }
@@ -488,6 +506,10 @@ func (s *Store) AdmitAll(ctx context.Context, scope string, calls [][]Charge) (d
 // AdmitAll), and err when the round trip itself failed (then nothing is
 // known of any of them). With no calls it only ends; scope is then not
 // used. A Redis that lost its scripts costs a second round trip.
+//
+// The ends and admissions of one scope, two or more, go as one batch
+// script (the ends first; see AdmitAll), each other scope's ends as
+// another, all in one pipeline.
 func (s *Store) Pipe(ctx context.Context, ends []End, scope string, calls [][]Charge, by []time.Time) (endErrs []error, ds []Decision, errs []error, err error) {
 	if by != nil && len(by) != len(calls) {
 		return nil, nil, nil, fmt.Errorf("ratesem: pipe: %d answer-by instants for %d calls", len(by), len(calls))
@@ -529,9 +551,9 @@ func (s *Store) endCall(e End) ([]string, []any, error) {
 	return keys, args, nil
 }
 
-// ended reads releaseScript's reply to the end of cs (op names it).
-func ended(op string, cs []Charge, c *goredis.Cmd) error {
-	v, err := c.Result()
+// ended reads releaseScript's reply v (or its error err) to the end of
+// cs (op names it).
+func ended(op string, cs []Charge, v any, err error) error {
 	if err != nil {
 		return fmt.Errorf("ratesem: redis %s: %w", op, err)
 	}
@@ -586,7 +608,46 @@ func (s *Store) pipe(ctx context.Context, ends []End, op, scope string, calls []
 		}
 	}
 	ev, until := s.recall(scope)
+	for i := range calls {
+		if errs[i] == nil {
+			args[i] = append(append(args[i], ev, until, dls[i]), extra...)
+		}
+	}
+	// The groups: the ends of each scope (in order), the admissions with
+	// the ends of theirs. A group of two or more goes as one batch script
+	// (its keys share the scope's hash tag); the others one script each.
+	type group struct {
+		scope  string
+		ends   []int
+		admits []int
+		cmd    *goredis.Cmd
+	}
+	var gs []*group
+	gof := func(sc string) *group {
+		for _, g := range gs {
+			if g.scope == sc {
+				return g
+			}
+		}
+		g := &group{scope: sc}
+		gs = append(gs, g)
+		return g
+	}
+	for i, e := range ends {
+		if endErrs[i] == nil {
+			g := gof(e.Scope)
+			g.ends = append(g.ends, i)
+		}
+	}
+	for i := range calls {
+		if errs[i] == nil {
+			g := gof(scope)
+			g.admits = append(g.admits, i)
+		}
+	}
 	ecmds, cmds := make([]*goredis.Cmd, len(ends)), make([]*goredis.Cmd, len(calls))
+	var bkeys [][]string
+	var bargs [][]any
 	exec := func(pipe goredis.Pipeliner) error {
 		if pipe.Len() == 0 {
 			return nil
@@ -598,14 +659,26 @@ func (s *Store) pipe(ctx context.Context, ends []End, op, scope string, calls []
 	}
 	sent := time.Now()
 	pipe := s.c.Pipeline()
-	for i := range ends {
-		if endErrs[i] == nil {
+	for _, g := range gs {
+		if len(g.ends)+len(g.admits) >= 2 && !s.noBatch {
+			k, a, ok := s.batchCall(g.scope, g.ends, g.admits, ekeys, eargs, keys, args)
+			if ok {
+				if s.batchSeen.Load() {
+					g.cmd = batchScript.EvalSha(ctx, pipe, k, a...)
+				} else {
+					// the first batch of this Store sends the text: no
+					// round trip more to load it (Redis keeps it)
+					g.cmd = batchScript.Eval(ctx, pipe, k, a...)
+				}
+				bkeys, bargs = append(bkeys, k), append(bargs, a)
+				continue
+			}
+		}
+		for _, i := range g.ends {
 			ecmds[i] = releaseScript.EvalSha(ctx, pipe, ekeys[i], eargs[i]...)
 		}
-	}
-	for i := range calls {
-		if errs[i] == nil {
-			cmds[i] = admitScript.EvalSha(ctx, pipe, keys[i], append(append(args[i], ev, until, dls[i]), extra...)...)
+		for _, i := range g.admits {
+			cmds[i] = admitScript.EvalSha(ctx, pipe, keys[i], args[i]...)
 		}
 	}
 	if err := exec(pipe); err != nil {
@@ -626,17 +699,30 @@ func (s *Store) pipe(ctx context.Context, ends []End, op, scope string, calls []
 			cmds[i] = pipe.Do(ctx, a...)
 		}
 	}
+	b := 0
+	for _, g := range gs {
+		if g.cmd == nil {
+			continue
+		}
+		if goredis.HasErrorPrefix(g.cmd.Err(), "NOSCRIPT") {
+			g.cmd = batchScript.Eval(ctx, pipe, bkeys[b], bargs[b]...)
+		}
+		b++
+	}
 	if err := exec(pipe); err != nil {
 		return nil, nil, nil, err
 	}
 	got := time.Now()
+	endOp := func(i int) string {
+		if eargs[i] != nil && len(eargs[i]) > 4+perArg*len(ends[i].Charges) {
+			return "settle"
+		}
+		return "release"
+	}
 	for i, c := range ecmds {
 		if c != nil {
-			o := "release"
-			if eargs[i] != nil && len(eargs[i]) > 4+perArg*len(ends[i].Charges) {
-				o = "settle"
-			}
-			endErrs[i] = ended(o, ends[i].Charges, c)
+			v, err := c.Result()
+			endErrs[i] = ended(endOp(i), ends[i].Charges, v, err)
 		}
 	}
 	for i, c := range cmds {
@@ -650,7 +736,100 @@ func (s *Store) pipe(ctx context.Context, ends []End, op, scope string, calls []
 		}
 		ds[i], errs[i] = s.admitted(scope, calls[i], toks[i], v, sent, got)
 	}
+	for _, g := range gs {
+		if g.cmd == nil {
+			continue
+		}
+		rs, berr := g.cmd.Slice()
+		if berr == nil {
+			s.batchSeen.Store(true)
+		}
+		if berr == nil && len(rs) != len(g.ends)+len(g.admits) {
+			berr = fmt.Errorf("malformed reply from Redis: %d replies for %d scripts", len(rs), len(g.ends)+len(g.admits))
+		}
+		for j, i := range g.ends {
+			if berr != nil {
+				endErrs[i] = fmt.Errorf("ratesem: redis %s: %w", endOp(i), berr)
+				continue
+			}
+			v, rerr := batchReply(rs[j])
+			endErrs[i] = ended(endOp(i), ends[i].Charges, v, rerr)
+		}
+		for j, i := range g.admits {
+			if berr != nil {
+				errs[i] = fmt.Errorf("ratesem: redis %s: %w", op, berr)
+				continue
+			}
+			r, rerr := batchReply(rs[len(g.ends)+j])
+			v, ok := r.([]any)
+			if rerr == nil && !ok {
+				rerr = fmt.Errorf("malformed reply from Redis: %v", r)
+			}
+			if rerr != nil {
+				errs[i] = fmt.Errorf("ratesem: redis %s: %w", op, rerr)
+				continue
+			}
+			ds[i], errs[i] = s.admitted(scope, calls[i], toks[i], v, sent, got)
+		}
+	}
 	return endErrs, ds, errs, nil
+}
+
+// batchReply is one element of batchScript's reply: a string is the
+// error its script raised.
+func batchReply(v any) (any, error) {
+	if e, ok := v.(string); ok {
+		return nil, errors.New(strings.TrimPrefix(e, "E"))
+	}
+	return v, nil
+}
+
+// batchCall returns the KEYS and ARGV of batchScript running the ends es
+// (KEYS ekeys, ARGV eargs) and then the admissions as (KEYS keys, ARGV
+// args) of scope; false when some key lacks scope's hash tag (then they
+// may not share a Redis Cluster slot: each goes as a script of its own).
+func (s *Store) batchCall(scope string, es, as []int, ekeys [][]string, eargs [][]any, keys [][]string, args [][]any) ([]string, []any, bool) {
+	var b strings.Builder
+	s.scopePart(&b, scope)
+	tag := b.String()
+	n := len(es) + len(as)
+	var nk, na int
+	for _, i := range es {
+		nk, na = nk+len(ekeys[i]), na+len(eargs[i])
+	}
+	for _, i := range as {
+		nk, na = nk+len(keys[i]), na+len(args[i])
+	}
+	k := make([]string, 0, nk)
+	a := make([]any, 3+2*n, 3+2*n+na)
+	a[1], a[2] = len(es), len(as)
+	j := 3
+	add := func(ks []string, as []any) bool {
+		for _, key := range ks {
+			if !strings.HasPrefix(key, tag) {
+				return false
+			}
+		}
+		if a[0] == nil {
+			a[0] = as[0] // the instant (Options.Now) or "": one for all
+		}
+		k = append(k, ks...)
+		a[j], a[j+1] = len(ks), len(as)
+		j += 2
+		a = append(a, as...)
+		return true
+	}
+	for _, i := range es {
+		if !add(ekeys[i], eargs[i]) {
+			return nil, nil, false
+		}
+	}
+	for _, i := range as {
+		if !add(keys[i], args[i]) {
+			return nil, nil, false
+		}
+	}
+	return k, a, true
 }
 
 // isReplyError reports whether err is an error reply of Redis to one
