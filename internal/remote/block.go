@@ -147,6 +147,9 @@ func (e *Engine) viaBlock(ctx context.Context, w *waiter) (o Outcome, ok bool, e
 			e.mu.Unlock()
 			return Outcome{Call: c}, true, nil
 		}
+		// takeLocked may have stopped a block past its hold and so
+		// forgotten s: keep it, for a fetch into s must be seen.
+		e.blocks[key] = s
 		if now.Before(s.cool) {
 			e.mu.Unlock()
 			return Outcome{}, false, nil

@@ -340,3 +340,42 @@ func TestBlockFetchShared(t *testing.T) {
 		t.Fatalf("%d admissions, want 1 (the block)", n)
 	}
 }
+
+// A caller finding its signature's block past its hold (before the hold's
+// timer fired) fetches the next block into the signature the others see:
+// the caller after it takes from that block, no third admission.
+func TestBlockExpiredRefetchShared(t *testing.T) {
+	f := newFake()
+	e, err := New(Config{Store: f, Blocks: 4, BlockHold: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	cs := completion(100, time.Minute, 1)
+	var calls []*Call
+	decide := func() {
+		t.Helper()
+		o, err := e.Decide(context.Background(), "s", cs)
+		if err != nil || o.Call == nil || o.Call.blk == nil {
+			t.Fatalf("%+v %v: want a call of a block", o, err)
+		}
+		calls = append(calls, o.Call)
+	}
+	decide()
+	e.mu.Lock()
+	for _, s := range e.blocks {
+		s.cur.end = time.Now().Add(-time.Millisecond) // the hold ended; its timer has not fired
+	}
+	e.mu.Unlock()
+	decide() // a new block
+	decide() // from that block
+	for _, c := range calls {
+		c.Release()
+	}
+	f.mu.Lock()
+	n := f.admits
+	f.mu.Unlock()
+	if n != 2 {
+		t.Fatalf("%d admissions for 3 calls (a block, its hold ended, the next block), want 2", n)
+	}
+}
