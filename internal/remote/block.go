@@ -3,6 +3,7 @@ package remote
 import (
 	"context"
 	"maps"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -205,7 +206,11 @@ func (e *Engine) fetchBlock(ctx context.Context, w *waiter, s *blockSig, k int64
 		s.cool = now.Add(e.cfg.BlockHold)
 		return Outcome{}, nil
 	}
-	b := &block{sig: s, cs: w.cs, call: o.Call, k: k, sum: make([]int64, len(w.cs)), end: now.Add(e.cfg.BlockHold)}
+	end := now.Add(e.cfg.BlockHold)
+	if we := markEnd(o.Call, w.cs); !we.IsZero() && we.Before(end) {
+		end = we
+	}
+	b := &block{sig: s, cs: w.cs, call: o.Call, k: k, sum: make([]int64, len(w.cs)), end: end}
 	if e.closed { // Close came during the round trip: give it back at once
 		b.stopped = true
 		e.returnLocked(b)
@@ -215,7 +220,7 @@ func (e *Engine) fetchBlock(ctx context.Context, w *waiter, s *blockSig, k int64
 		e.stopLocked(old)
 	}
 	s.cur = b
-	b.timer = time.AfterFunc(e.cfg.BlockHold, func() {
+	b.timer = time.AfterFunc(end.Sub(now), func() {
 		e.mu.Lock()
 		defer e.mu.Unlock()
 		e.stopLocked(b)
@@ -319,4 +324,41 @@ func (e *Engine) stopBlocksLocked() {
 			e.stopLocked(s.cur)
 		}
 	}
+}
+
+// markEnd returns when, on this process's clock, the earliest window of
+// c's marks ends (rspec.Decision.Marks: a fixed completion window's
+// window, "w:d", w its index on Redis's clock); zero when c has no mark.
+// A block hands out no call after it: a call taken from it carries the
+// block's mark, and a server's count reported with a mark of an earlier
+// window than the current one is dropped (rspec.Store.ReconcileAt), so a
+// call taken in a later window would lose its report.
+func markEnd(c *Call, cs []rspec.Charge) time.Time {
+	var end time.Time
+	for i, m := range c.d.Marks {
+		ws, _, ok := strings.Cut(m, ":")
+		w, err := strconv.ParseInt(ws, 10, 64)
+		if !ok || err != nil || i >= len(cs) || cs[i].Spec == nil {
+			continue
+		}
+		per := cs[i].Spec.Limit.Per
+		for j, a := range c.d.Adopted {
+			if a == i && j < len(c.d.AdoptedSpecs) && c.d.AdoptedSpecs[j].Limit.Per > 0 {
+				per = c.d.AdoptedSpecs[j].Limit.Per
+			}
+		}
+		us := per.Microseconds()
+		if us <= 0 || w < 0 || w >= math.MaxInt64/us-1 {
+			continue
+		}
+		d := (w+1)*us - c.d.Now.UnixMicro() // µs to the window's end: at most per
+		if d > us {
+			continue
+		}
+		at := c.seen.Add(time.Duration(d) * time.Microsecond)
+		if end.IsZero() || at.Before(end) {
+			end = at
+		}
+	}
+	return end
 }

@@ -379,3 +379,45 @@ func TestBlockExpiredRefetchShared(t *testing.T) {
 		t.Fatalf("%d admissions for 3 calls (a block, its hold ended, the next block), want 2", n)
 	}
 }
+
+// Under a fixed completion window, a call taken from a block carries a
+// mark of the window it was taken in: a server's count read from its
+// response is taken in (a count with a mark of an earlier window is
+// dropped), as for a call admitted one by one.
+func TestBlockMarkCurrentWindow(t *testing.T) {
+	srv := redistest.Start(t)
+	const per = 300 * time.Millisecond
+	a := engineOn(t, srv.Addr(), Config{Blocks: 4, BlockHold: 10 * time.Second})
+	c := rspec.Charge{Rule: "f", Key: "k", Spec: &rspec.Spec{Kind: rspec.FixedCompletion, Limit: window.Limit{N: 20, Per: per}}, Weight: 1}
+	cs := []rspec.Charge{c}
+	o, err := a.Decide(context.Background(), "s", cs)
+	if err != nil || o.Call == nil || o.Call.blk == nil {
+		t.Fatalf("%+v %v: want a call of a block", o, err)
+	}
+	defer o.Call.Release()
+	// Into the next window, on Redis's clock.
+	at, seen := o.Call.Admitted()
+	next := at.Truncate(per).Add(per)
+	time.Sleep(next.Sub(at) - time.Since(seen) + 30*time.Millisecond)
+	o, err = a.Decide(context.Background(), "s", cs)
+	if err != nil || o.Call == nil {
+		t.Fatalf("%+v %v", o, err)
+	}
+	defer o.Call.Release()
+	at, seen = o.Call.Admitted()
+	got := make(chan int64, 1)
+	a.ReconcileAtThen("s", c, 20, rspec.Read{Seen: at.Add(time.Since(seen)), Mark: o.Call.Mark(0), Weight: 1}, func(added int64, err error) {
+		if err != nil {
+			t.Error(err)
+		}
+		got <- added
+	})
+	select {
+	case n := <-got:
+		if n <= 0 {
+			t.Fatalf("a full window reported by a call of the block taken in the next window: %d units taken in, want > 0", n)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("then not called")
+	}
+}

@@ -248,7 +248,8 @@ type Config struct {
 	// process took from Redis in one admission, with no round trip of
 	// its own (fewer calls when a charge's capacity cannot take
 	// Blocks·Weight units). A block hands out calls for BlockHold at
-	// most, and goes back to Redis (settled to the units its calls used)
+	// most (under a fixed completion window, only within the window it
+	// was admitted in: its calls carry its mark), and goes back to Redis (settled to the units its calls used)
 	// once it hands out no more and its calls have ended: Redis counts
 	// its used units in flight from its admission to its return, and as
 	// ended then (exact on the safe side). Other windows count starts:
