@@ -249,15 +249,19 @@ type Config struct {
 	// its own (fewer calls when a charge's capacity cannot take
 	// Blocks·Weight units). A block hands out calls for BlockHold at
 	// most (under a fixed completion window, only within the window it
-	// was admitted in: its calls carry its mark), and goes back to Redis (settled to the units its calls used)
-	// once it hands out no more and its calls have ended: Redis counts
+	// was admitted in: its calls carry its mark), and goes back to Redis
+	// (settled to the units its calls used) once it hands out no more and its calls have ended: Redis counts
 	// its used units in flight from its admission to its return, and as
 	// ended then (exact on the safe side). Other windows count starts:
 	// their calls bypass blocks. The trade: a process holds up to Blocks
 	// calls it may not use for up to BlockHold (other processes wait for
 	// them meanwhile; until the last call of the block ends, when one
 	// outlasts the hold); a process that dies holds its block until the
-	// lease ends, as any call; a pause or a refusal stored by another
+	// lease ends, as any call; a block's calls count in Redis until the
+	// block's lease runs out at the latest, a lease after the block's
+	// admission, not theirs; a loss of Redis's state loses the blocks,
+	// and their calls taken after it (until the hold ends) are not
+	// counted there; a pause or a refusal stored by another
 	// process reaches this one's block calls within BlockHold. While
 	// Redis is taken as unreachable (or the fallback's window drains) no
 	// block is used: calls go the ordinary way; a block admitted before
