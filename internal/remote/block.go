@@ -4,6 +4,7 @@ import (
 	"context"
 	"maps"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -312,6 +313,20 @@ func (e *Engine) endSub(c *Call, actual []int64) {
 	e.mu.Unlock()
 	if c.sent != nil {
 		c.sent()
+	}
+}
+
+// stopBlocksOfLocked stops the blocks with a charge on c's limiter in
+// scope (SetLimit: its calls are charged under the new limit, another
+// signature; a block of the old one would hold its unused calls until its
+// hold ends). e.mu must be held.
+func (e *Engine) stopBlocksOfLocked(scope string, c rspec.Charge) {
+	for _, s := range e.blocks {
+		if b := s.cur; b != nil && b.call.scope == scope && slices.ContainsFunc(b.cs, func(x rspec.Charge) bool {
+			return x.Rule == c.Rule && x.Key == c.Key
+		}) {
+			e.stopLocked(b)
+		}
 	}
 }
 

@@ -1176,7 +1176,11 @@ func (e *Engine) SetLimit(ctx context.Context, scope string, c rspec.Charge) err
 		return e.unavailable(err)
 	}
 	e.markUp()
-	// What this process learned under the old limit no longer holds.
+	// What this process learned under the old limit no longer holds, nor
+	// do its blocks: their unused calls go back.
+	e.mu.Lock()
+	e.stopBlocksOfLocked(scope, c)
+	e.mu.Unlock()
 	e.forget(scope, c)
 	return nil
 }
