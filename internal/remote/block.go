@@ -126,6 +126,10 @@ func (e *Engine) viaBlock(ctx context.Context, w *waiter) (o Outcome, ok bool, e
 			e.mu.Unlock()
 			return Outcome{}, false, nil
 		}
+		if err := ctx.Err(); err != nil { // as decide: no call for a caller gone
+			e.mu.Unlock()
+			return Outcome{}, true, err
+		}
 		if until, _ := e.knownLocked(w, now); !until.IsZero() {
 			e.mu.Unlock()
 			return Outcome{}, false, nil
@@ -226,6 +230,9 @@ func (e *Engine) fetchBlock(ctx context.Context, w *waiter, s *blockSig, k int64
 		defer e.mu.Unlock()
 		e.stopLocked(b)
 	})
+	if err := ctx.Err(); err != nil { // the caller left: the block is the others'
+		return Outcome{}, err
+	}
 	return Outcome{Call: e.takeLocked(s, now)}, nil
 }
 

@@ -421,3 +421,53 @@ func TestBlockMarkCurrentWindow(t *testing.T) {
 		t.Fatal("then not called")
 	}
 }
+
+// errAfterFirst is a context whose Err is nil once, then Canceled: a
+// caller's ctx that ends after Decide began.
+type errAfterFirst struct {
+	context.Context
+	n  int
+	mu sync.Mutex
+}
+
+func (c *errAfterFirst) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n++; c.n > 1 {
+		return context.Canceled
+	}
+	return nil
+}
+
+// A caller whose ctx ended once Decide began takes no call of a live
+// block (as Decide without blocks returns ctx.Err()): no trace, the block
+// keeps the call for others.
+func TestBlockCtxDoneNoTake(t *testing.T) {
+	f := newFake()
+	e, err := New(Config{Store: f, Blocks: 4, BlockHold: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	cs := completion(100, time.Minute, 1)
+	o, err := e.Decide(context.Background(), "s", cs)
+	if err != nil || o.Call == nil || o.Call.blk == nil {
+		t.Fatalf("%+v %v: want a call of a block", o, err)
+	}
+	defer o.Call.Release()
+	if o, err := e.Decide(&errAfterFirst{Context: context.Background()}, "s", cs); !errors.Is(err, context.Canceled) || o.Call != nil {
+		if o.Call != nil {
+			o.Call.Release()
+		}
+		t.Fatalf("ctx ended after Decide began: %+v %v; want context.Canceled", o, err)
+	}
+	if st := e.Stats(); st.Admitted != 1 || st.InFlight != 1 {
+		t.Fatalf("stats %+v: want 1 admitted, 1 in flight", st)
+	}
+	e.mu.Lock()
+	used := o.Call.blk.used
+	e.mu.Unlock()
+	if used != 1 {
+		t.Fatalf("the block handed out %d calls, want 1", used)
+	}
+}
