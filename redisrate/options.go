@@ -80,8 +80,8 @@ func WithJitter(max time.Duration) semaphore.Option { return engine.WithJitter(m
 // the call's): pick a lease longer than hold plus the longest call. A
 // loss of Redis's state (FLUSHALL, a restart without persistence) loses
 // the blocks too: the calls taken from a block after the loss, until its
-// hold ends, are not counted in Redis (keep hold well below the limit's
-// interval). A pause stored in Redis by another process (or a lower limit)
+// hold ends or an admission of this process learns of the loss, are not
+// counted in Redis (keep hold well below the limit's interval). A pause stored in Redis by another process (or a lower limit)
 // reaches this one within hold. While Redis is unreachable no block is
 // used (WithFallback decides, or Acquire fails); a block taken before
 // keeps counting in Redis as the calls in flight do. Refused in process,

@@ -337,6 +337,17 @@ func (e *Engine) stopBlocksOfLocked(scope string, c rspec.Charge) {
 	}
 }
 
+// stopScopeBlocksLocked stops the blocks of scope: Redis reported a loss
+// of its state there (rspec.Decision.Lost), the blocks' units with it.
+// e.mu must be held.
+func (e *Engine) stopScopeBlocksLocked(scope string) {
+	for _, s := range e.blocks {
+		if b := s.cur; b != nil && b.call.scope == scope {
+			e.stopLocked(b)
+		}
+	}
+}
+
 // stopBlocksLocked stops every block (Close): those idle go back to Redis
 // now, the others when their last sub-call ends (after Close: dropped,
 // the lease covers them). e.mu must be held.

@@ -471,3 +471,42 @@ func TestBlockCtxDoneNoTake(t *testing.T) {
 		t.Fatalf("the block handed out %d calls, want 1", used)
 	}
 }
+
+// A loss of Redis's state that this process learns of (an admission of
+// the scope reports it) stops the scope's blocks: Redis no longer counts
+// them, and holds the limiters full for a Per, which the calls of the
+// lost block must not bypass.
+func TestBlockStateLost(t *testing.T) {
+	srv := redistest.Start(t)
+	a := engineOn(t, srv.Addr(), Config{Blocks: 4, BlockHold: 10 * time.Second})
+	cs := completion(10, 5*time.Second, 1)
+	o, err := a.Decide(context.Background(), "s", cs)
+	if err != nil || o.Call == nil || o.Call.blk == nil {
+		t.Fatalf("%+v %v: want a call of a block", o, err)
+	}
+	o.Call.Release()
+	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
+	defer c.Close()
+	if err := c.FlushAll(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	log := []rspec.Charge{{Rule: "l", Key: "k", Spec: &rspec.Spec{Kind: rspec.SlidingLog, Limit: window.Limit{N: 100, Per: time.Minute}}, Weight: 1}}
+	o, err = a.Decide(context.Background(), "s", log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Call != nil {
+		o.Call.Release()
+	}
+	if n := a.Stats().StateLost; n == 0 {
+		t.Skip("the loss was not reported to this process")
+	}
+	o, err = a.Decide(context.Background(), "s", cs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Call != nil {
+		o.Call.Release()
+		t.Fatalf("after a loss of Redis's state: a call (of a block: %v) while Redis holds the limiter full", o.Call.blk != nil)
+	}
+}

@@ -260,8 +260,9 @@ type Config struct {
 	// lease ends, as any call; a block's calls count in Redis until the
 	// block's lease runs out at the latest, a lease after the block's
 	// admission, not theirs; a loss of Redis's state loses the blocks,
-	// and their calls taken after it (until the hold ends) are not
-	// counted there; a pause or a refusal stored by another
+	// and their calls taken after it (until the hold ends, or an
+	// admission of the scope reports the loss: the scope's blocks stop
+	// then) are not counted there; a pause or a refusal stored by another
 	// process reaches this one's block calls within BlockHold. While
 	// Redis is taken as unreachable (or the fallback's window drains) no
 	// block is used: calls go the ordinary way; a block admitted before
