@@ -309,9 +309,9 @@ func (e *Engine) endSub(c *Call, actual []int64) {
 	for i, ch := range b.cs {
 		u := ch.Weight
 		if actual != nil {
-			u = max(actual[i], 0)
+			u = min(max(actual[i], 0), rspec.MaxN) // as Settle takes it
 		}
-		b.sum[i] += u
+		b.sum[i] = min(b.sum[i]+u, rspec.MaxN) // saturated: never wraps
 	}
 	b.inflight--
 	if b.stopped || b.used >= b.k || !time.Now().Before(b.end) {

@@ -3,6 +3,7 @@ package remote
 import (
 	"context"
 	"errors"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -508,5 +509,29 @@ func TestBlockStateLost(t *testing.T) {
 	if o.Call != nil {
 		o.Call.Release()
 		t.Fatalf("after a loss of Redis's state: a call (of a block: %v) while Redis holds the limiter full", o.Call.blk != nil)
+	}
+}
+
+// Calls of a block settled to huge weights settle the block to a huge
+// weight (saturated), never to a sum wrapped below zero (a refund).
+func TestBlockSettleSaturates(t *testing.T) {
+	f := newFake()
+	e, err := New(Config{Store: f, Blocks: 4, BlockHold: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := completion(100, time.Minute, 1)
+	for range 2 {
+		o, err := e.Decide(context.Background(), "s", cs)
+		if err != nil || o.Call == nil || o.Call.blk == nil {
+			t.Fatalf("%+v %v: want a call of a block", o, err)
+		}
+		o.Call.ReleaseSettled([]int64{math.MaxInt64})
+	}
+	_ = e.Close() // the block goes back
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.settles) != 1 || f.settles[0][0] < rspec.MaxN {
+		t.Fatalf("settlements %v: want one, of at least MaxN", f.settles)
 	}
 }
