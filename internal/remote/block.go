@@ -39,6 +39,7 @@ type block struct {
 	end      time.Time      // the hold's end: no call handed out from then
 	stopped  bool           // hands out no more calls
 	returned bool           // its settlement is queued (or dropped)
+	dropped  bool           // its settlement was dropped (Close)
 	timer    *time.Timer
 }
 
@@ -296,7 +297,7 @@ func (e *Engine) returnLocked(b *block) {
 			c.actual = nil // every call used at its weight: a plain release
 		}
 	}
-	e.enqueueLocked(c) // dropped after Close: the lease covers it
+	b.dropped = !e.enqueueLocked(c) // dropped after Close: the lease covers it
 }
 
 // endSub ends c, a sub-call of a block: locally, its units (actual's,
@@ -314,12 +315,20 @@ func (e *Engine) endSub(c *Call, actual []int64) {
 		b.sum[i] = min(b.sum[i]+u, rspec.MaxN) // saturated: never wraps
 	}
 	b.inflight--
+	sent := c.sent // at once, when this end changes nothing in Redis
 	if b.stopped || b.used >= b.k || !time.Now().Before(b.end) {
+		moved := b.inflight == 0 && !b.returned
+		if moved { // this end gives the block back: sent once its return is
+			b.call.sent, sent = sent, nil
+		}
 		e.stopLocked(b)
+		if moved && b.dropped {
+			sent, b.call.sent = b.call.sent, nil
+		}
 	}
 	e.mu.Unlock()
-	if c.sent != nil {
-		c.sent()
+	if sent != nil {
+		sent()
 	}
 }
 

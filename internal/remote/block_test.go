@@ -535,3 +535,49 @@ func TestBlockSettleSaturates(t *testing.T) {
 		t.Fatalf("settlements %v: want one, of at least MaxN", f.settles)
 	}
 }
+
+// The end of a block's last call, which gives the block back, is sent
+// (OnSent) once the block's return has been sent to Redis, not at once:
+// the engine waits for its own releases to reach Redis before it takes a
+// refusal for the answer (TryAcquire).
+func TestBlockOnSentAfterReturn(t *testing.T) {
+	f := newFake()
+	in, out := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	f.releaseHook = func(ctx context.Context) error {
+		once.Do(func() { close(in); <-out })
+		return nil
+	}
+	e, err := New(Config{Store: f, Blocks: 2, BlockHold: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	cs := completion(100, time.Minute, 1)
+	var calls []*Call
+	for range 2 { // the block's 2 calls: it hands out no more
+		o, err := e.Decide(context.Background(), "s", cs)
+		if err != nil || o.Call == nil || o.Call.blk == nil {
+			t.Fatalf("%+v %v: want a call of a block", o, err)
+		}
+		calls = append(calls, o.Call)
+	}
+	first, last := make(chan struct{}), make(chan struct{})
+	calls[0].OnSent(func() { close(first) })
+	calls[1].OnSent(func() { close(last) })
+	calls[0].Release()
+	<-first // nothing of Redis's changes at this end
+	calls[1].Release()
+	<-in // the block's return is on its way
+	select {
+	case <-last:
+		t.Fatal("the last call's end reported sent before the block's return was")
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(out)
+	select {
+	case <-last:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the last call's end never reported sent")
+	}
+}
