@@ -449,7 +449,9 @@ func (c *Call) Adopted() ([]int, []rspec.Spec) { return c.d.Adopted, c.d.Adopted
 // OnSent sets f to be called, once and outside any lock of the engine,
 // when the release (or settlement) of c has been sent to Redis, failed
 // or was dropped, or at the release of a call Redis does not hold (the
-// fallback's, one of no charges). It must be called before the release;
+// fallback's, one of no charges; a call of a block: at once, or, when its
+// end gives the block back, once the block's return is sent). It must be
+// called before the release;
 // f must not block.
 func (c *Call) OnSent(f func()) { c.sent = f }
 
