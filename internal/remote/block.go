@@ -200,6 +200,9 @@ func (e *Engine) fetchBlock(ctx context.Context, w *waiter, s *blockSig, k int64
 		bw.cs[i] = c
 	}
 	o, err := e.decide(ctx, bw)
+	if testAfterFetch != nil {
+		testAfterFetch()
+	}
 	now := time.Now()
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -216,12 +219,15 @@ func (e *Engine) fetchBlock(ctx context.Context, w *waiter, s *blockSig, k int64
 	if we := markEnd(o.Call, w.cs); !we.IsZero() && we.Before(end) {
 		end = we
 	}
-	b := &block{sig: s, cs: w.cs, call: o.Call, k: k, sum: make([]int64, len(w.cs)), end: end}
-	if e.closed { // Close came during the round trip: give it back at once
-		b.stopped = true
-		e.returnLocked(b)
+	if e.closed { // Close came during the round trip: cancel it in Redis
+		c := o.Call
+		c.done.Store(true)
+		// A round trip Close waits for (pending); the lease covers it
+		// when too many are under way.
+		e.spawnLocked(func() { e.cancel(c.scope, c.cs, c.token, true) })
 		return Outcome{}, ErrClosed
 	}
+	b := &block{sig: s, cs: w.cs, call: o.Call, k: k, sum: make([]int64, len(w.cs)), end: end}
 	if old := s.cur; old != nil {
 		e.stopLocked(old)
 	}
@@ -236,6 +242,10 @@ func (e *Engine) fetchBlock(ctx context.Context, w *waiter, s *blockSig, k int64
 	}
 	return Outcome{Call: e.takeLocked(s, now)}, nil
 }
+
+// testAfterFetch, when set, runs after a block's admission came back
+// (tests only).
+var testAfterFetch func()
 
 // takeLocked hands out a call of s's live block, or returns nil when it
 // has none to hand out (then s has no live block). e.mu must be held.

@@ -252,19 +252,22 @@ func TestBlockDown(t *testing.T) {
 	}
 	o.Call.Release()
 
-	// Without a fallback: ErrUnavailable, not a call of the block.
+	// Without a fallback: ErrUnavailable, not a call of the block. (In a
+	// scope of its own: a's prober, carrying its fallback's calls into
+	// the restarted Redis, notes the loss of scope "s" there, which holds
+	// its limiters full for a Per.)
 	srv.Start()
 	n := engineOn(t, srv.Addr(), Config{Blocks: 8, BlockHold: time.Minute, Timeout: 200 * time.Millisecond})
-	o, err = n.Decide(context.Background(), "s", cs)
+	o, err = n.Decide(context.Background(), "n", cs)
 	if err != nil || o.Call == nil || o.Call.blk == nil {
 		t.Fatalf("first: %+v %v; want a call of a block", o, err)
 	}
 	defer o.Call.Release()
 	srv.Stop()
-	if _, err := n.Decide(context.Background(), "s", completion(100, time.Minute, 2)); !errors.Is(err, ErrUnavailable) {
+	if _, err := n.Decide(context.Background(), "n", completion(100, time.Minute, 2)); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("Redis down: %v; want ErrUnavailable", err)
 	}
-	if o, err := n.Decide(context.Background(), "s", cs); !errors.Is(err, ErrUnavailable) {
+	if o, err := n.Decide(context.Background(), "n", cs); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("Redis down, a block with room: %+v %v; want ErrUnavailable", o, err)
 	}
 }
@@ -579,5 +582,29 @@ func TestBlockOnSentAfterReturn(t *testing.T) {
 	case <-last:
 	case <-time.After(5 * time.Second):
 		t.Fatal("the last call's end never reported sent")
+	}
+}
+
+// A block admitted as Close is called (after the admission's own check
+// of Close) is cancelled in Redis, not left there until its lease.
+func TestBlockCloseDuringFetch(t *testing.T) {
+	f := newFake()
+	e, err := New(Config{Store: f, Blocks: 4, BlockHold: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testAfterFetch = func() {
+		go e.Close()
+		for !e.Closed() {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	defer func() { testAfterFetch = nil }()
+	if _, err := e.Decide(context.Background(), "s", completion(100, time.Minute, 1)); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Close during the fetch: %v; want ErrClosed", err)
+	}
+	_ = e.Close() // waits for the round trips
+	if n := f.inFlight(); n != 0 {
+		t.Fatalf("%d admissions left in Redis after Close (a block admitted as Close came)", n)
 	}
 }
