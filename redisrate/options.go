@@ -51,10 +51,12 @@ func WithTimeout(d time.Duration) semaphore.Option { return engine.WithTimeout(d
 func WithJitter(max time.Duration) semaphore.Option { return engine.WithJitter(max) }
 
 // WithBlocks turns on blocks (off by default): a process takes k calls'
-// worth of a limit from Redis in one admission (a block) and hands them to
-// its own callers with no round trip each, for hold at most (a duration,
-// e.g. 50 ms; it must be positive and at most the lease, WithLease; k must
-// be at least 2 calls). For very hot limits: with k = 64, about one round
+// worth of a limit from Redis in one admission (a block; fewer calls when
+// k times a call's weight exceeds the limit) and hands them to its own
+// callers with no round trip each, for hold at most (a duration, e.g.
+// 50 ms; it must be positive and at most the lease, WithLease; k must be
+// at least 2 calls; under window.NewFixedCompletion, only within the
+// window the block was taken in). For very hot limits: with k = 64, about one round
 // trip to take a block and one to give it back per 64 calls.
 //
 // Only calls whose every rule is a completion window (the default window,
@@ -73,7 +75,13 @@ func WithJitter(max time.Duration) semaphore.Option { return engine.WithJitter(m
 // taken from a block outlasts the hold: the block goes back only when its
 // last call ends, so blocks suit short calls); a process that dies
 // holds its block until its lease ends (WithLease), as any call in
-// flight; a pause stored in Redis by another process (or a lower limit)
+// flight. A call taken from a block counts in Redis until the block's
+// lease runs out at the latest, a lease after the block's admission (not
+// the call's): pick a lease longer than hold plus the longest call. A
+// loss of Redis's state (FLUSHALL, a restart without persistence) loses
+// the blocks too: the calls taken from a block after the loss, until its
+// hold ends or an admission of this process learns of the loss, are not
+// counted in Redis (keep hold well below the limit's interval). A pause stored in Redis by another process (or a lower limit)
 // reaches this one within hold. While Redis is unreachable no block is
 // used (WithFallback decides, or Acquire fails); a block taken before
 // keeps counting in Redis as the calls in flight do. Refused in process,

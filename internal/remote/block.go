@@ -3,6 +3,8 @@ package remote
 import (
 	"context"
 	"maps"
+	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -37,6 +39,7 @@ type block struct {
 	end      time.Time      // the hold's end: no call handed out from then
 	stopped  bool           // hands out no more calls
 	returned bool           // its settlement is queued (or dropped)
+	dropped  bool           // its settlement was dropped (Close)
 	timer    *time.Timer
 }
 
@@ -124,6 +127,10 @@ func (e *Engine) viaBlock(ctx context.Context, w *waiter) (o Outcome, ok bool, e
 			e.mu.Unlock()
 			return Outcome{}, false, nil
 		}
+		if err := ctx.Err(); err != nil { // as decide: no call for a caller gone
+			e.mu.Unlock()
+			return Outcome{}, true, err
+		}
 		if until, _ := e.knownLocked(w, now); !until.IsZero() {
 			e.mu.Unlock()
 			return Outcome{}, false, nil
@@ -147,6 +154,9 @@ func (e *Engine) viaBlock(ctx context.Context, w *waiter) (o Outcome, ok bool, e
 			e.mu.Unlock()
 			return Outcome{Call: c}, true, nil
 		}
+		// takeLocked may have stopped a block past its hold and so
+		// forgotten s: keep it, for a fetch into s must be seen.
+		e.blocks[key] = s
 		if now.Before(s.cool) {
 			e.mu.Unlock()
 			return Outcome{}, false, nil
@@ -190,6 +200,9 @@ func (e *Engine) fetchBlock(ctx context.Context, w *waiter, s *blockSig, k int64
 		bw.cs[i] = c
 	}
 	o, err := e.decide(ctx, bw)
+	if testAfterFetch != nil {
+		testAfterFetch()
+	}
 	now := time.Now()
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -202,23 +215,37 @@ func (e *Engine) fetchBlock(ctx context.Context, w *waiter, s *blockSig, k int64
 		s.cool = now.Add(e.cfg.BlockHold)
 		return Outcome{}, nil
 	}
-	b := &block{sig: s, cs: w.cs, call: o.Call, k: k, sum: make([]int64, len(w.cs)), end: now.Add(e.cfg.BlockHold)}
-	if e.closed { // Close came during the round trip: give it back at once
-		b.stopped = true
-		e.returnLocked(b)
+	end := now.Add(e.cfg.BlockHold)
+	if we := markEnd(o.Call, w.cs); !we.IsZero() && we.Before(end) {
+		end = we
+	}
+	if e.closed { // Close came during the round trip: cancel it in Redis
+		c := o.Call
+		c.done.Store(true)
+		// A round trip Close waits for (pending); the lease covers it
+		// when too many are under way.
+		e.spawnLocked(func() { e.cancel(c.scope, c.cs, c.token, true) })
 		return Outcome{}, ErrClosed
 	}
+	b := &block{sig: s, cs: w.cs, call: o.Call, k: k, sum: make([]int64, len(w.cs)), end: end}
 	if old := s.cur; old != nil {
 		e.stopLocked(old)
 	}
 	s.cur = b
-	b.timer = time.AfterFunc(e.cfg.BlockHold, func() {
+	b.timer = time.AfterFunc(end.Sub(now), func() {
 		e.mu.Lock()
 		defer e.mu.Unlock()
 		e.stopLocked(b)
 	})
+	if err := ctx.Err(); err != nil { // the caller left: the block is the others'
+		return Outcome{}, err
+	}
 	return Outcome{Call: e.takeLocked(s, now)}, nil
 }
+
+// testAfterFetch, when set, runs after a block's admission came back
+// (tests only).
+var testAfterFetch func()
 
 // takeLocked hands out a call of s's live block, or returns nil when it
 // has none to hand out (then s has no live block). e.mu must be held.
@@ -280,7 +307,7 @@ func (e *Engine) returnLocked(b *block) {
 			c.actual = nil // every call used at its weight: a plain release
 		}
 	}
-	e.enqueueLocked(c) // dropped after Close: the lease covers it
+	b.dropped = !e.enqueueLocked(c) // dropped after Close: the lease covers it
 }
 
 // endSub ends c, a sub-call of a block: locally, its units (actual's,
@@ -293,17 +320,50 @@ func (e *Engine) endSub(c *Call, actual []int64) {
 	for i, ch := range b.cs {
 		u := ch.Weight
 		if actual != nil {
-			u = max(actual[i], 0)
+			u = min(max(actual[i], 0), rspec.MaxN) // as Settle takes it
 		}
-		b.sum[i] += u
+		b.sum[i] = min(b.sum[i]+u, rspec.MaxN) // saturated: never wraps
 	}
 	b.inflight--
+	sent := c.sent // at once, when this end changes nothing in Redis
 	if b.stopped || b.used >= b.k || !time.Now().Before(b.end) {
+		moved := b.inflight == 0 && !b.returned
+		if moved { // this end gives the block back: sent once its return is
+			b.call.sent, sent = sent, nil
+		}
 		e.stopLocked(b)
+		if moved && b.dropped {
+			sent, b.call.sent = b.call.sent, nil
+		}
 	}
 	e.mu.Unlock()
-	if c.sent != nil {
-		c.sent()
+	if sent != nil {
+		sent()
+	}
+}
+
+// stopBlocksOfLocked stops the blocks with a charge on c's limiter in
+// scope (SetLimit: its calls are charged under the new limit, another
+// signature; a block of the old one would hold its unused calls until its
+// hold ends). e.mu must be held.
+func (e *Engine) stopBlocksOfLocked(scope string, c rspec.Charge) {
+	for _, s := range e.blocks {
+		if b := s.cur; b != nil && b.call.scope == scope && slices.ContainsFunc(b.cs, func(x rspec.Charge) bool {
+			return x.Rule == c.Rule && x.Key == c.Key
+		}) {
+			e.stopLocked(b)
+		}
+	}
+}
+
+// stopScopeBlocksLocked stops the blocks of scope: Redis reported a loss
+// of its state there (rspec.Decision.Lost), the blocks' units with it.
+// e.mu must be held.
+func (e *Engine) stopScopeBlocksLocked(scope string) {
+	for _, s := range e.blocks {
+		if b := s.cur; b != nil && b.call.scope == scope {
+			e.stopLocked(b)
+		}
 	}
 }
 
@@ -316,4 +376,41 @@ func (e *Engine) stopBlocksLocked() {
 			e.stopLocked(s.cur)
 		}
 	}
+}
+
+// markEnd returns when, on this process's clock, the earliest window of
+// c's marks ends (rspec.Decision.Marks: a fixed completion window's
+// window, "w:d", w its index on Redis's clock); zero when c has no mark.
+// A block hands out no call after it: a call taken from it carries the
+// block's mark, and a server's count reported with a mark of an earlier
+// window than the current one is dropped (rspec.Store.ReconcileAt), so a
+// call taken in a later window would lose its report.
+func markEnd(c *Call, cs []rspec.Charge) time.Time {
+	var end time.Time
+	for i, m := range c.d.Marks {
+		ws, _, ok := strings.Cut(m, ":")
+		w, err := strconv.ParseInt(ws, 10, 64)
+		if !ok || err != nil || i >= len(cs) || cs[i].Spec == nil {
+			continue
+		}
+		per := cs[i].Spec.Limit.Per
+		for j, a := range c.d.Adopted {
+			if a == i && j < len(c.d.AdoptedSpecs) && c.d.AdoptedSpecs[j].Limit.Per > 0 {
+				per = c.d.AdoptedSpecs[j].Limit.Per
+			}
+		}
+		us := per.Microseconds()
+		if us <= 0 || w < 0 || w >= math.MaxInt64/us-1 {
+			continue
+		}
+		d := (w+1)*us - c.d.Now.UnixMicro() // µs to the window's end: at most per
+		if d > us {
+			continue
+		}
+		at := c.seen.Add(time.Duration(d) * time.Microsecond)
+		if end.IsZero() || at.Before(end) {
+			end = at
+		}
+	}
+	return end
 }

@@ -3,6 +3,7 @@ package remote
 import (
 	"context"
 	"errors"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -251,19 +252,22 @@ func TestBlockDown(t *testing.T) {
 	}
 	o.Call.Release()
 
-	// Without a fallback: ErrUnavailable, not a call of the block.
+	// Without a fallback: ErrUnavailable, not a call of the block. (In a
+	// scope of its own: a's prober, carrying its fallback's calls into
+	// the restarted Redis, notes the loss of scope "s" there, which holds
+	// its limiters full for a Per.)
 	srv.Start()
 	n := engineOn(t, srv.Addr(), Config{Blocks: 8, BlockHold: time.Minute, Timeout: 200 * time.Millisecond})
-	o, err = n.Decide(context.Background(), "s", cs)
+	o, err = n.Decide(context.Background(), "n", cs)
 	if err != nil || o.Call == nil || o.Call.blk == nil {
 		t.Fatalf("first: %+v %v; want a call of a block", o, err)
 	}
 	defer o.Call.Release()
 	srv.Stop()
-	if _, err := n.Decide(context.Background(), "s", completion(100, time.Minute, 2)); !errors.Is(err, ErrUnavailable) {
+	if _, err := n.Decide(context.Background(), "n", completion(100, time.Minute, 2)); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("Redis down: %v; want ErrUnavailable", err)
 	}
-	if o, err := n.Decide(context.Background(), "s", cs); !errors.Is(err, ErrUnavailable) {
+	if o, err := n.Decide(context.Background(), "n", cs); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("Redis down, a block with room: %+v %v; want ErrUnavailable", o, err)
 	}
 }
@@ -338,5 +342,269 @@ func TestBlockFetchShared(t *testing.T) {
 	f.mu.Unlock()
 	if n != 1 {
 		t.Fatalf("%d admissions, want 1 (the block)", n)
+	}
+}
+
+// A caller finding its signature's block past its hold (before the hold's
+// timer fired) fetches the next block into the signature the others see:
+// the caller after it takes from that block, no third admission.
+func TestBlockExpiredRefetchShared(t *testing.T) {
+	f := newFake()
+	e, err := New(Config{Store: f, Blocks: 4, BlockHold: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	cs := completion(100, time.Minute, 1)
+	var calls []*Call
+	decide := func() {
+		t.Helper()
+		o, err := e.Decide(context.Background(), "s", cs)
+		if err != nil || o.Call == nil || o.Call.blk == nil {
+			t.Fatalf("%+v %v: want a call of a block", o, err)
+		}
+		calls = append(calls, o.Call)
+	}
+	decide()
+	e.mu.Lock()
+	for _, s := range e.blocks {
+		s.cur.end = time.Now().Add(-time.Millisecond) // the hold ended; its timer has not fired
+	}
+	e.mu.Unlock()
+	decide() // a new block
+	decide() // from that block
+	for _, c := range calls {
+		c.Release()
+	}
+	f.mu.Lock()
+	n := f.admits
+	f.mu.Unlock()
+	if n != 2 {
+		t.Fatalf("%d admissions for 3 calls (a block, its hold ended, the next block), want 2", n)
+	}
+}
+
+// Under a fixed completion window, a call taken from a block carries a
+// mark of the window it was taken in: a server's count read from its
+// response is taken in (a count with a mark of an earlier window is
+// dropped), as for a call admitted one by one.
+func TestBlockMarkCurrentWindow(t *testing.T) {
+	srv := redistest.Start(t)
+	const per = 300 * time.Millisecond
+	a := engineOn(t, srv.Addr(), Config{Blocks: 4, BlockHold: 10 * time.Second})
+	c := rspec.Charge{Rule: "f", Key: "k", Spec: &rspec.Spec{Kind: rspec.FixedCompletion, Limit: window.Limit{N: 20, Per: per}}, Weight: 1}
+	cs := []rspec.Charge{c}
+	o, err := a.Decide(context.Background(), "s", cs)
+	if err != nil || o.Call == nil || o.Call.blk == nil {
+		t.Fatalf("%+v %v: want a call of a block", o, err)
+	}
+	defer o.Call.Release()
+	// Into the next window, on Redis's clock.
+	at, seen := o.Call.Admitted()
+	next := at.Truncate(per).Add(per)
+	time.Sleep(next.Sub(at) - time.Since(seen) + 30*time.Millisecond)
+	o, err = a.Decide(context.Background(), "s", cs)
+	if err != nil || o.Call == nil {
+		t.Fatalf("%+v %v", o, err)
+	}
+	defer o.Call.Release()
+	at, seen = o.Call.Admitted()
+	got := make(chan int64, 1)
+	a.ReconcileAtThen("s", c, 20, rspec.Read{Seen: at.Add(time.Since(seen)), Mark: o.Call.Mark(0), Weight: 1}, func(added int64, err error) {
+		if err != nil {
+			t.Error(err)
+		}
+		got <- added
+	})
+	select {
+	case n := <-got:
+		if n <= 0 {
+			t.Fatalf("a full window reported by a call of the block taken in the next window: %d units taken in, want > 0", n)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("then not called")
+	}
+}
+
+// errAfterFirst is a context whose Err is nil once, then Canceled: a
+// caller's ctx that ends after Decide began.
+type errAfterFirst struct {
+	context.Context
+	n  int
+	mu sync.Mutex
+}
+
+func (c *errAfterFirst) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n++; c.n > 1 {
+		return context.Canceled
+	}
+	return nil
+}
+
+// A caller whose ctx ended once Decide began takes no call of a live
+// block (as Decide without blocks returns ctx.Err()): no trace, the block
+// keeps the call for others.
+func TestBlockCtxDoneNoTake(t *testing.T) {
+	f := newFake()
+	e, err := New(Config{Store: f, Blocks: 4, BlockHold: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	cs := completion(100, time.Minute, 1)
+	o, err := e.Decide(context.Background(), "s", cs)
+	if err != nil || o.Call == nil || o.Call.blk == nil {
+		t.Fatalf("%+v %v: want a call of a block", o, err)
+	}
+	defer o.Call.Release()
+	if o, err := e.Decide(&errAfterFirst{Context: context.Background()}, "s", cs); !errors.Is(err, context.Canceled) || o.Call != nil {
+		if o.Call != nil {
+			o.Call.Release()
+		}
+		t.Fatalf("ctx ended after Decide began: %+v %v; want context.Canceled", o, err)
+	}
+	if st := e.Stats(); st.Admitted != 1 || st.InFlight != 1 {
+		t.Fatalf("stats %+v: want 1 admitted, 1 in flight", st)
+	}
+	e.mu.Lock()
+	used := o.Call.blk.used
+	e.mu.Unlock()
+	if used != 1 {
+		t.Fatalf("the block handed out %d calls, want 1", used)
+	}
+}
+
+// A loss of Redis's state that this process learns of (an admission of
+// the scope reports it) stops the scope's blocks: Redis no longer counts
+// them, and holds the limiters full for a Per, which the calls of the
+// lost block must not bypass.
+func TestBlockStateLost(t *testing.T) {
+	srv := redistest.Start(t)
+	a := engineOn(t, srv.Addr(), Config{Blocks: 4, BlockHold: 10 * time.Second})
+	cs := completion(10, 5*time.Second, 1)
+	o, err := a.Decide(context.Background(), "s", cs)
+	if err != nil || o.Call == nil || o.Call.blk == nil {
+		t.Fatalf("%+v %v: want a call of a block", o, err)
+	}
+	o.Call.Release()
+	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
+	defer c.Close()
+	if err := c.FlushAll(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	log := []rspec.Charge{{Rule: "l", Key: "k", Spec: &rspec.Spec{Kind: rspec.SlidingLog, Limit: window.Limit{N: 100, Per: time.Minute}}, Weight: 1}}
+	o, err = a.Decide(context.Background(), "s", log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Call != nil {
+		o.Call.Release()
+	}
+	if n := a.Stats().StateLost; n == 0 {
+		t.Skip("the loss was not reported to this process")
+	}
+	o, err = a.Decide(context.Background(), "s", cs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Call != nil {
+		o.Call.Release()
+		t.Fatalf("after a loss of Redis's state: a call (of a block: %v) while Redis holds the limiter full", o.Call.blk != nil)
+	}
+}
+
+// Calls of a block settled to huge weights settle the block to a huge
+// weight (saturated), never to a sum wrapped below zero (a refund).
+func TestBlockSettleSaturates(t *testing.T) {
+	f := newFake()
+	e, err := New(Config{Store: f, Blocks: 4, BlockHold: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := completion(100, time.Minute, 1)
+	for range 2 {
+		o, err := e.Decide(context.Background(), "s", cs)
+		if err != nil || o.Call == nil || o.Call.blk == nil {
+			t.Fatalf("%+v %v: want a call of a block", o, err)
+		}
+		o.Call.ReleaseSettled([]int64{math.MaxInt64})
+	}
+	_ = e.Close() // the block goes back
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.settles) != 1 || f.settles[0][0] < rspec.MaxN {
+		t.Fatalf("settlements %v: want one, of at least MaxN", f.settles)
+	}
+}
+
+// The end of a block's last call, which gives the block back, is sent
+// (OnSent) once the block's return has been sent to Redis, not at once:
+// the engine waits for its own releases to reach Redis before it takes a
+// refusal for the answer (TryAcquire).
+func TestBlockOnSentAfterReturn(t *testing.T) {
+	f := newFake()
+	in, out := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	f.releaseHook = func(ctx context.Context) error {
+		once.Do(func() { close(in); <-out })
+		return nil
+	}
+	e, err := New(Config{Store: f, Blocks: 2, BlockHold: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	cs := completion(100, time.Minute, 1)
+	var calls []*Call
+	for range 2 { // the block's 2 calls: it hands out no more
+		o, err := e.Decide(context.Background(), "s", cs)
+		if err != nil || o.Call == nil || o.Call.blk == nil {
+			t.Fatalf("%+v %v: want a call of a block", o, err)
+		}
+		calls = append(calls, o.Call)
+	}
+	first, last := make(chan struct{}), make(chan struct{})
+	calls[0].OnSent(func() { close(first) })
+	calls[1].OnSent(func() { close(last) })
+	calls[0].Release()
+	<-first // nothing of Redis's changes at this end
+	calls[1].Release()
+	<-in // the block's return is on its way
+	select {
+	case <-last:
+		t.Fatal("the last call's end reported sent before the block's return was")
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(out)
+	select {
+	case <-last:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the last call's end never reported sent")
+	}
+}
+
+// A block admitted as Close is called (after the admission's own check
+// of Close) is cancelled in Redis, not left there until its lease.
+func TestBlockCloseDuringFetch(t *testing.T) {
+	f := newFake()
+	e, err := New(Config{Store: f, Blocks: 4, BlockHold: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testAfterFetch = func() {
+		go e.Close()
+		for !e.Closed() {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	defer func() { testAfterFetch = nil }()
+	if _, err := e.Decide(context.Background(), "s", completion(100, time.Minute, 1)); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Close during the fetch: %v; want ErrClosed", err)
+	}
+	_ = e.Close() // waits for the round trips
+	if n := f.inFlight(); n != 0 {
+		t.Fatalf("%d admissions left in Redis after Close (a block admitted as Close came)", n)
 	}
 }

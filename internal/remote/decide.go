@@ -297,6 +297,7 @@ func (e *Engine) decided(ctx context.Context, w *waiter, d rspec.Decision, err, 
 	e.stats.RedisAdmits++
 	if d.Lost {
 		e.stats.StateLost++
+		e.stopScopeBlocksLocked(w.scope) // Redis lost them
 	}
 	if errors.Is(err, rspec.ErrLimitMismatch) {
 		e.stats.LimitMismatches++

@@ -248,15 +248,21 @@ type Config struct {
 	// process took from Redis in one admission, with no round trip of
 	// its own (fewer calls when a charge's capacity cannot take
 	// Blocks·Weight units). A block hands out calls for BlockHold at
-	// most, and goes back to Redis (settled to the units its calls used)
-	// once it hands out no more and its calls have ended: Redis counts
+	// most (under a fixed completion window, only within the window it
+	// was admitted in: its calls carry its mark), and goes back to Redis
+	// (settled to the units its calls used) once it hands out no more and its calls have ended: Redis counts
 	// its used units in flight from its admission to its return, and as
 	// ended then (exact on the safe side). Other windows count starts:
 	// their calls bypass blocks. The trade: a process holds up to Blocks
 	// calls it may not use for up to BlockHold (other processes wait for
 	// them meanwhile; until the last call of the block ends, when one
 	// outlasts the hold); a process that dies holds its block until the
-	// lease ends, as any call; a pause or a refusal stored by another
+	// lease ends, as any call; a block's calls count in Redis until the
+	// block's lease runs out at the latest, a lease after the block's
+	// admission, not theirs; a loss of Redis's state loses the blocks,
+	// and their calls taken after it (until the hold ends, or an
+	// admission of the scope reports the loss: the scope's blocks stop
+	// then) are not counted there; a pause or a refusal stored by another
 	// process reaches this one's block calls within BlockHold. While
 	// Redis is taken as unreachable (or the fallback's window drains) no
 	// block is used: calls go the ordinary way; a block admitted before
@@ -443,7 +449,9 @@ func (c *Call) Adopted() ([]int, []rspec.Spec) { return c.d.Adopted, c.d.Adopted
 // OnSent sets f to be called, once and outside any lock of the engine,
 // when the release (or settlement) of c has been sent to Redis, failed
 // or was dropped, or at the release of a call Redis does not hold (the
-// fallback's, one of no charges). It must be called before the release;
+// fallback's, one of no charges; a call of a block: at once, or, when its
+// end gives the block back, once the block's return is sent). It must be
+// called before the release;
 // f must not block.
 func (c *Call) OnSent(f func()) { c.sent = f }
 
@@ -1171,7 +1179,11 @@ func (e *Engine) SetLimit(ctx context.Context, scope string, c rspec.Charge) err
 		return e.unavailable(err)
 	}
 	e.markUp()
-	// What this process learned under the old limit no longer holds.
+	// What this process learned under the old limit no longer holds, nor
+	// do its blocks: their unused calls go back.
+	e.mu.Lock()
+	e.stopBlocksOfLocked(scope, c)
+	e.mu.Unlock()
 	e.forget(scope, c)
 	return nil
 }
