@@ -314,7 +314,9 @@ func StreamClientInterceptor(p *clientpool.Pool, opts ...Option) grpc.StreamClie
 			defer func() {
 				if cs == nil {
 					// err, or a panic in streamer: no stream, no charges.
-					c.end(err, nil, true)
+					// The error is the client's (no server has answered
+					// yet): not a throttle.
+					c.end(nil, nil, true)
 				}
 			}()
 			return streamer(ctx, desc, cc, method, callOpts...)
@@ -349,8 +351,8 @@ type call struct {
 }
 
 // end releases the call's charges, once: the first call wins and later ones
-// do nothing. With an RPC error err and a trailer function, it first pauses
-// the keys when err is a throttle. caller says end runs on the stream's
+// do nothing. With err, the status the server ended the RPC with, and a
+// trailer function, it first pauses the keys when err is a throttle. caller says end runs on the stream's
 // user's goroutine (not the context watcher's), which stops the watcher.
 func (c *call) end(err error, trailer func() metadata.MD, caller bool) {
 	if !c.done.CompareAndSwap(false, true) {
@@ -377,11 +379,13 @@ type stream struct {
 }
 
 // SendMsg is grpc.ClientStream's; an error other than io.EOF ends the RPC
-// (grpc-go finishes the stream then) and releases its charges.
+// (grpc-go finishes the stream then) and releases its charges. Such an
+// error is the client's own (a message over the size limit, a codec's), so
+// it is never taken for a throttle, even as RESOURCE_EXHAUSTED.
 func (s *stream) SendMsg(m any) error {
 	err := s.ClientStream.SendMsg(m)
 	if err != nil && err != io.EOF {
-		s.c.end(err, nil, true)
+		s.c.end(nil, nil, true) // the client's own error, not a throttle
 	}
 	return err
 }
