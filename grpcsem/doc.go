@@ -15,7 +15,7 @@
 // request, which is what it is on the wire: method POST, path the full
 // method name ("/pkg.Service/Method"), host the ClientConn's target, and
 // the outgoing metadata as the header (Rule.Key functions read an account
-// or a tenant from it). So an clientpool.Endpoint with Path
+// or a tenant from it). So a clientpool.Endpoint with Path
 // "/pkg.Service/Method" prices one method, one with Path "/pkg.Service/"
 // every method of a service, and Table.Default every RPC no endpoint
 // lists. A unary RPC's request message is on the request's context

@@ -206,31 +206,41 @@ var (
 	chatDesc  = &grpc.StreamDesc{StreamName: "Chat", ServerStreams: true, ClientStreams: true}
 )
 
-// dial serves srv on an in-memory listener and returns a client through
-// the interceptors over pool, with grpc-go's retries off (see the package
-// doc). Both are stopped by stop, which tests call before checking for
-// leaked goroutines (and Cleanup calls again, harmlessly).
-func dial(tb testing.TB, srv *server, pool *clientpool.Pool, opts ...grpcsem.Option) (conn *grpc.ClientConn, stop func()) {
-	tb.Helper()
+// serve serves srv on an in-memory listener and returns a dialer for
+// grpc.WithContextDialer and a function that stops the server.
+func serve(srv *server) (dialer func(context.Context, string) (net.Conn, error), stop func()) {
 	lis := bufconn.Listen(1 << 20)
 	gs := grpc.NewServer()
 	gs.RegisterService(&serviceDesc, srv)
 	go gs.Serve(lis)
+	return func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }, func() {
+		gs.Stop()
+		lis.Close()
+	}
+}
+
+// dial serves srv (serve) and returns a client through the interceptors
+// over pool, with grpc-go's retries off (see the package doc). Both are
+// stopped by stop, which tests call before checking for leaked goroutines
+// (and Cleanup calls again, harmlessly).
+func dial(tb testing.TB, srv *server, pool *clientpool.Pool, opts ...grpcsem.Option) (conn *grpc.ClientConn, stop func()) {
+	tb.Helper()
+	dialer, stopServer := serve(srv)
 	conn, err := grpc.NewClient("passthrough:///bufnet",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+		grpc.WithContextDialer(dialer),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDisableRetry(),
 		grpc.WithUnaryInterceptor(grpcsem.UnaryClientInterceptor(pool, opts...)),
 		grpc.WithStreamInterceptor(grpcsem.StreamClientInterceptor(pool, opts...)))
 	if err != nil {
+		stopServer()
 		tb.Fatal(err)
 	}
 	var once sync.Once
 	stop = func() {
 		once.Do(func() {
 			conn.Close()
-			gs.Stop()
-			lis.Close()
+			stopServer()
 		})
 	}
 	tb.Cleanup(stop)
