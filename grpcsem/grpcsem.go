@@ -8,6 +8,7 @@ import (
 	"net/textproto"
 	"net/url"
 	"runtime"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 
 	"github.com/ratesem/ratesem"
 	"github.com/ratesem/ratesem/clientpool"
+	"github.com/ratesem/ratesem/httpclient"
 )
 
 // PushbackKey is the trailer in which a gRPC server tells a client how long
@@ -80,24 +82,41 @@ func WithCharges(fn func(ctx context.Context, method string, msg any) ([]clientp
 	return func(c *config) { c.charges = fn }
 }
 
-// DefaultThrottle is the throttle test of the interceptors (WithThrottle):
-// RESOURCE_EXHAUSTED is a throttle (gRPC's code for "out of quota", the
-// 429 of HTTP: https://grpc.io/docs/guides/status-codes/), and so is
-// UNAVAILABLE when its trailer carries PushbackKey, whatever its value.
+// DefaultThrottle is the throttle test of the interceptors (WithThrottle).
+// RESOURCE_EXHAUSTED is a throttle: gRPC's code for "out of quota", the 429
+// of HTTP (https://grpc.io/docs/guides/status-codes/). UNAVAILABLE is one
+// only when something says the rate is the cause:
+//
+//   - its trailer carries PushbackKey, whatever its value: a server that
+//     sheds load and says so;
+//   - its trailer carries x-envoy-ratelimited, the header Envoy's rate
+//     limit filters set on what they reject, which they send to a gRPC
+//     client as UNAVAILABLE unless rate_limited_as_resource_exhausted is
+//     set
+//     (https://www.envoyproxy.io/docs/envoy/latest/configuration/http/http_filters/rate_limit_filter);
+//   - its message is grpc-go's for a plain HTTP 429 from a proxy that does
+//     not speak gRPC ("unexpected HTTP status code received from server:
+//     429"): gRPC maps HTTP 429 to UNAVAILABLE
+//     (https://github.com/grpc/grpc/blob/master/doc/http-grpc-status-mapping.md).
+//
 // UNAVAILABLE alone is not: it is what a client sees for a connection
-// refused or lost, a GOAWAY, a server shutting down, where pausing every
-// key the RPC charged would slow the client for no rate of its own; a
-// server that sheds load and says so with a pushback is heard. It never
-// blocks and is safe for concurrent use.
+// refused or lost, a GOAWAY, a server shutting down, where pausing every key
+// the RPC charged would slow the client for no rate of its own. No other
+// code is a throttle. It never blocks and is safe for concurrent use.
 func DefaultThrottle(st *status.Status, trailer metadata.MD) bool {
 	switch st.Code() {
 	case codes.ResourceExhausted:
 		return true
 	case codes.Unavailable:
-		return len(trailer.Get(PushbackKey)) > 0
+		return len(trailer.Get(PushbackKey)) > 0 || len(trailer.Get("x-envoy-ratelimited")) > 0 ||
+			strings.Contains(st.Message(), http429)
 	}
 	return false
 }
+
+// http429 is how grpc-go's status message for a non-gRPC HTTP response
+// starts when its status is 429 (internal/transport, operateHeaders).
+const http429 = "unexpected HTTP status code received from server: 429 "
 
 // ParsePushback reads the values of a PushbackKey trailer and returns the
 // delay the server asks for and true, or 0 and false when it asks for none
@@ -238,14 +257,28 @@ func (l *limiter) throttled(err error, trailer metadata.MD, charges []clientpool
 	if !ok || st.Code() == codes.OK || !l.cfg.throttle(st, trailer) {
 		return
 	}
-	th := clientpool.Throttle{Status: http.StatusTooManyRequests, Header: header(trailer)}
-	if d, ok := ParsePushback(trailer.Get(PushbackKey)); ok && d > 0 {
-		th.RetryAfter = min(d, l.cfg.maxPushback)
-	}
+	th := clientpool.Throttle{Status: http.StatusTooManyRequests, Header: header(trailer), RetryAfter: l.retryAfter(trailer)}
 	if m := st.Message(); m != "" {
 		th.Body = []byte(m[:min(len(m), maxThrottleBody)])
 	}
 	l.pool.Throttled(th, charges)
+}
+
+// retryAfter returns the delay a throttled RPC's trailer asks for, capped
+// at maxPushback: its PushbackKey value when usable (ParsePushback), else
+// its first retry-after value (what an HTTP proxy's 429 may carry through
+// to a trailers-only response; httpclient.ParseRetryAfter), else 0 (the
+// Pool backs off on its own).
+func (l *limiter) retryAfter(trailer metadata.MD) time.Duration {
+	if d, ok := ParsePushback(trailer.Get(PushbackKey)); ok {
+		return min(d, l.cfg.maxPushback)
+	}
+	if v := trailer.Get("retry-after"); len(v) > 0 {
+		if d, err := httpclient.ParseRetryAfter(v[0], time.Now()); err == nil {
+			return min(d, l.cfg.maxPushback)
+		}
+	}
+	return 0
 }
 
 // UnaryClientInterceptor returns an interceptor that acquires the charges
@@ -254,10 +287,13 @@ func (l *limiter) throttled(err error, trailer metadata.MD, charges []clientpool
 // When the RPC fails with a status the throttle test accepts
 // (DefaultThrottle, or WithThrottle's) it calls p.Throttled with status 429
 // semantics and, as RetryAfter, the PushbackKey trailer's delay
-// (ParsePushback, capped by WithMaxPushback; without a usable one the Pool
-// backs off exponentially), before releasing; with the Pool's adaptive
-// limits that call is also what feeds them. It adds a grpc.Trailer call
-// option to read the trailer; a caller's own still gets it.
+// (ParsePushback), or without a usable one the trailer's retry-after
+// (httpclient.ParseRetryAfter), capped by WithMaxPushback; without either
+// (or a zero delay) the Pool backs off exponentially. It does so before
+// releasing; with the Pool's adaptive limits that call is also what feeds
+// them. It adds a grpc.Trailer call option to read the trailer; a caller's
+// own still gets it. The RPC's context carries its priority and queue-wait
+// budget to the Pool (ratesem.WithPriority, ratesem.WithQueueWait).
 //
 // When the charges cannot be acquired the RPC is not sent and the error
 // has a gRPC code (status.Code) and wraps the Pool's error (errors.Is sees

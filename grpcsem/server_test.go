@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -34,7 +35,8 @@ import (
 //
 // Every method answers the status of the metadata "x-reject-code" (a
 // number) when it is sent, with "x-pushback" values as the PushbackKey
-// trailer, before doing anything else.
+// trailer and each "x-trailer" value "key=value" as that trailer, before
+// doing anything else.
 const service = "test.Limited"
 
 // weights are the units each method costs, on the server's count and in
@@ -72,6 +74,10 @@ func (s *server) enter(ctx context.Context, method string) error {
 		code, _ := strconv.Atoi(v[0])
 		if pb := md.Get("x-pushback"); len(pb) > 0 {
 			grpc.SetTrailer(ctx, metadata.MD{grpcsem.PushbackKey: pb})
+		}
+		for _, kv := range md.Get("x-trailer") {
+			k, v, _ := strings.Cut(kv, "=")
+			grpc.SetTrailer(ctx, metadata.Pairs(k, v))
 		}
 		return status.Error(codes.Code(code), "rejected as asked")
 	}
