@@ -21,7 +21,8 @@
 // lists. A unary RPC's request message is on the request's context
 // (Message), for weights that depend on it (a batch's size).
 // WithCharges replaces the Table's classification by a function of the
-// caller's own.
+// caller's own. The RPC's context goes to clientpool.Pool.Acquire, so
+// ratesem.WithPriority and ratesem.WithQueueWait on it apply.
 //
 // # When an RPC ends
 //
@@ -54,6 +55,12 @@
 //     end.
 //   - Messages are not charged one by one; a server that limits messages
 //     per stream is beyond a client interceptor.
+//   - An RPC the client cancels ends, for the limit, at the cancel: the
+//     server learns of it a little later (a stream reset on its way), so a
+//     server's own count of calls in flight may briefly hold it still.
+//   - A plain HTTP reply from a proxy that does not speak gRPC reaches the
+//     interceptor as grpc-go's status, without its headers: a 429's
+//     Retry-After is lost, and the Pool backs off on its own.
 //   - A RESOURCE_EXHAUSTED that grpc-go makes itself (a message larger
 //     than the maximum size) looks like a server's: the default throttle
 //     test (WithThrottle) cannot tell them apart when there is no pushback

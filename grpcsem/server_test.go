@@ -51,6 +51,7 @@ var weights = map[string]int64{"/test.Limited/Echo": 1, "/test.Limited/Count": 2
 type server struct {
 	n, c int64
 	w    time.Duration
+	work time.Duration // how long Echo takes
 
 	mu         sync.Mutex
 	arrivals   []arrival
@@ -65,7 +66,9 @@ type arrival struct {
 	weight int64
 }
 
-func newServer(n int64, w time.Duration, c int64) *server { return &server{n: n, w: w, c: c} }
+func newServer(n int64, w time.Duration, c int64) *server {
+	return &server{n: n, w: w, c: c, work: 2 * time.Millisecond}
+}
 
 // enter logs an arrival of method and checks the limits.
 func (s *server) enter(ctx context.Context, method string) error {
@@ -123,7 +126,9 @@ func (s *server) echo(ctx context.Context, in *wrapperspb.StringValue) (*wrapper
 		return nil, err
 	}
 	defer s.leave("/test.Limited/Echo")
-	time.Sleep(2 * time.Millisecond)
+	if s.work > 0 {
+		time.Sleep(s.work)
+	}
 	return wrapperspb.String(in.GetValue()), nil
 }
 
