@@ -56,8 +56,8 @@ func ExampleUnaryClientInterceptor() {
 		})
 	}
 	wg.Wait()
-	arrivals, _, violations, _ := srv.stats()
-	fmt.Printf("%d RPCs sent, %d over the server's limit\n", arrivals, violations)
+	st := srv.stats()
+	fmt.Printf("%d RPCs sent, %d over the server's limit\n", st.arrivals, st.violations)
 	// Output: 12 RPCs sent, 0 over the server's limit
 }
 

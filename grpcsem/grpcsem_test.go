@@ -176,12 +176,12 @@ func TestFanOutNoViolations(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
-	arrivals, ends, violations, srvFlight := srv.stats()
-	if arrivals != 100 || ends != 100 || violations != 0 || srvFlight != 0 {
-		t.Errorf("server: %d arrivals, %d ends, %d violations, %d units in flight; want 100, 100, 0, 0", arrivals, ends, violations, srvFlight)
+	st := srv.stats()
+	if st.arrivals != 100 || st.ends != 100 || st.violations != 0 || st.inFlight != 0 {
+		t.Errorf("server: %d arrivals, %d ends, %d violations, %d units in flight; want 100, 100, 0, 0", st.arrivals, st.ends, st.violations, st.inFlight)
 	}
-	if srv.maxFlight > c {
-		t.Errorf("server saw %d units in flight, over %d", srv.maxFlight, c)
+	if st.maxFlight > c || st.overFlight != 0 {
+		t.Errorf("server saw up to %d units in flight (%d arrivals over %d)", st.maxFlight, st.overFlight, c)
 	}
 	if got := inFlight(pool); got != 0 {
 		t.Errorf("the pool holds %d units after every RPC ended", got)
@@ -311,12 +311,12 @@ func TestStreamEndsEveryWay(t *testing.T) {
 			}
 			// Every RPC the server saw ends there too.
 			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
-				arrivals, ends, _, _ := srv.stats()
-				if arrivals == ends {
+				st := srv.stats()
+				if st.arrivals == st.ends {
 					break
 				}
 				if time.Now().After(deadline) {
-					t.Fatalf("server: %d arrivals, %d ends", arrivals, ends)
+					t.Fatalf("server: %d arrivals, %d ends", st.arrivals, st.ends)
 				}
 			}
 			stop()
@@ -359,8 +359,8 @@ func TestWaitingCallLeavesNoTrace(t *testing.T) {
 	if err := echo(gone, conn); status.Code(err) != codes.Canceled || !errors.Is(err, context.Canceled) {
 		t.Errorf("unary call cancelled while waiting: %v (code %v), want Canceled matching context.Canceled", err, status.Code(err))
 	}
-	if arrivals, _, _, _ := srv.stats(); arrivals != 1 {
-		t.Errorf("server saw %d arrivals, want 1 (the refused calls were sent)", arrivals)
+	if st := srv.stats(); st.arrivals != 1 {
+		t.Errorf("server saw %d arrivals, want 1 (the refused calls were sent)", st.arrivals)
 	}
 	if got := inFlight(pool); got != 3 {
 		t.Errorf("pool holds %d units, want the long stream's 3 (2 of rpc, 1 of acct)", got)
@@ -543,8 +543,8 @@ func TestAcquireErrors(t *testing.T) {
 	if err := echo(context.Background(), conn2); status.Code(err) != codes.Internal || !errors.Is(err, mine) {
 		t.Errorf("WithCharges's error: %v (code %v), want Internal matching it", err, status.Code(err))
 	}
-	if arrivals, _, _, _ := srv.stats(); arrivals != 0 {
-		t.Errorf("server saw %d arrivals, want 0", arrivals)
+	if st := srv.stats(); st.arrivals != 0 {
+		t.Errorf("server saw %d arrivals, want 0", st.arrivals)
 	}
 }
 

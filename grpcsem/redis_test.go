@@ -22,7 +22,8 @@ import (
 // rules through one Redis (redisrate.Shared), as replicas of one client
 // do: two pools, each with its own connection, fan out unary RPCs and
 // streams (some cancelled mid-way) to one server that enforces 10 units
-// per 100 ms and 4 in flight. The server sees no violation, each pool ends
+// per 100 ms (the client also caps 4 units in flight). The server sees no
+// violation, each pool ends
 // holding nothing, and a throttle with a pushback pauses the key for the
 // whole fleet (once it has reached Redis).
 func TestFleetOverRedis(t *testing.T) {
@@ -86,10 +87,13 @@ func TestFleetOverRedis(t *testing.T) {
 	for _, p := range pools {
 		settle(t, p, false)
 	}
-	arrivals, _, violations, _ := srv.stats()
-	if arrivals != 2*(25+10) || violations != 0 {
-		t.Errorf("server: %d arrivals, %d violations; want %d, 0", arrivals, violations, 2*(25+10))
+	st := srv.stats()
+	if st.arrivals != 2*(25+10) || st.violations != 0 {
+		t.Errorf("server: %d arrivals, %d violations; want %d, 0", st.arrivals, st.violations, 2*(25+10))
 	}
+	// A cancelled stream's handler may still run when the client has
+	// released its units (the package doc): logged, not a failure.
+	t.Logf("server: up to %d units in flight (limit %d); %d arrivals found more", st.maxFlight, c, st.overFlight)
 
 	// A throttle seen by one replica pauses the key in every replica.
 	conn0, stop0 := dial(t, srv, pools[0])

@@ -44,10 +44,13 @@ const service = "test.Limited"
 var weights = map[string]int64{"/test.Limited/Echo": 1, "/test.Limited/Count": 2, "/test.Limited/Sum": 1, "/test.Limited/Chat": 2}
 
 // server enforces a limit of n units arriving in any window of w (a
-// sliding log over arrivals, as a server that counts requests does) and of
-// c units in flight, logs every arrival and end, and counts violations of
-// either; a call that violates is answered RESOURCE_EXHAUSTED with a
-// pushback until the window has room.
+// sliding log over arrivals, as a server that counts requests does): a call
+// over it is a violation, answered RESOURCE_EXHAUSTED with a pushback of w.
+// It also counts the units of its handlers still running, and the arrivals
+// that find more than c of them (overFlight): a client's cancel ends a call
+// for the client's limit before the server's handler sees it (see the
+// package doc), so these are counted, not rejected. It logs every arrival
+// and end.
 type server struct {
 	n, c int64
 	w    time.Duration
@@ -57,6 +60,7 @@ type server struct {
 	arrivals   []arrival
 	inFlight   int64
 	maxFlight  int64
+	overFlight int
 	ends       int
 	violations int
 }
@@ -93,14 +97,16 @@ func (s *server) enter(ctx context.Context, method string) error {
 	for i := len(s.arrivals) - 1; i >= 0 && now.Sub(s.arrivals[i].at) < s.w; i-- {
 		units += s.arrivals[i].weight
 	}
-	s.inFlight += w
-	s.maxFlight = max(s.maxFlight, s.inFlight)
-	if units > s.n || s.inFlight > s.c {
+	if units > s.n {
 		s.violations++
-		s.inFlight -= w
 		s.ends++
 		grpc.SetTrailer(ctx, metadata.Pairs(grpcsem.PushbackKey, strconv.FormatInt(s.w.Milliseconds(), 10)))
-		return status.Errorf(codes.ResourceExhausted, "%d units in %v, %d in flight: over %d per %v, %d in flight", units, s.w, s.inFlight+w, s.n, s.w, s.c)
+		return status.Errorf(codes.ResourceExhausted, "%d units in %v: over %d per %v", units, s.w, s.n, s.w)
+	}
+	s.inFlight += w
+	s.maxFlight = max(s.maxFlight, s.inFlight)
+	if s.inFlight > s.c {
+		s.overFlight++
 	}
 	return nil
 }
@@ -113,12 +119,21 @@ func (s *server) leave(method string) {
 	s.mu.Unlock()
 }
 
-// stats returns the arrivals (those rejected on purpose are not logged),
-// the calls ended, the violations and the units in flight now.
-func (s *server) stats() (arrivals, ends, violations int, inFlight int64) {
+// stats is what a server logged.
+type stats struct {
+	arrivals   int   // calls that arrived (those rejected on purpose, by x-reject-code, are not logged)
+	ends       int   // calls that ended, violations included
+	violations int   // arrivals over n per w
+	inFlight   int64 // units of the handlers running now
+	maxFlight  int64 // the most units of handlers running at once
+	overFlight int   // arrivals that found more than c units running
+}
+
+// stats returns what the server logged so far.
+func (s *server) stats() stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.arrivals), s.ends, s.violations, s.inFlight
+	return stats{len(s.arrivals), s.ends, s.violations, s.inFlight, s.maxFlight, s.overFlight}
 }
 
 func (s *server) echo(ctx context.Context, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
