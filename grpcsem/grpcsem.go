@@ -348,7 +348,7 @@ func StreamClientInterceptor(p *clientpool.Pool, opts ...Option) grpc.StreamClie
 		c := &call{l: l, ticket: t, cancel: cancel, oneReply: desc != nil && !desc.ServerStreams}
 		cs, err := func() (cs grpc.ClientStream, err error) {
 			defer func() {
-				if cs == nil {
+				if cs == nil || err != nil {
 					// err, or a panic in streamer: no stream, no charges.
 					// The error is the client's (no server has answered
 					// yet): not a throttle.

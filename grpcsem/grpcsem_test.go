@@ -576,3 +576,36 @@ func TestQueueFullIsResourceExhausted(t *testing.T) {
 	}
 	settle(t, pool, false)
 }
+
+// TestWithCharges checks that WithCharges prices each RPC instead of the
+// table, with the RPC's method and, for a unary RPC, its message.
+func TestWithCharges(t *testing.T) {
+	srv := newServer(1000, time.Second, 100)
+	pool := newPool(t, table(1000, time.Second, 100))
+	var mu sync.Mutex
+	var seen []string
+	conn, _ := dial(t, srv, pool, grpcsem.WithCharges(func(_ context.Context, method string, msg any) ([]clientpool.Charge, error) {
+		s, _ := msg.(*wrapperspb.StringValue)
+		mu.Lock()
+		seen = append(seen, method+" "+s.GetValue())
+		mu.Unlock()
+		return []clientpool.Charge{{Rule: "acct", Key: method, Weight: 1}}, nil
+	}))
+	if err := echo(context.Background(), conn); err != nil {
+		t.Fatal(err)
+	}
+	s := mustStream(t, conn, context.Background(), countDesc, "Count")
+	s.SendMsg(wrapperspb.Int64(1))
+	for s.RecvMsg(new(wrapperspb.Int64Value)) == nil {
+	}
+	if want := []string{"/test.Limited/Echo hi", "/test.Limited/Count "}; strings.Join(seen, "|") != strings.Join(want, "|") {
+		t.Errorf("WithCharges saw %q, want %q", seen, want)
+	}
+	var keys []string
+	for _, k := range pool.Snapshot() {
+		keys = append(keys, k.Rule+"["+k.Key+"]")
+	}
+	if got := strings.Join(keys, " "); got != "acct[/test.Limited/Count] acct[/test.Limited/Echo]" {
+		t.Errorf("limiters %s, want only WithCharges's", got)
+	}
+}
