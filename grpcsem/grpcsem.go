@@ -250,9 +250,10 @@ func (l *limiter) acquire(ctx context.Context, target, method string, msg any) (
 	return t, nil
 }
 
-// throttled pauses the keys of charges when err, an RPC's error with
-// trailer, is a throttle by the configured test.
-func (l *limiter) throttled(err error, trailer metadata.MD, charges []clientpool.Charge) {
+// throttled pauses the keys of the ticket t's charges when err, an RPC's
+// error with trailer, is a throttle by the configured test. t is not
+// released yet.
+func (l *limiter) throttled(err error, trailer metadata.MD, t *clientpool.Ticket) {
 	st, ok := status.FromError(err)
 	if !ok || st.Code() == codes.OK || !l.cfg.throttle(st, trailer) {
 		return
@@ -261,7 +262,7 @@ func (l *limiter) throttled(err error, trailer metadata.MD, charges []clientpool
 	if m := st.Message(); m != "" {
 		th.Body = []byte(m[:min(len(m), maxThrottleBody)])
 	}
-	l.pool.Throttled(th, charges)
+	l.pool.Throttled(th, t.Charges())
 }
 
 // retryAfter returns the delay a throttled RPC's trailer asks for, capped
@@ -319,7 +320,7 @@ func UnaryClientInterceptor(p *clientpool.Pool, opts ...Option) grpc.UnaryClient
 		copy(all, callOpts)
 		err = invoker(ctx, method, req, reply, cc, append(all, grpc.Trailer(&trailer))...)
 		if err != nil {
-			l.throttled(err, trailer, t.Charges())
+			l.throttled(err, trailer, t)
 		}
 		return err
 	}
@@ -404,7 +405,7 @@ func (c *call) end(err error, trailer func() metadata.MD, caller bool) {
 		if trailer != nil {
 			md = trailer()
 		}
-		c.l.throttled(err, md, c.ticket.Charges())
+		c.l.throttled(err, md, c.ticket)
 	}
 }
 
