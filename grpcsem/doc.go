@@ -5,7 +5,7 @@
 // charged, as package httpclient does with an HTTP 429 and Retry-After.
 //
 //	pool, _ := clientpool.New(table)
-//	conn, _ := grpc.NewClient(target,
+//	conn, _ := grpc.NewClient(target, grpc.WithTransportCredentials(creds),
 //		grpc.WithUnaryInterceptor(grpcsem.UnaryClientInterceptor(pool)),
 //		grpc.WithStreamInterceptor(grpcsem.StreamClientInterceptor(pool)))
 //
@@ -61,10 +61,13 @@
 //   - A plain HTTP reply from a proxy that does not speak gRPC reaches the
 //     interceptor as grpc-go's status, without its headers: a 429's
 //     Retry-After is lost, and the Pool backs off on its own.
-//   - A RESOURCE_EXHAUSTED that grpc-go makes itself (a message larger
-//     than the maximum size) looks like a server's: the default throttle
-//     test (WithThrottle) cannot tell them apart when there is no pushback
-//     trailer, so a client that may hit size limits should pass its own.
+//   - A RESOURCE_EXHAUSTED that grpc-go makes itself (a unary RPC's
+//     request over the send limit, a reply over the receive limit,
+//     grpc.MaxCallRecvMsgSize) looks like a server's: the default throttle
+//     test (DefaultThrottle) cannot tell them apart when there is no
+//     pushback trailer, so a client that may hit size limits should pass
+//     its own (WithThrottle). A stream's SendMsg error is never taken for
+//     a throttle: it is the client's own.
 //
 // The interceptors are safe for concurrent use; each RPC costs what a
 // Pool.Acquire and a Ticket.Release cost, plus, for a stream, a derived

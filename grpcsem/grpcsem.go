@@ -42,7 +42,9 @@ const maxPushbackBytes = 32
 // Table.ThrottleTargets as the throttle's Body.
 const maxThrottleBody = 512
 
-// Option configures UnaryClientInterceptor and StreamClientInterceptor.
+// Option configures UnaryClientInterceptor and StreamClientInterceptor,
+// applied in order when the interceptor is made (a later option of a kind
+// wins; a nil Option is ignored).
 type Option func(*config)
 
 type config struct {
