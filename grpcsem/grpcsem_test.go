@@ -419,6 +419,22 @@ func TestPushbackPausesKey(t *testing.T) {
 		t.Errorf("stream's account paused for %v, want the 400 ms pushback plus jitter", d)
 	}
 
+	// Mid-stream, after messages: the status comes in trailers, not in a
+	// trailers-only reply.
+	before = time.Now()
+	s = mustStream(t, conn, with(bg, "x-account", "m", "x-fail-after", "3"), countDesc, "Count")
+	s.SendMsg(wrapperspb.Int64(10))
+	got := 0
+	for err = s.RecvMsg(new(wrapperspb.Int64Value)); err == nil; err = s.RecvMsg(new(wrapperspb.Int64Value)) {
+		got++
+	}
+	if got != 3 || status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("Count failing after 3: %d messages, then %v", got, err)
+	}
+	if d := pausedFor(pool, "m", before); d < 200*time.Millisecond || d > 370*time.Millisecond {
+		t.Errorf("mid-stream throttle paused its account for %v, want the 200 ms pushback plus jitter", d)
+	}
+
 	for _, c := range []struct {
 		account, code, pushback string
 		paused                  bool

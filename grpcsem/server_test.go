@@ -36,7 +36,8 @@ import (
 // Every method answers the status of the metadata "x-reject-code" (a
 // number) when it is sent, with "x-pushback" values as the PushbackKey
 // trailer and each "x-trailer" value "key=value" as that trailer, before
-// doing anything else.
+// doing anything else. Count fails with RESOURCE_EXHAUSTED and a 200 ms
+// pushback after the number of messages "x-fail-after" says.
 const service = "test.Limited"
 
 // weights are the units each method costs, on the server's count and in
@@ -152,7 +153,12 @@ func (s *server) count(in *wrapperspb.Int64Value, ss grpc.ServerStream) error {
 		return err
 	}
 	defer s.leave("/test.Limited/Count")
+	md, _ := metadata.FromIncomingContext(ss.Context())
 	for i := range in.GetValue() {
+		if v := md.Get("x-fail-after"); len(v) > 0 && strconv.FormatInt(i, 10) == v[0] {
+			ss.SetTrailer(metadata.Pairs(grpcsem.PushbackKey, "200"))
+			return status.Error(codes.ResourceExhausted, "quota spent mid-stream")
+		}
 		select {
 		case <-ss.Context().Done():
 			return ss.Context().Err()
