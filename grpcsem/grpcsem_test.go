@@ -625,3 +625,71 @@ func TestWithCharges(t *testing.T) {
 		t.Errorf("limiters %s, want only WithCharges's", got)
 	}
 }
+
+// TestCancelStorm opens 150 streams of every kind through a pool of 20
+// units per 100 ms and 6 in flight; each is cancelled, dropped or read to
+// its end at a point of its own. The server sees no violation of its
+// window, the pool ends holding nothing, and no goroutine is left.
+func TestCancelStorm(t *testing.T) {
+	before := goleak.IgnoreCurrent()
+	const n, w, c = 20, 100 * time.Millisecond, 6
+	srv := newServer(n, w, 1<<40) // a cancelled handler may outlive the client's release (package doc)
+	pool := newPool(t, table(n, w, c))
+	conn, stop := dial(t, srv, pool)
+	var wg sync.WaitGroup
+	for i := range 150 {
+		wg.Go(func() {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			desc, name := countDesc, "Count"
+			if i%3 == 1 {
+				desc, name = chatDesc, "Chat"
+			}
+			s, err := conn.NewStream(ctx, desc, "/test.Limited/"+name)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			switch i % 5 {
+			case 0: // cancelled before any message
+				cancel()
+				return
+			case 1: // dropped after one message, never cancelled: the cleanup ends it
+				if name == "Count" {
+					s.SendMsg(wrapperspb.Int64(100_000))
+				} else {
+					s.SendMsg(wrapperspb.String("x"))
+				}
+				s.RecvMsg(new(wrapperspb.Int64Value))
+				go func() { <-time.After(time.Duration(i) * time.Millisecond); runtime.GC() }()
+				return
+			}
+			if name == "Count" {
+				s.SendMsg(wrapperspb.Int64(int64(i % 7)))
+				s.CloseSend()
+			}
+			for k := 0; ; k++ {
+				if k == i%4 && i%5 == 2 {
+					cancel() // mid-way
+				}
+				if name == "Chat" {
+					if k == 3 {
+						s.CloseSend()
+					} else if s.SendMsg(wrapperspb.String("x")) != nil {
+						return
+					}
+				}
+				if s.RecvMsg(new(wrapperspb.StringValue)) != nil {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	settle(t, pool, true)
+	if st := srv.stats(); st.violations != 0 || st.arrivals > 150 {
+		t.Errorf("server: %d arrivals, %d violations; want at most 150, 0", st.arrivals, st.violations)
+	}
+	stop()
+	goleak.VerifyNone(t, before)
+}
