@@ -271,3 +271,29 @@ func TestPresetsNotAdaptive(t *testing.T) {
 		}
 	}
 }
+
+// ThrottledTicket and Overloaded refuse, by a clear panic, a nil Ticket and
+// one of another Pool (whose state another lock guards).
+func TestThrottledTicketMisuse(t *testing.T) {
+	rules := []clientpool.Rule{{Name: "api", Limit: window.Limit{N: 5, Per: time.Second}, Adapt: &clientpool.Adaptive{Floor: 2}}}
+	p, q := newPool(t, rules), newPool(t, rules)
+	c := clientpool.Charge{Rule: "api", Weight: 1}
+	other := acquire(t, q, c)
+	defer other.Release()
+	for name, f := range map[string]func(){
+		"nil ThrottledTicket":   func() { p.ThrottledTicket(clientpool.Throttle{Status: 429}, nil) },
+		"nil Overloaded":        func() { p.Overloaded(clientpool.Throttle{Status: 503}, nil) },
+		"other ThrottledTicket": func() { p.ThrottledTicket(clientpool.Throttle{Status: 429}, other) },
+		"other Overloaded":      func() { p.Overloaded(clientpool.Throttle{Status: 503}, other) },
+		"zero Ticket":           func() { p.ThrottledTicket(clientpool.Throttle{Status: 429}, new(clientpool.Ticket)) },
+	} {
+		func() {
+			defer func() {
+				if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "ratesem:") {
+					t.Errorf("%s: recovered %v, want a ratesem panic", name, r)
+				}
+			}()
+			f()
+		}()
+	}
+}

@@ -45,6 +45,17 @@
 // µs) and must be ≥ 0; the law never reads a clock. Inputs out of order
 // (now before start, now before an earlier now) are taken as they come:
 // a negative latency counts as 0, and a window does not pass backwards.
+//
+// # Against the simulation (LAW.md and law.go of the research)
+//
+// The same rules and constants, in integers: the successes of the last W
+// are the two aligned buckets of the simulation's -approxa (Accepted), not
+// a log; the latency average starts at the first sample (not 50 ms) and
+// moves as (Lat·63 + d)/64; the deep cut is min(n·9/10, ⌊A·(W+Lat)/W⌋·95/100)
+// clamped to [Floor, Ceiling]; Tick runs at every Success (the simulation
+// ran it every ms; a level can only be proven by a success anyway, and a
+// Throttle restarts the proof); LastCut starts at −1 (times are ≥ 0); the
+// simulation's unreachable "n < G: back to G" branch is left out.
 package adapt
 
 // Law constants (LAW.md, tuned by simulation; see the package doc).

@@ -126,7 +126,7 @@ func (p *Engine) adaptSetLimitLocked(rs *ruleState, l window.Limit, now time.Tim
 	rs.adCeil = max(l.N, rs.Adapt.Floor)
 	rs.setLimit(window.Limit{N: min(rs.limit.N, rs.adCeil), Per: l.Per})
 	for _, lim := range rs.keys {
-		lim.ad.P.W = micros(int64(l.Per))
+		lim.ad.P.W = max(micros(int64(l.Per)), 1)
 		lim.ad.SetCeiling(rs.adCeil)
 		if !rs.quota {
 			lim.policy.SetLimit(now, window.Limit{N: lim.ad.N(), Per: l.Per})
@@ -169,6 +169,15 @@ func (p *Engine) throttleAdaptive(t *Ticket, targets []Charge, start int64) {
 	p.settleLocked(now)
 }
 
+// mine panics unless t is a ticket of p: a ticket of another engine (or
+// one never admitted) is a caller's bug, and its state is guarded by its
+// own engine's lock.
+func (p *Engine) mine(t *Ticket, what string) {
+	if t == nil || t.pool != p {
+		panic("ratesem: " + what + " with a Ticket not admitted by this Pool")
+	}
+}
+
 // anyAdaptive reports whether a rule of the charges is adaptive.
 func (p *Engine) anyAdaptive(charges []Charge) bool {
 	for _, c := range charges {
@@ -177,21 +186,4 @@ func (p *Engine) anyAdaptive(charges []Charge) bool {
 		}
 	}
 	return false
-}
-
-// AdaptLevel returns the current adaptive level of (rule, key) and true,
-// or false when the rule is not adaptive or the key is not live. It does
-// not block but for the engine's lock. (Tests and Snapshot's Limit.N.)
-func (p *Engine) AdaptLevel(rule, key string) (int64, bool) {
-	rs, ok := p.rules[rule]
-	if !ok || rs.Adapt == nil {
-		return 0, false
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	l, ok := rs.keys[key]
-	if !ok || l.ad == nil {
-		return 0, false
-	}
-	return l.ad.N(), true
 }
