@@ -299,6 +299,8 @@ func (p *Pool) SetLimit(rule string, l window.Limit) error { return p.e.SetLimit
 // yet. It does not block. In Redis mode it is the limit this
 // process set or, for a rule with Learn, learned or adopted from another
 // process (the latest of them), not one another process stored by SetLimit.
+// For an adaptive rule (Rule.Adapt) it is the level new keys start at; a
+// key's own level is its KeyState.Limit (Snapshot).
 func (p *Pool) Limit(rule string) (window.Limit, bool) { return p.e.Limit(rule) }
 
 // KeyState is a snapshot of one limiter (Pool.Snapshot); a plain value.

@@ -132,7 +132,9 @@ type Rule struct {
 // adaptive rule sets the ceiling of every key (N) and the window (Per).
 // A key evicted when idle (WithIdleTimeout) starts over at Limit.N.
 // Redis mode (redisrate.Shared) refuses an adaptive rule at construction
-// until the fleet shares the law. The exchange presets never set it: their
+// until the fleet shares the law. A semaphore.RateSemaphore has no
+// adaptive option (its Release(n) names no call, so no start instant):
+// use a Pool of one rule. The exchange presets never set it: their
 // bans escalate (Binance's 418 grows from 2 minutes to 3 days,
 // https://developers.binance.com/docs/binance-spot-api-docs/rest-api/limits).
 type Adaptive struct {

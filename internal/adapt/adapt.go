@@ -268,3 +268,35 @@ func (l *Law) SetCeiling(c int64) {
 	s.N = min(s.N, p.Ceiling)
 	s.G = min(s.G, p.Ceiling)
 }
+
+// Event is one input of a Law, for replaying a run (a diff test of another
+// implementation of the law, such as the Redis scripts'): a success or a
+// throttle of a call started at Start reported at Now, or a Tick at Now.
+type Event struct {
+	Kind       EventKind
+	Start, Now int64
+}
+
+// EventKind is the kind of an Event.
+type EventKind uint8
+
+// The kinds of Event.
+const (
+	EventSuccess EventKind = iota
+	EventThrottle
+	EventTick
+)
+
+// Apply runs e on l: Success, Throttle or Tick. To diff-test another
+// implementation, apply the same events to both from New's state and
+// compare the State after each, field by field.
+func (l *Law) Apply(e Event) {
+	switch e.Kind {
+	case EventSuccess:
+		l.Success(e.Start, e.Now)
+	case EventThrottle:
+		l.Throttle(e.Start, e.Now)
+	case EventTick:
+		l.Tick(e.Now)
+	}
+}

@@ -274,3 +274,42 @@ func TestFuzzBounds(t *testing.T) {
 		}
 	}
 }
+
+// Apply is the three methods; replaying a run gives the same states (the
+// law is deterministic).
+func TestApplyReplay(t *testing.T) {
+	rng := rand.New(rand.NewSource(7))
+	var evs []Event
+	now := int64(0)
+	for range 5000 {
+		now += rng.Int63n(20)
+		k := EventSuccess
+		switch rng.Intn(300) {
+		case 0:
+			k = EventThrottle
+		case 1:
+			k = EventTick
+		}
+		evs = append(evs, Event{Kind: k, Start: max(now-20-rng.Int63n(60), 0), Now: now})
+	}
+	a, b := newLaw(5, 300), newLaw(5, 300)
+	top := int64(0)
+	for _, e := range evs {
+		top = max(top, a.N())
+		a.Apply(e)
+		switch e.Kind {
+		case EventSuccess:
+			b.Success(e.Start, e.Now)
+		case EventThrottle:
+			b.Throttle(e.Start, e.Now)
+		case EventTick:
+			b.Tick(e.Now)
+		}
+		if a != b {
+			t.Fatalf("Apply(%+v): %+v, the methods: %+v", e, a.S, b.S)
+		}
+	}
+	if top < 20 {
+		t.Fatalf("the replay never climbed: top %d, %+v", top, a.S)
+	}
+}
