@@ -109,15 +109,51 @@ const adaptWindows = 240
 // unknownServer on synctest's virtual time: each call takes 5-15 ms to
 // the server, 10-50 ms there, 5-15 ms back (20-80 ms), and reports a
 // throttle with Pool.ThrottledTicket before its Release.
-func runUnknown(t *testing.T, seed int64, fixed bool) adaptRun {
+func runUnknown(t *testing.T, seed int64, fixed bool) adaptRun { return runLaw(t, seed, fixed, 0) }
+
+// aimd is textbook AIMD driven through Pool.SetLimit, for comparison only:
+// +add per window without a throttle, halved on a throttle of a call
+// started after the latest cut (the same hysteresis as the law's).
+type aimd struct {
+	mu                  sync.Mutex
+	p                   *clientpool.Pool
+	n, add              int64
+	lastChange, lastCut time.Time
+}
+
+func (a *aimd) result(start time.Time, throttled bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	now := time.Now()
+	old := a.n
+	switch {
+	case throttled && !start.Before(a.lastCut):
+		a.n = max(10, a.n/2)
+		a.lastCut, a.lastChange = now, now
+	case !throttled && now.Sub(a.lastChange) >= time.Second:
+		a.n += a.add
+		a.lastChange = now
+	}
+	if a.n != old {
+		a.p.SetLimit("api", window.Limit{N: a.n, Per: time.Second})
+	}
+}
+
+// runLaw is runUnknown with the adaptive rule (aimdAdd 0) or with AIMD
+// adding aimdAdd per window.
+func runLaw(t *testing.T, seed int64, fixed bool, aimdAdd int64) adaptRun {
 	var r adaptRun
 	synctest.Test(t, func(t *testing.T) {
 		const per = time.Second
-		p := newPool(t, []clientpool.Rule{{
-			Name:  "api",
-			Limit: window.Limit{Per: per},
-			Adapt: &clientpool.Adaptive{Floor: 10},
-		}})
+		rule := clientpool.Rule{Name: "api", Limit: window.Limit{Per: per}, Adapt: &clientpool.Adaptive{Floor: 10}}
+		if aimdAdd > 0 {
+			rule = clientpool.Rule{Name: "api", Limit: window.Limit{N: 10, Per: per}}
+		}
+		p := newPool(t, []clientpool.Rule{rule})
+		var ctl *aimd
+		if aimdAdd > 0 {
+			ctl = &aimd{p: p, n: 10, add: aimdAdd, lastChange: time.Now(), lastCut: time.Now().Add(-time.Hour)}
+		}
 		epoch := time.Now()
 		srv := &unknownServer{epoch: epoch, w: per, n: stepN, fixed: fixed, fixedWin: -1}
 		r.acc = make([]int, adaptWindows)
@@ -153,6 +189,9 @@ func runUnknown(t *testing.T, seed int64, fixed bool) adaptRun {
 						p.ThrottledTicket(clientpool.Throttle{Status: 429}, tk)
 					}
 					tk.Release()
+					if ctl != nil {
+						ctl.result(start, !ok)
+					}
 					if w := srv.window(start); w < adaptWindows {
 						mu.Lock()
 						r.calls++
@@ -241,6 +280,40 @@ func TestAdaptiveUnknownServer(t *testing.T) {
 			}
 		}
 		t.Logf("server %-10s worst of %d seeds: rejected %5.2f%%  throughput %5.1f%%  recovery %v", kind, seeds, worstRej, worstThr, worstRec)
+	}
+}
+
+// TestAdaptiveVersusAIMD prints, with -v only, textbook AIMD (+1 and +10
+// per window, halved on a throttle, through Pool.SetLimit) next to the
+// adaptive rule on the same server and seeds: for comparison, and asserts
+// only that the adaptive rule's throughput is the higher.
+func TestAdaptiveVersusAIMD(t *testing.T) {
+	if testing.Short() || !testing.Verbose() {
+		t.Skip("a comparison for -v")
+	}
+	hl := 0.0
+	for _, add := range []int64{0, 1, 10} {
+		name := "adaptive (HL)"
+		if add > 0 {
+			name = fmt.Sprintf("AIMD +%d/W x0.5", add)
+		}
+		worstRej, sumThr, worstRec := 0.0, 0.0, make([]int, len(adaptSteps))
+		for seed := int64(1); seed <= 3; seed++ {
+			r := runLaw(t, seed, false, add)
+			worstRej, sumThr = max(worstRej, r.rejPct), sumThr+r.settled
+			for i, rec := range r.recover {
+				if rec < 0 {
+					rec = 999
+				}
+				worstRec[i] = max(worstRec[i], rec)
+			}
+		}
+		t.Logf("%-16s completion server, 3 seeds: rejected ≤ %5.2f%%  throughput %5.1f%% (mean)  recovery %v (worst; 999: never)", name, worstRej, sumThr/3, worstRec)
+		if add == 0 {
+			hl = sumThr / 3
+		} else if sumThr/3 >= hl {
+			t.Errorf("%s: throughput %.1f%%, the adaptive rule's %.1f%%: want the adaptive rule's higher", name, sumThr/3, hl)
+		}
 	}
 }
 
