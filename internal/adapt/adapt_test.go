@@ -1,6 +1,7 @@
 package adapt
 
 import (
+	"math"
 	"math/rand"
 	"testing"
 )
@@ -311,5 +312,26 @@ func TestApplyReplay(t *testing.T) {
 	}
 	if top < 20 {
 		t.Fatalf("the replay never climbed: top %d, %+v", top, a.S)
+	}
+}
+
+// Absurd inputs (a window of centuries, huge counts and latencies) saturate
+// instead of wrapping: the level stays within [Floor, Ceiling].
+func TestAbsurdNumbers(t *testing.T) {
+	const huge = int64(1) << 62
+	l := New(Params{Floor: 1, Ceiling: 1 << 40, W: huge}, 1<<40)
+	l.S.Prev, l.S.Cur, l.S.Lat = 1<<40, 1<<40, huge
+	l.Throttle(0, huge/2)
+	if l.N() < 1 || l.N() > 1<<40 {
+		t.Fatalf("level %d out of bounds", l.N())
+	}
+	if got := mulDiv(1<<40, huge, 3); got != math.MaxInt64 {
+		t.Fatalf("mulDiv saturation: %d", got)
+	}
+	if got := mulDiv(7, 9, 10); got != 6 {
+		t.Fatalf("mulDiv(7, 9, 10) = %d", got)
+	}
+	if got := mulDiv(1<<62, 4, 8); got != 1<<61 {
+		t.Fatalf("mulDiv exact in 128 bits: %d", got)
 	}
 }
