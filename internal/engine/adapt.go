@@ -81,7 +81,7 @@ func (rs *ruleState) newLaw() *adapt.Law {
 // (ns since the epoch), that ended at now without a throttle.
 func (b *inProc) adaptSuccess(l *limiter, start int64, now time.Time) {
 	p := (*Engine)(b)
-	l.law().Success(micros(start), micros(p.mono(now)))
+	l.ad.Success(micros(start), micros(p.mono(now)))
 	p.adaptedLocked(l, now)
 }
 
@@ -89,7 +89,7 @@ func (b *inProc) adaptSuccess(l *limiter, start int64, now time.Time) {
 // admitted at start.
 func (b *inProc) adaptThrottle(l *limiter, start int64, now time.Time) {
 	p := (*Engine)(b)
-	l.law().Throttle(micros(start), micros(p.mono(now)))
+	l.ad.Throttle(micros(start), micros(p.mono(now)))
 	p.adaptedLocked(l, now)
 }
 
@@ -103,7 +103,7 @@ func (p *Engine) adaptedLocked(l *limiter, now time.Time) {
 		return
 	}
 	lim := l.policy.Limit()
-	if n := l.law().N(); n != lim.N {
+	if n := l.ad.N(); n != lim.N {
 		l.policy.SetLimit(now, window.Limit{N: n, Per: l.rule.limit.Per})
 		if l.q != nil {
 			p.markPending(l.q)
@@ -115,7 +115,7 @@ func (p *Engine) adaptedLocked(l *limiter, now time.Time) {
 // learned from a reply (Rule.Learn): the published limit is the ceiling.
 func (p *Engine) adaptLearnedLocked(l *limiter, n int64, now time.Time) {
 	l.unknown = false
-	l.law().SetCeiling(min(n, l.rule.adCeil))
+	l.ad.SetCeiling(min(n, l.rule.adCeil))
 	p.adaptedLocked(l, now)
 }
 
@@ -126,10 +126,10 @@ func (p *Engine) adaptSetLimitLocked(rs *ruleState, l window.Limit, now time.Tim
 	rs.adCeil = max(l.N, rs.Adapt.Floor)
 	rs.setLimit(window.Limit{N: min(rs.limit.N, rs.adCeil), Per: l.Per})
 	for _, lim := range rs.keys {
-		lim.law().P.W = max(micros(int64(l.Per)), 1)
-		lim.law().SetCeiling(rs.adCeil)
+		lim.ad.P.W = max(micros(int64(l.Per)), 1)
+		lim.ad.SetCeiling(rs.adCeil)
 		if !rs.quota {
-			lim.policy.SetLimit(now, window.Limit{N: lim.law().N(), Per: l.Per})
+			lim.policy.SetLimit(now, window.Limit{N: lim.ad.N(), Per: l.Per})
 		}
 	}
 }
@@ -154,7 +154,7 @@ func (p *Engine) throttleAdaptive(t *Ticket, targets []Charge, start int64) {
 			continue
 		}
 		l, ok := rs.keys[c.Key]
-		if !ok || l.law() == nil {
+		if !ok || l.ad == nil {
 			continue // evicted: the key starts over anyway
 		}
 		s := start
@@ -186,4 +186,21 @@ func (p *Engine) anyAdaptive(charges []Charge) bool {
 		}
 	}
 	return false
+}
+
+// AdaptLevel returns the current adaptive level of (rule, key) and true,
+// or false when the rule is not adaptive or the key is not live. It does
+// not block but for the engine's lock. (Tests and Snapshot's Limit.N.)
+func (p *Engine) AdaptLevel(rule, key string) (int64, bool) {
+	rs, ok := p.rules[rule]
+	if !ok || rs.Adapt == nil {
+		return 0, false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	l, ok := rs.keys[key]
+	if !ok || l.ad == nil {
+		return 0, false
+	}
+	return l.ad.N(), true
 }

@@ -44,7 +44,7 @@ func take(t *testing.T, p *Engine, cs ...Charge) *Ticket {
 func law(p *Engine, rule, key string) adapt.Law {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return *p.rules[rule].keys[key].law()
+	return *p.rules[rule].keys[key].ad
 }
 
 func windowN(p *Engine, rule, key string) int64 {

@@ -45,7 +45,7 @@ type book interface {
 	// adaptSuccess and adaptThrottle feed the adaptive law of l (Rule.Adapt)
 	// a call admitted at start (ns since the epoch) that ended at now
 	// without a throttle, or was throttled (its reply came at now). In
-	// process they update l's law and its window; in Redis mode (refused at
+	// process they update l.ad and its window; in Redis mode (refused at
 	// New until the Redis law exists) they would send the signal to the
 	// script that keeps the key's level for the fleet.
 	adaptSuccess(l *limiter, start int64, now time.Time)

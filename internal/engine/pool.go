@@ -105,10 +105,11 @@ type limiter struct {
 	fb       *feedback // nil until the key is paused, throttled or reconciled
 	// idle list links, valid while refs == 0.
 	prevIdle, nextIdle *limiter
-	refs               int32 // waiters and tickets holding it: never evicted while > 0
-	waiting            int32 // waiting calls charging it (WithMaxQueue)
-	asking             int32 // Redis mode: calls asking Redis outside its queue (freeLocked)
-	unknown            bool  // Rule.Learn: no limit learned for this key yet; one call at a time
+	refs               int32      // waiters and tickets holding it: never evicted while > 0
+	waiting            int32      // waiting calls charging it (WithMaxQueue)
+	asking             int32      // Redis mode: calls asking Redis outside its queue (freeLocked)
+	unknown            bool       // Rule.Learn: no limit learned for this key yet; one call at a time
+	ad                 *adapt.Law // Rule.Adapt: the key's adaptive level (its window's N); nil for other rules
 }
 
 // feedback is the state only keys that were paused, throttled or
@@ -142,17 +143,6 @@ type feedback struct {
 	spec      *rspec.Spec
 	throttles uint32 // throttles of this key, ever (wrapping)
 	streak    uint8  // throttles in a row without a usable Retry-After
-	// ad is the key's adaptive law (Rule.Adapt; set when the key is made,
-	// so an adaptive key always has a feedback state); nil for other rules.
-	ad *adapt.Law
-}
-
-// law returns l's adaptive law (Rule.Adapt), or nil.
-func (l *limiter) law() *adapt.Law {
-	if l.fb == nil {
-		return nil
-	}
-	return l.fb.ad
 }
 
 // feedback returns l's feedback state, creating it.
@@ -406,7 +396,7 @@ func (p *Engine) releaseLocked(t *Ticket, from int, now time.Time) {
 		if fb := l.fb; fb != nil && fb.streak != 0 && fb.throttles == h.thrAtAdmit {
 			fb.streak = 0 // a call went through without a throttle
 		}
-		if l.law() != nil && !t.throttled {
+		if l.ad != nil && !t.throttled {
 			p.book.adaptSuccess(l, t.at, now) // may panic in a Rule.Window's SetLimit: ended all the same
 		}
 		p.unrefLocked(l, now)
