@@ -123,6 +123,8 @@ type Rule struct {
 // 50 > 150 per second, calls of 20 to 80 ms, completion window) it keeps
 // rejections under 2% of calls and throughput above 85% of the limit
 // within 10 windows of each step (TestAdaptiveUnknownServer).
+// A semaphore.RateSemaphore has no adaptive option (its Release(n) names
+// no call, so no start instant): use a Pool of one rule.
 //
 // Weights count in the level's units; a charge heavier than Floor can hold
 // is refused (ratesem.ErrWeightTooLarge), since a key's level may fall to
@@ -132,9 +134,7 @@ type Rule struct {
 // adaptive rule sets the ceiling of every key (N) and the window (Per).
 // A key evicted when idle (WithIdleTimeout) starts over at Limit.N.
 // Redis mode (redisrate.Shared) refuses an adaptive rule at construction
-// until the fleet shares the law. A semaphore.RateSemaphore has no
-// adaptive option (its Release(n) names no call, so no start instant):
-// use a Pool of one rule. The exchange presets never set it: their
+// until the fleet shares the law. The exchange presets never set it: their
 // bans escalate (Binance's 418 grows from 2 minutes to 3 days,
 // https://developers.binance.com/docs/binance-spot-api-docs/rest-api/limits).
 type Adaptive struct {
