@@ -252,7 +252,8 @@ func (l *limiter) acquire(ctx context.Context, target, method string, msg any) (
 	return t, nil
 }
 
-// throttled pauses the keys of the ticket t's charges when err, an RPC's
+// throttled pauses the keys of the ticket t's charges (and cuts the level of
+// its adaptive rules, Rule.Adapt) when err, an RPC's
 // error with trailer, is a throttle by the configured test. t is not
 // released yet.
 func (l *limiter) throttled(err error, trailer metadata.MD, t *clientpool.Ticket) {
@@ -264,7 +265,7 @@ func (l *limiter) throttled(err error, trailer metadata.MD, t *clientpool.Ticket
 	if m := st.Message(); m != "" {
 		th.Body = []byte(m[:min(len(m), maxThrottleBody)])
 	}
-	l.pool.Throttled(th, t.Charges())
+	l.pool.ThrottledTicket(th, t)
 }
 
 // retryAfter returns the delay a throttled RPC's trailer asks for, capped
