@@ -252,10 +252,9 @@ func (l *limiter) acquire(ctx context.Context, target, method string, msg any) (
 	return t, nil
 }
 
-// throttled pauses the keys of the ticket t's charges (and cuts the level of
-// its adaptive rules, Rule.Adapt) when err, an RPC's
-// error with trailer, is a throttle by the configured test. t is not
-// released yet.
+// throttled pauses the keys of the ticket t's charges, and cuts the level
+// of its adaptive rules (Rule.Adapt), when err, an RPC's error with
+// trailer, is a throttle by the configured test. t is not released yet.
 func (l *limiter) throttled(err error, trailer metadata.MD, t *clientpool.Ticket) {
 	st, ok := status.FromError(err)
 	if !ok || st.Code() == codes.OK || !l.cfg.throttle(st, trailer) {
