@@ -4,11 +4,16 @@
 // errgroup fan-out, against the OpenAI test server of package saas/saastest,
 // which enforces requests and tokens per minute per model as token buckets,
 // charges each request at arrival and settles it to its usage when it
-// replies (https://platform.openai.com/docs/guides/rate-limits).
+// replies (https://platform.openai.com/docs/guides/rate-limits). The server
+// quantizes its limits, as the guide warns the API may ("60,000
+// requests/minute may be enforced as 1,000 requests/second"): each
+// per-minute limit holds over a 60th of the minute too, which the preset's
+// quantum rules follow (openai.Quantum).
 //
 //	go run ./examples/llm-batch                  # 2000 requests, a minute lasts 1 s
 //	go run ./examples/llm-batch -n 5000 -scale 30
 //	go run ./examples/llm-batch -compare=false   # settled run only
+//	go run ./examples/llm-batch -quantized=false # a server that does not quantize
 //
 // The preset is given no limit: it learns each model's from the first reply
 // (one request at a time until then). It prints progress every minute of the
@@ -62,6 +67,8 @@ type config struct {
 	settle      bool    // settle each call to its usage
 	workers     int     // the fan-out's concurrency
 	seed        uint64
+	quantized   bool      // the server enforces each limit over a 60th of the minute too
+	noQuantum   bool      // the preset without its quantum rules (openai.WithoutQuantum)
 	inMemory    bool      // serve over in-memory pipes (tests, in a synctest bubble)
 	progress    io.Writer // nil: no progress lines
 	latencyBase time.Duration
@@ -89,8 +96,10 @@ func main() {
 	scale := flag.Float64("scale", 60, "the server's minute lasts time.Minute/scale")
 	workers := flag.Int("workers", 64, "concurrent workers of the fan-out")
 	compare := flag.Bool("compare", true, "run again with settling off and compare")
+	quantized := flag.Bool("quantized", true, "the server enforces each per-minute limit over a 60th of the minute too")
 	flag.Parse()
-	cfg := config{n: *n, scale: *scale, settle: true, workers: *workers, seed: 1, progress: os.Stdout, latencyBase: 500 * time.Millisecond}
+	cfg := config{n: *n, scale: *scale, settle: true, workers: *workers, seed: 1, progress: os.Stdout, latencyBase: 500 * time.Millisecond,
+		quantized: *quantized}
 	runs := []bool{true}
 	if *compare {
 		runs = append(runs, false)
@@ -99,7 +108,7 @@ func main() {
 	var summary []string
 	for _, settle := range runs {
 		cfg.settle = settle
-		fmt.Printf("== %d requests, settling %v, server minute %v\n", cfg.n, onOff(settle), time.Duration(float64(time.Minute)/cfg.scale))
+		fmt.Printf("== %d requests, settling %v, server minute %v, quantized %v\n", cfg.n, onOff(settle), time.Duration(float64(time.Minute)/cfg.scale), onOff(cfg.quantized))
 		r, err := run(context.Background(), cfg)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
@@ -136,7 +145,7 @@ func minutes(d time.Duration, scale float64) float64 { return d.Minutes() * scal
 func run(ctx context.Context, cfg config) (result, error) {
 	lat := cfg.latencyBase
 	srv := saastest.NewOpenAI(saastest.OpenAIConfig{
-		Models: limits, Scale: cfg.scale, InMemory: cfg.inMemory, Seed: cfg.seed,
+		Models: limits, Scale: cfg.scale, InMemory: cfg.inMemory, Seed: cfg.seed, Quantized: cfg.quantized,
 		// an LLM's reply takes 0.5 to 4 server-seconds
 		Latency: func() time.Duration {
 			return time.Duration(float64(lat+time.Duration(rand.Int64N(int64(7*lat)))) / cfg.scale)
@@ -146,6 +155,9 @@ func run(ctx context.Context, cfg config) (result, error) {
 	opts := []openai.Option{openai.WithModel(chatModel, 0, 0), openai.WithModel(embedModel, 0, 0), openai.WithScale(cfg.scale)}
 	if !cfg.settle {
 		opts = append(opts, openai.WithoutSettling())
+	}
+	if cfg.noQuantum {
+		opts = append(opts, openai.WithoutQuantum())
 	}
 	pool, err := clientpool.New(openai.Table(opts...))
 	if err != nil {
