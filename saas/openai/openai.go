@@ -71,9 +71,7 @@
 package openai
 
 import (
-	"math/bits"
 	"net/http"
-	"sync/atomic"
 	"time"
 
 	"github.com/ratesem/ratesem/clientpool"
@@ -152,19 +150,7 @@ func RuleTokensQuantum(model string) string { return "tokens quantum " + model }
 // 60th of per. n ≤ 0 or per ≤ 0 gives the zero Limit (unknown). It does
 // not overflow for any n and per; the engine caps a learned N at 2^40
 // keeping the period, a slower rate.
-func Quantum(n int64, per time.Duration) window.Limit {
-	if n <= 0 || per <= 0 {
-		return window.Limit{}
-	}
-	q := max(1, n/60)
-	// ⌈per·q/n⌉ in 128 bits: per·q/n ≤ per, so the quotient fits.
-	hi, lo := bits.Mul64(uint64(per), uint64(q))
-	d, rem := bits.Div64(hi, lo, uint64(n))
-	if rem != 0 {
-		d++
-	}
-	return window.Limit{N: q, Per: time.Duration(d)}
-}
+func Quantum(n int64, per time.Duration) window.Limit { return req.Quantum(n, per) }
 
 // Estimator returns the tokens, ≥ 0, a request is charged before it is
 // sent, from the request and its JSON body (nil for a request without a
@@ -357,20 +343,9 @@ func Table(opts ...Option) clientpool.Table {
 		if c.noQuantum {
 			return
 		}
-		// The tokens quantum's cap on a charge: the quantum of the tpm
-		// given, then of the last limit a reply named (0: none, no cap).
-		var qcap atomic.Int64
-		qcap.Store(Quantum(tpm, c.perMinute).N)
-		weight := func(r *http.Request) int64 {
-			w := tokens(r)
-			if q := qcap.Load(); capped && q > 0 && w != 1<<63-1 {
-				return min(w, q)
-			}
-			return w
-		}
 		t.Rules = append(t.Rules,
-			rule(names[2], quantumOf(rpm, c.perMinute), key, one, c.learnQuantum(HeaderLimitRequests, nil), nil),
-			rule(names[3], quantumOf(tpm, c.perMinute), key, weight, c.learnQuantum(HeaderLimitTokens, &qcap), nil))
+			req.QuantumRule(names[2], rpm, c.perMinute, key, one, false, HeaderLimitRequests, DocsURL),
+			req.QuantumRule(names[3], tpm, c.perMinute, key, tokens, capped, HeaderLimitTokens, DocsURL))
 		t.Default = append(t.Default, clientpool.Cost{Rule: names[2]}, clientpool.Cost{Rule: names[3]})
 	}
 	for _, m := range c.models {
@@ -386,33 +361,6 @@ func Table(opts ...Option) clientpool.Table {
 			return m, !known[m]
 		})
 	return t
-}
-
-// quantumOf is a quantum rule's configured Limit: Quantum(n, per), or N 0
-// (learned from the first reply) over per when n is 0.
-func quantumOf(n int64, per time.Duration) window.Limit {
-	if n <= 0 {
-		return window.Limit{Per: per}
-	}
-	return Quantum(n, per)
-}
-
-// learnQuantum returns a quantum rule's Learn: the Quantum of the limit
-// header's count, with nothing learned of what remains (the headers' is
-// the minute's); it stores the quantum's N in qcap when not nil.
-func (c *config) learnQuantum(limit string, qcap *atomic.Int64) func(http.Header, time.Time) (clientpool.Learned, bool) {
-	per := c.perMinute
-	return func(h http.Header, _ time.Time) (clientpool.Learned, bool) {
-		n, ok := req.Count(h.Get(limit))
-		if !ok || n == 0 {
-			return clientpool.Learned{}, false
-		}
-		l := Quantum(n, per)
-		if qcap != nil {
-			qcap.Store(l.N)
-		}
-		return clientpool.Learned{Limit: l, Remaining: -1}, true
-	}
 }
 
 func rule(name string, lim window.Limit, key func(*http.Request) (string, bool), weight func(*http.Request) int64,
