@@ -26,14 +26,6 @@ const OpenAICookbook = "https://cookbook.openai.com/examples/how_to_count_tokens
 // enforced as 1,000 requests/second)") were read, quoted in full.
 const OpenAIQuantumURL = "https://community.openai.com/t/rate-limit-even-though-limit-not-breached/611241/6"
 
-// The limits a quantizing OpenAI server (OpenAIConfig.Quantized) refuses
-// for, as Entry.Limit and Stats.Rejected report them: the per-minute
-// limits enforced over a 60th of the minute.
-const (
-	LimitRequestsQuantum = "requests_quantum"
-	LimitTokensQuantum   = "tokens_quantum"
-)
-
 // OpenAILimit is the rate limit of one OpenAI model: requests per minute
 // and tokens per minute. A zero field takes the default (500 RPM, 200000
 // TPM); a negative one makes NewOpenAI panic.
@@ -232,17 +224,6 @@ func (s *OpenAIServer) newQuanta(model string, at time.Time) [3]*bucket {
 	per := s.scaled(time.Minute)
 	return [3]*bucket{newQuantum(l.RPM, per, at), newQuantum(l.TPM, per, at), nil}
 }
-
-// newQuantum is the quantum of n per per: a bucket of max(1, ⌊n/60⌋)
-// refilled at n per per.
-func newQuantum(n int64, per time.Duration, at time.Time) *bucket {
-	c := float64(max(1, n/60))
-	return &bucket{cap: c, rate: float64(n) / float64(per), level: c, last: at, low: c}
-}
-
-// quantumCharge is what a request of charge tokens takes of the tokens
-// quantum b: at most its capacity.
-func quantumCharge(b *bucket, charge int64) int64 { return min(charge, int64(b.cap)) }
 
 // Violations replays the log (charges at arrival, settlements at the
 // reply, in the server's order) through fresh buckets and returns the

@@ -108,3 +108,59 @@ func TestOpenAIQuantizedTokens(t *testing.T) {
 		}
 	})
 }
+
+// Quantized, Anthropic's 60 RPM are 1 request per second (the page's
+// example): a second request at once is refused by the requests quantum,
+// retry-after 1 s; without Quantized it is accepted. A call whose
+// max_tokens exceed the output quantum (6000 OTPM: 100) is accepted on a
+// full one and empties it: the next call waits for its own output tokens to
+// refill.
+func TestAnthropicQuantized(t *testing.T) {
+	for _, quantized := range []bool{false, true} {
+		synctest.Test(t, func(t *testing.T) {
+			s, c, url := newAnthropic(t, saastest.AnthropicConfig{Default: saastest.AnthropicLimit{RPM: 60, ITPM: 1e6, OTPM: 1e6}, Quantized: quantized})
+			if r := do(t, c, "POST", url, chat("claude", 10, "hi")); r.status != 200 {
+				t.Fatalf("first: %d %s", r.status, r.raw)
+			}
+			r := do(t, c, "POST", url, chat("claude", 10, "hi"))
+			if !quantized {
+				if r.status != 200 {
+					t.Fatalf("not quantized: second %d %s", r.status, r.raw)
+				}
+				return
+			}
+			if r.status != 429 || r.str("error", "type") != "rate_limit_error" || r.num(t, "retry-after") != 1 {
+				t.Fatalf("second at once: %d %s retry-after %s", r.status, r.raw, r.header.Get("retry-after"))
+			}
+			time.Sleep(time.Second)
+			if r := do(t, c, "POST", url, chat("claude", 10, "hi")); r.status != 200 {
+				t.Fatalf("1 s later: %d %s", r.status, r.raw)
+			}
+			if st := s.Stats(); st.Rejected[saastest.LimitRequestsQuantum] != 1 || st.Accepted != 2 {
+				t.Errorf("Stats = %+v", st)
+			}
+			if v := s.Violations(); len(v) != 0 {
+				t.Errorf("%d violations", len(v))
+			}
+		})
+	}
+	synctest.Test(t, func(t *testing.T) {
+		s, c, url := newAnthropic(t, saastest.AnthropicConfig{Default: saastest.AnthropicLimit{RPM: 1e6, ITPM: 1e6, OTPM: 6000}, Quantized: true})
+		if r := do(t, c, "POST", url, chat("claude", 1000, "hi")); r.status != 200 {
+			t.Fatalf("heavy call on a full output quantum: %d %s", r.status, r.raw)
+		}
+		if r := do(t, c, "POST", url, chat("claude", 10, "hi")); r.status != 429 {
+			t.Fatalf("next at once: %d, want 429", r.status)
+		}
+		time.Sleep(100 * time.Millisecond) // 10 output tokens refill
+		if r := do(t, c, "POST", url, chat("claude", 10, "hi")); r.status != 200 {
+			t.Fatalf("after 10 tokens refilled: %d %s", r.status, r.raw)
+		}
+		if st := s.Stats(); st.Rejected[saastest.LimitOutputTokensQuantum] != 1 {
+			t.Errorf("Stats = %+v", st)
+		}
+		if v := s.Violations(); len(v) != 0 {
+			t.Errorf("%d violations", len(v))
+		}
+	})
+}
