@@ -143,6 +143,7 @@ type config struct {
 	other     model // the catch-all rules' limits (WithOtherModels)
 	noSettle  bool
 	noQuantum bool
+	margin    time.Duration // the quantum rules' (WithQuantumMargin)
 	perMinute time.Duration
 }
 
@@ -180,6 +181,20 @@ func WithoutSettling() Option { return func(c *config) { c.noSettle = true } }
 // comparison.
 func WithoutQuantum() Option { return func(c *config) { c.noQuantum = true } }
 
+// QuantumMargin is the default margin of the quantum rules
+// (WithQuantumMargin): 20 ms.
+const QuantumMargin = req.DefaultQuantumMargin
+
+// WithQuantumMargin sets the margin of the quantum rules: each rule admits
+// at most its quantum's N units starting in any window of its Per plus d,
+// so the server's bucket is never short while the spread of one-way
+// latency (jitter) between this client and the API is at most d, at a cost
+// of d/(Per + d) of the quantum's rate (2% for the default QuantumMargin
+// and a one-second quantum). d is real time: WithScale does not scale it.
+// d < 0 counts as 0 (a server whose arrivals keep the client's spacing
+// exactly, as a test server on virtual time).
+func WithQuantumMargin(d time.Duration) Option { return func(c *config) { c.margin = max(d, 0) } }
+
 // WithScale divides every limit's minute by f, for a test server on a
 // scaled clock (saastest's Scale); f ≤ 0, NaN or infinite keeps 1.
 func WithScale(f float64) Option {
@@ -206,7 +221,7 @@ func WithScale(f float64) Option {
 // rule: admitted alone, charged the key's limit, a ratesem.Distrusted
 // event.)
 func Table(opts ...Option) clientpool.Table {
-	c := config{perMinute: time.Minute}
+	c := config{perMinute: time.Minute, margin: QuantumMargin}
 	for _, o := range opts {
 		o(&c)
 	}
@@ -250,7 +265,11 @@ func Table(opts ...Option) clientpool.Table {
 		}
 		for i, kind := range kinds {
 			name := RuleQuantum(kind, suffix)
-			t.Rules = append(t.Rules, req.QuantumRule(name, lim[i], c.perMinute, key, weights[i], capped && i > 0,
+			qk := req.QuantumStarts // requests, and the catch-all's tokens (keyed by model)
+			if capped && i > 0 {
+				qk = req.QuantumPadded
+			}
+			t.Rules = append(t.Rules, req.QuantumRule(name, qk, lim[i], c.perMinute, c.margin, key, weights[i], capped && i > 0,
 				HeaderPrefix+kind+"-limit", DocsURL))
 			t.Default = append(t.Default, clientpool.Cost{Rule: name})
 		}

@@ -78,9 +78,15 @@ func TestBatchAgainstQuantizedServer(t *testing.T) {
 			if v := srv.Violations(); len(v) != 0 {
 				t.Fatalf("%d violations", len(v))
 			}
-			for kind, n := range map[string]int64{anthropic.Requests: limits.RPM, anthropic.InputTokens: limits.ITPM, anthropic.OutputTokens: limits.OTPM} {
-				if l, _ := pool.Limit(anthropic.RuleQuantum(kind, model)); l != anthropic.Quantum(n, time.Minute) {
-					t.Errorf("%s quantum learned %v, want %v", kind, l, anthropic.Quantum(n, time.Minute))
+			// The quanta learned are those of the limits given (with the
+			// margin's pad on the tokens quanta).
+			given := anthropic.Table(anthropic.WithModel(model, limits.RPM, limits.ITPM, limits.OTPM))
+			for _, kind := range []string{anthropic.Requests, anthropic.InputTokens, anthropic.OutputTokens} {
+				name := anthropic.RuleQuantum(kind, model)
+				for _, r := range given.Rules {
+					if l, _ := pool.Limit(name); r.Name == name && l != r.Limit {
+						t.Errorf("%s learned %v, want %v", name, l, r.Limit)
+					}
 				}
 			}
 			log := srv.Log()
@@ -110,7 +116,9 @@ func TestQuantumRules(t *testing.T) {
 			t.Errorf("Quantum(%d) = %+v, want %+v", n, got, want)
 		}
 	}
-	tab := anthropic.Table(anthropic.WithModel("m", 60, 30000, 8000), anthropic.WithModel("h", math.MaxInt64, 1, 0), anthropic.WithScale(60))
+	tab := anthropic.Table(anthropic.WithModel("m", 60, 30000, 8000), anthropic.WithModel("h", math.MaxInt64, 1, 0), anthropic.WithScale(60),
+		anthropic.WithQuantumMargin(0)) // the pad: below
+
 	byName := map[string]clientpool.Rule{}
 	for _, r := range tab.Rules {
 		byName[r.Name] = r
@@ -139,14 +147,35 @@ func TestQuantumRules(t *testing.T) {
 	h.Set(anthropic.HeaderPrefix+"output-tokens-limit", "8000")
 	h.Set(anthropic.HeaderPrefix+"output-tokens-remaining", "10")
 	in, ok := byName[anthropic.RuleQuantum(anthropic.OutputTokens, "h")].Learn(h, time.Now())
-	if !ok || in.Limit != anthropic.Quantum(8000, sec) || in.Remaining >= 0 {
-		t.Errorf("learned %+v %v", in, ok)
+	if !ok || in.Limit != anthropic.Quantum(8000, sec) || in.Remaining != 0 {
+		t.Errorf("learned %+v %v; want the quantum, and (its first report) emptied", in, ok)
+	}
+	if in, _ := byName[anthropic.RuleQuantum(anthropic.OutputTokens, "h")].Learn(h, time.Now()); in.Remaining != -1 {
+		t.Errorf("second report %+v: want nothing learned of what remains", in)
 	}
 	// A max_tokens above the output quantum is charged the quantum under it.
 	r, _ := http.NewRequest("POST", "http://api.test/v1/messages",
 		strings.NewReader(`{"model":"m","max_tokens":4096,"messages":[{"role":"user","content":"hi"}]}`))
 	if got := byName[anthropic.RuleQuantum(anthropic.OutputTokens, "m")].Weight(r); got != 133 {
 		t.Errorf("output quantum weight %d, want 133", got)
+	}
+	// With the default margin (20 ms), at real speed: 8000 OTPM pads the
+	// output quantum by ⌈8000 × 20 ms / 1 min⌉ = 3 tokens, burst and charge.
+	padded := anthropic.Table(anthropic.WithModel("m", 60, 30000, 8000))
+	for _, pr := range padded.Rules {
+		if pr.Name == anthropic.RuleQuantum(anthropic.OutputTokens, "m") {
+			if pr.Limit != (window.Limit{N: 136, Per: 1020 * time.Millisecond}) {
+				t.Errorf("padded output quantum %+v, want 136 per 1.02 s", pr.Limit)
+			}
+			r, _ := http.NewRequest("POST", "http://api.test/v1/messages",
+				strings.NewReader(`{"model":"m","max_tokens":4096,"messages":[{"role":"user","content":"hi"}]}`))
+			if got := pr.Weight(r); got != 136 {
+				t.Errorf("padded output quantum weight %d, want 136", got)
+			}
+		}
+		if pr.Name == anthropic.RuleQuantum(anthropic.Requests, "m") && pr.Limit != (window.Limit{N: 1, Per: time.Second}) {
+			t.Errorf("requests quantum %+v: a start window needs no pad", pr.Limit)
+		}
 	}
 	without := anthropic.Table(anthropic.WithModel("m", 60, 30000, 8000), anthropic.WithoutQuantum())
 	for _, r := range without.Rules {

@@ -229,6 +229,7 @@ type config struct {
 	parsed    func(req.Request) int64
 	noSettle  bool
 	noQuantum bool
+	margin    time.Duration // the quantum rules' (WithQuantumMargin)
 	perMinute time.Duration
 }
 
@@ -281,6 +282,20 @@ func WithoutSettling() Option { return func(c *config) { c.noSettle = true } }
 // comparison.
 func WithoutQuantum() Option { return func(c *config) { c.noQuantum = true } }
 
+// QuantumMargin is the default margin of the quantum rules
+// (WithQuantumMargin): 20 ms.
+const QuantumMargin = req.DefaultQuantumMargin
+
+// WithQuantumMargin sets the margin of the quantum rules: each rule admits
+// at most its quantum's N units starting in any window of its Per plus d,
+// so the server's bucket is never short while the spread of one-way
+// latency (jitter) between this client and the API is at most d, at a cost
+// of d/(Per + d) of the quantum's rate (2% for the default QuantumMargin
+// and a one-second quantum). d is real time: WithScale does not scale it.
+// d < 0 counts as 0 (a server whose arrivals keep the client's spacing
+// exactly, as a test server on virtual time).
+func WithQuantumMargin(d time.Duration) Option { return func(c *config) { c.margin = max(d, 0) } }
+
 // WithScale divides every limit's minute by f, for a test server on a
 // scaled clock (saastest's Scale); f ≤ 0, NaN or infinite keeps 1.
 func WithScale(f float64) Option {
@@ -308,7 +323,7 @@ func WithScale(f float64) Option {
 // heavier call to the pool's learned-limit rule: it is admitted alone,
 // charged the key's limit, and reported as a ratesem.Distrusted event.)
 func Table(opts ...Option) clientpool.Table {
-	c := config{estimate: CharEstimator, parsed: charParsed, perMinute: time.Minute}
+	c := config{estimate: CharEstimator, parsed: charParsed, perMinute: time.Minute, margin: QuantumMargin}
 	for _, o := range opts {
 		o(&c)
 	}
@@ -344,8 +359,8 @@ func Table(opts ...Option) clientpool.Table {
 			return
 		}
 		t.Rules = append(t.Rules,
-			req.QuantumRule(names[2], rpm, c.perMinute, key, one, false, HeaderLimitRequests, DocsURL),
-			req.QuantumRule(names[3], tpm, c.perMinute, key, tokens, capped, HeaderLimitTokens, DocsURL))
+			req.QuantumRule(names[2], req.QuantumStarts, rpm, c.perMinute, c.margin, key, one, false, HeaderLimitRequests, DocsURL),
+			req.QuantumRule(names[3], tokensKind(capped), tpm, c.perMinute, c.margin, key, tokens, capped, HeaderLimitTokens, DocsURL))
 		t.Default = append(t.Default, clientpool.Cost{Rule: names[2]}, clientpool.Cost{Rule: names[3]})
 	}
 	for _, m := range c.models {
@@ -361,6 +376,16 @@ func Table(opts ...Option) clientpool.Table {
 			return m, !known[m]
 		})
 	return t
+}
+
+// tokensKind is the window of a tokens quantum (see the Table doc): padded
+// for a model's own rule, a start window for the catch-all, keyed by model,
+// whose first reply per model cannot be told apart.
+func tokensKind(model bool) req.QuantumKind {
+	if model {
+		return req.QuantumPadded
+	}
+	return req.QuantumStarts
 }
 
 func rule(name string, lim window.Limit, key func(*http.Request) (string, bool), weight func(*http.Request) int64,

@@ -104,8 +104,10 @@ func hasRule(tab clientpool.Table, name string) bool {
 // WithoutQuantum leaves them out; hostile limits (0, negative, 1, huge)
 // give valid rules.
 func TestQuantumRules(t *testing.T) {
+	// Margin 0: the rules' limits are the quanta themselves (the margin's
+	// pad: TestQuantumMargin).
 	tab := openai.Table(openai.WithModel("m", 600, 60000), openai.WithModel("zero", 0, -4), openai.WithModel("one", 1, 1),
-		openai.WithModel("huge", math.MaxInt64, math.MaxInt64), openai.WithOtherModels(30, 100))
+		openai.WithModel("huge", math.MaxInt64, math.MaxInt64), openai.WithOtherModels(30, 100), openai.WithQuantumMargin(0))
 	for _, c := range []struct {
 		rule string
 		want window.Limit
@@ -126,14 +128,14 @@ func TestQuantumRules(t *testing.T) {
 		if c.want.N > 0 {
 			p := r.Window(c.want)
 			if got := p.Capacity(); got != c.want.N {
-				t.Errorf("%s: window capacity %d, want %d (a token bucket of the quantum)", c.rule, got, c.want.N)
+				t.Errorf("%s: window capacity %d, want %d (the quantum)", c.rule, got, c.want.N)
 			}
 		}
 	}
 	if _, err := clientpool.New(tab); err != nil {
 		t.Fatalf("the table with hostile limits: %v", err)
 	}
-	scaled := openai.Table(openai.WithModel("m", 600, 60000), openai.WithScale(60))
+	scaled := openai.Table(openai.WithModel("m", 600, 60000), openai.WithScale(60), openai.WithQuantumMargin(-time.Second))
 	if got := ruleOf(t, scaled, openai.RuleRequestsQuantum("m")).Limit; got != (window.Limit{N: 10, Per: 16_666_667}) {
 		t.Errorf("WithScale(60): requests quantum %+v, want 10 per 1/60 s", got)
 	}
@@ -185,24 +187,30 @@ func itoa(n int) string { return big.NewInt(int64(n)).String() }
 func TestQuantumLearn(t *testing.T) {
 	for _, scale := range []float64{1, 60} {
 		per := time.Duration(float64(time.Minute) / scale)
-		tab := openai.Table(openai.WithModel("m", 0, 0), openai.WithScale(scale))
+		tab := openai.Table(openai.WithModel("m", 0, 0), openai.WithScale(scale), openai.WithQuantumMargin(0))
 		for _, c := range []struct{ rule, header string }{
 			{openai.RuleRequestsQuantum("m"), openai.HeaderLimitRequests},
 			{openai.RuleTokensQuantum("m"), openai.HeaderLimitTokens},
 			{openai.RuleRequestsQuantumOther, openai.HeaderLimitRequests},
 		} {
 			learn := ruleOf(t, tab, c.rule).Learn
-			for v, want := range map[string]window.Limit{
-				"6000": openai.Quantum(6000, per), "1": openai.Quantum(1, per), "59": openai.Quantum(59, per),
-				"999999999999999999": openai.Quantum(999999999999999999, per),
-			} {
+			first := c.rule == openai.RuleTokensQuantum("m") // padded: its first report empties it
+			for _, v := range []string{"6000", "1", "59", "999999999999999999"} {
+				want := map[string]window.Limit{
+					"6000": openai.Quantum(6000, per), "1": openai.Quantum(1, per), "59": openai.Quantum(59, per),
+					"999999999999999999": openai.Quantum(999999999999999999, per),
+				}[v]
 				h := http.Header{}
 				h.Set(c.header, v)
 				h.Set(openai.HeaderRemainingRequests, "3")
 				h.Set(openai.HeaderRemainingTokens, "3")
 				in, ok := learn(h, time.Now())
-				if !ok || in.Limit != want || in.Remaining >= 0 || !in.Reset.IsZero() {
-					t.Errorf("scale %v %s %s=%s: %+v %v, want %+v, no remaining", scale, c.rule, c.header, v, in, ok, want)
+				wantRem := int64(-1)
+				if first {
+					wantRem, first = 0, false
+				}
+				if !ok || in.Limit != want || in.Remaining != wantRem || !in.Reset.IsZero() {
+					t.Errorf("scale %v %s %s=%s: %+v %v, want %+v, remaining %d", scale, c.rule, c.header, v, in, ok, want, wantRem)
 				}
 			}
 			for _, v := range []string{"", "0", "-60", "6e4", " 60", "1234567890123456789", "60.5"} {
@@ -221,7 +229,7 @@ func TestQuantumLearn(t *testing.T) {
 // and its whole estimate under the minute's rule; q follows the tpm given,
 // then the limit the last reply named.
 func TestQuantumCapsHeavyCalls(t *testing.T) {
-	tab := openai.Table(openai.WithModel("m", 600, 60000))
+	tab := openai.Table(openai.WithModel("m", 600, 60000), openai.WithQuantumMargin(0))
 	tq, tm := ruleOf(t, tab, openai.RuleTokensQuantum("m")), ruleOf(t, tab, openai.RuleTokens("m"))
 	r := chatReq(t, "m", 5000)
 	if got := tq.Weight(r); got != 1000 {
@@ -242,7 +250,7 @@ func TestQuantumCapsHeavyCalls(t *testing.T) {
 		t.Errorf("after a reply named 6000 TPM: quantum weight %d, want 100", got)
 	}
 	// Through a pool: the heavy call is admitted at once on a full quantum.
-	pool, err := clientpool.New(openai.Table(openai.WithModel("m", 600, 60000)))
+	pool, err := clientpool.New(openai.Table(openai.WithModel("m", 600, 60000), openai.WithQuantumMargin(0)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -310,11 +318,30 @@ func TestQuantumBurstBothModes(t *testing.T) {
 
 // Learned limits (WithModel 0, 0), in process and over Redis alike: the
 // first call goes alone; its reply names 600 RPM and 60000 TPM, and the
-// quantum rules learn 10 requests and 1000 tokens per second, so a burst
-// is then cut at 10 (the learned minute's budget is 599).
+// quantum rules learn 10 requests and 1000 tokens (+ the margin's pad) per
+// second. The tokens quantum cannot know what the first call left of the
+// server's: its first report empties it (in Redis mode in the background,
+// as every learned remaining: at most a call may pass before). Once it has
+// refilled, a burst is cut at the requests quantum, 10.
 func TestQuantumLearnedBothModes(t *testing.T) {
 	c := goredis.NewClient(&goredis.Options{Addr: redistest.Start(t).Addr()})
 	t.Cleanup(func() { c.Close() })
+	burst := func(pool *clientpool.Pool, maxTokens int) int {
+		admitted := 0
+		for range 100 {
+			cs, _ := pool.Classify(chatReq(t, "m", maxTokens))
+			tk, _, err := pool.TryAcquire(cs...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tk == nil {
+				break
+			}
+			tk.Release()
+			admitted++
+		}
+		return admitted
+	}
 	for _, mode := range []string{"in process", "redis"} {
 		var popts []clientpool.Option
 		if mode == "redis" {
@@ -338,30 +365,54 @@ func TestQuantumLearnedBothModes(t *testing.T) {
 		tk.Release()
 		for rule, want := range map[string]window.Limit{
 			openai.RuleRequestsQuantum("m"): {N: 10, Per: time.Second},
-			openai.RuleTokensQuantum("m"):   {N: 1000, Per: time.Second},
+			openai.RuleTokensQuantum("m"):   {N: 1020, Per: 1020 * time.Millisecond}, // pad 20 = 60000 × 20 ms / 1 min
 		} {
 			if got, _ := pool.Limit(rule); got != want {
 				t.Errorf("%s: %s learned %+v, want %+v", mode, rule, got, want)
 			}
 		}
-		admitted := 0
-		for range 100 {
-			cs, _ := pool.Classify(chatReq(t, "m", 10))
-			tk, _, err := pool.TryAcquire(cs...)
-			if err != nil {
-				t.Fatalf("%s: %v", mode, err)
-			}
-			if tk == nil {
-				break
-			}
-			tk.Release()
-			admitted++
+		if mode == "redis" {
+			// The report reaches Redis in the background (one round
+			// trip); 50 ms refill 50 tokens, less than a call of 900.
+			time.Sleep(50 * time.Millisecond)
+		}
+		if n := burst(pool, 900); n != 0 {
+			t.Errorf("%s: %d calls of 900 tokens admitted at once after learning, want 0", mode, n)
+		}
+		time.Sleep(1100 * time.Millisecond) // both quanta refill
+		if n := burst(pool, 10); n != 10 {
+			t.Errorf("%s: %d admitted at once after a refill, want 10", mode, n)
 		}
 		pool.Close()
-		// The first call's quantum token is spent: 9 more (rounding of
-		// the refill since may give one more).
-		if admitted < 9 || admitted > 10 {
-			t.Errorf("%s: %d admitted at once after learning, want 9 or 10", mode, admitted)
+	}
+}
+
+// The margin (WithQuantumMargin, default QuantumMargin 20 ms): the
+// requests quantum counts starts over Per + margin; the tokens quantum is
+// padded by the refill of the margin, ⌈tpm·m/min⌉ tokens, on its burst and
+// on every call's charge (heavy calls: the quantum plus the pad), at the
+// same rate. A hostile margin (negative: 0; beyond the minute: the
+// minute) gives valid rules.
+func TestQuantumMargin(t *testing.T) {
+	tab := openai.Table(openai.WithModel("m", 600, 60000))
+	if got := ruleOf(t, tab, openai.RuleTokensQuantum("m")).Limit; got != (window.Limit{N: 1020, Per: 1020 * time.Millisecond}) {
+		t.Errorf("tokens quantum %+v, want 1020 per 1.02 s (1000 + a pad of 20)", got)
+	}
+	tq := ruleOf(t, tab, openai.RuleTokensQuantum("m"))
+	for maxTokens, want := range map[int]int64{5000: 1020, 400: 420, 1: 20 + 7 + 1} {
+		if got := tq.Weight(chatReq(t, "m", maxTokens)); got != want {
+			t.Errorf("max_tokens %d: tokens quantum weight %d, want %d", maxTokens, got, want)
+		}
+	}
+	if got := ruleOf(t, tab, openai.RuleRequestsQuantum("m")); got.Limit != (window.Limit{N: 10, Per: time.Second}) {
+		t.Errorf("requests quantum %+v", got.Limit)
+	} else if p, ok := got.Window(got.Limit).(interface{ Margin() time.Duration }); !ok || p.Margin() != openai.QuantumMargin {
+		t.Errorf("requests quantum window: not a start window with the margin")
+	}
+	for _, d := range []time.Duration{-time.Hour, time.Hour, math.MaxInt64} {
+		if _, err := clientpool.New(openai.Table(openai.WithModel("m", 600, 60000), openai.WithModel("h", math.MaxInt64, math.MaxInt64),
+			openai.WithQuantumMargin(d))); err != nil {
+			t.Errorf("margin %v: %v", d, err)
 		}
 	}
 }
