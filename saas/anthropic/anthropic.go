@@ -175,25 +175,24 @@ func WithOtherModels(rpm, itpm, otpm int64) Option {
 // its usage (for comparison).
 func WithoutSettling() Option { return func(c *config) { c.noSettle = true } }
 
+// QuantumMargin is the default margin of the quantum rules
+// (WithQuantumMargin): 20 ms.
+const QuantumMargin = req.DefaultQuantumMargin
+
+// WithQuantumMargin sets the margin of the quantum rules, the spread of
+// one-way latency (jitter) between this client and the API they absorb:
+// while it is at most d, the server's quantum is never short of a call's
+// charge (see Table). It costs the requests quantum d/(Per + d) of its
+// rate and each tokens quantum ⌈limit·d/min⌉ tokens per call. d is real
+// time: WithScale does not scale it. d < 0 counts as 0, d above the minute
+// as the minute.
+func WithQuantumMargin(d time.Duration) Option { return func(c *config) { c.margin = max(d, 0) } }
+
 // WithoutQuantum leaves out the quantum rules (RuleQuantum): each model is
 // then limited by its minute's buckets alone, which burst a minute's budget
 // at once — the preset before it followed the page's shorter intervals, for
 // comparison.
 func WithoutQuantum() Option { return func(c *config) { c.noQuantum = true } }
-
-// QuantumMargin is the default margin of the quantum rules
-// (WithQuantumMargin): 20 ms.
-const QuantumMargin = req.DefaultQuantumMargin
-
-// WithQuantumMargin sets the margin of the quantum rules: each rule admits
-// at most its quantum's N units starting in any window of its Per plus d,
-// so the server's bucket is never short while the spread of one-way
-// latency (jitter) between this client and the API is at most d, at a cost
-// of d/(Per + d) of the quantum's rate (2% for the default QuantumMargin
-// and a one-second quantum). d is real time: WithScale does not scale it.
-// d < 0 counts as 0 (a server whose arrivals keep the client's spacing
-// exactly, as a test server on virtual time).
-func WithQuantumMargin(d time.Duration) Option { return func(c *config) { c.margin = max(d, 0) } }
 
 // WithScale divides every limit's minute by f, for a test server on a
 // scaled clock (saastest's Scale); f ≤ 0, NaN or infinite keeps 1.
@@ -205,11 +204,19 @@ func WithScale(f float64) Option {
 // catch-all rules, set up by opts.
 //
 // Unless WithoutQuantum, each of a model's three rules has a quantum rule
-// (RuleQuantum): a token bucket of Quantum of its limit, charged what the
-// minute's rule is charged at the start, learned from the same limit
-// header (the Quantum of the count it names; not what remains, the
-// minute's), and not settled (the page does not say the shorter interval
-// is adjusted at the end: keeping the start's charge is the safe side). A
+// (RuleQuantum) enforcing Quantum of its limit, charged what the minute's
+// rule is charged at the start, learned from the same limit header (the
+// Quantum of the count it names; not what remains, the minute's), and not
+// settled (the page does not say the shorter interval is adjusted at the
+// end: keeping the start's charge is the safe side). The server's quantum
+// is taken to be a token bucket (the page's algorithm) of a 60th of the
+// limit refilled at the limit per minute (saastest's
+// AnthropicConfig.Quantized); the rules keep it from being short while
+// latency jitter is at most the margin (WithQuantumMargin): the requests
+// quantum is a start window with margin, a model's tokens quanta token
+// buckets padded by the margin's refill (burst and charge; their first
+// learned report empties them), the catch-all's start windows with margin,
+// as in package openai (see its Table). A
 // call whose tokens exceed a tokens quantum q is charged q under it: it
 // waits for a full quantum and empties it, never refused for good (the
 // strict reading, no call above a 60th of the ITPM or of max_tokens above

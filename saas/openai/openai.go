@@ -47,7 +47,8 @@
 //     minute's budget at once, which such a server refuses; so each
 //     model has two more rules, RuleRequestsQuantum and
 //     RuleTokensQuantum, the same rates over the shorter period (see
-//     Quantum): a bucket of a 60th of the limit. WithoutQuantum leaves
+//     Quantum): a 60th of the burst, kept exact under latency jitter up
+//     to a margin (WithQuantumMargin; see Table). WithoutQuantum leaves
 //     them out.
 //
 // Requests for a model the Table was not given count against two catch-all
@@ -286,14 +287,16 @@ func WithoutQuantum() Option { return func(c *config) { c.noQuantum = true } }
 // (WithQuantumMargin): 20 ms.
 const QuantumMargin = req.DefaultQuantumMargin
 
-// WithQuantumMargin sets the margin of the quantum rules: each rule admits
-// at most its quantum's N units starting in any window of its Per plus d,
-// so the server's bucket is never short while the spread of one-way
-// latency (jitter) between this client and the API is at most d, at a cost
-// of d/(Per + d) of the quantum's rate (2% for the default QuantumMargin
-// and a one-second quantum). d is real time: WithScale does not scale it.
-// d < 0 counts as 0 (a server whose arrivals keep the client's spacing
-// exactly, as a test server on virtual time).
+// WithQuantumMargin sets the margin of the quantum rules, the spread of
+// one-way latency (jitter) between this client and the API they absorb:
+// while it is at most d, the server's quantum is never short of a call's
+// charge (see Table). It costs the requests quantum d/(Per + d) of its rate
+// (2% for the default QuantumMargin and a one-second quantum) and the
+// tokens quantum ⌈tpm·d/min⌉ tokens per call (67 for 200,000 TPM at 20 ms:
+// 5% of a 1,400-token call; lower d for very high TPMs). d is real time:
+// WithScale does not scale it. d < 0 counts as 0 (a server whose arrivals
+// keep the client's spacing exactly, as a test server on virtual time), d
+// above the minute as the minute.
 func WithQuantumMargin(d time.Duration) Option { return func(c *config) { c.margin = max(d, 0) } }
 
 // WithScale divides every limit's minute by f, for a test server on a
@@ -307,13 +310,27 @@ func WithScale(f float64) Option {
 // its model's rules: 1 request, and its estimated tokens, per minute and
 // (unless WithoutQuantum) per quantum (Quantum).
 //
-// The quantum rules are token buckets of Quantum(rpm) and Quantum(tpm),
-// learned like the minute's rules from x-ratelimit-limit-{requests,tokens}
-// (the quantum of the limit the reply names; what remains is the minute's,
-// so they do not learn it), and keep each call's arrival charge (they do
-// not settle: a server's refund only makes them safer). A call estimated
+// The quantum rules enforce Quantum(rpm) and Quantum(tpm), learned like
+// the minute's rules from x-ratelimit-limit-{requests,tokens} (the quantum
+// of the limit the reply names; what remains is the minute's, so they do
+// not learn it), and keep each call's arrival charge (they do not settle:
+// a server's refund only makes them safer). The server's quantum is taken
+// to be a token bucket of q = max(1, ⌊n/60⌋) refilled at n per minute
+// (saastest's OpenAIConfig.Quantized), and the rules keep it from being
+// short of any call's charge while one-way latency jitter is at most the
+// margin m (WithQuantumMargin): the requests quantum is a start window with
+// margin (window.NewSlidingLog: at most q requests start in any window of
+// Per + m), the tokens quantum of a model a token bucket of the server's
+// rate whose burst and every charge carry a pad of ⌈tpm·m/min⌉ tokens (the
+// pad is what jitter can take from the server's refill between two
+// arrivals; a start window would lose up to half the rate when calls are
+// a large part of q, as a tier-1 TPM's are). Its first learned report
+// empties it, since the server's quantum holds the first call's charge
+// (in Redis mode, like every learned remaining, in the background: one
+// round trip). The catch-all tokens quantum, keyed by model, is a start
+// window with margin. A call estimated
 // at more tokens than the tokens quantum q is charged q under it: it waits
-// for a full quantum bucket and empties it. That is the safe reading of
+// for a full quantum and empties it. That is the safe reading of
 // the guide: the strict one (no call above TPM/60 tokens, ever) would
 // refuse, as too heavy, every prompt the API takes above a 60th of the
 // TPM, while the guide says only that such contexts "can lead to rate
