@@ -15,6 +15,7 @@
 //	go run ./examples/llm-batch -compare=false   # settled run only
 //	go run ./examples/llm-batch -quantized=false # a server that does not quantize
 //	go run ./examples/llm-batch -margin 2ms      # the quantum rules' margin (openai.WithQuantumMargin)
+//	go run ./examples/llm-batch -quantum=false   # the preset without its quantum rules
 //
 // The preset is given no limit: it learns each model's from the first reply
 // (one request at a time until then). It prints progress every minute of the
@@ -103,10 +104,11 @@ func main() {
 	// under a millisecond, and the margin is real time while the server's
 	// minute is scaled: the preset's 20 ms (for a network) would cost the
 	// scaled quanta much of their rate.
+	quantum := flag.Bool("quantum", true, "the preset's quantum rules (false: openai.WithoutQuantum, for comparison)")
 	margin := flag.Duration("margin", time.Millisecond, "the quantum rules' margin: the spread of latency to the server they absorb (real time, not scaled)")
 	flag.Parse()
 	cfg := config{n: *n, scale: *scale, settle: true, workers: *workers, seed: 1, progress: os.Stdout, latencyBase: 500 * time.Millisecond,
-		quantized: *quantized, margin: *margin}
+		quantized: *quantized, margin: *margin, noQuantum: !*quantum}
 	runs := []bool{true}
 	if *compare {
 		runs = append(runs, false)
