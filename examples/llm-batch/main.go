@@ -105,7 +105,7 @@ func main() {
 	// minute is scaled: the preset's 20 ms (for a network) would cost the
 	// scaled quanta much of their rate.
 	quantum := flag.Bool("quantum", true, "the preset's quantum rules (false: openai.WithoutQuantum, for comparison)")
-	margin := flag.Duration("margin", time.Millisecond, "the quantum rules' margin: the spread of latency to the server they absorb (real time, not scaled)")
+	margin := flag.Duration("margin", 2*time.Millisecond, "the quantum rules' margin: the spread of latency to the server they absorb (real time, not scaled)")
 	flag.Parse()
 	cfg := config{n: *n, scale: *scale, settle: true, workers: *workers, seed: 1, progress: os.Stdout, latencyBase: 500 * time.Millisecond,
 		quantized: *quantized, margin: *margin, noQuantum: !*quantum}

@@ -34,6 +34,12 @@ func mulDivUp(a, b, c uint64) int64 {
 	return int64(d)
 }
 
+// unpadded is the charge of a call classified under a padded quantum whose
+// limit (so pad) is not known yet: heavier than any limit learned, so
+// the pool admits it alone once the limit is known, charged the whole
+// capacity (clientpool's learned-limit rule), never short at the server.
+const unpadded = 1 << 40 // engine.MaxLearnedN: no learned limit is larger
+
 // DefaultQuantumMargin is the presets' default margin of their quantum
 // rules (QuantumStarts, QuantumPadded): the spread of one-way latency
 // (jitter) between the client and the API they absorb, 20 ms.
@@ -60,9 +66,12 @@ const (
 	// k calls, so the server's bucket, which sees them within L − m of
 	// one another at worst, never runs short. It costs p per call, a
 	// fraction p/(charge + p): right for tokens, whose charges are large
-	// next to p. Until the first reply names the limit (n 0), the first
-	// learned report also empties the bucket (Learned.Remaining 0): the
-	// server's quantum holds the first call's charge.
+	// next to p. Until the first reply names the limit (n 0), the pad is
+	// unknown: a call classified then is charged as heavier than any
+	// limit, so once the limit is known it goes alone, charged the whole
+	// capacity (the pool's learned-limit rule); and the first learned
+	// report empties the bucket (Learned.Remaining 0): the server's
+	// quantum holds the first call's charge.
 	QuantumPadded
 )
 
@@ -102,7 +111,15 @@ func QuantumRule(name string, kind QuantumKind, n int64, per, margin time.Durati
 	w := func(r *http.Request) int64 {
 		c := weight(r)
 		q := qcap.Load()
-		if q == 0 || c == 1<<63-1 {
+		if c == 1<<63-1 {
+			return c
+		}
+		if q == 0 {
+			if kind == QuantumPadded && margin > 0 {
+				// The pad is not known before the first reply: the call
+				// goes alone once the limit is known (learnedFit).
+				return unpadded
+			}
 			return c
 		}
 		if capped {
