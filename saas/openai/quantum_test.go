@@ -421,3 +421,45 @@ func TestQuantumMargin(t *testing.T) {
 		}
 	}
 }
+
+// A call classified before the tokens quantum knew its limit carries no
+// pad: it is charged as heavier than any limit (so it goes alone, charged
+// the capacity, once the limit is known), while a call classified after
+// carries min(charge, q) + pad.
+func TestQuantumStaleCallsGoAlone(t *testing.T) {
+	pool, err := clientpool.New(openai.Table(openai.WithModel("m", 0, 0)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	weightOf := func(cs []clientpool.Charge) int64 {
+		for _, c := range cs {
+			if c.Rule == openai.RuleTokensQuantum("m") {
+				return c.Weight
+			}
+		}
+		t.Fatal("no tokens quantum charge")
+		return 0
+	}
+	first, _ := pool.Classify(chatReq(t, "m", 10))
+	stale, _ := pool.Classify(chatReq(t, "m", 10))
+	if w := weightOf(stale); w < 1<<40 {
+		t.Errorf("a call classified before the limit is known: tokens quantum weight %d, want ≥ 2^40", w)
+	}
+	tk, _, err := pool.TryAcquire(first...)
+	if err != nil || tk == nil {
+		t.Fatalf("first call: %v %v", tk, err)
+	}
+	h := http.Header{}
+	h.Set(openai.HeaderLimitRequests, "600")
+	h.Set(openai.HeaderLimitTokens, "60000")
+	tk.ObserveHeaders(h)
+	tk.Release()
+	if tk, wait, err := pool.TryAcquire(stale...); tk != nil || err != nil || wait <= 0 {
+		t.Errorf("the stale call right after learning: admitted %v, wait %v, err %v; want a wait for a full quantum", tk != nil, wait, err)
+	}
+	fresh, _ := pool.Classify(chatReq(t, "m", 10))
+	if w := weightOf(fresh); w != 10+20 {
+		t.Errorf("a call classified after: tokens quantum weight %d, want 10 (max_tokens) + a pad of 20", w)
+	}
+}
