@@ -34,6 +34,14 @@
 //     from them (Rule.Learn). A limit given as 0 is learned from the first
 //     reply, one call at a time until then.
 //   - A 429 carries retry-after (seconds): it pauses the model's rules.
+//   - The page warns that limits hold over shorter intervals too: "You may
+//     hit rate limits over shorter time intervals. For instance, a rate of
+//     60 requests per minute (RPM) may be enforced as 1 request per
+//     second. Short bursts of requests at a high volume can surpass the
+//     rate limit and result in rate limit errors." A minute's bucket alone
+//     bursts a whole minute's budget at once; so each of a model's limits
+//     has a quantum rule too (RuleQuantum): the same rate, a 60th of the
+//     burst (Quantum). WithoutQuantum leaves them out.
 //
 // Requests for a model the Table was not given count against three
 // catch-all rules keyed by model (RuleRequestsOther, ...), whose limits are
@@ -97,6 +105,22 @@ const RuleUnreadBody = "unreadable body (no GetBody, a failed read, or over 32 M
 // InputTokens or OutputTokens ("output-tokens claude-sonnet-4-5").
 func Rule(kind, model string) string { return kind + " " + model }
 
+// RuleQuantum returns the name of the quantum rule of one of a model's
+// limits (kind as for Rule): "requests quantum claude-sonnet-4-5". The
+// catch-all rules' quanta are RuleQuantum(kind, "other").
+func RuleQuantum(kind, model string) string { return kind + " quantum " + model }
+
+// Quantum returns the limit that enforces n units per per (a minute, or a
+// scaled one: WithScale) over a 60th of it, as the page warns ("a rate of
+// 60 requests per minute (RPM) may be enforced as 1 request per second"):
+// q = max(1, ⌊n/60⌋) units per q/n of per, rounded up to the nanosecond, a
+// token bucket of capacity q refilled at (at most) n per per. So 50 RPM (a
+// tier-1 limit) are 1 request per 1.2 s, 4,000 RPM 66 per 990 ms, 8,000
+// OTPM 133 tokens per 997.5 ms. Rounding is on the safe side (q down, the
+// period up). n ≤ 0 or per ≤ 0 gives the zero Limit (unknown); no
+// overflow for any n.
+func Quantum(n int64, per time.Duration) window.Limit { return req.Quantum(n, per) }
+
 // Estimator returns the input tokens, ≥ 0, a request is charged before it is
 // sent: the characters (Unicode code points) of its system prompt and
 // messages over 4, rounded up. Its output is charged max_tokens. A body past
@@ -118,6 +142,8 @@ type config struct {
 	models    []model
 	other     model // the catch-all rules' limits (WithOtherModels)
 	noSettle  bool
+	noQuantum bool
+	margin    time.Duration // the quantum rules' (WithQuantumMargin)
 	perMinute time.Duration
 }
 
@@ -149,6 +175,25 @@ func WithOtherModels(rpm, itpm, otpm int64) Option {
 // its usage (for comparison).
 func WithoutSettling() Option { return func(c *config) { c.noSettle = true } }
 
+// QuantumMargin is the default margin of the quantum rules
+// (WithQuantumMargin): 20 ms.
+const QuantumMargin = req.DefaultQuantumMargin
+
+// WithQuantumMargin sets the margin of the quantum rules, the spread of
+// one-way latency (jitter) between this client and the API they absorb:
+// while it is at most d, the server's quantum is never short of a call's
+// charge (see Table). It costs the requests quantum d/(Per + d) of its
+// rate and each tokens quantum ⌈limit·d/min⌉ tokens per call. d is real
+// time: WithScale does not scale it. d < 0 counts as 0, d above the minute
+// as the minute.
+func WithQuantumMargin(d time.Duration) Option { return func(c *config) { c.margin = max(d, 0) } }
+
+// WithoutQuantum leaves out the quantum rules (RuleQuantum): each model is
+// then limited by its minute's buckets alone, which burst a minute's budget
+// at once — the preset before it followed the page's shorter intervals, for
+// comparison.
+func WithoutQuantum() Option { return func(c *config) { c.noQuantum = true } }
+
 // WithScale divides every limit's minute by f, for a test server on a
 // scaled clock (saastest's Scale); f ≤ 0, NaN or infinite keeps 1.
 func WithScale(f float64) Option {
@@ -157,8 +202,33 @@ func WithScale(f float64) Option {
 
 // Table returns the rules of the models given (WithModel) and the
 // catch-all rules, set up by opts.
+//
+// Unless WithoutQuantum, each of a model's three rules has a quantum rule
+// (RuleQuantum) enforcing Quantum of its limit, charged what the minute's
+// rule is charged at the start, learned from the same limit header (the
+// Quantum of the count it names; not what remains, the minute's), and not
+// settled (the page does not say the shorter interval is adjusted at the
+// end: keeping the start's charge is the safe side). The server's quantum
+// is taken to be a token bucket (the page's algorithm) of a 60th of the
+// limit refilled at the limit per minute (saastest's
+// AnthropicConfig.Quantized); the rules keep it from being short while
+// latency jitter is at most the margin (WithQuantumMargin): the requests
+// quantum is a start window with margin, a model's tokens quanta token
+// buckets padded by the margin's refill (burst and charge; their first
+// learned report empties them), the catch-all's start windows with margin,
+// as in package openai (see its Table). A
+// call whose tokens exceed a tokens quantum q is charged q under it: it
+// waits for a full quantum and empties it, never refused for good (the
+// strict reading, no call above a 60th of the ITPM or of max_tokens above
+// a 60th of the OTPM, would refuse calls the API takes). So a model makes
+// at most about 60 calls a minute whose max_tokens reach its OTPM/60, however
+// few tokens they write: the price of not bursting. (The cap follows the
+// limit given, then the last reply this process read; under the catch-all
+// rules, keyed by model, a heavier call is left to the pool's learned-limit
+// rule: admitted alone, charged the key's limit, a ratesem.Distrusted
+// event.)
 func Table(opts ...Option) clientpool.Table {
-	c := config{perMinute: time.Minute}
+	c := config{perMinute: time.Minute, margin: QuantumMargin}
 	for _, o := range opts {
 		o(&c)
 	}
@@ -169,7 +239,7 @@ func Table(opts ...Option) clientpool.Table {
 	var t clientpool.Table
 	t.Rules = append(t.Rules, req.UnboundedRule(RuleUnreadBody, DocsURL))
 	t.Default = append(t.Default, clientpool.Cost{Rule: RuleUnreadBody})
-	add := func(suffix string, lim [3]int64, key func(*http.Request) (string, bool)) {
+	add := func(suffix string, lim [3]int64, capped bool, key func(*http.Request) (string, bool)) {
 		kinds := [3]string{Requests, InputTokens, OutputTokens}
 		weights := [3]func(*http.Request) int64{
 			func(*http.Request) int64 { return 1 },
@@ -197,15 +267,28 @@ func Table(opts ...Option) clientpool.Table {
 			t.Rules = append(t.Rules, r)
 			t.Default = append(t.Default, clientpool.Cost{Rule: name})
 		}
+		if c.noQuantum {
+			return
+		}
+		for i, kind := range kinds {
+			name := RuleQuantum(kind, suffix)
+			qk := req.QuantumStarts // requests, and the catch-all's tokens (keyed by model)
+			if capped && i > 0 {
+				qk = req.QuantumPadded
+			}
+			t.Rules = append(t.Rules, req.QuantumRule(name, qk, lim[i], c.perMinute, c.margin, key, weights[i], capped && i > 0,
+				HeaderPrefix+kind+"-limit", DocsURL))
+			t.Default = append(t.Default, clientpool.Cost{Rule: name})
+		}
 	}
 	for _, m := range c.models {
 		name := m.name
-		add(name, [3]int64{m.rpm, m.itpm, m.otpm}, func(r *http.Request) (string, bool) {
+		add(name, [3]int64{m.rpm, m.itpm, m.otpm}, true, func(r *http.Request) (string, bool) {
 			_, _, q := req.Of(r)
 			return "", q.Model == name
 		})
 	}
-	add("other", [3]int64{c.other.rpm, c.other.itpm, c.other.otpm}, func(r *http.Request) (string, bool) {
+	add("other", [3]int64{c.other.rpm, c.other.itpm, c.other.otpm}, false, func(r *http.Request) (string, bool) {
 		_, _, q := req.Of(r)
 		return q.Model, !known[q.Model]
 	})

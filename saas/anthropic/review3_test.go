@@ -45,8 +45,8 @@ func TestReview3SharedOverRedis(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(cs) != 3 {
-		t.Fatalf("charges %v; want three", cs)
+	if len(cs) != 6 {
+		t.Fatalf("charges %v; want three, and their quanta (issue 21)", cs)
 	}
 	for _, ch := range cs {
 		if ch.Key != "claude-y" || !strings.HasSuffix(ch.Rule, " other") {

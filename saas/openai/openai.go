@@ -35,8 +35,21 @@
 //     learns them from its first reply, one call at a time until then, and
 //     another client spending the same organisation's limit shrinks this
 //     pool's budget.
-//   - A 429 (with retry-after-ms or retry-after) pauses both rules of the
+//   - A 429 (with retry-after-ms or retry-after) pauses the rules of the
 //     model.
+//   - The guide warns that limits are quantized: "Rate limits can be
+//     quantized, meaning they are enforced over shorter periods of time
+//     (e.g. 60,000 requests/minute may be enforced as 1,000
+//     requests/second). Sending short bursts of requests or contexts
+//     (prompts+max_tokens) that are too long can lead to rate limit
+//     errors, even when you are technically below the rate limit per
+//     minute" (QuantumURL). A minute's bucket alone bursts a whole
+//     minute's budget at once, which such a server refuses; so each
+//     model has two more rules, RuleRequestsQuantum and
+//     RuleTokensQuantum, the same rates over the shorter period (see
+//     Quantum): a 60th of the burst, kept exact under latency jitter up
+//     to a margin (WithQuantumMargin; see Table). WithoutQuantum leaves
+//     them out.
 //
 // Requests for a model the Table was not given count against two catch-all
 // rules keyed by model, RuleRequestsOther and RuleTokensOther, whose limits
@@ -71,6 +84,12 @@ import (
 // DocsURL is the OpenAI guide every rule's Source points to.
 const DocsURL = "https://platform.openai.com/docs/guides/rate-limits"
 
+// QuantumURL is where the guide's words on quantized limits (DocsURL: "Rate
+// limits can be quantized, meaning they are enforced over shorter periods
+// of time (e.g. 60,000 requests/minute may be enforced as 1,000
+// requests/second)") were read, quoted in full by OpenAI's forum.
+const QuantumURL = "https://community.openai.com/t/rate-limit-even-though-limit-not-breached/611241/6"
+
 // The response headers the rules learn from.
 const (
 	HeaderLimitRequests     = "x-ratelimit-limit-requests"
@@ -93,6 +112,13 @@ const (
 // other rule it could fit.
 const RuleUnreadBody = "unreadable body (no GetBody, a failed read, or over 32 MiB)"
 
+// The catch-all rules' quanta (see Quantum), for models not given with
+// WithModel.
+const (
+	RuleRequestsQuantumOther = "requests quantum other"
+	RuleTokensQuantumOther   = "tokens quantum other"
+)
+
 // RuleRequests and RuleTokens return the names of a model's two rules, as
 // they appear in Charges, Events and Pool.SetLimit: "requests gpt-4o-mini",
 // "tokens gpt-4o-mini".
@@ -100,6 +126,32 @@ func RuleRequests(model string) string { return "requests " + model }
 
 // RuleTokens returns the name of a model's tokens-per-minute rule.
 func RuleTokens(model string) string { return "tokens " + model }
+
+// RuleRequestsQuantum returns the name of the rule that enforces a model's
+// requests per minute over the shorter period (Quantum): "requests quantum
+// gpt-4o-mini".
+func RuleRequestsQuantum(model string) string { return "requests quantum " + model }
+
+// RuleTokensQuantum returns the name of the rule that enforces a model's
+// tokens per minute over the shorter period (Quantum): "tokens quantum
+// gpt-4o-mini".
+func RuleTokensQuantum(model string) string { return "tokens quantum " + model }
+
+// Quantum returns the limit that enforces n units per per (a minute, or a
+// scaled one: WithScale) over the shorter period the guide documents
+// (QuantumURL: 60,000 requests/minute as 1,000 requests/second): q =
+// max(1, ⌊n/60⌋) units per q/n of per, rounded up to the nanosecond. Its
+// rule is a token bucket of capacity q that refills at (at most) n per per:
+// the same rate as the minute's bucket, a 60th of its burst. So 60,000 per
+// minute gives 1,000 per second; 500 per minute 8 per 960 ms; a limit under
+// 60 per minute (the 1 per second the guide's example implies would exceed
+// it) 1 per per/n: 30 per minute is 1 per 2 s, 1 per minute 1 per minute.
+// Rounding is on the safe side (q down, the period up): the rule never
+// admits faster or in larger bursts than a server that enforces n/60 per
+// 60th of per. n ≤ 0 or per ≤ 0 gives the zero Limit (unknown). It does
+// not overflow for any n and per; the engine caps a learned N at 2^40
+// keeping the period, a slower rate.
+func Quantum(n int64, per time.Duration) window.Limit { return req.Quantum(n, per) }
 
 // Estimator returns the tokens, ≥ 0, a request is charged before it is
 // sent, from the request and its JSON body (nil for a request without a
@@ -177,6 +229,8 @@ type config struct {
 	// default estimators): the body is parsed once per request.
 	parsed    func(req.Request) int64
 	noSettle  bool
+	noQuantum bool
+	margin    time.Duration // the quantum rules' (WithQuantumMargin)
 	perMinute time.Duration
 }
 
@@ -221,6 +275,30 @@ func WithEstimator(e Estimator) Option {
 // no call the API takes is.
 func WithoutSettling() Option { return func(c *config) { c.noSettle = true } }
 
+// WithoutQuantum leaves out the quantum rules (RuleRequestsQuantum,
+// RuleTokensQuantum and the catch-all ones): each model is then limited by
+// its minute's buckets alone, which burst a minute's budget at once — what
+// the preset did before it followed the guide's quantized limits, for an
+// organisation whose limits are known not to be quantized, and for
+// comparison.
+func WithoutQuantum() Option { return func(c *config) { c.noQuantum = true } }
+
+// QuantumMargin is the default margin of the quantum rules
+// (WithQuantumMargin): 20 ms.
+const QuantumMargin = req.DefaultQuantumMargin
+
+// WithQuantumMargin sets the margin of the quantum rules, the spread of
+// one-way latency (jitter) between this client and the API they absorb:
+// while it is at most d, the server's quantum is never short of a call's
+// charge (see Table). It costs the requests quantum d/(Per + d) of its rate
+// (2% for the default QuantumMargin and a one-second quantum) and the
+// tokens quantum ⌈tpm·d/min⌉ tokens per call (67 for 200,000 TPM at 20 ms:
+// 5% of a 1,400-token call; lower d for very high TPMs). d is real time:
+// WithScale does not scale it. d < 0 counts as 0 (a server whose arrivals
+// keep the client's spacing exactly, as a test server on virtual time), d
+// above the minute as the minute.
+func WithQuantumMargin(d time.Duration) Option { return func(c *config) { c.margin = max(d, 0) } }
+
 // WithScale divides every limit's minute by f, for a test server on a
 // scaled clock (saastest's Scale); f ≤ 0, NaN or infinite keeps 1.
 func WithScale(f float64) Option {
@@ -229,9 +307,40 @@ func WithScale(f float64) Option {
 
 // Table returns the rules of the models given (WithModel), the catch-all
 // rules and RuleUnreadBody, set up by opts. Every request is charged under
-// its model's two rules: 1 request, and its estimated tokens.
+// its model's rules: 1 request, and its estimated tokens, per minute and
+// (unless WithoutQuantum) per quantum (Quantum).
+//
+// The quantum rules enforce Quantum(rpm) and Quantum(tpm), learned like
+// the minute's rules from x-ratelimit-limit-{requests,tokens} (the quantum
+// of the limit the reply names; what remains is the minute's, so they do
+// not learn it), and keep each call's arrival charge (they do not settle:
+// a server's refund only makes them safer). The server's quantum is taken
+// to be a token bucket of q = max(1, ⌊n/60⌋) refilled at n per minute
+// (saastest's OpenAIConfig.Quantized), and the rules keep it from being
+// short of any call's charge while one-way latency jitter is at most the
+// margin m (WithQuantumMargin): the requests quantum is a start window with
+// margin (window.NewSlidingLog: at most q requests start in any window of
+// Per + m), the tokens quantum of a model a token bucket of the server's
+// rate whose burst and every charge carry a pad of ⌈tpm·m/min⌉ tokens (the
+// pad is what jitter can take from the server's refill between two
+// arrivals; a start window would lose up to half the rate when calls are
+// a large part of q, as a tier-1 TPM's are). Its first learned report
+// empties it, since the server's quantum holds the first call's charge
+// (in Redis mode, like every learned remaining, in the background: one
+// round trip). The catch-all tokens quantum, keyed by model, is a start
+// window with margin. A call estimated
+// at more tokens than the tokens quantum q is charged q under it: it waits
+// for a full quantum and empties it. That is the safe reading of
+// the guide: the strict one (no call above TPM/60 tokens, ever) would
+// refuse, as too heavy, every prompt the API takes above a 60th of the
+// TPM, while the guide says only that such contexts "can lead to rate
+// limit errors" when sent in bursts; a heavy call alone in a full bucket
+// is no burst. (A model's cap on the charge follows the tpm given or the
+// last reply this process read; a catch-all rule, keyed by model, leaves a
+// heavier call to the pool's learned-limit rule: it is admitted alone,
+// charged the key's limit, and reported as a ratesem.Distrusted event.)
 func Table(opts ...Option) clientpool.Table {
-	c := config{estimate: CharEstimator, parsed: charParsed, perMinute: time.Minute}
+	c := config{estimate: CharEstimator, parsed: charParsed, perMinute: time.Minute, margin: QuantumMargin}
 	for _, o := range opts {
 		o(&c)
 	}
@@ -245,40 +354,62 @@ func Table(opts ...Option) clientpool.Table {
 	var t clientpool.Table
 	t.Rules = append(t.Rules, req.UnboundedRule(RuleUnreadBody, DocsURL))
 	t.Default = append(t.Default, clientpool.Cost{Rule: RuleUnreadBody})
-	add := func(reqName, tokName string, rpm, tpm int64, key func(*http.Request) (string, bool)) {
+	tokens := func(r *http.Request) int64 {
+		b, _, q := req.Of(r)
+		if q.Unbounded() {
+			return 1<<63 - 1 // RuleUnreadBody refuses it
+		}
+		if c.parsed != nil {
+			return max(c.parsed(q), 0)
+		}
+		return max(c.estimate(r, b), 0)
+	}
+	one := func(*http.Request) int64 { return 1 }
+	add := func(names [4]string, rpm, tpm int64, capped bool, key func(*http.Request) (string, bool)) {
 		t.Rules = append(t.Rules,
-			rule(reqName, rpm, c.perMinute, key, func(*http.Request) int64 { return 1 },
+			rule(names[0], window.Limit{N: rpm, Per: c.perMinute}, key, one,
 				req.LearnBucket(HeaderLimitRequests, HeaderRemainingRequests), nil),
-			rule(tokName, tpm, c.perMinute, key, func(r *http.Request) int64 {
-				b, _, q := req.Of(r)
-				if q.Unbounded() {
-					return 1<<63 - 1 // RuleUnreadBody refuses it
-				}
-				if c.parsed != nil {
-					return max(c.parsed(q), 0)
-				}
-				return max(c.estimate(r, b), 0)
-			}, req.LearnBucket(HeaderLimitTokens, HeaderRemainingTokens), c.settle()))
-		t.Default = append(t.Default, clientpool.Cost{Rule: reqName}, clientpool.Cost{Rule: tokName})
+			rule(names[1], window.Limit{N: tpm, Per: c.perMinute}, key, tokens,
+				req.LearnBucket(HeaderLimitTokens, HeaderRemainingTokens), c.settle()))
+		t.Default = append(t.Default, clientpool.Cost{Rule: names[0]}, clientpool.Cost{Rule: names[1]})
+		if c.noQuantum {
+			return
+		}
+		t.Rules = append(t.Rules,
+			req.QuantumRule(names[2], req.QuantumStarts, rpm, c.perMinute, c.margin, key, one, false, HeaderLimitRequests, DocsURL),
+			req.QuantumRule(names[3], tokensKind(capped), tpm, c.perMinute, c.margin, key, tokens, capped, HeaderLimitTokens, DocsURL))
+		t.Default = append(t.Default, clientpool.Cost{Rule: names[2]}, clientpool.Cost{Rule: names[3]})
 	}
 	for _, m := range c.models {
 		name := m.name
-		add(RuleRequests(name), RuleTokens(name), m.rpm, m.tpm, func(r *http.Request) (string, bool) {
-			return "", modelOf(r) == name
-		})
+		add([4]string{RuleRequests(name), RuleTokens(name), RuleRequestsQuantum(name), RuleTokensQuantum(name)},
+			m.rpm, m.tpm, true, func(r *http.Request) (string, bool) {
+				return "", modelOf(r) == name
+			})
 	}
-	add(RuleRequestsOther, RuleTokensOther, c.other.rpm, c.other.tpm, func(r *http.Request) (string, bool) {
-		m := modelOf(r)
-		return m, !known[m]
-	})
+	add([4]string{RuleRequestsOther, RuleTokensOther, RuleRequestsQuantumOther, RuleTokensQuantumOther},
+		c.other.rpm, c.other.tpm, false, func(r *http.Request) (string, bool) {
+			m := modelOf(r)
+			return m, !known[m]
+		})
 	return t
 }
 
-func rule(name string, n int64, per time.Duration, key func(*http.Request) (string, bool), weight func(*http.Request) int64,
+// tokensKind is the window of a tokens quantum (see the Table doc): padded
+// for a model's own rule, a start window for the catch-all, keyed by model,
+// whose first reply per model cannot be told apart.
+func tokensKind(model bool) req.QuantumKind {
+	if model {
+		return req.QuantumPadded
+	}
+	return req.QuantumStarts
+}
+
+func rule(name string, lim window.Limit, key func(*http.Request) (string, bool), weight func(*http.Request) int64,
 	learn func(http.Header, time.Time) (clientpool.Learned, bool), settle func(http.Header, []byte) (int64, bool)) clientpool.Rule {
 	return clientpool.Rule{
 		Name:   name,
-		Limit:  window.Limit{N: n, Per: per},
+		Limit:  lim,
 		Window: func(l window.Limit) window.Policy { return window.NewTokenBucket(l, 0) },
 		Key:    key, Weight: weight, Learn: learn, Settle: settle,
 		PauseOnThrottle: true,

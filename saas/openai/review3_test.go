@@ -184,8 +184,12 @@ func TestReview3SharedOverRedis(t *testing.T) {
 	for _, ch := range cs {
 		got[ch.Rule] = ch
 	}
-	if r, tok := got[openai.RuleRequestsOther], got[openai.RuleTokensOther]; len(cs) != 2 || r.Key != "gpt-4.1" || r.Weight != 1 || tok.Key != "gpt-4.1" || tok.Weight != 100 {
+	if r, tok := got[openai.RuleRequestsOther], got[openai.RuleTokensOther]; len(cs) != 4 || r.Key != "gpt-4.1" || r.Weight != 1 || tok.Key != "gpt-4.1" || tok.Weight != 100 {
 		t.Fatalf("charges %v; want 1 request and 100 tokens under the other-model rules, keyed gpt-4.1", cs)
+	}
+	// and the same under their quanta (issue 21)
+	if r, tok := got[openai.RuleRequestsQuantumOther], got[openai.RuleTokensQuantumOther]; r.Key != "gpt-4.1" || r.Weight != 1 || tok.Key != "gpt-4.1" || tok.Weight != 100 {
+		t.Fatalf("charges %v; want 1 request and 100 tokens under the other-model quanta, keyed gpt-4.1", cs)
 	}
 	tk, err := pool.Acquire(context.Background(), cs...)
 	if err != nil {

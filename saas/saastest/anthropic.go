@@ -50,6 +50,11 @@ type AnthropicConfig struct {
 	Clock        ratesem.Clock
 	InMemory     bool
 	MaxBodyBytes int64
+	// Quantized enforces each per-minute limit over a 60th of the minute
+	// as well, as the page warns the API may ("a rate of 60 requests per
+	// minute (RPM) may be enforced as 1 request per second"): see
+	// NewAnthropic.
+	Quantized bool
 }
 
 // AnthropicServer is an in-process server of Anthropic's Messages endpoint
@@ -62,7 +67,11 @@ type AnthropicServer struct {
 	def     AnthropicLimit
 	buckets map[string][3]*bucket // requests, input, output
 	j       journal
-	id      int64
+	// The quanta (Quantized), as buckets: charged at arrival, never
+	// settled, journaled apart.
+	quanta map[string][3]*bucket
+	qj     journal
+	id     int64
 }
 
 // NewAnthropic starts a server for POST /v1/messages; the caller must
@@ -91,6 +100,19 @@ type AnthropicServer struct {
 // output_tokens (refund if less, never above the capacity; debit if more,
 // possibly into debt), unless DisableSettle is set.
 //
+// With Quantized, each bucket has a quantum (AnthropicDocs: "You may hit
+// rate limits over shorter time intervals. For instance, a rate of 60
+// requests per minute (RPM) may be enforced as 1 request per second"): a
+// bucket of capacity max(1, ⌊limit/60⌋), full at the model's first request,
+// refilled at the limit per minute (divided by Scale), so a limit under 60
+// per minute is 1 per 60/limit seconds. A request the minute's buckets
+// accept is refused 429 (Entry.Limit LimitRequestsQuantum, then
+// LimitInputTokensQuantum, LimitOutputTokensQuantum) unless each quantum
+// holds min(charge, its capacity): a charge above a quantum needs a full
+// one and empties it (never refused for good). The quanta keep the
+// arrival charge: settling does not touch them. Violations checks them
+// too.
+//
 // Every judged response carries anthropic-ratelimit-{requests,
 // input-tokens,output-tokens,tokens}-{limit,remaining,reset}; tokens-* is
 // whichever of input and output has the smaller remaining share of its
@@ -105,6 +127,7 @@ func NewAnthropic(cfg AnthropicConfig) *AnthropicServer {
 		cfg:     cfg,
 		def:     anthropicDefault(cfg.Default, AnthropicLimit{RPM: 50, ITPM: 30000, OTPM: 8000}),
 		buckets: make(map[string][3]*bucket),
+		quanta:  make(map[string][3]*bucket),
 	}
 	for _, l := range cfg.Models {
 		anthropicDefault(l, s.def)
@@ -150,24 +173,33 @@ func (s *AnthropicServer) newBuckets(model string, at time.Time) [3]*bucket {
 	return [3]*bucket{newBucket(l.RPM, per, at), newBucket(l.ITPM, per, at), newBucket(l.OTPM, per, at)}
 }
 
+func (s *AnthropicServer) newQuanta(model string, at time.Time) [3]*bucket {
+	l := s.Limit(model)
+	per := s.scaled(time.Minute)
+	return [3]*bucket{newQuantum(l.RPM, per, at), newQuantum(l.ITPM, per, at), newQuantum(l.OTPM, per, at)}
+}
+
 // Violations replays the log (charges at arrival, settlements at the
 // reply, in the server's order) through fresh buckets and returns the
 // accepted requests that found a bucket without their charge. It is empty
 // unless the server's bookkeeping is wrong.
 func (s *AnthropicServer) Violations() []Entry {
 	s.mu.Lock()
-	log, evs := slices.Clone(s.log), slices.Clone(s.j.events)
+	log, evs, qevs := slices.Clone(s.log), slices.Clone(s.j.events), slices.Clone(s.qj.events)
 	s.mu.Unlock()
-	return replay(log, evs, s.newBuckets)
+	return append(replay(log, evs, s.newBuckets), replay(log, qevs, s.newQuanta)...)
 }
 
 // Lowest returns the lowest level each bucket of any model reached after a
 // charge or settlement, by limit name (LimitRequests, LimitInputTokens,
-// LimitOutputTokens); negative means debt.
+// LimitOutputTokens, and with Quantized their quanta's); negative means
+// debt.
 func (s *AnthropicServer) Lowest() map[string]float64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return lowest(s.buckets, LimitRequests, LimitInputTokens, LimitOutputTokens)
+	out := lowest(s.buckets, LimitRequests, LimitInputTokens, LimitOutputTokens)
+	maps.Copy(out, lowest(s.quanta, LimitRequestsQuantum, LimitInputTokensQuantum, LimitOutputTokensQuantum))
+	return out
 }
 
 // Throughput returns the requests, input tokens and output tokens per
@@ -302,10 +334,34 @@ func (s *AnthropicServer) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	for _, bk := range b {
 		bk.advance(now)
 	}
+	type check struct {
+		b      *bucket
+		charge int64
+		name   string
+	}
+	var checks []check
 	for i, name := range []string{LimitRequests, LimitInputTokens, LimitOutputTokens} {
-		if !b[i].has(charges[i]) || float64(charges[i]) > b[i].cap {
+		checks = append(checks, check{b[i], charges[i], name})
+	}
+	var qb [3]*bucket
+	var qcharges [3]int64
+	if s.cfg.Quantized {
+		qb, ok = s.quanta[in.Model]
+		if !ok {
+			qb = s.newQuanta(in.Model, now)
+			s.quanta[in.Model] = qb
+		}
+		for i, name := range []string{LimitRequestsQuantum, LimitInputTokensQuantum, LimitOutputTokensQuantum} {
+			qb[i].advance(now)
+			qcharges[i] = quantumCharge(qb[i], charges[i])
+			checks = append(checks, check{qb[i], qcharges[i], name})
+		}
+	}
+	for _, c := range checks {
+		if !c.b.has(c.charge) || float64(c.charge) > c.b.cap {
+			name := c.name
 			e.Limit = name
-			retry := b[i].until(charges[i])
+			retry := c.b.until(c.charge)
 			e.Status = http.StatusTooManyRequests
 			s.record(e)
 			h := s.headers(now, in.Model, b)
@@ -324,6 +380,12 @@ func (s *AnthropicServer) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	e.Limit, e.Status = "", http.StatusOK
 	idx := s.record(e)
 	s.j.add(llmEvent{at: now, entry: idx, charges: charges})
+	if s.cfg.Quantized {
+		for i, c := range qcharges {
+			qb[i].add(-float64(c))
+		}
+		s.qj.add(llmEvent{at: now, entry: idx, charges: qcharges})
+	}
 	s.id++
 	id := s.id
 	s.mu.Unlock()

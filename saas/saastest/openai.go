@@ -20,6 +20,12 @@ const OpenAIDocs = "https://platform.openai.com/docs/guides/rate-limits"
 // request are read from ("How to count tokens with tiktoken").
 const OpenAICookbook = "https://cookbook.openai.com/examples/how_to_count_tokens_with_tiktoken"
 
+// OpenAIQuantumURL is where the OpenAI guide's words on quantized limits
+// (OpenAIDocs: "Rate limits can be quantized, meaning they are enforced
+// over shorter periods of time (e.g. 60,000 requests/minute may be
+// enforced as 1,000 requests/second)") were read, quoted in full.
+const OpenAIQuantumURL = "https://community.openai.com/t/rate-limit-even-though-limit-not-breached/611241/6"
+
 // OpenAILimit is the rate limit of one OpenAI model: requests per minute
 // and tokens per minute. A zero field takes the default (500 RPM, 200000
 // TPM); a negative one makes NewOpenAI panic.
@@ -63,6 +69,10 @@ type OpenAIConfig struct {
 	// MaxBodyBytes caps the request body read; 0 means
 	// DefaultMaxBodyBytes. A longer body is answered 400, uncounted.
 	MaxBodyBytes int64
+	// Quantized enforces each per-minute limit over a 60th of the minute
+	// as well, as the guide warns the API may (OpenAIQuantumURL: 60,000
+	// requests/minute as 1,000 requests/second): see NewOpenAI.
+	Quantized bool
 }
 
 // OpenAIServer is an in-process server of OpenAI's chat completions and
@@ -75,7 +85,11 @@ type OpenAIServer struct {
 	def     OpenAILimit
 	buckets map[string][3]*bucket // requests, tokens, nil
 	j       journal
-	id      int64
+	// The quanta (Quantized): requests, tokens, nil; charged at arrival,
+	// never settled, journaled apart.
+	quanta map[string][3]*bucket
+	qj     journal
+	id     int64
 }
 
 // NewOpenAI starts a server for POST /v1/chat/completions and POST
@@ -112,6 +126,22 @@ type OpenAIServer struct {
 // the capacity), a debit if more (the level may go below zero: debt).
 // DisableSettle keeps the arrival charge instead.
 //
+// With Quantized, each model has two more token buckets, its quanta:
+// capacity max(1, ⌊RPM/60⌋) requests and max(1, ⌊TPM/60⌋) tokens, full at
+// the model's first request and refilled continuously at RPM and TPM per
+// minute (divided by Scale): the same rates, a 60th of the burst, so
+// 60,000 requests per minute are 1,000 per second, and a limit under 60
+// per minute is 1 request per 60/RPM seconds. A request that passed the
+// minute's buckets is refused 429 (Entry.Limit LimitRequestsQuantum, then
+// LimitTokensQuantum; the body's type "requests" or "tokens", as the real
+// API's) unless the requests quantum holds 1 and the tokens quantum holds
+// min(charge, its capacity): a charge above the tokens quantum needs a
+// full one and empties it (the guide warns that contexts too long "can
+// lead to rate limit errors" when sent in bursts; this server does not
+// refuse for good a request the minute's bucket takes). The quanta keep
+// the arrival charge: settling does not touch them. Violations checks
+// them too.
+//
 // Every judged response carries x-ratelimit-{limit,remaining,reset}-
 // {requests,tokens}; the resets are Go durations rounded up to the
 // millisecond ("1s", "6m0s", "12ms"): the time until the bucket is full.
@@ -125,6 +155,7 @@ func NewOpenAI(cfg OpenAIConfig) *OpenAIServer {
 		cfg:     cfg,
 		def:     openaiDefault(cfg.Default, OpenAILimit{RPM: 500, TPM: 200000}),
 		buckets: make(map[string][3]*bucket),
+		quanta:  make(map[string][3]*bucket),
 	}
 	for m, l := range cfg.Models {
 		if l.RPM < 0 || l.TPM < 0 {
@@ -178,24 +209,43 @@ func (s *OpenAIServer) newBuckets(model string, at time.Time) [3]*bucket {
 	return [3]*bucket{newBucket(l.RPM, per, at), newBucket(l.TPM, per, at), nil}
 }
 
+// quantaOf returns model's quanta, made full at at on first use.
+func (s *OpenAIServer) quantaOf(model string, at time.Time) [3]*bucket {
+	b, ok := s.quanta[model]
+	if !ok {
+		b = s.newQuanta(model, at)
+		s.quanta[model] = b
+	}
+	return b
+}
+
+func (s *OpenAIServer) newQuanta(model string, at time.Time) [3]*bucket {
+	l := s.Limit(model)
+	per := s.scaled(time.Minute)
+	return [3]*bucket{newQuantum(l.RPM, per, at), newQuantum(l.TPM, per, at), nil}
+}
+
 // Violations replays the log (charges at arrival, settlements at the
 // reply, in the server's order) through fresh buckets and returns the
 // accepted requests that found a bucket without their charge. It is empty
 // unless the server's bookkeeping is wrong.
 func (s *OpenAIServer) Violations() []Entry {
 	s.mu.Lock()
-	log, evs := slices.Clone(s.log), slices.Clone(s.j.events)
+	log, evs, qevs := slices.Clone(s.log), slices.Clone(s.j.events), slices.Clone(s.qj.events)
 	s.mu.Unlock()
-	return replay(log, evs, s.newBuckets)
+	return append(replay(log, evs, s.newBuckets), replay(log, qevs, s.newQuanta)...)
 }
 
 // Lowest returns the lowest level each bucket of any model reached after a
-// charge or settlement, by limit name (LimitRequests, LimitTokens);
-// negative means debt. Models not yet used are absent from the minimum.
+// charge or settlement, by limit name (LimitRequests, LimitTokens, and
+// with Quantized LimitRequestsQuantum, LimitTokensQuantum); negative means
+// debt. Models not yet used are absent from the minimum.
 func (s *OpenAIServer) Lowest() map[string]float64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return lowest(s.buckets, LimitRequests, LimitTokens, "")
+	out := lowest(s.buckets, LimitRequests, LimitTokens, "")
+	maps.Copy(out, lowest(s.quanta, LimitRequestsQuantum, LimitTokensQuantum, ""))
+	return out
 }
 
 // Throughput returns the requests and tokens per minute (a minute divided
@@ -381,6 +431,14 @@ func (s *OpenAIServer) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	b := s.bucketsOf(q.model, now)
 	b[0].advance(now)
 	b[1].advance(now)
+	var qb [3]*bucket
+	var qcharge int64
+	if s.cfg.Quantized {
+		qb = s.quantaOf(q.model, now)
+		qb[0].advance(now)
+		qb[1].advance(now)
+		qcharge = quantumCharge(qb[1], charge)
+	}
 	var limit string
 	var retry time.Duration
 	switch {
@@ -388,6 +446,10 @@ func (s *OpenAIServer) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		limit, retry = LimitRequests, b[0].until(1)
 	case !b[1].has(charge) || float64(charge) > b[1].cap:
 		limit, retry = LimitTokens, b[1].until(charge)
+	case s.cfg.Quantized && !qb[0].has(1):
+		limit, retry = LimitRequestsQuantum, qb[0].until(1)
+	case s.cfg.Quantized && !qb[1].has(qcharge):
+		limit, retry = LimitTokensQuantum, qb[1].until(qcharge)
 	}
 	if limit != "" {
 		e.Limit, e.Status = limit, http.StatusTooManyRequests
@@ -398,15 +460,15 @@ func (s *OpenAIServer) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		h["retry-after-ms"] = strconv.FormatInt(int64(retry/time.Millisecond), 10)
 		h["retry-after"] = strconv.FormatInt(ceilSeconds(retry), 10)
 		l := s.Limit(q.model)
-		n, name, asked := l.RPM, "requests per min (RPM)", int64(1)
-		if limit == LimitTokens {
-			n, name, asked = l.TPM, "tokens per min (TPM)", charge
+		n, name, asked, typ := l.RPM, "requests per min (RPM)", int64(1), LimitRequests
+		if limit == LimitTokens || limit == LimitTokensQuantum {
+			n, name, asked, typ = l.TPM, "tokens per min (TPM)", charge, LimitTokens
 		}
 		s.wait(r.Context())
 		writeJSON(w, http.StatusTooManyRequests, h, openaiErr(fmt.Sprintf(
 			"Rate limit reached for %s on %s: Limit %d, Requested %d. Please try again in %v.",
 			q.model, name, n, asked, retry),
-			limit, "rate_limit_exceeded"))
+			typ, "rate_limit_exceeded"))
 		return
 	}
 	b[0].add(-1)
@@ -414,6 +476,11 @@ func (s *OpenAIServer) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	e.Limit, e.Status = "", http.StatusOK
 	idx := s.record(e)
 	s.j.add(llmEvent{at: now, entry: idx, charges: [3]int64{1, charge, 0}})
+	if s.cfg.Quantized {
+		qb[0].add(-1)
+		qb[1].add(-float64(qcharge))
+		s.qj.add(llmEvent{at: now, entry: idx, charges: [3]int64{1, qcharge, 0}})
+	}
 	s.id++
 	id := s.id
 	s.mu.Unlock()
