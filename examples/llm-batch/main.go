@@ -8,7 +8,7 @@
 // -quantized the server quantizes its limits too, as the guide warns the API
 // may ("60,000 requests/minute may be enforced as 1,000 requests/second"):
 // each per-minute limit holds over a 60th of the minute as well, which the
-// preset's quantum rules follow (openai.Quantum, with a margin for the
+// preset's quantum rules follow (openai.RuleQuantum, with a margin for the
 // jitter of arrivals: -margin). On real time at -scale 60 a quantum lasts
 // 17 ms, next to which a busy machine's scheduling delays are not small:
 // the test runs the quantized server on virtual time.
@@ -74,7 +74,7 @@ type config struct {
 	seed        uint64
 	quantized   bool          // the server enforces each limit over a 60th of the minute too
 	noQuantum   bool          // the preset without its quantum rules (openai.WithoutQuantum)
-	margin      time.Duration // the quantum rules' margin; 0: the preset's (openai.QuantumMargin)
+	margin      time.Duration // the quantum rules' margin; 0: the preset's default, 20 ms (openai.WithQuantumMargin)
 	inMemory    bool          // serve over in-memory pipes (tests, in a synctest bubble)
 	progress    io.Writer     // nil: no progress lines
 	latencyBase time.Duration

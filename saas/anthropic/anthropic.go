@@ -41,7 +41,7 @@
 //     rate limit and result in rate limit errors." A minute's bucket alone
 //     bursts a whole minute's budget at once; so each of a model's limits
 //     has a quantum rule too (RuleQuantum): the same rate, a 60th of the
-//     burst (Quantum). WithoutQuantum leaves them out.
+//     burst (see Table). WithoutQuantum leaves them out.
 //
 // Requests for a model the Table was not given count against three
 // catch-all rules keyed by model (RuleRequestsOther, ...), whose limits are
@@ -110,17 +110,6 @@ func Rule(kind, model string) string { return kind + " " + model }
 // catch-all rules' quanta are RuleQuantum(kind, "other").
 func RuleQuantum(kind, model string) string { return kind + " quantum " + model }
 
-// Quantum returns the limit that enforces n units per per (a minute, or a
-// scaled one: WithScale) over a 60th of it, as the page warns ("a rate of
-// 60 requests per minute (RPM) may be enforced as 1 request per second"):
-// q = max(1, ⌊n/60⌋) units per q/n of per, rounded up to the nanosecond, a
-// token bucket of capacity q refilled at (at most) n per per. So 50 RPM (a
-// tier-1 limit) are 1 request per 1.2 s, 4,000 RPM 66 per 990 ms, 8,000
-// OTPM 133 tokens per 997.5 ms. Rounding is on the safe side (q down, the
-// period up). n ≤ 0 or per ≤ 0 gives the zero Limit (unknown); no
-// overflow for any n.
-func Quantum(n int64, per time.Duration) window.Limit { return req.Quantum(n, per) }
-
 // Estimator returns the input tokens, ≥ 0, a request is charged before it is
 // sent: the characters (Unicode code points) of its system prompt and
 // messages over 4, rounded up. Its output is charged max_tokens. A body past
@@ -175,15 +164,12 @@ func WithOtherModels(rpm, itpm, otpm int64) Option {
 // its usage (for comparison).
 func WithoutSettling() Option { return func(c *config) { c.noSettle = true } }
 
-// QuantumMargin is the default margin of the quantum rules
-// (WithQuantumMargin): 20 ms.
-const QuantumMargin = req.DefaultQuantumMargin
-
 // WithQuantumMargin sets the margin of the quantum rules, the spread of
 // one-way latency (jitter) between this client and the API they absorb:
 // while it is at most d, the server's quantum is never short of a call's
-// charge (see Table). It costs the requests quantum d/(Per + d) of its
-// rate and each tokens quantum ⌈limit·d/min⌉ tokens per call. d is real
+// charge (see Table). The default is 20 ms. It costs the requests quantum
+// d/(Per + d) of its rate and each tokens quantum ⌈limit·d/min⌉ tokens per
+// call. d is real
 // time: WithScale does not scale it. d < 0 counts as 0, d above the minute
 // as the minute.
 func WithQuantumMargin(d time.Duration) Option { return func(c *config) { c.margin = max(d, 0) } }
@@ -203,12 +189,23 @@ func WithScale(f float64) Option {
 // Table returns the rules of the models given (WithModel) and the
 // catch-all rules, set up by opts.
 //
+// The quantum of n units per minute (or per scaled minute: WithScale) is
+// the limit that enforces them over a 60th of it, as the page warns ("a
+// rate of 60 requests per minute (RPM) may be enforced as 1 request per
+// second"): q = max(1, ⌊n/60⌋) units per q/n of the minute, rounded up to
+// the nanosecond, a token bucket of capacity q refilled at (at most) n per
+// minute. So 50 RPM (a tier-1 limit) are 1 request per 1.2 s, 4,000 RPM 66
+// per 990 ms, 8,000 OTPM 133 tokens per 997.5 ms. Rounding is on the safe
+// side (q down, the period up). A limit n ≤ 0 leaves the quantum unknown
+// (learned); no overflow for any n.
+//
 // Unless WithoutQuantum, each of a model's three rules has a quantum rule
-// (RuleQuantum) enforcing Quantum of its limit, charged what the minute's
-// rule is charged at the start, learned from the same limit header (the
-// Quantum of the count it names; not what remains, the minute's), and not
-// settled (the page does not say the shorter interval is adjusted at the
-// end: keeping the start's charge is the safe side). The server's quantum
+// (RuleQuantum) enforcing the quantum of its limit, charged what the
+// minute's rule is charged at the start, learned from the same limit
+// header (the quantum of the count it names; not what remains, the
+// minute's), and not settled (the page does not say the shorter interval
+// is adjusted at the end: keeping the start's charge is the safe side).
+// The server's quantum
 // is taken to be a token bucket (the page's algorithm) of a 60th of the
 // limit refilled at the limit per minute (saastest's
 // AnthropicConfig.Quantized); the rules keep it from being short while
@@ -228,7 +225,7 @@ func WithScale(f float64) Option {
 // rule: admitted alone, charged the key's limit, a ratesem.Distrusted
 // event.)
 func Table(opts ...Option) clientpool.Table {
-	c := config{perMinute: time.Minute, margin: QuantumMargin}
+	c := config{perMinute: time.Minute, margin: req.DefaultQuantumMargin}
 	for _, o := range opts {
 		o(&c)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/ratesem/ratesem/clientpool"
 	"github.com/ratesem/ratesem/httpclient"
 	"github.com/ratesem/ratesem/saas/anthropic"
+	"github.com/ratesem/ratesem/saas/internal/req"
 	"github.com/ratesem/ratesem/saas/saastest"
 	"github.com/ratesem/ratesem/window"
 )
@@ -102,9 +103,10 @@ func TestBatchAgainstQuantizedServer(t *testing.T) {
 }
 
 // The rule table: each model's three limits and the catch-all's have their
-// quantum rules, token buckets of Quantum of the limit (scaled with
-// WithScale; hostile limits give valid rules), learned, not settled;
-// WithoutQuantum leaves them out. Quantum's figures follow the page's
+// quantum rules, token buckets of the quantum of the limit (req.Quantum,
+// scaled with WithScale; hostile limits give valid rules), learned, not
+// settled;
+// WithoutQuantum leaves them out. The quanta's figures follow the page's
 // example (60 RPM as 1 per second) and its tiers.
 func TestQuantumRules(t *testing.T) {
 	for n, want := range map[int64]window.Limit{
@@ -112,7 +114,7 @@ func TestQuantumRules(t *testing.T) {
 		8000: {N: 133, Per: 997_500_000}, 1: {N: 1, Per: time.Minute}, 0: {}, -1: {},
 		math.MaxInt64: {N: math.MaxInt64 / 60, Per: time.Second},
 	} {
-		if got := anthropic.Quantum(n, time.Minute); got != want {
+		if got := req.Quantum(n, time.Minute); got != want {
 			t.Errorf("Quantum(%d) = %+v, want %+v", n, got, want)
 		}
 	}
@@ -125,10 +127,10 @@ func TestQuantumRules(t *testing.T) {
 	}
 	sec := time.Second // the scaled minute
 	for name, want := range map[string]window.Limit{
-		anthropic.RuleQuantum(anthropic.Requests, "m"):         anthropic.Quantum(60, sec),
-		anthropic.RuleQuantum(anthropic.InputTokens, "m"):      anthropic.Quantum(30000, sec),
-		anthropic.RuleQuantum(anthropic.OutputTokens, "m"):     anthropic.Quantum(8000, sec),
-		anthropic.RuleQuantum(anthropic.Requests, "h"):         anthropic.Quantum(math.MaxInt64, sec),
+		anthropic.RuleQuantum(anthropic.Requests, "m"):         req.Quantum(60, sec),
+		anthropic.RuleQuantum(anthropic.InputTokens, "m"):      req.Quantum(30000, sec),
+		anthropic.RuleQuantum(anthropic.OutputTokens, "m"):     req.Quantum(8000, sec),
+		anthropic.RuleQuantum(anthropic.Requests, "h"):         req.Quantum(math.MaxInt64, sec),
 		anthropic.RuleQuantum(anthropic.InputTokens, "h"):      {N: 1, Per: sec},
 		anthropic.RuleQuantum(anthropic.OutputTokens, "h"):     {Per: sec}, // learned
 		anthropic.RuleQuantum(anthropic.Requests, "other"):     {Per: sec},
@@ -147,7 +149,7 @@ func TestQuantumRules(t *testing.T) {
 	h.Set(anthropic.HeaderPrefix+"output-tokens-limit", "8000")
 	h.Set(anthropic.HeaderPrefix+"output-tokens-remaining", "10")
 	in, ok := byName[anthropic.RuleQuantum(anthropic.OutputTokens, "h")].Learn(h, time.Now())
-	if !ok || in.Limit != anthropic.Quantum(8000, sec) || in.Remaining != 0 {
+	if !ok || in.Limit != req.Quantum(8000, sec) || in.Remaining != 0 {
 		t.Errorf("learned %+v %v; want the quantum, and (its first report) emptied", in, ok)
 	}
 	if in, _ := byName[anthropic.RuleQuantum(anthropic.OutputTokens, "h")].Learn(h, time.Now()); in.Remaining != -1 {

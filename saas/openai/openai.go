@@ -43,13 +43,14 @@
 //     requests/second). Sending short bursts of requests or contexts
 //     (prompts+max_tokens) that are too long can lead to rate limit
 //     errors, even when you are technically below the rate limit per
-//     minute" (QuantumURL). A minute's bucket alone bursts a whole
-//     minute's budget at once, which such a server refuses; so each
-//     model has two more rules, RuleRequestsQuantum and
-//     RuleTokensQuantum, the same rates over the shorter period (see
-//     Quantum): a 60th of the burst, kept exact under latency jitter up
-//     to a margin (WithQuantumMargin; see Table). WithoutQuantum leaves
-//     them out.
+//     minute" (quoted in full by OpenAI's forum,
+//     https://community.openai.com/t/rate-limit-even-though-limit-not-breached/611241/6).
+//     A minute's bucket alone bursts a whole minute's budget at once,
+//     which such a server refuses; so each model has two more rules,
+//     RuleQuantum(RuleRequests(model)) and RuleQuantum(RuleTokens(model)),
+//     the same rates over the shorter period (see Table): a 60th of the
+//     burst, kept exact under latency jitter up to a margin
+//     (WithQuantumMargin). WithoutQuantum leaves them out.
 //
 // Requests for a model the Table was not given count against two catch-all
 // rules keyed by model, RuleRequestsOther and RuleTokensOther, whose limits
@@ -73,6 +74,7 @@ package openai
 
 import (
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/ratesem/ratesem/clientpool"
@@ -83,12 +85,6 @@ import (
 
 // DocsURL is the OpenAI guide every rule's Source points to.
 const DocsURL = "https://platform.openai.com/docs/guides/rate-limits"
-
-// QuantumURL is where the guide's words on quantized limits (DocsURL: "Rate
-// limits can be quantized, meaning they are enforced over shorter periods
-// of time (e.g. 60,000 requests/minute may be enforced as 1,000
-// requests/second)") were read, quoted in full by OpenAI's forum.
-const QuantumURL = "https://community.openai.com/t/rate-limit-even-though-limit-not-breached/611241/6"
 
 // The response headers the rules learn from.
 const (
@@ -112,13 +108,6 @@ const (
 // other rule it could fit.
 const RuleUnreadBody = "unreadable body (no GetBody, a failed read, or over 32 MiB)"
 
-// The catch-all rules' quanta (see Quantum), for models not given with
-// WithModel.
-const (
-	RuleRequestsQuantumOther = "requests quantum other"
-	RuleTokensQuantumOther   = "tokens quantum other"
-)
-
 // RuleRequests and RuleTokens return the names of a model's two rules, as
 // they appear in Charges, Events and Pool.SetLimit: "requests gpt-4o-mini",
 // "tokens gpt-4o-mini".
@@ -127,31 +116,20 @@ func RuleRequests(model string) string { return "requests " + model }
 // RuleTokens returns the name of a model's tokens-per-minute rule.
 func RuleTokens(model string) string { return "tokens " + model }
 
-// RuleRequestsQuantum returns the name of the rule that enforces a model's
-// requests per minute over the shorter period (Quantum): "requests quantum
-// gpt-4o-mini".
-func RuleRequestsQuantum(model string) string { return "requests quantum " + model }
-
-// RuleTokensQuantum returns the name of the rule that enforces a model's
-// tokens per minute over the shorter period (Quantum): "tokens quantum
-// gpt-4o-mini".
-func RuleTokensQuantum(model string) string { return "tokens quantum " + model }
-
-// Quantum returns the limit that enforces n units per per (a minute, or a
-// scaled one: WithScale) over the shorter period the guide documents
-// (QuantumURL: 60,000 requests/minute as 1,000 requests/second): q =
-// max(1, ⌊n/60⌋) units per q/n of per, rounded up to the nanosecond. Its
-// rule is a token bucket of capacity q that refills at (at most) n per per:
-// the same rate as the minute's bucket, a 60th of its burst. So 60,000 per
-// minute gives 1,000 per second; 500 per minute 8 per 960 ms; a limit under
-// 60 per minute (the 1 per second the guide's example implies would exceed
-// it) 1 per per/n: 30 per minute is 1 per 2 s, 1 per minute 1 per minute.
-// Rounding is on the safe side (q down, the period up): the rule never
-// admits faster or in larger bursts than a server that enforces n/60 per
-// 60th of per. n ≤ 0 or per ≤ 0 gives the zero Limit (unknown). It does
-// not overflow for any n and per; the engine caps a learned N at 2^40
-// keeping the period, a slower rate.
-func Quantum(n int64, per time.Duration) window.Limit { return req.Quantum(n, per) }
+// RuleQuantum returns the name of the quantum rule of a per-minute rule
+// (see Table), the one that enforces its rate over the shorter period:
+// RuleQuantum(RuleRequests("gpt-4o-mini")) is "requests quantum
+// gpt-4o-mini", RuleQuantum(RuleTokensOther) "tokens quantum other". For
+// a name that is not of a per-minute rule (RuleRequests, RuleTokens,
+// RuleRequestsOther, RuleTokensOther) it returns "".
+func RuleQuantum(rule string) string {
+	for _, kind := range [...]string{"requests ", "tokens "} {
+		if model, ok := strings.CutPrefix(rule, kind); ok {
+			return kind + "quantum " + model
+		}
+	}
+	return ""
+}
 
 // Estimator returns the tokens, ≥ 0, a request is charged before it is
 // sent, from the request and its JSON body (nil for a request without a
@@ -160,28 +138,25 @@ func Quantum(n int64, per time.Duration) window.Limit { return req.Quantum(n, pe
 // use.
 type Estimator func(req *http.Request, body []byte) int64
 
-// The framing tokens of a chat request on top of its text, as OpenAI's
-// cookbook counts them (CookbookURL): each message costs 3 tokens of
-// framing plus its role (1 token: TokensPerMessage is both), a message
-// with a name 1 more (TokensPerName), and the reply is primed with 3
-// (TokensPerReply).
+// The framing tokens of a chat request on top of its text (see
+// CharEstimator).
 const (
-	TokensPerMessage = 4
-	TokensPerName    = 1
-	TokensPerReply   = 3
+	tokensPerMessage = 4
+	tokensPerName    = 1
+	tokensPerReply   = 3
 )
-
-// CookbookURL is the OpenAI cookbook page the framing tokens come from.
-const CookbookURL = "https://cookbook.openai.com/examples/how_to_count_tokens_with_tiktoken"
 
 // CharEstimator is the default Estimator, OpenAI's charge at arrival: the
 // larger of max_tokens (or max_completion_tokens) and the prompt's
 // estimate. The estimate is the characters (Unicode code points) of the
 // prompt — every message's content and name, an embedding's input — over
 // 4, rounded up (the guide's rule of thumb: a token is about 4 characters
-// of English), plus the framing tokens of a chat request
-// (TokensPerMessage for each message, TokensPerName for each name,
-// TokensPerReply once). A body past 32 MiB is charged math.MaxInt64 (the
+// of English), plus the framing tokens of a chat request, as OpenAI's
+// cookbook counts them
+// (https://cookbook.openai.com/examples/how_to_count_tokens_with_tiktoken):
+// 4 for each message (3 tokens of framing plus its role, 1 token), 1 more
+// for each message with a name, and 3 once per chat request, priming the reply.
+// A body past 32 MiB is charged math.MaxInt64 (the
 // pool refuses it as too heavy). It underestimates the prompt of code and
 // of most non-English text: give an Estimator with a tokenizer for those,
 // or rely on settling.
@@ -197,9 +172,9 @@ func charParsed(r req.Request) int64 {
 
 // prompt is CharEstimator's estimate of r's prompt, in tokens.
 func prompt(r req.Request) int64 {
-	p := (r.Chars+3)/4 + r.Messages*TokensPerMessage + r.Names*TokensPerName // ≤ 2^27 each: no wrap
+	p := (r.Chars+3)/4 + r.Messages*tokensPerMessage + r.Names*tokensPerName // ≤ 2^27 each: no wrap
 	if r.Messages > 0 {
-		p += TokensPerReply
+		p += tokensPerReply
 	}
 	return p
 }
@@ -275,23 +250,19 @@ func WithEstimator(e Estimator) Option {
 // no call the API takes is.
 func WithoutSettling() Option { return func(c *config) { c.noSettle = true } }
 
-// WithoutQuantum leaves out the quantum rules (RuleRequestsQuantum,
-// RuleTokensQuantum and the catch-all ones): each model is then limited by
+// WithoutQuantum leaves out the quantum rules (RuleQuantum of each
+// per-minute rule, the catch-all ones too): each model is then limited by
 // its minute's buckets alone, which burst a minute's budget at once — what
 // the preset did before it followed the guide's quantized limits, for an
 // organisation whose limits are known not to be quantized, and for
 // comparison.
 func WithoutQuantum() Option { return func(c *config) { c.noQuantum = true } }
 
-// QuantumMargin is the default margin of the quantum rules
-// (WithQuantumMargin): 20 ms.
-const QuantumMargin = req.DefaultQuantumMargin
-
 // WithQuantumMargin sets the margin of the quantum rules, the spread of
 // one-way latency (jitter) between this client and the API they absorb:
 // while it is at most d, the server's quantum is never short of a call's
-// charge (see Table). It costs the requests quantum d/(Per + d) of its rate
-// (2% for the default QuantumMargin and a one-second quantum) and the
+// charge (see Table). The default is 20 ms. It costs the requests quantum
+// d/(Per + d) of its rate (2% for the default and a one-second quantum) and the
 // tokens quantum ⌈tpm·d/min⌉ tokens per call (67 for 200,000 TPM at 20 ms:
 // 5% of a 1,400-token call; lower d for very high TPMs). d is real time:
 // WithScale does not scale it. d < 0 counts as 0 (a server whose arrivals
@@ -308,9 +279,24 @@ func WithScale(f float64) Option {
 // Table returns the rules of the models given (WithModel), the catch-all
 // rules and RuleUnreadBody, set up by opts. Every request is charged under
 // its model's rules: 1 request, and its estimated tokens, per minute and
-// (unless WithoutQuantum) per quantum (Quantum).
+// (unless WithoutQuantum) per quantum (RuleQuantum).
 //
-// The quantum rules enforce Quantum(rpm) and Quantum(tpm), learned like
+// The quantum of n units per minute (or per scaled minute: WithScale) is
+// the limit that enforces them over the shorter period the guide
+// documents (60,000 requests/minute as 1,000 requests/second): q =
+// max(1, ⌊n/60⌋) units per q/n of the minute, rounded up to the
+// nanosecond. Its rule is a token bucket of capacity q that refills at (at
+// most) n per minute: the same rate as the minute's bucket, a 60th of its
+// burst. So 60,000 per minute gives 1,000 per second; 500 per minute 8 per
+// 960 ms; a limit under 60 per minute (the 1 per second the guide's
+// example implies would exceed it) 1 per minute/n: 30 per minute is 1 per
+// 2 s, 1 per minute 1 per minute. Rounding is on the safe side (q down,
+// the period up): the rule never admits faster or in larger bursts than a
+// server that enforces n/60 per 60th of the minute. A limit n ≤ 0 leaves
+// the quantum unknown (learned). It does not overflow for any n; the
+// engine caps a learned N at 2^40 keeping the period, a slower rate.
+//
+// The quantum rules enforce the quanta of rpm and tpm, learned like
 // the minute's rules from x-ratelimit-limit-{requests,tokens} (the quantum
 // of the limit the reply names; what remains is the minute's, so they do
 // not learn it), and keep each call's arrival charge (they do not settle:
@@ -340,7 +326,7 @@ func WithScale(f float64) Option {
 // heavier call to the pool's learned-limit rule: it is admitted alone,
 // charged the key's limit, and reported as a ratesem.Distrusted event.)
 func Table(opts ...Option) clientpool.Table {
-	c := config{estimate: CharEstimator, parsed: charParsed, perMinute: time.Minute, margin: QuantumMargin}
+	c := config{estimate: CharEstimator, parsed: charParsed, perMinute: time.Minute, margin: req.DefaultQuantumMargin}
 	for _, o := range opts {
 		o(&c)
 	}
@@ -382,12 +368,12 @@ func Table(opts ...Option) clientpool.Table {
 	}
 	for _, m := range c.models {
 		name := m.name
-		add([4]string{RuleRequests(name), RuleTokens(name), RuleRequestsQuantum(name), RuleTokensQuantum(name)},
+		add([4]string{RuleRequests(name), RuleTokens(name), RuleQuantum(RuleRequests(name)), RuleQuantum(RuleTokens(name))},
 			m.rpm, m.tpm, true, func(r *http.Request) (string, bool) {
 				return "", modelOf(r) == name
 			})
 	}
-	add([4]string{RuleRequestsOther, RuleTokensOther, RuleRequestsQuantumOther, RuleTokensQuantumOther},
+	add([4]string{RuleRequestsOther, RuleTokensOther, RuleQuantum(RuleRequestsOther), RuleQuantum(RuleTokensOther)},
 		c.other.rpm, c.other.tpm, false, func(r *http.Request) (string, bool) {
 			m := modelOf(r)
 			return m, !known[m]

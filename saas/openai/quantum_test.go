@@ -14,13 +14,45 @@ import (
 	"github.com/ratesem/ratesem/clientpool"
 	"github.com/ratesem/ratesem/redisrate"
 	"github.com/ratesem/ratesem/redistest"
+	"github.com/ratesem/ratesem/saas/internal/req"
 	"github.com/ratesem/ratesem/saas/openai"
 	"github.com/ratesem/ratesem/window"
 )
 
-// Quantum's figures: the guide's example (60,000 a minute as 1,000 a
-// second), limits under 60 a minute (1 per 60/n s), rounding on the safe
-// side, absurd and invalid inputs, and a scaled minute (WithScale).
+// RuleQuantum names the quantum rule of each per-minute rule as before it
+// took a rule name ("requests quantum m", "tokens quantum other"), and
+// nothing for any other name.
+func TestRuleQuantum(t *testing.T) {
+	for in, want := range map[string]string{
+		openai.RuleRequests("gpt-4o-mini"): "requests quantum gpt-4o-mini",
+		openai.RuleTokens("gpt-4o-mini"):   "tokens quantum gpt-4o-mini",
+		openai.RuleTokens("a b"):           "tokens quantum a b",
+		openai.RuleRequests(""):            "requests quantum ",
+		openai.RuleRequestsOther:           "requests quantum other",
+		openai.RuleTokensOther:             "tokens quantum other",
+		openai.RuleUnreadBody:              "",
+		"":                                 "",
+		"requests":                         "",
+		"tokens quantum m":                 "tokens quantum quantum m",
+	} {
+		if got := openai.RuleQuantum(in); got != want {
+			t.Errorf("RuleQuantum(%q) = %q, want %q", in, got, want)
+		}
+	}
+	names := map[string]bool{}
+	for _, r := range openai.Table(openai.WithModel("m", 60, 6000)).Rules {
+		names[r.Name] = true
+	}
+	for _, n := range []string{"requests quantum m", "tokens quantum m", "requests quantum other", "tokens quantum other"} {
+		if !names[n] {
+			t.Errorf("no rule %q in %v", n, names)
+		}
+	}
+}
+
+// The quanta's figures (req.Quantum, which Table uses): the guide's
+// example (60,000 a minute as 1,000 a second), limits under 60 a minute
+// (1 per 60/n s), rounding on the safe side, absurd and invalid inputs, and a scaled minute (WithScale).
 func TestQuantumFigures(t *testing.T) {
 	const m = time.Minute
 	for _, c := range []struct {
@@ -43,7 +75,7 @@ func TestQuantumFigures(t *testing.T) {
 		{600, 0, window.Limit{}},
 		{600, -time.Second, window.Limit{}},
 	} {
-		if got := openai.Quantum(c.n, c.per); got != c.want {
+		if got := req.Quantum(c.n, c.per); got != c.want {
 			t.Errorf("Quantum(%d, %v) = %+v, want %+v", c.n, c.per, got, c.want)
 		}
 	}
@@ -60,7 +92,7 @@ func TestQuantumNeverFaster(t *testing.T) {
 		if i%4 == 0 {
 			per = time.Minute
 		}
-		l := openai.Quantum(n, per)
+		l := req.Quantum(n, per)
 		if n <= 0 {
 			if l != (window.Limit{}) {
 				t.Fatalf("Quantum(%d, %v) = %+v, want zero", n, per, l)
@@ -99,8 +131,8 @@ func hasRule(tab clientpool.Table, name string) bool {
 }
 
 // The rule table: each model and the catch-all have their two quantum
-// rules, token buckets of Quantum of the minute's limits (scaled with
-// WithScale), learned, not settled, from the guide, charged by default;
+// rules, token buckets of the quanta (req.Quantum) of the minute's limits
+// (scaled with WithScale), learned, not settled, from the guide, charged by default;
 // WithoutQuantum leaves them out; hostile limits (0, negative, 1, huge)
 // give valid rules.
 func TestQuantumRules(t *testing.T) {
@@ -112,14 +144,14 @@ func TestQuantumRules(t *testing.T) {
 		rule string
 		want window.Limit
 	}{
-		{openai.RuleRequestsQuantum("m"), window.Limit{N: 10, Per: time.Second}},
-		{openai.RuleTokensQuantum("m"), window.Limit{N: 1000, Per: time.Second}},
-		{openai.RuleRequestsQuantum("zero"), window.Limit{N: 0, Per: time.Minute}}, // learned
-		{openai.RuleTokensQuantum("zero"), window.Limit{N: 0, Per: time.Minute}},
-		{openai.RuleRequestsQuantum("one"), window.Limit{N: 1, Per: time.Minute}},
-		{openai.RuleTokensQuantum("huge"), window.Limit{N: math.MaxInt64 / 60, Per: time.Second}},
-		{openai.RuleRequestsQuantumOther, window.Limit{N: 1, Per: 2 * time.Second}},
-		{openai.RuleTokensQuantumOther, window.Limit{N: 1, Per: 600 * time.Millisecond}},
+		{openai.RuleQuantum(openai.RuleRequests("m")), window.Limit{N: 10, Per: time.Second}},
+		{openai.RuleQuantum(openai.RuleTokens("m")), window.Limit{N: 1000, Per: time.Second}},
+		{openai.RuleQuantum(openai.RuleRequests("zero")), window.Limit{N: 0, Per: time.Minute}}, // learned
+		{openai.RuleQuantum(openai.RuleTokens("zero")), window.Limit{N: 0, Per: time.Minute}},
+		{openai.RuleQuantum(openai.RuleRequests("one")), window.Limit{N: 1, Per: time.Minute}},
+		{openai.RuleQuantum(openai.RuleTokens("huge")), window.Limit{N: math.MaxInt64 / 60, Per: time.Second}},
+		{openai.RuleQuantum(openai.RuleRequestsOther), window.Limit{N: 1, Per: 2 * time.Second}},
+		{openai.RuleQuantum(openai.RuleTokensOther), window.Limit{N: 1, Per: 600 * time.Millisecond}},
 	} {
 		r := ruleOf(t, tab, c.rule)
 		if r.Limit != c.want || r.Learn == nil || r.Settle != nil || r.Source != openai.DocsURL || !r.PauseOnThrottle || r.Window == nil {
@@ -136,14 +168,14 @@ func TestQuantumRules(t *testing.T) {
 		t.Fatalf("the table with hostile limits: %v", err)
 	}
 	scaled := openai.Table(openai.WithModel("m", 600, 60000), openai.WithScale(60), openai.WithQuantumMargin(-time.Second))
-	if got := ruleOf(t, scaled, openai.RuleRequestsQuantum("m")).Limit; got != (window.Limit{N: 10, Per: 16_666_667}) {
+	if got := ruleOf(t, scaled, openai.RuleQuantum(openai.RuleRequests("m"))).Limit; got != (window.Limit{N: 10, Per: 16_666_667}) {
 		t.Errorf("WithScale(60): requests quantum %+v, want 10 per 1/60 s", got)
 	}
-	if got := ruleOf(t, scaled, openai.RuleTokensQuantum("m")).Limit; got != openai.Quantum(60000, time.Second) {
+	if got := ruleOf(t, scaled, openai.RuleQuantum(openai.RuleTokens("m"))).Limit; got != req.Quantum(60000, time.Second) {
 		t.Errorf("WithScale(60): tokens quantum %+v", got)
 	}
 	without := openai.Table(openai.WithModel("m", 600, 60000), openai.WithoutQuantum())
-	for _, name := range []string{openai.RuleRequestsQuantum("m"), openai.RuleTokensQuantum("m"), openai.RuleRequestsQuantumOther, openai.RuleTokensQuantumOther} {
+	for _, name := range []string{openai.RuleQuantum(openai.RuleRequests("m")), openai.RuleQuantum(openai.RuleTokens("m")), openai.RuleQuantum(openai.RuleRequestsOther), openai.RuleQuantum(openai.RuleTokensOther)} {
 		if hasRule(without, name) {
 			t.Errorf("WithoutQuantum: rule %q present", name)
 		}
@@ -164,7 +196,7 @@ func TestQuantumRules(t *testing.T) {
 	for _, c := range cs {
 		got[c.Rule] = c.Weight
 	}
-	if len(cs) != 4 || got[openai.RuleRequestsQuantum("m")] != 1 || got[openai.RuleTokensQuantum("m")] != 100 || got[openai.RuleTokens("m")] != 100 {
+	if len(cs) != 4 || got[openai.RuleQuantum(openai.RuleRequests("m"))] != 1 || got[openai.RuleQuantum(openai.RuleTokens("m"))] != 100 || got[openai.RuleTokens("m")] != 100 {
 		t.Errorf("charges %v; want 1 request and 100 tokens per minute and per quantum", cs)
 	}
 }
@@ -189,16 +221,16 @@ func TestQuantumLearn(t *testing.T) {
 		per := time.Duration(float64(time.Minute) / scale)
 		tab := openai.Table(openai.WithModel("m", 0, 0), openai.WithScale(scale), openai.WithQuantumMargin(0))
 		for _, c := range []struct{ rule, header string }{
-			{openai.RuleRequestsQuantum("m"), openai.HeaderLimitRequests},
-			{openai.RuleTokensQuantum("m"), openai.HeaderLimitTokens},
-			{openai.RuleRequestsQuantumOther, openai.HeaderLimitRequests},
+			{openai.RuleQuantum(openai.RuleRequests("m")), openai.HeaderLimitRequests},
+			{openai.RuleQuantum(openai.RuleTokens("m")), openai.HeaderLimitTokens},
+			{openai.RuleQuantum(openai.RuleRequestsOther), openai.HeaderLimitRequests},
 		} {
 			learn := ruleOf(t, tab, c.rule).Learn
-			first := c.rule == openai.RuleTokensQuantum("m") // padded: its first report empties it
+			first := c.rule == openai.RuleQuantum(openai.RuleTokens("m")) // padded: its first report empties it
 			for _, v := range []string{"6000", "1", "59", "999999999999999999"} {
 				want := map[string]window.Limit{
-					"6000": openai.Quantum(6000, per), "1": openai.Quantum(1, per), "59": openai.Quantum(59, per),
-					"999999999999999999": openai.Quantum(999999999999999999, per),
+					"6000": req.Quantum(6000, per), "1": req.Quantum(1, per), "59": req.Quantum(59, per),
+					"999999999999999999": req.Quantum(999999999999999999, per),
 				}[v]
 				h := http.Header{}
 				h.Set(c.header, v)
@@ -230,7 +262,7 @@ func TestQuantumLearn(t *testing.T) {
 // then the limit the last reply named.
 func TestQuantumCapsHeavyCalls(t *testing.T) {
 	tab := openai.Table(openai.WithModel("m", 600, 60000), openai.WithQuantumMargin(0))
-	tq, tm := ruleOf(t, tab, openai.RuleTokensQuantum("m")), ruleOf(t, tab, openai.RuleTokens("m"))
+	tq, tm := ruleOf(t, tab, openai.RuleQuantum(openai.RuleTokens("m"))), ruleOf(t, tab, openai.RuleTokens("m"))
 	r := chatReq(t, "m", 5000)
 	if got := tq.Weight(r); got != 1000 {
 		t.Errorf("quantum weight %d, want 1000 (the quantum of 60000 TPM)", got)
@@ -366,8 +398,8 @@ func TestQuantumLearnedBothModes(t *testing.T) {
 		tk.ObserveHeaders(h)
 		tk.Release()
 		for rule, want := range map[string]window.Limit{
-			openai.RuleRequestsQuantum("m"): {N: 10, Per: time.Second},
-			openai.RuleTokensQuantum("m"):   {N: 1020, Per: 1020 * time.Millisecond}, // pad 20 = 60000 × 20 ms / 1 min
+			openai.RuleQuantum(openai.RuleRequests("m")): {N: 10, Per: time.Second},
+			openai.RuleQuantum(openai.RuleTokens("m")):   {N: 1020, Per: 1020 * time.Millisecond}, // pad 20 = 60000 × 20 ms / 1 min
 		} {
 			if got, _ := pool.Limit(rule); got != want {
 				t.Errorf("%s: %s learned %+v, want %+v", mode, rule, got, want)
@@ -392,7 +424,7 @@ func TestQuantumLearnedBothModes(t *testing.T) {
 	}
 }
 
-// The margin (WithQuantumMargin, default QuantumMargin 20 ms): the
+// The margin (WithQuantumMargin, default 20 ms): the
 // requests quantum counts starts over Per + margin; the tokens quantum is
 // padded by the refill of the margin, ⌈tpm·m/min⌉ tokens, on its burst and
 // on every call's charge (heavy calls: the quantum plus the pad), at the
@@ -400,18 +432,18 @@ func TestQuantumLearnedBothModes(t *testing.T) {
 // minute) gives valid rules.
 func TestQuantumMargin(t *testing.T) {
 	tab := openai.Table(openai.WithModel("m", 600, 60000))
-	if got := ruleOf(t, tab, openai.RuleTokensQuantum("m")).Limit; got != (window.Limit{N: 1020, Per: 1020 * time.Millisecond}) {
+	if got := ruleOf(t, tab, openai.RuleQuantum(openai.RuleTokens("m"))).Limit; got != (window.Limit{N: 1020, Per: 1020 * time.Millisecond}) {
 		t.Errorf("tokens quantum %+v, want 1020 per 1.02 s (1000 + a pad of 20)", got)
 	}
-	tq := ruleOf(t, tab, openai.RuleTokensQuantum("m"))
+	tq := ruleOf(t, tab, openai.RuleQuantum(openai.RuleTokens("m")))
 	for maxTokens, want := range map[int]int64{5000: 1020, 400: 420, 1: 20 + 7 + 1} {
 		if got := tq.Weight(chatReq(t, "m", maxTokens)); got != want {
 			t.Errorf("max_tokens %d: tokens quantum weight %d, want %d", maxTokens, got, want)
 		}
 	}
-	if got := ruleOf(t, tab, openai.RuleRequestsQuantum("m")); got.Limit != (window.Limit{N: 10, Per: time.Second}) {
+	if got := ruleOf(t, tab, openai.RuleQuantum(openai.RuleRequests("m"))); got.Limit != (window.Limit{N: 10, Per: time.Second}) {
 		t.Errorf("requests quantum %+v", got.Limit)
-	} else if p, ok := got.Window(got.Limit).(interface{ Margin() time.Duration }); !ok || p.Margin() != openai.QuantumMargin {
+	} else if p, ok := got.Window(got.Limit).(interface{ Margin() time.Duration }); !ok || p.Margin() != req.DefaultQuantumMargin {
 		t.Errorf("requests quantum window: not a start window with the margin")
 	}
 	for _, d := range []time.Duration{-time.Hour, time.Hour, math.MaxInt64} {
@@ -434,7 +466,7 @@ func TestQuantumStaleCallsGoAlone(t *testing.T) {
 	defer pool.Close()
 	weightOf := func(cs []clientpool.Charge) int64 {
 		for _, c := range cs {
-			if c.Rule == openai.RuleTokensQuantum("m") {
+			if c.Rule == openai.RuleQuantum(openai.RuleTokens("m")) {
 				return c.Weight
 			}
 		}

@@ -188,7 +188,7 @@ func TestReview3SharedOverRedis(t *testing.T) {
 		t.Fatalf("charges %v; want 1 request and 100 tokens under the other-model rules, keyed gpt-4.1", cs)
 	}
 	// and the same under their quanta (issue 21)
-	if r, tok := got[openai.RuleRequestsQuantumOther], got[openai.RuleTokensQuantumOther]; r.Key != "gpt-4.1" || r.Weight != 1 || tok.Key != "gpt-4.1" || tok.Weight != 100 {
+	if r, tok := got[openai.RuleQuantum(openai.RuleRequestsOther)], got[openai.RuleQuantum(openai.RuleTokensOther)]; r.Key != "gpt-4.1" || r.Weight != 1 || tok.Key != "gpt-4.1" || tok.Weight != 100 {
 		t.Fatalf("charges %v; want 1 request and 100 tokens under the other-model quanta, keyed gpt-4.1", cs)
 	}
 	tk, err := pool.Acquire(context.Background(), cs...)
@@ -225,7 +225,7 @@ func TestReview3ClassifyParsesOnce(t *testing.T) {
 				tokens = c.Weight
 			}
 		}
-		want := int64(size/4 + openai.TokensPerMessage + openai.TokensPerReply)
+		want := int64(size/4 + 4 + 3)
 		if len(opts) > 0 {
 			want += 10
 		}
