@@ -89,8 +89,9 @@ const MaxSettleBody = 1 << 20
 // is not a net/http.ServeMux path pattern, for two endpoints that match a
 // request in common with neither more specific (see Endpoint.Path), for a
 // rule without a name
-// or with a duplicate name, for a limit that is not N > 0 per Per > 0 or a
-// negative MaxUnitsInFlight (matching ratesem.ErrInvalidLimit), for an
+// or with a duplicate name, for a limit that is not N > 0 per Per > 0, a
+// negative MaxUnitsInFlight or TimeUnit, or a TimeUnit on a window that
+// cannot settle (matching ratesem.ErrInvalidLimit), for an
 // endpoint cost that names an unknown rule, and for a negative cost
 // (matching ratesem.ErrNegativeWeight); with redisrate.Shared, also for a
 // rule whose window has no Redis form and for a bad prefix or scope (see
@@ -102,7 +103,7 @@ func New(t Table, opts ...Option) (*Pool, error) {
 		r := &t.Rules[i]
 		p.rules[r.Name] = r
 		rules[i] = engine.Rule{Name: r.Name, Limit: r.Limit, Window: r.Window, MaxUnitsInFlight: r.MaxUnitsInFlight,
-			Usage: r.Usage, Settle: r.Settle, PauseOnThrottle: r.PauseOnThrottle}
+			Usage: r.Usage, Settle: r.Settle, PauseOnThrottle: r.PauseOnThrottle, TimeUnit: r.TimeUnit}
 		if learn := r.Learn; learn != nil {
 			rules[i].Learn = func(h http.Header, now time.Time) (engine.Learned, bool) {
 				in, ok := learn(h, now)

@@ -531,6 +531,7 @@ func (m *redisMode) release(t *Ticket) {
 	p.mu.Lock()
 	call := t.rcall // kept: a usage report read after Release still carries its mark
 	now := p.now()
+	p.timedLocked(t, now)
 	hs := t.held
 	call.OnSent(func() { m.sent(hs) })
 	actual, settle := make([]int64, len(hs)), false
@@ -692,6 +693,7 @@ func (m *redisMode) try(t *Ticket, charges []Charge) (time.Duration, error) {
 		switch {
 		case err != nil:
 		case o.Call != nil:
+			t.at = p.mono(p.now()) // the call's start, for a rule with TimeUnit (timedLocked)
 			p.holdRedis(t, hs, charges, o.Call)
 			p.emitAdmitted(t, charges, 0, false)
 			return 0, nil
