@@ -116,3 +116,76 @@ func TestCPUTimeFanOut(t *testing.T) {
 		})
 	}
 }
+
+// The rules on server time: every request under RuleCPU, a GraphQL request
+// also under RuleGraphQLCPU and not under RuleCore, each for the estimate
+// in ms; an estimate ≤ 0 is the default, one over the GraphQL budget that
+// budget.
+func TestCPURules(t *testing.T) {
+	for _, c := range []struct {
+		opt  []github.Option
+		want int64
+	}{
+		{nil, 1000},
+		{[]github.Option{github.WithCPUEstimate(2500*time.Millisecond + 1)}, 2501},
+		{[]github.Option{github.WithCPUEstimate(-time.Hour)}, 1000},
+		{[]github.Option{github.WithCPUEstimate(time.Duration(1<<63 - 1))}, github.GraphQLCPUPerMinute},
+	} {
+		table := github.Table(c.opt...)
+		pool, err := clientpool.New(table)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range table.Rules {
+			if r.Name == github.RuleCPU || r.Name == github.RuleGraphQLCPU {
+				if r.TimeUnit != github.CPUUnit || r.Source != github.DocsURL {
+					t.Errorf("%s: TimeUnit %v, Source %q", r.Name, r.TimeUnit, r.Source)
+				}
+			}
+		}
+		charges := func(method, path string) map[string]int64 {
+			req, _ := http.NewRequest(method, "https://api.github.com"+path, strings.NewReader(`{}`))
+			req.Header.Set("Authorization", "Bearer x")
+			cs, err := pool.Classify(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := map[string]int64{}
+			for _, ch := range cs {
+				m[ch.Rule] = ch.Weight
+			}
+			return m
+		}
+		rest := charges("GET", "/repos/o/r/issues")
+		if rest[github.RuleCPU] != c.want || rest[github.RuleGraphQLCPU] != 0 {
+			t.Errorf("%v: REST charges %v, want %s %d", c.opt, rest, github.RuleCPU, c.want)
+		}
+		gql := charges("POST", github.GraphQLPath)
+		if _, core := gql[github.RuleCore]; core || gql[github.RuleCPU] != c.want || gql[github.RuleGraphQLCPU] != c.want {
+			t.Errorf("GraphQL charges %v", gql)
+		}
+	}
+}
+
+// Under WithScale the unit and the budgets are divided by the scale; N
+// units of the unit never exceed a scaled budget, and N stays ≥ 1.
+func TestCPUUnitsScaled(t *testing.T) {
+	for _, f := range []float64{0, -1, 1, 60, 360, 7, 1e6, 1e9, 1e18} {
+		unit, cpu, gql := github.CPUUnits(f)
+		scale := f
+		if !(f > 0) {
+			scale = 1
+		}
+		budget := time.Duration(float64(90*time.Second) / scale)
+		gbudget := time.Duration(float64(60*time.Second) / scale)
+		if unit <= 0 || cpu < 1 || gql < 1 {
+			t.Fatalf("scale %v: unit %v, N %d and %d", f, unit, cpu, gql)
+		}
+		if budget >= time.Microsecond && (time.Duration(cpu)*unit > budget || time.Duration(gql)*unit > gbudget) {
+			t.Errorf("scale %v: %d × %v > %v, or %d × %v > %v", f, cpu, unit, budget, gql, unit, gbudget)
+		}
+		if f == 1 && (unit != time.Millisecond || cpu != 90_000 || gql != 60_000) {
+			t.Errorf("unscaled: %v, %d, %d", unit, cpu, gql)
+		}
+	}
+}
