@@ -23,8 +23,9 @@ import (
 // requests each at once, against a GitHub server on a scaled clock (a
 // minute of 2 s: 3 s of server time per 2 s) that enforces the limit on
 // server time, each request taking 20 ms to 80 ms of it; it returns the
-// server's statistics and its peak server time per (scaled) minute.
-func fleetCPU(t *testing.T, newPool func() *clientpool.Pool) (saastest.Stats, time.Duration) {
+// server's statistics, its peak server time per (scaled) minute and the
+// longest server time of a request.
+func fleetCPU(t *testing.T, newPool func() *clientpool.Pool) (st saastest.Stats, peak, longest time.Duration) {
 	const scale = 30
 	srv := saastest.NewGitHub(saastest.GitHubConfig{
 		InMemory: true, CPUTime: true, Scale: scale,
@@ -52,20 +53,29 @@ func fleetCPU(t *testing.T, newPool func() *clientpool.Pool) (saastest.Stats, ti
 		}
 	}
 	wg.Wait()
-	all, _ := srv.PeakCPU()
-	return srv.Stats(), all
+	for _, e := range srv.Log() {
+		if e.Accepted() {
+			longest = max(longest, e.Done.Sub(e.At))
+		}
+	}
+	peak, _ = srv.PeakCPU()
+	return srv.Stats(), peak, longest
 }
 
 // A fleet of 3 processes sharing one token over Redis (redisrate.Shared)
 // holds GitHub's limit on server time together: the calls settle to their
 // duration in Redis, so no process is refused for it. The control, 3
-// processes that each hold the limit alone, is refused.
+// processes that each hold the limit alone, is refused. Real time: a
+// request stretched past its estimate (500 ms, for 20 ms to 80 ms of work)
+// by a loaded machine counts only its estimate while in flight (see
+// clientpool.Rule.TimeUnit), and the test then cannot judge: it skips.
 func TestCPUTimeFleetRedis(t *testing.T) {
 	c := goredis.NewClient(&goredis.Options{Addr: redistest.Start(t).Addr(), MaxRetries: -1, DialTimeout: time.Second})
 	t.Cleanup(func() { c.Close() })
-	table := github.Table(github.WithScale(30), github.WithCPUEstimate(200*time.Millisecond))
+	const estimate = 500 * time.Millisecond
+	table := github.Table(github.WithScale(30), github.WithCPUEstimate(estimate))
 	start := time.Now()
-	st, peak := fleetCPU(t, func() *clientpool.Pool {
+	st, peak, longest := fleetCPU(t, func() *clientpool.Pool {
 		p, err := clientpool.New(table, redisrate.Shared(c, "cpufleet"))
 		if err != nil {
 			t.Fatal(err)
@@ -73,7 +83,11 @@ func TestCPUTimeFleetRedis(t *testing.T) {
 		t.Cleanup(func() { p.Close() })
 		return p
 	})
-	t.Logf("fleet over Redis: accepted %d, rejected %v, peak server time per scaled minute %v of 3s, took %v", st.Accepted, st.Rejected, peak, time.Since(start))
+	t.Logf("fleet over Redis: accepted %d, rejected %v, peak server time per scaled minute %v of 3s, longest request %v, took %v",
+		st.Accepted, st.Rejected, peak, longest, time.Since(start))
+	if longest > estimate {
+		t.Skipf("a request took %v of server time, more than its estimate %v: the machine is too loaded to judge", longest, estimate)
+	}
 	if len(st.Rejected) != 0 || st.Accepted != 90 {
 		t.Errorf("fleet over Redis: accepted %d, rejected %v", st.Accepted, st.Rejected)
 	}
@@ -81,7 +95,7 @@ func TestCPUTimeFleetRedis(t *testing.T) {
 		t.Errorf("peak server time per scaled minute %v > 3s", peak)
 	}
 	start = time.Now()
-	st, peak = fleetCPU(t, func() *clientpool.Pool {
+	st, peak, _ = fleetCPU(t, func() *clientpool.Pool {
 		p, err := clientpool.New(table)
 		if err != nil {
 			t.Fatal(err)
