@@ -148,7 +148,9 @@ func (t *Ticket) Charges() []Charge { return t.t.Charges() }
 
 // Release ends the call: every charge leaves flight at once (for the
 // completion window, the call's end is now), and a key that saw no
-// throttle since the call was admitted ends its backoff streak. It never
+// throttle since the call was admitted ends its backoff streak. A charge
+// under a rule with TimeUnit that no Settle named ends settled to the
+// call's duration since its admission (Rule.TimeUnit). It never
 // blocks (in Redis mode the release reaches Redis in the background). It
 // panics if called twice.
 func (t *Ticket) Release() { t.t.Release() }
