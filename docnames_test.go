@@ -442,7 +442,7 @@ var (
 // proseWords are CamelCase words the docs use as names of things outside
 // Go: companies, products, headers, algorithms.
 var proseWords = map[string]bool{
-	"OpenAI": true, "GitHub": true, "RateLimit": true, "OpenTelemetry": true, "SaaS": true,
+	"OpenAI": true, "GitHub": true, "GraphQL": true, "RateLimit": true, "OpenTelemetry": true, "SaaS": true,
 	"KiB": true, "MiB": true, // units
 	"LimitRequestFieldSize": true,               // Apache's directive
 	"LimitX":                true, "PerX": true, // binance's "LimitX is the N of rule X"

@@ -89,8 +89,9 @@ const MaxSettleBody = 1 << 20
 // is not a net/http.ServeMux path pattern, for two endpoints that match a
 // request in common with neither more specific (see Endpoint.Path), for a
 // rule without a name
-// or with a duplicate name, for a limit that is not N > 0 per Per > 0 or a
-// negative MaxUnitsInFlight (matching ratesem.ErrInvalidLimit), for an
+// or with a duplicate name, for a limit that is not N > 0 per Per > 0, a
+// negative MaxUnitsInFlight or TimeUnit, or a TimeUnit on a window that
+// cannot settle (matching ratesem.ErrInvalidLimit), for an
 // endpoint cost that names an unknown rule, and for a negative cost
 // (matching ratesem.ErrNegativeWeight); with redisrate.Shared, also for a
 // rule whose window has no Redis form and for a bad prefix or scope (see
@@ -102,7 +103,7 @@ func New(t Table, opts ...Option) (*Pool, error) {
 		r := &t.Rules[i]
 		p.rules[r.Name] = r
 		rules[i] = engine.Rule{Name: r.Name, Limit: r.Limit, Window: r.Window, MaxUnitsInFlight: r.MaxUnitsInFlight,
-			Usage: r.Usage, Settle: r.Settle, PauseOnThrottle: r.PauseOnThrottle}
+			Usage: r.Usage, Settle: r.Settle, PauseOnThrottle: r.PauseOnThrottle, TimeUnit: r.TimeUnit}
 		if r.Adapt != nil {
 			a := engine.Adaptive(*r.Adapt) // a copy: the caller's struct may change
 			rules[i].Adapt = &a
@@ -151,7 +152,9 @@ func (t *Ticket) Charges() []Charge { return t.t.Charges() }
 
 // Release ends the call: every charge leaves flight at once (for the
 // completion window, the call's end is now), and a key that saw no
-// throttle since the call was admitted ends its backoff streak. It never
+// throttle since the call was admitted ends its backoff streak. A charge
+// under a rule with TimeUnit that no Settle named ends settled to the
+// call's duration since its admission (Rule.TimeUnit). It never
 // blocks (in Redis mode the release reaches Redis in the background). It
 // panics if called twice.
 func (t *Ticket) Release() { t.t.Release() }

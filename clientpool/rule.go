@@ -96,6 +96,41 @@ type Rule struct {
 	// whatever Window is: the level is each key's window's N.
 	Adapt *Adaptive
 
+	// TimeUnit, when > 0, counts a call's duration in the rule's units: a
+	// budget of server time ("90 seconds of CPU time per 60 seconds",
+	// GitHub's secondary limit) is a Limit of N units per Per with one
+	// unit per TimeUnit of time (N 90 000 per minute, TimeUnit
+	// time.Millisecond). A call is admitted for its estimate (Weight, or
+	// the endpoint table's cost) and counts that while in flight; when it
+	// is released (Ticket.Release) it is settled (Ticket.Settle) to its
+	// duration: the wall time from its admission (Acquire returned) to its
+	// Release on the pool's clock, in units of TimeUnit rounded up (1 ns
+	// more than 2 ms is 3 units of 1 ms; a call of no time is 0 units).
+	// Wall time is at least the server's time for the call (its CPU time,
+	// which no server reports per call), so the measure is on the safe
+	// side. A refund where the call's estimate was more, a debit from the
+	// release on where it was less; both count in process and over Redis
+	// (redisrate.Shared), where the duration is measured by the process
+	// that held the call.
+	//
+	// The estimate must cover the server's time of a call for as long as
+	// it is in flight: a call that runs longer than its estimate counts
+	// only its estimate until it ends, and a server that counts time as it
+	// passes may then see more than N units in a window; a call that never
+	// ends counts its estimate until it is released (in Redis mode, until
+	// its lease runs out, when Redis ends it at its estimate). A very long call is debited at
+	// its end, at most "full until the window moves" (window.Settler): it
+	// holds the key about one Per, not its duration.
+	//
+	// A weight that Ticket.Settle or Rule.Settle sets for the rule (a
+	// server that reports its own time in a header, read in the same
+	// units) wins over the measure. A clock that goes back between
+	// admission and release (a test clock) measures nothing: the estimate
+	// stands; one that jumps ahead debits as above. 0 means the weight is
+	// not time; a negative TimeUnit, or one on a Window that is not a
+	// window.Settler, is refused by New (ratesem.ErrInvalidLimit).
+	TimeUnit time.Duration
+
 	// Source is where the rule comes from (the API documentation page).
 	Source string
 }
@@ -145,6 +180,13 @@ type Adaptive struct {
 	// 2^40): the published limit, when one is known.
 	Ceiling int64
 }
+
+// TimeUnits returns a duration d in units of unit (Rule.TimeUnit), rounded
+// up: one unit per unit of time or part of one (2 ms and 1 ns are 3 units
+// of 1 ms); 0 for d ≤ 0. It is how a call under a rule with TimeUnit is
+// settled, and how to write an estimate of a duration as a Weight. unit
+// must be > 0 (it panics otherwise, with a clear message). It never overflows.
+func TimeUnits(d, unit time.Duration) int64 { return engine.TimeUnits(d, unit) }
 
 // Learned is what a response's headers say about one rule's limit at the
 // server (Rule.Learn).

@@ -366,6 +366,7 @@ func (b *inProc) release(t *Ticket) {
 	p.mu.Lock()
 	defer p.mu.Unlock() // a window that panics must not leave the pool locked
 	now := p.now()
+	p.timedLocked(t, now)
 	p.releaseLocked(t, 0, now)
 	p.settleLocked(now)
 }

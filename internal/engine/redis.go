@@ -481,18 +481,37 @@ func chargesName(cs []rspec.Charge, l *limiter) bool {
 
 // sent notes that a release of this process on the limiters of hs
 // reached Redis (or failed, or was dropped): a try waiting for it asks
-// again.
-func (m *redisMode) sent(hs []held) {
-	m.p.mu.Lock()
-	defer m.p.mu.Unlock()
+// again. When refund, a charge of hs was settled to less than it held
+// (Ticket.Settle, Rule.Settle, Rule.TimeUnit): the room it gives back may
+// come before the instant Redis named to the heads of its limiters'
+// queues (named while the call counted its estimate), so they ask again
+// now, as the heads refused until a release do (onRoom). Without it a
+// fan-out settled to a quarter of its estimates ran at 40% of the rate in
+// process.
+func (m *redisMode) sent(hs []held, refund bool) {
+	p := m.p
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	woke := false
 	for i := range hs {
-		l := hs[i].lim
+		h := &hs[i]
+		l := h.lim
 		if m.sending[l]--; m.sending[l] <= 0 {
 			delete(m.sending, l)
+		}
+		if q := l.q; refund && h.settled && h.actual < h.n && q != nil && q.head != nil {
+			if q.hidx >= 0 {
+				heap.Remove(&p.wakes, q.hidx)
+			}
+			p.markPending(q)
+			woke = true
 		}
 	}
 	close(m.sentCh)
 	m.sentCh = make(chan struct{})
+	if woke {
+		p.settleLocked(p.now())
+	}
 }
 
 // awaitSent waits until no release of this process on the limiters of hs
@@ -531,15 +550,16 @@ func (m *redisMode) release(t *Ticket) {
 	p.mu.Lock()
 	call := t.rcall // kept: a usage report read after Release still carries its mark
 	now := p.now()
+	p.timedLocked(t, now)
 	hs := t.held
-	call.OnSent(func() { m.sent(hs) })
-	actual, settle := make([]int64, len(hs)), false
+	actual, settle, refund := make([]int64, len(hs)), false, false
 	for i := range hs {
 		h := &hs[i]
 		if actual[i] = h.n; h.settled {
 			actual[i] = h.actual
 		}
 		settle = settle || h.settled || h.cut
+		refund = refund || h.settled && h.actual < h.n
 		l := h.lim
 		m.sending[l]++
 		l.inflight -= h.n
@@ -548,6 +568,7 @@ func (m *redisMode) release(t *Ticket) {
 		}
 		p.unrefLocked(l, now)
 	}
+	call.OnSent(func() { m.sent(hs, refund) })
 	p.mu.Unlock()
 	if !settle {
 		call.Release()
@@ -692,6 +713,7 @@ func (m *redisMode) try(t *Ticket, charges []Charge) (time.Duration, error) {
 		switch {
 		case err != nil:
 		case o.Call != nil:
+			t.at = p.mono(p.now()) // the call's start, for a rule with TimeUnit (timedLocked)
 			p.holdRedis(t, hs, charges, o.Call)
 			p.emitAdmitted(t, charges, 0, false)
 			return 0, nil

@@ -24,7 +24,8 @@ type Rule struct {
 	Learn            func(h http.Header, now time.Time) (Learned, bool)
 	Settle           func(h http.Header, body []byte) (units int64, ok bool)
 	PauseOnThrottle  bool
-	Adapt            *Adaptive // nil: the limit is Limit (or learned)
+	Adapt            *Adaptive     // nil: the limit is Limit (or learned)
+	TimeUnit         time.Duration // > 0: a call settles to its duration in these units at Release (timed.go)
 }
 
 // Learned is what a response's headers say about one rule's limit at the
@@ -103,6 +104,13 @@ func (r *Rule) check() error {
 		return fmt.Errorf("%w: rule %q: limit %v: want N > 0 per Per > 0", ratesem.ErrInvalidLimit, r.Name, r.Limit)
 	case r.MaxUnitsInFlight < 0:
 		return fmt.Errorf("%w: rule %q: negative MaxUnitsInFlight %d", ratesem.ErrInvalidLimit, r.Name, r.MaxUnitsInFlight)
+	case r.TimeUnit < 0:
+		return fmt.Errorf("%w: rule %q: TimeUnit %v: want > 0 (or 0: not timed)", ratesem.ErrInvalidLimit, r.Name, r.TimeUnit)
+	}
+	if r.TimeUnit > 0 {
+		if _, ok := r.newPolicy(window.Limit{N: max(r.Limit.N, 1), Per: r.Limit.Per}).(window.Settler); !ok {
+			return fmt.Errorf("%w: rule %q: TimeUnit %v on a window that cannot settle (not a window.Settler)", ratesem.ErrInvalidLimit, r.Name, r.TimeUnit)
+		}
 	}
 	return r.checkAdapt()
 }

@@ -9,3 +9,6 @@ const (
 	HeaderReset     = headerReset
 	HeaderResource  = headerResource
 )
+
+// CPUUnits is cpuUnits.
+var CPUUnits = cpuUnits

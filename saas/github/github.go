@@ -11,7 +11,7 @@
 // The rules, per token (the Authorization header; requests without one
 // count per client, key ""):
 //
-//   - RuleCore, the primary limit (5000 requests per hour for a user token,
+//   - RuleCore, the primary limit of the REST API (5000 requests per hour for a user token,
 //     60 unauthenticated, more for apps): learned from each response's
 //     x-ratelimit-limit, -remaining and -reset (Unix epoch seconds) when
 //     x-ratelimit-resource is "core". The reset is on GitHub's clock: the
@@ -34,6 +34,23 @@
 //     content-creating requests per minute and 500 per hour. The page does
 //     not list which requests create content; the preset counts every POST
 //     and PUT.
+//   - RuleCPU and RuleGraphQLCPU, the limit on server time: "No more than
+//     90 seconds of CPU time per 60 seconds of real time is allowed. No
+//     more than 60 seconds of this CPU time may be for the GraphQL API.
+//     You can roughly estimate the CPU time by measuring the total
+//     response time for your API requests." RuleCPU counts every request
+//     (REST and GraphQL) against CPUPerMinute, RuleGraphQLCPU the GraphQL
+//     API's (POST /graphql) against GraphQLCPUPerMinute, both in
+//     milliseconds (clientpool.Rule.TimeUnit): a request is admitted for
+//     an estimate of its server time (CPUEstimate, 1 s, or
+//     WithCPUEstimate) and settled when it ends to its response time, the
+//     wall time from its admission to its release, rounded up to the
+//     millisecond: at least GitHub's CPU time for it, which GitHub does
+//     not report. A request that takes longer than its estimate counts
+//     only its estimate while in flight: give WithCPUEstimate the longest
+//     response time you expect (GitHub ends a request after 10 s of
+//     processing, the longest estimate worth giving). The estimate also
+//     bounds the requests in flight: 90 of 1 s, 9 of 10 s.
 //
 // The secondary limits count in any window (window.NewCompletion: from a
 // request's start to a minute after its end, which holds at the server
@@ -46,6 +63,7 @@ package github
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"math"
 	"net/http"
 	"strings"
 	"time"
@@ -67,6 +85,31 @@ const (
 	RuleConcurrent      = "concurrent"
 	RuleCreatePerMinute = "content per minute"
 	RuleCreatePerHour   = "content per hour"
+	RuleCPU             = "cpu time"
+	RuleGraphQLCPU      = "graphql cpu time"
+)
+
+// The limit on server time (see the package doc; the rules' Source, "About
+// secondary rate limits"), counted in units of CPUUnit.
+const (
+	// CPUPerMinute is the server time of every request of a token, REST
+	// and GraphQL, in any minute, in units of CPUUnit: 90 s.
+	CPUPerMinute = 90_000
+	// GraphQLCPUPerMinute is the part of CPUPerMinute the GraphQL API
+	// may take, in units of CPUUnit: 60 s.
+	GraphQLCPUPerMinute = 60_000
+	// CPUUnit is the unit of RuleCPU and RuleGraphQLCPU
+	// (clientpool.Rule.TimeUnit): a millisecond of response time, rounded
+	// up. Under WithScale the unit and the window are divided by the
+	// scale, and N rounded down so that N units never exceed the scaled
+	// budget.
+	CPUUnit = time.Millisecond
+	// CPUEstimate is the server time a request is admitted for under
+	// RuleCPU and RuleGraphQLCPU when WithCPUEstimate does not say: 1 s
+	// (divided by WithScale's factor).
+	CPUEstimate = time.Second
+	// GraphQLPath is the GraphQL API's endpoint (POST /graphql).
+	GraphQLPath = "/graphql"
 )
 
 // The documented secondary limits (see the rules' Source, "About secondary
@@ -97,9 +140,10 @@ const (
 type Option func(*config)
 
 type config struct {
-	core   int64
-	scale  float64
-	expect bool
+	core     int64
+	scale    float64
+	expect   bool
+	estimate time.Duration
 }
 
 // WithCoreLimit sets a guess of the primary limit, in requests per hour,
@@ -107,20 +151,38 @@ type config struct {
 // a time until the first response says the limit.
 func WithCoreLimit(n int64) Option { return func(c *config) { c.core = max(n, 0) } }
 
+// WithCPUEstimate sets the server time a request is admitted for under
+// RuleCPU and RuleGraphQLCPU, until its end settles it to its response
+// time: the longest response time expected, as measured on the pool's
+// clock (under WithScale, not divided again). d ≤ 0 keeps CPUEstimate; a
+// d longer than the GraphQL budget (60 s, divided by the scale) is that
+// budget, so that a request is never too heavy to start.
+func WithCPUEstimate(d time.Duration) Option { return func(c *config) { c.estimate = d } }
+
 // WithScale divides every window (hour, minute) by f, for a test server on
 // a scaled clock (saastest's Scale); f ≤ 0, NaN or infinite keeps 1.
 func WithScale(f float64) Option { return func(c *config) { c.scale = f } }
 
 // Table returns GitHub's rules, set up by opts. Every request is charged
-// under RuleCore or RuleSearch, RulePoints and RuleConcurrent, and a POST or
-// PUT also under the two content-creation rules; a search under RuleSearch
-// or RuleCodeSearch instead of RuleCore.
+// under RuleCore or RuleSearch, RulePoints, RuleConcurrent and RuleCPU, and
+// a POST or PUT also under the two content-creation rules; a search under
+// RuleSearch or RuleCodeSearch instead of RuleCore; a GraphQL request
+// (POST GraphQLPath) under RuleGraphQLCPU instead of RuleCore (the GraphQL
+// API's primary limit, in points computed from the query, is its own and
+// not modelled here).
 func Table(opts ...Option) clientpool.Table {
 	var c config
 	for _, o := range opts {
 		o(&c)
 	}
 	hour, minute := req.Scaled(time.Hour, c.scale), req.Scaled(time.Minute, c.scale)
+	unit, cpuN, gqlN := cpuUnits(c.scale)
+	estimate := c.estimate
+	if estimate <= 0 {
+		estimate = req.Scaled(CPUEstimate, c.scale)
+	}
+	cpuWeight := min(clientpool.TimeUnits(estimate, unit), gqlN)
+	graphql := func(r *http.Request) bool { return r.URL.Path == GraphQLPath }
 	code := func(r *http.Request) bool {
 		return r.URL.Path == "/search/code" || strings.HasPrefix(r.URL.Path, "/search/code/")
 	}
@@ -128,7 +190,7 @@ func Table(opts ...Option) clientpool.Table {
 	creates := func(r *http.Request) bool { return r.Method == http.MethodPost || r.Method == http.MethodPut }
 	rules := []clientpool.Rule{
 		{Name: RuleCore, Limit: window.Limit{N: c.core, Per: hour}, Learn: learn("core"),
-			Key: func(r *http.Request) (string, bool) { return token(r), !search(r) && !code(r) }},
+			Key: func(r *http.Request) (string, bool) { return token(r), !search(r) && !code(r) && !graphql(r) }},
 		{Name: RuleSearch, Limit: window.Limit{N: 0, Per: minute}, Learn: learn("search"),
 			Key: func(r *http.Request) (string, bool) { return token(r), search(r) }},
 		{Name: RuleCodeSearch, Limit: window.Limit{N: 0, Per: minute}, Learn: learn("code_search"),
@@ -144,6 +206,12 @@ func Table(opts ...Option) clientpool.Table {
 			Key: func(r *http.Request) (string, bool) { return token(r), creates(r) }},
 		{Name: RuleCreatePerHour, Limit: window.Limit{N: CreatesPerHour, Per: hour},
 			Key: func(r *http.Request) (string, bool) { return token(r), creates(r) }},
+		{Name: RuleCPU, Limit: window.Limit{N: cpuN, Per: minute}, TimeUnit: unit,
+			Key:    func(r *http.Request) (string, bool) { return token(r), true },
+			Weight: func(*http.Request) int64 { return cpuWeight }},
+		{Name: RuleGraphQLCPU, Limit: window.Limit{N: gqlN, Per: minute}, TimeUnit: unit,
+			Key:    func(r *http.Request) (string, bool) { return token(r), graphql(r) },
+			Weight: func(*http.Request) int64 { return cpuWeight }},
 	}
 	var t clientpool.Table
 	for _, r := range rules {
@@ -153,6 +221,22 @@ func Table(opts ...Option) clientpool.Table {
 		t.Default = append(t.Default, clientpool.Cost{Rule: r.Name})
 	}
 	return t
+}
+
+// cpuUnits returns the unit of RuleCPU and RuleGraphQLCPU under a scale
+// f (CPUUnit divided by f, rounded down, at least 1 ns) and their N: the
+// scaled budgets (90 s and 60 s divided by f) in that unit, rounded down,
+// so that N units never exceed a scaled budget, and a measure in those
+// units (rounded up) never falls short of a duration.
+func cpuUnits(f float64) (unit time.Duration, cpu, graphql int64) {
+	if !(f > 0) || math.IsInf(f, 0) {
+		f = 1
+	}
+	unit = max(time.Duration(float64(CPUUnit)/f), 1)
+	n := func(units int64) int64 {
+		return max(int64(float64(units)*float64(CPUUnit)/f/float64(unit)), 1)
+	}
+	return unit, n(CPUPerMinute), n(GraphQLCPUPerMinute)
 }
 
 // points is a request's weight under RulePoints.

@@ -29,6 +29,8 @@ const (
 	LimitPoints        = "points"             // GitHub secondary: points per minute per endpoint
 	LimitCreatesMinute = "creates_per_minute" // GitHub secondary: content-creating requests per minute
 	LimitCreatesHour   = "creates_per_hour"   // GitHub secondary: content-creating requests per hour
+	LimitCPU           = "cpu_time"           // GitHub secondary: server time per minute (GitHubConfig.CPUTime)
+	LimitGraphQLCPU    = "graphql_cpu_time"   // GitHub secondary: GraphQL's server time per minute (GitHubConfig.CPUTime)
 	LimitInvalid       = "invalid"            // any server: a request answered 4xx before any limit was charged
 )
 
@@ -183,7 +185,12 @@ func (b *base) wait(ctx context.Context) {
 	if b.latency == nil {
 		return
 	}
-	d := b.latency()
+	b.sleep(ctx, b.latency())
+}
+
+// sleep sleeps for d on the server's clock, returning early if ctx ends;
+// d ≤ 0 returns at once.
+func (b *base) sleep(ctx context.Context, d time.Duration) {
 	if d <= 0 {
 		return
 	}

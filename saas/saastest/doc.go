@@ -34,7 +34,9 @@
 //     reset as Unix epoch seconds; secondary limits checked at arrival: 100
 //     requests in flight, 900 points per minute per endpoint (GET 1, POST
 //     5), 80 content-creating requests per minute and 500 per hour, 403 (or
-//     429) with retry-after.
+//     429) with retry-after; with CPUTime, the limit on server time (90 s
+//     of handler time per minute per token, 60 s of it for POST /graphql),
+//     each request's time set by ServerTime (per route, or random).
 //
 // Where a page leaves the algorithm open, each server takes the strictest
 // reasonable reading and its constructor's doc says which.
@@ -59,7 +61,8 @@
 // server is wrong); the LLM servers report the lowest bucket level seen
 // (Lowest, negative in debt) and the requests and tokens per minute over a
 // span (Throughput); the GitHub server the peak in flight, points per
-// endpoint and content creations (PeakInFlight, PeakPoints, PeakCreates).
+// endpoint, content creations and server time (PeakInFlight, PeakPoints,
+// PeakCreates, PeakCPU).
 //
 // # Time
 //

@@ -59,6 +59,26 @@ type GitHubConfig struct {
 	// Scale divides every window (the hour lasts time.Hour/Scale on the
 	// server's clock). 0 means 1; it must be positive and finite.
 	Scale float64
+	// CPUTime turns on the secondary limit on server time (GitHubDocs,
+	// "About secondary rate limits": "No more than 90 seconds of CPU time
+	// per 60 seconds of real time is allowed. No more than 60 seconds of
+	// this CPU time may be for the GraphQL API."). The server's CPU time
+	// of a request is its handler time: from its arrival (At) to its
+	// answer (Done), Latency and ServerTime included, on the server's
+	// clock. It is off by default so that configs written before it keep
+	// their meaning (a hundred requests in flight spend 100 s of server
+	// time per second).
+	CPUTime bool
+	// CPUPerMinute and GraphQLCPUPerMinute are the server time allowed
+	// per key in any minute (divided by Scale), of every request and of
+	// the GraphQL API's (POST /graphql), with CPUTime. 0 means 90 s and
+	// 60 s (divided by Scale).
+	CPUPerMinute, GraphQLCPUPerMinute time.Duration
+	// ServerTime returns how long the server works on an accepted request
+	// before it answers, on its clock, after Latency: a route's own time,
+	// or a random one. nil, or a result ≤ 0, means none. It is called once
+	// per accepted request, outside the server's lock.
+	ServerTime func(r *http.Request) time.Duration
 	// Latency, Clock, InMemory and MaxBodyBytes work as in OpenAIConfig.
 	// With a latency, requests stay in flight long enough to test
 	// MaxInFlight.
@@ -86,6 +106,7 @@ type ghKey struct {
 	inFlight int64
 	points   map[string][]ghStamp // by endpoint, accepted in the last minute
 	creates  []ghStamp            // accepted in the last hour
+	cpu      []ghSpan             // answered in the last minute (CPUTime), in order of their ends
 	firstEnd time.Time            // end of the first core window (the one InitialUsed applies to)
 }
 
@@ -97,6 +118,13 @@ type ghWindow struct {
 type ghStamp struct {
 	at time.Time
 	n  int64
+}
+
+// ghSpan is the handler time d of a request answered at end.
+type ghSpan struct {
+	end     time.Time
+	d       time.Duration
+	graphql bool
 }
 
 // NewGitHub starts a server for GET, HEAD, OPTIONS, POST, PATCH, PUT and
@@ -130,6 +158,20 @@ type ghStamp struct {
 // the window admits the request; 1 for the in-flight cap) and a
 // secondary-limit message, and is not counted anywhere.
 //
+// Server time (with CPUTime): each accepted request's handler time (Done −
+// At) is summed per key over the requests answered in the last minute
+// (divided by Scale), and the GraphQL API's apart; a request that arrives
+// when the sum has reached CPUPerMinute (a GraphQL request: or the GraphQL
+// sum GraphQLCPUPerMinute) is answered RejectStatus with retry-after (until
+// enough answered requests leave the minute) and a secondary-limit message
+// (Entry.Limit LimitCPU or LimitGraphQLCPU). The time counts when the
+// request ends, as a time known only then; requests in flight count
+// nothing yet.
+//
+// POST /graphql is the GraphQL API: resource "graphql" (its primary
+// window counts requests against Limit, not GraphQL's points), 5 points
+// under the endpoint "POST /graphql", not content-creating, answered 200.
+//
 // GET of a listing (a path whose last segment is a name, e.g.
 // /repos/o/r/issues, /users/u/repos, /search/repositories) answers page
 // ?page= of Pages pages of ?per_page= (default 30, at most 100) items,
@@ -157,6 +199,9 @@ func NewGitHub(cfg GitHubConfig) *GitHubServer {
 	if cfg.InitialUsed < 0 || cfg.Pages < 0 {
 		panic("saastest: NewGitHub: negative InitialUsed or Pages")
 	}
+	if cfg.CPUPerMinute < 0 || cfg.GraphQLCPUPerMinute < 0 {
+		panic("saastest: NewGitHub: negative CPUPerMinute or GraphQLCPUPerMinute")
+	}
 	if cfg.Pages == 0 {
 		cfg.Pages = 3
 	}
@@ -171,6 +216,12 @@ func NewGitHub(cfg GitHubConfig) *GitHubServer {
 		base: newBase(cfg.Clock, cfg.Scale, cfg.Latency, cfg.MaxBodyBytes, "NewGitHub"),
 		cfg:  cfg,
 		keys: make(map[string]*ghKey),
+	}
+	if s.cfg.CPUPerMinute == 0 {
+		s.cfg.CPUPerMinute = s.scaled(90 * time.Second)
+	}
+	if s.cfg.GraphQLCPUPerMinute == 0 {
+		s.cfg.GraphQLCPUPerMinute = s.scaled(60 * time.Second)
 	}
 	s.net = memnet.New("github.saastest.invalid", http.HandlerFunc(s.serveHTTP), cfg.InMemory)
 	return s
@@ -296,6 +347,9 @@ func ghTemplate(p string) (tmpl string, list, ok bool) {
 			return "", false, false
 		}
 	}
+	if len(seg) == 1 && seg[0] == "graphql" {
+		return "/graphql", false, true
+	}
 	minLen := map[string]int{"repos": 3, "users": 2, "search": 2}[seg[0]]
 	if minLen == 0 || len(seg) < minLen {
 		return "", false, false
@@ -404,8 +458,13 @@ func (s *GitHubServer) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	e.Endpoint = r.Method + " " + tmpl
 	e.Resource = "core"
-	if strings.HasPrefix(tmpl, "/search/") {
+	graphql := tmpl == "/graphql"
+	switch {
+	case strings.HasPrefix(tmpl, "/search/"):
 		e.Resource = "search"
+	case graphql:
+		e.Resource = "graphql"
+		e.Creates = false
 	}
 	if a := r.Header.Get("Authorization"); a != "" {
 		e.Key = a
@@ -449,6 +508,10 @@ func (s *GitHubServer) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	ch, chSum = sinceWindow(k.creates, now, s.scaled(time.Hour))
 	k.creates = ch
 	cm, cmSum = sinceWindow(ch, now, s.scaled(time.Minute))
+	var cpu, gql time.Duration
+	if s.cfg.CPUTime {
+		cpu, gql = k.cpuLocked(now, s.scaled(time.Minute))
+	}
 	var creates int64
 	if e.Creates {
 		creates = 1
@@ -468,6 +531,12 @@ func (s *GitHubServer) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	case chSum+creates > s.cfg.CreatesPerHour:
 		e.Limit = LimitCreatesHour
 		retry = freeIn(ch, chSum, 1, s.cfg.CreatesPerHour, now, s.scaled(time.Hour))
+	case s.cfg.CPUTime && cpu >= s.cfg.CPUPerMinute:
+		e.Limit = LimitCPU
+		retry = k.cpuFreeIn(cpu, s.cfg.CPUPerMinute, false, now, s.scaled(time.Minute))
+	case s.cfg.CPUTime && graphql && gql >= s.cfg.GraphQLCPUPerMinute:
+		e.Limit = LimitGraphQLCPU
+		retry = k.cpuFreeIn(gql, s.cfg.GraphQLCPUPerMinute, true, now, s.scaled(time.Minute))
 	default:
 		e.Limit = ""
 	}
@@ -501,17 +570,104 @@ func (s *GitHubServer) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	case http.MethodDelete:
 		e.Status = http.StatusNoContent
 	}
+	if graphql {
+		e.Status = http.StatusOK
+	}
 	idx := s.record(e)
 	s.mu.Unlock()
 
 	s.wait(r.Context())
+	if s.cfg.ServerTime != nil {
+		s.sleep(r.Context(), s.cfg.ServerTime(r))
+	}
 
 	s.mu.Lock()
 	k.inFlight--
-	s.log[idx].Done = s.now()
+	done := s.now()
+	s.log[idx].Done = done
+	if s.cfg.CPUTime {
+		k.cpu = append(k.cpu, ghSpan{end: done, d: max(done.Sub(now), 0), graphql: graphql})
+	}
 	h := s.primaryHeaders(limit, win, e.Resource)
 	s.mu.Unlock()
 	s.answer(w, r, e.Status, h, list)
+}
+
+// cpuLocked drops the spans of k that ended at or before now−w and
+// returns the handler time of the rest, all and GraphQL's. The spans are
+// appended in the order of their ends (under the server's lock, at the
+// answer), so the ones to drop come first.
+func (k *ghKey) cpuLocked(now time.Time, w time.Duration) (all, graphql time.Duration) {
+	i := 0
+	for i < len(k.cpu) && !k.cpu[i].end.After(now.Add(-w)) {
+		i++
+	}
+	k.cpu = k.cpu[i:]
+	for _, sp := range k.cpu {
+		all += sp.d
+		if sp.graphql {
+			graphql += sp.d
+		}
+	}
+	return all, graphql
+}
+
+// cpuFreeIn returns how long until the handler time sum of k's spans in
+// the window w (GraphQL's only, when graphql) falls below limit as the
+// oldest spans leave it.
+func (k *ghKey) cpuFreeIn(sum, limit time.Duration, graphql bool, now time.Time, w time.Duration) time.Duration {
+	for _, sp := range k.cpu {
+		if graphql && !sp.graphql {
+			continue
+		}
+		sum -= sp.d
+		if sum < limit {
+			return sp.end.Add(w).Sub(now)
+		}
+	}
+	return 0
+}
+
+// PeakCPU returns the most handler time (Done − At) of one key's accepted
+// requests that were answered in any window (t−minute, t] (minute divided
+// by Scale), of all requests and of the GraphQL API's (POST /graphql),
+// from the log; with CPUTime off as well, to show what the limit would
+// have seen.
+func (s *GitHubServer) PeakCPU() (all, graphql time.Duration) {
+	type span struct {
+		end time.Time
+		d   time.Duration
+	}
+	every, gql := map[string][]span{}, map[string][]span{}
+	for _, e := range s.Log() {
+		if !e.Accepted() || e.Done.IsZero() {
+			continue
+		}
+		sp := span{e.Done, max(e.Done.Sub(e.At), 0)}
+		every[e.Key] = append(every[e.Key], sp)
+		if e.Resource == "graphql" {
+			gql[e.Key] = append(gql[e.Key], sp)
+		}
+	}
+	w := s.scaled(time.Minute)
+	peak := func(by map[string][]span) time.Duration {
+		var p time.Duration
+		for _, sps := range by {
+			slices.SortStableFunc(sps, func(a, b span) int { return a.end.Compare(b.end) })
+			var sum time.Duration
+			lo := 0
+			for _, x := range sps {
+				sum += x.d
+				for !sps[lo].end.After(x.end.Add(-w)) {
+					sum -= sps[lo].d
+					lo++
+				}
+				p = max(p, sum)
+			}
+		}
+		return p
+	}
+	return peak(every), peak(gql)
 }
 
 // answer writes the fake resource of an accepted request.
