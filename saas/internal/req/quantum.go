@@ -24,10 +24,18 @@ func Quantum(n int64, per time.Duration) window.Limit {
 	return window.Limit{N: q, Per: time.Duration(mulDivUp(uint64(per), uint64(q), uint64(n)))}
 }
 
-// mulDivUp returns ⌈a·b/c⌉ for a quotient known to fit in 63 bits.
+// mulDivUp returns ⌈a·b/c⌉ (c > 0), saturating at math.MaxInt64 when it
+// does not fit in 63 bits (a padded quantum of a minute scaled to
+// centuries with a margin as long).
 func mulDivUp(a, b, c uint64) int64 {
 	hi, lo := bits.Mul64(a, b)
+	if hi >= c {
+		return 1<<63 - 1 // the quotient needs more than 64 bits
+	}
 	d, rem := bits.Div64(hi, lo, c)
+	if d >= 1<<63-1 {
+		return 1<<63 - 1
+	}
 	if rem != 0 {
 		d++
 	}

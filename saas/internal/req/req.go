@@ -327,10 +327,16 @@ func Count(s string) (int64, bool) {
 }
 
 // Scaled returns d divided by f, for a preset's WithScale: d itself when f
-// is not a finite number > 0, and at least a microsecond.
+// is not a finite number > 0, at least a microsecond, and at most the
+// longest Duration (a tiny f saturates: converting a float beyond int64
+// would wrap to the shortest).
 func Scaled(d time.Duration, f float64) time.Duration {
 	if !(f > 0) || math.IsInf(f, 0) {
 		return d
 	}
-	return max(time.Duration(float64(d)/f), time.Microsecond).Round(time.Microsecond)
+	v := float64(d) / f
+	if v >= math.MaxInt64 {
+		return time.Duration(math.MaxInt64)
+	}
+	return max(time.Duration(v), time.Microsecond).Round(time.Microsecond)
 }
