@@ -255,7 +255,12 @@ func (l *limiter) acquire(ctx context.Context, target, method string, msg any) (
 // throttled pauses the keys of the ticket t's charges, and cuts the level
 // of its adaptive rules (Rule.Adapt), when err, an RPC's error with
 // trailer, is a throttle by the configured test. t is not released yet.
+// An acquisition error of a grpcsem interceptor chained below this one (its
+// own queue's RESOURCE_EXHAUSTED) never reached a server: never a throttle.
 func (l *limiter) throttled(err error, trailer metadata.MD, t *clientpool.Ticket) {
+	if le := (*limitError)(nil); errors.As(err, &le) {
+		return
+	}
 	st, ok := status.FromError(err)
 	if !ok || st.Code() == codes.OK || !l.cfg.throttle(st, trailer) {
 		return
@@ -292,7 +297,9 @@ func (l *limiter) retryAfter(trailer metadata.MD) time.Duration {
 // semantics and, as RetryAfter, the PushbackKey trailer's delay
 // (ParsePushback), or without a usable one the trailer's retry-after
 // (httpclient.ParseRetryAfter), capped by WithMaxPushback; without either
-// (or a zero delay) the Pool backs off exponentially. It does so before
+// (or a zero delay) the Pool backs off exponentially. The refusal of a
+// grpcsem interceptor chained below it (its own queue's
+// RESOURCE_EXHAUSTED) is never a throttle: no server saw it. It does so before
 // releasing; with the Pool's adaptive limits that call is also what feeds
 // them. It adds a grpc.Trailer call option to read the trailer; a caller's
 // own still gets it. The RPC's context carries its priority and queue-wait
