@@ -111,7 +111,7 @@ func main() {
 	// 3 rejections): the test (TestBatchQuantized) checks the quantized
 	// server on virtual time.
 	quantum := flag.Bool("quantum", true, "the preset's quantum rules (false: openai.WithoutQuantum, for comparison)")
-	margin := flag.Duration("margin", 2*time.Millisecond, "the quantum rules' margin: the spread of latency to the server they absorb (real time, not scaled)")
+	margin := flag.Duration("margin", 2*time.Millisecond, "the quantum rules' margin: the spread of latency to the server they absorb (real time, not scaled; 0 or less: the preset's default, 20 ms)")
 	flag.Parse()
 	cfg := config{n: *n, scale: *scale, settle: true, workers: *workers, seed: 1, progress: os.Stdout, latencyBase: 500 * time.Millisecond,
 		quantized: *quantized, margin: *margin, noQuantum: !*quantum}
