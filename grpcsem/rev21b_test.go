@@ -3,8 +3,13 @@ package grpcsem_test
 import (
 	"context"
 	"errors"
+	"net/http"
+	"sync"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -51,4 +56,90 @@ func TestRev21bChainedLocalRefusalIsNoThrottle(t *testing.T) {
 	}
 	settle(t, outer, false)
 	settle(t, inner, false)
+}
+
+// Bidi streams used as grpc-go allows, SendMsg on one goroutine and RecvMsg
+// on another, while the caller cancels at a point of its own or the server
+// ends the stream: each permit is released once (a second Release panics),
+// the pool ends with nothing, and no goroutine is left.
+func TestRev21bConcurrentSendRecv(t *testing.T) {
+	before := goleak.IgnoreCurrent()
+	srv := newServer(1000, 50*time.Millisecond, 1<<40)
+	pool := newPool(t, table(1000, 50*time.Millisecond, 8))
+	conn, stop := dial(t, srv, pool)
+	var wg sync.WaitGroup
+	for i := range 80 {
+		wg.Go(func() {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			if i%4 == 3 {
+				ctx = with(ctx, "x-reject-code", "8", "x-pushback", "1")
+			}
+			s, err := conn.NewStream(ctx, chatDesc, "/test.Limited/Chat")
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			var inner sync.WaitGroup
+			inner.Go(func() {
+				for k := 0; k < 20; k++ {
+					if s.SendMsg(wrapperspb.String("x")) != nil {
+						return
+					}
+				}
+				s.CloseSend()
+			})
+			inner.Go(func() {
+				for k := 0; ; k++ {
+					if i%4 == 1 && k == i%7 {
+						cancel()
+					}
+					if s.RecvMsg(new(wrapperspb.StringValue)) != nil {
+						return
+					}
+				}
+			})
+			inner.Wait()
+		})
+	}
+	wg.Wait()
+	settle(t, pool, false)
+	stop()
+	goleak.VerifyNone(t, before)
+}
+
+// A Key function that panics (a table's bug, or a hostile metadata value
+// it trips on) reaches the caller of the RPC; nothing is held and the
+// RPC is not sent.
+func TestRev21bPanickingKey(t *testing.T) {
+	srv := newServer(1000, time.Second, 100)
+	tab := table(1000, time.Second, 100)
+	tab.Rules[1].Key = func(r *http.Request) (string, bool) {
+		if r.Header.Get("X-Boom") != "" {
+			panic("boom")
+		}
+		return "", true
+	}
+	pool := newPool(t, tab)
+	conn, _ := dial(t, srv, pool)
+	ctx := with(context.Background(), "x-boom", "1")
+	for _, call := range []func() error{
+		func() error { return echo(ctx, conn) },
+		func() error { _, err := conn.NewStream(ctx, chatDesc, "/test.Limited/Chat"); return err },
+	} {
+		func() {
+			defer func() {
+				if r := recover(); r != "boom" {
+					t.Errorf("recovered %v, want the Key's panic", r)
+				}
+			}()
+			call()
+		}()
+	}
+	if got := inFlight(pool); got != 0 || srv.stats().arrivals != 0 {
+		t.Errorf("after panics: pool holds %d, server saw %d", got, srv.stats().arrivals)
+	}
+	if err := echo(context.Background(), conn); err != nil {
+		t.Errorf("a call after the panics: %v", err)
+	}
 }
