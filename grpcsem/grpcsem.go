@@ -103,8 +103,11 @@ func WithCharges(fn func(ctx context.Context, method string, msg any) ([]clientp
 //
 // UNAVAILABLE alone is not: it is what a client sees for a connection
 // refused or lost, a GOAWAY, a server shutting down, where pausing every key
-// the RPC charged would slow the client for no rate of its own. No other
-// code is a throttle. It never blocks and is safe for concurrent use.
+// the RPC charged would slow the client for no rate of its own; the
+// interceptors report it to the Pool as an overload instead
+// (clientpool.Pool.Overloaded, what package httpclient does with a 503):
+// no pause, and no success that raises an adaptive level (Rule.Adapt).
+// No other code is a throttle. It never blocks and is safe for concurrent use.
 func DefaultThrottle(st *status.Status, trailer metadata.MD) bool {
 	switch st.Code() {
 	case codes.ResourceExhausted:
@@ -254,7 +257,8 @@ func (l *limiter) acquire(ctx context.Context, target, method string, msg any) (
 
 // throttled pauses the keys of the ticket t's charges, and cuts the level
 // of its adaptive rules (Rule.Adapt), when err, an RPC's error with
-// trailer, is a throttle by the configured test. t is not released yet.
+// trailer, is a throttle by the configured test; an UNAVAILABLE that is not
+// one only cuts (Pool.Overloaded). t is not released yet.
 // An acquisition error of a grpcsem interceptor chained below this one (its
 // own queue's RESOURCE_EXHAUSTED) never reached a server: never a throttle.
 func (l *limiter) throttled(err error, trailer metadata.MD, t *clientpool.Ticket) {
@@ -262,7 +266,17 @@ func (l *limiter) throttled(err error, trailer metadata.MD, t *clientpool.Ticket
 		return
 	}
 	st, ok := status.FromError(err)
-	if !ok || st.Code() == codes.OK || !l.cfg.throttle(st, trailer) {
+	if !ok || st.Code() == codes.OK {
+		return
+	}
+	if !l.cfg.throttle(st, trailer) {
+		if st.Code() == codes.Unavailable {
+			// gRPC's 503 (and grpc-go's reading of a proxy's HTTP 503):
+			// an overloaded or unreachable server, as httpclient takes a
+			// 503. It pauses nothing, and it is no success that raises
+			// an adaptive level.
+			l.pool.Overloaded(clientpool.Throttle{Status: http.StatusServiceUnavailable, Header: header(trailer)}, t)
+		}
 		return
 	}
 	th := clientpool.Throttle{Status: http.StatusTooManyRequests, Header: header(trailer), RetryAfter: l.retryAfter(trailer)}

@@ -143,3 +143,48 @@ func TestRev21bPanickingKey(t *testing.T) {
 		t.Errorf("a call after the panics: %v", err)
 	}
 }
+
+// A server that sheds load with plain UNAVAILABLE (gRPC's 503, and what
+// grpc-go makes of a proxy's HTTP 503) is overloaded: as package httpclient
+// does for a 503 (clientpool.Pool.Overloaded), the interceptors pause
+// nothing but must not count such RPCs as successes that raise an adaptive
+// level.
+func TestRev21bUnavailableDoesNotRaiseAdaptiveLevel(t *testing.T) {
+	srv := newServer(1<<40, time.Second, 1<<40)
+	srv.work = 0
+	tab := clientpool.Table{
+		Rules:   []clientpool.Rule{{Name: "api", Limit: limit(5, 20*time.Millisecond), Adapt: &clientpool.Adaptive{Floor: 5, Ceiling: 1000}}},
+		Default: []clientpool.Cost{{Rule: "api", Units: 1}},
+	}
+	pool := newPool(t, tab)
+	conn, _ := dial(t, srv, pool)
+	ctx := with(context.Background(), "x-reject-code", "14")
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for range 60 {
+				unary := echo(ctx, conn)
+				s, err := conn.NewStream(ctx, countDesc, "/test.Limited/Count")
+				if err == nil {
+					s.SendMsg(wrapperspb.Int64(1))
+					s.CloseSend()
+					err = s.RecvMsg(new(wrapperspb.Int64Value))
+				}
+				if status.Code(unary) != codes.Unavailable || status.Code(err) != codes.Unavailable {
+					t.Errorf("unary %v, stream %v; want Unavailable", unary, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for _, k := range pool.Snapshot() {
+		if k.Rule == "api" && k.Limit.N > 5 {
+			t.Errorf("after 480 RPCs answered UNAVAILABLE the adaptive level is %d, above its floor 5", k.Limit.N)
+		}
+		if !k.PausedUntil.IsZero() {
+			t.Errorf("UNAVAILABLE paused %s/%s", k.Rule, k.Key)
+		}
+	}
+	settle(t, pool, false)
+}
