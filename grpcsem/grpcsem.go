@@ -313,7 +313,9 @@ func (l *limiter) retryAfter(trailer metadata.MD) time.Duration {
 // (httpclient.ParseRetryAfter), capped by WithMaxPushback; without either
 // (or a zero delay) the Pool backs off exponentially. The refusal of a
 // grpcsem interceptor chained below it (its own queue's
-// RESOURCE_EXHAUSTED) is never a throttle: no server saw it. It does so before
+// RESOURCE_EXHAUSTED) is never a throttle: no server saw it. An
+// UNAVAILABLE that is not a throttle goes to p.Overloaded (no pause; a cut
+// of adaptive levels). It does so before
 // releasing; with the Pool's adaptive limits that call is also what feeds
 // them. It adds a grpc.Trailer call option to read the trailer; a caller's
 // own still gets it. The RPC's context carries its priority and queue-wait
