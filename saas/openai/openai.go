@@ -313,9 +313,14 @@ func WithScale(f float64) Option {
 // a large part of q, as a tier-1 TPM's are). Its first learned report
 // empties it, since the server's quantum holds the first call's charge
 // (in Redis mode, like every learned remaining, in the background: one
-// round trip). The catch-all tokens quantum, keyed by model, is a start
-// window with margin. A call estimated
-// at more tokens than the tokens quantum q is charged q under it: it waits
+// round trip). Against a server that counts its quantum in windows
+// instead (q per second on its clock, fixed or sliding), the requests
+// quantum holds at any alignment, but a model's tokens quantum can start
+// up to about 2q tokens in one second (a full bucket, then its refill:
+// 1,900 for 60,000 TPM in calls of 100); WithoutQuantum and a
+// clientpool.Rule of your own are the way for such a server. The
+// catch-all tokens quantum, keyed by model, is a start window with
+// margin. A call estimated at more tokens than the tokens quantum q is charged q under it: it waits
 // for a full quantum and empties it. That is the safe reading of
 // the guide: the strict one (no call above TPM/60 tokens, ever) would
 // refuse, as too heavy, every prompt the API takes above a 60th of the

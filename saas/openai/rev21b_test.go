@@ -1,9 +1,13 @@
 package openai_test
 
 import (
+	"context"
 	"errors"
 	"math"
+	"net/http"
 	"testing"
+	"testing/synctest"
+	"time"
 
 	"github.com/ratesem/ratesem"
 	"github.com/ratesem/ratesem/clientpool"
@@ -97,4 +101,57 @@ func TestRev21bHugeMarginHugeMinute(t *testing.T) {
 			}
 		}
 	}
+}
+
+// The tokens quantum assumes the server's quantum is a token bucket (see
+// Table). Against a server that counts a quantum in fixed windows (q
+// tokens per second on its clock, at any alignment) it can put more than
+// q into one window, and the requests quantum (a start window) cannot:
+// this test measures both, on virtual time, to keep the Table's doc honest.
+func TestRev21bQuantumAgainstFixedWindows(t *testing.T) {
+	for _, lim := range [][2]int64{{600, 1e6}, {1e5, 60000}} {
+		synctest.Test(t, func(t *testing.T) {
+			pool, err := clientpool.New(openai.Table(openai.WithModel("m", lim[0], lim[1]), openai.WithQuantumMargin(0)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer pool.Close()
+			start := time.Now()
+			type call struct {
+				at     time.Duration
+				tokens int64
+			}
+			var calls []call
+			for time.Since(start) < 5*time.Second {
+				tk, err := pool.Acquire(context.Background(), mustClassify(t, pool, chatReq(t, "m", 100))...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				calls = append(calls, call{time.Since(start), 100})
+				tk.Release()
+			}
+			var worstTok, worstReq int64
+			for i := range calls {
+				var tok, n int64
+				for j := i; j < len(calls) && calls[j].at-calls[i].at < time.Second; j++ {
+					tok += calls[j].tokens
+					n++
+				}
+				worstTok, worstReq = max(worstTok, tok), max(worstReq, n)
+			}
+			t.Logf("rpm %d tpm %d: worst second: %d tokens (quantum %d), %d requests (quantum %d)", lim[0], lim[1], worstTok, lim[1]/60, worstReq, lim[0]/60)
+			if worstReq > lim[0]/60 {
+				t.Errorf("%d requests in one second: the requests quantum (%d) must hold at any alignment", worstReq, lim[0]/60)
+			}
+		})
+	}
+}
+
+func mustClassify(t *testing.T, p *clientpool.Pool, r *http.Request) []clientpool.Charge {
+	t.Helper()
+	cs, err := p.Classify(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
 }
