@@ -320,8 +320,9 @@ func WithScale(f float64) Option {
 // 1,900 for 60,000 TPM in calls of 100); WithoutQuantum and a
 // clientpool.Rule of your own are the way for such a server. The
 // catch-all tokens quantum, keyed by model, is a start window with
-// margin. A call estimated at more tokens than the tokens quantum q is charged q under it: it waits
-// for a full quantum and empties it. That is the safe reading of
+// margin. A call estimated at more tokens than the tokens quantum q is
+// charged q under it: it waits for a full quantum and empties it. That is
+// the safe reading of
 // the guide: the strict one (no call above TPM/60 tokens, ever) would
 // refuse, as too heavy, every prompt the API takes above a 60th of the
 // TPM, while the guide says only that such contexts "can lead to rate
