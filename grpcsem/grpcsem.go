@@ -195,7 +195,7 @@ func Request(ctx context.Context, target, method string, msg any) *http.Request 
 // Message returns the request message of the unary RPC that req (from
 // Request) stands for, or nil for a stream, whose messages come later.
 // A Weight function reads it to price an RPC by its content; it must treat
-// the message as read-only. It never blocks.
+// the message as read-only. It never blocks and is safe for concurrent use.
 func Message(req *http.Request) any {
 	return req.Context().Value(msgKey{})
 }
