@@ -1,0 +1,293 @@
+package rstore
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+)
+
+// # Adaptive limits (issue 21 item 1)
+//
+// A limiter whose N nobody publishes learns it: Adapt applies the control
+// law "HL" (hysteresis + last good / last bad level, documented in
+// internal/adapt and research21/LAW.md) to the ended calls the fleet
+// reports, in Redis, one state per (scope, rule, key), and stores the
+// learned level n as the limiter's limit for every process, as SetLimit
+// does (spec field s, S "1"): the next admission of any replica is held to
+// it, atomically.
+//
+// The state lives in its own hash, the limiter's hash key + ":a" (no
+// limiter's key ends so: rule and key are escaped, ':' never appears in
+// them), next to H, F and Z, with the same hash tag. Not in H: the
+// admission scripts read H with HMGET of fixed fields and never need the
+// law's 13 numbers, and a hash of its own lets an Adapt run without
+// loading the window's state. Fields (all integers; times µs on Redis's
+// clock):
+//
+//	n      the learned level: the limiter's N, in units per Per
+//	G      the last good level (proven by one clean full cycle)
+//	B      the last bad level (a throttle was seen at it), 0: none known
+//	inc    the next step above G when no bad level is known
+//	clean  clean cycles counted at the bad level or its edge
+//	cyc    successes of calls started at or after chg
+//	chg    the instant n last changed (or was proven)
+//	cut    the instant of the last cut, -1: none
+//	cur, prev, cst  successes in the current and previous aligned Per
+//	               (cst: the current one's start), the "accepted in the
+//	               last window" term A of a deep cut
+//	lat    the mean duration of successful calls (µs, at most Per), an
+//	       average over the last ~64
+//	m      the latest instant seen (time never goes back for one state)
+//
+// Its TTL is the limiter's (Spec.TTL), refreshed by every Adapt. A state
+// lost (FLUSHALL, eviction, an idle key expired) starts again from the
+// floor: the safe side.
+
+// AdaptMaxBatch bounds the successes one Event's latency is averaged
+// over: the mean moves as it would for that many calls of the same
+// duration (more would not move it measurably: (63/64)^512 < 0.001).
+const AdaptMaxBatch = 512
+
+// AdaptBounds are the bounds of a learned level n, in units per the
+// limiter's Per (the window's N).
+type AdaptBounds struct {
+	// Floor is where the law starts and the least n it ever sets: 1 to
+	// Ceiling.
+	Floor int64
+	// Ceiling is the most n it ever sets: Floor to MaxN; 0 means MaxN (no
+	// ceiling). A published limit belongs here.
+	Ceiling int64
+}
+
+// AdaptEvent is one report to Adapt: ended calls of the limiter.
+//
+// Start is on Redis's clock: the Decision.Now of the admission (the
+// instant the admission script gave the call). The zero time.Time counts
+// as the Unix epoch, before any cut (a throttle so reported is ignored
+// once any cut happened); a Start later than the script's now counts as
+// now.
+type AdaptEvent struct {
+	// Throttled reports one call the server refused for rate (429, 503,
+	// RESOURCE_EXHAUSTED, or the caller's classification); Count and
+	// Latency are then not used.
+	Throttled bool
+	// Start is the call's admission instant (Throttled), or one at or
+	// before the admission of every success counted (a batch): successes
+	// of calls started at or after the level's last change prove it, and
+	// a batch whose Start is earlier proves nothing.
+	Start time.Time
+	// Count is the number of successes reported (0: only the lazy tick
+	// runs). Negative counts are an error; counts above MaxN count as
+	// MaxN.
+	Count int64
+	// Latency is the mean duration of the successes (0: the time from
+	// Start to the script's now); negative is taken as 0, and anything
+	// above the limiter's Per as Per.
+	Latency time.Duration
+}
+
+// adaptKey returns the key of the law's state of c's limiter.
+func (s *Store) adaptKey(scope string, c Charge) string {
+	return s.Keys(scope, c)[0] + ":a"
+}
+
+// Adapt applies ev to the learned limit of c's limiter in scope and runs
+// the law's lazy tick, atomically, in one EVALSHA, on Redis's clock; when
+// the level changes, or the limit stored in the limiter's hash is not the
+// level (expired, made again by an admission under the caller's spec), it
+// stores c.Spec with N = n as the limit of every process (as SetLimit:
+// admissions adopt it, Decision.Adopted). It returns n, the level now in
+// force, in units per c.Spec's Per.
+//
+// c.Spec gives the window (kind, Per, margin or blocks, concurrency cap);
+// its N is not used. Throttles of calls started before the last cut are
+// ignored (hysteresis), so several processes reporting one overload cut
+// once. c.Weight is not used.
+//
+// It returns an error, without a round trip, for the errors of Admit's
+// charges, a Spec that is not a window (a bucket, GCRA or a quota: their
+// burst would have to follow n; ErrSpec), a Per of 0, bounds outside
+// 1 ≤ Floor ≤ Ceiling ≤ MaxN, a negative Count; an error matching
+// ErrLimitMismatch when the limiter's hash stores a limit of another kind;
+// the go-redis error when the round trip fails. One round trip; safe for
+// concurrent use (Redis runs one script at a time).
+func (s *Store) Adapt(ctx context.Context, scope string, c Charge, b AdaptBounds, ev AdaptEvent) (int64, error) {
+	if c.Spec == nil {
+		return 0, fmt.Errorf("ratesem: adapt: charge %s[%s] has no Spec", clip(c.Rule), clip(c.Key))
+	}
+	switch c.Spec.Kind {
+	case Completion, FixedCompletion, SlidingLog, FixedWindow, SlidingWindowCounter, SubWindowCounter:
+	default:
+		return 0, fmt.Errorf("%w: rule %q key %q: an adaptive limit needs a window (not %s): a bucket's burst would have to follow the level", ErrSpec, clip(c.Rule), clip(c.Key), c.Spec)
+	}
+	if c.Spec.Limit.Per <= 0 {
+		return 0, fmt.Errorf("%w: rule %q key %q: an adaptive limit needs a Per > 0", ErrSpec, clip(c.Rule), clip(c.Key))
+	}
+	ceil := b.Ceiling
+	if ceil == 0 {
+		ceil = MaxN
+	}
+	if b.Floor < 1 || ceil < b.Floor || ceil > MaxN {
+		return 0, fmt.Errorf("ratesem: adapt: floor %d, ceiling %d: want 1 ≤ floor ≤ ceiling ≤ %d", b.Floor, b.Ceiling, int64(MaxN))
+	}
+	if ev.Count < 0 {
+		return 0, fmt.Errorf("ratesem: adapt: %d successes: want a count ≥ 0", ev.Count)
+	}
+	sp := *c.Spec
+	c.Spec = &sp
+	// The spec at the ceiling must be one a Store keeps (a sliding window
+	// counter bounds N·Per); its own N is not used.
+	sp.Limit.N = ceil
+	c.Weight = 0
+	start := int64(0)
+	if !ev.Start.IsZero() {
+		start = max(ev.Start.UnixMicro(), 0)
+	}
+	kind := "s"
+	if ev.Throttled {
+		kind = "t"
+	}
+	lat := min(max(ev.Latency, 0), MaxPer).Microseconds()
+	keys, args, err := s.call(scope, []Charge{c}, "", "")
+	if err != nil {
+		return 0, err
+	}
+	keys = append(keys, s.adaptKey(scope, c))
+	args = append(args, b.Floor, ceil, kind, start, min(ev.Count, MaxN), lat)
+	v, err := adaptScript.Run(ctx, s.c, keys, args...).Result()
+	if err != nil {
+		return 0, fmt.Errorf("ratesem: redis adapt: %w", err)
+	}
+	switch r := v.(type) {
+	case int64:
+		return r, nil
+	case []any:
+		if len(r) == 3 {
+			return 0, mismatch([]Charge{c}, r)
+		}
+	}
+	return 0, fmt.Errorf("ratesem: malformed reply from Redis: %v", v)
+}
+
+// adaptScript is Adapt's script: KEYS H, F, Z, E of the charge (call's),
+// then A (run appends it); ARGV as call's, then floor, ceiling, event
+// ("s" successes, "t" a throttle), start µs, count, latency µs.
+//
+// Every division is a floor of integers below 2^53 (exact in Lua's
+// doubles), in the order internal/adapt computes them, so that both give
+// the same n to the unit (adapt_test.go's differential test).
+var adaptScript = goredis.NewScript(header + `
+local function fdiv(a, b) return math.floor(a / b) end
+local MAXN = 1099511627776
+local H, AK = KEYS[1], KEYS[5]
+local kind, per, p1, conc, ttl = tonumber(ARGV[6]), tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[12])
+local FL, CE = tonumber(ARGV[13]), tonumber(ARGV[14])
+local ev, s, cnt, lat0 = ARGV[15], tonumber(ARGV[16]), tonumber(ARGV[17]), tonumber(ARGV[18])
+local W = per
+local FS = {'n', 'G', 'B', 'inc', 'clean', 'cyc', 'chg', 'cut', 'cur', 'prev', 'cst', 'lat', 'm'}
+local v = redis.call('HMGET', AK, unpack(FS))
+local S = {}
+for j = 1, #FS do S[FS[j]] = tonumber(v[j]) end
+if S.m ~= nil and S.m > now then now = S.m end -- time never goes back for one state
+for j = 1, #FS do
+  if S[FS[j]] == nil then
+    -- a new (or partly lost) state: from the floor, as at creation
+    S = {n = FL, G = FL, B = 0, inc = 1, clean = 0, cyc = 0, chg = now, cut = -1,
+      cur = 0, prev = 0, cst = now - now % W, lat = math.min(50000, W), m = now}
+    break
+  end
+end
+local old = S.n
+-- the bounds in force now (a ceiling may have come down: a published limit)
+S.n = math.min(math.max(S.n, FL), CE)
+S.G = math.min(math.max(S.G, FL), CE)
+S.lat = math.min(S.lat, W)
+S.m = now
+
+local function bucket()
+  local d = now - S.cst
+  if d < W then return end
+  if d < 2 * W then S.prev = S.cur; S.cur = 0; S.cst = S.cst + W
+  else S.prev = 0; S.cur = 0; S.cst = now - now % W end
+end
+
+s = math.min(math.max(s, 0), now)
+if ev == 's' then
+  cnt = math.min(math.max(cnt, 0), MAXN)
+  if cnt > 0 then
+    bucket()
+    S.cur = math.min(S.cur + cnt, MAXN)
+    if s >= S.chg then S.cyc = math.min(S.cyc + cnt, MAXN) end
+    local d = lat0
+    if d <= 0 then d = now - s end
+    d = math.min(d, W)
+    for _ = 1, math.min(cnt, 512) do S.lat = S.lat + fdiv(d - S.lat, 64) end
+  end
+elseif ev == 't' then
+  if s >= S.cut then
+    bucket()
+    -- A: the successes of the last Per (two aligned buckets, the
+    -- previous one weighted by the share of it still in the window)
+    local a = S.cur + fdiv(S.prev * (1024 - fdiv((now - S.cst) * 1024, W)), 1024)
+    if S.n > S.G then
+      -- a probe above the last good level failed: back to it
+      S.B = S.n; S.n = S.G
+    else
+      -- the good level failed: n = max(floor, min(0.9 n, 0.95 A (W+lat)/W))
+      S.B = S.n
+      local m = fdiv(S.n * 9, 10)
+      if a < S.n then
+        local t = a + fdiv(a * fdiv(S.lat * 1024, W), 1024)
+        m = math.min(m, 95 * fdiv(t, 100) + fdiv(95 * (t % 100), 100))
+      end
+      S.n = math.max(FL, m); S.G = S.n
+    end
+    S.inc = 1; S.clean = 0; S.cyc = 0; S.cut = now; S.chg = now
+  end
+end
+
+-- the lazy tick: a level is proven by a Per elapsed and n successes of
+-- calls started at it
+if now - S.chg >= W and S.cyc >= S.n then
+  S.chg = now; S.cyc = 0
+  if S.n < S.G then S.n = S.G
+  else
+    S.G = S.n
+    if S.B > 0 and S.n >= S.B then
+      S.clean = S.clean + 1
+      if S.clean >= 1 then
+        S.B = 0; S.clean = 0
+        S.inc = math.max(1, fdiv(S.n, 16))
+        S.n = math.min(CE, S.n + S.inc)
+        S.inc = math.min(S.inc * 2, math.max(1, fdiv(S.n * 35, 100)))
+      end
+    elseif S.B > 0 and S.n + 1 >= S.B then
+      S.clean = S.clean + 1
+      if S.clean >= math.max(2, fdiv(100 + S.n - 1, S.n)) then S.n = math.min(CE, S.n + 1); S.clean = 0 end
+    elseif S.B > 0 then
+      S.n = math.min(CE, S.n + math.max(1, fdiv(S.B - S.n, 2)))
+    else
+      S.n = math.min(CE, S.n + S.inc)
+      S.inc = math.min(S.inc * 2, math.max(1, fdiv(S.n * 35, 100)))
+    end
+  end
+end
+
+local st = redis.call('HMGET', H, 's', 'S')
+if st[1] then
+  local k = string.match(st[1], '^(%d+)/')
+  -- another kind's state would be misread (rspec.Unknown's may be replaced)
+  if tonumber(k) ~= kind and st[1] ~= '1/1/0/0/1' then return {-1, 1, st[1]} end
+end
+local args = {}
+for j = 1, #FS do args[#args+1] = FS[j]; args[#args+1] = S[FS[j]] end
+redis.call('HSET', AK, unpack(args))
+redis.call('PEXPIRE', AK, ttl)
+local want = string.format('%d/%d/%d/%d/%d', kind, S.n, per, p1, conc)
+if st[1] ~= want or st[2] ~= '1' then redis.call('HSET', H, 's', want, 'S', '1') end
+if redis.call('PTTL', H) < ttl then redis.call('PEXPIRE', H, ttl) end
+redis.call('PEXPIRE', EK, ttl, 'GT')
+return S.n
+`)
