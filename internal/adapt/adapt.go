@@ -1,0 +1,258 @@
+// Package adapt is the control law of ratesem's adaptive limits
+// (clientpool.Adaptive): the limit N of one key's window when the server
+// publishes none, raised while calls succeed and cut on throttles. It is a
+// small pure state machine on explicit time: no clock, no lock, no
+// allocation; the engine calls it under its own lock, and the Redis mode
+// runs the same law in Lua inside its scripts (one HASH per key), which is
+// why the state is a plain struct of int64s and every step is integer
+// arithmetic (see "Exactness" below).
+//
+// # The law ("HL": hysteresis and last-good/last-bad memory)
+//
+// The law was designed and tuned by simulation against servers whose true
+// limit is unknown and steps (100 > 50 > 150 > 75 > 100 per window) or
+// drifts, counting completion windows, fixed windows or a sliding log;
+// textbook AIMD (halve on every throttle) averages about 75% of the limit
+// in its sawtooth. HL instead:
+//
+//   - ignores a throttle of a call started before the latest cut
+//     (hysteresis: it was admitted under an older, higher level);
+//   - on a throttle at a level above the last good one (a probe), goes back
+//     to the last good level G and remembers the failed level as B (bad);
+//   - on a throttle at the good level itself (the limit dropped), cuts to
+//     max(Floor, min(⌊0.9·n⌋, ⌊0.95·slots⌋)), slots = the calls accepted in
+//     the last window scaled by (W+latency)/W to the window's slots, and
+//     that level is the new G;
+//   - proves a level by one clean full cycle: a window W has passed since
+//     it was set AND n calls started at it have succeeded; then it is G, and
+//     n moves: without a known B it accelerates (+1, +2, +4 … at most 35%
+//     of n per step); below B it halves the gap to B each cycle; one below
+//     B it probes +1 only after max(2, ⌈100/n⌉) clean cycles (a probe costs
+//     about one rejection: at most ~1% of calls); at B (proven clean) B is
+//     forgotten and it probes n/16 upwards, accelerating again;
+//   - never leaves [Floor, Ceiling].
+//
+// # Exactness (the Lua port)
+//
+// Every quantity is an int64 and every division floors non-negative
+// operands (x·9/10 is n*9/10, never 0.9*n), so a port that computes with
+// integers, or with doubles whose values stay below 2^53 and floors every
+// quotient (math.floor in Lua), gives the same states for the same inputs.
+// The largest intermediate products are a·(W+lat) and prev·(W−elapsed)
+// (a, prev: calls counted in a window): with times in µs they stay below
+// 2^53 for windows up to a day and up to 10^5 calls per window. Times are
+// in one unit chosen by the caller (the engine and the Redis scripts use
+// µs) and must be ≥ 0; the law never reads a clock. Inputs out of order
+// (now before start, now before an earlier now) are taken as they come:
+// a negative latency counts as 0, and a window does not pass backwards.
+package adapt
+
+// Law constants (LAW.md, tuned by simulation; see the package doc).
+const (
+	// BetaNum/BetaDen is the deep cut of the good level: n·9/10.
+	BetaNum, BetaDen = 9, 10
+	// BetaANum/BetaADen scales the slots of the calls accepted in the last
+	// window: slots·95/100.
+	BetaANum, BetaADen = 95, 100
+	// EdgeWait is the fewest clean cycles one below B before probing B.
+	EdgeWait = 2
+	// EdgeCalls: one edge probe per ≥ EdgeCalls calls (⌈EdgeCalls/n⌉ cycles).
+	EdgeCalls = 100
+	// ProveB is the clean cycles at B after which B is forgotten.
+	ProveB = 1
+	// Probe0Den: the first step above a forgotten B is n/16 (at least 1).
+	Probe0Den = 16
+	// IncCapNum/IncCapDen caps a step at n·35/100 (at least 1).
+	IncCapNum, IncCapDen = 35, 100
+	// LatWeight: the latency average moves by 1/64 of a sample.
+	LatWeight = 64
+)
+
+// Params configure a Law: units of calls (or weight units) per window and a
+// time unit of the caller's choice, the same for W and every instant.
+type Params struct {
+	// Floor is the lowest level and the one a new key starts at (≥ 1).
+	Floor int64
+	// Ceiling is the highest level (≥ Floor): the published limit when one
+	// is known, else a generous bound.
+	Ceiling int64
+	// W is the window's length (> 0), in the time unit of the instants.
+	W int64
+}
+
+// State is one key's law state: plain int64s, the same fields a Redis HASH
+// keeps. The zero State is not valid: start from New.
+type State struct {
+	// N is the current level: the window's limit (calls, or units, per W).
+	N int64
+	// G is the last good level: the highest level proven by a clean cycle
+	// (or the level a deep cut set).
+	G int64
+	// B is the last bad level: the lowest level that drew a throttle and
+	// was not proven since; 0 when none is known.
+	B int64
+	// Inc is the next step up when no B is known (1, doubling, capped).
+	Inc int64
+	// Clean counts clean cycles at B or one below it (probing rules).
+	Clean int64
+	// Cycled counts the successes of calls started at or after LastChange:
+	// a level is proven once Cycled ≥ N and W has passed.
+	Cycled int64
+	// LastChange is the instant the level last changed (or was proven).
+	LastChange int64
+	// LastCut is the instant of the latest cut; −1 before any. A throttle
+	// of a call started before it is ignored (hysteresis).
+	LastCut int64
+	// Lat is the average latency of successful calls (start to end), an
+	// exponential average of weight 1/LatWeight; 0 before the first.
+	Lat int64
+	// Cur, Prev count the successes ending in the current and previous
+	// aligned windows [CurStart, CurStart+W) and the one before; CurStart
+	// is a multiple of W. Their weighted sum estimates the successes of the
+	// last W (Accepted).
+	Cur, Prev, CurStart int64
+}
+
+// Law is one key's adaptive limit: its Params and State. It is not safe
+// for concurrent use: the caller serializes (the engine's lock, a Redis
+// script's atomicity).
+type Law struct {
+	P Params
+	S State
+}
+
+// New returns a Law at p.Floor, with p clamped to sane values: Floor ≥ 1,
+// Ceiling ≥ Floor, W ≥ 1. start, if within [Floor, Ceiling], is the
+// initial level (and the initial G); else the level starts at Floor.
+func New(p Params, start int64) Law {
+	p.Floor = max(p.Floor, 1)
+	p.Ceiling = max(p.Ceiling, p.Floor)
+	p.W = max(p.W, 1)
+	n := p.Floor
+	if start > p.Floor && start <= p.Ceiling {
+		n = start
+	}
+	return Law{P: p, S: State{N: n, G: n, Inc: 1, LastCut: -1}}
+}
+
+// N returns the current level: the window's limit.
+func (l *Law) N() int64 { return l.S.N }
+
+// roll moves the two success buckets to the aligned window holding now.
+func (l *Law) roll(now int64) {
+	s, w := &l.S, l.P.W
+	el := now - s.CurStart
+	switch {
+	case el >= 2*w:
+		s.Prev, s.Cur = 0, 0
+		s.CurStart = now - now%w
+	case el >= w:
+		s.Prev, s.Cur = s.Cur, 0
+		s.CurStart += w
+	}
+}
+
+// Accepted returns the estimated successes that ended in (now−W, now]:
+// the current bucket plus the previous one weighted by the part of it
+// still inside the last W, floored.
+func (l *Law) Accepted(now int64) int64 {
+	l.roll(now)
+	s, w := &l.S, l.P.W
+	el := min(max(now-s.CurStart, 0), w)
+	return s.Cur + s.Prev*(w-el)/w
+}
+
+// Success reports a call started at start that ended at now without a
+// throttle. It counts the call in the last window, in the latency average,
+// and toward the proof of the level when it started at it, then runs Tick.
+func (l *Law) Success(start, now int64) {
+	s := &l.S
+	l.roll(now)
+	s.Cur++
+	if start >= s.LastChange {
+		s.Cycled++
+	}
+	d := max(now-start, 0)
+	if s.Lat == 0 {
+		s.Lat = d
+	} else {
+		s.Lat = (s.Lat*(LatWeight-1) + d) / LatWeight
+	}
+	l.Tick(now)
+}
+
+// Throttle reports a call started at start that the server throttled
+// (the reply came at now). A call started before the latest cut is
+// ignored (hysteresis). Otherwise: a probe above G goes back to G (B = the
+// probed level); a throttle at G cuts deep (see the package doc) and sets
+// G to the cut level. Both restart the proof (Cycled, Clean, Inc) at now.
+func (l *Law) Throttle(start, now int64) {
+	s, p := &l.S, &l.P
+	if start < s.LastCut {
+		return
+	}
+	if s.N > s.G {
+		s.B, s.N = s.N, s.G
+	} else {
+		s.B = s.N
+		slots := l.Accepted(now) * (p.W + s.Lat) / p.W
+		n := min(s.N*BetaNum/BetaDen, slots*BetaANum/BetaADen)
+		s.N = min(max(n, p.Floor), p.Ceiling)
+		s.G = s.N
+	}
+	s.Inc, s.Clean, s.Cycled = 1, 0, 0
+	s.LastCut, s.LastChange = now, now
+}
+
+// Tick proves the level once W has passed since it was set and N calls
+// started at it have succeeded, and then moves it (see the package doc).
+// It changes nothing otherwise; calling it again at once is a no-op.
+// Success runs it; the engine also runs it on admissions.
+func (l *Law) Tick(now int64) {
+	s, p := &l.S, &l.P
+	if now-s.LastChange < p.W || s.Cycled < s.N {
+		return
+	}
+	s.LastChange, s.Cycled = now, 0
+	s.G = s.N
+	switch {
+	case s.B > 0 && s.N >= s.B:
+		// Holding at the old bad level, clean: forget it, probe upwards.
+		s.Clean++
+		if s.Clean >= ProveB {
+			s.B, s.Clean = 0, 0
+			s.Inc = max(1, s.N/Probe0Den)
+			l.step()
+		}
+	case s.B > 0 && s.N+1 >= s.B:
+		// At the edge: probe B again, rarely (a probe costs ~1 rejection).
+		s.Clean++
+		if s.Clean >= max(EdgeWait, (EdgeCalls+s.N-1)/s.N) {
+			s.N = min(s.N+1, p.Ceiling)
+			s.Clean = 0
+		}
+	case s.B > 0:
+		// Climb back: halve the gap to B per cycle.
+		s.N = min(s.N+max(1, (s.B-s.N)/2), p.Ceiling)
+	default:
+		l.step()
+	}
+}
+
+// step raises N by Inc (within the ceiling) and doubles Inc, capped at
+// 35% of the new N (at least 1).
+func (l *Law) step() {
+	s := &l.S
+	s.N = min(s.N+s.Inc, l.P.Ceiling)
+	s.Inc = min(2*s.Inc, max(1, s.N*IncCapNum/IncCapDen))
+}
+
+// SetCeiling changes the ceiling (a limit the server published, learned
+// from a reply): c < Floor counts as Floor. N and G are lowered to it; a
+// higher ceiling lets N climb by the law's own steps.
+func (l *Law) SetCeiling(c int64) {
+	p, s := &l.P, &l.S
+	p.Ceiling = max(c, p.Floor)
+	s.N = min(s.N, p.Ceiling)
+	s.G = min(s.G, p.Ceiling)
+}

@@ -1,0 +1,276 @@
+package adapt
+
+import (
+	"math/rand"
+	"testing"
+)
+
+const w = 1000 // a window of 1000 time units (ms in these tests)
+
+func newLaw(floor, ceil int64) Law { return New(Params{Floor: floor, Ceiling: ceil, W: w}, 0) }
+
+// prove runs n successes of calls started at from, ending at end, and
+// returns the level after them.
+func prove(l *Law, from, end int64) int64 {
+	n := l.N()
+	for range n {
+		l.Success(from, end)
+	}
+	return l.N()
+}
+
+func TestNewClamps(t *testing.T) {
+	l := New(Params{Floor: 0, Ceiling: -5, W: 0}, 0)
+	if l.P.Floor != 1 || l.P.Ceiling != 1 || l.P.W != 1 || l.N() != 1 || l.S.G != 1 || l.S.LastCut != -1 || l.S.Inc != 1 {
+		t.Fatalf("New clamps: %+v", l)
+	}
+	if l := New(Params{Floor: 10, Ceiling: 100, W: w}, 40); l.N() != 40 || l.S.G != 40 {
+		t.Fatalf("start 40: %+v", l.S)
+	}
+	for _, start := range []int64{5, 101, -1} {
+		if l := New(Params{Floor: 10, Ceiling: 100, W: w}, start); l.N() != 10 {
+			t.Fatalf("start %d: N %d, want the floor", start, l.N())
+		}
+	}
+}
+
+// A level is proven only when W has passed AND N calls started at it succeeded.
+func TestProofNeedsWindowAndFullCycle(t *testing.T) {
+	l := newLaw(10, 1000)
+	for range 100 { // many successes, but W has not passed
+		l.Success(0, 500)
+	}
+	if l.N() != 10 {
+		t.Fatalf("raised before W passed: %d", l.N())
+	}
+	l = newLaw(10, 1000)
+	for range 9 { // W passed, but only 9 of 10 calls at the level succeeded
+		l.Success(0, 1500)
+	}
+	if l.N() != 10 {
+		t.Fatalf("raised after 9 of 10 calls: %d", l.N())
+	}
+	l.Success(0, 1500)
+	if l.N() != 11 {
+		t.Fatalf("not raised by the 10th: %d", l.N())
+	}
+	// Calls started before the change do not prove the new level.
+	for range 50 {
+		l.Success(1000, 3000)
+	}
+	if l.N() != 11 {
+		t.Fatalf("calls started before the change proved it: %d", l.N())
+	}
+}
+
+// Without a known B the step accelerates: +1, +2, +4 …, capped at 35% of N.
+func TestAccelerateCapped(t *testing.T) {
+	l := newLaw(10, 1<<40)
+	var got []int64
+	now := int64(0)
+	for range 8 {
+		now += w
+		got = append(got, prove(&l, now-w, now))
+	}
+	want := []int64{11, 13, 17, 22, 29, 39, 52, 70} // inc 1, 2, 4, then capped at 35%: 17*35/100=5, 7, 10, 13, 18
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("levels %v, want %v", got, want)
+		}
+	}
+}
+
+// A failed probe above G goes back to G and remembers B; no deep cut.
+func TestProbeFailBackToG(t *testing.T) {
+	l := newLaw(10, 1000)
+	prove(&l, 0, w) // 11, G 10
+	if l.S.G != 10 || l.N() != 11 {
+		t.Fatalf("%+v", l.S)
+	}
+	l.Throttle(w, w+10)
+	if l.N() != 10 || l.S.B != 11 || l.S.G != 10 || l.S.LastCut != w+10 {
+		t.Fatalf("probe failure: %+v", l.S)
+	}
+}
+
+// Hysteresis: a throttle of a call started before the latest cut is ignored.
+func TestHysteresis(t *testing.T) {
+	l := newLaw(10, 1000)
+	l.S.N, l.S.G = 100, 100
+	l.S.LastChange = 1 << 40 // keep Tick out
+	for range 300 {
+		l.Success(0, 100)
+	}
+	l.Throttle(0, 100)
+	n, st := l.N(), l.S
+	l.Throttle(99, 150) // started before the cut at 100
+	if l.S != st {
+		t.Fatalf("throttle of a call before the cut changed the state: %+v -> %+v", st, l.S)
+	}
+	l.Throttle(100, 160) // started at the cut: counts
+	if l.N() >= n || l.S.LastCut != 160 {
+		t.Fatalf("throttle of a call after the cut ignored: %+v", l.S)
+	}
+}
+
+// A throttle at G cuts to min(n·9/10, slots·95/100), at least Floor.
+func TestDeepCut(t *testing.T) {
+	l := newLaw(10, 1000)
+	l.S.N, l.S.G = 100, 100
+	l.Throttle(0, 0) // nothing accepted in the last window: the floor
+	if l.N() != 10 || l.S.G != 10 || l.S.B != 100 {
+		t.Fatalf("cut without accepted calls: %+v", l.S)
+	}
+	l = newLaw(10, 1000)
+	l.S.N, l.S.G = 100, 100
+	for range 200 { // 200 accepted in the last window: 9/10 rules
+		l.S.LastChange = 1 << 40 // keep Tick out
+		l.Success(5000, 5050)
+	}
+	l.Throttle(5050, 5100)
+	if l.N() != 90 {
+		t.Fatalf("cut by 9/10: %d, want 90", l.N())
+	}
+	l = newLaw(10, 1000)
+	l.S.N, l.S.G = 100, 100
+	for range 60 { // 60 accepted, latency 50: slots 60*1050/1000=63, ·95/100=59
+		l.S.LastChange = 1 << 40
+		l.Success(5000, 5050)
+	}
+	l.Throttle(5050, 5100)
+	if l.N() != 59 || l.S.G != 59 {
+		t.Fatalf("cut by accepted slots: %d, want 59", l.N())
+	}
+}
+
+// Below B the level halves the gap to B per proven cycle.
+func TestClimbBackHalvesGap(t *testing.T) {
+	l := newLaw(10, 1000)
+	l.S.N, l.S.G, l.S.B = 50, 50, 100
+	if n := prove(&l, 0, w); n != 75 {
+		t.Fatalf("climb: %d, want 75", n)
+	}
+	if n := prove(&l, w, 2*w); n != 87 {
+		t.Fatalf("climb: %d, want 87", n)
+	}
+	l.S.N, l.S.B, l.S.LastChange = 97, 100, 2*w
+	if n := prove(&l, 2*w, 3*w); n != 98 {
+		t.Fatalf("climb by at least 1: %d, want 98", n)
+	}
+}
+
+// One below B, a probe of +1 waits max(EdgeWait, ⌈EdgeCalls/n⌉) clean cycles.
+func TestEdgeProbeWaits(t *testing.T) {
+	l := newLaw(10, 1000)
+	l.S.N, l.S.G, l.S.B = 20, 20, 21 // ⌈100/20⌉ = 5 cycles
+	now := int64(0)
+	for i := 1; i <= 5; i++ {
+		now += w
+		n := prove(&l, now-w, now)
+		if i < 5 && n != 20 || i == 5 && n != 21 {
+			t.Fatalf("cycle %d: %d", i, n)
+		}
+	}
+	l = newLaw(10, 1000)
+	l.S.N, l.S.G, l.S.B = 200, 200, 201 // EdgeWait = 2 rules
+	if n := prove(&l, 0, w); n != 200 {
+		t.Fatalf("probed after one cycle: %d", n)
+	}
+	if n := prove(&l, w, 2*w); n != 201 {
+		t.Fatalf("no probe after two cycles: %d", n)
+	}
+}
+
+// At B, proven clean, B is forgotten and the level probes n/16 upwards.
+func TestForgetBAndProbe(t *testing.T) {
+	l := newLaw(10, 1000)
+	l.S.N, l.S.G, l.S.B = 160, 160, 160
+	if n := prove(&l, 0, w); n != 170 || l.S.B != 0 {
+		t.Fatalf("at B: %d B %d, want 170 B 0", n, l.S.B)
+	}
+	if l.S.Inc != 20 {
+		t.Fatalf("inc %d, want 20 (doubled)", l.S.Inc)
+	}
+}
+
+func TestCeilingAndFloorBound(t *testing.T) {
+	l := newLaw(10, 12)
+	now := int64(0)
+	for range 10 {
+		now += w
+		prove(&l, now-w, now)
+	}
+	if l.N() != 12 {
+		t.Fatalf("ceiling: %d", l.N())
+	}
+	l.SetCeiling(11)
+	if l.N() != 11 || l.S.G != 11 {
+		t.Fatalf("SetCeiling: %+v", l.S)
+	}
+	l.SetCeiling(0)
+	if l.N() != 10 || l.P.Ceiling != 10 {
+		t.Fatalf("SetCeiling below floor: %+v", l)
+	}
+	for i := range 50 {
+		l.Throttle(now+int64(i), now+int64(i))
+	}
+	if l.N() != 10 {
+		t.Fatalf("below the floor: %d", l.N())
+	}
+}
+
+func TestAcceptedBuckets(t *testing.T) {
+	l := newLaw(10, 1000)
+	l.S.LastChange = 1 << 40
+	for range 10 {
+		l.Success(100, 500) // bucket [0, 1000)
+	}
+	if a := l.Accepted(900); a != 10 {
+		t.Fatalf("Accepted %d", a)
+	}
+	if a := l.Accepted(1500); a != 5 { // half of the previous bucket
+		t.Fatalf("Accepted at 1500: %d, want 5", a)
+	}
+	if a := l.Accepted(5000); a != 0 || l.S.CurStart != 5000 {
+		t.Fatalf("Accepted after 2W: %d %+v", a, l.S)
+	}
+}
+
+func TestLatencyAverage(t *testing.T) {
+	l := newLaw(10, 1000)
+	l.S.LastChange = 1 << 40
+	l.Success(0, 64)
+	if l.S.Lat != 64 {
+		t.Fatalf("first sample: %d", l.S.Lat)
+	}
+	l.Success(0, 128)
+	if l.S.Lat != 65 {
+		t.Fatalf("average: %d, want 65", l.S.Lat)
+	}
+	l.Success(500, 100) // now before start: 0
+	if l.S.Lat != 63 {
+		t.Fatalf("negative sample: %d, want 63", l.S.Lat)
+	}
+}
+
+// Hostile inputs: times out of order, huge values; the level stays within bounds.
+func TestFuzzBounds(t *testing.T) {
+	rng := rand.New(rand.NewSource(1))
+	for seed := range 20 {
+		l := New(Params{Floor: 3, Ceiling: 500, W: int64(1 + seed*100)}, 0)
+		now := int64(0)
+		for range 20000 {
+			now += rng.Int63n(50) - 5
+			now = max(now, 0)
+			s := max(now-rng.Int63n(200)+20, 0)
+			if rng.Intn(30) == 0 {
+				l.Throttle(s, now)
+			} else {
+				l.Success(s, now)
+			}
+			if l.N() < 3 || l.N() > 500 || l.S.G < 3 || l.S.G > 500 || l.S.Inc < 1 || l.S.Lat < 0 {
+				t.Fatalf("seed %d: state out of bounds: %+v", seed, l.S)
+			}
+		}
+	}
+}
