@@ -35,20 +35,15 @@ import (
 //	chg    the instant n last changed (or was proven)
 //	cut    the instant of the last cut, -1: none
 //	cur, prev, cst  successes in the current and previous aligned Per
-//	               (cst: the current one's start), the "accepted in the
-//	               last window" term A of a deep cut
-//	lat    the mean duration of successful calls (µs, at most Per), an
-//	       average over the last ~64
+//	               (cst: the current one's start, 0 before the first), the
+//	               "accepted in the last window" term of a deep cut
+//	lat    the mean duration of successful calls (µs), an average of
+//	       weight 1/64, 0 before the first
 //	m      the latest instant seen (time never goes back for one state)
 //
 // Its TTL is the limiter's (Spec.TTL), refreshed by every Adapt. A state
 // lost (FLUSHALL, eviction, an idle key expired) starts again from the
 // floor: the safe side.
-
-// AdaptMaxBatch bounds the successes one Event's latency is averaged
-// over: the mean moves as it would for that many calls of the same
-// duration (more would not move it measurably: (63/64)^512 < 0.001).
-const AdaptMaxBatch = 512
 
 // AdaptBounds are the bounds of a learned level n, in units per the
 // limiter's Per (the window's N).
@@ -83,8 +78,8 @@ type AdaptEvent struct {
 	// MaxN.
 	Count int64
 	// Latency is the mean duration of the successes (0: the time from
-	// Start to the script's now); negative is taken as 0, and anything
-	// above the limiter's Per as Per.
+	// Start to the script's now, as adapt.Law.Success takes it); negative
+	// is taken as 0, and anything above MaxPer as MaxPer.
 	Latency time.Duration
 }
 
@@ -100,6 +95,15 @@ func (s *Store) adaptKey(scope string, c Charge) string {
 // stores c.Spec with N = n as the limit of every process (as SetLimit:
 // admissions adopt it, Decision.Adopted). It returns n, the level now in
 // force, in units per c.Spec's Per.
+//
+// The law is internal/adapt's, in the same integer arithmetic (a
+// differential test holds them to the same states), with now the script's
+// Redis TIME: a report of Count successes is Count calls of
+// adapt.Law.Success(Start, now) (each followed by its Tick), with the
+// duration Latency when it is set; a throttle is adapt.Law.Throttle(Start,
+// now); Count 0 is adapt.Law.Tick(now). A state made new (first report,
+// or after a loss) is adapt.New at the floor, with its level set at the
+// instant it is made: calls started before (before a loss) prove nothing.
 //
 // c.Spec gives the window (kind, Per, margin or blocks, concurrency cap);
 // its N is not used. Throttles of calls started before the last cut are
@@ -180,7 +184,14 @@ func (s *Store) Adapt(ctx context.Context, scope string, c Charge, b AdaptBounds
 // the same n to the unit (adapt_test.go's differential test).
 var adaptScript = goredis.NewScript(header + `
 local function fdiv(a, b) return math.floor(a / b) end
-local MAXN = 1099511627776
+local MAXN, MAXPER, P53 = 1099511627776, 1099511627776, 9007199254740992
+-- muldiv is ⌊a·b/c⌋ for a, b ≥ 0, c > 0: exact while a·b < 2^53 (as
+-- internal/adapt's int64 arithmetic), within a rounding beyond
+local function muldiv(a, b, c)
+  local x = a * b
+  if x < P53 then return fdiv(x, c) end
+  return math.floor(a / c * b)
+end
 local H, AK = KEYS[1], KEYS[5]
 local kind, per, p1, conc, ttl = tonumber(ARGV[6]), tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[12])
 local FL, CE = tonumber(ARGV[13]), tonumber(ARGV[14])
@@ -193,86 +204,92 @@ for j = 1, #FS do S[FS[j]] = tonumber(v[j]) end
 if S.m ~= nil and S.m > now then now = S.m end -- time never goes back for one state
 for j = 1, #FS do
   if S[FS[j]] == nil then
-    -- a new (or partly lost) state: from the floor, as at creation
+    -- a new (or partly lost) state: adapt.New at the floor, its level
+    -- set now (only calls started from now on prove it)
     S = {n = FL, G = FL, B = 0, inc = 1, clean = 0, cyc = 0, chg = now, cut = -1,
-      cur = 0, prev = 0, cst = now - now % W, lat = math.min(50000, W), m = now}
+      cur = 0, prev = 0, cst = 0, lat = 0, m = now}
     break
   end
 end
-local old = S.n
--- the bounds in force now (a ceiling may have come down: a published limit)
+-- the bounds in force now (adapt.Law.SetCeiling: a published limit)
 S.n = math.min(math.max(S.n, FL), CE)
 S.G = math.min(math.max(S.G, FL), CE)
-S.lat = math.min(S.lat, W)
 S.m = now
 
-local function bucket()
-  local d = now - S.cst
-  if d < W then return end
-  if d < 2 * W then S.prev = S.cur; S.cur = 0; S.cst = S.cst + W
-  else S.prev = 0; S.cur = 0; S.cst = now - now % W end
+-- roll moves the two success buckets to the aligned window holding now
+local function roll()
+  local el = now - S.cst
+  if el >= 2 * W then S.prev = 0; S.cur = 0; S.cst = now - now % W
+  elseif el >= W then S.prev = S.cur; S.cur = 0; S.cst = S.cst + W end
+end
+
+-- tick proves the level (a Per elapsed, n successes of calls started at
+-- it) and moves it: adapt.Law.Tick; true when it did
+local function tick()
+  if now - S.chg < W or S.cyc < S.n then return false end
+  S.chg = now; S.cyc = 0; S.G = S.n
+  local function step()
+    S.n = math.min(S.n + S.inc, CE)
+    S.inc = math.min(2 * S.inc, math.max(1, fdiv(S.n * 35, 100)))
+  end
+  if S.B > 0 and S.n >= S.B then
+    S.clean = S.clean + 1
+    if S.clean >= 1 then S.B = 0; S.clean = 0; S.inc = math.max(1, fdiv(S.n, 16)); step() end
+  elseif S.B > 0 and S.n + 1 >= S.B then
+    S.clean = S.clean + 1
+    if S.clean >= math.max(2, fdiv(100 + S.n - 1, S.n)) then S.n = math.min(S.n + 1, CE); S.clean = 0 end
+  elseif S.B > 0 then
+    S.n = math.min(S.n + math.max(1, fdiv(S.B - S.n, 2)), CE)
+  else
+    step()
+  end
+  return true
 end
 
 s = math.min(math.max(s, 0), now)
 if ev == 's' then
+  -- cnt calls of adapt.Law.Success(s, now), each followed by its Tick
   cnt = math.min(math.max(cnt, 0), MAXN)
+  local cyc0, n0 = S.cyc, S.n
+  local counted = s >= S.chg
   if cnt > 0 then
-    bucket()
+    roll()
     S.cur = math.min(S.cur + cnt, MAXN)
-    if s >= S.chg then S.cyc = math.min(S.cyc + cnt, MAXN) end
+    if counted then S.cyc = math.min(S.cyc + cnt, MAXN) end
     local d = lat0
     if d <= 0 then d = now - s end
-    d = math.min(d, W)
-    for _ = 1, math.min(cnt, 512) do S.lat = S.lat + fdiv(d - S.lat, 64) end
-  end
-elseif ev == 't' then
-  if s >= S.cut then
-    bucket()
-    -- A: the successes of the last Per (two aligned buckets, the
-    -- previous one weighted by the share of it still in the window)
-    local a = S.cur + fdiv(S.prev * (1024 - fdiv((now - S.cst) * 1024, W)), 1024)
-    if S.n > S.G then
-      -- a probe above the last good level failed: back to it
-      S.B = S.n; S.n = S.G
-    else
-      -- the good level failed: n = max(floor, min(0.9 n, 0.95 A (W+lat)/W))
-      S.B = S.n
-      local m = fdiv(S.n * 9, 10)
-      if a < S.n then
-        local t = a + fdiv(a * fdiv(S.lat * 1024, W), 1024)
-        m = math.min(m, 95 * fdiv(t, 100) + fdiv(95 * (t % 100), 100))
-      end
-      S.n = math.max(FL, m); S.G = S.n
+    d = math.min(d, MAXPER)
+    -- the average moves as for cnt samples of d, until it stops moving
+    for _ = 1, cnt do
+      local l = d
+      if S.lat ~= 0 then l = S.lat + fdiv(d - S.lat, 64) end
+      if l == S.lat then break end
+      S.lat = l
     end
-    S.inc = 1; S.clean = 0; S.cyc = 0; S.cut = now; S.chg = now
   end
-end
-
--- the lazy tick: a level is proven by a Per elapsed and n successes of
--- calls started at it
-if now - S.chg >= W and S.cyc >= S.n then
-  S.chg = now; S.cyc = 0
-  if S.n < S.G then S.n = S.G
+  if tick() and cnt > 0 then
+    -- one by one, the proof came at success i; those after it count
+    -- toward the new level only if they started at it (s == now)
+    local i = 1
+    if counted then i = math.max(1, n0 - cyc0) end
+    if s >= now then S.cyc = cnt - i end
+  end
+elseif ev == 't' and s >= S.cut then
+  if S.n > S.G then
+    -- a probe above the last good level failed: back to it
+    S.B = S.n; S.n = S.G
   else
-    S.G = S.n
-    if S.B > 0 and S.n >= S.B then
-      S.clean = S.clean + 1
-      if S.clean >= 1 then
-        S.B = 0; S.clean = 0
-        S.inc = math.max(1, fdiv(S.n, 16))
-        S.n = math.min(CE, S.n + S.inc)
-        S.inc = math.min(S.inc * 2, math.max(1, fdiv(S.n * 35, 100)))
-      end
-    elseif S.B > 0 and S.n + 1 >= S.B then
-      S.clean = S.clean + 1
-      if S.clean >= math.max(2, fdiv(100 + S.n - 1, S.n)) then S.n = math.min(CE, S.n + 1); S.clean = 0 end
-    elseif S.B > 0 then
-      S.n = math.min(CE, S.n + math.max(1, fdiv(S.B - S.n, 2)))
-    else
-      S.n = math.min(CE, S.n + S.inc)
-      S.inc = math.min(S.inc * 2, math.max(1, fdiv(S.n * 35, 100)))
-    end
+    -- the good level failed: n = max(floor, min(n·9/10, slots·95/100)),
+    -- slots the successes of the last Per scaled by (W + lat)/W
+    S.B = S.n
+    roll()
+    local el = math.min(math.max(now - S.cst, 0), W)
+    local a = S.cur + muldiv(S.prev, W - el, W)
+    local t = muldiv(a, W + S.lat, W)
+    local m = math.min(fdiv(S.n * 9, 10), 95 * fdiv(t, 100) + fdiv(95 * (t % 100), 100))
+    S.n = math.min(math.max(m, FL), CE); S.G = S.n
   end
+  S.inc = 1; S.clean = 0; S.cyc = 0; S.cut = now; S.chg = now
 end
 
 local st = redis.call('HMGET', H, 's', 'S')

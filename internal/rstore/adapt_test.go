@@ -9,121 +9,50 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratesem/ratesem/internal/adapt"
+
 	goredis "github.com/redis/go-redis/v9"
 )
 
-// hlState is the law's state as adaptScript keeps it (field for field).
+// hlState is the law's state as adaptScript keeps it (field for field;
+// m, the latest instant seen, is Redis's own).
 type hlState struct {
 	n, G, B, inc, clean, cyc, chg, cut, cur, prev, cst, lat, m int64
 }
 
-// hlRef is a Go port of the law "HL" (research21/LAW.md, law.go's HL with
-// FullCycle and the two-bucket A) in the integer form adaptScript uses:
-// the reference of the differential test until internal/adapt lands.
-type hlRef struct {
-	st    hlState
+// lawRef is the Go law (internal/adapt) as Adapt runs it in Redis: made
+// at the first report with its level set then, fed one Success per call of
+// a batch.
+type lawRef struct {
+	l     adapt.Law
 	valid bool
 }
 
-func floorDiv(a, b int64) int64 {
-	q := a / b
-	if a%b != 0 && (a < 0) != (b < 0) {
-		q--
-	}
-	return q
-}
-
-// apply is adaptScript for one event at now (µs): thr a throttle of the
-// call started at s, else cnt successes started at or after s, of mean
-// latency lat0 (0: now − s).
-func (r *hlRef) apply(now, W, fl, ce int64, thr bool, s, cnt, lat0 int64) int64 {
-	S := &r.st
-	if r.valid && S.m > now {
-		now = S.m
-	}
+// apply feeds the report ev at now (µs) to the reference and returns n.
+func (r *lawRef) apply(now, W, fl, ce int64, ev AdaptEvent) int64 {
 	if !r.valid {
-		*S = hlState{n: fl, G: fl, inc: 1, chg: now, cut: -1, cst: now - now%W, lat: min(50000, W), m: now}
+		r.l = adapt.New(adapt.Params{Floor: fl, Ceiling: ce, W: W}, 0)
+		r.l.S.LastChange = now
 		r.valid = true
 	}
-	S.n = min(max(S.n, fl), ce)
-	S.G = min(max(S.G, fl), ce)
-	S.lat = min(S.lat, W)
-	S.m = now
-	bucket := func() {
-		d := now - S.cst
-		switch {
-		case d < W:
-		case d < 2*W:
-			S.prev, S.cur, S.cst = S.cur, 0, S.cst+W
-		default:
-			S.prev, S.cur, S.cst = 0, 0, now-now%W
+	st := ev.Start.UnixMicro()
+	switch {
+	case ev.Throttled:
+		r.l.Throttle(st, now)
+	case ev.Count == 0:
+		r.l.Tick(now)
+	default:
+		for range ev.Count {
+			r.l.Success(st, now)
 		}
 	}
-	s = min(max(s, 0), now)
-	if !thr {
-		cnt = min(max(cnt, 0), MaxN)
-		if cnt > 0 {
-			bucket()
-			S.cur = min(S.cur+cnt, MaxN)
-			if s >= S.chg {
-				S.cyc = min(S.cyc+cnt, MaxN)
-			}
-			d := lat0
-			if d <= 0 {
-				d = now - s
-			}
-			d = min(d, W)
-			for range min(cnt, AdaptMaxBatch) {
-				S.lat += floorDiv(d-S.lat, 64)
-			}
-		}
-	} else if s >= S.cut {
-		bucket()
-		a := S.cur + floorDiv(S.prev*(1024-floorDiv((now-S.cst)*1024, W)), 1024)
-		if S.n > S.G {
-			S.B, S.n = S.n, S.G
-		} else {
-			S.B = S.n
-			m := floorDiv(S.n*9, 10)
-			if a < S.n {
-				t := a + floorDiv(a*floorDiv(S.lat*1024, W), 1024)
-				m = min(m, 95*floorDiv(t, 100)+floorDiv(95*(t%100), 100))
-			}
-			S.n = max(fl, m)
-			S.G = S.n
-		}
-		S.inc, S.clean, S.cyc, S.cut, S.chg = 1, 0, 0, now, now
-	}
-	if now-S.chg >= W && S.cyc >= S.n {
-		S.chg, S.cyc = now, 0
-		if S.n < S.G {
-			S.n = S.G
-		} else {
-			S.G = S.n
-			switch {
-			case S.B > 0 && S.n >= S.B:
-				S.clean++
-				if S.clean >= 1 {
-					S.B, S.clean = 0, 0
-					S.inc = max(1, floorDiv(S.n, 16))
-					S.n = min(ce, S.n+S.inc)
-					S.inc = min(S.inc*2, max(1, floorDiv(S.n*35, 100)))
-				}
-			case S.B > 0 && S.n+1 >= S.B:
-				S.clean++
-				if S.clean >= max(2, floorDiv(100+S.n-1, S.n)) {
-					S.n = min(ce, S.n+1)
-					S.clean = 0
-				}
-			case S.B > 0:
-				S.n = min(ce, S.n+max(1, floorDiv(S.B-S.n, 2)))
-			default:
-				S.n = min(ce, S.n+S.inc)
-				S.inc = min(S.inc*2, max(1, floorDiv(S.n*35, 100)))
-			}
-		}
-	}
-	return S.n
+	return r.l.N()
+}
+
+// state is the reference's state as adaptScript keeps it.
+func (r *lawRef) state(now int64) hlState {
+	S := r.l.S
+	return hlState{S.N, S.G, S.B, S.Inc, S.Clean, S.Cycled, S.LastChange, S.LastCut, S.Cur, S.Prev, S.CurStart, S.Lat, now}
 }
 
 // adaptStateOf reads the law's state of c's limiter from Redis.
@@ -169,11 +98,10 @@ func TestAdaptDifferential(t *testing.T) {
 	clk := newClock()
 	s, rdb := newStore(t, clk, time.Minute)
 	type cfg struct {
-		per     time.Duration
-		fl, ce  int64
-		latency bool
+		per    time.Duration
+		fl, ce int64
 	}
-	cfgs := []cfg{{100 * time.Millisecond, 1, 200, false}, {time.Second, 10, 0, true}, {100 * time.Millisecond, 3, 40, true}}
+	cfgs := []cfg{{100 * time.Millisecond, 1, 200}, {time.Second, 10, 0}, {100 * time.Millisecond, 3, 40}}
 	changes, cuts := 0, 0
 	for ci, cf := range cfgs {
 		for seed := range uint64(4) {
@@ -184,7 +112,7 @@ func TestAdaptDifferential(t *testing.T) {
 			if ce == 0 {
 				ce = MaxN
 			}
-			var ref hlRef
+			var ref lawRef
 			var starts []int64 // recent admissions, for reports
 			prevN := int64(-1)
 			for step := range 1500 {
@@ -209,19 +137,16 @@ func TestAdaptDifferential(t *testing.T) {
 				case op < 70:
 					ev.Count = 1
 				default:
-					ev.Count = 1 + rng.Int64N(max(ref.st.n/2, 2))
+					ev.Count = 1 + rng.Int64N(max(ref.l.N()/2, 2))
 				}
-				if cf.latency && ev.Count > 0 && rng.IntN(2) == 0 {
-					ev.Latency = time.Duration(rng.Int64N(W)) * time.Microsecond
-				}
-				want := ref.apply(now, W, cf.fl, ce, ev.Throttled, st, ev.Count, ev.Latency.Microseconds())
+				want := ref.apply(now, W, cf.fl, ce, ev)
 				got, err := s.Adapt(ctx, "diff", c, AdaptBounds{Floor: cf.fl, Ceiling: cf.ce}, ev)
 				if err != nil {
 					t.Fatal(err)
 				}
 				gs, ok := adaptStateOf(t, s, rdb, "diff", c)
-				if got != want || !ok || gs != ref.st {
-					t.Fatalf("cfg %d seed %d step %d %+v: Lua n=%d state %+v, Go n=%d state %+v", ci, seed, step, ev, got, gs, want, ref.st)
+				if got != want || !ok || gs != ref.state(now) {
+					t.Fatalf("cfg %d seed %d step %d %+v: Lua n=%d state %+v, Go n=%d state %+v", ci, seed, step, ev, got, gs, want, ref.state(now))
 				}
 				if got != prevN {
 					changes++
@@ -430,8 +355,8 @@ func TestAdaptHostile(t *testing.T) {
 	if k, _ := rdb.Keys(ctx, "*").Result(); len(k) != 0 {
 		t.Fatalf("refused reports wrote %v", k)
 	}
-	ref := hlRef{}
 	W := int64(100_000)
+	last := int64(0)
 	rng := rand.New(rand.NewPCG(7, 21))
 	starts := []time.Time{{}, time.UnixMicro(-5), time.UnixMicro(1 << 62), time.Unix(1<<40, 0), clk.t.Add(time.Hour)}
 	for i := range 400 {
@@ -460,15 +385,11 @@ func TestAdaptHostile(t *testing.T) {
 		if n < b.Floor || n > b.Ceiling {
 			t.Fatalf("event %d %+v: n=%d outside [%d, %d]", i, ev, n, b.Floor, b.Ceiling)
 		}
-		// the Go reference sees what the script saw
-		st := int64(0)
-		if !ev.Start.IsZero() {
-			st = max(ev.Start.UnixMicro(), 0)
+		gs, _ := adaptStateOf(t, s, rdb, "sc", c)
+		if gs.m < last || gs.n != n || gs.lat < 0 || gs.lat > int64(MaxPer/time.Microsecond) || gs.cyc > MaxN || gs.cur > MaxN || gs.B < 0 || gs.inc < 1 {
+			t.Fatalf("event %d %+v: state %+v (latest instant before %d)", i, ev, gs, last)
 		}
-		want := ref.apply(clk.t.UnixMicro(), W, b.Floor, b.Ceiling, ev.Throttled, st, min(ev.Count, MaxN), min(max(ev.Latency, 0), MaxPer).Microseconds())
-		if gs, _ := adaptStateOf(t, s, rdb, "sc", c); n != want || gs != ref.st {
-			t.Fatalf("event %d %+v: Lua %d %+v, Go %d %+v", i, ev, n, gs, want, ref.st)
-		}
+		last = gs.m
 	}
 	// a level at the ceiling stays there (a bad level learned above must
 	// first be forgotten: edge probes); a lower ceiling takes it down at once
@@ -506,5 +427,33 @@ func TestAdaptHostile(t *testing.T) {
 	}
 	if n, _ := rdb.Exists(ctx, s.adaptKey("sc", other)).Result(); n != 0 {
 		t.Fatal("a mismatch wrote the state")
+	}
+}
+
+// TestAdaptLatency: a batch's Latency moves the average as that many
+// successes of that duration would (adapt.Law.Success), and proves as the
+// batch's Start says.
+func TestAdaptLatency(t *testing.T) {
+	ctx := context.Background()
+	clk := newClock()
+	s, rdb := newStore(t, clk, time.Minute)
+	c := Charge{Rule: "r", Key: "k", Spec: spec(SlidingLog, 1, time.Second)}
+	b := AdaptBounds{Floor: 3, Ceiling: 100}
+	ref := adapt.New(adapt.Params{Floor: 3, Ceiling: 100, W: 1_000_000}, 0)
+	for i, ev := range []struct {
+		count int64
+		lat   time.Duration
+	}{{5, 20 * time.Millisecond}, {200, 84 * time.Millisecond}, {1, time.Millisecond}, {3000, 3 * time.Millisecond}, {7, 2 * time.Second}} {
+		clk.add(10 * time.Millisecond)
+		if _, err := s.Adapt(ctx, "sc", c, b, AdaptEvent{Start: clk.t.Add(-time.Millisecond), Count: ev.count, Latency: ev.lat}); err != nil {
+			t.Fatal(err)
+		}
+		now := clk.t.UnixMicro()
+		for range ev.count {
+			ref.Success(now-ev.lat.Microseconds(), now)
+		}
+		if gs, _ := adaptStateOf(t, s, rdb, "sc", c); gs.lat != ref.S.Lat || gs.cur != ref.S.Cur {
+			t.Fatalf("batch %d: lat %d cur %d, want %d %d", i, gs.lat, gs.cur, ref.S.Lat, ref.S.Cur)
+		}
 	}
 }
