@@ -3,9 +3,10 @@ package rstore
 import (
 	"context"
 	"fmt"
-	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/ratesem/ratesem/internal/rspec"
 )
 
 // # Adaptive limits (issue 21 item 1)
@@ -45,43 +46,13 @@ import (
 // lost (FLUSHALL, eviction, an idle key expired) starts again from the
 // floor: the safe side.
 
-// AdaptBounds are the bounds of a learned level n, in units per the
-// limiter's Per (the window's N).
-type AdaptBounds struct {
-	// Floor is where the law starts and the least n it ever sets: 1 to
-	// Ceiling.
-	Floor int64
-	// Ceiling is the most n it ever sets: Floor to MaxN; 0 means MaxN (no
-	// ceiling). A published limit belongs here.
-	Ceiling int64
-}
+// The types of Adapt (rspec's, under their names here).
+type (
+	AdaptBounds = rspec.AdaptBounds
+	AdaptEvent  = rspec.AdaptEvent
+)
 
-// AdaptEvent is one report to Adapt: ended calls of the limiter.
-//
-// Start is on Redis's clock: the Decision.Now of the admission (the
-// instant the admission script gave the call). The zero time.Time counts
-// as the Unix epoch, before any cut (a throttle so reported is ignored
-// once any cut happened); a Start later than the script's now counts as
-// now.
-type AdaptEvent struct {
-	// Throttled reports one call the server refused for rate (429, 503,
-	// RESOURCE_EXHAUSTED, or the caller's classification); Count and
-	// Latency are then not used.
-	Throttled bool
-	// Start is the call's admission instant (Throttled), or one at or
-	// before the admission of every success counted (a batch): successes
-	// of calls started at or after the level's last change prove it, and
-	// a batch whose Start is earlier proves nothing.
-	Start time.Time
-	// Count is the number of successes reported (0: only the lazy tick
-	// runs). Negative counts are an error; counts above MaxN count as
-	// MaxN.
-	Count int64
-	// Latency is the mean duration of the successes (0: the time from
-	// Start to the script's now, as adapt.Law.Success takes it); negative
-	// is taken as 0, and anything above MaxPer as MaxPer.
-	Latency time.Duration
-}
+var _ rspec.Adapter = (*Store)(nil)
 
 // adaptKey returns the key of the law's state of c's limiter.
 func (s *Store) adaptKey(scope string, c Charge) string {
