@@ -103,6 +103,10 @@ func New(t Table, opts ...Option) (*Pool, error) {
 		p.rules[r.Name] = r
 		rules[i] = engine.Rule{Name: r.Name, Limit: r.Limit, Window: r.Window, MaxUnitsInFlight: r.MaxUnitsInFlight,
 			Usage: r.Usage, Settle: r.Settle, PauseOnThrottle: r.PauseOnThrottle}
+		if r.Adapt != nil {
+			a := engine.Adaptive(*r.Adapt) // a copy: the caller's struct may change
+			rules[i].Adapt = &a
+		}
 		if learn := r.Learn; learn != nil {
 			rules[i].Learn = func(h http.Header, now time.Time) (engine.Learned, bool) {
 				in, ok := learn(h, now)
@@ -366,14 +370,52 @@ func (p *Pool) Pause(rule, key string, until time.Time) error { return p.e.Pause
 // the pause) and adds nothing; and when the targets span rules of different
 // windows, only those with the shortest Limit.Per are paused (the shortest
 // window that can explain the rejection, not a daily one). A Release of a
-// call on the key admitted after its latest throttle resets k. It never
-// blocks and reads no body.
+// call on the key admitted after its latest throttle resets k. For a key of
+// an adaptive rule (Rule.Adapt) among the targets it is also a throttle of
+// a call started one Per ago (so such reports cut its level at most once
+// per window): ThrottledTicket, which knows the call, is the exact signal.
+// It never blocks and reads no body.
 func (p *Pool) Throttled(th Throttle, charges []Charge) {
 	var targets []Charge
 	if p.table.ThrottleTargets != nil {
 		targets = p.table.ThrottleTargets(th, charges)
 	}
 	p.e.ThrottledTargets(charges, targets, th.Status, th.RetryAfter)
+}
+
+// ThrottledTicket reports that the server rejected the call t (a Ticket
+// of this Pool, not yet released) for its rate, as th describes the
+// response. It pauses what Throttled(th, t.Charges()) pauses, and is the
+// exact signal of adaptive limits (Rule.Adapt): the keys of adaptive rules
+// among the throttle's targets cut their level as for a throttle of a call
+// started when t was admitted (throttles of calls admitted before the
+// latest cut are ignored), and t's Release then counts no success. A
+// second report of t (the body after the headers) cuts nothing more; a
+// report after Release only pauses. Package httpclient's NewPool calls it
+// for every throttled response (429 and 418 by default, or what its
+// WithThrottledBody hook says). It never blocks and reads no body.
+func (p *Pool) ThrottledTicket(th Throttle, t *Ticket) {
+	p.e.ThrottledTicket(&t.t, p.targets(th, t), th.Status, th.RetryAfter)
+}
+
+// Overloaded reports that the server answered the call t (a Ticket of
+// this Pool, not yet released) with an overload rather than a throttle of
+// its quota (HTTP 503 Service Unavailable, as th describes it): it pauses
+// nothing, as ratesem never pauses a limit for a 503, and for adaptive
+// rules (Rule.Adapt) it is a throttle of t, as in ThrottledTicket. Package
+// httpclient's NewPool calls it for every 503 (and then ThrottledTicket
+// too when its WithThrottledBody hook counts a 503 as a throttle: that
+// pauses, and cuts nothing more). It never blocks and reads no body.
+func (p *Pool) Overloaded(th Throttle, t *Ticket) {
+	p.e.OverloadedTicket(&t.t, p.targets(th, t))
+}
+
+// targets is the Table's ThrottleTargets for th and t's charges, or nil.
+func (p *Pool) targets(th Throttle, t *Ticket) []Charge {
+	if p.table.ThrottleTargets == nil {
+		return nil
+	}
+	return p.table.ThrottleTargets(th, t.Charges())
 }
 
 // Reconcile takes in the server's own count for (rule, key): used units in its

@@ -89,8 +89,59 @@ type Rule struct {
 	// event (Ticket.BodyUnread).
 	Settle func(h http.Header, body []byte) (units int64, ok bool)
 
+	// Adapt makes the limit adaptive, for an API that publishes no number
+	// (see Adaptive); nil means the limit is Limit (or learned). Limit.N is
+	// then the level each key starts at (0, or a value outside [Floor,
+	// Ceiling]: Floor), and Limit.Per the window the level counts in,
+	// whatever Window is: the level is each key's window's N.
+	Adapt *Adaptive
+
 	// Source is where the rule comes from (the API documentation page).
 	Source string
+}
+
+// Adaptive makes a rule's limit adaptive: each key's window N is a level
+// that starts at the rule's Limit.N (or Floor), rises while the key's calls
+// succeed and is cut when the server throttles them, within [Floor,
+// Ceiling]. It is for APIs that throttle (429, 503, gRPC's
+// RESOURCE_EXHAUSTED) but publish no limit: internal services, partner
+// APIs, the Kubernetes API server's API Priority and Fairness
+// (https://kubernetes.io/docs/concepts/cluster-administration/flow-control/).
+//
+// The signals, per key: a call released without a throttle is a success
+// started at its admission; Pool.ThrottledTicket (httpclient's NewPool
+// calls it on 429, 418 and 503) is a throttle of that call. The law
+// (internal/adapt, "HL") ignores throttles of calls admitted before its
+// latest cut (they were admitted under an older level); proves a level by
+// one clean cycle (a Per passed and as many calls as the level, admitted
+// at it, succeeded); climbs fast while no throttle is known (+1, +2, +4 …,
+// at most 35% a step), then halves the gap to the lowest level that drew a
+// throttle each cycle and probes that level +1 only every max(2, ⌈100/N⌉)
+// cycles; a throttle of a probe goes back to the last good level, a
+// throttle at the good level cuts it to min(90%, 95% of what the last Per
+// accepted). Against a server whose limit halves and then triples (100 >
+// 50 > 150 per second, calls of 20 to 80 ms, completion window) it keeps
+// rejections under 2% of calls and throughput above 85% of the limit
+// within 10 windows of each step (TestAdaptiveUnknownServer).
+//
+// Weights count in the level's units; a charge heavier than Floor can hold
+// is refused (ratesem.ErrWeightTooLarge), since a key's level may fall to
+// Floor. With Rule.Learn, a limit the key learns from a reply is its
+// ceiling; a server that reports its windows (Learned.Reset) is counted
+// against its budget, which then governs, not the level. SetLimit on an
+// adaptive rule sets the ceiling of every key (N) and the window (Per).
+// A key evicted when idle (WithIdleTimeout) starts over at Limit.N.
+// Redis mode (redisrate.Shared) refuses an adaptive rule at construction
+// until the fleet shares the law. The exchange presets never set it: their
+// bans escalate (Binance's 418 grows from 2 minutes to 3 days,
+// https://developers.binance.com/docs/binance-spot-api-docs/rest-api/limits).
+type Adaptive struct {
+	// Floor is the lowest level, in units per the rule's Limit.Per (≥ 1):
+	// a key is never held below it, however the server throttles.
+	Floor int64
+	// Ceiling is the highest level (≥ Floor), or 0 for none (up to
+	// 2^40): the published limit, when one is known.
+	Ceiling int64
 }
 
 // Learned is what a response's headers say about one rule's limit at the

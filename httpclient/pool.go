@@ -87,12 +87,17 @@ func (c *poolCall) PauseFor(d time.Duration) {
 // the headers are all there is yet).
 func (c *poolCall) Throttled(resp *http.Response, body []byte, retryAfter time.Duration) {
 	th := clientpool.Throttle{Status: resp.StatusCode, Header: resp.Header, RetryAfter: retryAfter, Body: body}
-	c.pool.Throttled(th, c.ticket.Charges())
+	c.pool.ThrottledTicket(th, c.ticket)
 }
 
-// ObserveResponse implements responseObserver: usage headers are reconciled.
+// ObserveResponse implements responseObserver: usage headers are
+// reconciled, and a 503 (an overloaded server: no pause) is a throttle of
+// the call for its adaptive rules (clientpool.Pool.Overloaded).
 func (c *poolCall) ObserveResponse(resp *http.Response) {
 	c.ticket.ObserveHeaders(resp.Header)
+	if resp.StatusCode == http.StatusServiceUnavailable {
+		c.pool.Overloaded(clientpool.Throttle{Status: resp.StatusCode, Header: resp.Header}, c.ticket)
+	}
 }
 
 // responseSettler is implemented by a Limiter whose calls settle their

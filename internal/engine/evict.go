@@ -109,6 +109,9 @@ func (p *Engine) roomLocked(missing int, now time.Time) error {
 
 func (p *Engine) newLimiterLocked(rs *ruleState, key string, now time.Time) *limiter {
 	l := &limiter{rule: rs, key: key, last: p.mono(now), unknown: rs.unknown, policy: p.book.policyFor(rs)}
+	if rs.Adapt != nil {
+		l.ad = rs.newLaw()
+	}
 	rs.keys[key] = l
 	rs.idlePush(l)
 	p.live++

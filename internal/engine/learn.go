@@ -91,7 +91,9 @@ func (p *Engine) learn(hd *held, in Learned, date time.Time) (int64, error) {
 		if lim.Per <= 0 || lim.Per > maxLearnedPer {
 			lim.Per = rs.limit.Per
 		}
-		if l.unknown || lim != l.limit() {
+		if l.ad != nil {
+			p.adaptLearnedLocked(l, lim.N, now) // the published limit is the ceiling
+		} else if l.unknown || lim != l.limit() {
 			first = l.unknown
 			p.setKeyLimitLocked(l, lim, now)
 		}

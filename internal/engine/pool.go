@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ratesem/ratesem"
+	"github.com/ratesem/ratesem/internal/adapt"
 	"github.com/ratesem/ratesem/internal/remote"
 	"github.com/ratesem/ratesem/internal/rspec"
 	"github.com/ratesem/ratesem/internal/sat"
@@ -81,7 +82,8 @@ type ruleState struct {
 	skew     time.Duration // the host's clock ahead of the server's, from the Date headers (ResetMargin)
 	skewAt   time.Time     // when skew was measured
 	keys     map[string]*limiter
-	one      bool // the rule of a One (the semaphore front)
+	adCeil   int64 // Rule.Adapt: the ceiling of every new key's level (Adaptive.Ceiling, or SetLimit's N)
+	one      bool  // the rule of a One (the semaphore front)
 	// Redis mode: the rule's window as Redis keeps it (replaced, never
 	// changed, by SetLimit), and whether SetLimit was called here.
 	spec    *rspec.Spec
@@ -103,10 +105,11 @@ type limiter struct {
 	fb       *feedback // nil until the key is paused, throttled or reconciled
 	// idle list links, valid while refs == 0.
 	prevIdle, nextIdle *limiter
-	refs               int32 // waiters and tickets holding it: never evicted while > 0
-	waiting            int32 // waiting calls charging it (WithMaxQueue)
-	asking             int32 // Redis mode: calls asking Redis outside its queue (freeLocked)
-	unknown            bool  // Rule.Learn: no limit learned for this key yet; one call at a time
+	refs               int32      // waiters and tickets holding it: never evicted while > 0
+	waiting            int32      // waiting calls charging it (WithMaxQueue)
+	asking             int32      // Redis mode: calls asking Redis outside its queue (freeLocked)
+	unknown            bool       // Rule.Learn: no limit learned for this key yet; one call at a time
+	ad                 *adapt.Law // Rule.Adapt: the key's adaptive level (its window's N); nil for other rules
 }
 
 // feedback is the state only keys that were paused, throttled or
@@ -282,6 +285,12 @@ func New(rules []Rule, scope string, opts ...Option) (*Engine, error) {
 			lim.N, rs.learning, rs.unknown = MaxLearnedN, true, true
 		}
 		rs.setLimit(lim)
+		if r.Adapt != nil {
+			if cfg.Shared != nil {
+				return nil, fmt.Errorf("%w (rule %q)", errAdaptiveRedis, r.Name)
+			}
+			rs.adaptInit()
+		}
 		p.rules[r.Name] = rs
 		p.ruleList = append(p.ruleList, rs)
 	}
@@ -304,6 +313,7 @@ func (rs *ruleState) setLimit(l window.Limit) {
 	if rs.MaxUnitsInFlight > 0 {
 		rs.cap = rs.MaxUnitsInFlight
 	}
+	rs.adaptCapacity()
 	rs.quiet = int64(quiet(l, rs.capacity))
 }
 
@@ -329,6 +339,10 @@ type Ticket struct {
 	// rcall is, in Redis mode, the call Redis admitted, kept after
 	// Release: a usage report read then still carries its mark (redisMode.observe).
 	rcall *remote.Call
+	// throttled: a throttle of this call was reported (Ticket throttle
+	// methods), so its Release is no success for an adaptive rule. Under
+	// the engine's lock.
+	throttled bool
 }
 
 // Charges returns the charges the ticket holds, merged per (rule, key).
@@ -381,6 +395,9 @@ func (p *Engine) releaseLocked(t *Ticket, from int, now time.Time) {
 		p.endLocked(l, t.at, h.n, h.actual, h.settled, now)
 		if fb := l.fb; fb != nil && fb.streak != 0 && fb.throttles == h.thrAtAdmit {
 			fb.streak = 0 // a call went through without a throttle
+		}
+		if l.ad != nil && !t.throttled {
+			p.book.adaptSuccess(l, t.at, now) // may panic in a Rule.Window's SetLimit: ended all the same
 		}
 		p.unrefLocked(l, now)
 	}
@@ -860,6 +877,11 @@ func (b *inProc) setLimit(rs *ruleState, l window.Limit) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := p.now()
+	if rs.Adapt != nil {
+		p.adaptSetLimitLocked(rs, l, now)
+		p.refitLocked(rs, now)
+		return nil
+	}
 	rs.learning, rs.unknown = false, false
 	rs.setLimit(l)
 	for _, lim := range rs.keys {

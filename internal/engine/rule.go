@@ -24,6 +24,7 @@ type Rule struct {
 	Learn            func(h http.Header, now time.Time) (Learned, bool)
 	Settle           func(h http.Header, body []byte) (units int64, ok bool)
 	PauseOnThrottle  bool
+	Adapt            *Adaptive // nil: the limit is Limit (or learned)
 }
 
 // Learned is what a response's headers say about one rule's limit at the
@@ -98,12 +99,12 @@ func (r *Rule) check() error {
 	switch {
 	case r.Name == "":
 		return errors.New("ratesem: a rule has no name")
-	case r.Limit.N < 0 || r.Limit.N == 0 && r.Learn == nil || r.Limit.Per <= 0:
+	case r.Limit.N < 0 || r.Limit.N == 0 && r.Learn == nil && r.Adapt == nil || r.Limit.Per <= 0:
 		return fmt.Errorf("%w: rule %q: limit %v: want N > 0 per Per > 0", ratesem.ErrInvalidLimit, r.Name, r.Limit)
 	case r.MaxUnitsInFlight < 0:
 		return fmt.Errorf("%w: rule %q: negative MaxUnitsInFlight %d", ratesem.ErrInvalidLimit, r.Name, r.MaxUnitsInFlight)
 	}
-	return nil
+	return r.checkAdapt()
 }
 
 // policyFor returns a new window for a key of rs: the rule's, or, for a

@@ -75,9 +75,36 @@ func (p *Engine) pauseLocked(l *limiter, until, now time.Time) {
 // key admitted after its latest throttle resets k. It never blocks.
 // The targets are the front's choice (clientpool.Table.ThrottleTargets);
 // nil targets: the marked rules.
+//
+// A throttle of a key of an adaptive rule (Rule.Adapt) among the targets
+// also cuts its level, as a throttle of a call started one Per ago (at most
+// one cut per window from such reports): ThrottledTicket, which knows the
+// call's start, is the exact signal.
 func (p *Engine) ThrottledTargets(charges, targets []Charge, status int, retryAfter time.Duration) {
+	p.throttled(nil, charges, targets, status, retryAfter)
+}
+
+// ThrottledTicket is ThrottledTargets for the throttled call t (its charges):
+// the same pauses, and, for the keys of adaptive rules among the targets
+// (Rule.Adapt), a throttle of a call started at t's admission, after which
+// t's Release is no success. A second report of t (the body after the
+// headers) cuts nothing more; a report after Release only pauses. It never
+// blocks.
+func (p *Engine) ThrottledTicket(t *Ticket, targets []Charge, status int, retryAfter time.Duration) {
+	p.throttled(t, t.charges, targets, status, retryAfter)
+}
+
+func (p *Engine) throttled(t *Ticket, charges, targets []Charge, status int, retryAfter time.Duration) {
 	if targets == nil {
 		targets = p.marked(charges)
+	}
+	switch {
+	case t != nil && p.anyAdaptive(charges):
+		// Marked throttled even when the throttle is about other rules:
+		// a rejected call is no success for any of them.
+		p.throttleAdaptive(t, targets, t.at)
+	case t == nil && p.anyAdaptive(targets):
+		p.throttleAdaptive(nil, targets, 0)
 	}
 	src := ratesem.SourceBackoff
 	if retryAfter > 0 {
@@ -157,4 +184,19 @@ func (p *Engine) throttleKeys(targets []Charge, retryAfter time.Duration, src st
 		paused = append(paused, ratesem.Event{Kind: ratesem.Paused, Rule: c.Rule, Key: c.Key, Until: until, Pause: d, Source: src})
 	}
 	return paused
+}
+
+// OverloadedTicket reports that the server answered the call t with an
+// overload (HTTP 503) rather than a throttle of its quota: it pauses
+// nothing (as before adaptive limits: an overloaded or failing server is
+// not a client over its limit) and is, for the keys of adaptive rules
+// among the targets (nil: the marked ones, see ThrottledTargets), a
+// throttle of t; after it t's Release is no success. It never blocks.
+func (p *Engine) OverloadedTicket(t *Ticket, targets []Charge) {
+	if targets == nil {
+		targets = p.marked(t.charges)
+	}
+	if p.anyAdaptive(t.charges) {
+		p.throttleAdaptive(t, targets, t.at)
+	}
 }

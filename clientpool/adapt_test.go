@@ -1,0 +1,219 @@
+package clientpool_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/ratesem/ratesem/clientpool"
+	"github.com/ratesem/ratesem/window"
+)
+
+// unknownServer enforces a limit the client does not know, N(w) calls per
+// window W, that changes during the run; it counts like a completion
+// window (a call counts from its arrival until W after it ends at the
+// server) or like fixed windows aligned to the epoch (N arrivals per
+// window). A throttled call counts too (as most servers count a request).
+type unknownServer struct {
+	mu       sync.Mutex
+	epoch    time.Time
+	w        time.Duration
+	n        func(win int) int
+	fixed    bool
+	inflight int
+	ends     []time.Time // server ends of the counted calls, sorted enough (pruned by age)
+	fixedWin int
+	fixedCnt int
+}
+
+func (s *unknownServer) window(t time.Time) int { return int(t.Sub(s.epoch) / s.w) }
+
+// arrive decides a call arriving now; end must be called for every call
+// at its end at the server.
+func (s *unknownServer) arrive(now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var count int
+	if s.fixed {
+		if w := s.window(now); w != s.fixedWin {
+			s.fixedWin, s.fixedCnt = w, 0
+		}
+		count = s.fixedCnt
+		s.fixedCnt++
+	} else {
+		k := 0
+		for _, e := range s.ends {
+			if now.Sub(e) < s.w {
+				s.ends[k] = e
+				k++
+			}
+		}
+		s.ends = s.ends[:k]
+		count = s.inflight + len(s.ends)
+		s.inflight++
+	}
+	return count < s.n(s.window(now))
+}
+
+func (s *unknownServer) end(now time.Time) {
+	if s.fixed {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.inflight--
+	s.ends = append(s.ends, now)
+}
+
+// adaptRun is what one run measured.
+type adaptRun struct {
+	calls, rej int
+	acc        []int // accepted calls by the window they started in
+	n          []int
+	settled    float64 // accepted / N over the settled windows, %
+	recover    []int   // windows after each step until the 3-window mean ≥ 85% of N; -1: never
+	rejPct     float64
+}
+
+// stepN is the true limit: 100, then 50, 150 and 100 again, 60 windows each.
+func stepN(w int) int {
+	switch {
+	case w < 60:
+		return 100
+	case w < 120:
+		return 50
+	case w < 180:
+		return 150
+	}
+	return 100
+}
+
+var adaptSteps = []int{60, 120, 180}
+
+const adaptWindows = 240
+
+// runUnknown runs workers through a Pool with an adaptive rule against an
+// unknownServer on synctest's virtual time: each call takes 5-15 ms to
+// the server, 10-50 ms there, 5-15 ms back (20-80 ms), and reports a
+// throttle with Pool.ThrottledTicket before its Release.
+func runUnknown(t *testing.T, seed int64, fixed bool) adaptRun {
+	var r adaptRun
+	synctest.Test(t, func(t *testing.T) {
+		const per = time.Second
+		p := newPool(t, []clientpool.Rule{{
+			Name:  "api",
+			Limit: window.Limit{Per: per},
+			Adapt: &clientpool.Adaptive{Floor: 10},
+		}})
+		epoch := time.Now()
+		srv := &unknownServer{epoch: epoch, w: per, n: stepN, fixed: fixed, fixedWin: -1}
+		r.acc = make([]int, adaptWindows)
+		r.n = make([]int, adaptWindows)
+		for w := range r.n {
+			r.n[w] = stepN(w)
+		}
+		var mu sync.Mutex
+		endAt := epoch.Add(adaptWindows * per)
+		ctx, cancel := context.WithDeadline(context.Background(), endAt)
+		defer cancel()
+		c := clientpool.Charge{Rule: "api", Weight: 1}
+		var wg sync.WaitGroup
+		for k := range 200 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				rng := rand.New(rand.NewSource(seed*1000 + int64(k)))
+				for {
+					tk, err := p.Acquire(ctx, c)
+					if err != nil {
+						return
+					}
+					start := time.Now()
+					time.Sleep(time.Duration(5+rng.Intn(11)) * time.Millisecond)
+					ok := srv.arrive(time.Now())
+					time.Sleep(time.Duration(10+rng.Intn(41)) * time.Millisecond)
+					srv.end(time.Now())
+					time.Sleep(time.Duration(5+rng.Intn(11)) * time.Millisecond)
+					if !ok {
+						p.ThrottledTicket(clientpool.Throttle{Status: 429}, tk)
+					}
+					tk.Release()
+					if w := srv.window(start); w < adaptWindows {
+						mu.Lock()
+						r.calls++
+						if ok {
+							r.acc[w]++
+						} else {
+							r.rej++
+						}
+						mu.Unlock()
+					}
+				}
+			}()
+		}
+		wg.Wait()
+	})
+	r.rejPct = 100 * float64(r.rej) / float64(r.calls)
+	var acc, capa float64
+	for w := 20; w < adaptWindows-1; w++ {
+		settled := true
+		for _, s := range adaptSteps {
+			if w >= s && w < s+10 {
+				settled = false
+			}
+		}
+		if settled {
+			acc += float64(r.acc[w])
+			capa += float64(r.n[w])
+		}
+	}
+	r.settled = 100 * acc / capa
+	for _, s := range adaptSteps {
+		rec := -1
+		for w := s; w+2 < adaptWindows && w < s+60; w++ {
+			if float64(r.acc[w]+r.acc[w+1]+r.acc[w+2])/3 >= 0.85*float64(r.n[w]) {
+				rec = w - s
+				break
+			}
+		}
+		r.recover = append(r.recover, rec)
+	}
+	return r
+}
+
+// TestAdaptiveUnknownServer is issue 21's acceptance test of adaptive
+// limits: a server whose true limit is unknown to the client and steps
+// 100 > 50 > 150 > 100 per second, 200 workers, calls of 20-80 ms, on
+// virtual time, for 5 seeds and two ways of counting at the server. Each
+// run must keep rejections ≤ 2% of its calls, throughput ≥ 85% of the
+// true limit once settled (the ceiling of a completion window with these
+// latencies is N·W/(W+latency) ≈ 95.8%), and recover to ≥ 85% within 10
+// windows of each step. -v prints the table.
+func TestAdaptiveUnknownServer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a few seconds of virtual-time runs")
+	}
+	for _, fixed := range []bool{false, true} {
+		kind := "completion"
+		if fixed {
+			kind = "fixed"
+		}
+		for seed := int64(1); seed <= 5; seed++ {
+			r := runUnknown(t, seed, fixed)
+			line := fmt.Sprintf("server %-10s seed %d: calls %5d  rejected %5.2f%%  throughput %5.1f%% of N  recovery %v windows", kind, seed, r.calls, r.rejPct, r.settled, r.recover)
+			t.Log(line)
+			if r.rejPct > 2 || r.settled < 85 {
+				t.Errorf("%s: want rejected ≤ 2%%, throughput ≥ 85%%", line)
+			}
+			for i, rec := range r.recover {
+				if rec < 0 || rec > 10 {
+					t.Errorf("%s: step %d recovered in %d windows, want ≤ 10", line, i, rec)
+				}
+			}
+		}
+	}
+}
