@@ -24,6 +24,10 @@ type AdaptBounds struct {
 	// Ceiling is the most n it ever sets: Floor to MaxN; 0 means MaxN (no
 	// ceiling). A published limit belongs here.
 	Ceiling int64
+	// Start is the level a new state starts at (adapt.New's start): the
+	// rule's initial level; 0, or a value outside (Floor, Ceiling], means
+	// Floor. A state lost starts there again.
+	Start int64
 }
 
 // AdaptEvent is one report to Adapt: ended calls of the limiter.

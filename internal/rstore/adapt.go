@@ -73,8 +73,9 @@ func (s *Store) adaptKey(scope string, c Charge) string {
 // adapt.Law.Success(Start, now) (each followed by its Tick), with the
 // duration Latency when it is set; a throttle is adapt.Law.Throttle(Start,
 // now); Count 0 is adapt.Law.Tick(now). A state made new (first report,
-// or after a loss) is adapt.New at the floor, with its level set at the
-// instant it is made: calls started before (before a loss) prove nothing.
+// or after a loss) is adapt.New(p, b.Start) (the floor unless Start
+// says), with its level set at the instant it is made: calls started
+// before it (before a loss) prove nothing.
 //
 // c.Spec gives the window (kind, Per, margin or blocks, concurrency cap);
 // its N is not used. Throttles of calls started before the last cut are
@@ -130,7 +131,7 @@ func (s *Store) Adapt(ctx context.Context, scope string, c Charge, b AdaptBounds
 		return 0, err
 	}
 	keys = append(keys, s.adaptKey(scope, c))
-	args = append(args, b.Floor, ceil, kind, start, min(ev.Count, MaxN), lat)
+	args = append(args, b.Floor, ceil, kind, start, min(ev.Count, MaxN), lat, max(b.Start, 0))
 	v, err := adaptScript.Run(ctx, s.c, keys, args...).Result()
 	if err != nil {
 		return 0, fmt.Errorf("ratesem: redis adapt: %w", err)
@@ -147,8 +148,9 @@ func (s *Store) Adapt(ctx context.Context, scope string, c Charge, b AdaptBounds
 }
 
 // adaptScript is Adapt's script: KEYS H, F, Z, E of the charge (call's),
-// then A (run appends it); ARGV as call's, then floor, ceiling, event
-// ("s" successes, "t" a throttle), start µs, count, latency µs.
+// then A (Adapt appends it); ARGV as call's, then floor, ceiling, event
+// ("s" successes, "t" a throttle), start µs, count, latency µs, the start
+// level.
 //
 // Every division is a floor of integers below 2^53 (exact in Lua's
 // doubles), in the order internal/adapt computes them, so that both give
@@ -165,7 +167,8 @@ local function muldiv(a, b, c)
 end
 local H, AK = KEYS[1], KEYS[5]
 local kind, per, p1, conc, ttl = tonumber(ARGV[6]), tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[12])
-local FL, CE = tonumber(ARGV[13]), tonumber(ARGV[14])
+local FL, CE, ST = tonumber(ARGV[13]), tonumber(ARGV[14]), tonumber(ARGV[19])
+if ST <= FL or ST > CE then ST = FL end
 local ev, s, cnt, lat0 = ARGV[15], tonumber(ARGV[16]), tonumber(ARGV[17]), tonumber(ARGV[18])
 local W = per
 local FS = {'n', 'G', 'B', 'inc', 'clean', 'cyc', 'chg', 'cut', 'cur', 'prev', 'cst', 'lat', 'm'}
@@ -175,9 +178,9 @@ for j = 1, #FS do S[FS[j]] = tonumber(v[j]) end
 if S.m ~= nil and S.m > now then now = S.m end -- time never goes back for one state
 for j = 1, #FS do
   if S[FS[j]] == nil then
-    -- a new (or partly lost) state: adapt.New at the floor, its level
-    -- set now (only calls started from now on prove it)
-    S = {n = FL, G = FL, B = 0, inc = 1, clean = 0, cyc = 0, chg = now, cut = -1,
+    -- a new (or partly lost) state: adapt.New at the start level, its
+    -- level set now (only calls started from now on prove it)
+    S = {n = ST, G = ST, B = 0, inc = 1, clean = 0, cyc = 0, chg = now, cut = -1,
       cur = 0, prev = 0, cst = 0, lat = 0, m = now}
     break
   end

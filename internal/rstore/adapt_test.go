@@ -29,9 +29,9 @@ type lawRef struct {
 }
 
 // apply feeds the report ev at now (µs) to the reference and returns n.
-func (r *lawRef) apply(now, W, fl, ce int64, ev AdaptEvent) int64 {
+func (r *lawRef) apply(now, W, fl, ce, start int64, ev AdaptEvent) int64 {
 	if !r.valid {
-		r.l = adapt.New(adapt.Params{Floor: fl, Ceiling: ce, W: W}, 0)
+		r.l = adapt.New(adapt.Params{Floor: fl, Ceiling: ce, W: W}, start)
 		r.l.S.LastChange = now
 		r.valid = true
 	}
@@ -98,10 +98,10 @@ func TestAdaptDifferential(t *testing.T) {
 	clk := newClock()
 	s, rdb := newStore(t, clk, time.Minute)
 	type cfg struct {
-		per    time.Duration
-		fl, ce int64
+		per           time.Duration
+		fl, ce, start int64
 	}
-	cfgs := []cfg{{100 * time.Millisecond, 1, 200}, {time.Second, 10, 0}, {100 * time.Millisecond, 3, 40}}
+	cfgs := []cfg{{100 * time.Millisecond, 1, 200, 0}, {time.Second, 10, 0, 50}, {100 * time.Millisecond, 3, 40, 41}}
 	changes, cuts := 0, 0
 	for ci, cf := range cfgs {
 		for seed := range uint64(4) {
@@ -139,8 +139,8 @@ func TestAdaptDifferential(t *testing.T) {
 				default:
 					ev.Count = 1 + rng.Int64N(max(ref.l.N()/2, 2))
 				}
-				want := ref.apply(now, W, cf.fl, ce, ev)
-				got, err := s.Adapt(ctx, "diff", c, AdaptBounds{Floor: cf.fl, Ceiling: cf.ce}, ev)
+				want := ref.apply(now, W, cf.fl, ce, cf.start, ev)
+				got, err := s.Adapt(ctx, "diff", c, AdaptBounds{Floor: cf.fl, Ceiling: cf.ce, Start: cf.start}, ev)
 				if err != nil {
 					t.Fatal(err)
 				}
