@@ -36,17 +36,41 @@ type adapts struct {
 	sweepAt int
 }
 
-// adaptQ is one limiter's successes not yet reported.
+// adaptQ is one limiter's successes not yet reported, in two groups: the
+// calls admitted before the level's last change as Redis last answered it
+// (they cannot prove the next level) and those admitted since, so that the
+// former do not keep the latter from proving it (a report's Start is the
+// earliest of its calls).
 type adaptQ struct {
-	count  int64         // successes queued
-	start  time.Time     // the earliest admission (Redis's clock) of those queued
-	dur    time.Duration // the sum of their durations
-	last   time.Time     // this process's clock: the latest report of successes sent
-	per    time.Duration // the limiter's Per
-	busy   bool          // a report of successes is under way
-	n      int64         // the level Redis last answered; 0: none yet
-	c      rspec.Charge
-	bounds rspec.AdaptBounds
+	old, cur adaptGroup
+	since    time.Time // the level's last change, Redis's clock, as last answered; zero: unknown
+	last     time.Time // this process's clock: the latest report of successes sent
+	per      time.Duration
+	busy     bool  // a report of successes is under way
+	n        int64 // the level Redis last answered; 0: none yet
+	c        rspec.Charge
+	bounds   rspec.AdaptBounds
+}
+
+// adaptGroup is successes queued: their count, the earliest admission
+// (Redis's clock) and the sum of their durations.
+type adaptGroup struct {
+	count int64
+	start time.Time
+	dur   time.Duration
+}
+
+func (g *adaptGroup) add(start time.Time, dur time.Duration, count int64) {
+	g.count += count
+	g.dur += dur
+	if g.start.IsZero() || start.Before(g.start) {
+		g.start = start
+	}
+}
+
+// event is g as one report (g.count > 0).
+func (g *adaptGroup) event() rspec.AdaptEvent {
+	return rspec.AdaptEvent{Start: g.start, Count: g.count, Latency: max(g.dur/time.Duration(g.count), time.Microsecond)}
 }
 
 // CanAdapt reports whether the Engine's Store keeps adaptive limits
@@ -92,18 +116,18 @@ func (e *Engine) AdaptSuccess(scope string, c rspec.Charge, b rspec.AdaptBounds,
 	a := &e.ad
 	a.mu.Lock()
 	q := a.queueLocked(k, c, b, now)
-	q.count++
-	q.dur += max(dur, 0)
-	if q.start.IsZero() || start.Before(q.start) {
-		q.start = start
+	if start.Before(q.since) {
+		q.old.add(start, max(dur, 0), 1)
+	} else {
+		q.cur.add(start, max(dur, 0), 1)
 	}
 	if q.busy || now.Sub(q.last) < q.per/4 {
 		a.mu.Unlock()
 		return nil
 	}
-	ev := q.takeLocked(now)
+	evs := q.takeLocked(now)
 	a.mu.Unlock()
-	e.report(k, q, ev, true, then)
+	e.report(k, q, evs, true, then)
 	return nil
 }
 
@@ -127,7 +151,7 @@ func (e *Engine) AdaptThrottle(scope string, c rspec.Charge, b rspec.AdaptBounds
 	a.mu.Lock()
 	q := a.queueLocked(k, c, b, time.Now())
 	a.mu.Unlock()
-	e.report(k, q, rspec.AdaptEvent{Throttled: true, Start: start}, false, then)
+	e.report(k, q, []rspec.AdaptEvent{{Throttled: true, Start: start}}, false, then)
 	return nil
 }
 
@@ -143,7 +167,7 @@ func (a *adapts) queueLocked(k limKey, c rspec.Charge, b rspec.AdaptBounds, now 
 		}
 		if len(a.m) >= a.sweepAt {
 			for k, q := range a.m {
-				if q.count == 0 && !q.busy && now.Sub(q.last) > q.per {
+				if q.old.count == 0 && q.cur.count == 0 && !q.busy && now.Sub(q.last) > q.per {
 					delete(a.m, k)
 				}
 			}
@@ -156,19 +180,24 @@ func (a *adapts) queueLocked(k limKey, c rspec.Charge, b rspec.AdaptBounds, now 
 	return q
 }
 
-// takeLocked takes q's successes as one report, marks q busy and returns
-// the report. a.mu must be held.
-func (q *adaptQ) takeLocked(now time.Time) rspec.AdaptEvent {
-	ev := rspec.AdaptEvent{Start: q.start, Count: q.count, Latency: max(q.dur/time.Duration(q.count), time.Microsecond)}
-	q.count, q.dur, q.start = 0, 0, time.Time{}
+// takeLocked takes q's successes as one report (the older group first),
+// marks q busy and returns the report's events. a.mu must be held.
+func (q *adaptQ) takeLocked(now time.Time) []rspec.AdaptEvent {
+	evs := make([]rspec.AdaptEvent, 0, 2)
+	for _, g := range []*adaptGroup{&q.old, &q.cur} {
+		if g.count > 0 {
+			evs = append(evs, g.event())
+		}
+		*g = adaptGroup{}
+	}
 	q.busy, q.last = true, now
-	return ev
+	return evs
 }
 
-// report sends ev for q's limiter on a goroutine of the engine (succ: a
+// report sends evs for q's limiter on a goroutine of the engine (succ: a
 // report of successes, which clears q.busy when done and goes back to
 // q's queue when it cannot be sent).
-func (e *Engine) report(k limKey, q *adaptQ, ev rspec.AdaptEvent, succ bool, then func(int64, error)) {
+func (e *Engine) report(k limKey, q *adaptQ, evs []rspec.AdaptEvent, succ bool, then func(int64, error)) {
 	ad := e.st.(rspec.Adapter)
 	a := &e.ad
 	a.mu.Lock()
@@ -177,9 +206,10 @@ func (e *Engine) report(k limKey, q *adaptQ, ev rspec.AdaptEvent, succ bool, the
 	e.mu.Lock()
 	ok := !e.down && !e.closed && e.spawnLocked(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), e.cfg.Timeout)
-		n, err := ad.Adapt(ctx, k.scope, c, b, ev)
+		lv, err := ad.AdaptAll(ctx, k.scope, c, b, evs...)
 		cancel()
 		e.roundTrip(err)
+		n := lv.N
 		a.mu.Lock()
 		if succ {
 			q.busy = false
@@ -187,6 +217,15 @@ func (e *Engine) report(k limKey, q *adaptQ, ev rspec.AdaptEvent, succ bool, the
 		changed := err == nil && q.n != 0 && n != q.n
 		if err == nil {
 			q.n = n
+			if lv.Changed.After(q.since) {
+				// the successes queued since, admitted before it,
+				// cannot prove the next level: they move to the old group
+				q.since = lv.Changed
+				if q.cur.count > 0 && q.cur.start.Before(q.since) {
+					q.old.add(q.cur.start, q.cur.dur, q.cur.count)
+					q.cur = adaptGroup{}
+				}
+			}
 		}
 		a.mu.Unlock()
 		if changed {
@@ -205,10 +244,12 @@ func (e *Engine) report(k limKey, q *adaptQ, ev rspec.AdaptEvent, succ bool, the
 		// successes wait for the next report.
 		a.mu.Lock()
 		q.busy = false
-		q.count += ev.Count
-		q.dur += ev.Latency * time.Duration(ev.Count)
-		if q.start.IsZero() || ev.Start.Before(q.start) {
-			q.start = ev.Start
+		for _, ev := range evs {
+			g := &q.cur
+			if ev.Start.Before(q.since) {
+				g = &q.old
+			}
+			g.add(ev.Start, ev.Latency*time.Duration(ev.Count), ev.Count)
 		}
 		a.mu.Unlock()
 	}

@@ -10,9 +10,18 @@ import (
 // per limiter, fed by every process's ended calls, stored as the
 // limiter's limit (as SetLimit). See internal/rstore's Store.Adapt.
 type Adapter interface {
-	// Adapt applies ev to the learned level of c's limiter in scope and
-	// returns the level in force (units per c.Spec's Per). One round trip.
-	Adapt(ctx context.Context, scope string, c Charge, b AdaptBounds, ev AdaptEvent) (int64, error)
+	// AdaptAll applies evs, in order, to the learned level of c's limiter
+	// in scope and returns the level in force. One round trip.
+	AdaptAll(ctx context.Context, scope string, c Charge, b AdaptBounds, evs ...AdaptEvent) (AdaptLevel, error)
+}
+
+// AdaptLevel is a limiter's learned level as Redis answered it.
+type AdaptLevel struct {
+	// N is the level: the limiter's N, in units per its Per.
+	N int64
+	// Changed is the instant (Redis's clock) the level last changed or
+	// was proven: only calls admitted at or after it prove the next one.
+	Changed time.Time
 }
 
 // AdaptBounds are the bounds of a learned level n, in units per the

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"time"
+
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/ratesem/ratesem/internal/rspec"
@@ -90,26 +92,41 @@ func (s *Store) adaptKey(scope string, c Charge) string {
 // the go-redis error when the round trip fails. One round trip; safe for
 // concurrent use (Redis runs one script at a time).
 func (s *Store) Adapt(ctx context.Context, scope string, c Charge, b AdaptBounds, ev AdaptEvent) (int64, error) {
+	lv, err := s.AdaptAll(ctx, scope, c, b, ev)
+	return lv.N, err
+}
+
+// MaxAdaptEvents is the most events of one AdaptAll.
+const MaxAdaptEvents = 8
+
+// AdaptAll is Adapt for up to MaxAdaptEvents reports applied in order, in
+// one EVALSHA (a process's successes split by the level's last change, a
+// throttle after them); it returns the level in force after the last and
+// the instant the level last changed or was proven (Redis's clock), from
+// which a process can tell which of its calls may prove the next level.
+// Errors as Adapt, and an error for no event or too many.
+func (s *Store) AdaptAll(ctx context.Context, scope string, c Charge, b AdaptBounds, evs ...AdaptEvent) (rspec.AdaptLevel, error) {
+	var none rspec.AdaptLevel
 	if c.Spec == nil {
-		return 0, fmt.Errorf("ratesem: adapt: charge %s[%s] has no Spec", clip(c.Rule), clip(c.Key))
+		return none, fmt.Errorf("ratesem: adapt: charge %s[%s] has no Spec", clip(c.Rule), clip(c.Key))
 	}
 	switch c.Spec.Kind {
 	case Completion, FixedCompletion, SlidingLog, FixedWindow, SlidingWindowCounter, SubWindowCounter:
 	default:
-		return 0, fmt.Errorf("%w: rule %q key %q: an adaptive limit needs a window (not %s): a bucket's burst would have to follow the level", ErrSpec, clip(c.Rule), clip(c.Key), c.Spec)
+		return none, fmt.Errorf("%w: rule %q key %q: an adaptive limit needs a window (not %s): a bucket's burst would have to follow the level", ErrSpec, clip(c.Rule), clip(c.Key), c.Spec)
 	}
 	if c.Spec.Limit.Per <= 0 {
-		return 0, fmt.Errorf("%w: rule %q key %q: an adaptive limit needs a Per > 0", ErrSpec, clip(c.Rule), clip(c.Key))
+		return none, fmt.Errorf("%w: rule %q key %q: an adaptive limit needs a Per > 0", ErrSpec, clip(c.Rule), clip(c.Key))
 	}
 	ceil := b.Ceiling
 	if ceil == 0 {
 		ceil = MaxN
 	}
 	if b.Floor < 1 || ceil < b.Floor || ceil > MaxN {
-		return 0, fmt.Errorf("ratesem: adapt: floor %d, ceiling %d: want 1 ≤ floor ≤ ceiling ≤ %d", b.Floor, b.Ceiling, int64(MaxN))
+		return none, fmt.Errorf("ratesem: adapt: floor %d, ceiling %d: want 1 ≤ floor ≤ ceiling ≤ %d", b.Floor, b.Ceiling, int64(MaxN))
 	}
-	if ev.Count < 0 {
-		return 0, fmt.Errorf("ratesem: adapt: %d successes: want a count ≥ 0", ev.Count)
+	if len(evs) == 0 || len(evs) > MaxAdaptEvents {
+		return none, fmt.Errorf("ratesem: adapt: %d events: want 1 to %d", len(evs), MaxAdaptEvents)
 	}
 	sp := *c.Spec
 	c.Spec = &sp
@@ -117,40 +134,50 @@ func (s *Store) Adapt(ctx context.Context, scope string, c Charge, b AdaptBounds
 	// counter bounds N·Per); its own N is not used.
 	sp.Limit.N = ceil
 	c.Weight = 0
-	start := int64(0)
-	if !ev.Start.IsZero() {
-		start = max(ev.Start.UnixMicro(), 0)
-	}
-	kind := "s"
-	if ev.Throttled {
-		kind = "t"
-	}
-	lat := min(max(ev.Latency, 0), MaxPer).Microseconds()
 	keys, args, err := s.call(scope, []Charge{c}, "", "")
 	if err != nil {
-		return 0, err
+		return none, err
 	}
 	keys = append(keys, s.adaptKey(scope, c))
-	args = append(args, b.Floor, ceil, kind, start, min(ev.Count, MaxN), lat, max(b.Start, 0))
+	args = append(args, b.Floor, ceil, max(b.Start, 0), len(evs))
+	for _, ev := range evs {
+		if ev.Count < 0 {
+			return none, fmt.Errorf("ratesem: adapt: %d successes: want a count ≥ 0", ev.Count)
+		}
+		start := int64(0)
+		if !ev.Start.IsZero() {
+			start = max(ev.Start.UnixMicro(), 0)
+		}
+		kind := "s"
+		if ev.Throttled {
+			kind = "t"
+		}
+		args = append(args, kind, start, min(ev.Count, MaxN), min(max(ev.Latency, 0), MaxPer).Microseconds())
+	}
 	v, err := adaptScript.Run(ctx, s.c, keys, args...).Result()
 	if err != nil {
-		return 0, fmt.Errorf("ratesem: redis adapt: %w", err)
+		return none, fmt.Errorf("ratesem: redis adapt: %w", err)
 	}
-	switch r := v.(type) {
-	case int64:
-		return r, nil
-	case []any:
-		if len(r) == 3 {
-			return 0, mismatch([]Charge{c}, r)
+	if r, ok := v.([]any); ok {
+		switch len(r) {
+		case 2:
+			n, ok1 := r[0].(int64)
+			chg, ok2 := r[1].(int64)
+			if ok1 && ok2 {
+				return rspec.AdaptLevel{N: n, Changed: time.UnixMicro(chg)}, nil
+			}
+		case 3:
+			return none, mismatch([]Charge{c}, r)
 		}
 	}
-	return 0, fmt.Errorf("ratesem: malformed reply from Redis: %v", v)
+	return none, fmt.Errorf("ratesem: malformed reply from Redis: %v", v)
 }
 
-// adaptScript is Adapt's script: KEYS H, F, Z, E of the charge (call's),
-// then A (Adapt appends it); ARGV as call's, then floor, ceiling, event
-// ("s" successes, "t" a throttle), start µs, count, latency µs, the start
-// level.
+// adaptScript is AdaptAll's script: KEYS H, F, Z, E of the charge
+// (call's), then A (AdaptAll appends it); ARGV as call's, then floor,
+// ceiling, the start level, the number of events, then 4 values per
+// event: "s" successes or "t" a throttle, start µs, count, latency µs.
+// It returns {n, chg}, or {-1, 1, stored} for a limit of another kind.
 //
 // Every division is a floor of integers below 2^53 (exact in Lua's
 // doubles), in the order internal/adapt computes them, so that both give
@@ -167,9 +194,8 @@ local function muldiv(a, b, c)
 end
 local H, AK = KEYS[1], KEYS[5]
 local kind, per, p1, conc, ttl = tonumber(ARGV[6]), tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[12])
-local FL, CE, ST = tonumber(ARGV[13]), tonumber(ARGV[14]), tonumber(ARGV[19])
+local FL, CE, ST, NE = tonumber(ARGV[13]), tonumber(ARGV[14]), tonumber(ARGV[15]), tonumber(ARGV[16])
 if ST <= FL or ST > CE then ST = FL end
-local ev, s, cnt, lat0 = ARGV[15], tonumber(ARGV[16]), tonumber(ARGV[17]), tonumber(ARGV[18])
 local W = per
 local FS = {'n', 'G', 'B', 'inc', 'clean', 'cyc', 'chg', 'cut', 'cur', 'prev', 'cst', 'lat', 'm'}
 local v = redis.call('HMGET', AK, unpack(FS))
@@ -220,6 +246,8 @@ local function tick()
   return true
 end
 
+for e = 0, NE - 1 do
+local ev, s, cnt, lat0 = ARGV[17 + 4*e], tonumber(ARGV[18 + 4*e]), tonumber(ARGV[19 + 4*e]), tonumber(ARGV[20 + 4*e])
 s = math.min(math.max(s, 0), now)
 if ev == 's' then
   -- cnt calls of adapt.Law.Success(s, now), each followed by its Tick
@@ -265,6 +293,7 @@ elseif ev == 't' and s >= S.cut then
   end
   S.inc = 1; S.clean = 0; S.cyc = 0; S.cut = now; S.chg = now
 end
+end
 
 local st = redis.call('HMGET', H, 's', 'S')
 if st[1] then
@@ -280,5 +309,5 @@ local want = string.format('%d/%d/%d/%d/%d', kind, S.n, per, p1, conc)
 if st[1] ~= want or st[2] ~= '1' then redis.call('HSET', H, 's', want, 'S', '1') end
 if redis.call('PTTL', H) < ttl then redis.call('PEXPIRE', H, ttl) end
 redis.call('PEXPIRE', EK, ttl, 'GT')
-return S.n
+return {S.n, S.chg}
 `)

@@ -139,10 +139,26 @@ func TestAdaptDifferential(t *testing.T) {
 				default:
 					ev.Count = 1 + rng.Int64N(max(ref.l.N()/2, 2))
 				}
-				want := ref.apply(now, W, cf.fl, ce, cf.start, ev)
-				got, err := s.Adapt(ctx, "diff", c, AdaptBounds{Floor: cf.fl, Ceiling: cf.ce, Start: cf.start}, ev)
+				// now and then several reports in one call (AdaptAll):
+				// successes of older calls, then newer ones, a throttle
+				evs := []AdaptEvent{ev}
+				if !ev.Throttled && rng.IntN(6) == 0 {
+					evs = append(evs, AdaptEvent{Start: time.UnixMicro(now - rng.Int64N(W/8+1)), Count: rng.Int64N(8)})
+					if rng.IntN(3) == 0 {
+						evs = append(evs, AdaptEvent{Throttled: true, Start: time.UnixMicro(starts[rng.IntN(len(starts))])})
+					}
+				}
+				var want int64
+				for _, e := range evs {
+					want = ref.apply(now, W, cf.fl, ce, cf.start, e)
+				}
+				lv, err := s.AdaptAll(ctx, "diff", c, AdaptBounds{Floor: cf.fl, Ceiling: cf.ce, Start: cf.start}, evs...)
 				if err != nil {
 					t.Fatal(err)
+				}
+				got := lv.N
+				if lv.Changed.UnixMicro() != ref.l.S.LastChange {
+					t.Fatalf("step %d: Changed %v, want %d", step, lv.Changed, ref.l.S.LastChange)
 				}
 				gs, ok := adaptStateOf(t, s, rdb, "diff", c)
 				if got != want || !ok || gs != ref.state(now) {
@@ -351,6 +367,15 @@ func TestAdaptHostile(t *testing.T) {
 		if _, err := s.Adapt(ctx, "sc", bad.c, bad.b, bad.ev); err == nil {
 			t.Errorf("%s: no error", bad.name)
 		}
+	}
+	if _, err := s.AdaptAll(ctx, "sc", c, b); err == nil {
+		t.Error("no event: no error")
+	}
+	if _, err := s.AdaptAll(ctx, "sc", c, b, make([]AdaptEvent, MaxAdaptEvents+1)...); err == nil {
+		t.Error("too many events: no error")
+	}
+	if _, err := s.AdaptAll(ctx, "sc", c, b, AdaptEvent{Count: 1}, AdaptEvent{Count: -1}); err == nil {
+		t.Error("a negative count in the second event: no error")
 	}
 	if k, _ := rdb.Keys(ctx, "*").Result(); len(k) != 0 {
 		t.Fatalf("refused reports wrote %v", k)
