@@ -132,3 +132,47 @@ func TestAdaptNoAdapter(t *testing.T) {
 		t.Fatalf("throttle: %v", err)
 	}
 }
+
+// TestAdaptSplitBySince: successes of calls admitted before the level's
+// last change (as Redis last answered it) go in a report of their own, so
+// that they do not keep the calls admitted since from proving the next
+// level (a report proves with its earliest admission).
+func TestAdaptSplitBySince(t *testing.T) {
+	clk := &vclock{t: time.UnixMicro(1_700_000_000_000_000)}
+	e, _ := realEngine(t, clk, Config{Timeout: time.Second})
+	per := 200 * time.Millisecond
+	c := rspec.Charge{Rule: "r", Key: "k", Spec: &rspec.Spec{Kind: rspec.Completion, Limit: window.Limit{N: 5, Per: per}}}
+	b := rspec.AdaptBounds{Floor: 5, Ceiling: 100}
+	answers := make(chan int64, 16)
+	then := func(n int64, err error) {
+		if err != nil {
+			t.Errorf("report: %v", err)
+		}
+		answers <- n
+	}
+	t0 := clk.now() // the state is made now: its level changed at t0
+	if err := e.AdaptSuccess("s", c, b, t0.Add(-time.Millisecond), time.Millisecond, then); err != nil {
+		t.Fatal(err)
+	}
+	sent := time.Now()
+	if n := <-answers; n != 5 {
+		t.Fatalf("first report: %d", n)
+	}
+	clk.mu.Lock()
+	clk.t = clk.t.Add(per)
+	clk.mu.Unlock()
+	// an old call, then 5 calls admitted after the change, within a
+	// quarter of Per: queued; the next success sends them
+	_ = e.AdaptSuccess("s", c, b, t0.Add(-time.Millisecond), time.Millisecond, then)
+	for range 4 {
+		_ = e.AdaptSuccess("s", c, b, t0.Add(time.Millisecond), time.Millisecond, then)
+	}
+	if len(answers) != 0 {
+		t.Fatal("a report within a quarter of Per")
+	}
+	time.Sleep(per/4 - time.Since(sent) + 5*time.Millisecond)
+	_ = e.AdaptSuccess("s", c, b, t0.Add(time.Millisecond), time.Millisecond, then)
+	if n := <-answers; n != 6 {
+		t.Fatalf("5 successes of calls admitted at the level, a Per on: level %d, want 6 (proven, +1)", n)
+	}
+}
