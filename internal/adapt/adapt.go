@@ -207,7 +207,8 @@ func (l *Law) Throttle(start, now int64) {
 // Tick proves the level once W has passed since it was set and N calls
 // started at it have succeeded, and then moves it (see the package doc).
 // It changes nothing otherwise; calling it again at once is a no-op.
-// Success runs it; the engine also runs it on admissions.
+// Success runs it (the engine feeds every release to Success, so it needs
+// no timer); a Redis script may run it on admissions too.
 func (l *Law) Tick(now int64) {
 	s, p := &l.S, &l.P
 	if now-s.LastChange < p.W || s.Cycled < s.N {
