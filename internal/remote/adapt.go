@@ -44,6 +44,8 @@ type adapts struct {
 type adaptQ struct {
 	old, cur adaptGroup
 	since    time.Time // the level's last change, Redis's clock, as last answered; zero: unknown
+	cyc      int64     // the successes proving the level since then, as last answered
+	newest   time.Time // the latest admission (Redis's clock) of the successes queued in cur
 	last     time.Time // this process's clock: the latest report of successes sent
 	per      time.Duration
 	busy     bool  // a report of successes is under way
@@ -120,8 +122,11 @@ func (e *Engine) AdaptSuccess(scope string, c rspec.Charge, b rspec.AdaptBounds,
 		q.old.add(start, max(dur, 0), 1)
 	} else {
 		q.cur.add(start, max(dur, 0), 1)
+		if start.After(q.newest) {
+			q.newest = start
+		}
 	}
-	if q.busy || now.Sub(q.last) < q.per/4 {
+	if q.busy || now.Sub(q.last) < q.per/4 && !q.provesLocked() {
 		a.mu.Unlock()
 		return nil
 	}
@@ -148,11 +153,31 @@ func (e *Engine) AdaptThrottle(scope string, c rspec.Charge, b rspec.AdaptBounds
 	}
 	k := limKey{scope, c.Rule, c.Key}
 	a := &e.ad
+	now := time.Now()
 	a.mu.Lock()
-	q := a.queueLocked(k, c, b, time.Now())
+	q := a.queueLocked(k, c, b, now)
+	if q.busy {
+		a.mu.Unlock()
+		e.report(k, q, []rspec.AdaptEvent{{Throttled: true, Start: start}}, false, then)
+		return nil
+	}
+	// the successes queued go first, in the same round trip: the cut
+	// reads the successes of the last Per
+	evs := append(q.takeLocked(now), rspec.AdaptEvent{Throttled: true, Start: start})
 	a.mu.Unlock()
-	e.report(k, q, []rspec.AdaptEvent{{Throttled: true, Start: start}}, false, then)
+	e.report(k, q, evs, true, then)
 	return nil
+}
+
+// provesLocked reports whether q's successes queued would prove the
+// level now, as far as this process can tell (the successes Redis counted
+// at its last answer, and a Per passed since the level's change by the
+// latest admission queued, which is at or before Redis's now): such a
+// report goes at once, not a quarter of Per after the last (at most one
+// more round trip per Per: a level is proven once per Per at most).
+// a.mu must be held.
+func (q *adaptQ) provesLocked() bool {
+	return q.n > 0 && !q.since.IsZero() && q.cur.count > 0 && q.cyc+q.cur.count >= q.n && q.newest.Sub(q.since) >= q.per
 }
 
 // queueLocked returns k's queue, made if needed (with c and b, which the
@@ -190,6 +215,7 @@ func (q *adaptQ) takeLocked(now time.Time) []rspec.AdaptEvent {
 		}
 		*g = adaptGroup{}
 	}
+	q.newest = time.Time{}
 	q.busy, q.last = true, now
 	return evs
 }
@@ -216,7 +242,7 @@ func (e *Engine) report(k limKey, q *adaptQ, evs []rspec.AdaptEvent, succ bool, 
 		}
 		changed := err == nil && q.n != 0 && n != q.n
 		if err == nil {
-			q.n = n
+			q.n, q.cyc = n, lv.Cycled
 			if lv.Changed.After(q.since) {
 				// the successes queued since, admitted before it,
 				// cannot prove the next level: they move to the old group
@@ -245,6 +271,9 @@ func (e *Engine) report(k limKey, q *adaptQ, evs []rspec.AdaptEvent, succ bool, 
 		a.mu.Lock()
 		q.busy = false
 		for _, ev := range evs {
+			if ev.Throttled {
+				continue // dropped, as every report while Redis is down
+			}
 			g := &q.cur
 			if ev.Start.Before(q.since) {
 				g = &q.old

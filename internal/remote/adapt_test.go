@@ -175,4 +175,24 @@ func TestAdaptSplitBySince(t *testing.T) {
 	if n := <-answers; n != 6 {
 		t.Fatalf("5 successes of calls admitted at the level, a Per on: level %d, want 6 (proven, +1)", n)
 	}
+	// successes that prove the level go at once, not a quarter of Per
+	// after the last report: 6 calls admitted a Per after the change
+	t1 := clk.now()
+	clk.mu.Lock()
+	clk.t = clk.t.Add(per)
+	clk.mu.Unlock()
+	for i := range 6 {
+		_ = e.AdaptSuccess("s", c, b, t1.Add(per), time.Millisecond, then)
+		if i < 5 && len(answers) != 0 {
+			t.Fatalf("a report after %d successes that cannot prove the level", i+1)
+		}
+	}
+	select {
+	case n := <-answers:
+		if n != 8 {
+			t.Fatalf("the proving report: level %d, want 8 (6 + the doubled step 2)", n)
+		}
+	case <-time.After(per / 8):
+		t.Fatal("the proving report waited")
+	}
 }

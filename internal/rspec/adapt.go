@@ -22,6 +22,10 @@ type AdaptLevel struct {
 	// Changed is the instant (Redis's clock) the level last changed or
 	// was proven: only calls admitted at or after it prove the next one.
 	Changed time.Time
+	// Cycled is the successes of calls admitted since Changed counted so
+	// far: the level is proven once Cycled ≥ N and a Per has passed since
+	// Changed.
+	Cycled int64
 }
 
 // AdaptBounds are the bounds of a learned level n, in units per the

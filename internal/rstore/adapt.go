@@ -158,16 +158,15 @@ func (s *Store) AdaptAll(ctx context.Context, scope string, c Charge, b AdaptBou
 	if err != nil {
 		return none, fmt.Errorf("ratesem: redis adapt: %w", err)
 	}
-	if r, ok := v.([]any); ok {
-		switch len(r) {
-		case 2:
-			n, ok1 := r[0].(int64)
-			chg, ok2 := r[1].(int64)
-			if ok1 && ok2 {
-				return rspec.AdaptLevel{N: n, Changed: time.UnixMicro(chg)}, nil
-			}
-		case 3:
+	if r, ok := v.([]any); ok && len(r) == 3 {
+		if r[0] == int64(-1) {
 			return none, mismatch([]Charge{c}, r)
+		}
+		n, ok1 := r[0].(int64)
+		chg, ok2 := r[1].(int64)
+		cyc, ok3 := r[2].(int64)
+		if ok1 && ok2 && ok3 {
+			return rspec.AdaptLevel{N: n, Changed: time.UnixMicro(chg), Cycled: cyc}, nil
 		}
 	}
 	return none, fmt.Errorf("ratesem: malformed reply from Redis: %v", v)
@@ -177,7 +176,8 @@ func (s *Store) AdaptAll(ctx context.Context, scope string, c Charge, b AdaptBou
 // (call's), then A (AdaptAll appends it); ARGV as call's, then floor,
 // ceiling, the start level, the number of events, then 4 values per
 // event: "s" successes or "t" a throttle, start µs, count, latency µs.
-// It returns {n, chg}, or {-1, 1, stored} for a limit of another kind.
+// It returns {n, chg, cyc}, or {-1, 1, stored} for a limit of another
+// kind.
 //
 // Every division is a floor of integers below 2^53 (exact in Lua's
 // doubles), in the order internal/adapt computes them, so that both give
@@ -309,5 +309,5 @@ local want = string.format('%d/%d/%d/%d/%d', kind, S.n, per, p1, conc)
 if st[1] ~= want or st[2] ~= '1' then redis.call('HSET', H, 's', want, 'S', '1') end
 if redis.call('PTTL', H) < ttl then redis.call('PEXPIRE', H, ttl) end
 redis.call('PEXPIRE', EK, ttl, 'GT')
-return {S.n, S.chg}
+return {S.n, S.chg, S.cyc}
 `)

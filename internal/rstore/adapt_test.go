@@ -157,7 +157,7 @@ func TestAdaptDifferential(t *testing.T) {
 					t.Fatal(err)
 				}
 				got := lv.N
-				if lv.Changed.UnixMicro() != ref.l.S.LastChange {
+				if lv.Changed.UnixMicro() != ref.l.S.LastChange || lv.Cycled != ref.l.S.Cycled {
 					t.Fatalf("step %d: Changed %v, want %d", step, lv.Changed, ref.l.S.LastChange)
 				}
 				gs, ok := adaptStateOf(t, s, rdb, "diff", c)
