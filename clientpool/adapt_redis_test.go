@@ -74,7 +74,7 @@ func TestAdaptiveRedisOneCut(t *testing.T) {
 		return n
 	}
 	ch := clientpool.Charge{Rule: "api", Weight: 1}
-	// 21 successes reach Redis: the first at once, the others a quarter
+	// 21 successes reach Redis: the first at once, the others an eighth
 	// of Per later (with the 21st)
 	for range 20 {
 		acquire(t, ps[0], ch).Release()

@@ -134,7 +134,7 @@ type Rule struct {
 // In Redis mode (redisrate.Shared) the fleet shares one level per key,
 // kept in Redis (the same law, in Lua) and stored as the key's limit there,
 // which every process's next admission is held to: each process reports
-// its successes (at most one round trip per key per Per/4) and its
+// its successes (at most one round trip per key per Per/8) and its
 // throttles (one round trip each, with the call's admission on Redis's
 // clock, so three processes reporting one overload cut once). Redis mode
 // refuses at construction an adaptive bucket or GCRA window (its burst

@@ -17,7 +17,8 @@ import (
 // process adopts, atomically. Each process reports its calls' ends
 // (internal/remote's Engine.AdaptSuccess and AdaptThrottle): a success at
 // each Release of a call not throttled (batched: at most one round trip
-// per key per quarter of the rule's Per), a throttle at once
+// per key per eighth of the rule's Per, and one when they prove the
+// level), a throttle at once
 // (ThrottledTicket, OverloadedTicket, ThrottledTargets), each with the
 // call's admission on Redis's clock (remote.Call.Start), so that the
 // hysteresis (throttles of calls admitted before the latest cut are
@@ -71,7 +72,10 @@ func (m *redisMode) adaptCharge(l *limiter) rspec.Charge {
 }
 
 // adapted returns the callback of l's reports: the level Redis answered
-// becomes l's (l.ad, for AdaptLevel and KeyState). It takes p.mu.
+// becomes l's (l.ad, for AdaptLevel and KeyState); a level that changed
+// makes the key's first waiter ask Redis again at once (remote forgot the
+// refusals it remembered under the old level), as a level changed in
+// process re-fits the window (adaptedLocked). It takes p.mu.
 func (m *redisMode) adapted(l *limiter) func(int64, error) {
 	return func(n int64, err error) {
 		if err != nil || n < 1 {
@@ -80,8 +84,13 @@ func (m *redisMode) adapted(l *limiter) func(int64, error) {
 		p := m.p
 		p.mu.Lock()
 		defer p.mu.Unlock()
-		if l.ad != nil {
-			l.ad.S.N = n
+		if l.ad == nil || l.ad.S.N == n {
+			return
+		}
+		l.ad.S.N = n
+		if l.q != nil {
+			p.markPending(l.q)
+			p.settleLocked(p.now())
 		}
 	}
 }

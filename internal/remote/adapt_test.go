@@ -16,7 +16,7 @@ import (
 )
 
 // TestAdaptReports: a limiter's successes go to Redis at most once per
-// quarter of its Per (the first at once, the others batched, none lost);
+// eighth of its Per (the first at once, the others batched, none lost);
 // a throttle goes at once and cuts the fleet's level, which the next
 // admission adopts, and the cut wakes this process's waiters (OnRoom).
 func TestAdaptReports(t *testing.T) {
@@ -27,7 +27,7 @@ func TestAdaptReports(t *testing.T) {
 	rdb := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
 	t.Cleanup(func() { rdb.Close() })
 	ctx := context.Background()
-	per := 200 * time.Millisecond
+	per := 800 * time.Millisecond
 	c := rspec.Charge{Rule: "r", Key: "k", Spec: &rspec.Spec{Kind: rspec.Completion, Limit: window.Limit{N: 50, Per: per}}, Weight: 1}
 	b := rspec.AdaptBounds{Floor: 5, Ceiling: 100}
 	if !e.CanAdapt() {
@@ -64,15 +64,15 @@ func TestAdaptReports(t *testing.T) {
 		t.Fatalf("first report: level %d, want the floor", n)
 	}
 	if len(answers) != 0 || field("cur") != 1 {
-		t.Fatalf("40 successes within a quarter of Per: %d more reports, %d counted in Redis; want the first alone", len(answers), field("cur"))
+		t.Fatalf("40 successes within an eighth of Per: %d more reports, %d counted in Redis; want the first alone", len(answers), field("cur"))
 	}
-	time.Sleep(per/4 - time.Since(t0) + 5*time.Millisecond)
+	time.Sleep(per/adaptEvery - time.Since(t0) + 5*time.Millisecond)
 	if err := e.AdaptSuccess("s", c, b, start, time.Millisecond, then); err != nil {
 		t.Fatal(err)
 	}
 	<-answers
 	if got := field("cur") + field("prev"); got != 41 {
-		t.Fatalf("after a quarter of Per: %d successes in Redis, want all 41", got)
+		t.Fatalf("after an eighth of Per: %d successes in Redis, want all 41", got)
 	}
 	if lat := field("lat"); lat != 1000 {
 		t.Fatalf("latency %dµs, want 1000", lat)
@@ -140,7 +140,7 @@ func TestAdaptNoAdapter(t *testing.T) {
 func TestAdaptSplitBySince(t *testing.T) {
 	clk := &vclock{t: time.UnixMicro(1_700_000_000_000_000)}
 	e, _ := realEngine(t, clk, Config{Timeout: time.Second})
-	per := 200 * time.Millisecond
+	per := 800 * time.Millisecond
 	c := rspec.Charge{Rule: "r", Key: "k", Spec: &rspec.Spec{Kind: rspec.Completion, Limit: window.Limit{N: 5, Per: per}}}
 	b := rspec.AdaptBounds{Floor: 5, Ceiling: 100}
 	answers := make(chan int64, 16)
@@ -162,20 +162,20 @@ func TestAdaptSplitBySince(t *testing.T) {
 	clk.t = clk.t.Add(per)
 	clk.mu.Unlock()
 	// an old call, then 5 calls admitted after the change, within a
-	// quarter of Per: queued; the next success sends them
+	// eighth of Per: queued; the next success sends them
 	_ = e.AdaptSuccess("s", c, b, t0.Add(-time.Millisecond), time.Millisecond, then)
 	for range 4 {
 		_ = e.AdaptSuccess("s", c, b, t0.Add(time.Millisecond), time.Millisecond, then)
 	}
 	if len(answers) != 0 {
-		t.Fatal("a report within a quarter of Per")
+		t.Fatal("a report within an eighth of Per")
 	}
-	time.Sleep(per/4 - time.Since(sent) + 5*time.Millisecond)
+	time.Sleep(per/adaptEvery - time.Since(sent) + 5*time.Millisecond)
 	_ = e.AdaptSuccess("s", c, b, t0.Add(time.Millisecond), time.Millisecond, then)
 	if n := <-answers; n != 6 {
 		t.Fatalf("5 successes of calls admitted at the level, a Per on: level %d, want 6 (proven, +1)", n)
 	}
-	// successes that prove the level go at once, not a quarter of Per
+	// successes that prove the level go at once, not an eighth of Per
 	// after the last report: 6 calls admitted a Per after the change
 	t1 := clk.now()
 	clk.mu.Lock()
