@@ -163,6 +163,19 @@ func runUnknownFleet(t *testing.T, c goredis.UniversalClient, prefix string, see
 	defer cancel()
 	ch := clientpool.Charge{Rule: "api", Weight: 1}
 	var wg sync.WaitGroup
+	if os.Getenv("RATESEM_FLEET_TRACE") != "" {
+		// the level ps[0] sees, per window, around the step up
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var lv []int64
+			for w := 0; w < windows; w++ {
+				time.Sleep(time.Until(epoch.Add(time.Duration(w) * per)))
+				lv = append(lv, adaptLevel(ps[0], "api"))
+			}
+			t.Logf("procs %d levels from window %d: %v", procs, 2*fleetPhase-2, lv[2*fleetPhase-2:min(len(lv), 2*fleetPhase+16)])
+		}()
+	}
 	for k := range 200 {
 		wg.Add(1)
 		go func() {

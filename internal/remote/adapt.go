@@ -112,9 +112,11 @@ func (c *Call) Start() time.Time {
 // (this process's clock), to the limiter's adaptive level kept in Redis
 // with bounds b. It never blocks: the success is queued, and sent with
 // the limiter's other successes at most once per eighth of c.Spec's Per,
-// or at once when they would prove the level (see # Adaptive limits). then, when not nil, is told the level Redis
-// answered (units per Per) after a report this call sent, on a goroutine
-// of the engine, outside any lock; when the level changed, this process
+// or at once when they would prove the level (see # Adaptive limits).
+// then, when not nil, is told the level Redis answered (units per Per)
+// after a report this call sent (the successes of the calls that sent
+// none are in it), on a goroutine of the engine, outside any lock; when
+// the level changed, this process
 // also forgets what it learned of the limiter's next admission and calls
 // Config.OnRoom (as after SetLimit). A success with a zero start (the
 // fallback's call) is not reported: nothing tells when it started on
