@@ -107,15 +107,51 @@ const adaptWindows = 240
 // unknownServer on synctest's virtual time: each call takes 5-15 ms to
 // the server, 10-50 ms there, 5-15 ms back (20-80 ms), and reports a
 // throttle with Pool.ThrottledTicket before its Release.
-func runUnknown(t *testing.T, seed int64, fixed bool) adaptRun {
+func runUnknown(t *testing.T, seed int64, fixed bool) adaptRun { return runLaw(t, seed, fixed, 0) }
+
+// aimd is textbook AIMD driven through Pool.SetLimit, for comparison only:
+// +add per window without a throttle, halved on a throttle of a call
+// started after the latest cut (the same hysteresis as the law's).
+type aimd struct {
+	mu                  sync.Mutex
+	p                   *clientpool.Pool
+	n, add              int64
+	lastChange, lastCut time.Time
+}
+
+func (a *aimd) result(start time.Time, throttled bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	now := time.Now()
+	old := a.n
+	switch {
+	case throttled && !start.Before(a.lastCut):
+		a.n = max(10, a.n/2)
+		a.lastCut, a.lastChange = now, now
+	case !throttled && now.Sub(a.lastChange) >= time.Second:
+		a.n += a.add
+		a.lastChange = now
+	}
+	if a.n != old {
+		a.p.SetLimit("api", window.Limit{N: a.n, Per: time.Second})
+	}
+}
+
+// runLaw is runUnknown with the adaptive rule (aimdAdd 0) or with AIMD
+// adding aimdAdd per window.
+func runLaw(t *testing.T, seed int64, fixed bool, aimdAdd int64) adaptRun {
 	var r adaptRun
 	synctest.Test(t, func(t *testing.T) {
 		const per = time.Second
-		p := newPool(t, []clientpool.Rule{{
-			Name:  "api",
-			Limit: window.Limit{Per: per},
-			Adapt: &clientpool.Adaptive{Floor: 10},
-		}})
+		rule := clientpool.Rule{Name: "api", Limit: window.Limit{Per: per}, Adapt: &clientpool.Adaptive{Floor: 10}}
+		if aimdAdd > 0 {
+			rule = clientpool.Rule{Name: "api", Limit: window.Limit{N: 10, Per: per}}
+		}
+		p := newPool(t, []clientpool.Rule{rule})
+		var ctl *aimd
+		if aimdAdd > 0 {
+			ctl = &aimd{p: p, n: 10, add: aimdAdd, lastChange: time.Now(), lastCut: time.Now().Add(-time.Hour)}
+		}
 		epoch := time.Now()
 		srv := &unknownServer{epoch: epoch, w: per, n: stepN, fixed: fixed, fixedWin: -1}
 		r.acc = make([]int, adaptWindows)
@@ -151,6 +187,9 @@ func runUnknown(t *testing.T, seed int64, fixed bool) adaptRun {
 						p.ThrottledTicket(clientpool.Throttle{Status: 429}, tk)
 					}
 					tk.Release()
+					if ctl != nil {
+						ctl.result(start, !ok)
+					}
 					if w := srv.window(start); w < adaptWindows {
 						mu.Lock()
 						r.calls++

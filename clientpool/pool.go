@@ -299,6 +299,8 @@ func (p *Pool) SetLimit(rule string, l window.Limit) error { return p.e.SetLimit
 // yet. It does not block. In Redis mode it is the limit this
 // process set or, for a rule with Learn, learned or adopted from another
 // process (the latest of them), not one another process stored by SetLimit.
+// For an adaptive rule (Rule.Adapt) it is the level new keys start at; a
+// key's own level is its KeyState.Limit (Snapshot).
 func (p *Pool) Limit(rule string) (window.Limit, bool) { return p.e.Limit(rule) }
 
 // KeyState is a snapshot of one limiter (Pool.Snapshot); a plain value.
@@ -393,8 +395,12 @@ func (p *Pool) Throttled(th Throttle, charges []Charge) {
 // second report of t (the body after the headers) cuts nothing more; a
 // report after Release only pauses. Package httpclient's NewPool calls it
 // for every throttled response (429 and 418 by default, or what its
-// WithThrottledBody hook says). It never blocks and reads no body.
+// WithThrottledBody hook says). It never blocks and reads no body. It
+// panics if t is nil or not a Ticket of this Pool (a caller's bug).
 func (p *Pool) ThrottledTicket(th Throttle, t *Ticket) {
+	if t == nil {
+		panic("ratesem: ThrottledTicket with a nil Ticket")
+	}
 	p.e.ThrottledTicket(&t.t, p.targets(th, t), th.Status, th.RetryAfter)
 }
 
@@ -405,8 +411,12 @@ func (p *Pool) ThrottledTicket(th Throttle, t *Ticket) {
 // rules (Rule.Adapt) it is a throttle of t, as in ThrottledTicket. Package
 // httpclient's NewPool calls it for every 503 (and then ThrottledTicket
 // too when its WithThrottledBody hook counts a 503 as a throttle: that
-// pauses, and cuts nothing more). It never blocks and reads no body.
+// pauses, and cuts nothing more). It never blocks and reads no body. It
+// panics if t is nil or not a Ticket of this Pool (a caller's bug).
 func (p *Pool) Overloaded(th Throttle, t *Ticket) {
+	if t == nil {
+		panic("ratesem: Overloaded with a nil Ticket")
+	}
 	p.e.OverloadedTicket(&t.t, p.targets(th, t))
 }
 

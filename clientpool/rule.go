@@ -123,6 +123,8 @@ type Rule struct {
 // 50 > 150 per second, calls of 20 to 80 ms, completion window) it keeps
 // rejections under 2% of calls and throughput above 85% of the limit
 // within 10 windows of each step (TestAdaptiveUnknownServer).
+// A semaphore.RateSemaphore has no adaptive option (its Release(n) names
+// no call, so no start instant): use a Pool of one rule.
 //
 // Weights count in the level's units; a charge heavier than Floor can hold
 // is refused (ratesem.ErrWeightTooLarge), since a key's level may fall to

@@ -38,14 +38,31 @@
 // operands (x·9/10 is n*9/10, never 0.9*n), so a port that computes with
 // integers, or with doubles whose values stay below 2^53 and floors every
 // quotient (math.floor in Lua), gives the same states for the same inputs.
-// The largest intermediate products are a·(W+lat) and prev·(W−elapsed)
-// (a, prev: calls counted in a window): with times in µs they stay below
-// 2^53 for windows up to a day and up to 10^5 calls per window. Times are
+// The largest intermediate products are a·Lat and prev·(W−elapsed) (a,
+// prev: calls counted in a window): with times in µs they stay below 2^53
+// for windows up to a day and up to 10^5 calls per window. Go computes them
+// in 128 bits (mulDiv), so absurd inputs saturate instead of wrapping. Times are
 // in one unit chosen by the caller (the engine and the Redis scripts use
 // µs) and must be ≥ 0; the law never reads a clock. Inputs out of order
 // (now before start, now before an earlier now) are taken as they come:
 // a negative latency counts as 0, and a window does not pass backwards.
+//
+// # Against the simulation (LAW.md and law.go of the research)
+//
+// The same rules and constants, in integers: the successes of the last W
+// are the two aligned buckets of the simulation's -approxa (Accepted), not
+// a log; the latency average starts at the first sample (not 50 ms) and
+// moves as (Lat·63 + d)/64; the deep cut is min(n·9/10, ⌊A·(W+Lat)/W⌋·95/100)
+// clamped to [Floor, Ceiling]; Tick runs at every Success (the simulation
+// ran it every ms; a level can only be proven by a success anyway, and a
+// Throttle restarts the proof); LastCut starts at −1 (times are ≥ 0); the
+// simulation's unreachable "n < G: back to G" branch is left out.
 package adapt
+
+import (
+	"math"
+	"math/bits"
+)
 
 // Law constants (LAW.md, tuned by simulation; see the package doc).
 const (
@@ -159,7 +176,19 @@ func (l *Law) Accepted(now int64) int64 {
 	l.roll(now)
 	s, w := &l.S, l.P.W
 	el := min(max(now-s.CurStart, 0), w)
-	return s.Cur + s.Prev*(w-el)/w
+	return s.Cur + mulDiv(s.Prev, w-el, w)
+}
+
+// mulDiv returns ⌊a·b/c⌋ for a, b ≥ 0 and c > 0 with b ≤ c, or b any when
+// the result fits: exact in 128 bits, so that absurd windows (a Per of
+// centuries) cannot wrap; it saturates at math.MaxInt64.
+func mulDiv(a, b, c int64) int64 {
+	hi, lo := bits.Mul64(uint64(a), uint64(b))
+	if hi >= uint64(c) {
+		return math.MaxInt64
+	}
+	q, _ := bits.Div64(hi, lo, uint64(c))
+	return int64(min(q, math.MaxInt64))
 }
 
 // Success reports a call started at start that ended at now without a
@@ -195,8 +224,10 @@ func (l *Law) Throttle(start, now int64) {
 		s.B, s.N = s.N, s.G
 	} else {
 		s.B = s.N
-		slots := l.Accepted(now) * (p.W + s.Lat) / p.W
-		n := min(s.N*BetaNum/BetaDen, slots*BetaANum/BetaADen)
+		// ⌊A·(W+Lat)/W⌋ = A + ⌊A·Lat/W⌋ (A is whole), without overflow.
+		a := l.Accepted(now)
+		slots := sat(a, mulDiv(a, s.Lat, p.W))
+		n := min(s.N*BetaNum/BetaDen, mulDiv(slots, BetaANum, BetaADen))
 		s.N = min(max(n, p.Floor), p.Ceiling)
 		s.G = s.N
 	}
@@ -240,6 +271,14 @@ func (l *Law) Tick(now int64) {
 	}
 }
 
+// sat returns a+b for a, b ≥ 0, saturating at math.MaxInt64.
+func sat(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
 // step raises N by Inc (within the ceiling) and doubles Inc, capped at
 // 35% of the new N (at least 1).
 func (l *Law) step() {
@@ -256,4 +295,36 @@ func (l *Law) SetCeiling(c int64) {
 	p.Ceiling = max(c, p.Floor)
 	s.N = min(s.N, p.Ceiling)
 	s.G = min(s.G, p.Ceiling)
+}
+
+// Event is one input of a Law, for replaying a run (a diff test of another
+// implementation of the law, such as the Redis scripts'): a success or a
+// throttle of a call started at Start reported at Now, or a Tick at Now.
+type Event struct {
+	Kind       EventKind
+	Start, Now int64
+}
+
+// EventKind is the kind of an Event.
+type EventKind uint8
+
+// The kinds of Event.
+const (
+	EventSuccess EventKind = iota
+	EventThrottle
+	EventTick
+)
+
+// Apply runs e on l: Success, Throttle or Tick. To diff-test another
+// implementation, apply the same events to both from New's state and
+// compare the State after each, field by field.
+func (l *Law) Apply(e Event) {
+	switch e.Kind {
+	case EventSuccess:
+		l.Success(e.Start, e.Now)
+	case EventThrottle:
+		l.Throttle(e.Start, e.Now)
+	case EventTick:
+		l.Tick(e.Now)
+	}
 }

@@ -1,6 +1,7 @@
 package adapt
 
 import (
+	"math"
 	"math/rand"
 	"testing"
 )
@@ -272,5 +273,65 @@ func TestFuzzBounds(t *testing.T) {
 				t.Fatalf("seed %d: state out of bounds: %+v", seed, l.S)
 			}
 		}
+	}
+}
+
+// Apply is the three methods; replaying a run gives the same states (the
+// law is deterministic).
+func TestApplyReplay(t *testing.T) {
+	rng := rand.New(rand.NewSource(7))
+	var evs []Event
+	now := int64(0)
+	for range 5000 {
+		now += rng.Int63n(20)
+		k := EventSuccess
+		switch rng.Intn(300) {
+		case 0:
+			k = EventThrottle
+		case 1:
+			k = EventTick
+		}
+		evs = append(evs, Event{Kind: k, Start: max(now-20-rng.Int63n(60), 0), Now: now})
+	}
+	a, b := newLaw(5, 300), newLaw(5, 300)
+	top := int64(0)
+	for _, e := range evs {
+		top = max(top, a.N())
+		a.Apply(e)
+		switch e.Kind {
+		case EventSuccess:
+			b.Success(e.Start, e.Now)
+		case EventThrottle:
+			b.Throttle(e.Start, e.Now)
+		case EventTick:
+			b.Tick(e.Now)
+		}
+		if a != b {
+			t.Fatalf("Apply(%+v): %+v, the methods: %+v", e, a.S, b.S)
+		}
+	}
+	if top < 20 {
+		t.Fatalf("the replay never climbed: top %d, %+v", top, a.S)
+	}
+}
+
+// Absurd inputs (a window of centuries, huge counts and latencies) saturate
+// instead of wrapping: the level stays within [Floor, Ceiling].
+func TestAbsurdNumbers(t *testing.T) {
+	const huge = int64(1) << 62
+	l := New(Params{Floor: 1, Ceiling: 1 << 40, W: huge}, 1<<40)
+	l.S.Prev, l.S.Cur, l.S.Lat = 1<<40, 1<<40, huge
+	l.Throttle(0, huge/2)
+	if l.N() < 1 || l.N() > 1<<40 {
+		t.Fatalf("level %d out of bounds", l.N())
+	}
+	if got := mulDiv(1<<40, huge, 3); got != math.MaxInt64 {
+		t.Fatalf("mulDiv saturation: %d", got)
+	}
+	if got := mulDiv(7, 9, 10); got != 6 {
+		t.Fatalf("mulDiv(7, 9, 10) = %d", got)
+	}
+	if got := mulDiv(1<<62, 4, 8); got != 1<<61 {
+		t.Fatalf("mulDiv exact in 128 bits: %d", got)
 	}
 }

@@ -126,7 +126,7 @@ func (p *Engine) adaptSetLimitLocked(rs *ruleState, l window.Limit, now time.Tim
 	rs.adCeil = max(l.N, rs.Adapt.Floor)
 	rs.setLimit(window.Limit{N: min(rs.limit.N, rs.adCeil), Per: l.Per})
 	for _, lim := range rs.keys {
-		lim.ad.P.W = micros(int64(l.Per))
+		lim.ad.P.W = max(micros(int64(l.Per)), 1)
 		lim.ad.SetCeiling(rs.adCeil)
 		if !rs.quota {
 			lim.policy.SetLimit(now, window.Limit{N: lim.ad.N(), Per: l.Per})
@@ -167,6 +167,15 @@ func (p *Engine) throttleAdaptive(t *Ticket, targets []Charge, start int64) {
 		p.book.adaptThrottle(l, t, s, now)
 	}
 	p.settleLocked(now)
+}
+
+// mine panics unless t is a ticket of p: a ticket of another engine (or
+// one never admitted) is a caller's bug, and its state is guarded by its
+// own engine's lock.
+func (p *Engine) mine(t *Ticket, what string) {
+	if t == nil || t.pool != p {
+		panic("ratesem: " + what + " with a Ticket not admitted by this Pool")
+	}
 }
 
 // anyAdaptive reports whether a rule of the charges is adaptive.

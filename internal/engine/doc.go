@@ -51,6 +51,11 @@
 //     (remote.Call.Adopted), a quota's budget is shared
 //     (remote.Engine.BudgetThen);
 //   - set the limit: inProc.setLimit; remote.Engine.SetLimit.
+//   - adapt the limit (Rule.Adapt, adapt.go): each key's window N is an
+//     internal/adapt law fed by book.adaptSuccess (releaseLocked) and
+//     book.adaptThrottle (ThrottledTicket, OverloadedTicket,
+//     ThrottledTargets); in process only: New refuses it in Redis mode
+//     until the law runs in the scripts.
 //
 // The queues, priorities, WithMaxQueue, queue-wait budgets, deadline
 // fail-fast, cancellation and the Queued/Admitted/Refused/Cancelled events

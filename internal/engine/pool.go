@@ -333,13 +333,13 @@ type Ticket struct {
 	charges  []Charge
 	at       int64 // the admission instant, ns since the pool's epoch
 	released atomic.Bool
+	// throttled: a throttle of this call was reported (ThrottledTicket,
+	// OverloadedTicket), so its Release is no success for an adaptive
+	// rule. Under the engine's lock; in released's padding.
+	throttled bool
 	// rcall is, in Redis mode, the call Redis admitted, kept after
 	// Release: a usage report read then still carries its mark (redisMode.observe).
 	rcall *remote.Call
-	// throttled: a throttle of this call was reported (Ticket throttle
-	// methods), so its Release is no success for an adaptive rule. Under
-	// the engine's lock.
-	throttled bool
 }
 
 // Charges returns the charges the ticket holds, merged per (rule, key).

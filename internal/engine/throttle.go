@@ -90,7 +90,10 @@ func (p *Engine) ThrottledTargets(charges, targets []Charge, status int, retryAf
 // t's Release is no success. A second report of t (the body after the
 // headers) cuts nothing more; a report after Release only pauses. It never
 // blocks.
+//
+// It panics if t is not a ticket this engine admitted.
 func (p *Engine) ThrottledTicket(t *Ticket, targets []Charge, status int, retryAfter time.Duration) {
+	p.mine(t, "ThrottledTicket")
 	p.throttled(t, t.charges, targets, status, retryAfter)
 }
 
@@ -192,7 +195,10 @@ func (p *Engine) throttleKeys(targets []Charge, retryAfter time.Duration, src st
 // not a client over its limit) and is, for the keys of adaptive rules
 // among the targets (nil: the marked ones, see ThrottledTargets), a
 // throttle of t; after it t's Release is no success. It never blocks.
+//
+// It panics if t is not a ticket this engine admitted.
 func (p *Engine) OverloadedTicket(t *Ticket, targets []Charge) {
+	p.mine(t, "Overloaded")
 	if targets == nil {
 		targets = p.marked(t.charges)
 	}
