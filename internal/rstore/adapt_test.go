@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ratesem/ratesem/internal/adapt"
+	"github.com/ratesem/ratesem/redistest"
 
 	goredis "github.com/redis/go-redis/v9"
 )
@@ -479,6 +480,39 @@ func TestAdaptLatency(t *testing.T) {
 		}
 		if gs, _ := adaptStateOf(t, s, rdb, "sc", c); gs.lat != ref.S.Lat || gs.cur != ref.S.Cur {
 			t.Fatalf("batch %d: lat %d cur %d, want %d %d", i, gs.lat, gs.cur, ref.S.Lat, ref.S.Cur)
+		}
+	}
+}
+
+// TestAdaptCluster: on a cluster, Adapt's keys (the limiter's hash, its
+// state, the scope's epoch) hash to the scope's slot, for hostile scopes
+// too, and the level it stores is the one the next admission adopts.
+func TestAdaptCluster(t *testing.T) {
+	cl := redistest.StartCluster(t)
+	rdb := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: cl.Addrs()})
+	defer rdb.Close()
+	s, err := New(rdb, "cl", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, scope := range []string{"", "{", "}", "{}", "%", "a}b{c", "acct:7"} {
+		c := Charge{Rule: "r", Key: "k", Spec: spec(Completion, 1, time.Second)}
+		slots := map[int64]bool{}
+		for _, k := range []string{s.Keys(scope, c)[0], s.adaptKey(scope, c), s.EpochKey(scope)} {
+			slots[rdb.ClusterKeySlot(ctx, k).Val()] = true
+		}
+		if len(slots) != 1 {
+			t.Fatalf("scope %q: keys on slots %v", scope, slots)
+		}
+		n, err := s.Adapt(ctx, scope, c, AdaptBounds{Floor: 3, Start: 7}, AdaptEvent{Throttled: true, Start: time.Now()})
+		if err != nil || n != 3 {
+			t.Fatalf("scope %q: a throttle at the start level 7 with no success in the last Per: %d %v, want the floor 3", scope, n, err)
+		}
+		c.Spec, c.Weight = spec(Completion, 50, time.Second), 1
+		d, err := s.Admit(ctx, scope, []Charge{c})
+		if err != nil || !d.OK || len(d.AdoptedSpecs) != 1 || d.AdoptedSpecs[0].Limit.N != 3 {
+			t.Fatalf("scope %q: admission after the cut: %+v %v", scope, d, err)
 		}
 	}
 }
