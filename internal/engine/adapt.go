@@ -87,7 +87,7 @@ func (b *inProc) adaptSuccess(l *limiter, start int64, now time.Time) {
 
 // adaptThrottle is the in-process hook of a throttle of a call on l
 // admitted at start.
-func (b *inProc) adaptThrottle(l *limiter, start int64, now time.Time) {
+func (b *inProc) adaptThrottle(l *limiter, _ *Ticket, start int64, now time.Time) {
 	p := (*Engine)(b)
 	l.ad.Throttle(micros(start), micros(p.mono(now)))
 	p.adaptedLocked(l, now)
@@ -164,7 +164,7 @@ func (p *Engine) throttleAdaptive(t *Ticket, targets []Charge, start int64) {
 			// (hysteresis drops it after a cut in the last window).
 			s = p.mono(now) - int64(rs.limit.Per)
 		}
-		p.book.adaptThrottle(l, s, now)
+		p.book.adaptThrottle(l, t, s, now)
 	}
 	p.settleLocked(now)
 }
