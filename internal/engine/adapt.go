@@ -21,8 +21,9 @@ type Adaptive struct {
 	Ceiling int64
 }
 
-// errAdaptiveRedis is New's error for an adaptive rule in Redis mode.
-var errAdaptiveRedis = errors.New("ratesem: an adaptive rule (Rule.Adapt) is not shared over Redis yet: use it in process, or give the rule a fixed Limit")
+// errAdaptiveRedis is New's error for an adaptive rule in Redis mode over a
+// store that cannot keep adaptive levels (not an rspec.Adapter).
+var errAdaptiveRedis = errors.New("ratesem: this Redis store cannot keep adaptive levels (Rule.Adapt): use the rule in process, or give it a fixed Limit")
 
 // checkAdapt validates r.Adapt.
 func (r *Rule) checkAdapt() error {
