@@ -6,7 +6,6 @@ import (
 	"math/rand"
 	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -15,7 +14,6 @@ import (
 	"github.com/ratesem/ratesem/clientpool"
 	"github.com/ratesem/ratesem/exchange/binance"
 	"github.com/ratesem/ratesem/exchange/okx"
-	"github.com/ratesem/ratesem/redistest"
 	"github.com/ratesem/ratesem/saas/anthropic"
 	"github.com/ratesem/ratesem/saas/github"
 	"github.com/ratesem/ratesem/saas/openai"
@@ -280,17 +278,6 @@ func TestAdaptiveUnknownServer(t *testing.T) {
 			}
 		}
 		t.Logf("server %-10s worst of %d seeds: rejected %5.2f%%  throughput %5.1f%%  recovery %v", kind, seeds, worstRej, worstThr, worstRec)
-	}
-}
-
-// Redis mode refuses an adaptive rule at construction until the fleet
-// shares the law (never a silent difference between the modes).
-func TestAdaptiveRedisRefused(t *testing.T) {
-	c := newClient(t, redistest.Start(t).Addr())
-	table := clientpool.Table{Rules: []clientpool.Rule{{Name: "api", Limit: window.Limit{Per: time.Second}, Adapt: &clientpool.Adaptive{Floor: 5}}}}
-	p, err := newRedisPoolErr(t, table, c, "adapt")
-	if err == nil || p != nil || !strings.Contains(err.Error(), "adaptive") {
-		t.Fatalf("an adaptive rule over Redis: %v, %v; want a refusal", p, err)
 	}
 }
 

@@ -168,8 +168,16 @@ type Rule struct {
 // against its budget, which then governs, not the level. SetLimit on an
 // adaptive rule sets the ceiling of every key (N) and the window (Per).
 // A key evicted when idle (WithIdleTimeout) starts over at Limit.N.
-// Redis mode (redisrate.Shared) refuses an adaptive rule at construction
-// until the fleet shares the law. The exchange presets never set it: their
+// In Redis mode (redisrate.Shared) the fleet shares one level per key,
+// kept in Redis (the same law, in Lua) and stored as the key's limit there,
+// which every process's next admission is held to: each process reports
+// its successes (at most one round trip per key per Per/8) and its
+// throttles (one round trip each, with the call's admission on Redis's
+// clock, so three processes reporting one overload cut once). Redis mode
+// refuses at construction an adaptive bucket or GCRA window (its burst
+// would have to follow the level) and an adaptive rule with Learn, and
+// SetLimit on an adaptive rule (the bounds are each process's Floor and
+// Ceiling, sent with its reports). The exchange presets never set it: their
 // bans escalate (Binance's 418 grows from 2 minutes to 3 days,
 // https://developers.binance.com/docs/binance-spot-api-docs/rest-api/limits).
 type Adaptive struct {

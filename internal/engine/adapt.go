@@ -21,8 +21,9 @@ type Adaptive struct {
 	Ceiling int64
 }
 
-// errAdaptiveRedis is New's error for an adaptive rule in Redis mode.
-var errAdaptiveRedis = errors.New("ratesem: an adaptive rule (Rule.Adapt) is not shared over Redis yet: use it in process, or give the rule a fixed Limit")
+// errAdaptiveRedis is New's error for an adaptive rule in Redis mode over a
+// store that cannot keep adaptive levels (not an rspec.Adapter).
+var errAdaptiveRedis = errors.New("ratesem: this Redis store cannot keep adaptive levels (Rule.Adapt): use the rule in process, or give it a fixed Limit")
 
 // checkAdapt validates r.Adapt.
 func (r *Rule) checkAdapt() error {
@@ -87,7 +88,7 @@ func (b *inProc) adaptSuccess(l *limiter, start int64, now time.Time) {
 
 // adaptThrottle is the in-process hook of a throttle of a call on l
 // admitted at start.
-func (b *inProc) adaptThrottle(l *limiter, start int64, now time.Time) {
+func (b *inProc) adaptThrottle(l *limiter, _ *Ticket, start int64, now time.Time) {
 	p := (*Engine)(b)
 	l.ad.Throttle(micros(start), micros(p.mono(now)))
 	p.adaptedLocked(l, now)
@@ -164,7 +165,7 @@ func (p *Engine) throttleAdaptive(t *Ticket, targets []Charge, start int64) {
 			// (hysteresis drops it after a cut in the last window).
 			s = p.mono(now) - int64(rs.limit.Per)
 		}
-		p.book.adaptThrottle(l, s, now)
+		p.book.adaptThrottle(l, t, s, now)
 	}
 	p.settleLocked(now)
 }

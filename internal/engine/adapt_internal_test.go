@@ -213,8 +213,8 @@ func TestAdaptSetLimitIsCeiling(t *testing.T) {
 }
 
 // The rule's checks: a charge heavier than the floor is refused (a key's
-// level may fall there); invalid floors and ceilings are refused at New;
-// Redis mode refuses an adaptive rule.
+// level may fall there); invalid floors and ceilings are refused at New
+// (Redis mode's refusals: TestAdaptiveRedisRefusals, in clientpool).
 func TestAdaptChecks(t *testing.T) {
 	p, _ := adaptEngine(t, adaptive("api", 10, 2))
 	err := p.Acquire(context.Background(), new(Ticket), []Charge{{Rule: "api", Weight: 3}})

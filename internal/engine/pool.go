@@ -286,10 +286,7 @@ func New(rules []Rule, scope string, opts ...Option) (*Engine, error) {
 		}
 		rs.setLimit(lim)
 		if r.Adapt != nil {
-			if cfg.Shared != nil {
-				return nil, fmt.Errorf("%w (rule %q)", errAdaptiveRedis, r.Name)
-			}
-			rs.adaptInit()
+			rs.adaptInit() // Redis mode: checked in initRedis (adapt_redis.go)
 		}
 		p.rules[r.Name] = rs
 		p.ruleList = append(p.ruleList, rs)

@@ -85,6 +85,9 @@ func (p *Engine) initRedis(cfg *Config) error {
 		}
 		rs.quiet = 0 // the window lives in Redis: nothing to forget here
 	}
+	if err := p.checkAdaptRedis(st); err != nil {
+		return err
+	}
 	var late *remote.DeferredCheck
 	if cfg.Redis.DeferChecks {
 		if !cfg.Redis.EvictionAllowed {
@@ -566,6 +569,9 @@ func (m *redisMode) release(t *Ticket) {
 		if fb := l.fb; fb != nil && fb.streak != 0 && fb.throttles == h.thrAtAdmit {
 			fb.streak = 0 // a call went through without a throttle
 		}
+		if l.ad != nil && !t.throttled {
+			m.adaptReleasedLocked(l, t, now) // adapt_redis.go
+		}
 		p.unrefLocked(l, now)
 	}
 	call.OnSent(func() { m.sent(hs, refund) })
@@ -647,6 +653,9 @@ func (m *redisMode) paused(rule, key string, until time.Time) {
 // setLimit is SetLimit in Redis mode.
 func (m *redisMode) setLimit(rs *ruleState, l window.Limit) error {
 	p := m.p
+	if rs.Adapt != nil {
+		return errAdaptiveSetLimitRedis // adapt_redis.go
+	}
 	spec, err := specOf(rs.Rule, l)
 	if err != nil {
 		return err
@@ -680,7 +689,12 @@ func (m *redisMode) setLimit(rs *ruleState, l window.Limit) error {
 
 // keyLimitLocked is KeyState.Limit in Redis mode: the limit of the Spec
 // l's key is charged under.
-func (m *redisMode) keyLimitLocked(l *limiter) window.Limit { return l.redisSpec().Limit }
+func (m *redisMode) keyLimitLocked(l *limiter) window.Limit {
+	if l.ad != nil { // adaptive: the level Redis last answered (adapt_redis.go)
+		return window.Limit{N: l.ad.N(), Per: l.rule.spec.Limit.Per}
+	}
+	return l.redisSpec().Limit
+}
 
 // try is TryAcquire in Redis mode, for charges already merged: it
 // never overtakes a waiter of this process (the wait its queues know, or
@@ -743,9 +757,3 @@ func (p *Engine) refChargesLocked(charges []Charge, now time.Time) ([]held, erro
 	hs := make([]held, len(charges))
 	return hs, p.refLocked(hs, charges, now)
 }
-
-// adaptSuccess and adaptThrottle: New refuses an adaptive rule in Redis
-// mode (errAdaptiveRedis) until the law runs in the Redis scripts, so no
-// limiter of this mode has a law; the Redis law plugs in here.
-func (m *redisMode) adaptSuccess(*limiter, int64, time.Time)  {}
-func (m *redisMode) adaptThrottle(*limiter, int64, time.Time) {}

@@ -341,6 +341,7 @@ type waiter struct {
 type Engine struct {
 	st  rspec.Store
 	cfg Config
+	ad  adapts // adaptive reports not yet sent (adapt.go)
 
 	closeCtx context.Context // done after Close
 	closeFn  context.CancelFunc

@@ -1,0 +1,129 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ratesem/ratesem"
+	"github.com/ratesem/ratesem/internal/rspec"
+)
+
+// Adaptive limits in Redis mode (Rule.Adapt with redisrate.Shared).
+//
+// The fleet shares one level per key, kept in Redis by internal/rstore's
+// Store.Adapt (internal/adapt's law, in Lua, exactly) and stored there as
+// the key's limit (as SetLimit stores one), which every admission of every
+// process adopts, atomically. Each process reports its calls' ends
+// (internal/remote's Engine.AdaptSuccess and AdaptThrottle): a success at
+// each Release of a call not throttled (batched: at most one round trip
+// per key per eighth of the rule's Per, and one when they prove the
+// level), a throttle at once
+// (ThrottledTicket, OverloadedTicket, ThrottledTargets), each with the
+// call's admission on Redis's clock (remote.Call.Start), so that the
+// hysteresis (throttles of calls admitted before the latest cut are
+// ignored) holds across processes: three processes reporting one
+// overload cut once. Calls are charged under the rule's Spec (the same in
+// every process of one configuration: no limit mismatch), which Redis
+// replaces with the stored level; l.ad keeps the level Redis last answered
+// (AdaptLevel, KeyState's Limit).
+//
+// What Redis mode refuses, at New: an adaptive rule whose window is a
+// bucket or GCRA (their burst would have to follow the level) or that
+// also learns its limit (Rule.Learn: a learned limit would fight the
+// level in Redis); at SetLimit, an adaptive rule (the ceiling is each
+// process's Adaptive.Ceiling, sent with its reports).
+
+// errAdaptiveSetLimitRedis is SetLimit's error for an adaptive rule in
+// Redis mode.
+var errAdaptiveSetLimitRedis = errors.New("ratesem: SetLimit on an adaptive rule (Rule.Adapt) in Redis mode: its level is the fleet's, within each process's Adaptive.Floor and Ceiling")
+
+// checkAdaptRedis is initRedis's check of the adaptive rules: st must
+// keep adaptive limits, and each rule's window be one Redis can adapt.
+func (p *Engine) checkAdaptRedis(st rspec.Store) error {
+	for _, rs := range p.ruleList {
+		if rs.Adapt == nil {
+			continue
+		}
+		if _, ok := st.(rspec.Adapter); !ok {
+			return fmt.Errorf("%w (rule %q)", errAdaptiveRedis, rs.Name)
+		}
+		if rs.Learn != nil {
+			return fmt.Errorf("%w: rule %q: an adaptive rule that also learns its limit (Rule.Learn) is not shared over Redis: give it one or the other", ratesem.ErrInvalidLimit, rs.Name)
+		}
+		switch rs.spec.Kind {
+		case rspec.Completion, rspec.FixedCompletion, rspec.SlidingLog, rspec.FixedWindow, rspec.SlidingWindowCounter, rspec.SubWindowCounter:
+		default:
+			return fmt.Errorf("%w: rule %q: an adaptive rule over Redis needs a window, not a %s (a bucket's burst would have to follow the level)", ratesem.ErrInvalidLimit, rs.Name, rs.spec.Kind)
+		}
+	}
+	return nil
+}
+
+// adaptBounds returns the bounds of rs's adaptive level.
+func adaptBounds(rs *ruleState) rspec.AdaptBounds {
+	return rspec.AdaptBounds{Floor: rs.Adapt.Floor, Ceiling: min(rs.adCeil, rspec.MaxN), Start: rs.limit.N}
+}
+
+// adaptCharge returns the Redis charge of l's key for its adaptive
+// reports: the rule's window (Adapt does not read its N).
+func (m *redisMode) adaptCharge(l *limiter) rspec.Charge {
+	return rspec.Charge{Rule: l.rule.Name, Key: redisKey(l.key), Spec: l.rule.spec}
+}
+
+// adapted returns the callback of l's reports: the level Redis answered
+// becomes l's (l.ad, for AdaptLevel and KeyState); a level that changed
+// makes the key's first waiter ask Redis again at once (remote forgot the
+// refusals it remembered under the old level), as a level changed in
+// process re-fits the window (adaptedLocked). It takes p.mu.
+func (m *redisMode) adapted(l *limiter) func(int64, error) {
+	return func(n int64, err error) {
+		if err != nil || n < 1 {
+			return
+		}
+		p := m.p
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if l.ad == nil || l.ad.S.N == n {
+			return
+		}
+		l.ad.S.N = n
+		if l.q != nil {
+			p.markPending(l.q)
+			p.settleLocked(p.now())
+		}
+	}
+}
+
+// adaptSuccess: in Redis mode a Release does not run releaseLocked;
+// redisMode.release reports the successes (adaptReleasedLocked).
+func (m *redisMode) adaptSuccess(*limiter, int64, time.Time) {}
+
+// adaptReleasedLocked reports the success of t's call on l, released at
+// now, to the fleet's level (batched by remote; it never blocks). A call
+// the fallback admitted (no admission on Redis's clock) is not reported.
+// p.mu must be held.
+func (m *redisMode) adaptReleasedLocked(l *limiter, t *Ticket, now time.Time) {
+	if t.rcall == nil {
+		return
+	}
+	dur := time.Duration(m.p.mono(now) - t.at)
+	_ = m.eng.AdaptSuccess(m.scope, m.adaptCharge(l), adaptBounds(l.rule), t.rcall.Start(), dur, m.adapted(l))
+}
+
+// adaptThrottle reports a throttle of t's call on l to the fleet's level
+// (one round trip, on a goroutine of remote; it never blocks). Without
+// the call (t nil: Pool.Throttled) it is a throttle of a call admitted a
+// Per ago on this host's clock, taken as Redis's (the hosts' clocks'
+// difference shifts it); a call the fallback admitted counts as admitted
+// before any cut (it cuts only a level never cut).
+func (m *redisMode) adaptThrottle(l *limiter, t *Ticket, _ int64, _ time.Time) {
+	var start time.Time
+	switch {
+	case t == nil:
+		start = time.Now().Add(-l.rule.limit.Per)
+	case t.rcall != nil:
+		start = t.rcall.Start()
+	}
+	_ = m.eng.AdaptThrottle(m.scope, m.adaptCharge(l), adaptBounds(l.rule), start, m.adapted(l))
+}

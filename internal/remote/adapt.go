@@ -1,0 +1,302 @@
+package remote
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/ratesem/ratesem/internal/rspec"
+)
+
+// # Adaptive limits
+//
+// A limiter whose limit the fleet learns (Rule.Adapt) keeps its level in
+// Redis (rspec.Adapter, internal/rstore's Store.AdaptAll): every process
+// reports its ended calls there and the level is stored as the limiter's
+// limit, which every admission adopts. Reports cost round trips, so they
+// are batched per limiter: the successes of a limiter go in one round trip
+// at most per eighth of its Per (adaptEvery), sent by the call whose
+// success finds it passed, or at once when they would prove the level (as
+// far as this process can tell: at most one more round trip per Per, a
+// level is proven once per Per at most); a throttle goes at once, with the
+// successes queued before it (a cut must reach the fleet before its next
+// admissions, and reads the successes of the last Per). Successes are
+// queued in two groups, the calls admitted before the level's last change
+// as Redis last answered it and those admitted since, so that the former
+// never keep the latter from proving the next level. Reports are sent on
+// goroutines of the engine, never on the caller's, and dropped while
+// Redis is taken as unreachable (the fallback then limits, under its own
+// limits) or after Close.
+//
+// The cadence was measured (TestAdaptiveRedisFleet in clientpool, 3
+// processes, W = 250 ms): at a quarter of Per the fleet took 15 windows to
+// climb back after the limit tripled, against 8 for one process in
+// process; at an eighth, 9. Eight round trips per Per per limiter per
+// process are few next to the admissions (one per call).
+
+// adaptEvery: the successes of a limiter are reported at most once per
+// Per/adaptEvery (see # Adaptive limits).
+const adaptEvery = 8
+
+// ErrNoAdapt is the error of an adaptive report to an Engine whose Store
+// keeps no adaptive limits (not an rspec.Adapter: the engine's fakes).
+var ErrNoAdapt = errors.New("ratesem: the Redis store keeps no adaptive limits")
+
+// adapts holds the successes of this process not yet reported, per
+// limiter.
+type adapts struct {
+	mu      sync.Mutex
+	m       map[limKey]*adaptQ
+	sweepAt int
+}
+
+// adaptQ is one limiter's successes not yet reported, in two groups: the
+// calls admitted before the level's last change as Redis last answered it
+// (they cannot prove the next level) and those admitted since, so that the
+// former do not keep the latter from proving it (a report's Start is the
+// earliest of its calls).
+type adaptQ struct {
+	old, cur adaptGroup
+	since    time.Time // the level's last change, Redis's clock, as last answered; zero: unknown
+	cyc      int64     // the successes proving the level since then, as last answered
+	newest   time.Time // the latest admission (Redis's clock) of the successes queued in cur
+	last     time.Time // this process's clock: the latest report of successes sent
+	per      time.Duration
+	busy     bool  // a report of successes is under way
+	n        int64 // the level Redis last answered; 0: none yet
+	c        rspec.Charge
+	bounds   rspec.AdaptBounds
+}
+
+// adaptGroup is successes queued: their count, the earliest admission
+// (Redis's clock) and the sum of their durations.
+type adaptGroup struct {
+	count int64
+	start time.Time
+	dur   time.Duration
+}
+
+func (g *adaptGroup) add(start time.Time, dur time.Duration, count int64) {
+	g.count += count
+	g.dur += dur
+	if g.start.IsZero() || start.Before(g.start) {
+		g.start = start
+	}
+}
+
+// event is g as one report (g.count > 0).
+func (g *adaptGroup) event() rspec.AdaptEvent {
+	return rspec.AdaptEvent{Start: g.start, Count: g.count, Latency: max(g.dur/time.Duration(g.count), time.Microsecond)}
+}
+
+// CanAdapt reports whether the Engine's Store keeps adaptive limits
+// (rspec.Adapter). It does not block.
+func (e *Engine) CanAdapt() bool {
+	_, ok := e.st.(rspec.Adapter)
+	return ok
+}
+
+// Start returns Redis's clock at c's admission (rspec.Decision.Now), the
+// instant adaptive reports take as the call's start; the zero time.Time
+// for a call the fallback admitted, or of no charges.
+func (c *Call) Start() time.Time {
+	if c.fb {
+		return time.Time{}
+	}
+	return c.d.Now
+}
+
+// AdaptSuccess reports a call of c's limiter in scope, admitted at start
+// (Redis's clock: Call.Start), that ended without a throttle after dur
+// (this process's clock), to the limiter's adaptive level kept in Redis
+// with bounds b. It never blocks: the success is queued, and sent with
+// the limiter's other successes at most once per eighth of c.Spec's Per,
+// or at once when they would prove the level (see # Adaptive limits).
+// then, when not nil, is told the level Redis answered (units per Per)
+// after a report this call sent (the successes of the calls that sent
+// none are in it), on a goroutine of the engine, outside any lock; when
+// the level changed, this process
+// also forgets what it learned of the limiter's next admission and calls
+// Config.OnRoom (as after SetLimit). A success with a zero start (the
+// fallback's call) is not reported: nothing tells when it started on
+// Redis's clock. It returns ErrNoAdapt when the Store keeps no adaptive
+// limits; nothing else (a report that fails marks Redis unreachable, as
+// any round trip).
+func (e *Engine) AdaptSuccess(scope string, c rspec.Charge, b rspec.AdaptBounds, start time.Time, dur time.Duration, then func(n int64, err error)) error {
+	if !e.CanAdapt() {
+		return ErrNoAdapt
+	}
+	if start.IsZero() || c.Spec == nil {
+		return nil
+	}
+	k := limKey{scope, c.Rule, c.Key}
+	now := time.Now()
+	a := &e.ad
+	a.mu.Lock()
+	q := a.queueLocked(k, c, b, now)
+	if start.Before(q.since) {
+		q.old.add(start, max(dur, 0), 1)
+	} else {
+		q.cur.add(start, max(dur, 0), 1)
+		if start.After(q.newest) {
+			q.newest = start
+		}
+	}
+	if q.busy || now.Sub(q.last) < q.per/adaptEvery && !q.provesLocked() {
+		a.mu.Unlock()
+		return nil
+	}
+	evs := q.takeLocked(now)
+	a.mu.Unlock()
+	e.report(k, q, evs, true, then)
+	return nil
+}
+
+// AdaptThrottle reports a call of c's limiter in scope, admitted at start
+// (Redis's clock: Call.Start), that the server throttled, to the
+// limiter's adaptive level kept in Redis with bounds b: one round trip at
+// once, on a goroutine of the engine; it never blocks. A throttle of a
+// call started before the level's last cut changes nothing (hysteresis:
+// every process may report one overload). A zero start (the fallback's
+// call) cuts only a level that was never cut. then and the errors as
+// AdaptSuccess.
+func (e *Engine) AdaptThrottle(scope string, c rspec.Charge, b rspec.AdaptBounds, start time.Time, then func(n int64, err error)) error {
+	if !e.CanAdapt() {
+		return ErrNoAdapt
+	}
+	if c.Spec == nil {
+		return nil
+	}
+	k := limKey{scope, c.Rule, c.Key}
+	a := &e.ad
+	now := time.Now()
+	a.mu.Lock()
+	q := a.queueLocked(k, c, b, now)
+	if q.busy {
+		a.mu.Unlock()
+		e.report(k, q, []rspec.AdaptEvent{{Throttled: true, Start: start}}, false, then)
+		return nil
+	}
+	// the successes queued go first, in the same round trip: the cut
+	// reads the successes of the last Per
+	evs := append(q.takeLocked(now), rspec.AdaptEvent{Throttled: true, Start: start})
+	a.mu.Unlock()
+	e.report(k, q, evs, true, then)
+	return nil
+}
+
+// provesLocked reports whether q's successes queued would prove the
+// level now, as far as this process can tell (the successes Redis counted
+// at its last answer, and a Per passed since the level's change by the
+// latest admission queued, which is at or before Redis's now): such a
+// report goes at once, not Per/adaptEvery after the last (at most one
+// more round trip per Per: a level is proven once per Per at most).
+// a.mu must be held.
+func (q *adaptQ) provesLocked() bool {
+	return q.n > 0 && !q.since.IsZero() && q.cur.count > 0 && q.cyc+q.cur.count >= q.n && q.newest.Sub(q.since) >= q.per
+}
+
+// queueLocked returns k's queue, made if needed (with c and b, which the
+// latest report sets); before it makes one, once the map has doubled since
+// the last time, it drops the queues idle for more than their Per. a.mu
+// must be held.
+func (a *adapts) queueLocked(k limKey, c rspec.Charge, b rspec.AdaptBounds, now time.Time) *adaptQ {
+	q := a.m[k]
+	if q == nil {
+		if a.m == nil {
+			a.m, a.sweepAt = map[limKey]*adaptQ{}, 64
+		}
+		if len(a.m) >= a.sweepAt {
+			for k, q := range a.m {
+				if q.old.count == 0 && q.cur.count == 0 && !q.busy && now.Sub(q.last) > q.per {
+					delete(a.m, k)
+				}
+			}
+			a.sweepAt = max(64, 2*len(a.m))
+		}
+		q = &adaptQ{}
+		a.m[k] = q
+	}
+	q.c, q.bounds, q.per = c, b, c.Spec.Limit.Per
+	return q
+}
+
+// takeLocked takes q's successes as one report (the older group first),
+// marks q busy and returns the report's events. a.mu must be held.
+func (q *adaptQ) takeLocked(now time.Time) []rspec.AdaptEvent {
+	evs := make([]rspec.AdaptEvent, 0, 2)
+	for _, g := range []*adaptGroup{&q.old, &q.cur} {
+		if g.count > 0 {
+			evs = append(evs, g.event())
+		}
+		*g = adaptGroup{}
+	}
+	q.newest = time.Time{}
+	q.busy, q.last = true, now
+	return evs
+}
+
+// report sends evs for q's limiter on a goroutine of the engine (succ: a
+// report of successes, which clears q.busy when done and goes back to
+// q's queue when it cannot be sent).
+func (e *Engine) report(k limKey, q *adaptQ, evs []rspec.AdaptEvent, succ bool, then func(int64, error)) {
+	ad := e.st.(rspec.Adapter)
+	a := &e.ad
+	a.mu.Lock()
+	c, b := q.c, q.bounds
+	a.mu.Unlock()
+	e.mu.Lock()
+	ok := !e.down && !e.closed && e.spawnLocked(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), e.cfg.Timeout)
+		lv, err := ad.AdaptAll(ctx, k.scope, c, b, evs...)
+		cancel()
+		e.roundTrip(err)
+		n := lv.N
+		a.mu.Lock()
+		if succ {
+			q.busy = false
+		}
+		changed := err == nil && q.n != 0 && n != q.n
+		if err == nil {
+			q.n, q.cyc = n, lv.Cycled
+			if lv.Changed.After(q.since) {
+				// the successes queued since, admitted before it,
+				// cannot prove the next level: they move to the old group
+				q.since = lv.Changed
+				if q.cur.count > 0 && q.cur.start.Before(q.since) {
+					q.old.add(q.cur.start, q.cur.dur, q.cur.count)
+					q.cur = adaptGroup{}
+				}
+			}
+		}
+		a.mu.Unlock()
+		if changed {
+			e.forget(k.scope, c)
+		}
+		if then != nil {
+			if err != nil {
+				n = 0
+			}
+			then(n, err)
+		}
+	})
+	e.mu.Unlock()
+	if !ok && succ {
+		// Not sent (Redis down, Close, too many round trips): the
+		// successes wait for the next report.
+		a.mu.Lock()
+		q.busy = false
+		for _, ev := range evs {
+			if ev.Throttled {
+				continue // dropped, as every report while Redis is down
+			}
+			g := &q.cur
+			if ev.Start.Before(q.since) {
+				g = &q.old
+			}
+			g.add(ev.Start, ev.Latency*time.Duration(ev.Count), ev.Count)
+		}
+		a.mu.Unlock()
+	}
+}
