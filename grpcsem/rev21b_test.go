@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -19,6 +20,8 @@ import (
 	"github.com/ratesem/ratesem"
 	"github.com/ratesem/ratesem/clientpool"
 	"github.com/ratesem/ratesem/grpcsem"
+	"github.com/ratesem/ratesem/redisrate"
+	"github.com/ratesem/ratesem/redistest"
 )
 
 // Two interceptors chained (a pool per tenant over a fleet's pool, say):
@@ -150,13 +153,26 @@ func TestRev21bPanickingKey(t *testing.T) {
 // nothing but must not count such RPCs as successes that raise an adaptive
 // level.
 func TestRev21bUnavailableDoesNotRaiseAdaptiveLevel(t *testing.T) {
+	unavailableAdaptive(t)
+}
+
+// The same over Redis (redisrate.Shared): the fleet's level does not rise
+// either.
+func TestRev21bUnavailableDoesNotRaiseAdaptiveLevelRedis(t *testing.T) {
+	rc := goredis.NewClient(&goredis.Options{Addr: redistest.Start(t).Addr()})
+	t.Cleanup(func() { rc.Close() })
+	unavailableAdaptive(t, redisrate.Shared(rc, "rev21b"))
+}
+
+func unavailableAdaptive(t *testing.T, opts ...clientpool.Option) {
 	srv := newServer(1<<40, time.Second, 1<<40)
 	srv.work = 0
 	tab := clientpool.Table{
 		Rules:   []clientpool.Rule{{Name: "api", Limit: limit(5, 20*time.Millisecond), Adapt: &clientpool.Adaptive{Floor: 5, Ceiling: 1000}}},
 		Default: []clientpool.Cost{{Rule: "api", Units: 1}},
 	}
-	pool := newPool(t, tab)
+	pool := newPool(t, tab, opts...)
+	defer pool.Close()
 	conn, _ := dial(t, srv, pool)
 	ctx := with(context.Background(), "x-reject-code", "14")
 	var wg sync.WaitGroup
