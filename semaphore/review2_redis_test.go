@@ -58,14 +58,25 @@ func TestRedisFallbackRestartBackWithinAPer(t *testing.T) {
 	if local == 0 || first.IsZero() {
 		t.Fatalf("%d calls of the fallback, first of Redis after the restart %v: the run did not cover the hand-over", local, first)
 	}
-	full := len(filter(r.calls, func(c call) bool {
-		return !c.local && !c.start.Before(first) && c.start.Before(first.Add(per+300*time.Millisecond))
-	}))
+	// Full rate: 2N calls of Redis start within a Per and 300 ms, counted
+	// from the first call of Redis after the restart or from one of those
+	// that follow it within 500 ms (a lone call admitted as the hold ends,
+	// a few hundred ms before the fleet's waiters re-ask, must not move
+	// the count's window off the fleet's).
+	var full int
+	for _, a := range r.calls {
+		if a.local || a.start.Before(first) || a.start.After(first.Add(500*time.Millisecond)) {
+			continue
+		}
+		full = max(full, len(filter(r.calls, func(c call) bool {
+			return !c.local && !c.start.Before(a.start) && c.start.Before(a.start.Add(per+300*time.Millisecond))
+		})))
+	}
 	var lost uint64
 	for _, s := range sems {
 		lost += s.Stats().StateLost
 	}
-	t.Logf("%d calls, %d of the fallback; the first of Redis %v after the restart, %d within a Per and 300 ms of it; peak %d of %d; %d admissions found the state lost",
+	t.Logf("%d calls, %d of the fallback; the first of Redis %v after the restart, %d within a Per and 300 ms of it (or of a call 500 ms after it); peak %d of %d; %d admissions found the state lost",
 		len(r.calls), local, first.Sub(r.started).Round(time.Millisecond), full, peak, N, lost)
 	if lost == 0 {
 		t.Error("no admission found the state lost")
@@ -74,7 +85,7 @@ func TestRedisFallbackRestartBackWithinAPer(t *testing.T) {
 		t.Errorf("the first call of Redis %v after the restart; want at most a Per and 500 ms", d.Round(time.Millisecond))
 	}
 	if full < 2*N {
-		t.Errorf("%d calls within a Per and 300 ms of the first; want %d (full rate)", full, 2*N)
+		t.Errorf("%d calls within a Per and 300 ms of the first (or of a call up to 500 ms after it); want %d (full rate)", full, 2*N)
 	}
 	for p, s := range sems {
 		if st := s.Stats(); st.Unavailable || st.InFlight != 0 || st.FallbackCarried == 0 {
