@@ -112,8 +112,8 @@ type State struct {
 	Inc int64
 	// Clean counts clean cycles at B or one below it (probing rules).
 	Clean int64
-	// Cycled counts the successes of calls started at or after LastChange:
-	// a level is proven once Cycled ≥ N and W has passed.
+	// Cycled counts the units of successes of calls started at or after
+	// LastChange: a level is proven once Cycled ≥ N and W has passed.
 	Cycled int64
 	// LastChange is the instant the level last changed (or was proven).
 	LastChange int64
@@ -123,7 +123,7 @@ type State struct {
 	// Lat is the average latency of successful calls (start to end), an
 	// exponential average of weight 1/LatWeight; 0 before the first.
 	Lat int64
-	// Cur, Prev count the successes ending in the current and previous
+	// Cur, Prev count the units of successes ending in the current and previous
 	// aligned windows [CurStart, CurStart+W) and the one before; CurStart
 	// is a multiple of W. Their weighted sum estimates the successes of the
 	// last W (Accepted).
@@ -191,15 +191,23 @@ func mulDiv(a, b, c int64) int64 {
 	return int64(min(q, math.MaxInt64))
 }
 
-// Success reports a call started at start that ended at now without a
-// throttle. It counts the call in the last window, in the latency average,
-// and toward the proof of the level when it started at it, then runs Tick.
-func (l *Law) Success(start, now int64) {
+// Success reports a call of one unit started at start that ended at now
+// without a throttle: SuccessUnits(start, now, 1).
+func (l *Law) Success(start, now int64) { l.SuccessUnits(start, now, 1) }
+
+// SuccessUnits reports a call of units units (its weight, or its settled
+// weight: the level counts units, not calls) started at start that ended
+// at now without a throttle. It counts the units in the last window and
+// toward the proof of the level when the call started at it, the call's
+// latency in the average, then runs Tick. units < 0 counts as 0; the
+// counts saturate.
+func (l *Law) SuccessUnits(start, now, units int64) {
 	s := &l.S
+	units = max(units, 0)
 	l.roll(now)
-	s.Cur++
+	s.Cur = sat(s.Cur, units)
 	if start >= s.LastChange {
-		s.Cycled++
+		s.Cycled = sat(s.Cycled, units)
 	}
 	d := max(now-start, 0)
 	if s.Lat == 0 {
@@ -303,6 +311,8 @@ func (l *Law) SetCeiling(c int64) {
 type Event struct {
 	Kind       EventKind
 	Start, Now int64
+	// Units is a success's units (SuccessUnits); 0 means 1.
+	Units int64
 }
 
 // EventKind is the kind of an Event.
@@ -321,7 +331,11 @@ const (
 func (l *Law) Apply(e Event) {
 	switch e.Kind {
 	case EventSuccess:
-		l.Success(e.Start, e.Now)
+		u := e.Units
+		if u == 0 {
+			u = 1
+		}
+		l.SuccessUnits(e.Start, e.Now, u)
 	case EventThrottle:
 		l.Throttle(e.Start, e.Now)
 	case EventTick:

@@ -335,3 +335,31 @@ func TestAbsurdNumbers(t *testing.T) {
 		t.Fatalf("mulDiv exact in 128 bits: %d", got)
 	}
 }
+
+// A success of k units moves the counts and the proof as k successes of
+// one unit at the same instants do (the level counts units); the latency
+// average takes one sample per call. Negative units count as 0.
+func TestSuccessUnits(t *testing.T) {
+	p := Params{Floor: 10, Ceiling: 1000, W: 1000}
+	a, b := New(p, 0), New(p, 0)
+	for now := int64(10); now < 20000; now += 100 {
+		a.SuccessUnits(now-10, now, 10)
+		for range 10 {
+			b.Success(now-10, now)
+		}
+		a.S.Lat = b.S.Lat
+		if a.S != b.S {
+			t.Fatalf("at %d: units %+v, calls %+v", now, a.S, b.S)
+		}
+	}
+	c := New(p, 0)
+	c.SuccessUnits(0, 10, -5)
+	if c.S.Cur != 0 || c.S.Cycled != 0 {
+		t.Errorf("negative units counted: %+v", c.S)
+	}
+	var e Law = New(p, 0)
+	e.Apply(Event{Kind: EventSuccess, Start: 0, Now: 10, Units: 7})
+	if e.S.Cur != 7 {
+		t.Errorf("Apply with Units 7: Cur %d", e.S.Cur)
+	}
+}

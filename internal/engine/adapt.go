@@ -77,11 +77,12 @@ func (rs *ruleState) newLaw() *adapt.Law {
 	return &l
 }
 
-// adaptSuccess is the in-process hook of a call on l, admitted at start
-// (ns since the epoch), that ended at now without a throttle.
-func (b *inProc) adaptSuccess(l *limiter, start int64, now time.Time) {
+// adaptSuccess is the in-process hook of a call of units units on l
+// (its settled weight), admitted at start (ns since the epoch), that
+// ended at now without a throttle.
+func (b *inProc) adaptSuccess(l *limiter, start, units int64, now time.Time) {
 	p := (*Engine)(b)
-	l.ad.Success(micros(start), micros(p.mono(now)))
+	l.ad.SuccessUnits(micros(start), micros(p.mono(now)), units)
 	p.adaptedLocked(l, now)
 }
 

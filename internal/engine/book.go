@@ -44,11 +44,12 @@ type book interface {
 	keyLimitLocked(l *limiter) window.Limit
 	// adaptSuccess and adaptThrottle feed the adaptive law of l (Rule.Adapt)
 	// a call admitted at start (ns since the epoch) that ended at now
-	// without a throttle, or was throttled (its reply came at now). In
+	// without a throttle (having cost units: the level counts units), or
+	// was throttled (its reply came at now). In
 	// process they update l.ad and its window; in Redis mode (refused at
 	// New until the Redis law exists) they would send the signal to the
 	// script that keeps the key's level for the fleet.
-	adaptSuccess(l *limiter, start int64, now time.Time)
+	adaptSuccess(l *limiter, start, units int64, now time.Time)
 	adaptThrottle(l *limiter, start int64, now time.Time)
 	close() error
 }

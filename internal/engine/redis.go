@@ -747,5 +747,5 @@ func (p *Engine) refChargesLocked(charges []Charge, now time.Time) ([]held, erro
 // adaptSuccess and adaptThrottle: New refuses an adaptive rule in Redis
 // mode (errAdaptiveRedis) until the law runs in the Redis scripts, so no
 // limiter of this mode has a law; the Redis law plugs in here.
-func (m *redisMode) adaptSuccess(*limiter, int64, time.Time)  {}
-func (m *redisMode) adaptThrottle(*limiter, int64, time.Time) {}
+func (m *redisMode) adaptSuccess(*limiter, int64, int64, time.Time) {}
+func (m *redisMode) adaptThrottle(*limiter, int64, time.Time)       {}
