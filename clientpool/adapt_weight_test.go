@@ -1,6 +1,7 @@
 package clientpool_test
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -64,6 +65,34 @@ func TestAdaptiveWeighted(t *testing.T) {
 		tk.Release()
 		if cut := level(t, p); cut < n*8/10 {
 			t.Errorf("weight %d: one throttle cut the level from %d to %d: want ≥ 80%%", w, n, cut)
+		}
+	}
+}
+
+// SetLimit on an adaptive rule sets the ceiling, held to the bound New
+// holds Adaptive.Ceiling to (2^40): an absurd N does not let a level
+// climb toward int64's end.
+func TestAdaptiveSetLimitHuge(t *testing.T) {
+	clk := clock.NewMock()
+	p := newPool(t, []clientpool.Rule{{Name: "api", Limit: window.Limit{Per: time.Second}, Adapt: &clientpool.Adaptive{Floor: 10}}}, clientpool.WithClock(clk))
+	if err := p.SetLimit("api", window.Limit{N: math.MaxInt64, Per: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := clientpool.New(clientpool.Table{Rules: []clientpool.Rule{{Name: "api", Limit: window.Limit{Per: time.Second}, Adapt: &clientpool.Adaptive{Floor: 10, Ceiling: 1 << 41}}}}); err == nil {
+		t.Fatal("New took a Ceiling of 2^41")
+	}
+	for range 150 {
+		tk, _, _ := p.TryAcquire(clientpool.Charge{Rule: "api", Weight: 10})
+		if tk == nil {
+			t.Fatal("not admitted")
+		}
+		if err := tk.Settle("api", math.MaxInt64); err != nil { // a hostile usage report
+			t.Fatal(err)
+		}
+		tk.Release()
+		clk.Add(2 * time.Second)
+		if n := level(t, p); n < 10 || n > 1<<40 {
+			t.Fatalf("level %d: want within [10, 2^40]", n)
 		}
 	}
 }

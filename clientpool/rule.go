@@ -166,7 +166,7 @@ type Rule struct {
 // Floor. With Rule.Learn, a limit the key learns from a reply is its
 // ceiling; a server that reports its windows (Learned.Reset) is counted
 // against its budget, which then governs, not the level. SetLimit on an
-// adaptive rule sets the ceiling of every key (N) and the window (Per).
+// adaptive rule sets the ceiling of every key (N, at most 2^40) and the window (Per).
 // A key evicted when idle (WithIdleTimeout) starts over at Limit.N.
 // Redis mode (redisrate.Shared) refuses an adaptive rule at construction
 // until the fleet shares the law. The exchange presets never set it: their

@@ -235,7 +235,7 @@ func (l *Law) Throttle(start, now int64) {
 		// ⌊A·(W+Lat)/W⌋ = A + ⌊A·Lat/W⌋ (A is whole), without overflow.
 		a := l.Accepted(now)
 		slots := sat(a, mulDiv(a, s.Lat, p.W))
-		n := min(s.N*BetaNum/BetaDen, mulDiv(slots, BetaANum, BetaADen))
+		n := min(mulDiv(s.N, BetaNum, BetaDen), mulDiv(slots, BetaANum, BetaADen))
 		s.N = min(max(n, p.Floor), p.Ceiling)
 		s.G = s.N
 	}
@@ -264,16 +264,16 @@ func (l *Law) Tick(now int64) {
 			s.Inc = max(1, s.N/Probe0Den)
 			l.step()
 		}
-	case s.B > 0 && s.N+1 >= s.B:
+	case s.B > 0 && s.N >= s.B-1:
 		// At the edge: probe B again, rarely (a probe costs ~1 rejection).
 		s.Clean++
 		if s.Clean >= max(EdgeWait, (EdgeCalls+s.N-1)/s.N) {
-			s.N = min(s.N+1, p.Ceiling)
+			s.N = min(sat(s.N, 1), p.Ceiling)
 			s.Clean = 0
 		}
 	case s.B > 0:
 		// Climb back: halve the gap to B per cycle.
-		s.N = min(s.N+max(1, (s.B-s.N)/2), p.Ceiling)
+		s.N = min(sat(s.N, max(1, (s.B-s.N)/2)), p.Ceiling)
 	default:
 		l.step()
 	}
@@ -291,8 +291,8 @@ func sat(a, b int64) int64 {
 // 35% of the new N (at least 1).
 func (l *Law) step() {
 	s := &l.S
-	s.N = min(s.N+s.Inc, l.P.Ceiling)
-	s.Inc = min(2*s.Inc, max(1, s.N*IncCapNum/IncCapDen))
+	s.N = min(sat(s.N, s.Inc), l.P.Ceiling)
+	s.Inc = min(sat(s.Inc, s.Inc), max(1, mulDiv(s.N, IncCapNum, IncCapDen)))
 }
 
 // SetCeiling changes the ceiling (a limit the server published, learned

@@ -363,3 +363,25 @@ func TestSuccessUnits(t *testing.T) {
 		t.Errorf("Apply with Units 7: Cur %d", e.S.Cur)
 	}
 }
+
+// Near math.MaxInt64 (a Ceiling of "no limit" from a caller, successes of
+// absurd settled weights) the level saturates at the ceiling: it never
+// wraps below Floor, and a cut is about 90% of it, not the floor.
+func TestHugeLevels(t *testing.T) {
+	const big = math.MaxInt64
+	l := New(Params{Floor: 1, Ceiling: big, W: 10}, big-2)
+	for i := int64(1); i <= 10; i++ {
+		l.SuccessUnits(i*100-1, i*100, big)
+		if l.N() < 1 || l.N() > big {
+			t.Fatalf("step %d: level %d", i, l.N())
+		}
+	}
+	if l.N() != big {
+		t.Fatalf("level %d, want the ceiling %d", l.N(), int64(big))
+	}
+	l.SuccessUnits(2000, 2001, big) // proven at the ceiling: G = N
+	l.Throttle(2001, 2002) // in the window of those successes
+	if l.N() < big/10*8 {
+		t.Errorf("a throttle at %d cut to %d: want about 90%%", int64(big), l.N())
+	}
+}

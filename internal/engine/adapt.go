@@ -122,9 +122,10 @@ func (p *Engine) adaptLearnedLocked(l *limiter, n int64, now time.Time) {
 
 // adaptSetLimitLocked is SetLimit on an adaptive rule: l.N becomes the
 // ceiling of the rule and of every key (a level above it comes down to
-// it), l.Per the window.
+// it), l.Per the window. The ceiling is held to [Floor, MaxLearnedN], the
+// bounds New holds Adaptive.Ceiling to.
 func (p *Engine) adaptSetLimitLocked(rs *ruleState, l window.Limit, now time.Time) {
-	rs.adCeil = max(l.N, rs.Adapt.Floor)
+	rs.adCeil = min(max(l.N, rs.Adapt.Floor), MaxLearnedN)
 	rs.setLimit(window.Limit{N: min(rs.limit.N, rs.adCeil), Per: l.Per})
 	for _, lim := range rs.keys {
 		lim.ad.P.W = max(micros(int64(l.Per)), 1)
