@@ -380,7 +380,7 @@ func TestHugeLevels(t *testing.T) {
 		t.Fatalf("level %d, want the ceiling %d", l.N(), int64(big))
 	}
 	l.SuccessUnits(2000, 2001, big) // proven at the ceiling: G = N
-	l.Throttle(2001, 2002) // in the window of those successes
+	l.Throttle(2001, 2002)          // in the window of those successes
 	if l.N() < big/10*8 {
 		t.Errorf("a throttle at %d cut to %d: want about 90%%", int64(big), l.N())
 	}
