@@ -327,10 +327,14 @@ func Count(s string) (int64, bool) {
 }
 
 // Scaled returns d divided by f, for a preset's WithScale: d itself when f
-// is not a finite number > 0, and at least a microsecond.
+// is not a finite number > 0, at least a microsecond, and at most the
+// longest Duration (in whole µs) for an f so small that d/f overflows.
 func Scaled(d time.Duration, f float64) time.Duration {
 	if !(f > 0) || math.IsInf(f, 0) {
 		return d
+	}
+	if q := float64(d) / f; q >= math.MaxInt64 {
+		return time.Duration(math.MaxInt64).Truncate(time.Microsecond)
 	}
 	return max(time.Duration(float64(d)/f), time.Microsecond).Round(time.Microsecond)
 }
