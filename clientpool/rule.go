@@ -173,7 +173,8 @@ type Rule struct {
 // bans escalate (Binance's 418 grows from 2 minutes to 3 days,
 // https://developers.binance.com/docs/binance-spot-api-docs/rest-api/limits).
 type Adaptive struct {
-	// Floor is the lowest level, in units per the rule's Limit.Per (≥ 1):
+	// Floor is the lowest level, in units per the rule's Limit.Per (1 to 2^40;
+	// New refuses others with ratesem.ErrInvalidLimit):
 	// a key is never held below it, however the server throttles.
 	Floor int64
 	// Ceiling is the highest level (≥ Floor), or 0 for none (up to
