@@ -96,3 +96,31 @@ func TestAdaptiveSetLimitHuge(t *testing.T) {
 		}
 	}
 }
+
+// ThrottledTicket, Overloaded and Release of one ticket race (a body's
+// throttle read by one goroutine while another closes it): each ticket
+// ends once, the pool is left with nothing in flight, and the level stays
+// within [Floor, Ceiling]. Run with -race.
+func TestAdaptiveThrottleRacesRelease(t *testing.T) {
+	p := newPool(t, []clientpool.Rule{{Name: "api", Limit: window.Limit{N: 50, Per: time.Millisecond}, Adapt: &clientpool.Adaptive{Floor: 5, Ceiling: 100}}})
+	done := make(chan struct{})
+	for i := range 300 {
+		tk := acquire(t, p, clientpool.Charge{Rule: "api", Weight: 1})
+		go func() {
+			if i%2 == 0 {
+				p.ThrottledTicket(clientpool.Throttle{Status: 429, RetryAfter: time.Microsecond}, tk)
+			} else {
+				p.Overloaded(clientpool.Throttle{Status: 503}, tk)
+			}
+			done <- struct{}{}
+		}()
+		go func() { tk.Release(); done <- struct{}{} }()
+		<-done
+		<-done
+	}
+	for _, k := range p.Snapshot() {
+		if k.InFlight != 0 || k.Limit.N < 5 || k.Limit.N > 100 {
+			t.Errorf("%+v: want nothing in flight, a level in [5, 100]", k)
+		}
+	}
+}
