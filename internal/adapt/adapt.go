@@ -45,7 +45,10 @@
 // in one unit chosen by the caller (the engine and the Redis scripts use
 // µs) and must be ≥ 0; the law never reads a clock. Inputs out of order
 // (now before start, now before an earlier now) are taken as they come:
-// a negative latency counts as 0, and a window does not pass backwards.
+// a negative latency counts as 0, a window does not pass backwards, and a
+// now before an instant the state recorded (LastChange, LastCut, CurStart:
+// the clock went back) moves it to now first (back), so that the law goes
+// on from the new clock instead of freezing until it catches up.
 //
 // # Against the simulation (LAW.md and law.go of the research)
 //
@@ -155,6 +158,25 @@ func New(p Params, start int64) Law {
 // N returns the current level: the window's limit.
 func (l *Law) N() int64 { return l.S.N }
 
+// back re-anchors the instants the state recorded when now is before them
+// (the clock went back: a test clock, a Redis failover to a replica whose
+// TIME is behind): the latest change and cut, and the current bucket,
+// move to now, so that the level is proven and cut on the new clock
+// rather than frozen until it catches up. A no-op on a clock that never
+// goes back. Success, Throttle and Tick run it first.
+func (l *Law) back(now int64) {
+	s := &l.S
+	if now < s.LastChange {
+		s.LastChange = now
+	}
+	if now < s.LastCut {
+		s.LastCut = now
+	}
+	if now < s.CurStart {
+		s.CurStart = now - now%l.P.W
+	}
+}
+
 // roll moves the two success buckets to the aligned window holding now.
 func (l *Law) roll(now int64) {
 	s, w := &l.S, l.P.W
@@ -204,6 +226,7 @@ func (l *Law) Success(start, now int64) { l.SuccessUnits(start, now, 1) }
 func (l *Law) SuccessUnits(start, now, units int64) {
 	s := &l.S
 	units = max(units, 0)
+	l.back(now)
 	l.roll(now)
 	s.Cur = sat(s.Cur, units)
 	if start >= s.LastChange {
@@ -225,6 +248,7 @@ func (l *Law) SuccessUnits(start, now, units int64) {
 // G to the cut level. Both restart the proof (Cycled, Clean, Inc) at now.
 func (l *Law) Throttle(start, now int64) {
 	s, p := &l.S, &l.P
+	l.back(now)
 	if start < s.LastCut {
 		return
 	}
@@ -250,6 +274,7 @@ func (l *Law) Throttle(start, now int64) {
 // no timer); a Redis script may run it on admissions too.
 func (l *Law) Tick(now int64) {
 	s, p := &l.S, &l.P
+	l.back(now)
 	if now-s.LastChange < p.W || s.Cycled < s.N {
 		return
 	}

@@ -385,3 +385,30 @@ func TestHugeLevels(t *testing.T) {
 		t.Errorf("a throttle at %d cut to %d: want about 90%%", int64(big), l.N())
 	}
 }
+
+// A clock that goes back (a test clock set back, Redis failing over to a
+// replica whose TIME is behind, an NTP step) re-anchors the law at the
+// new now: the level is not frozen until the clock catches up with the
+// instants it recorded, and throttles are heard again.
+func TestClockBack(t *testing.T) {
+	const w = 1000
+	l := New(Params{Floor: 10, Ceiling: 1000, W: w}, 100)
+	late := int64(3600 * 1000) // an hour of ms
+	l.Success(late-5, late)
+	l.Throttle(late, late+1) // a cut at the good level: LastCut = late+1
+	cut := l.N()
+	// The clock is back at 0: ten windows of clean successes.
+	for now := int64(10); now < 10*w; now += 10 {
+		for range cut / 10 {
+			l.Success(now-5, now)
+		}
+	}
+	if l.N() <= cut {
+		t.Fatalf("level %d after ten clean windows on a clock set back: want above %d", l.N(), cut)
+	}
+	before := l.N()
+	l.Throttle(10*w, 10*w+1)
+	if l.N() >= before {
+		t.Errorf("a throttle after the clock went back was ignored: level %d", l.N())
+	}
+}
