@@ -89,13 +89,17 @@ const MaxSettleBody = 1 << 20
 // is not a net/http.ServeMux path pattern, for two endpoints that match a
 // request in common with neither more specific (see Endpoint.Path), for a
 // rule without a name
-// or with a duplicate name, for a limit that is not N > 0 per Per > 0, a
-// negative MaxUnitsInFlight or TimeUnit, or a TimeUnit on a window that
-// cannot settle (matching ratesem.ErrInvalidLimit), for an
+// or with a duplicate name, for a limit that is not N > 0 per Per > 0 (N
+// may be 0 for a rule with Learn or Adapt), a
+// negative MaxUnitsInFlight or TimeUnit, a TimeUnit on a window that
+// cannot settle, or an Adapt whose Floor is not in [1, 2^40], whose
+// Ceiling is neither 0 nor in [Floor, 2^40], or whose Per is under 1 µs
+// (matching ratesem.ErrInvalidLimit), for an
 // endpoint cost that names an unknown rule, and for a negative cost
 // (matching ratesem.ErrNegativeWeight); with redisrate.Shared, also for a
 // rule whose window has no Redis form and for a bad prefix or scope (see
-// redisrate.Shared). It does not block and makes no round trip to Redis.
+// redisrate.Shared, and for an adaptive rule there until the fleet shares
+// the law). It does not block and makes no round trip to Redis.
 func New(t Table, opts ...Option) (*Pool, error) {
 	p := &Pool{table: t, rules: make(map[string]*Rule, len(t.Rules))}
 	rules := make([]engine.Rule, len(t.Rules))
@@ -414,7 +418,10 @@ func (p *Pool) ThrottledTicket(th Throttle, t *Ticket) {
 // rules (Rule.Adapt) it is a throttle of t, as in ThrottledTicket. Package
 // httpclient's NewPool calls it for every 503 (and then ThrottledTicket
 // too when its WithThrottledBody hook counts a 503 as a throttle: that
-// pauses, and cuts nothing more). It never blocks and reads no body. It
+// pauses, and cuts nothing more). After t's Release, or a first report
+// of t, it does nothing for the adaptive rules. It calls the Table's
+// ThrottleTargets, when set, as Throttled does. It never blocks, reads no
+// body and is safe for concurrent use (with t's Release too). It
 // panics if t is nil or not a Ticket of this Pool (a caller's bug).
 func (p *Pool) Overloaded(th Throttle, t *Ticket) {
 	if t == nil {

@@ -166,7 +166,7 @@ type Rule struct {
 // Floor. With Rule.Learn, a limit the key learns from a reply is its
 // ceiling; a server that reports its windows (Learned.Reset) is counted
 // against its budget, which then governs, not the level. SetLimit on an
-// adaptive rule sets the ceiling of every key (N) and the window (Per).
+// adaptive rule sets the ceiling of every key (N, at most 2^40) and the window (Per).
 // A key evicted when idle (WithIdleTimeout) starts over at Limit.N.
 // In Redis mode (redisrate.Shared) the fleet shares one level per key,
 // kept in Redis (the same law, in Lua) and stored as the key's limit there,
@@ -181,7 +181,8 @@ type Rule struct {
 // bans escalate (Binance's 418 grows from 2 minutes to 3 days,
 // https://developers.binance.com/docs/binance-spot-api-docs/rest-api/limits).
 type Adaptive struct {
-	// Floor is the lowest level, in units per the rule's Limit.Per (≥ 1):
+	// Floor is the lowest level, in units per the rule's Limit.Per (1 to 2^40;
+	// New refuses others with ratesem.ErrInvalidLimit):
 	// a key is never held below it, however the server throttles.
 	Floor int64
 	// Ceiling is the highest level (≥ Floor), or 0 for none (up to

@@ -45,7 +45,10 @@
 // in one unit chosen by the caller (the engine and the Redis scripts use
 // µs) and must be ≥ 0; the law never reads a clock. Inputs out of order
 // (now before start, now before an earlier now) are taken as they come:
-// a negative latency counts as 0, and a window does not pass backwards.
+// a negative latency counts as 0, a window does not pass backwards, and a
+// now before an instant the state recorded (LastChange, LastCut, CurStart:
+// the clock went back) moves it to now first (back), so that the law goes
+// on from the new clock instead of freezing until it catches up.
 //
 // # Against the simulation (LAW.md and law.go of the research)
 //
@@ -112,8 +115,8 @@ type State struct {
 	Inc int64
 	// Clean counts clean cycles at B or one below it (probing rules).
 	Clean int64
-	// Cycled counts the successes of calls started at or after LastChange:
-	// a level is proven once Cycled ≥ N and W has passed.
+	// Cycled counts the units of successes of calls started at or after
+	// LastChange: a level is proven once Cycled ≥ N and W has passed.
 	Cycled int64
 	// LastChange is the instant the level last changed (or was proven).
 	LastChange int64
@@ -123,7 +126,7 @@ type State struct {
 	// Lat is the average latency of successful calls (start to end), an
 	// exponential average of weight 1/LatWeight; 0 before the first.
 	Lat int64
-	// Cur, Prev count the successes ending in the current and previous
+	// Cur, Prev count the units of successes ending in the current and previous
 	// aligned windows [CurStart, CurStart+W) and the one before; CurStart
 	// is a multiple of W. Their weighted sum estimates the successes of the
 	// last W (Accepted).
@@ -154,6 +157,25 @@ func New(p Params, start int64) Law {
 
 // N returns the current level: the window's limit.
 func (l *Law) N() int64 { return l.S.N }
+
+// back re-anchors the instants the state recorded when now is before them
+// (the clock went back: a test clock, a Redis failover to a replica whose
+// TIME is behind): the latest change and cut, and the current bucket,
+// move to now, so that the level is proven and cut on the new clock
+// rather than frozen until it catches up. A no-op on a clock that never
+// goes back. Success, Throttle and Tick run it first.
+func (l *Law) back(now int64) {
+	s := &l.S
+	if now < s.LastChange {
+		s.LastChange = now
+	}
+	if now < s.LastCut {
+		s.LastCut = now
+	}
+	if now < s.CurStart {
+		s.CurStart = now - now%l.P.W
+	}
+}
 
 // roll moves the two success buckets to the aligned window holding now.
 func (l *Law) roll(now int64) {
@@ -191,15 +213,24 @@ func mulDiv(a, b, c int64) int64 {
 	return int64(min(q, math.MaxInt64))
 }
 
-// Success reports a call started at start that ended at now without a
-// throttle. It counts the call in the last window, in the latency average,
-// and toward the proof of the level when it started at it, then runs Tick.
-func (l *Law) Success(start, now int64) {
+// Success reports a call of one unit started at start that ended at now
+// without a throttle: SuccessUnits(start, now, 1).
+func (l *Law) Success(start, now int64) { l.SuccessUnits(start, now, 1) }
+
+// SuccessUnits reports a call of units units (its weight, or its settled
+// weight: the level counts units, not calls) started at start that ended
+// at now without a throttle. It counts the units in the last window and
+// toward the proof of the level when the call started at it, the call's
+// latency in the average, then runs Tick. units < 0 counts as 0; the
+// counts saturate.
+func (l *Law) SuccessUnits(start, now, units int64) {
 	s := &l.S
+	units = max(units, 0)
+	l.back(now)
 	l.roll(now)
-	s.Cur++
+	s.Cur = sat(s.Cur, units)
 	if start >= s.LastChange {
-		s.Cycled++
+		s.Cycled = sat(s.Cycled, units)
 	}
 	d := max(now-start, 0)
 	if s.Lat == 0 {
@@ -217,6 +248,7 @@ func (l *Law) Success(start, now int64) {
 // G to the cut level. Both restart the proof (Cycled, Clean, Inc) at now.
 func (l *Law) Throttle(start, now int64) {
 	s, p := &l.S, &l.P
+	l.back(now)
 	if start < s.LastCut {
 		return
 	}
@@ -227,7 +259,7 @@ func (l *Law) Throttle(start, now int64) {
 		// ⌊A·(W+Lat)/W⌋ = A + ⌊A·Lat/W⌋ (A is whole), without overflow.
 		a := l.Accepted(now)
 		slots := sat(a, mulDiv(a, s.Lat, p.W))
-		n := min(s.N*BetaNum/BetaDen, mulDiv(slots, BetaANum, BetaADen))
+		n := min(mulDiv(s.N, BetaNum, BetaDen), mulDiv(slots, BetaANum, BetaADen))
 		s.N = min(max(n, p.Floor), p.Ceiling)
 		s.G = s.N
 	}
@@ -242,6 +274,7 @@ func (l *Law) Throttle(start, now int64) {
 // no timer); a Redis script may run it on admissions too.
 func (l *Law) Tick(now int64) {
 	s, p := &l.S, &l.P
+	l.back(now)
 	if now-s.LastChange < p.W || s.Cycled < s.N {
 		return
 	}
@@ -256,16 +289,16 @@ func (l *Law) Tick(now int64) {
 			s.Inc = max(1, s.N/Probe0Den)
 			l.step()
 		}
-	case s.B > 0 && s.N+1 >= s.B:
+	case s.B > 0 && s.N >= s.B-1:
 		// At the edge: probe B again, rarely (a probe costs ~1 rejection).
 		s.Clean++
 		if s.Clean >= max(EdgeWait, (EdgeCalls+s.N-1)/s.N) {
-			s.N = min(s.N+1, p.Ceiling)
+			s.N = min(sat(s.N, 1), p.Ceiling)
 			s.Clean = 0
 		}
 	case s.B > 0:
 		// Climb back: halve the gap to B per cycle.
-		s.N = min(s.N+max(1, (s.B-s.N)/2), p.Ceiling)
+		s.N = min(sat(s.N, max(1, (s.B-s.N)/2)), p.Ceiling)
 	default:
 		l.step()
 	}
@@ -283,8 +316,8 @@ func sat(a, b int64) int64 {
 // 35% of the new N (at least 1).
 func (l *Law) step() {
 	s := &l.S
-	s.N = min(s.N+s.Inc, l.P.Ceiling)
-	s.Inc = min(2*s.Inc, max(1, s.N*IncCapNum/IncCapDen))
+	s.N = min(sat(s.N, s.Inc), l.P.Ceiling)
+	s.Inc = min(sat(s.Inc, s.Inc), max(1, mulDiv(s.N, IncCapNum, IncCapDen)))
 }
 
 // SetCeiling changes the ceiling (a limit the server published, learned
@@ -303,6 +336,8 @@ func (l *Law) SetCeiling(c int64) {
 type Event struct {
 	Kind       EventKind
 	Start, Now int64
+	// Units is a success's units (SuccessUnits); 0 means 1.
+	Units int64
 }
 
 // EventKind is the kind of an Event.
@@ -321,7 +356,11 @@ const (
 func (l *Law) Apply(e Event) {
 	switch e.Kind {
 	case EventSuccess:
-		l.Success(e.Start, e.Now)
+		u := e.Units
+		if u == 0 {
+			u = 1
+		}
+		l.SuccessUnits(e.Start, e.Now, u)
 	case EventThrottle:
 		l.Throttle(e.Start, e.Now)
 	case EventTick:

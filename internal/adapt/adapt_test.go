@@ -335,3 +335,80 @@ func TestAbsurdNumbers(t *testing.T) {
 		t.Fatalf("mulDiv exact in 128 bits: %d", got)
 	}
 }
+
+// A success of k units moves the counts and the proof as k successes of
+// one unit at the same instants do (the level counts units); the latency
+// average takes one sample per call. Negative units count as 0.
+func TestSuccessUnits(t *testing.T) {
+	p := Params{Floor: 10, Ceiling: 1000, W: 1000}
+	a, b := New(p, 0), New(p, 0)
+	for now := int64(10); now < 20000; now += 100 {
+		a.SuccessUnits(now-10, now, 10)
+		for range 10 {
+			b.Success(now-10, now)
+		}
+		a.S.Lat = b.S.Lat
+		if a.S != b.S {
+			t.Fatalf("at %d: units %+v, calls %+v", now, a.S, b.S)
+		}
+	}
+	c := New(p, 0)
+	c.SuccessUnits(0, 10, -5)
+	if c.S.Cur != 0 || c.S.Cycled != 0 {
+		t.Errorf("negative units counted: %+v", c.S)
+	}
+	var e Law = New(p, 0)
+	e.Apply(Event{Kind: EventSuccess, Start: 0, Now: 10, Units: 7})
+	if e.S.Cur != 7 {
+		t.Errorf("Apply with Units 7: Cur %d", e.S.Cur)
+	}
+}
+
+// Near math.MaxInt64 (a Ceiling of "no limit" from a caller, successes of
+// absurd settled weights) the level saturates at the ceiling: it never
+// wraps below Floor, and a cut is about 90% of it, not the floor.
+func TestHugeLevels(t *testing.T) {
+	const big = math.MaxInt64
+	l := New(Params{Floor: 1, Ceiling: big, W: 10}, big-2)
+	for i := int64(1); i <= 10; i++ {
+		l.SuccessUnits(i*100-1, i*100, big)
+		if l.N() < 1 || l.N() > big {
+			t.Fatalf("step %d: level %d", i, l.N())
+		}
+	}
+	if l.N() != big {
+		t.Fatalf("level %d, want the ceiling %d", l.N(), int64(big))
+	}
+	l.SuccessUnits(2000, 2001, big) // proven at the ceiling: G = N
+	l.Throttle(2001, 2002)          // in the window of those successes
+	if l.N() < big/10*8 {
+		t.Errorf("a throttle at %d cut to %d: want about 90%%", int64(big), l.N())
+	}
+}
+
+// A clock that goes back (a test clock set back, Redis failing over to a
+// replica whose TIME is behind, an NTP step) re-anchors the law at the
+// new now: the level is not frozen until the clock catches up with the
+// instants it recorded, and throttles are heard again.
+func TestClockBack(t *testing.T) {
+	const w = 1000
+	l := New(Params{Floor: 10, Ceiling: 1000, W: w}, 100)
+	late := int64(3600 * 1000) // an hour of ms
+	l.Success(late-5, late)
+	l.Throttle(late, late+1) // a cut at the good level: LastCut = late+1
+	cut := l.N()
+	// The clock is back at 0: ten windows of clean successes.
+	for now := int64(10); now < 10*w; now += 10 {
+		for range cut / 10 {
+			l.Success(now-5, now)
+		}
+	}
+	if l.N() <= cut {
+		t.Fatalf("level %d after ten clean windows on a clock set back: want above %d", l.N(), cut)
+	}
+	before := l.N()
+	l.Throttle(10*w, 10*w+1)
+	if l.N() >= before {
+		t.Errorf("a throttle after the clock went back was ignored: level %d", l.N())
+	}
+}

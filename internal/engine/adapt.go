@@ -78,11 +78,12 @@ func (rs *ruleState) newLaw() *adapt.Law {
 	return &l
 }
 
-// adaptSuccess is the in-process hook of a call on l, admitted at start
-// (ns since the epoch), that ended at now without a throttle.
-func (b *inProc) adaptSuccess(l *limiter, start int64, now time.Time) {
+// adaptSuccess is the in-process hook of a call of units units on l
+// (its settled weight), admitted at start (ns since the epoch), that
+// ended at now without a throttle.
+func (b *inProc) adaptSuccess(l *limiter, start, units int64, now time.Time) {
 	p := (*Engine)(b)
-	l.ad.Success(micros(start), micros(p.mono(now)))
+	l.ad.SuccessUnits(micros(start), micros(p.mono(now)), units)
 	p.adaptedLocked(l, now)
 }
 
@@ -122,9 +123,10 @@ func (p *Engine) adaptLearnedLocked(l *limiter, n int64, now time.Time) {
 
 // adaptSetLimitLocked is SetLimit on an adaptive rule: l.N becomes the
 // ceiling of the rule and of every key (a level above it comes down to
-// it), l.Per the window.
+// it), l.Per the window. The ceiling is held to [Floor, MaxLearnedN], the
+// bounds New holds Adaptive.Ceiling to.
 func (p *Engine) adaptSetLimitLocked(rs *ruleState, l window.Limit, now time.Time) {
-	rs.adCeil = max(l.N, rs.Adapt.Floor)
+	rs.adCeil = min(max(l.N, rs.Adapt.Floor), MaxLearnedN)
 	rs.setLimit(window.Limit{N: min(rs.limit.N, rs.adCeil), Per: l.Per})
 	for _, lim := range rs.keys {
 		lim.ad.P.W = max(micros(int64(l.Per)), 1)

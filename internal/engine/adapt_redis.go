@@ -97,18 +97,18 @@ func (m *redisMode) adapted(l *limiter) func(int64, error) {
 
 // adaptSuccess: in Redis mode a Release does not run releaseLocked;
 // redisMode.release reports the successes (adaptReleasedLocked).
-func (m *redisMode) adaptSuccess(*limiter, int64, time.Time) {}
+func (m *redisMode) adaptSuccess(*limiter, int64, int64, time.Time) {}
 
-// adaptReleasedLocked reports the success of t's call on l, released at
-// now, to the fleet's level (batched by remote; it never blocks). A call
-// the fallback admitted (no admission on Redis's clock) is not reported.
-// p.mu must be held.
-func (m *redisMode) adaptReleasedLocked(l *limiter, t *Ticket, now time.Time) {
+// adaptReleasedLocked reports the success of t's call of units units on
+// l, released at now, to the fleet's level (batched by remote; it never
+// blocks). A call the fallback admitted (no admission on Redis's clock)
+// is not reported. p.mu must be held.
+func (m *redisMode) adaptReleasedLocked(l *limiter, t *Ticket, units int64, now time.Time) {
 	if t.rcall == nil {
 		return
 	}
 	dur := time.Duration(m.p.mono(now) - t.at)
-	_ = m.eng.AdaptSuccess(m.scope, m.adaptCharge(l), adaptBounds(l.rule), t.rcall.Start(), dur, m.adapted(l))
+	_ = m.eng.AdaptSuccess(m.scope, m.adaptCharge(l), adaptBounds(l.rule), t.rcall.Start(), dur, units, m.adapted(l))
 }
 
 // adaptThrottle reports a throttle of t's call on l to the fleet's level

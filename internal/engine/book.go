@@ -44,13 +44,13 @@ type book interface {
 	keyLimitLocked(l *limiter) window.Limit
 	// adaptSuccess and adaptThrottle feed the adaptive law of l (Rule.Adapt)
 	// a call admitted at start (ns since the epoch) that ended at now
-	// without a throttle, or was throttled (its reply came at now); t, for
-	// a throttle, is the throttled call (nil when the report has none). In
-	// process they update l.ad and its window; in Redis mode the throttle
-	// goes to the script that keeps the key's level for the fleet
-	// (adapt_redis.go; successes go from redisMode.release, which does not
-	// run releaseLocked).
-	adaptSuccess(l *limiter, start int64, now time.Time)
+	// without a throttle (having cost units: the level counts units), or
+	// was throttled (its reply came at now); t, for a throttle, is the
+	// throttled call (nil when the report has none). In process they
+	// update l.ad and its window; in Redis mode they go to the script that
+	// keeps the key's level for the fleet (adapt_redis.go; successes go
+	// from redisMode.release, which does not run releaseLocked).
+	adaptSuccess(l *limiter, start, units int64, now time.Time)
 	adaptThrottle(l *limiter, t *Ticket, start int64, now time.Time)
 	close() error
 }

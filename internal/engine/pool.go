@@ -395,7 +395,11 @@ func (p *Engine) releaseLocked(t *Ticket, from int, now time.Time) {
 			fb.streak = 0 // a call went through without a throttle
 		}
 		if l.ad != nil && !t.throttled {
-			p.book.adaptSuccess(l, t.at, now) // may panic in a Rule.Window's SetLimit: ended all the same
+			units := h.n
+			if h.settled {
+				units = h.actual
+			}
+			p.book.adaptSuccess(l, t.at, units, now) // may panic in a Rule.Window's SetLimit: ended all the same
 		}
 		p.unrefLocked(l, now)
 	}

@@ -570,7 +570,7 @@ func (m *redisMode) release(t *Ticket) {
 			fb.streak = 0 // a call went through without a throttle
 		}
 		if l.ad != nil && !t.throttled {
-			m.adaptReleasedLocked(l, t, now) // adapt_redis.go
+			m.adaptReleasedLocked(l, t, actual[i], now) // adapt_redis.go; the level counts units
 		}
 		p.unrefLocked(l, now)
 	}

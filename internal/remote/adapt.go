@@ -3,6 +3,7 @@ package remote
 import (
 	"context"
 	"errors"
+	"math"
 	"sync"
 	"time"
 
@@ -77,9 +78,12 @@ type adaptGroup struct {
 	dur   time.Duration
 }
 
+// add counts count units of successes whose latencies sum to dur (each
+// unit weighs its call's latency: a call of w units adds w·latency), both
+// saturating.
 func (g *adaptGroup) add(start time.Time, dur time.Duration, count int64) {
-	g.count += count
-	g.dur += dur
+	g.count = satAdd(g.count, count)
+	g.dur = time.Duration(satAdd(int64(g.dur), int64(dur)))
 	if g.start.IsZero() || start.Before(g.start) {
 		g.start = start
 	}
@@ -107,7 +111,8 @@ func (c *Call) Start() time.Time {
 	return c.d.Now
 }
 
-// AdaptSuccess reports a call of c's limiter in scope, admitted at start
+// AdaptSuccess reports a call of units units (its weight, or settled
+// weight: the level counts units) of c's limiter in scope, admitted at start
 // (Redis's clock: Call.Start), that ended without a throttle after dur
 // (this process's clock), to the limiter's adaptive level kept in Redis
 // with bounds b. It never blocks: the success is queued, and sent with
@@ -123,11 +128,11 @@ func (c *Call) Start() time.Time {
 // Redis's clock. It returns ErrNoAdapt when the Store keeps no adaptive
 // limits; nothing else (a report that fails marks Redis unreachable, as
 // any round trip).
-func (e *Engine) AdaptSuccess(scope string, c rspec.Charge, b rspec.AdaptBounds, start time.Time, dur time.Duration, then func(n int64, err error)) error {
+func (e *Engine) AdaptSuccess(scope string, c rspec.Charge, b rspec.AdaptBounds, start time.Time, dur time.Duration, units int64, then func(n int64, err error)) error {
 	if !e.CanAdapt() {
 		return ErrNoAdapt
 	}
-	if start.IsZero() || c.Spec == nil {
+	if start.IsZero() || c.Spec == nil || units <= 0 {
 		return nil
 	}
 	k := limKey{scope, c.Rule, c.Key}
@@ -136,9 +141,9 @@ func (e *Engine) AdaptSuccess(scope string, c rspec.Charge, b rspec.AdaptBounds,
 	a.mu.Lock()
 	q := a.queueLocked(k, c, b, now)
 	if start.Before(q.since) {
-		q.old.add(start, max(dur, 0), 1)
+		q.old.add(start, satMul(max(dur, 0), units), units)
 	} else {
-		q.cur.add(start, max(dur, 0), 1)
+		q.cur.add(start, satMul(max(dur, 0), units), units)
 		if start.After(q.newest) {
 			q.newest = start
 		}
@@ -299,4 +304,20 @@ func (e *Engine) report(k limKey, q *adaptQ, evs []rspec.AdaptEvent, succ bool, 
 		}
 		a.mu.Unlock()
 	}
+}
+
+// satAdd is a + b for a, b ≥ 0, saturating at math.MaxInt64.
+func satAdd(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
+// satMul is d·n for d, n ≥ 0, saturating at the longest Duration.
+func satMul(d time.Duration, n int64) time.Duration {
+	if n > 0 && d > time.Duration(math.MaxInt64/n) {
+		return time.Duration(math.MaxInt64)
+	}
+	return d * time.Duration(n)
 }

@@ -56,7 +56,7 @@ func TestAdaptReports(t *testing.T) {
 	}
 	t0 := time.Now()
 	for range 40 {
-		if err := e.AdaptSuccess("s", c, b, start, time.Millisecond, then); err != nil {
+		if err := e.AdaptSuccess("s", c, b, start, time.Millisecond, 1, then); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -67,7 +67,7 @@ func TestAdaptReports(t *testing.T) {
 		t.Fatalf("40 successes within an eighth of Per: %d more reports, %d counted in Redis; want the first alone", len(answers), field("cur"))
 	}
 	time.Sleep(per/adaptEvery - time.Since(t0) + 5*time.Millisecond)
-	if err := e.AdaptSuccess("s", c, b, start, time.Millisecond, then); err != nil {
+	if err := e.AdaptSuccess("s", c, b, start, time.Millisecond, 1, then); err != nil {
 		t.Fatal(err)
 	}
 	<-answers
@@ -108,7 +108,7 @@ func TestAdaptReports(t *testing.T) {
 		t.Fatal("a level change did not call OnRoom")
 	}
 	// the fallback's call (no start on Redis's clock) is not reported
-	if err := e.AdaptSuccess("s", c, b, time.Time{}, time.Millisecond, then); err != nil || len(answers) != 0 {
+	if err := e.AdaptSuccess("s", c, b, time.Time{}, time.Millisecond, 1, then); err != nil || len(answers) != 0 {
 		t.Fatalf("a zero start: %v, %d reports", err, len(answers))
 	}
 }
@@ -125,7 +125,7 @@ func TestAdaptNoAdapter(t *testing.T) {
 	if e.CanAdapt() {
 		t.Fatal("the fake adapts")
 	}
-	if err := e.AdaptSuccess("s", c, rspec.AdaptBounds{Floor: 1}, time.Now(), 0, nil); !errors.Is(err, ErrNoAdapt) {
+	if err := e.AdaptSuccess("s", c, rspec.AdaptBounds{Floor: 1}, time.Now(), 0, 1, nil); !errors.Is(err, ErrNoAdapt) {
 		t.Fatalf("success: %v", err)
 	}
 	if err := e.AdaptThrottle("s", c, rspec.AdaptBounds{Floor: 1}, time.Now(), nil); !errors.Is(err, ErrNoAdapt) {
@@ -151,7 +151,7 @@ func TestAdaptSplitBySince(t *testing.T) {
 		answers <- n
 	}
 	t0 := clk.now() // the state is made now: its level changed at t0
-	if err := e.AdaptSuccess("s", c, b, t0.Add(-time.Millisecond), time.Millisecond, then); err != nil {
+	if err := e.AdaptSuccess("s", c, b, t0.Add(-time.Millisecond), time.Millisecond, 1, then); err != nil {
 		t.Fatal(err)
 	}
 	sent := time.Now()
@@ -163,15 +163,15 @@ func TestAdaptSplitBySince(t *testing.T) {
 	clk.mu.Unlock()
 	// an old call, then 5 calls admitted after the change, within a
 	// eighth of Per: queued; the next success sends them
-	_ = e.AdaptSuccess("s", c, b, t0.Add(-time.Millisecond), time.Millisecond, then)
+	_ = e.AdaptSuccess("s", c, b, t0.Add(-time.Millisecond), time.Millisecond, 1, then)
 	for range 4 {
-		_ = e.AdaptSuccess("s", c, b, t0.Add(time.Millisecond), time.Millisecond, then)
+		_ = e.AdaptSuccess("s", c, b, t0.Add(time.Millisecond), time.Millisecond, 1, then)
 	}
 	if len(answers) != 0 {
 		t.Fatal("a report within an eighth of Per")
 	}
 	time.Sleep(per/adaptEvery - time.Since(sent) + 5*time.Millisecond)
-	_ = e.AdaptSuccess("s", c, b, t0.Add(time.Millisecond), time.Millisecond, then)
+	_ = e.AdaptSuccess("s", c, b, t0.Add(time.Millisecond), time.Millisecond, 1, then)
 	if n := <-answers; n != 6 {
 		t.Fatalf("5 successes of calls admitted at the level, a Per on: level %d, want 6 (proven, +1)", n)
 	}
@@ -182,7 +182,7 @@ func TestAdaptSplitBySince(t *testing.T) {
 	clk.t = clk.t.Add(per)
 	clk.mu.Unlock()
 	for i := range 6 {
-		_ = e.AdaptSuccess("s", c, b, t1.Add(per), time.Millisecond, then)
+		_ = e.AdaptSuccess("s", c, b, t1.Add(per), time.Millisecond, 1, then)
 		if i < 5 && len(answers) != 0 {
 			t.Fatalf("a report after %d successes that cannot prove the level", i+1)
 		}

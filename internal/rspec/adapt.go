@@ -5,10 +5,10 @@ import (
 	"time"
 )
 
-// Adapter is a Store that keeps adaptive limits for a fleet
-// (internal/rstore's Store.Adapt): the level of the law of internal/adapt
-// per limiter, fed by every process's ended calls, stored as the
-// limiter's limit (as SetLimit). See internal/rstore's Store.Adapt.
+// Adapter is a Store that keeps adaptive limits for a fleet (rstore.Store,
+// its AdaptAll and Adapt): the level of the law of internal/adapt per
+// limiter, fed by every process's ended calls, stored as the limiter's
+// limit (as SetLimit).
 type Adapter interface {
 	// AdaptAll applies evs, in order, to the learned level of c's limiter
 	// in scope and returns the level in force. One round trip.

@@ -42,7 +42,8 @@ import (
 //	               "accepted in the last window" term of a deep cut
 //	lat    the mean duration of successful calls (µs), an average of
 //	       weight 1/64, 0 before the first
-//	m      the latest instant seen (time never goes back for one state)
+//	m      the instant of the latest report (Redis's clock; when a report
+//	       comes earlier, the clock went back: chg, cut and cst move to it)
 //
 // Its TTL is the limiter's (Spec.TTL), refreshed by every Adapt. A state
 // lost (FLUSHALL, eviction, an idle key expired) starts again from the
@@ -201,7 +202,6 @@ local FS = {'n', 'G', 'B', 'inc', 'clean', 'cyc', 'chg', 'cut', 'cur', 'prev', '
 local v = redis.call('HMGET', AK, unpack(FS))
 local S = {}
 for j = 1, #FS do S[FS[j]] = tonumber(v[j]) end
-if S.m ~= nil and S.m > now then now = S.m end -- time never goes back for one state
 for j = 1, #FS do
   if S[FS[j]] == nil then
     -- a new (or partly lost) state: adapt.New at the start level, its
@@ -211,6 +211,13 @@ for j = 1, #FS do
     break
   end
 end
+-- a clock that went back (a failover to a replica whose TIME is behind):
+-- the latest change and cut and the current bucket move to now, so the
+-- level is proven and cut on the new clock, not frozen until it catches
+-- up (adapt.Law's back)
+if now < S.chg then S.chg = now end
+if now < S.cut then S.cut = now end
+if now < S.cst then S.cst = now - now % W end
 -- the bounds in force now (adapt.Law.SetCeiling: a published limit)
 S.n = math.min(math.max(S.n, FL), CE)
 S.G = math.min(math.max(S.G, FL), CE)

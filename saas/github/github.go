@@ -227,11 +227,14 @@ func Table(opts ...Option) clientpool.Table {
 // f (CPUUnit divided by f, rounded down, at least 1 ns) and their N: the
 // scaled budgets (90 s and 60 s divided by f) in that unit, rounded down,
 // so that N units never exceed a scaled budget, and a measure in those
-// units (rounded up) never falls short of a duration.
+// units (rounded up) never falls short of a duration. An f so small that a
+// minute divided by it overflows a Duration counts as the smallest that
+// does not (the windows saturate there too, req.Scaled).
 func cpuUnits(f float64) (unit time.Duration, cpu, graphql int64) {
 	if !(f > 0) || math.IsInf(f, 0) {
 		f = 1
 	}
+	f = max(f, float64(time.Minute)/math.MaxInt64)
 	unit = max(time.Duration(float64(CPUUnit)/f), 1)
 	n := func(units int64) int64 {
 		return max(int64(float64(units)*float64(CPUUnit)/f/float64(unit)), 1)
