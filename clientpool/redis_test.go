@@ -789,6 +789,10 @@ func TestRedisRestartMidRun(t *testing.T) {
 				time.Sleep(800 * ms) // longer than a window of REQUEST_WEIGHT
 				srv.Start()
 				at = time.Now()
+				// This goroutine's calls left come after the prober found
+				// Redis back (its probes are at most a second apart); the
+				// other goroutines' may all fail fast while it is down.
+				time.Sleep(1200 * ms)
 			}
 		},
 	}.run(t)
