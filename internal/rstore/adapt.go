@@ -43,6 +43,10 @@ import (
 //	lat    the mean duration of successful calls (µs), an average of
 //	       weight 1/64, 0 before the first
 //	m      the latest instant seen (time never goes back for one state)
+//	C      the ceiling set for the fleet (SetLimit; AdaptBounds.Set):
+//	       replaces each process's Ceiling; absent: none set
+//	L      the limit the key learned from a reply (AdaptBounds.Learned):
+//	       lowers the ceiling; absent: none
 //
 // Its TTL is the limiter's (Spec.TTL), refreshed by every Adapt. A state
 // lost (FLUSHALL, eviction, an idle key expired) starts again from the
@@ -78,6 +82,13 @@ func (s *Store) adaptKey(scope string, c Charge) string {
 // or after a loss) is adapt.New(p, b.Start) (the floor unless Start
 // says), with its level set at the instant it is made: calls started
 // before it (before a loss) prove nothing.
+//
+// The ceiling in force is the fleet's when the state keeps one: b.Set
+// (SetLimit) stored as C replaces b.Ceiling, and b.Learned (a published
+// limit) stored as L lowers it, so that the level is held to
+// max(Floor, min(L, C or Ceiling)) whichever process reports (see
+// AdaptBounds for when they are stored); a level above it comes down to
+// it at once, and is stored as the limit.
 //
 // c.Spec gives the window (kind, Per, margin or blocks, concurrency cap);
 // its N is not used. Throttles of calls started before the last cut are
@@ -139,7 +150,14 @@ func (s *Store) AdaptAll(ctx context.Context, scope string, c Charge, b AdaptBou
 		return none, err
 	}
 	keys = append(keys, s.adaptKey(scope, c))
-	args = append(args, b.Floor, ceil, max(b.Start, 0), len(evs))
+	set, force := int64(0), "0"
+	if b.Set > 0 {
+		set = min(max(b.Set, b.Floor), MaxN)
+		if b.Force {
+			force = "1"
+		}
+	}
+	args = append(args, b.Floor, ceil, max(b.Start, 0), len(evs), set, force, min(max(b.Learned, 0), MaxN))
 	for _, ev := range evs {
 		if ev.Count < 0 {
 			return none, fmt.Errorf("ratesem: adapt: %d successes: want a count ≥ 0", ev.Count)
@@ -174,8 +192,9 @@ func (s *Store) AdaptAll(ctx context.Context, scope string, c Charge, b AdaptBou
 
 // adaptScript is AdaptAll's script: KEYS H, F, Z, E of the charge
 // (call's), then A (AdaptAll appends it); ARGV as call's, then floor,
-// ceiling, the start level, the number of events, then 4 values per
-// event: "s" successes or "t" a throttle, start µs, count, latency µs.
+// ceiling, the start level, the number of events, the fleet's ceilings
+// (AdaptBounds' Set, "1" to force it, Learned; 0: none), then 4 values
+// per event: "s" successes or "t" a throttle, start µs, count, latency µs.
 // It returns {n, chg, cyc}, or {-1, 1, stored} for a limit of another
 // kind.
 //
@@ -195,7 +214,23 @@ end
 local H, AK = KEYS[1], KEYS[5]
 local kind, per, p1, conc, ttl = tonumber(ARGV[6]), tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[12])
 local FL, CE, ST, NE = tonumber(ARGV[13]), tonumber(ARGV[14]), tonumber(ARGV[15]), tonumber(ARGV[16])
-if ST <= FL or ST > CE then ST = FL end
+local SET, FORCE, LRN = tonumber(ARGV[17]), ARGV[18] == '1', tonumber(ARGV[19])
+-- the fleet's ceilings kept with the state: C set (SetLimit), L learned
+-- (a published limit); C replaces the process's ceiling, L lowers it
+local cl = redis.call('HMGET', AK, 'C', 'L')
+local C, L = tonumber(cl[1]), tonumber(cl[2])
+local dropL = false
+if SET > 0 and (FORCE or C == nil) then
+  C = SET
+  if FORCE and L ~= nil then L = nil; dropL = true end
+end
+if LRN > 0 then L = LRN end
+if C ~= nil then CE = C end
+if L ~= nil then CE = math.min(CE, L) end
+CE = math.max(CE, FL)
+if ST <= FL then ST = FL elseif ST > CE then
+  if C ~= nil or L ~= nil then ST = CE else ST = FL end
+end
 local W = per
 local FS = {'n', 'G', 'B', 'inc', 'clean', 'cyc', 'chg', 'cut', 'cur', 'prev', 'cst', 'lat', 'm'}
 local v = redis.call('HMGET', AK, unpack(FS))
@@ -247,7 +282,7 @@ local function tick()
 end
 
 for e = 0, NE - 1 do
-local ev, s, cnt, lat0 = ARGV[17 + 4*e], tonumber(ARGV[18 + 4*e]), tonumber(ARGV[19 + 4*e]), tonumber(ARGV[20 + 4*e])
+local ev, s, cnt, lat0 = ARGV[20 + 4*e], tonumber(ARGV[21 + 4*e]), tonumber(ARGV[22 + 4*e]), tonumber(ARGV[23 + 4*e])
 s = math.min(math.max(s, 0), now)
 if ev == 's' then
   -- cnt calls of adapt.Law.Success(s, now), each followed by its Tick
@@ -303,7 +338,10 @@ if st[1] then
 end
 local args = {}
 for j = 1, #FS do args[#args+1] = FS[j]; args[#args+1] = S[FS[j]] end
+if C ~= nil then args[#args+1] = 'C'; args[#args+1] = C end
+if L ~= nil then args[#args+1] = 'L'; args[#args+1] = L end
 redis.call('HSET', AK, unpack(args))
+if dropL then redis.call('HDEL', AK, 'L') end
 redis.call('PEXPIRE', AK, ttl)
 local want = string.format('%d/%d/%d/%d/%d', kind, S.n, per, p1, conc)
 if st[1] ~= want or st[2] ~= '1' then redis.call('HSET', H, 's', want, 'S', '1') end
