@@ -22,7 +22,8 @@ import (
 
 // TestAdaptiveRedisRefusals: what Redis mode cannot share it refuses with
 // an error (at New: an adaptive bucket, an adaptive rule that also learns;
-// at SetLimit: an adaptive rule), and an adaptive window it accepts.
+// at SetLimit: a Per other than the rule's), and an adaptive window it
+// accepts.
 func TestAdaptiveRedisRefusals(t *testing.T) {
 	c := newClient(t, redistest.Start(t).Addr())
 	per := window.Limit{N: 10, Per: time.Second}
@@ -38,8 +39,8 @@ func TestAdaptiveRedisRefusals(t *testing.T) {
 	}
 	p := newRedisPool(t, clientpool.Table{Rules: []clientpool.Rule{{Name: "w", Limit: per, Adapt: &clientpool.Adaptive{Floor: 2},
 		Window: window.NewFixedWindow}}}, c, "a3")
-	if err := p.SetLimit("w", window.Limit{N: 5, Per: time.Second}); err == nil {
-		t.Error("SetLimit on an adaptive rule in Redis mode: no error")
+	if err := p.SetLimit("w", window.Limit{N: 5, Per: 2 * time.Second}); err == nil {
+		t.Error("SetLimit on an adaptive rule in Redis mode, another Per: no error")
 	}
 }
 

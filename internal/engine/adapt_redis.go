@@ -1,12 +1,13 @@
 package engine
 
 import (
-	"errors"
+	"context"
 	"fmt"
 	"time"
 
 	"github.com/ratesem/ratesem"
 	"github.com/ratesem/ratesem/internal/rspec"
+	"github.com/ratesem/ratesem/window"
 )
 
 // Adaptive limits in Redis mode (Rule.Adapt with redisrate.Shared).
@@ -34,9 +35,47 @@ import (
 // level in Redis); at SetLimit, an adaptive rule (the ceiling is each
 // process's Adaptive.Ceiling, sent with its reports).
 
-// errAdaptiveSetLimitRedis is SetLimit's error for an adaptive rule in
-// Redis mode.
-var errAdaptiveSetLimitRedis = errors.New("ratesem: SetLimit on an adaptive rule (Rule.Adapt) in Redis mode: its level is the fleet's, within each process's Adaptive.Floor and Ceiling")
+// adaptSetLimit is SetLimit on an adaptive rule in Redis mode: l.N
+// becomes the fleet's ceiling of every key of the rule this process holds
+// (stored with each key's level in Redis, AdaptBounds.Set forced: the
+// level comes down to it at once if above, for every process, and no
+// process's reports raise it above; the latest SetLimit of the fleet
+// wins), and this process's ceiling of the keys it meets later (sent with
+// its reports, stored for a key whose state keeps none), as SetLimit sets
+// the ceiling of the rule and of every key in process. l.Per must be the
+// rule's: the window is the fleet's, fixed by its configuration. One
+// round trip per key held, on the caller's goroutine.
+func (m *redisMode) adaptSetLimit(rs *ruleState, l window.Limit) error {
+	p := m.p
+	p.mu.Lock()
+	if per := rs.limit.Per; l.Per != per {
+		p.mu.Unlock()
+		return fmt.Errorf("%w: SetLimit(%q, %v): an adaptive rule over Redis keeps its Per, %v (the fleet's window): SetLimit sets its ceiling", ratesem.ErrInvalidLimit, rs.Name, l, per)
+	}
+	rs.adCeil = min(max(l.N, rs.Adapt.Floor), MaxLearnedN)
+	rs.adSet = true
+	rs.setLimit(window.Limit{N: min(rs.limit.N, rs.adCeil), Per: rs.limit.Per})
+	lims := make([]*limiter, 0, len(rs.keys))
+	for _, lim := range rs.keys {
+		if lim.ad != nil {
+			lims = append(lims, lim)
+		}
+	}
+	b := adaptBounds(rs)
+	b.Force = true
+	p.mu.Unlock()
+	for _, lim := range lims {
+		n, err := m.eng.AdaptCeiling(context.Background(), m.scope, m.adaptCharge(lim), b)
+		if err != nil {
+			return fmt.Errorf("%w (SetLimit(%q, %v): key %q)", err, rs.Name, l, lim.key)
+		}
+		m.adapted(lim)(n, nil)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.refitLocked(rs, p.now())
+	return nil
+}
 
 // checkAdaptRedis is initRedis's check of the adaptive rules: st must
 // keep adaptive limits, and each rule's window be one Redis can adapt.
@@ -62,7 +101,11 @@ func (p *Engine) checkAdaptRedis(st rspec.Store) error {
 
 // adaptBounds returns the bounds of rs's adaptive level.
 func adaptBounds(rs *ruleState) rspec.AdaptBounds {
-	return rspec.AdaptBounds{Floor: rs.Adapt.Floor, Ceiling: min(rs.adCeil, rspec.MaxN), Start: rs.limit.N}
+	b := rspec.AdaptBounds{Floor: rs.Adapt.Floor, Ceiling: min(rs.adCeil, rspec.MaxN), Start: rs.limit.N}
+	if rs.adSet {
+		b.Set = b.Ceiling
+	}
+	return b
 }
 
 // adaptCharge returns the Redis charge of l's key for its adaptive

@@ -83,6 +83,7 @@ type ruleState struct {
 	skewAt   time.Time     // when skew was measured
 	keys     map[string]*limiter
 	adCeil   int64 // Rule.Adapt: the ceiling of every new key's level (Adaptive.Ceiling, or SetLimit's N)
+	adSet    bool  // Rule.Adapt in Redis mode: adCeil was set by SetLimit here (sent as the fleet's ceiling, AdaptBounds.Set)
 	one      bool  // the rule of a One (the semaphore front)
 	// Redis mode: the rule's window as Redis keeps it (replaced, never
 	// changed, by SetLimit), and whether SetLimit was called here.
