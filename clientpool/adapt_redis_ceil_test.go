@@ -3,6 +3,7 @@ package clientpool_test
 import (
 	"context"
 	"errors"
+	"net/http"
 	"strconv"
 	"testing"
 	"time"
@@ -43,7 +44,7 @@ func holdN(t *testing.T, p *clientpool.Pool, ch clientpool.Charge, max int) int 
 	}()
 	for range max {
 		tk, _, err := p.TryAcquire(ch)
-		if err != nil {
+		if err != nil || tk == nil {
 			break
 		}
 		tks = append(tks, tk)
@@ -115,5 +116,75 @@ func TestAdaptiveRedisSetLimit(t *testing.T) {
 	time.Sleep(per + 50*time.Millisecond)
 	if got := holdN(t, a, ch, 40); got != 5 {
 		t.Fatalf("after SetLimit(5) elsewhere: %d calls at once, want 5", got)
+	}
+}
+
+// TestAdaptiveRedisLearn: an adaptive rule that also learns its limit
+// (Rule.Learn) over Redis: the limit a reply names is the fleet's
+// ceiling of the key's level (as in process: the published limit is the
+// ceiling), at once for every process, and the clean windows of another
+// process never raise the level above it; a higher limit named later
+// lifts the ceiling; the remaining count reaches the key's window.
+func TestAdaptiveRedisLearn(t *testing.T) {
+	c := newClient(t, redistest.Start(t).Addr())
+	per := 300 * time.Millisecond
+	learn := func(h http.Header, _ time.Time) (clientpool.Learned, bool) {
+		n, err := strconv.ParseInt(h.Get("X-Limit"), 10, 64)
+		if err != nil {
+			return clientpool.Learned{}, false
+		}
+		rem := int64(-1)
+		if v := h.Get("X-Remaining"); v != "" {
+			rem, _ = strconv.ParseInt(v, 10, 64)
+		}
+		return clientpool.Learned{Limit: window.Limit{N: n, Per: per}, Remaining: rem}, true
+	}
+	table := clientpool.Table{Rules: []clientpool.Rule{{Name: "api", Limit: window.Limit{N: 40, Per: per},
+		Adapt: &clientpool.Adaptive{Floor: 2}, Window: window.NewCompletion, Learn: learn}}}
+	a, err := newRedisPoolErr(t, table, c, "fleet")
+	if err != nil {
+		t.Fatalf("an adaptive rule with Learn over Redis: %v", err)
+	}
+	b := newRedisPool(t, table, c, "fleet")
+	ch := clientpool.Charge{Rule: "api", Weight: 1}
+	acquire(t, b, ch).Release()
+	waitFor(t, func() bool { return adaptField(t, c, "fleet", "api", "n") == 40 }, "the level 40 in Redis")
+	tk := acquire(t, a, ch)
+	tk.ObserveHeaders(http.Header{"X-Limit": {"12"}})
+	tk.Release()
+	if n, l := adaptField(t, c, "fleet", "api", "n"), adaptField(t, c, "fleet", "api", "L"); n != 12 || l != 12 {
+		t.Fatalf("after a reply naming 12: level %d, learned %d in Redis, want 12 and 12 at once", n, l)
+	}
+	if n := adaptLevel(a, "api"); n != 12 {
+		t.Fatalf("the learner's level: %d, want 12", n)
+	}
+	time.Sleep(per + 50*time.Millisecond)
+	if got := holdN(t, b, ch, 40); got != 12 {
+		t.Fatalf("the other process admits %d calls at once, want the learned 12", got)
+	}
+	for range 6 {
+		time.Sleep(per + 20*time.Millisecond)
+		for range 12 {
+			acquire(t, b, ch).Release()
+		}
+	}
+	time.Sleep(per + 50*time.Millisecond)
+	acquire(t, b, ch).Release()
+	time.Sleep(100 * time.Millisecond)
+	if n := adaptField(t, c, "fleet", "api", "n"); n != 12 {
+		t.Fatalf("after 6 clean windows of another process: level %d, want the learned ceiling 12", n)
+	}
+	// a higher published limit lifts the ceiling (the level climbs to it
+	// on its own), and the remaining count is the server's: 12 − 2 used
+	time.Sleep(per + 50*time.Millisecond)
+	tk = acquire(t, a, ch)
+	tk.ObserveHeaders(http.Header{"X-Limit": {"30"}, "X-Remaining": {"2"}})
+	if l := adaptField(t, c, "fleet", "api", "L"); l != 30 {
+		t.Fatalf("after a reply naming 30: learned %d, want 30", l)
+	}
+	tk.Release()
+	time.Sleep(100 * time.Millisecond) // the reconcile lands
+	if got := holdN(t, b, ch, 40); got > 2 {
+		t.Fatalf("after the server's count of 10 (12, 2 remaining): %d calls at once, want at most 2", got)
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand"
-	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -21,9 +20,8 @@ import (
 )
 
 // TestAdaptiveRedisRefusals: what Redis mode cannot share it refuses with
-// an error (at New: an adaptive bucket, an adaptive rule that also learns;
-// at SetLimit: a Per other than the rule's), and an adaptive window it
-// accepts.
+// an error (at New: an adaptive bucket; at SetLimit: a Per other than
+// the rule's), and an adaptive window it accepts.
 func TestAdaptiveRedisRefusals(t *testing.T) {
 	c := newClient(t, redistest.Start(t).Addr())
 	per := window.Limit{N: 10, Per: time.Second}
@@ -31,11 +29,6 @@ func TestAdaptiveRedisRefusals(t *testing.T) {
 		Window: func(l window.Limit) window.Policy { return window.NewTokenBucket(l, l.N) }}
 	if _, err := newRedisPoolErr(t, clientpool.Table{Rules: []clientpool.Rule{bucket}}, c, "a1"); err == nil {
 		t.Error("an adaptive token bucket: accepted in Redis mode")
-	}
-	learn := clientpool.Rule{Name: "l", Limit: per, Adapt: &clientpool.Adaptive{Floor: 2},
-		Learn: func(http.Header, time.Time) (clientpool.Learned, bool) { return clientpool.Learned{}, false }}
-	if _, err := newRedisPoolErr(t, clientpool.Table{Rules: []clientpool.Rule{learn}}, c, "a2"); err == nil {
-		t.Error("an adaptive rule with Learn: accepted in Redis mode")
 	}
 	p := newRedisPool(t, clientpool.Table{Rules: []clientpool.Rule{{Name: "w", Limit: per, Adapt: &clientpool.Adaptive{Floor: 2},
 		Window: window.NewFixedWindow}}}, c, "a3")

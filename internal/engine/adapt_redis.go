@@ -87,9 +87,6 @@ func (p *Engine) checkAdaptRedis(st rspec.Store) error {
 		if _, ok := st.(rspec.Adapter); !ok {
 			return fmt.Errorf("%w (rule %q)", errAdaptiveRedis, rs.Name)
 		}
-		if rs.Learn != nil {
-			return fmt.Errorf("%w: rule %q: an adaptive rule that also learns its limit (Rule.Learn) is not shared over Redis: give it one or the other", ratesem.ErrInvalidLimit, rs.Name)
-		}
 		switch rs.spec.Kind {
 		case rspec.Completion, rspec.FixedCompletion, rspec.SlidingLog, rspec.FixedWindow, rspec.SlidingWindowCounter, rspec.SubWindowCounter:
 		default:
@@ -97,6 +94,53 @@ func (p *Engine) checkAdaptRedis(st rspec.Store) error {
 		}
 	}
 	return nil
+}
+
+// adaptLearn is the Rule.Learn part of ObserveHeaders in Redis mode for
+// a key l of an adaptive rule, a report in: the limit it names (capped at
+// MaxLearnedN) is the key's ceiling for the fleet, a published limit
+// (AdaptBounds.Learned, stored with the key's level in Redis: one round
+// trip, bounded by the Redis timeout, on the caller's goroutine, when it
+// differs from the last this process stored; the level comes down to it
+// at once if above), as the learned limit is the ceiling of the key's law
+// in process (adaptLearnedLocked). The remaining count, when given, is
+// the server's count (the level in force less remaining), reconciled into
+// the key's window in Redis in the background, as in process. A report's
+// Reset does not make the key an rspec.Quota as it makes the rule a quota
+// in process: over Redis the level stays the window's N (its count is
+// reconciled as without a Reset).
+func (m *redisMode) adaptLearn(l *limiter, in Learned) {
+	p := m.p
+	p.mu.Lock()
+	rs := l.rule
+	var b rspec.AdaptBounds
+	send := false
+	if in.Limit.N > 0 {
+		n := min(in.Limit.N, MaxLearnedN, rspec.MaxN)
+		if fb := l.feedback(); fb.adLearned != n {
+			fb.adLearned = n
+			b = adaptBounds(rs)
+			b.Learned, send = n, true
+		}
+	}
+	c := m.adaptCharge(l)
+	p.mu.Unlock()
+	if send {
+		n, err := m.eng.AdaptCeiling(context.Background(), m.scope, c, b)
+		if err != nil {
+			p.mu.Lock()
+			l.feedback().adLearned = 0 // sent again with the next report
+			p.mu.Unlock()
+		}
+		m.adapted(l)(n, err)
+	}
+	if in.Remaining < 0 {
+		return
+	}
+	p.mu.Lock()
+	lvl, key := l.ad.N(), l.key
+	p.mu.Unlock()
+	m.reconcileAt(rs, key, usedOf(lvl, in.Remaining), rspec.Read{})
 }
 
 // adaptBounds returns the bounds of rs's adaptive level.

@@ -139,6 +139,9 @@ type feedback struct {
 	budgeted   bool
 	reported   bool   // a report (Learned.Reset) set the window once
 	distrusted uint32 // reports not taken at their word (KeyState.Distrusted), wrapping
+	// adLearned is, in Redis mode, the limit an adaptive key (Rule.Adapt
+	// with Learn) last stored as its learned ceiling (0: none).
+	adLearned int64
 	// spec is, in Redis mode, the limit the key learned or adopted
 	// (Rule.Learn; see redisSpec); nil: the rule's.
 	spec      *rspec.Spec
