@@ -188,3 +188,45 @@ func TestAdaptiveRedisLearn(t *testing.T) {
 		t.Fatalf("after the server's count of 10 (12, 2 remaining): %d calls at once, want at most 2", got)
 	}
 }
+
+// TestAdaptiveRedisBuckets: adaptive token buckets, leaky buckets and GCRA
+// over Redis (a burst given, which stays put as in process): the level is
+// the bucket's rate for every process; SetLimit(10) on a rule started at
+// 40/s makes another process's bucket refill at 10/s (3 units in 300 ms,
+// not 12).
+func TestAdaptiveRedisBuckets(t *testing.T) {
+	c := newClient(t, redistest.Start(t).Addr())
+	for _, w := range []struct {
+		name string
+		f    func(window.Limit) window.Policy
+	}{
+		{"token", func(l window.Limit) window.Policy { return window.NewTokenBucket(l, 20) }},
+		{"gcra", func(l window.Limit) window.Policy { return window.NewGCRA(l, 20) }},
+	} {
+		t.Run(w.name, func(t *testing.T) {
+			table := clientpool.Table{Rules: []clientpool.Rule{{Name: "api", Limit: window.Limit{N: 40, Per: time.Second},
+				Adapt: &clientpool.Adaptive{Floor: 2}, Window: w.f}}}
+			a, err := newRedisPoolErr(t, table, c, w.name)
+			if err != nil {
+				t.Fatalf("an adaptive %s with a burst over Redis: %v", w.name, err)
+			}
+			b := newRedisPool(t, table, c, w.name)
+			ch := clientpool.Charge{Rule: "api", Weight: 1}
+			acquire(t, a, ch).Release()
+			if got := holdN(t, b, ch, 40); got < 15 || got > 20 {
+				t.Fatalf("the burst: %d at once, want about 20", got)
+			}
+			time.Sleep(300 * time.Millisecond)
+			if got := holdN(t, b, ch, 40); got < 9 {
+				t.Fatalf("300 ms at 40/s: %d, want about 12", got)
+			}
+			if err := a.SetLimit("api", window.Limit{N: 10, Per: time.Second}); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(300 * time.Millisecond)
+			if got := holdN(t, b, ch, 40); got > 5 {
+				t.Fatalf("300 ms at 10/s (SetLimit in another process): %d, want about 3", got)
+			}
+		})
+	}
+}

@@ -89,9 +89,34 @@ func (p *Engine) checkAdaptRedis(st rspec.Store) error {
 		}
 		switch rs.spec.Kind {
 		case rspec.Completion, rspec.FixedCompletion, rspec.SlidingLog, rspec.FixedWindow, rspec.SlidingWindowCounter, rspec.SubWindowCounter:
+		case rspec.TokenBucket, rspec.LeakyBucket, rspec.GCRA:
+			if err := burstKept(rs); err != nil {
+				return err
+			}
 		default:
-			return fmt.Errorf("%w: rule %q: an adaptive rule over Redis needs a window, not a %s (a bucket's burst would have to follow the level)", ratesem.ErrInvalidLimit, rs.Name, rs.spec.Kind)
+			return fmt.Errorf("%w: rule %q: an adaptive rule over Redis needs a window or a bucket, not a %s", ratesem.ErrInvalidLimit, rs.Name, rs.spec.Kind)
 		}
+	}
+	return nil
+}
+
+// burstKept checks that the burst of rs's bucket or GCRA stays what it
+// is when the level changes, as Redis keeps it (the adaptive script sets
+// only N): a window made with an explicit burst (window.NewTokenBucket(l,
+// b) with b > 0, NewLeakyBucket, NewGCRA, NewPacer) keeps it through
+// SetLimit in process; a token bucket made with burst 0, whose burst
+// follows N, is refused over Redis, with an error matching
+// ratesem.ErrInvalidLimit.
+func burstKept(rs *ruleState) error {
+	n := rs.limit.N + 1
+	if n > rs.adCeil {
+		n = rs.Adapt.Floor
+	}
+	pol := rs.newPolicy(rs.limit)
+	pol.SetLimit(time.Now(), window.Limit{N: n, Per: rs.limit.Per})
+	s, err := rspec.SpecOf(pol)
+	if err != nil || s.Kind != rs.spec.Kind || s.Burst != rs.spec.Burst {
+		return fmt.Errorf("%w: rule %q: an adaptive %s over Redis needs a burst that stays put when the level moves (window.NewTokenBucket(l, b) with b > 0, NewLeakyBucket, NewGCRA, NewPacer): this one's follows N, which Redis does not keep", ratesem.ErrInvalidLimit, rs.Name, rs.spec.Kind)
 	}
 	return nil
 }

@@ -90,14 +90,18 @@ func (s *Store) adaptKey(scope string, c Charge) string {
 // AdaptBounds for when they are stored); a level above it comes down to
 // it at once, and is stored as the limit.
 //
-// c.Spec gives the window (kind, Per, margin or blocks, concurrency cap);
-// its N is not used. Throttles of calls started before the last cut are
+// c.Spec gives the window (kind, Per, margin or blocks, a bucket's or
+// GCRA's burst, concurrency cap); its N is not used. A bucket's burst
+// (and GCRA's) stays c.Spec's whatever the level, as win.TokenBucket's
+// and win.GCRA's SetLimit keep a burst given to them in process; their
+// state is carried to each new level as Store.SetLimit carries it. Throttles of calls started before the last cut are
 // ignored (hysteresis), so several processes reporting one overload cut
 // once. c.Weight is not used.
 //
 // It returns an error, without a round trip, for the errors of Admit's
-// charges, a Spec that is not a window (a bucket, GCRA or a quota: their
-// burst would have to follow n; ErrSpec), a Per of 0, bounds outside
+// charges, a Spec that is neither a window nor a bucket (a quota;
+// ErrSpec), a Spec that Check refuses at Floor or Ceiling, a Per of 0,
+// bounds outside
 // 1 ≤ Floor ≤ Ceiling ≤ MaxN, a negative Count; an error matching
 // ErrLimitMismatch when the limiter's hash stores a limit of another kind;
 // the go-redis error when the round trip fails. One round trip; safe for
@@ -122,9 +126,9 @@ func (s *Store) AdaptAll(ctx context.Context, scope string, c Charge, b AdaptBou
 		return none, fmt.Errorf("ratesem: adapt: charge %s[%s] has no Spec", clip(c.Rule), clip(c.Key))
 	}
 	switch c.Spec.Kind {
-	case Completion, FixedCompletion, SlidingLog, FixedWindow, SlidingWindowCounter, SubWindowCounter:
+	case Completion, FixedCompletion, SlidingLog, FixedWindow, SlidingWindowCounter, SubWindowCounter, TokenBucket, LeakyBucket, GCRA:
 	default:
-		return none, fmt.Errorf("%w: rule %q key %q: an adaptive limit needs a window (not %s): a bucket's burst would have to follow the level", ErrSpec, clip(c.Rule), clip(c.Key), c.Spec)
+		return none, fmt.Errorf("%w: rule %q key %q: an adaptive limit needs a window or a bucket (not %s)", ErrSpec, clip(c.Rule), clip(c.Key), c.Spec)
 	}
 	if c.Spec.Limit.Per <= 0 {
 		return none, fmt.Errorf("%w: rule %q key %q: an adaptive limit needs a Per > 0", ErrSpec, clip(c.Rule), clip(c.Key))
@@ -145,6 +149,12 @@ func (s *Store) AdaptAll(ctx context.Context, scope string, c Charge, b AdaptBou
 	// counter bounds N·Per); its own N is not used.
 	sp.Limit.N = ceil
 	c.Weight = 0
+	// and so must the spec at the floor (GCRA bounds burst·Per/N)
+	lo := sp
+	lo.Limit.N = b.Floor
+	if err := lo.Check(); err != nil {
+		return none, err
+	}
 	keys, args, err := s.call(scope, []Charge{c}, "", "")
 	if err != nil {
 		return none, err
@@ -201,7 +211,7 @@ func (s *Store) AdaptAll(ctx context.Context, scope string, c Charge, b AdaptBou
 // Every division is a floor of integers below 2^53 (exact in Lua's
 // doubles), in the order internal/adapt computes them, so that both give
 // the same n to the unit (adapt_test.go's differential test).
-var adaptScript = goredis.NewScript(header + `
+var adaptScript = goredis.NewScript(header + prelude + carryLua + `
 local function fdiv(a, b) return math.floor(a / b) end
 local MAXN, MAXPER, P53 = 1099511627776, 1099511627776, 9007199254740992
 -- muldiv is ⌊a·b/c⌋ for a, b ≥ 0, c > 0: exact while a·b < 2^53 (as
@@ -344,7 +354,11 @@ redis.call('HSET', AK, unpack(args))
 if dropL then redis.call('HDEL', AK, 'L') end
 redis.call('PEXPIRE', AK, ttl)
 local want = string.format('%d/%d/%d/%d/%d', kind, S.n, per, p1, conc)
-if st[1] ~= want or st[2] ~= '1' then redis.call('HSET', H, 's', want, 'S', '1') end
+if st[1] ~= want or st[2] ~= '1' then
+  -- a bucket's or GCRA's state carried to the level, as SetLimit does
+  if st[1] ~= want then carry(H, kind, S.n, per, p1, want) end
+  redis.call('HSET', H, 's', want, 'S', '1')
+end
 if redis.call('PTTL', H) < ttl then redis.call('PEXPIRE', H, ttl) end
 redis.call('PEXPIRE', EK, ttl, 'GT')
 return {S.n, S.chg, S.cyc}

@@ -2,8 +2,11 @@ package rstore
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
+
+	"github.com/ratesem/ratesem/window"
 )
 
 // TestAdaptFleetCeilings: a ceiling set for the fleet (AdaptBounds.Set,
@@ -108,5 +111,70 @@ func TestAdaptFleetCeilings(t *testing.T) {
 		return n
 	}(); n != 10 {
 		t.Fatalf("another process's clean windows on a key set to 10: n=%d", n)
+	}
+}
+
+// TestAdaptBuckets: an adaptive token bucket, leaky bucket or GCRA in
+// Redis: the level is stored as the bucket's N with its burst kept
+// (as win.TokenBucket's and win.GCRA's SetLimit keep a burst given in
+// process), admissions refill at the level's rate, and the state is
+// carried to a new level (an empty bucket stays empty: its debt kept in
+// units, as SetLimit carries it).
+func TestAdaptBuckets(t *testing.T) {
+	ctx := context.Background()
+	for _, k := range []Kind{TokenBucket, LeakyBucket, GCRA} {
+		t.Run(k.String(), func(t *testing.T) {
+			clk := newClock()
+			s, rdb := newStore(t, clk, time.Minute)
+			s2, _ := New(rdb, s.prefix, Options{Now: clk.now, Lease: time.Minute})
+			per := time.Second
+			sp := &Spec{Kind: k, Limit: window.Limit{N: 40, Per: per}, Burst: 4}
+			c := Charge{Rule: "r", Key: "k", Spec: sp}
+			b := AdaptBounds{Floor: 2, Ceiling: 100, Start: 40}
+			n, err := s.Adapt(ctx, "sc", c, b, AdaptEvent{})
+			if err != nil || n != 40 {
+				t.Fatalf("new state: n=%d %v, want 40", n, err)
+			}
+			if got, _ := storedSpec(t, s, rdb, "sc", c); got != fmt.Sprintf("%d/40/1000000/4/0", k) {
+				t.Fatalf("stored %q", got)
+			}
+			admit := func() bool {
+				t.Helper()
+				// another process's stale idea of the limit: N 40
+				d, err := s2.Admit(ctx, "sc", []Charge{{Rule: "r", Key: "k", Spec: sp, Weight: 1}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d.OK && k == LeakyBucket {
+					_ = s2.Release(ctx, "sc", []Charge{{Rule: "r", Key: "k", Spec: sp, Weight: 1}}, d.Token)
+				}
+				return d.OK
+			}
+			for i := range 4 {
+				if !admit() {
+					t.Fatalf("admission %d of a full burst of 4: refused", i+1)
+				}
+			}
+			if admit() {
+				t.Fatal("a 5th admission from an empty bucket: admitted")
+			}
+			clk.add(10 * time.Millisecond)
+			// a throttle cuts to the floor 2 (no success in the last Per)
+			if n, err = s.Adapt(ctx, "sc", c, b, AdaptEvent{Throttled: true, Start: clk.t.Add(-5 * time.Millisecond)}); err != nil || n != 2 {
+				t.Fatalf("throttle: n=%d %v, want the floor 2", n, err)
+			}
+			if got, _ := storedSpec(t, s, rdb, "sc", c); got != fmt.Sprintf("%d/2/1000000/4/0", k) {
+				t.Fatalf("stored after the cut %q", got)
+			}
+			// at 40/s a unit would be back after 25 ms; at 2/s after 500
+			clk.add(100 * time.Millisecond)
+			if admit() {
+				t.Fatal("100 ms after the cut to 2/s: admitted (the old rate)")
+			}
+			clk.add(450 * time.Millisecond)
+			if !admit() {
+				t.Fatal("550 ms after the cut to 2/s: refused")
+			}
+		})
 	}
 }
