@@ -29,11 +29,14 @@ import (
 // replaces with the stored level; l.ad keeps the level Redis last answered
 // (AdaptLevel, KeyState's Limit).
 //
-// What Redis mode refuses, at New: an adaptive rule whose window is a
-// bucket or GCRA (their burst would have to follow the level) or that
-// also learns its limit (Rule.Learn: a learned limit would fight the
-// level in Redis); at SetLimit, an adaptive rule (the ceiling is each
-// process's Adaptive.Ceiling, sent with its reports).
+// The ceilings are the fleet's, kept with each key's level in Redis
+// (rspec.AdaptBounds.Set and Learned): SetLimit (adaptSetLimit) and a
+// limit learned from a reply (adaptLearn) reach every process at once.
+// A bucket's or GCRA's level is its N, its burst kept (burstKept).
+//
+// What Redis mode refuses: at New, an adaptive token bucket whose burst
+// follows N (Redis keeps the burst given); at SetLimit, a Per other than
+// the rule's.
 
 // adaptSetLimit is SetLimit on an adaptive rule in Redis mode: l.N
 // becomes the fleet's ceiling of every key of the rule this process holds

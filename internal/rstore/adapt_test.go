@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/ratesem/ratesem/internal/adapt"
-	"github.com/ratesem/ratesem/window"
 	"github.com/ratesem/ratesem/redistest"
+	"github.com/ratesem/ratesem/window"
 
 	goredis "github.com/redis/go-redis/v9"
 )
