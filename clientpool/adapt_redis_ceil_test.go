@@ -187,6 +187,20 @@ func TestAdaptiveRedisLearn(t *testing.T) {
 	if got := holdN(t, b, ch, 40); got > 2 {
 		t.Fatalf("after the server's count of 10 (12, 2 remaining): %d calls at once, want at most 2", got)
 	}
+	// hostile reports: a limit of 2^63−1 is capped at 2^40 (the level
+	// stays), 0 and negative limits and remaining counts change nothing
+	for _, h := range []http.Header{
+		{"X-Limit": {"9223372036854775807"}, "X-Remaining": {"-5"}},
+		{"X-Limit": {"0"}},
+		{"X-Limit": {"-7"}, "X-Remaining": {"9223372036854775807"}},
+	} {
+		tk := acquire(t, a, ch)
+		tk.ObserveHeaders(h)
+		tk.Release()
+	}
+	if l, n := adaptField(t, c, "fleet", "api", "L"), adaptField(t, c, "fleet", "api", "n"); l != clientpool.MaxLearnedN || n < 12 || n > 30 {
+		t.Fatalf("after hostile reports: learned %d, level %d; want 2^40 and the level as it was", l, n)
+	}
 }
 
 // TestAdaptiveRedisBuckets: adaptive token buckets, leaky buckets and GCRA
