@@ -182,7 +182,11 @@ func (s *Store) AdaptAll(ctx context.Context, scope string, c Charge, b AdaptBou
 		}
 		args = append(args, kind, start, min(ev.Count, MaxN), min(max(ev.Latency, 0), MaxPer).Microseconds())
 	}
-	v, err := adaptScript.Run(ctx, s.c, keys, args...).Result()
+	script := adaptScript
+	if sp.Kind == TokenBucket || sp.Kind == LeakyBucket || sp.Kind == GCRA {
+		script = adaptBucketScript
+	}
+	v, err := script.Run(ctx, s.c, keys, args...).Result()
 	if err != nil {
 		return none, fmt.Errorf("ratesem: redis adapt: %w", err)
 	}
@@ -211,7 +215,17 @@ func (s *Store) AdaptAll(ctx context.Context, scope string, c Charge, b AdaptBou
 // Every division is a floor of integers below 2^53 (exact in Lua's
 // doubles), in the order internal/adapt computes them, so that both give
 // the same n to the unit (adapt_test.go's differential test).
-var adaptScript = goredis.NewScript(header + prelude + carryLua + `
+var adaptScript = goredis.NewScript(header + `
+local function carry() end -- a window's state is read under any N
+` + adaptLua)
+
+// adaptBucketScript is adaptScript for a bucket or GCRA: their state is
+// carried to a new level (carryLua, which needs the prelude: the windows'
+// script goes without its cost).
+var adaptBucketScript = goredis.NewScript(header + prelude + carryLua + adaptLua)
+
+// adaptLua is the body of the adaptive scripts: carry must be defined.
+const adaptLua = `
 local function fdiv(a, b) return math.floor(a / b) end
 local MAXN, MAXPER, P53 = 1099511627776, 1099511627776, 9007199254740992
 -- muldiv is ⌊a·b/c⌋ for a, b ≥ 0, c > 0: exact while a·b < 2^53 (as
@@ -362,4 +376,4 @@ end
 if redis.call('PTTL', H) < ttl then redis.call('PEXPIRE', H, ttl) end
 redis.call('PEXPIRE', EK, ttl, 'GT')
 return {S.n, S.chg, S.cyc}
-`)
+`
