@@ -58,6 +58,7 @@ func (m *redisMode) adaptSetLimit(rs *ruleState, l window.Limit) error {
 	rs.adCeil = min(max(l.N, rs.Adapt.Floor), MaxLearnedN)
 	rs.adSet = true
 	rs.setLimit(window.Limit{N: min(rs.limit.N, rs.adCeil), Per: rs.limit.Per})
+	rs.quiet = 0 // the window lives in Redis
 	lims := make([]*limiter, 0, len(rs.keys))
 	for _, lim := range rs.keys {
 		if lim.ad != nil {
