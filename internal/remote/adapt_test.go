@@ -196,3 +196,71 @@ func TestAdaptSplitBySince(t *testing.T) {
 		t.Fatal("the proving report waited")
 	}
 }
+
+// TestAdaptSlotsOfAnotherChange: a change of level made by another
+// process, not yet known here, costs only the successes queued here in
+// the slot (Per/adaptEvery) it falls in: those admitted in later slots
+// still count toward the proof of the new level. One group for all (its
+// start the earliest, before the change) would prove nothing.
+func TestAdaptSlotsOfAnotherChange(t *testing.T) {
+	clk := &vclock{t: time.UnixMicro(1_700_000_000_000_000)}
+	e, srv := realEngine(t, clk, Config{Timeout: time.Second})
+	st := e.st.(*rstore.Store)
+	rdb := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	ctx := context.Background()
+	field := func(f string) int64 {
+		x, _ := rdb.HGet(ctx, st.Keys("s", rspec.Charge{Rule: "r", Key: "k"})[0]+":a", f).Result()
+		n, _ := strconv.ParseInt(x, 10, 64)
+		return n
+	}
+	advance := func(d time.Duration) {
+		clk.mu.Lock()
+		clk.t = clk.t.Add(d)
+		clk.mu.Unlock()
+	}
+	per := 800 * time.Millisecond
+	c := rspec.Charge{Rule: "r", Key: "k", Spec: &rspec.Spec{Kind: rspec.Completion, Limit: window.Limit{N: 5, Per: per}}}
+	b := rspec.AdaptBounds{Floor: 5, Ceiling: 100}
+	answers := make(chan int64, 16)
+	then := func(n int64, err error) {
+		if err != nil {
+			t.Errorf("report: %v", err)
+		}
+		answers <- n
+	}
+	t0 := clk.now()
+	_ = e.AdaptSuccess("s", c, b, t0.Add(-time.Millisecond), time.Millisecond, then)
+	if n := <-answers; n != 5 {
+		t.Fatalf("first report: %d", n)
+	}
+	// another process proves the level a Per on: 6 from t1, unknown here
+	advance(per)
+	t1 := clk.now()
+	if lv, err := st.AdaptAll(ctx, "s", c, b, rspec.AdaptEvent{Start: t0.Add(time.Millisecond), Count: 5}); err != nil || lv.N != 6 {
+		t.Fatalf("the other process's proof: %+v %v", lv, err)
+	}
+	advance(per + time.Millisecond)
+	// here: a call admitted just before t1, four in a later slot (the
+	// fifth success sends them: this process thinks they prove 5)
+	_ = e.AdaptSuccess("s", c, b, t1.Add(-50*time.Millisecond), time.Millisecond, then)
+	for range 4 {
+		_ = e.AdaptSuccess("s", c, b, t1.Add(150*time.Millisecond), time.Millisecond, then)
+	}
+	if n := <-answers; n != 6 {
+		t.Fatalf("the report of 5: level %d, want 6", n)
+	}
+	if cyc := field("cyc"); cyc != 4 {
+		t.Fatalf("successes counted toward 6: %d, want the 4 admitted after its change", cyc)
+	}
+	// two more admitted at 6 prove it (a Per has passed since t1)
+	for range 2 {
+		_ = e.AdaptSuccess("s", c, b, t1.Add(per), time.Millisecond, then)
+	}
+	for end := time.Now().Add(time.Second); field("n") <= 6; {
+		if time.Now().After(end) {
+			t.Fatalf("6 successes at 6 over a Per: level %d, cyc %d; want proven", field("n"), field("cyc"))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
