@@ -70,16 +70,16 @@ type adaptQ struct {
 	// before it (Redis counts a group toward the proof only if its start
 	// is at or after the change); one group for all would lose every
 	// success queued before this process hears of the change.
-	cur    []adaptGroup
-	since  time.Time // the level's last change, Redis's clock, as last answered; zero: unknown
-	cyc    int64     // the successes proving the level since then, as last answered
-	newest time.Time // the latest admission (Redis's clock) of the successes queued in cur
-	last   time.Time // this process's clock: the latest report of successes sent
-	per    time.Duration
-	busy   bool  // a report of successes is under way
-	n      int64 // the level Redis last answered; 0: none yet
-	c      rspec.Charge
-	bounds rspec.AdaptBounds
+	cur []adaptGroup
+	since    time.Time // the level's last change, Redis's clock, as last answered; zero: unknown
+	cyc      int64     // the successes proving the level since then, as last answered
+	newest   time.Time // the latest admission (Redis's clock) of the successes queued in cur
+	last     time.Time // this process's clock: the latest report of successes sent
+	per      time.Duration
+	busy     bool  // a report of successes is under way
+	n        int64 // the level Redis last answered; 0: none yet
+	c        rspec.Charge
+	bounds   rspec.AdaptBounds
 }
 
 // adaptGroup is successes queued: their count, the earliest admission
