@@ -23,12 +23,9 @@ import (
 // level is proven once per Per at most); a throttle goes at once, with the
 // successes queued before it (a cut must reach the fleet before its next
 // admissions, and reads the successes of the last Per). Successes are
-// queued in groups, the calls admitted before the level's last change as
-// Redis last answered it and those admitted since, by slot of
-// Per/adaptEvery of their admission (each group its own event), so that
-// the former never keep the latter from proving the next level, nor does
-// a change another process made, not yet known here, but for the slot it
-// falls in. Reports are sent on
+// queued in two groups, the calls admitted before the level's last change
+// as Redis last answered it and those admitted since, so that the former
+// never keep the latter from proving the next level. Reports are sent on
 // goroutines of the engine, never on the caller's, and dropped while
 // Redis is taken as unreachable (the fallback then limits, under its own
 // limits) or after Close.
@@ -61,16 +58,7 @@ type adapts struct {
 // former do not keep the latter from proving it (a report's Start is the
 // earliest of its calls).
 type adaptQ struct {
-	old adaptGroup
-	// cur holds the successes admitted since, by their admission's slot
-	// of Per/adaptEvery on Redis's clock (ascending, at most adaptSlots:
-	// the oldest merged into the next), each group sent as its own event:
-	// a change of level that another process made, not yet known here,
-	// then costs only the group it falls in, whose earliest call started
-	// before it (Redis counts a group toward the proof only if its start
-	// is at or after the change); one group for all would lose every
-	// success queued before this process hears of the change.
-	cur []adaptGroup
+	old, cur adaptGroup
 	since    time.Time // the level's last change, Redis's clock, as last answered; zero: unknown
 	cyc      int64     // the successes proving the level since then, as last answered
 	newest   time.Time // the latest admission (Redis's clock) of the successes queued in cur
@@ -88,60 +76,6 @@ type adaptGroup struct {
 	count int64
 	start time.Time
 	dur   time.Duration
-	slot  int64 // cur's: the admission's slot of Per/adaptEvery
-}
-
-// adaptSlots bounds q.cur: with the old group and a throttle, a report
-// is at most 8 events (internal/rstore's MaxAdaptEvents).
-const adaptSlots = 6
-
-// addCur queues successes admitted at start (at or after q.since) in
-// q.cur's group of start's slot. a.mu must be held.
-func (q *adaptQ) addCur(start time.Time, dur time.Duration, count int64) {
-	slot := start.UnixMicro() / max(q.per.Microseconds()/adaptEvery, 1)
-	i := len(q.cur)
-	for i > 0 && q.cur[i-1].slot >= slot {
-		if q.cur[i-1].slot == slot {
-			q.cur[i-1].add(start, dur, count)
-			return
-		}
-		i--
-	}
-	q.cur = append(q.cur, adaptGroup{})
-	copy(q.cur[i+1:], q.cur[i:])
-	q.cur[i] = adaptGroup{slot: slot}
-	q.cur[i].add(start, dur, count)
-	if len(q.cur) > adaptSlots {
-		// the oldest two as one (its start the earlier: on the safe side)
-		q.cur[1].add(q.cur[0].start, q.cur[0].dur, q.cur[0].count)
-		q.cur = append(q.cur[:0], q.cur[1:]...)
-	}
-}
-
-// curCount is the successes queued in q.cur. a.mu must be held.
-func (q *adaptQ) curCount() int64 {
-	var n int64
-	for i := range q.cur {
-		n += q.cur[i].count
-	}
-	return n
-}
-
-// sinceMoved moves the groups of q.cur whose earliest call started before
-// q.since (just moved: the level changed) to the old group. a.mu must be
-// held.
-func (q *adaptQ) sinceMoved() {
-	k := 0
-	for _, g := range q.cur {
-		if g.start.Before(q.since) {
-			q.old.add(g.start, g.dur, g.count)
-			continue
-		}
-		q.cur[k] = g
-		k++
-	}
-	clear(q.cur[k:])
-	q.cur = q.cur[:k]
 }
 
 func (g *adaptGroup) add(start time.Time, dur time.Duration, count int64) {
@@ -205,7 +139,7 @@ func (e *Engine) AdaptSuccess(scope string, c rspec.Charge, b rspec.AdaptBounds,
 	if start.Before(q.since) {
 		q.old.add(start, max(dur, 0), 1)
 	} else {
-		q.addCur(start, max(dur, 0), 1)
+		q.cur.add(start, max(dur, 0), 1)
 		if start.After(q.newest) {
 			q.newest = start
 		}
@@ -261,8 +195,7 @@ func (e *Engine) AdaptThrottle(scope string, c rspec.Charge, b rspec.AdaptBounds
 // more round trip per Per: a level is proven once per Per at most).
 // a.mu must be held.
 func (q *adaptQ) provesLocked() bool {
-	c := q.curCount()
-	return q.n > 0 && !q.since.IsZero() && c > 0 && q.cyc+c >= q.n && q.newest.Sub(q.since) >= q.per
+	return q.n > 0 && !q.since.IsZero() && q.cur.count > 0 && q.cyc+q.cur.count >= q.n && q.newest.Sub(q.since) >= q.per
 }
 
 // queueLocked returns k's queue, made if needed (with c and b, which the
@@ -277,7 +210,7 @@ func (a *adapts) queueLocked(k limKey, c rspec.Charge, b rspec.AdaptBounds, now 
 		}
 		if len(a.m) >= a.sweepAt {
 			for k, q := range a.m {
-				if q.old.count == 0 && len(q.cur) == 0 && !q.busy && now.Sub(q.last) > q.per {
+				if q.old.count == 0 && q.cur.count == 0 && !q.busy && now.Sub(q.last) > q.per {
 					delete(a.m, k)
 				}
 			}
@@ -293,18 +226,13 @@ func (a *adapts) queueLocked(k limKey, c rspec.Charge, b rspec.AdaptBounds, now 
 // takeLocked takes q's successes as one report (the older group first),
 // marks q busy and returns the report's events. a.mu must be held.
 func (q *adaptQ) takeLocked(now time.Time) []rspec.AdaptEvent {
-	evs := make([]rspec.AdaptEvent, 0, 2+len(q.cur))
-	if q.old.count > 0 {
-		evs = append(evs, q.old.event())
-	}
-	q.old = adaptGroup{}
-	for _, g := range q.cur {
+	evs := make([]rspec.AdaptEvent, 0, 2)
+	for _, g := range []*adaptGroup{&q.old, &q.cur} {
 		if g.count > 0 {
 			evs = append(evs, g.event())
 		}
+		*g = adaptGroup{}
 	}
-	clear(q.cur)
-	q.cur = q.cur[:0]
 	q.newest = time.Time{}
 	q.busy, q.last = true, now
 	return evs
@@ -337,7 +265,10 @@ func (e *Engine) report(k limKey, q *adaptQ, evs []rspec.AdaptEvent, succ bool, 
 				// the successes queued since, admitted before it,
 				// cannot prove the next level: they move to the old group
 				q.since = lv.Changed
-				q.sinceMoved()
+				if q.cur.count > 0 && q.cur.start.Before(q.since) {
+					q.old.add(q.cur.start, q.cur.dur, q.cur.count)
+					q.cur = adaptGroup{}
+				}
 			}
 		}
 		a.mu.Unlock()
@@ -361,11 +292,11 @@ func (e *Engine) report(k limKey, q *adaptQ, evs []rspec.AdaptEvent, succ bool, 
 			if ev.Throttled {
 				continue // dropped, as every report while Redis is down
 			}
+			g := &q.cur
 			if ev.Start.Before(q.since) {
-				q.old.add(ev.Start, ev.Latency*time.Duration(ev.Count), ev.Count)
-			} else {
-				q.addCur(ev.Start, ev.Latency*time.Duration(ev.Count), ev.Count)
+				g = &q.old
 			}
+			g.add(ev.Start, ev.Latency*time.Duration(ev.Count), ev.Count)
 		}
 		a.mu.Unlock()
 	}
@@ -420,7 +351,10 @@ func (e *Engine) AdaptCeiling(ctx context.Context, scope string, c rspec.Charge,
 		q.n, q.cyc = r.lv.N, r.lv.Cycled
 		if r.lv.Changed.After(q.since) {
 			q.since = r.lv.Changed
-			q.sinceMoved()
+			if q.cur.count > 0 && q.cur.start.Before(q.since) {
+				q.old.add(q.cur.start, q.cur.dur, q.cur.count)
+				q.cur = adaptGroup{}
+			}
 		}
 	}
 	a.mu.Unlock()
