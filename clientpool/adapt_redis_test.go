@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand"
-	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -21,25 +20,21 @@ import (
 )
 
 // TestAdaptiveRedisRefusals: what Redis mode cannot share it refuses with
-// an error (at New: an adaptive bucket, an adaptive rule that also learns;
-// at SetLimit: an adaptive rule), and an adaptive window it accepts.
+// an error (at New: an adaptive token bucket whose burst follows N; at
+// SetLimit: a Per other than the rule's), and an adaptive window it
+// accepts.
 func TestAdaptiveRedisRefusals(t *testing.T) {
 	c := newClient(t, redistest.Start(t).Addr())
 	per := window.Limit{N: 10, Per: time.Second}
 	bucket := clientpool.Rule{Name: "b", Limit: per, Adapt: &clientpool.Adaptive{Floor: 2},
-		Window: func(l window.Limit) window.Policy { return window.NewTokenBucket(l, l.N) }}
+		Window: func(l window.Limit) window.Policy { return window.NewTokenBucket(l, 0) }}
 	if _, err := newRedisPoolErr(t, clientpool.Table{Rules: []clientpool.Rule{bucket}}, c, "a1"); err == nil {
-		t.Error("an adaptive token bucket: accepted in Redis mode")
-	}
-	learn := clientpool.Rule{Name: "l", Limit: per, Adapt: &clientpool.Adaptive{Floor: 2},
-		Learn: func(http.Header, time.Time) (clientpool.Learned, bool) { return clientpool.Learned{}, false }}
-	if _, err := newRedisPoolErr(t, clientpool.Table{Rules: []clientpool.Rule{learn}}, c, "a2"); err == nil {
-		t.Error("an adaptive rule with Learn: accepted in Redis mode")
+		t.Error("an adaptive token bucket whose burst follows N: accepted in Redis mode")
 	}
 	p := newRedisPool(t, clientpool.Table{Rules: []clientpool.Rule{{Name: "w", Limit: per, Adapt: &clientpool.Adaptive{Floor: 2},
 		Window: window.NewFixedWindow}}}, c, "a3")
-	if err := p.SetLimit("w", window.Limit{N: 5, Per: time.Second}); err == nil {
-		t.Error("SetLimit on an adaptive rule in Redis mode: no error")
+	if err := p.SetLimit("w", window.Limit{N: 5, Per: 2 * time.Second}); err == nil {
+		t.Error("SetLimit on an adaptive rule in Redis mode, another Per: no error")
 	}
 }
 

@@ -173,11 +173,22 @@ type Rule struct {
 // which every process's next admission is held to: each process reports
 // its successes (at most one round trip per key per Per/8) and its
 // throttles (one round trip each, with the call's admission on Redis's
-// clock, so three processes reporting one overload cut once). Redis mode
-// refuses at construction an adaptive bucket or GCRA window (its burst
-// would have to follow the level) and an adaptive rule with Learn, and
-// SetLimit on an adaptive rule (the bounds are each process's Floor and
-// Ceiling, sent with its reports). The exchange presets never set it: their
+// clock, so three processes reporting one overload cut once). The
+// ceilings are the fleet's, kept in Redis with each key's level: SetLimit
+// on an adaptive rule sets the ceiling (N) of every key the calling
+// process holds, for every process (the level comes down to it at once;
+// the latest SetLimit of the fleet wins; a key the process meets later is
+// capped by its reports, unless another SetLimit set that key's), and
+// returns an error matching ratesem.ErrInvalidLimit for a Per other than
+// the rule's (the window is the fleet's); with Rule.Learn, a limit a key
+// learns from a reply is that key's ceiling for every process, and the
+// reply's remaining count is reconciled into the key's window in Redis,
+// but a reply that names its window (Learned.Reset) does not make the
+// rule a quota as it does in process: the level stays the window's N.
+// Token buckets, leaky buckets and GCRA adapt their N (the rate) and keep
+// the burst they were made with, as in process, their state carried to
+// each new level; Redis mode refuses at construction an adaptive token
+// bucket made with burst 0 (its burst follows N). The exchange presets never set it: their
 // bans escalate (Binance's 418 grows from 2 minutes to 3 days,
 // https://developers.binance.com/docs/binance-spot-api-docs/rest-api/limits).
 type Adaptive struct {

@@ -78,7 +78,7 @@ func redisChargesLocked(hs []held) []rspec.Charge {
 		l := hd.lim
 		spec := l.redisSpec()
 		w := hd.n
-		if l.rule.Learn != nil {
+		if l.rule.Learn != nil && l.ad == nil { // an adaptive key knows its level
 			if l.unknown {
 				w = 1
 			} else {
@@ -106,7 +106,7 @@ func (p *Engine) adoptLocked(hs []held, call *remote.Call) {
 			continue
 		}
 		l, s := hs[i].lim, specs[j]
-		if l.rule.Learn == nil || s == *unknownSpec || !l.unknown && s == *l.redisSpec() {
+		if l.rule.Learn == nil || l.ad != nil || s == *unknownSpec || !l.unknown && s == *l.redisSpec() {
 			continue
 		}
 		p.setKeySpecLocked(l, s)
@@ -166,6 +166,10 @@ func learnedSpec(rs *ruleState, cur *rspec.Spec, in Learned) (rspec.Spec, bool) 
 // the quota was just stored), or the server's count (limit − remaining)
 // for the others, in the background.
 func (m *redisMode) learn(t *Ticket, hd *held, in Learned, date time.Time) {
+	if hd.lim.ad != nil {
+		m.adaptLearn(hd.lim, in) // adapt_redis.go
+		return
+	}
 	p := m.p
 	p.mu.Lock()
 	l, rs := hd.lim, hd.lim.rule
@@ -254,7 +258,7 @@ func (p *Engine) relearn(hs []held, rcs []rspec.Charge, err error) bool {
 	changed := false
 	for i := range hs {
 		hd := &hs[i]
-		if hd.lim.rule.Learn == nil || rcs[i].Spec == unknownSpec {
+		if hd.lim.rule.Learn == nil || hd.lim.ad != nil || rcs[i].Spec == unknownSpec {
 			continue
 		}
 		rcs[i].Spec, rcs[i].Weight = unknownSpec, 1

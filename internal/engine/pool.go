@@ -83,6 +83,7 @@ type ruleState struct {
 	skewAt   time.Time     // when skew was measured
 	keys     map[string]*limiter
 	adCeil   int64 // Rule.Adapt: the ceiling of every new key's level (Adaptive.Ceiling, or SetLimit's N)
+	adSet    bool  // Rule.Adapt in Redis mode: adCeil was set by SetLimit here (sent as the fleet's ceiling, AdaptBounds.Set)
 	one      bool  // the rule of a One (the semaphore front)
 	// Redis mode: the rule's window as Redis keeps it (replaced, never
 	// changed, by SetLimit), and whether SetLimit was called here.
@@ -138,6 +139,9 @@ type feedback struct {
 	budgeted   bool
 	reported   bool   // a report (Learned.Reset) set the window once
 	distrusted uint32 // reports not taken at their word (KeyState.Distrusted), wrapping
+	// adLearned is, in Redis mode, the limit an adaptive key (Rule.Adapt
+	// with Learn) last stored as its learned ceiling (0: none).
+	adLearned int64
 	// spec is, in Redis mode, the limit the key learned or adopted
 	// (Rule.Learn; see redisSpec); nil: the rule's.
 	spec      *rspec.Spec

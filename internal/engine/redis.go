@@ -654,7 +654,7 @@ func (m *redisMode) paused(rule, key string, until time.Time) {
 func (m *redisMode) setLimit(rs *ruleState, l window.Limit) error {
 	p := m.p
 	if rs.Adapt != nil {
-		return errAdaptiveSetLimitRedis // adapt_redis.go
+		return m.adaptSetLimit(rs, l) // adapt_redis.go
 	}
 	spec, err := specOf(rs.Rule, l)
 	if err != nil {

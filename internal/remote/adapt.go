@@ -1,6 +1,7 @@
 package remote
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"math"
@@ -320,4 +321,66 @@ func satMul(d time.Duration, n int64) time.Duration {
 		return time.Duration(math.MaxInt64)
 	}
 	return d * time.Duration(n)
+}
+
+// AdaptCeiling stores the fleet's ceilings of b (b.Set with b.Force:
+// SetLimit on an adaptive rule; b.Learned: a limit the key learned from a
+// reply) with the adaptive level of c's limiter in scope, kept in Redis,
+// and returns the level now in force (units per c.Spec's Per): one round
+// trip, bounded by the Redis timeout and ctx, on the caller's goroutine;
+// the level comes down to the ceiling at once if above, and is stored as
+// the limiter's limit for every process. When the level changed, this
+// process forgets what it learned of the limiter's next admission and
+// calls Config.OnRoom (as after SetLimit). Errors: ErrNoAdapt when the
+// Store keeps no adaptive limits; ctx's error; the Store's for an invalid
+// charge or bounds; else ratesem.ErrRedisUnavailable wrapping the round
+// trip's (Redis is then taken as unreachable). Safe for concurrent use.
+func (e *Engine) AdaptCeiling(ctx context.Context, scope string, c rspec.Charge, b rspec.AdaptBounds) (int64, error) {
+	ad, ok := e.st.(rspec.Adapter)
+	if !ok {
+		return 0, ErrNoAdapt
+	}
+	if c.Spec == nil {
+		return 0, errors.New("ratesem: AdaptCeiling: nil Spec")
+	}
+	type res struct {
+		lv  rspec.AdaptLevel
+		err error
+	}
+	r, left := bounded(e, ctx, e.cfg.Timeout, nil, func(octx context.Context) res {
+		lv, err := ad.AdaptAll(octx, scope, c, b, rspec.AdaptEvent{})
+		return res{lv, err}
+	}, nil)
+	err := cmp.Or(left, r.err)
+	if err != nil {
+		if ctx.Err() != nil {
+			return 0, ctx.Err()
+		}
+		if callerError(err) {
+			return 0, err
+		}
+		e.markDown(err, false)
+		return 0, e.unavailable(err)
+	}
+	e.markUp()
+	k := limKey{scope, c.Rule, c.Key}
+	a := &e.ad
+	a.mu.Lock()
+	changed := true
+	if q := a.m[k]; q != nil {
+		changed = q.n != r.lv.N
+		q.n, q.cyc = r.lv.N, r.lv.Cycled
+		if r.lv.Changed.After(q.since) {
+			q.since = r.lv.Changed
+			if q.cur.count > 0 && q.cur.start.Before(q.since) {
+				q.old.add(q.cur.start, q.cur.dur, q.cur.count)
+				q.cur = adaptGroup{}
+			}
+		}
+	}
+	a.mu.Unlock()
+	if changed {
+		e.forget(scope, c)
+	}
+	return r.lv.N, nil
 }

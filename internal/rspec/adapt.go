@@ -41,6 +41,23 @@ type AdaptBounds struct {
 	// rule's initial level; 0, or a value outside (Floor, Ceiling], means
 	// Floor. A state lost starts there again.
 	Start int64
+	// Set is a ceiling set for the fleet (SetLimit on an adaptive rule):
+	// kept with the level's state, it replaces every process's Ceiling
+	// (as SetLimit's N replaces Adaptive.Ceiling in process), the level
+	// coming down to it at once if above. 0: none. It is stored when the
+	// state keeps none, or always with Force; values below Floor count as
+	// Floor, above MaxN as MaxN.
+	Set int64
+	// Force makes Set replace the ceiling the state keeps (SetLimit's own
+	// report: the latest SetLimit of the fleet wins) and forget a Learned
+	// one (SetLimit in process resets every key's ceiling to its N).
+	Force bool
+	// Learned is a limit the key learned from a reply (Rule.Learn: a
+	// published limit): kept with the level's state, it lowers the
+	// ceiling (min with Set, or with Ceiling when none is set) for every
+	// process until another replaces it. 0: no change; above MaxN counts
+	// as MaxN.
+	Learned int64
 }
 
 // AdaptEvent is one report to Adapt: ended calls of the limiter.

@@ -44,6 +44,10 @@ import (
 //	       weight 1/64, 0 before the first
 //	m      the instant of the latest report (Redis's clock; when a report
 //	       comes earlier, the clock went back: chg, cut and cst move to it)
+//	C      the ceiling set for the fleet (SetLimit; AdaptBounds.Set):
+//	       replaces each process's Ceiling; absent: none set
+//	L      the limit the key learned from a reply (AdaptBounds.Learned):
+//	       lowers the ceiling; absent: none
 //
 // Its TTL is the limiter's (Spec.TTL), refreshed by every Adapt. A state
 // lost (FLUSHALL, eviction, an idle key expired) starts again from the
@@ -80,14 +84,25 @@ func (s *Store) adaptKey(scope string, c Charge) string {
 // says), with its level set at the instant it is made: calls started
 // before it (before a loss) prove nothing.
 //
-// c.Spec gives the window (kind, Per, margin or blocks, concurrency cap);
-// its N is not used. Throttles of calls started before the last cut are
+// The ceiling in force is the fleet's when the state keeps one: b.Set
+// (SetLimit) stored as C replaces b.Ceiling, and b.Learned (a published
+// limit) stored as L lowers it, so that the level is held to
+// max(Floor, min(L, C or Ceiling)) whichever process reports (see
+// AdaptBounds for when they are stored); a level above it comes down to
+// it at once, and is stored as the limit.
+//
+// c.Spec gives the window (kind, Per, margin or blocks, a bucket's or
+// GCRA's burst, concurrency cap); its N is not used. A bucket's burst
+// (and GCRA's) stays c.Spec's whatever the level, as win.TokenBucket's
+// and win.GCRA's SetLimit keep a burst given to them in process; their
+// state is carried to each new level as Store.SetLimit carries it. Throttles of calls started before the last cut are
 // ignored (hysteresis), so several processes reporting one overload cut
 // once. c.Weight is not used.
 //
 // It returns an error, without a round trip, for the errors of Admit's
-// charges, a Spec that is not a window (a bucket, GCRA or a quota: their
-// burst would have to follow n; ErrSpec), a Per of 0, bounds outside
+// charges, a Spec that is neither a window nor a bucket (a quota;
+// ErrSpec), a Spec that Check refuses at Floor or Ceiling, a Per of 0,
+// bounds outside
 // 1 ≤ Floor ≤ Ceiling ≤ MaxN, a negative Count; an error matching
 // ErrLimitMismatch when the limiter's hash stores a limit of another kind;
 // the go-redis error when the round trip fails. One round trip; safe for
@@ -112,9 +127,9 @@ func (s *Store) AdaptAll(ctx context.Context, scope string, c Charge, b AdaptBou
 		return none, fmt.Errorf("ratesem: adapt: charge %s[%s] has no Spec", clip(c.Rule), clip(c.Key))
 	}
 	switch c.Spec.Kind {
-	case Completion, FixedCompletion, SlidingLog, FixedWindow, SlidingWindowCounter, SubWindowCounter:
+	case Completion, FixedCompletion, SlidingLog, FixedWindow, SlidingWindowCounter, SubWindowCounter, TokenBucket, LeakyBucket, GCRA:
 	default:
-		return none, fmt.Errorf("%w: rule %q key %q: an adaptive limit needs a window (not %s): a bucket's burst would have to follow the level", ErrSpec, clip(c.Rule), clip(c.Key), c.Spec)
+		return none, fmt.Errorf("%w: rule %q key %q: an adaptive limit needs a window or a bucket (not %s)", ErrSpec, clip(c.Rule), clip(c.Key), c.Spec)
 	}
 	if c.Spec.Limit.Per <= 0 {
 		return none, fmt.Errorf("%w: rule %q key %q: an adaptive limit needs a Per > 0", ErrSpec, clip(c.Rule), clip(c.Key))
@@ -135,12 +150,25 @@ func (s *Store) AdaptAll(ctx context.Context, scope string, c Charge, b AdaptBou
 	// counter bounds N·Per); its own N is not used.
 	sp.Limit.N = ceil
 	c.Weight = 0
+	// and so must the spec at the floor (GCRA bounds burst·Per/N)
+	lo := sp
+	lo.Limit.N = b.Floor
+	if err := lo.Check(); err != nil {
+		return none, err
+	}
 	keys, args, err := s.call(scope, []Charge{c}, "", "")
 	if err != nil {
 		return none, err
 	}
 	keys = append(keys, s.adaptKey(scope, c))
-	args = append(args, b.Floor, ceil, max(b.Start, 0), len(evs))
+	set, force := int64(0), "0"
+	if b.Set > 0 {
+		set = min(max(b.Set, b.Floor), MaxN)
+		if b.Force {
+			force = "1"
+		}
+	}
+	args = append(args, b.Floor, ceil, max(b.Start, 0), len(evs), set, force, min(max(b.Learned, 0), MaxN))
 	for _, ev := range evs {
 		if ev.Count < 0 {
 			return none, fmt.Errorf("ratesem: adapt: %d successes: want a count ≥ 0", ev.Count)
@@ -155,7 +183,11 @@ func (s *Store) AdaptAll(ctx context.Context, scope string, c Charge, b AdaptBou
 		}
 		args = append(args, kind, start, min(ev.Count, MaxN), min(max(ev.Latency, 0), MaxPer).Microseconds())
 	}
-	v, err := adaptScript.Run(ctx, s.c, keys, args...).Result()
+	script := adaptScript
+	if sp.Kind == TokenBucket || sp.Kind == LeakyBucket || sp.Kind == GCRA {
+		script = adaptBucketScript
+	}
+	v, err := script.Run(ctx, s.c, keys, args...).Result()
 	if err != nil {
 		return none, fmt.Errorf("ratesem: redis adapt: %w", err)
 	}
@@ -175,8 +207,9 @@ func (s *Store) AdaptAll(ctx context.Context, scope string, c Charge, b AdaptBou
 
 // adaptScript is AdaptAll's script: KEYS H, F, Z, E of the charge
 // (call's), then A (AdaptAll appends it); ARGV as call's, then floor,
-// ceiling, the start level, the number of events, then 4 values per
-// event: "s" successes or "t" a throttle, start µs, count, latency µs.
+// ceiling, the start level, the number of events, the fleet's ceilings
+// (AdaptBounds' Set, "1" to force it, Learned; 0: none), then 4 values
+// per event: "s" successes or "t" a throttle, start µs, count, latency µs.
 // It returns {n, chg, cyc}, or {-1, 1, stored} for a limit of another
 // kind.
 //
@@ -184,6 +217,16 @@ func (s *Store) AdaptAll(ctx context.Context, scope string, c Charge, b AdaptBou
 // doubles), in the order internal/adapt computes them, so that both give
 // the same n to the unit (adapt_test.go's differential test).
 var adaptScript = goredis.NewScript(header + `
+local function carry() end -- a window's state is read under any N
+` + adaptLua)
+
+// adaptBucketScript is adaptScript for a bucket or GCRA: their state is
+// carried to a new level (carryLua, which needs the prelude: the windows'
+// script goes without its cost).
+var adaptBucketScript = goredis.NewScript(header + prelude + carryLua + adaptLua)
+
+// adaptLua is the body of the adaptive scripts: carry must be defined.
+const adaptLua = `
 local function fdiv(a, b) return math.floor(a / b) end
 local MAXN, MAXPER, P53 = 1099511627776, 1099511627776, 9007199254740992
 -- muldiv is ⌊a·b/c⌋ for a, b ≥ 0, c > 0: exact while a·b < 2^53 (as
@@ -196,7 +239,23 @@ end
 local H, AK = KEYS[1], KEYS[5]
 local kind, per, p1, conc, ttl = tonumber(ARGV[6]), tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[12])
 local FL, CE, ST, NE = tonumber(ARGV[13]), tonumber(ARGV[14]), tonumber(ARGV[15]), tonumber(ARGV[16])
-if ST <= FL or ST > CE then ST = FL end
+local SET, FORCE, LRN = tonumber(ARGV[17]), ARGV[18] == '1', tonumber(ARGV[19])
+-- the fleet's ceilings kept with the state: C set (SetLimit), L learned
+-- (a published limit); C replaces the process's ceiling, L lowers it
+local cl = redis.call('HMGET', AK, 'C', 'L')
+local C, L = tonumber(cl[1]), tonumber(cl[2])
+local dropL = false
+if SET > 0 and (FORCE or C == nil) then
+  C = SET
+  if FORCE and L ~= nil then L = nil; dropL = true end
+end
+if LRN > 0 then L = LRN end
+if C ~= nil then CE = C end
+if L ~= nil then CE = math.min(CE, L) end
+CE = math.max(CE, FL)
+if ST <= FL then ST = FL elseif ST > CE then
+  if C ~= nil or L ~= nil then ST = CE else ST = FL end
+end
 local W = per
 local FS = {'n', 'G', 'B', 'inc', 'clean', 'cyc', 'chg', 'cut', 'cur', 'prev', 'cst', 'lat', 'm'}
 local v = redis.call('HMGET', AK, unpack(FS))
@@ -254,7 +313,7 @@ local function tick()
 end
 
 for e = 0, NE - 1 do
-local ev, s, cnt, lat0 = ARGV[17 + 4*e], tonumber(ARGV[18 + 4*e]), tonumber(ARGV[19 + 4*e]), tonumber(ARGV[20 + 4*e])
+local ev, s, cnt, lat0 = ARGV[20 + 4*e], tonumber(ARGV[21 + 4*e]), tonumber(ARGV[22 + 4*e]), tonumber(ARGV[23 + 4*e])
 s = math.min(math.max(s, 0), now)
 if ev == 's' then
   -- cnt calls of adapt.Law.Success(s, now), each followed by its Tick
@@ -310,11 +369,18 @@ if st[1] then
 end
 local args = {}
 for j = 1, #FS do args[#args+1] = FS[j]; args[#args+1] = S[FS[j]] end
+if C ~= nil then args[#args+1] = 'C'; args[#args+1] = C end
+if L ~= nil then args[#args+1] = 'L'; args[#args+1] = L end
 redis.call('HSET', AK, unpack(args))
+if dropL then redis.call('HDEL', AK, 'L') end
 redis.call('PEXPIRE', AK, ttl)
 local want = string.format('%d/%d/%d/%d/%d', kind, S.n, per, p1, conc)
-if st[1] ~= want or st[2] ~= '1' then redis.call('HSET', H, 's', want, 'S', '1') end
+if st[1] ~= want or st[2] ~= '1' then
+  -- a bucket's or GCRA's state carried to the level, as SetLimit does
+  if st[1] ~= want then carry(H, kind, S.n, per, p1, want) end
+  redis.call('HSET', H, 's', want, 'S', '1')
+end
 if redis.call('PTTL', H) < ttl then redis.call('PEXPIRE', H, ttl) end
 redis.call('PEXPIRE', EK, ttl, 'GT')
 return {S.n, S.chg, S.cyc}
-`)
+`

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ratesem/ratesem/internal/adapt"
 	"github.com/ratesem/ratesem/redistest"
+	"github.com/ratesem/ratesem/window"
 
 	goredis "github.com/redis/go-redis/v9"
 )
@@ -362,7 +363,8 @@ func TestAdaptHostile(t *testing.T) {
 		{"ceiling below floor", c, AdaptBounds{Floor: 5, Ceiling: 4}, AdaptEvent{}},
 		{"ceiling above MaxN", c, AdaptBounds{Floor: 5, Ceiling: MaxN + 1}, AdaptEvent{}},
 		{"no spec", Charge{Rule: "r", Key: "k"}, b, AdaptEvent{}},
-		{"a bucket", Charge{Rule: "r", Key: "k", Spec: &Spec{Kind: TokenBucket, Limit: c.Spec.Limit, Burst: 3}}, b, AdaptEvent{}},
+		{"a quota", Charge{Rule: "r", Key: "k", Spec: &Spec{Kind: Quota, Limit: c.Spec.Limit}}, b, AdaptEvent{}},
+		{"a GCRA too coarse at the floor", Charge{Rule: "r", Key: "k", Spec: &Spec{Kind: GCRA, Limit: window.Limit{N: 1, Per: MaxPer}, Burst: MaxN}}, AdaptBounds{Floor: 1, Ceiling: MaxN}, AdaptEvent{}},
 		{"Per 0", Charge{Rule: "r", Key: "k", Spec: spec(Completion, 1, 0)}, b, AdaptEvent{}},
 	} {
 		if _, err := s.Adapt(ctx, "sc", bad.c, bad.b, bad.ev); err == nil {

@@ -1203,6 +1203,48 @@ save(L)
 return old - L.B
 `)
 
+// carryLua defines carry(H, k, N, per, p1, want): a bucket's or GCRA's
+// state kept in H under another limit of the same kind k is carried over
+// to the limit N per per µs with p1 (the spec want) as
+// win.TokenBucket.SetLimit and win.GCRA.SetLimit do in process: the
+// bucket refilled to now at the old rate, its debt (burst − tokens) kept
+// in units under the new burst, the refill fraction scaled to the new
+// Per, at most N units below empty; GCRA's TAT − now kept in units at the
+// new emission interval, at most (burst + N) intervals past now. Other
+// kinds are left as they are. It needs the prelude (refill, emit) and
+// changes nothing but H's state fields (the caller stores want).
+const carryLua = `
+local function carry(H, k, N, per, p1, want)
+  if k >= 7 and k <= 9 then
+    local v = redis.call('HMGET', H, 's', 't', 'r', 'l')
+    local ok, oN, oper, op1 = string.match(v[1] or '', '^(%d+)/(%d+)/(%d+)/(%d+)/%d+$')
+    if v[2] and tonumber(ok) == k and v[1] ~= want then
+      local L = {N = tonumber(oN), per = tonumber(oper), p1 = tonumber(op1), t = tonumber(v[2]),
+        r = tonumber(v[3]) or 0, l = tonumber(v[4]), dirty = {}}
+      if k == 9 then
+        if L.t > now and L.N > 0 and L.per > 0 and N > 0 and per > 0 then
+          local oem, em = emit(L), math.ceil(per / N)
+          local d = L.t - now
+          -- exact below 2^53; beyond, within a rounding of the exact ceiling
+          if d * em < 2^53 then d = math.ceil(d * em / oem) else d = math.ceil(d / oem * em) end
+          redis.call('HSET', H, 't', math.min(now + d, now + (p1 + N) * em))
+        end
+      else
+        refill(L, now)
+        local debt, r = L.p1 - L.t, L.r or 0
+        if per ~= L.per then
+          if r * per < 2^53 then r = math.floor(r * per / L.per) else r = math.floor(r / L.per * per) end
+        end
+        local t = p1 - debt
+        if t >= p1 then t, r = p1, 0 end
+        if t < -N then t, r = -N, 0 end
+        redis.call('HSET', H, 't', t, 'r', r, 'l', L.l)
+      end
+    end
+  end
+end
+`
+
 // setLimitScript stores charge 1's spec as the limiter's, for every process.
 // A bucket's or GCRA's state, kept under another limit of the same kind,
 // is carried over as win.TokenBucket.SetLimit and win.GCRA.SetLimit
@@ -1212,36 +1254,9 @@ return old - L.B
 // kept in units at the new emission interval, at most (burst + N)
 // intervals past now. The other windows keep their state as it is, read
 // under the new limit.
-var setLimitScript = goredis.NewScript(header + prelude + `
-local H = KEYS[1]
+var setLimitScript = goredis.NewScript(header + prelude + carryLua + `
 local k, N, per, p1 = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
-if k >= 7 and k <= 9 then
-  local v = redis.call('HMGET', H, 's', 't', 'r', 'l')
-  local ok, oN, oper, op1 = string.match(v[1] or '', '^(%d+)/(%d+)/(%d+)/(%d+)/%d+$')
-  if v[2] and tonumber(ok) == k and v[1] ~= ARGV[5] then
-    local L = {N = tonumber(oN), per = tonumber(oper), p1 = tonumber(op1), t = tonumber(v[2]),
-      r = tonumber(v[3]) or 0, l = tonumber(v[4]), dirty = {}}
-    if k == 9 then
-      if L.t > now and L.N > 0 and L.per > 0 and N > 0 and per > 0 then
-        local oem, em = emit(L), math.ceil(per / N)
-        local d = L.t - now
-        -- exact below 2^53; beyond, within a rounding of the exact ceiling
-        if d * em < 2^53 then d = math.ceil(d * em / oem) else d = math.ceil(d / oem * em) end
-        redis.call('HSET', H, 't', math.min(now + d, now + (p1 + N) * em))
-      end
-    else
-      refill(L, now)
-      local debt, r = L.p1 - L.t, L.r or 0
-      if per ~= L.per then
-        if r * per < 2^53 then r = math.floor(r * per / L.per) else r = math.floor(r / L.per * per) end
-      end
-      local t = p1 - debt
-      if t >= p1 then t, r = p1, 0 end
-      if t < -N then t, r = -N, 0 end
-      redis.call('HSET', H, 't', t, 'r', r, 'l', L.l)
-    end
-  end
-end
+carry(KEYS[1], k, N, per, p1, ARGV[5])
 redis.call('HSET', KEYS[1], 's', ARGV[5], 'S', '1')
 if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[12]) then redis.call('PEXPIRE', KEYS[1], ARGV[12]) end
 redis.call('PEXPIRE', KEYS[4], ARGV[12], 'GT')
