@@ -333,7 +333,7 @@ func satMul(d time.Duration, n int64) time.Duration {
 // process forgets what it learned of the limiter's next admission and
 // calls Config.OnRoom (as after SetLimit). Errors: ErrNoAdapt when the
 // Store keeps no adaptive limits; ctx's error; the Store's for an invalid
-// charge or bounds; else ratesem.ErrRedisUnavailable wrapping the round
+// charge or bounds; else an error matching ErrUnavailable wrapping the round
 // trip's (Redis is then taken as unreachable). Safe for concurrent use.
 func (e *Engine) AdaptCeiling(ctx context.Context, scope string, c rspec.Charge, b rspec.AdaptBounds) (int64, error) {
 	ad, ok := e.st.(rspec.Adapter)
