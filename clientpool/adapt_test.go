@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -254,11 +255,17 @@ func TestAdaptiveUnknownServer(t *testing.T) {
 		seeds = int64(v)
 	}
 	for _, fixed := range []bool{false, true} {
-		kind, maxRej, maxRec := "completion", 2.0, 10
+		// The target is recovery within 10 windows of each step;
+		// each seed is held to it with 2 windows of slack (a seed of the
+		// completion server took 11 in about one run of 20 under load:
+		// goroutines woken at one virtual instant run in varying order),
+		// and the median over the seeds to the target itself.
+		kind, maxRej, maxRec, medRec := "completion", 2.0, 12, 10
 		if fixed {
-			kind, maxRej, maxRec = "fixed", 2.5, 15
+			kind, maxRej, maxRec, medRec = "fixed", 2.5, 15, 10
 		}
 		worstRej, worstThr, worstRec := 0.0, 100.0, make([]int, len(adaptSteps))
+		recs := make([][]int, len(adaptSteps))
 		for seed := int64(1); seed <= seeds; seed++ {
 			r := runUnknown(t, seed, fixed)
 			line := fmt.Sprintf("server %-10s seed %2d: calls %5d  rejected %5.2f%%  throughput %5.1f%% of N  recovery %v windows", kind, seed, r.calls, r.rejPct, r.settled, r.recover)
@@ -275,6 +282,13 @@ func TestAdaptiveUnknownServer(t *testing.T) {
 					rec = 999
 				}
 				worstRec[i] = max(worstRec[i], rec)
+				recs[i] = append(recs[i], rec)
+			}
+		}
+		for i, rs := range recs {
+			slices.Sort(rs)
+			if m := rs[len(rs)/2]; m > medRec {
+				t.Errorf("server %s: step %d: median recovery over %d seeds %d windows, want ≤ %d (%v)", kind, i, seeds, m, medRec, rs)
 			}
 		}
 		t.Logf("server %-10s worst of %d seeds: rejected %5.2f%%  throughput %5.1f%%  recovery %v", kind, seeds, worstRej, worstThr, worstRec)
