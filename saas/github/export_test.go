@@ -8,6 +8,12 @@ const (
 	HeaderRemaining = headerRemaining
 	HeaderReset     = headerReset
 	HeaderResource  = headerResource
+
+	CPUPerMinute        = cpuPerMinute
+	GraphQLCPUPerMinute = graphQLCPUPerMinute
+	CPUUnit             = cpuUnit
+	CPUEstimate         = cpuEstimate
+	GraphQLPath         = graphQLPath
 )
 
 // CPUUnits is cpuUnits.

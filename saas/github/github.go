@@ -39,10 +39,10 @@
 //     more than 60 seconds of this CPU time may be for the GraphQL API.
 //     You can roughly estimate the CPU time by measuring the total
 //     response time for your API requests." RuleCPU counts every request
-//     (REST and GraphQL) against CPUPerMinute, RuleGraphQLCPU the GraphQL
-//     API's (POST /graphql) against GraphQLCPUPerMinute, both in
+//     (REST and GraphQL) against 90 000 ms per minute, RuleGraphQLCPU the
+//     GraphQL API's (POST /graphql) against 60 000 ms per minute, both in
 //     milliseconds (clientpool.Rule.TimeUnit): a request is admitted for
-//     an estimate of its server time (CPUEstimate, 1 s, or
+//     an estimate of its server time (1 s by default, or
 //     WithCPUEstimate) and settled when it ends to its response time, the
 //     wall time from its admission to its release, rounded up to the
 //     millisecond: at least GitHub's CPU time for it, which GitHub does
@@ -90,26 +90,27 @@ const (
 )
 
 // The limit on server time (see the package doc; the rules' Source, "About
-// secondary rate limits"), counted in units of CPUUnit.
+// secondary rate limits"), counted in units of cpuUnit (unexported: the
+// package doc and the rules' Limit say them).
 const (
-	// CPUPerMinute is the server time of every request of a token, REST
-	// and GraphQL, in any minute, in units of CPUUnit: 90 s.
-	CPUPerMinute = 90_000
-	// GraphQLCPUPerMinute is the part of CPUPerMinute the GraphQL API
-	// may take, in units of CPUUnit: 60 s.
-	GraphQLCPUPerMinute = 60_000
-	// CPUUnit is the unit of RuleCPU and RuleGraphQLCPU
+	// cpuPerMinute is the server time of every request of a token, REST
+	// and GraphQL, in any minute, in units of cpuUnit: 90 s.
+	cpuPerMinute = 90_000
+	// graphQLCPUPerMinute is the part of cpuPerMinute the GraphQL API
+	// may take, in units of cpuUnit: 60 s.
+	graphQLCPUPerMinute = 60_000
+	// cpuUnit is the unit of RuleCPU and RuleGraphQLCPU
 	// (clientpool.Rule.TimeUnit): a millisecond of response time, rounded
 	// up. Under WithScale the unit and the window are divided by the
 	// scale, and N rounded down so that N units never exceed the scaled
 	// budget.
-	CPUUnit = time.Millisecond
-	// CPUEstimate is the server time a request is admitted for under
+	cpuUnit = time.Millisecond
+	// cpuEstimate is the server time a request is admitted for under
 	// RuleCPU and RuleGraphQLCPU when WithCPUEstimate does not say: 1 s
 	// (divided by WithScale's factor).
-	CPUEstimate = time.Second
-	// GraphQLPath is the GraphQL API's endpoint (POST /graphql).
-	GraphQLPath = "/graphql"
+	cpuEstimate = time.Second
+	// graphQLPath is the GraphQL API's endpoint (POST /graphql).
+	graphQLPath = "/graphql"
 )
 
 // The documented secondary limits (see the rules' Source, "About secondary
@@ -154,7 +155,7 @@ func WithCoreLimit(n int64) Option { return func(c *config) { c.core = max(n, 0)
 // WithCPUEstimate sets the server time a request is admitted for under
 // RuleCPU and RuleGraphQLCPU, until its end settles it to its response
 // time: the longest response time expected, as measured on the pool's
-// clock (under WithScale, not divided again). d ≤ 0 keeps CPUEstimate; a
+// clock (under WithScale, not divided again). d ≤ 0 keeps cpuEstimate; a
 // d longer than the GraphQL budget (60 s, divided by the scale) is that
 // budget, so that a request is never too heavy to start.
 func WithCPUEstimate(d time.Duration) Option { return func(c *config) { c.estimate = d } }
@@ -167,7 +168,7 @@ func WithScale(f float64) Option { return func(c *config) { c.scale = f } }
 // under RuleCore or RuleSearch, RulePoints, RuleConcurrent and RuleCPU, and
 // a POST or PUT also under the two content-creation rules; a search under
 // RuleSearch or RuleCodeSearch instead of RuleCore; a GraphQL request
-// (POST GraphQLPath) under RuleGraphQLCPU instead of RuleCore (the GraphQL
+// (POST graphQLPath) under RuleGraphQLCPU instead of RuleCore (the GraphQL
 // API's primary limit, in points computed from the query, is its own and
 // not modelled here).
 func Table(opts ...Option) clientpool.Table {
@@ -179,10 +180,10 @@ func Table(opts ...Option) clientpool.Table {
 	unit, cpuN, gqlN := cpuUnits(c.scale)
 	estimate := c.estimate
 	if estimate <= 0 {
-		estimate = req.Scaled(CPUEstimate, c.scale)
+		estimate = req.Scaled(cpuEstimate, c.scale)
 	}
 	cpuWeight := min(clientpool.TimeUnits(estimate, unit), gqlN)
-	graphql := func(r *http.Request) bool { return r.URL.Path == GraphQLPath }
+	graphql := func(r *http.Request) bool { return r.URL.Path == graphQLPath }
 	code := func(r *http.Request) bool {
 		return r.URL.Path == "/search/code" || strings.HasPrefix(r.URL.Path, "/search/code/")
 	}
@@ -224,7 +225,7 @@ func Table(opts ...Option) clientpool.Table {
 }
 
 // cpuUnits returns the unit of RuleCPU and RuleGraphQLCPU under a scale
-// f (CPUUnit divided by f, rounded down, at least 1 ns) and their N: the
+// f (cpuUnit divided by f, rounded down, at least 1 ns) and their N: the
 // scaled budgets (90 s and 60 s divided by f) in that unit, rounded down,
 // so that N units never exceed a scaled budget, and a measure in those
 // units (rounded up) never falls short of a duration. An f so small that a
@@ -235,11 +236,11 @@ func cpuUnits(f float64) (unit time.Duration, cpu, graphql int64) {
 		f = 1
 	}
 	f = max(f, float64(time.Minute)/math.MaxInt64)
-	unit = max(time.Duration(float64(CPUUnit)/f), 1)
+	unit = max(time.Duration(float64(cpuUnit)/f), 1)
 	n := func(units int64) int64 {
-		return max(int64(float64(units)*float64(CPUUnit)/f/float64(unit)), 1)
+		return max(int64(float64(units)*float64(cpuUnit)/f/float64(unit)), 1)
 	}
-	return unit, n(CPUPerMinute), n(GraphQLCPUPerMinute)
+	return unit, n(cpuPerMinute), n(graphQLCPUPerMinute)
 }
 
 // points is a request's weight under RulePoints.
