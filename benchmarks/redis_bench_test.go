@@ -106,6 +106,7 @@ import (
 	"github.com/ratesem/ratesem/clientpool"
 	"github.com/ratesem/ratesem/internal/rstore"
 	"github.com/ratesem/ratesem/redisrate"
+	"github.com/ratesem/ratesem/semaphore"
 	"github.com/ratesem/ratesem/window"
 )
 
@@ -219,41 +220,36 @@ func redisCases() []redisCase {
 		{"rstore-completion-Admit+Release", storeAdmit(oneCharge(completion), 0, true)},
 		{"rstore-binance3-Admit+Release", storeAdmit(binanceOrder, 0, true)},
 		{"redisrate.NewSemaphore-Acquire+Release", func(b testing.TB, rdb *goredis.Client, prefix string) (redisOp, error) {
-			s, err := redisrate.NewSemaphore(rdb, "sem", 1<<40, time.Second, redisrate.WithPrefix(prefix))
-			if err != nil {
-				return nil, err
-			}
-			b.Cleanup(func() { _ = s.Close() })
-			return func(ctx context.Context) (bool, error) {
-				if err := s.Acquire(ctx, 1); err != nil {
-					return false, err
-				}
-				s.Release(1)
-				return true, nil
-			}, nil
+			return semAcquireRelease(b, rdb, prefix)
 		}},
 		{"clientpool-binance3-Acquire+Release", func(b testing.TB, rdb *goredis.Client, prefix string) (redisOp, error) {
 			return poolBinanceOrder(b, rdb, prefix)
 		}},
 		{"redisrate.NewSemaphore-blocks64-Acquire+Release", func(b testing.TB, rdb *goredis.Client, prefix string) (redisOp, error) {
-			s, err := redisrate.NewSemaphore(rdb, "sem", 1<<40, time.Second, redisrate.WithPrefix(prefix),
-				redisrate.WithBlocks(benchBlock, benchBlockHold))
-			if err != nil {
-				return nil, err
-			}
-			b.Cleanup(func() { _ = s.Close() })
-			return func(ctx context.Context) (bool, error) {
-				if err := s.Acquire(ctx, 1); err != nil {
-					return false, err
-				}
-				s.Release(1)
-				return true, nil
-			}, nil
+			return semAcquireRelease(b, rdb, prefix, redisrate.WithBlocks(benchBlock, benchBlockHold))
 		}},
 		{"clientpool-binance3-blocks64-Acquire+Release", func(b testing.TB, rdb *goredis.Client, prefix string) (redisOp, error) {
 			return poolBinanceOrder(b, rdb, prefix, redisrate.WithBlocks(benchBlock, benchBlockHold))
 		}},
 	}
+}
+
+// semAcquireRelease is the public semaphore's contender: Acquire(1) and
+// Release(1) on a redisrate.NewSemaphore of a limit that never binds
+// (2^40 per second), with opts.
+func semAcquireRelease(b testing.TB, rdb *goredis.Client, prefix string, opts ...semaphore.Option) (redisOp, error) {
+	s, err := redisrate.NewSemaphore(rdb, "sem", 1<<40, time.Second, append([]semaphore.Option{redisrate.WithPrefix(prefix)}, opts...)...)
+	if err != nil {
+		return nil, err
+	}
+	b.Cleanup(func() { _ = s.Close() })
+	return func(ctx context.Context) (bool, error) {
+		if err := s.Acquire(ctx, 1); err != nil {
+			return false, err
+		}
+		s.Release(1)
+		return true, nil
+	}, nil
 }
 
 // The blocks of the contenders with blocks on (redisrate.WithBlocks).
