@@ -473,7 +473,10 @@ type limitError struct {
 	code codes.Code
 }
 
+// Error returns the Pool's error's message.
 func (e *limitError) Error() string { return e.err.Error() }
+
+// Unwrap returns the Pool's error, for errors.Is and errors.As.
 func (e *limitError) Unwrap() error { return e.err }
 
 // GRPCStatus returns the error's status, for status.FromError and
