@@ -211,31 +211,7 @@ func runUnknownFleet(t *testing.T, c goredis.UniversalClient, prefix string, see
 	}
 	wg.Wait()
 	r.rejPct = 100 * float64(r.rej) / float64(max(r.calls, 1))
-	var acc, capa float64
-	steps := []int{fleetPhase, 2 * fleetPhase, 3 * fleetPhase}
-	for w := 20; w < windows-1; w++ {
-		settled := true
-		for _, s := range steps {
-			if w >= s && w < s+10 {
-				settled = false
-			}
-		}
-		if settled {
-			acc += float64(r.acc[w])
-			capa += float64(r.n[w])
-		}
-	}
-	r.settled = 100 * acc / capa
-	for _, s := range steps {
-		rec := -1
-		for w := s; w+2 < windows && w < s+fleetPhase; w++ {
-			if float64(r.acc[w]+r.acc[w+1]+r.acc[w+2])/3 >= 0.85*float64(r.n[w]) {
-				rec = w - s
-				break
-			}
-		}
-		r.recover = append(r.recover, rec)
-	}
+	r.measure([]int{fleetPhase, 2 * fleetPhase, 3 * fleetPhase}, fleetPhase)
 	return r
 }
 

@@ -207,10 +207,21 @@ func runLaw(t *testing.T, seed int64, fixed bool, aimdAdd int64) adaptRun {
 		wg.Wait()
 	})
 	r.rejPct = 100 * float64(r.rej) / float64(r.calls)
+	r.measure(adaptSteps, 60)
+	return r
+}
+
+// measure fills r.settled and r.recover from r.acc and r.n, for a run
+// whose limit steps at the windows steps (each followed by at most phase
+// windows): throughput over the windows from the 20th on that are not
+// within 10 of a step, and for each step the windows until the mean of 3
+// reaches 85% of the true limit (-1: never within phase).
+func (r *adaptRun) measure(steps []int, phase int) {
+	windows := len(r.acc)
 	var acc, capa float64
-	for w := 20; w < adaptWindows-1; w++ {
+	for w := 20; w < windows-1; w++ {
 		settled := true
-		for _, s := range adaptSteps {
+		for _, s := range steps {
 			if w >= s && w < s+10 {
 				settled = false
 			}
@@ -221,9 +232,9 @@ func runLaw(t *testing.T, seed int64, fixed bool, aimdAdd int64) adaptRun {
 		}
 	}
 	r.settled = 100 * acc / capa
-	for _, s := range adaptSteps {
+	for _, s := range steps {
 		rec := -1
-		for w := s; w+2 < adaptWindows && w < s+60; w++ {
+		for w := s; w+2 < windows && w < s+phase; w++ {
 			if float64(r.acc[w]+r.acc[w+1]+r.acc[w+2])/3 >= 0.85*float64(r.n[w]) {
 				rec = w - s
 				break
@@ -231,7 +242,6 @@ func runLaw(t *testing.T, seed int64, fixed bool, aimdAdd int64) adaptRun {
 		}
 		r.recover = append(r.recover, rec)
 	}
-	return r
 }
 
 // TestAdaptiveUnknownServer is issue 21's acceptance test of adaptive
