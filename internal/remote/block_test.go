@@ -57,6 +57,40 @@ func admitAll(t *testing.T, e *Engine, cs []rspec.Charge) []*Call {
 	return nil
 }
 
+// blockEngine returns an Engine over f handing out blocks of k calls held
+// for a minute, closed when the test ends.
+func blockEngine(t *testing.T, f *fakeStore, k int64) *Engine {
+	t.Helper()
+	e, err := New(Config{Store: f, Blocks: k, BlockHold: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close() })
+	return e
+}
+
+// gate returns a store hook whose first call closes in and waits until the
+// test closes out; later calls pass at once.
+func gate() (hook func(context.Context) error, in, out chan struct{}) {
+	in, out = make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	return func(context.Context) error {
+		once.Do(func() { close(in); <-out })
+		return nil
+	}, in, out
+}
+
+// blockCall decides one call of cs on e and fails the test unless it was
+// taken from a block.
+func blockCall(t *testing.T, e *Engine, cs []rspec.Charge) Outcome {
+	t.Helper()
+	o, err := e.Decide(context.Background(), "s", cs)
+	if err != nil || o.Call == nil || o.Call.blk == nil {
+		t.Fatalf("%+v %v: want a call of a block", o, err)
+	}
+	return o
+}
+
 const blockHold = 50 * time.Millisecond
 
 // A block's calls are taken with no round trip; the block goes back to
@@ -300,17 +334,9 @@ func TestBlockSettleDebit(t *testing.T) {
 // respected) and then take from it: one admission for them all.
 func TestBlockFetchShared(t *testing.T) {
 	f := newFake()
-	in, out := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	f.admitHook = func(ctx context.Context) error {
-		once.Do(func() { close(in); <-out })
-		return nil
-	}
-	e, err := New(Config{Store: f, Blocks: 8, BlockHold: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
+	var in, out chan struct{}
+	f.admitHook, in, out = gate()
+	e := blockEngine(t, f, 8)
 	cs := completion(100, time.Minute, 1)
 	first := make(chan Outcome, 1)
 	go func() {
@@ -350,19 +376,12 @@ func TestBlockFetchShared(t *testing.T) {
 // the caller after it takes from that block, no third admission.
 func TestBlockExpiredRefetchShared(t *testing.T) {
 	f := newFake()
-	e, err := New(Config{Store: f, Blocks: 4, BlockHold: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
+	e := blockEngine(t, f, 4)
 	cs := completion(100, time.Minute, 1)
 	var calls []*Call
 	decide := func() {
 		t.Helper()
-		o, err := e.Decide(context.Background(), "s", cs)
-		if err != nil || o.Call == nil || o.Call.blk == nil {
-			t.Fatalf("%+v %v: want a call of a block", o, err)
-		}
+		o := blockCall(t, e, cs)
 		calls = append(calls, o.Call)
 	}
 	decide()
@@ -448,16 +467,9 @@ func (c *errAfterFirst) Err() error {
 // keeps the call for others.
 func TestBlockCtxDoneNoTake(t *testing.T) {
 	f := newFake()
-	e, err := New(Config{Store: f, Blocks: 4, BlockHold: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
+	e := blockEngine(t, f, 4)
 	cs := completion(100, time.Minute, 1)
-	o, err := e.Decide(context.Background(), "s", cs)
-	if err != nil || o.Call == nil || o.Call.blk == nil {
-		t.Fatalf("%+v %v: want a call of a block", o, err)
-	}
+	o := blockCall(t, e, cs)
 	defer o.Call.Release()
 	if o, err := e.Decide(&errAfterFirst{Context: context.Background()}, "s", cs); !errors.Is(err, context.Canceled) || o.Call != nil {
 		if o.Call != nil {
@@ -519,16 +531,10 @@ func TestBlockStateLost(t *testing.T) {
 // weight (saturated), never to a sum wrapped below zero (a refund).
 func TestBlockSettleSaturates(t *testing.T) {
 	f := newFake()
-	e, err := New(Config{Store: f, Blocks: 4, BlockHold: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := blockEngine(t, f, 4)
 	cs := completion(100, time.Minute, 1)
 	for range 2 {
-		o, err := e.Decide(context.Background(), "s", cs)
-		if err != nil || o.Call == nil || o.Call.blk == nil {
-			t.Fatalf("%+v %v: want a call of a block", o, err)
-		}
+		o := blockCall(t, e, cs)
 		o.Call.ReleaseSettled([]int64{math.MaxInt64})
 	}
 	_ = e.Close() // the block goes back
@@ -545,24 +551,13 @@ func TestBlockSettleSaturates(t *testing.T) {
 // refusal for the answer (TryAcquire).
 func TestBlockOnSentAfterReturn(t *testing.T) {
 	f := newFake()
-	in, out := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	f.releaseHook = func(ctx context.Context) error {
-		once.Do(func() { close(in); <-out })
-		return nil
-	}
-	e, err := New(Config{Store: f, Blocks: 2, BlockHold: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
+	var in, out chan struct{}
+	f.releaseHook, in, out = gate()
+	e := blockEngine(t, f, 2)
 	cs := completion(100, time.Minute, 1)
 	var calls []*Call
 	for range 2 { // the block's 2 calls: it hands out no more
-		o, err := e.Decide(context.Background(), "s", cs)
-		if err != nil || o.Call == nil || o.Call.blk == nil {
-			t.Fatalf("%+v %v: want a call of a block", o, err)
-		}
+		o := blockCall(t, e, cs)
 		calls = append(calls, o.Call)
 	}
 	first, last := make(chan struct{}), make(chan struct{})
@@ -589,10 +584,7 @@ func TestBlockOnSentAfterReturn(t *testing.T) {
 // of Close) is cancelled in Redis, not left there until its lease.
 func TestBlockCloseDuringFetch(t *testing.T) {
 	f := newFake()
-	e, err := New(Config{Store: f, Blocks: 4, BlockHold: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := blockEngine(t, f, 4)
 	testAfterFetch = func() {
 		go e.Close()
 		for !e.Closed() {
