@@ -22,29 +22,9 @@ func TestRedisObserverPanicInFlushLeavesNoWaiter(t *testing.T) {
 	srv := redistest.Start(t)
 	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr(), MaxRetries: -1})
 	t.Cleanup(func() { c.Close() })
-	p, err := New([]Rule{{Name: "r", Limit: window.Limit{N: 1, Per: time.Hour}}}, "", func(cfg *Config) {
-		cfg.Observer = func(e ratesem.Event) {
-			if e.Kind == ratesem.Reconciled {
-				panic("observer")
-			}
-		}
-		cfg.Shared = &Shared{Opener: rstore.NewOpener(c), Prefix: "obspanic"}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := flushPanicPool(t, &Shared{Opener: rstore.NewOpener(c), Prefix: "obspanic"})
 	t.Cleanup(func() { p.Close() })
-	p.mu.Lock()
-	p.noteLocked(ratesem.Event{Kind: ratesem.Reconciled, Rule: "r", Weight: 1})
-	p.mu.Unlock()
-	func() {
-		defer func() {
-			if recover() == nil {
-				t.Error("Acquire: the observer's panic did not reach the caller")
-			}
-		}()
-		_ = p.Acquire(context.Background(), new(Ticket), []Charge{{Rule: "r", Weight: 1}})
-	}()
+	mustPanic(t, "Acquire", func() { _ = p.Acquire(context.Background(), new(Ticket), []Charge{{Rule: "r", Weight: 1}}) })
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	tk := new(Ticket)
@@ -65,27 +45,8 @@ func TestRedisObserverPanicInFlushLeavesNoWaiter(t *testing.T) {
 
 // In process the same: the call start admitted at once is taken back.
 func TestObserverPanicInFlushTakesBack(t *testing.T) {
-	p, err := New([]Rule{{Name: "r", Limit: window.Limit{N: 1, Per: time.Hour}}}, "", func(cfg *Config) {
-		cfg.Observer = func(e ratesem.Event) {
-			if e.Kind == ratesem.Reconciled {
-				panic("observer")
-			}
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.mu.Lock()
-	p.noteLocked(ratesem.Event{Kind: ratesem.Reconciled, Rule: "r", Weight: 1})
-	p.mu.Unlock()
-	func() {
-		defer func() {
-			if recover() == nil {
-				t.Error("Acquire: the observer's panic did not reach the caller")
-			}
-		}()
-		_ = p.Acquire(context.Background(), new(Ticket), []Charge{{Rule: "r", Weight: 1}})
-	}()
+	p := flushPanicPool(t, nil)
+	mustPanic(t, "Acquire", func() { _ = p.Acquire(context.Background(), new(Ticket), []Charge{{Rule: "r", Weight: 1}}) })
 	tk := new(Ticket)
 	if _, err := p.TryAcquire(tk, []Charge{{Rule: "r", Weight: 1}}); err != nil {
 		t.Fatalf("TryAcquire after the observer's panic: %v (the first call's unit was kept)", err)
@@ -99,30 +60,12 @@ func TestObserverPanicInFlushTry(t *testing.T) {
 	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr(), MaxRetries: -1})
 	t.Cleanup(func() { c.Close() })
 	for _, redis := range []bool{false, true} {
-		p, err := New([]Rule{{Name: "r", Limit: window.Limit{N: 1, Per: time.Hour}}}, "", func(cfg *Config) {
-			cfg.Observer = func(e ratesem.Event) {
-				if e.Kind == ratesem.Reconciled {
-					panic("observer")
-				}
-			}
-			if redis {
-				cfg.Shared = &Shared{Opener: rstore.NewOpener(c), Prefix: "obspanictry"}
-			}
-		})
-		if err != nil {
-			t.Fatal(err)
+		var sh *Shared
+		if redis {
+			sh = &Shared{Opener: rstore.NewOpener(c), Prefix: "obspanictry"}
 		}
-		p.mu.Lock()
-		p.noteLocked(ratesem.Event{Kind: ratesem.Reconciled, Rule: "r", Weight: 1})
-		p.mu.Unlock()
-		func() {
-			defer func() {
-				if recover() == nil {
-					t.Error("TryAcquire: the observer's panic did not reach the caller")
-				}
-			}()
-			_, _ = p.TryAcquire(new(Ticket), []Charge{{Rule: "r", Weight: 1}})
-		}()
+		p := flushPanicPool(t, sh)
+		mustPanic(t, "TryAcquire", func() { _, _ = p.TryAcquire(new(Ticket), []Charge{{Rule: "r", Weight: 1}}) })
 		tk := new(Ticket)
 		if _, err := p.TryAcquire(tk, []Charge{{Rule: "r", Weight: 1}}); err != nil {
 			t.Fatalf("redis %v: TryAcquire after the observer's panic: %v (the first call's unit was kept)", redis, err)
@@ -182,4 +125,37 @@ func TestRedisObserverPanicQueuedAdmitted(t *testing.T) {
 		p.mu.Unlock()
 		p.Close()
 	}
+}
+
+// flushPanicPool returns a pool of one rule (N 1 per hour; over Redis when
+// sh is set) whose observer panics on Reconciled, with a Reconciled event
+// queued: the next call's flush of the events panics.
+func flushPanicPool(t *testing.T, sh *Shared) *Engine {
+	t.Helper()
+	p, err := New([]Rule{{Name: "r", Limit: window.Limit{N: 1, Per: time.Hour}}}, "", func(cfg *Config) {
+		cfg.Observer = func(e ratesem.Event) {
+			if e.Kind == ratesem.Reconciled {
+				panic("observer")
+			}
+		}
+		cfg.Shared = sh
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.mu.Lock()
+	p.noteLocked(ratesem.Event{Kind: ratesem.Reconciled, Rule: "r", Weight: 1})
+	p.mu.Unlock()
+	return p
+}
+
+// mustPanic runs f and fails the test unless f panicked (what names it).
+func mustPanic(t *testing.T, what string, f func()) {
+	t.Helper()
+	defer func() {
+		if recover() == nil {
+			t.Errorf("%s: the observer's panic did not reach the caller", what)
+		}
+	}()
+	f()
 }
