@@ -31,41 +31,12 @@ func TestBatchAgainstServer(t *testing.T) {
 	out := map[bool]float64{}
 	for _, settle := range []bool{true, false} {
 		synctest.Test(t, func(t *testing.T) {
-			srv := saastest.NewAnthropic(saastest.AnthropicConfig{
-				Models: map[string]saastest.AnthropicLimit{model: limits}, InMemory: true, Seed: 3,
-				Latency: func() time.Duration { return 500*time.Millisecond + time.Duration(rand.Int64N(int64(time.Second))) },
-			})
-			defer srv.Close()
 			opts := []anthropic.Option{anthropic.WithModel(model, 0, 0, 0)}
 			if !settle {
 				opts = append(opts, anthropic.WithoutSettling())
 			}
-			pool, err := clientpool.New(anthropic.Table(opts...))
-			if err != nil {
-				t.Fatal(err)
-			}
-			client := &http.Client{Transport: httpclient.NewPool(pool, httpclient.WithBase(srv.Client().Transport))}
-			rng := rand.New(rand.NewPCG(5, 5))
-			var wg sync.WaitGroup
-			sem := make(chan struct{}, 32)
-			for range 200 {
-				prompt, maxTokens := strings.Repeat("token ", 50+rng.IntN(300)), 200+rng.IntN(1800)
-				sem <- struct{}{}
-				wg.Go(func() {
-					defer func() { <-sem }()
-					body, _ := json.Marshal(map[string]any{"model": model, "max_tokens": maxTokens, "system": "be brief",
-						"messages": []map[string]string{{"role": "user", "content": prompt}}})
-					req, _ := http.NewRequest("POST", srv.URL()+"/v1/messages", bytes.NewReader(body))
-					resp, err := client.Do(req)
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-				})
-			}
-			wg.Wait()
+			srv, pool := fanOut(t, limits, false, opts, jsonBody)
+			defer srv.Close()
 			if st := srv.Stats(); len(st.Rejected) != 0 {
 				t.Fatalf("settle %v: rejected %v", settle, st.Rejected)
 			}
@@ -96,4 +67,52 @@ func TestEstimator(t *testing.T) {
 	if got := anthropic.Estimator([]byte(body)); got != 3 {
 		t.Fatalf("Estimator = %d, want 3", got)
 	}
+}
+
+// fanOut starts a quantizing or plain Anthropic server (in memory, seeded,
+// with latencies of 0.5 to 1.5 s) enforcing limits for model, and sends it
+// 200 messages requests of random prompts and max_tokens, 32 at a time,
+// through a pool of anthropic.Table(opts...), each body made by body from
+// the request's JSON value. It returns the server and the pool once every
+// reply was read; the caller closes the server.
+func fanOut(t *testing.T, limits saastest.AnthropicLimit, quantized bool, opts []anthropic.Option, body func(v any) io.Reader) (*saastest.AnthropicServer, *clientpool.Pool) {
+	t.Helper()
+	srv := saastest.NewAnthropic(saastest.AnthropicConfig{
+		Models: map[string]saastest.AnthropicLimit{model: limits}, InMemory: true, Seed: 3, Quantized: quantized,
+		Latency: func() time.Duration { return 500*time.Millisecond + time.Duration(rand.Int64N(int64(time.Second))) },
+	})
+	pool, err := clientpool.New(anthropic.Table(opts...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := &http.Client{Transport: httpclient.NewPool(pool, httpclient.WithBase(srv.Client().Transport))}
+	rng := rand.New(rand.NewPCG(5, 5))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 32)
+	for range 200 {
+		prompt, maxTokens := strings.Repeat("token ", 50+rng.IntN(300)), 200+rng.IntN(1800)
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			v := map[string]any{"model": model, "max_tokens": maxTokens, "system": "be brief",
+				"messages": []map[string]string{{"role": "user", "content": prompt}}}
+			req, _ := http.NewRequest("POST", srv.URL()+"/v1/messages", body(v))
+			resp, err := client.Do(req)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		})
+	}
+	wg.Wait()
+	return srv, pool
+}
+
+// jsonBody is v in JSON, as a *bytes.Reader: http.NewRequest sets GetBody
+// for it.
+func jsonBody(v any) io.Reader {
+	b, _ := json.Marshal(v)
+	return bytes.NewReader(b)
 }

@@ -1,20 +1,14 @@
 package anthropic_test
 
 import (
-	"bytes"
-	"encoding/json"
-	"io"
 	"math"
-	"math/rand/v2"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/ratesem/ratesem/clientpool"
-	"github.com/ratesem/ratesem/httpclient"
 	"github.com/ratesem/ratesem/saas/anthropic"
 	"github.com/ratesem/ratesem/saas/internal/req"
 	"github.com/ratesem/ratesem/saas/saastest"
@@ -30,41 +24,12 @@ func TestBatchAgainstQuantizedServer(t *testing.T) {
 	limits := saastest.AnthropicLimit{RPM: 1000, ITPM: 40000, OTPM: 8000}
 	for _, noQuantum := range []bool{false, true} {
 		synctest.Test(t, func(t *testing.T) {
-			srv := saastest.NewAnthropic(saastest.AnthropicConfig{
-				Models: map[string]saastest.AnthropicLimit{model: limits}, InMemory: true, Seed: 3, Quantized: true,
-				Latency: func() time.Duration { return 500*time.Millisecond + time.Duration(rand.Int64N(int64(time.Second))) },
-			})
-			defer srv.Close()
 			opts := []anthropic.Option{anthropic.WithModel(model, 0, 0, 0)}
 			if noQuantum {
 				opts = append(opts, anthropic.WithoutQuantum())
 			}
-			pool, err := clientpool.New(anthropic.Table(opts...))
-			if err != nil {
-				t.Fatal(err)
-			}
-			client := &http.Client{Transport: httpclient.NewPool(pool, httpclient.WithBase(srv.Client().Transport))}
-			rng := rand.New(rand.NewPCG(5, 5))
-			var wg sync.WaitGroup
-			sem := make(chan struct{}, 32)
-			for range 200 {
-				prompt, maxTokens := strings.Repeat("token ", 50+rng.IntN(300)), 200+rng.IntN(1800)
-				sem <- struct{}{}
-				wg.Go(func() {
-					defer func() { <-sem }()
-					body, _ := json.Marshal(map[string]any{"model": model, "max_tokens": maxTokens, "system": "be brief",
-						"messages": []map[string]string{{"role": "user", "content": prompt}}})
-					req, _ := http.NewRequest("POST", srv.URL()+"/v1/messages", bytes.NewReader(body))
-					resp, err := client.Do(req)
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-				})
-			}
-			wg.Wait()
+			srv, pool := fanOut(t, limits, true, opts, jsonBody)
+			defer srv.Close()
 			st := srv.Stats()
 			if noQuantum {
 				t.Logf("without quantum: rejected %v", st.Rejected)

@@ -6,13 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"math/rand/v2"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"testing/synctest"
-	"time"
 
 	"github.com/ratesem/ratesem"
 	"github.com/ratesem/ratesem/clientpool"
@@ -45,37 +42,8 @@ func TestReview18UnreplayableBodiesBatch(t *testing.T) {
 	for name, mk := range kinds {
 		t.Run(name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				srv := saastest.NewAnthropic(saastest.AnthropicConfig{
-					Models: map[string]saastest.AnthropicLimit{model: limits}, InMemory: true, Seed: 3,
-					Latency: func() time.Duration { return 500*time.Millisecond + time.Duration(rand.Int64N(int64(time.Second))) },
-				})
+				srv, _ := fanOut(t, limits, false, []anthropic.Option{anthropic.WithModel(model, 0, 0, 0)}, mk)
 				defer srv.Close()
-				pool, err := clientpool.New(anthropic.Table(anthropic.WithModel(model, 0, 0, 0)))
-				if err != nil {
-					t.Fatal(err)
-				}
-				client := &http.Client{Transport: httpclient.NewPool(pool, httpclient.WithBase(srv.Client().Transport))}
-				rng := rand.New(rand.NewPCG(5, 5))
-				var wg sync.WaitGroup
-				sem := make(chan struct{}, 32)
-				for range 200 {
-					prompt, maxTokens := strings.Repeat("token ", 50+rng.IntN(300)), 200+rng.IntN(1800)
-					sem <- struct{}{}
-					wg.Go(func() {
-						defer func() { <-sem }()
-						v := map[string]any{"model": model, "max_tokens": maxTokens, "system": "be brief",
-							"messages": []map[string]string{{"role": "user", "content": prompt}}}
-						req, _ := http.NewRequest("POST", srv.URL()+"/v1/messages", mk(v))
-						resp, err := client.Do(req)
-						if err != nil {
-							t.Error(err)
-							return
-						}
-						io.Copy(io.Discard, resp.Body)
-						resp.Body.Close()
-					})
-				}
-				wg.Wait()
 				if st := srv.Stats(); len(st.Rejected) != 0 || st.Accepted != 200 {
 					t.Fatalf("%+v: want 200 accepted, none rejected", st)
 				}
