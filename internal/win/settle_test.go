@@ -320,17 +320,8 @@ func floor(a, b int64) int64 {
 // bug, as in Done).
 func TestSettleHostile(t *testing.T) {
 	l := win.Limit{N: 10, Per: time.Second}
-	makers := map[string]func() settler{
-		"completion":       func() settler { return win.NewCompletion(l) },
-		"sliding log":      func() settler { return win.NewSlidingLog(l, 0) },
-		"fixed":            func() settler { return win.NewFixedWindow(l) },
-		"fixed completion": func() settler { return win.NewFixedCompletion(l) },
-		"sliding counter":  func() settler { return win.NewSlidingWindowCounter(l) },
-		"sub-window":       func() settler { return win.NewSubWindowCounter(l, 4) },
-		"token bucket":     func() settler { return win.NewTokenBucket(l, 10) },
-		"leaky bucket":     func() settler { return win.NewLeakyBucket(l, 10) },
-		"gcra":             func() settler { return win.NewGCRA(l, 10) },
-	}
+	makers := settlerMakers(l)
+	delete(makers, "pacer")
 	for name, mk := range makers {
 		t.Run(name, func(t *testing.T) {
 			p := mk()
@@ -363,18 +354,7 @@ func TestSettleHostile(t *testing.T) {
 // call "in 2562047h").
 func TestSettleHugeDebitWaitIsBounded(t *testing.T) {
 	l := win.Limit{N: 10, Per: time.Second}
-	makers := map[string]func() settler{
-		"completion":       func() settler { return win.NewCompletion(l) },
-		"sliding log":      func() settler { return win.NewSlidingLog(l, 0) },
-		"fixed":            func() settler { return win.NewFixedWindow(l) },
-		"fixed completion": func() settler { return win.NewFixedCompletion(l) },
-		"sliding counter":  func() settler { return win.NewSlidingWindowCounter(l) },
-		"sub-window":       func() settler { return win.NewSubWindowCounter(l, 4) },
-		"token bucket":     func() settler { return win.NewTokenBucket(l, 10) },
-		"leaky bucket":     func() settler { return win.NewLeakyBucket(l, 10) },
-		"gcra":             func() settler { return win.NewGCRA(l, 10) },
-		"pacer":            func() settler { return win.NewPacer(l) },
-	}
+	makers := settlerMakers(l)
 	const bound = 2*time.Second + 100*time.Millisecond // two Per (the sliding counter's previous window) and a unit's refill
 	for name, mk := range makers {
 		t.Run(name, func(t *testing.T) {
@@ -423,5 +403,22 @@ func TestSettleHugeDebitWaitIsBounded(t *testing.T) {
 				t.Fatalf("limit lowered to 1 per second: next unit (%v, %v), want within 2s", retry.Sub(t0), ok)
 			}
 		})
+	}
+}
+
+// settlerMakers returns a maker of each window of limit l (buckets and
+// GCRA with a burst of 10), by name.
+func settlerMakers(l win.Limit) map[string]func() settler {
+	return map[string]func() settler{
+		"completion":       func() settler { return win.NewCompletion(l) },
+		"sliding log":      func() settler { return win.NewSlidingLog(l, 0) },
+		"fixed":            func() settler { return win.NewFixedWindow(l) },
+		"fixed completion": func() settler { return win.NewFixedCompletion(l) },
+		"sliding counter":  func() settler { return win.NewSlidingWindowCounter(l) },
+		"sub-window":       func() settler { return win.NewSubWindowCounter(l, 4) },
+		"token bucket":     func() settler { return win.NewTokenBucket(l, 10) },
+		"leaky bucket":     func() settler { return win.NewLeakyBucket(l, 10) },
+		"gcra":             func() settler { return win.NewGCRA(l, 10) },
+		"pacer":            func() settler { return win.NewPacer(l) },
 	}
 }
