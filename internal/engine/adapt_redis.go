@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/ratesem/ratesem"
@@ -126,27 +127,34 @@ func burstKept(rs *ruleState) error {
 }
 
 // adaptLearn is the Rule.Learn part of ObserveHeaders in Redis mode for
-// a key l of an adaptive rule, a report in: the limit it names (capped at
-// MaxLearnedN) is the key's ceiling for the fleet, a published limit
-// (AdaptBounds.Learned, stored with the key's level in Redis: one round
-// trip, bounded by the Redis timeout, on the caller's goroutine, when it
-// differs from the last this process stored; the level comes down to it
-// at once if above), as the learned limit is the ceiling of the key's law
-// in process (adaptLearnedLocked). The remaining count, when given, is
-// the server's count (the level in force less remaining), reconciled into
-// the key's window in Redis in the background, as in process. A report's
-// Reset does not make the key an rspec.Quota as it makes the rule a quota
-// in process: over Redis the level stays the window's N (its count is
-// reconciled as without a Reset).
-func (m *redisMode) adaptLearn(l *limiter, in Learned) {
+// the charge hd of t on a key l of an adaptive rule, a report in; date is
+// the reply's Date (zero when none). As in process (Engine.learn):
+//
+// Until the rule counts in the server's windows, the limit a report names
+// (capped at MaxLearnedN) is the key's ceiling for the fleet, a published
+// limit (AdaptBounds.Learned, stored with the key's level in Redis: one
+// round trip, bounded by the Redis timeout, on the caller's goroutine,
+// when it differs from the last this process stored; the level comes down
+// to it at once if above), as the learned limit is the ceiling of the
+// key's law in process (adaptLearnedLocked); the remaining count, when
+// given without a Reset, is the server's count (the level in force less
+// remaining), reconciled into the key's window in Redis in the
+// background.
+//
+// A report with a remaining count and its window (Learned.Reset) makes
+// the rule a quota (adaptQuota): its keys are charged against the budget
+// the server announced, shared by the fleet, not the level.
+func (m *redisMode) adaptLearn(t *Ticket, hd *held, in Learned, date time.Time) {
 	p := m.p
+	l := hd.lim
 	p.mu.Lock()
 	rs := l.rule
 	var b rspec.AdaptBounds
 	send := false
+	n := int64(0)
 	if in.Limit.N > 0 {
-		n := min(in.Limit.N, MaxLearnedN, rspec.MaxN)
-		if fb := l.feedback(); fb.adLearned != n {
+		n = min(in.Limit.N, MaxLearnedN, rspec.MaxN)
+		if fb := l.feedback(); rs.adQuota == nil && fb.adLearned != n {
 			fb.adLearned = n
 			b = adaptBounds(rs)
 			b.Learned, send = n, true
@@ -163,13 +171,192 @@ func (m *redisMode) adaptLearn(l *limiter, in Learned) {
 		}
 		m.adapted(l)(n, err)
 	}
+	p.mu.Lock()
+	quota := rs.adQuota != nil
+	lvl, key := l.ad.N(), l.key
+	p.mu.Unlock()
+	if quota || in.Remaining >= 0 && !in.Reset.IsZero() {
+		m.adaptQuota(t, hd, n, in, date)
+		return
+	}
 	if in.Remaining < 0 {
 		return
 	}
-	p.mu.Lock()
-	lvl, key := l.ad.N(), l.key
-	p.mu.Unlock()
 	m.reconcileAt(rs, key, usedOf(lvl, in.Remaining), rspec.Read{})
+}
+
+// adaptQuotaSpec returns the rspec.Quota a key of the adaptive rule rs
+// is charged under once rs counts in the server's windows: n units per
+// the rule's Per (a window of the key that ended without a reply allows
+// n), capped in flight at MaxUnitsInFlight; false when Redis cannot keep
+// it.
+func adaptQuotaSpec(rs *ruleState, n int64) (*rspec.Spec, bool) {
+	s := rspec.Spec{Kind: rspec.Quota, Limit: window.Limit{N: min(max(n, 1), rspec.MaxN), Per: rs.limit.Per.Truncate(time.Microsecond)}, Concurrency: rs.MaxUnitsInFlight}
+	return &s, s.Check() == nil
+}
+
+// adaptQuotaRuleLocked makes the adaptive rule rs count in the server's
+// windows (a quota), as quotaLocked does in process: each key is charged
+// under an rspec.Quota from now on (a key that learned no limit, under
+// the rule's N), and no longer reports its calls to the level. It returns
+// the keys this process holds, whose quota it must store in Redis; nil
+// when Redis cannot keep one. p.mu must be held.
+func (m *redisMode) adaptQuotaRuleLocked(rs *ruleState) []*limiter {
+	s, ok := adaptQuotaSpec(rs, rs.limit.N)
+	if !ok {
+		return nil
+	}
+	rs.quota, rs.adQuota = true, s
+	rs.quiet = 0 // the window lives in Redis
+	var ls []*limiter
+	for _, l := range rs.keys {
+		if l.ad == nil {
+			continue
+		}
+		if fb := l.feedback(); fb.adLearned > 0 && fb.spec == nil {
+			if s, ok := adaptQuotaSpec(rs, fb.adLearned); ok {
+				fb.spec = s // the limit the key learned: its windows' N (Engine.learn's fb.n)
+			}
+		}
+		l.feedback().adQuota = true
+		ls = append(ls, l)
+		if l.q != nil {
+			m.p.markPending(l.q)
+		}
+	}
+	return ls
+}
+
+// storeQuotas stores in Redis the quota of each of ls, keys of an
+// adaptive rule counted in the server's windows, for every process (one
+// round trip each, bounded by the Redis timeout; a key whose store failed
+// stores it again when its next admission adopts another limit).
+func (m *redisMode) storeQuotas(ls []*limiter) {
+	p := m.p
+	for _, l := range ls {
+		p.mu.Lock()
+		c := rspec.Charge{Rule: l.rule.Name, Key: redisKey(l.key), Spec: l.redisSpec()}
+		p.mu.Unlock()
+		if m.eng.SetLimit(context.Background(), m.scope, c) != nil {
+			p.mu.Lock()
+			l.feedback().adQuota = false
+			p.mu.Unlock()
+		}
+	}
+}
+
+// adaptQuota is adaptLearn for a report that names the server's window
+// (or any report once the rule counts in the server's windows): as in
+// process (Engine.learn, quotaLocked, budgetLocked), the rule becomes a
+// quota (adaptQuotaRuleLocked: the keys this process holds store their
+// quota in Redis, one round trip each on the caller's goroutine), the
+// limit n the report names (0: none) becomes the N of the key's windows,
+// and the remaining count until the reset (plus ResetMargin) the key's
+// budget, shared by the fleet (remote.Engine.BudgetThen; waited for,
+// one round trip, when the key's quota was just stored, as Rule.Learn
+// without Adapt does). A report without its window under a quota changes
+// the budget in no way.
+func (m *redisMode) adaptQuota(t *Ticket, hd *held, n int64, in Learned, date time.Time) {
+	p := m.p
+	p.mu.Lock()
+	l, rs := hd.lim, hd.lim.rule
+	now := p.now()
+	var others []*limiter
+	if rs.adQuota == nil {
+		if others = m.adaptQuotaRuleLocked(rs); rs.adQuota == nil {
+			p.mu.Unlock()
+			return // a limit Redis cannot keep as a quota (New checked the rule's)
+		}
+	}
+	fb := l.feedback()
+	share := !fb.adQuota || slices.Contains(others, l)
+	if n > 0 && n != l.redisSpec().Limit.N {
+		if s, ok := adaptQuotaSpec(rs, n); ok {
+			fb.spec, share = s, true
+		}
+	}
+	fb.adQuota = true
+	if n > 0 {
+		fb.adLearned = n
+	}
+	spec, key := l.redisSpec(), l.key
+	var resetIn time.Duration
+	if !in.Reset.IsZero() {
+		reset := in.Reset
+		if in.Epoch {
+			reset = reset.Add(rs.skewLocked(date, now))
+		}
+		resetIn = reset.Sub(now) + ResetMargin
+	}
+	var own int64 // the reporting call's units, when still leased in Redis
+	if !t.released.Load() && hd.usedAtAdmit == 1 {
+		own = hd.recAtAdmit
+	}
+	p.mu.Unlock()
+	c := rspec.Charge{Rule: rs.Name, Key: redisKey(key), Spec: spec}
+	stored := false
+	if share {
+		stored = m.eng.SetLimit(context.Background(), m.scope, c) == nil
+		if !stored {
+			p.mu.Lock()
+			fb.adQuota = false
+			p.mu.Unlock()
+		}
+	}
+	var rest []*limiter
+	for _, o := range others {
+		if o != l {
+			rest = append(rest, o)
+		}
+	}
+	m.storeQuotas(rest)
+	if in.Remaining < 0 || in.Reset.IsZero() || resetIn <= 0 {
+		return
+	}
+	if !stored {
+		m.eng.BudgetThen(m.scope, c, in.Remaining, resetIn, own, nil)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), m.timeout+lateBudget)
+	defer cancel()
+	m.eng.BudgetThen(m.scope, c, in.Remaining, resetIn, own, func(int64, error) { cancel() })
+	<-ctx.Done() // as redisMode.learn: no admission of the fleet reads a budget the server never gave
+}
+
+// adaptAdoptLocked takes in the limit s Redis decided an admission on
+// the adaptive key l under (stored by another process, or by the level):
+// a quota makes l's rule count in the server's windows here too (the
+// fleet learns together), with s as l's own; a level while l's rule
+// counts in the server's windows is a key whose quota Redis does not
+// keep (stored by no process of the fleet, or expired): it is stored
+// there, in the background. p.mu must be held.
+func (p *Engine) adaptAdoptLocked(l *limiter, s rspec.Spec) {
+	m, ok := p.book.(*redisMode)
+	if !ok || s == *unknownSpec {
+		return
+	}
+	rs, fb := l.rule, l.feedback()
+	if s.Kind == rspec.Quota {
+		var others []*limiter
+		if rs.adQuota == nil {
+			others = m.adaptQuotaRuleLocked(rs)
+		}
+		if *l.redisSpec() != s {
+			fb.spec = &s
+		}
+		fb.adQuota = true
+		if len(others) > 0 {
+			go m.storeQuotas(others)
+		}
+		return
+	}
+	if rs.adQuota != nil && fb.adQuota {
+		fb.adQuota = false // Redis lost it: stored again
+	}
+	if rs.adQuota != nil && !fb.adQuota {
+		fb.adQuota = true
+		go m.storeQuotas([]*limiter{l})
+	}
 }
 
 // adaptBounds returns the bounds of rs's adaptive level.
@@ -218,9 +405,10 @@ func (m *redisMode) adaptSuccess(*limiter, int64, int64, time.Time) {}
 // adaptReleasedLocked reports the success of t's call of units units on
 // l, released at now, to the fleet's level (batched by remote; it never
 // blocks). A call the fallback admitted (no admission on Redis's clock)
-// is not reported. p.mu must be held.
+// is not reported, nor one of a rule counted in the server's windows
+// (adaptQuota). p.mu must be held.
 func (m *redisMode) adaptReleasedLocked(l *limiter, t *Ticket, units int64, now time.Time) {
-	if t.rcall == nil {
+	if t.rcall == nil || l.rule.adQuota != nil { // a quota: the server's budget governs, the level stays
 		return
 	}
 	dur := time.Duration(m.p.mono(now) - t.at)
@@ -234,6 +422,9 @@ func (m *redisMode) adaptReleasedLocked(l *limiter, t *Ticket, units int64, now 
 // difference shifts it); a call the fallback admitted counts as admitted
 // before any cut (it cuts only a level never cut).
 func (m *redisMode) adaptThrottle(l *limiter, t *Ticket, _ int64, _ time.Time) {
+	if l.rule.adQuota != nil {
+		return // a quota: the server's budget governs, the level stays
+	}
 	var start time.Time
 	switch {
 	case t == nil:

@@ -1,0 +1,120 @@
+package clientpool_test
+
+import (
+	"net/http"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/ratesem/ratesem/clientpool"
+	"github.com/ratesem/ratesem/redistest"
+	"github.com/ratesem/ratesem/window"
+)
+
+// quotaAdaptRule is an adaptive rule (start level 5, floor 2) that also
+// learns its server's limit from X-Limit, and its window from
+// X-Remaining and X-Reset-Ms (the ms until the server's window ends).
+func quotaAdaptRule(per time.Duration) clientpool.Rule {
+	return clientpool.Rule{Name: "api", Limit: window.Limit{N: 5, Per: per},
+		Adapt: &clientpool.Adaptive{Floor: 2}, Window: window.NewCompletion,
+		Learn: func(h http.Header, _ time.Time) (clientpool.Learned, bool) {
+			n, err := strconv.ParseInt(h.Get("X-Limit"), 10, 64)
+			if err != nil {
+				return clientpool.Learned{}, false
+			}
+			in := clientpool.Learned{Limit: window.Limit{N: n}, Remaining: -1}
+			if v := h.Get("X-Remaining"); v != "" {
+				in.Remaining, _ = strconv.ParseInt(v, 10, 64)
+			}
+			if v := h.Get("X-Reset-Ms"); v != "" {
+				ms, _ := strconv.ParseInt(v, 10, 64)
+				in.Reset = time.Now().Add(time.Duration(ms) * time.Millisecond)
+			}
+			return in, true
+		}}
+}
+
+// quotaAdaptScenario runs one scenario on p (a Pool of quotaAdaptRule(per))
+// and returns how many calls each step admitted at once (holdN: tickets
+// held until the step ends, none reporting), then the limit each of the
+// keys a, b and c is held to (Snapshot):
+//
+//  1. key "a" before any reply: the adaptive level, 5;
+//  2. key "b", met before any reply names a window: the level, 5;
+//  3. key "a" after a reply naming the server's window (limit 20, 19
+//     remaining until 1 s from now): the server's budget, 19, not the
+//     level;
+//  4. key "b", never reported, counted in windows of its own from then
+//     on: one of the rule's 5;
+//  5. key "a" again within the server's window: 0 (the budget is spent);
+//  6. key "a" once the server's window has ended (and ResetMargin): a
+//     new window of the learned 20, before any reply in it;
+//  7. key "c", met only after the rule counts in the server's windows:
+//     a window of the rule's 5;
+//  8. key "a" after a reply without its window (20 remaining): 0, such a
+//     reply is ignored under a rule counted in windows (it gives nothing
+//     back).
+func quotaAdaptScenario(t *testing.T, p *clientpool.Pool, per time.Duration) []int64 {
+	t.Helper()
+	a := clientpool.Charge{Rule: "api", Key: "a", Weight: 1}
+	b := clientpool.Charge{Rule: "api", Key: "b", Weight: 1}
+	c := clientpool.Charge{Rule: "api", Key: "c", Weight: 1}
+	var got []int64
+	hold := func(ch clientpool.Charge) { got = append(got, int64(holdN(t, p, ch, 40))) }
+	hold(a)
+	hold(b)
+	time.Sleep(per + 100*time.Millisecond) // those calls leave the windows
+	tk := acquire(t, p, a)
+	tk.ObserveHeaders(http.Header{"X-Limit": {"20"}, "X-Remaining": {"19"}, "X-Reset-Ms": {"1000"}})
+	tk.Release()
+	hold(a)
+	hold(b)
+	hold(a)
+	time.Sleep(time.Second + clientpool.ResetMargin + 200*time.Millisecond)
+	hold(a)
+	hold(c)
+	if tk, _, err := p.TryAcquire(c); err == nil && tk != nil {
+		tk.Release()
+	}
+	tk, _, err := p.TryAcquire(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tk != nil {
+		tk.ObserveHeaders(http.Header{"X-Limit": {"20"}, "X-Remaining": {"20"}})
+		tk.Release()
+		got = append(got, -1) // admitted beyond the budget
+	}
+	hold(a)
+	lims := map[string]int64{}
+	for _, k := range p.Snapshot() {
+		lims[k.Key] = k.Limit.N
+	}
+	return append(got, lims["a"], lims["b"], lims["c"])
+}
+
+// TestAdaptiveLearnQuotaConformance: an adaptive rule whose Learn reports
+// the server's windows (Learned.Reset) counts its calls against the
+// server's budget, which then governs, not the level, in process and over
+// Redis alike (one product): the same scenario admits the same calls in
+// both modes, and holds its keys to the same limits.
+func TestAdaptiveLearnQuotaConformance(t *testing.T) {
+	per := 2 * time.Second
+	table := clientpool.Table{Rules: []clientpool.Rule{quotaAdaptRule(per)}}
+	want := []int64{5, 5, 19, 5, 0, 20, 5, 0, 20, 5, 5}
+	local, err := clientpool.New(table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer local.Close()
+	inProc := quotaAdaptScenario(t, local, per)
+	c := newClient(t, redistest.Start(t).Addr())
+	overRedis := quotaAdaptScenario(t, newRedisPool(t, table, c, "conf"), per)
+	if !slices.Equal(inProc, want) {
+		t.Errorf("in process: admitted %v, want %v", inProc, want)
+	}
+	if !slices.Equal(overRedis, want) {
+		t.Errorf("over Redis: admitted %v, want %v", overRedis, want)
+	}
+}
