@@ -118,3 +118,62 @@ func TestAdaptiveLearnQuotaConformance(t *testing.T) {
 		t.Errorf("over Redis: admitted %v, want %v", overRedis, want)
 	}
 }
+
+// quotaAdaptFleet runs a scenario on a fleet of two Pools of
+// quotaAdaptRule(per) (the same Pool twice for one process) and returns
+// how many calls each step admitted at once:
+//
+//  1. b, key "a", before any reply: the level, 5;
+//  2. b, key "a", after a reply to a naming the server's window (limit
+//     20, 19 remaining): the server's budget, 19, shared by the fleet;
+//  3. a, key "a": 0, the budget is spent;
+//  4. b, key "c", met after the rule counts in the server's windows: a
+//     window of the rule's 5;
+//  5. a, key "c", after SetLimit(3) in b and once c's window ended: a
+//     window of 3 (SetLimit set the N of the windows of the keys that
+//     learned no limit, for the fleet).
+func quotaAdaptFleet(t *testing.T, a, b *clientpool.Pool, per time.Duration) []int64 {
+	t.Helper()
+	ka := clientpool.Charge{Rule: "api", Key: "a", Weight: 1}
+	kc := clientpool.Charge{Rule: "api", Key: "c", Weight: 1}
+	var got []int64
+	hold := func(p *clientpool.Pool, ch clientpool.Charge) { got = append(got, int64(holdN(t, p, ch, 40))) }
+	hold(b, ka)
+	time.Sleep(per + 100*time.Millisecond)
+	tk := acquire(t, a, ka)
+	tk.ObserveHeaders(http.Header{"X-Limit": {"20"}, "X-Remaining": {"19"}, "X-Reset-Ms": {"1000"}})
+	tk.Release()
+	hold(b, ka)
+	hold(a, ka)
+	hold(b, kc)
+	if err := b.SetLimit("api", window.Limit{N: 3, Per: per}); err != nil {
+		t.Fatalf("SetLimit on an adaptive rule counted in the server's windows: %v", err)
+	}
+	time.Sleep(per + 100*time.Millisecond)
+	hold(a, kc)
+	return got
+}
+
+// TestAdaptiveLearnQuotaFleet: two processes over Redis share the budget
+// a reply to either named (the fleet learns together: the other adopts
+// the quota at its next admission) and SetLimit's limit, as one process
+// does.
+func TestAdaptiveLearnQuotaFleet(t *testing.T) {
+	per := 2 * time.Second
+	table := clientpool.Table{Rules: []clientpool.Rule{quotaAdaptRule(per)}}
+	want := []int64{5, 19, 0, 5, 3}
+	local, err := clientpool.New(table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer local.Close()
+	inProc := quotaAdaptFleet(t, local, local, per)
+	c := newClient(t, redistest.Start(t).Addr())
+	fleet := quotaAdaptFleet(t, newRedisPool(t, table, c, "fleet"), newRedisPool(t, table, c, "fleet"), per)
+	if !slices.Equal(inProc, want) {
+		t.Errorf("one process: admitted %v, want %v", inProc, want)
+	}
+	if !slices.Equal(fleet, want) {
+		t.Errorf("a fleet of two over Redis: admitted %v, want %v", fleet, want)
+	}
+}

@@ -61,6 +61,9 @@ func (m *redisMode) adaptSetLimit(rs *ruleState, l window.Limit) error {
 	rs.setLimit(window.Limit{N: min(rs.limit.N, rs.adCeil), Per: rs.limit.Per})
 	rs.quiet = 0 // the window lives in Redis
 	lims := make([]*limiter, 0, len(rs.keys))
+	if rs.adQuota != nil {
+		return m.adaptQuotaSetLimitLocked(rs, l) // unlocks p.mu
+	}
 	for _, lim := range rs.keys {
 		if lim.ad != nil {
 			lims = append(lims, lim)
@@ -80,6 +83,47 @@ func (m *redisMode) adaptSetLimit(rs *ruleState, l window.Limit) error {
 	defer p.mu.Unlock()
 	p.refitLocked(rs, p.now())
 	return nil
+}
+
+// adaptQuotaSetLimitLocked is adaptSetLimit on an adaptive rule counted
+// in the server's windows (adaptQuota), as in process: the rule's limit
+// (min of its N and the new ceiling, set by the caller) is the N of the
+// windows of the keys that learned no limit of their own, stored in Redis
+// for each such key this process holds (one round trip each, on the
+// caller's goroutine), and for every process; the keys that learned one
+// keep it. The levels stay (the server's budget governs). p.mu must be
+// held; it returns with p.mu unlocked.
+func (m *redisMode) adaptQuotaSetLimitLocked(rs *ruleState, l window.Limit) error {
+	p := m.p
+	var lims []*limiter
+	if s, ok := adaptQuotaSpec(rs, rs.limit.N); ok && *s != *rs.adQuota {
+		rs.adQuota = s
+		for _, lim := range rs.keys {
+			if lim.ad != nil && (lim.fb == nil || lim.fb.spec == nil) {
+				lim.feedback().adQuota = true
+				lims = append(lims, lim)
+			}
+		}
+	}
+	p.mu.Unlock()
+	var err error
+	for _, lim := range lims {
+		p.mu.Lock()
+		c := rspec.Charge{Rule: rs.Name, Key: redisKey(lim.key), Spec: lim.redisSpec()}
+		p.mu.Unlock()
+		if e := m.eng.SetLimit(context.Background(), m.scope, c); e != nil {
+			p.mu.Lock()
+			lim.feedback().adQuota = false // stored again when an admission adopts another limit
+			p.mu.Unlock()
+			if err == nil {
+				err = fmt.Errorf("%w (SetLimit(%q, %v): key %q)", e, rs.Name, l, lim.key)
+			}
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.refitLocked(rs, p.now())
+	return err
 }
 
 // checkAdaptRedis is initRedis's check of the adaptive rules: st must
