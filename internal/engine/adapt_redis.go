@@ -35,6 +35,15 @@ import (
 // limit learned from a reply (adaptLearn) reach every process at once.
 // A bucket's or GCRA's level is its N, its burst kept (burstKept).
 //
+// With Rule.Learn, a reply that names the server's window (Learned.Reset,
+// with a remaining count) makes the rule count in the server's windows,
+// as in process (quotaLocked): rs.adQuota is set, every key is charged
+// under an rspec.Quota (the limit it learned, else the rule's starting
+// level: rs.adQuota), stored in Redis for the fleet (adaptQuota; a
+// process that adopts one, adaptAdoptLocked, follows), and its budget is
+// the server's, shared (remote.Engine.BudgetThen); the level is no longer
+// reported (the adaptive script would refuse a quota's hash anyway).
+//
 // What Redis mode refuses: at New, an adaptive token bucket whose burst
 // follows N (Redis keeps the burst given); at SetLimit, a Per other than
 // the rule's.
