@@ -54,7 +54,8 @@ func quotaAdaptRule(per time.Duration) clientpool.Rule {
 //     a window of the rule's 5;
 //  8. key "a" after a reply without its window (20 remaining): 0, such a
 //     reply is ignored under a rule counted in windows (it gives nothing
-//     back).
+//     back);
+//  9. key "d": a call of 30 admitted (as the window's 5), then none of 1.
 func quotaAdaptScenario(t *testing.T, p *clientpool.Pool, per time.Duration) []int64 {
 	t.Helper()
 	a := clientpool.Charge{Rule: "api", Key: "a", Weight: 1}
@@ -87,6 +88,23 @@ func quotaAdaptScenario(t *testing.T, p *clientpool.Pool, per time.Duration) []i
 		got = append(got, -1) // admitted beyond the budget
 	}
 	hold(a)
+	// key "d": a call heavier than its windows' 5 is admitted alone, as
+	// a charge of 5 (a learned limit never refuses a call), which spends
+	// the window
+	d := clientpool.Charge{Rule: "api", Key: "d", Weight: 30}
+	for _, w := range []int64{30, 1} {
+		d.Weight = w
+		tk, _, err := p.TryAcquire(d)
+		if err != nil {
+			t.Fatalf("TryAcquire(%d) on d: %v", w, err)
+		}
+		if tk == nil {
+			got = append(got, 0)
+			continue
+		}
+		got = append(got, 1)
+		defer tk.Release()
+	}
 	lims := map[string]int64{}
 	for _, k := range p.Snapshot() {
 		lims[k.Key] = k.Limit.N
@@ -102,7 +120,7 @@ func quotaAdaptScenario(t *testing.T, p *clientpool.Pool, per time.Duration) []i
 func TestAdaptiveLearnQuotaConformance(t *testing.T) {
 	per := 2 * time.Second
 	table := clientpool.Table{Rules: []clientpool.Rule{quotaAdaptRule(per)}}
-	want := []int64{5, 5, 19, 5, 0, 20, 5, 0, 20, 5, 5}
+	want := []int64{5, 5, 19, 5, 0, 20, 5, 0, 1, 0, 20, 5, 5}
 	local, err := clientpool.New(table)
 	if err != nil {
 		t.Fatal(err)

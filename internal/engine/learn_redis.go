@@ -269,7 +269,9 @@ func (p *Engine) relearn(hs []held, rcs []rspec.Charge, err error) bool {
 	changed := false
 	for i := range hs {
 		hd := &hs[i]
-		if hd.lim.rule.Learn == nil || hd.lim.ad != nil || rcs[i].Spec == unknownSpec {
+		// (an adaptive key only once its rule counts in the server's
+		// windows: its level is its own)
+		if hd.lim.rule.Learn == nil || hd.lim.ad != nil && hd.lim.rule.adQuota == nil || rcs[i].Spec == unknownSpec {
 			continue
 		}
 		rcs[i].Spec, rcs[i].Weight = unknownSpec, 1
