@@ -1,13 +1,16 @@
 package clientpool_test
 
 import (
+	"context"
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/ratesem/ratesem/clientpool"
+	"github.com/ratesem/ratesem/internal/rstore"
 	"github.com/ratesem/ratesem/redistest"
 	"github.com/ratesem/ratesem/window"
 )
@@ -246,5 +249,54 @@ func TestAdaptiveLearnQuotaHostile(t *testing.T) {
 	}
 	if !slices.Equal(overRedis, want) {
 		t.Errorf("over Redis: admitted %v, want %v", overRedis, want)
+	}
+}
+
+// TestAdaptiveLearnQuotaFleetFollows: a process that adopts the quota
+// another stored counts its own keys in the server's windows too: a key
+// whose level Redis keeps gets its quota stored at its next admission, a
+// window of the rule's 5 then, as in one process.
+func TestAdaptiveLearnQuotaFleetFollows(t *testing.T) {
+	per := 2 * time.Second
+	table := clientpool.Table{Rules: []clientpool.Rule{quotaAdaptRule(per)}}
+	ka := clientpool.Charge{Rule: "api", Key: "a", Weight: 1}
+	kx := clientpool.Charge{Rule: "api", Key: "x", Weight: 1}
+	c := newClient(t, redistest.Start(t).Addr())
+	st, err := rstore.New(c, "follow", rstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := func() string {
+		return c.HGet(context.Background(), st.Keys("follow", rstore.Charge{Rule: "api", Key: "x"})[0], "s").Val()
+	}
+	scenario := func(a, b *clientpool.Pool, redis bool) []int64 {
+		var got []int64
+		got = append(got, int64(holdN(t, b, kx, 40)))
+		if redis {
+			waitFor(t, func() bool { return strings.HasPrefix(spec(), "1/") }, "x's level stored in Redis")
+		}
+		time.Sleep(per + 100*time.Millisecond)
+		tk := acquire(t, a, ka)
+		tk.ObserveHeaders(http.Header{"X-Limit": {"20"}, "X-Remaining": {"19"}, "X-Reset-Ms": {"1000"}})
+		tk.Release()
+		acquire(t, b, ka).Release() // b adopts the quota
+		acquire(t, b, kx).Release() // x's level adopted: its quota stored
+		if redis {
+			waitFor(t, func() bool { return strings.HasPrefix(spec(), "10/5/") }, "x's quota stored in Redis")
+		}
+		time.Sleep(per + 100*time.Millisecond)
+		return append(got, int64(holdN(t, b, kx, 40)))
+	}
+	want := []int64{5, 5}
+	local, err := clientpool.New(table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer local.Close()
+	if got := scenario(local, local, false); !slices.Equal(got, want) {
+		t.Errorf("one process: admitted %v, want %v", got, want)
+	}
+	if got := scenario(newRedisPool(t, table, c, "follow"), newRedisPool(t, table, c, "follow"), true); !slices.Equal(got, want) {
+		t.Errorf("a fleet of two over Redis: admitted %v, want %v", got, want)
 	}
 }

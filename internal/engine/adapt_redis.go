@@ -283,18 +283,17 @@ func (m *redisMode) adaptQuotaRuleLocked(rs *ruleState) []*limiter {
 // storeQuotas stores in Redis the quota of each of ls, keys of an
 // adaptive rule counted in the server's windows, for every process (one
 // round trip each, bounded by the Redis timeout; a key whose store failed
-// stores it again when its next admission adopts another limit).
+// stores it again when an admission adopts its level, adaptAdoptLocked).
 func (m *redisMode) storeQuotas(ls []*limiter) {
 	p := m.p
 	for _, l := range ls {
 		p.mu.Lock()
 		c := rspec.Charge{Rule: l.rule.Name, Key: redisKey(l.key), Spec: l.redisSpec()}
 		p.mu.Unlock()
-		if m.eng.SetLimit(context.Background(), m.scope, c) != nil {
-			p.mu.Lock()
-			l.feedback().adQuota = false
-			p.mu.Unlock()
-		}
+		err := m.eng.SetLimit(context.Background(), m.scope, c)
+		p.mu.Lock()
+		l.feedback().adQuota = err == nil
+		p.mu.Unlock()
 	}
 }
 
@@ -379,10 +378,13 @@ func (m *redisMode) adaptQuota(t *Ticket, hd *held, n int64, in Learned, date ti
 // adaptAdoptLocked takes in the limit s Redis decided an admission on
 // the adaptive key l under (stored by another process, or by the level):
 // a quota makes l's rule count in the server's windows here too (the
-// fleet learns together), with s as l's own; a level while l's rule
-// counts in the server's windows is a key whose quota Redis does not
-// keep (stored by no process of the fleet, or expired): it is stored
-// there, in the background. p.mu must be held.
+// fleet learns together), with s as l's own; the other keys this process
+// holds follow at their next admission (each adopts the quota stored for
+// it, or stores one: none is stored over, so that no key loses the limit
+// another process learned for it). A level while l's rule counts in the
+// server's windows is a key whose quota Redis does not keep (stored by
+// no process of the fleet, or lost): it is stored there, in the
+// background, once at a time. p.mu must be held.
 func (p *Engine) adaptAdoptLocked(l *limiter, s rspec.Spec) {
 	m, ok := p.book.(*redisMode)
 	if !ok || s == *unknownSpec {
@@ -390,25 +392,25 @@ func (p *Engine) adaptAdoptLocked(l *limiter, s rspec.Spec) {
 	}
 	rs, fb := l.rule, l.feedback()
 	if s.Kind == rspec.Quota {
-		var others []*limiter
 		if rs.adQuota == nil {
-			others = m.adaptQuotaRuleLocked(rs)
+			for _, o := range m.adaptQuotaRuleLocked(rs) {
+				o.feedback().adQuota = false // not stored by this process
+			}
 		}
 		if *l.redisSpec() != s {
 			fb.spec = &s
 		}
 		fb.adQuota = true
-		if len(others) > 0 {
-			go m.storeQuotas(others)
-		}
 		return
 	}
-	if rs.adQuota != nil && fb.adQuota {
-		fb.adQuota = false // Redis lost it: stored again
-	}
-	if rs.adQuota != nil && !fb.adQuota {
-		fb.adQuota = true
-		go m.storeQuotas([]*limiter{l})
+	if rs.adQuota != nil && !fb.adStoring {
+		fb.adStoring = true
+		go func() {
+			m.storeQuotas([]*limiter{l})
+			p.mu.Lock()
+			fb.adStoring = false
+			p.mu.Unlock()
+		}()
 	}
 }
 

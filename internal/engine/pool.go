@@ -150,6 +150,9 @@ type feedback struct {
 	// adopted) the key's Spec as an rspec.Quota in Redis: an adaptive key
 	// of a rule counted in the server's windows (adapt_redis.go).
 	adQuota bool
+	// adStoring is, in Redis mode, true while a goroutine stores the
+	// key's quota in Redis (adaptAdoptLocked).
+	adStoring bool
 	// spec is, in Redis mode, the limit the key learned or adopted
 	// (Rule.Learn; see redisSpec); nil: the rule's.
 	spec      *rspec.Spec
