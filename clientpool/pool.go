@@ -227,8 +227,10 @@ func (t *Ticket) SettleResponse(h http.Header, body []byte) { t.t.SettleResponse
 // hand.) It never blocks, but in Redis mode (redisrate.Shared) a limit
 // new to a key (Rule.Learn) is stored in Redis for the fleet, with the
 // budget the reply gives, before it returns: at most two round trips, each
-// bounded by the Redis timeout, while the call still counts there; other
-// reports go to Redis in the background. It is safe for concurrent use.
+// bounded by the Redis timeout, while the call still counts there (under
+// an adaptive rule, Rule.Adapt, three, and one more for each other key of
+// the rule the process holds when a reply first names the server's
+// window); other reports go to Redis in the background. It is safe for concurrent use.
 func (t *Ticket) ObserveHeaders(h http.Header) { t.t.ObserveHeaders(h) }
 
 // BodyUnread tells the ticket that its call's reply was closed before its

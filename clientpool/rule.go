@@ -164,8 +164,16 @@ type Rule struct {
 // Weights count in the level's units; a charge heavier than Floor can hold
 // is refused (ratesem.ErrWeightTooLarge), since a key's level may fall to
 // Floor. With Rule.Learn, a limit the key learns from a reply is its
-// ceiling; a server that reports its windows (Learned.Reset) is counted
-// against its budget, which then governs, not the level. SetLimit on an
+// ceiling; a reply that reports its window (Learned.Reset with a
+// Remaining ≥ 0) makes the rule count in the server's windows, every key
+// of it from then on: a key's budget is what the server said remains
+// until its reset (plus ResetMargin), which then governs, not the level
+// (which no longer moves); a window of a key that ends before a reply
+// names the next allows the limit the key learned, or for a key that
+// learned none the rule's starting level (Limit.N, or Floor when Limit.N
+// is outside [Floor, Ceiling]; SetLimit lowers it to its N, at least
+// Floor); a reply
+// without its window then changes no budget. SetLimit on an
 // adaptive rule sets the ceiling of every key (N, at most 2^40) and the window (Per).
 // A key evicted when idle (WithIdleTimeout) starts over at Limit.N.
 // In Redis mode (redisrate.Shared) the fleet shares one level per key,
@@ -181,10 +189,17 @@ type Rule struct {
 // capped by its reports, unless another SetLimit set that key's), and
 // returns an error matching ratesem.ErrInvalidLimit for a Per other than
 // the rule's (the window is the fleet's); with Rule.Learn, a limit a key
-// learns from a reply is that key's ceiling for every process, and the
-// reply's remaining count is reconciled into the key's window in Redis,
-// but a reply that names its window (Learned.Reset) does not make the
-// rule a quota as it does in process: the level stays the window's N.
+// learns from a reply is that key's ceiling for every process, and a
+// reply's remaining count without its window is reconciled into the key's
+// window in Redis; a reply that names its window makes the rule count in
+// the server's windows as in process, for the fleet: the process that
+// reads it stores each key it holds as a quota in Redis (one round trip
+// each, on the goroutine of Ticket.ObserveHeaders) with the budget the
+// reply gives, shared by every process; another process adopts it at its
+// next admission on the key, and counts its own keys of the rule in the
+// server's windows from then on; SetLimit then sets the N of the windows
+// of the keys the calling process holds that learned no limit, for every
+// process.
 // Token buckets, leaky buckets and GCRA adapt their N (the rate) and keep
 // the burst they were made with, as in process, their state carried to
 // each new level; Redis mode refuses at construction an adaptive token

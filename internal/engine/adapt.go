@@ -82,6 +82,9 @@ func (rs *ruleState) newLaw() *adapt.Law {
 // (its settled weight), admitted at start (ns since the epoch), that
 // ended at now without a throttle.
 func (b *inProc) adaptSuccess(l *limiter, start, units int64, now time.Time) {
+	if l.rule.quota {
+		return // the server's budget governs: the level stays (as over Redis)
+	}
 	p := (*Engine)(b)
 	l.ad.SuccessUnits(micros(start), micros(p.mono(now)), units)
 	p.adaptedLocked(l, now)
@@ -90,6 +93,9 @@ func (b *inProc) adaptSuccess(l *limiter, start, units int64, now time.Time) {
 // adaptThrottle is the in-process hook of a throttle of a call on l
 // admitted at start.
 func (b *inProc) adaptThrottle(l *limiter, _ *Ticket, start int64, now time.Time) {
+	if l.rule.quota {
+		return // the server's budget governs: the level stays (as over Redis)
+	}
 	p := (*Engine)(b)
 	l.ad.Throttle(micros(start), micros(p.mono(now)))
 	p.adaptedLocked(l, now)

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/ratesem/ratesem"
@@ -34,6 +35,15 @@ import (
 // limit learned from a reply (adaptLearn) reach every process at once.
 // A bucket's or GCRA's level is its N, its burst kept (burstKept).
 //
+// With Rule.Learn, a reply that names the server's window (Learned.Reset,
+// with a remaining count) makes the rule count in the server's windows,
+// as in process (quotaLocked): rs.adQuota is set, every key is charged
+// under an rspec.Quota (the limit it learned, else the rule's starting
+// level: rs.adQuota), stored in Redis for the fleet (adaptQuota; a
+// process that adopts one, adaptAdoptLocked, follows), and its budget is
+// the server's, shared (remote.Engine.BudgetThen); the level is no longer
+// reported (the adaptive script would refuse a quota's hash anyway).
+//
 // What Redis mode refuses: at New, an adaptive token bucket whose burst
 // follows N (Redis keeps the burst given); at SetLimit, a Per other than
 // the rule's.
@@ -60,6 +70,9 @@ func (m *redisMode) adaptSetLimit(rs *ruleState, l window.Limit) error {
 	rs.setLimit(window.Limit{N: min(rs.limit.N, rs.adCeil), Per: rs.limit.Per})
 	rs.quiet = 0 // the window lives in Redis
 	lims := make([]*limiter, 0, len(rs.keys))
+	if rs.adQuota != nil {
+		return m.adaptQuotaSetLimitLocked(rs, l) // unlocks p.mu
+	}
 	for _, lim := range rs.keys {
 		if lim.ad != nil {
 			lims = append(lims, lim)
@@ -79,6 +92,47 @@ func (m *redisMode) adaptSetLimit(rs *ruleState, l window.Limit) error {
 	defer p.mu.Unlock()
 	p.refitLocked(rs, p.now())
 	return nil
+}
+
+// adaptQuotaSetLimitLocked is adaptSetLimit on an adaptive rule counted
+// in the server's windows (adaptQuota), as in process: the rule's limit
+// (min of its N and the new ceiling, set by the caller) is the N of the
+// windows of the keys that learned no limit of their own, stored in Redis
+// for each such key this process holds (one round trip each, on the
+// caller's goroutine), and for every process; the keys that learned one
+// keep it. The levels stay (the server's budget governs). p.mu must be
+// held; it returns with p.mu unlocked.
+func (m *redisMode) adaptQuotaSetLimitLocked(rs *ruleState, l window.Limit) error {
+	p := m.p
+	var lims []*limiter
+	if s, ok := adaptQuotaSpec(rs, rs.limit.N); ok && *s != *rs.adQuota {
+		rs.adQuota = s
+		for _, lim := range rs.keys {
+			if lim.ad != nil && (lim.fb == nil || lim.fb.spec == nil) {
+				lim.feedback().adQuota = true
+				lims = append(lims, lim)
+			}
+		}
+	}
+	p.mu.Unlock()
+	var err error
+	for _, lim := range lims {
+		p.mu.Lock()
+		c := rspec.Charge{Rule: rs.Name, Key: redisKey(lim.key), Spec: lim.redisSpec()}
+		p.mu.Unlock()
+		if e := m.eng.SetLimit(context.Background(), m.scope, c); e != nil {
+			p.mu.Lock()
+			lim.feedback().adQuota = false // stored again when an admission adopts another limit
+			p.mu.Unlock()
+			if err == nil {
+				err = fmt.Errorf("%w (SetLimit(%q, %v): key %q)", e, rs.Name, l, lim.key)
+			}
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.refitLocked(rs, p.now())
+	return err
 }
 
 // checkAdaptRedis is initRedis's check of the adaptive rules: st must
@@ -126,27 +180,34 @@ func burstKept(rs *ruleState) error {
 }
 
 // adaptLearn is the Rule.Learn part of ObserveHeaders in Redis mode for
-// a key l of an adaptive rule, a report in: the limit it names (capped at
-// MaxLearnedN) is the key's ceiling for the fleet, a published limit
-// (AdaptBounds.Learned, stored with the key's level in Redis: one round
-// trip, bounded by the Redis timeout, on the caller's goroutine, when it
-// differs from the last this process stored; the level comes down to it
-// at once if above), as the learned limit is the ceiling of the key's law
-// in process (adaptLearnedLocked). The remaining count, when given, is
-// the server's count (the level in force less remaining), reconciled into
-// the key's window in Redis in the background, as in process. A report's
-// Reset does not make the key an rspec.Quota as it makes the rule a quota
-// in process: over Redis the level stays the window's N (its count is
-// reconciled as without a Reset).
-func (m *redisMode) adaptLearn(l *limiter, in Learned) {
+// the charge hd of t on a key l of an adaptive rule, a report in; date is
+// the reply's Date (zero when none). As in process (Engine.learn):
+//
+// Until the rule counts in the server's windows, the limit a report names
+// (capped at MaxLearnedN) is the key's ceiling for the fleet, a published
+// limit (AdaptBounds.Learned, stored with the key's level in Redis: one
+// round trip, bounded by the Redis timeout, on the caller's goroutine,
+// when it differs from the last this process stored; the level comes down
+// to it at once if above), as the learned limit is the ceiling of the
+// key's law in process (adaptLearnedLocked); the remaining count, when
+// given without a Reset, is the server's count (the level in force less
+// remaining), reconciled into the key's window in Redis in the
+// background.
+//
+// A report with a remaining count and its window (Learned.Reset) makes
+// the rule a quota (adaptQuota): its keys are charged against the budget
+// the server announced, shared by the fleet, not the level.
+func (m *redisMode) adaptLearn(t *Ticket, hd *held, in Learned, date time.Time) {
 	p := m.p
+	l := hd.lim
 	p.mu.Lock()
 	rs := l.rule
 	var b rspec.AdaptBounds
 	send := false
+	n := int64(0)
 	if in.Limit.N > 0 {
-		n := min(in.Limit.N, MaxLearnedN, rspec.MaxN)
-		if fb := l.feedback(); fb.adLearned != n {
+		n = min(in.Limit.N, MaxLearnedN, rspec.MaxN)
+		if fb := l.feedback(); rs.adQuota == nil && fb.adLearned != n {
 			fb.adLearned = n
 			b = adaptBounds(rs)
 			b.Learned, send = n, true
@@ -163,13 +224,194 @@ func (m *redisMode) adaptLearn(l *limiter, in Learned) {
 		}
 		m.adapted(l)(n, err)
 	}
+	p.mu.Lock()
+	quota := rs.adQuota != nil
+	lvl, key := l.ad.N(), l.key
+	p.mu.Unlock()
+	if quota || in.Remaining >= 0 && !in.Reset.IsZero() {
+		m.adaptQuota(t, hd, n, in, date)
+		return
+	}
 	if in.Remaining < 0 {
 		return
 	}
-	p.mu.Lock()
-	lvl, key := l.ad.N(), l.key
-	p.mu.Unlock()
 	m.reconcileAt(rs, key, usedOf(lvl, in.Remaining), rspec.Read{})
+}
+
+// adaptQuotaSpec returns the rspec.Quota a key of the adaptive rule rs
+// is charged under once rs counts in the server's windows: n units per
+// the rule's Per (a window of the key that ended without a reply allows
+// n), capped in flight at MaxUnitsInFlight; false when Redis cannot keep
+// it.
+func adaptQuotaSpec(rs *ruleState, n int64) (*rspec.Spec, bool) {
+	s := rspec.Spec{Kind: rspec.Quota, Limit: window.Limit{N: min(max(n, 1), rspec.MaxN), Per: rs.limit.Per.Truncate(time.Microsecond)}, Concurrency: rs.MaxUnitsInFlight}
+	return &s, s.Check() == nil
+}
+
+// adaptQuotaRuleLocked makes the adaptive rule rs count in the server's
+// windows (a quota), as quotaLocked does in process: each key is charged
+// under an rspec.Quota from now on (a key that learned no limit, under
+// the rule's N), and no longer reports its calls to the level. It returns
+// the keys this process holds, whose quota it must store in Redis; nil
+// when Redis cannot keep one. p.mu must be held.
+func (m *redisMode) adaptQuotaRuleLocked(rs *ruleState) []*limiter {
+	s, ok := adaptQuotaSpec(rs, rs.limit.N)
+	if !ok {
+		return nil
+	}
+	rs.quota, rs.adQuota = true, s
+	rs.quiet = 0 // the window lives in Redis
+	var ls []*limiter
+	for _, l := range rs.keys {
+		if l.ad == nil {
+			continue
+		}
+		if fb := l.feedback(); fb.adLearned > 0 && fb.spec == nil {
+			if s, ok := adaptQuotaSpec(rs, fb.adLearned); ok {
+				fb.spec = s // the limit the key learned: its windows' N (Engine.learn's fb.n)
+			}
+		}
+		l.feedback().adQuota = true
+		ls = append(ls, l)
+		if l.q != nil {
+			m.p.markPending(l.q)
+		}
+	}
+	return ls
+}
+
+// storeQuotas stores in Redis the quota of each of ls, keys of an
+// adaptive rule counted in the server's windows, for every process (one
+// round trip each, bounded by the Redis timeout; a key whose store failed
+// stores it again when an admission adopts its level, adaptAdoptLocked).
+func (m *redisMode) storeQuotas(ls []*limiter) {
+	p := m.p
+	for _, l := range ls {
+		p.mu.Lock()
+		c := rspec.Charge{Rule: l.rule.Name, Key: redisKey(l.key), Spec: l.redisSpec()}
+		p.mu.Unlock()
+		err := m.eng.SetLimit(context.Background(), m.scope, c)
+		p.mu.Lock()
+		l.feedback().adQuota = err == nil
+		p.mu.Unlock()
+	}
+}
+
+// adaptQuota is adaptLearn for a report that names the server's window
+// (or any report once the rule counts in the server's windows): as in
+// process (Engine.learn, quotaLocked, budgetLocked), the rule becomes a
+// quota (adaptQuotaRuleLocked: the keys this process holds store their
+// quota in Redis, one round trip each on the caller's goroutine), the
+// limit n the report names (0: none) becomes the N of the key's windows,
+// and the remaining count until the reset (plus ResetMargin) the key's
+// budget, shared by the fleet (remote.Engine.BudgetThen; waited for,
+// one round trip, when the key's quota was just stored, as Rule.Learn
+// without Adapt does). A report without its window under a quota changes
+// the budget in no way.
+func (m *redisMode) adaptQuota(t *Ticket, hd *held, n int64, in Learned, date time.Time) {
+	p := m.p
+	p.mu.Lock()
+	l, rs := hd.lim, hd.lim.rule
+	now := p.now()
+	var others []*limiter
+	if rs.adQuota == nil {
+		if others = m.adaptQuotaRuleLocked(rs); rs.adQuota == nil {
+			p.mu.Unlock()
+			return // a limit Redis cannot keep as a quota (New checked the rule's)
+		}
+	}
+	fb := l.feedback()
+	share := !fb.adQuota || slices.Contains(others, l)
+	if n > 0 && n != l.redisSpec().Limit.N {
+		if s, ok := adaptQuotaSpec(rs, n); ok {
+			fb.spec, share = s, true
+		}
+	}
+	fb.adQuota = true
+	if n > 0 {
+		fb.adLearned = n
+	}
+	spec, key := l.redisSpec(), l.key
+	var resetIn time.Duration
+	if !in.Reset.IsZero() {
+		reset := in.Reset
+		if in.Epoch {
+			reset = reset.Add(rs.skewLocked(date, now))
+		}
+		resetIn = reset.Sub(now) + ResetMargin
+	}
+	var own int64 // the reporting call's units, when still leased in Redis
+	if !t.released.Load() && hd.usedAtAdmit == 1 {
+		own = hd.recAtAdmit
+	}
+	p.mu.Unlock()
+	c := rspec.Charge{Rule: rs.Name, Key: redisKey(key), Spec: spec}
+	stored := false
+	if share {
+		stored = m.eng.SetLimit(context.Background(), m.scope, c) == nil
+		if !stored {
+			p.mu.Lock()
+			fb.adQuota = false
+			p.mu.Unlock()
+		}
+	}
+	var rest []*limiter
+	for _, o := range others {
+		if o != l {
+			rest = append(rest, o)
+		}
+	}
+	m.storeQuotas(rest)
+	if in.Remaining < 0 || in.Reset.IsZero() || resetIn <= 0 {
+		return
+	}
+	if !stored {
+		m.eng.BudgetThen(m.scope, c, in.Remaining, resetIn, own, nil)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), m.timeout+lateBudget)
+	defer cancel()
+	m.eng.BudgetThen(m.scope, c, in.Remaining, resetIn, own, func(int64, error) { cancel() })
+	<-ctx.Done() // as redisMode.learn: no admission of the fleet reads a budget the server never gave
+}
+
+// adaptAdoptLocked takes in the limit s Redis decided an admission on
+// the adaptive key l under (stored by another process, or by the level):
+// a quota makes l's rule count in the server's windows here too (the
+// fleet learns together), with s as l's own; the other keys this process
+// holds follow at their next admission (each adopts the quota stored for
+// it, or stores one: none is stored over, so that no key loses the limit
+// another process learned for it). A level while l's rule counts in the
+// server's windows is a key whose quota Redis does not keep (stored by
+// no process of the fleet, or lost): it is stored there, in the
+// background, once at a time. p.mu must be held.
+func (p *Engine) adaptAdoptLocked(l *limiter, s rspec.Spec) {
+	m, ok := p.book.(*redisMode)
+	if !ok || s == *unknownSpec {
+		return
+	}
+	rs, fb := l.rule, l.feedback()
+	if s.Kind == rspec.Quota {
+		if rs.adQuota == nil {
+			for _, o := range m.adaptQuotaRuleLocked(rs) {
+				o.feedback().adQuota = false // not stored by this process
+			}
+		}
+		if *l.redisSpec() != s {
+			fb.spec = &s
+		}
+		fb.adQuota = true
+		return
+	}
+	if rs.adQuota != nil && !fb.adStoring {
+		fb.adStoring = true
+		go func() {
+			m.storeQuotas([]*limiter{l})
+			p.mu.Lock()
+			fb.adStoring = false
+			p.mu.Unlock()
+		}()
+	}
 }
 
 // adaptBounds returns the bounds of rs's adaptive level.
@@ -218,9 +460,10 @@ func (m *redisMode) adaptSuccess(*limiter, int64, int64, time.Time) {}
 // adaptReleasedLocked reports the success of t's call of units units on
 // l, released at now, to the fleet's level (batched by remote; it never
 // blocks). A call the fallback admitted (no admission on Redis's clock)
-// is not reported. p.mu must be held.
+// is not reported, nor one of a rule counted in the server's windows
+// (adaptQuota). p.mu must be held.
 func (m *redisMode) adaptReleasedLocked(l *limiter, t *Ticket, units int64, now time.Time) {
-	if t.rcall == nil {
+	if t.rcall == nil || l.rule.adQuota != nil { // a quota: the server's budget governs, the level stays
 		return
 	}
 	dur := time.Duration(m.p.mono(now) - t.at)
@@ -234,6 +477,9 @@ func (m *redisMode) adaptReleasedLocked(l *limiter, t *Ticket, units int64, now 
 // difference shifts it); a call the fallback admitted counts as admitted
 // before any cut (it cuts only a level never cut).
 func (m *redisMode) adaptThrottle(l *limiter, t *Ticket, _ int64, _ time.Time) {
+	if l.rule.adQuota != nil {
+		return // a quota: the server's budget governs, the level stays
+	}
 	var start time.Time
 	switch {
 	case t == nil:

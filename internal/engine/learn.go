@@ -92,7 +92,14 @@ func (p *Engine) learn(hd *held, in Learned, date time.Time) (int64, error) {
 			lim.Per = rs.limit.Per
 		}
 		if l.ad != nil {
-			p.adaptLearnedLocked(l, lim.N, now) // the published limit is the ceiling
+			// The published limit is the law's ceiling, and the N of the
+			// key's windows once the rule counts in the server's (quota):
+			// each new window of the key allows it until a reply says
+			// what remains (budgetAdmits), as for a rule without Adapt.
+			if !rs.quota {
+				p.adaptLearnedLocked(l, lim.N, now)
+			}
+			l.feedback().n = lim.N
 		} else if l.unknown || lim != l.limit() {
 			first = l.unknown
 			p.setKeyLimitLocked(l, lim, now)

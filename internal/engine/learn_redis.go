@@ -44,6 +44,9 @@ func (l *limiter) redisSpec() *rspec.Spec {
 	if l.unknown {
 		return unknownSpec
 	}
+	if l.ad != nil && l.rule.adQuota != nil {
+		return l.rule.adQuota // an adaptive rule counted in the server's windows
+	}
 	return l.rule.spec
 }
 
@@ -58,6 +61,8 @@ func (p *Engine) keyCharge(rs *ruleState, key string) rspec.Charge {
 		spec = l.redisSpec()
 	} else if rs.unknown {
 		spec = unknownSpec
+	} else if rs.adQuota != nil {
+		spec = rs.adQuota
 	}
 	return rspec.Charge{Rule: rs.Name, Key: redisKey(key), Spec: spec}
 }
@@ -78,7 +83,9 @@ func redisChargesLocked(hs []held) []rspec.Charge {
 		l := hd.lim
 		spec := l.redisSpec()
 		w := hd.n
-		if l.rule.Learn != nil && l.ad == nil { // an adaptive key knows its level
+		// an adaptive key knows its level, until its rule counts in the
+		// server's windows
+		if l.rule.Learn != nil && (l.ad == nil || spec.Kind == rspec.Quota) {
 			if l.unknown {
 				w = 1
 			} else {
@@ -106,6 +113,10 @@ func (p *Engine) adoptLocked(hs []held, call *remote.Call) {
 			continue
 		}
 		l, s := hs[i].lim, specs[j]
+		if l.ad != nil && l.rule.Learn != nil {
+			p.adaptAdoptLocked(l, s) // adapt_redis.go
+			continue
+		}
 		if l.rule.Learn == nil || l.ad != nil || s == *unknownSpec || !l.unknown && s == *l.redisSpec() {
 			continue
 		}
@@ -167,7 +178,7 @@ func learnedSpec(rs *ruleState, cur *rspec.Spec, in Learned) (rspec.Spec, bool) 
 // for the others, in the background.
 func (m *redisMode) learn(t *Ticket, hd *held, in Learned, date time.Time) {
 	if hd.lim.ad != nil {
-		m.adaptLearn(hd.lim, in) // adapt_redis.go
+		m.adaptLearn(t, hd, in, date) // adapt_redis.go
 		return
 	}
 	p := m.p
@@ -258,7 +269,9 @@ func (p *Engine) relearn(hs []held, rcs []rspec.Charge, err error) bool {
 	changed := false
 	for i := range hs {
 		hd := &hs[i]
-		if hd.lim.rule.Learn == nil || hd.lim.ad != nil || rcs[i].Spec == unknownSpec {
+		// (an adaptive key only once its rule counts in the server's
+		// windows: its level is its own)
+		if hd.lim.rule.Learn == nil || hd.lim.ad != nil && hd.lim.rule.adQuota == nil || rcs[i].Spec == unknownSpec {
 			continue
 		}
 		rcs[i].Spec, rcs[i].Weight = unknownSpec, 1

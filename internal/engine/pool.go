@@ -85,6 +85,10 @@ type ruleState struct {
 	adCeil   int64 // Rule.Adapt: the ceiling of every new key's level (Adaptive.Ceiling, or SetLimit's N)
 	adSet    bool  // Rule.Adapt in Redis mode: adCeil was set by SetLimit here (sent as the fleet's ceiling, AdaptBounds.Set)
 	one      bool  // the rule of a One (the semaphore front)
+	// adQuota is, for Rule.Adapt with Learn in Redis mode once the rule
+	// counts in the server's windows (quota), the Spec of a key that
+	// learned no limit: an rspec.Quota of the rule's limit (adapt_redis.go).
+	adQuota *rspec.Spec
 	// Redis mode: the rule's window as Redis keeps it (replaced, never
 	// changed, by SetLimit), and whether SetLimit was called here.
 	spec    *rspec.Spec
@@ -142,6 +146,13 @@ type feedback struct {
 	// adLearned is, in Redis mode, the limit an adaptive key (Rule.Adapt
 	// with Learn) last stored as its learned ceiling (0: none).
 	adLearned int64
+	// adQuota is, in Redis mode, true once this process stored (or
+	// adopted) the key's Spec as an rspec.Quota in Redis: an adaptive key
+	// of a rule counted in the server's windows (adapt_redis.go).
+	adQuota bool
+	// adStoring is, in Redis mode, true while a goroutine stores the
+	// key's quota in Redis (adaptAdoptLocked).
+	adStoring bool
 	// spec is, in Redis mode, the limit the key learned or adopted
 	// (Rule.Learn; see redisSpec); nil: the rule's.
 	spec      *rspec.Spec

@@ -690,7 +690,7 @@ func (m *redisMode) setLimit(rs *ruleState, l window.Limit) error {
 // keyLimitLocked is KeyState.Limit in Redis mode: the limit of the Spec
 // l's key is charged under.
 func (m *redisMode) keyLimitLocked(l *limiter) window.Limit {
-	if l.ad != nil { // adaptive: the level Redis last answered (adapt_redis.go)
+	if l.ad != nil && l.rule.adQuota == nil { // adaptive: the level Redis last answered (adapt_redis.go)
 		return window.Limit{N: l.ad.N(), Per: l.rule.spec.Limit.Per}
 	}
 	return l.redisSpec().Limit

@@ -116,7 +116,11 @@ local function lim(i)
   L.z = L.z or 0
   L.t0 = math.max(now, L.m or 0) -- time never goes back for one limiter
   L.usesm = (fs[1] == 'm')
-  L.leased = L.kind == 1 or L.kind == 2 or L.conc > 0
+  -- a quota also while it holds leases taken under the limit it had
+  -- before (a key that learned it counts in the server's windows while
+  -- calls were in flight): they end as their calls end, not at their
+  -- leases' ends, and meanwhile the calls admitted take leases too
+  L.leased = L.kind == 1 or L.kind == 2 or L.conc > 0 or (L.kind == 10 and L.fc > 0)
   L.logged = L.kind == 1 or L.kind == 3
   return L
 end
