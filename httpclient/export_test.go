@@ -6,6 +6,7 @@ const (
 	PeekSize             = peekSize
 	MaxReplayBody        = maxReplayBody
 	DefaultMaxRetryAfter = defaultMaxRetryAfter
+	MaxSettleBody        = keepMax
 )
 
 var DefaultThrottledBody = defaultThrottledBody

@@ -102,7 +102,7 @@ func (c *poolCall) ObserveResponse(resp *http.Response) {
 
 // responseSettler is implemented by a Limiter whose calls settle their
 // weight from the response (a poolCall whose rules have Settle): Transport
-// keeps up to clientpool.MaxSettleBody bytes of the body as the caller reads
+// keeps up to peek.MaxSettle bytes (1 MiB) of the body as the caller reads
 // it and shows them to settleResponse before the units are released,
 // telling whether the body was read to its end (complete); settleResponse
 // returns true when a body closed before its end left a charge unsettled.
