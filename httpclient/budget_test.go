@@ -244,7 +244,7 @@ func TestRetryBudgetHostileValues(t *testing.T) {
 		{math.NaN(), 60, 1}, {math.NaN(), 61, 2},
 		{0, 60, 1}, {0, 61, 2}, {-3, 61, 2}, {math.Inf(-1), 61, 2},
 		{math.Inf(1), 1, 5}, {1e300, 1, 5}, {10, 1, 5}, {9.999, 1, 5}, // full again (9.999): 4 retries
-		{9, 1, 4}, // 9 tokens: 3 retries
+		{9, 1, 4},                  // 9 tokens: 3 retries
 		{0.5, 12, 1}, {0.5, 13, 2}, // 6 then 6.5 tokens
 		{0.0004, 6000, 1}, {1e-12, 6001, 2}, // 0.001: 6 then 6.001 tokens
 		{0.1234, 48, 1}, {0.1234, 49, 2}, // 0.123: 5.904 after 48, 6.027 after 49
@@ -361,7 +361,9 @@ func TestRetryBudgetKeyOverflow(t *testing.T) {
 // it had in the overflow are not forgiven to make room.
 func TestRetryBudgetOverflowNotForgiven(t *testing.T) {
 	srv := &budgetServer{}
-	srv.throttle = func(_ int64, req *http.Request) bool { return req.URL.Query().Get("instId") != "a" || req.URL.Query().Get("ok") == "" }
+	srv.throttle = func(_ int64, req *http.Request) bool {
+		return req.URL.Query().Get("instId") != "a" || req.URL.Query().Get("ok") == ""
+	}
 	tr := httpclient.NewPool(mustPool(t, keyedTable(false)), httpclient.WithBase(srv), httpclient.WithMaxRetries(10),
 		httpclient.WithMaxRetryAfter(time.Microsecond))
 	httpclient.SetBudgetMaxKeys(tr, 2)
