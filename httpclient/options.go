@@ -171,8 +171,9 @@ func WithRetryBudget(maxTokens int, tokenRatio float64) Option {
 // Pause, the pause set, or for NewPool's limiter
 // the pause a retry waits, the limiter reporting its own; Source:
 // ratesem.SourceRetryAfter, ratesem.SourceBackoff, or ratesem.SourceBody
-// when only the body showed the throttle); Retried before each retry
-// (Attempt from 1, Wait the pause slept, Status of the throttled response);
+// when only the body showed the throttle); Retried before each retry sent
+// (Attempt from 1, Wait the pause slept, Status of the throttled response;
+// none for a retry the budget of WithRetryBudget refuses);
 // Unsettled (Weight) for a response whose call settles from its body (see
 // NewPool) closed before the body's end without being settled.
 // obs runs synchronously on the goroutine of RoundTrip (or of the caller's

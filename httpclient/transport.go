@@ -80,8 +80,9 @@ const defaultMaxRetryAfter = backoff.DefaultMaxPause
 //
 // Build one with [New], [NewSelect] or [NewPool]; its configuration cannot
 // change afterwards. A Transport is safe for concurrent use by multiple
-// goroutines: the one state it keeps, the streak of throttles that sets the
-// backoff, is shared by all of its requests and guarded by a mutex. It must
+// goroutines: the state it keeps, the streak of throttles that sets the
+// backoff and the retry budget ([WithRetryBudget]), is shared by all of its
+// requests and guarded by mutexes. It must
 // not be copied after first use. The zero Transport has no Selector:
 // RoundTrip returns an error for every request and sends none.
 type Transport struct {
@@ -199,8 +200,9 @@ var errNilSelect = errors.New("ratesem: Transport has no Selector; build it with
 // with the Retry-After capped or 0, and pauses the keys the response is
 // about; it also reads every response's usage headers first. Other
 // statuses, including 503, cause no pause. The request is sent again only when
-// [WithMaxRetries] is above 0, its headers showed the throttle and its body
-// can be replayed; see WithMaxRetries.
+// [WithMaxRetries] is above 0, its headers showed the throttle, its body
+// can be replayed and the retry budget allows it; see WithMaxRetries and
+// [WithRetryBudget].
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	orig := req
 	req = withReplayBody(req) // a body without GetBody: readable by the Selector
