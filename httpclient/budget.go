@@ -3,6 +3,7 @@ package httpclient
 import (
 	"hash/maphash"
 	"math"
+	"slices"
 	"sync"
 
 	"github.com/ratesem/ratesem/clientpool"
@@ -159,23 +160,18 @@ func (b *retryBudget) earn(charges []clientpool.Charge) {
 }
 
 // hashes returns the distinct hashes of charges (a request charged twice
-// under one rule and key spends that budget once).
+// under one rule and key spends that budget once), in O(n log n) however
+// many charges an Endpoint's Charges returns.
 func (b *retryBudget) hashes(charges []clientpool.Charge) []uint64 {
 	if len(charges) == 0 {
 		return nil
 	}
-	hs := make([]uint64, 0, len(charges))
-next:
-	for _, c := range charges {
-		h := b.keyOf(c)
-		for _, o := range hs {
-			if o == h {
-				continue next
-			}
-		}
-		hs = append(hs, h)
+	hs := make([]uint64, len(charges))
+	for i, c := range charges {
+		hs[i] = b.keyOf(c)
 	}
-	return hs
+	slices.Sort(hs)
+	return slices.Compact(hs)
 }
 
 // budgetCharged is implemented by a Limiter whose requests have budgets

@@ -382,3 +382,21 @@ func TestRetryBudgetOverflowNotForgiven(t *testing.T) {
 		t.Errorf("c, given room again, was sent %d times: its spent overflow budget was forgiven", got)
 	}
 }
+
+// A request charged twice under one rule and key spends that budget once
+// per throttle: 4 retries, not 2.
+func TestRetryBudgetDuplicateCharges(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tab := keyedTable(false)
+		tab.Endpoints = append(tab.Endpoints, clientpool.Endpoint{Path: "/dup", Charges: func(*http.Request) ([]clientpool.Charge, error) {
+			return []clientpool.Charge{{Rule: "inst", Key: "k", Weight: 1}, {Rule: "inst", Key: "k", Weight: 1}}, nil
+		}})
+		srv := &budgetServer{}
+		tr := httpclient.NewPool(mustPool(t, tab), httpclient.WithBase(srv), httpclient.WithMaxRetries(10),
+			httpclient.WithMaxRetryAfter(time.Millisecond))
+		sendAll(t, tr, 20, 4, func(int) string { return "http://api.test/dup" })
+		if got := srv.sends.Load() - 20; got != 4 {
+			t.Errorf("%d retries of requests charged twice under one key, want 4", got)
+		}
+	})
+}
