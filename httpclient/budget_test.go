@@ -400,3 +400,29 @@ func TestRetryBudgetDuplicateCharges(t *testing.T) {
 		}
 	})
 }
+
+// BenchmarkRetryBudget measures a RoundTrip answered 200 at once, with the
+// retry budget on (the default with WithMaxRetries) and off, from
+// GOMAXPROCS goroutines: the budget's cost is one lock and one addition
+// per response.
+func BenchmarkRetryBudget(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		opt  httpclient.Option
+	}{{"on", nil}, {"off", httpclient.WithRetryBudget(-1, 0)}} {
+		b.Run(c.name, func(b *testing.B) {
+			srv := &budgetServer{throttle: func(int64, *http.Request) bool { return false }}
+			tr := httpclient.New(nil, httpclient.WithBase(srv), httpclient.WithMaxRetries(1), c.opt)
+			b.RunParallel(func(pb *testing.PB) {
+				req, _ := http.NewRequest(http.MethodGet, "http://api.test/x", nil)
+				for pb.Next() {
+					resp, err := tr.RoundTrip(req)
+					if err != nil {
+						b.Fatal(err)
+					}
+					resp.Body.Close()
+				}
+			})
+		})
+	}
+}
