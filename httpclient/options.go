@@ -158,8 +158,10 @@ func WithMaxRetries(n int) Option { return func(c *config) { c.maxRetries = n } 
 // WithMaxRetries alone, as before budgets); above 1000 (gRPC's cap) it is
 // 1000. tokenRatio is kept to 3 decimals (as gRPC does), at least 0.001;
 // 0, negative, -Inf or NaN means the default, 0.1; a ratio of maxTokens or
-// more (+Inf too) refills the budget with each success. The budget is safe
-// for concurrent use; a later WithRetryBudget wins.
+// more (+Inf too) refills the budget with each success. Every value is
+// valid: the Option never fails, and neither it nor the budget blocks (one
+// short critical section per response). The budget is safe for concurrent
+// use; a later WithRetryBudget wins, before or after WithMaxRetries.
 func WithRetryBudget(maxTokens int, tokenRatio float64) Option {
 	return func(c *config) { c.budgetTokens, c.budgetRatio = maxTokens, tokenRatio }
 }
