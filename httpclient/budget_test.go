@@ -1,6 +1,7 @@
 package httpclient_test
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -424,5 +425,46 @@ func BenchmarkRetryBudget(b *testing.B) {
 				}
 			})
 		})
+	}
+}
+
+// A base error (no response) neither spends nor earns; a throttle only the
+// body shows spends a token (and is never retried); a response not
+// throttled, read through a body hook, earns.
+func TestRetryBudgetBaseErrorsAndBodies(t *testing.T) {
+	var fail atomic.Bool
+	base := roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		if fail.Load() {
+			return nil, errors.New("connection refused")
+		}
+		return &http.Response{StatusCode: http.StatusOK, Header: http.Header{}, Body: io.NopCloser(strings.NewReader(`{"code":"50011"}`)), Request: req}, nil
+	})
+	var bodyThrottles atomic.Bool
+	hook := func(status int, _ http.Header, body []byte) bool {
+		return status == http.StatusTooManyRequests || (body != nil && bodyThrottles.Load() && strings.Contains(string(body), "50011"))
+	}
+	tr := httpclient.New(&fakeLimiter{}, httpclient.WithBase(base), httpclient.WithMaxRetries(3),
+		httpclient.WithThrottledBody(hook), httpclient.WithClock(instantClock{}))
+	tokens := func() int64 { _, tok, _ := httpclient.BudgetKeys(tr); return tok }
+	bodyThrottles.Store(true)
+	sendAll(t, tr, 3, 1, plainURL)
+	if got := tokens(); got != 7000 {
+		t.Fatalf("3 throttles only the body showed left %d thousandths, want 7000", got)
+	}
+	fail.Store(true)
+	for range 5 {
+		req, _ := http.NewRequest(http.MethodGet, "http://api.test/x", nil)
+		if _, err := tr.RoundTrip(req); err == nil {
+			t.Fatal("no error from a failing base")
+		}
+	}
+	if got := tokens(); got != 7000 {
+		t.Fatalf("base errors moved the budget to %d thousandths, want 7000", got)
+	}
+	fail.Store(false)
+	bodyThrottles.Store(false)
+	sendAll(t, tr, 2, 1, plainURL)
+	if got := tokens(); got != 7200 {
+		t.Fatalf("2 responses not throttled left %d thousandths, want 7200", got)
 	}
 }
