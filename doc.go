@@ -34,7 +34,7 @@
 //     releases when the response body is closed or read to io.EOF, pauses
 //     the limiter on 429 or 418 (for the Retry-After, or a capped backoff),
 //     and resends a throttled request only when httpclient.WithMaxRetries asks
-//     for it. httpclient.New wraps one Limiter (a RateSemaphore);
+//     for it, within a retry budget (httpclient.WithRetryBudget). httpclient.New wraps one Limiter (a RateSemaphore);
 //     httpclient.NewPool routes each request through a clientpool.Pool.
 //   - exchange/binance, exchange/okx: presets, each exchange's limits and
 //     endpoint weights as a clientpool.Table (binance.Spot(), okx.Table()),

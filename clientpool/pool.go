@@ -78,12 +78,6 @@ type Pool struct {
 	routes *http.ServeMux // newRouter
 }
 
-// MaxSettleBody is the most bytes of a response body a Rule.Settle
-// function is shown: package httpclient keeps the last MaxSettleBody bytes
-// the caller read (1 MiB, the whole of most LLM replies; of a longer one,
-// its end, where the usage object is).
-const MaxSettleBody = 1 << 20
-
 // New returns a Pool over the rules and endpoints of t, set up by opts. It
 // returns an error for an endpoint listed twice, for an endpoint whose Path
 // is not a net/http.ServeMux path pattern, for two endpoints that match a
@@ -177,7 +171,7 @@ func (t *Ticket) Settle(rule string, units int64) error { return t.t.Settle(rule
 
 // WantsBody reports whether a rule of the ticket's charges reads the call's
 // true weight from its response (Rule.Settle): a transport should then keep
-// the response body's last MaxSettleBody bytes for SettleResponse. It never
+// the response body's last 1 MiB for SettleResponse. It never
 // blocks.
 func (t *Ticket) WantsBody() bool { return t.t.WantsBody() }
 

@@ -75,8 +75,9 @@ type Rule struct {
 
 	// Settle marks a rule whose weight is known only after the call (an
 	// LLM API's tokens): it reads a call's true weight, in units, from its
-	// response's headers and body (its last MaxSettleBody bytes, as the
-	// caller read them; nil when the response had none), and returns false
+	// response's headers and body (its last 1 MiB, the whole of most LLM
+	// replies and of a longer one its end, where the usage object is, as
+	// the caller read them; nil when the response had none), and returns false
 	// when they do not say.
 	// Package httpclient's NewPool calls it before releasing the call's
 	// charges, which then end with that weight (Ticket.Settle). nil means

@@ -6,7 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/ratesem/ratesem/clientpool"
+	"github.com/ratesem/ratesem/internal/peek"
 )
 
 // body wraps a response body and releases the request's weight on the
@@ -40,7 +40,7 @@ type body struct {
 }
 
 // keepMax is the most bytes of a body that settle is shown: its last ones.
-const keepMax = clientpool.MaxSettleBody
+const keepMax = peek.MaxSettle
 
 // readWriteBody is used when the original body is also an io.Writer, as
 // net/http's body of a 101 Switching Protocols response is; the caller's type

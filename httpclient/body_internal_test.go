@@ -8,8 +8,6 @@ import (
 	"runtime"
 	"testing"
 	"time"
-
-	"github.com/ratesem/ratesem/clientpool"
 )
 
 // nopLimiter admits everything and counts the units in flight.
@@ -52,12 +50,12 @@ func tail(size, n int) []byte {
 	return out
 }
 
-// The kept body never grows past MaxSettleBody, whatever the reads' sizes,
-// and the settlement sees exactly the body's last MaxSettleBody bytes. On
+// The kept body never grows past keepMax (1 MiB), whatever the reads' sizes,
+// and the settlement sees exactly the body's last keepMax bytes (1 MiB). On
 // 3c9e6ad the buffer reached twice the bound (2 MiB, 2.25 MiB of capacity)
 // before it slid.
-func TestKeptBodyStaysWithinMaxSettleBody(t *testing.T) {
-	const bound = clientpool.MaxSettleBody
+func TestKeptBodyStaysWithinKeepMax(t *testing.T) {
+	const bound = keepMax
 	for _, tc := range []struct {
 		size  int
 		sizes []int
@@ -94,7 +92,7 @@ func TestKeptBodyStaysWithinMaxSettleBody(t *testing.T) {
 				}
 			}
 			if peak > bound {
-				t.Fatalf("the kept body reached a capacity of %d bytes; MaxSettleBody is %d", peak, bound)
+				t.Fatalf("the kept body reached a capacity of %d bytes; keepMax is %d", peak, bound)
 			}
 			if settled != 1 || l.held != 0 {
 				t.Fatalf("settled %d times, %d units held", settled, l.held)
@@ -107,7 +105,7 @@ func TestKeptBodyStaysWithinMaxSettleBody(t *testing.T) {
 }
 
 // 50 streamed replies of 3 MiB in flight (read to their last byte, not yet
-// to io.EOF) hold at most MaxSettleBody each, plus a little: measured with
+// to io.EOF) hold at most keepMax (1 MiB) each, plus a little: measured with
 // runtime.MemStats. On 3c9e6ad they held 113 MiB (2.25 MiB each).
 func TestKeptBodiesInFlightMemory(t *testing.T) {
 	if testing.Short() {
@@ -132,9 +130,9 @@ func TestKeptBodiesInFlightMemory(t *testing.T) {
 	runtime.GC()
 	runtime.ReadMemStats(&after)
 	held := int64(after.HeapAlloc) - int64(before.HeapAlloc)
-	t.Logf("%d replies of %d MiB in flight hold %.1f MiB (%.2f MiB each); MaxSettleBody %d MiB",
-		calls, size>>20, float64(held)/(1<<20), float64(held)/(1<<20)/calls, clientpool.MaxSettleBody>>20)
-	if limit := int64(calls)*clientpool.MaxSettleBody + 1<<20; held > limit {
+	t.Logf("%d replies of %d MiB in flight hold %.1f MiB (%.2f MiB each); keepMax %d MiB",
+		calls, size>>20, float64(held)/(1<<20), float64(held)/(1<<20)/calls, keepMax>>20)
+	if limit := int64(calls)*keepMax + 1<<20; held > limit {
 		t.Fatalf("%d bytes held by %d replies in flight: want at most %d", held, calls, limit)
 	}
 	for _, b := range bodies {

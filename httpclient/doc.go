@@ -33,7 +33,15 @@
 // replayed (no body, or Request.GetBody). Each retry waits out the pause
 // the throttle caused, then acquires the request's weight again, so it
 // counts against the limit like any other request; the caller sees only
-// the last response.
+// the last response. Retries are bounded by a retry budget in the shape of
+// gRPC's retryThrottling ([WithRetryBudget]; on with WithMaxRetries, 10
+// tokens and a ratio of 0.1 by default): a throttle spends a token, a
+// response not throttled earns a tenth of one back, and a retry is sent
+// only while more than half the tokens are left, so a server that
+// throttles every request sees at most 4 retries from a Transport in all
+// (per rule and key of the charges for [NewPool]), however many goroutines
+// share it. The budget is in the Transport's memory, in process and over
+// Redis alike: each replica of a fleet keeps its own.
 //
 // Every constructor takes functional options (WithBase, WithMaxRetries,
 // WithObserver, ...), as every package of ratesem does. A Transport is safe

@@ -20,6 +20,8 @@ type config struct {
 	throttledBody func(status int, h http.Header, body []byte) bool
 	backoffStart  time.Duration // ≤ 0: 200 ms
 	maxRetries    int           // ≤ 0: never retry
+	budgetTokens  int           // WithRetryBudget's maxTokens: 0 the default, < 0 off
+	budgetRatio   float64       // WithRetryBudget's tokenRatio: ≤ 0 or NaN the default
 	observer      func(ratesem.Event)
 }
 
@@ -30,6 +32,9 @@ func build(sel Selector, opts []Option) *Transport {
 		if o != nil {
 			o(&t.config)
 		}
+	}
+	if t.maxRetries > 0 {
+		t.budget = newRetryBudget(t.budgetTokens, t.budgetRatio)
 	}
 	return t
 }
@@ -99,7 +104,67 @@ func WithBackoffStart(d time.Duration) Option {
 // GetBody fails, a nil response and that error. Otherwise the caller sees
 // only the last response, which is still the throttled one when the
 // retries run out.
+//
+// Retries are also bounded by a retry budget, on whenever n > 0 (see
+// WithRetryBudget; by default 10 tokens and a ratio of 0.1): each throttle
+// the headers show spends a token, each response not throttled earns a
+// tenth of one back, and a throttled request is sent again only while more
+// than half the tokens are left. So a server that throttles every request
+// gets at most 4 retries in all from a Transport (per rule and key, for
+// NewPool), however many requests and goroutines; a retry the budget
+// refuses returns the throttled response, as when the retries run out
+// (and no Retried event is reported).
 func WithMaxRetries(n int) Option { return func(c *config) { c.maxRetries = n } }
+
+// WithRetryBudget sets the retry budget that bounds the retries of
+// WithMaxRetries, in the shape of gRPC's retryThrottling (maxTokens,
+// tokenRatio; the A6 design,
+// https://github.com/grpc/proposal/blob/master/A6-client-retries.md#throttling-retry-attempts-and-hedged-rpcs).
+// It has no effect without WithMaxRetries(n), n > 0.
+//
+// The budget starts full, at maxTokens tokens. Every response whose
+// headers show a throttle (WithThrottledBody's hook with body nil; by
+// default 429 or 418), a first attempt's or a retry's, takes 1 token (never
+// below 0); a throttle only the body shows also takes 1 (it is never
+// retried); every other response gives back tokenRatio tokens (never above
+// maxTokens); a base error (no response) neither takes nor gives. A
+// throttled response may be retried only when, its own token taken, more
+// than maxTokens/2 tokens are left. The take and the decision are one step
+// under a lock, so however many goroutines share the Transport, a server
+// that throttles every request sees at most ceil(maxTokens/2)−1 retries in
+// all from it, and in general retries ≤ maxTokens/2 + tokenRatio × (the
+// responses not throttled): a bounded fraction, tokenRatio, of the
+// successful requests, plus a fixed allowance.
+//
+// A Transport of NewPool keeps one budget per (rule, key) of a request's
+// charges (clientpool.Charge's Rule and Key) instead: a throttle takes a
+// token from the budget of every charge, a response not throttled gives
+// back to every one, and a retry needs every one above half, so a key
+// that keeps failing does not use up another key's retries. A request
+// with no charges (not limited) uses the Transport's own budget. Keys may
+// be chosen by callers, so memory is bounded: a key's budget back at full
+// is dropped, at most 1024 keys keep one of their own, and keys beyond
+// that share a single overflow budget (a key given room again starts from
+// the overflow's tokens, so its failures are never forgiven to make room):
+// with every request throttled, at most 1025 × (ceil(maxTokens/2)−1)
+// retries in all, whatever the number of keys.
+//
+// The budget lives in the Transport's memory, the same whether its Pool is
+// in process or shared over Redis (redisrate.Shared): each replica of a
+// fleet keeps its own, so R replicas send at most R times the bound.
+//
+// maxTokens: 0 means the default, 10 (the A6 design's example); a
+// negative maxTokens turns the budget off (retries bounded by
+// WithMaxRetries alone, as before budgets); above 1000 (gRPC's cap) it is
+// 1000. tokenRatio is kept to 3 decimals (as gRPC does), at least 0.001;
+// 0, negative, -Inf or NaN means the default, 0.1; a ratio of maxTokens or
+// more (+Inf too) refills the budget with each success. Every value is
+// valid: the Option never fails, and neither it nor the budget blocks (one
+// short critical section per response). The budget is safe for concurrent
+// use; a later WithRetryBudget wins, before or after WithMaxRetries.
+func WithRetryBudget(maxTokens int, tokenRatio float64) Option {
+	return func(c *config) { c.budgetTokens, c.budgetRatio = maxTokens, tokenRatio }
+}
 
 // WithObserver has the Transport tell obs what happens to each request, as
 // a ratesem.Event (Rule and Key empty): Admitted (Weight, and Wait, the time
@@ -108,8 +173,9 @@ func WithMaxRetries(n int) Option { return func(c *config) { c.maxRetries = n } 
 // Pause, the pause set, or for NewPool's limiter
 // the pause a retry waits, the limiter reporting its own; Source:
 // ratesem.SourceRetryAfter, ratesem.SourceBackoff, or ratesem.SourceBody
-// when only the body showed the throttle); Retried before each retry
-// (Attempt from 1, Wait the pause slept, Status of the throttled response);
+// when only the body showed the throttle); Retried before each retry sent
+// (Attempt from 1, Wait the pause slept, Status of the throttled response;
+// none for a retry the budget of WithRetryBudget refuses);
 // Unsettled (Weight) for a response whose call settles from its body (see
 // NewPool) closed before the body's end without being settled.
 // obs runs synchronously on the goroutine of RoundTrip (or of the caller's

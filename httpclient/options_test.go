@@ -193,13 +193,14 @@ func TestOptions(t *testing.T) {
 			between(t, "a day's Retry-After under a MaxInt64 cap", r.pauses[0], 24*time.Hour, 24*time.Hour+24*time.Hour/10+50*time.Millisecond)
 		})
 		synctest.Test(t, func(t *testing.T) {
-			// Endless retries of an endless throttle end with the context.
+			// Endless retries of an endless throttle end with the context
+			// (the retry budget off: it would stop them after 4).
 			var sends atomic.Int64
 			base := roundTripFunc(func(req *http.Request) (*http.Response, error) {
 				sends.Add(1)
 				return &http.Response{StatusCode: 429, Header: http.Header{"Retry-After": {"1"}}, Body: http.NoBody, Request: req}, nil
 			})
-			tr := httpclient.New(&fakeLimiter{}, httpclient.WithBase(base), httpclient.WithMaxRetries(math.MaxInt))
+			tr := httpclient.New(&fakeLimiter{}, httpclient.WithBase(base), httpclient.WithMaxRetries(math.MaxInt), httpclient.WithRetryBudget(-1, 0))
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://example.test/", nil)

@@ -38,8 +38,10 @@ import (
 //
 // By default each request is sent once; WithMaxRetries sends a request
 // again after a throttle its headers show: the retry is classified and
-// charged again, and waits out the pauses of its keys. NewPool panics if p
-// is nil. It does not block.
+// charged again, and waits out the pauses of its keys. Its retry budget
+// (WithRetryBudget) is kept per rule and key of the request's charges, in
+// the Transport's memory whether p is in process or shared over Redis.
+// NewPool panics if p is nil. It does not block.
 func NewPool(p *clientpool.Pool, opts ...Option) *Transport {
 	if p == nil {
 		panic("ratesem: NewPool with nil Pool")
@@ -102,7 +104,7 @@ func (c *poolCall) ObserveResponse(resp *http.Response) {
 
 // responseSettler is implemented by a Limiter whose calls settle their
 // weight from the response (a poolCall whose rules have Settle): Transport
-// keeps up to clientpool.MaxSettleBody bytes of the body as the caller reads
+// keeps up to peek.MaxSettle bytes (1 MiB) of the body as the caller reads
 // it and shows them to settleResponse before the units are released,
 // telling whether the body was read to its end (complete); settleResponse
 // returns true when a body closed before its end left a charge unsettled.

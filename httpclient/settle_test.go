@@ -60,8 +60,8 @@ func TestPoolSettlesFromBody(t *testing.T) {
 		{"closed unread", `{"id":"x","usage":{"total_tokens":20}}`, 5, false},
 		{"no usage", `{"id":"x"}`, -1, false},
 		{"negative usage", `{"usage":{"total_tokens":-50}}`, -1, false},
-		{"usage at the end of a body past MaxSettleBody", `{"pad":"` + strings.Repeat("a", 2*clientpool.MaxSettleBody) + `","usage":{"total_tokens":20}}`, -1, true},
-		{"usage before the last MaxSettleBody bytes", `{"usage":{"total_tokens":20},"pad":"` + strings.Repeat("a", clientpool.MaxSettleBody) + `"}`, -1, false},
+		{"usage at the end of a body past MaxSettleBody", `{"pad":"` + strings.Repeat("a", 2*httpclient.MaxSettleBody) + `","usage":{"total_tokens":20}}`, -1, true},
+		{"usage before the last MaxSettleBody bytes", `{"usage":{"total_tokens":20},"pad":"` + strings.Repeat("a", httpclient.MaxSettleBody) + `"}`, -1, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

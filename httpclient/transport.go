@@ -80,8 +80,9 @@ const defaultMaxRetryAfter = backoff.DefaultMaxPause
 //
 // Build one with [New], [NewSelect] or [NewPool]; its configuration cannot
 // change afterwards. A Transport is safe for concurrent use by multiple
-// goroutines: the one state it keeps, the streak of throttles that sets the
-// backoff, is shared by all of its requests and guarded by a mutex. It must
+// goroutines: the state it keeps, the streak of throttles that sets the
+// backoff and the retry budget ([WithRetryBudget]), is shared by all of its
+// requests and guarded by mutexes. It must
 // not be copied after first use. The zero Transport has no Selector:
 // RoundTrip returns an error for every request and sends none.
 type Transport struct {
@@ -94,6 +95,10 @@ type Transport struct {
 	mu        sync.Mutex
 	streak    int       // throttles in a row (a wave counts once)
 	lastPause time.Time // when the streak last grew (monotonic clock)
+
+	// budget is the retry budget (WithRetryBudget), nil when retries are
+	// off or the budget is; it has a lock of its own.
+	budget *retryBudget
 }
 
 // peekSize is the most bytes of a response body that Transport keeps for
@@ -195,20 +200,21 @@ var errNilSelect = errors.New("ratesem: Transport has no Selector; build it with
 // with the Retry-After capped or 0, and pauses the keys the response is
 // about; it also reads every response's usage headers first. Other
 // statuses, including 503, cause no pause. The request is sent again only when
-// [WithMaxRetries] is above 0, its headers showed the throttle and its body
-// can be replayed; see WithMaxRetries.
+// [WithMaxRetries] is above 0, its headers showed the throttle, its body
+// can be replayed and the retry budget allows it; see WithMaxRetries and
+// [WithRetryBudget].
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	orig := req
 	req = withReplayBody(req) // a body without GetBody: readable by the Selector
 	for attempt := 0; ; attempt++ {
-		resp, wait, err := t.roundTripOnce(req)
+		resp, wait, retry, err := t.roundTripOnce(req)
 		if resp != nil && req != orig && resp.Request == req {
 			// The clone withReplayBody or rewind made is ours: the caller
 			// sees its own request (and the clone, with a replayed body's
 			// buffer, is not kept alive by the response).
 			resp.Request = orig
 		}
-		if err != nil || wait <= 0 || attempt >= t.maxRetries || !replayable(req) {
+		if err != nil || wait <= 0 || !retry || attempt >= t.maxRetries || !replayable(req) {
 			return resp, err
 		}
 		// Give the throttled response back (its release lets the pause,
@@ -270,8 +276,9 @@ func rewind(req *http.Request) (*http.Request, error) {
 }
 
 // roundTripOnce sends req once. When the headers show a throttle it returns
-// the pause that throttle calls for (> 0), which a retry waits out.
-func (t *Transport) roundTripOnce(req *http.Request) (*http.Response, time.Duration, error) {
+// the pause that throttle calls for (> 0), which a retry waits out, and
+// whether the retry budget allows that retry (retry is true otherwise).
+func (t *Transport) roundTripOnce(req *http.Request) (_ *http.Response, _ time.Duration, retry bool, _ error) {
 	// Until req goes to the base, every way out (no Selector, a negative
 	// weight, a failed Acquire, a panic of the Selector or of an observer)
 	// closes req.Body: the RoundTripper contract has RoundTrip close it, and
@@ -292,12 +299,12 @@ func (t *Transport) roundTripOnce(req *http.Request) (*http.Response, time.Durat
 		}
 	}()
 	if t.sel == nil {
-		return nil, 0, errNilSelect
+		return nil, 0, false, errNilSelect
 	}
 	if l, n = t.sel(req); n < 0 {
 		err := fmt.Errorf("%w %d from the Selector for %s", ratesem.ErrNegativeWeight, n, describe(req))
 		t.observeFailed(n, time.Time{}, err)
-		return nil, 0, err
+		return nil, 0, false, err
 	}
 	if l != nil { // nil: the request is not limited
 		var since time.Time
@@ -306,7 +313,7 @@ func (t *Transport) roundTripOnce(req *http.Request) (*http.Response, time.Durat
 		}
 		if err := l.Acquire(req.Context(), n); err != nil {
 			t.observeFailed(n, since, err)
-			return nil, 0, prefixed(describe(req)+" not sent", err)
+			return nil, 0, false, prefixed(describe(req)+" not sent", err)
 		}
 		held = true
 		if t.observer != nil {
@@ -318,7 +325,7 @@ func (t *Transport) roundTripOnce(req *http.Request) (*http.Response, time.Durat
 	sent := time.Now()
 	resp, err := send(t.baseRT(), req)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, false, err
 	}
 	if o, ok := l.(responseObserver); ok {
 		o.ObserveResponse(resp)
@@ -327,8 +334,10 @@ func (t *Transport) roundTripOnce(req *http.Request) (*http.Response, time.Durat
 	// request from starting between the 429 and the pause.
 	var wait time.Duration
 	headerThrottled := t.throttled(resp.StatusCode, resp.Header, nil)
+	retry = true
 	if headerThrottled {
 		wait = t.pause(l, resp, nil, sent)
+		retry = t.budgetNote(l, true)
 	}
 	_, handler := l.(throttleHandler)
 	// The body is looked at only when it can change something: a hook that
@@ -337,9 +346,10 @@ func (t *Transport) roundTripOnce(req *http.Request) (*http.Response, time.Durat
 	watch := l != nil && (t.throttledBody != nil || (headerThrottled && handler))
 	if !headerThrottled && !watch {
 		t.noteStreak(sent, false)
+		t.budgetNote(l, false)
 	}
 	if l == nil {
-		return resp, wait, nil
+		return resp, wait, retry, nil
 	}
 	var settle func([]byte, bool)
 	if s, ok := l.(responseSettler); ok && s.wantsBody() {
@@ -367,7 +377,7 @@ func (t *Transport) roundTripOnce(req *http.Request) (*http.Response, time.Durat
 	} else {
 		resp.Body = body
 	}
-	return resp, wait, nil
+	return resp, wait, retry, nil
 }
 
 // bodySeen runs the body check of a response once its first bytes (up to
@@ -378,6 +388,7 @@ func (t *Transport) bodySeen(l Limiter, resp *http.Response, prefix []byte, head
 	if !t.throttled(resp.StatusCode, resp.Header, prefix) {
 		if !headerThrottled {
 			t.noteStreak(sent, false)
+			t.budgetNote(l, false)
 		}
 		return
 	}
@@ -392,6 +403,7 @@ func (t *Transport) bodySeen(l Limiter, resp *http.Response, prefix []byte, head
 		return
 	}
 	t.pause(l, resp, prefix, sent)
+	t.budgetNote(l, true) // no retry follows, but the throttle spends
 }
 
 // pause pauses l (nil: none) after a throttled response, reports it to the

@@ -45,7 +45,7 @@ func (t *Ticket) Settle(rule string, units int64) error {
 
 // WantsBody reports whether a rule of the ticket's charges reads the call's
 // true weight from its response (Rule.Settle): a transport should then keep
-// the response body's last MaxSettleBody bytes for SettleResponse. It never
+// the response body's last 1 MiB for SettleResponse. It never
 // blocks.
 func (t *Ticket) WantsBody() bool {
 	for i := range t.held {

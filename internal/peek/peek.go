@@ -21,6 +21,12 @@ const Max = 512
 // reads by it.
 const MaxReplay = 32 << 20
 
+// MaxSettle is the most bytes of a response body a clientpool Rule.Settle
+// function is shown: an httpclient.Transport keeps the last MaxSettle bytes
+// the caller read (1 MiB, the whole of most LLM replies; of a longer one,
+// its end, where the usage object is).
+const MaxSettle = 1 << 20
+
 // Code returns the top-level "code" field of a JSON object as text (a JSON
 // string as is, a number in its decimal form), or "" when body is not such
 // an object or has no code among its first Max bytes. A body cut short

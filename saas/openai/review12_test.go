@@ -117,7 +117,7 @@ func TestReview12CatchAllSmallLimitRefusesOtherModel(t *testing.T) {
 	})
 }
 
-// An embeddings reply of many vectors is longer than MaxSettleBody (1 MiB),
+// An embeddings reply of many vectors is longer than the 1 MiB a Settle sees,
 // and its usage object comes last: the call is not settled, so a call that
 // cost more than its estimate (CJK text, code: CharEstimator's characters
 // over 4 is below the truth, as its doc says, "rely on settling") is never
