@@ -221,8 +221,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		// already set, hold the retry), before the observer hears of the
 		// retry (it may panic), wait out the pause this response caused,
 		// and send again with a fresh body.
-		_, _ = io.CopyN(io.Discard, resp.Body, 4096)
-		resp.Body.Close()
+		drainClose(resp.Body)
 		if t.observer != nil {
 			t.observer(ratesem.Event{Kind: ratesem.Retried, Attempt: attempt + 1, Wait: wait, Status: resp.StatusCode})
 		}
@@ -240,6 +239,16 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			return nil, err
 		}
 	}
+}
+
+// drainClose reads at most 4 KiB of a throttled response RoundTrip is
+// about to retry and closes it, even when a hook that sees the body as it
+// is read (WithThrottledBody, a Table's ThrottleTargets) panics: the
+// response is RoundTrip's own, no caller could close it, and its close
+// releases the request's units.
+func drainClose(b io.ReadCloser) {
+	defer b.Close()
+	_, _ = io.CopyN(io.Discard, b, 4096)
 }
 
 // throttled reports whether a response is throttled, by the hook of
