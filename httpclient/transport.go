@@ -345,8 +345,11 @@ func (t *Transport) roundTripOnce(req *http.Request) (_ *http.Response, _ time.D
 	headerThrottled := t.throttled(resp.StatusCode, resp.Header, nil)
 	retry = true
 	if headerThrottled {
-		wait = t.pause(l, resp, nil, sent)
+		// The budget first: the pause calls the limiter's handler and the
+		// observer, which may panic, and the throttle takes its token
+		// whatever they do.
 		retry = t.budgetNote(l, true)
+		wait = t.pause(l, resp, nil, sent)
 	}
 	_, handler := l.(throttleHandler)
 	// The body is looked at only when it can change something: a hook that
@@ -411,8 +414,8 @@ func (t *Transport) bodySeen(l Limiter, resp *http.Response, prefix []byte, head
 		}
 		return
 	}
+	t.budgetNote(l, true) // no retry follows, but the throttle spends (before the pause's callbacks, which may panic)
 	t.pause(l, resp, prefix, sent)
-	t.budgetNote(l, true) // no retry follows, but the throttle spends
 }
 
 // pause pauses l (nil: none) after a throttled response, reports it to the
