@@ -94,8 +94,9 @@ func WithBackoffStart(d time.Duration) Option {
 // or the backoff of the current streak: never zero, never above the cap;
 // for NewPool's limiter, which sets pauses of its own, this
 // computation still sets the sleep); then sends a clone of the request with
-// a fresh body from GetBody (the caller's request is not modified) through
-// the Selector and Acquire again. So each attempt is a new request for the
+// a fresh body from GetBody (asked for before the sleep, and closed if the
+// retry is not sent; the caller's request is not modified) through the
+// Selector and Acquire again. So each attempt is a new request for the
 // limiter and the server: it acquires its weight again, waits out any pause
 // left on the limiter, and a throttled attempt grows the backoff streak
 // like any throttle. A request with no limiter (the Selector returned nil)
@@ -173,9 +174,11 @@ func WithRetryBudget(maxTokens int, tokenRatio float64) Option {
 // Pause, the pause set, or for NewPool's limiter
 // the pause a retry waits, the limiter reporting its own; Source:
 // ratesem.SourceRetryAfter, ratesem.SourceBackoff, or ratesem.SourceBody
-// when only the body showed the throttle); Retried before each retry sent
-// (Attempt from 1, Wait the pause slept, Status of the throttled response;
-// none for a retry the budget of WithRetryBudget refuses);
+// when only the body showed the throttle); Retried for each retry, once
+// its fresh body is in hand and before its sleep (Attempt from 1, Wait the
+// pause it sleeps, Status of the throttled response; none for a retry the
+// budget of WithRetryBudget refuses or whose GetBody fails; a retry whose
+// context ends during the sleep was reported but is never sent);
 // Unsettled (Weight) for a response whose call settles from its body (see
 // NewPool) closed before the body's end without being settled.
 // obs runs synchronously on the goroutine of RoundTrip (or of the caller's

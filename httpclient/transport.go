@@ -218,12 +218,22 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			return resp, err
 		}
 		// Give the throttled response back (its release lets the pause,
-		// already set, hold the retry), before the observer hears of the
-		// retry (it may panic), wait out the pause this response caused,
-		// and send again with a fresh body.
+		// already set, hold the retry), get the retry's fresh body, tell
+		// the observer (it may panic), wait out the pause this response
+		// caused, and send again.
 		drainClose(resp.Body)
+		// The retry's body is asked for first: a retry whose GetBody fails
+		// is never sent, so it is not reported as Retried.
+		next, err := rewind(req)
+		if err != nil {
+			return nil, err
+		}
+		var fresh io.Closer // next's body, ours until it is sent
+		if next != req && next.Body != nil {
+			fresh = next.Body
+		}
 		if t.observer != nil {
-			t.observer(ratesem.Event{Kind: ratesem.Retried, Attempt: attempt + 1, Wait: wait, Status: resp.StatusCode})
+			t.observeRetried(ratesem.Event{Kind: ratesem.Retried, Attempt: attempt + 1, Wait: wait, Status: resp.StatusCode}, fresh)
 		}
 		// Sleep on the Transport's clock, or until the context is done.
 		after := time.After // its timer is collected once it is unreachable
@@ -233,12 +243,26 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		select {
 		case <-after(wait):
 		case <-req.Context().Done():
+			if fresh != nil {
+				fresh.Close()
+			}
 			return nil, prefixed("waiting to retry "+describe(req), req.Context().Err())
 		}
-		if req, err = rewind(req); err != nil {
-			return nil, err
-		}
+		req = next
 	}
+}
+
+// observeRetried reports a Retried event; fresh (nil: none), the body of the
+// retry not sent yet, is closed when the observer panics.
+func (t *Transport) observeRetried(e ratesem.Event, fresh io.Closer) {
+	done := false
+	defer func() {
+		if !done && fresh != nil {
+			fresh.Close()
+		}
+	}()
+	t.observer(e)
+	done = true
 }
 
 // drainClose reads at most 4 KiB of a throttled response RoundTrip is
