@@ -1,6 +1,7 @@
 package httpclient
 
 import (
+	"encoding/binary"
 	"hash/maphash"
 	"math"
 	"slices"
@@ -52,8 +53,8 @@ type retryBudget struct {
 
 	mu     sync.Mutex
 	tokens int64 // the Transport's own budget
-	// keys holds the (rule, key) budgets below full, by a hash of rule and
-	// key (a collision only merges two budgets: fewer retries, never more);
+	// keys holds the (rule, key) budgets below full, by a seeded hash of
+	// rule and key (keyOf; not the strings, whose length callers choose);
 	// a budget back at full carries no information and is dropped. A key
 	// without an entry shares overflow: on its first throttle it gets an
 	// entry starting from overflow's tokens while there is room (so a key
@@ -88,12 +89,17 @@ func newRetryBudget(maxTokens int, ratio float64) *retryBudget {
 		tokens: full, overflow: full, keys: map[uint64]int64{}}
 }
 
-// keyOf hashes a charge's rule and key.
+// keyOf hashes a charge's rule and key. The rule goes in with its length
+// first, so no two (rule, key) pairs hash the same bytes (rule "a" key
+// "b\x00c" and rule "a\x00b" key "c" would with a separator: a rule name
+// may hold any byte); distinct pairs share a hash only by a 64-bit
+// accident under a seed chosen per Transport.
 func (b *retryBudget) keyOf(c clientpool.Charge) uint64 {
 	var h maphash.Hash
 	h.SetSeed(b.seed)
+	var n [binary.MaxVarintLen64]byte
+	h.Write(binary.AppendUvarint(n[:0], uint64(len(c.Rule))))
 	h.WriteString(c.Rule)
-	h.WriteByte(0)
 	h.WriteString(c.Key)
 	return h.Sum64()
 }
