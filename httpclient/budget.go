@@ -13,10 +13,11 @@ import (
 // The retry budget follows gRPC's retryThrottling (the A6 design,
 // https://github.com/grpc/proposal/blob/master/A6-client-retries.md#throttling-retry-attempts-and-hedged-rpcs):
 // tokens start at maxTokens; each response whose headers show a throttle
-// takes 1 token (never below 0), each response not throttled gives back
-// tokenRatio (never above maxTokens), and a throttled response may be
-// retried only when, after its own token is taken, more than maxTokens/2
-// are left. Tokens are kept in thousandths (gRPC keeps 3 decimals of the
+// takes 1 token (never below 0), each success (a response not throttled,
+// status below 400) gives back tokenRatio (never above maxTokens), other
+// failures change nothing (A6 counts only retryable ones), and a throttled
+// response may be retried only when, after its own token is taken, more
+// than maxTokens/2 are left. Tokens are kept in thousandths (gRPC keeps 3 decimals of the
 // ratio), so the arithmetic is exact.
 const (
 	milli = 1000
@@ -192,11 +193,14 @@ type budgetCharged interface {
 func (c *poolCall) retryCharges() []clientpool.Charge { return c.charges }
 
 // budgetNote notes in the Transport's retry budget (if it has one) a
-// response of a request under l, throttled or not, and reports whether a
-// retry is allowed (true when the Transport has no budget).
-func (t *Transport) budgetNote(l Limiter, throttled bool) bool {
+// response of a request under l, with status, throttled or not, and
+// reports whether a retry is allowed (true when the Transport has no
+// budget). A throttle spends; a success (not throttled, status below 400)
+// earns; any other response (a 4xx or 5xx that is not a throttle) neither
+// spends nor earns, as A6 counts only retryable failures and successes.
+func (t *Transport) budgetNote(l Limiter, status int, throttled bool) bool {
 	b := t.budget
-	if b == nil {
+	if b == nil || (!throttled && status >= 400) {
 		return true
 	}
 	var charges []clientpool.Charge

@@ -36,7 +36,7 @@
 // the last response. Retries are bounded by a retry budget in the shape of
 // gRPC's retryThrottling ([WithRetryBudget]; on with WithMaxRetries, 10
 // tokens and a ratio of 0.1 by default): a throttle spends a token, a
-// response not throttled earns a tenth of one back, and a retry is sent
+// success (below 400) earns a tenth of one back, and a retry is sent
 // only while more than half the tokens are left, so a server that
 // throttles every request sees at most 4 retries from a Transport in all
 // (per rule and key of the charges for [NewPool]), however many goroutines

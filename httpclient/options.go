@@ -108,8 +108,8 @@ func WithBackoffStart(d time.Duration) Option {
 //
 // Retries are also bounded by a retry budget, on whenever n > 0 (see
 // WithRetryBudget; by default 10 tokens and a ratio of 0.1): each throttle
-// the headers show spends a token, each response not throttled earns a
-// tenth of one back, and a throttled request is sent again only while more
+// the headers show spends a token, each success (a response not
+// throttled, status below 400) earns a tenth of one back, and a throttled request is sent again only while more
 // than half the tokens are left. So a server that throttles every request
 // gets at most 4 retries in all from a Transport (per rule and key, for
 // NewPool), however many requests and goroutines; a retry the budget
@@ -127,15 +127,24 @@ func WithMaxRetries(n int) Option { return func(c *config) { c.maxRetries = n } 
 // headers show a throttle (WithThrottledBody's hook with body nil; by
 // default 429 or 418), a first attempt's or a retry's, takes 1 token (never
 // below 0); a throttle only the body shows also takes 1 (it is never
-// retried); every other response gives back tokenRatio tokens (never above
-// maxTokens); a base error (no response) neither takes nor gives. A
-// throttled response may be retried only when, its own token taken, more
-// than maxTokens/2 tokens are left. The take and the decision are one step
-// under a lock, so however many goroutines share the Transport, a server
-// that throttles every request sees at most ceil(maxTokens/2)−1 retries in
-// all from it, and in general retries ≤ maxTokens/2 + tokenRatio × (the
-// responses not throttled): a bounded fraction, tokenRatio, of the
-// successful requests, plus a fixed allowance.
+// retried); every success, a response not throttled with a status below
+// 400, gives back tokenRatio tokens (never above maxTokens); any other
+// response (a 4xx or 5xx that is not a throttle: 503 too) and a base error
+// (no response) neither take nor give, as A6 counts only retryable
+// failures and successes. With a WithThrottledBody hook the body may still
+// show a throttle, so a response whose headers do not show one counts when
+// its body check runs (512 bytes read, io.EOF or Close): a response never
+// read nor closed takes and gives nothing. A throttled response may be
+// retried only when, its own token taken, more than maxTokens/2 tokens are
+// left. The take and the decision are one step under a lock, so however
+// many goroutines share the Transport, a server that throttles every
+// request sees at most ceil(maxTokens/2)−1 retries in all from it, and in
+// general retries < maxTokens/2 + tokenRatio × (the successes): a bounded
+// fraction, tokenRatio, of the successful requests, plus a fixed allowance.
+// Only successes earn tokens back, never time (gRPC's budget has no clock
+// either): a budget left below half stays there, whatever the time, until
+// more than (maxTokens/2+1)/tokenRatio successes (61 with the defaults,
+// from empty) earn a retry back.
 //
 // A Transport of NewPool keeps one budget per (rule, key) of a request's
 // charges (clientpool.Charge's Rule and Key) instead: a throttle takes a
@@ -144,11 +153,18 @@ func WithMaxRetries(n int) Option { return func(c *config) { c.maxRetries = n } 
 // that keeps failing does not use up another key's retries. A request
 // with no charges (not limited) uses the Transport's own budget. Keys may
 // be chosen by callers, so memory is bounded: a key's budget back at full
-// is dropped, at most 1024 keys keep one of their own, and keys beyond
-// that share a single overflow budget (a key given room again starts from
-// the overflow's tokens, so its failures are never forgiven to make room):
-// with every request throttled, at most 1025 × (ceil(maxTokens/2)−1)
-// retries in all, whatever the number of keys.
+// is dropped, at most 1024 keys below full keep one of their own, and keys
+// beyond that share a single overflow budget (a key given room again
+// starts from the overflow's tokens, so its failures are never forgiven to
+// make room): with every request throttled, at most 1025 ×
+// (ceil(maxTokens/2)−1) retries in all for the requests with charges,
+// whatever the number of keys (and ceil(maxTokens/2)−1 more from the
+// Transport's own budget for those without). A key below full keeps its
+// place until its own successes fill it: after 1024 keys were left below
+// full and never heard from again, every new key shares the overflow. A
+// hash of each rule and key is kept, not the strings, whose length callers
+// choose; the work per response is one lock and, for n charges, n hashes
+// and O(n log n) to drop duplicates.
 //
 // The budget lives in the Transport's memory, the same whether its Pool is
 // in process or shared over Redis (redisrate.Shared): each replica of a
@@ -178,7 +194,8 @@ func WithRetryBudget(maxTokens int, tokenRatio float64) Option {
 // its fresh body is in hand and before its sleep (Attempt from 1, Wait the
 // pause it sleeps, Status of the throttled response; none for a retry the
 // budget of WithRetryBudget refuses or whose GetBody fails; a retry whose
-// context ends during the sleep was reported but is never sent);
+// context ends during the sleep, or whose Acquire then fails, was reported
+// but is never sent);
 // Unsettled (Weight) for a response whose call settles from its body (see
 // NewPool) closed before the body's end without being settled.
 // obs runs synchronously on the goroutine of RoundTrip (or of the caller's

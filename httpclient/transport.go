@@ -372,7 +372,7 @@ func (t *Transport) roundTripOnce(req *http.Request) (_ *http.Response, _ time.D
 		// The budget first: the pause calls the limiter's handler and the
 		// observer, which may panic, and the throttle takes its token
 		// whatever they do.
-		retry = t.budgetNote(l, true)
+		retry = t.budgetNote(l, resp.StatusCode, true)
 		wait = t.pause(l, resp, nil, sent)
 	}
 	_, handler := l.(throttleHandler)
@@ -382,7 +382,7 @@ func (t *Transport) roundTripOnce(req *http.Request) (_ *http.Response, _ time.D
 	watch := l != nil && (t.throttledBody != nil || (headerThrottled && handler))
 	if !headerThrottled && !watch {
 		t.noteStreak(sent, false)
-		t.budgetNote(l, false)
+		t.budgetNote(l, resp.StatusCode, false)
 	}
 	if l == nil {
 		return resp, wait, retry, nil
@@ -424,7 +424,7 @@ func (t *Transport) bodySeen(l Limiter, resp *http.Response, prefix []byte, head
 	if !t.throttled(resp.StatusCode, resp.Header, prefix) {
 		if !headerThrottled {
 			t.noteStreak(sent, false)
-			t.budgetNote(l, false)
+			t.budgetNote(l, resp.StatusCode, false)
 		}
 		return
 	}
@@ -438,7 +438,7 @@ func (t *Transport) bodySeen(l Limiter, resp *http.Response, prefix []byte, head
 		}
 		return
 	}
-	t.budgetNote(l, true) // no retry follows, but the throttle spends (before the pause's callbacks, which may panic)
+	t.budgetNote(l, resp.StatusCode, true) // no retry follows, but the throttle spends (before the pause's callbacks, which may panic)
 	t.pause(l, resp, prefix, sent)
 }
 
