@@ -360,29 +360,31 @@ func (t *Transport) roundTripOnce(req *http.Request) (_ *http.Response, _ time.D
 	if err != nil {
 		return nil, 0, false, err
 	}
+	headerThrottled := t.throttled(resp.StatusCode, resp.Header, nil)
+	_, handler := l.(throttleHandler)
+	// The body is looked at only when it can change something: a hook that
+	// reads it, or a handler that refines which keys a throttle is about;
+	// and only under a limiter, whose units it holds.
+	watch := l != nil && (t.throttledBody != nil || (headerThrottled && handler))
+	// The budget first: the observer of the usage headers (a Rule's
+	// Usage), the limiter's handler and the Transport's observer run
+	// next and may panic, and the response counts whatever they do.
+	retry = true
+	if headerThrottled {
+		retry = t.budgetNote(l, resp.StatusCode, true)
+	} else if !watch {
+		t.budgetNote(l, resp.StatusCode, false)
+	}
 	if o, ok := l.(responseObserver); ok {
 		o.ObserveResponse(resp)
 	}
 	// Pause before anything is released: the slot we hold keeps the next
 	// request from starting between the 429 and the pause.
 	var wait time.Duration
-	headerThrottled := t.throttled(resp.StatusCode, resp.Header, nil)
-	retry = true
 	if headerThrottled {
-		// The budget first: the pause calls the limiter's handler and the
-		// observer, which may panic, and the throttle takes its token
-		// whatever they do.
-		retry = t.budgetNote(l, resp.StatusCode, true)
 		wait = t.pause(l, resp, nil, sent)
-	}
-	_, handler := l.(throttleHandler)
-	// The body is looked at only when it can change something: a hook that
-	// reads it, or a handler that refines which keys a throttle is about;
-	// and only under a limiter, whose units it holds.
-	watch := l != nil && (t.throttledBody != nil || (headerThrottled && handler))
-	if !headerThrottled && !watch {
+	} else if !watch {
 		t.noteStreak(sent, false)
-		t.budgetNote(l, resp.StatusCode, false)
 	}
 	if l == nil {
 		return resp, wait, retry, nil
