@@ -3,6 +3,7 @@ package httpclient_test
 import (
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"strings"
 	"testing"
@@ -41,10 +42,12 @@ func TestRetryBudgetOptionOrder(t *testing.T) {
 // With a WithThrottledBody hook the body can still show a throttle, so a
 // response whose headers do not earns only when its body check runs (512
 // bytes read, io.EOF or Close): a response never read nor closed leaves
-// the budget as it was. Without a hook it earns when the headers arrive.
+// the budget as it was. Without a hook, or without a limiter (no body
+// check then), it earns when the headers arrive.
 func TestRetryBudgetUnclosedResponses(t *testing.T) {
-	for _, hook := range []bool{false, true} {
-		t.Run(fmt.Sprintf("hook=%v", hook), func(t *testing.T) {
+	for _, c := range []struct{ hook, limited bool }{{false, true}, {true, true}, {true, false}} {
+		hook := c.hook
+		t.Run(fmt.Sprintf("hook=%v/limited=%v", c.hook, c.limited), func(t *testing.T) {
 			srv := &budgetServer{throttle: func(i int64, _ *http.Request) bool { return i < 3 }}
 			opts := []httpclient.Option{httpclient.WithBase(srv), httpclient.WithMaxRetries(1), httpclient.WithClock(instantClock{})}
 			if hook {
@@ -52,7 +55,11 @@ func TestRetryBudgetUnclosedResponses(t *testing.T) {
 					return status == http.StatusTooManyRequests || strings.Contains(string(body), "50011")
 				}))
 			}
-			tr := httpclient.New(&fakeLimiter{}, opts...)
+			var l httpclient.Limiter
+			if c.limited {
+				l = &fakeLimiter{}
+			}
+			tr := httpclient.New(l, opts...)
 			sendAll(t, tr, 2, 1, plainURL) // 3 throttles (one a retry), 1 success: 7100
 			tokens := func() int64 { _, tok, _ := httpclient.BudgetKeys(tr); return tok }
 			if got := tokens(); got != 7100 {
@@ -68,7 +75,7 @@ func TestRetryBudgetUnclosedResponses(t *testing.T) {
 				open = append(open, resp)
 			}
 			want := int64(7600)
-			if hook {
+			if hook && c.limited {
 				want = 7100
 			}
 			if got := tokens(); got != want {
@@ -109,5 +116,30 @@ func TestRetryBudgetStaleKeysKeepTheirPlace(t *testing.T) {
 	sendAll(t, tr, 1, 1, instURL("gone-new"))
 	if got := srv.sends.Load() - before - 31; got != 4 {
 		t.Errorf("two new failing keys got %d retries in all, want 4 (one shared overflow budget)", got)
+	}
+}
+
+// The thousandths never overflow nor pass maxTokens: with maxTokens 1000
+// (1,000,000 thousandths) and ratios up to +Inf, a budget drained to 0
+// is full again after one success (999.9996 rounds to 1000: full), and
+// 1000 more successes leave it exactly full; 999.999 leaves it 1 short.
+func TestRetryBudgetHugeRatio(t *testing.T) {
+	for _, c := range []struct {
+		ratio float64
+		want  int64
+	}{{math.Inf(1), 1_000_000}, {1e308, 1_000_000}, {999.9996, 1_000_000}, {999.999, 999_999}, {1000, 1_000_000}} {
+		s := newBudgetSteps(t, httpclient.WithRetryBudget(1000, c.ratio), httpclient.WithMaxRetries(1))
+		s.run(1000, true) // 2000 throttles: drained to 0
+		if _, tok, _ := httpclient.BudgetKeys(s.tr.(*httpclient.Transport)); tok != 0 {
+			t.Fatalf("ratio %v: %d thousandths after draining, want 0", c.ratio, tok)
+		}
+		s.run(1, false)
+		if _, tok, _ := httpclient.BudgetKeys(s.tr.(*httpclient.Transport)); tok != c.want {
+			t.Errorf("ratio %v: %d thousandths after one success, want %d", c.ratio, tok, c.want)
+		}
+		s.run(1000, false)
+		if _, tok, _ := httpclient.BudgetKeys(s.tr.(*httpclient.Transport)); tok != 1_000_000 {
+			t.Errorf("ratio %v: %d thousandths after 1001 successes, want 1000000", c.ratio, tok)
+		}
 	}
 }
