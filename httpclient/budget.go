@@ -138,16 +138,26 @@ func (b *retryBudget) spend(charges []clientpool.Charge) bool {
 	return ok
 }
 
-// earn gives tokenRatio back to each budget of a response not throttled;
-// a key's budget back at full is dropped.
+// earn gives tokenRatio back to each budget of a success; a key's budget
+// back at full is dropped. While no key is below full it hashes nothing.
 func (b *retryBudget) earn(charges []clientpool.Charge) {
-	hs := b.hashes(charges)
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	if len(hs) == 0 {
+	if len(charges) == 0 {
 		b.tokens = min(b.tokens+b.ratio, b.max)
+		b.mu.Unlock()
 		return
 	}
+	if len(b.keys) == 0 {
+		// No key below full (the healthy case): every charge shares the
+		// overflow, so nothing is hashed.
+		b.overflow = min(b.overflow+b.ratio, b.max)
+		b.mu.Unlock()
+		return
+	}
+	b.mu.Unlock()
+	hs := b.hashes(charges) // outside the lock; what it finds is decided below
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	overflowEarned := false
 	for _, h := range hs {
 		v, found := b.keys[h]
