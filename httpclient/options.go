@@ -108,9 +108,10 @@ func WithBackoffStart(d time.Duration) Option {
 //
 // Retries are also bounded by a retry budget, on whenever n > 0 (see
 // WithRetryBudget; by default 10 tokens and a ratio of 0.1): each throttle
-// the headers show spends a token, each success (a response not
-// throttled, status below 400) earns a tenth of one back, and a throttled request is sent again only while more
-// than half the tokens are left. So a server that throttles every request
+// (the headers' or only the body's) spends a token, each success (a
+// response not throttled, status below 400) earns a tenth of one back, and
+// a throttled request is sent again only while more than half the tokens
+// are left. So a server that throttles every request
 // gets at most 4 retries in all from a Transport (per rule and key, for
 // NewPool), however many requests and goroutines; a retry the budget
 // refuses returns the throttled response, as when the retries run out
