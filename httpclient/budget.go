@@ -47,7 +47,7 @@ const (
 // requests can never retry past the bound between them.
 type retryBudget struct {
 	max   int64 // tokens at full, in thousandths
-	ratio int64 // thousandths given back by a response not throttled
+	ratio int64 // thousandths given back by a success
 
 	seed    maphash.Seed
 	maxKeys int

@@ -111,9 +111,9 @@ func WithBackoffStart(d time.Duration) Option {
 // (the headers' or only the body's) spends a token, each success (a
 // response not throttled, status below 400) earns a tenth of one back, and
 // a throttled request is sent again only while more than half the tokens
-// are left. So a server that throttles every request
-// gets at most 4 retries in all from a Transport (per rule and key, for
-// NewPool), however many requests and goroutines; a retry the budget
+// are left. So a server that throttles every request gets at most 4
+// retries in all from a Transport (per rule and key, for NewPool), however
+// many requests and goroutines; a retry the budget
 // refuses returns the throttled response, as when the retries run out
 // (and no Retried event is reported).
 func WithMaxRetries(n int) Option { return func(c *config) { c.maxRetries = n } }
@@ -151,8 +151,8 @@ func WithMaxRetries(n int) Option { return func(c *config) { c.maxRetries = n } 
 //
 // A Transport of NewPool keeps one budget per (rule, key) of a request's
 // charges (clientpool.Charge's Rule and Key) instead: a throttle takes a
-// token from the budget of every charge, a response not throttled gives
-// back to every one, and a retry needs every one above half, so a key
+// token from the budget of every charge, a success gives back to every
+// one, and a retry needs every one above half, so a key
 // that keeps failing does not use up another key's retries. A request
 // with no charges (not limited) uses the Transport's own budget. Keys may
 // be chosen by callers, so memory is bounded: a key's budget back at full
