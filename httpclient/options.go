@@ -135,8 +135,9 @@ func WithMaxRetries(n int) Option { return func(c *config) { c.maxRetries = n } 
 // failures and successes. With a WithThrottledBody hook the body may still
 // show a throttle, so a response of a request under a limiter whose
 // headers do not show one counts when its body check runs (512 bytes read,
-// io.EOF or Close): such a response never read nor closed takes and gives
-// nothing. (A request the Selector gave no limiter has no body check: it
+// io.EOF or Close), as the hook judges what the caller read (one closed
+// unread is judged on an empty body); such a response never read nor
+// closed takes and gives nothing. (A request the Selector gave no limiter has no body check: it
 // counts at its headers.) A throttled response may be
 // retried only when, its own token taken, more than maxTokens/2 tokens are
 // left. The take and the decision are one step under a lock, so however
