@@ -36,9 +36,12 @@ const (
 	// Paused: (Rule, Key) holds new starts until Until, a pause of Pause
 	// from the event; Source says what set it.
 	Paused
-	// Retried: a throttled request (Status) will be sent again once it has
-	// slept Wait, the pause its throttle set; Attempt numbers the retry (1
-	// for the first). Reported before the sleep.
+	// Retried: a throttled request (Status) is to be sent again once it
+	// has slept Wait, the pause its throttle set, as its retries and retry
+	// budget allow (httpclient.WithMaxRetries); Attempt numbers the retry
+	// (1 for the first). Reported before the sleep: a retry whose context
+	// ends during the sleep, or whose Acquire then fails, is reported but
+	// never sent.
 	Retried
 	// Evicted: the idle limiter of (Rule, Key) was dropped; its window had
 	// forgotten every call.

@@ -64,7 +64,8 @@ type MetricsSnapshot struct {
 	Throttled uint64
 	// Paused counts the pauses set (Paused events).
 	Paused uint64
-	// Retried counts the retries a Transport made (Retried events).
+	// Retried counts the retries a Transport decided to send (Retried
+	// events; one whose context ended during its sleep was not sent).
 	Retried uint64
 	// Evicted counts the idle limiters a Pool dropped (Evicted events).
 	Evicted uint64
