@@ -209,7 +209,7 @@ func TestLearnedThroughEngineReal(t *testing.T) {
 		t.Fatalf("the other process: %+v %v; want the learned limit adopted", o4, err)
 	}
 	got := make(chan int64, 1)
-	e2.BudgetThen("s", rstore.Charge{Rule: "r", Key: "k", Spec: learned}, 1, 30*time.Second, 0, func(taken int64, err error) {
+	e2.BudgetThen("s", rstore.Charge{Rule: "r", Key: "k", Spec: learned}, 1, 30*time.Second, 0, "", func(taken int64, err error) {
 		if err != nil {
 			t.Error(err)
 		}

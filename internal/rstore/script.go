@@ -1,6 +1,12 @@
 package rstore
 
-import goredis "github.com/redis/go-redis/v9"
+import (
+	"strconv"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/ratesem/ratesem/internal/rspec"
+)
 
 // The Lua side. Every script takes KEYS in groups of three per charge (the
 // limiter's hash H, its sorted set of leases F, its sorted set log Z), then
@@ -116,11 +122,13 @@ local function lim(i)
   L.z = L.z or 0
   L.t0 = math.max(now, L.m or 0) -- time never goes back for one limiter
   L.usesm = (fs[1] == 'm')
-  -- a quota also while it holds leases taken under the limit it had
-  -- before (a key that learned it counts in the server's windows while
-  -- calls were in flight): they end as their calls end, not at their
-  -- leases' ends, and meanwhile the calls admitted take leases too
-  L.leased = L.kind == 1 or L.kind == 2 or L.conc > 0 or (L.kind == 10 and L.fc > 0)
+  -- a quota always: its calls in flight are known to the fleet, so that
+  -- a window that ends without a report allows N less them (they may
+  -- arrive in it; as in process), and a budget report subtracts those
+  -- the server may not have counted; leases taken under the limit it had
+  -- before (a key that learned it while calls were in flight) end as
+  -- their calls end too
+  L.leased = L.kind == 1 or L.kind == 2 or L.conc > 0 or L.kind == 10
   L.logged = L.kind == 1 or L.kind == 3
   return L
 end
@@ -1175,9 +1183,11 @@ return extra
 // budgetScript takes in a server's report of a quota limiter's budget
 // (charge 1, kind 10): ARGV[3] is "remaining:reset:own", the units the
 // server says remain in its window, the µs from now until that window
-// ends (at most Per and a second), and the units of the reporting call if
-// it is still in flight here (leased: the server counted them, and so do
-// the calls in flight). The budget is what remains less the fleet's calls
+// ends (at most Per and rspec.MaxResetOver), and the units of the reporting call if
+// it is still in flight here (leased under the member prefix ARGV[2] of
+// its token, "" to take
+// them as leased: the server counted them, and so do the calls in
+// flight). The budget is what remains less the fleet's calls
 // in flight the server may not have counted yet: a report of a window
 // ending more than max(1 s, Per/2) after the one kept starts a new window
 // with it; another only lowers the budget. Reply: the units taken in (the
@@ -1192,9 +1202,12 @@ if L.kind ~= 10 then return redis.error_reply('ERR ratesem: not a quota limiter'
 prepare(L)
 local r, rin, own = string.match(ARGV[3], '^(%d+):(%d+):(%d+)$')
 r, rin, own = tonumber(r), tonumber(rin), tonumber(own)
+-- the reporting call counts in f only while its lease is held (its
+-- release may have reached Redis first)
+if own ~= nil and own > 0 and ARGV[2] ~= '' and not redis.call('ZSCORE', L.F, ARGV[2] .. ':' .. own) then own = 0 end
 local old = L.B
 if r ~= nil and rin > 0 then
-  local R = L.t0 + math.min(rin, L.per + 1000000)
+  local R = L.t0 + math.min(rin, L.per + ` + strconv.FormatInt(rspec.MaxResetOver.Microseconds(), 10) + `)
   local b = math.max(math.min(r, L.N) - math.max(L.f - own, 0), 0)
   if R > L.R + math.max(1000000, fdiv(L.per, 2)) then
     set(L, 'R', R); set(L, 'B', b)
