@@ -168,3 +168,31 @@ func TestAdaptiveLearnQuotaKeepsOthersLimit(t *testing.T) {
 		return []int64{int64(n), lim}
 	})
 }
+
+// TestLearnWindowFollowsReportsBothModes: the end of the server's window
+// a key keeps follows the replies of that window, in both modes: a reply
+// that names an end later than the one the key kept (the key's first
+// window, guessed at a Per from when it learned its limit, ends before the
+// server's) moves it there, so that the key's window does not end (and
+// refill to N) while the server's still holds what that reply said
+// remains. Per 4 s: the first reply names a window ending in 300 ms; the
+// next, 1.5 s later, 1 left until 2.5 s from then; 2.7 s later (past the
+// window the key guessed, before the server's ends) 1 call is admitted,
+// not 5.
+func TestLearnWindowFollowsReportsBothModes(t *testing.T) {
+	per := 4 * time.Second
+	table := clientpool.Table{Rules: []clientpool.Rule{quotaLearnRule(per)}}
+	inBothModes(t, table, []int64{1}, func(t *testing.T, mk func() *clientpool.Pool) []int64 {
+		p := mk()
+		ch := clientpool.Charge{Rule: "api", Key: "k", Weight: 1}
+		tk := acquire(t, p, ch)
+		tk.ObserveHeaders(learnReply(5, 4, 300))
+		tk.Release()
+		time.Sleep(300*time.Millisecond + clientpool.ResetMargin + 200*time.Millisecond)
+		tk = acquire(t, p, ch)
+		tk.ObserveHeaders(learnReply(5, 1, 2500))
+		tk.Release()
+		time.Sleep(2700 * time.Millisecond)
+		return []int64{int64(holdN(t, p, ch, 40))}
+	})
+}

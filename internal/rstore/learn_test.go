@@ -285,3 +285,34 @@ func TestQuotaCountsCallsInFlight(t *testing.T) {
 		t.Fatal("refused 6 of a budget of 9 less 3 in flight")
 	}
 }
+
+// A report of the window a quota keeps (not a new one) that names a later
+// end moves the end there (the window the limiter rolled to on its own
+// may end before the server's), and one naming an earlier end does not:
+// the budget holds until the latest end a report named.
+func TestQuotaReportMovesEndLater(t *testing.T) {
+	clk := newClock()
+	s1, s2 := twoStores(t, clk)
+	ctx := context.Background()
+	q := &Spec{Kind: Quota, Limit: window.Limit{N: 10, Per: 10 * time.Second}}
+	ch := func(w int64) []Charge { return []Charge{{Rule: "q", Key: "k", Spec: q, Weight: w}} }
+	d, err := s1.Admit(ctx, "sc", ch(1)) // rolls a window ending in 10 s
+	if err != nil || !d.OK {
+		t.Fatalf("%+v %v", d, err)
+	}
+	if err := s1.Release(ctx, "sc", ch(1), d.Token); err != nil {
+		t.Fatal(err)
+	}
+	clk.add(2 * time.Second)
+	// ends in 12 s: 4 s after the kept end, less than max(1 s, Per/2) = 5 s
+	if _, err := s2.Budget(ctx, "sc", ch(0)[0], 0, 12*time.Second, 0, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s2.Budget(ctx, "sc", ch(0)[0], 0, 3*time.Second, 0, ""); err != nil {
+		t.Fatal(err)
+	}
+	clk.add(9 * time.Second) // past the end rolled to (10 s), before the server's (14 s)
+	if d, _ := s1.Admit(ctx, "sc", ch(1)); d.OK || d.Wait != 3*time.Second {
+		t.Fatalf("after the end rolled to, before the server's: %+v; want refused until the server's (3 s)", d)
+	}
+}

@@ -1239,7 +1239,8 @@ func (s *Store) SetLimit(ctx context.Context, scope string, c Charge) error {
 // is a new window: it sets the budget and the window's end, even higher
 // than it was. Any other report only lowers the budget (the server's
 // remaining only falls within a window; a report can only tighten), and
-// never moves the window's end. A report whose window has ended (resetIn
+// moves the window's end only later (to its own: the window the limiter
+// rolled to on its own may end before the server's). A report whose window has ended (resetIn
 // ≤ 0) changes nothing. Admissions take their units from the budget and,
 // when it is short, wait until the window ends (Decision.Wait), across
 // every process; a window that ends without a report rolls to one of Per

@@ -1190,7 +1190,8 @@ return extra
 // flight). The budget is what remains less the fleet's calls
 // in flight the server may not have counted yet: a report of a window
 // ending more than max(1 s, Per/2) after the one kept starts a new window
-// with it; another only lowers the budget. Reply: the units taken in (the
+// with it; another only lowers the budget, and moves the window's end
+// only later. Reply: the units taken in (the
 // budget's drop; negative when a new window raised it), or {-1, charge,
 // stored} for a spec mismatch, or an error reply for a limiter that is
 // not a quota (its stored spec another kind).
@@ -1211,8 +1212,12 @@ if r ~= nil and rin > 0 then
   local b = math.max(math.min(r, L.N) - math.max(L.f - own, 0), 0)
   if R > L.R + math.max(1000000, fdiv(L.per, 2)) then
     set(L, 'R', R); set(L, 'B', b)
-  elseif b < L.B then
-    set(L, 'B', b)
+  else
+    if b < L.B then set(L, 'B', b) end
+    -- the server's window ends later than the one kept (one the limiter
+    -- rolled to on its own, or read from a faster reply): the budget
+    -- holds until then, as in process, never less
+    if R > L.R then set(L, 'R', R) end
   end
 end
 L.ttl = math.max(L.ttl, math.ceil((L.R - L.t0) / 1000) + 1000)
