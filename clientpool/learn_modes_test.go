@@ -196,3 +196,23 @@ func TestLearnWindowFollowsReportsBothModes(t *testing.T) {
 		return []int64{int64(holdN(t, p, ch, 40))}
 	})
 }
+
+// TestLearnFirstReplyNamesWindowBothModes: the first reply that names the
+// server's window sets the key's window to it, in both modes, even when it
+// ends sooner than a Per from then (over Redis the window the quota was
+// stored with is a guess until a reply names one): once it has ended (and
+// ResetMargin) a new window allows the learned N. Per 4 s, the first
+// reply's window ends in 300 ms: 1.5 s later 5 calls are admitted.
+func TestLearnFirstReplyNamesWindowBothModes(t *testing.T) {
+	per := 4 * time.Second
+	table := clientpool.Table{Rules: []clientpool.Rule{quotaLearnRule(per)}}
+	inBothModes(t, table, []int64{5}, func(t *testing.T, mk func() *clientpool.Pool) []int64 {
+		p := mk()
+		ch := clientpool.Charge{Rule: "api", Key: "k", Weight: 1}
+		tk := acquire(t, p, ch)
+		tk.ObserveHeaders(learnReply(5, 4, 300))
+		tk.Release()
+		time.Sleep(300*time.Millisecond + clientpool.ResetMargin + 200*time.Millisecond)
+		return []int64{int64(holdN(t, p, ch, 40))}
+	})
+}

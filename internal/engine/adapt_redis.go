@@ -252,7 +252,8 @@ func adaptQuotaSpec(rs *ruleState, n int64) (*rspec.Spec, bool) {
 // windows (a quota), as quotaLocked does in process: each key is charged
 // under an rspec.Quota from now on (a key that learned no limit, under
 // the rule's N), and no longer reports its calls to the level. It returns
-// the keys this process holds, whose quota it must store in Redis; nil
+// the keys this process holds, whose quota is to be stored in Redis (each at
+// its next admission, adaptAdoptLocked, but the reporting key, adaptQuota); nil
 // when Redis cannot keep one. p.mu must be held.
 func (m *redisMode) adaptQuotaRuleLocked(rs *ruleState) []*limiter {
 	s, ok := adaptQuotaSpec(rs, rs.limit.N)

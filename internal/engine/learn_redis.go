@@ -23,7 +23,9 @@ import (
 // (remote.Call.Adopted, adoptLocked) and charge real weights from then.
 // A reply that names the server's window (Learned.Reset) makes the key an
 // rspec.Quota: the budget the server announced, shared by the fleet
-// (remote.Engine.BudgetThen); a reply without one is the server's count
+// (remote.Engine.BudgetThen), and its calls in flight, leased in Redis
+// (a window that ends without a reply allows N less them, as in
+// process); a reply without one is the server's count
 // (remote.Engine.ReconcileAtThen). Pool.Limit reports the limit learned or
 // adopted, as in process.
 

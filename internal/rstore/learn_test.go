@@ -109,9 +109,10 @@ func TestQuotaBudgetFleet(t *testing.T) {
 	if d, err := ended(s1, 4); err != nil || !d.OK {
 		t.Fatalf("%+v %v", d, err)
 	}
-	// The server says 3 remain, its window ending in 30 s: within the
-	// window kept (ends in 60 s), it lowers the budget from 6 to 3.
-	if taken, err := s2.Budget(ctx, "sc", ch(0)[0], 3, 30*time.Second, 0, ""); err != nil || taken != 3 {
+	// The server says 3 remain, its window ending in 60 s (the first
+	// report of the window the limiter rolled to: it names its end): it
+	// lowers the budget from 6 to 3.
+	if taken, err := s2.Budget(ctx, "sc", ch(0)[0], 3, time.Minute, 0, ""); err != nil || taken != 3 {
 		t.Fatalf("Budget: %d %v; want 3 taken in", taken, err)
 	}
 	if d, err := ended(s2, 4); err != nil || d.OK || d.Release || d.Wait != time.Minute {
@@ -120,7 +121,8 @@ func TestQuotaBudgetFleet(t *testing.T) {
 	if d, err := ended(s1, 3); err != nil || !d.OK {
 		t.Fatalf("the budget's 3 units: %+v %v", d, err)
 	}
-	// A higher report in the same window never raises it.
+	// A higher report in the same window never raises it (nor moves its
+	// end earlier).
 	if taken, err := s1.Budget(ctx, "sc", ch(0)[0], 8, 40*time.Second, 0, ""); err != nil || taken != 0 {
 		t.Fatalf("a looser report: %d %v", taken, err)
 	}
@@ -289,7 +291,9 @@ func TestQuotaCountsCallsInFlight(t *testing.T) {
 // A report of the window a quota keeps (not a new one) that names a later
 // end moves the end there (the window the limiter rolled to on its own
 // may end before the server's), and one naming an earlier end does not:
-// the budget holds until the latest end a report named.
+// the budget holds until the latest end a report named; but the first
+// report of a window the limiter rolled to on its own (a guess) names its
+// end, sooner or later.
 func TestQuotaReportMovesEndLater(t *testing.T) {
 	clk := newClock()
 	s1, s2 := twoStores(t, clk)
@@ -314,5 +318,25 @@ func TestQuotaReportMovesEndLater(t *testing.T) {
 	clk.add(9 * time.Second) // past the end rolled to (10 s), before the server's (14 s)
 	if d, _ := s1.Admit(ctx, "sc", ch(1)); d.OK || d.Wait != 3*time.Second {
 		t.Fatalf("after the end rolled to, before the server's: %+v; want refused until the server's (3 s)", d)
+	}
+	// a later report of the same window (a slower reply) moves it later
+	if _, err := s2.Budget(ctx, "sc", ch(0)[0], 0, 5*time.Second, 0, ""); err != nil {
+		t.Fatal(err)
+	}
+	clk.add(4 * time.Second)
+	if d, _ := s1.Admit(ctx, "sc", ch(1)); d.OK || d.Wait != time.Second {
+		t.Fatalf("after a later end named: %+v; want refused until it (1 s)", d)
+	}
+	// The window ends; the first report of the one rolled to names its
+	// end, sooner than a Per.
+	clk.add(time.Second)
+	if d, err := s1.Admit(ctx, "sc", ch(1)); err != nil || !d.OK {
+		t.Fatalf("a new window: %+v %v", d, err)
+	}
+	if _, err := s2.Budget(ctx, "sc", ch(0)[0], 5, 2*time.Second, 0, ""); err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := s1.Admit(ctx, "sc", ch(9)); d.OK || d.Wait != 2*time.Second {
+		t.Fatalf("after the first report of a rolled window: %+v; want refused until its end (2 s)", d)
 	}
 }

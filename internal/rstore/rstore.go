@@ -1240,7 +1240,9 @@ func (s *Store) SetLimit(ctx context.Context, scope string, c Charge) error {
 // than it was. Any other report only lowers the budget (the server's
 // remaining only falls within a window; a report can only tighten), and
 // moves the window's end only later (to its own: the window the limiter
-// rolled to on its own may end before the server's). A report whose window has ended (resetIn
+// rolled to on its own may end before the server's), but for the first
+// report of a window the limiter rolled to on its own (a Per from the
+// roll: a guess), which sets it sooner or later, as in process. A report whose window has ended (resetIn
 // ≤ 0) changes nothing. Admissions take their units from the budget and,
 // when it is short, wait until the window ends (Decision.Wait), across
 // every process; a window that ends without a report rolls to one of Per

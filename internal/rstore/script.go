@@ -84,7 +84,7 @@ local function wt(m) return tonumber(string.match(m, ':(%d+)$')) end
 -- one) and its hash; nil, err for a spec that disagrees with the stored one.
 local KF = {
   {'m','f','z'}, {'m','f','w','u','d','e'}, {'m','f','z'}, {'f','w','u'}, {'m','f','w','v','c'},
-  {'f','w','c'}, {'f','t','r','l','a'}, {'f','t','r','l','a'}, {'f','t','a'}, {'f','R','B'}}
+  {'f','w','c'}, {'f','t','r','l','a'}, {'f','t','r','l','a'}, {'f','t','a'}, {'f','R','B','Q'}}
 local UNK = '1/1/0/0/1' -- rspec.Unknown's spec: defers to any stored one
 local function lim(i)
   local b = 4 + (i - 1) * 8
@@ -259,8 +259,9 @@ local function prepare(L)
   elseif k == 9 and L.t == nil then set(L, 't', L.t0); set(L, 'a', L.t0)
   elseif k == 10 and (L.R == nil or L.t0 >= L.R) then
     -- a quota's window ended: the next one allows N, less the calls in
-    -- flight (leased: a concurrency cap), which may arrive in it
-    set(L, 'R', L.t0 + L.per); set(L, 'B', math.max(L.N - L.f, 0))
+    -- flight (leased), which may arrive in it; its end is a guess (Q 0)
+    -- until a report names the server's (budgetScript)
+    set(L, 'R', L.t0 + L.per); set(L, 'B', math.max(L.N - L.f, 0)); set(L, 'Q', 0)
   end
   if L.lost then
     -- Rebuild from what is left and hold the limiter full for the time it
@@ -500,8 +501,9 @@ local function fill(L, l)
     local tat = l + b * emit(L)
     if tat > t and tat > L.t then set(L, 't', tat); return true end
   elseif k == 10 then
-    -- a quota held spent until its window ends (at least a Per after l)
-    if l + L.per > L.R then set(L, 'R', l + L.per) end
+    -- a quota held spent until its window ends (at least a Per after l;
+    -- no report shortens it: Q 1)
+    if l + L.per > L.R then set(L, 'R', l + L.per); set(L, 'Q', 1) end
     if L.B > 0 then set(L, 'B', 0); return true end
   end
   return false
@@ -1191,7 +1193,8 @@ return extra
 // in flight the server may not have counted yet: a report of a window
 // ending more than max(1 s, Per/2) after the one kept starts a new window
 // with it; another only lowers the budget, and moves the window's end
-// only later. Reply: the units taken in (the
+// only later, but the first report of a window the limiter rolled to on
+// its own (field Q 0), which sets it. Reply: the units taken in (the
 // budget's drop; negative when a new window raised it), or {-1, charge,
 // stored} for a spec mismatch, or an error reply for a limiter that is
 // not a quota (its stored spec another kind).
@@ -1214,11 +1217,14 @@ if r ~= nil and rin > 0 then
     set(L, 'R', R); set(L, 'B', b)
   else
     if b < L.B then set(L, 'B', b) end
-    -- the server's window ends later than the one kept (one the limiter
-    -- rolled to on its own, or read from a faster reply): the budget
-    -- holds until then, as in process, never less
-    if R > L.R then set(L, 'R', R) end
+    -- the first report of a window the limiter rolled to on its own (Q 0:
+    -- a guess, a Per from the roll) names its end, sooner or later; a
+    -- later report moves it only later (a slower reply; or the window
+    -- kept ended before the server's): the budget holds until then, as
+    -- in process, never less
+    if L.Q == 0 or R > L.R then set(L, 'R', R) end
   end
+  if L.Q ~= 1 then set(L, 'Q', 1) end
 end
 L.ttl = math.max(L.ttl, math.ceil((L.R - L.t0) / 1000) + 1000)
 save(L)
