@@ -203,9 +203,9 @@ type Rule struct {
 // admission on the key, and counts its own keys of the rule in the
 // server's windows from then on; every other key follows at its next
 // admission (it adopts the quota stored for it, or stores one), so that
-// no process stores over the limit another learned for a key; SetLimit then sets the N of the windows
-// of the keys the calling process holds that learned no limit, for every
-// process.
+// no process stores over the limit another learned for a key; SetLimit
+// then sets the N of the windows of the keys the calling process holds
+// that learned no limit, for every process.
 // Token buckets, leaky buckets and GCRA adapt their N (the rate) and keep
 // the burst they were made with, as in process, their state carried to
 // each new level; Redis mode refuses at construction an adaptive token
@@ -278,8 +278,8 @@ type Learned struct {
 // usable Date (absent, malformed) uses it too, 0 before any reply had one.
 // A window
 // never ends more than the rule's Per + 2 s after the response, whatever
-// Reset and Date say (a Date in the far past), and no sooner either, in
-// process and over Redis alike; a Date in the future makes
+// Reset and Date say (a Date in the far past): one said to end later
+// ends then, in process and over Redis alike; a Date in the future makes
 // the skew 0 (the host's reading of the reset).
 // A host clock behind the server's is never corrected for: its windows
 // end late, on the safe side.

@@ -1185,19 +1185,19 @@ return extra
 // budgetScript takes in a server's report of a quota limiter's budget
 // (charge 1, kind 10): ARGV[3] is "remaining:reset:own", the units the
 // server says remain in its window, the µs from now until that window
-// ends (at most Per and rspec.MaxResetOver), and the units of the reporting call if
-// it is still in flight here (leased under the member prefix ARGV[2] of
-// its token, "" to take
-// them as leased: the server counted them, and so do the calls in
-// flight). The budget is what remains less the fleet's calls
-// in flight the server may not have counted yet: a report of a window
-// ending more than max(1 s, Per/2) after the one kept starts a new window
-// with it; another only lowers the budget, and moves the window's end
-// only later, but the first report of a window the limiter rolled to on
-// its own (field Q 0), which sets it. Reply: the units taken in (the
-// budget's drop; negative when a new window raised it), or {-1, charge,
-// stored} for a spec mismatch, or an error reply for a limiter that is
-// not a quota (its stored spec another kind).
+// ends (at most Per and rspec.MaxResetOver), and the units of the
+// reporting call, counted only while it is still leased here under the
+// member prefix ARGV[2] of its token ("": taken as leased): the server
+// counted them, and so do the calls in flight. The budget is what
+// remains less the fleet's calls in flight the server may not have
+// counted yet: a report of a window ending more than max(1 s, Per/2)
+// after the one kept starts a new window with it; another only lowers
+// the budget, and moves the window's end only later, but for the first
+// report of a window the limiter rolled to on its own (field Q 0), which
+// sets it. Reply: the units taken in (the budget's drop; negative when a
+// new window raised it), or {-1, charge, stored} for a spec mismatch, or
+// an error reply for a limiter that is not a quota (its stored spec
+// another kind).
 var budgetScript = goredis.NewScript(header + prelude + `
 local Ls, err = loadall()
 if Ls == nil then return err end
