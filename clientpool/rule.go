@@ -70,7 +70,11 @@ type Rule struct {
 	// one call at a time across the fleet; the limit one process learns is
 	// stored in Redis (one round trip, when it changes) and every process
 	// adopts it at its next call on the key; a budget the server announces
-	// for its window (Learned.Reset) is shared by the fleet.
+	// for its window (Learned.Reset) is shared by the fleet, and so are the
+	// calls in flight: a window of a key that ends before a reply names
+	// the next allows the learned N less every call still in flight on the
+	// key (in process, the process's; over Redis, the fleet's), which may
+	// arrive in it.
 	Learn func(h http.Header, now time.Time) (Learned, bool)
 
 	// Settle marks a rule whose weight is known only after the call (an
@@ -194,13 +198,15 @@ type Rule struct {
 // reply's remaining count without its window is reconciled into the key's
 // window in Redis; a reply that names its window makes the rule count in
 // the server's windows as in process, for the fleet: the process that
-// reads it stores each key it holds as a quota in Redis (one round trip
-// each, on the goroutine of Ticket.ObserveHeaders) with the budget the
-// reply gives, shared by every process; another process adopts it at its
-// next admission on the key, and counts its own keys of the rule in the
-// server's windows from then on; SetLimit then sets the N of the windows
-// of the keys the calling process holds that learned no limit, for every
-// process.
+// reads it stores its key as a quota in Redis (one round trip, on the
+// goroutine of Ticket.ObserveHeaders) with the budget the reply gives,
+// shared by every process; another process adopts it at its next
+// admission on the key, and counts its own keys of the rule in the
+// server's windows from then on; every other key follows at its next
+// admission (it adopts the quota stored for it, or stores one), so that
+// no process stores over the limit another learned for a key; SetLimit
+// then sets the N of the windows of the keys the calling process holds
+// that learned no limit, for every process.
 // Token buckets, leaky buckets and GCRA adapt their N (the rate) and keep
 // the burst they were made with, as in process, their state carried to
 // each new level; Redis mode refuses at construction an adaptive token
@@ -231,7 +237,9 @@ type Learned struct {
 	// do not say; Per 0 means the rule's Per holds.
 	Limit window.Limit
 	// Remaining is the units left at the server when it answered, counting
-	// the call it answered; < 0 when the headers do not say. Within one of
+	// the call it answered; < 0 when the headers do not say; more than the
+	// key's limit (a hostile or broken header) is taken as the limit, in
+	// both modes. Within one of
 	// the server's windows (Reset), the report with the lowest Remaining
 	// is the latest the server counted: the key's budget is that, less the
 	// key's calls whose responses have not reported yet; a report with
@@ -271,7 +279,8 @@ type Learned struct {
 // usable Date (absent, malformed) uses it too, 0 before any reply had one.
 // A window
 // never ends more than the rule's Per + 2 s after the response, whatever
-// Reset and Date say (a Date in the far past); a Date in the future makes
+// Reset and Date say (a Date in the far past): one said to end later
+// ends then, in process and over Redis alike; a Date in the future makes
 // the skew 0 (the host's reading of the reset).
 // A host clock behind the server's is never corrected for: its windows
 // end late, on the safe side.

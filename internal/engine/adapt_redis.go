@@ -252,7 +252,8 @@ func adaptQuotaSpec(rs *ruleState, n int64) (*rspec.Spec, bool) {
 // windows (a quota), as quotaLocked does in process: each key is charged
 // under an rspec.Quota from now on (a key that learned no limit, under
 // the rule's N), and no longer reports its calls to the level. It returns
-// the keys this process holds, whose quota it must store in Redis; nil
+// the keys this process holds, whose quota is to be stored in Redis (each at
+// its next admission, adaptAdoptLocked, but the reporting key, adaptQuota); nil
 // when Redis cannot keep one. p.mu must be held.
 func (m *redisMode) adaptQuotaRuleLocked(rs *ruleState) []*limiter {
 	s, ok := adaptQuotaSpec(rs, rs.limit.N)
@@ -300,8 +301,8 @@ func (m *redisMode) storeQuotas(ls []*limiter) {
 // adaptQuota is adaptLearn for a report that names the server's window
 // (or any report once the rule counts in the server's windows): as in
 // process (Engine.learn, quotaLocked, budgetLocked), the rule becomes a
-// quota (adaptQuotaRuleLocked: the keys this process holds store their
-// quota in Redis, one round trip each on the caller's goroutine), the
+// quota (adaptQuotaRuleLocked; the other keys this process holds follow
+// at their next admission, adaptAdoptLocked, none stored over), the
 // limit n the report names (0: none) becomes the N of the key's windows,
 // and the remaining count until the reset (plus ResetMargin) the key's
 // budget, shared by the fleet (remote.Engine.BudgetThen; waited for,
@@ -318,6 +319,14 @@ func (m *redisMode) adaptQuota(t *Ticket, hd *held, n int64, in Learned, date ti
 		if others = m.adaptQuotaRuleLocked(rs); rs.adQuota == nil {
 			p.mu.Unlock()
 			return // a limit Redis cannot keep as a quota (New checked the rule's)
+		}
+		// The other keys follow at their next admission, as in
+		// adaptAdoptLocked: storing theirs now could store over the limit
+		// another process learned for one of them meanwhile.
+		for _, o := range others {
+			if o != l {
+				o.feedback().adQuota = false
+			}
 		}
 	}
 	fb := l.feedback()
@@ -341,8 +350,9 @@ func (m *redisMode) adaptQuota(t *Ticket, hd *held, n int64, in Learned, date ti
 		resetIn = reset.Sub(now) + ResetMargin
 	}
 	var own int64 // the reporting call's units, when still leased in Redis
-	if !t.released.Load() && hd.usedAtAdmit == 1 {
-		own = hd.recAtAdmit
+	var tok string
+	if !t.released.Load() && hd.usedAtAdmit == 1 && t.rcall != nil {
+		own, tok = hd.recAtAdmit, t.rcall.Token()
 	}
 	p.mu.Unlock()
 	c := rspec.Charge{Rule: rs.Name, Key: redisKey(key), Spec: spec}
@@ -355,23 +365,16 @@ func (m *redisMode) adaptQuota(t *Ticket, hd *held, n int64, in Learned, date ti
 			p.mu.Unlock()
 		}
 	}
-	var rest []*limiter
-	for _, o := range others {
-		if o != l {
-			rest = append(rest, o)
-		}
-	}
-	m.storeQuotas(rest)
 	if in.Remaining < 0 || in.Reset.IsZero() || resetIn <= 0 {
 		return
 	}
 	if !stored {
-		m.eng.BudgetThen(m.scope, c, in.Remaining, resetIn, own, nil)
+		m.eng.BudgetThen(m.scope, c, in.Remaining, resetIn, own, tok, nil)
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), m.timeout+lateBudget)
 	defer cancel()
-	m.eng.BudgetThen(m.scope, c, in.Remaining, resetIn, own, func(int64, error) { cancel() })
+	m.eng.BudgetThen(m.scope, c, in.Remaining, resetIn, own, tok, func(int64, error) { cancel() })
 	<-ctx.Done() // as redisMode.learn: no admission of the fleet reads a budget the server never gave
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ratesem/ratesem"
+	"github.com/ratesem/ratesem/internal/rspec"
 	"github.com/ratesem/ratesem/internal/sat"
 	"github.com/ratesem/ratesem/window"
 )
@@ -242,9 +243,9 @@ func (p *Engine) quotaLocked(rs *ruleState, now time.Time) {
 	}
 }
 
-// budgetLocked takes in a report of remaining units in the server's window
-// ending at reset (ns since the epoch, on the host's clock, margin
-// included) for the key of hd; epoch is that end as the server named it
+// budgetLocked takes in a report of remaining units (at most the key's N)
+// in the server's window ending at reset (ns since the epoch, on the
+// host's clock, margin included) for the key of hd; epoch is that end as the server named it
 // (Learned.Epoch; 0 for a delay). A report of a window that has ended is
 // stale and ignored. A report of a later window than the one known (a new
 // window: one ending more than newWindowGap after it, and, when both the
@@ -285,9 +286,13 @@ func (p *Engine) budgetLocked(hd *held, remaining, reset, epoch int64, now time.
 	}
 	// A window lasts Per: one said to end later (a hostile or broken
 	// header) ends Per from now, plus a second for resets rounded up to
-	// whole seconds (GitHub's epoch seconds) and ResetMargin.
-	reset = min(reset, sat.Add(nowNs, int64(l.rule.limit.Per+time.Second+ResetMargin)))
-	remaining = max(remaining, 0)
+	// whole seconds (GitHub's epoch seconds) and ResetMargin
+	// (rspec.MaxResetOver: the same cap as over Redis).
+	reset = min(reset, sat.Add(nowNs, int64(l.rule.limit.Per+rspec.MaxResetOver)))
+	// A window allows the key's N at most: a report of more (a hostile
+	// or broken header) is taken as N, as Redis takes it (rstore's
+	// budget script).
+	remaining = min(max(remaining, 0), max(l.limit().N, 0))
 	var contra error
 	if fb.reported && fb.budgeted && reset < fb.reset-int64(ResetMargin+time.Second) {
 		fb.distrusted++

@@ -23,7 +23,9 @@ import (
 // (remote.Call.Adopted, adoptLocked) and charge real weights from then.
 // A reply that names the server's window (Learned.Reset) makes the key an
 // rspec.Quota: the budget the server announced, shared by the fleet
-// (remote.Engine.BudgetThen); a reply without one is the server's count
+// (remote.Engine.BudgetThen), and its calls in flight, leased in Redis
+// (a window that ends without a reply allows N less them, as in
+// process); a reply without one is the server's count
 // (remote.Engine.ReconcileAtThen). Pool.Limit reports the limit learned or
 // adopted, as in process.
 
@@ -74,7 +76,8 @@ func (p *Engine) keyCharge(rs *ruleState, key string) rspec.Charge {
 // never refuses a call, learnedFit); either is released settled at its
 // real weight (hd.cut). In Redis mode recAtAdmit keeps the units charged
 // there and usedAtAdmit is 1 when the charge is leased there (a completion
-// window or a concurrency cap): budget reports read them (redisMode.learn).
+// window, a concurrency cap, a quota): budget reports read them
+// (redisMode.learn).
 // p.mu must be held.
 func redisChargesLocked(hs []held) []rspec.Charge {
 	rcs := make([]rspec.Charge, len(hs))
@@ -94,7 +97,7 @@ func redisChargesLocked(hs []held) []rspec.Charge {
 			hd.cut = w != hd.n
 		}
 		hd.recAtAdmit, hd.usedAtAdmit = w, 0
-		if spec.Kind.NativeInFlightCap() || spec.Concurrency > 0 {
+		if spec.Kind.NativeInFlightCap() || spec.Concurrency > 0 || spec.Kind == rspec.Quota {
 			hd.usedAtAdmit = 1
 		}
 		rcs[i] = rspec.Charge{Rule: l.rule.Name, Key: redisKey(l.key), Spec: spec, Weight: w}
@@ -200,8 +203,9 @@ func (m *redisMode) learn(t *Ticket, hd *held, in Learned, date time.Time) {
 		resetIn = reset.Sub(now) + ResetMargin
 	}
 	var own int64 // the reporting call's units, when still leased in Redis
-	if !t.released.Load() && hd.usedAtAdmit == 1 {
-		own = hd.recAtAdmit
+	var tok string
+	if !t.released.Load() && hd.usedAtAdmit == 1 && t.rcall != nil {
+		own, tok = hd.recAtAdmit, t.rcall.Token()
 	}
 	p.mu.Unlock()
 	c := rspec.Charge{Rule: rs.Name, Key: redisKey(key), Spec: spec}
@@ -217,7 +221,7 @@ func (m *redisMode) learn(t *Ticket, hd *held, in Learned, date time.Time) {
 			return // a report without its window, under a rule counted by windows
 		}
 		if !stored {
-			m.eng.BudgetThen(m.scope, c, in.Remaining, resetIn, own, nil)
+			m.eng.BudgetThen(m.scope, c, in.Remaining, resetIn, own, tok, nil)
 			return
 		}
 		// The quota was just stored: its window starts with N less the
@@ -226,7 +230,7 @@ func (m *redisMode) learn(t *Ticket, hd *held, in Learned, date time.Time) {
 		// admission of the fleet reads a budget the server never gave.
 		ctx, cancel := context.WithTimeout(context.Background(), m.timeout+lateBudget)
 		defer cancel()
-		m.eng.BudgetThen(m.scope, c, in.Remaining, resetIn, own, func(int64, error) { cancel() })
+		m.eng.BudgetThen(m.scope, c, in.Remaining, resetIn, own, tok, func(int64, error) { cancel() })
 		<-ctx.Done() // the budget stored; or not sent (Redis taken as down, Close), or slow: the next report tightens it
 		return
 	}

@@ -374,3 +374,12 @@ func TestRedisLearnLoweredElsewhere(t *testing.T) {
 		t.Fatal("admitted after 11 units in an hour of 6")
 	}
 }
+
+// The cap on a reported window's end is the same in both modes: Per and a
+// second (resets rounded to whole seconds) and ResetMargin in process
+// (budgetLocked), rspec.MaxResetOver in Redis's budget script.
+func TestResetCapSameInBothModes(t *testing.T) {
+	if rspec.MaxResetOver != time.Second+ResetMargin {
+		t.Fatalf("rspec.MaxResetOver %v, want a second and ResetMargin, %v", rspec.MaxResetOver, time.Second+ResetMargin)
+	}
+}

@@ -215,7 +215,7 @@ func (f *fakeStore) ReconcileAt(ctx context.Context, scope string, c rstore.Char
 
 func (f *fakeStore) SetLimit(ctx context.Context, scope string, c rstore.Charge) error { return nil }
 
-func (f *fakeStore) Budget(context.Context, string, rstore.Charge, int64, time.Duration, int64) (int64, error) {
+func (f *fakeStore) Budget(context.Context, string, rstore.Charge, int64, time.Duration, int64, string) (int64, error) {
 	return 0, nil
 }
 

@@ -447,6 +447,18 @@ type Call struct {
 // call the fallback admitted. The caller must not change them.
 func (c *Call) Adopted() ([]int, []rspec.Spec) { return c.d.Adopted, c.d.AdoptedSpecs }
 
+// Token returns the call's Token in Redis ("" for a call of no charges or
+// of the fallback, until it is carried). It never blocks long (the
+// engine's lock) and is safe for concurrent use.
+func (c *Call) Token() string {
+	if c.e == nil {
+		return c.token
+	}
+	c.e.mu.Lock()
+	defer c.e.mu.Unlock()
+	return c.token
+}
+
 // OnSent sets f to be called, once and outside any lock of the engine,
 // when the release (or settlement) of c has been sent to Redis, failed
 // or was dropped, or at the release of a call Redis does not hold (the
@@ -1104,8 +1116,8 @@ func (e *Engine) ReconcileAtThen(scope string, c rspec.Charge, used int64, r rsp
 
 // BudgetThen passes a server's report of a Quota limiter's budget
 // (remaining units in the server's window, which ends resetIn from now;
-// own: the reporting call's units when still in flight and leased, see
-// rspec.Store.Budget) to Redis, asynchronously: one round trip on a
+// own: the reporting call's units when still in flight and leased, under
+// the token tok, see rspec.Store.Budget) to Redis, asynchronously: one round trip on a
 // goroutine of its own, bounded by Timeout; it never blocks. then, when
 // not nil, is told the units the budget dropped by (negative when a new
 // window raised it: then, as for a give-back of ReconcileAtThen, this
@@ -1114,10 +1126,10 @@ func (e *Engine) ReconcileAtThen(scope string, c rspec.Charge, used int64, r rsp
 // a goroutine of the engine. Nothing is sent (and then is not called)
 // while Redis is taken as unreachable, after Close, or for a negative
 // remaining.
-func (e *Engine) BudgetThen(scope string, c rspec.Charge, remaining int64, resetIn time.Duration, own int64, then func(taken int64, err error)) {
+func (e *Engine) BudgetThen(scope string, c rspec.Charge, remaining int64, resetIn time.Duration, own int64, tok string, then func(taken int64, err error)) {
 	if remaining >= 0 {
 		e.learn(scope, c, then, func(ctx context.Context) (int64, error) {
-			return e.st.Budget(ctx, scope, c, remaining, resetIn, own)
+			return e.st.Budget(ctx, scope, c, remaining, resetIn, own, tok)
 		})
 	}
 }

@@ -72,6 +72,11 @@ const (
 	MaxN = 1 << 40
 	// MaxPer is the longest Per, margin and lease: about 12.7 days.
 	MaxPer = time.Duration(1<<40) * time.Microsecond
+	// MaxResetOver is how much later than a Per from now the end of a
+	// server's window a budget report names may be (Store.Budget; a
+	// hostile or broken reset is cut to it): a second for resets rounded
+	// to whole seconds, and the engine's ResetMargin (1 s), as in process.
+	MaxResetOver = 2 * time.Second
 	// MaxBlocks is the most blocks of a sub-window counter.
 	MaxBlocks = 1000
 	// MaxCharges is the most charges of one call.
@@ -525,10 +530,11 @@ type Store interface {
 	// Budget takes in a server's report of a Quota limiter's budget:
 	// remaining units in the server's window, which ends resetIn from
 	// now; own is the units of the reporting call when it is still in
-	// flight and leased (0 otherwise). It returns the units taken in
-	// (negative when a new window raised the budget). See
-	// internal/rstore's Store.Budget.
-	Budget(ctx context.Context, scope string, c Charge, remaining int64, resetIn time.Duration, own int64) (int64, error)
+	// flight and leased (0 otherwise), tok its Decision's Token (own
+	// counts only while that lease is still held: its release may reach
+	// the store first). It returns the units taken in (negative when a
+	// new window raised the budget). See internal/rstore's Store.Budget.
+	Budget(ctx context.Context, scope string, c Charge, remaining int64, resetIn time.Duration, own int64, tok string) (int64, error)
 	// Carry records a call a process's local fallback admitted while the
 	// store was unreachable, now, whatever the windows hold (it refuses
 	// nothing but a late carry): a call in flight (ended false) as admitted now, under the

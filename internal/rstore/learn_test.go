@@ -95,42 +95,55 @@ func TestQuotaBudgetFleet(t *testing.T) {
 	ctx := context.Background()
 	q := &Spec{Kind: Quota, Limit: window.Limit{N: 10, Per: time.Minute}}
 	ch := func(w int64) []Charge { return []Charge{{Rule: "q", Key: "k", Spec: q, Weight: w}} }
-	if d, err := s1.Admit(ctx, "sc", ch(4)); err != nil || !d.OK {
+	// a quota's calls are leased (in flight for the fleet): ended ends
+	// an admitted one at once, as a call the server has counted
+	ended := func(s *Store, w int64) (Decision, error) {
+		d, err := s.Admit(ctx, "sc", ch(w))
+		if err == nil && d.OK {
+			if err := s.Release(ctx, "sc", ch(w), d.Token); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return d, err
+	}
+	if d, err := ended(s1, 4); err != nil || !d.OK {
 		t.Fatalf("%+v %v", d, err)
 	}
-	// The server says 3 remain, its window ending in 30 s: within the
-	// window kept (ends in 60 s), it lowers the budget from 6 to 3.
-	if taken, err := s2.Budget(ctx, "sc", ch(0)[0], 3, 30*time.Second, 0); err != nil || taken != 3 {
+	// The server says 3 remain, its window ending in 60 s (the first
+	// report of the window the limiter rolled to: it names its end): it
+	// lowers the budget from 6 to 3.
+	if taken, err := s2.Budget(ctx, "sc", ch(0)[0], 3, time.Minute, 0, ""); err != nil || taken != 3 {
 		t.Fatalf("Budget: %d %v; want 3 taken in", taken, err)
 	}
-	if d, err := s2.Admit(ctx, "sc", ch(4)); err != nil || d.OK || d.Release || d.Wait != time.Minute {
+	if d, err := ended(s2, 4); err != nil || d.OK || d.Release || d.Wait != time.Minute {
 		t.Fatalf("over the budget: %+v %v; want the window's end (60 s)", d, err)
 	}
-	if d, err := s1.Admit(ctx, "sc", ch(3)); err != nil || !d.OK {
+	if d, err := ended(s1, 3); err != nil || !d.OK {
 		t.Fatalf("the budget's 3 units: %+v %v", d, err)
 	}
-	// A higher report in the same window never raises it.
-	if taken, err := s1.Budget(ctx, "sc", ch(0)[0], 8, 40*time.Second, 0); err != nil || taken != 0 {
+	// A higher report in the same window never raises it (nor moves its
+	// end earlier).
+	if taken, err := s1.Budget(ctx, "sc", ch(0)[0], 8, 40*time.Second, 0, ""); err != nil || taken != 0 {
 		t.Fatalf("a looser report: %d %v", taken, err)
 	}
-	if d, _ := s2.Admit(ctx, "sc", ch(1)); d.OK {
+	if d, _ := ended(s2, 1); d.OK {
 		t.Fatal("admitted over a spent budget")
 	}
 	// A report naming a later window (ends 50 s + 60 s from the start,
 	// more than Per/2 after the one kept) starts it: 9 units.
 	clk.add(50 * time.Second)
-	if taken, err := s2.Budget(ctx, "sc", ch(0)[0], 9, time.Minute, 0); err != nil || taken != -9 {
+	if taken, err := s2.Budget(ctx, "sc", ch(0)[0], 9, time.Minute, 0, ""); err != nil || taken != -9 {
 		t.Fatalf("a new window: %d %v; want -9 (room made)", taken, err)
 	}
-	if d, err := s1.Admit(ctx, "sc", ch(9)); err != nil || !d.OK {
+	if d, err := ended(s1, 9); err != nil || !d.OK {
 		t.Fatalf("the new window's 9: %+v %v", d, err)
 	}
-	if d, _ := s2.Admit(ctx, "sc", ch(1)); d.OK || d.Wait != time.Minute {
+	if d, _ := ended(s2, 1); d.OK || d.Wait != time.Minute {
 		t.Fatalf("over the new budget: %+v; want its end, 60 s", d)
 	}
 	// No report: the window ends and rolls to N.
 	clk.add(time.Minute)
-	if d, err := s2.Admit(ctx, "sc", ch(10)); err != nil || !d.OK {
+	if d, err := ended(s2, 10); err != nil || !d.OK {
 		t.Fatalf("rolled: %+v %v", d, err)
 	}
 	// A usage count (Reconcile) lowers a quota's budget as well.
@@ -139,7 +152,7 @@ func TestQuotaBudgetFleet(t *testing.T) {
 	if extra, err := s1.Reconcile(ctx, "sc", ch(0)[0], 7); err != nil || extra != 7 {
 		t.Fatalf("Reconcile: %d %v; want 7 taken in", extra, err)
 	}
-	if d, _ := s1.Admit(ctx, "sc", ch(4)); d.OK {
+	if d, _ := ended(s1, 4); d.OK {
 		t.Fatal("admitted 4 with 3 left")
 	}
 	// Budget on a limiter that is not a quota.
@@ -147,7 +160,7 @@ func TestQuotaBudgetFleet(t *testing.T) {
 	if _, err := s1.Admit(ctx, "sc", []Charge{{Rule: g.Rule, Key: g.Key, Spec: g.Spec, Weight: 1}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s1.Budget(ctx, "sc", g, 1, time.Second, 0); !errors.Is(err, ErrSpec) {
+	if _, err := s1.Budget(ctx, "sc", g, 1, time.Second, 0, ""); !errors.Is(err, ErrSpec) {
 		t.Fatalf("Budget on a GCRA: %v", err)
 	}
 }
@@ -219,4 +232,111 @@ func (h countHook) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
 }
 func (h countHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []goredis.Cmder) error { *h.n++; return next(ctx, cmds) }
+}
+
+// A quota's calls in flight are leased, for the fleet: a window that ends
+// without a report allows N less them (they may arrive in it, as in
+// process); a report counts the reporting call as the server counted it
+// only while its lease is held (its release may reach Redis first); a
+// reset far away is cut at Per + rspec.MaxResetOver from now.
+func TestQuotaCountsCallsInFlight(t *testing.T) {
+	clk := newClock()
+	s1, s2 := twoStores(t, clk)
+	ctx := context.Background()
+	q := &Spec{Kind: Quota, Limit: window.Limit{N: 10, Per: 10 * time.Second}}
+	ch := func(w int64) []Charge { return []Charge{{Rule: "q", Key: "k", Spec: q, Weight: w}} }
+	held, err := s1.Admit(ctx, "sc", ch(3))
+	if err != nil || !held.OK || !held.Leased {
+		t.Fatalf("a quota's call: %+v %v; want admitted and leased", held, err)
+	}
+	clk.add(10 * time.Second) // the window ends without a report
+	if d, err := s2.Admit(ctx, "sc", ch(8)); err != nil || d.OK {
+		t.Fatalf("8 of a new window with 3 units in flight: %+v %v; want refused", d, err)
+	}
+	rep, err := s2.Admit(ctx, "sc", ch(7))
+	if err != nil || !rep.OK {
+		t.Fatalf("7 of a new window with 3 units in flight: %+v %v", rep, err)
+	}
+	// A report of a new window (4 left, the reporting call of 7 counted):
+	// the budget is 4 less the other call in flight (3), while the
+	// reporting call is leased; once it is released, 4 less 3 as well.
+	clk.add(6 * time.Second)
+	if _, err := s2.Budget(ctx, "sc", ch(0)[0], 4, time.Hour, 7, rep.Token); err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := s1.Admit(ctx, "sc", ch(2)); d.OK {
+		t.Fatal("admitted 2 of a budget of 1")
+	}
+	if err := s2.Release(ctx, "sc", ch(7), rep.Token); err != nil {
+		t.Fatal(err)
+	}
+	clk.add(11 * time.Second) // the reset, cut at Per + 2 s: not ended yet
+	if d, _ := s1.Admit(ctx, "sc", ch(2)); d.OK || d.Wait != time.Second {
+		t.Fatalf("a reset an hour away: %+v; want its end cut at Per + %v (1 s left)", d, rspec.MaxResetOver)
+	}
+	clk.add(time.Second)
+	// A report whose call was released before it reached Redis: its
+	// units are not in flight, the others are.
+	if _, err := s2.Budget(ctx, "sc", ch(0)[0], 9, time.Hour, 7, rep.Token); err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := s1.Admit(ctx, "sc", ch(7)); d.OK {
+		t.Fatal("admitted 7 of a budget of 9 less 3 in flight")
+	}
+	if d, _ := s1.Admit(ctx, "sc", ch(6)); !d.OK {
+		t.Fatal("refused 6 of a budget of 9 less 3 in flight")
+	}
+}
+
+// A report of the window a quota keeps (not a new one) that names a later
+// end moves the end there (the window the limiter rolled to on its own
+// may end before the server's), and one naming an earlier end does not:
+// the budget holds until the latest end a report named; but the first
+// report of a window the limiter rolled to on its own (a guess) names its
+// end, sooner or later.
+func TestQuotaReportMovesEndLater(t *testing.T) {
+	clk := newClock()
+	s1, s2 := twoStores(t, clk)
+	ctx := context.Background()
+	q := &Spec{Kind: Quota, Limit: window.Limit{N: 10, Per: 10 * time.Second}}
+	ch := func(w int64) []Charge { return []Charge{{Rule: "q", Key: "k", Spec: q, Weight: w}} }
+	d, err := s1.Admit(ctx, "sc", ch(1)) // rolls a window ending in 10 s
+	if err != nil || !d.OK {
+		t.Fatalf("%+v %v", d, err)
+	}
+	if err := s1.Release(ctx, "sc", ch(1), d.Token); err != nil {
+		t.Fatal(err)
+	}
+	clk.add(2 * time.Second)
+	// ends in 12 s: 4 s after the kept end, less than max(1 s, Per/2) = 5 s
+	if _, err := s2.Budget(ctx, "sc", ch(0)[0], 0, 12*time.Second, 0, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s2.Budget(ctx, "sc", ch(0)[0], 0, 3*time.Second, 0, ""); err != nil {
+		t.Fatal(err)
+	}
+	clk.add(9 * time.Second) // past the end rolled to (10 s), before the server's (14 s)
+	if d, _ := s1.Admit(ctx, "sc", ch(1)); d.OK || d.Wait != 3*time.Second {
+		t.Fatalf("after the end rolled to, before the server's: %+v; want refused until the server's (3 s)", d)
+	}
+	// a later report of the same window (a slower reply) moves it later
+	if _, err := s2.Budget(ctx, "sc", ch(0)[0], 0, 5*time.Second, 0, ""); err != nil {
+		t.Fatal(err)
+	}
+	clk.add(4 * time.Second)
+	if d, _ := s1.Admit(ctx, "sc", ch(1)); d.OK || d.Wait != time.Second {
+		t.Fatalf("after a later end named: %+v; want refused until it (1 s)", d)
+	}
+	// The window ends; the first report of the one rolled to names its
+	// end, sooner than a Per.
+	clk.add(time.Second)
+	if d, err := s1.Admit(ctx, "sc", ch(1)); err != nil || !d.OK {
+		t.Fatalf("a new window: %+v %v", d, err)
+	}
+	if _, err := s2.Budget(ctx, "sc", ch(0)[0], 5, 2*time.Second, 0, ""); err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := s1.Admit(ctx, "sc", ch(9)); d.OK || d.Wait != 2*time.Second {
+		t.Fatalf("after the first report of a rolled window: %+v; want refused until its end (2 s)", d)
+	}
 }

@@ -1226,38 +1226,52 @@ func (s *Store) SetLimit(ctx context.Context, scope string, c Charge) error {
 
 // Budget takes in a server's report of the budget of c's limiter, a Quota
 // (learned limits: a quota shared by the fleet): remaining units in the
-// server's window, which ends resetIn from now (clamped to [0, Per + 1 s]:
-// a window lasts Per; a second more for resets rounded to whole seconds);
+// server's window, which ends resetIn from now (clamped to [0, Per +
+// rspec.MaxResetOver]: a window lasts Per; a second more for resets
+// rounded to whole seconds, and the engine's ResetMargin, as in process);
 // own is the units of the reporting call when it is still in flight and
-// leased here (a concurrency cap), else 0. The budget is remaining (at
-// most N) less the fleet's units in flight the server may not have
-// counted yet (those leased, but the reporting call's). A report of a
-// window ending more than max(1 s, Per/2) after the one the limiter keeps
-// is a new window: it sets the budget and the window's end, even higher
-// than it was. Any other report only lowers the budget (the server's
-// remaining only falls within a window; a report can only tighten), and
-// never moves the window's end. A report whose window has ended (resetIn
-// ≤ 0) changes nothing. Admissions take their units from the budget and,
-// when it is short, wait until the window ends (Decision.Wait), across
-// every process; a window that ends without a report rolls to one of Per
-// allowing N.
+// leased here (every quota charge is), else 0; tok is that call's token
+// (Decision.Token): own counts only while its lease is still held (its
+// release may reach Redis before the report), "" to take own as given.
+// The budget is remaining (at most N) less the fleet's units in flight
+// the server may not have counted yet (those leased, but the reporting
+// call's). A report of a window ending more than max(1 s, Per/2) after
+// the one the limiter keeps is a new window: it sets the budget and the
+// window's end, even higher than it was. Any other report only lowers the
+// budget (the server's remaining only falls within a window; a report can
+// only tighten), and moves the window's end only later (the window the
+// limiter keeps may end before the server's), but for the first report of
+// a window the limiter rolled to on its own (a Per from the roll: a
+// guess), which sets its end sooner or later, as in process. A report
+// whose window has ended (resetIn ≤ 0) changes nothing. Admissions take
+// their units from the budget and, when it is short, wait until the
+// window ends (Decision.Wait), across every process; a window that ends
+// without a report rolls to one of Per allowing N less the units in
+// flight (leased), which may arrive in it.
 //
 // It returns the units the budget dropped by (negative when a new window
 // raised it: room was made), an error matching ErrSpec for a limiter
-// whose stored spec is not a Quota, ErrLimitMismatch, or the go-redis
-// error. c.Weight is not
-// used. One round trip.
-func (s *Store) Budget(ctx context.Context, scope string, c Charge, remaining int64, resetIn time.Duration, own int64) (int64, error) {
+// whose stored spec is not a Quota, ErrLimitMismatch, an error for a
+// malformed tok, or the go-redis error. c.Weight is not used. One round
+// trip.
+func (s *Store) Budget(ctx context.Context, scope string, c Charge, remaining int64, resetIn time.Duration, own int64, tok string) (int64, error) {
 	c.Weight = 0
 	remaining = min(max(remaining, 0), MaxN)
 	own = min(max(own, 0), MaxN)
-	rin := min(max(resetIn, 0), MaxPer+time.Second)
+	rin := min(max(resetIn, 0), MaxPer+rspec.MaxResetOver)
 	us := rin / time.Microsecond
 	if rin%time.Microsecond != 0 {
 		us++
 	}
 	arg := strconv.FormatInt(remaining, 10) + ":" + strconv.FormatInt(int64(us), 10) + ":" + strconv.FormatInt(own, 10)
-	drop, err := s.run(ctx, "budget", budgetScript, scope, []Charge{c}, "", arg)
+	if tok != "" {
+		m, _, err := splitToken(tok)
+		if err != nil {
+			return 0, err
+		}
+		tok = m
+	}
+	drop, err := s.run(ctx, "budget", budgetScript, scope, []Charge{c}, tok, arg)
 	if isReplyError(err) && strings.Contains(err.Error(), "ERR ratesem: not a quota limiter") {
 		return 0, fmt.Errorf("%w: rule %q key %q: its limit in Redis is not a quota (budget report dropped)", ErrSpec, clip(c.Rule), clip(c.Key))
 	}

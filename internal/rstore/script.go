@@ -1,6 +1,12 @@
 package rstore
 
-import goredis "github.com/redis/go-redis/v9"
+import (
+	"strconv"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/ratesem/ratesem/internal/rspec"
+)
 
 // The Lua side. Every script takes KEYS in groups of three per charge (the
 // limiter's hash H, its sorted set of leases F, its sorted set log Z), then
@@ -78,7 +84,7 @@ local function wt(m) return tonumber(string.match(m, ':(%d+)$')) end
 -- one) and its hash; nil, err for a spec that disagrees with the stored one.
 local KF = {
   {'m','f','z'}, {'m','f','w','u','d','e'}, {'m','f','z'}, {'f','w','u'}, {'m','f','w','v','c'},
-  {'f','w','c'}, {'f','t','r','l','a'}, {'f','t','r','l','a'}, {'f','t','a'}, {'f','R','B'}}
+  {'f','w','c'}, {'f','t','r','l','a'}, {'f','t','r','l','a'}, {'f','t','a'}, {'f','R','B','Q'}}
 local UNK = '1/1/0/0/1' -- rspec.Unknown's spec: defers to any stored one
 local function lim(i)
   local b = 4 + (i - 1) * 8
@@ -116,11 +122,13 @@ local function lim(i)
   L.z = L.z or 0
   L.t0 = math.max(now, L.m or 0) -- time never goes back for one limiter
   L.usesm = (fs[1] == 'm')
-  -- a quota also while it holds leases taken under the limit it had
-  -- before (a key that learned it counts in the server's windows while
-  -- calls were in flight): they end as their calls end, not at their
-  -- leases' ends, and meanwhile the calls admitted take leases too
-  L.leased = L.kind == 1 or L.kind == 2 or L.conc > 0 or (L.kind == 10 and L.fc > 0)
+  -- a quota always: its calls in flight are known to the fleet, so that
+  -- a window that ends without a report allows N less them (they may
+  -- arrive in it; as in process), and a budget report subtracts those
+  -- the server may not have counted; leases taken under the limit it had
+  -- before (a key that learned it while calls were in flight) end as
+  -- their calls end too
+  L.leased = L.kind == 1 or L.kind == 2 or L.conc > 0 or L.kind == 10
   L.logged = L.kind == 1 or L.kind == 3
   return L
 end
@@ -251,8 +259,9 @@ local function prepare(L)
   elseif k == 9 and L.t == nil then set(L, 't', L.t0); set(L, 'a', L.t0)
   elseif k == 10 and (L.R == nil or L.t0 >= L.R) then
     -- a quota's window ended: the next one allows N, less the calls in
-    -- flight (leased: a concurrency cap), which may arrive in it
-    set(L, 'R', L.t0 + L.per); set(L, 'B', math.max(L.N - L.f, 0))
+    -- flight (leased), which may arrive in it; its end is a guess (Q 0)
+    -- until a report names the server's (budgetScript)
+    set(L, 'R', L.t0 + L.per); set(L, 'B', math.max(L.N - L.f, 0)); set(L, 'Q', 0)
   end
   if L.lost then
     -- Rebuild from what is left and hold the limiter full for the time it
@@ -492,8 +501,9 @@ local function fill(L, l)
     local tat = l + b * emit(L)
     if tat > t and tat > L.t then set(L, 't', tat); return true end
   elseif k == 10 then
-    -- a quota held spent until its window ends (at least a Per after l)
-    if l + L.per > L.R then set(L, 'R', l + L.per) end
+    -- a quota held spent until its window ends (at least a Per after l;
+    -- no report shortens it: Q 1)
+    if l + L.per > L.R then set(L, 'R', l + L.per); set(L, 'Q', 1) end
     if L.B > 0 then set(L, 'B', 0); return true end
   end
   return false
@@ -1175,15 +1185,19 @@ return extra
 // budgetScript takes in a server's report of a quota limiter's budget
 // (charge 1, kind 10): ARGV[3] is "remaining:reset:own", the units the
 // server says remain in its window, the µs from now until that window
-// ends (at most Per and a second), and the units of the reporting call if
-// it is still in flight here (leased: the server counted them, and so do
-// the calls in flight). The budget is what remains less the fleet's calls
-// in flight the server may not have counted yet: a report of a window
-// ending more than max(1 s, Per/2) after the one kept starts a new window
-// with it; another only lowers the budget. Reply: the units taken in (the
-// budget's drop; negative when a new window raised it), or {-1, charge,
-// stored} for a spec mismatch, or an error reply for a limiter that is
-// not a quota (its stored spec another kind).
+// ends (at most Per and rspec.MaxResetOver), and the units of the
+// reporting call, counted only while it is still leased here under the
+// member prefix ARGV[2] of its token ("": taken as leased): the server
+// counted them, and so do the calls in flight. The budget is what
+// remains less the fleet's calls in flight the server may not have
+// counted yet: a report of a window ending more than max(1 s, Per/2)
+// after the one kept starts a new window with it; another only lowers
+// the budget, and moves the window's end only later, but for the first
+// report of a window the limiter rolled to on its own (field Q 0), which
+// sets it. Reply: the units taken in (the budget's drop; negative when a
+// new window raised it), or {-1, charge, stored} for a spec mismatch, or
+// an error reply for a limiter that is not a quota (its stored spec
+// another kind).
 var budgetScript = goredis.NewScript(header + prelude + `
 local Ls, err = loadall()
 if Ls == nil then return err end
@@ -1192,15 +1206,25 @@ if L.kind ~= 10 then return redis.error_reply('ERR ratesem: not a quota limiter'
 prepare(L)
 local r, rin, own = string.match(ARGV[3], '^(%d+):(%d+):(%d+)$')
 r, rin, own = tonumber(r), tonumber(rin), tonumber(own)
+-- the reporting call counts in f only while its lease is held (its
+-- release may have reached Redis first)
+if own ~= nil and own > 0 and ARGV[2] ~= '' and not redis.call('ZSCORE', L.F, ARGV[2] .. ':' .. own) then own = 0 end
 local old = L.B
 if r ~= nil and rin > 0 then
-  local R = L.t0 + math.min(rin, L.per + 1000000)
+  local R = L.t0 + math.min(rin, L.per + ` + strconv.FormatInt(rspec.MaxResetOver.Microseconds(), 10) + `)
   local b = math.max(math.min(r, L.N) - math.max(L.f - own, 0), 0)
   if R > L.R + math.max(1000000, fdiv(L.per, 2)) then
     set(L, 'R', R); set(L, 'B', b)
-  elseif b < L.B then
-    set(L, 'B', b)
+  else
+    if b < L.B then set(L, 'B', b) end
+    -- the first report of a window the limiter rolled to on its own (Q 0:
+    -- a guess, a Per from the roll) names its end, sooner or later; a
+    -- later report moves it only later (a slower reply; or the window
+    -- kept ended before the server's): the budget holds until then, as
+    -- in process, never less
+    if L.Q == 0 or R > L.R then set(L, 'R', R) end
   end
+  if L.Q ~= 1 then set(L, 'Q', 1) end
 end
 L.ttl = math.max(L.ttl, math.ceil((L.R - L.t0) / 1000) + 1000)
 save(L)
