@@ -62,7 +62,33 @@
 // clamped to [Floor, Ceiling]; Tick runs at every Success (the simulation
 // ran it every ms; a level can only be proven by a success anyway, and a
 // Throttle restarts the proof); LastCut starts at −1 (times are ≥ 0); the
-// simulation's unreachable "n < G: back to G" branch is left out.
+// simulation's unreachable "n < G: back to G" branch is left out; after
+// a forgotten B the steps grow ×4, not ×2 (RiseMul, below).
+//
+// # The climb after a step up (traces, issue 21)
+//
+// Traces of clientpool's TestAdaptiveUnknownServer (limit 50 to 150 at
+// window 120, completion server, 500 runs of 5 seeds) show the level
+// climbing the same way in every run; the level, not the throughput at
+// it, sets the recovery. At N = 50 the law sits at the edge (G 50, B 51),
+// probing 51 every 2 cycles (a cycle is about 1.07 W: W and N calls
+// admitted at the level); after the step the next probe passes and B is
+// forgotten one proof later: 2.3 to 2.7 windows after the step. With
+// steps doubling from n/16 the level then went 54, 60, 72, 96, 129 (86%
+// of 150, 6.8 windows after the step), 174 (throttled: back to 129, B
+// 174), 151 (throttled), 140, 145. Each failed probe leaves the window
+// holding more calls than the level (the server counts them as well), so
+// admissions stop for part of a window and resume in a burst: 62 to 107
+// calls in the window after a failed probe, against 140 at the level. The
+// recovery (the first 3 windows whose mean reaches 85%) was 6 windows
+// when those dips fell after it and 9 to 11 when they fell inside it (5
+// runs in 500 at 10 or more). With steps ×4 after a forgotten B the climb
+// is 54, 66, 89, 120, 162 (throttled), 141: the level passes 85% about
+// two cycles sooner, and over 500 runs every recovery after the step up
+// took at most 8 windows (mean 5.8 against 6.2). The first step stays
+// n/16: against a fixed-window server a level one above the limit passes
+// a cycle now and then (B forgotten every ~10 windows at N = 100), and a
+// larger first step would cost more rejections there.
 package adapt
 
 import (
