@@ -16,7 +16,8 @@ import (
 )
 
 // TestAdaptReports: a limiter's successes go to Redis at most once per
-// eighth of its Per (the first at once, the others batched, none lost);
+// eighth of its Per (the first at once, the others batched, none lost,
+// sent an eighth of Per on even when no success follows);
 // a throttle goes at once and cuts the fleet's level, which the next
 // admission adopts, and the cut wakes this process's waiters (OnRoom).
 func TestAdaptReports(t *testing.T) {
@@ -66,13 +67,25 @@ func TestAdaptReports(t *testing.T) {
 	if len(answers) != 0 || field("cur") != 1 {
 		t.Fatalf("40 successes within an eighth of Per: %d more reports, %d counted in Redis; want the first alone", len(answers), field("cur"))
 	}
-	time.Sleep(per/adaptEvery - time.Since(t0) + 5*time.Millisecond)
+	// the 39 queued go an eighth of Per after the first report, though no
+	// success follows them
+	select {
+	case <-answers:
+	case <-time.After(per):
+		t.Fatal("the queued successes wait for another success")
+	}
+	if d := time.Since(t0); d < per/adaptEvery {
+		t.Fatalf("the queued successes went after %v, within an eighth of Per", d)
+	}
+	if got := field("cur") + field("prev"); got != 40 {
+		t.Fatalf("after an eighth of Per: %d successes in Redis, want all 40", got)
+	}
 	if err := e.AdaptSuccess("s", c, b, start, time.Millisecond, 1, then); err != nil {
 		t.Fatal(err)
 	}
 	<-answers
 	if got := field("cur") + field("prev"); got != 41 {
-		t.Fatalf("after an eighth of Per: %d successes in Redis, want all 41", got)
+		t.Fatalf("another eighth of Per on: %d successes in Redis, want 41", got)
 	}
 	if lat := field("lat"); lat != 1000 {
 		t.Fatalf("latency %dµs, want 1000", lat)
@@ -170,7 +183,17 @@ func TestAdaptSplitBySince(t *testing.T) {
 	if len(answers) != 0 {
 		t.Fatal("a report within an eighth of Per")
 	}
-	time.Sleep(per/adaptEvery - time.Since(sent) + 5*time.Millisecond)
+	// an eighth of Per on they go without another success: 4 cannot
+	// prove the level
+	var n int64
+	select {
+	case n = <-answers:
+	case <-time.After(per):
+		t.Fatal("the queued successes wait for another success")
+	}
+	if n != 5 || time.Since(sent) < per/adaptEvery {
+		t.Fatalf("the queued successes: level %d after %v, want 5 after an eighth of Per", n, time.Since(sent))
+	}
 	_ = e.AdaptSuccess("s", c, b, t0.Add(time.Millisecond), time.Millisecond, 1, then)
 	if n := <-answers; n != 6 {
 		t.Fatalf("5 successes of calls admitted at the level, a Per on: level %d, want 6 (proven, +1)", n)
