@@ -265,14 +265,15 @@ func TestAdaptiveUnknownServer(t *testing.T) {
 		seeds = int64(v)
 	}
 	for _, fixed := range []bool{false, true} {
-		// The target is recovery within 10 windows of each step;
-		// each seed is held to it with 2 windows of slack (a seed of the
-		// completion server took 11 in about one run of 20 under load:
-		// goroutines woken at one virtual instant run in varying order),
-		// and the median over the seeds to the target itself.
-		kind, maxRej, maxRec, medRec := "completion", 2.0, 12, 10
+		// The target is recovery within 10 windows of each step:
+		// every seed of the completion server is held to it (500 runs of 5
+		// seeds: at most 8 windows after the step up, 8 after the step
+		// down; 100 seeds: 10 once), and the median over the seeds too. The
+		// fixed-window server keeps slack (500 runs: at most 10 windows,
+		// rejections up to 2.3%).
+		kind, maxRej, maxRec, medRec := "completion", 2.0, 10, 10
 		if fixed {
-			kind, maxRej, maxRec, medRec = "fixed", 2.5, 15, 10
+			kind, maxRej, maxRec, medRec = "fixed", 2.5, 12, 10
 		}
 		worstRej, worstThr, worstRec := 0.0, 100.0, make([]int, len(adaptSteps))
 		recs := make([][]int, len(adaptSteps))

@@ -157,12 +157,15 @@ type Rule struct {
 // at it, succeeded); climbs fast while no throttle is known (+1, +2, +4 …,
 // at most 35% a step), then halves the gap to the lowest level that drew a
 // throttle each cycle and probes that level +1 only every max(2, ⌈100/N⌉)
-// cycles; a throttle of a probe goes back to the last good level, a
-// throttle at the good level cuts it to min(90%, 95% of what the last Per
-// accepted). Against a server whose limit halves and then triples (100 >
-// 50 > 150 per second, calls of 20 to 80 ms, completion window) it keeps
-// rejections under 2% of calls and throughput above 85% of the limit
-// within 10 windows of each step (TestAdaptiveUnknownServer).
+// cycles; once that level passes a clean cycle (the limit rose) it is
+// forgotten and the climb starts again at N/16 a step, the steps growing
+// ×4 a cycle (at most 35%); a throttle of a probe goes back to the last
+// good level, a throttle at the good level cuts it to min(90%, 95% of
+// what the last Per accepted). Against a server whose limit halves and
+// then triples (100 > 50 > 150 per second, calls of 20 to 80 ms,
+// completion window) it keeps rejections under 2% of calls and throughput
+// above 85% of the limit within 10 windows of each step, for every seed
+// (TestAdaptiveUnknownServer).
 // A semaphore.RateSemaphore has no adaptive option (its Release(n) names
 // no call, so no start instant): use a Pool of one rule.
 //

@@ -28,8 +28,11 @@
 //     n moves: without a known B it accelerates (+1, +2, +4 … at most 35%
 //     of n per step); below B it halves the gap to B each cycle; one below
 //     B it probes +1 only after max(2, ⌈100/n⌉) clean cycles (a probe costs
-//     about one rejection: at most ~1% of calls); at B (proven clean) B is
-//     forgotten and it probes n/16 upwards, accelerating again;
+//     about one rejection: at most ~1% of calls); at B (proven clean) the
+//     limit rose and B is stale: it is forgotten and the level probes n/16
+//     upwards, then accelerates with steps that quadruple per cycle (×4,
+//     not ×2; still at most 35% of n), so that a limit that rose far (50
+//     to 150) is reached about two cycles sooner;
 //   - never leaves [Floor, Ceiling].
 //
 // # Exactness (the Lua port)
@@ -59,7 +62,34 @@
 // clamped to [Floor, Ceiling]; Tick runs at every Success (the simulation
 // ran it every ms; a level can only be proven by a success anyway, and a
 // Throttle restarts the proof); LastCut starts at −1 (times are ≥ 0); the
-// simulation's unreachable "n < G: back to G" branch is left out.
+// simulation's unreachable "n < G: back to G" branch is left out; after
+// a forgotten B the steps grow ×4, not ×2 (RiseMul, below).
+//
+// # The climb after a step up (traces, issue 21)
+//
+// Traces of clientpool's TestAdaptiveUnknownServer (limit 50 to 150 at
+// window 120, completion server, 500 runs of 5 seeds) show the level
+// climbing the same way in every run; the level, not the throughput at
+// it, sets the recovery. At N = 50 the law sits at the edge (G 50, B 51),
+// probing 51 every 2 cycles (a cycle is about 1.07 W: W and N calls
+// admitted at the level); after the step the next probe passes and B is
+// forgotten one proof later: 2.3 to 2.7 windows after the step. With
+// steps doubling from n/16 the level then went 54, 60, 72, 96, 129 (86%
+// of 150, 6.8 windows after the step), 174 (throttled: back to 129, B
+// 174), 151 (throttled), 140, 145. Each failed probe leaves the window
+// holding more calls than the level (the server counts them as well), so
+// admissions stop for part of a window and resume in a burst: 62 to 107
+// calls in the window after a failed probe, against 140 at the level. The
+// recovery (the first 3 windows whose mean reaches 85%) was 6 windows
+// when those dips fell after it and 9 to 11 when they fell inside it (5
+// runs in 500 at 10 or more). With steps ×4 after a forgotten B the climb
+// is 54, 66, 89, 120, 162 (throttled), 141: the level passes 85% about
+// two cycles sooner: over 500 runs every recovery after the step up took
+// at most 8 windows (mean 5.8 against 6.2), and over 100 more seeds one
+// took 10 (a failed probe's dip still inside the mean). The first step stays
+// n/16: against a fixed-window server a level one above the limit passes
+// a cycle now and then (B forgotten every ~10 windows at N = 100), and a
+// larger first step would cost more rejections there.
 package adapt
 
 import (
@@ -82,6 +112,9 @@ const (
 	ProveB = 1
 	// Probe0Den: the first step above a forgotten B is n/16 (at least 1).
 	Probe0Den = 16
+	// RiseMul: in the climb after a forgotten B the step is multiplied by
+	// RiseMul per cycle (by 2 in the first climb from the start level).
+	RiseMul = 4
 	// IncCapNum/IncCapDen caps a step at n·35/100 (at least 1).
 	IncCapNum, IncCapDen = 35, 100
 	// LatWeight: the latency average moves by 1/64 of a sample.
@@ -113,7 +146,9 @@ type State struct {
 	B int64
 	// Inc is the next step up when no B is known (1, doubling, capped).
 	Inc int64
-	// Clean counts clean cycles at B or one below it (probing rules).
+	// Clean counts clean cycles at B or one below it (probing rules);
+	// while no B is known, 1 marks a climb after a forgotten B (steps
+	// grow by RiseMul) and 0 the first climb from the start level.
 	Clean int64
 	// Cycled counts the units of successes of calls started at or after
 	// LastChange: a level is proven once Cycled ≥ N and W has passed.
@@ -252,6 +287,9 @@ func (l *Law) Throttle(start, now int64) {
 	if start < s.LastCut {
 		return
 	}
+	if TraceHook != nil {
+		defer func(old State) { TraceHook("throttle", start, now, old, l.S) }(l.S)
+	}
 	if s.N > s.G {
 		s.B, s.N = s.N, s.G
 	} else {
@@ -278,14 +316,21 @@ func (l *Law) Tick(now int64) {
 	if now-s.LastChange < p.W || s.Cycled < s.N {
 		return
 	}
+	if TraceHook != nil {
+		defer func(old State) { TraceHook("tick", 0, now, old, l.S) }(l.S)
+	}
 	s.LastChange, s.Cycled = now, 0
 	s.G = s.N
 	switch {
 	case s.B > 0 && s.N >= s.B:
-		// Holding at the old bad level, clean: forget it, probe upwards.
+		// Holding at the old bad level, clean: the limit rose and B is
+		// stale. Forget it and probe upwards: a first step of n/16 (cheap
+		// when the pass was luck, as against a fixed-window server), then
+		// steps that quadruple (Clean = 1 marks this climb), so that a
+		// limit that rose far is reached in few cycles.
 		s.Clean++
 		if s.Clean >= ProveB {
-			s.B, s.Clean = 0, 0
+			s.B, s.Clean = 0, 1
 			s.Inc = max(1, s.N/Probe0Den)
 			l.step()
 		}
@@ -312,12 +357,17 @@ func sat(a, b int64) int64 {
 	return a + b
 }
 
-// step raises N by Inc (within the ceiling) and doubles Inc, capped at
-// 35% of the new N (at least 1).
+// step raises N by Inc (within the ceiling) and multiplies Inc by 2 (by
+// RiseMul in a climb after a forgotten B: Clean > 0), capped at 35% of
+// the new N (at least 1). It runs only while no B is known.
 func (l *Law) step() {
 	s := &l.S
 	s.N = min(sat(s.N, s.Inc), l.P.Ceiling)
-	s.Inc = min(sat(s.Inc, s.Inc), max(1, mulDiv(s.N, IncCapNum, IncCapDen)))
+	mul := int64(2)
+	if s.Clean > 0 {
+		mul = RiseMul
+	}
+	s.Inc = min(mulDiv(s.Inc, mul, 1), max(1, mulDiv(s.N, IncCapNum, IncCapDen)))
 }
 
 // SetCeiling changes the ceiling (a limit the server published, learned
@@ -367,3 +417,6 @@ func (l *Law) Apply(e Event) {
 		l.Tick(e.Now)
 	}
 }
+
+// TraceHook is a temporary debugging hook.
+var TraceHook func(kind string, start, now int64, old, new State)

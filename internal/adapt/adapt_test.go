@@ -3,6 +3,7 @@ package adapt
 import (
 	"math"
 	"math/rand"
+	"slices"
 	"testing"
 )
 
@@ -182,15 +183,40 @@ func TestEdgeProbeWaits(t *testing.T) {
 	}
 }
 
-// At B, proven clean, B is forgotten and the level probes n/16 upwards.
+// At B, proven clean, B is forgotten and the level probes n/16 upwards,
+// then climbs with steps that quadruple (capped at 35%).
 func TestForgetBAndProbe(t *testing.T) {
 	l := newLaw(10, 1000)
 	l.S.N, l.S.G, l.S.B = 160, 160, 160
 	if n := prove(&l, 0, w); n != 170 || l.S.B != 0 {
 		t.Fatalf("at B: %d B %d, want 170 B 0", n, l.S.B)
 	}
-	if l.S.Inc != 20 {
-		t.Fatalf("inc %d, want 20 (doubled)", l.S.Inc)
+	if l.S.Inc != 40 {
+		t.Fatalf("inc %d, want 40 (quadrupled)", l.S.Inc)
+	}
+}
+
+// After a step up of the true limit (50 to 150), the edge probe at B = 51
+// passes: the climb from there takes 4 cycles to 120 (×4 steps: +3, +12,
+// +23, +31), where doubling steps took 5 to 129 and 6 to 174, so that the
+// acceptance test recovers within 10 windows of the step for every seed
+// (clientpool's TestAdaptiveUnknownServer). A throttle ends the fast climb:
+// the next climb from the start level doubles again.
+func TestClimbAfterForgottenB(t *testing.T) {
+	l := newLaw(10, 1000)
+	l.S.N, l.S.G, l.S.B = 51, 51, 51
+	var got []int64
+	now := int64(0)
+	for range 4 {
+		now += w
+		got = append(got, prove(&l, now-w, now))
+	}
+	if want := []int64{54, 66, 89, 120}; !slices.Equal(got, want) {
+		t.Fatalf("climb after a forgotten B: %v, want %v", got, want)
+	}
+	l.Throttle(now, now+10) // the probe at 120 fails: back to 89, B 120
+	if l.N() != 89 || l.S.B != 120 || l.S.Clean != 0 {
+		t.Fatalf("after the throttle: %+v", l.S)
 	}
 }
 

@@ -66,7 +66,12 @@ func TestAdaptReports(t *testing.T) {
 	if len(answers) != 0 || field("cur") != 1 {
 		t.Fatalf("40 successes within an eighth of Per: %d more reports, %d counted in Redis; want the first alone", len(answers), field("cur"))
 	}
-	time.Sleep(per/adaptEvery - time.Since(t0) + 5*time.Millisecond)
+	time.Sleep(per/adaptEvery - time.Since(t0) + 20*time.Millisecond)
+	// they cannot prove the level (admitted before it was made): no timer
+	// sends them, the next success does
+	if len(answers) != 0 {
+		t.Fatal("successes that cannot prove the level went without a success to send them")
+	}
 	if err := e.AdaptSuccess("s", c, b, start, time.Millisecond, 1, then); err != nil {
 		t.Fatal(err)
 	}
@@ -191,6 +196,33 @@ func TestAdaptSplitBySince(t *testing.T) {
 	case n := <-answers:
 		if n != 8 {
 			t.Fatalf("the proving report: level %d, want 8 (6 + the doubled step 2)", n)
+		}
+	case <-time.After(per / 8):
+		t.Fatal("the proving report waited")
+	}
+	// successes that may prove the level (admitted a Per after its
+	// change) go an eighth of Per after the last report though no success
+	// follows them (a timer): 7 of the 8 needed, then the 8th at once
+	t2 := clk.now()
+	clk.mu.Lock()
+	clk.t = clk.t.Add(per)
+	clk.mu.Unlock()
+	for range 7 {
+		_ = e.AdaptSuccess("s", c, b, t2.Add(per), time.Millisecond, 1, then)
+	}
+	select {
+	case n := <-answers:
+		if n != 8 {
+			t.Fatalf("7 successes at the level: %d, want 8 (not proven)", n)
+		}
+	case <-time.After(per):
+		t.Fatal("successes that may prove the level wait for another success")
+	}
+	_ = e.AdaptSuccess("s", c, b, t2.Add(per), time.Millisecond, 1, then)
+	select {
+	case n := <-answers:
+		if n <= 8 {
+			t.Fatalf("the 8th success: level %d, want it proven and raised", n)
 		}
 	case <-time.After(per / 8):
 		t.Fatal("the proving report waited")

@@ -294,13 +294,17 @@ end
 local function tick()
   if now - S.chg < W or S.cyc < S.n then return false end
   S.chg = now; S.cyc = 0; S.G = S.n
+  -- step: +inc, inc ×2 (×4 in the climb after a forgotten B: clean > 0)
   local function step()
     S.n = math.min(S.n + S.inc, CE)
-    S.inc = math.min(2 * S.inc, math.max(1, fdiv(S.n * 35, 100)))
+    local mul = 2
+    if S.clean > 0 then mul = 4 end
+    S.inc = math.min(mul * S.inc, math.max(1, fdiv(S.n * 35, 100)))
   end
   if S.B > 0 and S.n >= S.B then
+    -- B is stale (the limit rose): forget it; clean = 1 marks the climb
     S.clean = S.clean + 1
-    if S.clean >= 1 then S.B = 0; S.clean = 0; S.inc = math.max(1, fdiv(S.n, 16)); step() end
+    if S.clean >= 1 then S.B = 0; S.clean = 1; S.inc = math.max(1, fdiv(S.n, 16)); step() end
   elseif S.B > 0 and S.n + 1 >= S.B then
     S.clean = S.clean + 1
     if S.clean >= math.max(2, fdiv(100 + S.n - 1, S.n)) then S.n = math.min(S.n + 1, CE); S.clean = 0 end

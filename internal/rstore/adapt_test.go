@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -185,6 +186,50 @@ func TestAdaptDifferential(t *testing.T) {
 		t.Fatalf("only %d level changes, %d cuts: the schedule does not exercise the law", changes, cuts)
 	}
 	t.Logf("%d level changes, %d of them down", changes, cuts)
+}
+
+// TestAdaptDifferentialClimb: the schedule of a limit that dropped and
+// rose far (rare in TestAdaptDifferential's random one): a deep cut, the
+// climb back halving the gap to the bad level, the edge, the probe that
+// passes (the bad level is forgotten) and the climb after it, whose steps
+// quadruple below their cap; the Lua law and the Go reference stay equal
+// field for field after every report.
+func TestAdaptDifferentialClimb(t *testing.T) {
+	ctx := context.Background()
+	clk := newClock()
+	s, rdb := newStore(t, clk, time.Minute)
+	const per = time.Second
+	W := per.Microseconds()
+	c := Charge{Rule: "adapt", Key: "climb", Spec: spec(Completion, 1, per)}
+	b := AdaptBounds{Floor: 10, Start: 60}
+	var ref lawRef
+	report := func(ev AdaptEvent) {
+		t.Helper()
+		now := clk.t.UnixMicro()
+		want := ref.apply(now, W, b.Floor, MaxN, b.Start, ev)
+		lv, err := s.AdaptAll(ctx, "climb", c, b, ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gs, ok := adaptStateOf(t, s, rdb, "climb", c)
+		if lv.N != want || !ok || gs != ref.state(now) {
+			t.Fatalf("%+v: Lua n=%d state %+v, Go n=%d state %+v", ev, lv.N, gs, want, ref.state(now))
+		}
+	}
+	report(AdaptEvent{Start: clk.t, Count: 1})
+	clk.add(time.Millisecond)
+	report(AdaptEvent{Throttled: true, Start: clk.t}) // at G: a deep cut to the floor
+	var levels []int64
+	for range 12 {
+		clk.add(per + time.Millisecond)
+		report(AdaptEvent{Start: clk.t.Add(-time.Microsecond), Count: ref.l.N()})
+		levels = append(levels, ref.l.N())
+	}
+	// halving the gap to 60, the edge (2 cycles), the probe at 60, then
+	// +60/16 and steps ×4 (3 to 12), capped at 35% (26, 35, 47)
+	if want := []int64{35, 47, 53, 56, 58, 59, 59, 60, 63, 75, 101, 136}; !slices.Equal(levels, want) {
+		t.Fatalf("levels %v, want %v", levels, want)
+	}
 }
 
 // TestAdaptReplicasOneCut: three processes report the same overload (each
