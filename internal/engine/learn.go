@@ -287,7 +287,10 @@ func (p *Engine) budgetLocked(hd *held, remaining, reset, epoch int64, now time.
 	// header) ends Per from now, plus a second for resets rounded up to
 	// whole seconds (GitHub's epoch seconds) and ResetMargin.
 	reset = min(reset, sat.Add(nowNs, int64(l.rule.limit.Per+time.Second+ResetMargin)))
-	remaining = max(remaining, 0)
+	// A window's budget never exceeds its N (a report only tightens; as
+	// over Redis, rstore's Budget): a reply saying more remains than the
+	// limit is taken at the limit.
+	remaining = min(max(remaining, 0), max(l.limit().N, 0))
 	var contra error
 	if fb.reported && fb.budgeted && reset < fb.reset-int64(ResetMargin+time.Second) {
 		fb.distrusted++
