@@ -1,12 +1,15 @@
 package clientpool_test
 
 import (
+	"context"
 	"net/http"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/ratesem/ratesem/clientpool"
 	"github.com/ratesem/ratesem/redistest"
+	goredis "github.com/redis/go-redis/v9"
 )
 
 // TestAdaptiveLearnQuotaRemainingAboveLimit: a reply that says more
@@ -45,5 +48,54 @@ func TestAdaptiveLearnQuotaRemainingAboveLimit(t *testing.T) {
 		if got[1] != got[0] || got[0] > 20 || got[0] < 19 {
 			t.Errorf("%s: admitted %d after 20 remaining of 20, %d after 100 remaining of 20: want the same, at most 20", mode, got[0], got[1])
 		}
+	}
+}
+
+// cmdCount counts the commands a go-redis client sends.
+type cmdCount struct{ n *int64 }
+
+func (h cmdCount) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+func (h cmdCount) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error {
+		*h.n++
+		return next(ctx, cmd)
+	}
+}
+func (h cmdCount) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []goredis.Cmder) error {
+		*h.n += int64(len(cmds))
+		return next(ctx, cmds)
+	}
+}
+
+// TestAdaptiveLearnQuotaSwitchBounded: the reply that makes an adaptive
+// rule a quota costs its caller a bounded number of round trips however
+// many keys (attacker-chosen) the process holds: one key's cost never
+// depends on how many keys exist elsewhere. The other keys follow at
+// their next admission (a window of the rule's 5, as in process).
+func TestAdaptiveLearnQuotaSwitchBounded(t *testing.T) {
+	per := 2 * time.Second
+	table := clientpool.Table{Rules: []clientpool.Rule{quotaAdaptRule(per)}}
+	c := newClient(t, redistest.Start(t).Addr())
+	p := newRedisPool(t, table, c, "many")
+	const keys = 300
+	for i := range keys {
+		acquire(t, p, clientpool.Charge{Rule: "api", Key: "k" + strconv.Itoa(i), Weight: 1}).Release()
+	}
+	a := clientpool.Charge{Rule: "api", Key: "a", Weight: 1}
+	tk := acquire(t, p, a)
+	var n int64
+	c.AddHook(cmdCount{&n})
+	start := time.Now()
+	tk.ObserveHeaders(http.Header{"X-Limit": {"20"}, "X-Remaining": {"19"}, "X-Reset-Ms": {"1000"}})
+	took := time.Since(start)
+	cmds := n // the hook runs on this goroutine only while ObserveHeaders does (nothing else in flight)
+	tk.Release()
+	if cmds > 10 {
+		t.Errorf("the reply that made the rule a quota sent %d commands (took %v) with %d keys held: want a bounded number", cmds, took, keys)
+	}
+	time.Sleep(per + 100*time.Millisecond)
+	if got := holdN(t, p, clientpool.Charge{Rule: "api", Key: "k7", Weight: 1}, 40); got != 5 {
+		t.Errorf("a key held before the switch admitted %d in a new window, want the rule's 5", got)
 	}
 }

@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/ratesem/ratesem"
@@ -252,8 +251,9 @@ func adaptQuotaSpec(rs *ruleState, n int64) (*rspec.Spec, bool) {
 // windows (a quota), as quotaLocked does in process: each key is charged
 // under an rspec.Quota from now on (a key that learned no limit, under
 // the rule's N), and no longer reports its calls to the level. It returns
-// the keys this process holds, whose quota it must store in Redis; nil
-// when Redis cannot keep one. p.mu must be held.
+// the keys this process holds (the callers leave each to store its quota
+// in Redis at its next admission, adaptAdoptLocked); nil when Redis
+// cannot keep one. p.mu must be held.
 func (m *redisMode) adaptQuotaRuleLocked(rs *ruleState) []*limiter {
 	s, ok := adaptQuotaSpec(rs, rs.limit.N)
 	if !ok {
@@ -300,8 +300,9 @@ func (m *redisMode) storeQuotas(ls []*limiter) {
 // adaptQuota is adaptLearn for a report that names the server's window
 // (or any report once the rule counts in the server's windows): as in
 // process (Engine.learn, quotaLocked, budgetLocked), the rule becomes a
-// quota (adaptQuotaRuleLocked: the keys this process holds store their
-// quota in Redis, one round trip each on the caller's goroutine), the
+// quota (adaptQuotaRuleLocked: the key of the report stores its quota in
+// Redis, one round trip on the caller's goroutine; the other keys this
+// process holds store theirs at their next admission), the
 // limit n the report names (0: none) becomes the N of the key's windows,
 // and the remaining count until the reset (plus ResetMargin) the key's
 // budget, shared by the fleet (remote.Engine.BudgetThen; waited for,
@@ -313,15 +314,22 @@ func (m *redisMode) adaptQuota(t *Ticket, hd *held, n int64, in Learned, date ti
 	p.mu.Lock()
 	l, rs := hd.lim, hd.lim.rule
 	now := p.now()
-	var others []*limiter
 	if rs.adQuota == nil {
-		if others = m.adaptQuotaRuleLocked(rs); rs.adQuota == nil {
+		others := m.adaptQuotaRuleLocked(rs)
+		if rs.adQuota == nil {
 			p.mu.Unlock()
 			return // a limit Redis cannot keep as a quota (New checked the rule's)
 		}
+		// The other keys follow at their next admission, as in a process
+		// that adopts the quota (adaptAdoptLocked): this reply costs its
+		// caller no round trip per key held (one key's cost never depends
+		// on how many keys exist elsewhere).
+		for _, o := range others {
+			o.feedback().adQuota = false
+		}
 	}
 	fb := l.feedback()
-	share := !fb.adQuota || slices.Contains(others, l)
+	share := !fb.adQuota
 	if n > 0 && n != l.redisSpec().Limit.N {
 		if s, ok := adaptQuotaSpec(rs, n); ok {
 			fb.spec, share = s, true
@@ -355,13 +363,6 @@ func (m *redisMode) adaptQuota(t *Ticket, hd *held, n int64, in Learned, date ti
 			p.mu.Unlock()
 		}
 	}
-	var rest []*limiter
-	for _, o := range others {
-		if o != l {
-			rest = append(rest, o)
-		}
-	}
-	m.storeQuotas(rest)
 	if in.Remaining < 0 || in.Reset.IsZero() || resetIn <= 0 {
 		return
 	}
