@@ -3,6 +3,7 @@ package clientpool_test
 import (
 	"context"
 	"net/http"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -97,5 +98,89 @@ func TestAdaptiveLearnQuotaSwitchBounded(t *testing.T) {
 	time.Sleep(per + 100*time.Millisecond)
 	if got := holdN(t, p, clientpool.Charge{Rule: "api", Key: "k7", Weight: 1}, 40); got != 5 {
 		t.Errorf("a key held before the switch admitted %d in a new window, want the rule's 5", got)
+	}
+}
+
+// TestAdaptiveLearnQuotaSwitchKeepsTheWindow: the calls a key's window
+// counts under the level when its rule becomes a quota count in the
+// key's first window under the quota too (the window invariant across
+// the switch: no unit counted in neither): a key that made its 5 calls
+// just before another key's reply named the server's window admits none
+// until a Per has passed, then a window of the rule's 5, in process and
+// over Redis alike.
+func TestAdaptiveLearnQuotaSwitchKeepsTheWindow(t *testing.T) {
+	per := 2 * time.Second
+	table := clientpool.Table{Rules: []clientpool.Rule{quotaAdaptRule(per)}}
+	scenario := func(p *clientpool.Pool) []int64 {
+		a := clientpool.Charge{Rule: "api", Key: "a", Weight: 1}
+		b := clientpool.Charge{Rule: "api", Key: "b", Weight: 1}
+		var got []int64
+		hold := func() { got = append(got, int64(holdN(t, p, b, 40))) }
+		hold()
+		tk := acquire(t, p, a)
+		tk.ObserveHeaders(http.Header{"X-Limit": {"20"}, "X-Remaining": {"19"}, "X-Reset-Ms": {"1000"}})
+		tk.Release()
+		time.Sleep(50 * time.Millisecond) // over Redis the releases land in the background
+		hold()
+		hold()
+		time.Sleep(per + 100*time.Millisecond)
+		hold()
+		return got
+	}
+	want := []int64{5, 0, 0, 5}
+	local, err := clientpool.New(table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer local.Close()
+	inProc := scenario(local)
+	c := newClient(t, redistest.Start(t).Addr())
+	overRedis := scenario(newRedisPool(t, table, c, "keep"))
+	if !slices.Equal(inProc, want) {
+		t.Errorf("in process: admitted %v, want %v", inProc, want)
+	}
+	if !slices.Equal(overRedis, want) {
+		t.Errorf("over Redis: admitted %v, want %v", overRedis, want)
+	}
+}
+
+// TestAdaptiveLearnQuotaSwitchKeepsPartOfTheWindow: as
+// TestAdaptiveLearnQuotaSwitchKeepsTheWindow for a key whose window held
+// 3 of its 5 when the rule became a quota: it admits 2 more, not 5, in
+// process and over Redis alike (over Redis the key's quota, stored at its
+// next admission, carries what its level's window counted).
+func TestAdaptiveLearnQuotaSwitchKeepsPartOfTheWindow(t *testing.T) {
+	per := 2 * time.Second
+	table := clientpool.Table{Rules: []clientpool.Rule{quotaAdaptRule(per)}}
+	scenario := func(p *clientpool.Pool) []int64 {
+		a := clientpool.Charge{Rule: "api", Key: "a", Weight: 1}
+		b := clientpool.Charge{Rule: "api", Key: "b", Weight: 1}
+		var got []int64
+		got = append(got, int64(holdN(t, p, b, 3)))
+		tk := acquire(t, p, a)
+		tk.ObserveHeaders(http.Header{"X-Limit": {"20"}, "X-Remaining": {"19"}, "X-Reset-Ms": {"1000"}})
+		tk.Release()
+		time.Sleep(50 * time.Millisecond) // over Redis the releases land in the background
+		got = append(got, int64(holdN(t, p, b, 40)))
+		time.Sleep(50 * time.Millisecond)
+		got = append(got, int64(holdN(t, p, b, 40)))
+		time.Sleep(per + 100*time.Millisecond)
+		got = append(got, int64(holdN(t, p, b, 40)))
+		return got
+	}
+	want := []int64{3, 2, 0, 5}
+	local, err := clientpool.New(table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer local.Close()
+	inProc := scenario(local)
+	c := newClient(t, redistest.Start(t).Addr())
+	overRedis := scenario(newRedisPool(t, table, c, "part"))
+	if !slices.Equal(inProc, want) {
+		t.Errorf("in process: admitted %v, want %v", inProc, want)
+	}
+	if !slices.Equal(overRedis, want) {
+		t.Errorf("over Redis: admitted %v, want %v", overRedis, want)
 	}
 }
