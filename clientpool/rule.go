@@ -193,10 +193,12 @@ type Rule struct {
 // reply's remaining count without its window is reconciled into the key's
 // window in Redis; a reply that names its window makes the rule count in
 // the server's windows as in process, for the fleet: the process that
-// reads it stores each key it holds as a quota in Redis (one round trip
-// each, on the goroutine of Ticket.ObserveHeaders) with the budget the
-// reply gives, shared by every process; another process adopts it at its
-// next admission on the key, and counts its own keys of the rule in the
+// reads it stores the reply's key as a quota in Redis (a round trip on the
+// goroutine of Ticket.ObserveHeaders) with the budget the reply gives,
+// shared by every process, and each other key it holds at that key's next
+// admission (the first window of a key counts what its window counted at
+// the switch, in both modes); another process adopts it at its next
+// admission on the key, and counts its own keys of the rule in the
 // server's windows from then on; SetLimit then sets the N of the windows
 // of the keys the calling process holds that learned no limit, for every
 // process.
