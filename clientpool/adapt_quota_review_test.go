@@ -10,6 +10,7 @@ import (
 
 	"github.com/ratesem/ratesem/clientpool"
 	"github.com/ratesem/ratesem/redistest"
+	"github.com/ratesem/ratesem/window"
 	goredis "github.com/redis/go-redis/v9"
 )
 
@@ -182,5 +183,45 @@ func TestAdaptiveLearnQuotaSwitchKeepsPartOfTheWindow(t *testing.T) {
 	}
 	if !slices.Equal(overRedis, want) {
 		t.Errorf("over Redis: admitted %v, want %v", overRedis, want)
+	}
+}
+
+// TestAdaptiveLearnQuotaSetLimitInAnotherProcess: SetLimit in a process
+// that has seen no reply naming the server's window, on a rule whose key
+// another process made a quota, succeeds as it does in one process after
+// the switch, and sets the N of the windows of the keys it holds that
+// learned no limit, for the fleet.
+func TestAdaptiveLearnQuotaSetLimitInAnotherProcess(t *testing.T) {
+	per := 2 * time.Second
+	table := clientpool.Table{Rules: []clientpool.Rule{quotaAdaptRule(per)}}
+	scenario := func(a, b *clientpool.Pool) []int64 {
+		ka := clientpool.Charge{Rule: "api", Key: "a", Weight: 1}
+		kc := clientpool.Charge{Rule: "api", Key: "c", Weight: 1}
+		acquire(t, b, ka).Release() // b holds keys a and c, at their levels
+		acquire(t, b, kc).Release()
+		time.Sleep(per + 100*time.Millisecond)
+		tk := acquire(t, a, ka)
+		tk.ObserveHeaders(http.Header{"X-Limit": {"20"}, "X-Remaining": {"19"}, "X-Reset-Ms": {"1000"}})
+		tk.Release()
+		time.Sleep(50 * time.Millisecond)
+		ok := int64(1)
+		if err := b.SetLimit("api", window.Limit{N: 3, Per: per}); err != nil {
+			t.Logf("SetLimit: %v", err)
+			ok = 0
+		}
+		return []int64{ok, int64(holdN(t, a, kc, 40))}
+	}
+	want := []int64{1, 3}
+	local, err := clientpool.New(table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer local.Close()
+	if got := scenario(local, local); !slices.Equal(got, want) {
+		t.Errorf("one process: %v, want %v", got, want)
+	}
+	c := newClient(t, redistest.Start(t).Addr())
+	if got := scenario(newRedisPool(t, table, c, "setl"), newRedisPool(t, table, c, "setl")); !slices.Equal(got, want) {
+		t.Errorf("a fleet of two over Redis: %v, want %v", got, want)
 	}
 }

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -70,7 +71,7 @@ func (m *redisMode) adaptSetLimit(rs *ruleState, l window.Limit) error {
 	rs.quiet = 0 // the window lives in Redis
 	lims := make([]*limiter, 0, len(rs.keys))
 	if rs.adQuota != nil {
-		return m.adaptQuotaSetLimitLocked(rs, l) // unlocks p.mu
+		return m.adaptQuotaSetLimitLocked(rs, l, false) // unlocks p.mu
 	}
 	for _, lim := range rs.keys {
 		if lim.ad != nil {
@@ -82,6 +83,18 @@ func (m *redisMode) adaptSetLimit(rs *ruleState, l window.Limit) error {
 	p.mu.Unlock()
 	for _, lim := range lims {
 		n, err := m.eng.AdaptCeiling(context.Background(), m.scope, m.adaptCharge(lim), b)
+		if me := (*rspec.MismatchError)(nil); errors.As(err, &me) && me.StoredSpec.Kind == rspec.Quota {
+			// Another process made the rule count in the server's windows
+			// (a reply to it named its window): take it in, as an
+			// admission that adopts the quota would, and set the limit as
+			// in one process after the switch.
+			p.mu.Lock()
+			p.adaptAdoptLocked(lim, me.StoredSpec)
+			if rs.adQuota != nil {
+				return m.adaptQuotaSetLimitLocked(rs, l, true) // unlocks p.mu
+			}
+			p.mu.Unlock()
+		}
 		if err != nil {
 			return fmt.Errorf("%w (SetLimit(%q, %v): key %q)", err, rs.Name, l, lim.key)
 		}
@@ -99,12 +112,14 @@ func (m *redisMode) adaptSetLimit(rs *ruleState, l window.Limit) error {
 // windows of the keys that learned no limit of their own, stored in Redis
 // for each such key this process holds (one round trip each, on the
 // caller's goroutine), and for every process; the keys that learned one
-// keep it. The levels stay (the server's budget governs). p.mu must be
-// held; it returns with p.mu unlocked.
-func (m *redisMode) adaptQuotaSetLimitLocked(rs *ruleState, l window.Limit) error {
+// keep it. The levels stay (the server's budget governs). force stores
+// the quotas even when the rule's did not change (the rule just became a
+// quota here, from the rule's limit SetLimit set). p.mu must be held; it
+// returns with p.mu unlocked.
+func (m *redisMode) adaptQuotaSetLimitLocked(rs *ruleState, l window.Limit, force bool) error {
 	p := m.p
 	var lims []*limiter
-	if s, ok := adaptQuotaSpec(rs, rs.limit.N); ok && *s != *rs.adQuota {
+	if s, ok := adaptQuotaSpec(rs, rs.limit.N); ok && (force || *s != *rs.adQuota) {
 		rs.adQuota = s
 		for _, lim := range rs.keys {
 			if lim.ad != nil && (lim.fb == nil || lim.fb.spec == nil) {
