@@ -225,3 +225,46 @@ func TestAdaptiveLearnQuotaSetLimitInAnotherProcess(t *testing.T) {
 		t.Errorf("a fleet of two over Redis: %v, want %v", got, want)
 	}
 }
+
+// TestAdaptiveLearnQuotaResetFarAway: a reply whose window ends so far
+// away that the time until it does not fit a time.Duration (a hostile
+// or broken header: Reset at the Unix second 2^40) still sets the
+// budget it names (0 remaining), in a window of at most Per and a second
+// from now, in process as over Redis: no call is admitted in that window.
+func TestAdaptiveLearnQuotaResetFarAway(t *testing.T) {
+	per := 2 * time.Second
+	rule := quotaAdaptRule(per)
+	rule.Learn = func(h http.Header, _ time.Time) (clientpool.Learned, bool) {
+		n, err := strconv.ParseInt(h.Get("X-Limit"), 10, 64)
+		if err != nil {
+			return clientpool.Learned{}, false
+		}
+		rem, _ := strconv.ParseInt(h.Get("X-Remaining"), 10, 64)
+		sec, _ := strconv.ParseInt(h.Get("X-Reset"), 10, 64)
+		return clientpool.Learned{Limit: window.Limit{N: n}, Remaining: rem, Reset: time.Unix(sec, 0), Epoch: true}, true
+	}
+	table := clientpool.Table{Rules: []clientpool.Rule{rule}}
+	scenario := func(p *clientpool.Pool) []int64 {
+		a := clientpool.Charge{Rule: "api", Key: "a", Weight: 1}
+		tk := acquire(t, p, a)
+		tk.ObserveHeaders(http.Header{"X-Limit": {"20"}, "X-Remaining": {"0"}, "X-Reset": {strconv.FormatInt(1<<40, 10)}})
+		tk.Release()
+		time.Sleep(50 * time.Millisecond) // over Redis the release lands in the background
+		return []int64{int64(holdN(t, p, a, 40))}
+	}
+	want := []int64{0}
+	local, err := clientpool.New(table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer local.Close()
+	inProc := scenario(local)
+	c := newClient(t, redistest.Start(t).Addr())
+	overRedis := scenario(newRedisPool(t, table, c, "far"))
+	if !slices.Equal(inProc, want) {
+		t.Errorf("in process: admitted %v, want %v", inProc, want)
+	}
+	if !slices.Equal(overRedis, want) {
+		t.Errorf("over Redis: admitted %v, want %v", overRedis, want)
+	}
+}
