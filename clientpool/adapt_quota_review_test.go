@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -53,19 +54,24 @@ func TestAdaptiveLearnQuotaRemainingAboveLimit(t *testing.T) {
 	}
 }
 
-// cmdCount counts the commands a go-redis client sends.
-type cmdCount struct{ n *int64 }
+// cmdCount counts the commands a go-redis client sends while on is set
+// (from any goroutine: the pool's background ones too).
+type cmdCount struct{ n, on *atomic.Int64 }
 
 func (h cmdCount) DialHook(next goredis.DialHook) goredis.DialHook { return next }
 func (h cmdCount) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
 	return func(ctx context.Context, cmd goredis.Cmder) error {
-		*h.n++
+		if h.on.Load() != 0 {
+			h.n.Add(1)
+		}
 		return next(ctx, cmd)
 	}
 }
 func (h cmdCount) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []goredis.Cmder) error {
-		*h.n += int64(len(cmds))
+		if h.on.Load() != 0 {
+			h.n.Add(int64(len(cmds)))
+		}
 		return next(ctx, cmds)
 	}
 }
@@ -86,12 +92,14 @@ func TestAdaptiveLearnQuotaSwitchBounded(t *testing.T) {
 	}
 	a := clientpool.Charge{Rule: "api", Key: "a", Weight: 1}
 	tk := acquire(t, p, a)
-	var n int64
-	c.AddHook(cmdCount{&n})
+	var n, on atomic.Int64
+	c.AddHook(cmdCount{&n, &on})
+	on.Store(1)
 	start := time.Now()
 	tk.ObserveHeaders(http.Header{"X-Limit": {"20"}, "X-Remaining": {"19"}, "X-Reset-Ms": {"1000"}})
 	took := time.Since(start)
-	cmds := n // the hook runs on this goroutine only while ObserveHeaders does (nothing else in flight)
+	on.Store(0)
+	cmds := n.Load() // nothing else of the pool's is under way meanwhile
 	tk.Release()
 	if cmds > 10 {
 		t.Errorf("the reply that made the rule a quota sent %d commands (took %v) with %d keys held: want a bounded number", cmds, took, keys)
