@@ -276,3 +276,53 @@ func TestAdaptiveLearnQuotaResetFarAway(t *testing.T) {
 		t.Errorf("over Redis: admitted %v, want %v", overRedis, want)
 	}
 }
+
+// TestAdaptiveLearnQuotaSwitchKeepsFixedWindows: as
+// TestAdaptiveLearnQuotaSwitchKeepsPartOfTheWindow for a rule counted in
+// fixed windows (window.NewFixedWindow, window.NewFixedCompletion): a key
+// whose window held 3 of its 5 at the switch admits 2 more, in process
+// and over Redis alike.
+func TestAdaptiveLearnQuotaSwitchKeepsFixedWindows(t *testing.T) {
+	per := 2 * time.Second
+	for _, w := range []struct {
+		name string
+		make func(window.Limit) window.Policy
+	}{{"fixed window", window.NewFixedWindow}, {"fixed completion", window.NewFixedCompletion}} {
+		rule := quotaAdaptRule(per)
+		rule.Window = w.make
+		table := clientpool.Table{Rules: []clientpool.Rule{rule}}
+		scenario := func(p *clientpool.Pool) []int64 {
+			// start early in a fixed window (aligned to the epoch), so
+			// that the scenario stays within it
+			for time.Now().UnixNano()%int64(per) > int64(100*time.Millisecond) {
+				time.Sleep(5 * time.Millisecond)
+			}
+			a := clientpool.Charge{Rule: "api", Key: "a", Weight: 1}
+			b := clientpool.Charge{Rule: "api", Key: "b", Weight: 1}
+			var got []int64
+			got = append(got, int64(holdN(t, p, b, 3)))
+			tk := acquire(t, p, a)
+			tk.ObserveHeaders(http.Header{"X-Limit": {"20"}, "X-Remaining": {"19"}, "X-Reset-Ms": {"1000"}})
+			tk.Release()
+			time.Sleep(50 * time.Millisecond) // over Redis the releases land in the background
+			got = append(got, int64(holdN(t, p, b, 40)))
+			time.Sleep(50 * time.Millisecond)
+			return append(got, int64(holdN(t, p, b, 40)))
+		}
+		want := []int64{3, 2, 0}
+		local, err := clientpool.New(table)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer local.Close()
+		inProc := scenario(local)
+		c := newClient(t, redistest.Start(t).Addr())
+		overRedis := scenario(newRedisPool(t, table, c, "fixed"))
+		if !slices.Equal(inProc, want) {
+			t.Errorf("%s in process: admitted %v, want %v", w.name, inProc, want)
+		}
+		if !slices.Equal(overRedis, want) {
+			t.Errorf("%s over Redis: admitted %v, want %v", w.name, overRedis, want)
+		}
+	}
+}

@@ -11,14 +11,16 @@ import (
 // quotaCarryLocked starts the first window of l's key under its rule's
 // quota (quotaLocked, before the key's policy is replaced) with what the
 // key's window counts at now: the calls that ended within the last Per
-// (a completion window) or started within it (a sliding log), and those
-// in flight, count in a window of Per from now, which allows the key's N
+// (a completion window) or started within it (a sliding log), or in the
+// current window (a fixed window; a fixed completion window counts those
+// in flight too), count in a window of Per from now, which allows the key's N
 // less them until a reply names the server's (budgetLocked: a report only
 // lowers it, or opens a later window). Without it a key that spent its
 // window just before the switch spent it again at once: the window
 // invariant broken across the switch. Redis carries the same at the
-// switch (internal/rstore's setLimitScript); other windows start a window
-// of N less the calls in flight, in both modes. rs.quota must be set and
+// switch (internal/rstore's setLimitScript); the other windows (counters,
+// buckets, GCRA) start a window of N less the calls in flight, in both
+// modes. rs.quota must be set and
 // p.mu held.
 func (p *Engine) quotaCarryLocked(l *limiter, now time.Time) {
 	var used int64
@@ -27,6 +29,8 @@ func (p *Engine) quotaCarryLocked(l *limiter, now time.Time) {
 		used = w.Used(now) // in flight, and ended within Per
 	case *win.SlidingLog:
 		used = w.Used(now) // started within Per
+	case *win.FixedWindow:
+		used = w.Used(now) // started in the current window (and, a fixed completion window, in flight)
 	default:
 		return
 	}
