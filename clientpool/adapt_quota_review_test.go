@@ -326,3 +326,50 @@ func TestAdaptiveLearnQuotaSwitchKeepsFixedWindows(t *testing.T) {
 		}
 	}
 }
+
+// TestAdaptiveLearnQuotaSwitchKeepsBuckets: as
+// TestAdaptiveLearnQuotaSwitchKeepsPartOfTheWindow for a rule counted by
+// a token bucket or GCRA (burst 5): a key that took 3 of its burst just
+// before the switch admits 2 more, in process and over Redis alike.
+func TestAdaptiveLearnQuotaSwitchKeepsBuckets(t *testing.T) {
+	per := 2 * time.Second
+	for _, w := range []struct {
+		name string
+		make func(window.Limit) window.Policy
+	}{
+		{"token bucket", func(l window.Limit) window.Policy { return window.NewTokenBucket(l, 5) }},
+		{"GCRA", func(l window.Limit) window.Policy { return window.NewGCRA(l, 5) }},
+	} {
+		rule := quotaAdaptRule(per)
+		rule.Window = w.make
+		table := clientpool.Table{Rules: []clientpool.Rule{rule}}
+		scenario := func(p *clientpool.Pool) []int64 {
+			a := clientpool.Charge{Rule: "api", Key: "a", Weight: 1}
+			b := clientpool.Charge{Rule: "api", Key: "b", Weight: 1}
+			var got []int64
+			got = append(got, int64(holdN(t, p, b, 3)))
+			tk := acquire(t, p, a)
+			tk.ObserveHeaders(http.Header{"X-Limit": {"20"}, "X-Remaining": {"19"}, "X-Reset-Ms": {"1000"}})
+			tk.Release()
+			time.Sleep(50 * time.Millisecond) // over Redis the releases land in the background (a unit refills in 400 ms)
+			got = append(got, int64(holdN(t, p, b, 40)))
+			time.Sleep(50 * time.Millisecond)
+			return append(got, int64(holdN(t, p, b, 40)))
+		}
+		want := []int64{3, 2, 0}
+		local, err := clientpool.New(table)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer local.Close()
+		inProc := scenario(local)
+		c := newClient(t, redistest.Start(t).Addr())
+		overRedis := scenario(newRedisPool(t, table, c, "bucket"))
+		if !slices.Equal(inProc, want) {
+			t.Errorf("%s in process: admitted %v, want %v", w.name, inProc, want)
+		}
+		if !slices.Equal(overRedis, want) {
+			t.Errorf("%s over Redis: admitted %v, want %v", w.name, overRedis, want)
+		}
+	}
+}

@@ -124,7 +124,7 @@ func (m *redisMode) adaptQuotaSetLimitLocked(rs *ruleState, l window.Limit, forc
 		rs.adQuota = s
 		for _, lim := range rs.keys {
 			if lim.ad != nil && (lim.fb == nil || lim.fb.spec == nil) {
-				lim.feedback().adQuota = true
+				lim.feedback().adQuota, lim.fb.adFollow = true, false
 				lims = append(lims, lim)
 			}
 		}
@@ -137,7 +137,7 @@ func (m *redisMode) adaptQuotaSetLimitLocked(rs *ruleState, l window.Limit, forc
 		p.mu.Unlock()
 		if e := m.eng.SetLimit(context.Background(), m.scope, c); e != nil {
 			p.mu.Lock()
-			lim.feedback().adQuota = false // stored again when an admission adopts another limit
+			lim.feedback().adQuota, lim.fb.adFollow = false, true // stored again when an admission adopts the level
 			p.mu.Unlock()
 			if err == nil {
 				err = fmt.Errorf("%w (SetLimit(%q, %v): key %q)", e, rs.Name, l, lim.key)
@@ -296,6 +296,17 @@ func (m *redisMode) adaptQuotaRuleLocked(rs *ruleState) []*limiter {
 	return ls
 }
 
+// quotaSpec returns the rspec.Quota the key of l, of an adaptive rule
+// counted in the server's windows, is charged under once stored in Redis:
+// the limit it learned or adopted, else its rule's (redisSpec without
+// adFollow). p.mu must be held.
+func (l *limiter) quotaSpec() *rspec.Spec {
+	if fb := l.fb; fb != nil && fb.spec != nil {
+		return fb.spec
+	}
+	return l.rule.adQuota
+}
+
 // storeQuotas stores in Redis the quota of each of ls, keys of an
 // adaptive rule counted in the server's windows, for every process (one
 // round trip each, bounded by the Redis timeout; a key whose store failed
@@ -304,11 +315,12 @@ func (m *redisMode) storeQuotas(ls []*limiter) {
 	p := m.p
 	for _, l := range ls {
 		p.mu.Lock()
-		c := rspec.Charge{Rule: l.rule.Name, Key: redisKey(l.key), Spec: l.redisSpec()}
+		c := rspec.Charge{Rule: l.rule.Name, Key: redisKey(l.key), Spec: l.quotaSpec()}
 		p.mu.Unlock()
 		err := m.eng.SetLimit(context.Background(), m.scope, c)
 		p.mu.Lock()
-		l.feedback().adQuota = err == nil
+		fb := l.feedback()
+		fb.adQuota, fb.adFollow = err == nil, err != nil
 		p.mu.Unlock()
 	}
 }
@@ -341,11 +353,12 @@ func (m *redisMode) adaptQuota(t *Ticket, hd *held, n int64, in Learned, date ti
 		// caller no round trip per key held (one key's cost never depends
 		// on how many keys exist elsewhere).
 		for _, o := range others {
-			o.feedback().adQuota = false
+			o.feedback().adQuota, o.fb.adFollow = false, true
 		}
 	}
 	fb := l.feedback()
 	share := !fb.adQuota
+	fb.adFollow = false // its quota is stored here, now
 	if n > 0 && n != l.redisSpec().Limit.N {
 		if s, ok := adaptQuotaSpec(rs, n); ok {
 			fb.spec, share = s, true
@@ -377,7 +390,7 @@ func (m *redisMode) adaptQuota(t *Ticket, hd *held, n int64, in Learned, date ti
 		stored = m.eng.SetLimit(context.Background(), m.scope, c) == nil
 		if !stored {
 			p.mu.Lock()
-			fb.adQuota = false
+			fb.adQuota, fb.adFollow = false, true
 			p.mu.Unlock()
 		}
 	}
@@ -398,9 +411,11 @@ func (m *redisMode) adaptQuota(t *Ticket, hd *held, n int64, in Learned, date ti
 // the adaptive key l under (stored by another process, or by the level):
 // a quota makes l's rule count in the server's windows here too (the
 // fleet learns together), with s as l's own; the other keys this process
-// holds follow at their next admission (each adopts the quota stored for
-// it, or stores one: none is stored over, so that no key loses the limit
-// another process learned for it). A level while l's rule counts in the
+// holds follow at their next admission (feedback.adFollow: charged under
+// the rule's Spec, each adopts the quota stored for it, or stores one
+// when Redis admitted it under the level it keeps, adoptLocked: none is
+// stored over, so that no key loses the limit another process learned
+// for it). A level while l's rule counts in the
 // server's windows is a key whose quota Redis does not keep (stored by
 // no process of the fleet, or lost): it is stored there, in the
 // background, once at a time. p.mu must be held.
@@ -413,9 +428,10 @@ func (p *Engine) adaptAdoptLocked(l *limiter, s rspec.Spec) {
 	if s.Kind == rspec.Quota {
 		if rs.adQuota == nil {
 			for _, o := range m.adaptQuotaRuleLocked(rs) {
-				o.feedback().adQuota = false // not stored by this process
+				o.feedback().adQuota, o.fb.adFollow = false, true // not stored by this process
 			}
 		}
+		fb.adFollow = false // Redis keeps its quota
 		if *l.redisSpec() != s {
 			fb.spec = &s
 		}

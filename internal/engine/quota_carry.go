@@ -13,14 +13,15 @@ import (
 // key's window counts at now: the calls that ended within the last Per
 // (a completion window) or started within it (a sliding log), or in the
 // current window (a fixed window; a fixed completion window counts those
-// in flight too), count in a window of Per from now, which allows the key's N
+// in flight too), or a token bucket's or GCRA's debt, count in a window
+// of Per from now, which allows the key's N
 // less them until a reply names the server's (budgetLocked: a report only
 // lowers it, or opens a later window). Without it a key that spent its
 // window just before the switch spent it again at once: the window
 // invariant broken across the switch. Redis carries the same at the
-// switch (internal/rstore's setLimitScript); the other windows (counters,
-// buckets, GCRA) start a window of N less the calls in flight, in both
-// modes. rs.quota must be set and
+// switch (internal/rstore's setLimitScript); the other windows (the
+// sliding window counters, the leaky bucket) start a window of N less the
+// calls in flight, in both modes. rs.quota must be set and
 // p.mu held.
 func (p *Engine) quotaCarryLocked(l *limiter, now time.Time) {
 	var used int64
@@ -31,6 +32,10 @@ func (p *Engine) quotaCarryLocked(l *limiter, now time.Time) {
 		used = w.Used(now) // started within Per
 	case *win.FixedWindow:
 		used = w.Used(now) // started in the current window (and, a fixed completion window, in flight)
+	case *win.TokenBucket:
+		used = w.Used(now) // the bucket's debt: burst less its tokens
+	case *win.GCRA:
+		used = w.Used(now) // the TAT's lead over now, in units
 	default:
 		return
 	}
