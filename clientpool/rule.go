@@ -201,15 +201,16 @@ type Rule struct {
 // reply's remaining count without its window is reconciled into the key's
 // window in Redis; a reply that names its window makes the rule count in
 // the server's windows as in process, for the fleet: the process that
-// reads it stores its key as a quota in Redis (one round trip, on the
-// goroutine of Ticket.ObserveHeaders) with the budget the reply gives,
+// reads it stores the reply's key as a quota in Redis (one round trip, on
+// the goroutine of Ticket.ObserveHeaders) with the budget the reply gives,
 // shared by every process; another process adopts it at its next
 // admission on the key, and counts its own keys of the rule in the
 // server's windows from then on; every other key follows at its next
 // admission (it adopts the quota stored for it, or stores one), so that
-// no process stores over the limit another learned for a key; SetLimit
-// then sets the N of the windows of the keys the calling process holds
-// that learned no limit, for every process.
+// no process stores over the limit another learned for a key, and a key's
+// first window counts what its window counted at the switch, in both
+// modes; SetLimit then sets the N of the windows of the keys the calling
+// process holds that learned no limit, for every process.
 // Token buckets, leaky buckets and GCRA adapt their N (the rate) and keep
 // the burst they were made with, as in process, their state carried to
 // each new level; Redis mode refuses at construction an adaptive token

@@ -2,12 +2,13 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/ratesem/ratesem"
 	"github.com/ratesem/ratesem/internal/rspec"
+	"github.com/ratesem/ratesem/internal/sat"
 	"github.com/ratesem/ratesem/window"
 )
 
@@ -71,7 +72,7 @@ func (m *redisMode) adaptSetLimit(rs *ruleState, l window.Limit) error {
 	rs.quiet = 0 // the window lives in Redis
 	lims := make([]*limiter, 0, len(rs.keys))
 	if rs.adQuota != nil {
-		return m.adaptQuotaSetLimitLocked(rs, l) // unlocks p.mu
+		return m.adaptQuotaSetLimitLocked(rs, l, false) // unlocks p.mu
 	}
 	for _, lim := range rs.keys {
 		if lim.ad != nil {
@@ -83,6 +84,18 @@ func (m *redisMode) adaptSetLimit(rs *ruleState, l window.Limit) error {
 	p.mu.Unlock()
 	for _, lim := range lims {
 		n, err := m.eng.AdaptCeiling(context.Background(), m.scope, m.adaptCharge(lim), b)
+		if me := (*rspec.MismatchError)(nil); errors.As(err, &me) && me.StoredSpec.Kind == rspec.Quota {
+			// Another process made the rule count in the server's windows
+			// (a reply to it named its window): take it in, as an
+			// admission that adopts the quota would, and set the limit as
+			// in one process after the switch.
+			p.mu.Lock()
+			p.adaptAdoptLocked(lim, me.StoredSpec)
+			if rs.adQuota != nil {
+				return m.adaptQuotaSetLimitLocked(rs, l, true) // unlocks p.mu
+			}
+			p.mu.Unlock()
+		}
 		if err != nil {
 			return fmt.Errorf("%w (SetLimit(%q, %v): key %q)", err, rs.Name, l, lim.key)
 		}
@@ -100,16 +113,18 @@ func (m *redisMode) adaptSetLimit(rs *ruleState, l window.Limit) error {
 // windows of the keys that learned no limit of their own, stored in Redis
 // for each such key this process holds (one round trip each, on the
 // caller's goroutine), and for every process; the keys that learned one
-// keep it. The levels stay (the server's budget governs). p.mu must be
-// held; it returns with p.mu unlocked.
-func (m *redisMode) adaptQuotaSetLimitLocked(rs *ruleState, l window.Limit) error {
+// keep it. The levels stay (the server's budget governs). force stores
+// the quotas even when the rule's did not change (the rule just became a
+// quota here, from the rule's limit SetLimit set). p.mu must be held; it
+// returns with p.mu unlocked.
+func (m *redisMode) adaptQuotaSetLimitLocked(rs *ruleState, l window.Limit, force bool) error {
 	p := m.p
 	var lims []*limiter
-	if s, ok := adaptQuotaSpec(rs, rs.limit.N); ok && *s != *rs.adQuota {
+	if s, ok := adaptQuotaSpec(rs, rs.limit.N); ok && (force || *s != *rs.adQuota) {
 		rs.adQuota = s
 		for _, lim := range rs.keys {
 			if lim.ad != nil && (lim.fb == nil || lim.fb.spec == nil) {
-				lim.feedback().adQuota = true
+				lim.feedback().adQuota, lim.fb.adFollow = true, false
 				lims = append(lims, lim)
 			}
 		}
@@ -122,7 +137,7 @@ func (m *redisMode) adaptQuotaSetLimitLocked(rs *ruleState, l window.Limit) erro
 		p.mu.Unlock()
 		if e := m.eng.SetLimit(context.Background(), m.scope, c); e != nil {
 			p.mu.Lock()
-			lim.feedback().adQuota = false // stored again when an admission adopts another limit
+			lim.feedback().adQuota, lim.fb.adFollow = false, true // stored again when an admission adopts the level
 			p.mu.Unlock()
 			if err == nil {
 				err = fmt.Errorf("%w (SetLimit(%q, %v): key %q)", e, rs.Name, l, lim.key)
@@ -252,9 +267,9 @@ func adaptQuotaSpec(rs *ruleState, n int64) (*rspec.Spec, bool) {
 // windows (a quota), as quotaLocked does in process: each key is charged
 // under an rspec.Quota from now on (a key that learned no limit, under
 // the rule's N), and no longer reports its calls to the level. It returns
-// the keys this process holds, whose quota is to be stored in Redis (each at
-// its next admission, adaptAdoptLocked, but the reporting key, adaptQuota); nil
-// when Redis cannot keep one. p.mu must be held.
+// the keys this process holds (the callers leave each to store its quota
+// in Redis at its next admission, adaptAdoptLocked); nil when Redis
+// cannot keep one. p.mu must be held.
 func (m *redisMode) adaptQuotaRuleLocked(rs *ruleState) []*limiter {
 	s, ok := adaptQuotaSpec(rs, rs.limit.N)
 	if !ok {
@@ -281,6 +296,17 @@ func (m *redisMode) adaptQuotaRuleLocked(rs *ruleState) []*limiter {
 	return ls
 }
 
+// quotaSpec returns the rspec.Quota the key of l, of an adaptive rule
+// counted in the server's windows, is charged under once stored in Redis:
+// the limit it learned or adopted, else its rule's (redisSpec without
+// adFollow). p.mu must be held.
+func (l *limiter) quotaSpec() *rspec.Spec {
+	if fb := l.fb; fb != nil && fb.spec != nil {
+		return fb.spec
+	}
+	return l.rule.adQuota
+}
+
 // storeQuotas stores in Redis the quota of each of ls, keys of an
 // adaptive rule counted in the server's windows, for every process (one
 // round trip each, bounded by the Redis timeout; a key whose store failed
@@ -289,11 +315,12 @@ func (m *redisMode) storeQuotas(ls []*limiter) {
 	p := m.p
 	for _, l := range ls {
 		p.mu.Lock()
-		c := rspec.Charge{Rule: l.rule.Name, Key: redisKey(l.key), Spec: l.redisSpec()}
+		c := rspec.Charge{Rule: l.rule.Name, Key: redisKey(l.key), Spec: l.quotaSpec()}
 		p.mu.Unlock()
 		err := m.eng.SetLimit(context.Background(), m.scope, c)
 		p.mu.Lock()
-		l.feedback().adQuota = err == nil
+		fb := l.feedback()
+		fb.adQuota, fb.adFollow = err == nil, err != nil
 		p.mu.Unlock()
 	}
 }
@@ -301,8 +328,9 @@ func (m *redisMode) storeQuotas(ls []*limiter) {
 // adaptQuota is adaptLearn for a report that names the server's window
 // (or any report once the rule counts in the server's windows): as in
 // process (Engine.learn, quotaLocked, budgetLocked), the rule becomes a
-// quota (adaptQuotaRuleLocked; the other keys this process holds follow
-// at their next admission, adaptAdoptLocked, none stored over), the
+// quota (adaptQuotaRuleLocked: the key of the report stores its quota in
+// Redis, one round trip on the caller's goroutine; the other keys this
+// process holds store theirs at their next admission), the
 // limit n the report names (0: none) becomes the N of the key's windows,
 // and the remaining count until the reset (plus ResetMargin) the key's
 // budget, shared by the fleet (remote.Engine.BudgetThen; waited for,
@@ -314,23 +342,24 @@ func (m *redisMode) adaptQuota(t *Ticket, hd *held, n int64, in Learned, date ti
 	p.mu.Lock()
 	l, rs := hd.lim, hd.lim.rule
 	now := p.now()
-	var others []*limiter
 	if rs.adQuota == nil {
-		if others = m.adaptQuotaRuleLocked(rs); rs.adQuota == nil {
+		others := m.adaptQuotaRuleLocked(rs)
+		if rs.adQuota == nil {
 			p.mu.Unlock()
 			return // a limit Redis cannot keep as a quota (New checked the rule's)
 		}
-		// The other keys follow at their next admission, as in
-		// adaptAdoptLocked: storing theirs now could store over the limit
-		// another process learned for one of them meanwhile.
+		// The other keys follow at their next admission, as in a process
+		// that adopts the quota (adaptAdoptLocked): storing theirs now
+		// could store over the limit another process learned for one of
+		// them meanwhile, and this reply costs its caller no round trip per
+		// key held.
 		for _, o := range others {
-			if o != l {
-				o.feedback().adQuota = false
-			}
+			o.feedback().adQuota, o.fb.adFollow = false, true
 		}
 	}
 	fb := l.feedback()
-	share := !fb.adQuota || slices.Contains(others, l)
+	share := !fb.adQuota
+	fb.adFollow = false // its quota is stored here, now
 	if n > 0 && n != l.redisSpec().Limit.N {
 		if s, ok := adaptQuotaSpec(rs, n); ok {
 			fb.spec, share = s, true
@@ -347,7 +376,9 @@ func (m *redisMode) adaptQuota(t *Ticket, hd *held, n int64, in Learned, date ti
 		if in.Epoch {
 			reset = reset.Add(rs.skewLocked(date, now))
 		}
-		resetIn = reset.Sub(now) + ResetMargin
+		// saturating: a reset too far away for a Duration (Sub's
+		// maximum) is not one already past (budgetLocked clamps it to Per)
+		resetIn = time.Duration(sat.Add(int64(reset.Sub(now)), int64(ResetMargin)))
 	}
 	var own int64 // the reporting call's units, when still leased in Redis
 	var tok string
@@ -361,7 +392,7 @@ func (m *redisMode) adaptQuota(t *Ticket, hd *held, n int64, in Learned, date ti
 		stored = m.eng.SetLimit(context.Background(), m.scope, c) == nil
 		if !stored {
 			p.mu.Lock()
-			fb.adQuota = false
+			fb.adQuota, fb.adFollow = false, true
 			p.mu.Unlock()
 		}
 	}
@@ -382,9 +413,11 @@ func (m *redisMode) adaptQuota(t *Ticket, hd *held, n int64, in Learned, date ti
 // the adaptive key l under (stored by another process, or by the level):
 // a quota makes l's rule count in the server's windows here too (the
 // fleet learns together), with s as l's own; the other keys this process
-// holds follow at their next admission (each adopts the quota stored for
-// it, or stores one: none is stored over, so that no key loses the limit
-// another process learned for it). A level while l's rule counts in the
+// holds follow at their next admission (feedback.adFollow: charged under
+// the rule's Spec, each adopts the quota stored for it, or stores one
+// when Redis admitted it under the level it keeps, adoptLocked: none is
+// stored over, so that no key loses the limit another process learned
+// for it). A level while l's rule counts in the
 // server's windows is a key whose quota Redis does not keep (stored by
 // no process of the fleet, or lost): it is stored there, in the
 // background, once at a time. p.mu must be held.
@@ -397,9 +430,10 @@ func (p *Engine) adaptAdoptLocked(l *limiter, s rspec.Spec) {
 	if s.Kind == rspec.Quota {
 		if rs.adQuota == nil {
 			for _, o := range m.adaptQuotaRuleLocked(rs) {
-				o.feedback().adQuota = false // not stored by this process
+				o.feedback().adQuota, o.fb.adFollow = false, true // not stored by this process
 			}
 		}
+		fb.adFollow = false // Redis keeps its quota
 		if *l.redisSpec() != s {
 			fb.spec = &s
 		}

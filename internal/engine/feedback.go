@@ -146,9 +146,9 @@ func (p *Engine) consumeLocked(l *limiter, r window.Reconciler, extra int64, now
 // new to a key (Rule.Learn) is stored in Redis for the fleet, with the
 // budget the reply gives, before it returns: at most two round trips, each
 // bounded by the Redis timeout, while the call still counts there (under
-// an adaptive rule, Rule.Adapt, three, and one more for each other key of
-// the rule the process holds when a reply first names the server's
-// window); other reports go to Redis in the background. It is safe for concurrent use.
+// an adaptive rule, Rule.Adapt, three; the other keys of the rule store
+// their quota at their next admission when a reply first names the
+// server's window); other reports go to Redis in the background. It is safe for concurrent use.
 func (t *Ticket) ObserveHeaders(h http.Header) {
 	p := t.pool
 	var date time.Time // the reply's Date, read once a rule learns

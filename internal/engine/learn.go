@@ -235,6 +235,7 @@ func (p *Engine) setKeyLimitLocked(l *limiter, lim window.Limit, now time.Time) 
 func (p *Engine) quotaLocked(rs *ruleState, now time.Time) {
 	rs.quota = true
 	for _, l := range rs.keys {
+		p.quotaCarryLocked(l, now) // quota_carry.go
 		l.policy = rs.policyFor()
 		l.policy.Admit(now, l.inflight) // the calls in flight end on it
 		if l.q != nil {

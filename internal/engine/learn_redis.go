@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/ratesem/ratesem"
@@ -40,6 +41,9 @@ var unknownSpec = rspec.Unknown()
 // limit it learned or adopted, rspec.Unknown while it knows none, else
 // its rule's.
 func (l *limiter) redisSpec() *rspec.Spec {
+	if fb := l.fb; fb != nil && fb.adFollow {
+		return l.rule.spec // following its rule's switch to a quota (adapt_redis.go)
+	}
 	if fb := l.fb; fb != nil && fb.spec != nil {
 		return fb.spec
 	}
@@ -124,6 +128,13 @@ func (p *Engine) adoptLocked(hs []held, call *remote.Call) {
 			continue
 		}
 		p.setKeySpecLocked(l, s)
+	}
+	for i := range hs {
+		// a key following its adaptive rule's switch to a quota that
+		// Redis admitted under the level it keeps (adapt_redis.go)
+		if l := hs[i].lim; l.fb != nil && l.fb.adFollow && !slices.Contains(idx, i) {
+			p.adaptAdoptLocked(l, *l.rule.spec)
+		}
 	}
 }
 

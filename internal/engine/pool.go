@@ -153,6 +153,12 @@ type feedback struct {
 	// adStoring is, in Redis mode, true while a goroutine stores the
 	// key's quota in Redis (adaptAdoptLocked).
 	adStoring bool
+	// adFollow is, in Redis mode, true for a key of an adaptive rule that
+	// became a quota here while the key's quota was not known stored in
+	// Redis: charged under its rule's Spec (redisSpec), so that Redis
+	// answers with what it keeps, level or quota, without a limit
+	// mismatch; adaptAdoptLocked takes the answer in (adapt_redis.go).
+	adFollow bool
 	// spec is, in Redis mode, the limit the key learned or adopted
 	// (Rule.Learn; see redisSpec); nil: the rule's.
 	spec      *rspec.Spec

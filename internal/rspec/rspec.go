@@ -378,6 +378,9 @@ type MismatchError struct {
 	Rule, Key string
 	Have      string // this process's limit (Spec.String)
 	Stored    string // the limit stored in Redis (Spec.String, or as stored when unreadable)
+	// StoredSpec is the limit stored in Redis, read (Kind 0 when
+	// unreadable): a process can take in what the fleet changed.
+	StoredSpec Spec
 }
 
 // Error names the rule, the key and both limits.

@@ -388,7 +388,7 @@ func mismatch(cs []Charge, r []any) error {
 func mismatchOf(c Charge, stored string) error {
 	me := &rspec.MismatchError{Rule: c.Rule, Key: c.Key, Have: c.Spec.String(), Stored: strconv.Quote(clip(stored))}
 	if sp, ok := rspec.ParseWire(stored); ok {
-		me.Stored = sp.String()
+		me.Stored, me.StoredSpec = sp.String(), sp
 	}
 	return me
 }

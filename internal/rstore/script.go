@@ -1280,10 +1280,43 @@ end
 // (burst − tokens) kept in units under the new burst, the refill fraction
 // scaled to the new Per, at most N units below empty; GCRA's TAT − now
 // kept in units at the new emission interval, at most (burst + N)
-// intervals past now. The other windows keep their state as it is, read
-// under the new limit.
+// intervals past now. A completion window, sliding log, fixed window,
+// token bucket or GCRA that becomes a quota (a key that learned it counts in the server's
+// windows) starts the quota's first window, of the new Per from now, with
+// what it counts
+// at now (a completion window: the units leased and those that ended
+// within its Per; a sliding log: those that started within it; a fixed
+// window or fixed completion window: its current window's; a token
+// bucket or GCRA: its debt), as
+// engine.quotaCarryLocked does in process: no unit counted in neither.
+// The other windows keep their state as it is, read under the new limit.
 var setLimitScript = goredis.NewScript(header + prelude + carryLua + `
 local k, N, per, p1 = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
+if k == 10 then
+  local v = redis.call('HMGET', KEYS[1], 's', 'f', 'w', 'u', 't', 'r', 'l')
+  local ok, oN, oper, op1 = string.match(v[1] or '', '^(%d+)/(%d+)/(%d+)/(%d+)/%d+$')
+  ok, oN, oper, op1 = tonumber(ok), tonumber(oN), tonumber(oper), tonumber(op1)
+  local used = 0
+  if ok == 1 or ok == 3 then
+    if ok == 1 then used = tonumber(v[2]) or 0 end
+    local es = redis.call('ZRANGEBYSCORE', KEYS[3], '(' .. (now - oper), '+inf')
+    for j = 1, #es do used = used + wt(es[j]) end
+  elseif (ok == 2 or ok == 4) and oper > 0 then
+    if tonumber(v[3]) == fdiv(now, oper) then used = tonumber(v[4]) or 0
+    elseif ok == 2 then used = tonumber(v[2]) or 0 end
+  elseif ok == 7 and v[5] and v[7] and oN > 0 and oper > 0 then
+    -- a token bucket's debt, refilled to now: burst less its tokens
+    local B = {N = oN, per = oper, p1 = op1, t = tonumber(v[5]), r = tonumber(v[6]) or 0, l = tonumber(v[7]), dirty = {}}
+    refill(B, now)
+    used = B.p1 - B.t
+  elseif ok == 9 and v[5] and oN > 0 and oper > 0 then
+    -- GCRA: the TAT's lead over now, in units
+    local em = math.ceil(oper / oN)
+    local d = tonumber(v[5]) - now
+    if d > 0 then used = math.ceil(d / em) end
+  end
+  if used > 0 then redis.call('HSET', KEYS[1], 'R', now + per, 'B', math.max(N - used, 0)) end
+end
 carry(KEYS[1], k, N, per, p1, ARGV[5])
 redis.call('HSET', KEYS[1], 's', ARGV[5], 'S', '1')
 if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[12]) then redis.call('PEXPIRE', KEYS[1], ARGV[12]) end
