@@ -9,6 +9,7 @@ import (
 
 	"github.com/ratesem/ratesem/clientpool"
 	"github.com/ratesem/ratesem/redistest"
+	"github.com/ratesem/ratesem/window"
 )
 
 // The tests of this file run one scenario of a rule with Learn in process
@@ -214,5 +215,33 @@ func TestLearnFirstReplyNamesWindowBothModes(t *testing.T) {
 		tk.Release()
 		time.Sleep(300*time.Millisecond + clientpool.ResetMargin + 200*time.Millisecond)
 		return []int64{int64(holdN(t, p, ch, 40))}
+	})
+}
+
+// TestLearnResetFarAwayBothModes: a reply naming a reset too far away for
+// a time.Duration (epoch second 2^40, some 34,000 years on) and nothing
+// remaining holds the key's window spent, in both modes. Over Redis the
+// time to the reset plus ResetMargin wrapped below zero, the report was
+// dropped and the fleet admitted 19 more where the server said 0 remain.
+func TestLearnResetFarAwayBothModes(t *testing.T) {
+	rule := quotaLearnRule(2 * time.Second)
+	rule.Learn = func(h http.Header, _ time.Time) (clientpool.Learned, bool) {
+		n, err := strconv.ParseInt(h.Get("X-Limit"), 10, 64)
+		if err != nil {
+			return clientpool.Learned{}, false
+		}
+		rem, _ := strconv.ParseInt(h.Get("X-Remaining"), 10, 64)
+		sec, _ := strconv.ParseInt(h.Get("X-Reset"), 10, 64)
+		return clientpool.Learned{Limit: window.Limit{N: n}, Remaining: rem, Reset: time.Unix(sec, 0), Epoch: true}, true
+	}
+	table := clientpool.Table{Rules: []clientpool.Rule{rule}}
+	inBothModes(t, table, []int64{0}, func(t *testing.T, mk func() *clientpool.Pool) []int64 {
+		p := mk()
+		a := clientpool.Charge{Rule: "api", Key: "a", Weight: 1}
+		tk := acquire(t, p, a)
+		tk.ObserveHeaders(http.Header{"X-Limit": {"20"}, "X-Remaining": {"0"}, "X-Reset": {strconv.FormatInt(1<<40, 10)}})
+		tk.Release()
+		time.Sleep(50 * time.Millisecond) // over Redis the release lands in the background
+		return []int64{int64(holdN(t, p, a, 40))}
 	})
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/ratesem/ratesem"
 	"github.com/ratesem/ratesem/internal/remote"
 	"github.com/ratesem/ratesem/internal/rspec"
+	"github.com/ratesem/ratesem/internal/sat"
 	"github.com/ratesem/ratesem/window"
 )
 
@@ -211,7 +212,9 @@ func (m *redisMode) learn(t *Ticket, hd *held, in Learned, date time.Time) {
 		if in.Epoch {
 			reset = reset.Add(rs.skewLocked(date, now))
 		}
-		resetIn = reset.Sub(now) + ResetMargin
+		// saturating: a reset too far away for a Duration (Sub's maximum)
+		// is not one already past (budgetLocked clamps it to Per)
+		resetIn = time.Duration(sat.Add(int64(reset.Sub(now)), int64(ResetMargin)))
 	}
 	var own int64 // the reporting call's units, when still leased in Redis
 	var tok string
