@@ -53,6 +53,8 @@ type adapts struct {
 	mu      sync.Mutex
 	m       map[limKey]*adaptQ
 	sweepAt int
+	closed  bool      // the engine closed: no flush timer is armed any more
+	watch   sync.Once // watches the engine's Close (stopFlushes)
 }
 
 // adaptQ is one limiter's successes not yet reported, in two groups: the
@@ -68,7 +70,7 @@ type adaptQ struct {
 	last     time.Time // this process's clock: the latest report of successes sent
 	per      time.Duration
 	busy     bool               // a report of successes is under way
-	armed    bool               // a flush of the successes queued is scheduled (flushLater)
+	timer    *time.Timer        // the flush of the successes queued, when scheduled (flushLater)
 	then     func(int64, error) // the latest AdaptSuccess's, told a flush's answer
 	n        int64              // the level Redis last answered; 0: none yet
 	c        rspec.Charge
@@ -229,16 +231,19 @@ func (q *adaptQ) provesLocked() bool {
 // to 90.5% against 92.1 to 93.4%). It keeps the bound of one round trip
 // per eighth of Per. a.mu must be held.
 func (e *Engine) flushLaterLocked(k limKey, q *adaptQ, now time.Time) {
-	if q.armed || q.busy || q.cur.count == 0 || q.n == 0 || q.since.IsZero() || q.newest.Sub(q.since) < q.per-q.per/4 {
+	a := &e.ad
+	if a.closed || e.closeCtx.Err() != nil || q.timer != nil || q.busy || q.cur.count == 0 || q.n == 0 || q.since.IsZero() || q.newest.Sub(q.since) < q.per-q.per/4 {
 		return
 	}
-	q.armed = true
-	time.AfterFunc(max(q.last.Add(q.per/adaptEvery).Sub(now), 0), func() {
-		a := &e.ad
+	a.watch.Do(func() { context.AfterFunc(e.closeCtx, e.stopFlushes) })
+	var t *time.Timer
+	t = time.AfterFunc(max(q.last.Add(q.per/adaptEvery).Sub(now), 0), func() {
 		a.mu.Lock()
-		q.armed = false
+		if q.timer == t {
+			q.timer = nil
+		}
 		now := time.Now()
-		if q.busy || q.cur.count == 0 {
+		if a.closed || q.busy || q.cur.count == 0 {
 			a.mu.Unlock()
 			return
 		}
@@ -251,6 +256,24 @@ func (e *Engine) flushLaterLocked(k limKey, q *adaptQ, now time.Time) {
 		a.mu.Unlock()
 		e.report(k, q, evs, true, then)
 	})
+	q.timer = t
+}
+
+// stopFlushes stops the flush timers pending, and keeps any from being
+// armed, once the engine is closed: each would keep the closed engine and
+// its queues until it fired, an eighth of Per on (45 days for a Per of a
+// year), for every limiter with successes queued.
+func (e *Engine) stopFlushes() {
+	a := &e.ad
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.closed = true
+	for _, q := range a.m {
+		if q.timer != nil {
+			q.timer.Stop()
+			q.timer = nil
+		}
+	}
 }
 
 // queueLocked returns k's queue, made if needed (with c and b, which the
@@ -266,6 +289,10 @@ func (a *adapts) queueLocked(k limKey, c rspec.Charge, b rspec.AdaptBounds, now 
 		if len(a.m) >= a.sweepAt {
 			for k, q := range a.m {
 				if q.old.count == 0 && q.cur.count == 0 && !q.busy && now.Sub(q.last) > q.per {
+					if q.timer != nil {
+						q.timer.Stop() // nothing to flush
+						q.timer = nil
+					}
 					delete(a.m, k)
 				}
 			}
@@ -312,7 +339,6 @@ func (e *Engine) report(k limKey, q *adaptQ, evs []rspec.AdaptEvent, succ bool, 
 		a.mu.Lock()
 		if succ {
 			q.busy = false
-			e.flushLaterLocked(k, q, time.Now())
 		}
 		changed := err == nil && q.n != 0 && n != q.n
 		if err == nil {
@@ -326,6 +352,11 @@ func (e *Engine) report(k limKey, q *adaptQ, evs []rspec.AdaptEvent, succ bool, 
 					q.cur = adaptGroup{}
 				}
 			}
+		}
+		if succ {
+			// on the level and change just answered (before them, the
+			// first report's successes queued meanwhile saw no level)
+			e.flushLaterLocked(k, q, time.Now())
 		}
 		a.mu.Unlock()
 		if changed {
