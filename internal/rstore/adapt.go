@@ -229,12 +229,32 @@ var adaptBucketScript = goredis.NewScript(header + prelude + carryLua + adaptLua
 const adaptLua = `
 local function fdiv(a, b) return math.floor(a / b) end
 local MAXN, MAXPER, P53 = 1099511627776, 1099511627776, 9007199254740992
--- muldiv is ⌊a·b/c⌋ for a, b ≥ 0, c > 0: exact while a·b < 2^53 (as
--- internal/adapt's int64 arithmetic), within a rounding beyond
+-- muldiv is ⌊a·b/c⌋ for integers a, b ≥ 0 below 2^53 and 0 < c < 2^52,
+-- exact as internal/adapt's 128-bit mulDiv (while the result is below
+-- 2^53): a·b below 2^53 is exact in a double, and so is its quotient's
+-- floor; beyond, ⌊a·b/c⌋ = q·b + ⌊r·b/c⌋ (a = q·c + r) and ⌊r·b/c⌋ is
+-- computed bit by bit of b with a remainder below 2c (a/c·b in doubles
+-- rounded a level near 2^40 to the unit above Go's: a deep cut 1 higher)
 local function muldiv(a, b, c)
   local x = a * b
   if x < P53 then return fdiv(x, c) end
-  return math.floor(a / c * b)
+  local q = fdiv(a, c)
+  local r = a - q * c
+  if r * b < P53 then return q * b + fdiv(r * b, c) end
+  local b0, p = b, 1
+  while p * 2 <= b do p = p * 2 end
+  local Q, R = 0, 0
+  while p >= 1 do
+    Q = 2 * Q; R = 2 * R
+    if R >= c then Q = Q + 1; R = R - c end
+    if b >= p then
+      b = b - p
+      R = R + r
+      if R >= c then Q = Q + 1; R = R - c end
+    end
+    p = p / 2
+  end
+  return q * b0 + Q
 end
 local H, AK = KEYS[1], KEYS[5]
 local kind, per, p1, conc, ttl = tonumber(ARGV[6]), tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[12])
