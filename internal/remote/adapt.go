@@ -73,6 +73,8 @@ type adaptQ struct {
 	timer    *time.Timer        // the flush of the successes queued, when scheduled (flushLater)
 	then     func(int64, error) // the latest AdaptSuccess's, told a flush's answer
 	n        int64              // the level Redis last answered; 0: none yet
+	sent     uint64             // the reports sent (report numbers them)
+	answered uint64             // the number of the latest report whose answer n, cyc and since hold
 	c        rspec.Charge
 	bounds   rspec.AdaptBounds
 }
@@ -328,6 +330,8 @@ func (e *Engine) report(k limKey, q *adaptQ, evs []rspec.AdaptEvent, succ bool, 
 	a := &e.ad
 	a.mu.Lock()
 	c, b := q.c, q.bounds
+	q.sent++
+	seq := q.sent
 	a.mu.Unlock()
 	e.mu.Lock()
 	ok := !e.down && !e.closed && e.spawnLocked(func() {
@@ -340,12 +344,23 @@ func (e *Engine) report(k limKey, q *adaptQ, evs []rspec.AdaptEvent, succ bool, 
 		if succ {
 			q.busy = false
 		}
-		changed := err == nil && q.n != 0 && n != q.n
-		if err == nil {
+		// the answer of a report sent before one already answered (a
+		// throttle's and a success's round trips run at once) is older:
+		// it teaches nothing
+		fresh := err == nil && seq > q.answered
+		changed := fresh && q.n != 0 && n != q.n
+		if fresh {
+			q.answered = seq
 			q.n, q.cyc = n, lv.Cycled
-			if lv.Changed.After(q.since) {
+			if !lv.Changed.Equal(q.since) {
 				// the successes queued since, admitted before it,
-				// cannot prove the next level: they move to the old group
+				// cannot prove the next level: they move to the old
+				// group. An earlier change than the one known is
+				// Redis's clock gone back (the law re-anchors its
+				// change to it): taken as well, or every success
+				// would count as admitted before it (never flushed by
+				// the timer, never sent at once) for as long as the
+				// clock's jump.
 				q.since = lv.Changed
 				if q.cur.count > 0 && q.cur.start.Before(q.since) {
 					q.old.add(q.cur.start, q.cur.dur, q.cur.count)

@@ -132,3 +132,49 @@ func TestAdaptFlushAfterFirstAnswer(t *testing.T) {
 		t.Fatal("clock moved")
 	}
 }
+
+// TestAdaptFlushClockBack: after Redis's clock went back an hour (a
+// failover to a replica whose TIME is behind; the law re-anchors the
+// level's change to the new clock), successes admitted a Per after that
+// change may prove the level, and the flush timer sends them though no
+// success follows: this process takes the change Redis answered, earlier
+// than the one it knew (it kept the later one and took every success for
+// one admitted before the change, for as long as the clock's jump).
+func TestAdaptFlushClockBack(t *testing.T) {
+	clk := &vclock{t: time.UnixMicro(1_700_000_000_000_000)}
+	e, _ := realEngine(t, clk, Config{Timeout: time.Second})
+	per := 400 * time.Millisecond
+	c := rspec.Charge{Rule: "r", Key: "k", Spec: &rspec.Spec{Kind: rspec.Completion, Limit: window.Limit{N: 5, Per: per}}}
+	b := rspec.AdaptBounds{Floor: 5, Ceiling: 100}
+	answers := make(chan int64, 16)
+	then := func(n int64, err error) {
+		if err != nil {
+			t.Errorf("report: %v", err)
+		}
+		answers <- n
+	}
+	t0 := clk.now()
+	_ = e.AdaptSuccess("s", c, b, t0.Add(-time.Millisecond), time.Millisecond, 1, then)
+	<-answers
+	set := func(at time.Time) {
+		clk.mu.Lock()
+		clk.t = at
+		clk.mu.Unlock()
+	}
+	back := t0.Add(-time.Hour)
+	set(back)
+	time.Sleep(per/adaptEvery + 5*time.Millisecond)
+	_ = e.AdaptSuccess("s", c, b, back.Add(-time.Millisecond), time.Millisecond, 1, then)
+	if n := <-answers; n != 5 {
+		t.Fatalf("after the clock went back: level %d, want 5", n)
+	}
+	set(back.Add(per))
+	for range 3 {
+		_ = e.AdaptSuccess("s", c, b, back.Add(per), time.Millisecond, 1, then)
+	}
+	select {
+	case <-answers:
+	case <-time.After(per):
+		t.Fatal("successes that may prove the level, after the clock went back, wait for another success")
+	}
+}
