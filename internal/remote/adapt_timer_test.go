@@ -2,6 +2,8 @@ package remote
 
 import (
 	"context"
+	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -176,5 +178,59 @@ func TestAdaptFlushClockBack(t *testing.T) {
 	case <-answers:
 	case <-time.After(per):
 		t.Fatal("successes that may prove the level, after the clock went back, wait for another success")
+	}
+}
+
+// countingStore counts the adaptive round trips.
+type countingStore struct {
+	*rstore.Store
+	n atomic.Int64
+}
+
+func (s *countingStore) AdaptAll(ctx context.Context, scope string, c rspec.Charge, b rspec.AdaptBounds, evs ...rspec.AdaptEvent) (rspec.AdaptLevel, error) {
+	s.n.Add(1)
+	return s.Store.AdaptAll(ctx, scope, c, b, evs...)
+}
+
+// TestAdaptFlushRedisDown: a flush timer that fires while Redis is taken
+// as unreachable sends nothing, keeps the successes and arms no other
+// timer (no spin): the next success after Redis is back sends them.
+func TestAdaptFlushRedisDown(t *testing.T) {
+	clk := &vclock{t: time.UnixMicro(1_700_000_000_000_000)}
+	e0, _ := realEngine(t, clk, Config{Timeout: time.Second})
+	cs := &countingStore{Store: e0.st.(*rstore.Store)}
+	e, err := New(Config{Store: cs, Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close() })
+	per := 400 * time.Millisecond
+	c := rspec.Charge{Rule: "r", Key: "k", Spec: &rspec.Spec{Kind: rspec.Completion, Limit: window.Limit{N: 5, Per: per}}}
+	b := rspec.AdaptBounds{Floor: 5, Ceiling: 100}
+	answers := make(chan int64, 16)
+	then := func(n int64, err error) { answers <- n }
+	t0 := clk.now()
+	_ = e.AdaptSuccess("s", c, b, t0.Add(-time.Millisecond), time.Millisecond, 1, then)
+	<-answers
+	for range 3 {
+		_ = e.AdaptSuccess("s", c, b, t0.Add(per), time.Millisecond, 1, then)
+	}
+	if armedFlushes(e) != 1 {
+		t.Fatal("no flush timer armed")
+	}
+	e.markDown(errors.New("test: down"), false)
+	time.Sleep(3 * per / adaptEvery)
+	if n := cs.n.Load(); n != 1 || armedFlushes(e) != 0 || len(answers) != 0 {
+		t.Fatalf("Redis down: %d round trips (want the first alone), %d timers armed, %d answers", n, armedFlushes(e), len(answers))
+	}
+	e.markUp()
+	_ = e.AdaptSuccess("s", c, b, t0.Add(per), time.Millisecond, 1, then)
+	select {
+	case <-answers:
+	case <-time.After(per):
+		t.Fatal("the successes kept while Redis was down were not sent")
+	}
+	if cyc := func() int64 { e.ad.mu.Lock(); defer e.ad.mu.Unlock(); return e.ad.m[limKey{"s", c.Rule, c.Key}].cyc }(); cyc != 4 {
+		t.Fatalf("after Redis came back: %d successes proving the level counted, want 4", cyc)
 	}
 }
