@@ -287,9 +287,6 @@ func (l *Law) Throttle(start, now int64) {
 	if start < s.LastCut {
 		return
 	}
-	if TraceHook != nil {
-		defer func(old State) { TraceHook("throttle", start, now, old, l.S) }(l.S)
-	}
 	if s.N > s.G {
 		s.B, s.N = s.N, s.G
 	} else {
@@ -315,9 +312,6 @@ func (l *Law) Tick(now int64) {
 	l.back(now)
 	if now-s.LastChange < p.W || s.Cycled < s.N {
 		return
-	}
-	if TraceHook != nil {
-		defer func(old State) { TraceHook("tick", 0, now, old, l.S) }(l.S)
 	}
 	s.LastChange, s.Cycled = now, 0
 	s.G = s.N
@@ -417,6 +411,3 @@ func (l *Law) Apply(e Event) {
 		l.Tick(e.Now)
 	}
 }
-
-// TraceHook is a temporary debugging hook.
-var TraceHook func(kind string, start, now int64, old, new State)
