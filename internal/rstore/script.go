@@ -1061,8 +1061,12 @@ for i = FD, NC do
       if dd > 0 then set(L, 't', math.max(L.t, math.min(math.max(L.t, L.t0) + dd * em, L.t0 + (L.p1 + L.N) * em))) end
       if L.t > L.t0 then L.ttl = math.max(L.ttl, math.ceil((L.t - L.t0) / 1000) + 1000) end
     elseif k == 10 then
-      -- a quota refunds nothing (the server counted the call's arrival); a
-      -- debit comes out of the budget
+      -- a quota refunds nothing (the server counted the call's arrival)
+      -- but a cancel's, whose call never reached the server: its units go
+      -- back to the budget (the window it was admitted in, or the next,
+      -- which started with N less it, leased), at most N, as in process
+      -- (Engine.undoLocked); a debit comes out of the budget
+      if cancel and r > 0 then set(L, 'B', math.min(L.B + r, L.N)) end
       if dd > 0 then set(L, 'B', math.max(L.B - dd, 0)) end
     end
     if L.usesm then set(L, 'm', L.t0) end

@@ -1,0 +1,54 @@
+package rstore
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/ratesem/ratesem/window"
+)
+
+// A quota's admission taken back (Cancel: its caller left before the
+// answer came, the call never reached the server) leaves no trace, as in
+// process (Engine.undoLocked gives the budget back): its units go back to
+// the budget, in the window it was admitted in or in the next one (which
+// started with N less the calls in flight, the cancelled one among them),
+// never above N.
+func TestQuotaCancelLeavesNoTrace(t *testing.T) {
+	clk := newClock()
+	s1, s2 := twoStores(t, clk)
+	ctx := context.Background()
+	q := &Spec{Kind: Quota, Limit: window.Limit{N: 5, Per: 10 * time.Second}}
+	ch := func(w int64) []Charge { return []Charge{{Rule: "q", Key: "k", Spec: q, Weight: w}} }
+	d, err := s1.Admit(ctx, "sc", ch(3))
+	if err != nil || !d.OK {
+		t.Fatalf("%+v %v", d, err)
+	}
+	if err := s1.Cancel(ctx, "sc", ch(3), d.Token); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := s2.Admit(ctx, "sc", ch(5)); err != nil || !d.OK {
+		t.Fatalf("5 of 5 after a cancelled admission of 3: %+v %v; want admitted (no trace)", d, err)
+	} else if err := s2.Release(ctx, "sc", ch(5), d.Token); err != nil {
+		t.Fatal(err)
+	}
+	// Across a window's end: the next window starts with N less the call
+	// in flight (2 units); its cancel gives them back there.
+	clk.add(10 * time.Second)
+	d, err = s1.Admit(ctx, "sc", ch(2))
+	if err != nil || !d.OK {
+		t.Fatalf("%+v %v", d, err)
+	}
+	clk.add(10 * time.Second)
+	if err := s1.Cancel(ctx, "sc", ch(2), d.Token); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := s2.Admit(ctx, "sc", ch(5)); err != nil || !d.OK {
+		t.Fatalf("5 of a window that started with a call in flight, cancelled: %+v %v; want admitted", d, err)
+	} else if err := s2.Release(ctx, "sc", ch(5), d.Token); err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := s2.Admit(ctx, "sc", ch(1)); d.OK {
+		t.Fatal("a cancel gave back more than N")
+	}
+}
