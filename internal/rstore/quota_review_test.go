@@ -52,3 +52,36 @@ func TestQuotaCancelLeavesNoTrace(t *testing.T) {
 		t.Fatal("a cancel gave back more than N")
 	}
 }
+
+// A report lower than the budget is the latest the server counted: its
+// window is the quota's, sooner or later (a slow reply of the window that
+// ended, after a reply of the next one set the budget), as in process;
+// one that does not lower it moves the end only later.
+func TestQuotaLowerReportNamesEnd(t *testing.T) {
+	clk := newClock()
+	s1, s2 := twoStores(t, clk)
+	ctx := context.Background()
+	q := &Spec{Kind: Quota, Limit: window.Limit{N: 5, Per: 10 * time.Second}}
+	ch := func(w int64) []Charge { return []Charge{{Rule: "q", Key: "k", Spec: q, Weight: w}} }
+	if _, err := s1.Budget(ctx, "sc", ch(0)[0], 4, 10*time.Second, 0, ""); err != nil {
+		t.Fatal(err)
+	}
+	// not lower (4): the end stays
+	if _, err := s2.Budget(ctx, "sc", ch(0)[0], 4, time.Second, 0, ""); err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := s1.Admit(ctx, "sc", ch(5)); d.OK || d.Wait != 10*time.Second {
+		t.Fatalf("%+v; want refused until the end kept (10 s)", d)
+	}
+	// lower (0), ending in 1 s: the window ends then
+	if _, err := s2.Budget(ctx, "sc", ch(0)[0], 0, time.Second, 0, ""); err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := s1.Admit(ctx, "sc", ch(1)); d.OK || d.Wait != time.Second {
+		t.Fatalf("%+v; want refused until the lower report's end (1 s)", d)
+	}
+	clk.add(time.Second)
+	if d, err := s1.Admit(ctx, "sc", ch(5)); err != nil || !d.OK {
+		t.Fatalf("a new window: %+v %v; want 5 admitted", d, err)
+	}
+}

@@ -1196,9 +1196,9 @@ return extra
 // remains less the fleet's calls in flight the server may not have
 // counted yet: a report of a window ending more than max(1 s, Per/2)
 // after the one kept starts a new window with it; another only lowers
-// the budget, and moves the window's end only later, but for the first
-// report of a window the limiter rolled to on its own (field Q 0), which
-// sets it. Reply: the units taken in (the budget's drop; negative when a
+// the budget, and moves the window's end only later, but for a report
+// that lowers the budget and the first report of a window the limiter
+// rolled to on its own (field Q 0), which set it. Reply: the units taken in (the budget's drop; negative when a
 // new window raised it), or {-1, charge, stored} for a spec mismatch, or
 // an error reply for a limiter that is not a quota (its stored spec
 // another kind).
@@ -1219,8 +1219,14 @@ if r ~= nil and rin > 0 then
   local b = math.max(math.min(r, L.N) - math.max(L.f - own, 0), 0)
   if R > L.R + math.max(1000000, fdiv(L.per, 2)) then
     set(L, 'R', R); set(L, 'B', b)
+  elseif b < L.B then
+    -- lower than the budget: the latest report in the server's order,
+    -- whose window is the limiter's, sooner or later (a slow reply of a
+    -- window that ended, read with the margin still ahead, after a reply
+    -- of the next one set the budget: it ends with that window, not a
+    -- Per later), as in process (budgetLocked)
+    set(L, 'B', b); set(L, 'R', R)
   else
-    if b < L.B then set(L, 'B', b) end
     -- the first report of a window the limiter rolled to on its own (Q 0:
     -- a guess, a Per from the roll) names its end, sooner or later; a
     -- later report moves it only later (a slower reply; or the window
