@@ -85,3 +85,30 @@ func TestQuotaLowerReportNamesEnd(t *testing.T) {
 		t.Fatalf("a new window: %+v %v; want 5 admitted", d, err)
 	}
 }
+
+// A limiter that becomes a quota with units counted (SetLimit carries
+// them into its first window, a Per from now: a guess) takes the first
+// report's end, sooner or later, as a window the quota rolled to on its
+// own does (field Q 0).
+func TestQuotaSetLimitFirstReportNamesEnd(t *testing.T) {
+	clk := newClock()
+	s1, s2 := twoStores(t, clk)
+	ctx := context.Background()
+	cw := &Spec{Kind: Completion, Limit: window.Limit{N: 1, Per: 10 * time.Second}}
+	d, err := s1.Admit(ctx, "sc", []Charge{{Rule: "q", Key: "k", Spec: cw, Weight: 1}})
+	if err != nil || !d.OK {
+		t.Fatalf("%+v %v", d, err)
+	}
+	q := &Spec{Kind: Quota, Limit: window.Limit{N: 5, Per: 10 * time.Second}}
+	c := Charge{Rule: "q", Key: "k", Spec: q}
+	if err := s1.SetLimit(ctx, "sc", c); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s2.Budget(ctx, "sc", c, 4, time.Second, 1, d.Token); err != nil {
+		t.Fatal(err)
+	}
+	c.Weight = 5
+	if d, _ := s2.Admit(ctx, "sc", []Charge{c}); d.OK || d.Wait != time.Second {
+		t.Fatalf("%+v; want refused until the first report's end (1 s), not the guess (10 s)", d)
+	}
+}

@@ -1325,7 +1325,9 @@ if k == 10 then
     local d = tonumber(v[5]) - now
     if d > 0 then used = math.ceil(d / em) end
   end
-  if used > 0 then redis.call('HSET', KEYS[1], 'R', now + per, 'B', math.max(N - used, 0)) end
+  -- its end a guess (Q 0) until a report names the server's, as a
+  -- window the quota rolled to on its own (prepare)
+  if used > 0 then redis.call('HSET', KEYS[1], 'R', now + per, 'B', math.max(N - used, 0), 'Q', 0) end
 end
 carry(KEYS[1], k, N, per, p1, ARGV[5])
 redis.call('HSET', KEYS[1], 's', ARGV[5], 'S', '1')
