@@ -1240,9 +1240,13 @@ func (s *Store) SetLimit(ctx context.Context, scope string, c Charge) error {
 // window's end, even higher than it was. Any other report only lowers the
 // budget (the server's remaining only falls within a window; a report can
 // only tighten), and moves the window's end only later (the window the
-// limiter keeps may end before the server's), but for the first report of
-// a window the limiter rolled to on its own (a Per from the roll: a
-// guess), which sets its end sooner or later, as in process. A report
+// limiter keeps may end before the server's), but for a report that lowers
+// the budget (the latest the server counted: a slow reply of a window that
+// ended, after a reply of the next set the budget, ends it with its own)
+// and the first report of a window the limiter rolled to on its own (a Per
+// from the roll: a guess), which set its end sooner or later, as in
+// process. A cancelled admission gives its units back to the budget (at
+// most N): its call never reached the server. A report
 // whose window has ended (resetIn ≤ 0) changes nothing. Admissions take
 // their units from the budget and, when it is short, wait until the
 // window ends (Decision.Wait), across every process; a window that ends

@@ -1061,8 +1061,12 @@ for i = FD, NC do
       if dd > 0 then set(L, 't', math.max(L.t, math.min(math.max(L.t, L.t0) + dd * em, L.t0 + (L.p1 + L.N) * em))) end
       if L.t > L.t0 then L.ttl = math.max(L.ttl, math.ceil((L.t - L.t0) / 1000) + 1000) end
     elseif k == 10 then
-      -- a quota refunds nothing (the server counted the call's arrival); a
-      -- debit comes out of the budget
+      -- a quota refunds nothing (the server counted the call's arrival)
+      -- but a cancel's, whose call never reached the server: its units go
+      -- back to the budget (the window it was admitted in, or the next,
+      -- which started with N less it, leased), at most N, as in process
+      -- (Engine.undoLocked); a debit comes out of the budget
+      if cancel and r > 0 then set(L, 'B', math.min(L.B + r, L.N)) end
       if dd > 0 then set(L, 'B', math.max(L.B - dd, 0)) end
     end
     if L.usesm then set(L, 'm', L.t0) end
@@ -1192,9 +1196,9 @@ return extra
 // remains less the fleet's calls in flight the server may not have
 // counted yet: a report of a window ending more than max(1 s, Per/2)
 // after the one kept starts a new window with it; another only lowers
-// the budget, and moves the window's end only later, but for the first
-// report of a window the limiter rolled to on its own (field Q 0), which
-// sets it. Reply: the units taken in (the budget's drop; negative when a
+// the budget, and moves the window's end only later, but for a report
+// that lowers the budget and the first report of a window the limiter
+// rolled to on its own (field Q 0), which set it. Reply: the units taken in (the budget's drop; negative when a
 // new window raised it), or {-1, charge, stored} for a spec mismatch, or
 // an error reply for a limiter that is not a quota (its stored spec
 // another kind).
@@ -1215,8 +1219,14 @@ if r ~= nil and rin > 0 then
   local b = math.max(math.min(r, L.N) - math.max(L.f - own, 0), 0)
   if R > L.R + math.max(1000000, fdiv(L.per, 2)) then
     set(L, 'R', R); set(L, 'B', b)
+  elseif b < L.B then
+    -- lower than the budget: the latest report in the server's order,
+    -- whose window is the limiter's, sooner or later (a slow reply of a
+    -- window that ended, read with the margin still ahead, after a reply
+    -- of the next one set the budget: it ends with that window, not a
+    -- Per later), as in process (budgetLocked)
+    set(L, 'B', b); set(L, 'R', R)
   else
-    if b < L.B then set(L, 'B', b) end
     -- the first report of a window the limiter rolled to on its own (Q 0:
     -- a guess, a Per from the roll) names its end, sooner or later; a
     -- later report moves it only later (a slower reply; or the window
@@ -1315,7 +1325,9 @@ if k == 10 then
     local d = tonumber(v[5]) - now
     if d > 0 then used = math.ceil(d / em) end
   end
-  if used > 0 then redis.call('HSET', KEYS[1], 'R', now + per, 'B', math.max(N - used, 0)) end
+  -- its end a guess (Q 0) until a report names the server's, as a
+  -- window the quota rolled to on its own (prepare)
+  if used > 0 then redis.call('HSET', KEYS[1], 'R', now + per, 'B', math.max(N - used, 0), 'Q', 0) end
 end
 carry(KEYS[1], k, N, per, p1, ARGV[5])
 redis.call('HSET', KEYS[1], 's', ARGV[5], 'S', '1')
