@@ -137,20 +137,7 @@ func TestAdaptiveLearnQuotaSwitchKeepsTheWindow(t *testing.T) {
 		return got
 	}
 	want := []int64{5, 0, 0, 5}
-	local, err := clientpool.New(table)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer local.Close()
-	inProc := scenario(local)
-	c := newClient(t, redistest.Start(t).Addr())
-	overRedis := scenario(newRedisPool(t, table, c, "keep"))
-	if !slices.Equal(inProc, want) {
-		t.Errorf("in process: admitted %v, want %v", inProc, want)
-	}
-	if !slices.Equal(overRedis, want) {
-		t.Errorf("over Redis: admitted %v, want %v", overRedis, want)
-	}
+	inBothModes(t, table, want, func(_ *testing.T, mk func() *clientpool.Pool) []int64 { return scenario(mk()) })
 }
 
 // TestAdaptiveLearnQuotaSwitchKeepsPartOfTheWindow: as
@@ -178,20 +165,7 @@ func TestAdaptiveLearnQuotaSwitchKeepsPartOfTheWindow(t *testing.T) {
 		return got
 	}
 	want := []int64{3, 2, 0, 5}
-	local, err := clientpool.New(table)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer local.Close()
-	inProc := scenario(local)
-	c := newClient(t, redistest.Start(t).Addr())
-	overRedis := scenario(newRedisPool(t, table, c, "part"))
-	if !slices.Equal(inProc, want) {
-		t.Errorf("in process: admitted %v, want %v", inProc, want)
-	}
-	if !slices.Equal(overRedis, want) {
-		t.Errorf("over Redis: admitted %v, want %v", overRedis, want)
-	}
+	inBothModes(t, table, want, func(_ *testing.T, mk func() *clientpool.Pool) []int64 { return scenario(mk()) })
 }
 
 // TestAdaptiveLearnQuotaSetLimitInAnotherProcess: SetLimit in a process
@@ -261,20 +235,7 @@ func TestAdaptiveLearnQuotaResetFarAway(t *testing.T) {
 		return []int64{int64(holdN(t, p, a, 40))}
 	}
 	want := []int64{0}
-	local, err := clientpool.New(table)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer local.Close()
-	inProc := scenario(local)
-	c := newClient(t, redistest.Start(t).Addr())
-	overRedis := scenario(newRedisPool(t, table, c, "far"))
-	if !slices.Equal(inProc, want) {
-		t.Errorf("in process: admitted %v, want %v", inProc, want)
-	}
-	if !slices.Equal(overRedis, want) {
-		t.Errorf("over Redis: admitted %v, want %v", overRedis, want)
-	}
+	inBothModes(t, table, want, func(_ *testing.T, mk func() *clientpool.Pool) []int64 { return scenario(mk()) })
 }
 
 // TestAdaptiveLearnQuotaSwitchKeepsFixedWindows: as

@@ -237,20 +237,7 @@ func TestAdaptiveLearnQuotaHostile(t *testing.T) {
 		return got
 	}
 	want := []int64{5, 1, 19}
-	local, err := clientpool.New(table)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer local.Close()
-	inProc := scenario(local)
-	c := newClient(t, redistest.Start(t).Addr())
-	overRedis := scenario(newRedisPool(t, table, c, "hostile"))
-	if !slices.Equal(inProc, want) {
-		t.Errorf("in process: admitted %v, want %v", inProc, want)
-	}
-	if !slices.Equal(overRedis, want) {
-		t.Errorf("over Redis: admitted %v, want %v", overRedis, want)
-	}
+	inBothModes(t, table, want, func(_ *testing.T, mk func() *clientpool.Pool) []int64 { return scenario(mk()) })
 }
 
 // TestAdaptiveLearnQuotaFleetFollows: a process that adopts the quota
