@@ -8,7 +8,6 @@ import (
 
 	"github.com/ratesem/ratesem"
 	"github.com/ratesem/ratesem/internal/rspec"
-	"github.com/ratesem/ratesem/internal/sat"
 	"github.com/ratesem/ratesem/window"
 )
 
@@ -370,21 +369,7 @@ func (m *redisMode) adaptQuota(t *Ticket, hd *held, n int64, in Learned, date ti
 		fb.adLearned = n
 	}
 	spec, key := l.redisSpec(), l.key
-	var resetIn time.Duration
-	if !in.Reset.IsZero() {
-		reset := in.Reset
-		if in.Epoch {
-			reset = reset.Add(rs.skewLocked(date, now))
-		}
-		// saturating: a reset too far away for a Duration (Sub's
-		// maximum) is not one already past (budgetLocked clamps it to Per)
-		resetIn = time.Duration(sat.Add(int64(reset.Sub(now)), int64(ResetMargin)))
-	}
-	var own int64 // the reporting call's units, when still leased in Redis
-	var tok string
-	if !t.released.Load() && hd.usedAtAdmit == 1 && t.rcall != nil {
-		own, tok = hd.recAtAdmit, t.rcall.Token()
-	}
+	resetIn, own, tok := reportLocked(rs, t, hd, in, date, now)
 	p.mu.Unlock()
 	c := rspec.Charge{Rule: rs.Name, Key: redisKey(key), Spec: spec}
 	stored := false

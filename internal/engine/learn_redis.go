@@ -206,21 +206,7 @@ func (m *redisMode) learn(t *Ticket, hd *held, in Learned, date time.Time) {
 		share = true
 	}
 	spec, unknown, key := l.redisSpec(), l.unknown, l.key
-	var resetIn time.Duration
-	if !in.Reset.IsZero() {
-		reset := in.Reset
-		if in.Epoch {
-			reset = reset.Add(rs.skewLocked(date, now))
-		}
-		// saturating: a reset too far away for a Duration (Sub's maximum)
-		// is not one already past (budgetLocked clamps it to Per)
-		resetIn = time.Duration(sat.Add(int64(reset.Sub(now)), int64(ResetMargin)))
-	}
-	var own int64 // the reporting call's units, when still leased in Redis
-	var tok string
-	if !t.released.Load() && hd.usedAtAdmit == 1 && t.rcall != nil {
-		own, tok = hd.recAtAdmit, t.rcall.Token()
-	}
+	resetIn, own, tok := reportLocked(rs, t, hd, in, date, now)
 	p.mu.Unlock()
 	c := rspec.Charge{Rule: rs.Name, Key: redisKey(key), Spec: spec}
 	stored := false
@@ -298,4 +284,26 @@ func (p *Engine) relearn(hs []held, rcs []rspec.Charge, err error) bool {
 		changed = true
 	}
 	return changed
+}
+
+// reportLocked returns what a budget report of in, read from the reply of
+// call t (hd its charge on the rule rs), sends to Redis: the time until the
+// server's window ends plus ResetMargin (0: the reply names no end; a reset
+// on the server's clock, in.Epoch, read against the reply's Date), and the
+// reporting call's units and token while its lease is still held in Redis
+// (0 and "" otherwise). p.mu must be held.
+func reportLocked(rs *ruleState, t *Ticket, hd *held, in Learned, date, now time.Time) (resetIn time.Duration, own int64, tok string) {
+	if !in.Reset.IsZero() {
+		reset := in.Reset
+		if in.Epoch {
+			reset = reset.Add(rs.skewLocked(date, now))
+		}
+		// saturating: a reset too far away for a Duration (Sub's maximum)
+		// is not one already past (budgetLocked clamps it to Per)
+		resetIn = time.Duration(sat.Add(int64(reset.Sub(now)), int64(ResetMargin)))
+	}
+	if !t.released.Load() && hd.usedAtAdmit == 1 && t.rcall != nil {
+		own, tok = hd.recAtAdmit, t.rcall.Token()
+	}
+	return resetIn, own, tok
 }
