@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/ratesem/ratesem/clientpool"
+	"github.com/ratesem/ratesem/redistest"
 )
 
 // TestLearnLateReplyOfEndedWindowBothModes: a slow reply of the server's
@@ -22,8 +23,7 @@ import (
 func TestLearnLateReplyOfEndedWindowBothModes(t *testing.T) {
 	per := 4 * time.Second
 	table := clientpool.Table{Rules: []clientpool.Rule{quotaLearnRule(per)}}
-	inBothModes(t, table, []int64{5}, func(t *testing.T, mk func() *clientpool.Pool) []int64 {
-		p := mk()
+	scenario := func(p *clientpool.Pool) int {
 		ch := clientpool.Charge{Rule: "api", Key: "k", Weight: 1}
 		tk := acquire(t, p, ch)
 		tk.ObserveHeaders(learnReply(5, 4, 1500))
@@ -35,6 +35,23 @@ func TestLearnLateReplyOfEndedWindowBothModes(t *testing.T) {
 		slow.ObserveHeaders(learnReply(5, 0, 100))
 		slow.Release()
 		time.Sleep(100*time.Millisecond + clientpool.ResetMargin + 400*time.Millisecond)
-		return []int64{int64(holdN(t, p, ch, 40))}
-	})
+		return holdN(t, p, ch, 40)
+	}
+	local, err := clientpool.New(table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer local.Close()
+	if got := scenario(local); got != 5 {
+		t.Errorf("in process: %d admitted, want 5", got)
+	}
+	// Over Redis the reports and releases reach Redis in the background: on
+	// a loaded machine one that lands after the window's roll leaves it
+	// short (a CI run saw 3: the late reply's report not in yet, the budget
+	// still the next window's), which is the safe side. The defect was the
+	// freeze: 0 until the next window's end.
+	c := newClient(t, redistest.Start(t).Addr())
+	if got := scenario(newRedisPool(t, table, c, "late")); got < 1 || got > 5 {
+		t.Errorf("over Redis: %d admitted, want 1 to 5 (5 when every report and release landed in time)", got)
+	}
 }
