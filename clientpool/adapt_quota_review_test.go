@@ -252,7 +252,7 @@ func TestAdaptiveLearnQuotaSwitchKeepsFixedWindows(t *testing.T) {
 		rule := quotaAdaptRule(per)
 		rule.Window = w.make
 		table := clientpool.Table{Rules: []clientpool.Rule{rule}}
-		scenario := func(p *clientpool.Pool) []int64 {
+		scenario := func(t *testing.T, p *clientpool.Pool) []int64 {
 			// start early in a fixed window (aligned to the epoch), so
 			// that the scenario stays within it
 			for time.Now().UnixNano()%int64(per) > int64(100*time.Millisecond) {
@@ -271,20 +271,9 @@ func TestAdaptiveLearnQuotaSwitchKeepsFixedWindows(t *testing.T) {
 			return append(got, int64(holdN(t, p, b, 40)))
 		}
 		want := []int64{3, 2, 0}
-		local, err := clientpool.New(table)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer local.Close()
-		inProc := scenario(local)
-		c := newClient(t, redistest.Start(t).Addr())
-		overRedis := scenario(newRedisPool(t, table, c, "fixed"))
-		if !slices.Equal(inProc, want) {
-			t.Errorf("%s in process: admitted %v, want %v", w.name, inProc, want)
-		}
-		if !slices.Equal(overRedis, want) {
-			t.Errorf("%s over Redis: admitted %v, want %v", w.name, overRedis, want)
-		}
+		t.Run(w.name, func(t *testing.T) {
+			inBothModes(t, table, want, func(t *testing.T, mk func() *clientpool.Pool) []int64 { return scenario(t, mk()) })
+		})
 	}
 }
 
@@ -304,7 +293,7 @@ func TestAdaptiveLearnQuotaSwitchKeepsBuckets(t *testing.T) {
 		rule := quotaAdaptRule(per)
 		rule.Window = w.make
 		table := clientpool.Table{Rules: []clientpool.Rule{rule}}
-		scenario := func(p *clientpool.Pool) []int64 {
+		scenario := func(t *testing.T, p *clientpool.Pool) []int64 {
 			a := clientpool.Charge{Rule: "api", Key: "a", Weight: 1}
 			b := clientpool.Charge{Rule: "api", Key: "b", Weight: 1}
 			var got []int64
@@ -318,19 +307,8 @@ func TestAdaptiveLearnQuotaSwitchKeepsBuckets(t *testing.T) {
 			return append(got, int64(holdN(t, p, b, 40)))
 		}
 		want := []int64{3, 2, 0}
-		local, err := clientpool.New(table)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer local.Close()
-		inProc := scenario(local)
-		c := newClient(t, redistest.Start(t).Addr())
-		overRedis := scenario(newRedisPool(t, table, c, "bucket"))
-		if !slices.Equal(inProc, want) {
-			t.Errorf("%s in process: admitted %v, want %v", w.name, inProc, want)
-		}
-		if !slices.Equal(overRedis, want) {
-			t.Errorf("%s over Redis: admitted %v, want %v", w.name, overRedis, want)
-		}
+		t.Run(w.name, func(t *testing.T) {
+			inBothModes(t, table, want, func(t *testing.T, mk func() *clientpool.Pool) []int64 { return scenario(t, mk()) })
+		})
 	}
 }

@@ -186,11 +186,8 @@ func TestLearnWindowFollowsReportsBothModes(t *testing.T) {
 	inBothModes(t, table, []int64{1}, func(t *testing.T, mk func() *clientpool.Pool) []int64 {
 		p := mk()
 		ch := clientpool.Charge{Rule: "api", Key: "k", Weight: 1}
+		firstWindowEnded(t, p, ch)
 		tk := acquire(t, p, ch)
-		tk.ObserveHeaders(learnReply(5, 4, 300))
-		tk.Release()
-		time.Sleep(300*time.Millisecond + clientpool.ResetMargin + 200*time.Millisecond)
-		tk = acquire(t, p, ch)
 		tk.ObserveHeaders(learnReply(5, 1, 2500))
 		tk.Release()
 		time.Sleep(2700 * time.Millisecond)
@@ -210,10 +207,7 @@ func TestLearnFirstReplyNamesWindowBothModes(t *testing.T) {
 	inBothModes(t, table, []int64{5}, func(t *testing.T, mk func() *clientpool.Pool) []int64 {
 		p := mk()
 		ch := clientpool.Charge{Rule: "api", Key: "k", Weight: 1}
-		tk := acquire(t, p, ch)
-		tk.ObserveHeaders(learnReply(5, 4, 300))
-		tk.Release()
-		time.Sleep(300*time.Millisecond + clientpool.ResetMargin + 200*time.Millisecond)
+		firstWindowEnded(t, p, ch)
 		return []int64{int64(holdN(t, p, ch, 40))}
 	})
 }
@@ -244,4 +238,15 @@ func TestLearnResetFarAwayBothModes(t *testing.T) {
 		time.Sleep(50 * time.Millisecond) // over Redis the release lands in the background
 		return []int64{int64(holdN(t, p, a, 40))}
 	})
+}
+
+// firstWindowEnded has a call of ch on p learn the key's limit from a
+// reply naming a server window of 300 ms (limit 5, 4 left), and waits
+// until that window (and ResetMargin) has ended.
+func firstWindowEnded(t *testing.T, p *clientpool.Pool, ch clientpool.Charge) {
+	t.Helper()
+	tk := acquire(t, p, ch)
+	tk.ObserveHeaders(learnReply(5, 4, 300))
+	tk.Release()
+	time.Sleep(300*time.Millisecond + clientpool.ResetMargin + 200*time.Millisecond)
 }
