@@ -39,13 +39,7 @@ func TestAdaptReports(t *testing.T) {
 	}
 	start := o.Call.Start()
 	o.Call.Release()
-	answers := make(chan int64, 16)
-	then := func(n int64, err error) {
-		if err != nil {
-			t.Errorf("report: %v", err)
-		}
-		answers <- n
-	}
+	answers, then := reportAnswers(t)
 	field := func(f string) int64 {
 		x, err := rdb.HGet(ctx, st.Keys("s", c)[0]+":a", f).Result()
 		if err != nil {
@@ -148,13 +142,7 @@ func TestAdaptSplitBySince(t *testing.T) {
 	per := 800 * time.Millisecond
 	c := rspec.Charge{Rule: "r", Key: "k", Spec: &rspec.Spec{Kind: rspec.Completion, Limit: window.Limit{N: 5, Per: per}}}
 	b := rspec.AdaptBounds{Floor: 5, Ceiling: 100}
-	answers := make(chan int64, 16)
-	then := func(n int64, err error) {
-		if err != nil {
-			t.Errorf("report: %v", err)
-		}
-		answers <- n
-	}
+	answers, then := reportAnswers(t)
 	t0 := clk.now() // the state is made now: its level changed at t0
 	if err := e.AdaptSuccess("s", c, b, t0.Add(-time.Millisecond), time.Millisecond, 1, then); err != nil {
 		t.Fatal(err)
@@ -226,5 +214,17 @@ func TestAdaptSplitBySince(t *testing.T) {
 		}
 	case <-time.After(per / 8):
 		t.Fatal("the proving report waited")
+	}
+}
+
+// reportAnswers returns a channel of the levels Redis answered to reports
+// and the callback that sends each there (a report's error fails the test).
+func reportAnswers(t *testing.T) (chan int64, func(int64, error)) {
+	answers := make(chan int64, 16)
+	return answers, func(n int64, err error) {
+		if err != nil {
+			t.Errorf("report: %v", err)
+		}
+		answers <- n
 	}
 }

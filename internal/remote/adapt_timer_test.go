@@ -100,13 +100,7 @@ func TestAdaptFlushAfterFirstAnswer(t *testing.T) {
 	per := 400 * time.Millisecond
 	c := rspec.Charge{Rule: "r", Key: "k", Spec: &rspec.Spec{Kind: rspec.Completion, Limit: window.Limit{N: 5, Per: per}}}
 	b := rspec.AdaptBounds{Floor: 5, Ceiling: 100}
-	answers := make(chan int64, 16)
-	then := func(n int64, err error) {
-		if err != nil {
-			t.Errorf("report: %v", err)
-		}
-		answers <- n
-	}
+	answers, then := reportAnswers(t)
 	t0 := clk.now() // the state is made at t0: its level changed then
 	_ = e.AdaptSuccess("s", c, b, t0.Add(-time.Millisecond), time.Millisecond, 1, then)
 	// the first report is held in flight; 3 successes of calls admitted
@@ -148,13 +142,7 @@ func TestAdaptFlushClockBack(t *testing.T) {
 	per := 400 * time.Millisecond
 	c := rspec.Charge{Rule: "r", Key: "k", Spec: &rspec.Spec{Kind: rspec.Completion, Limit: window.Limit{N: 5, Per: per}}}
 	b := rspec.AdaptBounds{Floor: 5, Ceiling: 100}
-	answers := make(chan int64, 16)
-	then := func(n int64, err error) {
-		if err != nil {
-			t.Errorf("report: %v", err)
-		}
-		answers <- n
-	}
+	answers, then := reportAnswers(t)
 	t0 := clk.now()
 	_ = e.AdaptSuccess("s", c, b, t0.Add(-time.Millisecond), time.Millisecond, 1, then)
 	<-answers
