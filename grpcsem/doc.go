@@ -57,7 +57,14 @@
 //     per stream is beyond a client interceptor.
 //   - An RPC the client cancels ends, for the limit, at the cancel: the
 //     server learns of it a little later (a stream reset on its way), so a
-//     server's own count of calls in flight may briefly hold it still.
+//     server's own count of calls in flight may briefly hold it still. And
+//     when the cancel comes before any reply, the request itself may still
+//     be queued in grpc-go's writer or on the wire: the server can count its
+//     arrival after the interceptor released it, which the completion
+//     window's guarantee (each arrival between its call's start and end)
+//     does not cover. Against a strict server, cancel streams after their
+//     first reply where the program can, or give the rule a sliding log
+//     with a margin (Rule.Window, window.NewSlidingLog).
 //   - A plain HTTP reply from a proxy that does not speak gRPC reaches the
 //     interceptor as grpc-go's status, without its headers: a 429's
 //     Retry-After is lost, and the Pool backs off on its own.

@@ -69,6 +69,7 @@ type server struct {
 type arrival struct {
 	at     time.Time
 	weight int64
+	id     string // the metadata "x-id", when the client sent one
 }
 
 func newServer(n int64, w time.Duration, c int64) *server {
@@ -93,7 +94,11 @@ func (s *server) enter(ctx context.Context, method string) error {
 	now := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.arrivals = append(s.arrivals, arrival{now, w})
+	var id string
+	if v := md.Get("x-id"); len(v) > 0 {
+		id = v[0]
+	}
+	s.arrivals = append(s.arrivals, arrival{now, w, id})
 	var units int64
 	for i := len(s.arrivals) - 1; i >= 0 && now.Sub(s.arrivals[i].at) < s.w; i-- {
 		units += s.arrivals[i].weight
@@ -128,6 +133,13 @@ type stats struct {
 	inFlight   int64 // units of the handlers running now
 	maxFlight  int64 // the most units of handlers running at once
 	overFlight int   // arrivals that found more than c units running
+}
+
+// log returns a copy of the arrivals the server logged so far.
+func (s *server) log() []arrival {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]arrival(nil), s.arrivals...)
 }
 
 // stats returns what the server logged so far.

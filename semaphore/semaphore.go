@@ -15,7 +15,9 @@ import (
 // most n units per interval counted by the completion window
 // (window.NewCompletion): at every instant, units in flight + units of calls
 // that ended within the last interval ≤ n. A server that counts arrivals
-// therefore never sees more than n per interval, whatever the latency.
+// therefore never sees more than n per interval, whatever the latency, as
+// long as each call is released after its reply (a call released at a
+// cancel, before any reply, may still reach the server after its end).
 // NewWithPolicy puts any other window of package window in its place.
 //
 // Its method set is a superset of *semaphore.Weighted from

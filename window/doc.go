@@ -21,7 +21,11 @@
 // guarantee. N units per Per; a call of weight w counts w units; "starts" are
 // counted at the client, so a server that counts arrivals sees the same
 // bound only while one-way latency jitter does not bunch them (except the
-// completion window, which holds at the server for any latency).
+// completion window, which holds at the server for any latency, for every
+// call released after its reply: a server answers only what it has read,
+// so the arrival lies between the call's start and end; a call released
+// without a reply, cancelled while its request was still on its way, may
+// reach the server after its end).
 //
 //	constructor                    most units in any window of Per           at the server               burst from idle   memory per key
 //	NewCompletion (default)        N: in flight + ended in (t−Per, t]        yes, whatever the latency   N                 112 B + 16 B per distinct end in the last Per
