@@ -57,14 +57,21 @@
 //     per stream is beyond a client interceptor.
 //   - An RPC the client cancels ends, for the limit, at the cancel: the
 //     server learns of it a little later (a stream reset on its way), so a
-//     server's own count of calls in flight may briefly hold it still. And
-//     when the cancel comes before any reply, the request itself may still
-//     be queued in grpc-go's writer or on the wire: the server can count its
-//     arrival after the interceptor released it, which the completion
-//     window's guarantee (each arrival between its call's start and end)
-//     does not cover. Against a strict server, cancel streams after their
-//     first reply where the program can, or give the rule a sliding log
-//     with a margin (Rule.Window, window.NewSlidingLog).
+//     server's own count of calls in flight may briefly hold it still.
+//   - When an RPC ends without any reply (a message, a header or a status
+//     from the server), cancelled while its request was still queued in
+//     grpc-go's writer or on the wire, the server may count its arrival
+//     after the RPC's end, which the completion window's guarantee (each
+//     arrival between its call's start and end) does not cover. So the
+//     interceptors hold the release of such an RPC until its start plus
+//     twice the longest time to a first reply among their last 64 RPCs
+//     that got one (a request reaches the server before its reply leaves
+//     it), 1 s before any did, 10 s at most; an RPC cancelled later than
+//     that is released at once. This covers a request delayed up to twice
+//     what the interceptor has seen, not an unbounded one: against a
+//     strict server, a program that cancels RPCs in flight can also give
+//     the rule a sliding log with a margin (Rule.Window,
+//     window.NewSlidingLog).
 //   - A plain HTTP reply from a proxy that does not speak gRPC reaches the
 //     interceptor as grpc-go's status, without its headers: a 429's
 //     Retry-After is lost, and the Pool backs off on its own.

@@ -214,6 +214,7 @@ func header(md metadata.MD) http.Header {
 type limiter struct {
 	pool *clientpool.Pool
 	cfg  config
+	lat  latency // times to a first reply, for the hold of RPCs without one (hold.go)
 }
 
 func newLimiter(p *clientpool.Pool, opts []Option) *limiter {
@@ -305,7 +306,9 @@ func (l *limiter) retryAfter(trailer metadata.MD) time.Duration {
 
 // UnaryClientInterceptor returns an interceptor that acquires the charges
 // of each unary RPC from p before the RPC (blocking until p admits them or
-// the RPC's context is done), and releases them when the invoker returns.
+// the RPC's context is done), and releases them when the invoker returns
+// (for an RPC cancelled before any reply, after a hold: see the package
+// doc, "What an interceptor cannot see"; the caller never waits for it).
 // When the RPC fails with a status the throttle test accepts
 // (DefaultThrottle, or WithThrottle's) it calls p.Throttled with status 429
 // semantics and, as RetryAfter, the PushbackKey trailer's delay
@@ -339,11 +342,19 @@ func UnaryClientInterceptor(p *clientpool.Pool, opts ...Option) grpc.UnaryClient
 		if err != nil {
 			return err
 		}
-		defer t.Release()
+		start, answered := time.Now(), true // a panicking invoker: released at once
+		defer func() { l.release(t, start, answered) }()
 		var trailer metadata.MD
 		all := make([]grpc.CallOption, len(callOpts), len(callOpts)+1)
 		copy(all, callOpts)
 		err = invoker(ctx, method, req, reply, cc, append(all, grpc.Trailer(&trailer))...)
+		// Without an error, or with one while the caller's context is
+		// live, the RPC ended by the server's status (or never left: a
+		// connection error); with the context done and an error, it may
+		// have ended before the server read it.
+		if answered = err == nil || ctx.Err() == nil; answered {
+			l.lat.add(time.Since(start))
+		}
 		if err != nil {
 			l.throttled(err, trailer, t)
 		}
@@ -355,7 +366,8 @@ func UnaryClientInterceptor(p *clientpool.Pool, opts ...Option) grpc.UnaryClient
 // of each streaming RPC from p before the stream is created (blocking as
 // UnaryClientInterceptor does, with its errors), and releases them exactly
 // once when the stream ends, whichever way (see the package doc, "When an
-// RPC ends"): its permit is held for the stream's whole life. A stream
+// RPC ends"; one that ends without any reply is released after a hold, on
+// a timer, as a unary RPC is): its permit is held for the stream's whole life. A stream
 // that ends with a status the throttle test accepts pauses its keys as a
 // unary RPC does, reading the trailer (ClientStream.Trailer) once RecvMsg
 // has returned the error. The RPC runs under a context derived from the
@@ -371,13 +383,15 @@ func StreamClientInterceptor(p *clientpool.Pool, opts ...Option) grpc.StreamClie
 			return nil, err
 		}
 		ctx, cancel := context.WithCancel(ctx)
-		c := &call{l: l, ticket: t, cancel: cancel, oneReply: desc != nil && !desc.ServerStreams}
+		c := &call{l: l, ticket: t, ctx: ctx, cancel: cancel, start: time.Now(), oneReply: desc != nil && !desc.ServerStreams}
 		cs, err := func() (cs grpc.ClientStream, err error) {
 			defer func() {
 				if cs == nil || err != nil {
 					// err, or a panic in streamer: no stream, no charges.
 					// The error is the client's (no server has answered
-					// yet): not a throttle.
+					// yet): not a throttle. Released at once: grpc-go
+					// sent nothing of an RPC it returned no stream for.
+					c.answered.Store(true)
 					c.end(nil, nil, true)
 				}
 			}()
@@ -406,10 +420,22 @@ func target(cc *grpc.ClientConn) string {
 type call struct {
 	l        *limiter
 	ticket   *clientpool.Ticket
+	ctx      context.Context // the RPC's: done when the caller cancelled it (or dropped the stream)
 	cancel   context.CancelFunc
+	start    time.Time   // when the charges were acquired
 	stop     func() bool // stops the context watcher; set before the stream is returned
 	oneReply bool        // the server sends one message: RecvMsg's nil ends the RPC
 	done     atomic.Bool
+	answered atomic.Bool // the server has sent something: it read the RPC
+}
+
+// answer notes that the server has sent something (a message, a header
+// or a status), once, adding the time it took to the interceptor's
+// latencies.
+func (c *call) answer() {
+	if c.answered.CompareAndSwap(false, true) {
+		c.l.lat.add(time.Since(c.start))
+	}
 }
 
 // end releases the call's charges, once: the first call wins and later ones
@@ -424,7 +450,7 @@ func (c *call) end(err error, trailer func() metadata.MD, caller bool) {
 		c.stop()
 	}
 	defer c.cancel() // after the release: the RPC is over, free its context
-	defer c.ticket.Release()
+	defer func() { c.l.release(c.ticket, c.start, c.answered.Load()) }()
 	if err != nil && err != io.EOF {
 		var md metadata.MD
 		if trailer != nil {
@@ -457,6 +483,9 @@ func (s *stream) SendMsg(m any) error {
 // does a message on a stream whose server sends only one.
 func (s *stream) RecvMsg(m any) error {
 	err := s.ClientStream.RecvMsg(m)
+	if err == nil || s.c.ctx.Err() == nil {
+		s.c.answer() // a message, or the server's status
+	}
 	switch {
 	case err != nil:
 		s.c.end(err, s.ClientStream.Trailer, true)
@@ -464,6 +493,16 @@ func (s *stream) RecvMsg(m any) error {
 		s.c.end(nil, nil, true)
 	}
 	return err
+}
+
+// Header is grpc.ClientStream's; the server's header, when it comes, shows
+// that the server read the RPC.
+func (s *stream) Header() (metadata.MD, error) {
+	md, err := s.ClientStream.Header()
+	if err == nil {
+		s.c.answer()
+	}
+	return md, err
 }
 
 // limitError is an acquisition's error with a gRPC status: status.Code

@@ -1,0 +1,150 @@
+package grpcsem_test
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/ratesem/ratesem/grpcsem"
+)
+
+// delayConn delivers what the client writes d after it was written, in
+// order: a link whose one-way latency is d.
+type delayConn struct {
+	net.Conn
+	d    time.Duration
+	q    chan chunk
+	done chan struct{}
+	once sync.Once
+}
+
+type chunk struct {
+	due time.Time
+	b   []byte
+}
+
+func newDelayConn(c net.Conn, d time.Duration) *delayConn {
+	dc := &delayConn{Conn: c, d: d, q: make(chan chunk, 4096), done: make(chan struct{})}
+	go dc.loop()
+	return dc
+}
+
+func (c *delayConn) Write(b []byte) (int, error) {
+	select {
+	case c.q <- chunk{time.Now().Add(c.d), bytes.Clone(b)}:
+		return len(b), nil
+	case <-c.done:
+		return 0, net.ErrClosed
+	}
+}
+
+func (c *delayConn) loop() {
+	for {
+		select {
+		case ch := <-c.q:
+			select {
+			case <-time.After(time.Until(ch.due)):
+			case <-c.done:
+				return
+			}
+			if _, err := c.Conn.Write(ch.b); err != nil {
+				return
+			}
+		case <-c.done:
+			return
+		}
+	}
+}
+
+func (c *delayConn) Close() error {
+	c.once.Do(func() { close(c.done) })
+	return c.Conn.Close()
+}
+
+// TestCancelBeforeReplyAtTheServer cancels streams right after they start
+// on a link whose requests take 50 ms to reach the server, while calls on a
+// fast link keep the limit binding. Released at the cancel, each such
+// stream would free its units a window before the server counts its
+// arrival, and the fast calls that take them would put the server's window
+// over N. The interceptor holds the release of an RPC without a reply
+// (twice the longest time to a first reply it has seen, here > 100 ms), so
+// the server, which rejects what goes over N per W, sees no violation.
+// Released at the cancel instead (the hold removed), this fails on every run.
+func TestCancelBeforeReplyAtTheServer(t *testing.T) {
+	before := goleak.IgnoreCurrent()
+	const n, w, oneWay = 10, 300 * time.Millisecond, 50 * time.Millisecond
+	srv := newServer(n, w, 1<<40)
+	dialer, stopServer := serve(srv)
+	pool := newPool(t, table(n, w, 1<<40))
+	unary, stream := grpcsem.UnaryClientInterceptor(pool), grpcsem.StreamClientInterceptor(pool)
+	newConn := func(d time.Duration) *grpc.ClientConn {
+		conn, err := grpc.NewClient("passthrough:///bufnet",
+			grpc.WithContextDialer(func(ctx context.Context, s string) (net.Conn, error) {
+				c, err := dialer(ctx, s)
+				if err != nil || d == 0 {
+					return c, err
+				}
+				return newDelayConn(c, d), nil
+			}),
+			grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithDisableRetry(),
+			grpc.WithUnaryInterceptor(unary), grpc.WithStreamInterceptor(stream))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return conn
+	}
+	slow, fast := newConn(oneWay), newConn(0)
+	echo := func(conn *grpc.ClientConn) error {
+		return conn.Invoke(context.Background(), "/test.Limited/Echo", wrapperspb.String("x"), new(wrapperspb.StringValue))
+	}
+	// Two calls on the slow link: the interceptor learns it takes > 50 ms
+	// to hear back.
+	for range 2 {
+		if err := echo(slow); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(1500 * time.Millisecond)
+	var wg sync.WaitGroup
+	for range 12 {
+		wg.Go(func() {
+			for time.Now().Before(deadline) {
+				echo(fast)
+			}
+		})
+	}
+	for range 3 {
+		wg.Go(func() {
+			for time.Now().Before(deadline) {
+				ctx, cancel := context.WithCancel(context.Background())
+				s, err := slow.NewStream(ctx, chatDesc, "/test.Limited/Chat")
+				cancel()
+				if err == nil {
+					s.RecvMsg(new(wrapperspb.StringValue))
+				}
+			}
+		})
+	}
+	wg.Wait()
+	settle(t, pool, false)
+	st := srv.stats()
+	if st.violations != 0 {
+		t.Errorf("server: %d of %d arrivals over %d per %v", st.violations, st.arrivals, n, w)
+	}
+	if st.arrivals < 2*n {
+		t.Errorf("server: %d arrivals, want the limit binding (at least %d)", st.arrivals, 2*n)
+	}
+	slow.Close()
+	fast.Close()
+	stopServer()
+	goleak.VerifyNone(t, before)
+}
