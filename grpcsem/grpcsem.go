@@ -20,6 +20,7 @@ import (
 	"github.com/ratesem/ratesem"
 	"github.com/ratesem/ratesem/clientpool"
 	"github.com/ratesem/ratesem/httpclient"
+	"github.com/ratesem/ratesem/internal/hold"
 )
 
 // PushbackKey is the trailer in which a gRPC server tells a client how long
@@ -214,7 +215,7 @@ func header(md metadata.MD) http.Header {
 type limiter struct {
 	pool *clientpool.Pool
 	cfg  config
-	lat  latency // times to a first reply, for the hold of RPCs without one (hold.go)
+	lat  hold.Latency // times to a first reply, for the hold of RPCs without one
 }
 
 func newLimiter(p *clientpool.Pool, opts []Option) *limiter {
@@ -343,7 +344,7 @@ func UnaryClientInterceptor(p *clientpool.Pool, opts ...Option) grpc.UnaryClient
 			return err
 		}
 		start, answered := time.Now(), true // a panicking invoker: released at once
-		defer func() { l.release(t, start, answered) }()
+		defer func() { l.lat.Release(start, answered, t.Release) }()
 		var trailer metadata.MD
 		all := make([]grpc.CallOption, len(callOpts), len(callOpts)+1)
 		copy(all, callOpts)
@@ -353,7 +354,7 @@ func UnaryClientInterceptor(p *clientpool.Pool, opts ...Option) grpc.UnaryClient
 		// connection error); with the context done and an error, it may
 		// have ended before the server read it.
 		if answered = err == nil || ctx.Err() == nil; answered {
-			l.lat.add(time.Since(start))
+			l.lat.Add(time.Since(start))
 		}
 		if err != nil {
 			l.throttled(err, trailer, t)
@@ -434,7 +435,7 @@ type call struct {
 // latencies.
 func (c *call) answer() {
 	if c.answered.CompareAndSwap(false, true) {
-		c.l.lat.add(time.Since(c.start))
+		c.l.lat.Add(time.Since(c.start))
 	}
 }
 
@@ -450,7 +451,7 @@ func (c *call) end(err error, trailer func() metadata.MD, caller bool) {
 		c.stop()
 	}
 	defer c.cancel() // after the release: the RPC is over, free its context
-	defer func() { c.l.release(c.ticket, c.start, c.answered.Load()) }()
+	defer func() { c.l.lat.Release(c.start, c.answered.Load(), c.ticket.Release) }()
 	if err != nil && err != io.EOF {
 		var md metadata.MD
 		if trailer != nil {

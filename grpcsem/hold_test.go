@@ -1,7 +1,6 @@
 package grpcsem_test
 
 import (
-	"bytes"
 	"context"
 	"net"
 	"sync"
@@ -14,60 +13,8 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/ratesem/ratesem/grpcsem"
+	"github.com/ratesem/ratesem/internal/memnet"
 )
-
-// delayConn delivers what the client writes d after it was written, in
-// order: a link whose one-way latency is d.
-type delayConn struct {
-	net.Conn
-	d    time.Duration
-	q    chan chunk
-	done chan struct{}
-	once sync.Once
-}
-
-type chunk struct {
-	due time.Time
-	b   []byte
-}
-
-func newDelayConn(c net.Conn, d time.Duration) *delayConn {
-	dc := &delayConn{Conn: c, d: d, q: make(chan chunk, 4096), done: make(chan struct{})}
-	go dc.loop()
-	return dc
-}
-
-func (c *delayConn) Write(b []byte) (int, error) {
-	select {
-	case c.q <- chunk{time.Now().Add(c.d), bytes.Clone(b)}:
-		return len(b), nil
-	case <-c.done:
-		return 0, net.ErrClosed
-	}
-}
-
-func (c *delayConn) loop() {
-	for {
-		select {
-		case ch := <-c.q:
-			select {
-			case <-time.After(time.Until(ch.due)):
-			case <-c.done:
-				return
-			}
-			if _, err := c.Conn.Write(ch.b); err != nil {
-				return
-			}
-		case <-c.done:
-			return
-		}
-	}
-}
-
-func (c *delayConn) Close() error {
-	c.once.Do(func() { close(c.done) })
-	return c.Conn.Close()
-}
 
 // TestCancelBeforeReplyAtTheServer cancels streams right after they start
 // on a link whose requests take 50 ms to reach the server, while calls on a
@@ -92,7 +39,7 @@ func TestCancelBeforeReplyAtTheServer(t *testing.T) {
 				if err != nil || d == 0 {
 					return c, err
 				}
-				return newDelayConn(c, d), nil
+				return memnet.Delay(c, d), nil
 			}),
 			grpc.WithTransportCredentials(insecure.NewCredentials()),
 			grpc.WithDisableRetry(),

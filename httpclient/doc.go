@@ -8,7 +8,12 @@
 // time spent queueing), sends the request through the base transport, and
 // releases the weight exactly once: when the response body is closed or read
 // to io.EOF, or at once if there is no response. Hold on to a response body
-// and you hold on to its permit, so always close it.
+// and you hold on to its permit, so always close it. One exception: a
+// request whose context ends before its response (a cancel, a deadline,
+// http.Client.Timeout) may still be on its way to the server, which would
+// count it after its release; its weight is released, on a timer (RoundTrip
+// returns at once), at its start plus twice the longest time to a response
+// among the Transport's last 64 requests, 1 s before any, 10 s at most.
 //
 // When the server answers 429 Too Many Requests or 418 I'm a Teapot (used by
 // some exchanges, e.g. Binance, for an IP ban), the transport pauses the

@@ -13,6 +13,7 @@ import (
 	"github.com/ratesem/ratesem"
 	"github.com/ratesem/ratesem/internal/backoff"
 	"github.com/ratesem/ratesem/internal/obs"
+	"github.com/ratesem/ratesem/internal/hold"
 	"github.com/ratesem/ratesem/internal/peek"
 )
 
@@ -99,6 +100,10 @@ type Transport struct {
 	// budget is the retry budget (WithRetryBudget), nil when retries are
 	// off or the budget is; it has a lock of its own.
 	budget *retryBudget
+
+	// lat holds the last times to a response's headers, for the hold of
+	// a request cancelled before its response (internal/hold).
+	lat hold.Latency
 }
 
 // peekSize is the most bytes of a response body that Transport keeps for
@@ -322,13 +327,21 @@ func (t *Transport) roundTripOnce(req *http.Request) (_ *http.Response, _ time.D
 	// otherwise a recovered panic would shrink the limiter for good.
 	var l Limiter
 	var n int64
-	toBase, held := false, false
+	var start time.Time
+	toBase, held, answered := false, false, true
 	defer func() {
 		if !toBase && req.Body != nil {
 			req.Body.Close()
 		}
 		if held {
-			l.Release(n)
+			if answered {
+				l.Release(n)
+			} else {
+				// No response, and the caller's context is done: the
+				// request may still be on its way to the server, which
+				// would count it after its end (internal/hold).
+				t.lat.Release(start, false, func() { l.Release(n) })
+			}
 		}
 	}()
 	if t.sel == nil {
@@ -348,7 +361,7 @@ func (t *Transport) roundTripOnce(req *http.Request) (_ *http.Response, _ time.D
 			t.observeFailed(n, since, err)
 			return nil, 0, false, prefixed(describe(req)+" not sent", err)
 		}
-		held = true
+		held, start = true, time.Now()
 		if t.observer != nil {
 			t.observer(ratesem.Event{Kind: ratesem.Admitted, Weight: n, Wait: time.Since(since)})
 		}
@@ -358,7 +371,15 @@ func (t *Transport) roundTripOnce(req *http.Request) (_ *http.Response, _ time.D
 	sent := time.Now()
 	resp, err := send(t.baseRT(), req)
 	if err != nil {
+		// A base error while the context is live (a refused or reset
+		// connection) came after the server read the request or without
+		// it ever arriving; with the context done, the request may be
+		// on its way still.
+		answered = req.Context().Err() == nil
 		return nil, 0, false, err
+	}
+	if held {
+		t.lat.Add(time.Since(start))
 	}
 	headerThrottled := t.throttled(resp.StatusCode, resp.Header, nil)
 	_, handler := l.(throttleHandler)

@@ -1,0 +1,69 @@
+// Package hold decides how long a call that ended without any reply keeps
+// its units. A call that got a reply (a status line, a header, a message)
+// was read by the server before its end, so a window that counts ends (the
+// completion window) holds at a server that counts arrivals, whatever the
+// latency. A call that ends without one, cancelled by its caller while its
+// request was still in a writer's queue or on the wire, may reach the
+// server after its end; its release is held until its start plus Factor
+// times the longest time to a first reply among the last Samples calls
+// that got one (a request reaches the server before its reply leaves it),
+// at most Max, or Default before any call got a reply. This covers a
+// request delayed up to Factor times what the caller has seen, not an
+// unbounded one.
+package hold
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+const (
+	Samples = 64               // the times to a first reply kept
+	Factor  = 2                // the hold is Factor × the longest of them
+	Default = time.Second      // the hold before any call got a reply
+	Max     = 10 * time.Second // the longest hold
+)
+
+// Latency keeps the last Samples times to a first reply. The zero value
+// has none; it is safe for concurrent use and takes no lock.
+type Latency struct {
+	ring [Samples]atomic.Int64 // nanoseconds
+	next atomic.Uint64         // samples added
+}
+
+// Add records d, the time from a call's start to its first reply (a
+// negative d, from a clock step, as 0).
+func (l *Latency) Add(d time.Duration) {
+	i := l.next.Add(1) - 1
+	l.ring[i%Samples].Store(int64(max(d, 0)))
+}
+
+// Hold returns how long after its start a call without a reply keeps its
+// units: Factor × the longest sample kept, at most Max; Default with none.
+func (l *Latency) Hold() time.Duration {
+	n := min(l.next.Load(), Samples)
+	if n == 0 {
+		return Default
+	}
+	var most time.Duration
+	for i := range n {
+		most = max(most, time.Duration(l.ring[i].Load()))
+	}
+	if most >= Max/Factor {
+		return Max
+	}
+	return Factor * most
+}
+
+// Release calls release now when the call started at start got a reply
+// (answered) or its hold has passed, else on a timer when the hold passes;
+// it never waits.
+func (l *Latency) Release(start time.Time, answered bool, release func()) {
+	if !answered {
+		if wait := l.Hold() - time.Since(start); wait > 0 {
+			time.AfterFunc(wait, release)
+			return
+		}
+	}
+	release()
+}
