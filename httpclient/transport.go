@@ -12,8 +12,8 @@ import (
 
 	"github.com/ratesem/ratesem"
 	"github.com/ratesem/ratesem/internal/backoff"
-	"github.com/ratesem/ratesem/internal/obs"
 	"github.com/ratesem/ratesem/internal/hold"
+	"github.com/ratesem/ratesem/internal/obs"
 	"github.com/ratesem/ratesem/internal/peek"
 )
 
