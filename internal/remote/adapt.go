@@ -131,7 +131,9 @@ func (c *Call) Start() time.Time {
 // Adaptive limits).
 // then, when not nil, is told the level Redis answered (units per Per)
 // after a report this call sent (the successes of the calls that sent
-// none are in it), on a goroutine of the engine, outside any lock; when
+// none are in it), or the latest level known when a fresher answer (of
+// another report, or of AdaptCeiling) came first, on a goroutine of the
+// engine, outside any lock; when
 // the level changed, this process
 // also forgets what it learned of the limiter's next admission and calls
 // Config.OnRoom (as after SetLimit). A success with a zero start (the
@@ -373,6 +375,9 @@ func (e *Engine) report(k limKey, q *adaptQ, evs []rspec.AdaptEvent, succ bool, 
 			// first report's successes queued meanwhile saw no level)
 			e.flushLaterLocked(k, q, time.Now())
 		}
+		if err == nil && !fresh {
+			n = q.n // the caller is told the latest level, not the older answer's
+		}
 		a.mu.Unlock()
 		if changed {
 			e.forget(k.scope, c)
@@ -467,6 +472,9 @@ func (e *Engine) AdaptCeiling(ctx context.Context, scope string, c rspec.Charge,
 	if q := a.m[k]; q != nil {
 		changed = q.n != r.lv.N
 		q.n, q.cyc = r.lv.N, r.lv.Cycled
+		// A report sent before this round trip is answered with an older
+		// state when it ran first: not fresh any more (report).
+		q.answered = q.sent
 		if r.lv.Changed.After(q.since) {
 			q.since = r.lv.Changed
 			if q.cur.count > 0 && q.cur.start.Before(q.since) {
