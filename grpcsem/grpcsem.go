@@ -360,7 +360,9 @@ func UnaryClientInterceptor(p *clientpool.Pool, opts ...Option) grpc.UnaryClient
 // unary RPC does, reading the trailer (ClientStream.Trailer) once RecvMsg
 // has returned the error. The RPC runs under a context derived from the
 // caller's, cancelled when the stream ends or is dropped unreleased. It
-// panics if p is nil. The interceptor is safe for concurrent use; the
+// panics if p is nil. A streamer that returns neither a stream nor an error
+// (a bug of an interceptor chained below) fails the RPC with Internal,
+// holding nothing. The interceptor is safe for concurrent use; the
 // stream it returns is used as grpc-go's is (one goroutine may send and
 // one receive at a time).
 func StreamClientInterceptor(p *clientpool.Pool, opts ...Option) grpc.StreamClientInterceptor {
@@ -385,6 +387,12 @@ func StreamClientInterceptor(p *clientpool.Pool, opts ...Option) grpc.StreamClie
 		}()
 		if err != nil {
 			return nil, err
+		}
+		if cs == nil {
+			// A streamer below (another interceptor's bug) gave neither a
+			// stream nor an error: fail the RPC rather than hand the caller
+			// a stream that panics on first use. Released above.
+			return nil, status.Error(codes.Internal, "grpcsem: the streamer returned neither a stream nor an error")
 		}
 		c.stop = context.AfterFunc(ctx, func() { c.end(nil, nil, false) })
 		s := &stream{ClientStream: cs, c: c}
