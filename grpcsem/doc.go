@@ -30,10 +30,14 @@
 // charges exactly once, at the first of: RecvMsg returns an error (io.EOF
 // after the server's OK status, or the RPC's error); RecvMsg returns nil on
 // a stream whose server sends one message (client streaming: the RPC is
-// over); SendMsg returns an error other than io.EOF (the client ended the
-// RPC); the stream's context is done (the caller cancelled it, or its
-// deadline passed); or the caller drops the stream without doing any of
-// these, when the garbage collector finds it unreachable (then the
+// over); Header finds the stream over (a trailers-only status: grpc-go
+// returns no header and no error, and keeps the status for RecvMsg);
+// SendMsg returns an error other than io.EOF (the client ended the RPC);
+// the stream's context is done (the caller cancelled it, or its deadline
+// passed); grpc-go finishes the stream on its own (the ClientConn is
+// closed: its streams end, read or not, and release then, which matters
+// when the Pool serves other connections); or the caller drops the stream
+// without doing any of these, when the garbage collector finds it unreachable (then the
 // interceptor cancels the RPC's context, as grpc-go asks of a caller that
 // stops using a stream, and releases). That last case comes at a time the
 // program does not choose: cancel the context of a stream you abandon.
@@ -78,5 +82,10 @@
 //
 // The interceptors are safe for concurrent use; each RPC costs what a
 // Pool.Acquire and a Ticket.Release cost, plus, for a stream, a derived
-// context with a watcher (context.AfterFunc) and a cleanup (runtime.AddCleanup).
+// context with a watcher (context.AfterFunc), a cleanup (runtime.AddCleanup)
+// and a grpc.OnFinish call option, through which grpc-go tells the
+// interceptor that it finished the stream (an API grpc-go marks
+// experimental; an interceptor chained below that drops call options hides
+// from it only the ClientConn's close and Header's end, and the other ways
+// still end the stream).
 package grpcsem

@@ -383,7 +383,9 @@ func StreamClientInterceptor(p *clientpool.Pool, opts ...Option) grpc.StreamClie
 					c.end(nil, nil, true)
 				}
 			}()
-			return streamer(ctx, desc, cc, method, callOpts...)
+			all := make([]grpc.CallOption, len(callOpts), len(callOpts)+1)
+			copy(all, callOpts)
+			return streamer(ctx, desc, cc, method, append(all, grpc.OnFinish(c.finish))...)
 		}()
 		if err != nil {
 			return nil, err
@@ -418,6 +420,39 @@ type call struct {
 	stop     func() bool // stops the context watcher; set before the stream is returned
 	oneReply bool        // the server sends one message: RecvMsg's nil ends the RPC
 	done     atomic.Bool
+
+	// busy counts the caller's RecvMsg and Header calls in progress on the
+	// stream, the calls through which a server's status can finish it.
+	// finished says grpc-go finished the stream (grpc.OnFinish), with
+	// finishErr, written before finished is set.
+	busy      atomic.Int32
+	finished  atomic.Bool
+	finishErr error
+}
+
+// finish is the stream's grpc.OnFinish: grpc-go ended the stream, whichever
+// way, on the caller's goroutine (RecvMsg, Header, SendMsg) or on its own
+// (the ClientConn closed, the context done). When no RecvMsg or Header is
+// in progress the end is none of the server's statuses (a SendMsg error,
+// a cancel, a closed ClientConn, all the client's), so it releases at
+// once, without the throttle test; otherwise the call in progress ends the
+// call when it returns (after) and reads the status itself.
+func (c *call) finish(err error) {
+	c.finishErr = err
+	c.finished.Store(true)
+	if c.busy.Load() == 0 {
+		c.end(nil, nil, false)
+	}
+}
+
+// enter and leave bracket a RecvMsg or Header call on the stream.
+func (c *call) enter() { c.busy.Add(1) }
+
+// leave ends the bracket of enter; it reports whether grpc-go finished the
+// stream meanwhile (or before), which the caller must then end.
+func (c *call) leave() bool {
+	c.busy.Add(-1)
+	return c.finished.Load()
 }
 
 // end releases the call's charges, once: the first call wins and later ones
@@ -464,14 +499,34 @@ func (s *stream) SendMsg(m any) error {
 // and releases its charges, pausing its keys first for a throttle, and so
 // does a message on a stream whose server sends only one.
 func (s *stream) RecvMsg(m any) error {
+	s.c.enter()
 	err := s.ClientStream.RecvMsg(m)
+	finished := s.c.leave()
 	switch {
 	case err != nil:
 		s.c.end(err, s.ClientStream.Trailer, true)
+	case finished:
+		// The one reply (grpc-go finishes the stream with it), or a
+		// message that came as grpc-go finished the stream otherwise (the
+		// ClientConn closed meanwhile).
+		s.c.end(s.c.finishErr, s.ClientStream.Trailer, true)
 	case s.c.oneReply:
 		s.c.end(nil, nil, true)
 	}
 	return err
+}
+
+// Header is grpc.ClientStream's. When it finds the stream over (grpc-go
+// then finishes it and returns no header and no error: the status is
+// RecvMsg's to return), it ends the RPC and releases its charges, pausing
+// its keys first when the status is a throttle.
+func (s *stream) Header() (metadata.MD, error) {
+	s.c.enter()
+	md, err := s.ClientStream.Header()
+	if s.c.leave() {
+		s.c.end(s.c.finishErr, s.ClientStream.Trailer, true)
+	}
+	return md, err
 }
 
 // limitError is an acquisition's error with a gRPC status: status.Code
