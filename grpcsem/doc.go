@@ -59,8 +59,9 @@
 //     end.
 //   - Messages are not charged one by one; a server that limits messages
 //     per stream is beyond a client interceptor.
-//   - An RPC the client cancels ends, for the limit, at the cancel: the
-//     server learns of it a little later (a stream reset on its way), so a
+//   - An RPC the client cancels (its context, its deadline, or the
+//     ClientConn's Close) ends, for the limit, at the cancel: the server
+//     learns of it a little later (a stream reset on its way), so a
 //     server's own count of calls in flight may briefly hold it still. And
 //     when the cancel comes before any reply, the request itself may still
 //     be queued in grpc-go's writer or on the wire: the server can count its

@@ -421,38 +421,29 @@ type call struct {
 	oneReply bool        // the server sends one message: RecvMsg's nil ends the RPC
 	done     atomic.Bool
 
-	// busy counts the caller's RecvMsg and Header calls in progress on the
-	// stream, the calls through which a server's status can finish it.
-	// finished says grpc-go finished the stream (grpc.OnFinish), with
-	// finishErr, written before finished is set.
-	busy      atomic.Int32
-	finished  atomic.Bool
-	finishErr error
+	// finishErr is the status grpc-go last finished a stream of the call
+	// with (grpc.OnFinish; nil for OK), nil before.
+	finishErr atomic.Pointer[error]
 }
 
-// finish is the stream's grpc.OnFinish: grpc-go ended the stream, whichever
-// way, on the caller's goroutine (RecvMsg, Header, SendMsg) or on its own
-// (the ClientConn closed, the context done). When no RecvMsg or Header is
-// in progress the end is none of the server's statuses (a SendMsg error,
-// a cancel, a closed ClientConn, all the client's), so it releases at
-// once, without the throttle test; otherwise the call in progress ends the
-// call when it returns (after) and reads the status itself.
+// connClosing is the message of grpc-go's status for the RPCs of a
+// ClientConn that is being closed (grpc.ErrClientConnClosing, deprecated
+// for users in favour of its code, Canceled, which alone does not tell it
+// from a cancel). TestGrevConnCloseReleases guards it.
+const connClosing = "grpc: the client connection is closing"
+
+// finish is the stream's grpc.OnFinish: grpc-go finished a stream of the
+// call, whichever way, on the caller's goroutine or on its own. It records
+// the status for Header, and when the ClientConn is being closed (the RPC
+// is over, and no server's status is to come) it releases the charges.
+// Other finishes are left to the stream's own methods and its context: an
+// interceptor chained below may open several streams for one RPC (one
+// that retries), and only what reaches the caller ends it.
 func (c *call) finish(err error) {
-	c.finishErr = err
-	c.finished.Store(true)
-	if c.busy.Load() == 0 {
+	c.finishErr.Store(&err)
+	if st, ok := status.FromError(err); ok && st.Code() == codes.Canceled && st.Message() == connClosing {
 		c.end(nil, nil, false)
 	}
-}
-
-// enter and leave bracket a RecvMsg or Header call on the stream.
-func (c *call) enter() { c.busy.Add(1) }
-
-// leave ends the bracket of enter; it reports whether grpc-go finished the
-// stream meanwhile (or before), which the caller must then end.
-func (c *call) leave() bool {
-	c.busy.Add(-1)
-	return c.finished.Load()
 }
 
 // end releases the call's charges, once: the first call wins and later ones
@@ -499,17 +490,10 @@ func (s *stream) SendMsg(m any) error {
 // and releases its charges, pausing its keys first for a throttle, and so
 // does a message on a stream whose server sends only one.
 func (s *stream) RecvMsg(m any) error {
-	s.c.enter()
 	err := s.ClientStream.RecvMsg(m)
-	finished := s.c.leave()
 	switch {
 	case err != nil:
 		s.c.end(err, s.ClientStream.Trailer, true)
-	case finished:
-		// The one reply (grpc-go finishes the stream with it), or a
-		// message that came as grpc-go finished the stream otherwise (the
-		// ClientConn closed meanwhile).
-		s.c.end(s.c.finishErr, s.ClientStream.Trailer, true)
 	case s.c.oneReply:
 		s.c.end(nil, nil, true)
 	}
@@ -521,10 +505,14 @@ func (s *stream) RecvMsg(m any) error {
 // RecvMsg's to return), it ends the RPC and releases its charges, pausing
 // its keys first when the status is a throttle.
 func (s *stream) Header() (metadata.MD, error) {
-	s.c.enter()
 	md, err := s.ClientStream.Header()
-	if s.c.leave() {
-		s.c.end(s.c.finishErr, s.ClientStream.Trailer, true)
+	if md == nil && err == nil {
+		// Over, if grpc-go finished the stream (its context is done then)
+		// and said how (grpc.OnFinish); a stream of an interceptor below
+		// that may yet retry has a context of its own that is not done.
+		if fe := s.c.finishErr.Load(); fe != nil && s.ClientStream.Context().Err() != nil {
+			s.c.end(*fe, s.ClientStream.Trailer, true)
+		}
 	}
 	return md, err
 }

@@ -6,9 +6,14 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/ratesem/ratesem/grpcsem"
 )
 
 // Closing the ClientConn ends its streams (grpc-go's first way to end a
@@ -67,4 +72,93 @@ func TestGrevHeaderEndsThrottledStream(t *testing.T) {
 		t.Errorf("the pool holds %d units", got)
 	}
 	runtime.KeepAlive(s)
+}
+
+// grevRetrying is a stream of an interceptor chained below grpcsem's that
+// opens a second stream for the RPC when the first fails (as retrying
+// interceptors do), sending it the first message again.
+type grevRetrying struct {
+	grpc.ClientStream
+	again func() (grpc.ClientStream, error)
+	first any
+	tried bool
+}
+
+func (r *grevRetrying) SendMsg(m any) error {
+	if r.first == nil {
+		r.first = m
+	}
+	return r.ClientStream.SendMsg(m)
+}
+
+func (r *grevRetrying) RecvMsg(m any) error {
+	err := r.ClientStream.RecvMsg(m)
+	if err == nil || r.tried {
+		return err
+	}
+	r.tried = true
+	cs, err := r.again()
+	if err != nil {
+		return err
+	}
+	r.ClientStream = cs
+	cs.SendMsg(r.first)
+	cs.CloseSend()
+	return cs.RecvMsg(m)
+}
+
+// An interceptor chained below the limiter that retries a failed stream,
+// or abandons a first attempt (cancelling its own context) for a second:
+// the attempts finish in grpc-go while the RPC goes on, and the RPC's
+// permit must be held until the stream that reaches the caller ends.
+func TestGrevRetryBelowHoldsPermit(t *testing.T) {
+	srv := newServer(1000, time.Second, 100)
+	pool := newPool(t, table(1000, time.Second, 100))
+	finished := make(chan struct{}, 1)
+	below := func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+		again := func() (grpc.ClientStream, error) { return streamer(ctx, desc, cc, method, opts...) }
+		md, _ := metadata.FromOutgoingContext(ctx)
+		if len(md.Get("x-abandon")) > 0 {
+			actx, cancel := context.WithCancel(ctx)
+			_, err := streamer(actx, desc, cc, method, append(opts, grpc.OnFinish(func(error) { finished <- struct{}{} }))...)
+			cancel()
+			if err != nil {
+				return nil, err
+			}
+			<-finished // the first attempt finished in grpc-go
+			return again()
+		}
+		first, err := streamer(metadata.AppendToOutgoingContext(ctx, "x-reject-code", "14"), desc, cc, method, opts...)
+		if err != nil {
+			return nil, err
+		}
+		return &grevRetrying{ClientStream: first, again: again}, nil
+	}
+	dialer, stopServer := serve(srv)
+	defer stopServer()
+	conn, err := grpc.NewClient("passthrough:///bufnet",
+		grpc.WithContextDialer(dialer),
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDisableRetry(),
+		grpc.WithChainStreamInterceptor(grpcsem.StreamClientInterceptor(pool), below))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for _, kv := range [][]string{{"x-account", "r"}, {"x-account", "a", "x-abandon", "1"}} {
+		ctx, cancel := context.WithCancel(with(context.Background(), kv...))
+		s := mustStream(t, conn, ctx, countDesc, "Count")
+		s.SendMsg(wrapperspb.Int64(100_000))
+		s.CloseSend()
+		for range 2 {
+			if err := s.RecvMsg(new(wrapperspb.Int64Value)); err != nil {
+				t.Fatalf("%v: %v", kv, err)
+			}
+			if got := grevHeld(t, pool); got != 3 {
+				t.Errorf("%v: the pool holds %d units while the retried stream runs, want 3", kv, got)
+			}
+		}
+		cancel()
+		settle(t, pool, false)
+	}
 }
