@@ -448,8 +448,9 @@ func (c *call) finish(err error) {
 
 // end releases the call's charges, once: the first call wins and later ones
 // do nothing. With err, the status the server ended the RPC with, and a
-// trailer function, it first pauses the keys when err is a throttle. caller says end runs on the stream's
-// user's goroutine (not the context watcher's), which stops the watcher.
+// trailer function, it first pauses the keys when err is a throttle.
+// caller says end runs on the stream's user's goroutine (not the context
+// watcher's, nor grpc-go's in finish), which stops the watcher.
 func (c *call) end(err error, trailer func() metadata.MD, caller bool) {
 	if !c.done.CompareAndSwap(false, true) {
 		return
