@@ -52,6 +52,11 @@
 //     an exact limit, leave RESOURCE_EXHAUSTED out of retryableStatusCodes
 //     or turn retries off (grpc.WithDisableRetry); grpc-go's own retry
 //     throttling (retryThrottling) then has nothing to do.
+//   - A service config's timeout for a method (its methodConfig's
+//     timeout) is applied by grpc-go below client interceptors, to the
+//     RPC once it is sent: the time an RPC waits in the Pool's queue does
+//     not count against it. Only the caller's context deadline bounds the
+//     wait (and ratesem.WithQueueWait, the queue alone).
 //   - A stream holds its permit (and, under a concurrency cap, its slot)
 //     for its whole life, however long and however many messages it
 //     carries: the limit counts RPCs, not messages. A rule whose window

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/ratesem/ratesem"
 	"github.com/ratesem/ratesem/clientpool"
 	"github.com/ratesem/ratesem/grpcsem"
 )
@@ -220,6 +221,54 @@ func TestGrevStreamUsedPastItsEnd(t *testing.T) {
 	s.CloseSend()
 	s.Header()
 	s.Trailer()
+	if got := grevHeld(t, pool); got != 0 {
+		t.Errorf("the pool holds %d units", got)
+	}
+}
+
+// RPCs on a ClientConn already closed fail with grpc-go's Canceled and
+// hold nothing (grpc-go finishes such a stream as it fails to make it).
+func TestGrevClosedConn(t *testing.T) {
+	srv := newServer(1000, time.Second, 100)
+	pool := newPool(t, table(1000, time.Second, 100))
+	conn, _ := dial(t, srv, pool)
+	conn.Close()
+	if err := echo(context.Background(), conn); status.Code(err) != codes.Canceled {
+		t.Errorf("unary on a closed conn: %v", err)
+	}
+	if s, err := conn.NewStream(context.Background(), chatDesc, "/test.Limited/Chat"); status.Code(err) != codes.Canceled || s != nil {
+		t.Errorf("stream on a closed conn: %v, %v", s, err)
+	}
+	if got := grevHeld(t, pool); got != 0 {
+		t.Errorf("the pool holds %d units", got)
+	}
+}
+
+// A deadline known to pass before admission fails at once (the Pool's
+// fail-fast, ratesem.ErrDeadline) with DeadlineExceeded, matching
+// context.DeadlineExceeded as grpc-go's own deadline errors do.
+func TestGrevDeadlineFailFast(t *testing.T) {
+	srv := newServer(1000, time.Second, 100)
+	pool := newPool(t, table(2, time.Hour, 100))
+	conn, _ := dial(t, srv, pool)
+	for range 2 {
+		if err := echo(context.Background(), conn); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	t0 := time.Now()
+	err := echo(ctx, conn)
+	if status.Code(err) != codes.DeadlineExceeded || !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, ratesem.ErrDeadline) {
+		t.Errorf("unary: %v (code %v)", err, status.Code(err))
+	}
+	if _, err := conn.NewStream(ctx, chatDesc, "/test.Limited/Chat"); status.Code(err) != codes.DeadlineExceeded {
+		t.Errorf("stream: %v (code %v)", err, status.Code(err))
+	}
+	if el := time.Since(t0); el > 10*time.Second {
+		t.Errorf("the fail-fast took %v", el)
+	}
 	if got := grevHeld(t, pool); got != 0 {
 		t.Errorf("the pool holds %d units", got)
 	}
