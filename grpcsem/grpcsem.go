@@ -61,7 +61,8 @@ type config struct {
 // block: it runs on the RPC's goroutine, after the RPC and before its
 // charges are released. A fn that panics does not leak the charges: they
 // are released and the panic goes on to the caller of the RPC (Invoke,
-// RecvMsg). A nil fn means the default, DefaultThrottle.
+// RecvMsg, or Header when it finds the stream over). A nil fn means the
+// default, DefaultThrottle.
 func WithThrottle(fn func(st *status.Status, trailer metadata.MD) bool) Option {
 	return func(c *config) { c.throttle = fn }
 }
@@ -79,7 +80,11 @@ func WithMaxPushback(d time.Duration) Option {
 // included) and, for a unary RPC, its request message (nil for a stream).
 // fn must be safe for concurrent use; an error it returns fails the RPC
 // before it starts, as an error whose gRPC code is Internal that wraps it
-// (errors.Is sees it). A nil fn means the Table's.
+// (errors.Is sees it), and a panic goes on to the caller holding nothing.
+// It runs on the RPC's goroutine before the RPC waits for the Pool: the
+// RPC's context bounds that wait, not fn, which should honour ctx itself
+// if it can block (as should a Rule.Key of the Table's). A nil fn means the
+// Table's.
 func WithCharges(fn func(ctx context.Context, method string, msg any) ([]clientpool.Charge, error)) Option {
 	return func(c *config) { c.charges = fn }
 }
