@@ -273,3 +273,38 @@ func TestGrevDeadlineFailFast(t *testing.T) {
 		t.Errorf("the pool holds %d units", got)
 	}
 }
+
+// WithCharges returning no charge, a zero or negative weight, or an unknown
+// rule: the RPC either goes unlimited (no charge) or fails with a gRPC code
+// before it is sent, and never leaves anything held.
+func TestGrevOddCharges(t *testing.T) {
+	srv := newServer(1000, time.Second, 100)
+	pool := newPool(t, table(1000, time.Second, 100))
+	for _, ch := range [][]clientpool.Charge{
+		nil,
+		{},
+		{{Rule: "rpc", Weight: 0}},
+		{{Rule: "rpc", Weight: -1}},
+		{{Rule: "nope", Weight: 1}},
+		{{Rule: "rpc", Weight: 1}, {Rule: "rpc", Weight: 1}},
+		{{Rule: "rpc", Weight: 1 << 62}, {Rule: "rpc", Weight: 1 << 62}},
+	} {
+		conn, stop := dial(t, srv, pool, grpcsem.WithCharges(func(context.Context, string, any) ([]clientpool.Charge, error) { return ch, nil }))
+		uerr := echo(context.Background(), conn)
+		s, serr := conn.NewStream(context.Background(), countDesc, "/test.Limited/Count")
+		if serr == nil {
+			s.SendMsg(wrapperspb.Int64(1))
+			for s.RecvMsg(new(wrapperspb.Int64Value)) == nil {
+			}
+		}
+		for _, err := range []error{uerr, serr} {
+			if err != nil && status.Code(err) == codes.Unknown {
+				t.Errorf("charges %v: an error without a gRPC code: %v", ch, err)
+			}
+		}
+		if got := grevHeld(t, pool); got != 0 {
+			t.Errorf("charges %v: the pool holds %d units", ch, got)
+		}
+		stop()
+	}
+}
