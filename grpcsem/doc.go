@@ -30,9 +30,7 @@
 // charges exactly once, at the first of: RecvMsg returns an error (io.EOF
 // after the server's OK status, or the RPC's error); RecvMsg returns nil on
 // a stream whose server sends one message (client streaming: the RPC is
-// over); Header finds the stream over (a trailers-only status: grpc-go
-// returns no header and no error, and keeps the status for RecvMsg);
-// SendMsg returns an error other than io.EOF (the client ended the RPC);
+// over); SendMsg returns an error other than io.EOF (the client ended the RPC);
 // the stream's context is done (the caller cancelled it, or its deadline
 // passed); grpc-go finishes the stream on its own (the ClientConn is
 // closed: its streams end, read or not, and release then, which matters
@@ -41,6 +39,10 @@
 // interceptor cancels the RPC's context, as grpc-go asks of a caller that
 // stops using a stream, and releases). That last case comes at a time the
 // program does not choose: cancel the context of a stream you abandon.
+// Header does not end a stream, even one it finds over (grpc-go then
+// returns no header and no error, and keeps the status for RecvMsg, which
+// ends it): behind an interceptor chained below that retries, that may be
+// one failed attempt of the RPC.
 //
 // # What an interceptor cannot see
 //
@@ -92,6 +94,6 @@
 // and a grpc.OnFinish call option, through which grpc-go tells the
 // interceptor that it finished the stream (an API grpc-go marks
 // experimental; an interceptor chained below that drops call options hides
-// from it only the ClientConn's close and Header's end, and the other ways
-// still end the stream).
+// from it only the ClientConn's close, and the other ways still end the
+// stream).
 package grpcsem

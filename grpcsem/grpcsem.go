@@ -61,8 +61,7 @@ type config struct {
 // block: it runs on the RPC's goroutine, after the RPC and before its
 // charges are released. A fn that panics does not leak the charges: they
 // are released and the panic goes on to the caller of the RPC (Invoke,
-// RecvMsg, or Header when it finds the stream over). A nil fn means the
-// default, DefaultThrottle.
+// RecvMsg). A nil fn means the default, DefaultThrottle.
 func WithThrottle(fn func(st *status.Status, trailer metadata.MD) bool) Option {
 	return func(c *config) { c.throttle = fn }
 }
@@ -425,10 +424,6 @@ type call struct {
 	stop     func() bool // stops the context watcher; set before the stream is returned
 	oneReply bool        // the server sends one message: RecvMsg's nil ends the RPC
 	done     atomic.Bool
-
-	// finishErr is the status grpc-go last finished a stream of the call
-	// with (grpc.OnFinish; nil for OK), nil before.
-	finishErr atomic.Pointer[error]
 }
 
 // connClosing is the message of grpc-go's status for the RPCs of a
@@ -438,14 +433,14 @@ type call struct {
 const connClosing = "grpc: the client connection is closing"
 
 // finish is the stream's grpc.OnFinish: grpc-go finished a stream of the
-// call, whichever way, on the caller's goroutine or on its own. It records
-// the status for Header, and when the ClientConn is being closed (the RPC
-// is over, and no server's status is to come) it releases the charges.
-// Other finishes are left to the stream's own methods and its context: an
-// interceptor chained below may open several streams for one RPC (one
-// that retries), and only what reaches the caller ends it.
+// call, whichever way, on the caller's goroutine or on its own. When the
+// ClientConn is being closed (the RPC is over, and no server's status is
+// to come) it releases the charges. Other finishes are left to the
+// stream's own methods and its context: an interceptor chained below may
+// open several streams for one RPC (one that retries, and whose Header
+// or Context are those of its current attempt), and only what reaches
+// the caller ends it.
 func (c *call) finish(err error) {
-	c.finishErr.Store(&err)
 	if st, ok := status.FromError(err); ok && st.Code() == codes.Canceled && st.Message() == connClosing {
 		c.end(nil, nil, false)
 	}
@@ -504,23 +499,6 @@ func (s *stream) RecvMsg(m any) error {
 		s.c.end(nil, nil, true)
 	}
 	return err
-}
-
-// Header is grpc.ClientStream's. When it finds the stream over (grpc-go
-// then finishes it and returns no header and no error: the status is
-// RecvMsg's to return), it ends the RPC and releases its charges, pausing
-// its keys first when the status is a throttle.
-func (s *stream) Header() (metadata.MD, error) {
-	md, err := s.ClientStream.Header()
-	if md == nil && err == nil {
-		// Over, if grpc-go finished the stream (its context is done then)
-		// and said how (grpc.OnFinish); a stream of an interceptor below
-		// that may yet retry has a context of its own that is not done.
-		if fe := s.c.finishErr.Load(); fe != nil && s.ClientStream.Context().Err() != nil {
-			s.c.end(*fe, s.ClientStream.Trailer, true)
-		}
-	}
-	return md, err
 }
 
 // limitError is an acquisition's error with a gRPC status: status.Code

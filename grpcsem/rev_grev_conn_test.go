@@ -48,10 +48,11 @@ func TestGrevConnCloseReleases(t *testing.T) {
 }
 
 // Header on a stream the server ended at once (a trailers-only
-// RESOURCE_EXHAUSTED) finishes the stream in grpc-go and returns no error:
-// the RPC is over, so its charges are released then, after its keys are
-// paused for the pushback, even when the caller never calls RecvMsg.
-func TestGrevHeaderEndsThrottledStream(t *testing.T) {
+// RESOURCE_EXHAUSTED) returns no header and no error in grpc-go, which keeps
+// the status for RecvMsg: the stream still holds its permit (Header may have
+// seen one attempt of a retrying interceptor below, TestGrevRetryBelowHoldsPermit),
+// and RecvMsg then pauses its keys for the pushback and releases.
+func TestGrevHeaderThenRecvThrottle(t *testing.T) {
 	srv := newServer(1000, time.Second, 100)
 	pool := newPool(t, table(1000, time.Second, 100))
 	conn, _ := dial(t, srv, pool)
@@ -62,11 +63,8 @@ func TestGrevHeaderEndsThrottledStream(t *testing.T) {
 	if md, err := s.Header(); err != nil || len(md) != 0 {
 		t.Fatalf("Header: %v, %v", md, err)
 	}
-	if got := grevHeld(t, pool); got != 0 {
-		t.Errorf("the pool holds %d units after Header found the stream over", got)
-	}
-	if d := pausedFor(pool, "h", before); d < 300*time.Millisecond {
-		t.Errorf("account paused for %v, want the 300 ms pushback", d)
+	if got := grevHeld(t, pool); got != 3 {
+		t.Errorf("the pool holds %d units after Header, want 3", got)
 	}
 	if err := s.RecvMsg(new(wrapperspb.Int64Value)); status.Code(err) != codes.ResourceExhausted {
 		t.Errorf("RecvMsg: %v", err)
@@ -74,7 +72,9 @@ func TestGrevHeaderEndsThrottledStream(t *testing.T) {
 	if got := grevHeld(t, pool); got != 0 {
 		t.Errorf("the pool holds %d units", got)
 	}
-	runtime.KeepAlive(s)
+	if d := pausedFor(pool, "h", before); d < 300*time.Millisecond {
+		t.Errorf("account paused for %v, want the 300 ms pushback", d)
+	}
 }
 
 // grevRetrying is a stream of an interceptor chained below grpcsem's that
@@ -153,6 +153,14 @@ func TestGrevRetryBelowHoldsPermit(t *testing.T) {
 		s := mustStream(t, conn, ctx, countDesc, "Count")
 		s.SendMsg(wrapperspb.Int64(100_000))
 		s.CloseSend()
+		// Header of the first attempt, which the server ends at once
+		// (trailers-only): grpc-go finishes that attempt, not the RPC.
+		if _, err := s.Header(); err != nil {
+			t.Fatalf("%v: Header: %v", kv, err)
+		}
+		if got := grevHeld(t, pool); got != 3 {
+			t.Errorf("%v: the pool holds %d units after Header, want 3", kv, got)
+		}
 		for range 2 {
 			if err := s.RecvMsg(new(wrapperspb.Int64Value)); err != nil {
 				t.Fatalf("%v: %v", kv, err)
