@@ -30,13 +30,19 @@
 // charges exactly once, at the first of: RecvMsg returns an error (io.EOF
 // after the server's OK status, or the RPC's error); RecvMsg returns nil on
 // a stream whose server sends one message (client streaming: the RPC is
-// over); SendMsg returns an error other than io.EOF (the client ended the
-// RPC); the stream's context is done (the caller cancelled it, or its
-// deadline passed); or the caller drops the stream without doing any of
-// these, when the garbage collector finds it unreachable (then the
+// over); SendMsg returns an error other than io.EOF (the client ended the RPC);
+// the stream's context is done (the caller cancelled it, or its deadline
+// passed); grpc-go finishes the stream on its own (the ClientConn is
+// closed: its streams end, read or not, and release then, which matters
+// when the Pool serves other connections); or the caller drops the stream
+// without doing any of these, when the garbage collector finds it unreachable (then the
 // interceptor cancels the RPC's context, as grpc-go asks of a caller that
 // stops using a stream, and releases). That last case comes at a time the
 // program does not choose: cancel the context of a stream you abandon.
+// Header does not end a stream, even one it finds over (grpc-go then
+// returns no header and no error, and keeps the status for RecvMsg, which
+// ends it): behind an interceptor chained below that retries, that may be
+// one failed attempt of the RPC.
 //
 // # What an interceptor cannot see
 //
@@ -48,6 +54,11 @@
 //     an exact limit, leave RESOURCE_EXHAUSTED out of retryableStatusCodes
 //     or turn retries off (grpc.WithDisableRetry); grpc-go's own retry
 //     throttling (retryThrottling) then has nothing to do.
+//   - A service config's timeout for a method (its methodConfig's
+//     timeout) is applied by grpc-go below client interceptors, to the
+//     RPC once it is sent: the time an RPC waits in the Pool's queue does
+//     not count against it. Only the caller's context deadline bounds the
+//     wait (and ratesem.WithQueueWait, the queue alone).
 //   - A stream holds its permit (and, under a concurrency cap, its slot)
 //     for its whole life, however long and however many messages it
 //     carries: the limit counts RPCs, not messages. A rule whose window
@@ -55,8 +66,9 @@
 //     end.
 //   - Messages are not charged one by one; a server that limits messages
 //     per stream is beyond a client interceptor.
-//   - An RPC the client cancels ends, for the limit, at the cancel: the
-//     server learns of it a little later (a stream reset on its way), so a
+//   - An RPC the client cancels (its context, its deadline, or the
+//     ClientConn's Close) ends, for the limit, at the cancel: the server
+//     learns of it a little later (a stream reset on its way), so a
 //     server's own count of calls in flight may briefly hold it still.
 //   - When an RPC ends without any reply (a message, a header or a status
 //     from the server), cancelled while its request was still queued in
@@ -85,5 +97,10 @@
 //
 // The interceptors are safe for concurrent use; each RPC costs what a
 // Pool.Acquire and a Ticket.Release cost, plus, for a stream, a derived
-// context with a watcher (context.AfterFunc) and a cleanup (runtime.AddCleanup).
+// context with a watcher (context.AfterFunc), a cleanup (runtime.AddCleanup)
+// and a grpc.OnFinish call option, through which grpc-go tells the
+// interceptor that it finished the stream (an API grpc-go marks
+// experimental; an interceptor chained below that drops call options hides
+// from it only the ClientConn's close, and the other ways still end the
+// stream).
 package grpcsem

@@ -80,7 +80,11 @@ func WithMaxPushback(d time.Duration) Option {
 // included) and, for a unary RPC, its request message (nil for a stream).
 // fn must be safe for concurrent use; an error it returns fails the RPC
 // before it starts, as an error whose gRPC code is Internal that wraps it
-// (errors.Is sees it). A nil fn means the Table's.
+// (errors.Is sees it), and a panic goes on to the caller holding nothing.
+// It runs on the RPC's goroutine before the RPC waits for the Pool: the
+// RPC's context bounds that wait, not fn, which should honour ctx itself
+// if it can block (as should a Rule.Key of the Table's). A nil fn means the
+// Table's.
 func WithCharges(fn func(ctx context.Context, method string, msg any) ([]clientpool.Charge, error)) Option {
 	return func(c *config) { c.charges = fn }
 }
@@ -373,7 +377,9 @@ func UnaryClientInterceptor(p *clientpool.Pool, opts ...Option) grpc.UnaryClient
 // unary RPC does, reading the trailer (ClientStream.Trailer) once RecvMsg
 // has returned the error. The RPC runs under a context derived from the
 // caller's, cancelled when the stream ends or is dropped unreleased. It
-// panics if p is nil. The interceptor is safe for concurrent use; the
+// panics if p is nil. A streamer that returns neither a stream nor an error
+// (a bug of an interceptor chained below) fails the RPC with Internal,
+// holding nothing. The interceptor is safe for concurrent use; the
 // stream it returns is used as grpc-go's is (one goroutine may send and
 // one receive at a time).
 func StreamClientInterceptor(p *clientpool.Pool, opts ...Option) grpc.StreamClientInterceptor {
@@ -396,12 +402,23 @@ func StreamClientInterceptor(p *clientpool.Pool, opts ...Option) grpc.StreamClie
 					c.end(nil, nil, true)
 				}
 			}()
-			return streamer(ctx, desc, cc, method, callOpts...)
+			all := make([]grpc.CallOption, len(callOpts), len(callOpts)+1)
+			copy(all, callOpts)
+			return streamer(ctx, desc, cc, method, append(all, grpc.OnFinish(c.finish))...)
 		}()
 		if err != nil {
 			return nil, err
 		}
+		if cs == nil {
+			// A streamer below (another interceptor's bug) gave neither a
+			// stream nor an error: fail the RPC rather than hand the caller
+			// a stream that panics on first use. Released above.
+			return nil, status.Error(codes.Internal, "grpcsem: the streamer returned neither a stream nor an error")
+		}
 		c.stop = context.AfterFunc(ctx, func() { c.end(nil, nil, false) })
+		if c.returned.Store(true); c.closedEarly.Load() {
+			c.end(nil, nil, false) // the ClientConn closed while the stream was made
+		}
 		s := &stream{ClientStream: cs, c: c}
 		runtime.AddCleanup(s, func(cancel context.CancelFunc) { cancel() }, cancel)
 		return s, nil
@@ -428,6 +445,10 @@ type call struct {
 	oneReply bool        // the server sends one message: RecvMsg's nil ends the RPC
 	done     atomic.Bool
 	answered atomic.Bool // the server has sent something: it read the RPC
+	// returned: streamer returned a stream; closedEarly: finish saw the
+	// ClientConn closing before that (a failed streamer is released by
+	// the interceptor itself, at once: nothing was sent).
+	returned, closedEarly atomic.Bool
 }
 
 // answer notes that the server has sent something (a message, a header
@@ -439,10 +460,38 @@ func (c *call) answer() {
 	}
 }
 
+// connClosing is the message of grpc-go's status for the RPCs of a
+// ClientConn that is being closed (grpc.ErrClientConnClosing, deprecated
+// for users in favour of its code, Canceled, which alone does not tell it
+// from a cancel). TestGrevConnCloseReleases guards it.
+const connClosing = "grpc: the client connection is closing"
+
+// finish is the stream's grpc.OnFinish: grpc-go finished a stream of the
+// call, whichever way, on the caller's goroutine or on its own. When the
+// ClientConn is being closed (the RPC is over, and no server's status is
+// to come) it releases the charges. Other finishes are left to the
+// stream's own methods and its context: an interceptor chained below may
+// open several streams for one RPC (one that retries, and whose Header
+// or Context are those of its current attempt), and only what reaches
+// the caller ends it.
+func (c *call) finish(err error) {
+	if st, ok := status.FromError(err); ok && st.Code() == codes.Canceled && st.Message() == connClosing {
+		if !c.returned.Load() {
+			// Inside streamer: the interceptor ends the call when it
+			// returns (at once when it fails, as nothing was sent).
+			if c.closedEarly.Store(true); !c.returned.Load() {
+				return
+			}
+		}
+		c.end(nil, nil, false)
+	}
+}
+
 // end releases the call's charges, once: the first call wins and later ones
 // do nothing. With err, the status the server ended the RPC with, and a
-// trailer function, it first pauses the keys when err is a throttle. caller says end runs on the stream's
-// user's goroutine (not the context watcher's), which stops the watcher.
+// trailer function, it first pauses the keys when err is a throttle.
+// caller says end runs on the stream's user's goroutine (not the context
+// watcher's, nor grpc-go's in finish), which stops the watcher.
 func (c *call) end(err error, trailer func() metadata.MD, caller bool) {
 	if !c.done.CompareAndSwap(false, true) {
 		return
