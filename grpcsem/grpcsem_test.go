@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -717,16 +716,7 @@ func TestCancelStorm(t *testing.T) {
 			log[j].at = at
 		}
 	}
-	slices.SortFunc(log, func(a, b arrival) int { return a.at.Compare(b.at) })
-	for j := range log {
-		var units int64
-		for k := j; k >= 0 && log[j].at.Sub(log[k].at) < w; k-- {
-			units += log[k].weight
-		}
-		if units > n {
-			t.Errorf("%d units arrived in the %v before %v (call %s), over %d", units, w, log[j].at, log[j].id, n)
-		}
-	}
+	checkWindow(t, log, n, w)
 	stop()
 	goleak.VerifyNone(t, before)
 }

@@ -3,7 +3,6 @@ package grpcsem_test
 import (
 	"context"
 	"runtime"
-	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -102,16 +101,7 @@ func TestGrevServerWindowAfterReply(t *testing.T) {
 	if len(log) != 72 {
 		t.Errorf("server: %d arrivals, want 72", len(log))
 	}
-	slices.SortFunc(log, func(a, b arrival) int { return a.at.Compare(b.at) })
-	for j := range log {
-		var units int64
-		for k := j; k >= 0 && log[j].at.Sub(log[k].at) < w; k-- {
-			units += log[k].weight
-		}
-		if units > n {
-			t.Errorf("%d units arrived in the %v before %v (call %s), over %d", units, w, log[j].at, log[j].id, n)
-		}
-	}
+	checkWindow(t, log, n, w)
 	if st := srv.stats(); st.violations != 0 {
 		t.Errorf("server: %d violations", st.violations)
 	}

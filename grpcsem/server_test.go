@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -140,6 +141,23 @@ func (s *server) log() []arrival {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]arrival(nil), s.arrivals...)
+}
+
+// checkWindow fails t for every arrival of log (stamps as they are) that
+// ends a window of w holding more than n units: N per W checked exactly
+// over the server's log.
+func checkWindow(t *testing.T, log []arrival, n int64, w time.Duration) {
+	t.Helper()
+	slices.SortFunc(log, func(a, b arrival) int { return a.at.Compare(b.at) })
+	for j := range log {
+		var units int64
+		for k := j; k >= 0 && log[j].at.Sub(log[k].at) < w; k-- {
+			units += log[k].weight
+		}
+		if units > n {
+			t.Errorf("%d units arrived in the %v before %v (call %s), over %d", units, w, log[j].at, log[j].id, n)
+		}
+	}
 }
 
 // stats returns what the server logged so far.
