@@ -59,7 +59,8 @@ const defaultMaxRetryAfter = backoff.DefaultMaxPause
 // context, sends the request through the base RoundTripper ([WithBase]),
 // and releases the weight exactly once: when the response body is closed
 // or read to io.EOF, or at once if the base fails or the response has no
-// body. A throttled response (429 or 418, or what [WithThrottledBody]'s
+// body, except after a base error that may have left the request on its
+// way to the server (see RoundTrip): then on a timer, after a hold. A throttled response (429 or 418, or what [WithThrottledBody]'s
 // hook says) pauses the limiter, bounded and with jitter, whether or not it
 // carries a usable Retry-After (see RoundTrip). Transport never reads a
 // response body itself, except to drain at most 4 KiB of a throttled
@@ -178,8 +179,15 @@ var errNilSelect = errors.New("ratesem: Transport has no Selector; build it with
 // req.Body, does not send the request and returns a nil response with an
 // error (if the Selector panics, req.Body is closed and the panic goes on); when the context ended the wait, errors.Is(err, context.Canceled)
 // or errors.Is(err, context.DeadlineExceeded) holds. If the base
-// RoundTripper fails, the weight is released at once and its error is
-// returned as is.
+// RoundTripper fails, its error is returned as is and the weight is
+// released at once, unless the request may still be on its way to the
+// server, which would count it after its release: when the request's
+// context is done, or the error is a context's error or a timeout from
+// below the Transport (a base's own per-attempt context,
+// http.Transport.ResponseHeaderTimeout). Then the weight is released on a
+// timer (RoundTrip does not wait for it) at the request's start plus twice
+// the longest time to a response among the Transport's last 64 requests,
+// 1 s before any, 10 s at most.
 //
 // Otherwise the response is returned with a nil error whatever its status
 // code, as soon as the base returns it (RoundTrip never reads the body), and the
@@ -371,11 +379,7 @@ func (t *Transport) roundTripOnce(req *http.Request) (_ *http.Response, _ time.D
 	sent := time.Now()
 	resp, err := send(t.baseRT(), req)
 	if err != nil {
-		// A base error while the context is live (a refused or reset
-		// connection) came after the server read the request or without
-		// it ever arriving; with the context done, the request may be
-		// on its way still.
-		answered = req.Context().Err() == nil
+		answered = !mayBeOnItsWay(req, err)
 		return nil, 0, false, err
 	}
 	if held {
@@ -590,6 +594,23 @@ func send(base http.RoundTripper, req *http.Request) (*http.Response, error) {
 		resp.Body = http.NoBody
 	}
 	return resp, nil
+}
+
+// mayBeOnItsWay reports whether the base's err, which came without a
+// response, may have left req on its way to the server, to arrive after
+// the request's end (internal/hold): the request's context is done (a
+// cancel, a deadline, http.Client.Timeout), or err is a timeout or a
+// context's error from below the Transport (a base's own per-attempt
+// context, http.Transport.ResponseHeaderTimeout) while the caller's
+// context is live. Other errors (a refused or reset connection, a body
+// whose Read failed, a base's own error) are taken as the end of a
+// request the server read or never got.
+func mayBeOnItsWay(req *http.Request, err error) bool {
+	if req.Context().Err() != nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	var te interface{ Timeout() bool }
+	return errors.As(err, &te) && te.Timeout()
 }
 
 // describe names a request in error messages without leaking URL passwords.

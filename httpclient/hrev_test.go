@@ -1,0 +1,110 @@
+package httpclient_test
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ratesem/ratesem/httpclient"
+	"github.com/ratesem/ratesem/internal/memnet"
+)
+
+// timedLimiter admits at once and records when each release happens.
+type timedLimiter struct {
+	mu       sync.Mutex
+	releases []time.Time
+	panicOn  bool // Release panics (after recording)
+}
+
+func (l *timedLimiter) Acquire(ctx context.Context, n int64) error { return ctx.Err() }
+func (l *timedLimiter) PauseFor(time.Duration)                     {}
+func (l *timedLimiter) Release(int64) {
+	l.mu.Lock()
+	l.releases = append(l.releases, time.Now())
+	p := l.panicOn
+	l.mu.Unlock()
+	if p {
+		panic("hrev: Release panics")
+	}
+}
+
+func (l *timedLimiter) released() []time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]time.Time(nil), l.releases...)
+}
+
+// TestHrevTimeoutBelowIsHeld: a base that ends the request by a timeout of
+// its own (a per-attempt context below the Transport, or
+// http.Transport.ResponseHeaderTimeout) while the caller's context is live
+// returns an error without any response, with the request still on a slow
+// link. The server counts its arrival 50 ms after it was written: the
+// Transport must not release its units before that (the completion window
+// holds at the server only if each arrival lies before its call's end).
+func TestHrevTimeoutBelowIsHeld(t *testing.T) {
+	const oneWay = 50 * time.Millisecond
+	arrived := make(chan time.Time, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		arrived <- time.Now()
+	}))
+	defer srv.Close()
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return memnet.Delay(c, oneWay), nil
+	}
+	for _, tc := range []struct {
+		name string
+		base func(*http.Transport) http.RoundTripper
+	}{
+		{"per-attempt context below", func(slow *http.Transport) http.RoundTripper {
+			return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+				ctx, cancel := context.WithTimeout(r.Context(), 10*time.Millisecond)
+				defer cancel()
+				return slow.RoundTrip(r.WithContext(ctx))
+			})
+		}},
+		{"ResponseHeaderTimeout", func(slow *http.Transport) http.RoundTripper {
+			slow.ResponseHeaderTimeout = 10 * time.Millisecond
+			return slow
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			slow := &http.Transport{DialContext: dial}
+			defer slow.CloseIdleConnections()
+			lim := &timedLimiter{}
+			client := &http.Client{Transport: httpclient.New(lim, httpclient.WithBase(tc.base(slow)))}
+			req, _ := http.NewRequest(http.MethodGet, srv.URL, nil)
+			resp, err := client.Do(req)
+			if err == nil {
+				resp.Body.Close()
+				t.Fatal("no error: the base's timeout did not fire")
+			}
+			var at time.Time
+			select {
+			case at = <-arrived:
+			case <-time.After(2 * time.Second):
+				t.Fatal("the request never reached the server")
+			}
+			var rel []time.Time
+			for end := time.Now().Add(3 * time.Second); ; time.Sleep(time.Millisecond) {
+				if rel = lim.released(); len(rel) > 0 || time.Now().After(end) {
+					break
+				}
+			}
+			if len(rel) != 1 {
+				t.Fatalf("%d releases, want 1", len(rel))
+			}
+			if !rel[0].After(at) {
+				t.Errorf("released %v before the server counted the request's arrival (err %v)", at.Sub(rel[0]), err)
+			}
+		})
+	}
+}
+
