@@ -107,4 +107,3 @@ func TestHrevTimeoutBelowIsHeld(t *testing.T) {
 		})
 	}
 }
-
