@@ -5,6 +5,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
 	"sync"
 	"testing"
 	"time"
@@ -105,5 +107,38 @@ func TestHrevTimeoutBelowIsHeld(t *testing.T) {
 				t.Errorf("released %v before the server counted the request's arrival (err %v)", at.Sub(rel[0]), err)
 			}
 		})
+	}
+}
+
+// TestHrevHeldReleasePanics: a Limiter whose Release panics, on a release
+// held on a timer (a request cancelled before its response), must not
+// crash the program: the timer's goroutine has no caller to give the panic
+// to. The request runs in a child process, which must outlive the hold.
+func TestHrevHeldReleasePanics(t *testing.T) {
+	if os.Getenv("HREV_CHILD") == "1" {
+		lim := &timedLimiter{panicOn: true}
+		tr := httpclient.New(lim, httpclient.WithBase(roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			return nil, context.Canceled // a cancel below: held
+		})))
+		req, _ := http.NewRequest(http.MethodGet, "http://example.invalid/", nil)
+		if _, err := tr.RoundTrip(req); err == nil {
+			t.Fatal("no error")
+		}
+		if len(lim.released()) != 0 {
+			t.Fatal("released at once, not held")
+		}
+		for end := time.Now().Add(3 * time.Second); len(lim.released()) == 0; time.Sleep(time.Millisecond) {
+			if time.Now().After(end) {
+				t.Fatal("never released")
+			}
+		}
+		time.Sleep(100 * time.Millisecond) // the panic, if it crashes, has crashed
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHrevHeldReleasePanics$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "HREV_CHILD=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("child: %v\n%s", err, out)
 	}
 }

@@ -33,7 +33,11 @@ type Limiter interface {
 	// holds nothing.
 	Acquire(ctx context.Context, n int64) error
 	// Release gives back n units taken by a successful Acquire. Transport
-	// calls it exactly once per successful Acquire, with the same n.
+	// calls it exactly once per successful Acquire, with the same n: on the
+	// goroutine of RoundTrip or of the response body's Close or Read, or,
+	// for a request that may still be on its way when RoundTrip fails, on
+	// a timer's goroutine after a hold (see RoundTrip), where a panic of
+	// Release is recovered and dropped.
 	Release(n int64)
 	// PauseFor stops new starts for d from now; when pauses overlap, the one
 	// that ends later wins. Transport calls it only with d > 0.
@@ -187,7 +191,10 @@ var errNilSelect = errors.New("ratesem: Transport has no Selector; build it with
 // http.Transport.ResponseHeaderTimeout). Then the weight is released on a
 // timer (RoundTrip does not wait for it) at the request's start plus twice
 // the longest time to a response among the Transport's last 64 requests,
-// 1 s before any, 10 s at most.
+// 1 s before any, 10 s at most. A Limiter's Release that panics on that
+// timer is recovered and dropped (there is no caller to give the panic to,
+// and it would end the program), where one on any other release goes on
+// to the caller.
 //
 // Otherwise the response is returned with a nil error whatever its status
 // code, as soon as the base returns it (RoundTrip never reads the body), and the

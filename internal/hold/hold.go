@@ -57,11 +57,16 @@ func (l *Latency) Hold() time.Duration {
 
 // Release calls release now when the call started at start got a reply
 // (answered) or its hold has passed, else on a timer when the hold passes;
-// it never waits.
+// it never waits. A panic of release called now goes on to the caller; one
+// on the timer's goroutine, where no caller could recover it and it would
+// end the program, is recovered and dropped.
 func (l *Latency) Release(start time.Time, answered bool, release func()) {
 	if !answered {
 		if wait := l.Hold() - time.Since(start); wait > 0 {
-			time.AfterFunc(wait, release)
+			time.AfterFunc(wait, func() {
+				defer func() { _ = recover() }()
+				release()
+			})
 			return
 		}
 	}
