@@ -27,15 +27,17 @@ const (
 // Latency keeps the last Samples times to a first reply. The zero value
 // has none; it is safe for concurrent use and takes no lock.
 type Latency struct {
-	ring [Samples]atomic.Int64 // nanoseconds
-	next atomic.Uint64         // samples added
+	// ring holds each sample's nanoseconds plus 1, at most Max's: 0 is a
+	// slot an Add has taken (next) but not stored yet, which Hold skips.
+	ring [Samples]atomic.Int64
+	next atomic.Uint64 // samples added
 }
 
 // Add records d, the time from a call's start to its first reply (a
-// negative d, from a clock step, as 0).
+// negative d, from a clock step, as 0; one above Max as Max).
 func (l *Latency) Add(d time.Duration) {
 	i := l.next.Add(1) - 1
-	l.ring[i%Samples].Store(int64(max(d, 0)))
+	l.ring[i%Samples].Store(int64(min(max(d, 0), Max)) + 1)
 }
 
 // Hold returns how long after its start a call without a reply keeps its
@@ -46,8 +48,14 @@ func (l *Latency) Hold() time.Duration {
 		return Default
 	}
 	var most time.Duration
+	stored := false
 	for i := range n {
-		most = max(most, time.Duration(l.ring[i].Load()))
+		if v := l.ring[i].Load(); v > 0 {
+			most, stored = max(most, time.Duration(v-1)), true
+		}
+	}
+	if !stored { // Adds under way, none stored yet
+		return Default
 	}
 	if most >= Max/Factor {
 		return Max
