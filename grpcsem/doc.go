@@ -71,7 +71,10 @@
 //     learns of it a little later (a stream reset on its way), so a
 //     server's own count of calls in flight may briefly hold it still.
 //   - When an RPC ends without any reply (a message, a header or a status
-//     from the server), cancelled while its request was still queued in
+//     from the server; a Header that grpc-go returns empty for a failed
+//     stream is none), cancelled, or ended by a Canceled or
+//     DeadlineExceeded of an interceptor chained below (a per-attempt
+//     timeout), while its request was still queued in
 //     grpc-go's writer or on the wire, the server may count its arrival
 //     after the RPC's end, which the completion window's guarantee (each
 //     arrival between its call's start and end) does not cover. So the

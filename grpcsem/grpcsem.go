@@ -353,11 +353,7 @@ func UnaryClientInterceptor(p *clientpool.Pool, opts ...Option) grpc.UnaryClient
 		all := make([]grpc.CallOption, len(callOpts), len(callOpts)+1)
 		copy(all, callOpts)
 		err = invoker(ctx, method, req, reply, cc, append(all, grpc.Trailer(&trailer))...)
-		// Without an error, or with one while the caller's context is
-		// live, the RPC ended by the server's status (or never left: a
-		// connection error); with the context done and an error, it may
-		// have ended before the server read it.
-		if answered = err == nil || ctx.Err() == nil; answered {
+		if answered = !noReply(ctx, err); answered {
 			l.lat.Add(time.Since(start))
 		}
 		if err != nil {
@@ -533,7 +529,7 @@ func (s *stream) SendMsg(m any) error {
 // does a message on a stream whose server sends only one.
 func (s *stream) RecvMsg(m any) error {
 	err := s.ClientStream.RecvMsg(m)
-	if err == nil || s.c.ctx.Err() == nil {
+	if !noReply(s.c.ctx, err) {
 		s.c.answer() // a message, or the server's status
 	}
 	switch {
@@ -546,13 +542,39 @@ func (s *stream) RecvMsg(m any) error {
 }
 
 // Header is grpc.ClientStream's; the server's header, when it comes, shows
-// that the server read the RPC.
+// that the server read the RPC. grpc-go's returns (nil, nil) for a stream
+// that failed, a cancelled one included, which is no header.
 func (s *stream) Header() (metadata.MD, error) {
 	md, err := s.ClientStream.Header()
-	if err == nil {
+	if err == nil && (md != nil || s.c.ctx.Err() == nil) {
 		s.c.answer()
 	}
 	return md, err
+}
+
+// noReply reports whether err, with which an RPC under ctx ended (nil: a
+// reply came), may have come before the server read the RPC: ctx is done
+// (a cancel, a deadline), or err's code is Canceled or DeadlineExceeded
+// while ctx is live (an interceptor chained below with a per-attempt
+// context of its own), except grpc-go's status for a ClientConn being
+// closed (connClosing: taken, as before, for an RPC that never left).
+// Other errors with ctx live are the server's status, or a connection's
+// error of an RPC that never left.
+func noReply(ctx context.Context, err error) bool {
+	if err == nil {
+		return false
+	}
+	if ctx.Err() != nil {
+		return true
+	}
+	st, _ := status.FromError(err)
+	switch st.Code() {
+	case codes.Canceled:
+		return st.Message() != connClosing
+	case codes.DeadlineExceeded:
+		return true
+	}
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // limitError is an acquisition's error with a gRPC status: status.Code

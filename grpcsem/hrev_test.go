@@ -1,0 +1,119 @@
+package grpcsem_test
+
+import (
+	"context"
+	"net"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/ratesem/ratesem/grpcsem"
+	"github.com/ratesem/ratesem/internal/memnet"
+)
+
+// hrevHeldAtArrival waits for the server's first arrival and returns the
+// units the pool held then (polled every millisecond).
+func hrevHeldAtArrival(t *testing.T, srv *server, pool func() int64) int64 {
+	for end := time.Now().Add(2 * time.Second); len(srv.log()) == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal("the RPC never reached the server")
+		}
+	}
+	return pool()
+}
+
+// TestHrevHeaderAfterCancelIsNoReply: grpc-go's ClientStream.Header
+// returns (nil, nil) for a stream that failed, a cancelled one included
+// ("the user should get it by calling Recv"). A stream cancelled before any
+// reply, whose Header the caller then asks for, got no reply: its charges
+// must be held (its request is on a 50 ms link still), not released at
+// once as if the server had sent its header.
+func TestHrevHeaderAfterCancelIsNoReply(t *testing.T) {
+	before := goleak.IgnoreCurrent()
+	srv := newServer(1<<20, time.Second, 1<<40)
+	dialer, stopServer := serve(srv)
+	pool := newPool(t, table(1<<20, time.Second, 1<<40))
+	conn, err := grpc.NewClient("passthrough:///bufnet",
+		grpc.WithContextDialer(func(ctx context.Context, s string) (net.Conn, error) {
+			c, err := dialer(ctx, s)
+			if err != nil {
+				return nil, err
+			}
+			return memnet.Delay(c, 50*time.Millisecond), nil
+		}),
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDisableRetry(),
+		grpc.WithStreamInterceptor(grpcsem.StreamClientInterceptor(pool)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s, err := conn.NewStream(ctx, chatDesc, "/test.Limited/Chat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	if md, err := s.Header(); md != nil || err != nil {
+		t.Fatalf("Header after the cancel: %v, %v; want nil, nil (grpc-go's)", md, err)
+	}
+	if got := hrevHeldAtArrival(t, srv, func() int64 { return inFlight(pool) }); got == 0 {
+		t.Error("the stream's charges were released before the server counted its arrival")
+	}
+	settle(t, pool, false)
+	conn.Close()
+	stopServer()
+	goleak.VerifyNone(t, before)
+}
+
+// TestHrevTimeoutBelowIsNoReply: an interceptor chained below with a
+// per-attempt timeout of its own ends a unary RPC with DeadlineExceeded
+// while the caller's context is live, before any reply, with the request
+// on a 50 ms link still: its charges must be held, not released at once.
+func TestHrevTimeoutBelowIsNoReply(t *testing.T) {
+	before := goleak.IgnoreCurrent()
+	srv := newServer(1<<20, time.Second, 1<<40)
+	dialer, stopServer := serve(srv)
+	pool := newPool(t, table(1<<20, time.Second, 1<<40))
+	perAttempt := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
+		defer cancel()
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+	conn, err := grpc.NewClient("passthrough:///bufnet",
+		grpc.WithContextDialer(func(ctx context.Context, s string) (net.Conn, error) {
+			c, err := dialer(ctx, s)
+			if err != nil {
+				return nil, err
+			}
+			return memnet.Delay(c, 50*time.Millisecond), nil
+		}),
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDisableRetry(),
+		grpc.WithChainUnaryInterceptor(grpcsem.UnaryClientInterceptor(pool), perAttempt))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Connect first (the handshake crosses the slow link too), so that the
+	// attempt's 10 ms go to the RPC.
+	conn.Connect()
+	for end := time.Now().Add(2 * time.Second); conn.GetState().String() != "READY"; time.Sleep(time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal("never connected")
+		}
+	}
+	err = conn.Invoke(context.Background(), "/test.Limited/Echo", wrapperspb.String("x"), new(wrapperspb.StringValue))
+	if err == nil {
+		t.Fatal("no error: the attempt's timeout did not fire")
+	}
+	if got := hrevHeldAtArrival(t, srv, func() int64 { return inFlight(pool) }); got == 0 {
+		t.Errorf("the RPC's charges (err %v) were released before the server counted its arrival", err)
+	}
+	settle(t, pool, false)
+	conn.Close()
+	stopServer()
+	goleak.VerifyNone(t, before)
+}
