@@ -78,11 +78,12 @@
 //     grpc-go's writer or on the wire, the server may count its arrival
 //     after the RPC's end, which the completion window's guarantee (each
 //     arrival between its call's start and end) does not cover. So the
-//     interceptors hold the release of such an RPC until its start plus
+//     interceptors hold the release of such an RPC until its end plus
 //     twice the longest time to a first reply among their last 64 RPCs
 //     that got one (a request reaches the server before its reply leaves
-//     it), 1 s before any did, 10 s at most; an RPC cancelled later than
-//     that is released at once. This covers a request delayed up to twice
+//     it), 1 s before any did, 10 s at most: from its end, not its start,
+//     as grpc-go writes the request only once it has a transport, whose
+//     dial may take several round trips. This covers a request delayed up to twice
 //     what the interceptor has seen, not an unbounded one: against a
 //     strict server, a program that cancels RPCs in flight can also give
 //     the rule a sliding log with a margin (Rule.Window,

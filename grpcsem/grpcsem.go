@@ -348,7 +348,7 @@ func UnaryClientInterceptor(p *clientpool.Pool, opts ...Option) grpc.UnaryClient
 			return err
 		}
 		start, answered := time.Now(), true // a panicking invoker: released at once
-		defer func() { l.lat.Release(start, answered, t.Release) }()
+		defer func() { l.lat.Release(answered, t.Release) }()
 		var trailer metadata.MD
 		all := make([]grpc.CallOption, len(callOpts), len(callOpts)+1)
 		copy(all, callOpts)
@@ -496,7 +496,7 @@ func (c *call) end(err error, trailer func() metadata.MD, caller bool) {
 		c.stop()
 	}
 	defer c.cancel() // after the release: the RPC is over, free its context
-	defer func() { c.l.lat.Release(c.start, c.answered.Load(), c.ticket.Release) }()
+	defer func() { c.l.lat.Release(c.answered.Load(), c.ticket.Release) }()
 	if err != nil && err != io.EOF {
 		var md metadata.MD
 		if trailer != nil {

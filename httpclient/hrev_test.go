@@ -2,12 +2,15 @@ package httpclient_test
 
 import (
 	"context"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
 	"os"
 	"os/exec"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -140,5 +143,85 @@ func TestHrevHeldReleasePanics(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("child: %v\n%s", err, out)
+	}
+}
+
+// TestHrevSlowDialThenCancel: the hold counts from the request's start,
+// but a request that needs a new connection is written only once its dial
+// (a TCP and TLS handshake: several round trips) is over. With the times
+// to a response learned on a warm connection (~40 ms on a 20 ms link, so a
+// hold of ~80 ms), a request whose dial takes 150 ms and which is
+// cancelled as soon as it is written is past its start plus the hold when
+// it fails: released at once, it arrives 20 ms after its release. The
+// release must come after the server counted the arrival.
+func TestHrevSlowDialThenCancel(t *testing.T) {
+	const oneWay, handshake = 20 * time.Millisecond, 150 * time.Millisecond
+	var (
+		mu      sync.Mutex
+		arrival time.Time
+	)
+	srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		arrival = time.Now()
+		mu.Unlock()
+	}))
+	defer srv.Close()
+	var slowDial atomic.Bool
+	slow := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if slowDial.Load() {
+			time.Sleep(handshake)
+		}
+		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return memnet.Delay(c, oneWay), nil
+	}}
+	defer slow.CloseIdleConnections()
+	lim := &timedLimiter{}
+	client := &http.Client{Transport: httpclient.New(lim, httpclient.WithBase(slow))}
+	get := func(ctx context.Context) error {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL, nil)
+		resp, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		io.Copy(io.Discard, resp.Body)
+		return resp.Body.Close()
+	}
+	// The first request's dial is in its sample; 64 more on the warm
+	// connection push it out of the ring.
+	for range 65 {
+		if err := get(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	slow.CloseIdleConnections()
+	slowDial.Store(true)
+	mu.Lock()
+	arrival = time.Time{}
+	mu.Unlock()
+	t0 := time.Now()
+	ctx, cancel := context.WithCancel(context.Background())
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { cancel() }})
+	if err := get(ctx); err == nil {
+		t.Fatal("no error: the cancel came after the response")
+	}
+	cancel()
+	var at time.Time
+	for end := time.Now().Add(2 * time.Second); ; time.Sleep(time.Millisecond) {
+		mu.Lock()
+		at = arrival
+		mu.Unlock()
+		if n := len(lim.released()); n == 66 && !at.IsZero() || time.Now().After(end) {
+			break
+		}
+	}
+	rel := lim.released()
+	if len(rel) != 66 {
+		t.Fatalf("%d releases, want 66", len(rel))
+	}
+	if !rel[65].After(at) {
+		t.Errorf("released %v before the server counted the arrival (released %v after the start)", at.Sub(rel[65]), rel[65].Sub(t0))
 	}
 }

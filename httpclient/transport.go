@@ -189,9 +189,10 @@ var errNilSelect = errors.New("ratesem: Transport has no Selector; build it with
 // context is done, or the error is a context's error or a timeout from
 // below the Transport (a base's own per-attempt context,
 // http.Transport.ResponseHeaderTimeout). Then the weight is released on a
-// timer (RoundTrip does not wait for it) at the request's start plus twice
-// the longest time to a response among the Transport's last 64 requests,
-// 1 s before any, 10 s at most. A Limiter's Release that panics on that
+// timer (RoundTrip does not wait for it) twice the longest time to a
+// response among the Transport's last 64 requests after RoundTrip's end
+// (not its start: a request is written only once it has a connection,
+// whose dial may take several round trips), 1 s before any, 10 s at most. A Limiter's Release that panics on that
 // timer is recovered and dropped (there is no caller to give the panic to,
 // and it would end the program), where one on any other release goes on
 // to the caller.
@@ -355,7 +356,7 @@ func (t *Transport) roundTripOnce(req *http.Request) (_ *http.Response, _ time.D
 				// No response, and the caller's context is done: the
 				// request may still be on its way to the server, which
 				// would count it after its end (internal/hold).
-				t.lat.Release(start, false, func() { l.Release(n) })
+				t.lat.Release(false, func() { l.Release(n) })
 			}
 		}
 	}()
