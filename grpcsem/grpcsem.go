@@ -325,8 +325,9 @@ func (l *limiter) retryAfter(trailer metadata.MD) time.Duration {
 // UNAVAILABLE that is not a throttle goes to p.Overloaded (no pause; a cut
 // of adaptive levels). It does so before
 // releasing; with the Pool's adaptive limits that call is also what feeds
-// them. It adds a grpc.Trailer call option to read the trailer; a caller's
-// own still gets it. The RPC's context carries its priority and queue-wait
+// them. It adds grpc.Header and grpc.Trailer call options to read the
+// header (for the time to a first reply) and the trailer; a caller's own
+// still get them. The RPC's context carries its priority and queue-wait
 // budget to the Pool (ratesem.WithPriority, ratesem.WithQueueWait).
 //
 // When the charges cannot be acquired the RPC is not sent and the error
@@ -349,11 +350,14 @@ func UnaryClientInterceptor(p *clientpool.Pool, opts ...Option) grpc.UnaryClient
 		}
 		start, answered := time.Now(), true // a panicking invoker: released at once
 		defer func() { l.lat.Release(answered, t.Release) }()
-		var trailer metadata.MD
-		all := make([]grpc.CallOption, len(callOpts), len(callOpts)+1)
+		var header, trailer metadata.MD
+		all := make([]grpc.CallOption, len(callOpts), len(callOpts)+2)
 		copy(all, callOpts)
-		err = invoker(ctx, method, req, reply, cc, append(all, grpc.Trailer(&trailer))...)
-		if answered = !noReply(ctx, err); answered {
+		err = invoker(ctx, method, req, reply, cc, append(all, grpc.Header(&header), grpc.Trailer(&trailer))...)
+		// A time to a first reply is taken from a reply or a header only:
+		// an error without one may be grpc-go's own, at once (a connection
+		// in TRANSIENT_FAILURE), which would shrink the hold to nothing.
+		if answered = !noReply(ctx, err); answered && (err == nil || header != nil) {
 			l.lat.Add(time.Since(start))
 		}
 		if err != nil {

@@ -8,7 +8,9 @@ import (
 
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/ratesem/ratesem/grpcsem"
@@ -116,4 +118,39 @@ func TestHrevTimeoutBelowIsNoReply(t *testing.T) {
 	conn.Close()
 	stopServer()
 	goleak.VerifyNone(t, before)
+}
+
+// TestHrevFailuresDoNotShrinkTheHold: RPCs that fail at once without any
+// reply from a server (here an interceptor below answers UNAVAILABLE, as
+// grpc-go does for a connection in TRANSIENT_FAILURE) are no time to a
+// first reply: 64 of them must not shrink the hold of the next RPC without
+// a reply to nothing (before any reply it is 1 s).
+func TestHrevFailuresDoNotShrinkTheHold(t *testing.T) {
+	pool := newPool(t, table(1<<20, time.Second, 1<<40))
+	unary := grpcsem.UnaryClientInterceptor(pool)
+	down := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, opts ...grpc.CallOption) error {
+		if err := ctx.Err(); err != nil {
+			return status.FromContextError(err).Err()
+		}
+		return status.Error(codes.Unavailable, "connection refused")
+	}
+	for range 64 {
+		if err := unary(context.Background(), "/test.Limited/Echo", nil, nil, nil, down); status.Code(err) != codes.Unavailable {
+			t.Fatalf("err %v", err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	// Acquire fails on a done context: cancel inside the invoker instead.
+	err := unary(context.Background(), "/test.Limited/Echo", nil, nil, nil, func(_ context.Context, method string, req, reply any, cc *grpc.ClientConn, opts ...grpc.CallOption) error {
+		return down(ctx, method, req, reply, cc, opts...)
+	})
+	if status.Code(err) != codes.Canceled {
+		t.Fatalf("err %v", err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if got := inFlight(pool); got == 0 {
+		t.Error("released within 50 ms: the failures without a reply shrank the hold")
+	}
+	settle(t, pool, false)
 }
