@@ -65,26 +65,28 @@ func TestHrevTimeoutBelowIsHeld(t *testing.T) {
 		return memnet.Delay(c, oneWay), nil
 	}
 	for _, tc := range []struct {
-		name string
-		base func(*http.Transport) http.RoundTripper
+		name    string
+		base    func(*http.Transport) http.RoundTripper
+		timeout time.Duration // http.Client.Timeout
 	}{
+		{"http.Client.Timeout", func(slow *http.Transport) http.RoundTripper { return slow }, 10 * time.Millisecond},
 		{"per-attempt context below", func(slow *http.Transport) http.RoundTripper {
 			return roundTripFunc(func(r *http.Request) (*http.Response, error) {
 				ctx, cancel := context.WithTimeout(r.Context(), 10*time.Millisecond)
 				defer cancel()
 				return slow.RoundTrip(r.WithContext(ctx))
 			})
-		}},
+		}, 0},
 		{"ResponseHeaderTimeout", func(slow *http.Transport) http.RoundTripper {
 			slow.ResponseHeaderTimeout = 10 * time.Millisecond
 			return slow
-		}},
+		}, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			slow := &http.Transport{DialContext: dial}
 			defer slow.CloseIdleConnections()
 			lim := &timedLimiter{}
-			client := &http.Client{Transport: httpclient.New(lim, httpclient.WithBase(tc.base(slow)))}
+			client := &http.Client{Transport: httpclient.New(lim, httpclient.WithBase(tc.base(slow))), Timeout: tc.timeout}
 			req, _ := http.NewRequest(http.MethodGet, srv.URL, nil)
 			resp, err := client.Do(req)
 			if err == nil {
