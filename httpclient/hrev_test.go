@@ -227,3 +227,48 @@ func TestHrevSlowDialThenCancel(t *testing.T) {
 		t.Errorf("released %v before the server counted the arrival (released %v after the start)", at.Sub(rel[65]), rel[65].Sub(t0))
 	}
 }
+
+// TestHrevRequestCancelIsHeld: http.Client.Timeout, with a RoundTripper it
+// does not know (Transport), closes the deprecated Request.Cancel at the
+// deadline as well as setting a context deadline, and the base may see the
+// close first (under -race it does, now and then). A request the base
+// ended by its closed Cancel, with the context live and no deadline, may
+// be on its way like a cancelled one: held past the server's arrival.
+func TestHrevRequestCancelIsHeld(t *testing.T) {
+	arrived := make(chan time.Time, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		arrived <- time.Now()
+	}))
+	defer srv.Close()
+	slow := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return memnet.Delay(c, 50*time.Millisecond), nil
+	}}
+	defer slow.CloseIdleConnections()
+	lim := &timedLimiter{}
+	tr := httpclient.New(lim, httpclient.WithBase(slow))
+	cancel := make(chan struct{})
+	ctx := httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { close(cancel) }})
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL, nil)
+	req.Cancel = cancel // deprecated, but what http.Client does for its Timeout
+	if resp, err := tr.RoundTrip(req); err == nil {
+		resp.Body.Close()
+		t.Fatal("no error: Cancel did not end the request")
+	}
+	var at time.Time
+	select {
+	case at = <-arrived:
+	case <-time.After(2 * time.Second):
+		t.Fatal("the request never reached the server")
+	}
+	var rel []time.Time
+	for end := time.Now().Add(3 * time.Second); len(rel) == 0 && time.Now().Before(end); time.Sleep(time.Millisecond) {
+		rel = lim.released()
+	}
+	if len(rel) != 1 || !rel[0].After(at) {
+		t.Errorf("releases %v, want one after the arrival at %v", rel, at)
+	}
+}

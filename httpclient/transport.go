@@ -612,10 +612,24 @@ func send(base http.RoundTripper, req *http.Request) (*http.Response, error) {
 // context, http.Transport.ResponseHeaderTimeout) while the caller's
 // context is live. Other errors (a refused or reset connection, a body
 // whose Read failed, a base's own error) are taken as the end of a
-// request the server read or never got.
+// request the server read or never got. http.Client.Timeout, with a
+// Transport it does not know (this one), both sets a context deadline and
+// closes the deprecated Request.Cancel at that deadline, and the base may
+// see the close first: a closed Cancel, or a deadline passed, counts too.
 func mayBeOnItsWay(req *http.Request, err error) bool {
 	if req.Context().Err() != nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return true
+	}
+	if d, ok := req.Context().Deadline(); ok && !time.Now().Before(d) {
+		return true
+	}
+	// Request.Cancel is deprecated, but http.Client closes it for its Timeout.
+	if req.Cancel != nil {
+		select {
+		case <-req.Cancel:
+			return true
+		default:
+		}
 	}
 	var te interface{ Timeout() bool }
 	return errors.As(err, &te) && te.Timeout()
