@@ -15,7 +15,7 @@
 // may still be on its way to the server, which would count it after its
 // release; its weight is released, on a timer (RoundTrip
 // returns at once), twice the longest time to a response among the
-// Transport's last 64 requests after RoundTrip's end, 1 s before any, 10 s
+// Transport's last 64 requests to its host after RoundTrip's end, 1 s before any, 10 s
 // at most.
 //
 // When the server answers 429 Too Many Requests or 418 I'm a Teapot (used by

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ratesem/ratesem"
@@ -88,7 +89,8 @@ const defaultMaxRetryAfter = backoff.DefaultMaxPause
 // change afterwards. A Transport is safe for concurrent use by multiple
 // goroutines: the state it keeps, the streak of throttles that sets the
 // backoff and the retry budget ([WithRetryBudget]), is shared by all of its
-// requests and guarded by mutexes. It must
+// requests and guarded by mutexes; the times to a response it keeps per
+// host (see RoundTrip) take no lock. It must
 // not be copied after first use. The zero Transport has no Selector:
 // RoundTrip returns an error for every request and sends none.
 type Transport struct {
@@ -106,9 +108,39 @@ type Transport struct {
 	// off or the budget is; it has a lock of its own.
 	budget *retryBudget
 
-	// lat holds the last times to a response's headers, for the hold of
-	// a request cancelled before its response (internal/hold).
-	lat hold.Latency
+	// lats holds, per request host (URL.Host), the last times to a
+	// response's headers, for the hold of a request without a response
+	// (internal/hold): a *hold.Latency for each of at most maxHoldHosts
+	// hosts, counted by nlats. Per host, so that a near host's fast
+	// responses do not push a far one's out of the ring.
+	lats  sync.Map
+	nlats atomic.Int64
+}
+
+// maxHoldHosts is the most hosts a Transport keeps times to a response
+// for; a request to a host past them is held hold.Default (as a host
+// with none yet).
+const maxHoldHosts = 1024
+
+// latency returns the times to a response of req's host: kept when the
+// host is one of the first maxHoldHosts, else a fresh one (hold.Default).
+// It is safe for concurrent use and never blocks.
+func (t *Transport) latency(req *http.Request) *hold.Latency {
+	host := ""
+	if req.URL != nil {
+		host = req.URL.Host
+	}
+	if v, ok := t.lats.Load(host); ok {
+		return v.(*hold.Latency)
+	}
+	if t.nlats.Load() >= maxHoldHosts {
+		return new(hold.Latency)
+	}
+	v, loaded := t.lats.LoadOrStore(host, new(hold.Latency))
+	if !loaded {
+		t.nlats.Add(1)
+	}
+	return v.(*hold.Latency)
 }
 
 // peekSize is the most bytes of a response body that Transport keeps for
@@ -190,7 +222,8 @@ var errNilSelect = errors.New("ratesem: Transport has no Selector; build it with
 // below the Transport (a base's own per-attempt context,
 // http.Transport.ResponseHeaderTimeout). Then the weight is released on a
 // timer (RoundTrip does not wait for it) twice the longest time to a
-// response among the Transport's last 64 requests after RoundTrip's end
+// response among the Transport's last 64 requests to the request's host
+// (URL.Host; past 1024 hosts, a host is held 1 s) after RoundTrip's end
 // (not its start: a request is written only once it has a connection,
 // whose dial may take several round trips), 1 s before any, 10 s at most. A Limiter's Release that panics on that
 // timer is recovered and dropped (there is no caller to give the panic to,
@@ -356,7 +389,7 @@ func (t *Transport) roundTripOnce(req *http.Request) (_ *http.Response, _ time.D
 				// No response, and the caller's context is done: the
 				// request may still be on its way to the server, which
 				// would count it after its end (internal/hold).
-				t.lat.Release(false, func() { l.Release(n) })
+				t.latency(req).Release(false, func() { l.Release(n) })
 			}
 		}
 	}()
@@ -391,7 +424,7 @@ func (t *Transport) roundTripOnce(req *http.Request) (_ *http.Response, _ time.D
 		return nil, 0, false, err
 	}
 	if held {
-		t.lat.Add(time.Since(start))
+		t.latency(req).Add(time.Since(start))
 	}
 	headerThrottled := t.throttled(resp.StatusCode, resp.Header, nil)
 	_, handler := l.(throttleHandler)
