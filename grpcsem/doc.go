@@ -80,8 +80,10 @@
 //     arrival between its call's start and end) does not cover. So the
 //     interceptors hold the release of such an RPC until its end plus
 //     twice the longest time to a first reply among their last 64 RPCs
-//     that got one (a request reaches the server before its reply leaves
-//     it), 1 s before any did, 10 s at most: from its end, not its start,
+//     to its target (ClientConn.Target; an interceptor keeps 1024
+//     targets, and holds an RPC to one past them 1 s) that got one (a
+//     request reaches the server before its reply leaves it), 1 s before
+//     any did, 10 s at most: from its end, not its start,
 //     as grpc-go writes the request only once it has a transport, whose
 //     dial may take several round trips. This covers a request delayed up to twice
 //     what the interceptor has seen, not an unbounded one: against a

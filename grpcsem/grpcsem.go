@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -219,7 +220,34 @@ func header(md metadata.MD) http.Header {
 type limiter struct {
 	pool *clientpool.Pool
 	cfg  config
-	lat  hold.Latency // times to a first reply, for the hold of RPCs without one
+	// lats holds, per target (ClientConn.Target), the times to a first
+	// reply, for the hold of RPCs without one: a *hold.Latency for each of
+	// at most maxHoldTargets targets, counted by nlats. Per target, so that
+	// a near target's fast replies do not push a far one's out of the ring.
+	lats  sync.Map
+	nlats atomic.Int64
+}
+
+// maxHoldTargets is the most targets an interceptor keeps times to a first
+// reply for; an RPC to a target past them is held hold.Default (as one to
+// a target with none yet).
+const maxHoldTargets = 1024
+
+// latency returns the times to a first reply of target: kept when it is
+// one of the first maxHoldTargets, else a fresh one (hold.Default). It is
+// safe for concurrent use and never blocks.
+func (l *limiter) latency(target string) *hold.Latency {
+	if v, ok := l.lats.Load(target); ok {
+		return v.(*hold.Latency)
+	}
+	if l.nlats.Load() >= maxHoldTargets {
+		return new(hold.Latency)
+	}
+	v, loaded := l.lats.LoadOrStore(target, new(hold.Latency))
+	if !loaded {
+		l.nlats.Add(1)
+	}
+	return v.(*hold.Latency)
 }
 
 func newLimiter(p *clientpool.Pool, opts []Option) *limiter {
@@ -349,7 +377,8 @@ func UnaryClientInterceptor(p *clientpool.Pool, opts ...Option) grpc.UnaryClient
 			return err
 		}
 		start, answered := time.Now(), true // a panicking invoker: released at once
-		defer func() { l.lat.Release(answered, t.Release) }()
+		lat := l.latency(target(cc))
+		defer func() { lat.Release(answered, t.Release) }()
 		var header, trailer metadata.MD
 		all := make([]grpc.CallOption, len(callOpts), len(callOpts)+2)
 		copy(all, callOpts)
@@ -358,7 +387,7 @@ func UnaryClientInterceptor(p *clientpool.Pool, opts ...Option) grpc.UnaryClient
 		// an error without one may be grpc-go's own, at once (a connection
 		// in TRANSIENT_FAILURE), which would shrink the hold to nothing.
 		if answered = !noReply(ctx, err); answered && (err == nil || header != nil) {
-			l.lat.Add(time.Since(start))
+			lat.Add(time.Since(start))
 		}
 		if err != nil {
 			l.throttled(err, trailer, t)
@@ -390,7 +419,7 @@ func StreamClientInterceptor(p *clientpool.Pool, opts ...Option) grpc.StreamClie
 			return nil, err
 		}
 		ctx, cancel := context.WithCancel(ctx)
-		c := &call{l: l, ticket: t, ctx: ctx, cancel: cancel, start: time.Now(), oneReply: desc != nil && !desc.ServerStreams}
+		c := &call{l: l, lat: l.latency(target(cc)), ticket: t, ctx: ctx, cancel: cancel, start: time.Now(), oneReply: desc != nil && !desc.ServerStreams}
 		cs, err := func() (cs grpc.ClientStream, err error) {
 			defer func() {
 				if cs == nil || err != nil {
@@ -437,6 +466,7 @@ func target(cc *grpc.ClientConn) string {
 // call is one stream's hold on its charges.
 type call struct {
 	l        *limiter
+	lat      *hold.Latency // the times to a first reply of the RPC's target
 	ticket   *clientpool.Ticket
 	ctx      context.Context // the RPC's: done when the caller cancelled it (or dropped the stream)
 	cancel   context.CancelFunc
@@ -456,7 +486,7 @@ type call struct {
 // latencies.
 func (c *call) answer() {
 	if c.answered.CompareAndSwap(false, true) {
-		c.l.lat.Add(time.Since(c.start))
+		c.lat.Add(time.Since(c.start))
 	}
 }
 
@@ -500,7 +530,7 @@ func (c *call) end(err error, trailer func() metadata.MD, caller bool) {
 		c.stop()
 	}
 	defer c.cancel() // after the release: the RPC is over, free its context
-	defer func() { c.l.lat.Release(c.answered.Load(), c.ticket.Release) }()
+	defer func() { c.lat.Release(c.answered.Load(), c.ticket.Release) }()
 	if err != nil && err != io.EOF {
 		var md metadata.MD
 		if trailer != nil {
