@@ -71,15 +71,21 @@
 //     learns of it a little later (a stream reset on its way), so a
 //     server's own count of calls in flight may briefly hold it still.
 //   - When an RPC ends without any reply (a message, a header or a status
-//     from the server), cancelled while its request was still queued in
+//     from the server; a Header that grpc-go returns empty for a failed
+//     stream is none), cancelled, or ended by a Canceled or
+//     DeadlineExceeded of an interceptor chained below (a per-attempt
+//     timeout), while its request was still queued in
 //     grpc-go's writer or on the wire, the server may count its arrival
 //     after the RPC's end, which the completion window's guarantee (each
 //     arrival between its call's start and end) does not cover. So the
-//     interceptors hold the release of such an RPC until its start plus
+//     interceptors hold the release of such an RPC until its end plus
 //     twice the longest time to a first reply among their last 64 RPCs
-//     that got one (a request reaches the server before its reply leaves
-//     it), 1 s before any did, 10 s at most; an RPC cancelled later than
-//     that is released at once. This covers a request delayed up to twice
+//     to its target (ClientConn.Target; an interceptor keeps 1024
+//     targets, and holds an RPC to one past them 1 s) that got one (a
+//     request reaches the server before its reply leaves it), 1 s before
+//     any did, 10 s at most: from its end, not its start,
+//     as grpc-go writes the request only once it has a transport, whose
+//     dial may take several round trips. This covers a request delayed up to twice
 //     what the interceptor has seen, not an unbounded one: against a
 //     strict server, a program that cancels RPCs in flight can also give
 //     the rule a sliding log with a margin (Rule.Window,

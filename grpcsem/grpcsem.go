@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -219,7 +220,34 @@ func header(md metadata.MD) http.Header {
 type limiter struct {
 	pool *clientpool.Pool
 	cfg  config
-	lat  hold.Latency // times to a first reply, for the hold of RPCs without one
+	// lats holds, per target (ClientConn.Target), the times to a first
+	// reply, for the hold of RPCs without one: a *hold.Latency for each of
+	// at most maxHoldTargets targets, counted by nlats. Per target, so that
+	// a near target's fast replies do not push a far one's out of the ring.
+	lats  sync.Map
+	nlats atomic.Int64
+}
+
+// maxHoldTargets is the most targets an interceptor keeps times to a first
+// reply for; an RPC to a target past them is held hold.Default (as one to
+// a target with none yet).
+const maxHoldTargets = 1024
+
+// latency returns the times to a first reply of target: kept when it is
+// one of the first maxHoldTargets, else a fresh one (hold.Default). It is
+// safe for concurrent use and never blocks.
+func (l *limiter) latency(target string) *hold.Latency {
+	if v, ok := l.lats.Load(target); ok {
+		return v.(*hold.Latency)
+	}
+	if l.nlats.Load() >= maxHoldTargets {
+		return new(hold.Latency)
+	}
+	v, loaded := l.lats.LoadOrStore(target, new(hold.Latency))
+	if !loaded {
+		l.nlats.Add(1)
+	}
+	return v.(*hold.Latency)
 }
 
 func newLimiter(p *clientpool.Pool, opts []Option) *limiter {
@@ -325,8 +353,9 @@ func (l *limiter) retryAfter(trailer metadata.MD) time.Duration {
 // UNAVAILABLE that is not a throttle goes to p.Overloaded (no pause; a cut
 // of adaptive levels). It does so before
 // releasing; with the Pool's adaptive limits that call is also what feeds
-// them. It adds a grpc.Trailer call option to read the trailer; a caller's
-// own still gets it. The RPC's context carries its priority and queue-wait
+// them. It adds grpc.Header and grpc.Trailer call options to read the
+// header (for the time to a first reply) and the trailer; a caller's own
+// still get them. The RPC's context carries its priority and queue-wait
 // budget to the Pool (ratesem.WithPriority, ratesem.WithQueueWait).
 //
 // When the charges cannot be acquired the RPC is not sent and the error
@@ -348,17 +377,17 @@ func UnaryClientInterceptor(p *clientpool.Pool, opts ...Option) grpc.UnaryClient
 			return err
 		}
 		start, answered := time.Now(), true // a panicking invoker: released at once
-		defer func() { l.lat.Release(start, answered, t.Release) }()
-		var trailer metadata.MD
-		all := make([]grpc.CallOption, len(callOpts), len(callOpts)+1)
+		lat := l.latency(target(cc))
+		defer func() { lat.Release(answered, t.Release) }()
+		var header, trailer metadata.MD
+		all := make([]grpc.CallOption, len(callOpts), len(callOpts)+2)
 		copy(all, callOpts)
-		err = invoker(ctx, method, req, reply, cc, append(all, grpc.Trailer(&trailer))...)
-		// Without an error, or with one while the caller's context is
-		// live, the RPC ended by the server's status (or never left: a
-		// connection error); with the context done and an error, it may
-		// have ended before the server read it.
-		if answered = err == nil || ctx.Err() == nil; answered {
-			l.lat.Add(time.Since(start))
+		err = invoker(ctx, method, req, reply, cc, append(all, grpc.Header(&header), grpc.Trailer(&trailer))...)
+		// A time to a first reply is taken from a reply or a header only:
+		// an error without one may be grpc-go's own, at once (a connection
+		// in TRANSIENT_FAILURE), which would shrink the hold to nothing.
+		if answered = !noReply(ctx, err); answered && (err == nil || header != nil) {
+			lat.Add(time.Since(start))
 		}
 		if err != nil {
 			l.throttled(err, trailer, t)
@@ -390,7 +419,7 @@ func StreamClientInterceptor(p *clientpool.Pool, opts ...Option) grpc.StreamClie
 			return nil, err
 		}
 		ctx, cancel := context.WithCancel(ctx)
-		c := &call{l: l, ticket: t, ctx: ctx, cancel: cancel, start: time.Now(), oneReply: desc != nil && !desc.ServerStreams}
+		c := &call{l: l, lat: l.latency(target(cc)), ticket: t, ctx: ctx, cancel: cancel, start: time.Now(), oneReply: desc != nil && !desc.ServerStreams}
 		cs, err := func() (cs grpc.ClientStream, err error) {
 			defer func() {
 				if cs == nil || err != nil {
@@ -437,6 +466,7 @@ func target(cc *grpc.ClientConn) string {
 // call is one stream's hold on its charges.
 type call struct {
 	l        *limiter
+	lat      *hold.Latency // the times to a first reply of the RPC's target
 	ticket   *clientpool.Ticket
 	ctx      context.Context // the RPC's: done when the caller cancelled it (or dropped the stream)
 	cancel   context.CancelFunc
@@ -456,7 +486,7 @@ type call struct {
 // latencies.
 func (c *call) answer() {
 	if c.answered.CompareAndSwap(false, true) {
-		c.l.lat.Add(time.Since(c.start))
+		c.lat.Add(time.Since(c.start))
 	}
 }
 
@@ -500,7 +530,7 @@ func (c *call) end(err error, trailer func() metadata.MD, caller bool) {
 		c.stop()
 	}
 	defer c.cancel() // after the release: the RPC is over, free its context
-	defer func() { c.l.lat.Release(c.start, c.answered.Load(), c.ticket.Release) }()
+	defer func() { c.lat.Release(c.answered.Load(), c.ticket.Release) }()
 	if err != nil && err != io.EOF {
 		var md metadata.MD
 		if trailer != nil {
@@ -533,7 +563,7 @@ func (s *stream) SendMsg(m any) error {
 // does a message on a stream whose server sends only one.
 func (s *stream) RecvMsg(m any) error {
 	err := s.ClientStream.RecvMsg(m)
-	if err == nil || s.c.ctx.Err() == nil {
+	if !noReply(s.c.ctx, err) {
 		s.c.answer() // a message, or the server's status
 	}
 	switch {
@@ -546,13 +576,39 @@ func (s *stream) RecvMsg(m any) error {
 }
 
 // Header is grpc.ClientStream's; the server's header, when it comes, shows
-// that the server read the RPC.
+// that the server read the RPC. grpc-go's returns (nil, nil) for a stream
+// that failed, a cancelled one included, which is no header.
 func (s *stream) Header() (metadata.MD, error) {
 	md, err := s.ClientStream.Header()
-	if err == nil {
+	if err == nil && (md != nil || s.c.ctx.Err() == nil) {
 		s.c.answer()
 	}
 	return md, err
+}
+
+// noReply reports whether err, with which an RPC under ctx ended (nil: a
+// reply came), may have come before the server read the RPC: ctx is done
+// (a cancel, a deadline), or err's code is Canceled or DeadlineExceeded
+// while ctx is live (an interceptor chained below with a per-attempt
+// context of its own), except grpc-go's status for a ClientConn being
+// closed (connClosing: taken, as before, for an RPC that never left).
+// Other errors with ctx live are the server's status, or a connection's
+// error of an RPC that never left.
+func noReply(ctx context.Context, err error) bool {
+	if err == nil {
+		return false
+	}
+	if ctx.Err() != nil {
+		return true
+	}
+	st, _ := status.FromError(err)
+	switch st.Code() {
+	case codes.Canceled:
+		return st.Message() != connClosing
+	case codes.DeadlineExceeded:
+		return true
+	}
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // limitError is an acquisition's error with a gRPC status: status.Code

@@ -10,10 +10,13 @@
 // to io.EOF, or at once if there is no response. Hold on to a response body
 // and you hold on to its permit, so always close it. One exception: a
 // request whose context ends before its response (a cancel, a deadline,
-// http.Client.Timeout) may still be on its way to the server, which would
-// count it after its release; its weight is released, on a timer (RoundTrip
-// returns at once), at its start plus twice the longest time to a response
-// among the Transport's last 64 requests, 1 s before any, 10 s at most.
+// http.Client.Timeout), or that fails by a timeout below the Transport (a
+// base's own per-attempt context, http.Transport.ResponseHeaderTimeout),
+// may still be on its way to the server, which would count it after its
+// release; its weight is released, on a timer (RoundTrip
+// returns at once), twice the longest time to a response among the
+// Transport's last 64 requests to its host after RoundTrip's end, 1 s before any, 10 s
+// at most.
 //
 // When the server answers 429 Too Many Requests or 418 I'm a Teapot (used by
 // some exchanges, e.g. Binance, for an IP ban), the transport pauses the

@@ -221,6 +221,8 @@ func WithObserver(obs func(ratesem.Event)) Option { return func(c *config) { c.o
 // HTTP-date Retry-After into a delay, and sleep on clk.After before a retry
 // (WithMaxRetries). Default (or a nil clk): the real clock, which
 // testing/synctest fakes. The limiter keeps its own clock; the order of
-// requests and throttles that sets the backoff streak, and the Wait of an
-// Admitted event, stay on the real monotonic clock.
+// requests and throttles that sets the backoff streak, the Wait of an
+// Admitted event, and the hold of a request without a response (its times
+// to a response and its timer: see RoundTrip) stay on the real monotonic
+// clock.
 func WithClock(clk ratesem.Clock) Option { return func(c *config) { c.clk = clk } }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ratesem/ratesem"
@@ -33,7 +34,11 @@ type Limiter interface {
 	// holds nothing.
 	Acquire(ctx context.Context, n int64) error
 	// Release gives back n units taken by a successful Acquire. Transport
-	// calls it exactly once per successful Acquire, with the same n.
+	// calls it exactly once per successful Acquire, with the same n: on the
+	// goroutine of RoundTrip or of the response body's Close or Read, or,
+	// for a request that may still be on its way when RoundTrip fails, on
+	// a timer's goroutine after a hold (see RoundTrip), where a panic of
+	// Release is recovered and dropped.
 	Release(n int64)
 	// PauseFor stops new starts for d from now; when pauses overlap, the one
 	// that ends later wins. Transport calls it only with d > 0.
@@ -59,7 +64,8 @@ const defaultMaxRetryAfter = backoff.DefaultMaxPause
 // context, sends the request through the base RoundTripper ([WithBase]),
 // and releases the weight exactly once: when the response body is closed
 // or read to io.EOF, or at once if the base fails or the response has no
-// body. A throttled response (429 or 418, or what [WithThrottledBody]'s
+// body, except after a base error that may have left the request on its
+// way to the server (see RoundTrip): then on a timer, after a hold. A throttled response (429 or 418, or what [WithThrottledBody]'s
 // hook says) pauses the limiter, bounded and with jitter, whether or not it
 // carries a usable Retry-After (see RoundTrip). Transport never reads a
 // response body itself, except to drain at most 4 KiB of a throttled
@@ -83,7 +89,8 @@ const defaultMaxRetryAfter = backoff.DefaultMaxPause
 // change afterwards. A Transport is safe for concurrent use by multiple
 // goroutines: the state it keeps, the streak of throttles that sets the
 // backoff and the retry budget ([WithRetryBudget]), is shared by all of its
-// requests and guarded by mutexes. It must
+// requests and guarded by mutexes; the times to a response it keeps per
+// host (see RoundTrip) take no lock. It must
 // not be copied after first use. The zero Transport has no Selector:
 // RoundTrip returns an error for every request and sends none.
 type Transport struct {
@@ -101,9 +108,39 @@ type Transport struct {
 	// off or the budget is; it has a lock of its own.
 	budget *retryBudget
 
-	// lat holds the last times to a response's headers, for the hold of
-	// a request cancelled before its response (internal/hold).
-	lat hold.Latency
+	// lats holds, per request host (URL.Host), the last times to a
+	// response's headers, for the hold of a request without a response
+	// (internal/hold): a *hold.Latency for each of at most maxHoldHosts
+	// hosts, counted by nlats. Per host, so that a near host's fast
+	// responses do not push a far one's out of the ring.
+	lats  sync.Map
+	nlats atomic.Int64
+}
+
+// maxHoldHosts is the most hosts a Transport keeps times to a response
+// for; a request to a host past them is held hold.Default (as a host
+// with none yet).
+const maxHoldHosts = 1024
+
+// latency returns the times to a response of req's host: kept when the
+// host is one of the first maxHoldHosts, else a fresh one (hold.Default).
+// It is safe for concurrent use and never blocks.
+func (t *Transport) latency(req *http.Request) *hold.Latency {
+	host := ""
+	if req.URL != nil {
+		host = req.URL.Host
+	}
+	if v, ok := t.lats.Load(host); ok {
+		return v.(*hold.Latency)
+	}
+	if t.nlats.Load() >= maxHoldHosts {
+		return new(hold.Latency)
+	}
+	v, loaded := t.lats.LoadOrStore(host, new(hold.Latency))
+	if !loaded {
+		t.nlats.Add(1)
+	}
+	return v.(*hold.Latency)
 }
 
 // peekSize is the most bytes of a response body that Transport keeps for
@@ -178,8 +215,20 @@ var errNilSelect = errors.New("ratesem: Transport has no Selector; build it with
 // req.Body, does not send the request and returns a nil response with an
 // error (if the Selector panics, req.Body is closed and the panic goes on); when the context ended the wait, errors.Is(err, context.Canceled)
 // or errors.Is(err, context.DeadlineExceeded) holds. If the base
-// RoundTripper fails, the weight is released at once and its error is
-// returned as is.
+// RoundTripper fails, its error is returned as is and the weight is
+// released at once, unless the request may still be on its way to the
+// server, which would count it after its release: when the request's
+// context is done, or the error is a context's error or a timeout from
+// below the Transport (a base's own per-attempt context,
+// http.Transport.ResponseHeaderTimeout). Then the weight is released on a
+// timer (RoundTrip does not wait for it) twice the longest time to a
+// response among the Transport's last 64 requests to the request's host
+// (URL.Host; past 1024 hosts, a host is held 1 s) after RoundTrip's end
+// (not its start: a request is written only once it has a connection,
+// whose dial may take several round trips), 1 s before any, 10 s at most. A Limiter's Release that panics on that
+// timer is recovered and dropped (there is no caller to give the panic to,
+// and it would end the program), where one on any other release goes on
+// to the caller.
 //
 // Otherwise the response is returned with a nil error whatever its status
 // code, as soon as the base returns it (RoundTrip never reads the body), and the
@@ -340,7 +389,7 @@ func (t *Transport) roundTripOnce(req *http.Request) (_ *http.Response, _ time.D
 				// No response, and the caller's context is done: the
 				// request may still be on its way to the server, which
 				// would count it after its end (internal/hold).
-				t.lat.Release(start, false, func() { l.Release(n) })
+				t.latency(req).Release(false, func() { l.Release(n) })
 			}
 		}
 	}()
@@ -371,15 +420,11 @@ func (t *Transport) roundTripOnce(req *http.Request) (_ *http.Response, _ time.D
 	sent := time.Now()
 	resp, err := send(t.baseRT(), req)
 	if err != nil {
-		// A base error while the context is live (a refused or reset
-		// connection) came after the server read the request or without
-		// it ever arriving; with the context done, the request may be
-		// on its way still.
-		answered = req.Context().Err() == nil
+		answered = !mayBeOnItsWay(req, err)
 		return nil, 0, false, err
 	}
 	if held {
-		t.lat.Add(time.Since(start))
+		t.latency(req).Add(time.Since(start))
 	}
 	headerThrottled := t.throttled(resp.StatusCode, resp.Header, nil)
 	_, handler := l.(throttleHandler)
@@ -590,6 +635,37 @@ func send(base http.RoundTripper, req *http.Request) (*http.Response, error) {
 		resp.Body = http.NoBody
 	}
 	return resp, nil
+}
+
+// mayBeOnItsWay reports whether the base's err, which came without a
+// response, may have left req on its way to the server, to arrive after
+// the request's end (internal/hold): the request's context is done (a
+// cancel, a deadline, http.Client.Timeout), or err is a timeout or a
+// context's error from below the Transport (a base's own per-attempt
+// context, http.Transport.ResponseHeaderTimeout) while the caller's
+// context is live. Other errors (a refused or reset connection, a body
+// whose Read failed, a base's own error) are taken as the end of a
+// request the server read or never got. http.Client.Timeout, with a
+// Transport it does not know (this one), both sets a context deadline and
+// closes the deprecated Request.Cancel at that deadline, and the base may
+// see the close first: a closed Cancel, or a deadline passed, counts too.
+func mayBeOnItsWay(req *http.Request, err error) bool {
+	if req.Context().Err() != nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	if d, ok := req.Context().Deadline(); ok && !time.Now().Before(d) {
+		return true
+	}
+	// Request.Cancel is deprecated, but http.Client closes it for its Timeout.
+	if req.Cancel != nil {
+		select {
+		case <-req.Cancel:
+			return true
+		default:
+		}
+	}
+	var te interface{ Timeout() bool }
+	return errors.As(err, &te) && te.Timeout()
 }
 
 // describe names a request in error messages without leaking URL passwords.

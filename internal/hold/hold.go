@@ -4,12 +4,14 @@
 // completion window) holds at a server that counts arrivals, whatever the
 // latency. A call that ends without one, cancelled by its caller while its
 // request was still in a writer's queue or on the wire, may reach the
-// server after its end; its release is held until its start plus Factor
+// server after its end; its release is held until its end plus Factor
 // times the longest time to a first reply among the last Samples calls
 // that got one (a request reaches the server before its reply leaves it),
 // at most Max, or Default before any call got a reply. This covers a
 // request delayed up to Factor times what the caller has seen, not an
-// unbounded one.
+// unbounded one. The hold counts from the end, not the start: a call
+// writes its request only after it got a connection (a dial, a TLS
+// handshake, several round trips) or a stream, any time up to its end.
 package hold
 
 import (
@@ -27,18 +29,20 @@ const (
 // Latency keeps the last Samples times to a first reply. The zero value
 // has none; it is safe for concurrent use and takes no lock.
 type Latency struct {
-	ring [Samples]atomic.Int64 // nanoseconds
-	next atomic.Uint64         // samples added
+	// ring holds each sample's nanoseconds plus 1, at most Max's: 0 is a
+	// slot an Add has taken (next) but not stored yet, which Hold skips.
+	ring [Samples]atomic.Int64
+	next atomic.Uint64 // samples added
 }
 
 // Add records d, the time from a call's start to its first reply (a
-// negative d, from a clock step, as 0).
+// negative d, from a clock step, as 0; one above Max as Max).
 func (l *Latency) Add(d time.Duration) {
 	i := l.next.Add(1) - 1
-	l.ring[i%Samples].Store(int64(max(d, 0)))
+	l.ring[i%Samples].Store(int64(min(max(d, 0), Max)) + 1)
 }
 
-// Hold returns how long after its start a call without a reply keeps its
+// Hold returns how long after its end a call without a reply keeps its
 // units: Factor × the longest sample kept, at most Max; Default with none.
 func (l *Latency) Hold() time.Duration {
 	n := min(l.next.Load(), Samples)
@@ -46,8 +50,14 @@ func (l *Latency) Hold() time.Duration {
 		return Default
 	}
 	var most time.Duration
+	stored := false
 	for i := range n {
-		most = max(most, time.Duration(l.ring[i].Load()))
+		if v := l.ring[i].Load(); v > 0 {
+			most, stored = max(most, time.Duration(v-1)), true
+		}
+	}
+	if !stored { // Adds under way, none stored yet
+		return Default
 	}
 	if most >= Max/Factor {
 		return Max
@@ -55,15 +65,18 @@ func (l *Latency) Hold() time.Duration {
 	return Factor * most
 }
 
-// Release calls release now when the call started at start got a reply
-// (answered) or its hold has passed, else on a timer when the hold passes;
-// it never waits.
-func (l *Latency) Release(start time.Time, answered bool, release func()) {
-	if !answered {
-		if wait := l.Hold() - time.Since(start); wait > 0 {
-			time.AfterFunc(wait, release)
-			return
-		}
+// Release calls release now when the call got a reply (answered), else on
+// a timer, Hold from now (the call's end); it never waits. A panic of
+// release called now goes on to the caller; one on the timer's goroutine,
+// where no caller could recover it and it would end the program, is
+// recovered and dropped.
+func (l *Latency) Release(answered bool, release func()) {
+	if answered {
+		release()
+		return
 	}
-	release()
+	time.AfterFunc(l.Hold(), func() {
+		defer func() { _ = recover() }()
+		release()
+	})
 }
