@@ -80,13 +80,14 @@
 //     arrival between its call's start and end) does not cover. So the
 //     interceptors hold the release of such an RPC until its end plus
 //     twice the longest time to a first reply among their last 64 RPCs
-//     to its target (ClientConn.Target; an interceptor keeps 1024
-//     targets, and holds an RPC to one past them 1 s) that got one (a
-//     request reaches the server before its reply leaves it), 1 s before
-//     any did, 10 s at most: from its end, not its start,
-//     as grpc-go writes the request only once it has a transport, whose
-//     dial may take several round trips. This covers a request delayed up to twice
-//     what the interceptor has seen, not an unbounded one: against a
+//     to its target that got one (a request reaches the server before
+//     its reply leaves it), 1 s before any did, 10 s at most. The hold
+//     counts from the end, not the start, as grpc-go writes the request
+//     only once it has a transport, whose dial may take several round
+//     trips. Targets are ClientConn.Target; an interceptor keeps 1024 of
+//     them and holds an RPC to one past them 1 s. This covers a request
+//     delayed up to twice what the interceptor has seen, not an unbounded
+//     one: against a
 //     strict server, a program that cancels RPCs in flight can also give
 //     the rule a sliding log with a margin (Rule.Window,
 //     window.NewSlidingLog).

@@ -13,10 +13,10 @@
 // http.Client.Timeout), or that fails by a timeout below the Transport (a
 // base's own per-attempt context, http.Transport.ResponseHeaderTimeout),
 // may still be on its way to the server, which would count it after its
-// release; its weight is released, on a timer (RoundTrip
-// returns at once), twice the longest time to a response among the
-// Transport's last 64 requests to its host after RoundTrip's end, 1 s before any, 10 s
-// at most.
+// release. Its weight is released on a timer (RoundTrip returns at once)
+// after twice the longest time to a response among the Transport's last 64
+// requests to its host, counted from RoundTrip's end: 1 s before any such
+// response, 10 s at most.
 //
 // When the server answers 429 Too Many Requests or 418 I'm a Teapot (used by
 // some exchanges, e.g. Binance, for an IP ban), the transport pauses the
