@@ -84,11 +84,11 @@
 //     its reply leaves it), 1 s before any did, 10 s at most. The hold
 //     counts from the end, not the start, as grpc-go writes the request
 //     only once it has a transport, whose dial may take several round
-//     trips. Targets are ClientConn.Target; an interceptor keeps 1024 of
-//     them and holds an RPC to one past them 1 s. This covers a request
-//     delayed up to twice what the interceptor has seen, not an unbounded
-//     one: against a
-//     strict server, a program that cancels RPCs in flight can also give
+//     trips. Targets are ClientConn.Target; the interceptors of one Pool
+//     (unary and stream) share these times, for 1024 targets, and hold an
+//     RPC to a target past them 1 s. This covers a request delayed up to
+//     twice what the interceptors have seen, not an unbounded one: against
+//     a strict server, a program that cancels RPCs in flight can also give
 //     the rule a sliding log with a margin (Rule.Window,
 //     window.NewSlidingLog).
 //   - A plain HTTP reply from a proxy that does not speak gRPC reaches the

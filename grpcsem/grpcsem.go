@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"weak"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -216,17 +217,26 @@ func header(md metadata.MD) http.Header {
 	return h
 }
 
-// limiter is what both interceptors share.
+// limiter is what an interceptor keeps.
 type limiter struct {
 	pool *clientpool.Pool
 	cfg  config
-	// lats holds, per target (ClientConn.Target), the times to a first
-	// reply, for the hold of RPCs without one: a *hold.Latency for each of
-	// at most maxHoldTargets targets, counted by nlats. Per target, so that
-	// a near target's fast replies do not push a far one's out of the ring.
-	lats  sync.Map
-	nlats atomic.Int64
+	lat  *latencies // shared by every interceptor of pool (poolLatencies)
 }
+
+// latencies holds, per target (ClientConn.Target), the times to a first
+// reply, for the hold of RPCs without one: a *hold.Latency for each of at
+// most maxHoldTargets targets, counted by n. Per target, so that a near
+// target's fast replies do not push a far one's out of the ring.
+type latencies struct {
+	m sync.Map
+	n atomic.Int64
+}
+
+// poolLatencies maps a weak pointer to a Pool to the latencies its
+// interceptors share, so that a unary RPC's reply teaches the hold of a
+// stream to the same target; an entry goes when its Pool is collected.
+var poolLatencies sync.Map // weak.Pointer[clientpool.Pool] -> *latencies
 
 // maxHoldTargets is the most targets an interceptor keeps times to a first
 // reply for; an RPC to a target past them is held hold.Default (as one to
@@ -237,15 +247,15 @@ const maxHoldTargets = 1024
 // one of the first maxHoldTargets, else a fresh one (hold.Default). It is
 // safe for concurrent use and never blocks.
 func (l *limiter) latency(target string) *hold.Latency {
-	if v, ok := l.lats.Load(target); ok {
+	if v, ok := l.lat.m.Load(target); ok {
 		return v.(*hold.Latency)
 	}
-	if l.nlats.Load() >= maxHoldTargets {
+	if l.lat.n.Load() >= maxHoldTargets {
 		return new(hold.Latency)
 	}
-	v, loaded := l.lats.LoadOrStore(target, new(hold.Latency))
+	v, loaded := l.lat.m.LoadOrStore(target, new(hold.Latency))
 	if !loaded {
-		l.nlats.Add(1)
+		l.lat.n.Add(1)
 	}
 	return v.(*hold.Latency)
 }
@@ -255,6 +265,12 @@ func newLimiter(p *clientpool.Pool, opts []Option) *limiter {
 		panic("grpcsem: nil *clientpool.Pool")
 	}
 	l := &limiter{pool: p}
+	key := weak.Make(p)
+	v, loaded := poolLatencies.LoadOrStore(key, new(latencies))
+	if !loaded {
+		runtime.AddCleanup(p, func(k weak.Pointer[clientpool.Pool]) { poolLatencies.Delete(k) }, key)
+	}
+	l.lat = v.(*latencies)
 	for _, o := range opts {
 		if o != nil {
 			o(&l.cfg)
