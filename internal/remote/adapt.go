@@ -428,8 +428,9 @@ func satMul(d time.Duration, n int64) time.Duration {
 // AdaptCeiling stores the fleet's ceilings of b (b.Set with b.Force:
 // SetLimit on an adaptive rule; b.Learned: a limit the key learned from a
 // reply) with the adaptive level of c's limiter in scope, kept in Redis,
-// and returns the level now in force (units per c.Spec's Per): one round
-// trip, bounded by the Redis timeout and ctx, on the caller's goroutine;
+// and returns the level now in force (units per c.Spec's Per; the level
+// of a report sent after it whose answer came first, when one did: that
+// answer is fresher): one round trip, bounded by the Redis timeout and ctx, on the caller's goroutine;
 // the level comes down to the ceiling at once if above, and is stored as
 // the limiter's limit for every process. When the level changed, this
 // process forgets what it learned of the limiter's next admission and
@@ -449,6 +450,19 @@ func (e *Engine) AdaptCeiling(ctx context.Context, scope string, c rspec.Charge,
 		lv  rspec.AdaptLevel
 		err error
 	}
+	k := limKey{scope, c.Rule, c.Key}
+	a := &e.ad
+	// Numbered with the reports (report): an answer of a report sent
+	// after this round trip and answered first is fresher than this one.
+	a.mu.Lock()
+	q := a.m[k]
+	if q == nil {
+		q = a.queueLocked(k, c, b, time.Now())
+		q.bounds = rspec.AdaptBounds{} // the reports set theirs (b forces a ceiling)
+	}
+	q.sent++
+	seq := q.sent
+	a.mu.Unlock()
 	r, left := bounded(e, ctx, e.cfg.Timeout, nil, func(octx context.Context) res {
 		lv, err := ad.AdaptAll(octx, scope, c, b, rspec.AdaptEvent{})
 		return res{lv, err}
@@ -465,16 +479,15 @@ func (e *Engine) AdaptCeiling(ctx context.Context, scope string, c rspec.Charge,
 		return 0, e.unavailable(err)
 	}
 	e.markUp()
-	k := limKey{scope, c.Rule, c.Key}
-	a := &e.ad
 	a.mu.Lock()
-	changed := true
-	if q := a.m[k]; q != nil {
-		changed = q.n != r.lv.N
-		q.n, q.cyc = r.lv.N, r.lv.Cycled
+	n := r.lv.N
+	changed := false
+	if seq > q.answered {
+		changed = q.n != n
+		q.n, q.cyc = n, r.lv.Cycled
 		// A report sent before this round trip is answered with an older
 		// state when it ran first: not fresh any more (report).
-		q.answered = q.sent
+		q.answered = seq
 		if r.lv.Changed.After(q.since) {
 			q.since = r.lv.Changed
 			if q.cur.count > 0 && q.cur.start.Before(q.since) {
@@ -482,10 +495,15 @@ func (e *Engine) AdaptCeiling(ctx context.Context, scope string, c rspec.Charge,
 				q.cur = adaptGroup{}
 			}
 		}
+	} else {
+		// A report (or a ceiling) sent after this round trip was answered
+		// first, with a fresher state: its level is the one in force, and
+		// what it changed was forgotten then.
+		n = q.n
 	}
 	a.mu.Unlock()
 	if changed {
 		e.forget(scope, c)
 	}
-	return r.lv.N, nil
+	return n, nil
 }

@@ -1,0 +1,147 @@
+package remote
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/ratesem/ratesem/internal/rspec"
+	"github.com/ratesem/ratesem/internal/rstore"
+	"github.com/ratesem/ratesem/redistest"
+	"github.com/ratesem/ratesem/window"
+)
+
+// orevHook holds the reply of the next script call, once armed: Redis
+// runs it at once, its answer reaches the caller when hold is closed (as
+// adapt_ceiling_test.go's replyHook).
+type orevHook struct {
+	mu    sync.Mutex
+	armed bool
+	ran   chan struct{} // gets a value when the held call has run in Redis
+	hold  chan struct{}
+}
+
+func (h *orevHook) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+func (h *orevHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return next
+}
+func (h *orevHook) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error {
+		h.mu.Lock()
+		held := h.armed && strings.HasPrefix(cmd.Name(), "eval")
+		if held {
+			h.armed = false
+		}
+		h.mu.Unlock()
+		err := next(ctx, cmd)
+		if held {
+			h.ran <- struct{}{}
+			<-h.hold
+		}
+		return err
+	}
+}
+
+func (h *orevHook) arm() {
+	h.mu.Lock()
+	h.armed = true
+	h.mu.Unlock()
+}
+
+// orevEngine returns an engine on a fresh Redis whose client carries h.
+func orevEngine(t *testing.T, h *orevHook) *Engine {
+	t.Helper()
+	srv := redistest.Start(t)
+	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { c.Close() })
+	c.AddHook(h)
+	st, err := rstore.New(c, "orev", rstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := New(Config{Store: st, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close() })
+	return e
+}
+
+// TestOrevCeilingAnswerOlderThanThrottle: SetLimit's ceiling
+// (AdaptCeiling) runs in Redis (level 10) and its answer is held; a
+// throttle of a call admitted after it then cuts the level below 10 and
+// is answered first. The ceiling's answer, older, must not bring this
+// process's level back to 10: AdaptCeiling returns the latest level known
+// (what adaptSetLimit hands to the key's level), and the next report's
+// queue keeps the cut.
+func TestOrevCeilingAnswerOlderThanThrottle(t *testing.T) {
+	h := &orevHook{ran: make(chan struct{}, 1), hold: make(chan struct{})}
+	e := orevEngine(t, h)
+	ctx := context.Background()
+	ch := rspec.Charge{Rule: "r", Key: "k", Spec: &rspec.Spec{Kind: rspec.Completion, Limit: window.Limit{N: 40, Per: time.Second}}, Weight: 1}
+	b := rspec.AdaptBounds{Floor: 2, Ceiling: 40, Start: 40}
+	// The script loaded, and k's queue made, by a first report.
+	o, err := e.Decide(ctx, "s", []rspec.Charge{ch})
+	if err != nil || o.Call == nil {
+		t.Fatalf("admission: %+v %v", o, err)
+	}
+	first := make(chan int64, 1)
+	if err := e.AdaptSuccess("s", ch, b, o.Call.Start(), time.Millisecond, 1, func(n int64, _ error) { first <- n }); err != nil {
+		t.Fatal(err)
+	}
+	o.Call.Release()
+	if n := <-first; n != 40 {
+		t.Fatalf("first report: level %d, want 40", n)
+	}
+
+	h.arm()
+	set := b
+	set.Set, set.Force = 10, true
+	type res struct {
+		n   int64
+		err error
+	}
+	ceil := make(chan res, 1)
+	go func() {
+		n, err := e.AdaptCeiling(ctx, "s", ch, set)
+		ceil <- res{n, err}
+	}()
+	<-h.ran // the ceiling ran in Redis: level 10; its answer is held
+
+	o, err = e.Decide(ctx, "s", []rspec.Charge{ch}) // admitted after the ceiling
+	if err != nil || o.Call == nil {
+		t.Fatalf("admission: %+v %v", o, err)
+	}
+	cut := make(chan int64, 1)
+	if err := e.AdaptThrottle("s", ch, b, o.Call.Start(), func(n int64, err error) {
+		if err != nil {
+			t.Error(err)
+		}
+		cut <- n
+	}); err != nil {
+		t.Fatal(err)
+	}
+	o.Call.Release()
+	n := <-cut
+	if n < 2 || n >= 10 {
+		t.Fatalf("the throttle after the ceiling: level %d, want a cut below 10", n)
+	}
+	close(h.hold) // the ceiling's answer (10) arrives now
+	r := <-ceil
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if r.n != n {
+		t.Fatalf("AdaptCeiling answered after a fresher throttle (level %d): returned %d, want %d", n, r.n, n)
+	}
+	e.ad.mu.Lock()
+	qn := e.ad.m[limKey{"s", "r", "k"}].n
+	e.ad.mu.Unlock()
+	if qn != n {
+		t.Fatalf("the queue's level after the older ceiling's answer: %d, want %d", qn, n)
+	}
+}
