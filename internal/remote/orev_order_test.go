@@ -15,7 +15,7 @@ import (
 	"github.com/ratesem/ratesem/window"
 )
 
-// orevHook holds the reply of the next script call, once armed: Redis
+// orevHook holds the reply of the next script call or pipeline, once armed: Redis
 // runs it at once, its answer reaches the caller when hold is closed (as
 // adapt_ceiling_test.go's replyHook).
 type orevHook struct {
@@ -27,7 +27,18 @@ type orevHook struct {
 
 func (h *orevHook) DialHook(next goredis.DialHook) goredis.DialHook { return next }
 func (h *orevHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
-	return next
+	return func(ctx context.Context, cmds []goredis.Cmder) error {
+		h.mu.Lock()
+		held := h.armed
+		h.armed = false
+		h.mu.Unlock()
+		err := next(ctx, cmds)
+		if held {
+			h.ran <- struct{}{}
+			<-h.hold
+		}
+		return err
+	}
 }
 func (h *orevHook) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
 	return func(ctx context.Context, cmd goredis.Cmder) error {
@@ -144,4 +155,52 @@ func TestOrevCeilingAnswerOlderThanThrottle(t *testing.T) {
 	if qn != n {
 		t.Fatalf("the queue's level after the older ceiling's answer: %d, want %d", qn, n)
 	}
+}
+
+// TestOrevRefusalOlderThanSetLimit: an admission is refused in Redis
+// under N = 1 (its wait: the rest of a 10 s window) and its answer is
+// held; SetLimit then stores N = 5 and is answered, and this process
+// forgets the refusals it learned. The refusal's answer, older than the
+// SetLimit, must not be learned after it: the next decision asks Redis,
+// which admits under N = 5, rather than waiting out the old window.
+func TestOrevRefusalOlderThanSetLimit(t *testing.T) {
+	h := &orevHook{ran: make(chan struct{}, 1), hold: make(chan struct{})}
+	e := orevEngine(t, h)
+	ctx := context.Background()
+	ch := rspec.Charge{Rule: "r", Key: "k", Spec: &rspec.Spec{Kind: rspec.FixedWindow, Limit: window.Limit{N: 1, Per: 10 * time.Second}}, Weight: 1}
+	o, err := e.Decide(ctx, "s", []rspec.Charge{ch})
+	if err != nil || o.Call == nil {
+		t.Fatalf("first admission: %+v %v", o, err)
+	}
+	defer o.Call.Release()
+
+	h.arm()
+	type res struct {
+		o   Outcome
+		err error
+	}
+	second := make(chan res, 1)
+	go func() {
+		o, err := e.Decide(ctx, "s", []rspec.Charge{ch})
+		second <- res{o, err}
+	}()
+	<-h.ran // refused in Redis under N = 1; the answer is held
+	set := ch
+	set.Spec = &rspec.Spec{Kind: rspec.FixedWindow, Limit: window.Limit{N: 5, Per: 10 * time.Second}}
+	if err := e.SetLimit(ctx, "s", set); err != nil {
+		t.Fatal(err)
+	}
+	close(h.hold)
+	r := <-second
+	if r.err != nil || r.o.Call != nil || r.o.At.IsZero() {
+		t.Fatalf("the held admission: %+v %v, want a refusal", r.o, r.err)
+	}
+	o3, err := e.Decide(ctx, "s", []rspec.Charge{set})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o3.Call == nil {
+		t.Fatalf("after SetLimit(5) with 1 of 5 taken: refused until %v from a refusal Redis made under N = 1, want an admission", time.Until(o3.At).Round(time.Millisecond))
+	}
+	o3.Call.Release()
 }
