@@ -77,6 +77,11 @@ type adaptQ struct {
 	answered uint64             // the number of the latest report whose answer n, cyc and since hold
 	c        rspec.Charge
 	bounds   rspec.AdaptBounds
+	// tell orders the thens of q's reports (report): held while one is
+	// told the latest level and runs, so that a then told an older level
+	// never runs after one told a newer (the engine applies the level it
+	// is told).
+	tell sync.Mutex
 }
 
 // adaptGroup is successes queued: their count, the earliest admission
@@ -133,7 +138,9 @@ func (c *Call) Start() time.Time {
 // after a report this call sent (the successes of the calls that sent
 // none are in it), or the latest level known when a fresher answer (of
 // another report, or of AdaptCeiling) came first, on a goroutine of the
-// engine, outside any lock; when
+// engine, outside the engine's locks; the thens of one limiter's reports
+// run one at a time, each told the latest level when it starts (a then
+// told an older level never runs after one told a newer); when
 // the level changed, this process
 // also forgets what it learned of the limiter's next admission and calls
 // Config.OnRoom (as after SetLimit). A success with a zero start (the
@@ -375,16 +382,20 @@ func (e *Engine) report(k limKey, q *adaptQ, evs []rspec.AdaptEvent, succ bool, 
 			// first report's successes queued meanwhile saw no level)
 			e.flushLaterLocked(k, q, time.Now())
 		}
-		if err == nil && !fresh {
-			n = q.n // the caller is told the latest level, not the older answer's
-		}
 		a.mu.Unlock()
 		if changed {
 			e.forget(k.scope, c)
 		}
 		if then != nil {
-			if err != nil {
-				n = 0
+			q.tell.Lock()
+			defer q.tell.Unlock()
+			n = 0
+			if err == nil {
+				// the latest level, not the older answer's when a fresher
+				// one came first (or came since: its then runs after)
+				a.mu.Lock()
+				n = q.n
+				a.mu.Unlock()
 			}
 			then(n, err)
 		}

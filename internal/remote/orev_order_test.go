@@ -204,3 +204,92 @@ func TestOrevRefusalOlderThanSetLimit(t *testing.T) {
 	}
 	o3.Call.Release()
 }
+
+// TestOrevThenToldInOrder: a report's answer (40) is told to its caller's
+// then, which takes its time to apply it; meanwhile a throttle's answer
+// cuts the level. The level applied last must be the cut: a then told an
+// answer runs before the then of any answer taken in after it, and tells
+// the latest level known. (Before, the throttle's then ran at once and the
+// slow then applied 40 after it, as the engine's adapted callbacks, which
+// run outside any lock, could.)
+func TestOrevThenToldInOrder(t *testing.T) {
+	h := &orevHook{ran: make(chan struct{}, 1), hold: make(chan struct{})}
+	e := orevEngine(t, h)
+	ctx := context.Background()
+	ch := rspec.Charge{Rule: "r", Key: "k", Spec: &rspec.Spec{Kind: rspec.Completion, Limit: window.Limit{N: 40, Per: time.Second}}, Weight: 1}
+	b := rspec.AdaptBounds{Floor: 2, Ceiling: 40, Start: 40}
+	o, err := e.Decide(ctx, "s", []rspec.Charge{ch})
+	if err != nil || o.Call == nil {
+		t.Fatalf("admission: %+v %v", o, err)
+	}
+	start := o.Call.Start()
+	o.Call.Release()
+
+	var mu sync.Mutex
+	var applied []int64
+	apply := func(n int64) {
+		mu.Lock()
+		applied = append(applied, n)
+		mu.Unlock()
+	}
+	called, slow := make(chan int64, 1), make(chan struct{})
+	if err := e.AdaptSuccess("s", ch, b, start, time.Millisecond, 1, func(n int64, _ error) {
+		called <- n
+		<-slow // applied late
+		apply(n)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if n := <-called; n != 40 {
+		t.Fatalf("the report: level %d, want 40", n)
+	}
+	if err := e.AdaptThrottle("s", ch, b, start, func(n int64, _ error) { apply(n) }); err != nil {
+		t.Fatal(err)
+	}
+	k := limKey{"s", "r", "k"}
+	for {
+		e.ad.mu.Lock()
+		done := e.ad.m[k].answered == 2
+		e.ad.mu.Unlock()
+		if done {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// Room for the throttle's then to run now if it may (before the fix,
+	// it did): not needed for the outcome with the fix.
+	for i := 0; i < 200; i++ {
+		mu.Lock()
+		k := len(applied)
+		mu.Unlock()
+		if k > 0 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(slow)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		mu.Lock()
+		k := len(applied)
+		mu.Unlock()
+		if k == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the thens never ran")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	e.ad.mu.Lock()
+	qn := e.ad.m[k].n
+	e.ad.mu.Unlock()
+	mu.Lock()
+	defer mu.Unlock()
+	if qn >= 40 {
+		t.Fatalf("the throttle did not cut: level %d", qn)
+	}
+	if last := applied[len(applied)-1]; last != qn {
+		t.Fatalf("applied in order %v: the last applied is %d, the level Redis answered last %d", applied, last, qn)
+	}
+}
