@@ -102,6 +102,7 @@ func redisChargesLocked(hs []held) []rspec.Charge {
 			hd.cut = w != hd.n
 		}
 		hd.recAtAdmit, hd.usedAtAdmit = w, 0
+		hd.specGen = l.state().specGen
 		if spec.Kind.NativeInFlightCap() || spec.Concurrency > 0 || spec.Kind == rspec.Quota {
 			hd.usedAtAdmit = 1
 		}
@@ -126,6 +127,12 @@ func (p *Engine) adoptLocked(hs []held, call *remote.Call) {
 			continue
 		}
 		if l.rule.Learn == nil || l.ad != nil || s == *unknownSpec || !l.unknown && s == *l.redisSpec() {
+			continue
+		}
+		if fb := l.state(); fb.specStoring > 0 || fb.specGen != hs[i].specGen {
+			// decided under a limit stored before the one this process
+			// learned since (or is storing): the older answer is not
+			// taken in; the next admission adopts what Redis then keeps
 			continue
 		}
 		p.setKeySpecLocked(l, s)
@@ -204,6 +211,9 @@ func (m *redisMode) learn(t *Ticket, hd *held, in Learned, date time.Time) {
 	if s, ok := learnedSpec(rs, l.redisSpec(), in); ok && (l.unknown || s != *l.redisSpec()) {
 		p.setKeySpecLocked(l, s)
 		share = true
+		fb := l.feedback()
+		fb.specGen++
+		fb.specStoring++
 	}
 	spec, unknown, key := l.redisSpec(), l.unknown, l.key
 	resetIn, own, tok := reportLocked(rs, t, hd, in, date, now)
@@ -212,6 +222,11 @@ func (m *redisMode) learn(t *Ticket, hd *held, in Learned, date time.Time) {
 	stored := false
 	if share {
 		stored = m.eng.SetLimit(context.Background(), m.scope, c) == nil
+		p.mu.Lock()
+		fb := l.feedback()
+		fb.specGen++ // the admissions built while it was stored are older too
+		fb.specStoring--
+		p.mu.Unlock()
 	}
 	if unknown || in.Remaining < 0 {
 		return

@@ -161,9 +161,17 @@ type feedback struct {
 	adFollow bool
 	// spec is, in Redis mode, the limit the key learned or adopted
 	// (Rule.Learn; see redisSpec); nil: the rule's.
-	spec      *rspec.Spec
-	throttles uint32 // throttles of this key, ever (wrapping)
-	streak    uint8  // throttles in a row without a usable Retry-After
+	spec *rspec.Spec
+	// specGen numbers, in Redis mode, the limits this key learned from a
+	// reply (redisMode.learn: counted when learned and when stored), and
+	// specStoring counts those being stored in Redis: an admission whose
+	// charges were built before (held.specGen) or answered meanwhile was
+	// decided under an older stored limit, which adoptLocked does not
+	// take in.
+	specGen     uint64
+	specStoring int
+	throttles   uint32 // throttles of this key, ever (wrapping)
+	streak      uint8  // throttles in a row without a usable Retry-After
 }
 
 // feedback returns l's feedback state, creating it.
@@ -199,13 +207,14 @@ type held struct {
 	usedAtAdmit, recAtAdmit int64
 	thrAtAdmit              uint32 // lim.throttles at admission
 	marked                  bool
-	over                    bool  // heavier than the key's learned limit: admitted alone as n = that limit (learnedFit)
-	reported                bool  // marked, and a usage report of this call was taken in
-	settled                 bool  // Ticket.Settle named this charge's rule
-	unreadSaid              bool  // Ticket.BodyUnread reported it (an Unsettled event, once)
-	unrep                   bool  // counted in its key's feedback.unreported (Rule.Learn; see budgetLocked)
-	cut                     bool  // Redis mode: charged less than n there (a key not learned, a learned limit); released settled at n
-	actual                  int64 // the settled weight, when settled
+	over                    bool   // heavier than the key's learned limit: admitted alone as n = that limit (learnedFit)
+	reported                bool   // marked, and a usage report of this call was taken in
+	settled                 bool   // Ticket.Settle named this charge's rule
+	unreadSaid              bool   // Ticket.BodyUnread reported it (an Unsettled event, once)
+	unrep                   bool   // counted in its key's feedback.unreported (Rule.Learn; see budgetLocked)
+	cut                     bool   // Redis mode: charged less than n there (a key not learned, a learned limit); released settled at n
+	specGen                 uint64 // Redis mode: lim's feedback.specGen when its charge was built (redisChargesLocked)
+	actual                  int64  // the settled weight, when settled
 }
 
 // qnode is a waiting call's place on one of its limiters: nodes[i] of a

@@ -666,23 +666,39 @@ func (m *redisMode) setLimit(rs *ruleState, l window.Limit) error {
 	rs.spec, rs.setHere = spec, true
 	rs.learning, rs.unknown = false, false
 	keys := make([]string, 0, len(rs.keys))
+	var stores []*limiter // keys of a rule with Learn: see feedback.specGen
 	for k, l := range rs.keys {
 		keys = append(keys, k)
 		l.unknown = false
 		if l.fb != nil {
 			l.fb.spec = nil // the limit set here, not one learned
 		}
+		if rs.Learn != nil {
+			fb := l.feedback()
+			fb.specGen++ // an admission decided before adopts no older limit
+			fb.specStoring++
+			stores = append(stores, l)
+		}
 	}
 	p.mu.Unlock()
+	var serr error
 	for _, k := range keys {
-		if err := m.eng.SetLimit(context.Background(), m.scope, rspec.Charge{Rule: rs.Name, Key: redisKey(k), Spec: spec}); err != nil {
-			return fmt.Errorf("%w (SetLimit(%q, %v): key %q)", err, rs.Name, l, k)
+		if e := m.eng.SetLimit(context.Background(), m.scope, rspec.Charge{Rule: rs.Name, Key: redisKey(k), Spec: spec}); e != nil {
+			serr = fmt.Errorf("%w (SetLimit(%q, %v): key %q)", e, rs.Name, l, k)
+			break
 		}
 	}
 	// The waiters ask again under the new limit (those it can never
 	// admit fail).
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	for _, l := range stores {
+		l.fb.specGen++ // nor one built while it was stored
+		l.fb.specStoring--
+	}
+	if serr != nil {
+		return serr
+	}
 	p.refitLocked(rs, p.now())
 	return nil
 }

@@ -77,6 +77,11 @@ type adaptQ struct {
 	answered uint64             // the number of the latest report whose answer n, cyc and since hold
 	c        rspec.Charge
 	bounds   rspec.AdaptBounds
+	// tell orders the thens of q's reports (report): held while one is
+	// told the latest level and runs, so that a then told an older level
+	// never runs after one told a newer (the engine applies the level it
+	// is told).
+	tell sync.Mutex
 }
 
 // adaptGroup is successes queued: their count, the earliest admission
@@ -133,7 +138,9 @@ func (c *Call) Start() time.Time {
 // after a report this call sent (the successes of the calls that sent
 // none are in it), or the latest level known when a fresher answer (of
 // another report, or of AdaptCeiling) came first, on a goroutine of the
-// engine, outside any lock; when
+// engine, outside the engine's locks; the thens of one limiter's reports
+// run one at a time, each told the latest level when it starts (a then
+// told an older level never runs after one told a newer); when
 // the level changed, this process
 // also forgets what it learned of the limiter's next admission and calls
 // Config.OnRoom (as after SetLimit). A success with a zero start (the
@@ -375,16 +382,20 @@ func (e *Engine) report(k limKey, q *adaptQ, evs []rspec.AdaptEvent, succ bool, 
 			// first report's successes queued meanwhile saw no level)
 			e.flushLaterLocked(k, q, time.Now())
 		}
-		if err == nil && !fresh {
-			n = q.n // the caller is told the latest level, not the older answer's
-		}
 		a.mu.Unlock()
 		if changed {
 			e.forget(k.scope, c)
 		}
 		if then != nil {
-			if err != nil {
-				n = 0
+			q.tell.Lock()
+			defer q.tell.Unlock()
+			n = 0
+			if err == nil {
+				// the latest level, not the older answer's when a fresher
+				// one came first (or came since: its then runs after)
+				a.mu.Lock()
+				n = q.n
+				a.mu.Unlock()
 			}
 			then(n, err)
 		}
@@ -428,8 +439,9 @@ func satMul(d time.Duration, n int64) time.Duration {
 // AdaptCeiling stores the fleet's ceilings of b (b.Set with b.Force:
 // SetLimit on an adaptive rule; b.Learned: a limit the key learned from a
 // reply) with the adaptive level of c's limiter in scope, kept in Redis,
-// and returns the level now in force (units per c.Spec's Per): one round
-// trip, bounded by the Redis timeout and ctx, on the caller's goroutine;
+// and returns the level now in force (units per c.Spec's Per; the level
+// of a report sent after it whose answer came first, when one did: that
+// answer is fresher): one round trip, bounded by the Redis timeout and ctx, on the caller's goroutine;
 // the level comes down to the ceiling at once if above, and is stored as
 // the limiter's limit for every process. When the level changed, this
 // process forgets what it learned of the limiter's next admission and
@@ -449,6 +461,19 @@ func (e *Engine) AdaptCeiling(ctx context.Context, scope string, c rspec.Charge,
 		lv  rspec.AdaptLevel
 		err error
 	}
+	k := limKey{scope, c.Rule, c.Key}
+	a := &e.ad
+	// Numbered with the reports (report): an answer of a report sent
+	// after this round trip and answered first is fresher than this one.
+	a.mu.Lock()
+	q := a.m[k]
+	if q == nil {
+		q = a.queueLocked(k, c, b, time.Now())
+		q.bounds = rspec.AdaptBounds{} // the reports set theirs (b forces a ceiling)
+	}
+	q.sent++
+	seq := q.sent
+	a.mu.Unlock()
 	r, left := bounded(e, ctx, e.cfg.Timeout, nil, func(octx context.Context) res {
 		lv, err := ad.AdaptAll(octx, scope, c, b, rspec.AdaptEvent{})
 		return res{lv, err}
@@ -465,16 +490,15 @@ func (e *Engine) AdaptCeiling(ctx context.Context, scope string, c rspec.Charge,
 		return 0, e.unavailable(err)
 	}
 	e.markUp()
-	k := limKey{scope, c.Rule, c.Key}
-	a := &e.ad
 	a.mu.Lock()
-	changed := true
-	if q := a.m[k]; q != nil {
-		changed = q.n != r.lv.N
-		q.n, q.cyc = r.lv.N, r.lv.Cycled
+	n := r.lv.N
+	changed := false
+	if seq > q.answered {
+		changed = q.n != n
+		q.n, q.cyc = n, r.lv.Cycled
 		// A report sent before this round trip is answered with an older
 		// state when it ran first: not fresh any more (report).
-		q.answered = q.sent
+		q.answered = seq
 		if r.lv.Changed.After(q.since) {
 			q.since = r.lv.Changed
 			if q.cur.count > 0 && q.cur.start.Before(q.since) {
@@ -482,10 +506,15 @@ func (e *Engine) AdaptCeiling(ctx context.Context, scope string, c rspec.Charge,
 				q.cur = adaptGroup{}
 			}
 		}
+	} else {
+		// A report (or a ceiling) sent after this round trip was answered
+		// first, with a fresher state: its level is the one in force, and
+		// what it changed was forgotten then.
+		n = q.n
 	}
 	a.mu.Unlock()
 	if changed {
 		e.forget(scope, c)
 	}
-	return r.lv.N, nil
+	return n, nil
 }

@@ -77,7 +77,8 @@ type trip struct {
 	reqs   []*req
 	by     []time.Time
 	ends   []*Call
-	handed bool // the scope's queue was handed on (under Engine.mu)
+	handed bool   // the scope's queue was handed on (under Engine.mu)
+	epoch  uint64 // Engine.forgets when it was built, before it was sent (staleLocked)
 }
 
 // join sends w's admission in a round trip of its scope shared with the
@@ -167,7 +168,7 @@ func (e *Engine) leaveReq(r *req) bool {
 // longer busy, when the queue has nothing to send. e.mu must be held.
 func (e *Engine) nextTripLocked(scope string, q *scopeQ) *trip {
 	now := time.Now()
-	t := &trip{scope: scope, q: q}
+	t := &trip{scope: scope, q: q, epoch: e.forgets}
 	i := 0
 	for ; i < len(q.q) && len(t.reqs) < batchMax; i++ {
 		r := q.q[i]
@@ -182,6 +183,7 @@ func (e *Engine) nextTripLocked(scope string, q *scopeQ) *trip {
 			continue
 		}
 		r.state = reqSent
+		r.w.epoch, r.w.trip = t.epoch, t
 		by := now.Add(e.cfg.Timeout)
 		if dl, ok := r.ctx.Deadline(); ok && dl.Before(by) {
 			by = dl
@@ -234,7 +236,7 @@ func (e *Engine) start(t *trip) {
 // unreachable once, its callers go to the fallback, its releases count as
 // failed; the scope's queue is handed on.
 func (e *Engine) fail(t *trip, cause error) {
-	e.endsDone(t.ends, nil, cause)
+	e.endsDone(t.ends, nil, cause, nil)
 	e.mu.Lock()
 	out := e.takeSentLocked(t)
 	e.mu.Unlock()
@@ -332,7 +334,7 @@ func (e *Engine) send1(t *trip) *trip {
 	timer.Stop()
 	// The releases first: what they freed is forgotten before the
 	// refusals of the admissions are learned.
-	e.endsDone(t.ends, eerrs, err)
+	e.endsDone(t.ends, eerrs, err, t)
 	if err == nil && len(t.ends) > 0 {
 		// As a release's answer (the admissions' answers mark it up as
 		// their callers take them: a late one, refused in Redis, does
@@ -403,8 +405,10 @@ func (e *Engine) expire(t *trip) {
 // endsDone records the outcome of the releases cs sent in one round trip:
 // errs[i] is cs[i]'s (nil when the round trip failed with err, or cs were
 // dropped: err is then errDropped). It calls each one's sent callback and,
-// when its units left Redis, Config.OnRoom.
-func (e *Engine) endsDone(cs []*Call, errs []error, err error) {
+// when its units left Redis, Config.OnRoom. t is the round trip of
+// admissions they rode with (their forgets leave its refusals learnable:
+// forgetByLocked), nil when none.
+func (e *Engine) endsDone(cs []*Call, errs []error, err error, t *trip) {
 	if len(cs) == 0 {
 		return
 	}
@@ -428,7 +432,7 @@ func (e *Engine) endsDone(cs []*Call, errs []error, err error) {
 			// have named a later instant than the room its end (a
 			// refund, a settlement to less) makes: ask Redis again.
 			for _, ch := range c.cs {
-				e.forgetLocked(c.scope, ch)
+				e.forgetByLocked(c.scope, ch, t)
 			}
 		}
 		oks[i] = err == nil && (ce == nil || lost)
@@ -452,7 +456,7 @@ var errDropped = errors.New("release dropped")
 // lateGrace and cut short when Close gives up on the queue.
 func (e *Engine) sendEnds(cs []*Call) {
 	if e.flushCtx.Err() != nil { // Close gave up on the queue
-		e.endsDone(cs, nil, errDropped)
+		e.endsDone(cs, nil, errDropped, nil)
 		return
 	}
 	// Nobody waits for it: a release late by up to lateGrace still frees
@@ -469,7 +473,7 @@ func (e *Engine) sendEnds(cs []*Call) {
 				err = e.st.Release(ctx, c.scope, c.cs, c.token)
 			}
 			e.roundTrip(err)
-			e.endsDone([]*Call{c}, []error{err}, nil)
+			e.endsDone([]*Call{c}, []error{err}, nil, nil)
 		}
 		return
 	}
@@ -485,5 +489,5 @@ func (e *Engine) sendEnds(cs []*Call) {
 		}
 	}
 	e.roundTrip(bad)
-	e.endsDone(cs, errs, err)
+	e.endsDone(cs, errs, err, nil)
 }

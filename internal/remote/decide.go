@@ -104,6 +104,11 @@ func (e *Engine) ask(ctx context.Context, b batcher, scope string, ws []*waiter,
 	if dl, ok := ctx.Deadline(); ok && dl.Before(by) {
 		by = dl
 	}
+	e.mu.Lock()
+	for _, w := range ws {
+		w.epoch, w.trip = e.forgets, nil // before Redis runs it (staleLocked)
+	}
+	e.mu.Unlock()
 	a, left := bounded(e, ctx, timeout, e.closeCtx.Done(), func(octx context.Context) (r result) {
 		actx := rspec.WithAnswerBy(octx, by)
 		if b != nil {
@@ -377,6 +382,9 @@ func (e *Engine) learnLocked(w *waiter, d rspec.Decision, now time.Time) {
 	}
 	rec := now.Add(min(max(d.Wait, 0), e.cfg.MaxPause))
 	l := e.limLocked(limKey{w.scope, w.cs[ri].Rule, w.cs[ri].Key}, now)
+	if e.staleLocked(w, l) {
+		return // Redis may have made it before a forget answered since
+	}
 	if d.Paused {
 		if rec.After(l.paused) {
 			l.paused = rec

@@ -326,6 +326,12 @@ type limiter struct {
 	// could make room sooner). A new head uses it rather than asking again.
 	notBefore  time.Time
 	notBeforeN int64
+
+	// The latest forget (forgetByLocked): its number (Engine.forgets) and
+	// the round trip whose releases made it (nil: another's). A refusal
+	// Redis made before it is not learned after it (staleLocked).
+	forgot   uint64
+	forgotBy *trip
 }
 
 // waiter is one decision in progress (Decide, DecideAll).
@@ -334,6 +340,8 @@ type waiter struct {
 	cs    []rspec.Charge
 	local func() // the fallback's units held by the gate (Engine.gatedLocked), or nil
 	block bool   // a block's admission (viaBlock): never decided by the fallback
+	epoch uint64 // Engine.forgets when its latest round trip was sent (staleLocked)
+	trip  *trip  // that round trip, when it went with releases (join); nil: ask
 }
 
 // Engine waits for admissions decided in Redis. It is safe for concurrent
@@ -353,6 +361,8 @@ type Engine struct {
 	closed    bool
 	lims      map[limKey]*limiter // what this process learned of each limiter (limLocked)
 	sweepAt   int                 // len(lims) at which limLocked forgets the limiters that teach nothing
+	forgets   uint64              // the forgets so far (forgetByLocked): numbers them
+	sweptFor  uint64              // the latest forget of a limiter limLocked dropped
 	down      bool                // Redis taken as unreachable
 	downErr   error
 	nextProbe time.Time
@@ -1223,7 +1233,11 @@ func (e *Engine) limLocked(k limKey, now time.Time) *limiter {
 	}
 	if len(e.lims) >= e.sweepAt {
 		maps.DeleteFunc(e.lims, func(_ limKey, l *limiter) bool {
-			return !now.Before(l.paused) && !now.Before(l.notBefore)
+			drop := !now.Before(l.paused) && !now.Before(l.notBefore)
+			if drop {
+				e.sweptFor = max(e.sweptFor, l.forgot) // staleLocked still knows it
+			}
+			return drop
 		})
 		e.sweepAt = max(2*len(e.lims), 64)
 	}
@@ -1236,9 +1250,43 @@ func (e *Engine) limLocked(k limKey, now time.Time) *limiter {
 // this process: it asks Redis again at its next decision. e.mu must be
 // held.
 func (e *Engine) forgetLocked(scope string, c rspec.Charge) {
-	if l := e.lims[limKey{scope, c.Rule, c.Key}]; l != nil {
-		l.notBefore, l.notBeforeN = time.Time{}, 0
+	e.forgetByLocked(scope, c, nil)
+}
+
+// forgetByLocked is forgetLocked for a release of the round trip t (nil:
+// anything else). It numbers the forget: a refusal Redis made before it,
+// whose answer comes after, is not learned (staleLocked); the releases of
+// t ran in Redis before t's admissions, whose refusals they leave
+// learnable. e.mu must be held.
+func (e *Engine) forgetByLocked(scope string, c rspec.Charge, t *trip) {
+	e.forgets++
+	k := limKey{scope, c.Rule, c.Key}
+	l := e.lims[k]
+	if l == nil {
+		if e.active == 0 {
+			return // no decision under way: no refusal to come
+		}
+		l = e.limLocked(k, time.Now())
 	}
+	l.notBefore, l.notBeforeN = time.Time{}, 0
+	own := t != nil && (l.forgotBy == t || l.forgot <= t.epoch)
+	l.forgot, l.forgotBy = e.forgets, nil
+	if own {
+		l.forgotBy = t
+	}
+}
+
+// staleLocked reports whether w's refusal on l may be older than a
+// forget of l (a SetLimit, a level changed, a release, a give-back),
+// answered after w's round trip was sent: Redis may have run that round
+// trip first, and what its refusal teaches no longer holds. Such a
+// refusal is not learned (one more round trip at the next decision).
+// e.mu must be held.
+func (e *Engine) staleLocked(w *waiter, l *limiter) bool {
+	if e.sweptFor > w.epoch {
+		return true
+	}
+	return l.forgot > w.epoch && (w.trip == nil || l.forgotBy != w.trip)
 }
 
 // Closed reports whether Close was called.
