@@ -17,8 +17,9 @@ import (
 )
 
 // TestCancelBeforeResponseAtTheServer cancels requests as soon as they are
-// written on a link whose requests take 50 ms to reach the server, while
-// requests on a fast link keep the limit binding. Released at the cancel,
+// written to a host whose requests take 50 ms to reach it, while requests
+// to a near host of the same account keep the limit binding
+// (cancelStorm). Released at the cancel,
 // each would free its unit a window before the server counts its arrival,
 // and the fast requests that take it would put the server's window over N.
 // The Transport holds the release of a request without a response (twice
@@ -26,14 +27,25 @@ import (
 // internal/hold), so the server, which answers 429 to what goes over N per
 // W, sees no violation. Released at the cancel instead (the hold removed),
 // this fails on every run.
-func TestCancelBeforeResponseAtTheServer(t *testing.T) {
-	const n, w, oneWay = 10, 300 * time.Millisecond, 50 * time.Millisecond
+func TestCancelBeforeResponseAtTheServer(t *testing.T) { cancelStorm(t, 10, 0) }
+
+// cancelStorm runs a server that answers 429 to what goes over n requests
+// per W = 300 ms, on two hosts (one account's API: both count into one
+// log), a near one and a far one 50 ms away (memnet.Delay), behind one
+// Transport over a RateSemaphore of n per W. The Transport first learns the
+// far host's latency (two requests), then sends push requests to the near
+// host, then for 1.5 s 12 goroutines keep the limit binding on the near host
+// while 3 cancel requests to the far one as soon as they are written. It
+// fails t on any violation at the server, on fewer than 2n requests
+// accepted, or on units still held 5 s after the storm.
+func cancelStorm(t *testing.T, n, push int) {
+	const w, oneWay = 300 * time.Millisecond, 50 * time.Millisecond
 	var (
 		mu                   sync.Mutex
 		arrivals             []time.Time
 		violations, accepted int
 	)
-	srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+	handler := http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		now := time.Now()
 		arrivals = append(arrivals, now)
@@ -51,8 +63,10 @@ func TestCancelBeforeResponseAtTheServer(t *testing.T) {
 		if over {
 			rw.WriteHeader(http.StatusTooManyRequests)
 		}
-	}))
-	defer srv.Close()
+	})
+	near, far := httptest.NewServer(handler), httptest.NewServer(handler)
+	defer near.Close()
+	defer far.Close()
 	fast := &http.Transport{}
 	slow := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
@@ -63,16 +77,15 @@ func TestCancelBeforeResponseAtTheServer(t *testing.T) {
 	}}
 	defer fast.CloseIdleConnections()
 	defer slow.CloseIdleConnections()
-	sem := semaphore.New(n, w)
+	sem := semaphore.New(int64(n), w)
 	client := &http.Client{Transport: httpclient.New(sem, httpclient.WithBase(roundTripFunc(func(r *http.Request) (*http.Response, error) {
-		if r.Header.Get("X-Link") == "slow" {
+		if r.URL.Host == far.Listener.Addr().String() {
 			return slow.RoundTrip(r)
 		}
 		return fast.RoundTrip(r)
 	})))}
-	get := func(ctx context.Context, link string) error {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL, nil)
-		req.Header.Set("X-Link", link)
+	get := func(ctx context.Context, url string) error {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		resp, err := client.Do(req)
 		if err != nil {
 			return err
@@ -80,10 +93,13 @@ func TestCancelBeforeResponseAtTheServer(t *testing.T) {
 		io.Copy(io.Discard, resp.Body)
 		return resp.Body.Close()
 	}
-	// Two requests on the slow link: the Transport learns it takes > 50 ms
-	// to hear back.
-	for range 2 {
-		if err := get(context.Background(), "slow"); err != nil {
+	for range 2 { // the Transport learns the far host takes > 50 ms to answer
+		if err := get(context.Background(), far.URL); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range push {
+		if err := get(context.Background(), near.URL); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -92,7 +108,7 @@ func TestCancelBeforeResponseAtTheServer(t *testing.T) {
 	for range 12 {
 		wg.Go(func() {
 			for time.Now().Before(deadline) {
-				get(context.Background(), "fast")
+				get(context.Background(), near.URL)
 			}
 		})
 	}
@@ -101,7 +117,7 @@ func TestCancelBeforeResponseAtTheServer(t *testing.T) {
 			for time.Now().Before(deadline) {
 				ctx, cancel := context.WithCancel(context.Background())
 				ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { cancel() }})
-				get(ctx, "slow")
+				get(ctx, far.URL)
 				cancel()
 			}
 		})
