@@ -2,70 +2,23 @@ package remote
 
 import (
 	"context"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	goredis "github.com/redis/go-redis/v9"
-
 	"github.com/ratesem/ratesem/internal/rspec"
-	"github.com/ratesem/ratesem/internal/rstore"
-	"github.com/ratesem/ratesem/redistest"
 	"github.com/ratesem/ratesem/window"
 )
-
-// replyHook delays the reply of the next script call, once armed: Redis
-// runs it at once, its answer reaches the caller when released.
-type replyHook struct {
-	mu    sync.Mutex
-	armed bool
-	ran   chan struct{} // gets a value when the held call has run in Redis
-	hold  chan struct{}
-}
-
-func (h *replyHook) DialHook(next goredis.DialHook) goredis.DialHook { return next }
-func (h *replyHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
-	return next
-}
-func (h *replyHook) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
-	return func(ctx context.Context, cmd goredis.Cmder) error {
-		h.mu.Lock()
-		held := h.armed && strings.HasPrefix(cmd.Name(), "eval")
-		if held {
-			h.armed = false
-		}
-		h.mu.Unlock()
-		err := next(ctx, cmd)
-		if held {
-			h.ran <- struct{}{}
-			<-h.hold
-		}
-		return err
-	}
-}
 
 // TestAdaptCeilingBeatsAnswerInFlight: a report of successes runs in Redis
 // (level 40), then SetLimit's ceiling (AdaptCeiling) brings the level to 10,
 // then the report's answer arrives. That answer is older than the ceiling's:
 // the level this process is told (then) must stay 10, not go back to 40
-// (the CI run of TestAdaptiveRedisSetLimit in clientpool saw the setter at
-// 40 after SetLimit(10)).
+// (a stress run of TestAdaptiveRedisSetLimit in clientpool saw the setter
+// at 40 after SetLimit(10)). The hook holds script calls only (orevHook).
 func TestAdaptCeilingBeatsAnswerInFlight(t *testing.T) {
-	srv := redistest.Start(t)
-	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr(), MaxRetries: -1})
-	t.Cleanup(func() { c.Close() })
-	h := &replyHook{ran: make(chan struct{}, 1), hold: make(chan struct{})}
-	c.AddHook(h)
-	st, err := rstore.New(c, "ceil", rstore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := New(Config{Store: st, Timeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = e.Close() })
+	h := &orevHook{scriptsOnly: true, ran: make(chan struct{}, 1), hold: make(chan struct{})}
+	e := orevEngine(t, h)
 	ctx := context.Background()
 	per := time.Second
 	ch := rspec.Charge{Rule: "r", Key: "k", Spec: &rspec.Spec{Kind: rspec.Completion, Limit: window.Limit{N: 40, Per: per}}, Weight: 1}
@@ -96,9 +49,7 @@ func TestAdaptCeilingBeatsAnswerInFlight(t *testing.T) {
 			mu.Unlock()
 		}
 	}
-	h.mu.Lock()
-	h.armed = true
-	h.mu.Unlock()
+	h.arm()
 	if err := e.AdaptSuccess("s", ch, b, start, time.Millisecond, 1, then); err != nil {
 		t.Fatal(err)
 	}

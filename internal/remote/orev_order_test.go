@@ -15,22 +15,25 @@ import (
 	"github.com/ratesem/ratesem/window"
 )
 
-// orevHook holds the reply of the next script call or pipeline, once armed: Redis
-// runs it at once, its answer reaches the caller when hold is closed (as
-// adapt_ceiling_test.go's replyHook).
+// orevHook holds the reply of the next script call or pipeline (with
+// scriptsOnly, of the next script call), once armed: Redis runs it at once,
+// its answer reaches the caller when hold is closed.
 type orevHook struct {
-	mu    sync.Mutex
-	armed bool
-	ran   chan struct{} // gets a value when the held call has run in Redis
-	hold  chan struct{}
+	scriptsOnly bool
+	mu          sync.Mutex
+	armed       bool
+	ran         chan struct{} // gets a value when the held call has run in Redis
+	hold        chan struct{}
 }
 
 func (h *orevHook) DialHook(next goredis.DialHook) goredis.DialHook { return next }
 func (h *orevHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []goredis.Cmder) error {
 		h.mu.Lock()
-		held := h.armed
-		h.armed = false
+		held := h.armed && !h.scriptsOnly
+		if held {
+			h.armed = false
+		}
 		h.mu.Unlock()
 		err := next(ctx, cmds)
 		if held {
