@@ -3,7 +3,6 @@ package grpcsem_test
 import (
 	"context"
 	"net"
-	"sync"
 	"testing"
 	"time"
 
@@ -163,80 +162,9 @@ func TestHrevFailuresDoNotShrinkTheHold(t *testing.T) {
 // cancelled before their reply are held twice the near latency only, and the server counts
 // arrivals over its limit.
 func TestHrevNearRepliesKeepFarHold(t *testing.T) {
-	before := goleak.IgnoreCurrent()
-	const n, w, oneWay = 10, 300 * time.Millisecond, 50 * time.Millisecond
-	srv := newServer(n, w, 1<<40)
-	dialer, stopServer := serve(srv)
-	pool := newPool(t, table(n, w, 1<<40))
-	unary, stream := grpcsem.UnaryClientInterceptor(pool), grpcsem.StreamClientInterceptor(pool)
-	newConn := func(d time.Duration) *grpc.ClientConn {
-		name := "near"
-		if d > 0 {
-			name = "far"
-		}
-		conn, err := grpc.NewClient("passthrough:///"+name,
-			grpc.WithContextDialer(func(ctx context.Context, s string) (net.Conn, error) {
-				c, err := dialer(ctx, s)
-				if err != nil || d == 0 {
-					return c, err
-				}
-				return memnet.Delay(c, d), nil
-			}),
-			grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithDisableRetry(),
-			grpc.WithUnaryInterceptor(unary), grpc.WithStreamInterceptor(stream))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return conn
-	}
-	slow, fast := newConn(oneWay), newConn(0)
-	echo := func(conn *grpc.ClientConn) error {
-		return conn.Invoke(context.Background(), "/test.Limited/Echo", wrapperspb.String("x"), new(wrapperspb.StringValue))
-	}
-	// Two calls on the slow link: the interceptor learns it takes > 50 ms
-	// to hear back.
-	for range 2 {
-		if err := echo(slow); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// 64 calls to the near target push the far one's times out of a ring
-	// shared by both.
-	for range 64 {
-		if err := echo(fast); err != nil {
-			t.Fatal(err)
-		}
-	}
-	deadline := time.Now().Add(1500 * time.Millisecond)
-	var wg sync.WaitGroup
-	for range 12 {
-		wg.Go(func() {
-			for time.Now().Before(deadline) {
-				echo(fast)
-			}
-		})
-	}
-	for range 3 {
-		wg.Go(func() {
-			for time.Now().Before(deadline) {
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
-				slow.Invoke(ctx, "/test.Limited/Echo", wrapperspb.String("x"), new(wrapperspb.StringValue))
-				cancel()
-			}
-		})
-	}
-	wg.Wait()
-	settle(t, pool, false)
-	st := srv.stats()
-	if st.violations != 0 {
-		t.Errorf("server: %d of %d arrivals over %d per %v", st.violations, st.arrivals, n, w)
-	}
-	if st.arrivals < 2*n {
-		t.Errorf("server: %d arrivals, want the limit binding (at least %d)", st.arrivals, 2*n)
-	}
-	slow.Close()
-	fast.Close()
-	stopServer()
-	goleak.VerifyNone(t, before)
+	cancelStorm(t, 64, func(far *grpc.ClientConn) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
+		far.Invoke(ctx, "/test.Limited/Echo", wrapperspb.String("x"), new(wrapperspb.StringValue))
+		cancel()
+	})
 }
