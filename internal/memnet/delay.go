@@ -31,6 +31,9 @@ type chunk struct {
 	b   []byte
 }
 
+// Write queues a copy of b for delivery d from now and returns len(b) at
+// once (it blocks only when 4096 writes are queued); after Close it fails
+// with net.ErrClosed. Safe for concurrent use.
 func (c *delayConn) Write(b []byte) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -55,6 +58,9 @@ func (c *delayConn) loop() {
 	}
 }
 
+// Close stops further writes and returns nil at once; the bytes queued
+// still arrive when due, then the underlying connection closes. Calling it
+// again does nothing.
 func (c *delayConn) Close() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
