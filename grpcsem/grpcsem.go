@@ -221,44 +221,18 @@ func header(md metadata.MD) http.Header {
 type limiter struct {
 	pool *clientpool.Pool
 	cfg  config
-	lat  *latencies // shared by every interceptor of pool (poolLatencies)
+	lat  *hold.ByKey // per target, shared by every interceptor of pool (poolLatencies)
 }
 
-// latencies holds, per target (ClientConn.Target), the times to a first
-// reply, for the hold of RPCs without one: a *hold.Latency for each of at
-// most maxHoldTargets targets, counted by n. Per target, so that a near
-// target's fast replies do not push a far one's out of the ring.
-type latencies struct {
-	m sync.Map
-	n atomic.Int64
-}
+// poolLatencies maps a weak pointer to a Pool to the times to a first
+// reply per target (ClientConn.Target) its interceptors share, for the
+// hold of RPCs without one, so that a unary RPC's reply teaches the hold
+// of a stream to the same target; an entry goes when its Pool is
+// collected.
+var poolLatencies sync.Map // weak.Pointer[clientpool.Pool] -> *hold.ByKey
 
-// poolLatencies maps a weak pointer to a Pool to the latencies its
-// interceptors share, so that a unary RPC's reply teaches the hold of a
-// stream to the same target; an entry goes when its Pool is collected.
-var poolLatencies sync.Map // weak.Pointer[clientpool.Pool] -> *latencies
-
-// maxHoldTargets is the most targets an interceptor keeps times to a first
-// reply for; an RPC to a target past them is held hold.Default (as one to
-// a target with none yet).
-const maxHoldTargets = 1024
-
-// latency returns the times to a first reply of target: kept when it is
-// one of the first maxHoldTargets, else a fresh one (hold.Default). It is
-// safe for concurrent use and never blocks.
-func (l *limiter) latency(target string) *hold.Latency {
-	if v, ok := l.lat.m.Load(target); ok {
-		return v.(*hold.Latency)
-	}
-	if l.lat.n.Load() >= maxHoldTargets {
-		return new(hold.Latency)
-	}
-	v, loaded := l.lat.m.LoadOrStore(target, new(hold.Latency))
-	if !loaded {
-		l.lat.n.Add(1)
-	}
-	return v.(*hold.Latency)
-}
+// latency returns the times to a first reply of target (hold.ByKey).
+func (l *limiter) latency(target string) *hold.Latency { return l.lat.For(target) }
 
 func newLimiter(p *clientpool.Pool, opts []Option) *limiter {
 	if p == nil {
@@ -266,11 +240,11 @@ func newLimiter(p *clientpool.Pool, opts []Option) *limiter {
 	}
 	l := &limiter{pool: p}
 	key := weak.Make(p)
-	v, loaded := poolLatencies.LoadOrStore(key, new(latencies))
+	v, loaded := poolLatencies.LoadOrStore(key, new(hold.ByKey))
 	if !loaded {
 		runtime.AddCleanup(p, func(k weak.Pointer[clientpool.Pool]) { poolLatencies.Delete(k) }, key)
 	}
-	l.lat = v.(*latencies)
+	l.lat = v.(*hold.ByKey)
 	for _, o := range opts {
 		if o != nil {
 			o(&l.cfg)

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/ratesem/ratesem"
@@ -110,37 +109,17 @@ type Transport struct {
 
 	// lats holds, per request host (URL.Host), the last times to a
 	// response's headers, for the hold of a request without a response
-	// (internal/hold): a *hold.Latency for each of at most maxHoldHosts
-	// hosts, counted by nlats. Per host, so that a near host's fast
-	// responses do not push a far one's out of the ring.
-	lats  sync.Map
-	nlats atomic.Int64
+	// (internal/hold).
+	lats hold.ByKey
 }
 
-// maxHoldHosts is the most hosts a Transport keeps times to a response
-// for; a request to a host past them is held hold.Default (as a host
-// with none yet).
-const maxHoldHosts = 1024
-
-// latency returns the times to a response of req's host: kept when the
-// host is one of the first maxHoldHosts, else a fresh one (hold.Default).
-// It is safe for concurrent use and never blocks.
+// latency returns the times to a response of req's host (hold.ByKey).
 func (t *Transport) latency(req *http.Request) *hold.Latency {
 	host := ""
 	if req.URL != nil {
 		host = req.URL.Host
 	}
-	if v, ok := t.lats.Load(host); ok {
-		return v.(*hold.Latency)
-	}
-	if t.nlats.Load() >= maxHoldHosts {
-		return new(hold.Latency)
-	}
-	v, loaded := t.lats.LoadOrStore(host, new(hold.Latency))
-	if !loaded {
-		t.nlats.Add(1)
-	}
-	return v.(*hold.Latency)
+	return t.lats.For(host)
 }
 
 // peekSize is the most bytes of a response body that Transport keeps for

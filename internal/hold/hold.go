@@ -15,6 +15,7 @@
 package hold
 
 import (
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -79,4 +80,33 @@ func (l *Latency) Release(answered bool, release func()) {
 		defer func() { _ = recover() }()
 		release()
 	})
+}
+
+// MaxKeys is the most keys (hosts, gRPC targets) a ByKey keeps a Latency
+// for.
+const MaxKeys = 1024
+
+// ByKey keeps a Latency per key (a host, a gRPC target), so that a near
+// key's fast replies do not push a far one's out of the ring: for the
+// first MaxKeys keys; a call to a key past them gets a fresh Latency each
+// time (held Default). The zero value is empty and ready; it is safe for
+// concurrent use and never blocks.
+type ByKey struct {
+	m sync.Map // string -> *Latency
+	n atomic.Int64
+}
+
+// For returns key's Latency (see ByKey).
+func (b *ByKey) For(key string) *Latency {
+	if v, ok := b.m.Load(key); ok {
+		return v.(*Latency)
+	}
+	if b.n.Load() >= MaxKeys {
+		return new(Latency)
+	}
+	v, loaded := b.m.LoadOrStore(key, new(Latency))
+	if !loaded {
+		b.n.Add(1)
+	}
+	return v.(*Latency)
 }

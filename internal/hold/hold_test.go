@@ -1,6 +1,7 @@
 package hold
 
 import (
+	"strconv"
 	"testing"
 	"time"
 )
@@ -33,5 +34,28 @@ func TestHold(t *testing.T) {
 	l.Add(1<<63 - 1)
 	if got := l.Hold(); got != Max {
 		t.Fatalf("hold %v after the largest Duration, want Max %v", got, Max)
+	}
+}
+
+// TestByKey: one Latency per key for the first MaxKeys keys, the same on
+// every call; past them a fresh one each call (held Default), so an
+// attacker naming many hosts grows nothing past MaxKeys.
+func TestByKey(t *testing.T) {
+	var b ByKey
+	a := b.For("a")
+	a.Add(40 * time.Millisecond)
+	if b.For("a") != a || b.For("a").Hold() != 80*time.Millisecond {
+		t.Fatal(`For("a") is not the Latency it returned before`)
+	}
+	for i := range MaxKeys - 1 {
+		b.For(strconv.Itoa(i))
+	}
+	past := b.For("one too many")
+	past.Add(time.Millisecond)
+	if b.For("one too many") == past || b.For("one too many").Hold() != Default {
+		t.Fatal("a key past MaxKeys is kept")
+	}
+	if got := b.n.Load(); got != MaxKeys {
+		t.Fatalf("%d keys kept, want %d", got, MaxKeys)
 	}
 }
